@@ -1,0 +1,262 @@
+"""The hot path: forward one request to its upstream and stream the answer back, byte for byte.
+
+Nothing here parses JSON, hashes bodies or touches SQLite: the handler only copies bytes, keeps a
+reference to the chunks it already has in memory, and hands a raw :class:`Exchange` to the sink
+once the exchange is over. Compression is passed through untouched on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from . import exchange as ex
+from .ids import new_call_id
+from .redact import extract_api_key, fingerprint, redact_headers, redact_query
+from .routing import ANTHROPIC_SHAPE, Route, RouteError, resolve
+
+log = logging.getLogger("ctxscope.proxy")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# aiohttp sets these itself for the upstream request (Host from the URL, length from the body).
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+_RESPONSE_DROP = HOP_BY_HOP
+# Never let aiohttp invent headers the client did not send.
+_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+ANNOTATION_PREFIX = "x-ctxscope-"
+
+
+@dataclass
+class ProxySettings:
+    upstreams: dict[str, str]
+    salt: bytes
+    connect_timeout: float = 30.0
+    read_timeout: float = 600.0  # between two chunks: long thinking streams pause for minutes
+
+
+class Forwarder:
+    """Owns the upstream HTTP client and turns requests into forwarded exchanges."""
+
+    def __init__(self, settings: ProxySettings, sink: ex.ExchangeSink):
+        self.settings = settings
+        self.sink = sink
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False,
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.read_timeout
+            ),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=True,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.time()
+        raw_path = request.raw_path.split("?", 1)[0]
+        try:
+            route = resolve(raw_path, self.settings.upstreams)
+        except RouteError as exc:
+            return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404)
+
+        headers, annotations = _split_headers(request.raw_headers)
+        label = route.session_label or _annotation(annotations, "x-ctxscope-session")
+        body = await request.read()
+        query = request.query_string
+        url = route.target_url + ("?" + query if query else "")
+        rec = _Recorder(route, request, headers, annotations, label, body, query, started)
+        try:
+            upstream = await self._session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body if body else None,
+                skip_auto_headers=_SKIP_AUTO,
+                allow_redirects=False,
+            )
+        except asyncio.TimeoutError as exc:
+            return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
+        except aiohttp.ClientError as exc:
+            return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+        except OSError as exc:
+            return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+
+        try:
+            return await self._stream(request, upstream, rec)
+        finally:
+            if rec.outcome in (ex.OK, ex.HTTP_ERROR):
+                upstream.release()
+            else:  # cancel the upstream request: nobody will read the rest
+                upstream.close()
+            self._submit(rec)
+
+    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, rec: "_Recorder"):
+        rec.status = upstream.status
+        rec.response_headers = tuple(
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers
+        )
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in rec.response_headers:
+            if name.lower() not in _RESPONSE_DROP:
+                response.headers.add(name, value)
+        rec.outcome = ex.OK if upstream.status < 400 else ex.HTTP_ERROR
+        try:
+            await response.prepare(request)
+        except (ConnectionError, RuntimeError) as exc:
+            rec.finish(ex.CLIENT_DISCONNECTED, f"client went away before headers: {exc}")
+            return response
+        chunks = rec.chunks
+        try:
+            async for chunk in upstream.content.iter_any():
+                if rec.first_byte_at is None:
+                    rec.first_byte_at = time.time()
+                chunks.append(chunk)
+                await response.write(chunk)
+        except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
+            return response
+        except asyncio.TimeoutError:
+            rec.finish(ex.TIMEOUT, f"no data from upstream for {self.settings.read_timeout:.0f}s")
+            _abort_client(request)
+            return response
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            rec.finish(ex.UPSTREAM_RESET, f"upstream connection lost mid-response: {exc}")
+            _abort_client(request)
+            return response
+        try:
+            await response.write_eof()
+        except (ConnectionError, RuntimeError) as exc:
+            rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
+            return response
+        rec.finish(rec.outcome, None)
+        return response
+
+    def _fail(self, rec: "_Recorder", outcome: str, status: int, message: str) -> web.Response:
+        rec.finish(outcome, message)
+        body = _error_body(rec.route, status, message)
+        rec.status = None
+        rec.synthetic_body = body
+        self._submit(rec)
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    def _submit(self, rec: "_Recorder") -> None:
+        try:
+            self.sink.submit(rec.to_exchange(self.settings.salt))
+        except Exception:  # the sink promises not to raise; traffic must never depend on it
+            log.exception("capture sink failed; the call was forwarded but not recorded")
+
+
+class _Recorder:
+    """What the handler learns about one exchange, turned into an Exchange at the end."""
+
+    def __init__(self, route: Route, request: web.Request, headers, annotations, label, body, query, started):
+        self.route = route
+        self.method = request.method
+        self.headers = headers
+        self.annotations = annotations
+        self.label = label
+        self.body = body
+        self.query = query
+        self.started = started
+        self.status: int | None = None
+        self.response_headers: tuple[tuple[str, str], ...] = ()
+        self.chunks: list[bytes] = []
+        self.first_byte_at: float | None = None
+        self.ended_at: float | None = None
+        self.outcome = ex.OK
+        self.error: str | None = None
+        self.synthetic_body: bytes | None = None
+
+    def finish(self, outcome: str, error: str | None) -> None:
+        if self.ended_at is None:
+            self.ended_at = time.time()
+            self.outcome = outcome
+            self.error = error
+
+    def to_exchange(self, salt: bytes) -> ex.Exchange:
+        """Built after the response is done: secrets are removed here, off the forwarding path."""
+        self.finish(self.outcome, self.error)
+        user_agent = next((v for k, v in self.headers if k.lower() == "user-agent"), None)
+        extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
+        return ex.Exchange(
+            id=new_call_id(),
+            provider=self.route.provider,
+            upstream=self.route.upstream.base_url,
+            method=self.method,
+            path=self.route.path,
+            query=redact_query(self.query),
+            session_label=self.label,
+            annotations=tuple(self.annotations),
+            request_headers=redact_headers(self.headers),
+            key_fingerprint=fingerprint(extract_api_key(self.headers, self.query), salt),
+            request_body=self.body,
+            status=self.status,
+            response_headers=self.response_headers,
+            response_body=b"".join(self.chunks),
+            started_at=self.started,
+            first_byte_at=self.first_byte_at,
+            ended_at=self.ended_at,
+            outcome=self.outcome,
+            error=self.error,
+            client=user_agent,
+            extra=extra,
+        )
+
+
+def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Headers to forward (original case and order) and the x-ctxscope-* annotations to strip."""
+    forward, annotations = [], []
+    for k, v in raw_headers:
+        name, value = k.decode("latin-1"), v.decode("latin-1")
+        lname = name.lower()
+        if lname.startswith(ANNOTATION_PREFIX):
+            annotations.append((lname, value))
+        elif lname not in _REQUEST_DROP:
+            forward.append((name, value))
+    return forward, annotations
+
+
+def _annotation(annotations: list[tuple[str, str]], name: str) -> str | None:
+    return next((v for k, v in annotations if k == name), None)
+
+
+def _error_body(route: Route, status: int, message: str) -> bytes:
+    """An error in the provider's own JSON shape, so SDKs raise their usual exception."""
+    text = f"ctxscope: {message}"
+    if route.error_shape == ANTHROPIC_SHAPE:
+        kind = "timeout_error" if status == 504 else "api_error"
+        return json.dumps({"type": "error", "error": {"type": kind, "message": text}}).encode()
+    code = "upstream_timeout" if status == 504 else "upstream_unreachable"
+    return json.dumps({"error": {"message": text, "type": "server_error", "param": None, "code": code}}).encode()
+
+
+def _abort_client(request: web.Request) -> None:
+    """Give the client the same truncation the upstream gave us: close without a clean end."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()

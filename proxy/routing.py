@@ -1,0 +1,87 @@
+"""Map an incoming path to a configured upstream (P1). Never an open proxy: only named upstreams.
+
+    /anthropic/<rest>            -> upstream "anthropic" + /<rest>
+    /openai/<rest>               -> upstream "openai" + /<rest>
+    /u/<name>/<rest>             -> upstream <name> + /<rest>
+    /s/<label>/<any of the above> the same, with a session label
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+DEFAULT_UPSTREAMS = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com",
+}
+# Which error JSON shape a route's clients expect when the proxy itself must answer.
+ANTHROPIC_SHAPE = "anthropic"
+OPENAI_SHAPE = "openai"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    name: str
+    base_url: str  # scheme://host[:port][/prefix], no trailing slash
+
+
+@dataclass(frozen=True)
+class Route:
+    provider: str  # "anthropic", "openai" or "u/<name>"
+    upstream: Upstream
+    path: str  # path below the prefix, starting with "/"
+    session_label: str | None
+
+    @property
+    def target_url(self) -> str:
+        return self.upstream.base_url + self.path
+
+    @property
+    def error_shape(self) -> str:
+        if self.provider == "anthropic" or "/messages" in self.path:
+            return ANTHROPIC_SHAPE
+        return OPENAI_SHAPE
+
+
+class RouteError(LookupError):
+    """The path names no configured upstream."""
+
+
+def normalise_base_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if not (url.startswith("http://") or url.startswith("https://")):
+        raise ValueError(f"upstream URL must start with http:// or https://, got {url!r}")
+    return url
+
+
+def parse_upstream_option(text: str) -> tuple[str, str]:
+    """Parse NAME=URL as given to --upstream."""
+    name, sep, url = text.partition("=")
+    name = name.strip()
+    if not sep or not name or "/" in name:
+        raise ValueError(f"expected NAME=URL, got {text!r}")
+    return name, normalise_base_url(url)
+
+
+def resolve(path: str, upstreams: dict[str, str]) -> Route:
+    """Resolve a raw request path (still percent-encoded) against the configured upstreams."""
+    parts = path.split("/")  # ["", first, second, ...]
+    label = None
+    if len(parts) > 3 and parts[1] == "s":
+        label = unquote(parts[2]) or None
+        parts = [""] + parts[3:]
+    if len(parts) < 2 or not parts[1]:
+        raise RouteError("no provider prefix")
+    head = parts[1]
+    if head in ("anthropic", "openai"):
+        provider, name, rest = head, head, parts[2:]
+    elif head == "u" and len(parts) > 2 and parts[2]:
+        name = unquote(parts[2])
+        provider, rest = f"u/{name}", parts[3:]
+    else:
+        raise RouteError(f"unknown provider prefix /{head}/")
+    base = upstreams.get(name)
+    if base is None:
+        raise RouteError(f"no upstream named {name!r} is configured")
+    return Route(provider, Upstream(name, base), "/" + "/".join(rest), label)

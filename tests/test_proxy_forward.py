@@ -1,0 +1,202 @@
+"""The forwarding path against a real upstream on loopback: bytes, compression, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.forward import Forwarder, ProxySettings
+from ctxscope.proxy.server import create_proxy_app, make_runner
+
+
+class ListSink:
+    def __init__(self):
+        self.items: list[ex.Exchange] = []
+
+    def submit(self, exchange):
+        self.items.append(exchange)
+
+
+class Upstream:
+    """A raw upstream that records exactly what it received and what it sent."""
+
+    def __init__(self):
+        self.received: list[tuple[dict, bytes]] = []
+        self.sent: list[bytes] = []
+        self.mode = "json"
+
+    async def handle(self, request: web.Request):
+        body = await request.read()
+        self.received.append((dict(request.headers), body))
+        if self.mode == "stream":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(20):
+                chunk = f"event: x\ndata: {{\"i\": {i}}}\n\n".encode()
+                self.sent.append(chunk)
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        if self.mode == "reset":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            chunk = b"data: {\"partial\": true}\n\n"
+            self.sent.append(chunk)
+            await resp.write(chunk)
+            await asyncio.sleep(0.05)
+            request.transport.abort()
+            return resp
+        if self.mode == "gzip":
+            payload = gzip.compress(b'{"ok": true}')
+            self.sent.append(payload)
+            return web.Response(body=payload, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+        if self.mode == "slow_stream":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(200):
+                await resp.write(f"data: {i}\n\n".encode())
+                await asyncio.sleep(0.02)
+            return resp
+        payload = json.dumps({"echo_len": len(body)}).encode()
+        self.sent.append(payload)
+        return web.Response(body=payload, content_type="application/json")
+
+
+async def _serve(app, **runner_kwargs):
+    runner = web.AppRunner(app, **runner_kwargs)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def rig():
+    upstream = Upstream()
+    app = web.Application(client_max_size=300 * 2**20)
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)
+    up_runner, up_url = await _serve(app, auto_decompress=False)
+    sink = ListSink()
+    forwarder = Forwarder(ProxySettings(upstreams={"up": up_url, "dead": "http://127.0.0.1:9"}, salt=b"s" * 32), sink)
+    proxy_app = create_proxy_app(forwarder)
+    runner = make_runner(proxy_app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+
+    class Rig:
+        pass
+
+    r = Rig()
+    r.upstream, r.sink, r.base = upstream, sink, f"http://127.0.0.1:{port}"
+    yield r
+    await runner.cleanup()
+    await up_runner.cleanup()
+
+
+async def _wait_for(sink, n=1):
+    for _ in range(200):
+        if len(sink.items) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {n} captured exchanges, got {len(sink.items)}")
+
+
+async def test_stream_bytes_identical_and_recorded(rig):
+    rig.upstream.mode = "stream"
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
+                          headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp:
+            got = await resp.read()
+    assert got == b"".join(rig.upstream.sent)
+    headers, body = rig.upstream.received[0]
+    assert body == b'{"stream": true}'
+    assert not any(k.lower().startswith("x-ctxscope") for k in headers)
+    assert headers["x-api-key"] == "sk-ant-secret-123456789"  # forwarded as is
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.response_body == got and e.outcome == ex.OK and e.status == 200
+    assert e.session_label == "demo" and e.path == "/v1/x" and e.query == "a=1"
+    assert ("x-ctxscope-turn", "3") in e.annotations
+    assert "sk-ant-secret" not in repr(e.request_headers)
+    assert e.key_fingerprint and len(e.key_fingerprint) == 16
+    assert e.first_byte_at is not None and e.started_at <= e.first_byte_at <= e.ended_at
+
+
+async def test_compressed_request_and_response_pass_through(rig):
+    rig.upstream.mode = "gzip"
+    raw = gzip.compress(b'{"model": "m", "messages": []}')
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
+                          headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
+            got = await resp.read()
+            assert resp.headers["Content-Encoding"] == "gzip"
+    assert rig.upstream.received[0][1] == raw
+    assert got == rig.upstream.sent[0]
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].request_body == raw
+
+
+async def test_upstream_down_gives_provider_shaped_502(rig):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/dead/v1/messages", data=b"{}") as resp:
+            assert resp.status == 502
+            body = await resp.json()
+    assert body["type"] == "error" and body["error"]["type"] == "api_error"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/dead/v1/chat/completions", data=b"{}") as resp:
+            assert resp.status == 502
+            assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+    await _wait_for(rig.sink, 2)
+    assert [e.outcome for e in rig.sink.items] == [ex.UPSTREAM_UNREACHABLE] * 2
+
+
+async def test_unknown_upstream_is_refused_not_forwarded(rig):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(rig.base + "/u/evil.example.com/v1/models") as resp:
+            assert resp.status == 404
+        async with s.get(rig.base + "/http://example.com/") as resp:
+            assert resp.status == 404
+    assert rig.upstream.received == []
+
+
+async def test_upstream_reset_truncates_client_too(rig):
+    rig.upstream.mode = "reset"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.outcome == ex.UPSTREAM_RESET
+    assert e.response_body == rig.upstream.sent[0]
+
+
+async def test_client_disconnect_mid_stream_is_recorded(rig):
+    rig.upstream.mode = "slow_stream"
+    s = aiohttp.ClientSession()
+    resp = await s.post(rig.base + "/u/up/v1/x", data=b"{}")
+    await resp.content.readany()
+    resp.close()
+    await s.close()
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.outcome == ex.CLIENT_DISCONNECTED
+    assert 0 < len(e.response_body) < len(b"".join(f"data: {i}\n\n".encode() for i in range(200)))
+
+
+async def test_fifty_megabyte_body(rig):
+    big = b"x" * (50 * 2**20)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=big) as resp:
+            assert (await resp.json())["echo_len"] == len(big)
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].request_body == big
