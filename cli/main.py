@@ -1,4 +1,126 @@
+"""The `ctxscope` command: the single composition root that wires proxy, store, inspector and agent."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
 import click
-@click.group()
+
+from . import __version__
+from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, default_db_path, is_loopback
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+db_option = click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="CTXSCOPE_DB",
+    help="Capture database (default: $CTXSCOPE_HOME/captures.db, i.e. ~/.ctxscope/captures.db).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+
+
+def open_db_or_fail(db_path: Path | None):
+    from ctxscope.inspector.queries import open_db
+
+    path = db_path or default_db_path()
+    if not path.exists():
+        raise click.ClickException(f"no capture database at {path} (run `ctxscope serve` first, or pass --db)")
+    return open_db(path)
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="ctxscope")
 def cli():
-    """ctxscope"""
+    """ctxscope: see exactly what your LLM agent sends to the model.
+
+    Run `ctxscope serve`, point your agent's base URL at http://127.0.0.1:8787/anthropic
+    (or /openai/v1, or /u/NAME/...), and every call is recorded for inspection.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--host", default=None, help=f"Address to bind (default {DEFAULT_HOST}; loopback only unless --allow-remote).")
+@click.option("--port", type=int, default=None, help=f"Port to listen on (default {DEFAULT_PORT}).")
+@db_option
+@click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
+              help="Add or override an upstream, reachable at /u/NAME/... (anthropic and openai override the built-ins).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML file with host, port, db and an [upstreams] table.")
+@click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
+def serve(host, port, db_path, upstreams, config_file, allow_remote):
+    """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
+    from .daemon import run, serve_forever
+
+    try:
+        cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
+                           upstream_options=upstreams, allow_remote=allow_remote)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc))
+    if not is_loopback(cfg.host) and not cfg.allow_remote:
+        raise click.ClickException(
+            f"refusing to bind {cfg.host}: captures contain your prompts. Pass --allow-remote if you mean it."
+        )
+
+    def announce(daemon):
+        click.echo(f"ctxscope {__version__} listening on {daemon.url}  (captures: {cfg.db})")
+        click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
+        click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
+        click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed)")
+        for name, url in sorted(cfg.upstreams.items()):
+            if name not in ("anthropic", "openai"):
+                click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
+        click.echo("Press Ctrl-C to stop.")
+
+    announce.stopping = lambda: click.echo("stopping: finishing open calls and writing captures...")
+    try:
+        run(serve_forever(cfg, announce=announce))
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=int, default=8790, show_default=True, help="Port to listen on.")
+@click.option("--script", "script_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON list of scripted replies (see the simulator docs in the README).")
+def sim(host, port, script_file):
+    """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats)."""
+    import asyncio
+    import json
+
+    from ctxscope.simulator.app import start_simulator
+
+    if not is_loopback(host):
+        raise click.ClickException("the simulator binds loopback addresses only")
+    script = json.loads(script_file.read_text()) if script_file else None
+
+    async def main():
+        runner, url = await start_simulator(host, port, script=script)
+        click.echo(f"ctxscope simulator on {url}  (Anthropic: {url}, OpenAI: {url}/v1). Ctrl-C to stop.")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+
+
+from . import query_commands  # noqa: E402  (registers the query commands on `cli`)
+
+query_commands.register(cli, db_option, json_option, open_db_or_fail)
+
+
+def main() -> None:  # pragma: no cover - console entry
+    cli(prog_name="ctxscope")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Printing query results: JSON for scripts, aligned columns for people."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import click
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+    text = str(value)
+    # Captured text is untrusted: never let it drive the terminal.
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> None:
+    """columns: (key, header) pairs; keys may be dotted ("usage.input")."""
+    if not rows:
+        click.echo("(nothing)")
+        return
+
+    def get(row, key):
+        for part in key.split("."):
+            row = row.get(part) if isinstance(row, dict) else None
+        return row
+
+    table = [[h for _, h in columns]] + [[_cell(get(r, k)) for k, _ in columns] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    for line in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())

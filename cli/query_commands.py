@@ -1,0 +1,112 @@
+"""Read-only queries over the capture index: calls, show, sessions, db."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .output import emit_json, emit_table
+from .settings import default_db_path
+
+CALL_COLUMNS = [
+    ("id", "ID"), ("session", "SESSION"), ("seq", "SEQ"), ("started_at", "STARTED"), ("api", "API"),
+    ("model", "MODEL"), ("status", "STATUS"), ("outcome", "OUTCOME"), ("usage.input", "IN"),
+    ("usage.cache_read", "CACHE_R"), ("usage.cache_write", "CACHE_W"), ("usage.output", "OUT"),
+    ("duration_ms", "MS"),
+]
+SESSION_COLUMNS = [
+    ("session", "SESSION"), ("calls", "CALLS"), ("models", "MODELS"), ("first_started_at", "FIRST"),
+    ("last_started_at", "LAST"),
+]
+
+
+def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
+    ctx = {"help_option_names": ["-h", "--help"]}
+
+    @cli.command(context_settings=ctx)
+    @db_option
+    @click.option("--session", help="Only calls of this session.")
+    @click.option("--model", help="Only calls to this model.")
+    @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls (newest last).")
+    @json_option
+    def calls(db_path, session, model, limit, as_json):
+        """List captured calls."""
+        from ctxscope.inspector.queries import list_calls
+
+        rows = list_calls(open_db_or_fail(db_path), session=session, model=model, limit=limit)
+        emit_json(rows) if as_json else emit_table(rows, CALL_COLUMNS)
+
+    @cli.command(context_settings=ctx)
+    @click.argument("call")
+    @db_option
+    @click.option("--request-raw", is_flag=True, help="Write the raw request bytes to stdout, exactly as forwarded.")
+    @click.option("--response-raw", is_flag=True, help="Write the raw response bytes to stdout, exactly as received.")
+    @json_option
+    def show(call, db_path, request_raw, response_raw, as_json):
+        """Show one call (CALL is an id or a unique prefix of one)."""
+        from ctxscope.inspector import queries
+
+        db = open_db_or_fail(db_path)
+        row = queries.get_call(db, call)
+        if row is None:
+            raise click.ClickException(f"no call matches {call!r}")
+        if request_raw or response_raw:
+            data = queries.get_request_raw(db, row["id"]) if request_raw else queries.get_response_raw(db, row["id"])
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        if as_json:
+            row = dict(row)
+            row["request"] = queries.get_request_json(db, row["id"])
+            row["response"] = queries.get_final_response(db, row["id"])
+            emit_json(row)
+            return
+        for key in ("id", "session", "seq", "started_at", "provider", "api", "model", "method", "path", "status",
+                    "outcome", "error", "stream", "request_bytes", "response_bytes", "ttfb_ms", "duration_ms"):
+            click.echo(f"{key:>15}: {emit_safe(row.get(key))}")
+        usage = row.get("usage")
+        click.echo(f"{'usage':>15}: {'not reported' if usage is None else usage}")
+
+    @cli.command(context_settings=ctx)
+    @db_option
+    @json_option
+    def sessions(db_path, as_json):
+        """List sessions with their call counts and models."""
+        from ctxscope.inspector.queries import list_sessions
+
+        rows = list_sessions(open_db_or_fail(db_path))
+        emit_json(rows) if as_json else emit_table(rows, SESSION_COLUMNS)
+
+    @cli.group(context_settings=ctx)
+    def db():
+        """The capture database: where it is and how it is doing."""
+
+    @db.command("path", context_settings=ctx)
+    @db_option
+    def db_path_cmd(db_path):
+        """Print the capture database path."""
+        click.echo(str(db_path or default_db_path()))
+
+    @db.command("status", context_settings=ctx)
+    @db_option
+    @json_option
+    def db_status_cmd(db_path, as_json):
+        """Size, counts, storage savings and recorded writer failures."""
+        from ctxscope.inspector.queries import db_status
+
+        path = db_path or default_db_path()
+        if not path.exists():
+            raise click.ClickException(f"no capture database at {path}")
+        status = db_status(path)
+        if as_json:
+            emit_json(status)
+        else:
+            for key, value in status.items():
+                click.echo(f"{key:>22}: {value}")
+
+
+def emit_safe(value) -> str:
+    if value is None:
+        return "-"
+    return "".join(ch if ch.isprintable() else "?" for ch in str(value))

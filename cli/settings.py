@@ -1,0 +1,92 @@
+"""Where things live and which upstreams exist: home, database, salt, config file, --upstream."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxscope.proxy.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+
+
+def home_dir() -> Path:
+    """CTXSCOPE_HOME, else ~/.ctxscope."""
+    return Path(os.environ.get("CTXSCOPE_HOME") or Path.home() / ".ctxscope").expanduser()
+
+
+def default_db_path() -> Path:
+    env = os.environ.get("CTXSCOPE_DB")
+    return Path(env).expanduser() if env else home_dir() / "captures.db"
+
+
+def load_salt(home: Path) -> bytes:
+    """A per-home random salt for key fingerprints, created on first use, readable by the owner only."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "salt"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class DaemonConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    db: Path = field(default_factory=default_db_path)
+    upstreams: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
+    allow_remote: bool = False
+
+
+def read_config_file(path: Path) -> dict:
+    """TOML: top-level host, port, db and a table [upstreams] of NAME = "URL"."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote"}
+    if unknown:
+        raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
+    return data
+
+
+def build_config(
+    *, config_file: Path | None, host: str | None, port: int | None, db: Path | None,
+    upstream_options: tuple[str, ...], allow_remote: bool,
+) -> DaemonConfig:
+    """Defaults < config file < command line."""
+    cfg = DaemonConfig()
+    if config_file is not None:
+        data = read_config_file(config_file)
+        cfg.host = data.get("host", cfg.host)
+        cfg.port = int(data.get("port", cfg.port))
+        if "db" in data:
+            cfg.db = Path(data["db"]).expanduser()
+        cfg.allow_remote = bool(data.get("allow_remote", False))
+        for name, url in (data.get("upstreams") or {}).items():
+            cfg.upstreams[name] = normalise_base_url(url)
+    if host is not None:
+        cfg.host = host
+    if port is not None:
+        cfg.port = port
+    if db is not None:
+        cfg.db = db
+    cfg.allow_remote = cfg.allow_remote or allow_remote
+    for text in upstream_options:
+        name, url = parse_upstream_option(text)
+        cfg.upstreams[name] = url
+    return cfg
