@@ -1,0 +1,183 @@
+import gzip
+import os
+import sys
+import types
+import zlib
+
+import pytest
+
+from ctxscope.proxy.decoding import BodyDecodeError, decode_body
+
+try:
+    from compression import zstd
+except ImportError:
+    from backports import zstd
+
+PAYLOAD = b'{"model":"x","messages":[' + b'{"role":"user","content":"hello"},' * 500 + b"{}]}"
+
+
+def raw_deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-15)
+    return c.compress(data) + c.flush()
+
+
+def zstd_streamed(data: bytes) -> bytes:
+    """A frame without a content size in its header, as streaming encoders write it."""
+    c = zstd.ZstdCompressor()
+    return c.compress(data) + c.flush()
+
+
+@pytest.mark.parametrize("encoding", [None, "", "identity", "Identity", " identity "])
+def test_identity_returns_the_bytes(encoding):
+    assert decode_body(PAYLOAD, encoding) == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    "encoding, encode",
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", gzip.compress),
+        ("GZIP", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", raw_deflate),
+        ("zstd", zstd.compress),
+        ("zstd", zstd_streamed),
+    ],
+)
+def test_single_encodings(encoding, encode):
+    assert decode_body(encode(PAYLOAD), encoding) == PAYLOAD
+
+
+def test_zstd_frame_has_no_content_size():
+    frame = zstd_streamed(PAYLOAD)
+    assert zstd.get_frame_info(frame).decompressed_size is None
+    assert decode_body(frame, "zstd") == PAYLOAD
+
+
+def test_zstd_multi_frame():
+    data = zstd.compress(b"first ") + zstd_streamed(b"second ") + zstd.compress(b"third")
+    assert decode_body(data, "zstd") == b"first second third"
+
+
+def test_gzip_multi_member_and_nul_padding():
+    data = gzip.compress(b"one ") + gzip.compress(b"two") + b"\0\0\0"
+    assert decode_body(data, "gzip") == b"one two"
+
+
+def test_chained_encodings_decode_in_reverse_order():
+    data = zstd.compress(gzip.compress(PAYLOAD))  # gzip applied first, then zstd
+    assert decode_body(data, "gzip, zstd") == PAYLOAD
+    assert decode_body(data, "gzip,zstd") == PAYLOAD
+    assert decode_body(gzip.compress(zlib.compress(PAYLOAD)), "deflate, identity, gzip") == PAYLOAD
+
+
+def test_empty_body_with_an_encoding():
+    assert decode_body(b"", "gzip") == b""
+    assert decode_body(b"", "zstd") == b""
+
+
+@pytest.mark.parametrize(
+    "encoding, data",
+    [
+        ("gzip", b"not gzip at all"),
+        ("deflate", b"\xff\xfe garbage"),
+        ("zstd", b"definitely not zstd"),
+        ("gzip", gzip.compress(PAYLOAD)[:10] + b"\x00corrupt" * 4),
+    ],
+)
+def test_corrupt_data_raises(encoding, data):
+    with pytest.raises(BodyDecodeError):
+        decode_body(data, encoding)
+
+
+def test_body_decode_error_is_a_value_error():
+    assert issubclass(BodyDecodeError, ValueError)
+
+
+def test_unknown_encoding_raises():
+    with pytest.raises(BodyDecodeError, match="unsupported"):
+        decode_body(b"abc", "compress")
+
+
+@pytest.mark.parametrize(
+    "encoding, encode",
+    [("gzip", gzip.compress), ("deflate", zlib.compress), ("deflate", raw_deflate), ("zstd", zstd_streamed)],
+)
+def test_truncated_body_raises_unless_allowed(encoding, encode):
+    # Incompressible and larger than a zstd block (128 KiB), so a cut still leaves whole blocks.
+    text = os.urandom(200_000).hex().encode()
+    data = encode(text)
+    cut = data[: len(data) * 2 // 3]
+    with pytest.raises(BodyDecodeError, match="truncated"):
+        decode_body(cut, encoding)
+    partial = decode_body(cut, encoding, allow_truncated=True)
+    assert 0 < len(partial) < len(text)
+    assert text.startswith(partial)
+
+
+@pytest.mark.parametrize(
+    "encoding, encode",
+    [("gzip", gzip.compress), ("deflate", zlib.compress), ("deflate", raw_deflate), ("zstd", zstd.compress),
+     ("zstd", zstd_streamed)],
+)
+def test_decompression_bomb_is_capped(encoding, encode):
+    bomb = encode(b"\0" * (4 * 2**20))
+    assert len(bomb) < 64 * 1024
+    with pytest.raises(BodyDecodeError, match="limit"):
+        decode_body(bomb, encoding, max_size=2**20)
+    assert len(decode_body(bomb, encoding, max_size=4 * 2**20)) == 4 * 2**20
+
+
+def test_cap_counts_all_members_and_frames():
+    data = zstd.compress(b"a" * 600) + zstd.compress(b"b" * 600)
+    with pytest.raises(BodyDecodeError, match="limit"):
+        decode_body(data, "zstd", max_size=1000)
+    data = gzip.compress(b"a" * 600) + gzip.compress(b"b" * 600)
+    with pytest.raises(BodyDecodeError, match="limit"):
+        decode_body(data, "gzip", max_size=1000)
+    assert decode_body(data, "gzip", max_size=1200) == b"a" * 600 + b"b" * 600
+
+
+def test_cap_applies_to_each_stage_of_a_chain():
+    data = gzip.compress(zstd.compress(b"x" * 5000))
+    with pytest.raises(BodyDecodeError, match="limit"):
+        decode_body(data, "zstd, gzip", max_size=4000)
+
+
+def test_br_without_brotli_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "brotli", None)  # makes `import brotli` raise ImportError
+    with pytest.raises(BodyDecodeError, match="br decoding needs the brotli package"):
+        decode_body(b"\x0b\x02\x80hello\x03", "br")
+
+
+class _FakeBrotliDecompressor:
+    """Stands in for brotli.Decompressor: 'compressed' data is the text reversed, '!' ends it."""
+
+    def __init__(self):
+        self.finished = False
+
+    def process(self, data, output_buffer_limit=None):
+        if data.startswith(b"?"):
+            raise _fake_brotli.error("bad data")
+        self.finished = data.endswith(b"!")
+        out = data.rstrip(b"!")[::-1]
+        return out if output_buffer_limit is None else out[:output_buffer_limit]
+
+    def is_finished(self):
+        return self.finished
+
+
+_fake_brotli = types.SimpleNamespace(Decompressor=_FakeBrotliDecompressor, error=type("error", (Exception,), {}))
+
+
+def test_br_with_brotli_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "brotli", _fake_brotli)
+    assert decode_body(b"olleh!", "br") == b"hello"
+    assert decode_body(gzip.compress(b"olleh!"), "br, gzip") == b"hello"
+    with pytest.raises(BodyDecodeError, match="truncated"):
+        decode_body(b"olleh", "br")
+    assert decode_body(b"olleh", "br", allow_truncated=True) == b"hello"
+    with pytest.raises(BodyDecodeError, match="limit"):
+        decode_body(b"olleh!", "br", max_size=3)
+    with pytest.raises(BodyDecodeError, match="invalid br"):
+        decode_body(b"?", "br")
