@@ -1,0 +1,152 @@
+"""Answering one model request: parse, pick the script step, model the cache, send the reply.
+
+The order mirrors a real provider: malformed requests and context overflow are rejected before
+anything is generated (an overflow leaves the step queued), scripted errors are answered before
+the prompt touches the cache, and streams are written one SSE event per write so they reach the
+client in many TCP chunks; a scripted reset aborts the transport instead of ending cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .prompt import PromptError
+from .script import ErrorSpec, Reply, Step, output_tokens
+from .sse import Event
+from .state import STATE_KEY, SimulatorState
+from .turn import Turn, Wire
+
+SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "proxy-authorization"}
+
+
+def key_fingerprint(headers: Any) -> str:
+    """A short hash of the caller's API key: the cache scope (caches are per organisation)."""
+    key = headers.get("x-api-key") or headers.get("api-key") or headers.get("authorization") or ""
+    return hashlib.sha256(key.removeprefix("Bearer ").encode()).hexdigest()[:12] if key else "anonymous"
+
+
+def redacted_headers(headers: Any) -> dict[str, str]:
+    out = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        secret = lower in SECRET_HEADERS or any(word in lower for word in ("key", "token", "secret"))
+        out[name] = "<redacted>" if secret else value
+    return out
+
+
+def _headers(state: SimulatorState, wire: Wire, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {wire.request_id_header: state.ids.make(wire.request_id_prefix), **(extra or {})}
+
+
+def json_reply(state: SimulatorState, wire: Wire, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(payload, status=status, headers=_headers(state, wire, extra))
+
+
+def error_reply(state: SimulatorState, wire: Wire, spec: ErrorSpec) -> web.Response:
+    extra = {"retry-after": f"{spec.retry_after:g}"} if spec.retry_after is not None else None
+    return json_reply(state, wire, spec.status, wire.error(spec.status, spec.type, spec.message, spec.code), extra)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The decoded JSON body, or None when it is not valid JSON."""
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _cut_point(events: list[Event], spec: ErrorSpec) -> int:
+    if spec.after_events is not None:
+        return min(spec.after_events, len(events) - 1)
+    first_content = next((i for i, e in enumerate(events) if e.content), 0)
+    return first_content + 1
+
+
+async def _stream(request: web.Request, state: SimulatorState, wire: Wire, turn: Turn, step: Step | None) -> web.StreamResponse:
+    events = wire.events(turn)
+    if step is not None and step.stream_error is not None:
+        cut = _cut_point(events, step.stream_error)
+        events = events[:cut] + [wire.stream_error(turn, step.stream_error, cut)]
+    headers = _headers(state, wire, {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"})
+    response = web.StreamResponse(status=200, headers=headers)
+    await response.prepare(request)
+    reset_after = step.reset_after_events if step is not None else None
+    delay = step.chunk_delay_ms / 1000 if step is not None else 0
+    for i, event in enumerate(events):
+        if reset_after is not None and i >= reset_after:
+            break
+        if i and delay:
+            await asyncio.sleep(delay)
+        await response.write(event.encode())
+    if reset_after is not None and request.transport is not None:
+        request.transport.abort()  # abrupt close: no terminating chunk, the client sees a broken body
+        return response
+    await response.write_eof()
+    return response
+
+
+async def _partial_then_reset(request: web.Request, state: SimulatorState, wire: Wire, payload: dict[str, Any]) -> web.StreamResponse:
+    data = json.dumps(payload).encode()
+    headers = _headers(state, wire, {"content-type": "application/json"})
+    response = web.StreamResponse(status=200, headers=headers)
+    response.content_length = len(data)
+    await response.prepare(request)
+    await response.write(data[: len(data) // 2])
+    if request.transport is not None:
+        request.transport.abort()
+    return response
+
+
+async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.", None))
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", "model: Field required", None, "model"))
+    try:
+        prompt, conversation = wire.prompt(body, state.responses)
+    except PromptError as exc:
+        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", str(exc), exc.code))
+
+    step = state.peek(prompt.last_text)
+    window = step.context_window if step is not None and step.context_window else state.context_window
+    if prompt.tokens > window:
+        return json_reply(state, wire, 400, wire.overflow(prompt.tokens, window))
+    if step is not None:
+        state.take(step)
+        if step.delay_ms:
+            await asyncio.sleep(step.delay_ms / 1000)
+        if step.error is not None:
+            return error_reply(state, wire, step.error)
+
+    usage = wire.usage(state.cache, key_fingerprint(request.headers), model, prompt, state.clock())
+    reply = Reply.from_step(step, prompt.last_user_text)
+    turn = Turn(
+        body=body,
+        model=model,
+        prompt=prompt,
+        reply=reply,
+        usage=usage,
+        output_tokens=output_tokens(reply),
+        created=int(time.time()),
+        ids=state.ids,
+        response_id=state.ids.make(wire.response_id_prefix),
+        call_ids=tuple(call.id or state.ids.make(wire.call_id_prefix) for call in reply.tool_calls),
+        conversation=conversation,
+    )
+    wire.remember(turn, state.responses)
+    if wire.wants_stream(body):
+        return await _stream(request, state, wire, turn, step)
+    if step is not None and step.stream_error is not None:
+        return error_reply(state, wire, step.stream_error)
+    if step is not None and step.reset_after_events is not None:
+        return await _partial_then_reset(request, state, wire, wire.response(turn))
+    return json_reply(state, wire, 200, wire.response(turn))

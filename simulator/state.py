@@ -1,0 +1,87 @@
+"""Per-simulator state: the script queue, the request log, the prompt cache and a clock.
+
+Tests in the same process reach it as ``app[STATE_KEY]`` and may push steps, read the log or
+replace ``clock`` (seconds, default ``time.time``) to expire cache TTLs without sleeping. The
+aiohttp loop may run in another thread than the test, so queue and log changes take a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from aiohttp import web
+
+from .cache import PromptCache
+from .ids import IdMaker
+from .prompt import Block
+from .script import Step, parse_script
+
+
+class SimulatorState:
+    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000) -> None:
+        self.context_window = context_window
+        self.clock: Callable[[], float] = time.time
+        self.cache = PromptCache()
+        self.ids = IdMaker()
+        self.responses: dict[str, tuple[Block, ...]] = {}  # Responses id -> conversation blocks
+        self._lock = threading.Lock()
+        self._queue: list[Step] = []
+        self._requests: list[dict[str, Any]] = []
+        if script:
+            self.set_script(list(script))
+
+    # ------------------------------------------------------------ script queue
+
+    def set_script(self, steps: list[dict[str, Any]]) -> None:
+        """Replace the queue (raises ScriptError on an invalid step; the old queue is kept)."""
+        parsed = parse_script(steps)
+        with self._lock:
+            self._queue = parsed
+
+    def append_script(self, steps: list[dict[str, Any]]) -> None:
+        parsed = parse_script(steps)
+        with self._lock:
+            self._queue.extend(parsed)
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The queued steps as they were given."""
+        with self._lock:
+            return [dict(step.raw) for step in self._queue]
+
+    def peek(self, last_text: str) -> Step | None:
+        """The first queued step eligible for a request whose last message text is `last_text`."""
+        with self._lock:
+            return next((step for step in self._queue if step.matches(last_text)), None)
+
+    def take(self, step: Step) -> None:
+        with self._lock:
+            for i, queued in enumerate(self._queue):
+                if queued is step:
+                    del self._queue[i]
+                    return
+
+    # ------------------------------------------------------------ request log
+
+    def log(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._requests.append(entry)
+
+    def requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._requests)
+
+    # ------------------------------------------------------------ reset
+
+    def reset(self) -> None:
+        """Forget the queue, the request log, cache entries, stored responses and id sequence."""
+        with self._lock:
+            self._queue = []
+            self._requests = []
+        self.cache.clear()
+        self.responses.clear()
+        self.ids.reset()
+
+
+STATE_KEY = web.AppKey("ctxscope_simulator_state", SimulatorState)
