@@ -99,10 +99,6 @@ class PromptCache:
             return False
         return True
 
-    def _refresh(self, key: bytes, now: float) -> None:
-        _, ttl = self._entries[key]
-        self._entries[key] = (now + ttl, ttl)
-
     def _store(self, key: bytes, now: float, ttl: float) -> None:
         old = self._entries.get(key)
         self._entries[key] = (now + max(ttl, old[1] if old else 0.0), max(ttl, old[1] if old else 0.0))
@@ -122,14 +118,15 @@ class PromptCache:
             total += block.tokens
             cumulative.append(total)
         points = [i for i, b in enumerate(blocks) if b.ttl and cumulative[i] >= minimum]
-        read_end = -1
+        read_end, read_ttl = -1, "5m"
         for p in points:
             for q in range(p, max(-1, p - LOOKBACK_BLOCKS - 1), -1):
                 if self._alive(hashes[q], now):
-                    read_end = max(read_end, q)
+                    if q > read_end:
+                        read_end, read_ttl = q, blocks[p].ttl or "5m"
                     break
-        if read_end >= 0:
-            self._refresh(hashes[read_end], now)
+        if read_end >= 0:  # a read restarts the entry's TTL (a 1h breakpoint upgrades it)
+            self._store(hashes[read_end], now, TTL_SECONDS[read_ttl])
         write = {"5m": 0, "1h": 0}
         boundary = cumulative[read_end] if read_end >= 0 else 0
         for p in points:
