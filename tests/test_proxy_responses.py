@@ -1,8 +1,13 @@
 """Reassembling final responses from recorded wire data (hand-built from the documented formats)."""
 
+import contextlib
 import json
 import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import anthropic
+import openai
 import pytest
 
 from ctxscope.proxy.apis import (
@@ -711,3 +716,94 @@ def test_accumulator_for_json_bodies():
         acc.feed(body[i : i + 1])
     r = acc.result()
     assert not r.stream and r.usage.input == 3 and r.complete
+
+
+# --- cross-check against the real SDKs' own stream accumulation, over loopback HTTP -------------
+
+
+@contextlib.contextmanager
+def serve(body: bytes, content_type: str = SSE):
+    """A loopback server answering every POST with ``body``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def comparable(x):
+    """Drop nulls (SDK models fill every optional field) and the SDK's leftover tool_call index."""
+    if isinstance(x, dict):
+        return {k: comparable(v) for k, v in x.items() if v is not None and k != "index"}
+    if isinstance(x, list):
+        return [comparable(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("events", [A_EVENTS, A_EVENTS[:12]], ids=["complete", "cut-after-text"])
+def test_anthropic_matches_the_sdk_accumulation(events):
+    raw = typed(*events)
+    with serve(raw) as url:
+        client = anthropic.Anthropic(api_key="sk-test", base_url=url, max_retries=0)
+        with client.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as s:
+            for _ in s:
+                pass
+            sdk = s.current_message_snapshot.to_dict()
+    ours = parse_response(ANTHROPIC_MESSAGES, 200, SSE, raw).body
+    assert comparable(ours) == comparable(sdk)
+
+
+@pytest.mark.parametrize("name", ["text", "tools", "choices"])
+def test_chat_matches_the_sdk_accumulation(name):
+    raw = {
+        "text": chat_text_stream(include_usage=True),
+        "tools": data_only(
+            c_chunk([c_delta({"role": "assistant", "content": None})]),
+            c_chunk([c_delta({"tool_calls": [{"index": 0, "id": "call_A", "type": "function",
+                                              "function": {"name": "a", "arguments": '{"x"'}}]})]),
+            c_chunk([c_delta({"tool_calls": [{"index": 1, "id": "call_B", "type": "function",
+                                              "function": {"name": "b", "arguments": "{}"}}]})]),
+            c_chunk([c_delta({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]})]),
+            c_chunk([c_delta({}, finish="tool_calls")]),
+            "[DONE]"),
+        "choices": data_only(
+            c_chunk([c_delta({"role": "assistant", "content": "A"}, index=0),
+                     c_delta({"role": "assistant", "content": "B"}, index=1)]),
+            c_chunk([c_delta({"content": "a"}, index=0, finish="stop"),
+                     c_delta({"content": "b"}, index=1, finish="stop")]),
+            c_chunk([], usage=C_USAGE),
+            "[DONE]"),
+    }[name]
+    with serve(raw) as url:
+        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as s:
+            sdk = s.get_final_completion().to_dict()
+    ours = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    assert comparable(ours.body) == comparable(sdk)
+    assert ours.complete
+
+
+def test_responses_matches_the_sdk_final_response():
+    raw = typed(*r_events())
+    with serve(raw) as url:
+        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        with client.responses.stream(model="m", input="hi") as s:
+            sdk = s.get_final_response().to_dict()
+    assert comparable(parse_response(OPENAI_RESPONSES, 200, SSE, raw).body) == comparable(sdk)
