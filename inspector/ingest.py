@@ -308,7 +308,8 @@ def ingest(
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
     )
-    final = d.parsed.body if d.parsed is not None else None
+    # Only a stream needs its final response stored: a JSON body is its own final response.
+    final = d.parsed.body if d.parsed is not None and d.parsed.stream else None
     row["final_response_blob"] = blob_put(db, _dumps(final).encode()).id if final is not None else None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch

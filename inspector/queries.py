@@ -18,6 +18,7 @@ from ctxscope.inspector.blobs import blob_get
 from ctxscope.inspector.migrations import migrations
 from ctxscope.inspector.recode import apply_recipe
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
+from ctxscope.proxy.responses import parse_response
 
 SUMMARY_COLUMNS = (
     "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "
@@ -170,14 +171,20 @@ def get_request_json(db: sqlite_utils.Database, call_id: str) -> Any | None:
 
 
 def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
-    """The final response object (reassembled from the stream for streamed calls)."""
+    """The final response object (reassembled from the stream for streamed calls); KeyError if unknown."""
     full = resolve_call_id(db, call_id)
     if full is None:
         raise KeyError(f"no call {call_id!r}")
-    row = db.execute("SELECT final_response_blob FROM calls WHERE id = ?", [full]).fetchone()
-    if row[0] is None:
+    blob, api, status, ctype = db.execute(
+        "SELECT final_response_blob, api, status, response_content_type FROM calls WHERE id = ?", [full]
+    ).fetchone()
+    if blob is not None:
+        return json.loads(blob_get(db, blob))
+    body = get_response_body(db, full)
+    if not body:
         return None
-    return json.loads(blob_get(db, row[0]))
+    parsed = parse_response(api, status, ctype, body)
+    return parsed.body if isinstance(parsed.body, dict) else None
 
 
 def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> list[dict]:

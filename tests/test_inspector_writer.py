@@ -1,0 +1,265 @@
+"""The background writer: batching, draining, surviving failures, and the SIGKILL / SIGTERM promise."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_inspector_store import make_exchange
+
+from ctxscope.inspector import ingest as ingest_mod
+from ctxscope.inspector import queries, store
+from ctxscope.inspector.writer import CaptureWriter
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _ids(db) -> set[str]:
+    return {r[0] for r in db.execute("SELECT id FROM calls")}
+
+
+def test_queued_calls_are_committed_in_batches(tmp_path):
+    w = CaptureWriter(tmp_path / "c.db")
+    exs = [make_exchange(session_label=f"s{i % 4}") for i in range(60)]
+    for ex in exs:  # queued before the thread runs: the writer finds them all waiting
+        w.submit(ex)
+    assert w.stats().queued == 60
+    w.start()
+    assert w.stop()
+    st = w.stats()
+    assert st.written == 60 and st.failed == 0 and st.queued == 0
+    assert st.commits < 10
+    assert _ids(queries.open_db(tmp_path / "c.db")) == {e.id for e in exs}
+
+
+def test_stop_drains_everything_and_readers_work_meanwhile(tmp_path):
+    path = tmp_path / "c.db"
+    w = CaptureWriter(path)
+    w.start()
+    reader = queries.open_db(path)
+    exs = [make_exchange() for _ in range(300)]
+    for ex in exs:
+        w.submit(ex)
+    assert isinstance(queries.list_calls(reader, limit=5), list)  # reading while the writer writes
+    assert w.stop()
+    assert w.stats().running is False
+    assert _ids(reader) == {e.id for e in exs}
+    assert [c["seq"] for c in queries.list_calls(reader, session="s1", limit=None, newest_first=False)] == list(range(1, 301))
+
+
+def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
+    path = tmp_path / "c.db"
+    store.connect(path).execute("CREATE TABLE notes (call_id TEXT)")
+
+    def flaky(db, call):
+        db.execute("INSERT INTO notes VALUES (?)", [call["id"]])
+        if call["seq"] == 2:
+            raise RuntimeError("analysis bug")
+
+    exs = [make_exchange() for _ in range(3)]
+    w = CaptureWriter(path, analyzers=[flaky])
+    w.start()
+    with caplog.at_level(logging.WARNING, logger="ctxscope.store"):
+        for ex in exs:
+            w.submit(ex)
+        assert w.stop()
+    st = w.stats()
+    assert (st.written, st.failed, st.analysis_failed) == (3, 0, 1)
+    assert "analysis bug" in st.last_error and "analysis bug" in caplog.text
+    db = queries.open_db(path)
+    assert _ids(db) == {e.id for e in exs}
+    assert {r[0] for r in db.execute("SELECT call_id FROM notes")} == {exs[0].id, exs[2].id}  # its writes undone
+    assert queries.db_status(path)["writer"]["analysis_failed"] == 1
+
+
+def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, caplog):
+    path = tmp_path / "c.db"
+    store.connect(path).execute(
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    )
+    good1, bad, good2 = make_exchange(), make_exchange(path="/boom"), make_exchange()
+    w = CaptureWriter(path)
+    for ex in (good1, bad, good2):  # one batch
+        w.submit(ex)
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.start()
+        assert w.stop()
+    st = w.stats()
+    assert (st.written, st.failed) == (2, 1) and "disk on fire" in st.last_error
+    assert bad.id in caplog.text
+    db = queries.open_db(path)
+    assert _ids(db) == {good1.id, good2.id}
+    assert db.execute("SELECT COUNT(*) FROM blobs WHERE id NOT IN (SELECT request_blob FROM calls) "
+                      "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)").fetchone()[0] == 0
+    for ex in (good1, good2):
+        assert queries.get_request_raw(db, ex.id) == ex.request_body
+    status = queries.db_status(path)["writer"]
+    assert status["write_failed"] == 1 and "disk on fire" in status["last_error"]["detail"]
+
+
+def test_a_failure_that_kills_the_transaction_costs_only_that_call(tmp_path):
+    """RAISE(ROLLBACK) ends the whole transaction, like SQLITE_FULL can: the batch is redone call by call."""
+    path = tmp_path / "c.db"
+    store.connect(path).execute(
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' BEGIN SELECT RAISE(ROLLBACK, 'gone'); END"
+    )
+    exs = [make_exchange(path="/boom" if i == 3 else "/v1/messages") for i in range(8)]
+    w = CaptureWriter(path)
+    for ex in exs:
+        w.submit(ex)
+    w.start()
+    assert w.stop()
+    assert (w.stats().written, w.stats().failed) == (7, 1)
+    db = queries.open_db(path)
+    assert _ids(db) == {e.id for e in exs if e.path != "/boom"}
+    for ex in exs:
+        if ex.path != "/boom":
+            assert queries.get_request_raw(db, ex.id) == ex.request_body
+    assert queries.db_status(path)["writer"]["write_failed"] == 1
+
+
+def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
+    def broken(*args):
+        raise ZeroDivisionError("parser bug")
+
+    monkeypatch.setattr(ingest_mod, "parse_response", broken)
+    ex = make_exchange()
+    w = CaptureWriter(tmp_path / "c.db")
+    w.start()
+    w.submit(ex)
+    assert w.stop()
+    assert (w.stats().written, w.stats().parse_failed) == (1, 1)
+    db = queries.open_db(tmp_path / "c.db")
+    assert "parser bug" in queries.get_call(db, ex.id)["parse_error"]
+    assert queries.get_response_raw(db, ex.id) == ex.response_body
+    assert queries.db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
+
+
+def test_full_queue_drops_are_counted_and_persisted(tmp_path, caplog):
+    w = CaptureWriter(tmp_path / "c.db", max_queue=3)
+    exs = [make_exchange() for _ in range(5)]
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        for ex in exs:
+            w.submit(ex)  # never raises, never blocks
+    assert w.stats().dropped == 2 and "queue is full" in w.stats().last_error
+    assert "dropped" in caplog.text
+    w.start()
+    assert w.stop()
+    assert w.stats().written == 3
+    assert queries.db_status(tmp_path / "c.db")["writer"]["dropped"] == 2
+
+
+def test_submit_after_stop_is_a_counted_drop(tmp_path):
+    w = CaptureWriter(tmp_path / "c.db")
+    w.start()
+    assert w.stop()
+    w.submit(make_exchange())
+    assert w.stats().dropped == 1 and w.stats().running is False
+
+
+def test_start_fails_loudly_on_an_unusable_path_and_submit_still_never_raises(tmp_path):
+    w = CaptureWriter(tmp_path)  # a directory is not a database
+    with pytest.raises(sqlite3.Error):
+        w.start()
+    w.submit(make_exchange())
+    assert w.stats().dropped == 1
+    assert w.stop() is True
+
+
+_KILL_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from test_inspector_store import make_exchange
+from ctxscope.inspector.writer import CaptureWriter
+w = CaptureWriter({db!r})
+w.start()
+for i in range({n}):
+    w.submit(make_exchange(id="early%06d" % i, session_label="s%d" % (i % 3)))
+time.sleep(1.5)
+print("ready", flush=True)
+i = 0
+while True:  # keep the writer busy so the kill lands mid-transaction
+    w.submit(make_exchange(id="late%08d" % i, request_body=b"x" * 50_000 + str(i).encode()))
+    i += 1
+    time.sleep(0.001)
+"""
+
+
+def _spawn(script: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
+    path = tmp_path / "kill.db"
+    n = 300
+    proc = _spawn(_KILL_SCRIPT.format(tests=str(TESTS), db=str(path), n=n))
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    early = {r[0] for r in conn.execute("SELECT id FROM calls WHERE id LIKE 'early%'")}
+    assert early == {"early%06d" % i for i in range(n)}
+    conn.close()
+    db = queries.open_db(path)  # and the store opens and reads cleanly
+    assert queries.get_request_raw(db, "early000007").startswith(b"{")
+    for c in queries.list_calls(db, limit=20):  # calls committed just before the kill are whole too
+        if c["id"].startswith("late"):
+            assert queries.get_request_raw(db, c["id"]) == b"x" * 50_000 + str(int(c["id"][4:])).encode()
+
+
+_TERM_SCRIPT = """
+import signal, sys, time
+sys.path.insert(0, {tests!r})
+from test_inspector_store import make_exchange
+from ctxscope.inspector.writer import CaptureWriter
+
+def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
+    time.sleep(0.001)
+
+w = CaptureWriter({db!r}, analyzers=[slow])
+def on_term(signum, frame):
+    queued = w.stats().queued
+    drained = w.stop()
+    print("queued_at_term=%d drained=%s written=%d" % (queued, drained, w.stats().written), flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+w.start()
+for i in range({n}):
+    w.submit(make_exchange(id="term%06d" % i, request_body=b"y" * 5000 + str(i).encode()))
+print("submitted", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_sigterm_drains_the_queue_before_exit(tmp_path):
+    path = tmp_path / "term.db"
+    n = 1500
+    proc = _spawn(_TERM_SCRIPT.format(tests=str(TESTS), db=str(path), n=n))
+    try:
+        assert proc.stdout.readline().strip() == "submitted", proc.stderr.read()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"drained=True written={n}" in out
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {"term%06d" % i for i in range(n)}
