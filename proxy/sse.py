@@ -38,10 +38,15 @@ class SSEDecoder:
         """Decode a chunk; return the events it completed."""
         if not chunk:
             return []
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
+        if b"\n" not in chunk and b"\r" not in chunk:  # fast path: the middle of a long line
+            self._pending.append(chunk)
+            return []
         events: list[SSEEvent] = []
         lines = chunk.splitlines(keepends=True)  # bytes split only on \r\n, \n and \r
         for line in lines:
