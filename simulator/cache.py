@@ -73,7 +73,7 @@ class PromptUsage:
         return self.total - self.cache_read - self.cache_write
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=2048)
 def _token_bytes(text: str) -> bytes:
     return array("I", encoding().encode_ordinary(text)).tobytes() if text else b""
 

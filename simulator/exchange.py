@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import time
 from typing import Any
 
@@ -23,12 +24,13 @@ from .state import STATE_KEY, SimulatorState
 from .turn import Turn, Wire
 
 SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "proxy-authorization"}
+_SALT = os.urandom(16)  # per process: fingerprints tell keys apart without being a lookup table
 
 
 def key_fingerprint(headers: Any) -> str:
-    """A short hash of the caller's API key: the cache scope (caches are per organisation)."""
+    """A short salted hash of the caller's API key: the cache scope (caches are per organisation)."""
     key = headers.get("x-api-key") or headers.get("api-key") or headers.get("authorization") or ""
-    return hashlib.sha256(key.removeprefix("Bearer ").encode()).hexdigest()[:12] if key else "anonymous"
+    return hashlib.sha256(_SALT + key.removeprefix("Bearer ").encode()).hexdigest()[:12] if key else "anonymous"
 
 
 def redacted_headers(headers: Any) -> dict[str, str]:
@@ -142,7 +144,9 @@ async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamRe
         call_ids=tuple(call.id or state.ids.make(wire.call_id_prefix) for call in reply.tool_calls),
         conversation=conversation,
     )
-    wire.remember(turn, state.responses)
+    remembered = wire.remember(turn)
+    if remembered is not None:
+        state.remember_response(turn.response_id, remembered)
     if wire.wants_stream(body):
         return await _stream(request, state, wire, turn, step)
     if step is not None and step.stream_error is not None:

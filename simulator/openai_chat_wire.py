@@ -63,7 +63,7 @@ class ChatWire:
     def wants_stream(self, body: dict[str, Any]) -> bool:
         return body.get("stream") is True
 
-    def remember(self, turn: Turn, memory: dict[str, tuple[Block, ...]]) -> None:
+    def remember(self, turn: Turn) -> tuple[Block, ...] | None:
         return None
 
     # ------------------------------------------------------------ shapes

@@ -49,11 +49,11 @@ class ResponsesWire:
     def wants_stream(self, body: dict[str, Any]) -> bool:
         return body.get("stream") is True
 
-    def remember(self, turn: Turn, memory: dict[str, tuple[Block, ...]]) -> None:
+    def remember(self, turn: Turn) -> tuple[Block, ...] | None:
         blocks = list(turn.conversation)
-        for item in self._items(turn, lambda prefix: "x"):
+        for item in self._items(turn, lambda prefix: "unused"):  # item ids never enter the blocks
             blocks.extend(responses_item_blocks(item))
-        memory[turn.response_id] = tuple(blocks)
+        return tuple(blocks)
 
     # ------------------------------------------------------------ shapes
 

@@ -186,6 +186,14 @@ def parse_script(value: Any) -> list[Step]:
     return steps
 
 
+def load_script_file(path: str) -> list[dict[str, Any]]:
+    """Read and validate a JSON script file (for `ctxscope sim --script FILE`)."""
+    with open(path, encoding="utf-8") as handle:
+        steps = json.load(handle)
+    parse_script(steps)
+    return steps
+
+
 def default_text(last_user_text: str) -> str:
     """The deterministic answer when no step applies."""
     snippet = " ".join(last_user_text.split())[:60]

@@ -19,6 +19,10 @@ from .prompt import Block
 from .script import Step, parse_script
 
 
+MAX_LOGGED_REQUESTS = 1000  # a long `ctxscope sim` session must not grow without bound
+MAX_REMEMBERED_RESPONSES = 1000
+
+
 class SimulatorState:
     def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000) -> None:
         self.context_window = context_window
@@ -67,6 +71,13 @@ class SimulatorState:
     def log(self, entry: dict[str, Any]) -> None:
         with self._lock:
             self._requests.append(entry)
+            del self._requests[:-MAX_LOGGED_REQUESTS]
+
+    def remember_response(self, response_id: str, blocks: tuple[Block, ...]) -> None:
+        """Keep a Responses conversation for previous_response_id (oldest forgotten first)."""
+        self.responses[response_id] = blocks
+        while len(self.responses) > MAX_REMEMBERED_RESPONSES:
+            del self.responses[next(iter(self.responses))]
 
     def requests(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -60,5 +60,5 @@ class Wire(Protocol):
     def stream_error(self, turn: Turn, spec: ErrorSpec, position: int) -> Event:
         """The in-stream error event (sent after some content instead of the normal ending)."""
 
-    def remember(self, turn: Turn, memory: dict[str, tuple[Block, ...]]) -> None:
-        """Keep what a later request may reference (Responses' previous_response_id)."""
+    def remember(self, turn: Turn) -> tuple[Block, ...] | None:
+        """What a later request may reference by this turn's id (Responses' previous_response_id)."""

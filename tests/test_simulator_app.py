@@ -182,3 +182,39 @@ def test_simulator_imports_only_the_token_counter():
             for name in names:
                 if name.startswith("ctxscope"):
                     assert name == "ctxscope.inspector.tokens", f"{path.name} imports {name}"
+
+
+async def test_compressed_request_bodies_are_decoded(sim):
+    import gzip
+
+    from backports import zstd
+
+    session, state = sim
+    state.reset()
+    body = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "squeezed"}]}).encode()
+    for encoding, data in (("gzip", gzip.compress(body)), ("zstd", zstd.compress(body))):
+        headers = {"content-encoding": encoding, "content-type": "application/json"}
+        async with session.post("/v1/chat/completions", data=data, headers=headers) as resp:
+            assert (await resp.json())["choices"][0]["message"]["content"] == "sim: squeezed"
+
+
+def test_request_log_is_bounded():
+    from ctxscope.simulator import state as state_module
+
+    state = SimulatorState()
+    for i in range(state_module.MAX_LOGGED_REQUESTS + 5):
+        state.log({"n": i})
+    logged = state.requests()
+    assert len(logged) == state_module.MAX_LOGGED_REQUESTS and logged[-1]["n"] == state_module.MAX_LOGGED_REQUESTS + 4
+
+
+def test_load_script_file(tmp_path):
+    from ctxscope.simulator.script import ScriptError, load_script_file
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"text": "hi"}, {"tool_calls": [{"name": "ls"}]}]))
+    assert load_script_file(str(good)) == [{"text": "hi"}, {"tool_calls": [{"name": "ls"}]}]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"txet": "typo"}]))
+    with pytest.raises(ScriptError):
+        load_script_file(str(bad))
