@@ -49,32 +49,39 @@ class Delta:
     middle: bytes
 
 
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix, by binary search over C-speed slice compares."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while lo < hi:  # invariant: a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
+_BLOCK = 4096
+
+
+def _narrow(a: bytes, b: bytes, lo: int, hi: int) -> int:
+    """Largest k in [lo, hi] with a[lo:k] == b[lo:k], knowing a[:lo] == b[:lo]."""
+    base = lo
+    while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a[base:mid] == b[base:mid]:
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix: block compares at C speed, then a binary search in the block."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i : i + _BLOCK] == b[i : i + _BLOCK]:
+        i += _BLOCK
+    if i >= n:
+        return n
+    return _narrow(a, b, i, min(i + _BLOCK, n))
 
 
 def common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the common suffix, at most ``limit``."""
-    lo, hi = 0, min(len(a), len(b), limit)
-    if hi == 0 or a[len(a) - hi :] == b[len(b) - hi :]:
-        return hi
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid :] == b[len(b) - mid :]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    ra, rb = a[len(a) - n :][::-1], b[len(b) - n :][::-1]
+    return common_prefix(ra, rb)
 
 
 def make_delta(base: bytes, new: bytes) -> Delta:

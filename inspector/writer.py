@@ -40,6 +40,7 @@ class WriterStats:
     """Live counters of this writer (persisted totals across runs are in ``store_events``)."""
 
     queued: int = 0  # waiting in the queue now
+    queued_bytes: int = 0  # their request + response bytes
     written: int = 0  # calls committed
     failed: int = 0  # exchanges that could not be stored
     dropped: int = 0  # exchanges refused because the queue was full or the writer was stopped
@@ -64,11 +65,13 @@ class CaptureWriter:
         *,
         batch_interval: float = 0.2,
         max_queue: int = 10000,
+        max_queue_bytes: int = 1 << 30,
         analyzers: Sequence[Analyzer] = (),
     ):
         self.db_path = Path(db_path)
         self.batch_interval = batch_interval
         self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
         self.analyzers = tuple(analyzers)
         self.capture_epoch: int | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -79,9 +82,11 @@ class CaptureWriter:
         # Written by the submitting thread only.
         self._drop_counter = itertools.count(1)
         self._dropped = 0
+        self._bytes_in = 0
         # Written by the writer thread only.
         self._written = self._failed = self._analysis_failed = self._parse_failed = self._commits = 0
         self._last_error: str | None = None
+        self._bytes_out = 0
         self._pending_events: list[dict] = []  # failures not yet recorded in store_events
         self._persisted_drops = 0
 
@@ -95,6 +100,12 @@ class CaptureWriter:
             elif self._queue.qsize() >= self.max_queue:
                 self._drop(exchange, "capture queue is full")
             else:
+                size = _size(exchange)
+                backlog = self._bytes_in - self._bytes_out
+                if backlog > 0 and backlog + size > self.max_queue_bytes:
+                    self._drop(exchange, "capture queue holds too many bytes")
+                    return
+                self._bytes_in += size
                 self._queue.put(exchange)
         except Exception:  # pragma: no cover - the hot path must never raise
             pass
@@ -135,6 +146,7 @@ class CaptureWriter:
     def stats(self) -> WriterStats:
         return WriterStats(
             queued=self._queue.qsize(),
+            queued_bytes=max(0, self._bytes_in - self._bytes_out),
             written=self._written,
             failed=self._failed,
             dropped=self._dropped,
@@ -162,15 +174,14 @@ class CaptureWriter:
         try:
             stopping = False
             while not stopping:
-                item = self._queue.get()
+                item = self._take(block=True)
                 if item is _STOP:
                     break
                 stopping = self._safe_batch(db, state, item)
             # A submit that raced with stop() may have queued behind the stop marker.
             while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
+                item = self._take()
+                if item is None:
                     break
                 if item is not _STOP:
                     self._safe_batch(db, state, item, more=False)
@@ -182,6 +193,16 @@ class CaptureWriter:
                 db.close()
             except Exception:
                 pass
+
+    def _take(self, block: bool = False):
+        """The next queued item (None if empty and not blocking), accounting for its bytes."""
+        try:
+            item = self._queue.get(block)
+        except queue.Empty:
+            return None
+        if item is not _STOP:
+            self._bytes_out += _size(item)
+        return item
 
     def _safe_batch(self, db: sqlite_utils.Database, state: IngestState, first: Exchange, more: bool = True) -> bool:
         try:
@@ -216,9 +237,8 @@ class CaptureWriter:
                 self._write_one(db, state, batch[-1], outcome, events)
                 if not more or len(batch) >= MAX_BATCH or time.monotonic() - began >= self.batch_interval:
                     break
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
+                nxt = self._take()
+                if nxt is None:
                     break
                 if nxt is _STOP:
                     stopping = True
@@ -299,6 +319,10 @@ class CaptureWriter:
             store.record_event(db, ev["kind"], call_id=ev["call_id"], detail=ev["detail"], at=ev["at"])
         if drops:
             store.record_event(db, "dropped", count=drops, detail=self._last_error)
+
+
+def _size(ex: Exchange) -> int:
+    return len(ex.request_body) + len(ex.response_body)
 
 
 def _describe(e: BaseException) -> str:

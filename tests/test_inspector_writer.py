@@ -263,3 +263,19 @@ def test_sigterm_drains_the_queue_before_exit(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {"term%06d" % i for i in range(n)}
+
+
+def test_queue_is_bounded_in_bytes_too(tmp_path):
+    w = CaptureWriter(tmp_path / "c.db", max_queue_bytes=30_000)
+    big = [make_exchange(request_body=b"z" * 20_000) for _ in range(3)]
+    for ex in big:
+        w.submit(ex)
+    st = w.stats()
+    assert st.dropped == 2 and "bytes" in st.last_error
+    assert st.queued == 1 and st.queued_bytes == len(big[0].request_body) + len(big[0].response_body)
+    w.start()
+    assert w.stop()
+    assert w.stats().queued_bytes == 0 and w.stats().written == 1
+    huge = CaptureWriter(tmp_path / "d.db", max_queue_bytes=10)
+    huge.submit(big[0])  # an empty queue takes any one body, however large
+    assert huge.stats().dropped == 0
