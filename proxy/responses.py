@@ -83,21 +83,30 @@ class StreamAccumulator:
         self.status = status
         sse = (content_type or "").strip().lower().startswith("text/event-stream")
         self._mode: str | None = "sse" if sse else None
+        self._started = False  # past a possible leading BOM
         self._head = b""  # stripped leading bytes while the body kind is unknown
         self._chunks: list[bytes] = []  # JSON body, or the start of an "other" body
         self._size = 0
         self._decoder = SSEDecoder()
+        self._known = api in _HANDLERS
         self._handler = _HANDLERS.get(api or "", _Generic)()
         self._events = 0
         self._malformed = 0  # events the handler could not make sense of
+        self._result: ParsedResponse | None = None
 
     def feed(self, chunk: bytes) -> None:
         if not chunk:
             return
+        self._result = None
         if self._mode is None:
             head = self._head + bytes(chunk)
-            if not self._chunks and not self._head and head.startswith(_BOM):
-                head = head[len(_BOM) :]
+            if not self._started:
+                if _BOM.startswith(head):
+                    self._head = head
+                    return
+                self._started = True
+                if head.startswith(_BOM):
+                    head = head[len(_BOM) :]
             head = head.lstrip(_WHITESPACE)
             mode = _sniff(head)
             if mode is None:
@@ -123,18 +132,20 @@ class StreamAccumulator:
                 self._malformed += 1
 
     def result(self) -> ParsedResponse:
-        if self._mode == "sse":
-            return self._stream_result()
-        if self._mode == "json":
-            return self._json_result(b"".join(self._chunks))
-        return self._other_result(self._head + b"".join(self._chunks))
+        if self._result is None:
+            if self._mode == "sse":
+                tail = self._decoder.finish()
+                self._dispatch(tail)
+                if isinstance(self._handler, _Generic):
+                    self._handler.clean_end = not tail
+                self._result = self._stream_result(self._handler, self._events)
+            elif self._mode == "json":
+                self._result = self._json_result(b"".join(self._chunks))
+            else:
+                self._result = self._other_result(self._head + b"".join(self._chunks))
+        return self._result
 
-    def _stream_result(self) -> ParsedResponse:
-        tail = self._decoder.finish()
-        self._dispatch(tail)
-        h = self._handler
-        if isinstance(h, _Generic):
-            h.clean_end = not tail
+    def _stream_result(self, h: _Handler, events: int) -> ParsedResponse:
         try:
             body, stop = h.build()
         except _MALFORMED:
@@ -142,10 +153,8 @@ class StreamAccumulator:
         error = h.error
         if error is None and self.status is not None and self.status >= 400:
             error = {"type": "http_error", "status": self.status}
-        return ParsedResponse(
-            True, body, normalize_usage(self.api, h.usage) if self.api else None, error,
-            h.complete, self._events, stop,
-        )
+        usage = normalize_usage(self.api, h.usage) if self._known else None
+        return ParsedResponse(True, body, usage, error, h.complete, events, stop)
 
     def _json_result(self, raw: bytes) -> ParsedResponse:
         try:
@@ -154,13 +163,13 @@ class StreamAccumulator:
             return self._unparseable(f"invalid JSON: {e}", raw)
         if isinstance(obj, list) and self.api == GEMINI_GENERATE:
             # streamGenerateContent without alt=sse: a JSON array of frames.
+            handler = _Gemini()
             for frame in obj:
-                self._events += 1
                 try:
-                    self._handler.on(SSEEvent(None, ""), frame)
+                    handler.on(SSEEvent(None, ""), frame)
                 except _MALFORMED:
                     self._malformed += 1
-            return self._stream_result()
+            return self._stream_result(handler, len(obj))
         error = None
         if isinstance(obj, dict) and (obj.get("error") or obj.get("type") == "error"):
             error = _error_of(obj)
@@ -172,17 +181,16 @@ class StreamAccumulator:
             return ParsedResponse(False, None, None, error, True, 0, None)
         if self.api == GEMINI_GENERATE and isinstance(obj.get("response"), dict):
             obj = obj["response"]  # Code Assist wraps the response
-        usage_raw = _json_usage(self.api, obj)
-        return ParsedResponse(
-            False, obj, normalize_usage(self.api, usage_raw) if self.api else None, error,
-            True, 0, _json_stop_reason(self.api, obj),
-        )
+        if not self._known:
+            return ParsedResponse(False, obj, None, error, True, 0, None)
+        usage = normalize_usage(self.api, _json_usage(self.api, obj))
+        return ParsedResponse(False, obj, usage, error, True, 0, _json_stop_reason(self.api, obj))
 
     def _other_result(self, raw: bytes) -> ParsedResponse:
         if self.status is not None and self.status >= 400:
             error = {"type": "http_error", "status": self.status, "message": _text(raw)}
-            return ParsedResponse(False, None, None, error, bool(raw), 0, None)
-        if self.api is None:
+            return ParsedResponse(False, None, None, error, True, 0, None)
+        if not self._known:
             return ParsedResponse(False, None, None, None, True, 0, None)
         return self._unparseable("empty body" if not raw else "body is neither JSON nor SSE", raw)
 
@@ -210,7 +218,7 @@ def _json_stop_reason(api: str | None, obj: dict) -> str | None:
         return _responses_stop(obj)
     if api == GEMINI_GENERATE:
         return _first_field(obj.get("candidates"), "finishReason")
-    if api is not None and "choices" in obj:
+    if api == OPENAI_CHAT:
         return _first_field(obj.get("choices"), "finish_reason")
     stop = obj.get("stop_reason")
     return stop if isinstance(stop, str) else None

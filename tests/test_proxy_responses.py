@@ -718,6 +718,24 @@ def test_accumulator_for_json_bodies():
     assert not r.stream and r.usage.input == 3 and r.complete
 
 
+def test_accumulator_bom_split_before_json_and_repeated_results():
+    acc = StreamAccumulator(GEMINI_GENERATE, status=200)
+    raw = b"\xef\xbb\xbf" + json.dumps(G_FRAMES).encode()
+    for i in range(len(raw)):
+        acc.feed(raw[i : i + 1])
+    first = acc.result()
+    assert first.body == G_BODY and first.event_count == 4
+    assert acc.result() == first
+
+
+def test_apis_we_do_not_know_get_no_usage_or_stop_reason():
+    body = json.dumps({"usage": {"prompt_tokens": 5}, "stop_reason": "end_turn"}).encode()
+    r = parse_response("u/custom", 200, "application/json", body)
+    assert r.body is not None and r.usage is None and r.stop_reason is None
+    r = parse_response("u/custom", 200, SSE, A_STREAM)
+    assert r.stream and r.body is None and r.usage is None and r.complete and r.event_count == len(A_EVENTS)
+
+
 # --- cross-check against the real SDKs' own stream accumulation, over loopback HTTP -------------
 
 
