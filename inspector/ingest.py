@@ -30,7 +30,7 @@ from ctxscope.inspector.store import iso
 from ctxscope.proxy.apis import GEMINI_GENERATE, detect_api
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.exchange import OK, Exchange
-from ctxscope.proxy.redact import redact_query
+from ctxscope.proxy.redact import redact_headers, redact_query
 from ctxscope.proxy.responses import ParsedResponse, parse_response
 
 log = logging.getLogger("ctxscope.store")
@@ -160,8 +160,9 @@ def derive(ex: Exchange) -> Derived:
         "response_decode_error": resp_err,
         "request_content_type": ex.header("content-type"),
         "response_content_type": resp_ctype,
-        "request_headers": _pairs_json(ex.request_headers),
-        "response_headers": _pairs_json(ex.response_headers),
+        # The proxy already redacted them; doing it again here keeps a key out of the file regardless.
+        "request_headers": _pairs_json(redact_headers(list(ex.request_headers))),
+        "response_headers": _pairs_json(redact_headers(list(ex.response_headers))),
         "annotations": _pairs_json(ex.annotations),
         "key_fingerprint": ex.key_fingerprint,
         "session_label": ex.session_label,

@@ -8,6 +8,7 @@ usage as {input, output, cache_read, cache_write} or None when the provider repo
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,12 @@ def db_status(db_path: str | Path) -> dict:
         return status
     files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
     status["size_bytes"] = sum(f.stat().st_size for f in files if f.exists())
-    db = store.connect(path, check_same_thread=False, migrate=False)
+    try:
+        db = store.connect(path, check_same_thread=False, migrate=False)
+        db.table_names()
+    except sqlite3.DatabaseError as e:
+        status["error"] = f"not a readable SQLite database: {e}"
+        return status
     try:
         tables = set(db.table_names())
         status["journal_mode"] = db.journal_mode

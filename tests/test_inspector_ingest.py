@@ -223,8 +223,11 @@ def test_model_and_api_detection(tmp_path):
 
 
 def test_no_key_in_the_database_file(tmp_path):
+    """Even if a key slipped past the proxy's redaction (query string, a header), the store redacts it."""
     key = "AIzaSyA-secret-key-value-0123456789abc"
-    ex = make_exchange(provider="u/gemini", path="/v1beta/models/g:generateContent", query=f"key={key}&alt=sse")
+    ex = make_exchange(provider="u/gemini", path="/v1beta/models/g:generateContent", query=f"key={key}&alt=sse",
+                       request_headers=(("x-goog-api-key", key), ("content-type", "application/json")),
+                       response_headers=(("set-cookie", f"k={key}"),))
     path = tmp_path / "c.db"
     db = capture(path, [ex])
     assert "redacted" in queries.get_call(db, ex.id)["query"]

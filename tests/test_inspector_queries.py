@@ -112,3 +112,6 @@ def test_db_status(db_and_calls, tmp_path):
     missing = queries.db_status(tmp_path / "none.db")
     assert missing == {"path": str(tmp_path / "none.db"), "exists": False}
     assert not (tmp_path / "none.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    assert "not a readable SQLite database" in queries.db_status(junk)["error"]
