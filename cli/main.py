@@ -91,13 +91,16 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote):
 def sim(host, port, script_file):
     """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats)."""
     import asyncio
-    import json
 
     from ctxscope.simulator.app import start_simulator
+    from ctxscope.simulator.script import ScriptError, load_script_file
 
     if not is_loopback(host):
         raise click.ClickException("the simulator binds loopback addresses only")
-    script = json.loads(script_file.read_text()) if script_file else None
+    try:
+        script = load_script_file(script_file) if script_file else None
+    except (ScriptError, ValueError, OSError) as exc:
+        raise click.ClickException(f"bad script {script_file}: {exc}")
 
     async def main():
         runner, url = await start_simulator(host, port, script=script)

@@ -28,7 +28,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @db_option
     @click.option("--session", help="Only calls of this session.")
     @click.option("--model", help="Only calls to this model.")
-    @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls (newest last).")
+    @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
     @json_option
     def calls(db_path, session, model, limit, as_json):
         """List captured calls."""

@@ -1,0 +1,130 @@
+"""Shared fixtures: a real daemon on loopback, in its own thread and event loop, with a real store.
+
+The daemon runs in a background thread so tests can use the synchronous SDK clients as a user
+would, while the daemon keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread; `call(coro)` runs a coroutine there and waits."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro, timeout=60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class RecordingSimulator:
+    """The provider simulator with a tap on every response body it writes (the upstream's bytes)."""
+
+    def __init__(self, loop: LoopThread):
+        from ctxscope.simulator.app import create_app
+
+        self.loop = loop
+        self.written: list[bytearray] = []
+        app = create_app()
+        app.on_response_prepare.append(self._tap)
+        self.app = app
+
+        async def start():
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            return runner, site._server.sockets[0].getsockname()[1]
+
+        self.runner, port = loop.call(start())
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _tap(self, request, response):
+        buf = bytearray()
+        self.written.append(buf)
+        if isinstance(response, web.Response) and response.body is not None:
+            buf.extend(response.body)
+            return
+        original = response.write
+
+        async def write(data):
+            buf.extend(data)
+            return await original(data)
+
+        response.write = write
+
+    def state(self):
+        from ctxscope.simulator.app import STATE_KEY
+
+        return self.app[STATE_KEY]
+
+
+@pytest.fixture
+def loop_thread():
+    lt = LoopThread()
+    yield lt
+    lt.stop()
+
+
+@pytest.fixture
+def sim(loop_thread):
+    s = RecordingSimulator(loop_thread)
+    yield s
+    loop_thread.call(s.runner.cleanup())
+
+
+class RunningProxy:
+    """A started ctxscope daemon (proxy + writer) and helpers to read what it captured."""
+
+    def __init__(self, loop_thread: LoopThread, daemon, db_path: Path):
+        self.loop_thread = loop_thread
+        self.daemon = daemon
+        self.url = daemon.url
+        self.db_path = db_path
+
+    def wait_for_calls(self, n: int, timeout: float = 10.0) -> list[dict]:
+        from ctxscope.inspector.queries import list_calls, open_db
+
+        deadline = time.monotonic() + timeout
+        rows: list[dict] = []
+        while time.monotonic() < deadline:
+            if self.db_path.exists():
+                rows = list_calls(open_db(self.db_path), limit=100000, newest_first=False)
+                if len(rows) >= n:
+                    return rows
+            time.sleep(0.05)
+        raise AssertionError(f"expected {n} captured calls, found {len(rows)}")
+
+    def stop(self):
+        self.loop_thread.call(self.daemon.stop())
+
+
+@pytest.fixture
+def proxy(loop_thread, sim, tmp_path, monkeypatch):
+    """ctxscope serve on a free loopback port, with the recording simulator as upstream `sim`
+    and also as the `anthropic` and `openai` upstreams (so SDK base URLs look like real use)."""
+    from ctxscope.daemon import start_daemon
+    from ctxscope.settings import DaemonConfig
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    db_path = tmp_path / "captures.db"
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
+                       upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url})
+    daemon = loop_thread.call(start_daemon(cfg))
+    running = RunningProxy(loop_thread, daemon, db_path)
+    yield running
+    running.stop()
