@@ -9,10 +9,12 @@ as their parent.
 
 A call's predecessor is the recent call of the same session (or, without an explicit id, the same
 API key) that shares the longest prompt prefix with it. A candidate qualifies when it shares at
-least one segment and is either of the same *thread key* (same system prompt) or shares the start
-of the conversation itself. So a sub-agent whose tool list happens to start like the main thread's
-does not attach to it, while an edit of the main system prompt keeps its thread (the messages
-still match). Ties go to the candidate the call extends (APPEND_ONLY), then to the latest.
+least one segment and has the same *thread key* (same system prompt), or shares the start of the
+conversation itself (two segments, or one beside a shared tools/system prefix). So a sub-agent
+whose tool list happens to start like the main thread's does not attach to it, nor does a side
+call that quotes the user's first message, while an edit of the main system prompt keeps its
+thread (the messages still match). Ties go to the candidate the call extends (APPEND_ONLY), then
+to the latest.
 """
 
 from __future__ import annotations
@@ -109,7 +111,10 @@ def _conversation(prompt: CanonicalPrompt) -> tuple[str, ...]:
 def choose_predecessor(
     candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt]]
 ) -> tuple[str | None, int]:
-    """(call id, shared segments) of the best predecessor among ``recent`` (oldest first), or (None, 0)."""
+    """(call id, shared segments) of the best predecessor among ``recent`` (oldest first), or (None, 0).
+
+    A call sharing no segment with the new one can still qualify through its conversation (a
+    system edit at the very first segment); the shared count is then 0."""
     key, convo = thread_key(candidate), _conversation(candidate)
     best: tuple[int, int, bool, int] | None = None
     best_id = None
@@ -118,8 +123,11 @@ def choose_predecessor(
             continue
         shared = shared_prefix(prompt.hashes, candidate.hashes)
         shared_convo = shared_prefix(_conversation(prompt), convo)
-        if shared_convo == 0 and (shared == 0 or thread_key(prompt) != key):
-            continue
+        if thread_key(prompt) == key:
+            if not (shared or shared_convo):
+                continue
+        elif shared_convo < 2 and not (shared and shared_convo):
+            continue  # another agent; one equal user message alone (a title call quoting it) is no link
         score = (shared, shared_convo, shared == len(prompt.hashes), index)
         if best is None or score > best:
             best, best_id = score, call_id
