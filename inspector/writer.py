@@ -231,7 +231,8 @@ class CaptureWriter:
         pending = list(self._pending_events)
         drops = self._dropped - self._persisted_drops
         try:
-            db.execute("BEGIN")
+            # IMMEDIATE: take the write lock now (waiting out another writer) rather than fail on upgrade.
+            db.execute("BEGIN IMMEDIATE")
             began = time.monotonic()
             while True:
                 self._write_one(db, state, batch[-1], outcome, events)
