@@ -103,7 +103,9 @@ class RunningProxy:
         rows: list[dict] = []
         while time.monotonic() < deadline:
             if self.db_path.exists():
-                rows = list_calls(open_db(self.db_path), limit=100000, newest_first=False)
+                db = open_db(self.db_path)
+                rows = list_calls(db, limit=100000, newest_first=False)
+                db.conn.close()
                 if len(rows) >= n:
                     return rows
             time.sleep(0.05)
