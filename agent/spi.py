@@ -141,7 +141,9 @@ def _load(ext: Extension, host: bool) -> _Loaded:
     try:
         result = ext.init(api)
         if inspect.isawaitable(result):
-            raise SPIError("init must be synchronous")
+            if inspect.iscoroutine(result):
+                result.close()
+            raise SPIError(f"extension {ext.id!r}: init must be synchronous")
     except SPIError:
         raise
     except Exception as e:
