@@ -26,7 +26,6 @@ from ctxscope.inspector.canonical import CanonicalPrompt
 from ctxscope.inspector.prices import Price
 from ctxscope.inspector.relation import (
     API_CHANGE,
-    DIVERGED,
     MODEL_CHANGE,
     NOT_COMPARABLE,
     PROVIDER_CHANGE,
@@ -89,9 +88,9 @@ class CacheVerdict:
     verdict: str  # one of VERDICTS
     lost_tokens: int
     lost_cost_usd: float | None
-    break_pointer: str | None
+    break_pointer: str | None  # first difference vs the predecessor, also when harmless
     break_segment_kind: str | None
-    before_prev_last_breakpoint: bool | None
+    before_prev_last_breakpoint: bool | None  # True: the difference lies inside the cached region
     provider_diagnostics: dict | None
     detail: str | None = None
 
@@ -193,7 +192,9 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
     limit = shared_prefix(prev.prompt.hashes, cur.prompt.hashes)
     diverged = limit < len(prev.prompt.segments)
     break_index = limit if diverged else None
-    break_pointer, break_kind = (relation.pointer, _break_kind(prev.prompt, cur.prompt, limit)) if diverged else (None, None)
+    break_pointer, break_kind = None, None
+    if diverged:
+        break_pointer, break_kind = relation.pointer, _break_kind(prev.prompt, cur.prompt, limit)
     param = _first_param_change(prev.prompt, cur.prompt, ANTHROPIC_MESSAGE_INVALIDATORS)
     if param:
         first_msg = next((i for i, s in enumerate(cur.prompt.segments) if s.kind not in ("tools", "system")), limit)
@@ -249,7 +250,9 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     shared = shared_prefix(prev.prompt.hashes, cur.prompt.hashes)
     diverged = shared < len(prev.prompt.segments)
     break_index = shared if diverged else None
-    break_pointer, break_kind = (relation.pointer, _break_kind(prev.prompt, cur.prompt, shared)) if diverged else (None, None)
+    break_pointer, break_kind = None, None
+    if diverged:
+        break_pointer, break_kind = relation.pointer, _break_kind(prev.prompt, cur.prompt, shared)
     param = _first_param_change(prev.prompt, cur.prompt, OPENAI_INVALIDATORS)
     if relation.epoch_reason in (MODEL_CHANGE, PROVIDER_CHANGE, API_CHANGE) or param:
         shared, break_index, diverged = 0, 0, True
@@ -293,14 +296,14 @@ def verdict(
     u = _usage_dict(usage)
     p = prediction
 
-    def result(kind: str, lost: int = 0, detail: str | None = None, with_break: bool = False) -> CacheVerdict:
+    def result(kind: str, lost: int = 0, detail: str | None = None) -> CacheVerdict:
+        # Lost tokens are paid again as a write (or plain input) instead of a cache read.
         cost = None
         if price is not None:
             cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
         return CacheVerdict(
-            kind, lost, cost, p.break_pointer if with_break else None, p.break_kind if with_break else None,
-            p.before_prev_last_breakpoint if with_break else None, provider_diagnostics, detail,
-        )  # fmt: skip
+            kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint, provider_diagnostics, detail
+        )
 
     if u is None or u.get("input") is None:
         return result("unknown", detail="usage not reported")
@@ -309,9 +312,11 @@ def verdict(
         return result("hit" if read > 0 else "unknown", detail=relation.detail)
     scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
     expected = round(p.predicted_read * scale)
-    if p.client_loss > 0:
-        lost = max(0, round(p.client_loss * scale) - max(0, read - expected))
-        return result("client_break", lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}", with_break=True)
+    # A break costs what the predecessor had cached beyond what could still be read; when the
+    # provider read even that (an older entry we did not model), nothing was lost.
+    lost = max(0, round(p.client_loss * scale) - max(0, read - expected)) if p.client_loss > 0 else 0
+    if lost > 0:
+        return result("client_break", lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
     would = round(p.would_read * scale)
     if p.ttl_expired and read < would // 2:
         return result("ttl_expired", would - max(read, expected), f"{p.gap_seconds:.0f}s since the predecessor")
@@ -353,8 +358,8 @@ def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any
         if not isinstance(reason, dict):
             out["status"] = "pending"
             return out
-        out.update(status=reason.get("type"), reason=reason.get("type"),
-                   missed_tokens=reason.get("cache_missed_input_tokens", diag.get("cache_missed_input_tokens")))  # fmt: skip
+        missed = reason.get("cache_missed_input_tokens", diag.get("cache_missed_input_tokens"))
+        out.update(status=reason.get("type"), reason=reason.get("type"), missed_tokens=missed)
         return out
     options = request_body.get("prompt_cache_options")
     comparison = options.get("comparison_response_id") if isinstance(options, dict) else None

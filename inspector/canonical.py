@@ -40,7 +40,9 @@ _PROMPT_KEYS = {
     OPENAI_CHAT: {"model", "messages", "tools", "functions"},
     OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
 }
-_IMAGE_TYPES = {"image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload"}
+_IMAGE_TYPES = {
+    "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
+}  # fmt: skip
 _TEXT_TYPES = {"text", "input_text", "output_text"}
 
 

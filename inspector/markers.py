@@ -82,7 +82,9 @@ def _reminders(new: list[tuple[int, Segment]]) -> list[Marker]:
     return out
 
 
-def _tools_executed(cur: CanonicalPrompt, new: list[tuple[int, Segment]], prev: CanonicalPrompt | None) -> Marker | None:
+def _tools_executed(
+    cur: CanonicalPrompt, new: list[tuple[int, Segment]], prev: CanonicalPrompt | None
+) -> Marker | None:
     names = {s.ref: s.name for s in cur.segments if s.kind == "tool_call" and s.ref}
     done = {s.ref for s in prev.segments if s.kind == "tool_result" and s.ref} if prev is not None else set()
     tools = [

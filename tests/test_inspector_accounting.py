@@ -70,8 +70,8 @@ def test_assistant_text_mentioning_reminders_is_not_split():
 
 
 def test_images_are_a_fixed_estimate():
-    body = make_anthropic_body(messages=[user([dict(IMAGE), text("what?")]), assistant("A cat."),
-                                         user([tool_result("t", [text("shot"), dict(IMAGE), dict(IMAGE)])])])  # fmt: skip
+    shot = tool_result("t", [text("shot"), dict(IMAGE), dict(IMAGE)])
+    body = make_anthropic_body(messages=[user([dict(IMAGE), text("what?")]), assistant("A cat."), user([shot])])
     b = TokenCounter().count_prompt(canonicalize(A, body))
     assert b.per_segment[0] == IMAGE_TOKENS
     assert b.by_category["image"] == 3 * IMAGE_TOKENS

@@ -103,6 +103,15 @@ def test_system_edit_is_a_client_break_before_the_last_breakpoint():
     assert v.lost_cost_usd == pytest.approx(v.lost_tokens * (price.cache_write - price.cache_read) / 1e6)
 
 
+def test_break_with_a_full_read_anyway_is_a_hit():
+    bodies = claude_code_turns(3, system=big_system())
+    cur = copy.deepcopy(bodies[2])
+    cur["system"][1]["text"] = BIG + " edited"
+    pred, _ = analyse(bodies[2], cur)
+    _, v = analyse(bodies[2], cur, usage=usage(pred.total_tokens, pred.client_loss))
+    assert v.verdict == "hit" and v.lost_tokens == 0 and v.break_pointer == "/system/1/text"
+
+
 def test_change_after_the_last_cached_point_is_harmless():
     sys_only = [text("You are a coding agent."), text(BIG, cache_control=dict(EPHEMERAL))]
     a = make_anthropic_body(system=sys_only, messages=[user("one"), assistant("two"), user("three")])
@@ -111,7 +120,7 @@ def test_change_after_the_last_cached_point_is_harmless():
     sys_tokens = COUNTER.count_prompt(canonicalize(A, a)).prefix_tokens(2)
     assert pred.predicted_read == sys_tokens and pred.client_loss == 0
     assert pred.before_prev_last_breakpoint is False and pred.break_pointer == "/messages/1/content"
-    assert v.verdict == "hit"
+    assert (v.verdict, v.before_prev_last_breakpoint, v.break_segment_kind) == ("hit", False, "assistant_text")
 
 
 def test_ttl_expired_after_five_minutes_but_not_with_one_hour():
@@ -339,5 +348,6 @@ def test_openai_diagnostics_parsed():
     d = parse_provider_diagnostics(api, req, resp)
     assert (d["status"], d["reason"], d["missed_tokens"], d["reusable_tokens"]) == ("cache_miss", "tools_changed", 900,
                                                                                     1100)  # fmt: skip
-    assert parse_provider_diagnostics(api, req, {"prompt_cache_diagnostics": {"type": "cache_hit"}})["status"] == "cache_hit"
+    hit = parse_provider_diagnostics(api, req, {"prompt_cache_diagnostics": {"type": "cache_hit"}})
+    assert hit["status"] == "cache_hit"
     assert parse_provider_diagnostics(api, "junk", {}) is None

@@ -41,7 +41,13 @@ def test_override_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ['["not", "an", "object"]', '{"m": 3}', '{"m": {"output": 1}}', '{"m": {"input": "cheap"}}', '{"m": {"input": 1, "x": 2}}'],
+    [
+        '["not", "an", "object"]',
+        '{"m": 3}',
+        '{"m": {"output": 1}}',
+        '{"m": {"input": "cheap"}}',
+        '{"m": {"input": 1, "x": 2}}',
+    ],
 )
 def test_bad_override_files_raise(tmp_path, content):
     path = tmp_path / "p.json"

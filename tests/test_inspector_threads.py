@@ -46,7 +46,8 @@ def test_label_beats_everything():
 def test_headers_in_order_of_strength():
     assert explicit_session_id({"x-ctxscope-session": "a", "session_id": "b"}, {}, None) == (
         "a", "header:x-ctxscope-session")  # fmt: skip
-    assert explicit_session_id({"x-claude-code-session-id": UUID}, {}, None) == (UUID, "header:x-claude-code-session-id")
+    cc = explicit_session_id({"x-claude-code-session-id": UUID}, {}, None)
+    assert cc == (UUID, "header:x-claude-code-session-id")
     assert explicit_session_id({"session_id": "codex-1"}, {}, None) == ("codex-1", "header:session_id")
     assert explicit_session_id({"session-id": "s"}, {}, None) == ("s", "header:session-id")
     assert explicit_session_id({"x-session-id": "x"}, {}, None) == ("x", "header:x-session-id")
@@ -162,7 +163,10 @@ def test_other_apis_are_never_predecessors():
     body = make_anthropic_body(system="S", messages=[user("x")])
     count = dict(body)
     count.pop("max_tokens")
-    recent = [("c", canonicalize("anthropic.count_tokens", count)), ("r", cp(make_responses_body(), "openai.responses"))]
+    recent = [
+        ("c", canonicalize("anthropic.count_tokens", count)),
+        ("r", cp(make_responses_body(), "openai.responses")),
+    ]
     assert choose_predecessor(cp(body), recent) == (None, 0)
     assert choose_predecessor(cp(body), [("x", None)]) == (None, 0)
 
