@@ -1,0 +1,120 @@
+"""The CLI as a user meets it: help everywhere, documented commands, queries, serve's promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+from click.testing import CliRunner
+
+from ctxscope.main import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _all_commands(group, prefix=()):
+    for name, cmd in group.commands.items():
+        path = prefix + (name,)
+        yield path, cmd
+        if hasattr(cmd, "commands"):
+            yield from _all_commands(cmd, path)
+
+
+def test_every_command_has_help_and_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    runner = CliRunner()
+    for path, cmd in _all_commands(cli):
+        assert (cmd.help or "").strip(), f"{' '.join(path)} has no help text"
+        result = runner.invoke(cli, [*path, "--help"])
+        assert result.exit_code == 0, result.output
+        assert f"ctxscope {' '.join(path)}" in readme, f"`ctxscope {' '.join(path)}` is not in the README"
+
+
+def test_serve_refuses_a_non_loopback_address(tmp_path):
+    result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--db", str(tmp_path / "c.db")])
+    assert result.exit_code != 0
+    assert "--allow-remote" in result.output
+
+
+def test_serve_rejects_a_bad_upstream(tmp_path):
+    result = CliRunner().invoke(cli, ["serve", "--upstream", "nourl", "--db", str(tmp_path / "c.db")])
+    assert result.exit_code != 0 and "NAME=URL" in result.output
+
+
+def test_query_commands_read_what_the_daemon_captured(proxy, sim):
+    for i in range(3):
+        with httpx2.Client() as c:
+            c.post(proxy.url + "/s/cli-test/u/sim/v1/chat/completions",
+                   json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"hello {i}"}]})
+    proxy.wait_for_calls(3)
+    runner = CliRunner()
+    db = ["--db", str(proxy.db_path)]
+    calls = json.loads(runner.invoke(cli, ["calls", *db, "--json"]).output)
+    assert len(calls) == 3 and {c["session"] for c in calls} == {"cli-test"}
+    for key in ("id", "session", "seq", "started_at", "api", "model", "method", "path", "status", "outcome",
+                "stream", "request_bytes", "response_bytes", "ttfb_ms", "duration_ms", "usage"):
+        assert key in calls[0], key
+    assert set(calls[0]["usage"]) == {"input", "output", "cache_read", "cache_write"}
+    table = runner.invoke(cli, ["calls", *db]).output
+    assert "cli-test" in table and "gpt-sim" in table
+    one = calls[-1]["id"]
+    shown = json.loads(runner.invoke(cli, ["show", one[:12], *db, "--json"]).output)
+    assert shown["id"] == one and shown["request"]["messages"][0]["content"] == "hello 0"
+    raw = runner.invoke(cli, ["show", one, *db, "--request-raw"]).stdout_bytes
+    assert json.loads(raw)["messages"][0]["content"] == "hello 0"
+    sessions = json.loads(runner.invoke(cli, ["sessions", *db, "--json"]).output)
+    assert sessions[0]["session"] == "cli-test" and sessions[0]["calls"] == 3
+    status = json.loads(runner.invoke(cli, ["db", "status", *db, "--json"]).output)
+    assert status["calls"] == 3
+    missing = runner.invoke(cli, ["show", "ffffffff", *db])
+    assert missing.exit_code != 0 and "no call matches" in missing.output
+
+
+def test_queries_on_a_missing_database_fail_clearly(tmp_path):
+    result = CliRunner().invoke(cli, ["calls", "--db", str(tmp_path / "nope.db")])
+    assert result.exit_code != 0 and "no capture database" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_drains_captures_on_sigterm(tmp_path):
+    port = _free_port()
+    env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
+    db = tmp_path / "c.db"
+    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port), "--db", str(db)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx2.get(url + "/u/sim/v1/models", timeout=1)
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "daemon did not start"
+                time.sleep(0.1)
+        with httpx2.Client() as c:
+            for i in range(40):
+                r = c.post(url + "/u/sim/v1/chat/completions",
+                           json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]})
+                assert r.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "listening on" in out and "sk-" not in out
+    result = CliRunner().invoke(cli, ["calls", "--db", str(db), "--json", "--limit", "1000"])
+    assert len(json.loads(result.output)) == 41  # 40 chats and the readiness probe
