@@ -221,15 +221,15 @@ def _first_diff(a: Any, b: Any, path: str) -> str | None:
         if a.get("type") != b.get("type"):
             return path
         for key, bv in b.items():
-            if key in MARKER_KEYS or bv is None:
+            if key in MARKER_KEYS or bv is None or bv == []:  # normalised away in hashes too
                 continue
             av = a.get(key)
-            if av is None:
+            if av is None or av == []:
                 return f"{path}/{escape(key)}"
             found = _first_diff(av, bv, f"{path}/{escape(key)}")
             if found is not None:
                 return found
-        if any(k not in MARKER_KEYS and v is not None and b.get(k) is None for k, v in a.items()):
+        if any(k not in MARKER_KEYS and v not in (None, []) and b.get(k) in (None, []) for k, v in a.items()):
             return path  # a key was removed: the containing object differs
         return None
     if isinstance(a, list) and isinstance(b, list):

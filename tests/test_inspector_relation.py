@@ -284,3 +284,17 @@ def test_every_divergence_pointer_resolves_in_the_current_body():
         r = rel(base, cur)
         assert r.kind == DIVERGED
         assert_resolves(cur, r.pointer)
+
+
+def test_refinement_skips_normalised_noise_and_escapes_keys():
+    a = make_anthropic_body(tools=[{"name": "t", "input_schema": {"properties": {"a/b~c": {"description": "x"}}}}],
+                            messages=[user([text("one")]), assistant([text("two")])])  # fmt: skip
+    b = copy.deepcopy(a)
+    b["messages"][1]["content"][0].update(citations=[], text="changed")
+    r = rel(a, b)
+    assert r.pointer == "/messages/1/content/0/text"
+    c = copy.deepcopy(a)
+    c["tools"][0]["input_schema"]["properties"]["a/b~c"]["description"] = "y"
+    r = rel(a, c)
+    assert r.pointer == "/tools/0/input_schema/properties/a~1b~0c/description"
+    assert resolve_pointer(c, r.pointer) == "y"
