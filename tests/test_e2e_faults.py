@@ -130,3 +130,27 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
     rows = queries.list_calls(queries.open_db(cfg.db), newest_first=False)
     assert [r["outcome"] for r in rows] == ["upstream_unreachable"] * 2
     assert KEY not in caplog.text
+
+
+def test_store_failure_never_breaks_traffic_and_is_counted(proxy, sim, monkeypatch, caplog):
+    import sqlite3
+
+    from ctxscope.inspector import writer as writer_module
+
+    def broken_ingest(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(writer_module, "ingest", broken_ingest)
+    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    with caplog.at_level(logging.WARNING, logger="ctxscope.store"):
+        for i in range(3):
+            reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": f"q{i}"}])
+            assert reply.choices[0].message.content == f"sim: q{i}"
+        deadline = time.monotonic() + 10
+        while proxy.daemon.writer.stats().failed < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert proxy.daemon.writer.stats().failed == 3
+    assert "disk I/O error" in caplog.text and KEY not in caplog.text
+    status = queries.db_status(proxy.db_path)
+    assert status["calls"] == 0
+    assert "disk I/O error" in json.dumps(status)
