@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from . import activity as act
 from .annotations import annotation_headers
 from .assembly import assemble_user_message
-from .dispatch import (ErrorLog, gate_before_llm_call, gate_before_tool_call, observe, transform_after_llm_call,
+from .dispatch import (ErrorLog, HistoryPort, gate_before_llm_call, gate_before_tool_call, observe, transform_after_llm_call,
                        transform_after_tool_call)
 from .events import (AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, BEFORE_TOOL_CALL, ON_HISTORY_CHANGED,
                      ON_LLM_CALL_PREPARED, ON_STEP_END, TURN_END, TURN_START, Abort, Answer, Effects, Fail,
@@ -30,8 +30,8 @@ from .events import (AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, BEFORE_TO
 from .history import History
 from .messages import (Message, ToolCall, ToolResult, assistant_message, missing_result, tool_message, user_message,
                        without_tool_calls)
-from .model import ModelClient, ModelRequest, ModelResponse, StreamDelta, Usage
-from .retry import ProviderError
+from .model import ModelClient, ModelRequest, ModelResponse, StreamDelta, ToolSpec, Usage
+from .retry import ContextOverflowError, ProviderError
 from .spi import TurnAssembly
 from .state import SessionView
 from .tools import ToolContext, run_tool
@@ -45,6 +45,25 @@ class LoopConfig:
     max_answer_retries: int = 3  # after_llm_call retries in a row before the turn fails
     parallel_tools: bool = True
     max_output_tokens: int | None = None  # None: the client's limit
+    max_overflow_recoveries: int = 2  # per turn, when an overflow handler is installed
+
+
+@dataclass(frozen=True)
+class OverflowContext:
+    """The provider refused the prompt as too long. A handler may shrink ``history`` and return True to retry."""
+
+    session: SessionView
+    turn: int
+    step: int
+    error: ContextOverflowError
+    attempt: int  # 1 for the first recovery of this turn
+    history: HistoryPort
+    system: str
+    tools: tuple[ToolSpec, ...]
+    effects: Effects
+
+
+OverflowHandler = Callable[[OverflowContext], Awaitable[bool]]
 
 
 @dataclass
@@ -71,10 +90,13 @@ def _add(a: Usage, b: Usage | None) -> Usage:
 class TurnRunner:
     def __init__(self, *, session: SessionView, client: ModelClient, assembly: TurnAssembly, history: History,
                  turn: int, source: str, config: LoopConfig, steering: SteeringQueue, errors: ErrorLog,
-                 emit: Callable[[act.Activity], None], host_reminders: tuple[str, ...] = ()) -> None:
+                 emit: Callable[[act.Activity], None], host_reminders: tuple[str, ...] = (),
+                 on_overflow: OverflowHandler | None = None) -> None:
         self.session, self.client, self.assembly, self.history = session, client, assembly, history
         self.turn, self.source, self.config, self.steering = turn, source, config, steering
         self.errors, self.emit, self.host_reminders = errors, emit, host_reminders
+        self.on_overflow = on_overflow
+        self._overflows = 0
         self.effects = Effects()
         self.tool_names = frozenset(t.name for t in assembly.tools)
         self.step = 0
@@ -127,6 +149,10 @@ class TurnRunner:
                 return act.COMPLETED, None, decision.text, None
             try:
                 response = await self._call_model(gate.request_messages, gate.system)
+            except ContextOverflowError as e:
+                if await self._recover(e, gate.system):
+                    continue
+                return act.FAILED, str(e), "", e.kind
             except ProviderError as e:
                 return act.FAILED, str(e), "", e.kind
             out = await transform_after_llm_call(self.assembly.handlers_for(AFTER_LLM_CALL), self._result_ctx(retries),
@@ -180,6 +206,15 @@ class TurnRunner:
         response = await self.client.send(call, on_delta)
         self.usage = _add(self.usage, response.usage)
         return response
+
+    async def _recover(self, error: ContextOverflowError, system: str) -> bool:
+        """Give the overflow handler (compaction) a bounded number of chances to shrink the history."""
+        if self.on_overflow is None or self._overflows >= self.config.max_overflow_recoveries:
+            return False
+        self._overflows += 1
+        return bool(await self.on_overflow(OverflowContext(self.session, self.turn, self.step, error, self._overflows,
+                                                           self.history, system, self.assembly.specs(),
+                                                           self.effects)))
 
     async def _reject(self, response: ModelResponse, verdict: Retry) -> None:
         kept = without_tool_calls(response.message)
@@ -251,6 +286,8 @@ class TurnRunner:
 
     def _cancelled_cleanup(self) -> None:
         """Synchronous on purpose: it must finish even if the task is cancelled again."""
+        if self.result is not None:  # cancelled while turn_end observers ran: the turn had ended
+            return
         last = self.history.messages[-1] if self.history.messages else None
         if self._pending and last is not None and last.role == "assistant" and last.tool_calls == self._pending:
             results = [self._done.get(c.id) or missing_result(c, "cancelled") for c in self._pending]

@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from . import activity as act
 from .builtins import HostOptions, default_extensions, default_host_builtins
-from .loop import LoopConfig
+from .loop import LoopConfig, OverflowHandler
 from .model import ModelClient
 from .session import AgentSession
 from .session_store import SessionStore
@@ -41,7 +41,7 @@ class AgentRuntime:
                  extensions: Iterable[Extension] | None = None, host_builtins: Iterable[Extension] | None = None,
                  host_reminders: Iterable[Callable[[TurnContext], str | None]] = (),
                  config: LoopConfig | None = None, system_prompt: str | None = None,
-                 listener: act.Listener | None = None) -> None:
+                 listener: act.Listener | None = None, overflow_handler: OverflowHandler | None = None) -> None:
         self.client = client
         self.home = Path(home).expanduser() if home is not None else default_home()
         self.store = SessionStore(self.home)
@@ -52,6 +52,7 @@ class AgentRuntime:
         self.host_reminders = list(host_reminders)
         self.config = config or LoopConfig()
         self._system_prompt = system_prompt
+        self.overflow_handler = overflow_handler  # compaction's hook for provider "prompt too long" errors
         self.listeners: list[act.Listener] = [listener] if listener else []
         self._sessions: dict[str, AgentSession] = {}
         from .conversation import Conversation
@@ -99,8 +100,5 @@ class AgentRuntime:
             for item in s.queued():
                 s.cancel_queued(item.id)
             s.abort()
-            try:
-                await s.wait_idle()
-            except Exception:
-                pass
+            await s.wait_idle()
         await self.client.aclose()

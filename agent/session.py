@@ -133,7 +133,7 @@ class AgentSession:
 
     async def wait_idle(self) -> None:
         while self._worker is not None and not self._worker.done():
-            await asyncio.shield(self._worker)
+            await asyncio.wait([self._worker])
 
     # --- extensions per session -------------------------------------------------------------------
     def set_enabled(self, extension_id: str, enabled: bool) -> None:
@@ -178,15 +178,18 @@ class AgentSession:
             return result
         runner = TurnRunner(session=view, client=rt.client, assembly=assembly, history=self.history, turn=turn,
                             source=source, config=rt.config, steering=self.steering, errors=self.errors,
-                            emit=rt.emit, host_reminders=host_reminders)
+                            emit=rt.emit, host_reminders=host_reminders, on_overflow=rt.overflow_handler)
         self._runner = runner
         self._current = asyncio.create_task(runner.run(text), name=f"ctxscope-turn-{self.id}-{turn}")
         try:
             result = await self._current
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if (task is not None and task.cancelling()) or runner.result is None:
-                raise
+            if task is not None and task.cancelling():
+                raise  # the worker itself is being cancelled, not just this turn
+            if runner.result is None:  # cancelled before the turn's first line ran
+                self.file.append_turn_end(turn, act.CANCELLED, "cancelled")
+                runner.result = act.TurnResult(self.id, turn, act.CANCELLED, "cancelled", error_kind="cancelled")
             result = runner.result
         finally:
             self._current = None

@@ -209,3 +209,55 @@ async def test_usage_is_summed_and_kept_on_answers(tmp_path):
     r = await s.run("go")
     assert (r.usage.input_tokens, r.usage.output_tokens) == (20, 10)
     assert s.messages[1].meta["usage"]["input_tokens"] == 10 and s.messages[1].meta["step"] == 1
+
+
+async def test_overflow_handler_can_shrink_history_and_retry(tmp_path):
+    seen = []
+
+    async def compact(ctx):
+        seen.append((ctx.attempt, ctx.error.kind, len(ctx.history.messages)))
+        ctx.effects.declare("compaction")
+        await ctx.history.replace([ctx.history.messages[-1].with_meta(kind="kept")], "overflow")
+        return True
+
+    rt, model, s = make_rt(tmp_path, ["one", ContextOverflowError("prompt is too long"), "fits now"],
+                           overflow_handler=compact)
+    await s.run("first")
+    r = await s.run("second")
+    assert r.ok and r.text == "fits now" and seen == [(1, "context_overflow", 3)]
+    assert [m.text for m in model.last.messages] == ["second"]
+    assert model.last.headers["x-ctxscope-event"] == "compaction"
+
+
+async def test_overflow_recovery_is_bounded_and_can_decline(tmp_path):
+    calls = []
+
+    async def useless(ctx):
+        calls.append(ctx.attempt)
+        return True
+
+    overflow = [ContextOverflowError("prompt is too long") for _ in range(5)]
+    rt, model, s = make_rt(tmp_path, overflow, overflow_handler=useless, config=LoopConfig(max_overflow_recoveries=2))
+    r = await s.run("x")
+    assert (r.outcome, r.error_kind, calls, len(model.requests)) == ("failed", "context_overflow", [1, 2], 3)
+
+    async def declines(ctx):
+        return False
+
+    rt, model, s = make_rt(tmp_path / "2", overflow, overflow_handler=declines)
+    r = await s.run("x")
+    assert r.error_kind == "context_overflow" and len(model.requests) == 1
+
+
+async def test_abort_right_after_submit_cancels_cleanly_and_the_queue_goes_on(tmp_path):
+    rt, model, s = make_rt(tmp_path, ["second ok"])
+    first = s.submit("first")
+    second = s.submit("second")
+    for _ in range(3):  # let the worker start the first turn's task, but not run it
+        if s.busy:
+            break
+        await asyncio.sleep(0)
+    assert s.abort()
+    assert (await first.result).outcome == "cancelled"
+    assert (await second.result).ok
+    assert [(t.turn, t.outcome) for t in rt.conversation.query.turns(s.id)] == [(1, "cancelled"), (2, "completed")]
