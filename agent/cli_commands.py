@@ -39,6 +39,7 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="ctxscope daemon address (default http://127.0.0.1:8787)."),
         click.option("--context-window", type=int, default=None, help="Context window in tokens."),
         click.option("--max-output-tokens", type=int, default=None, help="Output limit per model call."),
+        click.option("--thinking-budget", type=int, default=None, help="Anthropic extended thinking budget (tokens)."),
         click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Directory the tools work in (default: current directory)."),
         click.option("--continue", "cont", is_flag=True, help="Continue the latest session (of this workspace)."),
@@ -53,7 +54,7 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
     try:
         settings = resolve(opts["provider"], api=opts["api"], model=opts["model"], base_url=opts["base_url"],
                            direct=opts["direct"], proxy=opts["proxy"], context_window=opts["context_window"],
-                           max_output_tokens=opts["max_output_tokens"])
+                           max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
     except ProviderConfigError as e:
         raise click.ClickException(str(e))
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
@@ -133,7 +134,7 @@ HELP = "/quit to leave · /compact [instructions] · /context · Ctrl-C cancels 
 def chat_command(**opts: Any) -> None:
     """Interactive session: type a request, watch the agent work, /quit to leave."""
     with asyncio.Runner() as runner:
-        rt = runner.run(_async(lambda: _runtime(opts)))
+        rt = _runtime(opts)
         try:
             session = _session(rt, opts)
             _banner(rt, session)
@@ -156,10 +157,6 @@ def chat_command(**opts: Any) -> None:
         finally:
             runner.run(rt.aclose())
         click.secho(f"session {session.id} (resume with --session {session.id})", err=True, dim=True)
-
-
-async def _async(fn: Callable[[], Any]) -> Any:
-    return fn()  # build the runtime inside the loop that will use it
 
 
 async def _command(rt: AgentRuntime, session: AgentSession, text: str) -> None:

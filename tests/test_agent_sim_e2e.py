@@ -242,3 +242,19 @@ async def test_the_second_step_reads_the_first_steps_prompt_from_cache(tmp_path,
         assert second["cache_read_tokens"] == first["input_tokens"]
     else:  # automatic prefix caching in 128-token steps
         assert first["input_tokens"] - 128 < second["cache_read_tokens"] <= first["input_tokens"]
+
+
+async def test_anthropic_thinking_blocks_are_kept_and_replayed_with_their_signature(tmp_path, sim):
+    state, url = sim
+    state.set_script([{"thinking": "I should list first", "tool_calls": [{"name": "ls", "arguments": {}}]},
+                      {"text": "listed"}])
+    settings = resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url,
+                       thinking_budget=2048)
+    rt = AgentRuntime(make_client(settings, retry=FAST), home=tmp_path / "home", workspace=tmp_path, host_builtins=[])
+    r = await rt.create_session().run("look")
+    await rt.aclose()
+    assert r.ok
+    first, second = model_requests(state)
+    assert first["body"]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    replayed = second["body"]["messages"][1]["content"][0]
+    assert replayed["type"] == "thinking" and replayed["thinking"] == "I should list first" and replayed["signature"]
