@@ -102,7 +102,7 @@ class TurnRunner:
         self.step = 0
         self.usage = Usage()
         self._pending: tuple[ToolCall, ...] = ()  # calls of the answer whose results are not in history yet
-        self._done: dict[str, ToolResult] = {}
+        self._done: dict[int, ToolResult] = {}  # by position in the answer's tool calls
         self.result: act.TurnResult | None = None
 
     # --- the turn ---------------------------------------------------------------------------------
@@ -225,39 +225,40 @@ class TurnRunner:
         self.effects.declare("retry")
 
     async def _run_tools(self, calls: tuple[ToolCall, ...]) -> tuple[ToolResult, ...]:
-        for call in calls:
+        """Gate in source order, run concurrently, transform in source order (results keyed by position)."""
+        for i, call in enumerate(calls):
             block = await gate_before_tool_call(self.assembly.handlers_for(BEFORE_TOOL_CALL), ToolCallContext(
                 self.session, self.turn, self.step, call, self.tool_names, self.effects), self.errors)
             if block is not None:
-                self._done[call.id] = ToolResult(call.id, call.name, f"Error: blocked: {block.reason}", True,
-                                                 {"blocked": True, "reason": block.reason})
-        runnable = [c for c in calls if c.id not in self._done]
-        for call in runnable:
-            self.emit(act.ToolStarted(self.turn, self.step, call))
+                self._done[i] = ToolResult(call.id, call.name, f"Error: blocked: {block.reason}", True,
+                                           {"blocked": True, "reason": block.reason})
+        runnable = [i for i in range(len(calls)) if i not in self._done]
+        for i in runnable:
+            self.emit(act.ToolStarted(self.turn, self.step, calls[i]))
         if self.config.parallel_tools and len(runnable) > 1:
-            tasks = [asyncio.create_task(self._execute(c)) for c in runnable]
+            tasks = [asyncio.create_task(self._execute(i, calls[i])) for i in runnable]
             try:
                 await asyncio.gather(*tasks)
             finally:
                 for t in tasks:
                     t.cancel()
         else:
-            for call in runnable:
-                await self._execute(call)
+            for i in runnable:
+                await self._execute(i, calls[i])
         results = []
-        for call in calls:
+        for i, call in enumerate(calls):
             result = await transform_after_tool_call(
                 self.assembly.handlers_for(AFTER_TOOL_CALL),
                 lambda r, c=call: ToolResultContext(self.session, self.turn, self.step, c, r, self.tool_names,
                                                     self.effects),
-                self._done[call.id], self.errors)
+                self._done[i], self.errors)
             results.append(result)
             self.emit(act.ToolFinished(self.turn, self.step, call, result))
         return tuple(results)
 
-    async def _execute(self, call: ToolCall) -> None:
+    async def _execute(self, index: int, call: ToolCall) -> None:
         ctx = ToolContext(self.session, call.id, self.turn, self.step)
-        self._done[call.id] = await run_tool(self.assembly.tool(call.name), call, ctx)
+        self._done[index] = await run_tool(self.assembly.tool(call.name), call, ctx)
 
     async def _step_end(self, answer: Message, results: tuple[ToolResult, ...]) -> None:
         event = StepEnd(self.session, self.turn, self.step, answer, results, self.effects,
@@ -290,7 +291,7 @@ class TurnRunner:
             return
         last = self.history.messages[-1] if self.history.messages else None
         if self._pending and last is not None and last.role == "assistant" and last.tool_calls == self._pending:
-            results = [self._done.get(c.id) or missing_result(c, "cancelled") for c in self._pending]
+            results = [self._done.get(i) or missing_result(c, "cancelled") for i, c in enumerate(self._pending)]
             self.history.append_now(tool_message(results, turn=self.turn, step=self.step, kind="cancelled"))
         self._pending = ()
         self.history.file.append_turn_end(self.turn, act.CANCELLED, "cancelled")

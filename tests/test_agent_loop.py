@@ -261,3 +261,11 @@ async def test_abort_right_after_submit_cancels_cleanly_and_the_queue_goes_on(tm
     assert (await first.result).outcome == "cancelled"
     assert (await second.result).ok
     assert [(t.turn, t.outcome) for t in rt.conversation.query.turns(s.id)] == [(1, "cancelled"), (2, "completed")]
+
+
+async def test_calls_sharing_an_id_each_get_their_own_result(tmp_path):
+    # some OpenAI-compatible servers send empty or repeated tool-call ids
+    rt, model, s = make_rt(tmp_path, [answer("", ToolCall("call_0", "bash", {"command": "echo one"}),
+                                             ToolCall("call_0", "bash", {"command": "echo two"})), "ok"])
+    await s.run("go")
+    assert [r.content.splitlines()[0] for r in s.messages[2].tool_results] == ["one", "two"]
