@@ -75,8 +75,8 @@ class ConversationIngress:
     async def run(self, session_id: str, text: str, *, source: str = "api") -> TurnResult:
         return await self._s(session_id).run(text, source)
 
-    def steer(self, session_id: str, text: str) -> None:
-        self._s(session_id).steer(text)
+    def steer(self, session_id: str, text: str, *, source: str = "api") -> None:
+        self._s(session_id).steer(text, source)
 
     def queued(self, session_id: str) -> list[QueuedInput]:
         return self._s(session_id).queued()

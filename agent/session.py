@@ -94,12 +94,15 @@ class AgentSession:
     async def run(self, text: str, source: str = "api") -> act.TurnResult:
         return await self.submit(text, source).result
 
-    def steer(self, text: str, **meta: Any) -> None:
-        """Deliver to the running turn before its next model request; when idle, submit as a new input."""
+    def steer(self, text: str, source: str = "api") -> None:
+        """Deliver to the running turn before its next model request; when idle, submit as a new input.
+
+        A steer that arrives too late for its turn (the turn ended first) runs as the next input.
+        """
         if self.busy:
-            self.steering.put(text, meta)
+            self.steering.put(text, {"source": source})
         else:
-            self.submit(text, meta.get("source", "api"))
+            self.submit(text, source)
 
     def queued(self) -> list[QueuedInput]:
         return list(self._queue)
@@ -194,7 +197,12 @@ class AgentSession:
         finally:
             self._current = None
             self._runner = None
-            self.steering.take()  # steering is for the turn it was sent to
+            late = self.steering.take()
+        if result.outcome != act.CANCELLED:  # a user's late steer is not lost; extension steers end with their turn
+            for text, meta in late:
+                if "source" in meta:
+                    self._queue.insert(0, QueuedInput(f"in_{next(_ids)}", text, meta["source"],
+                                                      asyncio.get_running_loop().create_future()))
         self.runtime.store.touch(self.id, turns=turn)
         rt.emit(act.TurnFinished(result))
         return result

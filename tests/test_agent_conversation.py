@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from ctxscope.agent.conversation import NotAvailable
+from ctxscope.agent.events import TURN_END
+from ctxscope.agent.spi import Extension
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
 from ctxscope.agent.session import SessionBusy
@@ -106,3 +108,39 @@ async def test_maintenance_compact_is_a_hook(tmp_path):
     conv.maintenance.set_compactor(compactor)
     assert await conv.maintenance.compact(sid, "keep the API notes") == "compacted"
     assert seen == [(sid, "keep the API notes")]
+
+
+async def test_a_steer_during_the_last_model_call_continues_the_turn(tmp_path):
+    gate = asyncio.Event()
+
+    async def last_step(request):
+        await gate.wait()
+        return answer("final answer")
+
+    rt, model, conv = make(tmp_path, [last_step, "handled the steer"])
+    sid = conv.lifecycle.create().id
+    first = conv.ingress.submit(sid, "first")
+    while not model.requests:
+        await asyncio.sleep(0)
+    conv.ingress.steer(sid, "one more thing", source="cli")
+    gate.set()
+    r = await first.result
+    assert r.ok and r.steps == 2 and r.text == "handled the steer"
+    assert [m.text for m in conv.query.messages(sid)][-2:] == ["one more thing", "handled the steer"]
+
+
+async def test_a_steer_that_misses_its_turn_becomes_the_next_input(tmp_path):
+    steered = []
+
+    def late(event):  # turn_end runs after the loop's last look at the steering queue
+        if not steered:
+            steered.append(1)
+            rt.open_session(event.session.id).steer("late one", source="cli")
+
+    model = ScriptedModel(["first answer", "late handled"])
+    rt = AgentRuntime(model, home=tmp_path / "home", workspace=tmp_path, host_builtins=[],
+                      extensions=[Extension("late", lambda api: api.on(TURN_END, late))])
+    s = rt.create_session()
+    assert (await s.run("first")).ok
+    await s.wait_idle()
+    assert [(t.text, t.source) for t in rt.conversation.query.turns(s.id)] == [("first", "api"), ("late one", "cli")]
