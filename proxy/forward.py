@@ -12,6 +12,8 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from aiohttp import web
@@ -60,6 +62,19 @@ class Forwarder:
         self.settings = settings
         self.sink = sink
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
+
+    def _env_proxy(self, base_url: str) -> str | None:
+        """HTTP(S)_PROXY / NO_PROXY for an upstream, looked up once per upstream, not per request
+        (aiohttp's trust_env does two thread-pool round trips on every request)."""
+        if base_url not in self._proxies:
+            parts = urlsplit(base_url)
+            host = parts.hostname or ""
+            if host in ("localhost", "::1") or host.startswith("127.") or proxy_bypass(host):
+                self._proxies[base_url] = None
+            else:
+                self._proxies[base_url] = getproxies().get(parts.scheme)
+        return self._proxies[base_url]
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -69,7 +84,7 @@ class Forwarder:
                 total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.read_timeout
             ),
             cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=True,
+            trust_env=False,
         )
 
     async def close(self) -> None:
@@ -98,6 +113,7 @@ class Forwarder:
                 data=body if body else None,
                 skip_auto_headers=_SKIP_AUTO,
                 allow_redirects=False,
+                proxy=self._env_proxy(route.upstream.base_url),
             )
         except asyncio.TimeoutError as exc:
             return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")

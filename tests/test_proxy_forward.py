@@ -200,3 +200,13 @@ async def test_fifty_megabyte_body(rig):
             assert (await resp.json())["echo_len"] == len(big)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].request_body == big
+
+
+def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://corp-proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "api.internal.example")
+    f = Forwarder(ProxySettings(upstreams={}, salt=b"s"), ListSink())
+    assert f._env_proxy("https://api.anthropic.com") == "http://corp-proxy.internal:3128"
+    assert f._env_proxy("https://api.internal.example") is None
+    assert f._env_proxy("http://127.0.0.1:8000") is None
+    assert f._env_proxy("http://localhost:8000") is None
