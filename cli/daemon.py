@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer_process import WriterProcess, load_factory
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
 from ctxscope.simulator.app import start_simulator
@@ -18,13 +19,16 @@ from .settings import DaemonConfig, home_dir, load_salt
 
 log = logging.getLogger("ctxscope.daemon")
 
+# What runs on every stored call (in the writer), named so a child process can import it.
+ANALYZERS: str | None = None
+
 
 @dataclass
 class RunningDaemon:
     """Handles of a started daemon, for tests and embedding."""
 
     url: str
-    writer: CaptureWriter
+    writer: CaptureWriter | WriterProcess
     runner: web.AppRunner
     sim_runner: web.AppRunner | None
     sim_url: str | None
@@ -37,6 +41,19 @@ class RunningDaemon:
         await asyncio.to_thread(self.writer.stop)
 
 
+def _analyzer():
+    """The inspector's analyzer; a bad price file costs the overrides, not the capture."""
+    from .analysis_commands import make_analyzer
+
+    try:
+        return make_analyzer()
+    except (ValueError, OSError) as exc:
+        log.error("ignoring the price file: %s", exc)
+        from ctxscope.inspector.analyze import Analyzer
+
+        return Analyzer()
+
+
 async def start_daemon(cfg: DaemonConfig, *, extra_routes=None) -> RunningDaemon:
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     upstreams = dict(cfg.upstreams)
@@ -44,7 +61,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None) -> RunningDaemon
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
         sim_runner, sim_url = await start_simulator("127.0.0.1", 0)
         upstreams["sim"] = sim_url
-    writer = CaptureWriter(cfg.db)
+    writer = CaptureWriter(cfg.db, analyzers=[_analyzer()])
     writer.start()
     forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir())), writer)
     app = create_proxy_app(forwarder)

@@ -6,6 +6,9 @@ import sys
 
 import click
 
+from ctxscope.inspector.cache_analysis import VERDICTS
+from ctxscope.inspector.relation import KINDS as RELATIONS
+
 from .output import emit_json, emit_table
 from .settings import default_db_path
 
@@ -13,7 +16,7 @@ CALL_COLUMNS = [
     ("id", "ID"), ("session", "SESSION"), ("seq", "SEQ"), ("started_at", "STARTED"), ("api", "API"),
     ("model", "MODEL"), ("status", "STATUS"), ("outcome", "OUTCOME"), ("usage.input", "IN"),
     ("usage.cache_read", "CACHE_R"), ("usage.cache_write", "CACHE_W"), ("usage.output", "OUT"),
-    ("duration_ms", "MS"),
+    ("duration_ms", "MS"), ("relation", "RELATION"), ("pointer", "POINTER"), ("cache_verdict", "VERDICT"),
 ]
 SESSION_COLUMNS = [
     ("session", "SESSION"), ("calls", "CALLS"), ("models", "MODELS"), ("first_started_at", "FIRST"),
@@ -28,13 +31,20 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @db_option
     @click.option("--session", help="Only calls of this session.")
     @click.option("--model", help="Only calls to this model.")
+    @click.option("--relation", type=click.Choice(RELATIONS, case_sensitive=False),
+                  help="Only calls with this prefix relation to their predecessor.")
+    @click.option("--pointer-prefix", metavar="POINTER",
+                  help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).")
+    @click.option("--verdict", type=click.Choice(VERDICTS), help="Only calls with this cache verdict.")
+    @click.option("--thread", help="Only calls of this thread.")
     @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
     @json_option
-    def calls(db_path, session, model, limit, as_json):
-        """List captured calls."""
-        from ctxscope.inspector.queries import list_calls
+    def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, as_json):
+        """List captured calls, optionally filtered by their analysis."""
+        from ctxscope.inspector.analysis_queries import find_calls
 
-        rows = list_calls(open_db_or_fail(db_path), session=session, model=model, limit=limit)
+        rows = find_calls(open_db_or_fail(db_path), session=session, model=model, relation=relation,
+                          pointer_prefix=pointer_prefix, verdict=verdict, thread=thread, limit=limit)  # fmt: skip
         emit_json(rows) if as_json else emit_table(rows, CALL_COLUMNS)
 
     @cli.command(context_settings=ctx)

@@ -108,3 +108,43 @@ CREATE TABLE store_events (
     )
     # db_status: failure totals by kind.
     db.execute("CREATE INDEX idx_store_events_kind ON store_events (kind)")
+
+
+
+# The inspector's analysis of each call (inspector/analyze.py), recomputable with `ctxscope reindex`.
+_ANALYSIS_COLUMNS = (
+    ("session_source", "TEXT"),  # where `session` came from: label, header:<name>, metadata.user_id, ..., key, anon
+    ("thread", "TEXT"),  # id of the first call of this call's thread (a chain of prompt continuations)
+    ("parent_thread", "TEXT"),  # a side thread's parent: the session's main thread when the side thread began
+    ("predecessor", "TEXT"),  # the earlier call whose prompt this one continues (longest shared prefix)
+    ("relation", "TEXT"),  # IDENTICAL, APPEND_ONLY, DIVERGED, NOT_COMPARABLE, EPOCH_START
+    ("pointer", "TEXT"),  # RFC 6901 pointer into this call's request body: the first difference
+    ("epoch_reason", "TEXT"),  # with EPOCH_START: session_start, model_change, capture_resumed, ...
+    ("relation_detail", "TEXT"),  # JSON {detail, shared_segments, marker_moves}
+    ("tokens_estimated", "INTEGER"),  # o200k estimate of the whole prompt
+    ("tokens_by_category", "TEXT"),  # JSON {system, tools, user_text, ..., reminder, image}
+    ("cache_verdict", "TEXT"),  # hit, expected_write, client_break, ttl_expired, below_minimum, provider_miss, ...
+    ("cache", "TEXT"),  # JSON: verdict, lost tokens/cost, break pointer, prediction, provider diagnostics
+    ("cache_lost_tokens", "INTEGER"),  # tokens paid again because of this call's cache miss
+    ("cache_lost_usd", "REAL"),  # what that cost beyond a cache read, USD (NULL: no price known)
+    ("markers", "TEXT"),  # JSON [{kind, pointer, detail}]: reminders, compaction, retry, tools, declared ones
+    ("has_compaction_before", "INTEGER"),  # 1 on the first call after a compaction
+    ("response_id", "TEXT"),  # the provider's id of the response (resolves previous_response_id)
+    ("analysis_version", "INTEGER"),  # NULL: never analysed
+)
+
+
+@migrations()
+def m004_add_call_analysis(db: sqlite_utils.Database) -> None:
+    for name, kind in _ANALYSIS_COLUMNS:
+        db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
+    # Session timeline by thread; a thread's calls in order.
+    db.execute("CREATE INDEX idx_calls_thread ON calls (thread, seq)")
+    # `ctxscope calls --relation R` and stats by relation.
+    db.execute("CREATE INDEX idx_calls_relation ON calls (relation, started_at)")
+    # `ctxscope calls --verdict V` and stats by verdict.
+    db.execute("CREATE INDEX idx_calls_cache_verdict ON calls (cache_verdict, started_at)")
+    # previous_response_id -> the call that produced that response.
+    db.execute("CREATE INDEX idx_calls_response_id ON calls (response_id)")
+    # A call's successors (the UI's "next in thread", diffs against a later call).
+    db.execute("CREATE INDEX idx_calls_predecessor ON calls (predecessor)")

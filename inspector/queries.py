@@ -24,9 +24,13 @@ from ctxscope.proxy.responses import parse_response
 SUMMARY_COLUMNS = (
     "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "
     "response_bytes, ttfb_ms, duration_ms, usage_input, usage_output, usage_cache_read, usage_cache_write, "
-    "provider, attempt, retry_of, error, capture_epoch, stop_reason"
+    "provider, attempt, retry_of, error, capture_epoch, stop_reason, "
+    # the inspector's analysis (inspector/analyze.py); NULL until analysed
+    "session_source, thread, parent_thread, predecessor, relation, pointer, epoch_reason, tokens_estimated, "
+    "tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
 )
 _JSON_COLUMNS = ("request_headers", "response_headers", "annotations", "usage_raw", "response_error", "extra")
+_ANALYSIS_JSON = ("tokens_by_category", "cache", "markers", "relation_detail")
 _USAGE = ("input", "output", "cache_read", "cache_write")
 FAILURE_KINDS = ("write_failed", "dropped", "analysis_failed", "parse_failed")
 
@@ -45,11 +49,24 @@ def _usage(row: dict) -> dict | None:
     return usage if any(v is not None for v in usage.values()) else None
 
 
+def _analysis(row: dict) -> dict:
+    """Decode the analysis columns in place: JSON to objects, flags to booleans."""
+    for col in _ANALYSIS_JSON:
+        if isinstance(row.get(col), str):
+            try:
+                row[col] = json.loads(row[col])
+            except ValueError:
+                pass
+    if row.get("has_compaction_before") is not None:
+        row["has_compaction_before"] = bool(row["has_compaction_before"])
+    return row
+
+
 def _summary(row: dict) -> dict:
     row = dict(row)
     row["usage"] = _usage(row)
     row["stream"] = None if row.get("stream") is None else bool(row["stream"])
-    return row
+    return _analysis(row)
 
 
 def list_calls(
@@ -108,7 +125,7 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if all(v is None for v in row["usage"].values()):
         row["usage"] = None
     row["stream"] = None if row.get("stream") is None else bool(row["stream"])
-    return row
+    return _analysis(row)
 
 
 def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
@@ -188,21 +205,64 @@ def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
     return parsed.body if isinstance(parsed.body, dict) else None
 
 
+# Calls whose verdict says a cache read was possible: the denominator of a hit rate.
+HIT_ELIGIBLE = ("hit", "client_break", "ttl_expired", "provider_miss")
+
+
+def hit_rate(hits: int | None, eligible: int | None) -> dict:
+    hits, eligible = hits or 0, eligible or 0
+    return {"hits": hits, "eligible": eligible, "rate": round(hits / eligible, 4) if eligible else None}
+
+
 def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> list[dict]:
-    """One row per session, most recently active first."""
-    sql = """
+    """One row per session, most recently active first, with its threads nested and cache figures.
+
+    ``hit_rate`` counts calls: hits over calls that could have read the cache (HIT_ELIGIBLE);
+    ``breaks`` are the calls whose own prompt change broke the cache (client_break).
+    """
+    eligible = ", ".join(f"'{v}'" for v in HIT_ELIGIBLE)
+    sql = f"""
       SELECT session, COUNT(*) AS calls, MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
              json_group_array(DISTINCT model) AS models, json_group_array(DISTINCT provider) AS providers,
              SUM(usage_input) AS usage_input, SUM(usage_output) AS usage_output,
-             SUM(usage_cache_read) AS usage_cache_read, SUM(usage_cache_write) AS usage_cache_write
+             SUM(usage_cache_read) AS usage_cache_read, SUM(usage_cache_write) AS usage_cache_write,
+             MAX(session_source) AS session_source,
+             SUM(cache_verdict = 'hit') AS cache_hits, SUM(cache_verdict IN ({eligible})) AS cache_eligible,
+             SUM(cache_verdict = 'client_break') AS breaks, SUM(cache_lost_tokens) AS lost_tokens,
+             SUM(cache_lost_usd) AS lost_usd
       FROM calls GROUP BY session ORDER BY last_started_at DESC LIMIT ?"""
     out = []
     for row in db.query(sql, [-1 if limit is None else limit]):
         row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
         row["providers"] = sorted(p for p in json.loads(row["providers"]) if p is not None)
         row["usage"] = _usage(row)
+        row["hit_rate"] = hit_rate(row.pop("cache_hits"), row.pop("cache_eligible"))
+        row["breaks"] = row["breaks"] or 0
+        row["lost_tokens"] = row["lost_tokens"] or 0
+        row["threads"] = session_threads(db, row["session"])
         out.append(row)
     return out
+
+
+def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
+    """The session's threads as a tree: main threads on top, side threads and sub-agents as children."""
+    rows = db.query(
+        """SELECT thread, MAX(parent_thread) AS parent_thread, COUNT(*) AS calls, MIN(seq) AS first_seq,
+                  MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
+                  json_group_array(DISTINCT model) AS models
+           FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
+        [session],
+    )
+    threads = {}
+    for row in rows:
+        row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
+        row["children"] = []
+        threads[row["thread"]] = row
+    top = []
+    for row in threads.values():
+        parent = threads.get(row["parent_thread"]) if row["parent_thread"] != row["thread"] else None
+        (parent["children"] if parent is not None else top).append(row)
+    return top
 
 
 def db_status(db_path: str | Path) -> dict:

@@ -1,0 +1,200 @@
+"""Commands over the inspector's analysis: diff, session, stats, reindex."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .output import emit_json, emit_table
+from .settings import home_dir
+
+TIMELINE_COLUMNS = [
+    ("seq", "SEQ"), ("started_at", "TIME"), ("model", "MODEL"), ("thread_label", "THREAD"), ("relation_label", "RELATION"),
+    ("pointer", "POINTER"), ("tokens_estimated", "TOKENS"), ("usage.cache_read", "CACHE_R"),
+    ("cache_verdict", "VERDICT"), ("lost", "LOST"), ("marker_kinds", "MARKERS"),
+]  # fmt: skip
+
+
+def prices_path() -> Path | None:
+    """CTXSCOPE_PRICES, else $CTXSCOPE_HOME/prices.json when it exists."""
+    env = os.environ.get("CTXSCOPE_PRICES")
+    if env:
+        return Path(env).expanduser()
+    path = home_dir() / "prices.json"
+    return path if path.exists() else None
+
+
+def make_analyzer():
+    """The analyzer the daemon and reindex use, with the user's price overrides (ValueError if bad)."""
+    from ctxscope.inspector.analyze import Analyzer
+    from ctxscope.inspector.prices import load_prices
+
+    return Analyzer(prices=load_prices(prices_path()))
+
+
+def _relation_label(row: dict) -> str | None:
+    rel = row.get("relation")
+    return f"{rel}:{row['epoch_reason']}" if rel and row.get("epoch_reason") else rel
+
+
+def _timeline_rows(calls: list[dict]) -> list[dict]:
+    names: dict[str, str] = {}
+    out = []
+    for call in calls:
+        thread = call.get("thread")
+        if thread and thread not in names:
+            names[thread] = "main" if not names else f"t{len(names)}"
+        cache = call.get("cache") or {}
+        out.append(dict(call, thread_label=names.get(thread), relation_label=_relation_label(call),
+                        lost=cache.get("lost_tokens") or None,
+                        marker_kinds=",".join(m["kind"] for m in call.get("markers") or []) or None))  # fmt: skip
+    return out
+
+
+def _show_diff(d: dict) -> None:
+    a, b = d["a"], d["b"]
+    click.echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
+    if b is None:
+        click.echo(f"b: -  ({d['reason']})")
+        return
+    click.echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
+               + ("  (a's predecessor)" if d["b_is_predecessor"] else ""))  # fmt: skip
+    rel = d["relation"] + (f" ({d['epoch_reason']})" if d.get("epoch_reason") else "")
+    click.echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
+    if d.get("reason"):
+        click.echo(d["reason"])
+        return
+    click.echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
+               f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
+    first = d.get("first_divergence")
+    if first:
+        click.echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
+        text = first.get("text")
+        if text:
+            click.echo(f"  at char {text['offset']}:")
+            click.echo(f"  b: {_safe(text['b_excerpt'])}")
+            click.echo(f"  a: {_safe(text['a_excerpt'])}")
+        else:
+            click.echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
+            click.echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
+    for label, key in (("added in a", "added"), ("gone from b", "removed")):
+        if d[key]:
+            click.echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
+            for seg in d[key][:10]:
+                click.echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
+            if len(d[key]) > 10:
+                click.echo(f"  ... {len(d[key]) - 10} more")
+    for move in d["markers"]["moved"]:
+        click.echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
+    for name, change in d["params_changed"].items():
+        click.echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+    for name, change in d["cache_policy_changed"].items():
+        click.echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+
+
+def _safe(value) -> str:
+    text = "-" if value is None else str(value)
+    return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", "⏎"))
+
+
+def _show_stats(s: dict) -> None:
+    hr, tr = s["hit_rate"], s["token_hit_rate"]
+    rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
+    click.echo(f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), {s['threads']} thread(s)")
+    click.echo(f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
+               f"(tokens read from cache: {tr['cache_read']}/{tr['input']})")  # fmt: skip
+    usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
+    click.echo(f"lost to cache misses: {s['lost_tokens']} tokens{usd}")
+    if s["by_relation"]:
+        click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
+    if s["by_verdict"]:
+        click.echo("verdicts: " + ", ".join(f"{k} {n}" for k, n in s["by_verdict"].items()))
+    if s["breaks"]:
+        click.echo("breaks by cause:")
+        emit_table(s["breaks"], [("cause", "CAUSE"), ("segment_kind", "SEGMENT"), ("area", "WHERE"),
+                                 ("calls", "CALLS"), ("lost_tokens", "LOST_TOKENS"), ("lost_usd", "LOST_USD")])  # fmt: skip
+
+
+def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
+    ctx = {"help_option_names": ["-h", "--help"]}
+
+    @cli.command(context_settings=ctx)
+    @click.argument("a")
+    @click.argument("b", required=False)
+    @db_option
+    @click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
+    @json_option
+    def diff(a, b, db_path, max_chars, as_json):
+        """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
+        from ctxscope.inspector.diff import diff_calls
+        from ctxscope.inspector.queries import AmbiguousCallId
+
+        try:
+            result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
+        except (KeyError, AmbiguousCallId) as exc:
+            raise click.ClickException(str(exc).strip("'\""))
+        emit_json(result) if as_json else _show_diff(result)
+
+    @cli.command(context_settings=ctx)
+    @click.argument("session")
+    @db_option
+    @json_option
+    def session(session, db_path, as_json):
+        """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
+        from ctxscope.inspector.analysis_queries import session_timeline
+        from ctxscope.inspector.queries import AmbiguousCallId
+
+        try:
+            timeline = session_timeline(open_db_or_fail(db_path), session)
+        except AmbiguousCallId as exc:
+            raise click.ClickException(str(exc))
+        if timeline is None:
+            raise click.ClickException(f"no session matches {session!r}")
+        if as_json:
+            emit_json(timeline)
+            return
+        click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'})")
+        emit_table(_timeline_rows(timeline["calls"]), TIMELINE_COLUMNS)
+        click.echo("")
+        _show_stats(timeline["stats"])
+
+    @cli.command(context_settings=ctx)
+    @db_option
+    @click.option("--session", help="Only this session.")
+    @json_option
+    def stats(db_path, session, as_json):
+        """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
+        from ctxscope.inspector.analysis_queries import stats as compute
+
+        result = compute(open_db_or_fail(db_path), session=session)
+        emit_json(result) if as_json else _show_stats(result)
+
+    @cli.command(context_settings=ctx)
+    @db_option
+    @click.option("--session", help="Only the calls of this session.")
+    @json_option
+    def reindex(db_path, session, as_json):
+        """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
+        from ctxscope.inspector.analyze import reindex as run
+
+        db = open_db_or_fail(db_path)
+        try:
+            analyzer = make_analyzer()
+        except (ValueError, OSError) as exc:
+            raise click.ClickException(f"bad price file: {exc}")
+        where, params = ("WHERE session = ?", [session]) if session else ("", [])
+        total = db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+        done = 0
+        if sys.stderr.isatty() and not as_json:
+            with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,
+                                   label="reindexing", file=sys.stderr) as bar:  # fmt: skip
+                for _ in bar:
+                    done += 1
+        else:
+            for _ in run(db, session=session, analyzer=analyzer):
+                done += 1
+        result = {"reindexed": done, "session": session}
+        emit_json(result) if as_json else click.echo(f"reindexed {done} call(s)")

@@ -1,0 +1,158 @@
+"""What the analysis reads of one call, from the writer (live) or from the store (reindex).
+
+Also the declared markers: our own agent announces its effects in ``x-ctxscope-event`` request
+headers, which the proxy strips and stores as annotations. A value is a kind (``compaction``), a
+kind with parameters (``compaction; tokens_before=81234; reason=budget``) or a JSON object with a
+``kind`` key; each becomes a marker of that kind with ``detail.declared = true``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlite_utils
+
+from ctxscope.inspector import queries
+from ctxscope.inspector.markers import Marker
+
+EVENT_HEADER = "x-ctxscope-event"
+_MAX_RAW = 500
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """One stored call as the analysis sees it."""
+
+    id: str
+    rowid: int
+    provider: str
+    api: str | None
+    session: str  # as stored now
+    seq: int
+    session_label: str | None
+    key_fingerprint: str | None
+    headers: dict[str, str]  # request headers, names lowercased, secrets already redacted
+    annotations: tuple[tuple[str, str], ...]  # x-ctxscope-* headers
+    body: Any  # the parsed request body (None: empty, undecodable or not JSON)
+    response: Any  # the final response object, reassembled from a stream
+    usage: dict | None  # {input (total), output, cache_read, cache_write}
+    started_at: float  # unix seconds
+    capture_epoch: int
+    ok: bool  # the provider answered successfully
+    attempt: int
+    retry_of: str | None
+    request_sha256: str | None
+    method: str | None
+    path: str | None
+
+
+def _headers(pairs: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[1], str):
+            out.setdefault(str(pair[0]).lower(), pair[1])
+    return {k: v for k, v in out.items() if v != "[redacted]"}
+
+
+def _usage(row: dict) -> dict | None:
+    usage = {k: row.get("usage_" + k) for k in ("input", "output", "cache_read", "cache_write")}
+    return usage if any(v is not None for v in usage.values()) else None
+
+
+def _ok(row: dict) -> bool:
+    return row.get("outcome") == "ok" and row.get("status") is not None and row["status"] < 400
+
+
+def unix_time(iso: str | None) -> float:
+    if not iso:
+        return 0.0
+    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def _common(row: dict, rowid: int) -> dict:
+    return dict(
+        id=row["id"], rowid=rowid, provider=row.get("provider") or "", api=row.get("api"), session=row["session"],
+        seq=row["seq"], session_label=row.get("session_label"), key_fingerprint=row.get("key_fingerprint"),
+        usage=_usage(row), capture_epoch=row.get("capture_epoch") or 0, ok=_ok(row), attempt=row.get("attempt") or 1,
+        retry_of=row.get("retry_of"), request_sha256=row.get("request_sha256"), method=row.get("method"),
+        path=row.get("path"),
+    )  # fmt: skip
+
+
+def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
+    """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers)."""
+    ex = call["_exchange"]
+    parsed = call.get("_parsed")
+    rowid = db.execute("SELECT rowid FROM calls WHERE id = ?", [call["id"]]).fetchone()[0]
+    return CallInput(
+        headers=_headers(ex.request_headers),
+        annotations=tuple(ex.annotations),
+        body=call.get("_request_json"),
+        response=parsed.body if parsed is not None else None,
+        started_at=ex.started_at,
+        **_common(call, rowid),
+    )
+
+
+def from_row(db: sqlite_utils.Database, call_id: str) -> CallInput:
+    """The input of a stored call, read back from the database (for reindex)."""
+    rowid, row = db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0], queries.get_call(db, call_id)
+    if row is None:
+        raise KeyError(f"no call {call_id!r}")
+    try:
+        response = queries.get_final_response(db, call_id)
+    except Exception:  # an unparseable response only costs the provider diagnostics and response id
+        response = None
+    annotations = tuple(tuple(p) for p in row.get("annotations") or () if isinstance(p, list) and len(p) == 2)
+    return CallInput(
+        headers=_headers(row.get("request_headers")),
+        annotations=annotations,  # type: ignore[arg-type]
+        body=queries.get_request_json(db, call_id),
+        response=response,
+        started_at=unix_time(row.get("started_at")),
+        **_common(row, rowid),
+    )
+
+
+def _value(text: str) -> Any:
+    return int(text) if text.lstrip("-").isdigit() and len(text) < 19 else text
+
+
+def parse_event(value: str) -> Marker | None:
+    """One ``x-ctxscope-event`` value as a declared marker; None for an empty value."""
+    value = value.strip()
+    if not value:
+        return None
+    if value.startswith("{"):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("kind"), str) and data["kind"].strip():
+            pointer = data.get("pointer") if isinstance(data.get("pointer"), str) else None
+            detail = {k: v for k, v in data.items() if k not in ("kind", "pointer")}
+            return Marker(data["kind"].strip(), pointer, {**detail, "declared": True})
+        return Marker("annotation", None, {"declared": True, "raw": value[:_MAX_RAW]})
+    kind, *params = (p.strip() for p in value.split(";"))
+    detail: dict[str, Any] = {}
+    for param in params:
+        if not param:
+            continue
+        key, sep, val = param.partition("=")
+        detail[key.strip()] = _value(val.strip()) if sep else True
+    pointer = detail.pop("pointer", None)
+    return Marker(kind or "annotation", pointer if isinstance(pointer, str) else None, {**detail, "declared": True})
+
+
+def declared_markers(annotations: tuple[tuple[str, str], ...] | list) -> list[Marker]:
+    """The markers our agent declared in its ``x-ctxscope-event`` headers, in header order."""
+    out = []
+    for name, value in annotations:
+        if str(name).lower() == EVENT_HEADER and isinstance(value, str):
+            marker = parse_event(value)
+            if marker is not None:
+                out.append(marker)
+    return out

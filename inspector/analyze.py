@@ -1,0 +1,326 @@
+"""The analysis of every stored call: session, thread, relation, tokens, cache verdict, markers.
+
+``Analyzer`` is a CaptureWriter analyzer (``analyzer(db, call)``): it runs in the writer thread,
+inside the transaction that stores the call, and writes its results onto the call row, so every
+call is analysed once, when it is stored. For the process lifetime it keeps a TokenCounter (counts
+by segment hash) and slim prompts of recent calls per session and key (``RecentMemory``), so a call
+costs one canonicalisation of its body plus counting its *new* segments. A session it has not seen
+since it started (after a daemon restart, or in ``reindex``) is rebuilt from the latest stored call
+of each of the session's recent threads.
+
+``session`` is the client's own id when it sends one (path label, session headers, Claude Code's
+metadata.user_id, prompt_cache_key, a resolvable previous_response_id), else the API key's
+fingerprint ("key:…"), else "anon"; ``thread`` splits a session into chains of continuing prompts
+(side calls and sub-agents become child threads of the main one).
+
+Time: cache TTLs are judged on the calls' ``started_at``. ``clock_offset`` (seconds) is added to
+the time of calls analysed live: tests shift it together with the simulator's clock to make an idle
+gap happen without sleeping. ``reindex`` always uses the stored times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlite_utils
+
+from ctxscope.inspector import queries
+from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
+from ctxscope.inspector.cache_analysis import (
+    CachePrediction,
+    CacheVerdict,
+    Observed,
+    parse_provider_diagnostics,
+    predict_cache,
+    verdict,
+)
+from ctxscope.inspector.canonical import CanonicalPrompt, canonicalize
+from ctxscope.inspector.markers import RETRY, Marker, has_compaction_before, infer_markers
+from ctxscope.inspector.prices import PriceTable, load_prices
+from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
+from ctxscope.inspector.relation import NOT_COMPARABLE, CallContext, Relation, classify
+from ctxscope.inspector.ingest import RETRY_WINDOW_S
+from ctxscope.inspector.store import iso, record_event
+from ctxscope.inspector.threads import Placement, RecentCall, explicit_session_id, place_call
+from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+
+log = logging.getLogger("ctxscope.analysis")
+
+ANALYSIS_VERSION = 1
+LLM_APIS = frozenset({ANTHROPIC_MESSAGES, ANTHROPIC_COUNT_TOKENS, OPENAI_CHAT, OPENAI_RESPONSES})
+COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
+COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the analysis says of one call, as written onto its row."""
+
+    session: str
+    session_source: str
+    seq: int
+    placement: Placement | None  # None for exchanges that are not LLM calls
+    relation: Relation
+    tokens: TokenBreakdown | None
+    prediction: CachePrediction | None
+    cache: CacheVerdict | None
+    markers: tuple[Marker, ...]
+    response_id: str | None
+    attempt: int
+    retry_of: str | None
+
+    def columns(self) -> dict:
+        p, r, c = self.placement, self.relation, self.cache
+        cache = None
+        if c is not None:
+            pred = self.prediction
+            cache = {
+                "verdict": c.verdict, "lost_tokens": c.lost_tokens, "lost_cost_usd": c.lost_cost_usd,
+                "break_pointer": c.break_pointer, "break_segment_kind": c.break_segment_kind,
+                "before_prev_last_breakpoint": c.before_prev_last_breakpoint, "detail": c.detail,
+                "provider_diagnostics": c.provider_diagnostics,
+            }  # fmt: skip
+            if pred is not None:
+                cache.update(
+                    family=pred.family, reason=pred.reason, predicted_read=pred.predicted_read,
+                    predicted_write=pred.predicted_write, cacheable_prefix_tokens=pred.cacheable_prefix_tokens,
+                    minimum=pred.minimum, gap_seconds=pred.gap_seconds, ttl=pred.ttl,
+                )  # fmt: skip
+        return {
+            "session": self.session,
+            "session_source": self.session_source,
+            "seq": self.seq,
+            "thread": p.thread_id if p else None,
+            "parent_thread": p.parent_thread_id if p else None,
+            "predecessor": p.predecessor if p else None,
+            "relation": r.kind,
+            "pointer": r.pointer,
+            "epoch_reason": r.epoch_reason,
+            "relation_detail": _dumps(
+                {"detail": r.detail, "shared_segments": r.shared_segments, "marker_moves": list(r.marker_moves)}
+            ),
+            "tokens_estimated": self.tokens.total if self.tokens else None,
+            "tokens_by_category": _dumps(self.tokens.by_category) if self.tokens else None,
+            "cache_verdict": c.verdict if c else None,
+            "cache": _dumps(cache),
+            "cache_lost_tokens": c.lost_tokens if c else None,
+            "cache_lost_usd": c.lost_cost_usd if c else None,
+            "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers]),
+            "has_compaction_before": int(has_compaction_before(self.markers)),
+            "response_id": self.response_id,
+            "attempt": self.attempt,
+            "retry_of": self.retry_of,
+            "analysis_version": ANALYSIS_VERSION,
+        }
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class Analyzer:
+    """Analyses calls as they are stored; one instance per writer (it is not thread-safe)."""
+
+    def __init__(
+        self,
+        *,
+        prices: PriceTable | None = None,
+        counter: TokenCounter | None = None,
+        memory: RecentMemory | None = None,
+        clock_offset: float = 0.0,
+    ):
+        self.prices = prices if prices is not None else load_prices()
+        self.counter = counter or TokenCounter()
+        self.memory = memory or RecentMemory()
+        self.clock_offset = clock_offset
+
+    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+        self.apply(db, from_writer(db, call))
+
+    def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
+        """Analyse one stored call and write the result onto its row."""
+        analysis = self.analyze(db, inp, live=live)
+        cols = analysis.columns()
+        db.execute(
+            f"UPDATE calls SET {', '.join(f'{k} = ?' for k in cols)} WHERE id = ?", [*cols.values(), inp.id]
+        )
+        return analysis
+
+    def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
+        llm = inp.api in LLM_APIS
+        prompt = canonicalize(inp.api, inp.body) if llm else None
+        producers: dict[str, tuple | None] = {}
+
+        def producer(response_id: str) -> tuple | None:
+            if response_id not in producers:
+                producers[response_id] = db.execute(
+                    "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
+                    [response_id, inp.id],
+                ).fetchone()
+            return producers[response_id]
+
+        explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, lambda r: (producer(r) or (None, None))[1])
+        fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
+        session, source = explicit or fallback
+        seq, attempt, retry_of = inp.seq, inp.attempt, inp.retry_of
+        if session != inp.session:
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+            attempt, retry_of = _relink_retry(db, inp, session)
+
+        placement, prev = None, None
+        relation = Relation(NOT_COMPARABLE, detail="not a recognised LLM call")
+        if llm:
+            scope: Scope = (session, inp.key_fingerprint)
+            pool = self._pool(db, scope, inp.rowid)
+            linked = None
+            if prompt is not None and prompt.previous_response_id:
+                found = producer(prompt.previous_response_id)
+                if found is not None:
+                    linked = RecentCall(found[0], None, found[1], found[2] or found[0])
+            placement = place_call(inp.id, prompt, (session, source), [r.recent for r in pool], linked)
+            prev = next((r for r in pool if r.call_id == placement.predecessor), None)
+            relation = self._relate(db, prev, inp, prompt)
+
+        tokens = self.counter.count_prompt(prompt) if prompt is not None else None
+        prediction, cache = None, None
+        time = inp.started_at + (self.clock_offset if live else 0.0)
+        if prompt is not None and tokens is not None and inp.ok and inp.api != ANTHROPIC_COUNT_TOKENS:
+            prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
+            prediction = predict_cache(prev_seen, Observed(prompt, tokens, time), relation)
+            diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
+            price = self.prices.lookup(prompt.model)
+            cache = verdict(prediction, inp.usage, relation, price=price, provider_diagnostics=diagnostics)
+
+        markers: list[Marker] = []
+        if prompt is not None and tokens is not None:
+            markers = infer_markers(prev.prompt if prev else None, prompt, relation,
+                                    prev.tokens.total if prev else None, tokens.total)  # fmt: skip
+        markers = _with_retry(markers, attempt, retry_of) + declared_markers(inp.annotations)
+
+        if prompt is not None and tokens is not None and placement is not None and inp.ok:
+            self.memory.add((session, inp.key_fingerprint), Remembered(
+                inp.id, session, placement.thread_id, prompt, tokens, time, inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
+        return Analysis(session, source, seq, placement, relation, tokens, prediction, cache, tuple(markers),
+                        _response_id(inp.response), attempt, retry_of)  # fmt: skip
+
+    def _relate(self, db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None) -> Relation:
+        cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, inp.body)
+        if prev is None:
+            return classify(None, cur)
+        before = CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, None)
+        rel = classify(before, cur)
+        k, n_prev = rel.shared_segments, len(prev.prompt.segments)
+        if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
+            # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
+            try:
+                body = queries.get_request_json(db, prev.call_id)
+            except Exception as e:  # a damaged body only costs pointer precision
+                log.warning("could not load the body of %s: %s", prev.call_id, e)
+                body = None
+            if body is not None:
+                rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
+        return rel
+
+    def _pool(self, db: sqlite_utils.Database, scope: Scope, rowid: int) -> list[Remembered]:
+        calls = self.memory.calls(scope)
+        if calls is not None:
+            return calls
+        self.memory.open(scope)
+        for rem in self._load(db, scope, rowid):
+            self.memory.add(scope, rem)
+        return self.memory.calls(scope) or []
+
+    def _load(self, db: sqlite_utils.Database, scope: Scope, rowid: int) -> list[Remembered]:
+        """Cold start: the latest successful stored call of each recent thread of the scope, oldest first."""
+        rows = db.execute(
+            """SELECT id, thread, started_at, capture_epoch, provider, api FROM calls
+               WHERE session = ? AND key_fingerprint IS ? AND rowid < ? AND thread IS NOT NULL
+                 AND outcome = 'ok' AND status < 400
+               ORDER BY seq DESC LIMIT ?""",
+            [scope[0], scope[1], rowid, COLD_START_CALLS],
+        ).fetchall()
+        latest: dict[str, tuple] = {}
+        for row in rows:
+            if row[1] not in latest and len(latest) < COLD_START_THREADS:
+                latest[row[1]] = row
+        out = []
+        for call_id, thread, started_at, epoch, provider, api in reversed(list(latest.values())):
+            try:
+                prompt = canonicalize(api, queries.get_request_json(db, call_id))
+            except Exception as e:
+                log.warning("could not reload call %s for analysis: %s", call_id, e)
+                continue
+            if prompt is not None:
+                tokens = self.counter.count_prompt(prompt)
+                out.append(Remembered(call_id, scope[0], thread, prompt, tokens, unix_time(started_at), epoch or 0,
+                                      provider, api))  # fmt: skip
+        return out
+
+
+def _response_id(response: Any) -> str | None:
+    rid = response.get("id") if isinstance(response, dict) else None
+    return rid if isinstance(rid, str) and rid else None
+
+
+def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> list[Marker]:
+    """The store's retry linkage (a repeat of a failed call) as a retry marker."""
+    if not retry_of:
+        return markers
+    out = []
+    found = False
+    for m in markers:
+        if m.kind == RETRY and not found:
+            m, found = Marker(RETRY, m.pointer, {**m.detail, "attempt": attempt, "retry_of": retry_of}), True
+        out.append(m)
+    return out if found else out + [Marker(RETRY, None, {"attempt": attempt, "retry_of": retry_of})]
+
+
+def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tuple[int, str | None]:
+    """attempt/retry_of within the call's own session (the store linked it within its key's)."""
+    if not inp.request_sha256:
+        return 1, None
+    prev = db.execute(
+        """SELECT id, attempt, outcome, status FROM calls
+           WHERE session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
+             AND started_at >= ? AND started_at <= ?
+           ORDER BY started_at DESC LIMIT 1""",
+        [session, inp.request_sha256, inp.method, inp.path, inp.id, iso(inp.started_at - RETRY_WINDOW_S),
+         iso(inp.started_at)],
+    ).fetchone()  # fmt: skip
+    if prev is not None and (prev[2] != "ok" or (prev[3] is not None and (prev[3] >= 500 or prev[3] == 429))):
+        return (prev[1] or 1) + 1, prev[0]
+    return 1, None
+
+
+def reindex(
+    db: sqlite_utils.Database, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200
+) -> Iterator[str]:
+    """Recompute the analysis of stored calls in capture order, yielding each call id when done.
+
+    A fresh analyzer sees the calls in the order they were stored, so the result equals what
+    live analysis would have written (without any ``clock_offset``). A call that fails is logged
+    and recorded as ``analysis_failed``; the others go on.
+    """
+    analyzer = analyzer or Analyzer()
+    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
+    ids = [r[0] for r in db.execute(f"SELECT id FROM calls {where} ORDER BY rowid", params).fetchall()]
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for call_id in chunk:
+                try:
+                    with db.atomic():
+                        analyzer.apply(db, from_row(db, call_id), live=False)
+                except Exception as e:
+                    log.warning("reindex of call %s failed: %s", call_id, e)
+                    record_event(db, "analysis_failed", call_id=call_id, detail=f"reindex: {type(e).__name__}: {e}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.rollback()
+            raise
+        yield from chunk
