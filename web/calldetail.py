@@ -1,0 +1,156 @@
+"""The call page's data: the row, the parsed request and final response, and raw bytes in ranges.
+
+Raw bodies can be many megabytes, so the page never gets them whole: it asks for ranges (the UI
+loads 64 KiB at a time and keeps only what the user scrolled to). A body is rebuilt from its
+delta chain once and kept in a small LRU so paging through it is cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import sqlite_utils
+
+from ctxscope.inspector import queries as q
+from ctxscope.web.fields import ANALYSIS_COLUMNS, call_columns, client_name, normalise_call
+
+MAX_STRUCTURED = 32 * 2**20  # bigger request bodies are shown raw only
+RANGE_DEFAULT = 64 * 1024
+RANGE_MAX = 1024 * 1024
+_HIDDEN = ("request_blob", "response_blob", "final_response_blob", "request_recode", "response_recode")
+
+
+class BodyCache:
+    """Rebuilt bodies by (call id, kind, form), bounded in bytes."""
+
+    def __init__(self, max_bytes: int = 64 * 2**20):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, db: sqlite_utils.Database, call_id: str, kind: str, form: str) -> bytes | None:
+        key = (call_id, kind, form)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        data = _load(db, call_id, kind, form)
+        if data is None or len(data) > self.max_bytes // 2:
+            return data
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = data
+                self._bytes += len(data)
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= len(old)
+        return data
+
+
+def _load(db: sqlite_utils.Database, call_id: str, kind: str, form: str) -> bytes | None:
+    if kind == "request":
+        return q.get_request_raw(db, call_id) if form == "wire" else q.get_request_body(db, call_id)
+    return q.get_response_raw(db, call_id) if form == "wire" else q.get_response_body(db, call_id)
+
+
+def _neighbours(db: sqlite_utils.Database, row: dict) -> dict:
+    prev = db.execute(
+        "SELECT id FROM calls WHERE session = ? AND seq < ? ORDER BY seq DESC LIMIT 1", [row["session"], row["seq"]]
+    ).fetchone()
+    nxt = db.execute(
+        "SELECT id FROM calls WHERE session = ? AND seq > ? ORDER BY seq LIMIT 1", [row["session"], row["seq"]]
+    ).fetchone()
+    return {"previous": prev[0] if prev else None, "next": nxt[0] if nxt else None}
+
+
+def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
+    """Everything the call page shows except raw bytes; None for an unknown id."""
+    row = q.get_call(db, call_id)
+    if row is None:
+        return None
+    for key in _HIDDEN:
+        row.pop(key, None)
+    cols = call_columns(db)
+    for key in ANALYSIS_COLUMNS:
+        if key in cols:
+            row.setdefault(key, None)
+    row = normalise_call(row)
+    row["client_name"] = client_name(row.get("client"))
+    size = row.get("request_bytes") or 0
+    request, note = None, None
+    if size > MAX_STRUCTURED:
+        note = f"request body is {size} bytes: shown raw only"
+    else:
+        request = q.get_request_json(db, row["id"])
+        if request is None and size:
+            note = "request body is not JSON (or could not be decoded): see the raw bytes"
+    try:
+        response = q.get_final_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
+    except (ValueError, KeyError):
+        response = None
+    nav = _neighbours(db, row)
+    predecessor = row.get("predecessor") or nav["previous"]
+    return {
+        "call": row,
+        "request": request,
+        "request_note": note,
+        "response": response,
+        "navigation": nav,
+        "diff_base": predecessor,
+        "diff_base_is_predecessor": bool(row.get("predecessor")),
+    }
+
+
+def _cut(data: bytes, start: int, end: int) -> int:
+    """Move ``end`` back so a UTF-8 sequence is not split (at most 3 bytes)."""
+    if end >= len(data):
+        return len(data)
+    back = end
+    while back > start and back > end - 4 and (data[back] & 0xC0) == 0x80:
+        back -= 1
+    return back if back > start else end
+
+
+def _hexdump(data: bytes, base: int) -> str:
+    lines = []
+    for i in range(0, len(data), 16):
+        chunk = data[i : i + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{base + i:08x}  {hexes:<47}  {text}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def raw_range(
+    db: sqlite_utils.Database, cache: BodyCache, call_id: str, kind: str, form: str, offset: int, length: int
+) -> dict | None:
+    """Bytes [offset, offset+length) of a body as text (a hex dump when they are not UTF-8)."""
+    full = q.resolve_call_id(db, call_id)
+    if full is None:
+        return None
+    data = cache.get(db, full, kind, form)
+    if data is None:
+        return {"total": None, "offset": 0, "next_offset": None, "text": "", "binary": False, "undecodable": True}
+    offset = max(0, min(offset, len(data)))
+    length = max(1, min(length, RANGE_MAX))
+    end = _cut(data, offset, offset + length)
+    chunk = data[offset:end]
+    try:
+        text, binary = chunk.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, binary = _hexdump(chunk, offset), True
+    return {
+        "total": len(data),
+        "offset": offset,
+        "next_offset": end if end < len(data) else None,
+        "text": text,
+        "binary": binary,
+        "undecodable": False,
+    }
+
+
+def raw_bytes(db: sqlite_utils.Database, cache: BodyCache, call_id: str, kind: str, form: str) -> bytes | None:
+    full = q.resolve_call_id(db, call_id)
+    return None if full is None else cache.get(db, full, kind, form)

@@ -1,0 +1,63 @@
+"""Deleting a session from the capture store: its calls, then bodies nobody needs any more.
+
+Bodies are deltas against earlier bodies and identical bodies are shared between calls (and
+sessions), so a blob may only go when nothing refers to it: no call, no other blob (as a delta
+base), no row of any other table that declares a reference to ``blobs``. Rows of other tables
+that reference the deleted calls go with them. The writer also remembers the last few bodies of
+each session as delta bases for the next call: if the same session label sends again it would
+store a delta against a blob we just removed, so the bodies of the session's last ``KEEP_TAIL``
+calls (and their chains) are kept; they cost little and keep every later body recoverable.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+KEEP_TAIL = 8
+
+
+def _references(db: sqlite_utils.Database, target: str) -> list[tuple[str, str]]:
+    """(table, column) pairs whose schema declares REFERENCES ``target``."""
+    out = []
+    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        for fk in db.execute(f"PRAGMA foreign_key_list([{table}])").fetchall():
+            if fk[2] == target:
+                out.append((table, fk[3]))
+    return out
+
+
+def delete_session(db: sqlite_utils.Database, session: str) -> dict:
+    """Delete a session's calls (and rows referring to them) and unreferenced blobs, in one transaction."""
+    blob_refs = _references(db, "blobs")
+    call_refs = [(t, c) for t, c in _references(db, "calls") if t != "calls"]
+    call_blob_cols = [c for t, c in blob_refs if t == "calls"]
+    db.execute("BEGIN IMMEDIATE")  # waits (busy timeout) while the writer commits a batch
+    try:
+        keep: set[int] = set()
+        if call_blob_cols:
+            tail = db.execute(
+                f"SELECT {', '.join(call_blob_cols)} FROM calls WHERE session = ? ORDER BY seq DESC LIMIT ?",
+                [session, KEEP_TAIL],
+            ).fetchall()
+            keep = {b for row in tail for b in row if b is not None}
+        for table, col in call_refs:
+            db.execute(f"DELETE FROM [{table}] WHERE [{col}] IN (SELECT id FROM calls WHERE session = ?)", [session])
+        calls = db.execute("DELETE FROM calls WHERE session = ?", [session]).rowcount
+        blobs = _collect(db, blob_refs, keep) if calls else 0
+        db.execute("COMMIT")
+    except BaseException:
+        db.rollback()
+        raise
+    return {"session": session, "calls_deleted": calls, "blobs_deleted": blobs}
+
+
+def _collect(db: sqlite_utils.Database, refs: list[tuple[str, str]], keep: set[int]) -> int:
+    """Remove blobs nothing refers to (repeated: removing a delta can free its base)."""
+    keep_sql = ",".join(str(int(b)) for b in keep) or "NULL"
+    used = " UNION ".join(f"SELECT [{c}] FROM [{t}] WHERE [{c}] IS NOT NULL" for t, c in refs) or "SELECT NULL"
+    total = 0
+    while True:
+        n = db.execute(f"DELETE FROM blobs WHERE id NOT IN ({used}) AND id NOT IN ({keep_sql})").rowcount
+        if n <= 0:
+            return total
+        total += n

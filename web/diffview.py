@@ -1,0 +1,77 @@
+"""The diff view's data: a call against its predecessor (or any other call), first difference first.
+
+The structural diff is ours (``jsondiff``); when the inspector's own ``diff_calls`` is installed
+its verdict (first divergence pointer, marker moves) is included as ``inspector`` and its pointer
+decides where the view opens, since it is computed on the same canonical prompt as the relation.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from ctxscope.inspector import queries as q
+from ctxscope.web.fields import call_columns, normalise_call
+from ctxscope.web.jsondiff import diff_bodies
+
+try:  # provided by the inspector when it lands
+    from ctxscope.inspector.diff import diff_calls as _inspector_diff  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the inspector version
+    _inspector_diff = None
+
+
+def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
+    row = q.get_call(db, call_id) or {}
+    keep = ("id", "session", "seq", "model", "api", "started_at", "relation", "pointer", "epoch_reason", "predecessor")
+    return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
+
+
+def default_base(db: sqlite_utils.Database, call_id: str) -> str | None:
+    """The call's predecessor (analysis), else the previous call of its session."""
+    cols = call_columns(db)
+    if "predecessor" in cols:
+        row = db.execute("SELECT predecessor FROM calls WHERE id = ?", [call_id]).fetchone()
+        if row and row[0]:
+            return row[0]
+    row = db.execute(
+        """SELECT p.id FROM calls c JOIN calls p ON p.session = c.session AND p.seq < c.seq
+           WHERE c.id = ? ORDER BY p.seq DESC LIMIT 1""",
+        [call_id],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None) -> dict | None:
+    """Diff ``old_id`` (default: the predecessor) -> ``new_id``; None when a call is unknown."""
+    new_full = q.resolve_call_id(db, new_id)
+    if new_full is None:
+        return None
+    old_full = q.resolve_call_id(db, old_id) if old_id else default_base(db, new_full)
+    cols = call_columns(db)
+    new_side = _side(db, new_full, cols)
+    if old_full is None:
+        return {"old": None, "new": new_side, "diff": None, "inspector": None,
+                "reason": "this call has no predecessor" if not old_id else f"no call {old_id!r}"}  # fmt: skip
+    old_side = _side(db, old_full, cols)
+    old_body = q.get_request_json(db, old_full)
+    new_body = q.get_request_json(db, new_full)
+    if old_body is None or new_body is None:
+        return {"old": old_side, "new": new_side, "diff": None, "inspector": None,
+                "reason": "a request body is not JSON: compare the raw bytes"}  # fmt: skip
+    diff = diff_bodies(old_body, new_body)
+    inspector = None
+    if _inspector_diff is not None:
+        try:
+            inspector = _inspector_diff(db, old_full, new_full)
+        except Exception as e:  # their diff failing must not take ours down
+            inspector = {"error": f"{type(e).__name__}: {e}"}
+    focus = diff["first_pointer"]
+    analysed = new_side.get("pointer") if new_side.get("predecessor") == old_full else None
+    for candidate in (
+        (inspector or {}).get("pointer") if isinstance(inspector, dict) else None,
+        (inspector or {}).get("first_pointer") if isinstance(inspector, dict) else None,
+        analysed,
+    ):
+        if isinstance(candidate, str) and candidate:
+            focus = candidate
+            break
+    return {"old": old_side, "new": new_side, "diff": diff, "inspector": inspector, "focus": focus, "reason": None}

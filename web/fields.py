@@ -1,0 +1,122 @@
+"""Which optional analysis columns the store has, and SQL that reads them when it does.
+
+The inspector adds analysis to each call row (relation, pointer, thread, cache verdict, ...) in
+later migrations; a capture file written before them (or by an older version) lacks the columns.
+The UI reads whatever is there and shows a dash for the rest, so every query here asks
+``call_columns`` first instead of assuming a schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import sqlite_utils
+
+from ctxscope.inspector.prices import PriceTable, load_prices
+
+_PRICES: PriceTable | None = None
+
+
+def prices() -> PriceTable:
+    global _PRICES
+    if _PRICES is None:
+        _PRICES = load_prices()
+    return _PRICES
+
+
+def call_columns(db: sqlite_utils.Database) -> frozenset[str]:
+    return frozenset(r[1] for r in db.execute("PRAGMA table_info(calls)").fetchall())
+
+
+def verdict_sql(cols: frozenset[str]) -> str | None:
+    """SQL for the verdict name, whether the column holds a bare name or a JSON object."""
+    if "cache_verdict" not in cols:
+        return None
+    return (
+        "(CASE WHEN json_valid(cache_verdict) AND json_type(cache_verdict) = 'object' "
+        "THEN json_extract(cache_verdict, '$.verdict') ELSE cache_verdict END)"
+    )
+
+
+def usage_cost(model: str | None, inp: int | None, out: int | None, read: int | None, write: int | None) -> tuple[float | None, bool]:
+    """USD for reported usage (input counts cache reads and writes), and whether the price is a guess."""
+    if inp is None and out is None:
+        return None, False
+    price = prices().lookup(model)
+    if price is None:
+        return None, False
+    inp, out, read, write = inp or 0, out or 0, read or 0, write or 0
+    uncached = max(0, inp - read - write)
+    usd = (uncached * price.input + read * price.cache_read + write * price.cache_write + out * price.output) / 1e6
+    return usd, price.source == "default"
+
+
+_UA_NAMES = (
+    (re.compile(r"^claude-cli/([\w.]+)", re.I), "Claude Code"),
+    (re.compile(r"^codex[\w-]*/([\w.]+)", re.I), "Codex"),
+    (re.compile(r"^ctxscope[\w-]*/([\w.]+)", re.I), "ctxscope agent"),
+    (re.compile(r"^pi[\w-]*/([\w.]+)", re.I), "pi"),
+    (re.compile(r"^Anthropic/Python ([\w.]+)", re.I), "anthropic-python"),
+    (re.compile(r"^Anthropic/JS ([\w.]+)", re.I), "anthropic-js"),
+    (re.compile(r"^OpenAI/Python ([\w.]+)", re.I), "openai-python"),
+    (re.compile(r"^OpenAI/JS ([\w.]+)", re.I), "openai-js"),
+    (re.compile(r"^curl/([\w.]+)", re.I), "curl"),
+    (re.compile(r"^python-httpx/([\w.]+)", re.I), "httpx"),
+    (re.compile(r"^Python/[\d.]+ aiohttp/([\w.]+)", re.I), "aiohttp"),
+)
+
+
+def client_name(user_agent: str | None) -> str | None:
+    """A short client name from a user agent: "Claude Code 1.0.83", "openai-python 1.99.1"."""
+    if not user_agent:
+        return None
+    ua = user_agent.strip()
+    for pattern, name in _UA_NAMES:
+        m = pattern.search(ua)
+        if m:
+            return f"{name} {m.group(1)}"
+    first = ua.split()[0] if ua.split() else ua
+    return first[:60]
+
+
+ANALYSIS_COLUMNS = (
+    "relation", "pointer", "epoch_reason", "predecessor", "thread", "tokens_estimated",
+    "tokens_by_category", "cache_verdict", "has_compaction_before", "markers",
+)  # fmt: skip
+
+
+def _json(value):
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def normalise_call(row: dict) -> dict:
+    """Give the optional analysis fields one shape whatever the store holds (JSON text or objects).
+
+    ``cache`` becomes ``{"verdict", "lost_tokens", "lost_cost_usd", ...}`` or None, built from a
+    ``cache_verdict`` object or from a bare verdict name plus sibling ``cache_*`` columns.
+    """
+    for key in ("tokens_by_category", "markers"):
+        if key in row:
+            row[key] = _json(row[key])
+    if not isinstance(row.get("markers"), list):
+        row["markers"] = [] if row.get("markers") in (None, "") else row["markers"]
+    verdict = _json(row.get("cache_verdict"))
+    cache: dict | None = None
+    if isinstance(verdict, dict):
+        cache = dict(verdict)
+        cache.setdefault("verdict", cache.get("kind"))
+    elif isinstance(verdict, str) and verdict:
+        cache = {"verdict": verdict}
+        for key, value in row.items():
+            if key.startswith("cache_") and key != "cache_verdict" and value is not None:
+                cache.setdefault(key[len("cache_"):], _json(value))
+    row["cache"] = cache
+    if row.get("has_compaction_before") is not None:
+        row["has_compaction_before"] = bool(row["has_compaction_before"])
+    return row

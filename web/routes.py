@@ -1,0 +1,228 @@
+"""Mounting the web UI on the daemon's app: the page at "/", its JSON API under "/_ctxscope/".
+
+Provider routes (/anthropic/, /openai/, /u/, /s/) are the proxy's; nothing here touches them
+(no middleware: each UI handler is wrapped instead). Static files live under /_ctxscope/static/.
+Every UI response carries the security headers (``security.py``); every read of the store runs in
+a worker thread (``pool.py``) so the proxy's event loop never waits on SQLite.
+
+API (all GET, JSON, read-only, except one DELETE):
+  /_ctxscope/api/status                 writer counters (store failures) and store totals
+  /_ctxscope/api/sessions               sessions with aggregates and nested threads
+  /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
+  /_ctxscope/api/call?id=               one call: row, parsed request, final response
+  /_ctxscope/api/raw?id=&kind=request|response&form=decoded|wire&offset=&length=
+  /_ctxscope/api/raw.bin?id=&kind=&form=  the exact bytes, as a download
+  /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
+  /_ctxscope/api/events                 Server-Sent Events: new calls, status
+  DELETE /_ctxscope/api/session?s=      needs the page's token header and a same-origin request
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ctxscope.inspector.queries import AmbiguousCallId
+from ctxscope.web import security
+from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
+from ctxscope.web.deletion import delete_session
+from ctxscope.web.diffview import call_diff
+from ctxscope.web.live import LiveHub, writer_status
+from ctxscope.web.overview import list_session_overviews
+from ctxscope.web.pool import ReadPool
+from ctxscope.web.timeline import PAGE, session_view
+
+STATIC_DIR = Path(__file__).with_name("static")
+API = "/_ctxscope/api"
+STATIC = "/_ctxscope/static"
+_TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
+_FILTERS = ("relation", "verdict", "model", "marker", "thread", "q")
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    resp = web.Response(text=body, status=status, content_type="application/json")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
+def _int(request: web.Request, name: str, default: int | None) -> int | None:
+    value = request.query.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+
+
+class WebUI:
+    """The UI's handlers and state for one daemon."""
+
+    def __init__(self, db_path: Path, writer: Any):
+        self.pool = ReadPool(db_path)
+        self.writer = writer
+        self.token = security.new_token()
+        self.bodies = BodyCache()
+        self.hub = LiveHub(self.pool, writer)
+        self.static = {p.name: p for p in STATIC_DIR.iterdir() if p.is_file()} if STATIC_DIR.is_dir() else {}
+
+    # -- every UI route goes through this: host check, errors as JSON, security headers ----
+
+    def guarded(self, handler):
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            if not security.host_allowed(request.host):
+                return security.apply_headers(web.Response(status=421, text="unknown host"))
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                if exc.status < 400:
+                    raise
+                if request.path.startswith(API):
+                    response = _error(exc.status, exc.text or exc.reason)
+                else:
+                    response = web.Response(status=exc.status, text=exc.text or exc.reason)
+            except AmbiguousCallId as exc:
+                response = _error(400, str(exc))
+            if not response.prepared:  # the event stream set its headers before it started
+                security.apply_headers(response)
+            return response
+
+        return wrapped
+
+    # -- the page ----------------------------------------------------------------------------
+
+    async def index(self, request: web.Request) -> web.Response:
+        html = self.static["index.html"].read_text(encoding="utf-8").replace(_TOKEN_PLACEHOLDER, self.token)
+        resp = web.Response(text=html, content_type="text/html")
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def static_file(self, request: web.Request) -> web.Response:
+        path = self.static.get(request.match_info["name"])
+        if path is None or path.name == "index.html":
+            raise web.HTTPNotFound()
+        ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if path.suffix == ".js":
+            ctype = "text/javascript"
+        resp = web.Response(body=path.read_bytes(), content_type=ctype)
+        resp.headers["Cache-Control"] = "no-cache"
+        return resp
+
+    async def favicon(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    # -- API ---------------------------------------------------------------------------------
+
+    async def status(self, request: web.Request) -> web.Response:
+        def totals(db):
+            n, sessions, last = db.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT session), MAX(started_at) FROM calls"
+            ).fetchone()
+            return {"calls": n, "sessions": sessions, "last_capture_at": last}
+
+        return _json({"writer": writer_status(self.writer), "store": await self.pool.run(totals)})
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        limit = _int(request, "limit", 500) or 500
+        return _json({"sessions": await self.pool.run(lambda db: list_session_overviews(db, limit=limit))})
+
+    async def session(self, request: web.Request) -> web.Response:
+        session = request.query.get("s")
+        if not session:
+            return _error(400, "missing s")
+        filters = {k: request.query[k] for k in _FILTERS if request.query.get(k)}
+        offset = _int(request, "offset", None)
+        limit = _int(request, "limit", PAGE) or PAGE
+        view = await self.pool.run(lambda db: session_view(db, session, offset=offset, limit=limit, filters=filters))
+        return _error(404, f"no session {session!r}") if view is None else _json(view)
+
+    async def call(self, request: web.Request) -> web.Response:
+        call_id = request.query.get("id", "")
+        detail = await self.pool.run(call_detail, call_id) if call_id else None
+        return _error(404, f"no call {call_id!r}") if detail is None else _json(detail)
+
+    def _body_args(self, request: web.Request) -> tuple[str, str, str]:
+        kind = request.query.get("kind", "request")
+        form = request.query.get("form", "decoded")
+        if kind not in ("request", "response") or form not in ("decoded", "wire"):
+            raise web.HTTPBadRequest(text="kind must be request|response, form decoded|wire")
+        return request.query.get("id", ""), kind, form
+
+    async def raw(self, request: web.Request) -> web.Response:
+        call_id, kind, form = self._body_args(request)
+        offset = _int(request, "offset", 0) or 0
+        length = _int(request, "length", RANGE_DEFAULT) or RANGE_DEFAULT
+        result = await self.pool.run(raw_range, self.bodies, call_id, kind, form, offset, length)
+        return _error(404, f"no call {call_id!r}") if result is None else _json(result)
+
+    async def raw_bin(self, request: web.Request) -> web.Response:
+        call_id, kind, form = self._body_args(request)
+        data = await self.pool.run(raw_bytes, self.bodies, call_id, kind, form)
+        if data is None:
+            return _error(404, f"no body for {call_id!r}")
+        resp = web.Response(body=data, content_type="application/octet-stream")
+        safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
+        resp.headers["Content-Disposition"] = f'attachment; filename="{safe_id}-{kind}-{form}.bin"'
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def diff(self, request: web.Request) -> web.Response:
+        call_id = request.query.get("id", "")
+        base = request.query.get("base") or None
+        result = await self.pool.run(call_diff, call_id, base) if call_id else None
+        return _error(404, f"no call {call_id!r}") if result is None else _json(result)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
+        security.apply_headers(resp)
+        return await self.hub.stream(request, resp)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        if not security.same_origin(request) or not security.token_ok(request, self.token):
+            return _error(403, "deleting needs the page's token and a same-origin request")
+        session = request.query.get("s")
+        if not session:
+            return _error(400, "missing s")
+        result = await self.pool.run(delete_session, session)
+        if not result["calls_deleted"]:
+            return _error(404, f"no session {session!r}")
+        self.bodies = BodyCache()
+        return _json(result)
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        await self.hub.close()
+
+    async def on_cleanup(self, app: web.Application) -> None:
+        self.pool.close()
+
+
+def add_web_routes(app: web.Application, db_path: Path, writer: Any) -> None:
+    """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts)."""
+    ui = WebUI(Path(db_path), writer)
+    app.on_shutdown.append(ui.on_shutdown)
+    app.on_cleanup.append(ui.on_cleanup)
+    routes = [
+        ("GET", "/", ui.index),
+        ("GET", "/favicon.ico", ui.favicon),
+        ("GET", f"{STATIC}/{{name}}", ui.static_file),
+        ("GET", f"{API}/status", ui.status),
+        ("GET", f"{API}/sessions", ui.sessions),
+        ("GET", f"{API}/session", ui.session),
+        ("DELETE", f"{API}/session", ui.delete),
+        ("GET", f"{API}/call", ui.call),
+        ("GET", f"{API}/raw", ui.raw),
+        ("GET", f"{API}/raw.bin", ui.raw_bin),
+        ("GET", f"{API}/diff", ui.diff),
+        ("GET", f"{API}/events", ui.events),
+    ]
+    for method, path, handler in routes:
+        app.router.add_route(method, path, ui.guarded(handler))

@@ -1,0 +1,36 @@
+// The UI's only door to the daemon: JSON reads under /_ctxscope/api, one token-guarded delete.
+
+export const API = "/_ctxscope/api";
+
+export function qs(params) {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v != null && v !== "") u.set(k, String(v));
+  const s = u.toString();
+  return s ? "?" + s : "";
+}
+
+export async function getJSON(path, params) {
+  const resp = await fetch(API + path + qs(params), { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  let data = null;
+  try { data = await resp.json(); } catch (e) { data = null; }
+  if (!resp.ok) throw new Error((data && data.error) || `HTTP ${resp.status}`);
+  return data;
+}
+
+function token() {
+  const m = document.querySelector('meta[name="ctxscope-token"]');
+  return m ? m.getAttribute("content") : "";
+}
+
+export async function deleteSession(session) {
+  const resp = await fetch(API + "/session" + qs({ s: session }), {
+    method: "DELETE", credentials: "same-origin", headers: { "X-Ctxscope-Token": token() },
+  });
+  const data = await resp.json().catch(() => null);
+  if (!resp.ok) throw new Error((data && data.error) || `HTTP ${resp.status}`);
+  return data;
+}
+
+export function rawUrl(id, kind, form) {
+  return API + "/raw.bin" + qs({ id, kind, form });
+}

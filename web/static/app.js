@@ -1,0 +1,77 @@
+// ctxscope UI: hash router, breadcrumbs, live updates (Server-Sent Events) and store status.
+
+import { h, mount, fmtInt } from "./dom.js";
+import { API } from "./api.js";
+import { renderSessions } from "./sessions.js";
+import { renderSession } from "./session.js";
+import { renderCall } from "./call.js";
+import { renderDiff } from "./diff.js";
+
+const app = document.getElementById("app");
+const crumbsEl = document.getElementById("crumbs");
+let current = null; // the view on screen: { onCalls?, dispose? }
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [path, query] = raw.split("?", 2);
+  const parts = path.split("/").filter(Boolean).map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
+  return { parts, params: new URLSearchParams(query || "") };
+}
+
+function setCrumbs(items) {
+  mount(crumbsEl, ...items.flatMap((it, i) => [
+    i ? h("span", { class: "sep" }, "/") : null,
+    it.href ? h("a", { href: it.href }, it.label) : h("span", { class: "here" }, it.label),
+  ]));
+}
+
+const ctx = { setCrumbs, navigate: (hash) => { location.hash = hash; } };
+
+function route() {
+  if (current && current.dispose) current.dispose();
+  current = null;
+  const { parts, params } = parseHash();
+  window.scrollTo(0, 0);
+  try {
+    if (parts[0] === "session" && parts[1]) current = renderSession(app, parts[1], params, ctx);
+    else if (parts[0] === "call" && parts[1]) current = renderCall(app, parts[1], params, ctx);
+    else if (parts[0] === "diff" && parts[1]) current = renderDiff(app, parts[1], parts[2] || null, ctx);
+    else current = renderSessions(app, params, ctx);
+  } catch (e) {
+    mount(app, h("p", { class: "error pad" }, "Error: " + e.message));
+  }
+}
+
+// -- live updates ----------------------------------------------------------------------------
+
+const liveEl = document.getElementById("live");
+const statusEl = document.getElementById("store-status");
+
+function showStatus(s) {
+  if (!s) { statusEl.hidden = true; return; }
+  const failures = s.failures || 0;
+  statusEl.hidden = false;
+  statusEl.className = "store-status" + (failures ? " bad" : "");
+  statusEl.textContent = failures ? `⚠ ${fmtInt(failures)} capture failure${failures > 1 ? "s" : ""}` : `${fmtInt(s.written)} stored`;
+  statusEl.title = failures
+    ? `failed ${s.failed}, dropped ${s.dropped}` + (s.last_error ? ` — last: ${s.last_error}` : "")
+    : `capture writer: ${s.written} calls stored since start, ${s.queued} queued`;
+}
+
+function connectLive() {
+  if (!window.EventSource) return;
+  const es = new EventSource(API + "/events");
+  es.addEventListener("open", () => { liveEl.className = "live on"; liveEl.title = "live updates: connected"; });
+  es.addEventListener("error", () => { liveEl.className = "live off"; liveEl.title = "live updates: reconnecting"; });
+  es.addEventListener("calls", (ev) => {
+    let rows = [];
+    try { rows = JSON.parse(ev.data); } catch (e) { return; }
+    if (current && current.onCalls) current.onCalls(rows);
+  });
+  es.addEventListener("resync", () => { if (current && current.onCalls) current.onCalls(null); });
+  es.addEventListener("status", (ev) => { try { showStatus(JSON.parse(ev.data)); } catch (e) { /* ignore */ } });
+}
+
+window.addEventListener("hashchange", route);
+route();
+connectLive();

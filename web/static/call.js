@@ -1,0 +1,112 @@
+// Call page: overview (timings, outcome, usage reported vs estimated, cache verdict, prefix
+// relation, markers), then tabs: structured request, response, raw bytes, headers.
+
+import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip,
+  callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
+import { getJSON } from "./api.js";
+import { requestView, responseView } from "./reqview.js";
+import { rawView, headersTable } from "./rawview.js";
+import { reveal } from "./jsontree.js";
+
+function kv(rows) {
+  return h("table", { class: "kvtable" }, h("tbody", {}, rows.filter(Boolean).map(([k, v, title]) =>
+    h("tr", { title: title || null }, h("th", {}, k), h("td", {}, v == null || v === "" ? "–" : v)))));
+}
+
+function usageTable(call) {
+  const u = call.usage || {};
+  const unc = u.input != null ? Math.max(0, u.input - (u.cache_read || 0) - (u.cache_write || 0)) : null;
+  const cats = call.tokens_by_category && typeof call.tokens_by_category === "object" ? call.tokens_by_category : null;
+  const est = call.tokens_estimated;
+  const rows = [
+    ["input (total)", fmtInt(u.input), est != null ? fmtInt(est) : "–"],
+    ["  cache read", fmtInt(u.cache_read), "", "s-read"],
+    ["  cache write", fmtInt(u.cache_write), "", "s-write"],
+    ["  uncached", fmtInt(unc), "", "s-uncached"],
+    ["output", fmtInt(u.output), ""],
+  ];
+  const table = h("table", { class: "kvtable usage" },
+    h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", { class: "num" }, "reported"), h("th", { class: "num" }, "estimated (o200k)"))),
+    h("tbody", {}, rows.map(([k, a, b, cls]) => h("tr", {}, h("th", {}, cls ? h("span", { class: "dot " + cls }) : null, k.trim()), h("td", { class: "num" }, a), h("td", { class: "num" }, b)))));
+  const catList = cats ? h("div", { class: "cats" }, CATEGORIES.filter((c) => cats[c]).map((c) =>
+    h("div", { class: "cat" }, h("span", { class: "dot c-" + c }), h("span", {}, CATEGORY_LABEL[c]), h("span", { class: "num" }, fmtInt(cats[c]))))) : null;
+  return h("div", {}, call.usage ? table : h("p", { class: "muted" }, "The provider reported no usage for this call."), catList);
+}
+
+export function renderCall(root, id, params, ctx) {
+  let disposed = false;
+  mount(root, h("p", { class: "muted pad" }, "Loading call…"));
+
+  function draw(d) {
+    const c = d.call;
+    ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: c.session, href: "#/session/" + encodeURIComponent(c.session) }, { label: "#" + c.seq }]);
+    const nav = d.navigation || {};
+    const tabsBox = h("div", { class: "tab-body" });
+    const tabs = {};
+    const built = {};
+    let reqEl = null;
+    const show = (name) => {
+      for (const [k, b] of Object.entries(tabs)) b.classList.toggle("on", k === name);
+      if (!built[name]) built[name] = builders[name]();
+      mount(tabsBox, built[name]);
+      return built[name];
+    };
+    const builders = {
+      request: () => (reqEl = d.request != null ? requestView(d.request, c.api) : h("p", { class: "muted pad" }, d.request_note || "No request body.")),
+      response: () => responseView(d.response),
+      "raw request": () => rawView(c, "request"),
+      "raw response": () => rawView(c, "response"),
+      headers: () => h("div", { class: "cols2" }, headersTable(c.request_headers, "request headers (secrets redacted)"),
+        headersTable(c.response_headers, "response headers"), c.annotations && c.annotations.length ? headersTable(c.annotations, "ctxscope annotations") : null),
+    };
+    const goPtr = (ptr) => { show("request"); if (reqEl && ptr != null) reveal(reqEl, ptr); };
+    const ptrLink = (ptr) => ptr ? h("a", { href: "#", class: "ptr", onclick: (e) => { e.preventDefault(); goPtr(ptr); } }, ptr) : null;
+    const markers = callMarkers(c);
+    const cache = c.cache || {};
+    mount(root,
+      h("div", { class: "toolbar" },
+        h("h1", {}, "Call #" + c.seq), h("code", { class: "muted", title: "call id" }, c.id), c.model ? h("span", { class: "tag" }, c.model) : null,
+        h("span", { class: "muted" }, c.api || c.path || ""), c.relation ? relationBadge(c.relation, c.pointer || c.epoch_reason) : null, c.cache ? verdictBadge(c.cache) : null, outcomeBadge(c),
+        h("span", { class: "spacer" }),
+        h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
+        h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
+        d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
+          d.diff_base_is_predecessor ? "diff with predecessor" : "diff with previous call") : null),
+      h("div", { class: "cards" },
+        h("div", { class: "card" }, h("div", { class: "card-title" }, "Exchange"), kv([
+          ["started", fmtDateTime(c.started_at)], ["first byte", fmtMs(c.ttfb_ms)], ["total", fmtMs(c.duration_ms)],
+          ["outcome", [outcomeBadge(c), c.error ? h("span", { class: "err" }, " " + c.error) : null]],
+          ["stop reason", c.stop_reason], ["stream", c.stream == null ? null : c.stream ? `yes (${fmtInt(c.event_count)} events)` : "no"],
+          ["endpoint", `${c.method} ${c.provider || ""} ${c.path || ""}`], ["client", c.client_name, c.client],
+          ["bytes", `${fmtBytes(c.request_bytes)} → ${fmtBytes(c.response_bytes)}`],
+          (c.attempt || 1) > 1 ? ["retry", [`attempt ${c.attempt} of `, h("a", { href: "#/call/" + encodeURIComponent(c.retry_of) }, c.retry_of)]] : null,
+          c.parse_error ? ["parse error", c.parse_error] : null,
+        ])),
+        h("div", { class: "card" }, h("div", { class: "card-title" }, "Usage: reported vs estimated"), usageTable(c)),
+        h("div", { class: "card" }, h("div", { class: "card-title" }, "Prefix and cache"), kv([
+          ["relation", [relationBadge(c.relation), c.relation === "DIVERGED" ? [" at ", ptrLink(c.pointer)] : null]],
+          c.epoch_reason ? ["epoch", String(c.epoch_reason).replace(/_/g, " ")] : null,
+          ["predecessor", c.predecessor ? h("a", { href: "#/call/" + encodeURIComponent(c.predecessor) }, c.predecessor) : null],
+          c.thread ? ["thread", h("code", {}, c.thread)] : null,
+          ["cache verdict", [verdictBadge(c.cache), cache.detail ? h("span", { class: "muted" }, " " + cache.detail) : null]],
+          cache.lost_tokens ? ["lost to the break", `${fmtInt(cache.lost_tokens)} tokens` + (cache.lost_cost_usd ? ` · ${fmtCost(cache.lost_cost_usd)}` : "")] : null,
+          cache.break_pointer ? ["first difference", ptrLink(cache.break_pointer)] : null,
+          cache.before_prev_last_breakpoint != null ? ["inside cached prefix", cache.before_prev_last_breakpoint ? "yes" : "no"] : null,
+          cache.provider_diagnostics ? ["provider says", h("code", {}, JSON.stringify(cache.provider_diagnostics))] : null,
+        ]),
+        markers.length ? h("div", { class: "marker-list" }, markers.map((m) => h("div", { class: "marker-item" },
+          markerChip(m, m.pointer ? () => goPtr(m.pointer) : null), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
+          m.detail != null ? h("span", { class: "muted small" }, " " + (typeof m.detail === "string" ? m.detail : JSON.stringify(m.detail)).slice(0, 300)) : null))) : null)),
+      h("div", { class: "tabs" }, Object.keys(builders).map((name) => (tabs[name] = h("button", { type: "button", class: "tab", onclick: () => show(name) }, name)))),
+      tabsBox);
+    show("request");
+    root.dataset.ready = "1";
+    const ptr = params.get("ptr");
+    if (ptr) goPtr(ptr);
+  }
+
+  getJSON("/call", { id }).then((d) => { if (!disposed) draw(d); })
+    .catch((e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load call: " + e.message)); });
+  delete root.dataset.ready;
+  return { dispose() { disposed = true; delete root.dataset.ready; } };
+}

@@ -1,0 +1,119 @@
+// Diff page: a call against its predecessor. Opens at the first difference (the inspector's
+// pointer when it has one), both sides shown with the changed span marked; cache_control moves
+// and parameter changes are listed apart because they do not change the prompt.
+
+import { h, mount, fmtInt, relationBadge } from "./dom.js";
+import { getJSON } from "./api.js";
+import { diffText } from "./textdiff.js";
+
+const CONTEXT = 300; // characters kept around a change
+const MIDDLE = 120; // kept at each end of an unchanged run between two changes
+
+function elided(n) { return h("span", { class: "elided" }, ` … ${fmtInt(n)} identical chars … `); }
+
+function equalRun(text, first, last) {
+  if (first && last) return [text];
+  if (first) return text.length > CONTEXT ? [elided(text.length - CONTEXT), text.slice(-CONTEXT)] : [text];
+  if (last) return text.length > CONTEXT ? [text.slice(0, CONTEXT), elided(text.length - CONTEXT)] : [text];
+  return text.length > 2 * MIDDLE + 40 ? [text.slice(0, MIDDLE), elided(text.length - 2 * MIDDLE), text.slice(-MIDDLE)] : [text];
+}
+
+// Both sides of a change: unchanged runs shared (and elided when long), deletions marked on the
+// left, insertions on the right.
+function sidesOf(a, b) {
+  if (a == null) return [h("pre", { class: "text absent" }, "(absent)"), h("pre", { class: "text side" }, h("mark", { class: "ins" }, b))];
+  if (b == null) return [h("pre", { class: "text side" }, h("mark", { class: "del" }, a)), h("pre", { class: "text absent" }, "(absent)")];
+  const left = h("pre", { class: "text side" });
+  const right = h("pre", { class: "text side" });
+  const runs = diffText(a, b);
+  runs.forEach(([op, text], i) => {
+    if (op === "=") {
+      left.append(...equalRun(text, i === 0, i === runs.length - 1).map((x) => (typeof x === "string" ? document.createTextNode(x) : x)));
+      right.append(...equalRun(text, i === 0, i === runs.length - 1).map((x) => (typeof x === "string" ? document.createTextNode(x) : x)));
+    } else if (op === "-") left.appendChild(h("mark", { class: "del" }, text));
+    else right.appendChild(h("mark", { class: "ins" }, text));
+  });
+  return [left, right];
+}
+
+function changeDetail(ch, first, d) {
+  const [left, right] = sidesOf(ch.old, ch.new);
+  return h("div", { class: "change-detail", id: "first-diff" },
+    h("div", { class: "toolbar" }, h("span", { class: "op op-" + ch.op }, ch.op),
+      first ? h("b", {}, "first difference") : h("b", {}, "difference"), h("code", { class: "ptr big" }, ch.pointer || "/"),
+      h("span", { class: "spacer" }), h("span", { class: "muted small" }, ch.area ? "area: " + ch.area : "")),
+    ch.truncated ? h("p", { class: "muted small" }, "Values are cut at 200,000 characters.") : null,
+    h("div", { class: "cols2 sides" },
+      h("div", {}, h("div", { class: "side-title" }, `before · #${d.old.seq}`, ch.old_pointer ? h("code", { class: "ptr" }, " " + ch.old_pointer) : null), left),
+      h("div", {}, h("div", { class: "side-title" }, `after · #${d.new.seq}`, h("code", { class: "ptr" }, " " + (ch.pointer || "/"))), right)));
+}
+
+function pickFocus(changes, focus) {
+  if (!focus) return 0;
+  let best = -1;
+  changes.forEach((c, i) => {
+    if (best >= 0) return;
+    if (c.pointer === focus || focus.startsWith(c.pointer + "/") || c.pointer.startsWith(focus + "/")) best = i;
+  });
+  return best >= 0 ? best : 0;
+}
+
+function markerMoves(m) {
+  const items = [
+    ...m.removed.map((x) => ["removed", x.pointer]),
+    ...m.added.map((x) => ["added", x.pointer]),
+    ...m.changed.map((x) => ["changed", x.pointer]),
+  ];
+  if (!items.length) return h("p", { class: "muted small" }, `cache_control markers unchanged (${m.new.length} in this call).`);
+  return h("div", {}, h("p", { class: "muted small" }, "Breakpoints moved. This alone does not change the prompt; a moved breakpoint changes what gets written to the cache."),
+    h("ul", { class: "moves" }, items.map(([op, ptr]) => h("li", {}, h("span", { class: "op op-" + op }, op), " ", h("code", { class: "ptr" }, ptr)))));
+}
+
+export function renderDiff(root, id, base, ctx) {
+  let disposed = false;
+  mount(root, h("p", { class: "muted pad" }, "Computing diff…"));
+  getJSON("/diff", { id, base }).then((d) => {
+    if (disposed) return;
+    const n = d.new;
+    ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: n.session, href: "#/session/" + encodeURIComponent(n.session) },
+      { label: "#" + n.seq, href: "#/call/" + encodeURIComponent(n.id) }, { label: "diff" }]);
+    if (!d.diff) {
+      mount(root, h("div", { class: "toolbar" }, h("h1", {}, `Diff · call #${n.seq}`)), h("p", { class: "muted pad" }, d.reason || "Nothing to compare."));
+      root.dataset.ready = "1";
+      return;
+    }
+    const diff = d.diff;
+    const detail = h("div");
+    const list = h("ol", { class: "changes" });
+    let selected = null;
+    const focusIndex = diff.changes.length ? pickFocus(diff.changes, d.focus) : -1;
+    const select = (i) => {
+      if (selected) selected.classList.remove("on");
+      selected = list.children[i];
+      if (selected) selected.classList.add("on");
+      mount(detail, changeDetail(diff.changes[i], i === focusIndex, d));
+    };
+    diff.changes.forEach((c, i) => list.appendChild(h("li", { class: "change", onclick: () => select(i) },
+      h("span", { class: "op op-" + c.op }, c.op), " ", h("code", { class: "ptr" }, c.pointer || "/"))));
+    const analysed = n.pointer && n.relation === "DIVERGED" ? h("span", { class: "muted" }, "inspector: first difference at ", h("code", { class: "ptr" }, n.pointer)) : null;
+    mount(root,
+      h("div", { class: "toolbar" }, h("h1", {}, `Diff · call #${n.seq} vs #${d.old.seq}`), n.relation ? relationBadge(n.relation, n.pointer || n.epoch_reason) : null,
+        analysed, h("span", { class: "spacer" }),
+        h("a", { class: "btn", href: "#/call/" + encodeURIComponent(d.old.id) }, `open #${d.old.seq}`),
+        h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
+      h("p", { class: "muted" }, diff.identical_prompt
+        ? "The prompts are identical (ignoring cache_control markers and string vs text-block re-serialisation)."
+        : `${diff.changes.length}${diff.truncated ? "+" : ""} prompt change${diff.changes.length === 1 ? "" : "s"}, in cache order (tools → system → messages).`),
+      diff.changes.length ? h("div", { class: "diff-layout" }, h("div", { class: "card flush change-list" }, list), h("div", { class: "card" }, detail)) : null,
+      h("div", { class: "cols2" },
+        h("div", { class: "card" }, h("div", { class: "card-title" }, "cache_control moves (not prompt changes)"), markerMoves(diff.marker_moves)),
+        h("div", { class: "card" }, h("div", { class: "card-title" }, "parameters (outside the prompt)"),
+          diff.params.length ? h("table", { class: "kvtable" }, h("tbody", {}, diff.params.map((p) => h("tr", {}, h("th", {}, p.key),
+            h("td", {}, h("code", {}, JSON.stringify(p.old))), h("td", {}, "→"), h("td", {}, h("code", {}, JSON.stringify(p.new)))))))
+            : h("p", { class: "muted small" }, "unchanged"))));
+    if (focusIndex >= 0) select(focusIndex);
+    root.dataset.ready = "1";
+  }).catch((e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not compute the diff: " + e.message)); });
+  delete root.dataset.ready;
+  return { dispose() { disposed = true; delete root.dataset.ready; } };
+}

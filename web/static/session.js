@@ -1,0 +1,199 @@
+// Session page: summary, the context/cache chart over every call, filters, and the timeline of
+// calls one page at a time (relation, pointer, markers, tokens by category, cache, latency).
+
+import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
+  markerChip, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
+import { getJSON } from "./api.js";
+import { sessionChart } from "./chart.js";
+
+const RELATIONS = ["IDENTICAL", "APPEND_ONLY", "DIVERGED", "NOT_COMPARABLE", "EPOCH_START"];
+const VERDICTS = ["hit", "expected_write", "client_break", "ttl_expired", "below_minimum", "provider_miss", "not_requested", "unknown"];
+const MARKERS = ["compaction", "reminder", "retry", "tools_executed", "tool_output_externalized", "tool_results_archived",
+  "checkpoint", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry"];
+
+function select(label, options, value, onchange) {
+  return h("select", { "aria-label": label, onchange },
+    h("option", { value: "" }, label + ": all"),
+    options.map((o) => h("option", { value: o, selected: o === value ? true : null }, o)));
+}
+
+export function tokenBar(call, scale) {
+  const cats = call.tokens_by_category;
+  const total = call.tokens_estimated != null ? call.tokens_estimated : (call.usage && call.usage.input);
+  const width = scale > 0 && total ? Math.max(2, Math.round((total / scale) * 100)) : 0;
+  const bar = h("span", { class: "stack", style: { width: width + "%" } });
+  const parts = [];
+  if (cats && typeof cats === "object") {
+    const sum = CATEGORIES.reduce((a, c) => a + (cats[c] || 0), 0) || 1;
+    for (const c of CATEGORIES) {
+      if (!cats[c]) continue;
+      bar.appendChild(h("span", { class: "seg c-" + c, style: { width: ((cats[c] / sum) * 100).toFixed(2) + "%" } }));
+      parts.push(`${CATEGORY_LABEL[c]} ${fmtInt(cats[c])}`);
+    }
+  } else if (width) {
+    bar.appendChild(h("span", { class: "seg c-plain", style: { width: "100%" } }));
+  }
+  const title = (call.tokens_estimated != null ? `estimated ${fmtInt(call.tokens_estimated)} tokens` : `reported input ${fmtInt(total)}`) +
+    (parts.length ? "\n" + parts.join("\n") : "");
+  return h("div", { class: "tok", title }, h("span", { class: "tok-n" }, fmtTokens(total)), h("span", { class: "stack-box" }, bar));
+}
+
+export function cacheCell(call) {
+  const u = call.usage;
+  const kids = [verdictBadge(call.cache)];
+  if (u && u.input) {
+    const read = Math.min(u.input, u.cache_read || 0);
+    const write = Math.min(u.input - read, u.cache_write || 0);
+    const unc = Math.max(0, u.input - read - write);
+    const pct = (v) => ((v / u.input) * 100).toFixed(1) + "%";
+    kids.push(h("span", { class: "mini", title: `read ${fmtInt(read)} · write ${fmtInt(write)} · uncached ${fmtInt(unc)}` },
+      h("span", { class: "seg s-read", style: { width: pct(read) } }), h("span", { class: "seg s-write", style: { width: pct(write) } }),
+      h("span", { class: "seg s-uncached", style: { width: pct(unc) } })));
+    kids.push(h("span", { class: "muted small" }, fmtPct(read / u.input)));
+  }
+  if (call.cache && call.cache.lost_tokens) kids.push(h("span", { class: "lost", title: "tokens lost to this break" }, "−" + fmtTokens(call.cache.lost_tokens)));
+  return h("td", { class: "cache" }, kids);
+}
+
+export function relationCell(call) {
+  const rel = call.relation;
+  const extra = rel === "EPOCH_START" ? call.epoch_reason : rel === "DIVERGED" ? call.pointer : null;
+  const kids = [relationBadge(rel, extra)];
+  if (rel === "DIVERGED" && call.pointer) kids.push(h("code", { class: "ptr", title: "first difference: " + call.pointer }, call.pointer));
+  else if (rel === "EPOCH_START" && call.epoch_reason) kids.push(h("span", { class: "reason" }, String(call.epoch_reason).replace(/_/g, " ")));
+  return h("td", { class: "rel" }, kids);
+}
+
+export function renderSession(root, session, params, ctx) {
+  ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: session }]);
+  const filters = { relation: params.get("relation") || "", verdict: params.get("verdict") || "", marker: params.get("marker") || "",
+    thread: params.get("thread") || "", q: params.get("q") || "" };
+  let offset = params.has("offset") ? Number(params.get("offset")) : null; // null: follow the latest page
+  let disposed = false;
+  let timer = null;
+  let seen = null;
+  let last = null;
+
+  const head = h("div");
+  const chartBox = h("div", { class: "card" });
+  const filterBar = h("div", { class: "toolbar filters" });
+  const tableBox = h("div", { class: "card flush" });
+  const pager = h("div", { class: "pager" });
+  mount(root, head, chartBox, filterBar, tableBox, pager);
+
+  const search = h("input", { type: "search", class: "search", placeholder: "search calls: id, pointer, model, marker…",
+    "aria-label": "search calls", value: filters.q,
+    oninput: () => { clearTimeout(timer); timer = setTimeout(() => { filters.q = search.value; offset = null; load(); }, 250); } });
+
+  const countEl = h("span", { class: "muted" });
+  const threadSel = h("select", { "aria-label": "thread", hidden: true, onchange: (e) => { filters.thread = e.target.value; offset = null; load(); } });
+  mount(filterBar,
+    select("relation", RELATIONS, filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }),
+    select("cache", VERDICTS, filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }),
+    select("marker", MARKERS, filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }),
+    threadSel, search, h("span", { class: "spacer" }), countEl);
+
+  function drawFilters(view) {
+    const threads = view.threads || [];
+    threadSel.hidden = threads.length < 2;
+    const key = threads.map((t) => t.thread + ":" + t.calls).join(",");
+    if (threadSel.dataset.key !== key) {
+      threadSel.dataset.key = key;
+      mount(threadSel, h("option", { value: "" }, "thread: all"),
+        threads.map((t) => h("option", { value: t.thread, selected: t.thread === filters.thread ? true : null },
+          `${t.main ? "main" : "side"} T${t.index + 1} (${t.calls})`)));
+    }
+    countEl.textContent = view.total === view.all ? `${fmtInt(view.all)} calls` : `${fmtInt(view.total)} of ${fmtInt(view.all)} calls`;
+  }
+
+  function drawHead(view) {
+    const s = view.summary;
+    mount(head,
+      h("div", { class: "toolbar" }, h("h1", {}, session), (s.models || []).map((m) => h("span", { class: "tag" }, m))),
+      h("div", { class: "stats" },
+        stat("calls", fmtInt(s.calls)), stat("tokens", fmtTokens(s.tokens), "input + output, as reported"),
+        stat("hit rate", fmtPct(s.hit_rate && s.hit_rate.ratio), s.hit_rate ? `${fmtInt(s.hit_rate.read)} / ${fmtInt(s.hit_rate.input)} input tokens read from cache` : "no usage reported"),
+        stat("breaks", s.breaks == null ? "–" : fmtInt(s.breaks), "calls whose cache verdict is client_break"),
+        stat("cost", fmtCost(s.cost_usd, s.cost_estimated)), stat("errors", fmtInt(s.errors)),
+        stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
+        view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")));
+  }
+
+  function drawChart(view) {
+    const width = Math.max(320, chartBox.clientWidth - 24);
+    mount(chartBox, h("div", { class: "card-title" }, "Context size and cache use per call"),
+      sessionChart(view.series, { width, onPick: (i) => ctx.navigate("#/call/" + encodeURIComponent(view.series.id[i])) }));
+  }
+
+  function drawTable(view) {
+    const scale = Math.max(1, ...view.series.ctx.map((v) => v || 0));
+    const threadCount = (view.threads || []).length;
+    const tbody = h("tbody");
+    for (const c of view.calls) {
+      const href = "#/call/" + encodeURIComponent(c.id);
+      const markers = callMarkers(c);
+      const fresh = seen && !seen.has(c.id);
+      tbody.appendChild(h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === "DIVERGED" ? " diverged" : ""), dataset: { id: c.id },
+        onclick: (ev) => { if (!ev.target.closest("a,button")) ctx.navigate(href); } },
+        h("td", { class: "num" }, h("a", { href }, "#" + c.seq)),
+        h("td", { class: "muted mono", title: c.started_at }, fmtTime(c.started_at)),
+        threadCount > 1 ? h("td", {}, c.thread_index != null ? h("span", { class: "thread t" + (c.thread_index % 6), title: "thread " + c.thread }, "T" + (c.thread_index + 1)) : "") : null,
+        h("td", {}, h("span", { class: "model" }, c.model || c.path || "–")),
+        relationCell(c),
+        h("td", { class: "markers" }, markers.map((m) => markerChip(m,
+          () => ctx.navigate(href + (m.pointer ? "?ptr=" + encodeURIComponent(m.pointer) : ""))))),
+        h("td", {}, tokenBar(c, scale)),
+        cacheCell(c),
+        h("td", { class: "num mono", title: `first byte ${fmtMs(c.ttfb_ms)} · total ${fmtMs(c.duration_ms)}` },
+          fmtMs(c.duration_ms), h("span", { class: "muted small" }, c.ttfb_ms != null ? " / " + fmtMs(c.ttfb_ms) : "")),
+        h("td", {}, outcomeBadge(c))));
+    }
+    seen = new Set(view.series.id);
+    mount(tableBox, h("table", { class: "grid calls" },
+      h("thead", {}, h("tr", {},
+        h("th", { class: "num" }, "#"), h("th", {}, "time"), threadCount > 1 ? h("th", {}, "thread") : null, h("th", {}, "model"),
+        h("th", {}, "prefix relation"), h("th", {}, "markers"), h("th", {}, "tokens"), h("th", {}, "cache"),
+        h("th", { class: "num" }, "latency"), h("th", {}, "status"))),
+      tbody),
+      view.calls.length ? null : h("p", { class: "muted pad" }, "No calls match these filters."));
+    const pages = Math.max(1, Math.ceil(view.total / view.limit));
+    const page = Math.floor(view.offset / view.limit) + 1;
+    const go = (o) => { offset = o; load(); };
+    mount(pager,
+      h("button", { type: "button", disabled: page <= 1 ? true : null, onclick: () => go(0) }, "« first"),
+      h("button", { type: "button", disabled: page <= 1 ? true : null, onclick: () => go(Math.max(0, view.offset - view.limit)) }, "‹ prev"),
+      h("span", { class: "muted" }, `calls ${fmtInt(view.total ? view.offset + 1 : 0)}–${fmtInt(view.offset + view.calls.length)} of ${fmtInt(view.total)} · page ${page}/${pages}`),
+      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(view.offset + view.limit) }, "next ›"),
+      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(null) }, "latest »"));
+  }
+
+  async function load() {
+    try {
+      const view = await getJSON("/session", { s: session, offset: offset == null ? "" : offset, ...filters });
+      if (disposed) return;
+      const first = last == null;
+      last = view;
+      drawHead(view);
+      if (first || String(view.series.id.length) !== chartBox.dataset.n) { drawChart(view); chartBox.dataset.n = String(view.series.id.length); }
+      drawFilters(view);
+      drawTable(view);
+      if (first) root.dataset.ready = "1";
+    } catch (e) {
+      if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
+    }
+  }
+
+  let resizeTimer = null;
+  const onResize = () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (last) drawChart(last); }, 150); };
+  window.addEventListener("resize", onResize);
+  delete root.dataset.ready;
+  load();
+  return {
+    onCalls(rows) {
+      if (rows && !rows.some((r) => r.session === session)) return;
+      clearTimeout(timer);
+      timer = setTimeout(load, 200);
+    },
+    dispose() { disposed = true; clearTimeout(timer); clearTimeout(resizeTimer); window.removeEventListener("resize", onResize); delete root.dataset.ready; },
+  };
+}

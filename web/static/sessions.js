@@ -1,0 +1,113 @@
+// Sessions page: every session with client, models, calls, tokens, hit rate, breaks, cost and
+// last activity; side threads nested under their session; filter as you type; live refresh.
+
+import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtAgo } from "./dom.js";
+import { getJSON, deleteSession } from "./api.js";
+
+export function renderSessions(root, params, ctx) {
+  ctx.setCrumbs([{ label: "sessions" }]);
+  let data = [];
+  let timer = null;
+  let disposed = false;
+  const search = h("input", {
+    type: "search", class: "search", placeholder: "filter: session, model, client…", "aria-label": "filter sessions",
+    value: params.get("q") || "", oninput: () => draw(),
+  });
+  const onlyBreaks = h("input", { type: "checkbox", onchange: () => draw() });
+  const onlyErrors = h("input", { type: "checkbox", onchange: () => draw() });
+  const count = h("span", { class: "muted" });
+  const tbody = h("tbody");
+  const table = h("table", { class: "grid sessions" },
+    h("thead", {}, h("tr", {},
+      h("th", {}, "session"), h("th", {}, "client"), h("th", {}, "models"), h("th", { class: "num" }, "calls"),
+      h("th", { class: "num" }, "tokens"), h("th", { class: "num", title: "cache read tokens / input tokens" }, "hit rate"),
+      h("th", { class: "num", title: "cache breaks caused by the client (cache verdict client_break)" }, "breaks"),
+      h("th", { class: "num" }, "cost"), h("th", { class: "num" }, "last activity"), h("th", {}, ""))),
+    tbody);
+  const empty = h("div", { class: "empty", hidden: true },
+    h("p", {}, "No calls captured yet."),
+    h("p", { class: "muted" }, "Point your agent's base URL at this daemon, e.g. ", h("code", {}, location.origin + "/anthropic"),
+      " or ", h("code", {}, location.origin + "/openai/v1"), " — or try the built-in simulator at ", h("code", {}, location.origin + "/u/sim"), "."));
+  mount(root,
+    h("div", { class: "toolbar" }, h("h1", {}, "Sessions"), count, h("span", { class: "spacer" }), search,
+      h("label", { class: "check" }, onlyBreaks, " with breaks"), h("label", { class: "check" }, onlyErrors, " with errors")),
+    h("div", { class: "card flush" }, table), empty);
+
+  function matches(s, q) {
+    if (onlyBreaks.checked && !(s.breaks > 0)) return false;
+    if (onlyErrors.checked && !(s.errors > 0)) return false;
+    if (!q) return true;
+    const hay = [s.session, ...(s.models || []), ...(s.clients || []), ...(s.threads || []).map((t) => t.thread)].join(" ").toLowerCase();
+    return q.split(/\s+/).every((w) => hay.includes(w));
+  }
+
+  function hitCell(hr) {
+    if (!hr) return h("td", { class: "num muted" }, "–");
+    const bar = h("span", { class: "meter" }, h("span", { class: "meter-fill", style: { width: Math.round(hr.ratio * 100) + "%" } }));
+    return h("td", { class: "num", title: `${fmtInt(hr.read)} cache-read of ${fmtInt(hr.input)} input tokens` }, bar, " ", fmtPct(hr.ratio));
+  }
+
+  function row(s) {
+    const href = "#/session/" + encodeURIComponent(s.session);
+    const del = h("button", {
+      type: "button", class: "icon-btn", title: "delete this session's captures",
+      onclick: async (ev) => {
+        ev.preventDefault();
+        if (!window.confirm(`Delete session ${s.session} (${s.calls} calls)? This cannot be undone.`)) return;
+        try { await deleteSession(s.session); load(); } catch (e) { window.alert("Delete failed: " + e.message); }
+      },
+    }, "✕");
+    const rows = [h("tr", { class: "session-row", dataset: { session: s.session } },
+      h("td", {}, h("a", { href, class: "session-link" }, s.session),
+        s.compactions ? h("span", { class: "chip m-compaction", title: "compactions" }, `${s.compactions} compaction${s.compactions > 1 ? "s" : ""}`) : null),
+      h("td", { class: "muted" }, (s.clients || []).join(", ") || "–"),
+      h("td", {}, (s.models || []).map((m) => h("span", { class: "tag" }, m))),
+      h("td", { class: "num" }, fmtInt(s.calls), s.errors ? h("span", { class: "err-count", title: "failed calls" }, ` (${s.errors}✗)`) : null),
+      h("td", { class: "num", title: s.usage ? `input ${fmtInt(s.usage.input)} · output ${fmtInt(s.usage.output)}` : null }, fmtTokens(s.tokens)),
+      hitCell(s.hit_rate),
+      h("td", { class: "num" + (s.breaks > 0 ? " warn" : " muted") }, s.breaks == null ? "–" : fmtInt(s.breaks)),
+      h("td", { class: "num", title: s.cost_estimated ? "some models are not in the price table: estimated" : "from reported usage" }, fmtCost(s.cost_usd, s.cost_estimated)),
+      h("td", { class: "num muted", title: s.last_started_at }, fmtAgo(s.last_started_at)),
+      h("td", {}, del))];
+    const threads = s.threads || [];
+    if (threads.length > 1) {
+      for (const t of threads) {
+        rows.push(h("tr", { class: "thread-row" + (t.main ? " main" : "") },
+          h("td", { colspan: 2 }, h("span", { class: "indent" }, t.main ? "└ main thread " : "└ side thread "),
+            h("a", { href: href + "?thread=" + encodeURIComponent(t.thread) }, "#" + t.first_seq)),
+          h("td", {}, (t.models || []).map((m) => h("span", { class: "tag" }, m))),
+          h("td", { class: "num" }, fmtInt(t.calls)),
+          h("td", {}), h("td", { class: "num muted" }, t.usage_input ? fmtPct((t.usage_cache_read || 0) / t.usage_input) : "–"),
+          h("td", {}), h("td", {}), h("td", { class: "num muted" }, fmtAgo(t.last_started_at)), h("td", {})));
+      }
+    }
+    return rows;
+  }
+
+  function draw() {
+    const q = search.value.trim().toLowerCase();
+    const shown = data.filter((s) => matches(s, q));
+    clear(tbody);
+    for (const s of shown) for (const r of row(s)) tbody.appendChild(r);
+    count.textContent = shown.length === data.length ? `${data.length} session${data.length === 1 ? "" : "s"}` : `${shown.length} of ${data.length}`;
+    empty.hidden = data.length > 0;
+    table.parentElement.hidden = data.length === 0;
+  }
+
+  async function load() {
+    try {
+      const res = await getJSON("/sessions");
+      if (disposed) return;
+      data = res.sessions || [];
+      draw();
+    } catch (e) {
+      if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load sessions: " + e.message));
+    }
+  }
+
+  load();
+  return {
+    onCalls() { clearTimeout(timer); timer = setTimeout(load, 300); },
+    dispose() { disposed = true; clearTimeout(timer); },
+  };
+}
