@@ -52,6 +52,9 @@ class DaemonConfig:
     db: Path = field(default_factory=default_db_path)
     upstreams: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
     allow_remote: bool = False
+    # "process": store and analyse in a low-priority child process (default: forwarding never
+    # waits on the GIL for it); "thread": in this process (embedding, some tests).
+    writer: str = "process"
 
 
 def read_config_file(path: Path) -> dict:

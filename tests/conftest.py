@@ -116,7 +116,13 @@ class RunningProxy:
 
 
 @pytest.fixture
-def proxy(loop_thread, sim, tmp_path, monkeypatch):
+def writer_mode():
+    """Where the daemon stores captures; tests may override with "thread" to inject faults."""
+    return "process"
+
+
+@pytest.fixture
+def proxy(loop_thread, sim, tmp_path, monkeypatch, writer_mode):
     """ctxscope serve on a free loopback port, with the recording simulator as upstream `sim`
     and also as the `anthropic` and `openai` upstreams (so SDK base URLs look like real use)."""
     from ctxscope.daemon import start_daemon
@@ -125,7 +131,7 @@ def proxy(loop_thread, sim, tmp_path, monkeypatch):
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     db_path = tmp_path / "captures.db"
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
-                       upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url})
+                       upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url}, writer=writer_mode)
     daemon = loop_thread.call(start_daemon(cfg))
     running = RunningProxy(loop_thread, daemon, db_path)
     yield running

@@ -88,27 +88,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_serve_drains_captures_on_sigterm(tmp_path):
+def _start_serve(tmp_path):
     port = _free_port()
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
     db = tmp_path / "c.db"
     proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port), "--db", str(db)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx2.get(url + "/u/sim/v1/models", timeout=1)
+            return proc, url, db
+        except httpx2.TransportError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise AssertionError("daemon did not start: " + (proc.stdout.read() or ""))
+            time.sleep(0.1)
+
+
+def _chat(url, n):
+    with httpx2.Client() as c:
+        for i in range(n):
+            r = c.post(url + "/u/sim/v1/chat/completions",
+                       json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]})
+            assert r.status_code == 200
+
+
+def _count(db) -> int:
+    result = CliRunner().invoke(cli, ["calls", "--db", str(db), "--json", "--limit", "100000"])
+    return len(json.loads(result.output))
+
+
+def test_serve_drains_captures_on_sigterm(tmp_path):
+    proc, url, db = _start_serve(tmp_path)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx2.get(url + "/u/sim/v1/models", timeout=1)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "daemon did not start"
-                time.sleep(0.1)
-        with httpx2.Client() as c:
-            for i in range(40):
-                r = c.post(url + "/u/sim/v1/chat/completions",
-                           json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]})
-                assert r.status_code == 200
+        _chat(url, 40)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -116,5 +131,22 @@ def test_serve_drains_captures_on_sigterm(tmp_path):
             proc.kill()
     assert proc.returncode == 0, out
     assert "listening on" in out and "sk-" not in out
-    result = CliRunner().invoke(cli, ["calls", "--db", str(db), "--json", "--limit", "1000"])
-    assert len(json.loads(result.output)) == 41  # 40 chats and the readiness probe
+    assert _count(db) == 41  # 40 chats and the readiness probe
+
+
+def test_serve_killed_keeps_calls_completed_a_second_earlier(tmp_path):
+    proc, url, db = _start_serve(tmp_path)
+    try:
+        _chat(url, 30)
+        time.sleep(1.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 15
+    while _count(db) < 31 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _count(db) == 31
+    db_handle = __import__("sqlite3").connect(db)
+    assert db_handle.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

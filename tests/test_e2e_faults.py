@@ -132,7 +132,8 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
     assert KEY not in caplog.text
 
 
-def test_store_failure_never_breaks_traffic_and_is_counted(proxy, sim, monkeypatch, caplog):
+@pytest.mark.parametrize("writer_mode", ["thread"])  # the fault is injected into this process's writer
+def test_store_failure_never_breaks_traffic_and_is_counted(writer_mode, proxy, sim, monkeypatch, caplog):
     import sqlite3
 
     from ctxscope.inspector import writer as writer_module

@@ -1,0 +1,195 @@
+"""The capture writer in a child process, so storing and analysing never competes with forwarding.
+
+In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
+counting tokens for one call delays the next chunk of another. Here the proxy only hands each
+finished Exchange to a multiprocessing queue (its feeder thread pickles and writes the bytes);
+a child process at a lower CPU priority runs the ordinary :class:`CaptureWriter` with the
+analyzers. Under load it yields the CPU to forwarding and catches up when traffic pauses.
+
+Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``stop`` drains
+everything queued; if the parent is killed, the child stores what it already received and exits.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+import itertools
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from pathlib import Path
+
+from ctxscope.inspector.writer import CaptureWriter, WriterStats
+from ctxscope.proxy.exchange import Exchange
+
+log = logging.getLogger("ctxscope.store")
+
+STATS_INTERVAL = 0.25
+CHILD_BACKLOG = 2000  # calls waiting inside the child's writer before it stops reading more
+
+
+def load_factory(spec: str | None):
+    """'package.module:function' -> the analyzers that function returns (none for None)."""
+    if not spec:
+        return []
+    module_name, _, attr = spec.partition(":")
+    return list(getattr(importlib.import_module(module_name), attr)())
+
+
+class WriterProcess:
+    """ExchangeSink whose storage runs in a child process (see module docstring)."""
+
+    def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None, nice: int = 10,
+                 max_queue: int = 10000, max_queue_bytes: int = 1 << 30, batch_interval: float = 0.2):
+        self.db_path = Path(db_path)
+        self.analyzers_factory = analyzers_factory
+        self.nice = nice
+        self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
+        self.batch_interval = batch_interval
+        self.capture_epoch: int | None = None
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._queue = None
+        self._replies = None
+        self._accepting = False
+        self._sizes: collections.deque[int] = collections.deque()  # bytes of calls not yet stored
+        self._outstanding_bytes = 0
+        self._submitted = 0
+        self._acked = 0
+        self._drops = itertools.count(1)
+        self._dropped = 0
+        self._child = WriterStats()
+
+    def start(self, timeout: float = 60) -> None:
+        self._queue = self._ctx.Queue()
+        self._replies = self._ctx.Queue()
+        self._proc = self._ctx.Process(
+            target=_child_main, name="ctxscope-writer",
+            args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies),
+        )
+        self._proc.start()
+        kind, value = self._replies.get(timeout=timeout)
+        if kind != "ready":
+            self._proc.join(5)
+            for q in (self._queue, self._replies):
+                q.close()
+            raise RuntimeError(f"capture writer could not start: {value}")
+        self.capture_epoch = value
+        self._accepting = True
+
+    def submit(self, exchange: Exchange) -> None:
+        """Hand the exchange to the child; never blocks, never raises."""
+        try:
+            self._poll()
+            size = len(exchange.request_body) + len(exchange.response_body)
+            if not self._accepting or not self._proc.is_alive():
+                return self._drop(exchange, "capture writer is not running")
+            if len(self._sizes) >= self.max_queue:
+                return self._drop(exchange, "capture queue is full")
+            if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
+                return self._drop(exchange, "capture queue holds too many bytes")
+            self._sizes.append(size)
+            self._outstanding_bytes += size
+            self._submitted += 1
+            self._queue.put(exchange)
+        except Exception:  # pragma: no cover - the hot path must never raise
+            pass
+
+    def _drop(self, exchange: Exchange, why: str) -> None:
+        n = next(self._drops)
+        self._dropped = n
+        if n == 1 or n % 1000 == 0:
+            log.error("capture dropped call %s: %s (%d dropped so far)", exchange.id, why, n)
+
+    def _poll(self) -> None:
+        """Take the child's latest counters and forget the calls it has finished with."""
+        while True:
+            try:
+                kind, value = self._replies.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if kind == "stats":
+                self._child = WriterStats(**value)
+                done = self._child.written + self._child.failed + self._child.dropped
+                while self._acked < done and self._sizes:
+                    self._outstanding_bytes -= self._sizes.popleft()
+                    self._acked += 1
+
+    def stats(self) -> WriterStats:
+        self._poll()
+        c = self._child
+        return dataclasses.replace(
+            c,
+            queued=len(self._sizes),
+            queued_bytes=max(0, self._outstanding_bytes),
+            dropped=c.dropped + self._dropped,
+            running=self._proc is not None and self._proc.is_alive(),
+        )
+
+    def stop(self, timeout: float = 60) -> bool:
+        """Stop accepting, let the child store everything queued, wait for it to exit."""
+        self._accepting = False
+        if self._proc is None:
+            return True
+        if self._proc.is_alive():
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        while self._proc.is_alive() and time.monotonic() < deadline:
+            self._proc.join(0.1)
+            self._poll()
+        self._poll()
+        if self._proc.is_alive():
+            log.error("capture writer did not drain within %.0fs; %d calls pending", timeout, len(self._sizes))
+            self._proc.terminate()
+            return False
+        for q in (self._queue, self._replies):
+            q.close()
+            q.join_thread()
+        return True
+
+
+def _child_main(db_path, factory, nice, batch_interval, inbox, replies) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
+    try:
+        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval)
+        writer.start()
+    except BaseException as e:  # report, do not hang the parent
+        replies.put(("error", f"{type(e).__name__}: {e}"))
+        return
+    replies.put(("ready", writer.capture_epoch))
+    parent = os.getppid()
+    last = 0.0
+    while True:
+        try:
+            item = inbox.get(timeout=STATS_INTERVAL)
+        except queue.Empty:
+            item = ...
+        except (EOFError, OSError):
+            break
+        if item is None:
+            break
+        if item is not ...:
+            while writer.stats().queued > CHILD_BACKLOG:
+                time.sleep(0.01)
+            writer.submit(item)
+        now = time.monotonic()
+        if now - last >= STATS_INTERVAL:
+            replies.put(("stats", dataclasses.asdict(writer.stats())))
+            last = now
+        if item is ... and os.getppid() != parent:
+            break  # the parent was killed: store what we received, then go
+    writer.stop()
+    replies.put(("stats", dataclasses.asdict(writer.stats())))

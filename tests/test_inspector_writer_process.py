@@ -1,0 +1,100 @@
+"""The writer in a child process: everything submitted is stored; a killed parent loses nothing handed over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from ctxscope.inspector.queries import list_calls, open_db
+from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.proxy.exchange import Exchange
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_exchange(i: int, **over) -> Exchange:
+    body = ('{"model": "m", "messages": [{"role": "user", "content": "hello %d"}]}' % i).encode()
+    fields = dict(
+        id=f"{time.time_ns():016x}{i:06x}", provider="openai", upstream="http://127.0.0.1:1", method="POST",
+        path="/v1/chat/completions", query="", session_label="s", annotations=(), request_headers=(),
+        key_fingerprint=None, request_body=body, status=200,
+        response_headers=(("Content-Type", "application/json"),),
+        response_body=b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
+        started_at=time.time(), first_byte_at=time.time(), ended_at=time.time(), outcome="ok",
+    )
+    fields.update(over)
+    return Exchange(**fields)
+
+
+def seen_by_analyzer():
+    """An analyzer factory the child imports by name: marks each call it sees."""
+
+    def analyzer(db, call):
+        db.execute("UPDATE calls SET error = 'analyzed' WHERE id = ?", [call["id"]])
+
+    return [analyzer]
+
+
+def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
+    w = WriterProcess(tmp_path / "c.db", analyzers_factory="test_inspector_writer_process:seen_by_analyzer")
+    w.start()
+    assert w.capture_epoch == 1
+    for i in range(300):
+        w.submit(make_exchange(i))
+    assert w.stop()
+    rows = list_calls(open_db(tmp_path / "c.db"), limit=None)
+    assert len(rows) == 300 and {r["error"] for r in rows} == {"analyzed"}
+    stats = w.stats()
+    assert stats.written == 300 and stats.queued == 0 and not stats.running
+    w.submit(make_exchange(999))  # after stop: counted, not raised
+    assert w.stats().dropped == 1
+
+
+def test_a_database_that_cannot_open_fails_start(tmp_path):
+    (tmp_path / "dir.db").mkdir()
+    w = WriterProcess(tmp_path / "dir.db")
+    try:
+        w.start(timeout=30)
+    except RuntimeError as e:
+        assert "could not start" in str(e)
+    else:
+        raise AssertionError("start should fail")
+
+
+def test_parent_killed_child_keeps_what_it_received(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from test_inspector_writer_process import make_exchange
+        from ctxscope.inspector.writer_process import WriterProcess
+        if __name__ == "__main__":
+            w = WriterProcess({str(tmp_path / 'k.db')!r})
+            w.start()
+            for i in range(200):
+                w.submit(make_exchange(i))
+            time.sleep(1.5)
+            print("ready", flush=True)
+            time.sleep(60)
+    """)
+    (tmp_path / "parent.py").write_text(script)
+    # The killed parent's resource tracker rightly reports the queues it never closed: keep that quiet.
+    env = dict(os.environ, PYTHONWARNINGS="ignore::UserWarning")
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        db = open_db(tmp_path / "k.db")
+        n = len(list_calls(db, limit=None))
+        db.conn.close()
+        if n == 200:
+            break
+        time.sleep(0.1)
+    assert n == 200
+    assert next(open_db(tmp_path / "k.db").query("PRAGMA integrity_check"))["integrity_check"] == "ok"
