@@ -1,0 +1,249 @@
+"""The analyzer in the real CaptureWriter on real SQLite files: what it stores on each call row,
+what it remembers between calls, how it rebuilds after a restart, and reindex."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from inspector_bodies import (
+    EPHEMERAL,
+    assistant,
+    claude_code_turns,
+    long_text,
+    make_anthropic_body,
+    make_chat_body,
+    text,
+    user,
+)
+from test_inspector_store import anthropic_response, make_exchange
+
+from ctxscope.inspector import queries
+from ctxscope.inspector.analysis_input import parse_event
+from ctxscope.inspector.analyze import Analyzer, reindex
+from ctxscope.inspector.canonical import canonicalize
+from ctxscope.inspector.recent import RecentMemory, Remembered, slim
+from ctxscope.inspector.writer import CaptureWriter
+
+ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
+            "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict", "cache",
+            "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id", "attempt",
+            "retry_of")  # fmt: skip
+T0 = 1_760_000_000.0
+
+
+def run(path, exchanges, analyzer=None):
+    """Store exchanges through a real writer with the analyzer; returns (reader, analyzer)."""
+    analyzer = analyzer or Analyzer()
+    writer = CaptureWriter(path, analyzers=[analyzer])
+    writer.start()
+    for ex in exchanges:
+        writer.submit(ex)
+    assert writer.stop()
+    stats = writer.stats()
+    assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
+    return queries.open_db(path), analyzer
+
+
+def ex(body, t, **kw):
+    kw.setdefault("session_label", None)
+    return make_exchange(request=body, started_at=T0 + t, **kw)
+
+
+def rows(db):
+    return [queries.get_call(db, r["id"]) for r in queries.list_calls(db, limit=None, newest_first=False)]
+
+
+def snapshot(db):
+    return {r["id"]: {k: r[k] for k in ANALYSIS} for r in rows(db)}
+
+
+def test_each_call_row_carries_its_analysis(tmp_path):
+    bodies = claude_code_turns(3, reminders=(2,))
+    db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies)])
+    first, second, third = rows(db)
+    assert (first["relation"], first["epoch_reason"], first["predecessor"]) == ("EPOCH_START", "session_start", None)
+    assert (second["relation"], second["predecessor"], third["predecessor"]) == ("APPEND_ONLY", first["id"], second["id"])
+    assert first["session"] == "key:ffffffffffff" and first["session_source"] == "key"
+    assert {r["thread"] for r in (first, second, third)} == {first["id"]} and first["parent_thread"] is None
+    assert second["relation_detail"] == {"detail": None, "shared_segments": 6, "marker_moves": ["/messages/0/content"]}
+    assert third["tokens_estimated"] == sum(third["tokens_by_category"].values()) > second["tokens_estimated"]
+    assert [m["kind"] for m in third["markers"]] == ["reminder", "tools_executed"]
+    assert third["markers"][0]["pointer"] == "/messages/4/content/1"
+    assert first["response_id"] == "msg_1" and first["has_compaction_before"] is False
+    assert first["analysis_version"] == 1
+    assert (first["cache"]["family"], first["cache"]["reason"]) == ("anthropic", "first_call")
+
+
+def test_a_call_costs_only_its_new_segments(tmp_path):
+    analyzer = Analyzer()
+    bodies = claude_code_turns(12)
+    db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies[:10])], analyzer)
+    before = analyzer.counter.misses
+    run(tmp_path / "c.db", [ex(bodies[10], 10)], analyzer)  # same analyzer, so no cold start
+    new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
+        canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
+    assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
+    assert analyzer.memory.segments <= 2 * len(canonicalize("anthropic.messages", bodies[10]).segments)
+
+
+def test_memory_keeps_slim_prompts_and_stays_bounded():
+    bodies = claude_code_turns(3)
+    full = [canonicalize("anthropic.messages", b) for b in bodies]
+    a, b = slim(full[1]), slim(full[2], slim(full[1]))
+    assert all(s.text == "" for s in b.segments) and b.hashes == full[2].hashes
+    assert a.segments[0] is not b.segments[0] and slim(full[2], a).segments[0] is a.segments[0]  # shared objects
+    mem = RecentMemory(per_thread=2, threads=2, max_scopes=2, max_segments=10_000)
+
+    def remember(scope, thread, i):
+        mem.add(scope, Remembered(f"c{i}", scope[0], thread, full[i % 3], None, float(i), 1, "anthropic", "x"))
+
+    for i in range(4):
+        remember(("s", None), "t1", i)
+    assert [r.call_id for r in mem.calls(("s", None))] == ["c2", "c3"]
+    remember(("s", None), "t2", 4)
+    remember(("s", None), "t3", 5)  # t1 is the least recently used thread
+    assert {r.thread for r in mem.calls(("s", None))} == {"t2", "t3"}
+    remember(("u", None), "t", 6)
+    remember(("v", None), "t", 7)
+    assert ("s", None) not in mem and mem.calls(("s", None)) is None
+    assert mem.segments == sum(len(r.prompt.segments) for sc in (("u", None), ("v", None)) for r in mem.calls(sc))
+
+
+def test_after_a_restart_the_session_is_rebuilt_from_stored_bodies(tmp_path):
+    bodies = claude_code_turns(4)
+    path = tmp_path / "c.db"
+    run(path, [ex(b, i) for i, b in enumerate(bodies[:3])])
+    db, fresh = run(path, [ex(bodies[3], 3)])  # a new writer (new capture epoch) and a new analyzer
+    calls = rows(db)
+    assert (calls[3]["relation"], calls[3]["epoch_reason"]) == ("EPOCH_START", "capture_resumed")
+    assert calls[3]["predecessor"] == calls[2]["id"] and calls[3]["thread"] == calls[0]["thread"]
+    assert calls[3]["relation_detail"]["shared_segments"] == len(canonicalize("anthropic.messages", bodies[2]).segments)
+    assert [m["kind"] for m in calls[3]["markers"]] == ["tools_executed"]  # only the new tool result
+    assert fresh.counter.misses == len(canonicalize("anthropic.messages", bodies[3]).segments)
+
+
+def test_reindex_reproduces_the_live_analysis(tmp_path):
+    path = tmp_path / "c.db"
+    main = claude_code_turns(5, system=[text(long_text(1500), cache_control=dict(EPHEMERAL))])
+    title = make_anthropic_body(system=[text("Write a title.")], messages=[user("Fix the bug.")])
+    edited = json.loads(json.dumps(main[4]))
+    edited["system"][0]["text"] += " More."
+    exchanges = [ex(main[0], 0), ex(title, 1), ex(main[1], 2), ex(main[2], 3, session_label="labelled"),
+                 ex(main[3], 4), ex(edited, 5)]  # fmt: skip
+    db, _ = run(path, exchanges)
+    live = snapshot(db)
+    for call_id in live:  # wipe the analysis so reindex must recompute every column
+        db.execute("UPDATE calls SET relation = NULL, thread = NULL, markers = NULL, cache = NULL WHERE id = ?", [call_id])
+    db.conn.commit()
+    assert len(list(reindex(db, batch=2))) == len(exchanges)
+    assert snapshot(db) == live
+    assert [live[e.id]["relation"] for e in exchanges] == [
+        "EPOCH_START", "EPOCH_START", "APPEND_ONLY", "EPOCH_START", "APPEND_ONLY", "DIVERGED"]
+    assert live[exchanges[5].id]["pointer"] == "/system/0/text"
+
+
+def test_reindex_of_one_session_leaves_the_others_alone(tmp_path):
+    bodies = claude_code_turns(2)
+    db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0, session_label="a"), ex(bodies[1], 1, session_label="a"),
+                                    ex(bodies[0], 2, session_label="b")])  # fmt: skip
+    db.execute("UPDATE calls SET relation = 'stale'")
+    db.conn.commit()
+    assert len(list(reindex(db, session="a"))) == 2
+    assert [(r["session"], r["relation"]) for r in rows(db)] == [("a", "EPOCH_START"), ("a", "APPEND_ONLY"), ("b", "stale")]
+
+
+def test_explicit_session_ids_group_calls_and_number_them(tmp_path):
+    body = make_anthropic_body(messages=[user("hi")])
+    headers = lambda sid: (("content-type", "application/json"), ("x-claude-code-session-id", sid))  # noqa: E731
+    exchanges = [
+        ex(body, 0, request_headers=headers("A")),
+        ex(body, 1, request_headers=headers("B")),
+        ex(dict(body, prompt_cache_key="pck-1"), 2),
+        ex(body, 3, request_headers=headers("A")),
+        ex(body, 4),
+    ]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    got = [(r["session"], r["seq"], r["session_source"]) for r in rows(db)]
+    assert got == [("A", 1, "header:x-claude-code-session-id"), ("B", 1, "header:x-claude-code-session-id"),
+                   ("pck-1", 1, "prompt_cache_key"), ("A", 2, "header:x-claude-code-session-id"),
+                   ("key:ffffffffffff", 1, "key")]  # fmt: skip
+    assert rows(db)[3]["relation"] == "IDENTICAL" and rows(db)[3]["predecessor"] == exchanges[0].id
+
+
+def test_failed_calls_are_analysed_but_never_predecessors_and_retries_link_in_their_session(tmp_path):
+    bodies = claude_code_turns(2)
+    headers = (("content-type", "application/json"), ("x-claude-code-session-id", "S"))
+    error = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}).encode()
+    exchanges = [
+        ex(bodies[0], 0, request_headers=headers),
+        ex(bodies[1], 1, request_headers=headers, status=529, outcome="http_error", response_body=error),
+        ex(bodies[1], 2, request_headers=headers),
+    ]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    first, failed, retry = rows(db)
+    assert failed["relation"] == "APPEND_ONLY" and failed["predecessor"] == first["id"]
+    assert failed["cache_verdict"] is None and failed["cache"] is None
+    assert retry["predecessor"] == first["id"] and retry["relation"] == "APPEND_ONLY"
+    assert (retry["attempt"], retry["retry_of"]) == (2, failed["id"])
+    [marker] = [m for m in retry["markers"] if m["kind"] == "retry"]
+    assert marker["detail"] == {"attempt": 2, "retry_of": failed["id"]}
+
+
+def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
+    models = make_exchange(method="GET", path="/v1/models", request_body=b"", session_label=None,
+                           response=anthropic_response())  # fmt: skip
+    count = ex(make_anthropic_body(messages=[user("hi")]), 1, path="/v1/messages/count_tokens",
+               response_body=b'{"input_tokens": 3}')  # fmt: skip
+    after = ex(make_anthropic_body(messages=[user("hi"), assistant("yo"), user("more")]), 2)
+    db, _ = run(tmp_path / "c.db", [models, count, after])
+    m, c, a = rows(db)
+    assert (m["relation"], m["thread"], m["cache_verdict"], m["tokens_estimated"]) == ("NOT_COMPARABLE", None, None, None)
+    assert c["thread"] == c["id"] and c["cache_verdict"] is None and c["tokens_estimated"] > 0
+    assert a["predecessor"] is None and a["epoch_reason"] == "session_start"  # count_tokens is not its predecessor
+
+
+def test_openai_chat_and_unparseable_bodies(tmp_path):
+    chat = make_chat_body([{"role": "user", "content": "hi"}])
+    longer = make_chat_body([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                             {"role": "user", "content": "more"}])  # fmt: skip
+    ok = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1", "choices": [],
+          "usage": {"prompt_tokens": 20, "completion_tokens": 2}}  # fmt: skip
+    common = dict(provider="openai", path="/v1/chat/completions", response=ok)
+    broken = make_exchange(session_label=None, request_body=b"{not json", started_at=T0 + 3, **common)
+    db, _ = run(tmp_path / "c.db", [ex(chat, 0, **common), ex(longer, 1, **common), broken])
+    first, second, bad = rows(db)
+    assert second["relation"] == "APPEND_ONLY" and second["cache_verdict"] == "below_minimum"
+    assert bad["relation"] == "NOT_COMPARABLE" and bad["thread"] == bad["id"] and bad["tokens_estimated"] is None
+
+
+def test_declared_markers_join_the_inferred_ones(tmp_path):
+    annotations = (("x-ctxscope-event", "compaction; tokens_before=90000; pointer=/messages/1"),
+                   ("x-ctxscope-event", json.dumps({"kind": "tool_output_externalised", "tool": "bash"})),
+                   ("x-ctxscope-other", "ignored"))  # fmt: skip
+    db, _ = run(tmp_path / "c.db", [ex(make_anthropic_body(messages=[user("hi")]), 0, annotations=annotations)])
+    [call] = rows(db)
+    assert call["markers"] == [
+        {"kind": "compaction", "pointer": "/messages/1", "detail": {"tokens_before": 90000, "declared": True}},
+        {"kind": "tool_output_externalised", "pointer": None, "detail": {"tool": "bash", "declared": True}},
+    ]
+    assert call["has_compaction_before"] is True
+
+
+@pytest.mark.parametrize(
+    "value, kind, pointer, detail",
+    [
+        ("compaction", "compaction", None, {}),
+        ("reminder; name=todo; chars=120; flag", "reminder", None, {"name": "todo", "chars": 120, "flag": True}),
+        ('{"kind": "guard", "pointer": "/messages/3", "level": 2}', "guard", "/messages/3", {"level": 2}),
+        ('{"no": "kind"}', "annotation", None, {"raw": '{"no": "kind"}'}),
+        ("{broken", "annotation", None, {"raw": "{broken"}),
+    ],
+)
+def test_event_header_values(value, kind, pointer, detail):
+    marker = parse_event(value)
+    assert (marker.kind, marker.pointer, marker.detail) == (kind, pointer, {**detail, "declared": True})
+
+
+def test_empty_event_values_are_ignored():
+    assert parse_event("  ") is None
