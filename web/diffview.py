@@ -61,7 +61,7 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
     inspector = None
     if _inspector_diff is not None:
         try:
-            inspector = _inspector_diff(db, old_full, new_full)
+            inspector = _inspector_diff(db, new_full, old_full)  # theirs: (newer a, older b)
         except Exception as e:  # their diff failing must not take ours down
             inspector = {"error": f"{type(e).__name__}: {e}"}
     focus = diff["first_pointer"]

@@ -81,9 +81,12 @@ def client_name(user_agent: str | None) -> str | None:
 
 
 ANALYSIS_COLUMNS = (
-    "relation", "pointer", "epoch_reason", "predecessor", "thread", "tokens_estimated",
-    "tokens_by_category", "cache_verdict", "has_compaction_before", "markers",
+    "relation", "pointer", "epoch_reason", "predecessor", "thread", "parent_thread", "tokens_estimated",
+    "tokens_by_category", "cache_verdict", "cache", "has_compaction_before", "markers", "relation_detail",
+    "session_source",
 )  # fmt: skip
+# Verdicts under which the call could have read the cache: a hit rate's denominator (as the CLI counts).
+HIT_ELIGIBLE = ("hit", "client_break", "ttl_expired", "provider_miss")
 
 
 def _json(value):
@@ -95,27 +98,39 @@ def _json(value):
     return value
 
 
+_CATEGORY_ALIASES = {"tool_calls": "tool_call", "tool_results": "tool_result", "reminders": "reminder", "images": "image"}
+
+
 def normalise_call(row: dict) -> dict:
     """Give the optional analysis fields one shape whatever the store holds (JSON text or objects).
 
-    ``cache`` becomes ``{"verdict", "lost_tokens", "lost_cost_usd", ...}`` or None, built from a
-    ``cache_verdict`` object or from a bare verdict name plus sibling ``cache_*`` columns.
+    ``cache`` becomes ``{"verdict", "lost_tokens", "lost_cost_usd", "detail", ...}`` or None: the
+    inspector's ``cache`` object when there is one, else built from a bare ``cache_verdict`` and
+    its sibling ``cache_*`` columns. Token categories use the inspector's singular names.
     """
-    for key in ("tokens_by_category", "markers"):
+    for key in ("tokens_by_category", "markers", "cache", "relation_detail"):
         if key in row:
             row[key] = _json(row[key])
     if not isinstance(row.get("markers"), list):
-        row["markers"] = [] if row.get("markers") in (None, "") else row["markers"]
+        row["markers"] = []
+    cats = row.get("tokens_by_category")
+    if isinstance(cats, dict):
+        row["tokens_by_category"] = {_CATEGORY_ALIASES.get(k, k): v for k, v in cats.items()}
     verdict = _json(row.get("cache_verdict"))
-    cache: dict | None = None
-    if isinstance(verdict, dict):
+    cache = row.get("cache") if isinstance(row.get("cache"), dict) else None
+    if cache is not None:
+        cache = dict(cache)
+        if isinstance(verdict, str) and verdict:
+            cache["verdict"] = verdict
+    elif isinstance(verdict, dict):
         cache = dict(verdict)
-        cache.setdefault("verdict", cache.get("kind"))
     elif isinstance(verdict, str) and verdict:
         cache = {"verdict": verdict}
         for key, value in row.items():
             if key.startswith("cache_") and key != "cache_verdict" and value is not None:
                 cache.setdefault(key[len("cache_"):], _json(value))
+        if "lost_usd" in cache:
+            cache.setdefault("lost_cost_usd", cache["lost_usd"])
     row["cache"] = cache
     if row.get("has_compaction_before") is not None:
         row["has_compaction_before"] = bool(row["has_compaction_before"])

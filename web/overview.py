@@ -12,7 +12,7 @@ from collections import Counter
 
 import sqlite_utils
 
-from ctxscope.web.fields import call_columns, client_name, usage_cost, verdict_sql
+from ctxscope.web.fields import HIT_ELIGIBLE, call_columns, client_name, usage_cost, verdict_sql
 
 
 def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> list[dict]:
@@ -24,6 +24,10 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
     extra.append("SUM(relation = 'DIVERGED')" if "relation" in cols else "NULL")
     extra.append("SUM(has_compaction_before)" if "has_compaction_before" in cols else "NULL")
     extra.append("SUM(tokens_estimated)" if "tokens_estimated" in cols else "NULL")
+    extra.append(f"SUM({verdict} = 'hit')" if verdict else "NULL")
+    extra.append(f"SUM({verdict} IN ({', '.join(repr(v) for v in HIT_ELIGIBLE)}))" if verdict else "NULL")
+    extra.append("SUM(cache_lost_tokens)" if "cache_lost_tokens" in cols else "NULL")
+    extra.append("SUM(cache_lost_usd)" if "cache_lost_usd" in cols else "NULL")
     sql = f"""
       WITH recent AS (SELECT session, MAX(started_at) AS last FROM calls GROUP BY session ORDER BY last DESC LIMIT ?)
       SELECT c.session, c.model, COUNT(*), MIN(c.started_at), MAX(c.started_at),
@@ -34,7 +38,7 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
     sessions: dict[str, dict] = {}
     for row in db.execute(sql, [limit]).fetchall():
         (session, model, n, first, last, inp, out, read, write, reported, errors,
-         breaks, diverged, compactions, estimated) = row  # fmt: skip
+         breaks, diverged, compactions, estimated, hits, eligible, lost, lost_usd) = row  # fmt: skip
         s = sessions.setdefault(session, _blank(session))
         s["calls"] += n
         s["first_started_at"] = min(filter(None, [s["first_started_at"], first]), default=None)
@@ -46,7 +50,9 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
                 s["usage"][key] = (s["usage"][key] or 0) + value
         s["reported_calls"] += reported or 0
         s["errors"] += errors or 0
-        for key, value in (("breaks", breaks), ("diverged", diverged), ("compactions", compactions), ("tokens_estimated", estimated)):
+        pairs = (("breaks", breaks), ("diverged", diverged), ("compactions", compactions), ("tokens_estimated", estimated),
+                 ("cache_hits", hits), ("cache_eligible", eligible), ("lost_tokens", lost), ("lost_usd", lost_usd))
+        for key, value in pairs:
             if value is not None:
                 s[key] = (s[key] or 0) + value
         usd, guessed = usage_cost(model, inp, out, read, write)
@@ -57,17 +63,19 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
         return []
     _add_clients(db, sessions)
     if "thread" in cols:
-        _add_threads(db, sessions)
+        _add_threads(db, sessions, cols)
     out_rows = sorted(sessions.values(), key=lambda s: s["last_started_at"] or "", reverse=True)
     for s in out_rows:
         u = s["usage"]
         s["models"].sort()
         s["tokens"] = (u["input"] or 0) + (u["output"] or 0) if (u["input"] is not None or u["output"] is not None) else None
-        s["hit_rate"] = (
+        s["cached_share"] = (
             {"read": u["cache_read"] or 0, "input": u["input"], "ratio": (u["cache_read"] or 0) / u["input"]}
             if u["input"]
             else None
         )
+        hits, eligible = s.pop("cache_hits"), s.pop("cache_eligible")
+        s["hit_rate"] = {"hits": hits or 0, "eligible": eligible, "ratio": (hits or 0) / eligible} if eligible else None
         if s["cost_usd"] is not None:
             s["cost_usd"] = round(s["cost_usd"], 6)
     return out_rows
@@ -79,6 +87,7 @@ def _blank(session: str) -> dict:
         "clients": [], "usage": {"input": None, "output": None, "cache_read": None, "cache_write": None},
         "reported_calls": 0, "errors": 0, "breaks": None, "diverged": None, "compactions": None,
         "tokens_estimated": None, "cost_usd": None, "cost_estimated": False, "threads": [],
+        "cache_hits": None, "cache_eligible": None, "lost_tokens": None, "lost_usd": None,
     }  # fmt: skip
 
 
@@ -95,24 +104,44 @@ def _add_clients(db: sqlite_utils.Database, sessions: dict[str, dict]) -> None:
         sessions[session]["clients"] = [name for name, _ in c.most_common()]
 
 
-def _add_threads(db: sqlite_utils.Database, sessions: dict[str, dict]) -> None:
-    """Threads per session; the one with most calls is the main thread, the others nest under it."""
+def _add_threads(db: sqlite_utils.Database, sessions: dict[str, dict], cols: frozenset[str]) -> None:
+    """Threads per session, flattened from their tree: main threads, each followed by its side
+    threads and sub-agents (``depth`` 1, 2, ...). Without ``parent_thread`` the thread with most
+    calls is the main one and the others hang under it."""
     marks = ",".join("?" for _ in sessions)
+    parent = "MAX(parent_thread)" if "parent_thread" in cols else "NULL"
     rows = db.execute(
-        f"""SELECT session, thread, COUNT(*), MIN(seq), MAX(started_at), json_group_array(DISTINCT model),
+        f"""SELECT session, thread, {parent}, COUNT(*), MIN(seq), MAX(started_at), json_group_array(DISTINCT model),
                    SUM(usage_input), SUM(usage_cache_read)
-            FROM calls WHERE session IN ({marks}) AND thread IS NOT NULL GROUP BY session, thread""",
+            FROM calls WHERE session IN ({marks}) AND thread IS NOT NULL GROUP BY session, thread ORDER BY MIN(seq)""",
         list(sessions),
     ).fetchall()
-    for session, thread, n, first_seq, last, models, inp, read in rows:
-        sessions[session]["threads"].append({
-            "thread": thread, "calls": n, "first_seq": first_seq, "last_started_at": last,
-            "models": sorted(m for m in json.loads(models) if m), "usage_input": inp, "usage_cache_read": read,
+    by_session: dict[str, list[dict]] = {}
+    for session, thread, parent_thread, n, first_seq, last, models, inp, read in rows:
+        by_session.setdefault(session, []).append({
+            "thread": thread, "parent_thread": parent_thread if parent_thread != thread else None, "calls": n,
+            "first_seq": first_seq, "last_started_at": last, "models": sorted(m for m in json.loads(models) if m),
+            "usage_input": inp, "usage_cache_read": read,
         })  # fmt: skip
-    for s in sessions.values():
-        threads = s["threads"]
-        threads.sort(key=lambda t: (-t["calls"], t["first_seq"]))
-        for i, t in enumerate(threads):
-            t["main"] = i == 0
-        if len(threads) > 1:  # main first, then side threads in order of appearance
-            s["threads"] = threads[:1] + sorted(threads[1:], key=lambda t: t["first_seq"])
+    for session, threads in by_session.items():
+        known = {t["thread"] for t in threads}
+        if "parent_thread" not in cols and len(threads) > 1:
+            main = max(threads, key=lambda t: (t["calls"], -t["first_seq"]))
+            for t in threads:
+                t["parent_thread"] = None if t is main else main["thread"]
+        children: dict[str | None, list[dict]] = {}
+        for t in threads:
+            key = t["parent_thread"] if t["parent_thread"] in known else None
+            children.setdefault(key, []).append(t)
+        flat: list[dict] = []
+
+        def walk(t: dict, depth: int) -> None:
+            t["depth"], t["main"] = depth, depth == 0
+            flat.append(t)
+            for c in children.get(t["thread"], []):
+                if c not in flat:
+                    walk(c, depth + 1)
+
+        for top in children.get(None, []):
+            walk(top, 0)
+        sessions[session]["threads"] = flat

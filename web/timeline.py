@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from ctxscope.inspector.queries import list_calls
-from ctxscope.web.fields import ANALYSIS_COLUMNS, call_columns, normalise_call, usage_cost
+from ctxscope.web.fields import ANALYSIS_COLUMNS, HIT_ELIGIBLE, call_columns, normalise_call, usage_cost
 
 PAGE = 100
 MAX_PAGE = 500
@@ -100,13 +100,20 @@ def _summary(rows: list[dict]) -> dict:
         if usd is not None:
             cost, guessed, priced = cost + usd, guessed or g, True
     verdicts = [(r.get("cache") or {}).get("verdict") for r in rows]
+    eligible = sum(v in HIT_ELIGIBLE for v in verdicts)
+    hits = sum(v == "hit" for v in verdicts)
+    lost = [(r.get("cache") or {}).get("lost_tokens") for r in rows]
+    lost_usd = [(r.get("cache") or {}).get("lost_cost_usd") for r in rows]
     return {
         "calls": len(rows),
         "models": sorted({r["model"] for r in rows if r.get("model")}),
         "first_started_at": rows[0]["started_at"] if rows else None,
         "last_started_at": rows[-1]["started_at"] if rows else None,
         "tokens": inp + out,
-        "hit_rate": {"read": read, "input": inp, "ratio": read / inp} if inp else None,
+        "cached_share": {"read": read, "input": inp, "ratio": read / inp} if inp else None,
+        "hit_rate": {"hits": hits, "eligible": eligible, "ratio": hits / eligible} if eligible else None,
+        "lost_tokens": sum(x or 0 for x in lost) if any(x is not None for x in lost) else None,
+        "lost_usd": round(sum(x or 0 for x in lost_usd), 6) if any(x is not None for x in lost_usd) else None,
         "breaks": sum(v == "client_break" for v in verdicts) if any(verdicts) else None,
         "cost_usd": round(cost, 6) if priced else None,
         "cost_estimated": guessed,

@@ -160,10 +160,11 @@ export function verdictBadge(cache) {
   return h("span", { class: "badge v-" + v.replace(/[^a-z_]/g, ""), title }, VERDICT_SHORT[v] || v);
 }
 
-export const CATEGORIES = ["system", "tools", "user_text", "assistant_text", "tool_calls", "tool_results", "reminders", "images"];
+// Token categories as the inspector names them (accounting.CATEGORIES).
+export const CATEGORIES = ["system", "tools", "user_text", "assistant_text", "tool_call", "tool_result", "reminder", "image", "thinking", "other"];
 export const CATEGORY_LABEL = {
-  system: "system", tools: "tools", user_text: "user", assistant_text: "assistant",
-  tool_calls: "tool calls", tool_results: "tool results", reminders: "reminders", images: "images",
+  system: "system", tools: "tools", user_text: "user text", assistant_text: "assistant text", tool_call: "tool calls",
+  tool_result: "tool results", reminder: "reminders", image: "images", thinking: "thinking", other: "other",
 };
 
 const MARKER_LABEL = {

@@ -112,8 +112,10 @@ export function renderSession(root, session, params, ctx) {
       h("div", { class: "toolbar" }, h("h1", {}, session), (s.models || []).map((m) => h("span", { class: "tag" }, m))),
       h("div", { class: "stats" },
         stat("calls", fmtInt(s.calls)), stat("tokens", fmtTokens(s.tokens), "input + output, as reported"),
-        stat("hit rate", fmtPct(s.hit_rate && s.hit_rate.ratio), s.hit_rate ? `${fmtInt(s.hit_rate.read)} / ${fmtInt(s.hit_rate.input)} input tokens read from cache` : "no usage reported"),
+        stat("hit rate", fmtPct(s.hit_rate && s.hit_rate.ratio), s.hit_rate ? `${fmtInt(s.hit_rate.hits)} hits of ${fmtInt(s.hit_rate.eligible)} calls that could read the cache` : "no cache verdicts"),
+        stat("cached input", fmtPct(s.cached_share && s.cached_share.ratio), s.cached_share ? `${fmtInt(s.cached_share.read)} of ${fmtInt(s.cached_share.input)} input tokens read from cache` : "no usage reported"),
         stat("breaks", s.breaks == null ? "–" : fmtInt(s.breaks), "calls whose cache verdict is client_break"),
+        s.lost_tokens ? stat("lost to breaks", fmtTokens(s.lost_tokens) + (s.lost_usd ? " · " + fmtCost(s.lost_usd) : ""), "tokens paid again because of cache breaks") : null,
         stat("cost", fmtCost(s.cost_usd, s.cost_estimated)), stat("errors", fmtInt(s.errors)),
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
         view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")));

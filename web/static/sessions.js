@@ -41,10 +41,14 @@ export function renderSessions(root, params, ctx) {
     return q.split(/\s+/).every((w) => hay.includes(w));
   }
 
-  function hitCell(hr) {
-    if (!hr) return h("td", { class: "num muted" }, "–");
-    const bar = h("span", { class: "meter" }, h("span", { class: "meter-fill", style: { width: Math.round(hr.ratio * 100) + "%" } }));
-    return h("td", { class: "num", title: `${fmtInt(hr.read)} cache-read of ${fmtInt(hr.input)} input tokens` }, bar, " ", fmtPct(hr.ratio));
+  function hitCell(s) {
+    const hr = s.hit_rate, share = s.cached_share;
+    const ratio = hr ? hr.ratio : share ? share.ratio : null;
+    if (ratio == null) return h("td", { class: "num muted" }, "–");
+    const title = (hr ? `${fmtInt(hr.hits)} hits of ${fmtInt(hr.eligible)} calls that could read the cache\n` : "") +
+      (share ? `${fmtInt(share.read)} of ${fmtInt(share.input)} input tokens read from cache (${fmtPct(share.ratio)})` : "");
+    const bar = h("span", { class: "meter" }, h("span", { class: "meter-fill", style: { width: Math.round(ratio * 100) + "%" } }));
+    return h("td", { class: "num", title }, bar, " ", fmtPct(ratio));
   }
 
   function row(s) {
@@ -64,8 +68,9 @@ export function renderSessions(root, params, ctx) {
       h("td", {}, (s.models || []).map((m) => h("span", { class: "tag" }, m))),
       h("td", { class: "num" }, fmtInt(s.calls), s.errors ? h("span", { class: "err-count", title: "failed calls" }, ` (${s.errors}✗)`) : null),
       h("td", { class: "num", title: s.usage ? `input ${fmtInt(s.usage.input)} · output ${fmtInt(s.usage.output)}` : null }, fmtTokens(s.tokens)),
-      hitCell(s.hit_rate),
-      h("td", { class: "num" + (s.breaks > 0 ? " warn" : " muted") }, s.breaks == null ? "–" : fmtInt(s.breaks)),
+      hitCell(s),
+      h("td", { class: "num" + (s.breaks > 0 ? " warn" : " muted"), title: s.lost_tokens ? `${fmtInt(s.lost_tokens)} tokens lost to breaks` + (s.lost_usd ? ` (${fmtCost(s.lost_usd)})` : "") : null },
+        s.breaks == null ? "–" : fmtInt(s.breaks)),
       h("td", { class: "num", title: s.cost_estimated ? "some models are not in the price table: estimated" : "from reported usage" }, fmtCost(s.cost_usd, s.cost_estimated)),
       h("td", { class: "num muted", title: s.last_started_at }, fmtAgo(s.last_started_at)),
       h("td", {}, del))];
@@ -73,7 +78,8 @@ export function renderSessions(root, params, ctx) {
     if (threads.length > 1) {
       for (const t of threads) {
         rows.push(h("tr", { class: "thread-row" + (t.main ? " main" : "") },
-          h("td", { colspan: 2 }, h("span", { class: "indent" }, t.main ? "└ main thread " : "└ side thread "),
+          h("td", { colspan: 2 }, h("span", { class: "indent", style: { paddingLeft: 10 + 16 * (t.depth || 0) + "px" } },
+            t.main ? "└ thread " : "└ side thread "),
             h("a", { href: href + "?thread=" + encodeURIComponent(t.thread) }, "#" + t.first_seq)),
           h("td", {}, (t.models || []).map((m) => h("span", { class: "tag" }, m))),
           h("td", { class: "num" }, fmtInt(t.calls)),
