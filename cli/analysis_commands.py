@@ -135,7 +135,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
         try:
             result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
         except (KeyError, AmbiguousCallId) as exc:
-            raise click.ClickException(str(exc).strip("'\""))
+            raise click.ClickException(str(exc.args[0]) if exc.args else str(exc))
         emit_json(result) if as_json else _show_diff(result)
 
     @cli.command(context_settings=ctx)

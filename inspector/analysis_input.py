@@ -92,7 +92,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
         annotations=tuple(ex.annotations),
         body=call.get("_request_json"),
         response=parsed.body if parsed is not None else None,
-        started_at=ex.started_at,
+        started_at=unix_time(call["started_at"]),  # the stored time, so reindex sees the very same
         **_common(call, rowid),
     )
 

@@ -88,7 +88,8 @@ class Analysis:
                 cache.update(
                     family=pred.family, reason=pred.reason, predicted_read=pred.predicted_read,
                     predicted_write=pred.predicted_write, cacheable_prefix_tokens=pred.cacheable_prefix_tokens,
-                    minimum=pred.minimum, gap_seconds=pred.gap_seconds, ttl=pred.ttl,
+                    minimum=pred.minimum, ttl=pred.ttl,
+                    gap_seconds=round(pred.gap_seconds, 3) if pred.gap_seconds is not None else None,
                 )  # fmt: skip
         return {
             "session": self.session,
