@@ -4,7 +4,8 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-function appendAll(el, children) {
+// Append nodes, strings (as text nodes) and nested arrays of them.
+export function appendAll(el, children) {
   for (const c of children) {
     if (c == null || c === false) continue;
     if (Array.isArray(c)) appendAll(el, c);
@@ -182,7 +183,10 @@ export function markerChip(m, onclick) {
     title += "\n" + (d.length > 400 ? d.slice(0, 400) + "…" : d);
   }
   let label = MARKER_LABEL[kind] || kind;
-  if (kind === "tools_executed" && m.detail && Array.isArray(m.detail.tools)) label = "tools: " + m.detail.tools.slice(0, 3).join(", ");
+  if (kind === "tools_executed" && m.detail && Array.isArray(m.detail.tools)) {
+    const names = m.detail.tools.map((t) => (t && typeof t === "object" ? t.name : t)).filter(Boolean);
+    label = "tools: " + [...new Set(names)].slice(0, 3).join(", ") + (new Set(names).size > 3 ? ", …" : "");
+  }
   return h(onclick ? "button" : "span", {
     class: "chip m-" + kind.replace(/[^a-z_]/g, ""), title, type: onclick ? "button" : null, onclick,
   }, label);

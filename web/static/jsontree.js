@@ -2,7 +2,7 @@
 // highlights <system-reminder> blocks. Long texts are cut with a "show all" button, so a
 // megabyte tool result does not land in the DOM until someone asks for it.
 
-import { h, clear } from "./dom.js";
+import { h, clear, appendAll } from "./dom.js";
 
 const TEXT_CUT = 4000;
 const REMINDER_RE = /<system-reminder>[\s\S]*?<\/system-reminder>/g;
@@ -36,7 +36,7 @@ export function lazy(summary, build, { open = false, ptr = null, cls = "" } = {}
   const d = h("details", { class: "node " + cls }, h("summary", {}, summary), body);
   if (ptr != null) d.dataset.ptr = ptr;
   let built = false;
-  const ensure = () => { if (!built) { built = true; body.append(...[].concat(build())); } };
+  const ensure = () => { if (!built) { built = true; appendAll(body, [build()]); } };
   d.addEventListener("toggle", () => { if (d.open) ensure(); });
   d._ensure = ensure;
   if (open) { d.open = true; ensure(); }

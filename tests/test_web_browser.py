@@ -1,0 +1,237 @@
+"""The web UI in a real headless browser (Debian's chromium via Playwright), against a real daemon
+whose traffic comes from the real SDKs and the simulator. One browser and one daemon per module;
+each test uses its own session labels."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from web_fixtures import anthropic_client, launch_browser, openai_client, start_web_daemon
+
+SYSTEM = "You are a careful coding assistant. " * 600
+XSS = [
+    "<script>window.__pwned=1</script>",
+    '<img src=x onerror="window.__pwned=1">',
+    "javascript:window.__pwned=1",
+    '</textarea></pre><svg onload="window.__pwned=1">',
+    '"><iframe src="javascript:window.__pwned=1"></iframe>',
+]
+PAYLOAD = " ".join(XSS)
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory):
+    d = start_web_daemon(tmp_path_factory.mktemp("webui"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw = sync_playwright().start()
+    b = launch_browser(pw)  # a missing chromium fails here: never a skip
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = ctx.new_page()
+    problems: list[str] = []
+    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.problems = problems
+    yield pg
+    ctx.close()
+    assert not problems, problems  # CSP violations and script errors show up here
+
+
+def _conversation(web, session, turns, system=SYSTEM):
+    client = anthropic_client(web.url, session)
+    msgs = [{"role": "user", "content": "start"}]
+    for i in range(turns):
+        r = client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                   system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+                                   messages=msgs)  # fmt: skip
+        msgs = msgs + [{"role": "assistant", "content": r.content[0].text},
+                       {"role": "user", "content": f"turn {i} <system-reminder>keep it short</system-reminder>"}]  # fmt: skip
+    return client, msgs
+
+
+def _wait_session(web, session, n):
+    return [r for r in web.wait_for_calls(n, session=session)]
+
+
+def test_sessions_to_session_to_call_to_diff_opens_at_the_first_difference(web, page):
+    client, msgs = _conversation(web, "nav", turns=3)
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=msgs,
+                           system=[{"type": "text", "text": SYSTEM.replace("careful", "careless", 1),
+                                    "cache_control": {"type": "ephemeral"}}])  # fmt: skip
+    rows = _wait_session(web, "nav", 4)
+
+    page.goto(web.url + "/")
+    page.get_by_role("link", name="nav", exact=True).click()
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(4)
+    last = page.locator("tr.call-row").nth(3)
+    expect(last.locator(".rel")).to_contain_text("diverged")
+    expect(last.locator(".rel .ptr")).to_have_text("/system/0/text")
+    expect(last.locator(".cache")).to_contain_text("break")
+    expect(page.locator("tr.call-row").nth(1).locator(".cache")).to_contain_text("hit")
+    expect(page.locator(".chart path.s-read")).to_have_count(1)
+
+    last.locator("a", has_text="#4").click()
+    expect(page.locator("h1")).to_have_text("Call #4")
+    expect(page.locator(".reqview")).to_contain_text("messages")
+    # a reminder block in the request is highlighted
+    expect(page.locator(".reqview .reminder").first).to_contain_text("<system-reminder>keep it short</system-reminder>")
+
+    page.locator("#diff-link").click()
+    detail = page.locator(".change-detail")
+    expect(detail).to_contain_text("first difference")
+    expect(detail.locator(".ptr.big")).to_have_text("/system/0/text")
+    expect(detail.locator("mark.del").first).to_have_text("careful")
+    expect(detail.locator("mark.ins").first).to_have_text("careless")
+    expect(page.locator(".changes .change.on")).to_contain_text("/system/0/text")
+    assert page.url.endswith("#/diff/" + rows[3]["id"])
+
+
+def test_marker_click_reveals_its_place_in_the_request(web, page):
+    _conversation(web, "markers", turns=2)
+    rows = _wait_session(web, "markers", 2)
+    page.goto(f"{web.url}/#/call/{rows[1]['id']}")
+    chip = page.locator(".marker-list button.chip.m-reminder")
+    expect(chip).to_have_count(1)
+    chip.click()
+    revealed = page.locator(".reqview .revealed")
+    expect(revealed).to_have_count(1)
+    expect(revealed).to_contain_text("keep it short")
+
+
+def test_new_calls_appear_live_without_reload(web, page):
+    client = openai_client(web.url, "livewire")
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "first"}])
+    _wait_session(web, "livewire", 1)
+    page.goto(web.url + "/#/session/livewire")
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(1)
+    expect(page.locator("#live.on")).to_have_count(1)
+    page.evaluate("window.__sameDocument = true")
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "first"},
+                                                             {"role": "assistant", "content": "ok"},
+                                                             {"role": "user", "content": "second"}])  # fmt: skip
+    expect(page.locator("tr.call-row")).to_have_count(2)
+    expect(page.locator("tr.call-row").nth(1)).to_contain_text("#2")
+    # and a brand-new session shows up on the sessions page
+    page.goto(web.url + "/#/")
+    expect(page.locator(".session-link", has_text="livewire")).to_have_count(1)
+    openai_client(web.url, "latecomer").chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    expect(page.locator(".session-link", has_text="latecomer")).to_have_count(1)
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+
+
+def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
+    session_header = {"x-ctxscope-session": 'xss<img src=x onerror="window.__pwned=1">'}
+    client = anthropic_client(web.url)
+    tools = [{"name": "read", "description": PAYLOAD, "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    msgs = [{"role": "user", "content": "please read " + PAYLOAD}]
+    r1 = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD, tools=tools, messages=msgs,
+                                extra_headers=session_header)  # fmt: skip
+    msgs += [{"role": "assistant", "content": [{"type": "text", "text": r1.content[0].text},
+                                               {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": PAYLOAD}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "file says " + PAYLOAD}]}]  # fmt: skip
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD + " edited", tools=tools, messages=msgs,
+                           extra_headers=session_header)  # fmt: skip
+    rows = [r for r in web.wait_for_calls(2, session=session_header["x-ctxscope-session"])]
+    assert len(rows) == 2
+
+    def check(where: str) -> None:
+        assert page.evaluate("window.__pwned") is None, where
+        bad = page.evaluate("""() => document.querySelectorAll(
+            '#app img, #app script, #app iframe, #app svg[onload], #crumbs img, a[href^="javascript:"], [onerror], [onload]').length""")
+        assert bad == 0, where
+
+    page.goto(web.url + "/")
+    expect(page.locator(".session-link").first).to_be_visible()
+    expect(page.locator("#app")).to_contain_text('xss<img src=x onerror="window.__pwned=1">')
+    check("sessions")
+    page.locator(".session-link", has_text="xss").click()
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(2)
+    expect(page.locator("#crumbs")).to_contain_text("xss<img")
+    check("session")
+
+    page.goto(f"{web.url}/#/call/{rows[1]['id']}")
+    expect(page.locator("#app[data-ready='1'] .reqview")).to_be_visible()
+    for _ in range(6):  # open everything: system, tools, every message (opening builds the next level)
+        closed = page.locator(".reqview details:not([open]) > summary").all()
+        if not closed:
+            break
+        for summary in closed:
+            summary.click()
+    for payload in XSS:
+        expect(page.locator(".reqview")).to_contain_text(payload)
+    expect(page.locator(".reqview .tool-result")).to_contain_text("file says " + XSS[0])
+    check("call request")
+    for tab in ("response", "raw request", "headers"):
+        page.get_by_role("button", name=tab, exact=True).click()
+        check("call " + tab)
+    expect(page.locator("pre.raw")).to_have_count(0)
+    page.get_by_role("button", name="raw request", exact=True).click()
+    expect(page.locator("pre.raw")).to_contain_text(json.dumps(XSS[1])[1:-1])
+    check("raw")
+
+    page.goto(f"{web.url}/#/diff/{rows[1]['id']}")
+    expect(page.locator(".change-detail .ptr.big")).to_have_text("/system")
+    expect(page.locator(".change-detail")).to_contain_text(XSS[0])
+    check("diff")
+
+
+def test_raw_bytes_load_in_ranges_not_all_at_once(web, page):
+    big = "line of captured output\n" * 20000  # ~470 KB request body
+    openai_client(web.url, "bigbody").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": big}])
+    [row] = _wait_session(web, "bigbody", 1)
+    page.goto(f"{web.url}/#/call/{row['id']}")
+    page.get_by_role("button", name="raw request", exact=True).click()
+    raw = page.locator("pre.raw")
+    expect(raw.locator("span.chunk")).to_have_count(1)
+    first = len(raw.inner_text())
+    assert 60_000 < first <= 65_536 < row["request_bytes"]
+    page.locator(".rawview > button", has_text="load more").click()
+    expect(raw.locator("span.chunk")).to_have_count(2)
+    assert len(raw.inner_text()) > first
+    # the structured view cuts the long text too until asked
+    page.get_by_role("button", name="request", exact=True).click()
+    expect(page.locator(".reqview button.more")).to_contain_text("show all")
+
+
+def test_delete_a_session_from_the_page(web, page):
+    openai_client(web.url, "to-delete").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "bye"}])
+    _wait_session(web, "to-delete", 1)
+    page.goto(web.url + "/")
+    row = page.locator("tr.session-row", has=page.locator(".session-link", has_text="to-delete"))
+    expect(row).to_have_count(1)
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button.icon-btn").click()
+    expect(row).to_have_count(0)
+    sessions = json.loads(urllib.request.urlopen(web.url + "/_ctxscope/api/sessions").read())["sessions"]
+    assert "to-delete" not in {s["session"] for s in sessions}
+
+
+def test_filters_narrow_the_timeline(web, page):
+    _conversation(web, "filters", turns=4, system="A system prompt of its own, so the first call cannot hit. " * 300)
+    _wait_session(web, "filters", 4)
+    page.goto(web.url + "/#/session/filters")
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(4)
+    page.get_by_label("relation", exact=True).select_option("EPOCH_START")
+    expect(page.locator("tr.call-row")).to_have_count(1)
+    expect(page.locator("tr.call-row .rel")).to_contain_text("session start")
+    page.get_by_label("relation", exact=True).select_option("")
+    page.get_by_label("cache", exact=True).select_option("hit")
+    expect(page.locator("tr.call-row")).to_have_count(3)
+    page.get_by_label("search calls").fill("zzz-no-such-call")
+    expect(page.locator("tr.call-row")).to_have_count(0)
+    expect(page.locator("#app")).to_contain_text("No calls match")
