@@ -9,6 +9,8 @@ runaway guard, tool-output budget) to ``HOST_BUILTIN_FACTORIES``; each factory r
 
 from __future__ import annotations
 
+import logging
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +33,9 @@ def core_tools_extension() -> Extension:
 
 
 def default_extensions() -> list[Extension]:
-    return [core_tools_extension()]
+    from .recovery import terminal_response_recovery_extension  # E1, mounted by default
+
+    return [core_tools_extension(), terminal_response_recovery_extension()]
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,60 @@ class HostOptions:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+SETTINGS_FILE = "agent.toml"
+
+
+def host_settings(options: HostOptions) -> dict[str, Any]:
+    """``options.settings`` when given, else ``<home>/agent.toml`` ({} when absent or unreadable).
+
+    Tables are named as the settings they hold: ``[runawayGuard]``, ``[contextManagement]``, ...
+    Builtins call this once, in their factory.
+    """
+    if options.settings:
+        return options.settings
+    try:
+        with open(options.home / SETTINGS_FILE, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        logging.getLogger("ctxscope.agent").warning("ignoring %s: %s", options.home / SETTINGS_FILE, e)
+        return {}
+
+
 HostBuiltinFactory = Callable[[HostOptions], Extension]
 
+
+def _system_reminders(options: HostOptions) -> Extension:
+    from .reminders_extension import create_system_reminders
+
+    return create_system_reminders(options)
+
+
+def _in_turn_reminders(options: HostOptions) -> Extension:
+    from .reminders_extension import create_in_turn_reminders
+
+    return create_in_turn_reminders(options)
+
+
+def _runaway_guard(options: HostOptions) -> Extension:
+    from .guard import create_runaway_guard
+
+    return create_runaway_guard(options)
+
+
+def _session_report(options: HostOptions) -> Extension:
+    from .session_report import create_session_report
+
+    return create_session_report(options)
+
+
 # Ordered: earlier builtins' handlers run before later ones (all after configured extensions).
-HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = []
+# Context management's before_llm_call (compaction) belongs before the in-turn reminders, so
+# reminders land on the compacted history (C5); the session report stays last so it records the
+# request as sent.
+HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [_system_reminders, _in_turn_reminders, _runaway_guard,
+                                                    _session_report]
 
 
 def default_host_builtins(options: HostOptions) -> list[Extension]:

@@ -29,7 +29,8 @@ STEP_EVENTS = (BEFORE_LLM_CALL, ON_LLM_CALL_PREPARED, AFTER_LLM_CALL, BEFORE_TOO
 TURN_EVENTS = (TURN_START, TURN_END)
 EVENT_NAMES = STEP_EVENTS + TURN_EVENTS
 
-_EFFECT = re.compile(r"^[a-z0-9][a-z0-9_.:=-]{0,63}$")
+# A kind, optionally with parameters, as the inspector parses them: "guard_reminder; signal=no_progress; count=3".
+_EFFECT = re.compile(r"^[a-z0-9][a-z0-9_.:=-]{0,63}(; [a-z0-9_]{1,32}=[A-Za-z0-9_.:/+-]{1,64}){0,8}$")
 
 
 class Effects:
@@ -40,7 +41,8 @@ class Effects:
 
     def declare(self, effect: str) -> None:
         if not _EFFECT.match(effect):
-            raise ValueError(f"effect names are lowercase tokens like 'compaction' or 'reminder:todo', not {effect!r}")
+            raise ValueError("effects are lowercase tokens like 'compaction', optionally with parameters like "
+                             f"'reminder; blocks=2', not {effect!r}")
         if effect not in self._pending:
             self._pending.append(effect)
 

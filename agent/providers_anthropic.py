@@ -73,8 +73,12 @@ def build_body(request: ModelRequest, model: str, *, thinking_budget: int | None
         tools[-1]["cache_control"] = dict(EPHEMERAL)
         body["tools"] = tools
     messages = wire_messages(request.messages)
-    if messages:
-        messages[-1]["content"][-1]["cache_control"] = dict(EPHEMERAL)
+    # The last breakpoint goes on the last block before the first request-only message (a deadline
+    # reminder): the next request drops that message, so a breakpoint at or after it is never read back.
+    kept = next((i for i, m in enumerate(request.messages) if m.meta.get("request_only")), len(request.messages))
+    anchor = messages if kept == len(request.messages) else wire_messages(request.messages[:kept])
+    if anchor:
+        messages[len(anchor) - 1]["content"][len(anchor[-1]["content"]) - 1]["cache_control"] = dict(EPHEMERAL)
     body["messages"] = messages
     if thinking_budget:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
