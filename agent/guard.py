@@ -186,7 +186,7 @@ class RunawayGuard:
 
     def turn_end(self, e: TurnEnd) -> None:
         t = self._turns.pop(e.session.id, None)
-        if t is None or t.turn != e.turn:
+        if t is None or t.turn != e.turn or not t.steps:  # nothing judged (disabled, or no step ended)
             return
         self._emit(self.on_turn_summary, GuardTurnSummary(e.session.id, e.turn, t.steps, dict(t.max_counts),
                                                           t.reminded, t.reminder_step, t.observe_only))
