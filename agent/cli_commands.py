@@ -159,6 +159,34 @@ def chat_command(**opts: Any) -> None:
         click.secho(f"session {session.id} (resume with --session {session.id})", err=True, dim=True)
 
 
+@agent_group.command("report", context_settings=CONTEXT)
+@click.argument("session_id", metavar="SESSION")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Archive to write (default ./ctxscope-report-SESSION.tar.gz).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
+    """Bundle a session and its sub-sessions into a tar.gz with a collection manifest."""
+    import json
+
+    from .runtime import default_home
+    from .session_report_bundle import bundle_session
+
+    try:
+        result = bundle_session(default_home(), session_id, output)
+    except SessionNotFound as e:
+        raise click.ClickException(str(e))
+    except OSError as e:
+        raise click.ClickException(f"could not write the report: {e}")
+    if as_json:
+        click.echo(json.dumps({"archive": str(result.archive), "sessions": list(result.sessions),
+                               "files": result.files, "unreadable": list(result.unreadable)}))
+        return
+    click.echo(str(result.archive))
+    click.secho(f"{len(result.sessions)} session(s), {result.files} file(s)"
+                + (f", {len(result.unreadable)} unreadable (listed in the manifest)" if result.unreadable else ""),
+                err=True, dim=True)
+
+
 async def _command(rt: AgentRuntime, session: AgentSession, text: str) -> None:
     name, _, arg = text.partition(" ")
     if name == "/compact":

@@ -110,9 +110,20 @@ def bundle_session(home: Path, session_id: str, out: Path | None = None) -> Bund
     for child, parent in sub_sessions(store, session_id):
         c.sessions.append({"id": child, "parent": parent, "dir": f"sessions/{child}"})
     tmp = out.with_name(f".{out.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    try:
+        _write(tar_path=tmp, store=store, c=c)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return BundleResult(out, tuple(s["id"] for s in c.sessions), len(c.files), tuple(c.unreadable))
+
+
+def _write(tar_path: Path, store: SessionStore, c: Collection) -> None:
+    with tarfile.open(tar_path, "w:gz") as tar:
         for s in c.sessions:
             for arc, path in _members(store.dir(s["id"]), s["dir"], c):
+                if path.resolve() == tar_path.resolve():  # the archive being written (run from inside a session)
+                    continue
                 try:  # one file in memory at a time: a file that shrinks while read cannot corrupt the archive
                     with open(path, "rb") as f:
                         data = f.read()
@@ -124,8 +135,6 @@ def bundle_session(home: Path, session_id: str, out: Path | None = None) -> Bund
                 c.files.append({"path": arc, "bytes": len(data)})
         manifest = {"created_at": time.time(), **asdict(c)}
         _add(tar, MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=1).encode(), time.time())
-    os.replace(tmp, out)
-    return BundleResult(out, tuple(s["id"] for s in c.sessions), len(c.files), tuple(c.unreadable))
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
