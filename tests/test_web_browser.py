@@ -235,3 +235,16 @@ def test_filters_narrow_the_timeline(web, page):
     page.get_by_label("search calls").fill("zzz-no-such-call")
     expect(page.locator("tr.call-row")).to_have_count(0)
     expect(page.locator("#app")).to_contain_text("No calls match")
+
+
+def test_long_conversations_fold_the_middle_and_a_pointer_unfolds_it(web, page):
+    _conversation(web, "folded", turns=10, system="Fold test system. " * 200)
+    rows = _wait_session(web, "folded", 10)
+    page.goto(f"{web.url}/#/call/{rows[-1]['id']}")
+    expect(page.locator("details.fold > summary")).to_contain_text("more messages")
+    expect(page.locator("details.msg")).to_have_count(7)  # the first message and the last six
+    page.goto(f"{web.url}/#/call/{rows[-1]['id']}?ptr=/messages/6/content")
+    revealed = page.locator(".reqview .revealed")
+    expect(revealed).to_have_count(1)
+    expect(revealed).to_contain_text("turn 2")
+    expect(page.locator("details.fold[open]")).to_have_count(1)

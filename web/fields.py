@@ -39,11 +39,23 @@ def verdict_sql(cols: frozenset[str]) -> str | None:
     )
 
 
+_PRICE_BY_MODEL: dict = {}
+
+
+def _price(model: str | None):
+    """The table's row for a model, memoised: a lookup is a handful of regex searches."""
+    if model not in _PRICE_BY_MODEL:
+        if len(_PRICE_BY_MODEL) > 1000:
+            _PRICE_BY_MODEL.clear()
+        _PRICE_BY_MODEL[model] = prices().lookup(model)
+    return _PRICE_BY_MODEL[model]
+
+
 def usage_cost(model: str | None, inp: int | None, out: int | None, read: int | None, write: int | None) -> tuple[float | None, bool]:
     """USD for reported usage (input counts cache reads and writes), and whether the price is a guess."""
     if inp is None and out is None:
         return None, False
-    price = prices().lookup(model)
+    price = _price(model)
     if price is None:
         return None, False
     inp, out, read, write = inp or 0, out or 0, read or 0, write or 0

@@ -7,18 +7,19 @@ call index alone, never from bodies.
 
 from __future__ import annotations
 
+import json
+
 import sqlite_utils
 
 from ctxscope.inspector.queries import list_calls
-from ctxscope.web.fields import ANALYSIS_COLUMNS, HIT_ELIGIBLE, call_columns, normalise_call, usage_cost
+from ctxscope.web.fields import ANALYSIS_COLUMNS, HIT_ELIGIBLE, call_columns, normalise_call, usage_cost, verdict_sql
 
 PAGE = 100
 MAX_PAGE = 500
 
 
-def session_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
-    """Every call summary of a session in timeline order, with whatever analysis the store has."""
-    rows = list_calls(db, session=session, limit=None, newest_first=False)
+def _with_extras(db: sqlite_utils.Database, session: str, rows: list[dict]) -> list[dict]:
+    """Summary rows with whatever analysis columns the store has beside them, normalised."""
     if not rows:
         return rows
     cols = call_columns(db)
@@ -27,25 +28,55 @@ def session_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
     if "client" not in rows[0]:
         wanted.append("client")
     if wanted:  # columns list_calls does not return (yet): fetch them beside it
+        marks = ", ".join("?" for _ in rows)
         extra = {
             r[0]: r[1:]
-            for r in db.execute(f"SELECT id, {', '.join(wanted)} FROM calls WHERE session = ?", [session]).fetchall()
+            for r in db.execute(f"SELECT id, {', '.join(wanted)} FROM calls WHERE id IN ({marks})", [r["id"] for r in rows])
         }
         for row in rows:
             row.update(zip(wanted, extra.get(row["id"], (None,) * len(wanted))))
     return [normalise_call(r) for r in rows]
 
 
+_LIGHT = ("id", "seq", "started_at", "model", "outcome", "status", "duration_ms", "ttfb_ms", "usage_input", "usage_output",
+          "usage_cache_read", "usage_cache_write", "path", "stop_reason", "error")  # fmt: skip
+_LIGHT_OPTIONAL = ("thread", "relation", "pointer", "epoch_reason", "tokens_estimated", "has_compaction_before",
+                   "cache_lost_tokens", "cache_lost_usd", "markers")  # fmt: skip
+
+
+def _light_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
+    """A few index columns of every call of the session (no JSON decoding): series, summary, filters."""
+    cols = call_columns(db)
+    names = list(_LIGHT) + [c for c in _LIGHT_OPTIONAL if c in cols]
+    select = ", ".join(names)
+    verdict = verdict_sql(cols)
+    if verdict:
+        select += f", {verdict}"
+        names.append("verdict")
+    cur = db.execute(f"SELECT {select} FROM calls WHERE session = ? ORDER BY started_at, id", [session])
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _markers(row: dict) -> list:
+    value = row.get("markers")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
+
+
 def _matches(row: dict, f: dict) -> bool:
     if f.get("relation") and row.get("relation") != f["relation"]:
         return False
-    if f.get("verdict") and (row.get("cache") or {}).get("verdict") != f["verdict"]:
+    if f.get("verdict") and row.get("verdict") != f["verdict"]:
         return False
     if f.get("model") and row.get("model") != f["model"]:
         return False
     if f.get("thread") and row.get("thread") != f["thread"]:
         return False
-    if f.get("marker") and not any(isinstance(m, dict) and m.get("kind") == f["marker"] for m in row["markers"]):
+    if f.get("marker") and not any(isinstance(m, dict) and m.get("kind") == f["marker"] for m in _markers(row)):
         return False
     q = (f.get("q") or "").strip().lower()
     if q:
@@ -54,8 +85,7 @@ def _matches(row: dict, f: dict) -> bool:
             for x in (
                 row.get("id"), row.get("model"), row.get("pointer"), row.get("relation"), row.get("epoch_reason"),
                 row.get("outcome"), row.get("status"), row.get("stop_reason"), row.get("error"), row.get("path"),
-                (row.get("cache") or {}).get("verdict"),
-                " ".join(str(m.get("kind")) for m in row["markers"] if isinstance(m, dict)),
+                row.get("verdict"), " ".join(str(m.get("kind")) for m in _markers(row) if isinstance(m, dict)),
             )
             if x is not None
         ).lower()  # fmt: skip
@@ -66,44 +96,37 @@ def _matches(row: dict, f: dict) -> bool:
 
 def _series(rows: list[dict], threads: dict[str, int]) -> dict:
     """Column arrays for the charts: context size and cache read / write / uncached per call."""
-    keys = ("id", "seq", "t", "thread", "relation", "verdict", "ctx", "input", "read", "write", "output",
-            "ms", "ttfb", "compaction", "ok")  # fmt: skip
-    s: dict[str, list] = {k: [] for k in keys}
-    for r in rows:
-        u = r.get("usage") or {}
-        s["id"].append(r["id"])
-        s["seq"].append(r["seq"])
-        s["t"].append(r["started_at"])
-        s["thread"].append(threads.get(r.get("thread")) if r.get("thread") else None)
-        s["relation"].append(r.get("relation"))
-        s["verdict"].append((r.get("cache") or {}).get("verdict"))
-        s["ctx"].append(r.get("tokens_estimated") if r.get("tokens_estimated") is not None else u.get("input"))
-        s["input"].append(u.get("input"))
-        s["read"].append(u.get("cache_read"))
-        s["write"].append(u.get("cache_write"))
-        s["output"].append(u.get("output"))
-        s["ms"].append(r.get("duration_ms"))
-        s["ttfb"].append(r.get("ttfb_ms"))
-        s["compaction"].append(bool(r.get("has_compaction_before")))
-        s["ok"].append(r.get("outcome") == "ok" and (r.get("status") or 0) < 400)
-    return s
+    ok = [r["outcome"] == "ok" and (r["status"] or 0) < 400 for r in rows]
+    return {
+        "id": [r["id"] for r in rows],
+        "seq": [r["seq"] for r in rows],
+        "thread": [threads.get(r.get("thread")) if r.get("thread") else None for r in rows],
+        "relation": [r.get("relation") for r in rows],
+        "verdict": [r.get("verdict") for r in rows],
+        "ctx": [r["usage_input"] if r.get("tokens_estimated") is None else r["tokens_estimated"] for r in rows],
+        "input": [r["usage_input"] for r in rows],
+        "read": [r["usage_cache_read"] for r in rows],
+        "write": [r["usage_cache_write"] for r in rows],
+        "ms": [r["duration_ms"] for r in rows],
+        "compaction": [bool(r.get("has_compaction_before")) for r in rows],
+        "ok": ok,
+    }
 
 
 def _summary(rows: list[dict]) -> dict:
-    inp = sum((r.get("usage") or {}).get("input") or 0 for r in rows)
-    read = sum((r.get("usage") or {}).get("cache_read") or 0 for r in rows)
-    out = sum((r.get("usage") or {}).get("output") or 0 for r in rows)
+    inp = sum(r["usage_input"] or 0 for r in rows)
+    read = sum(r["usage_cache_read"] or 0 for r in rows)
+    out = sum(r["usage_output"] or 0 for r in rows)
     cost, guessed, priced = 0.0, False, False
     for r in rows:
-        u = r.get("usage") or {}
-        usd, g = usage_cost(r.get("model"), u.get("input"), u.get("output"), u.get("cache_read"), u.get("cache_write"))
+        usd, g = usage_cost(r["model"], r["usage_input"], r["usage_output"], r["usage_cache_read"], r["usage_cache_write"])
         if usd is not None:
             cost, guessed, priced = cost + usd, guessed or g, True
-    verdicts = [(r.get("cache") or {}).get("verdict") for r in rows]
+    verdicts = [r.get("verdict") for r in rows]
     eligible = sum(v in HIT_ELIGIBLE for v in verdicts)
     hits = sum(v == "hit" for v in verdicts)
-    lost = [(r.get("cache") or {}).get("lost_tokens") for r in rows]
-    lost_usd = [(r.get("cache") or {}).get("lost_cost_usd") for r in rows]
+    lost = [r.get("cache_lost_tokens") for r in rows]
+    lost_usd = [r.get("cache_lost_usd") for r in rows]
     return {
         "calls": len(rows),
         "models": sorted({r["model"] for r in rows if r.get("model")}),
@@ -117,32 +140,42 @@ def _summary(rows: list[dict]) -> dict:
         "breaks": sum(v == "client_break" for v in verdicts) if any(verdicts) else None,
         "cost_usd": round(cost, 6) if priced else None,
         "cost_estimated": guessed,
-        "errors": sum(not (r.get("outcome") == "ok" and (r.get("status") or 0) < 400) for r in rows),
+        "errors": sum(not (r["outcome"] == "ok" and (r["status"] or 0) < 400) for r in rows),
     }
+
+
+def _page_rows(db: sqlite_utils.Database, session: str, ids: list[str], offset: int, limit: int, filtered: bool) -> list[dict]:
+    """Full summary rows of one page; unfiltered pages are a plain LIMIT/OFFSET read."""
+    if not filtered:
+        return _with_extras(db, session, list_calls(db, session=session, limit=limit, offset=offset, newest_first=False))
+    wanted = set(ids)
+    rows = [r for r in list_calls(db, session=session, limit=None, newest_first=False) if r["id"] in wanted]
+    return _with_extras(db, session, rows)
 
 
 def session_view(
     db: sqlite_utils.Database, session: str, *, offset: int | None = None, limit: int = PAGE, filters: dict | None = None
 ) -> dict | None:
     """A page of the timeline (the last page when ``offset`` is None), the series and a summary."""
-    rows = session_rows(db, session)
+    rows = _light_rows(db, session)
     if not rows:
         return None
     threads: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for r in rows:
-        if r.get("thread") and r["thread"] not in threads:
-            threads[r["thread"]] = len(threads)
-    counts = {t: 0 for t in threads}
-    for r in rows:
-        if r.get("thread"):
-            counts[r["thread"]] += 1
+        t = r.get("thread")
+        if t:
+            threads.setdefault(t, len(threads))
+            counts[t] = counts.get(t, 0) + 1
     main = max(counts, key=lambda t: counts[t]) if counts else None
-    picked = [r for r in rows if _matches(r, filters or {})]
+    filters = {k: v for k, v in (filters or {}).items() if v}
+    picked = [r for r in rows if _matches(r, filters)] if filters else rows
     limit = max(1, min(limit, MAX_PAGE))
     total = len(picked)
     if offset is None or offset < 0:
         offset = max(0, (total - 1) // limit * limit) if total else 0
-    page = picked[offset : offset + limit]
+    ids = [r["id"] for r in picked[offset : offset + limit]]
+    page = _page_rows(db, session, ids, offset, limit, bool(filters)) if ids else []
     for r in page:
         r["thread_index"] = threads.get(r.get("thread")) if r.get("thread") else None
     return {

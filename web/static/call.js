@@ -1,7 +1,7 @@
 // Call page: overview (timings, outcome, usage reported vs estimated, cache verdict, prefix
 // relation, markers), then tabs: structured request, response, raw bytes, headers.
 
-import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip,
+import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
   callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { requestView, responseView } from "./reqview.js";
@@ -96,7 +96,7 @@ export function renderCall(root, id, params, ctx) {
         ]),
         markers.length ? h("div", { class: "marker-list" }, markers.map((m) => h("div", { class: "marker-item" },
           markerChip(m, m.pointer ? () => goPtr(m.pointer) : null), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
-          m.detail != null ? h("span", { class: "muted small" }, " " + (typeof m.detail === "string" ? m.detail : JSON.stringify(m.detail)).slice(0, 300)) : null))) : null)),
+          m.detail != null ? h("span", { class: "muted small" }, " " + markerText(m)) : null))) : null)),
       h("div", { class: "tabs" }, Object.keys(builders).map((name) => (tabs[name] = h("button", { type: "button", class: "tab", onclick: () => show(name) }, name)))),
       tabsBox);
     show("request");

@@ -14,7 +14,7 @@ function niceMax(v) {
   return 10 * p;
 }
 
-export function sessionChart(series, { onPick, width } = {}) {
+export function sessionChart(series, { onPick, width, mainThread = null } = {}) {
   const W = Math.max(320, Math.round(width || 1000));
   const n = series.id.length;
   const ctx = series.ctx.map((v) => v || 0);
@@ -39,8 +39,15 @@ export function sessionChart(series, { onPick, width } = {}) {
     const seg = (v) => { const y0 = y(base), y1 = y(base + v); base += v; return v > 0 ? `M${xi} ${y1.toFixed(1)}h${bw.toFixed(2)}V${y0.toFixed(1)}h-${bw.toFixed(2)}z` : ""; };
     dRead += seg(read); dWrite += seg(write); dUncached += seg(unc);
   }
+  // The line follows the main thread; calls of side threads (titles, sub-agents) are dots.
   let line = "";
-  ctx.forEach((v, i) => { line += (i ? "L" : "M") + (PAD.l + i * step + step / 2).toFixed(2) + " " + y(v).toFixed(1); });
+  const side = [];
+  ctx.forEach((v, i) => {
+    const cx = (PAD.l + i * step + step / 2).toFixed(2);
+    const t = series.thread[i];
+    if (mainThread != null && t != null && t !== mainThread) { side.push(svg("circle", { cx, cy: y(v).toFixed(1), r: 2.4, class: "mk-side" })); return; }
+    line += (line ? "L" : "M") + cx + " " + y(v).toFixed(1);
+  });
 
   const marks = [];
   for (let i = 0; i < n; i++) {
@@ -63,7 +70,7 @@ export function sessionChart(series, { onPick, width } = {}) {
     grid,
     svg("path", { d: dRead, class: "s-read" }), svg("path", { d: dWrite, class: "s-write" }),
     svg("path", { d: dUncached, class: "s-uncached" }), svg("path", { d: dNone, class: "s-none" }),
-    svg("path", { d: line, class: "s-ctx" }), marks, cursor);
+    svg("path", { d: line, class: "s-ctx" }), side, marks, cursor);
 
   const tip = h("div", { class: "tip", hidden: true });
   const wrap = h("div", { class: "chart-wrap" }, chart, tip);
@@ -98,7 +105,7 @@ export function sessionChart(series, { onPick, width } = {}) {
   const legend = h("div", { class: "legend" },
     h("span", { class: "lg lg-ctx" }, "context size"), h("span", { class: "lg lg-read" }, "cache read"),
     h("span", { class: "lg lg-write" }, "cache write"), h("span", { class: "lg lg-uncached" }, "uncached input"),
-    h("span", { class: "lg lg-compaction" }, "compaction"), h("span", { class: "lg lg-epoch" }, "epoch start"),
+    side.length ? h("span", { class: "lg lg-side" }, "side-thread call") : null, h("span", { class: "lg lg-compaction" }, "compaction"), h("span", { class: "lg lg-epoch" }, "epoch start"),
     h("span", { class: "lg lg-break" }, "cache break"), h("span", { class: "lg lg-error" }, "error"));
   return h("div", { class: "chart-box" }, wrap, legend);
 }

@@ -178,10 +178,7 @@ export function markerChip(m, onclick) {
   const kind = String((m && m.kind) || "marker");
   let title = kind;
   if (m && m.pointer) title += " at " + m.pointer;
-  if (m && m.detail != null) {
-    const d = typeof m.detail === "string" ? m.detail : JSON.stringify(m.detail);
-    title += "\n" + (d.length > 400 ? d.slice(0, 400) + "…" : d);
-  }
+  if (m && m.detail != null) title += "\n" + markerText(m);
   let label = MARKER_LABEL[kind] || kind;
   if (kind === "tools_executed" && m.detail && Array.isArray(m.detail.tools)) {
     const names = m.detail.tools.map((t) => (t && typeof t === "object" ? t.name : t)).filter(Boolean);
@@ -190,6 +187,24 @@ export function markerChip(m, onclick) {
   return h(onclick ? "button" : "span", {
     class: "chip m-" + kind.replace(/[^a-z_]/g, ""), title, type: onclick ? "button" : null, onclick,
   }, label);
+}
+
+// A marker's detail in one readable line: "preview" texts, tool names, key: value pairs.
+export function markerText(m) {
+  const d = m && m.detail;
+  if (d == null) return "";
+  if (typeof d !== "object") return String(d).slice(0, 300);
+  const parts = [];
+  if (typeof d.preview === "string") parts.push("“" + d.preview + (d.chars > d.preview.length ? "…" : "") + "”");
+  if (Array.isArray(d.tools)) parts.push(d.tools.map((t) => (t && typeof t === "object" ? t.name || t.ref : t)).filter(Boolean).join(", "));
+  if (d.prev_tokens != null && d.cur_tokens != null) parts.push(`${fmtInt(d.prev_tokens)} → ${fmtInt(d.cur_tokens)} tokens`);
+  for (const [k, v] of Object.entries(d)) {
+    if (["preview", "tools", "prev_tokens", "cur_tokens", "segment", "count", "chars"].includes(k)) continue;
+    if (v == null || typeof v === "object") continue;
+    parts.push(`${k.replace(/_/g, " ")}: ${v}`);
+  }
+  const text = parts.join(" · ");
+  return text.length > 300 ? text.slice(0, 300) + "…" : text;
 }
 
 export function callMarkers(call) {

@@ -85,9 +85,17 @@ export function reveal(container, pointer) {
   if (pointer == null) return null;
   const parts = pointer.split("/").slice(1);
   let found = null;
+  const byPtr = (p) => [...container.querySelectorAll("[data-ptr]")].find((e) => e.dataset.ptr === p);
   for (let i = 0; i <= parts.length; i++) {
     const p = i === 0 ? "" : "/" + parts.slice(0, i).join("/");
-    const el = [...container.querySelectorAll("[data-ptr]")].find((e) => e.dataset.ptr === p);
+    let el = byPtr(p);
+    if (!el && i > 0) { // inside a folded range of a long list? unfold it and look again
+      const base = "/" + parts.slice(0, i - 1).join("/").replace(/^\/$/, "");
+      const idx = Number(parts[i - 1]);
+      const fold = [...container.querySelectorAll("[data-range-ptr]")].find((e) =>
+        (e.dataset.rangePtr === base || (base === "/" && e.dataset.rangePtr === "")) && idx >= Number(e.dataset.rangeFrom) && idx < Number(e.dataset.rangeTo));
+      if (fold) { fold.open = true; if (fold._ensure) fold._ensure(); el = byPtr(p); }
+    }
     if (!el) continue;
     found = el;
     for (let a = el; a && a !== container; a = a.parentElement) {

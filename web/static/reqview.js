@@ -123,11 +123,21 @@ function messageBody(m, ptr) {
   return out;
 }
 
+const KEEP_HEAD = 1;
+const KEEP_TAIL = 6;
+
 function messageList(items, ptr, openLast = 3) {
   if (typeof items === "string") return h("div", { class: "blk", dataset: { ptr } }, textView(items));
   if (!Array.isArray(items)) return jsonTree(items, ptr);
-  return h("div", { class: "msgs", dataset: { ptr } }, items.map((m, i) => lazy(messageSummary(m, i), () => messageBody(m, `${ptr}/${i}`),
-    { ptr: `${ptr}/${i}`, open: i >= items.length - openLast, cls: "msg role-" + String((m && (m.role || m.type)) || "x").replace(/[^a-z_]/g, "") })));
+  const one = (m, i) => lazy(messageSummary(m, i), () => messageBody(m, `${ptr}/${i}`),
+    { ptr: `${ptr}/${i}`, open: i >= items.length - openLast, cls: "msg role-" + String((m && (m.role || m.type)) || "x").replace(/[^a-z_]/g, "") });
+  if (items.length <= KEEP_HEAD + KEEP_TAIL + 4) return h("div", { class: "msgs", dataset: { ptr } }, items.map(one));
+  // A long conversation: the first message, the middle folded into one group, the last few.
+  const from = KEEP_HEAD, to = items.length - KEEP_TAIL;
+  const middle = lazy(h("span", { class: "muted" }, `${to - from} more messages (${from}–${to - 1})`),
+    () => items.slice(from, to).map((m, k) => one(m, from + k)), { cls: "fold" });
+  Object.assign(middle.dataset, { rangePtr: ptr, rangeFrom: String(from), rangeTo: String(to) });
+  return h("div", { class: "msgs", dataset: { ptr } }, items.slice(0, from).map(one), middle, items.slice(to).map((m, k) => one(m, to + k)));
 }
 
 // -- tools --------------------------------------------------------------------------------------

@@ -124,18 +124,19 @@ export function renderSession(root, session, params, ctx) {
   function drawChart(view) {
     const width = Math.max(320, chartBox.clientWidth - 24);
     mount(chartBox, h("div", { class: "card-title" }, "Context size and cache use per call"),
-      sessionChart(view.series, { width, onPick: (i) => ctx.navigate("#/call/" + encodeURIComponent(view.series.id[i])) }));
+      sessionChart(view.series, { width, mainThread: ((view.threads || []).find((t) => t.main) || {}).index ?? null, onPick: (i) => ctx.navigate("#/call/" + encodeURIComponent(view.series.id[i])) }));
   }
 
   function drawTable(view) {
     const scale = Math.max(1, ...view.series.ctx.map((v) => v || 0));
     const threadCount = (view.threads || []).length;
     const tbody = h("tbody");
-    for (const c of view.calls) {
+    const prevSeen = seen;
+    const rowOf = (c) => {
       const href = "#/call/" + encodeURIComponent(c.id);
       const markers = callMarkers(c);
-      const fresh = seen && !seen.has(c.id);
-      tbody.appendChild(h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === "DIVERGED" ? " diverged" : ""), dataset: { id: c.id },
+      const fresh = prevSeen && !prevSeen.has(c.id);
+      return h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === "DIVERGED" ? " diverged" : ""), dataset: { id: c.id },
         onclick: (ev) => { if (!ev.target.closest("a,button")) ctx.navigate(href); } },
         h("td", { class: "num" }, h("a", { href }, "#" + c.seq)),
         h("td", { class: "muted mono", title: c.started_at }, fmtTime(c.started_at)),
@@ -148,8 +149,19 @@ export function renderSession(root, session, params, ctx) {
         cacheCell(c),
         h("td", { class: "num mono", title: `first byte ${fmtMs(c.ttfb_ms)} · total ${fmtMs(c.duration_ms)}` },
           fmtMs(c.duration_ms), h("span", { class: "muted small" }, c.ttfb_ms != null ? " / " + fmtMs(c.ttfb_ms) : "")),
-        h("td", {}, outcomeBadge(c))));
-    }
+        h("td", {}, outcomeBadge(c)));
+    };
+    // The first rows go in at once (the first screen); the rest of the page follows a frame later.
+    const FIRST = 30;
+    for (const c of view.calls.slice(0, FIRST)) tbody.appendChild(rowOf(c));
+    const rest = view.calls.slice(FIRST);
+    const token = (drawTable.token = (drawTable.token || 0) + 1);
+    if (rest.length) requestAnimationFrame(() => requestAnimationFrame(() => {
+      if (disposed || token !== drawTable.token) return;
+      const frag = document.createDocumentFragment();
+      for (const c of rest) frag.appendChild(rowOf(c));
+      tbody.appendChild(frag);
+    }));
     seen = new Set(view.series.id);
     mount(tableBox, h("table", { class: "grid calls" },
       h("thead", {}, h("tr", {},
@@ -173,13 +185,18 @@ export function renderSession(root, session, params, ctx) {
     try {
       const view = await getJSON("/session", { s: session, offset: offset == null ? "" : offset, ...filters });
       if (disposed) return;
+      if (last == null) performance.mark("ctxscope:session-data");
       const first = last == null;
       last = view;
       drawHead(view);
       if (first || String(view.series.id.length) !== chartBox.dataset.n) { drawChart(view); chartBox.dataset.n = String(view.series.id.length); }
       drawFilters(view);
       drawTable(view);
-      if (first) root.dataset.ready = "1";
+      if (first) {
+        root.dataset.ready = "1";
+        performance.mark("ctxscope:session-ready");
+        requestAnimationFrame(() => setTimeout(() => performance.mark("ctxscope:session-painted"), 0));
+      }
     } catch (e) {
       if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
     }

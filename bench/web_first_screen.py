@@ -1,0 +1,282 @@
+#!/usr/bin/env python
+"""How fast the web UI opens a 1,000-call session, in a real headless browser.
+
+Starts the daemon with the UI and the simulator behind it, drives an agent-shaped Anthropic
+session of ``--calls`` calls through it over HTTP (tool calls and results, reminders, a moving
+cache breakpoint, side calls for titles, a system-prompt edit that breaks the cache, compactions),
+then opens ``#/session/<label>`` in Debian's chromium several times, each in a fresh browser
+context, and prints the time to first screen: from navigation start until the timeline rows and
+the chart are on the page. Also prints the session API's own time.
+
+    .venv/bin/python bench/web_first_screen.py                     # 1,000 calls, 7 loads
+    .venv/bin/python bench/web_first_screen.py --calls 200 --loads 3
+    .venv/bin/python bench/web_first_screen.py --screenshots docs/screenshots
+
+With ``--screenshots DIR`` it also captures the README's pictures of each page (sessions,
+session, call, diff) from a shorter demo session of the same shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+SYSTEM = (
+    "You are a coding agent working in a local repository. Read files before editing them, keep changes "
+    "small, run the tests after each change and report what you changed and why. "
+) * 40
+TOOLS = [
+    {"name": name, "description": desc, "input_schema": {"type": "object", "properties": props, "required": list(props)}}
+    for name, desc, props in [
+        ("read", "Read a file (offset and limit in lines).", {"path": {"type": "string"}, "offset": {"type": "integer"}}),
+        ("grep", "Search files for a regular expression.", {"pattern": {"type": "string"}, "path": {"type": "string"}}),
+        ("edit", "Replace an exact string in a file.", {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}),
+        ("bash", "Run a shell command with a timeout.", {"command": {"type": "string"}}),
+        ("todowrite", "Replace the todo list.", {"todos": {"type": "array", "items": {"type": "string"}}}),
+    ]
+]  # fmt: skip
+FILES = ["src/parser.py", "src/lexer.py", "tests/test_parser.py", "README.md", "src/cli.py", "src/cache.py"]
+
+
+def _post(url: str, body: dict, headers: dict | None = None) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json", **(headers or {})})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+class Agent:
+    """An agent-shaped client: tool loops, reminders, a moving breakpoint, compactions, side calls."""
+
+    def __init__(self, daemon_url: str, sim_url: str, label: str, seed: int = 7):
+        import anthropic  # the real SDK as the client, as an agent would use it
+
+        self.client = anthropic.Anthropic(base_url=f"{daemon_url}/s/{label}/anthropic", api_key="sk-bench-not-a-real-key",
+                                          max_retries=0)  # fmt: skip
+        self.sim_url = sim_url
+        self.rng = random.Random(seed)
+        self.system = SYSTEM
+        self.history: list[dict] = [{"role": "user", "content": "Fix the failing parser tests and tidy the cache module."}]
+        self.calls = 0
+
+    def _script(self, step: dict) -> None:
+        _post(self.sim_url + "/_sim/script", {"append": [step]})
+
+    def _send(self, system: str, messages: list[dict], model: str = "claude-sonnet-4-6", tools=TOOLS) -> dict:
+        msgs = json.loads(json.dumps(messages))
+        last = msgs[-1]
+        if isinstance(last["content"], str):
+            last["content"] = [{"type": "text", "text": last["content"]}]
+        last["content"][-1]["cache_control"] = {"type": "ephemeral"}  # the breakpoint moves every call
+        body = {"model": model, "max_tokens": 1024, "messages": msgs,
+                "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]}  # fmt: skip
+        if tools:
+            body["tools"] = tools
+        self.calls += 1
+        return self.client.messages.create(**body).model_dump(exclude_none=True)
+
+    def step(self) -> None:
+        n = self.calls
+        if n and n % 97 == 0:  # a side call: title generation, its own system prompt, no tools
+            self._script({"text": "Parser test fixes"})
+            self._send("Write a 3-5 word title for this conversation.", [{"role": "user", "content": self.history[0]["content"]}],
+                       model="claude-haiku-4-5", tools=None)  # fmt: skip
+            return
+        if n and n % 333 == 0:  # compaction: the whole history becomes one summary message
+            self._script({"text": "Summary of the work so far: parser fixed, cache module pending."})
+            summary = self._send(self.system, self.history + [{"role": "user", "content": "Summarise the conversation so far."}])
+            text = summary["content"][0]["text"]
+            self.history = [{"role": "user", "content": "This session is being continued from a previous conversation "
+                             "that ran out of context. The summary below covers the earlier portion.\n\n" + text}]  # fmt: skip
+            return
+        if n == 150:  # the client edits its system prompt mid-session: a cache break
+            self.system = SYSTEM.replace("keep changes small", "keep changes small and documented", 1)
+        tool = self.rng.choice(["read", "read", "grep", "edit", "bash"])
+        path = self.rng.choice(FILES)
+        args = {"read": {"path": path}, "grep": {"pattern": "def parse", "path": "src"},
+                "edit": {"path": path, "old": "x = 1", "new": "x = 2"}, "bash": {"command": "pytest -q"}}[tool]  # fmt: skip
+        self._script({"text": f"Let me {tool} {path}.", "tool_calls": [{"name": tool, "arguments": args}]})
+        resp = self._send(self.system, self.history)
+        self.history.append({"role": "assistant", "content": resp["content"]})
+        use = next(b for b in resp["content"] if b["type"] == "tool_use")
+        output = "\n".join(f"{i:4d}  line {i} of {path}: value = {self.rng.randint(0, 9999)}" for i in range(self.rng.randint(5, 40)))
+        content: list[dict] = [{"type": "tool_result", "tool_use_id": use["id"], "content": output}]
+        if n % 10 == 5:
+            content.append({"type": "text", "text": "<system-reminder>Open todos: 3. Update the todo list when a task is done.</system-reminder>"})
+        self.history.append({"role": "user", "content": content})
+
+
+class Daemon:
+    """The daemon with the UI, in its own thread and event loop."""
+
+    def __init__(self, tmp: Path):
+        from ctxscope.daemon import start_daemon
+        from ctxscope.settings import DaemonConfig
+        from ctxscope.simulator.app import start_simulator
+        from ctxscope.web.routes import add_web_routes
+
+        os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.sim_runner, self.sim_url = self.call(start_simulator("127.0.0.1", 0))
+        self.db = tmp / "captures.db"
+        cfg = DaemonConfig(host="127.0.0.1", port=0, db=self.db,
+                           upstreams={"anthropic": self.sim_url, "openai": self.sim_url, "sim": self.sim_url})  # fmt: skip
+        self.daemon = self.call(start_daemon(cfg, extra_routes=lambda app, cfg, writer: add_web_routes(app, cfg.db, writer)))
+        self.url = self.daemon.url
+
+    def call(self, coro, timeout: float = 120):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def wait_stored(self, n: int, timeout: float = 300) -> None:
+        from ctxscope.inspector.queries import open_db
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            db = open_db(self.db)
+            count = db.execute("SELECT COUNT(*) FROM calls WHERE relation IS NOT NULL OR api IS NULL").fetchone()[0]
+            db.close()
+            if count >= n:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"only {count} of {n} calls stored")
+
+    def stop(self) -> None:
+        self.call(self.daemon.stop())
+        self.call(self.sim_runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def drive(d: Daemon, label: str, calls: int, seed: int = 7) -> float:
+    agent = Agent(d.url, d.sim_url, label, seed)
+    t0 = time.perf_counter()
+    while agent.calls < calls:
+        agent.step()
+    return time.perf_counter() - t0
+
+
+_MARKS = """() => Object.fromEntries(performance.getEntriesByType("mark").map((m) => [m.name, m.startTime]))"""
+
+
+def first_screen(browser, url: str, label: str, loads: int) -> list[dict]:
+    """Per load (a fresh browser context each): milliseconds from navigation start until the data
+    arrived, the rows and chart were built, and the frame after that was painted."""
+    out = []
+    for _ in range(loads):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        page.goto(f"{url}/#/session/{label}")
+        page.wait_for_selector("#app[data-ready='1'] tr.call-row")
+        page.wait_for_selector(".chart path.s-read")
+        page.wait_for_function("performance.getEntriesByName('ctxscope:session-painted').length > 0")
+        marks = page.evaluate(_MARKS)
+        nav = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+        out.append({"dom": nav, "data": marks["ctxscope:session-data"], "built": marks["ctxscope:session-ready"],
+                    "painted": marks["ctxscope:session-painted"]})  # fmt: skip
+        ctx.close()
+    return out
+
+
+def api_times(url: str, label: str, n: int = 7) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"{url}/_ctxscope/api/session?s={label}", timeout=30) as resp:
+            size = len(resp.read())
+        out.append((time.perf_counter() - t0) * 1000)
+    api_times.size = size  # type: ignore[attr-defined]
+    return out
+
+
+def screenshots(browser, d: Daemon, out_dir: Path, already: int) -> None:
+    """The README's pictures: sessions, a demo session, a call with tool use, the diff at a break."""
+    from ctxscope.inspector.queries import open_db
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drive(d, "refactor-parser", 160, seed=3)
+    import openai
+
+    client = openai.OpenAI(base_url=f"{d.url}/s/title-check/openai/v1", api_key="sk-bench-not-a-real-key", max_retries=0)
+    client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Name this branch."}])
+    d.wait_stored(already + 160 + 1)
+    db = open_db(d.db)
+    rows = db.execute("SELECT id, seq, relation FROM calls WHERE session = 'refactor-parser' ORDER BY seq").fetchall()
+    db.close()
+    diverged = next(r for r in rows if r[2] == "DIVERGED")
+    tool_call = next(r for r in rows if r[1] == 46)
+    ctx = browser.new_context(viewport={"width": 1320, "height": 860}, device_scale_factor=1)
+    page = ctx.new_page()
+    page.goto(d.url + "/")
+    page.wait_for_selector(".session-link")
+    page.screenshot(path=str(out_dir / "sessions.png"))
+    page.goto(f"{d.url}/#/session/refactor-parser?offset=130")
+    page.wait_for_selector("#app[data-ready='1'] tr.call-row")
+    page.screenshot(path=str(out_dir / "session.png"))
+    page.goto(f"{d.url}/#/call/{tool_call[0]}")
+    page.wait_for_selector("#app[data-ready='1'] .reqview")
+    page.locator(".reqview details.msg").last.scroll_into_view_if_needed()
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(out_dir / "call.png"))
+    page.goto(f"{d.url}/#/diff/{diverged[0]}")
+    page.wait_for_selector("#app[data-ready='1'] .change-detail")
+    page.screenshot(path=str(out_dir / "diff.png"))
+    ctx.close()
+    print(f"screenshots: {', '.join(sorted(p.name for p in out_dir.glob('*.png')))} in {out_dir}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--loads", type=int, default=7)
+    ap.add_argument("--chromium", default=os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium"))
+    ap.add_argument("--screenshots", type=Path, default=None, help="also write the README's page screenshots here")
+    args = ap.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    tmp = Path(tempfile.mkdtemp(prefix="ctxscope-web-bench-"))
+    d = Daemon(tmp)
+    label = f"bench-{args.calls}"
+    try:
+        seconds = drive(d, label, args.calls)
+        d.wait_stored(args.calls)
+        print(f"session: {args.calls} calls driven through the daemon in {seconds:.1f} s ({args.calls / seconds:.0f} calls/s)")
+        api = api_times(d.url, label)
+        print(f"session API (page + series of all {args.calls} calls, {api_times.size / 1024:.0f} KiB): "  # type: ignore[attr-defined]
+              f"median {statistics.median(api):.0f} ms, min {min(api):.0f} ms")
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
+            first_screen(browser, d.url, label, 1)  # warm the OS file cache and the daemon's connections
+            loads = first_screen(browser, d.url, label, args.loads)
+            med = {k: statistics.median(x[k] for x in loads) for k in loads[0]}
+            painted = [x["painted"] for x in loads]
+            print(f"first screen of the {args.calls}-call session, {args.loads} loads in fresh browser contexts "
+                  f"(ms from navigation start, medians): page parsed {med['dom']:.0f}, data in {med['data']:.0f}, "
+                  f"rows and chart built {med['built']:.0f}, painted {med['painted']:.0f}")
+            budget = 1000
+            print(f"time to first screen: median {med['painted']:.0f} ms (min {min(painted):.0f}, max {max(painted):.0f}); "
+                  f"budget {budget} ms: {'OK' if med['painted'] < budget else 'OVER'}")
+            if args.screenshots:
+                screenshots(browser, d, args.screenshots, args.calls)
+            browser.close()
+    finally:
+        d.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
