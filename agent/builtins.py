@@ -70,6 +70,18 @@ def host_settings(options: HostOptions) -> dict[str, Any]:
 HostBuiltinFactory = Callable[[HostOptions], Extension]
 
 
+def _context_management(options: HostOptions) -> Extension:
+    from .compaction_auto import create_context_management
+
+    return create_context_management(options)
+
+
+def _tool_output_budget(options: HostOptions) -> Extension:
+    from .tool_output_budget import create_tool_output_budget
+
+    return create_tool_output_budget(options)
+
+
 def _system_reminders(options: HostOptions) -> Extension:
     from .reminders_extension import create_system_reminders
 
@@ -98,8 +110,8 @@ def _session_report(options: HostOptions) -> Extension:
 # Context management's before_llm_call (compaction) belongs before the in-turn reminders, so
 # reminders land on the compacted history (C5); the session report stays last so it records the
 # request as sent.
-HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [_system_reminders, _in_turn_reminders, _runaway_guard,
-                                                    _session_report]
+HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [_context_management, _system_reminders, _in_turn_reminders,
+                                                    _runaway_guard, _tool_output_budget, _session_report]
 
 
 def default_host_builtins(options: HostOptions) -> list[Extension]:

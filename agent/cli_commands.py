@@ -20,7 +20,7 @@ from .conversation import NotAvailable
 from .providers import APIS, PROVIDERS, ProviderConfigError, make_client, resolve
 from .render import TerminalRenderer
 from .runtime import AgentRuntime
-from .session import AgentSession
+from .session import AgentSession, SessionBusy
 from .session_store import SessionNotFound
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -187,16 +187,40 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
                 err=True, dim=True)
 
 
+@agent_group.command("context", context_settings=CONTEXT)
+@click.argument("session_id", metavar="SESSION")
+@click.option("--context-window", type=int, default=None, help="Context window in tokens (default: the model's).")
+@click.option("--max-output-tokens", type=int, default=None, help="Output limit per call (default: the model's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def context_command(session_id: str, context_window: int | None, max_output_tokens: int | None,
+                    as_json: bool) -> None:
+    """How full a stored session's context is, and of what (what /context shows in chat)."""
+    from .context_report import report_json, stored_report
+    from .runtime import default_home
+
+    try:
+        report = stored_report(default_home(), session_id, context_window=context_window,
+                               max_output_tokens=max_output_tokens)
+    except SessionNotFound as e:
+        raise click.ClickException(str(e))
+    click.echo(report_json(report) if as_json else report.render())
+
+
 async def _command(rt: AgentRuntime, session: AgentSession, text: str) -> None:
     name, _, arg = text.partition(" ")
     if name == "/compact":
+        from .compaction_outcome import describe
+
         try:
-            await rt.conversation.maintenance.compact(session.id, arg.strip() or None)
-            click.secho("compacted", err=True)
-        except NotAvailable as e:
+            outcome = await rt.conversation.maintenance.compact(session.id, arg.strip() or None)
+        except (NotAvailable, SessionBusy) as e:
             click.secho(f"/compact: {e}", err=True, fg="yellow")
+        else:
+            click.secho(describe(outcome), err=True, fg=None if getattr(outcome, "replaced", False) else "yellow")
     elif name == "/context":
-        click.secho("/context: not available yet (it arrives with context management)", err=True, fg="yellow")
+        from .context_report import live_report
+
+        click.echo(live_report(rt, session).render())
     elif name == "/help":
         click.secho(HELP, err=True)
     else:

@@ -58,6 +58,10 @@ class AgentRuntime:
         from .conversation import Conversation
 
         self.conversation = Conversation(self)
+        for ext in builtins:  # a host builtin may plug into the runtime too (compaction: overflow, /compact)
+            attach = getattr(ext, "attach", None)
+            if callable(attach):
+                attach(self)
 
     def system_prompt(self) -> str:
         template = self._system_prompt if self._system_prompt is not None else SYSTEM_PROMPT

@@ -99,21 +99,22 @@ def test_chat_repl(tmp_path, sim):
     ws = tmp_path / "ws"
     ws.mkdir()
     state.set_script([{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "nothing here yet"},
-                      {"text": "bye then"}])
+                      {"match": "<checkpoint-request>", "text": "## Goal\nlook around"}, {"text": "bye then"}])
     lines = "what is here?\n/context\n/compact\n/nope\n\nthanks\n/quit\nnever sent\n"
     result = invoke(["chat", *sim_args(url, ws)], tmp_path / "home", input=lines)
     assert result.exit_code == 0, result.stderr
     assert "nothing here yet" in result.stdout and "bye then" in result.stdout
     assert "→ ls()" in result.stderr
-    assert "/context: not available yet" in result.stderr and "/compact: compaction is not available yet" in result.stderr
+    assert "source PROVIDER_USAGE_ANCHORED" in result.stdout  # /context after a real call
+    assert "compacted: checkpoint at rung h0 (soft_fallback" in result.stderr
     assert "unknown command /nope" in result.stderr
     assert "never sent" not in json.dumps(state.requests())
-    assert [r["headers"].get("x-ctxscope-turn") for r in state.requests()] == ["1", "1", "2"]
+    assert [r["headers"].get("x-ctxscope-turn") for r in state.requests()] == ["1", "1", "1", "2"]
 
 
 def test_every_command_has_help():
     runner = CliRunner()
-    for args in ([], ["run"], ["chat"]):
+    for args in ([], ["run"], ["chat"], ["context"]):
         result = runner.invoke(agent_group, [*args, "--help"])
         assert result.exit_code == 0 and len(result.output) > 100
-    assert agent_group.name == "agent" and set(agent_group.commands) == {"run", "chat"}
+    assert agent_group.name == "agent" and set(agent_group.commands) == {"run", "chat", "report", "context"}

@@ -1,0 +1,183 @@
+"""``/context`` and ``ctxscope agent context SESSION`` (C12): how full the context is, and of what.
+
+Sections: the system prompt split into SYSTEM_PROMPT (the runtime's own), MEMORY, SKILLS and OTHER
+(extension contributions, classified by their markers), then TOOLS and MESSAGES. With a valid
+usage anchor the provider's figure is the truth: total = input + cache read + cache write of the
+last answer's request, the sections are scaled to it, and the answer itself plus everything after
+it count as MESSAGES (source ``PROVIDER_USAGE_ANCHORED``). Without one — right after a compaction
+the anchor is invalid by design — it is the local estimate of the current history
+(``LOCAL_ESTIMATE``), so the figure is right at once instead of stale until the next call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .compaction_outcome import ANCHOR_KEY, STATE_KEY
+from .context_budget import budget_lines
+from .context_estimate import (AnchorBinding, UsageAnchor, _count, messages_tokens, prefix_hash, tools_json,
+                               valid_anchor_index)
+from .messages import Message
+from .model import ModelRequest, ModelResponse, PreparedCall, ToolSpec, dumps
+from .retry import ProviderError
+from .spi import TurnContext
+from .state import ModelInfo, SessionState, SessionView
+
+SECTIONS = ("SYSTEM_PROMPT", "MEMORY", "SKILLS", "OTHER", "TOOLS", "MESSAGES")
+_MEMORY = re.compile(r"<memory|^#+\s*memory\b|AGENTS\.md|CLAUDE\.md|project instructions", re.IGNORECASE | re.MULTILINE)
+_SKILLS = re.compile(r"<skills?\b|^#+\s*skills?\b|available skills", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    session_id: str
+    provider: str
+    api: str
+    model: str
+    window: int
+    used: int
+    source: str
+    sections: Mapping[str, int]
+    trigger_at: int
+    input_limit: int
+    compaction: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.window - self.used)
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.used / self.window, 1) if self.window else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "sections": dict(self.sections), "compaction": dict(self.compaction),
+                "remaining": self.remaining, "percent": self.percent}
+
+    def render(self) -> str:
+        c = self.compaction
+        auto = "on" if c.get("auto", "on") != "off" else f"off ({c.get('reason', 'stopped')})"
+        last = c.get("last") or {}
+        if last:
+            what = f"{last.get('stage')} {last.get('status')}"
+            if last.get("rung"):
+                what += f" (rung {last['rung']}, {last.get('validation')})"
+            if last.get("error"):
+                what += f": {last['error']}"
+            if last.get("tokens_after") is not None:
+                what += f", {last.get('tokens_before')} -> {last['tokens_after']} tokens"
+            what += f" at turn {last.get('turn')}"
+        else:
+            what = "none yet"
+        lines = [f"context · session {self.session_id} · {self.model} ({self.provider}/{self.api})",
+                 f"used {self.used:,} of {self.window:,} tokens ({self.percent}%) · remaining {self.remaining:,} "
+                 f"· source {self.source}",
+                 f"trigger line {self.trigger_at:,} · input limit {self.input_limit:,}",
+                 f"compaction: automatic {auto} · last: {what}"]
+        lines += [f"  {name:<14}{self.sections.get(name, 0):>10,}" for name in SECTIONS]
+        lines.append("(message contents are not shown)")
+        return "\n".join(lines)
+
+
+def system_sections(base: str, system: str) -> dict[str, int]:
+    """SYSTEM_PROMPT for the runtime's own prompt; extension parts split by paragraph and classified."""
+    out = {"SYSTEM_PROMPT": 0, "MEMORY": 0, "SKILLS": 0, "OTHER": 0}
+    rest = system
+    if base and system.startswith(base):
+        out["SYSTEM_PROMPT"] = _count(base)
+        rest = system[len(base):]
+    for part in (p for p in rest.split("\n\n") if p.strip()):
+        key = "MEMORY" if _MEMORY.search(part) else "SKILLS" if _SKILLS.search(part) else "OTHER"
+        out[key] += _count(part)
+    return out
+
+
+def build_report(*, session_id: str, info: ModelInfo, base_system: str, system: str, tools: Sequence[ToolSpec],
+                 messages: Sequence[Message], state: Mapping[str, Any], epoch: int | None = None) -> ContextReport:
+    sections: dict[str, int] = system_sections(base_system, system)
+    sections["TOOLS"] = _count(tools_json(tools)) if tools else 0
+    anchor = UsageAnchor.from_dict(state.get(ANCHOR_KEY))
+    binding = AnchorBinding(info.provider, info.api, info.model, prefix_hash(system, tools))
+    idx = valid_anchor_index(messages, anchor, binding, epoch)
+    if idx is None or anchor is None:
+        sections["MESSAGES"] = messages_tokens(messages)
+        source = "LOCAL_ESTIMATE"
+    else:
+        sections["MESSAGES"] = messages_tokens(messages[:idx])
+        estimated = sum(sections.values())
+        scale = anchor.input_tokens / estimated if estimated else 1.0
+        scaled = {k: round(v * scale) for k, v in sections.items() if k != "MESSAGES"}
+        scaled["MESSAGES"] = (anchor.input_tokens - sum(scaled.values()) + anchor.output_tokens
+                              + messages_tokens(messages[idx + 1:]))
+        sections, source = scaled, "PROVIDER_USAGE_ANCHORED"
+    lines = budget_lines(info.context_window, info.max_output_tokens)
+    compaction = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
+    return ContextReport(session_id, info.provider, info.api, info.model, info.context_window,
+                         sum(sections.values()), source, {k: sections.get(k, 0) for k in SECTIONS},
+                         lines.automatic_trigger_at, lines.provider_input_limit,
+                         {k: v for k, v in compaction.items() if k != "auto_turns"})
+
+
+def live_report(runtime: Any, session: Any) -> ContextReport:
+    """/context for a live session: system prompt and tools assembled as for a real turn."""
+    view = session.view
+    assembly = runtime.registry.assemble(TurnContext(view, session.turn, "context", "/context"),
+                                         base_system_prompt=runtime.system_prompt(), disabled=session.disabled)
+    return build_report(session_id=session.id, info=runtime.model_info(), base_system=runtime.system_prompt(),
+                        system=assembly.system_prompt, tools=assembly.specs(), messages=session.messages,
+                        state=view.state.snapshot(), epoch=session.history.epoch)
+
+
+class OfflineClient:
+    """A client that only describes a model: enough to assemble and measure a stored session."""
+
+    def __init__(self, provider: str, api: str, model: str, context_window: int, max_output_tokens: int) -> None:
+        self.provider, self.api, self.model = provider, api, model
+        self.context_window, self.max_output_tokens = context_window, max_output_tokens
+
+    def prepare(self, request: ModelRequest) -> PreparedCall:
+        body = {"model": self.model, "system": request.system, "tools": [t.name for t in request.tools],
+                "messages": len(request.messages)}
+        return PreparedCall(request, self.provider, self.api, self.model, "offline://", dumps(body), {})
+
+    async def send(self, call: PreparedCall, on_delta: Any = None) -> ModelResponse:
+        raise ProviderError("offline: this runtime only inspects stored sessions", kind="offline")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def stored_report(home: Path, session_id: str, *, context_window: int | None = None,
+                  max_output_tokens: int | None = None) -> ContextReport:
+    """``ctxscope agent context SESSION``: the stored session measured as its next request would be."""
+    from .providers import default_api, model_limits
+    from .runtime import AgentRuntime
+    from .session_store import SessionStore
+
+    store = SessionStore(home)
+    meta = store.get(session_id)
+    loaded = store.history(session_id).load()
+    bound = (loaded.state.get(ANCHOR_KEY) or {}).get("binding") if isinstance(loaded.state.get(ANCHOR_KEY), dict) else None
+    provider = (bound or {}).get("provider") or meta.provider or "anthropic"
+    api = (bound or {}).get("api") or default_api(provider)
+    window, output = model_limits(meta.model)
+    info = ModelInfo(provider, api, meta.model, context_window or window, max_output_tokens or output)
+    workspace = meta.workspace if meta.workspace and Path(meta.workspace).is_dir() else None
+    rt = AgentRuntime(OfflineClient(provider, api, meta.model, info.context_window, info.max_output_tokens),
+                      home=home, workspace=workspace)
+    d = store.dir(session_id)
+    view = SessionView(session_id, d, d / "artifacts", rt.workspace, SessionState(loaded.state), info)
+    turn = max((t.turn for t in loaded.turns), default=0)
+    assembly = rt.registry.assemble(TurnContext(view, turn, "context", "/context"),
+                                    base_system_prompt=rt.system_prompt(), disabled=meta.disabled_extensions)
+    return build_report(session_id=session_id, info=info, base_system=rt.system_prompt(),
+                        system=assembly.system_prompt, tools=assembly.specs(), messages=loaded.messages,
+                        state=loaded.state, epoch=loaded.epoch)
+
+
+def report_json(report: ContextReport) -> str:
+    return json.dumps(report.to_dict(), ensure_ascii=False, indent=2)
