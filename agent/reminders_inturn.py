@@ -8,7 +8,8 @@
 - Background-task cadence: the same rule for tasks still running in the background
   (session state ``background_tasks``: ``[{"id", "status", "description"}]``).
 
-Counters are session state (``cadence``), so they survive resumes and compaction can carry them.
+Counters are session state (``todo_cadence``, ``background_cadence``), so they survive resumes and
+the compaction appendix carries them.
 Request-only modifiers run before appenders (the registry orders them), so one request can carry
 both a deadline and one cadence reminder.
 """
@@ -23,23 +24,31 @@ from typing import Any, Callable
 from .assembly import reminder_block
 from .events import AppendMessage, LlmCallContext, ModifyRequest, StepEnd, TurnStart
 from .messages import user_message
-from .reminders_admission import RequestEstimator, fits_reminder_in_final_request, provider_input_limit
+from .reminders_admission import fits_reminder_in_final_request, provider_input_limit, request_tokens
 from .state import ModelInfo, SessionState
 from .tools_todo import MARKS, open_todos
 
 log = logging.getLogger("ctxscope.agent.reminders")
 
-CADENCE_KEY = "cadence"
+TODO_CADENCE_KEY = "todo_cadence"  # {since_todowrite, since_reminder}; named so the compaction appendix carries it
+BACKGROUND_CADENCE_KEY = "background_cadence"  # {since_reminder}
 DEADLINE_KEY = "turn_deadline_seconds"  # per-session override of the configured deadline
 BACKGROUND_KEY = "background_tasks"
 TODO_CADENCE_ITERATIONS = 15
 BACKGROUND_CADENCE_ITERATIONS = 15
-_COUNTERS = ("since_todowrite", "since_todo_reminder", "since_background_reminder")
 
 
 def read_counters(state: SessionState) -> dict[str, int]:
-    raw = state.get(CADENCE_KEY) or {}
-    return {k: int(raw.get(k, 0)) for k in _COUNTERS}
+    """``since_todowrite``, ``since_todo_reminder``, ``since_background_reminder`` (assistant iterations)."""
+    todo, bg = state.get(TODO_CADENCE_KEY) or {}, state.get(BACKGROUND_CADENCE_KEY) or {}
+    return {"since_todowrite": int(todo.get("since_todowrite", 0)),
+            "since_todo_reminder": int(todo.get("since_reminder", 0)),
+            "since_background_reminder": int(bg.get("since_reminder", 0))}
+
+
+def write_counters(state: SessionState, c: dict[str, int]) -> None:
+    state.set(TODO_CADENCE_KEY, {"since_todowrite": c["since_todowrite"], "since_reminder": c["since_todo_reminder"]})
+    state.set(BACKGROUND_CADENCE_KEY, {"since_reminder": c["since_background_reminder"]})
 
 
 def count_iteration(state: SessionState, wrote_todos: bool) -> dict[str, int]:
@@ -47,7 +56,7 @@ def count_iteration(state: SessionState, wrote_todos: bool) -> dict[str, int]:
     c = {k: v + 1 for k, v in read_counters(state).items()}
     if wrote_todos:
         c["since_todowrite"] = 0
-    state.set(CADENCE_KEY, c)
+    write_counters(state, c)
     return c
 
 
@@ -92,12 +101,12 @@ class InTurnReminders:
 
     def __init__(self, *, deadline_seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
                  input_limit: Callable[[ModelInfo], int] | None = None,
-                 todo_every: int = TODO_CADENCE_ITERATIONS, background_every: int = BACKGROUND_CADENCE_ITERATIONS) -> None:
+                 todo_every: int = TODO_CADENCE_ITERATIONS,
+                 background_every: int = BACKGROUND_CADENCE_ITERATIONS) -> None:
         self.deadline_seconds = deadline_seconds
         self.clock = clock
         self.input_limit = input_limit or (lambda m: provider_input_limit(m.context_window, m.max_output_tokens))
         self.todo_every, self.background_every = todo_every, background_every
-        self.estimator = RequestEstimator()
         self._clocks: dict[str, _TurnClock] = {}
         self.dropped: list[str] = []  # kinds dropped by admission, for tests and diagnostics
 
@@ -113,7 +122,7 @@ class InTurnReminders:
 
     # --- before_llm_call ---------------------------------------------------------------------------
     def _admit(self, ctx: LlmCallContext, text: str, source: str) -> bool:
-        tokens = self.estimator.request_tokens(ctx.system, ctx.tools, ctx.request_messages)
+        tokens = request_tokens(ctx.system, ctx.tools, ctx.request_messages)
         if fits_reminder_in_final_request(tokens, text, self.input_limit(ctx.session.model)):
             return True
         self.dropped.append(source)
@@ -141,7 +150,7 @@ class InTurnReminders:
         if open_todos(todos) and todo_cadence_due(counters, self.todo_every):
             text = todo_cadence_text(todos, counters["since_todowrite"])
             if self._admit(ctx, text, "todo_cadence"):
-                state.set(CADENCE_KEY, {**counters, "since_todo_reminder": 0})
+                write_counters(state, {**counters, "since_todo_reminder": 0})
                 ctx.effects.declare(f"todo_reminder; since_todowrite={counters['since_todowrite']}; "
                                     f"open={len(open_todos(todos))}")
                 return AppendMessage(user_message(text, kind="todo_reminder", hidden=True, turn=ctx.turn))
@@ -149,7 +158,7 @@ class InTurnReminders:
         if running and counters["since_background_reminder"] >= self.background_every:
             text = background_text(running, counters["since_background_reminder"])
             if self._admit(ctx, text, "background_tasks"):
-                state.set(CADENCE_KEY, {**counters, "since_background_reminder": 0})
+                write_counters(state, {**counters, "since_background_reminder": 0})
                 ctx.effects.declare(f"reminder; source=background_tasks; running={len(running)}")
                 return AppendMessage(user_message(text, kind="background_reminder", hidden=True, turn=ctx.turn))
         return None

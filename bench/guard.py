@@ -222,7 +222,8 @@ async def main() -> int:
     legit = [o for o in outcomes if not o.scenario.loop]
     caught = sum(1 for o in loops if o.repetition is not None and o.repetition <= 3)
     false_alarms = sum(1 for o in legit if o.reminder_step is not None)
-    print(f"loops reminded by step 3: {caught}/{len(loops)}; legitimate scenarios reminded: {false_alarms}/{len(legit)}")
+    print(f"loops reminded by step 3: {caught}/{len(loops)}; "
+          f"legitimate scenarios reminded: {false_alarms}/{len(legit)}")
     return 0 if caught == len(loops) and false_alarms == 0 else 1
 
 

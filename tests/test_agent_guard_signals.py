@@ -217,7 +217,8 @@ def test_the_reminder_threshold_is_never_below_three():
 
 def test_priority_no_progress_then_error_family_then_repeated_action_then_polling():
     s = lambda kind, n=3: Signal(kind, n, "")  # noqa: E731
-    everything = [s(POLLING), s(REPEATED_ACTION), s(SAME_ERROR_FAMILY), s(NO_PROGRESS), s(ABAB, 9), s(REPEATED_RESULT, 9)]
+    everything = [s(POLLING), s(REPEATED_ACTION), s(SAME_ERROR_FAMILY), s(NO_PROGRESS), s(ABAB, 9),
+                  s(REPEATED_RESULT, 9)]
     assert choose_reminder(everything, 3).kind == NO_PROGRESS
     assert choose_reminder(everything[:3], 3).kind == SAME_ERROR_FAMILY
     assert choose_reminder(everything[:2], 3).kind == REPEATED_ACTION

@@ -13,7 +13,6 @@ import re
 from ctxscope.agent.builtins import HostOptions, core_tools_extension
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.reminders_extension import create_in_turn_reminders, create_system_reminders
-from ctxscope.agent.reminders_inturn import InTurnReminders
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.inspector import queries
 
@@ -48,7 +47,7 @@ async def test_reminders_keep_each_call_append_only_or_diverging_behind_the_last
                       host_builtins=[create_system_reminders(opts), cadence])
     s = rt.create_session()
     s.state.set("todos", [{"id": "1", "content": "list the files", "status": "in_progress"}])
-    s.state.set("cadence", {"since_todowrite": 40, "since_todo_reminder": 14, "since_background_reminder": 0})
+    s.state.set("todo_cadence", {"since_todowrite": 40, "since_reminder": 14})
     assert (await s.run("look around")).ok
     assert (await s.run("and again")).ok
     await rt.aclose()

@@ -6,8 +6,7 @@ from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.messages import user_message
 from ctxscope.agent.model import ModelRequest
 from ctxscope.agent.providers_anthropic import build_body
-from ctxscope.agent.reminders_admission import (RequestEstimator, fits_reminder_in_final_request,
-                                                provider_input_limit)
+from ctxscope.agent.reminders_admission import fits_reminder_in_final_request, provider_input_limit, request_tokens
 from ctxscope.agent.reminders_extension import in_turn_reminders_extension
 from ctxscope.agent.reminders_inturn import InTurnReminders, count_iteration, read_counters, todo_cadence_due
 from ctxscope.agent.runtime import AgentRuntime
@@ -106,7 +105,7 @@ def test_cadence_counters_need_both_fifteen_since_the_write_and_since_the_remind
     assert todo_cadence_due(read_counters(state))
     count_iteration(state, wrote_todos=True)
     assert read_counters(state)["since_todowrite"] == 0 and not todo_cadence_due(read_counters(state))
-    state.set("cadence", {"since_todowrite": 30, "since_todo_reminder": 14, "since_background_reminder": 0})
+    state.set("todo_cadence", {"since_todowrite": 30, "since_reminder": 14})
     assert not todo_cadence_due(read_counters(state))
 
 
@@ -165,14 +164,13 @@ def test_fits_counts_the_reminder_against_the_limit():
     assert not fits_reminder_in_final_request(98, "short", 100)
 
 
-def test_estimator_counts_messages_once_and_sees_tool_declarations():
-    est = RequestEstimator()
+def test_the_request_estimate_sees_messages_and_tool_declarations():
     m = user_message("hello world " * 50)
-    a = est.request_tokens("system", (), (m,))
-    assert est.request_tokens("system", (), (m,)) == a and a > 100
+    a = request_tokens("system", (), (m,))
+    assert a > 100
     from ctxscope.agent.builtins import CORE_TOOLS
 
-    assert est.request_tokens("system", tuple(t.spec() for t in CORE_TOOLS), (m,)) > a + 100
+    assert request_tokens("system", tuple(t.spec() for t in CORE_TOOLS), (m,)) > a + 100
 
 
 async def test_a_reminder_that_would_overflow_the_input_limit_is_dropped(tmp_path):
@@ -191,3 +189,15 @@ async def test_the_same_reminder_is_admitted_under_a_roomy_limit(tmp_path):
                                                             input_limit=lambda m: 100_000))
     await s.run("x" * 40)
     assert model.requests[0].messages[-1].meta["kind"] == "deadline_reminder"
+
+
+def test_the_compaction_appendix_carries_the_cadence_counters():
+    from ctxscope.agent.compaction_replace import build_appendix, render_appendix
+
+    state = SessionState()
+    state.set("todos", OPEN_TODOS)
+    state.set("background_tasks", [{"id": "t1", "status": "running", "description": "build"}])
+    for _ in range(7):
+        count_iteration(state, wrote_todos=False)
+    text = render_appendix(build_appendix([], state.snapshot(), turn=3, step=4))
+    assert '"since_todowrite": 7' in text and '"since_reminder": 7' in text and "background_cadence" in text
