@@ -7,9 +7,11 @@ prompt, tool schemas, model and provider, thinking level, output limit, cache po
 envelope at 4 MiB (largest fields are replaced by their size and hash first), and never lets a
 failure reach the model call: failures are logged and kept in ``failures``.
 
-Compaction calls ``freeze_report(session_dir, snapshot)`` to keep a copy beside each snapshot; a
-rewind deletes the live copy (it describes a state that no longer exists) and
-``discard_frozen_report(snapshot)`` removes the copy of a snapshot the rewind undid.
+Each compaction (a history replacement whose reason starts with ``compaction``) freezes a copy,
+``compaction-<epoch>.llm-call.json``, beside the history epoch it opened (``freeze_for_compaction``;
+``freeze_report`` for any other snapshot). A rewind deletes the live copy (it describes a state
+that no longer exists) and ``discard_frozen_report(snapshot)`` removes the copy of a snapshot the
+rewind undid.
 Bundling a session for a bug report is ``session_report_bundle``.
 """
 
@@ -220,6 +222,15 @@ def freeze_report(session_dir: Path, snapshot: Path) -> Path | None:
         return None
 
 
+def freeze_for_compaction(session_dir: Path, epoch: int) -> Path | None:
+    """The frozen copy for the compaction that opened history epoch ``epoch`` (``compaction-<epoch>.llm-call.json``).
+
+    Automatic compactions inside a turn are frozen by the extension itself (it sees the history
+    replacement); a manual ``/compact`` replaces history between turns and calls this directly.
+    """
+    return freeze_report(session_dir, Path(session_dir) / f"compaction-{epoch}")
+
+
 def discard_frozen_report(snapshot: Path) -> bool:
     """Remove the frozen report of a snapshot a rewind undid; True when one was removed."""
     path = frozen_path(Path(snapshot))
@@ -240,8 +251,13 @@ def session_report_extension(store: LlmCallReportStore | None = None) -> Extensi
         store.record(e.session.id, e.session.dir, e.call, e.turn, e.step)
 
     def changed(e: HistoryChanged) -> None:
-        if e.kind == "replace" and (e.reason or "").startswith("rewind"):
+        reason = e.reason or ""
+        if e.kind != "replace":
+            return
+        if reason.startswith("rewind"):
             store.forget(e.session.dir)
+        elif reason.startswith("compaction"):
+            freeze_for_compaction(e.session.dir, e.epoch)
 
     def init(api: ExtensionAPI) -> None:
         api.on(ON_LLM_CALL_PREPARED, prepared)

@@ -19,7 +19,8 @@ from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
 from ctxscope.agent.session_report import (MAX_ENVELOPE_BYTES, REPORT_FILE, LlmCallReportStore, call_envelope,
-                                           capped, discard_frozen_report, freeze_report, session_report_extension)
+                                           capped, discard_frozen_report, freeze_for_compaction, freeze_report,
+                                           session_report_extension)
 from ctxscope.agent.session_report_bundle import MANIFEST, bundle_session
 from ctxscope.agent.spi import Extension
 
@@ -123,6 +124,20 @@ async def test_a_rewind_deletes_the_stale_live_report(tmp_path):
     rt, model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext, store=store)
     await s.run("go")
     assert deleted == [True] and store.writes == 2  # deleted by the rewind, written fresh by the next call
+
+
+async def test_each_compaction_in_a_turn_freezes_a_copy_beside_its_epoch(tmp_path):
+    def compact(ctx):
+        if ctx.step == 2:
+            return ReplaceHistory(ctx.history[:1], "compaction:checkpoint")
+
+    ext = Extension("compactor", lambda api: api.on(BEFORE_LLM_CALL, compact))
+    rt, model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext)
+    await s.run("go")
+    d = rt.store.dir(s.id)
+    frozen = d / f"compaction-1.{REPORT_FILE}"
+    assert frozen.exists() and json.loads(frozen.read_text())["envelope"]["model"] == "scripted-model"
+    assert freeze_for_compaction(d, 2) == d / f"compaction-2.{REPORT_FILE}"  # what a manual /compact calls
 
 
 def test_freeze_beside_a_snapshot_file_or_inside_a_snapshot_folder_and_discard(tmp_path):
