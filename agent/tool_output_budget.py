@@ -46,7 +46,7 @@ def _name(turn: int, step: int, tool: str, call_id: str, suffix: str) -> str:
 
 
 def write_artifact(view: SessionView, text: str, *, turn: int, step: int, tool: str, call_id: str,
-                   suffix: str = ".txt") -> Artifact:
+                   suffix: str = ".txt", wrap: bool = True) -> Artifact:
     """Write ``text`` under the session's artifacts folder (unique name); raises OSError on failure."""
     folder = view.artifacts_dir
     folder.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def write_artifact(view: SessionView, text: str, *, turn: int, step: int, tool: 
         n += 1
         path = folder / f"{base}-{n}{suffix}"
     lines = text.split("\n")
-    wrapped = any(len(line) > READ_LINE_LIMIT for line in lines)
+    wrapped = wrap and any(len(line) > READ_LINE_LIMIT for line in lines)
     data = text.encode("utf-8")
     if wrapped:
         path.with_suffix(".raw").write_bytes(data)
@@ -158,7 +158,7 @@ class ToolOutputBudget:
             return None
         try:
             art = write_artifact(ctx.session, text, turn=ctx.turn, step=ctx.step, tool=ctx.result.name,
-                                 call_id=ctx.result.tool_call_id, suffix=".details.json")
+                                 call_id=ctx.result.tool_call_id, suffix=".details.json", wrap=False)
         except OSError:
             return None
         kept = {k: details[k] for k in ("media", "externalized") if k in details}
