@@ -47,6 +47,7 @@ class CallInput:
     request_sha256: str | None
     method: str | None
     path: str | None
+    raw: bytes | None  # the request body with its Content-Encoding undone (what ``body`` was parsed from)
 
 
 def _headers(pairs: Any) -> dict[str, str]:
@@ -91,6 +92,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
         headers=_headers(ex.request_headers),
         annotations=tuple(ex.annotations),
         body=call.get("_request_json"),
+        raw=call.get("_request_body"),
         response=parsed.body if parsed is not None else None,
         started_at=unix_time(call["started_at"]),  # the stored time, so reindex sees the very same
         **_common(call, rowid),
@@ -107,10 +109,16 @@ def from_row(db: sqlite_utils.Database, call_id: str) -> CallInput:
     except Exception:  # an unparseable response only costs the provider diagnostics and response id
         response = None
     annotations = tuple(tuple(p) for p in row.get("annotations") or () if isinstance(p, list) and len(p) == 2)
+    raw = queries.get_request_body(db, call_id)
+    try:
+        body = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        body = None
     return CallInput(
         headers=_headers(row.get("request_headers")),
         annotations=annotations,  # type: ignore[arg-type]
-        body=queries.get_request_json(db, call_id),
+        body=body,
+        raw=raw or None,
         response=response,
         started_at=unix_time(row.get("started_at")),
         **_common(row, rowid),

@@ -3,10 +3,11 @@
 ``Analyzer`` is a CaptureWriter analyzer (``analyzer(db, call)``): it runs in the writer thread,
 inside the transaction that stores the call, and writes its results onto the call row, so every
 call is analysed once, when it is stored. For the process lifetime it keeps a TokenCounter (counts
-by segment hash) and slim prompts of recent calls per session and key (``RecentMemory``), so a call
-costs one canonicalisation of its body plus counting its *new* segments. A session it has not seen
-since it started (after a daemon restart, or in ``reindex``) is rebuilt from the latest stored call
-of each of the session's recent threads.
+by segment hash) and the last calls of each recent thread per session and key (``RecentMemory``):
+a new body reuses the canonical segments of the messages it shares byte for byte with one of them
+(inspector/incremental.py) and only new segments are counted, so a call costs about its new
+content. A session it has not seen since it started (after a daemon restart, or in ``reindex``) is
+rebuilt from the latest stored call of each of the session's recent threads.
 
 ``session`` is the client's own id when it sends one (path label, session headers, Claude Code's
 metadata.user_id, prompt_cache_key, a resolvable previous_response_id), else the API key's
@@ -39,12 +40,13 @@ from ctxscope.inspector.cache_analysis import (
     predict_cache,
     verdict,
 )
-from ctxscope.inspector.canonical import CanonicalPrompt, canonicalize
+from ctxscope.inspector.canonical import CanonicalPrompt
+from ctxscope.inspector.incremental import count, prepare, prepare_full
+from ctxscope.inspector.ingest import RETRY_WINDOW_S
 from ctxscope.inspector.markers import RETRY, Marker, has_compaction_before, infer_markers
 from ctxscope.inspector.prices import PriceTable, load_prices
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.relation import NOT_COMPARABLE, CallContext, Relation, classify
-from ctxscope.inspector.ingest import RETRY_WINDOW_S
 from ctxscope.inspector.store import iso, record_event
 from ctxscope.inspector.threads import Placement, RecentCall, explicit_session_id, place_call
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
@@ -55,6 +57,7 @@ ANALYSIS_VERSION = 1
 LLM_APIS = frozenset({ANTHROPIC_MESSAGES, ANTHROPIC_COUNT_TOKENS, OPENAI_CHAT, OPENAI_RESPONSES})
 COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
+
 
 @dataclass(frozen=True)
 class Analysis:
@@ -152,43 +155,25 @@ class Analyzer:
         return analysis
 
     def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
-        llm = inp.api in LLM_APIS
-        prompt = canonicalize(inp.api, inp.body) if llm else None
-        producers: dict[str, tuple | None] = {}
-
-        def producer(response_id: str) -> tuple | None:
-            if response_id not in producers:
-                producers[response_id] = db.execute(
-                    "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
-                    [response_id, inp.id],
-                ).fetchone()
-            return producers[response_id]
-
-        explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, lambda r: (producer(r) or (None, None))[1])
-        fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
-        session, source = explicit or fallback
-        seq, attempt, retry_of = inp.seq, inp.attempt, inp.retry_of
-        if session != inp.session:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
-            attempt, retry_of = _relink_retry(db, inp, session)
-
-        placement, prev = None, None
+        """The analysis of one stored call (nothing written), remembering it for the next calls."""
+        producers = _Producers(db, inp.id)
+        session, source, seq, attempt, retry_of = _session(db, inp, producers)
+        scope: Scope = (session, inp.key_fingerprint)
+        placement, prev, prepared, base = None, None, None, None
         relation = Relation(NOT_COMPARABLE, detail="not a recognised LLM call")
-        if llm:
-            scope: Scope = (session, inp.key_fingerprint)
+        if inp.api in LLM_APIS:
             pool = self._pool(db, scope, inp.rowid)
-            linked = None
-            if prompt is not None and prompt.previous_response_id:
-                found = producer(prompt.previous_response_id)
-                if found is not None:
-                    linked = RecentCall(found[0], None, found[1], found[2] or found[0])
-            placement = place_call(inp.id, prompt, (session, source), [r.recent for r in pool], linked)
+            prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
+            base = next((r for r in pool if r.prepared is used), None)
+            prompt = prepared.prompt if prepared is not None else None
+            placement = place_call(inp.id, prompt, (session, source), [r.recent for r in pool], producers.linked(prompt))
             prev = next((r for r in pool if r.call_id == placement.predecessor), None)
             relation = self._relate(db, prev, inp, prompt)
-
-        tokens = self.counter.count_prompt(prompt) if prompt is not None else None
-        prediction, cache = None, None
+        prompt = prepared.prompt if prepared is not None else None
+        tokens = count(self.counter, prepared, base and base.prepared, base and base.tokens) if prepared else None
         time = inp.started_at + (self.clock_offset if live else 0.0)
+
+        prediction, cache = None, None
         if prompt is not None and tokens is not None and inp.ok and inp.api != ANTHROPIC_COUNT_TOKENS:
             prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
             prediction = predict_cache(prev_seen, Observed(prompt, tokens, time), relation)
@@ -202,9 +187,9 @@ class Analyzer:
                                     prev.tokens.total if prev else None, tokens.total)  # fmt: skip
         markers = _with_retry(markers, attempt, retry_of) + declared_markers(inp.annotations)
 
-        if prompt is not None and tokens is not None and placement is not None and inp.ok:
-            self.memory.add((session, inp.key_fingerprint), Remembered(
-                inp.id, session, placement.thread_id, prompt, tokens, time, inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
+        if prepared is not None and tokens is not None and placement is not None and inp.ok:
+            self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,
+                                              inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
         return Analysis(session, source, seq, placement, relation, tokens, prediction, cache, tuple(markers),
                         _response_id(inp.response), attempt, retry_of)  # fmt: skip
 
@@ -218,7 +203,8 @@ class Analyzer:
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
             try:
-                body = queries.get_request_json(db, prev.call_id)
+                raw = prev.prepared.raw
+                body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
             except Exception as e:  # a damaged body only costs pointer precision
                 log.warning("could not load the body of %s: %s", prev.call_id, e)
                 body = None
@@ -251,15 +237,51 @@ class Analyzer:
         out = []
         for call_id, thread, started_at, epoch, provider, api in reversed(list(latest.values())):
             try:
-                prompt = canonicalize(api, queries.get_request_json(db, call_id))
+                raw = queries.get_request_body(db, call_id)
+                prepared = prepare_full(api, json.loads(raw), raw) if raw else None
             except Exception as e:
                 log.warning("could not reload call %s for analysis: %s", call_id, e)
                 continue
-            if prompt is not None:
-                tokens = self.counter.count_prompt(prompt)
-                out.append(Remembered(call_id, scope[0], thread, prompt, tokens, unix_time(started_at), epoch or 0,
-                                      provider, api))  # fmt: skip
+            if prepared is not None:
+                tokens = self.counter.count_prompt(prepared.prompt)
+                out.append(Remembered(call_id, scope[0], thread, prepared, tokens, unix_time(started_at),
+                                      epoch or 0, provider, api))  # fmt: skip
         return out
+
+
+class _Producers:
+    """Captured calls by the response id they produced (for ``previous_response_id``), looked up once."""
+
+    def __init__(self, db: sqlite_utils.Database, call_id: str):
+        self.db, self.call_id, self._found = db, call_id, {}
+
+    def get(self, response_id: str) -> tuple | None:
+        if response_id not in self._found:
+            self._found[response_id] = self.db.execute(
+                "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
+                [response_id, self.call_id],
+            ).fetchone()
+        return self._found[response_id]
+
+    def session(self, response_id: str) -> str | None:
+        found = self.get(response_id)
+        return found[1] if found else None
+
+    def linked(self, prompt: CanonicalPrompt | None) -> RecentCall | None:
+        """The call whose response this prompt continues server-side, if we captured it."""
+        found = self.get(prompt.previous_response_id) if prompt is not None and prompt.previous_response_id else None
+        return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
+
+
+def _session(db: sqlite_utils.Database, inp: CallInput, producers: _Producers) -> tuple[str, str, int, int, str | None]:
+    """(session, its source, seq, attempt, retry_of): explicit ids first, then the API key."""
+    explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, producers.session)
+    fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
+    session, source = explicit or fallback
+    if session == inp.session:
+        return session, source, inp.seq, inp.attempt, inp.retry_of
+    seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+    return (session, source, seq, *_relink_retry(db, inp, session))
 
 
 def _response_id(response: Any) -> str | None:

@@ -22,7 +22,8 @@ from ctxscope.inspector import queries
 from ctxscope.inspector.analysis_input import parse_event
 from ctxscope.inspector.analyze import Analyzer, reindex
 from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.recent import RecentMemory, Remembered, slim
+from ctxscope.inspector.incremental import prepare_full
+from ctxscope.inspector.recent import RecentMemory, Remembered
 from ctxscope.inspector.writer import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
@@ -84,30 +85,33 @@ def test_a_call_costs_only_its_new_segments(tmp_path):
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
         canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
     assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
-    assert analyzer.memory.segments <= 2 * len(canonicalize("anthropic.messages", bodies[10]).segments)
 
 
-def test_memory_keeps_slim_prompts_and_stays_bounded():
+def test_memory_keeps_the_latest_call_per_thread_and_stays_bounded():
     bodies = claude_code_turns(3)
-    full = [canonicalize("anthropic.messages", b) for b in bodies]
-    a, b = slim(full[1]), slim(full[2], slim(full[1]))
-    assert all(s.text == "" for s in b.segments) and b.hashes == full[2].hashes
-    assert a.segments[0] is not b.segments[0] and slim(full[2], a).segments[0] is a.segments[0]  # shared objects
-    mem = RecentMemory(per_thread=2, threads=2, max_scopes=2, max_segments=10_000)
+    prepared = [prepare_full("anthropic.messages", b, json.dumps(b).encode()) for b in bodies]
+    mem = RecentMemory(per_thread=2, threads=2, max_scopes=2, max_bytes=10**9)
 
     def remember(scope, thread, i):
-        mem.add(scope, Remembered(f"c{i}", scope[0], thread, full[i % 3], None, float(i), 1, "anthropic", "x"))
+        mem.add(scope, Remembered(f"c{i}", scope[0], thread, prepared[i % 3], None, float(i), 1, "anthropic", "x"))
 
-    for i in range(4):
+    for i in range(3):
         remember(("s", None), "t1", i)
-    assert [r.call_id for r in mem.calls(("s", None))] == ["c2", "c3"]
-    remember(("s", None), "t2", 4)
-    remember(("s", None), "t3", 5)  # t1 is the least recently used thread
-    assert {r.thread for r in mem.calls(("s", None))} == {"t2", "t3"}
-    remember(("u", None), "t", 6)
-    remember(("v", None), "t", 7)
+    c1, c2 = mem.calls(("s", None))
+    assert (c1.call_id, c2.call_id) == ("c1", "c2") and c1.prepared.raw is None and c2.prepared.raw is not None
+    assert c1.prompt is prepared[1].prompt and c1.size < c2.size  # only the latest keeps its raw body
+    remember(("s", None), "t2", 3)
+    remember(("s", None), "t3", 4)  # t1 is the least recently active thread
+    assert [r.thread for r in mem.calls(("s", None))] == ["t2", "t3"]
+    remember(("u", None), "t", 5)
+    remember(("v", None), "t", 6)
     assert ("s", None) not in mem and mem.calls(("s", None)) is None
-    assert mem.segments == sum(len(r.prompt.segments) for sc in (("u", None), ("v", None)) for r in mem.calls(sc))
+    assert mem.bytes == sum(r.size for sc in (("u", None), ("v", None)) for r in mem.calls(sc))
+    one = Remembered("c", "a", "t", prepared[0], None, 0.0, 1, "anthropic", "x")
+    small = RecentMemory(max_bytes=one.size * 2)
+    for scope in ("a", "b", "c"):
+        small.add((scope, None), one)
+    assert ("a", None) not in small and ("c", None) in small and small.bytes <= small.max_bytes
 
 
 def test_after_a_restart_the_session_is_rebuilt_from_stored_bodies(tmp_path):

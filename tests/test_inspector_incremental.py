@@ -1,0 +1,129 @@
+"""Incremental canonicalisation must equal canonicalize() exactly, whatever changed between bodies."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from inspector_bodies import (
+    EPHEMERAL,
+    assistant,
+    chat_tool,
+    claude_code_turns,
+    default_system,
+    default_tools,
+    make_anthropic_body,
+    make_chat_body,
+    make_responses_body,
+    text,
+    user,
+)
+
+from ctxscope.inspector.accounting import TokenCounter
+from ctxscope.inspector.canonical import canonicalize
+from ctxscope.inspector.incremental import count, item_ends, prepare, prepare_full
+
+A, CHAT, RESP = "anthropic.messages", "openai.chat", "openai.responses"
+
+
+def encode(body, **kw) -> bytes:
+    return json.dumps(body, **kw).encode()
+
+
+def chain(api, bodies, **dump):
+    """Prepare each body against the previous one; every result must equal canonicalize()."""
+    counter, prev, prev_tokens, reused = TokenCounter(), None, None, []
+    for body in bodies:
+        raw = encode(body, **dump)
+        got, base = prepare(api, json.loads(raw), raw, [prev] if prev else [])
+        want = canonicalize(api, json.loads(raw))
+        assert got.prompt == want and got.prompt.hashes == want.hashes
+        tokens = count(counter, got, base, prev_tokens if base is not None else None)
+        assert tokens == TokenCounter().count_prompt(want)
+        reused.append(got.reused_items)
+        prev, prev_tokens = got, tokens
+    return reused
+
+
+def test_agent_loop_reuses_all_but_the_restrung_last_message():
+    bodies = claude_code_turns(6, reminders=(3,))
+    # the message that lost its marker (and became a string) is canonicalised again, with the new ones
+    assert chain(A, bodies) == [0, 0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("dump", [{}, {"indent": 2}, {"ensure_ascii": False}, {"separators": (",", ":")}])
+def test_serialisations_and_non_ascii_text(dump):
+    msgs = [user("Grüße, 你好 — naïve café ☕"), assistant("Ça va? 😀"), user("weiter")]
+    bodies = [make_anthropic_body(default_system(), default_tools(), msgs[: i + 1]) for i in range(3)]
+    bodies.append(make_anthropic_body(default_system(), default_tools(), msgs + [assistant("ok"), user("é")]))
+    assert chain(A, bodies, **dump) == [0, 1, 2, 3]
+
+
+def test_edits_truncation_and_head_changes():
+    base = make_anthropic_body(default_system(), default_tools(), [user("a"), assistant("b"), user("c"), assistant("d")])
+    middle = copy.deepcopy(base)
+    middle["messages"][1]["content"] = "B"
+    shrunk = copy.deepcopy(base)
+    shrunk["messages"] = shrunk["messages"][:2]
+    tools = copy.deepcopy(shrunk)
+    tools["tools"][0]["description"] = "Changed."
+    system = copy.deepcopy(tools)
+    system["system"] = "One string now."
+    marker = copy.deepcopy(system)
+    marker["messages"][0] = user([text("a", cache_control=EPHEMERAL)])
+    params = dict(marker, max_tokens=5, temperature=0.5)
+    # head changes (tools, system, parameters) never stop the messages' reuse
+    assert chain(A, [base, middle, shrunk, tools, system, marker, params]) == [0, 1, 1, 2, 2, 0, 2]
+
+
+def test_openai_chat_and_responses():
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "data"}]  # fmt: skip
+    chats = [make_chat_body(msgs[: i + 1], tools=[chat_tool("read")]) for i in range(4)]
+    assert chain(CHAT, chats) == [0, 1, 2, 3]
+    items = [{"role": "user", "content": "hi"}, {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "yo"}]}, {"type": "function_call_output", "call_id": "x",
+             "output": "out"}]  # fmt: skip
+    responses = [make_responses_body(items[: i + 1], instructions="Be brief.") for i in range(3)]
+    responses.append(make_responses_body("a plain string input"))
+    responses.append(make_responses_body(items, instructions="Be brief."))
+    assert chain(RESP, responses) == [0, 1, 2, 0, 0]
+
+
+def test_a_repeated_items_key_falls_back_to_a_full_pass():
+    body = make_anthropic_body(messages=[user("a"), assistant("b"), user("c")])
+    first = encode(body)
+    second = first[:-1] + b', "messages": [{"role": "user", "content": "other"}]}'
+    prev = prepare_full(A, json.loads(first), first)
+    got, base = prepare(A, json.loads(second), second, [prev])
+    assert got.prompt == canonicalize(A, json.loads(second)) and base is None
+
+
+def test_item_ends_match_the_items():
+    body = {"model": "m", "x": {"messages": [1]}, "messages": [{"a": "]"}, "s\\"], "tail": [1, 2]}
+    raw = json.dumps(body, indent=1, ensure_ascii=False).encode()
+    ends = item_ends(raw, "messages")
+    start = raw.rindex(b"\"messages\": [") + len(b'"messages": ')
+    assert len(ends) == 2 and raw[start + ends[0] - 1 : start + ends[0]] == b"}"
+    assert raw[: start + ends[1]].endswith(b'"s\\\\"')
+    assert item_ends(b'{"messages": [1], "messages": [2]}', "messages") is None  # json.loads keeps the last
+    assert item_ends(b"[1, 2]", "messages") is None and item_ends(b'{"messages": "x"}', "messages") is None
+    assert item_ends(b'{"messages": [1, 2', "messages") is None
+    assert item_ends(b'{"messages": []}', "messages") == ()
+
+
+def test_unparseable_bodies():
+    assert prepare(A, {"messages": "nope"}, b'{"messages": "nope"}', []) == (None, None)
+    got, base = prepare(A, make_anthropic_body(), None, [])  # no raw body: canonicalised, not reusable later
+    assert got.prompt == canonicalize(A, make_anthropic_body()) and not got.reusable and base is None
+
+
+def test_breakpoints_in_reused_messages_follow_a_changed_head():
+    msgs = [user([text("a", cache_control=EPHEMERAL)]), assistant("b"), user([text("c", cache_control=EPHEMERAL)])]
+    first = make_anthropic_body(default_system(), default_tools(), msgs)
+    second = make_anthropic_body("One system string.", default_tools()[:1], msgs + [assistant("d"), user("e")])
+    third = make_anthropic_body(default_system(), default_tools(), msgs + [assistant("d"), user("e"), assistant("f")])
+    assert chain(A, [first, second, third]) == [0, 3, 5]
