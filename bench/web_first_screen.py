@@ -203,7 +203,7 @@ def api_times(url: str, label: str, n: int = 7) -> list[float]:
     return out
 
 
-def screenshots(browser, d: Daemon, out_dir: Path, already: int) -> None:
+def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str) -> None:
     """The README's pictures: sessions, a demo session, a call with tool use, the diff at a break."""
     from ctxscope.inspector.queries import open_db
 
@@ -215,26 +215,30 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int) -> None:
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Name this branch."}])
     d.wait_stored(already + 160 + 1)
     db = open_db(d.db)
-    rows = db.execute("SELECT id, seq, relation FROM calls WHERE session = 'refactor-parser' ORDER BY seq").fetchall()
+    rows = db.execute("SELECT id, seq, relation, markers FROM calls WHERE session = 'refactor-parser' ORDER BY seq").fetchall()
     db.close()
     diverged = next(r for r in rows if r[2] == "DIVERGED")
-    tool_call = next(r for r in rows if r[1] == 46)
+    tool_call = next(r for r in rows if r[1] >= 40 and '"reminder"' in (r[3] or ""))  # a call with a reminder in it
     ctx = browser.new_context(viewport={"width": 1320, "height": 860}, device_scale_factor=1)
     page = ctx.new_page()
     page.goto(d.url + "/")
     page.wait_for_selector(".session-link")
     page.screenshot(path=str(out_dir / "sessions.png"))
-    page.goto(f"{d.url}/#/session/refactor-parser?offset=130")
+    db = open_db(d.db)
+    compacted = db.execute("SELECT seq FROM calls WHERE session = ? AND has_compaction_before = 1 ORDER BY seq DESC LIMIT 1",
+                           [long_label]).fetchone()  # fmt: skip
+    db.close()
+    offset = max(0, compacted[0] - 8) if compacted else 0
+    page.goto(f"{d.url}/#/session/{long_label}?offset={offset}")
     page.wait_for_selector("#app[data-ready='1'] tr.call-row")
     page.screenshot(path=str(out_dir / "session.png"))
     page.goto(f"{d.url}/#/call/{tool_call[0]}")
     page.wait_for_selector("#app[data-ready='1'] .reqview")
-    page.locator(".reqview details.msg").last.scroll_into_view_if_needed()
-    page.evaluate("window.scrollTo(0, 0)")
-    page.screenshot(path=str(out_dir / "call.png"))
+    page.screenshot(path=str(out_dir / "call.png"), full_page=True, clip={"x": 0, "y": 0, "width": 1320, "height": 1300})
     page.goto(f"{d.url}/#/diff/{diverged[0]}")
     page.wait_for_selector("#app[data-ready='1'] .change-detail")
-    page.screenshot(path=str(out_dir / "diff.png"))
+    height = page.evaluate("Math.ceil(document.querySelector('#app').getBoundingClientRect().bottom) + 10")
+    page.screenshot(path=str(out_dir / "diff.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, height)})
     ctx.close()
     print(f"screenshots: {', '.join(sorted(p.name for p in out_dir.glob('*.png')))} in {out_dir}")
 
@@ -272,7 +276,7 @@ def main() -> None:
             print(f"time to first screen: median {med['painted']:.0f} ms (min {min(painted):.0f}, max {max(painted):.0f}); "
                   f"budget {budget} ms: {'OK' if med['painted'] < budget else 'OVER'}")
             if args.screenshots:
-                screenshots(browser, d, args.screenshots, args.calls)
+                screenshots(browser, d, args.screenshots, args.calls, label)
             browser.close()
     finally:
         d.stop()

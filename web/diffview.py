@@ -21,7 +21,8 @@ except ImportError:  # pragma: no cover - depends on the inspector version
 
 def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
     row = q.get_call(db, call_id) or {}
-    keep = ("id", "session", "seq", "model", "api", "started_at", "relation", "pointer", "epoch_reason", "predecessor")
+    keep = ("id", "session", "seq", "model", "api", "started_at", "relation", "pointer", "epoch_reason", "predecessor",
+            "cache_verdict", "cache", "cache_lost_tokens", "cache_lost_usd", "tokens_estimated")  # fmt: skip
     return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
 
 

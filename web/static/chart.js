@@ -53,7 +53,7 @@ export function sessionChart(series, { onPick, width, mainThread = null } = {}) 
   for (let i = 0; i < n; i++) {
     const cx = (PAD.l + i * step + step / 2).toFixed(2);
     if (series.compaction[i]) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-compaction" }));
-    else if (series.relation[i] === "EPOCH_START" && i > 0) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-epoch" }));
+    else if (series.relation[i] === "EPOCH_START" && i > 0 && (mainThread == null || series.thread[i] == null || series.thread[i] === mainThread)) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-epoch" }));
     if (series.verdict[i] === "client_break") marks.push(svg("circle", { cx, cy: PAD.t + 3, r: 2.6, class: "mk-break" }));
     if (!series.ok[i]) marks.push(svg("circle", { cx, cy: PAD.t + ih + 6, r: 2.2, class: "mk-error" }));
   }

@@ -2,7 +2,7 @@
 // pointer when it has one), both sides shown with the changed span marked; cache_control moves
 // and parameter changes are listed apart because they do not change the prompt.
 
-import { h, mount, fmtInt, relationBadge } from "./dom.js";
+import { h, mount, fmtInt, fmtCost, relationBadge, verdictBadge } from "./dom.js";
 import { getJSON } from "./api.js";
 import { diffText } from "./textdiff.js";
 
@@ -96,11 +96,19 @@ export function renderDiff(root, id, base, ctx) {
     diff.changes.forEach((c, i) => list.appendChild(h("li", { class: "change", onclick: () => select(i) },
       h("span", { class: "op op-" + c.op }, c.op), " ", h("code", { class: "ptr" }, c.pointer || "/"))));
     const analysed = n.pointer && n.relation === "DIVERGED" ? h("span", { class: "muted" }, "inspector: first difference at ", h("code", { class: "ptr" }, n.pointer)) : null;
+    const insp = d.inspector && !d.inspector.error ? d.inspector : null;
+    const cache = n.cache || null;
+    const impact = [
+      insp && insp.shared_tokens != null ? `shared prefix ${fmtInt(insp.shared_tokens)} tokens` + (insp.tokens ? ` of ${fmtInt(insp.tokens.a)}` : "") : null,
+      cache && cache.lost_tokens ? `${fmtInt(cache.lost_tokens)} tokens lost to the cache` + (cache.lost_cost_usd ? ` (${fmtCost(cache.lost_cost_usd)})` : "") : null,
+      cache && cache.before_prev_last_breakpoint != null ? (cache.before_prev_last_breakpoint ? "the change lies inside the previously cached prefix" : "the change lies after the previous breakpoint") : null,
+    ].filter(Boolean);
     mount(root,
       h("div", { class: "toolbar" }, h("h1", {}, `Diff · call #${n.seq} vs #${d.old.seq}`), n.relation ? relationBadge(n.relation, n.pointer || n.epoch_reason) : null,
         analysed, h("span", { class: "spacer" }),
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(d.old.id) }, `open #${d.old.seq}`),
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
+      impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", {}, t))) : null,
       h("p", { class: "muted" }, diff.identical_prompt
         ? "The prompts are identical (ignoring cache_control markers and string vs text-block re-serialisation)."
         : `${diff.changes.length}${diff.truncated ? "+" : ""} prompt change${diff.changes.length === 1 ? "" : "s"}, in cache order (tools → system → messages).`),

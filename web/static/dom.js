@@ -100,7 +100,9 @@ export function fmtCost(usd, estimated) {
 }
 
 export function fmtPct(ratio) {
-  return ratio == null ? "–" : Math.round(ratio * 100) + "%";
+  if (ratio == null) return "–";
+  const p = ratio * 100;
+  return (p >= 99.5 && p < 100 ? p.toFixed(1) : p < 1 && p > 0 ? p.toFixed(1) : Math.round(p)) + "%";
 }
 
 export function fmtTime(iso) {
@@ -200,7 +202,7 @@ export function markerText(m) {
   if (d.prev_tokens != null && d.cur_tokens != null) parts.push(`${fmtInt(d.prev_tokens)} → ${fmtInt(d.cur_tokens)} tokens`);
   for (const [k, v] of Object.entries(d)) {
     if (["preview", "tools", "prev_tokens", "cur_tokens", "segment", "count", "chars"].includes(k)) continue;
-    if (v == null || typeof v === "object") continue;
+    if (v == null || v === false || typeof v === "object") continue;
     parts.push(`${k.replace(/_/g, " ")}: ${v}`);
   }
   const text = parts.join(" · ");
