@@ -91,7 +91,8 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     except (ValueError, KeyError):
         response = None
     nav = _neighbours(db, row)
-    predecessor = row.get("predecessor") or nav["previous"]
+    predecessor = row.get("predecessor") if row.get("predecessor") and q.resolve_call_id(db, row["predecessor"]) else None
+    predecessor = predecessor or nav["previous"]
     return {
         "call": row,
         "request": request,
@@ -99,7 +100,7 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
         "response": response,
         "navigation": nav,
         "diff_base": predecessor,
-        "diff_base_is_predecessor": bool(row.get("predecessor")),
+        "diff_base_is_predecessor": predecessor is not None and predecessor == row.get("predecessor"),
     }
 
 

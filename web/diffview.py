@@ -30,8 +30,10 @@ def default_base(db: sqlite_utils.Database, call_id: str) -> str | None:
     """The call's predecessor (analysis), else the previous call of its session."""
     cols = call_columns(db)
     if "predecessor" in cols:
-        row = db.execute("SELECT predecessor FROM calls WHERE id = ?", [call_id]).fetchone()
-        if row and row[0]:
+        row = db.execute(
+            "SELECT p.id FROM calls c JOIN calls p ON p.id = c.predecessor WHERE c.id = ?", [call_id]
+        ).fetchone()  # the join skips a predecessor that was deleted since
+        if row:
             return row[0]
     row = db.execute(
         """SELECT p.id FROM calls c JOIN calls p ON p.session = c.session AND p.seq < c.seq

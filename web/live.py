@@ -123,6 +123,8 @@ class LiveHub:
         """Serve one page's event stream until it goes away or the daemon stops."""
         q = self.subscribe()
         try:
+            if self._last_rowid is None:  # the baseline exists before the page hears anything
+                self._last_rowid = await self.pool.run(_max_rowid)
             await response.prepare(request)
             await response.write(b"retry: 1000\n\n")
             self._last_status = None  # the new page needs the current status once

@@ -73,7 +73,10 @@ class WebUI:
         self.token = security.new_token()
         self.bodies = BodyCache()
         self.hub = LiveHub(self.pool, writer)
-        self.static = {p.name: p for p in STATIC_DIR.iterdir() if p.is_file()} if STATIC_DIR.is_dir() else {}
+        # Read once: serving them must not touch the disk on the proxy's event loop.
+        files = [p for p in STATIC_DIR.iterdir() if p.is_file()] if STATIC_DIR.is_dir() else []
+        self.static = {p.name: p.read_bytes() for p in files}
+        self.page = self.static.pop("index.html", b"").decode("utf-8").replace(_TOKEN_PLACEHOLDER, self.token)
 
     # -- every UI route goes through this: host check, errors as JSON, security headers ----
 
@@ -101,19 +104,17 @@ class WebUI:
     # -- the page ----------------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.Response:
-        html = self.static["index.html"].read_text(encoding="utf-8").replace(_TOKEN_PLACEHOLDER, self.token)
-        resp = web.Response(text=html, content_type="text/html")
+        resp = web.Response(text=self.page, content_type="text/html")
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
     async def static_file(self, request: web.Request) -> web.Response:
-        path = self.static.get(request.match_info["name"])
-        if path is None or path.name == "index.html":
+        name = request.match_info["name"]
+        body = self.static.get(name)
+        if body is None:
             raise web.HTTPNotFound()
-        ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        if path.suffix == ".js":
-            ctype = "text/javascript"
-        resp = web.Response(body=path.read_bytes(), content_type=ctype)
+        ctype = "text/javascript" if name.endswith(".js") else mimetypes.guess_type(name)[0] or "application/octet-stream"
+        resp = web.Response(body=body, content_type=ctype, charset="utf-8" if ctype.startswith("text/") else None)
         resp.headers["Cache-Control"] = "no-cache"
         return resp
 
