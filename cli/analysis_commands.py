@@ -87,6 +87,9 @@ def _show_diff(d: dict) -> None:
                 click.echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
             if len(d[key]) > 10:
                 click.echo(f"  ... {len(d[key]) - 10} more")
+    if d["resent"]["segments"]:
+        click.echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
+                   f"~{d['resent']['tokens']} tokens")  # fmt: skip
     for move in d["markers"]["moved"]:
         click.echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
     for name, change in d["params_changed"].items():
@@ -163,13 +166,24 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
 
     @cli.command(context_settings=ctx)
     @db_option
-    @click.option("--session", help="Only this session.")
+    @click.option("--session", help="Only this session (an id or a unique prefix of one).")
     @json_option
     def stats(db_path, session, as_json):
         """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
+        from ctxscope.inspector.analysis_queries import resolve_session
         from ctxscope.inspector.analysis_queries import stats as compute
+        from ctxscope.inspector.queries import AmbiguousCallId
 
-        result = compute(open_db_or_fail(db_path), session=session)
+        db = open_db_or_fail(db_path)
+        if session is not None:
+            try:
+                full = resolve_session(db, session)
+            except AmbiguousCallId as exc:
+                raise click.ClickException(str(exc))
+            if full is None:
+                raise click.ClickException(f"no session matches {session!r}")
+            session = full
+        result = compute(db, session=session)
         emit_json(result) if as_json else _show_stats(result)
 
     @cli.command(context_settings=ctx)

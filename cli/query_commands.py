@@ -20,7 +20,7 @@ CALL_COLUMNS = [
 ]
 SESSION_COLUMNS = [
     ("session", "SESSION"), ("calls", "CALLS"), ("models", "MODELS"), ("first_started_at", "FIRST"),
-    ("last_started_at", "LAST"),
+    ("last_started_at", "LAST"), ("hit_rate.rate", "HIT_RATE"), ("breaks", "BREAKS"),
 ]
 
 
@@ -82,7 +82,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @db_option
     @json_option
     def sessions(db_path, as_json):
-        """List sessions with their call counts and models."""
+        """List sessions with their call counts, models, cache hit rate and breaks."""
         from ctxscope.inspector.queries import list_sessions
 
         rows = list_sessions(open_db_or_fail(db_path))

@@ -3,8 +3,9 @@
 ``diff_calls(db, a, b)`` compares call ``a`` against ``b`` (by default ``a``'s predecessor) on
 their canonical prompts, the same view the stored relation was computed on: the first divergence
 with its pointer into each body and both values there, the content ``a`` added and the content of
-``b`` it no longer has, cache-marker moves listed apart (they never make a call DIVERGED), and the
-parameters and cache policy that changed. Long values are clipped to ``max_chars``.
+``b`` it no longer has (content both hold but re-sent after the divergence is only counted),
+cache-marker moves listed apart (they never make a call DIVERGED), and the parameters and cache
+policy that changed. Long values are clipped to ``max_chars``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,20 @@ def _segment_row(prompt: CanonicalPrompt, index: int, max_chars: int) -> dict:
     if seg.name:
         row["name"] = seg.name
     return row
+
+
+def _changes(a: CanonicalPrompt, b: CanonicalPrompt, k: int, diverged: bool, max_chars: int) -> dict:
+    """What a added and what of b it dropped, after the shared prefix. Past a divergence, content
+    both still hold (re-sent after the change, so no longer read from cache) is only counted."""
+    if not diverged:
+        added = [_segment_row(a, i, max_chars) for i in range(k, len(a.segments))]
+        return {"added": added, "removed": [], "resent": {"segments": 0, "tokens": 0}}
+    in_a, in_b = set(a.hashes), set(b.hashes)
+    added = [_segment_row(a, i, max_chars) for i in range(k, len(a.segments)) if a.hashes[i] not in in_b]
+    removed = [_segment_row(b, i, max_chars) for i in range(k, len(b.segments)) if b.hashes[i] not in in_a]
+    resent = [i for i in range(k, len(a.segments)) if a.hashes[i] in in_b]
+    tokens = sum(_COUNTER.count_segment(a.segments[i]).total for i in resent)
+    return {"added": added, "removed": removed, "resent": {"segments": len(resent), "tokens": tokens}}
 
 
 def _side(row: dict) -> dict:
@@ -185,8 +200,7 @@ def _compare(a: CanonicalPrompt, b: CanonicalPrompt, a_body: Any, b_body: Any, r
         "segments": {"a": len(a.segments), "b": len(b.segments)},
         "tokens": {"a": a_tokens.total, "b": _COUNTER.count_prompt(b).total},
         "first_divergence": first,
-        "added": [_segment_row(a, i, max_chars) for i in range(k, len(a.segments))],
-        "removed": [_segment_row(b, i, max_chars) for i in range(k, len(b.segments))] if diverged else [],
+        **_changes(a, b, k, diverged, max_chars),
         "markers": {
             "moved": moved,
             "a": [bp["pointer"] for bp in a.cache_policy.get("breakpoints", ())],

@@ -83,8 +83,10 @@ def test_stats(captured):
     assert (brk["cause"], brk["segment_kind"], brk["area"], brk["calls"]) == ("client_break", "system", "/system", 1)
     assert s["lost_tokens"] == brk["lost_tokens"] > 2000 and s["lost_usd"] > 0
     assert s["token_hit_rate"]["cache_read"] == rows[1]["usage"]["cache_read"]
-    one = json.loads(invoke("stats", *db, "--session", "nope", "--json"))
-    assert one["calls"] == 0 and one["hit_rate"]["rate"] is None
+    one = json.loads(invoke("stats", *db, "--session", rows[0]["session"][:6], "--json"))
+    assert one["session"] == rows[0]["session"] and one["calls"] == 4
+    missing = CliRunner().invoke(cli, ["stats", *db, "--session", "nope"])
+    assert missing.exit_code != 0 and "no session matches" in missing.output
     out = invoke("stats", *db)
     assert "cache hit rate: 1/2 calls = 50.0%" in out and "breaks by cause" in out and "/system" in out
 

@@ -251,3 +251,14 @@ def test_event_header_values(value, kind, pointer, detail):
 
 def test_empty_event_values_are_ignored():
     assert parse_event("  ") is None
+
+
+def test_the_providers_own_cache_diagnostics_are_kept_beside_ours(tmp_path):
+    body = make_anthropic_body(messages=[user("hi")], diagnostics={"previous_message_id": "msg_prev"})
+    reason = {"type": "system_changed", "cache_missed_input_tokens": 1200}
+    response = dict(anthropic_response(), diagnostics={"cache_miss_reason": reason})
+    db, _ = run(tmp_path / "c.db", [ex(body, 0, response=response)])
+    [call] = rows(db)
+    diag = call["cache"]["provider_diagnostics"]
+    assert (diag["provider"], diag["comparison_id"], diag["reason"], diag["missed_tokens"]) == (
+        "anthropic", "msg_prev", "system_changed", 1200)

@@ -44,8 +44,9 @@ def test_system_edit_shows_both_sides_at_the_first_difference(tmp_path):
     assert first["a"] == b["system"][1]["text"] and first["b"] == a["system"][1]["text"]
     assert first["text"]["offset"] == a["system"][1]["text"].index("small")
     assert first["text"]["a_excerpt"].endswith("tiny steps and explain what you change.")
-    assert d["shared_segments"] == 4 and [s["pointer"] for s in d["removed"]] == ["/system/1", "/messages/0/content"]
-    assert [s["pointer"] for s in d["added"]] == ["/system/1", "/messages/0/content"]
+    assert d["shared_segments"] == 4 and [s["pointer"] for s in d["removed"]] == ["/system/1"]
+    assert [s["pointer"] for s in d["added"]] == ["/system/1"]
+    assert d["resent"] == {"segments": 1, "tokens": 1}  # "go", after the edit
 
 
 def test_marker_moves_and_restrung_strings_are_not_differences(tmp_path):
@@ -59,7 +60,8 @@ def test_marker_moves_and_restrung_strings_are_not_differences(tmp_path):
     assert [(s["kind"], s["pointer"]) for s in d["added"]] == [
         ("assistant_text", "/messages/1/content/0"), ("tool_call", "/messages/1/content/1"),
         ("tool_result", "/messages/2/content/0")]
-    assert d["removed"] == [] and d["tokens"]["a"] > d["tokens"]["b"] == d["shared_tokens"]
+    assert d["removed"] == [] and d["resent"]["segments"] == 0
+    assert d["tokens"]["a"] > d["tokens"]["b"] == d["shared_tokens"]
 
 
 def test_a_removed_tool_points_one_past_the_end(tmp_path):
