@@ -4,9 +4,9 @@ A new call's predecessor is chosen among recent calls of its session and API key
 latest call of its thread, sometimes an earlier one (a conversation forked, then its first branch
 went on). Its prompt is canonicalised by reusing the most similar recent one
 (inspector/incremental.py), which needs the raw body: only a thread's latest call keeps it. Older
-calls share their segment objects with the latest, so they cost little more than a tuple each.
-Memory is bounded in bytes, besides threads per scope and scopes (all LRU); a scope that was
-evicted is rebuilt from the store when it returns.
+calls mostly share their segment objects with the latest. Memory is bounded in (estimated) bytes,
+besides threads per scope and scopes (all LRU); an evicted scope is rebuilt from the store when
+it returns.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class Remembered:
 
     @property
     def size(self) -> int:
-        raw = self.prepared.raw
-        return 2 * len(raw) + SEGMENT_BYTES * len(self.prompt.segments) if raw else 16 * len(self.prompt.segments)
+        # Conservative: an older call's segments are mostly the very objects its successor holds.
+        return 2 * len(self.prepared.raw or b"") + SEGMENT_BYTES * len(self.prompt.segments)
 
 
 class RecentMemory:

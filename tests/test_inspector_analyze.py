@@ -85,6 +85,9 @@ def test_a_call_costs_only_its_new_segments(tmp_path):
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
         canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
     assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
+    [latest] = [r for r in analyzer.memory.calls(("key:ffffffffffff", "f" * 16)) if r.prepared.raw is not None]
+    # every message but the one whose cache marker moved was reused, not canonicalised again
+    assert latest.prepared.reused_items == len(bodies[9]["messages"]) - 1
 
 
 def test_memory_keeps_the_latest_call_per_thread_and_stays_bounded():
