@@ -16,7 +16,8 @@ No thrashing: a line-triggered automatic compaction must leave ``thrash_margin``
 trigger line free, must not be predicted to fire again within the next turn (what this turn has
 added so far would push it over again), and must not follow another one in the same or the
 previous turn. Otherwise automatic compaction stops for the session, recorded and shown by
-/context; a manual /compact turns it back on.
+/context; a manual /compact turns it back on. A failed automatic compaction is not retried in the
+same turn (the provider's overflow error still gets its chance).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Callable, Sequence
 from .compaction_archive import ArchivePlan, plan_archive
 from .compaction_checkpoint import load_system_prompt
 from .compaction_engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
-from .compaction_events import COMPACTION, CompactionHooks, Defer, PostCompact, PreCompact, StopAuto, event_value
+from .compaction_events import COMPACTION_DEFERRED, COMPACTION_STOPPED, CompactionHooks, Defer, PostCompact, PreCompact, StopAuto, event_value
 from .compaction_history import prune_screenshots
 from .compaction_outcome import (ANCHOR_KEY, annotations, auto_enabled, compaction_state, invalidate_anchor,
                                  record_outcome, set_auto)
@@ -71,6 +72,7 @@ class ContextManager:
         self._bindings: dict[str, tuple[AnchorBinding, int | None]] = {}
         self._pending: dict[str, list[str]] = {}  # annotations for a session's next request (after /compact)
         self._turn_start: dict[str, tuple[int, int]] = {}  # session -> (turn, footprint at its first request)
+        self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
 
     # --- wiring ---------------------------------------------------------------------------------------
     def attach(self, runtime: Any) -> None:
@@ -111,7 +113,8 @@ class ContextManager:
             ctx.effects.declare(value)
         request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
         passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
-        if self.runtime is None or not self.settings.auto_compact or not auto_enabled(view):
+        if (self.runtime is None or not self.settings.auto_compact or not auto_enabled(view)
+                or self._failed.get(view.id) == ctx.turn):
             return passthrough
         engine = self.engine()
         fp = self.footprint(view, ctx.system, ctx.tools, request)
@@ -161,10 +164,10 @@ class ContextManager:
                                                       engine.lines.provider_input_limit))
         if isinstance(verdict, StopAuto):
             set_auto(view, False, verdict.reason, turn=turn, step=step)
-            effects.declare(event_value(COMPACTION, stage="hook", auto="off", trigger=trigger))
+            effects.declare(event_value(COMPACTION_STOPPED, by="hook", trigger=trigger))
             return None
         if isinstance(verdict, Defer):
-            effects.declare(event_value(COMPACTION, stage="hook", outcome="deferred", trigger=trigger))
+            effects.declare(event_value(COMPACTION_DEFERRED, by="hook", trigger=trigger))
             return None
         outcome = await engine.run(CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens,
                                                    plan=plan))
@@ -173,6 +176,8 @@ class ContextManager:
             effects.declare(value)
         if outcome.replaced:
             self._guard(view, outcome, turn, step, effects, engine)
+        else:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
+            self._failed[view.id] = turn
         await self.hooks.run_post(PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
                                               outcome.tokens_before, outcome.tokens_after))
         return outcome
@@ -203,7 +208,7 @@ class ContextManager:
         if reason is not None:
             log.warning("session %s: automatic compaction stopped: %s", view.id, reason)
             set_auto(view, False, reason, turn=turn, step=step)
-            effects.declare(event_value(COMPACTION, stage="guard", auto="off", trigger=outcome.trigger))
+            effects.declare(event_value(COMPACTION_STOPPED, by="guard", trigger=outcome.trigger))
 
     # --- the usage anchor ------------------------------------------------------------------------------
     def on_prepared(self, ev: LlmCallPrepared) -> None:

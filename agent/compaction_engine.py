@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .annotations import annotation_headers
 from .compaction_archive import ArchivePlan, apply_archive, plan_archive
 from .compaction_checkpoint import build_request, validate
-from .compaction_events import COMPACTION, event_value
+from .compaction_events import CHECKPOINT_REQUEST, event_value
 from .compaction_history import has_media, last_input_only, placeholder_all, reduce_middle, strip_media
 from .compaction_replace import POST_ADMISSION_FAILED, admit, build_appendix
 from .context_budget import BudgetLines, ContextSettings, budget_lines, byte_limit, checkpoint_output_limit
@@ -158,7 +158,7 @@ class CompactionEngine:
 
         def request(messages: Sequence[Message], m: str, rung: str) -> ModelRequest:
             headers = annotation_headers(inp.session.id, inp.turn, inp.step, [
-                event_value(COMPACTION, stage="checkpoint_request", rung=rung, mode=m, trigger=inp.trigger)])
+                event_value(CHECKPOINT_REQUEST, rung=rung, mode=m, trigger=inp.trigger)])
             return build_request(mode=m, candidate=messages, live_system=inp.system, live_tools=inp.tools,
                                  checkpoint_system=self.checkpoint_system, instructions=inp.instructions,
                                  output_limit=self.checkpoint_output, headers=headers)

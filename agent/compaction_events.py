@@ -5,7 +5,9 @@ checkpoint; rung=hall; validation=exact; ...``) that the proxy records and the i
 a declared marker, and a ``context_event`` record in the session's history.jsonl (kept forever,
 ignored by loading). Marker kinds: ``tool_output_externalized``, ``tool_results_archived``,
 ``checkpoint``, and ``compaction`` on the first request after any history replacement (the
-inspector's has_compaction_before side) or for a failure / a guard decision.
+inspector's has_compaction_before side, so never used for anything else); ``checkpoint_request``
+on the checkpoint call itself; ``compaction_failed``, ``compaction_deferred`` and
+``compaction_stopped`` when nothing was replaced.
 
 PreCompact / PostCompact hooks: a PreCompact hook sees why automatic compaction wants to run and
 may return ``Defer`` (not now; asked again before the next request) or ``StopAuto`` (no automatic
@@ -30,7 +32,11 @@ log = logging.getLogger("ctxscope.agent.compaction")
 TOOL_OUTPUT_EXTERNALIZED = "tool_output_externalized"
 TOOL_RESULTS_ARCHIVED = "tool_results_archived"
 CHECKPOINT = "checkpoint"
-COMPACTION = "compaction"
+COMPACTION = "compaction"  # only on the first request after a history replacement
+COMPACTION_FAILED = "compaction_failed"
+COMPACTION_DEFERRED = "compaction_deferred"
+COMPACTION_STOPPED = "compaction_stopped"  # automatic compaction switched off (by the guard or a hook)
+CHECKPOINT_REQUEST = "checkpoint_request"  # the checkpoint call itself
 
 _BAD_VALUE = re.compile(r"[^A-Za-z0-9_.:/+-]")
 _MAX_PARAMS = 8

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .compaction_events import CHECKPOINT, COMPACTION, TOOL_RESULTS_ARCHIVED, event_value, record
+from .compaction_events import (CHECKPOINT, COMPACTION, COMPACTION_FAILED, COMPACTION_STOPPED, TOOL_RESULTS_ARCHIVED,
+                                event_value, record)
 from .compaction_engine import CompactionOutcome
 from .state import SessionView
 
@@ -31,7 +32,7 @@ def annotations(outcome: CompactionOutcome) -> list[str]:
                             tokens_before=o.tokens_before, tokens_after=o.tokens_after),
                 event_value(CHECKPOINT, rung=o.rung, validation=o.validation, mode=o.mode, trigger=o.trigger,
                             tokens_before=o.tokens_before, tokens_after=o.tokens_after)]
-    return [event_value(COMPACTION, stage=o.stage, outcome="failed", error=o.error, trigger=o.trigger,
+    return [event_value(COMPACTION_FAILED, stage=o.stage, error=o.error, trigger=o.trigger,
                         tokens_before=o.tokens_before)]
 
 
@@ -51,7 +52,7 @@ def record_outcome(view: SessionView, outcome: CompactionOutcome, turn: int, ste
     attempts = [{"rung": a.rung, "mode": a.mode, "outcome": a.outcome, "tokens": a.tokens,
                  "input_tokens": a.input_tokens, "cache_read_tokens": a.cache_read_tokens,
                  "seconds": round(a.seconds, 4), "detail": a.detail} for a in outcome.attempts]
-    kind = (TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT) if outcome.replaced else COMPACTION
+    kind = (TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT) if outcome.replaced else COMPACTION_FAILED
     record(view, kind, **info, attempts=attempts or None,
            timings={k: round(v, 4) for k, v in outcome.timings.items()} or None)
     state = compaction_state(view)
@@ -78,7 +79,8 @@ def set_auto(view: SessionView, on: bool, reason: str | None, *, turn: int, step
     else:
         state["reason"] = reason
     view.state.set(STATE_KEY, state)
-    record(view, COMPACTION, stage="guard", auto="on" if on else "off", reason=reason, turn=turn, step=step)
+    record(view, COMPACTION_STOPPED if not on else "compaction_resumed", auto="on" if on else "off", reason=reason,
+           turn=turn, step=step)
 
 
 def invalidate_anchor(view: SessionView) -> None:

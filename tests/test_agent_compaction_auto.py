@@ -1,0 +1,204 @@
+"""C5 automatic compaction: request order, triggers, hooks, the provider's overflow, the thrash guard, the inspector."""
+
+from __future__ import annotations
+
+import json
+
+from agent_context_fixtures import BLOB, blob, filler, make_rt, round_messages, summary, tools_extension, user
+
+from ctxscope.agent.builtins import core_tools_extension
+from ctxscope.agent.compaction_auto import context_management_extension
+from ctxscope.agent.compaction_events import CompactionHooks, Defer, StopAuto, context_events
+from ctxscope.agent.context_budget import ContextSettings
+from ctxscope.agent.events import BEFORE_LLM_CALL
+from ctxscope.agent.providers import make_client, resolve
+from ctxscope.agent.retry import ContextOverflowError, RetryPolicy
+from ctxscope.agent.runtime import AgentRuntime
+from ctxscope.agent.scripted import answer
+from ctxscope.agent.spi import Extension
+from ctxscope.agent.tool_output_budget import tool_output_budget_extension
+from ctxscope.inspector.analysis_input import parse_event
+
+SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
+W, OUT = 20_000, 4096  # input limit and trigger line 3616
+
+
+def observer(ext_id, seen, *, appends=False):
+    def init(api):
+        api.on(BEFORE_LLM_CALL, lambda c: seen.append((ext_id, c.step, len(c.history), c.history[0].meta.get("kind"),
+                                                       len(c.request_messages))), appends=appends)
+
+    return Extension(ext_id, init)
+
+
+async def test_before_request_order_hooks_then_pruning_and_compaction_then_reminders(tmp_path):
+    seen: list = []
+    script = [answer("", blob(f"s{i}", kib=1, images=1)) for i in range(3)] + [answer("", blob("big", tokens=22_000)),
+                                                                               "done"]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    from agent_context_fixtures import RoutedModel
+
+    model = RoutedModel(script, context_window=40_000, max_output_tokens=OUT)  # trigger line 23616
+    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws,
+                      extensions=[tools_extension(BLOB), observer("host-hook", seen)],
+                      host_builtins=[context_management_extension(settings=ContextSettings()),
+                                     observer("reminders", seen, appends=True)])
+    s = rt.create_session()
+    assert (await s.run("take screenshots")).ok
+    # step 4: screenshots 1..3 in history; the request drops the oldest (keep the last 2)
+    fourth = model.main_requests[3]
+    media = [bool(m.tool_results[0].details.get("media")) for m in fourth.messages if m.role == "tool"]
+    assert media == [False, True, True]  # (the history itself keeps all three)
+    # step 5 was over the line: the host hook saw the old history, the reminder builtin the compacted one
+    step5 = [x for x in seen if x[1] == 5]
+    assert step5[0][0] == "host-hook" and step5[0][2] == 9 and step5[0][3] == "input"
+    assert step5[1][0] == "reminders" and step5[1][2:] == (1, "compaction_summary", 1)
+
+
+async def test_serialized_body_over_the_byte_limit_triggers_compaction(tmp_path):
+    rt, model, s = make_rt(tmp_path, [answer("", blob("big", kib=30)), "done"],
+                           settings={"byte_limits": {"scripted": 20_000}})
+    assert (await s.run("go")).ok
+    [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
+    assert ev["trigger"] == "bytes" and ev["tokens_before"] < 96_000  # far under the token line
+
+
+async def test_provider_overflow_compacts_and_retries_from_the_next_rung(tmp_path):
+    rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
+                                      "fits now"])
+    r = await s.run("go")
+    assert r.ok and r.text == "fits now"
+    [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
+    assert ev["trigger"] == "overflow" and [a["outcome"] for a in ev["attempts"]][:1] == ["skipped_refused"]
+    assert ev["rung"] == "hall" and s.messages[0].meta["kind"] == "compaction_summary"
+    assert "checkpoint; rung=hall" in model.main_requests[-1].headers["x-ctxscope-event"]
+
+
+async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_path):
+    verdicts = [Defer("busy"), None]
+    posts = []
+    hooks = CompactionHooks()
+    hooks.on_pre_compact(lambda ev: verdicts.pop(0))
+    hooks.on_post_compact(lambda ev: posts.append((ev.trigger, ev.stage, ev.status)))
+    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("x", kib=1)), "done"],
+                           window=W, hooks=hooks, core=False)
+    assert (await s.run("go")).ok
+    second, third = model.main_requests[1:]
+    assert "compaction_deferred; by=hook" in second.headers["x-ctxscope-event"] and len(second.messages) == 3
+    assert "checkpoint; rung=hall" in third.headers["x-ctxscope-event"] and posts == [("threshold", "checkpoint",
+                                                                                      "replaced")]
+    stopper = CompactionHooks(pre=[lambda ev: StopAuto("the plugin manages context itself")])
+    rt, model, s = make_rt(tmp_path / "b", [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=stopper,
+                           core=False)
+    assert (await s.run("go")).ok and not model.checkpoints
+    state = s.view.state.get("compaction")
+    assert state["auto"] == "off" and state["reason"] == "the plugin manages context itself"
+
+
+async def test_a_broken_hook_does_not_stop_compaction(tmp_path):
+    hooks = CompactionHooks(pre=[lambda ev: 1 / 0], post=[lambda ev: 1 / 0])
+    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=hooks, core=False)
+    assert (await s.run("go")).ok and len(model.checkpoints) == 1 and s.history.epoch == 1
+
+
+async def test_no_thrash_loop_when_compaction_cannot_make_room(tmp_path):
+    """A system prompt that fills most of the trigger line: every compaction would leave it over again at once."""
+    sys_prompt = filler("rules", 3000)
+    script = [answer("", blob(f"r{i}", tokens=800)) for i in range(12)] + ["done"]
+    rt, model, s = make_rt(tmp_path, script, window=W, core=False, system_prompt=sys_prompt,
+                           settings={"checkpoint_mode": "separate"})
+    r = await s.run("work through it")
+    assert r.ok and r.steps == 13
+    assert len(model.checkpoints) == 1  # compacted once, then stopped: no loop
+    state = s.view.state.get("compaction")
+    assert state["auto"] == "off" and "less than 20% below the trigger line" in state["reason"]
+    guard = [e for e in context_events(s.view.dir) if e["event"] == "compaction_stopped"]
+    assert len(guard) == 1 and guard[0]["auto"] == "off"
+    events = [q.headers.get("x-ctxscope-event", "") for q in model.main_requests]
+    assert sum("compaction_stopped; by=guard" in e for e in events) == 1
+    assert sum("checkpoint;" in e for e in events) == 1
+
+
+async def test_no_thrash_loop_when_every_turn_refills_the_window(tmp_path):
+    script = []
+    for turn in range(5):
+        script += [answer("", blob(f"t{turn}", tokens=4000)), f"turn {turn} done"]
+    rt, model, s = make_rt(tmp_path, script, window=W, core=False)
+    for turn in range(5):
+        assert (await s.run(f"turn {turn}")).ok
+    assert len(model.checkpoints) == 1  # each turn adds more than the room a compaction leaves: stopped at once
+    state = s.view.state.get("compaction")
+    assert state["auto"] == "off" and "would fire again within the next turn" in state["reason"]
+    assert all("checkpoint" not in q.headers.get("x-ctxscope-event", "") for q in model.main_requests[3:])
+
+
+async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_path):
+    from ctxscope.agent.compaction_auto import manager_for
+    from ctxscope.agent.compaction_engine import CompactionOutcome
+    from ctxscope.agent.events import Effects
+
+    rt, model, s = make_rt(tmp_path, window=W)
+    manager = manager_for(rt)
+    engine = manager.engine()
+    done = CompactionOutcome("threshold", "checkpoint", "replaced", 4000, (), tokens_after=500)
+    manager._guard(s.view, done, 1, 1, Effects(), engine)
+    assert s.view.state.get("compaction")["auto_turns"] == [1] and s.view.state.get("compaction").get("auto") != "off"
+    effects = Effects()
+    manager._guard(s.view, done, 2, 1, effects, engine)  # a big pasted input compacts at step 1 again
+    state = s.view.state.get("compaction")
+    assert state["auto"] == "off" and state["reason"] == "automatic compaction fired at turn 1 and again at turn 2"
+    assert effects.pending == ("compaction_stopped; by=guard; trigger=threshold",)
+    archive_plan = CompactionOutcome("archive_plan", "archive", "replaced", 4000, (), tokens_after=3500)
+    rt2, _, s2 = make_rt(tmp_path / "b", window=W)
+    manager_for(rt2)._guard(s2.view, archive_plan, 1, 1, Effects(), engine)  # under the line: not judged
+    assert s2.view.state.get("compaction") is None
+
+
+async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
+    """Through the real daemon: an externalized output, an archive, a /compact, and what the inspector makes of them."""
+    script = [{"tool_calls": [{"name": "blob", "arguments": {"tag": "huge", "kib": 70}}]}]
+    script += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"r{i}", "kib": 16}}]} for i in range(8)]
+    script += [{"text": "collected"}, {"match": "<checkpoint-request>", "text": summary()}, {"text": "next"}]
+    sim.state().set_script(script)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    client = make_client(resolve("sim", proxy=proxy.url, model="gpt-sim", context_window=64_000,
+                                 max_output_tokens=4096), retry=RetryPolicy(max_retries=0))
+    st = ContextSettings(watermark_kib=64, min_savings_kib=24, keep_recent_rounds=5)
+    rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
+                      extensions=[core_tools_extension(), tools_extension(BLOB)],
+                      host_builtins=[context_management_extension(settings=st), tool_output_budget_extension(settings=st)])
+    s = rt.create_session()
+    try:
+        assert (await s.run("collect")).text == "collected"
+        assert (await rt.conversation.maintenance.compact(s.id, "keep the row counts")).replaced
+        assert (await s.run("and now?")).text == "next"
+    finally:
+        await rt.aclose()
+    n = len([q for q in sim.state().requests() if q["path"].endswith("/chat/completions")])
+    rows = proxy.wait_for_calls(n)
+    from ctxscope.inspector.queries import open_db
+
+    db = open_db(proxy.db_path)
+    notes = {r["id"]: json.loads(r["annotations"] or "[]") for r in db.query("select id, annotations from calls")}
+    db.conn.close()
+
+    def declared(row):  # each comma-separated effect of the x-ctxscope-event header, parsed as the inspector does
+        values = [v for k, v in notes[row["id"]] if k == "x-ctxscope-event"]
+        return {m.kind: m.detail for v in values for m in map(parse_event, v.split(", "))}
+
+    kinds = [sorted(declared(r)) for r in rows]
+    assert kinds[1] == ["tool_output_externalized"]
+    archived = next(i for i, k in enumerate(kinds) if "tool_results_archived" in k)
+    arch = declared(rows[archived])["tool_results_archived"]
+    assert arch["mode"] == "tool_archive" and arch["archived"] == 2 and arch["saved_bytes"] > 24 * 1024
+    assert declared(rows[archived])["compaction"]["trigger"] == "archive_plan"
+    assert rows[archived]["has_compaction_before"] and not rows[archived - 1]["has_compaction_before"]
+    assert kinds[-2] == ["checkpoint_request"] and declared(rows[-2])["checkpoint_request"]["trigger"] == "manual"
+    assert not rows[-2]["has_compaction_before"]  # the checkpoint call itself follows no compaction
+    cp = declared(rows[-1])["checkpoint"]
+    assert (cp["rung"], cp["validation"], cp["trigger"]) == ("h0", "exact", "manual")
+    assert cp["tokens_before"] > cp["tokens_after"] and rows[-1]["has_compaction_before"]
+    plain = [m for m in rows[1]["markers"] if m.get("detail", {}).get("declared")]
+    assert [m["kind"] for m in plain] == ["tool_output_externalized"]  # a lone effect is a declared marker as is
