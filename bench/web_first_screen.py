@@ -221,9 +221,10 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str
     tool_call = next(r for r in rows if r[1] >= 40 and '"reminder"' in (r[3] or ""))  # a call with a reminder in it
     ctx = browser.new_context(viewport={"width": 1320, "height": 860}, device_scale_factor=1)
     page = ctx.new_page()
+    content_height = "Math.ceil(document.querySelector('#app').getBoundingClientRect().bottom) + 10"
     page.goto(d.url + "/")
     page.wait_for_selector(".session-link")
-    page.screenshot(path=str(out_dir / "sessions.png"))
+    page.screenshot(path=str(out_dir / "sessions.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))})
     db = open_db(d.db)
     compacted = db.execute("SELECT seq FROM calls WHERE session = ? AND has_compaction_before = 1 ORDER BY seq DESC LIMIT 1",
                            [long_label]).fetchone()  # fmt: skip
@@ -237,8 +238,7 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str
     page.screenshot(path=str(out_dir / "call.png"), full_page=True, clip={"x": 0, "y": 0, "width": 1320, "height": 1300})
     page.goto(f"{d.url}/#/diff/{diverged[0]}")
     page.wait_for_selector("#app[data-ready='1'] .change-detail")
-    height = page.evaluate("Math.ceil(document.querySelector('#app').getBoundingClientRect().bottom) + 10")
-    page.screenshot(path=str(out_dir / "diff.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, height)})
+    page.screenshot(path=str(out_dir / "diff.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))})
     ctx.close()
     print(f"screenshots: {', '.join(sorted(p.name for p in out_dir.glob('*.png')))} in {out_dir}")
 
