@@ -6,10 +6,11 @@ result, sometimes a user note), with Claude Code's moving cache marker. Every ca
 the store's real ``ingest`` (blobs, deltas, row) in its own transaction, once without and once
 with the analyzer, on fresh SQLite files, in one thread so the timings are the work itself.
 
-Printed: throughput of store alone and of store + analysis; the analysis's milliseconds per call
-at 10K/50K/100K tokens of context, split into canonicalisation (a pass over the body: grows with
-context, but cheaply) and the rest; tokens actually counted per call (only new segments: flat as
-the context grows) against what counting the whole prompt would cost.
+Printed (CPU time of this process, so other work on the machine does not blur it): throughput of
+store alone and of store + analysis; per call at about 10K/50K/100K tokens of context, the store's
+milliseconds, the analysis's, the part of it spent canonicalising, and the tokens it counted
+(only new segments: flat as the context grows), beside what canonicalising and counting the whole
+prompt from scratch costs at that size.
 
     .venv/bin/python bench/analysis.py            # ~1 minute on 2 cores
     .venv/bin/python bench/analysis.py --calls 300
@@ -37,6 +38,7 @@ from ctxscope.inspector.tokens import count_tokens
 from ctxscope.proxy.exchange import Exchange
 
 T0 = 1_760_000_000.0
+clock = time.process_time  # CPU time of this process: other processes on the machine do not count
 _WORDS = ("the parser reads each token and builds a tree of nodes while the checker walks it to find "
           "type errors in function calls loops and branches then reports them with line numbers").split()  # fmt: skip
 
@@ -110,11 +112,11 @@ def run(path: Path, exchanges: list[Exchange], analyzer: Analyzer | None) -> lis
     state = IngestState(capture_epoch=store.next_capture_epoch(db))
     times = []
     for ex in exchanges:
-        start = time.perf_counter()
+        start = clock()
         db.execute("BEGIN IMMEDIATE")
         ingest(db, ex, state, [analyzer] if analyzer else ())
         db.execute("COMMIT")
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     db.close()
     return times
 
@@ -155,12 +157,12 @@ def main() -> None:
             continue
         med = lambda xs: statistics.median(xs[i] for i in window)  # noqa: E731
         body = json.loads(raws[window[0]])
-        start = time.perf_counter()
+        start = clock()
         whole = canonicalize("anthropic.messages", body)
-        canon_full = (time.perf_counter() - start) * 1e3
-        start = time.perf_counter()
+        canon_full = (clock() - start) * 1e3
+        start = clock()
         TokenCounter().count_prompt(whole)
-        count_full = (time.perf_counter() - start) * 1e3
+        count_full = (clock() - start) * 1e3
         print(f"{context[window[0]] // 1000:>7}K {med(plain) * 1e3:9.2f} {med(took) * 1e3:12.2f} "
               f"{med(canon) * 1e3:13.2f} {med(counted):15.0f} {canon_full:21.1f} {count_full:14.1f}")  # fmt: skip
     print(f"\ntokens counted per call: median {statistics.median(counted[1:]):.0f}, max {max(counted[1:])} "
@@ -180,16 +182,16 @@ def timed(analyzer: Analyzer, counter: CountingCounter) -> tuple[list[float], li
     analyze, prepare = analyzer.analyze, analyze_module.prepare
 
     def tracking_analyze(db, inp, live=True):
-        before, start = counter.counted, time.perf_counter()
+        before, start = counter.counted, clock()
         result = analyze(db, inp, live=live)
-        took.append(time.perf_counter() - start)
+        took.append(clock() - start)
         counted.append(counter.counted - before)
         return result
 
     def tracking_prepare(*a):
-        start = time.perf_counter()
+        start = clock()
         result = prepare(*a)
-        canon.append(time.perf_counter() - start)
+        canon.append(clock() - start)
         reused.append(result[0].reused_items if result[0] is not None else 0)
         return result
 

@@ -58,7 +58,7 @@ class Remembered:
 class RecentMemory:
     """The last ``per_thread`` calls of up to ``threads`` threads per scope, at most ``max_bytes`` in all."""
 
-    def __init__(self, per_thread: int = 3, threads: int = 16, max_scopes: int = 1024, max_bytes: int = 128 * 2**20):
+    def __init__(self, per_thread: int = 2, threads: int = 16, max_scopes: int = 1024, max_bytes: int = 128 * 2**20):
         self.per_thread, self.threads, self.max_scopes, self.max_bytes = per_thread, threads, max_scopes, max_bytes
         self._scopes: OrderedDict[Scope, OrderedDict[str, list[Remembered]]] = OrderedDict()
         self.bytes = 0
