@@ -31,7 +31,8 @@ from typing import Any, Callable, Sequence
 from .compaction_archive import ArchivePlan, plan_archive
 from .compaction_checkpoint import load_system_prompt
 from .compaction_engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
-from .compaction_events import COMPACTION_DEFERRED, COMPACTION_STOPPED, CompactionHooks, Defer, PostCompact, PreCompact, StopAuto, event_value
+from .compaction_events import (COMPACTION_DEFERRED, COMPACTION_STOPPED, CompactionHooks, Defer, PostCompact,
+                                PostCompactHook, PreCompact, PreCompactHook, StopAuto, event_value)
 from .compaction_history import prune_screenshots
 from .compaction_outcome import (ANCHOR_KEY, annotations, auto_enabled, compaction_state, invalidate_anchor,
                                  record_outcome, set_auto)
@@ -230,6 +231,27 @@ class ContextManager:
     def on_history_changed(self, ev: HistoryChanged) -> None:
         if ev.kind == "replace":  # a new epoch: the old usage describes a history that is gone
             invalidate_anchor(ev.session)
+
+
+def compaction_hook_extension(extension_id: str, *, pre: PreCompactHook | None = None,
+                              post: PostCompactHook | None = None, init: Callable[[ExtensionAPI], None] | None = None,
+                              description: str = "") -> AttachingExtension:
+    """A configured extension with PreCompact / PostCompact hooks, honoured while it is enabled in the session."""
+    def attach(runtime: Any) -> None:
+        manager = manager_for(runtime)
+        if manager is None:
+            return
+
+        def enabled(view: SessionView) -> bool:
+            return extension_id not in runtime.open_session(view.id).disabled
+
+        if pre is not None:
+            manager.hooks.pre.append(lambda ev: pre(ev) if enabled(ev.session) else None)
+        if post is not None:
+            manager.hooks.post.append(lambda ev: post(ev) if enabled(ev.session) else None)
+
+    return AttachingExtension(extension_id, init or (lambda api: None), description or "compaction hooks",
+                              attach=attach)
 
 
 def settings_from(options: Any) -> ContextSettings:

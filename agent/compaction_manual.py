@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from .compaction_engine import CompactionInput, CompactionOutcome
 from .compaction_history import prune_screenshots
 from .compaction_outcome import annotations, auto_enabled, invalidate_anchor, record_outcome, set_auto
+from .dispatch import observe
+from .events import ON_HISTORY_CHANGED, HistoryChanged
 from .spi import TurnContext
 
 if TYPE_CHECKING:
@@ -45,7 +47,11 @@ async def compact_session(manager: "ContextManager", session: Any, instructions:
     manager.queue_annotations(view.id, annotations(outcome))
     if outcome.replaced:
         await session.history.replace(outcome.messages, "compaction:manual")
-        invalidate_anchor(view)  # no turn is running, so no on_history_changed: invalidate here
+        invalidate_anchor(view)
+        # no turn is running, so the history has no observer wired: tell the extensions ourselves
+        await observe(assembly.handlers_for(ON_HISTORY_CHANGED),
+                      HistoryChanged(view, turn, "replace", tuple(outcome.messages or ()), session.history.epoch,
+                                     "compaction:manual"), session.errors)
         if not auto_enabled(view):
             set_auto(view, True, None, turn=turn, step=0)
     return outcome

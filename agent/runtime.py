@@ -58,7 +58,7 @@ class AgentRuntime:
         from .conversation import Conversation
 
         self.conversation = Conversation(self)
-        for ext in builtins:  # a host builtin may plug into the runtime too (compaction: overflow, /compact)
+        for ext in [*builtins, *exts]:  # an extension may plug into the runtime too (compaction: overflow, hooks)
             attach = getattr(ext, "attach", None)
             if callable(attach):
                 attach(self)

@@ -96,6 +96,22 @@ async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_pa
     assert state["auto"] == "off" and state["reason"] == "the plugin manages context itself"
 
 
+async def test_an_extension_brings_its_own_hooks_honoured_only_while_enabled(tmp_path):
+    from ctxscope.agent.compaction_auto import compaction_hook_extension
+
+    seen = []
+    ext = compaction_hook_extension("context-keeper", pre=lambda ev: StopAuto("context-keeper manages it"),
+                                    post=lambda ev: seen.append(ev))
+    script = [answer("", blob("big", tokens=4000)), "done", answer("", blob("big2", tokens=4000)), "done"]
+    rt, model, off = make_rt(tmp_path, script, window=W, core=False, extensions=[ext])
+    off.set_enabled("context-keeper", False)
+    assert (await off.run("go")).ok and len(model.checkpoints) == 1 and seen == []  # disabled here: not asked
+    on = rt.create_session()
+    assert (await on.run("go")).ok and len(model.checkpoints) == 1  # enabled here: it stopped compaction
+    assert on.view.state.get("compaction")["reason"] == "context-keeper manages it"
+    assert off.view.state.get("compaction")["last"]["status"] == "completed"
+
+
 async def test_a_broken_hook_does_not_stop_compaction(tmp_path):
     hooks = CompactionHooks(pre=[lambda ev: 1 / 0], post=[lambda ev: 1 / 0])
     rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=hooks, core=False)

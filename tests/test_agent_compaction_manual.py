@@ -125,6 +125,19 @@ async def test_agent_context_command_reads_a_stored_session(tmp_path, monkeypatc
     assert missing.exit_code == 1 and "no session" in missing.output
 
 
+async def test_manual_compaction_is_announced_to_history_observers(tmp_path):
+    from ctxscope.agent.events import ON_HISTORY_CHANGED
+    from ctxscope.agent.spi import Extension
+
+    seen = []
+    watcher = Extension("watcher", lambda api: api.on(ON_HISTORY_CHANGED, lambda ev: seen.append(
+        (ev.kind, ev.reason, ev.epoch, ev.messages[0].meta.get("kind")))))
+    rt, model, s = await two_turns(tmp_path, extensions=[watcher])
+    seen.clear()
+    await rt.conversation.maintenance.compact(s.id, None)
+    assert seen == [("replace", "compaction:manual", 1, "compaction_summary")]
+
+
 async def test_manual_compaction_turns_automatic_compaction_back_on(tmp_path):
     rt, model, s = await two_turns(tmp_path)
     s.view.state.set("compaction", {"auto": "off", "reason": "test"})
