@@ -137,7 +137,7 @@ class Daemon:
         self.db = tmp / "captures.db"
         cfg = DaemonConfig(host="127.0.0.1", port=0, db=self.db,
                            upstreams={"anthropic": self.sim_url, "openai": self.sim_url, "sim": self.sim_url})  # fmt: skip
-        self.daemon = self.call(start_daemon(cfg, extra_routes=lambda app, cfg, writer: add_web_routes(app, cfg.db, writer)))
+        self.daemon = self.call(start_daemon(cfg))
         self.url = self.daemon.url
 
     def call(self, coro, timeout: float = 120):

@@ -14,13 +14,14 @@ from ctxscope.inspector.writer_process import WriterProcess, load_factory
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
 from ctxscope.simulator.app import start_simulator
+from ctxscope.web.routes import add_web_routes
 
 from .settings import DaemonConfig, home_dir, load_salt
 
 log = logging.getLogger("ctxscope.daemon")
 
-# What runs on every stored call (in the writer), named so a child process can import it.
-ANALYZERS: str | None = None
+# What runs on every stored call (in the writer), named so the writer's child process can import it.
+ANALYZERS = "ctxscope.daemon:writer_analyzers"
 
 
 @dataclass
@@ -54,17 +55,28 @@ def _analyzer():
         return Analyzer()
 
 
-async def start_daemon(cfg: DaemonConfig, *, extra_routes=None) -> RunningDaemon:
+def writer_analyzers() -> list:
+    """The analyzers the capture writer runs on every stored call."""
+    return [_analyzer()]
+
+
+async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = True) -> RunningDaemon:
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     upstreams = dict(cfg.upstreams)
     sim_runner = sim_url = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
         sim_runner, sim_url = await start_simulator("127.0.0.1", 0)
         upstreams["sim"] = sim_url
-    writer = CaptureWriter(cfg.db, analyzers=[_analyzer()])
-    writer.start()
+    if cfg.writer == "thread":
+        writer = CaptureWriter(cfg.db, analyzers=writer_analyzers())
+        writer.start()
+    else:  # a low-priority child process: storing and analysing never holds this loop's GIL
+        writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS)
+        await asyncio.to_thread(writer.start)
     forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir())), writer)
     app = create_proxy_app(forwarder)
+    if web_ui:
+        add_web_routes(app, cfg.db, writer)
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
     runner = make_runner(app)

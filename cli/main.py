@@ -68,6 +68,7 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote):
 
     def announce(daemon):
         click.echo(f"ctxscope {__version__} listening on {daemon.url}  (captures: {cfg.db})")
+        click.echo(f"  Web UI:     {daemon.url}/")
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
         click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
         click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed)")

@@ -241,7 +241,8 @@ def test_verdict_below_minimum_and_not_requested(proxy, sim):
     assert rows["none"]["cache_verdict"] == "not_requested" and rows["none"]["usage"]["cache_read"] == 0
 
 
-def test_verdict_ttl_expired_after_an_idle_gap(proxy, sim):
+@pytest.mark.parametrize("writer_mode", ["thread"])  # the test moves the in-process analyzer's clock
+def test_verdict_ttl_expired_after_an_idle_gap(writer_mode, proxy, sim):
     """Both clocks jump 6 minutes (past the 5-minute TTL): the simulator's cache expires, and the
     analysis sees the same gap between the calls' times."""
     client, bodies = _loop(proxy, 3, big_system())

@@ -83,7 +83,7 @@ def start_web_daemon(tmp: Path) -> WebDaemon:
     db_path = tmp / "captures.db"
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
                        upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url})  # fmt: skip
-    daemon = loop.call(start_daemon(cfg, extra_routes=lambda app, cfg, writer: add_web_routes(app, cfg.db, writer)))
+    daemon = loop.call(start_daemon(cfg))
     return WebDaemon(loop, daemon, sim_runner, sim_url, daemon.url, db_path)
 
 
