@@ -92,8 +92,13 @@ class ContextManager:
                                 window=info.context_window, model_output=info.max_output_tokens)
 
     def epoch(self, session_id: str) -> int | None:
-        live = getattr(self.runtime, "_sessions", {}).get(session_id) if self.runtime is not None else None
-        return live.history.epoch if live is not None else None
+        """The live history's epoch (the session is open whenever a request is being prepared)."""
+        if self.runtime is None:
+            return None
+        try:
+            return self.runtime.open_session(session_id).history.epoch
+        except KeyError:  # SessionNotFound: a session view without a stored session (tests, embedders)
+            return None
 
     def binding(self, system: str, tools: Sequence[ToolSpec]) -> AnchorBinding:
         c = self.runtime.client
