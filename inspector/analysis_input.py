@@ -159,8 +159,12 @@ def declared_markers(annotations: tuple[tuple[str, str], ...] | list) -> list[Ma
     """The markers our agent declared in its ``x-ctxscope-event`` headers, in header order."""
     out = []
     for name, value in annotations:
-        if str(name).lower() == EVENT_HEADER and isinstance(value, str):
-            marker = parse_event(value)
+        if str(name).lower() != EVENT_HEADER or not isinstance(value, str):
+            continue
+        # Several effects on one request arrive comma-joined, as HTTP joins repeated headers.
+        parts = [value] if value.lstrip().startswith("{") else value.split(",")
+        for part in parts:
+            marker = parse_event(part)
             if marker is not None:
                 out.append(marker)
     return out

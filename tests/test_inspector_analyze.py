@@ -265,3 +265,13 @@ def test_the_providers_own_cache_diagnostics_are_kept_beside_ours(tmp_path):
     diag = call["cache"]["provider_diagnostics"]
     assert (diag["provider"], diag["comparison_id"], diag["reason"], diag["missed_tokens"]) == (
         "anthropic", "msg_prev", "system_changed", 1200)
+
+
+def test_comma_joined_effects_become_separate_declared_markers():
+    from ctxscope.inspector.analysis_input import declared_markers
+
+    markers = declared_markers([("x-ctxscope-event", "reminder; source=todo, guard_reminder; signal=no_progress; count=3"),
+                                ("x-ctxscope-event", '{"kind": "checkpoint", "rung": "hall, then hmid"}')])
+    assert [m.kind for m in markers] == ["reminder", "guard_reminder", "checkpoint"]
+    assert markers[1].detail == {"signal": "no_progress", "count": 3, "declared": True}
+    assert markers[2].detail["rung"] == "hall, then hmid"
