@@ -15,6 +15,8 @@ def emit_json(data: Any) -> None:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_cell(v) for v in value) or "-"
     if isinstance(value, float):
         return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
     text = str(value)

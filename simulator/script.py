@@ -32,6 +32,7 @@ Step keys (all optional; unknown keys are rejected so a typo fails loudly):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,9 +195,13 @@ def load_script_file(path: str) -> list[dict[str, Any]]:
     return steps
 
 
+_REMINDER_BLOCK = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+
+
 def default_text(last_user_text: str) -> str:
-    """The deterministic answer when no step applies."""
-    snippet = " ".join(last_user_text.split())[:60]
+    """The deterministic answer when no step applies: it echoes what the user typed, not the
+    ``<system-reminder>`` blocks an agent puts in front of it."""
+    snippet = " ".join(_REMINDER_BLOCK.sub(" ", last_user_text).split())[:60]
     return f"sim: {snippet}" if snippet else "sim: ok"
 
 

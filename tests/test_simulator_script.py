@@ -83,3 +83,11 @@ def test_text_and_json_splitting_round_trips():
 def test_event_encoding():
     assert Event({"a": 1}, "ping").encode() == b'event: ping\ndata: {"a":1}\n\n'
     assert Event("[DONE]").encode() == b"data: [DONE]\n\n"
+
+
+def test_default_reply_echoes_the_user_text_not_the_reminders():
+    from ctxscope.simulator.script import default_text
+
+    text = "<system-reminder>\nyou are in a repo\n</system-reminder>\n\nlist the files"
+    assert default_text(text) == "sim: list the files"
+    assert default_text("") == "sim: ok"
