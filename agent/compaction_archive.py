@@ -67,7 +67,8 @@ def plan_archive(messages: Sequence[Message], settings: ContextSettings) -> Arch
         return ArchivePlan(False, "under_watermark", total)
     rounds = tool_rounds(messages)
     finished = [r for r in rounds if r.finished]
-    recent = {r.assistant for r in finished[-settings.keep_recent_rounds:]} if settings.keep_recent_rounds > 0 else set()
+    keep = settings.keep_recent_rounds
+    recent = {r.assistant for r in finished[-keep:]} if keep > 0 else set()
     skipped: Counter = Counter()
     candidates: list[Candidate] = []
     for r in rounds:

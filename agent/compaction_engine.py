@@ -108,7 +108,8 @@ class CompactionEngine:
             return 0
         return len(self.client.prepare(ModelRequest(system, tuple(tools), tuple(messages), 1, {})).body)
 
-    def fits_next(self, inp: CompactionInput, messages: Sequence[Message], limit: int | None = None) -> tuple[bool, int]:
+    def fits_next(self, inp: CompactionInput, messages: Sequence[Message],
+                  limit: int | None = None) -> tuple[bool, int]:
         tokens = estimate_request(inp.system, inp.tools, messages).total
         ok = tokens <= (limit or self.lines.provider_input_limit)
         return ok and self.body_bytes(inp.system, inp.tools, messages) <= self.byte_limit, tokens

@@ -92,7 +92,7 @@ def _is_screenshot(result: ToolResult, item: dict) -> bool:
 
 
 def prune_screenshots(messages: Sequence[Message], keep: int = 2) -> tuple[list[Message], int]:
-    """Keep only the last ``keep`` computer-use screenshots; older ones leave a one-line note. Returns (messages, dropped)."""
+    """The last ``keep`` computer-use screenshots stay; older ones leave a note. Returns (messages, dropped)."""
     positions = [(i, j, k) for i, m in enumerate(messages) if m.role == "tool"
                  for j, r in enumerate(m.content) if isinstance(r, ToolResult)
                  for k, item in enumerate(media_items(r)) if _is_screenshot(r, dict(item))]

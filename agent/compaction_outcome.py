@@ -52,7 +52,9 @@ def record_outcome(view: SessionView, outcome: CompactionOutcome, turn: int, ste
     attempts = [{"rung": a.rung, "mode": a.mode, "outcome": a.outcome, "tokens": a.tokens,
                  "input_tokens": a.input_tokens, "cache_read_tokens": a.cache_read_tokens,
                  "seconds": round(a.seconds, 4), "detail": a.detail} for a in outcome.attempts]
-    kind = (TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT) if outcome.replaced else COMPACTION_FAILED
+    kind = COMPACTION_FAILED
+    if outcome.replaced:
+        kind = TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT
     record(view, kind, **info, attempts=attempts or None,
            timings={k: round(v, 4) for k, v in outcome.timings.items()} or None)
     state = compaction_state(view)

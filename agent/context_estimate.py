@@ -35,7 +35,7 @@ SUMMARY_KIND = "compaction_summary"
 
 
 @functools.lru_cache(maxsize=8192)
-def _count(text: str) -> int:
+def text_tokens(text: str) -> int:
     return count_tokens(text)
 
 
@@ -67,7 +67,7 @@ def projection(message: Message) -> str:
 
 def message_tokens(message: Message) -> int:
     media = sum(media_tokens(b) for b in message.content if isinstance(b, ToolResult))
-    return _count(projection(message)) + MESSAGE_OVERHEAD + media
+    return text_tokens(projection(message)) + MESSAGE_OVERHEAD + media
 
 
 def messages_tokens(messages: Iterable[Message]) -> int:
@@ -91,7 +91,7 @@ class Estimate:
 
 
 def estimate_request(system: str, tools: Sequence[ToolSpec], messages: Iterable[Message]) -> Estimate:
-    return Estimate(_count(system) if system else 0, _count(tools_json(tools)) if tools else 0,
+    return Estimate(text_tokens(system) if system else 0, text_tokens(tools_json(tools)) if tools else 0,
                     messages_tokens(messages))
 
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from .compaction_outcome import ANCHOR_KEY, STATE_KEY
 from .context_budget import budget_lines
-from .context_estimate import (AnchorBinding, UsageAnchor, _count, messages_tokens, prefix_hash, tools_json,
+from .context_estimate import (AnchorBinding, UsageAnchor, text_tokens, messages_tokens, prefix_hash, tools_json,
                                valid_anchor_index)
 from .messages import Message
 from .model import ModelRequest, ModelResponse, PreparedCall, ToolSpec, dumps
@@ -88,18 +88,18 @@ def system_sections(base: str, system: str) -> dict[str, int]:
     out = {"SYSTEM_PROMPT": 0, "MEMORY": 0, "SKILLS": 0, "OTHER": 0}
     rest = system
     if base and system.startswith(base):
-        out["SYSTEM_PROMPT"] = _count(base)
+        out["SYSTEM_PROMPT"] = text_tokens(base)
         rest = system[len(base):]
     for part in (p for p in rest.split("\n\n") if p.strip()):
         key = "MEMORY" if _MEMORY.search(part) else "SKILLS" if _SKILLS.search(part) else "OTHER"
-        out[key] += _count(part)
+        out[key] += text_tokens(part)
     return out
 
 
 def build_report(*, session_id: str, info: ModelInfo, base_system: str, system: str, tools: Sequence[ToolSpec],
                  messages: Sequence[Message], state: Mapping[str, Any], epoch: int | None = None) -> ContextReport:
     sections: dict[str, int] = system_sections(base_system, system)
-    sections["TOOLS"] = _count(tools_json(tools)) if tools else 0
+    sections["TOOLS"] = text_tokens(tools_json(tools)) if tools else 0
     anchor = UsageAnchor.from_dict(state.get(ANCHOR_KEY))
     binding = AnchorBinding(info.provider, info.api, info.model, prefix_hash(system, tools))
     idx = valid_anchor_index(messages, anchor, binding, epoch)
@@ -161,7 +161,8 @@ def stored_report(home: Path, session_id: str, *, context_window: int | None = N
     store = SessionStore(home)
     meta = store.get(session_id)
     loaded = store.history(session_id).load()
-    bound = (loaded.state.get(ANCHOR_KEY) or {}).get("binding") if isinstance(loaded.state.get(ANCHOR_KEY), dict) else None
+    stored = loaded.state.get(ANCHOR_KEY)
+    bound = stored.get("binding") if isinstance(stored, dict) else None
     provider = (bound or {}).get("provider") or meta.provider or "anthropic"
     api = (bound or {}).get("api") or default_api(provider)
     window, output = model_limits(meta.model)

@@ -106,7 +106,8 @@ def head_and_tail(text: str, keep: int = FALLBACK_KEEP_BYTES) -> str:
     half = keep // 2
     omitted = len(data) - 2 * half
     return (_cut_utf8(data, half, from_end=False)
-            + f"\n[... {omitted} bytes cut here: the output was too large to keep and could not be saved to a file ...]\n"
+            + f"\n[... {omitted} bytes cut here: the output was too large to keep and could not be saved to a "
+              "file ...]\n"
             + _cut_utf8(data, half, from_end=True))
 
 

@@ -54,7 +54,8 @@ def text_of(tag: str, kib: float) -> str:
     """Deterministic, varied text of about ``kib`` KiB (varied so it tokenises like real output)."""
     out, size, n = [], 0, 0
     while size < kib * 1024:
-        line = f"{tag}:{n:05d} " + " ".join(WORDS[(n * 7 + k * 3) % len(WORDS)] for k in range(9)) + f" = {n * 37 % 1000}"
+        words = " ".join(WORDS[(n * 7 + k * 3) % len(WORDS)] for k in range(9))
+        line = f"{tag}:{n:05d} {words} = {n * 37 % 1000}"
         out.append(line)
         size += len(line) + 1
         n += 1

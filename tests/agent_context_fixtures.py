@@ -1,4 +1,4 @@
-"""Factories for the context-management tests: runtimes with only the context builtins, sized tool outputs, summaries."""
+"""Factories for the context-management tests: runtimes with just the context builtins, sized outputs, summaries."""
 
 from __future__ import annotations
 

@@ -184,7 +184,8 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     st = ContextSettings(watermark_kib=64, min_savings_kib=24, keep_recent_rounds=5)
     rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
                       extensions=[core_tools_extension(), tools_extension(BLOB)],
-                      host_builtins=[context_management_extension(settings=st), tool_output_budget_extension(settings=st)])
+                      host_builtins=[context_management_extension(settings=st),
+                                     tool_output_budget_extension(settings=st)])
     s = rt.create_session()
     try:
         assert (await s.run("collect")).text == "collected"

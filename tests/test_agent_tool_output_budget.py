@@ -101,7 +101,7 @@ async def test_mcp_details_over_their_budget_go_to_an_artifact(tmp_path):
 
 
 async def test_receipt_is_recovered_by_paging_read_and_grep_through_the_proxy(tmp_path, proxy, sim):
-    """A 70 KB bash output as the inspector sees it: the receipt marked on call 2, the artifact read back page by page."""
+    """A 70 KB bash output as the inspector sees it: receipt marked on call 2, artifact read back page by page."""
     ws = tmp_path / "ws"
     ws.mkdir()
     command = "seq -f 'row %04g padding-padding-padding-padding-padding-padding-padding' 1 1100; echo NEEDLE-4242"
@@ -120,7 +120,8 @@ async def test_receipt_is_recovered_by_paging_read_and_grep_through_the_proxy(tm
         # the model follows the receipt: grep first, then bounded reads, each continuing where the last stopped
         offsets, offset = [], 1
         while offset:
-            out = await READ.execute({"path": str(path), "offset": offset, "limit": 2000}, ToolContext(s.view, "x", 0, 0))
+            out = await READ.execute({"path": str(path), "offset": offset, "limit": 2000},
+                                     ToolContext(s.view, "x", 0, 0))
             offsets.append(offset)
             more = re.search(r"continue with offset=(\d+)", out.content)
             offset = int(more.group(1)) if more else 0
