@@ -115,6 +115,7 @@ class ArchiveResult:
     archived: int
     saved_bytes: int
     artifacts: tuple[str, ...]
+    items: tuple[dict, ...] = ()  # what was archived: tool, call id, bytes, artifact (None when trimmed)
 
 
 def trim_placeholder(res: ToolResult) -> str:
@@ -127,6 +128,7 @@ def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionV
     """Replace the plan's candidates; writes artifacts when the turn has ``read`` (OSError falls back to trim)."""
     wanted = {(c.message, c.block) for c in plan.candidates}
     artifacts: list[str] = []
+    items: list[dict] = []
     saved = 0
 
     def swap(i: int, j: int, res: ToolResult) -> ToolResult:
@@ -148,8 +150,10 @@ def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionV
         if text is None:
             text, mark = trim_placeholder(res), {"trimmed": {"bytes": size}}
         saved += size - len(text.encode("utf-8"))
+        items.append({"tool": res.name, "call_id": res.tool_call_id, "bytes": size,
+                      "artifact": mark.get("archived", {}).get("artifact")})
         return replace(res, content=text, details={**res.details, **mark})
 
     out = map_results(messages, swap)
     mode = TOOL_ARCHIVE if has_read and artifacts else TOOL_TRIM
-    return ArchiveResult(mode, tuple(out), len(wanted), saved, tuple(artifacts))
+    return ArchiveResult(mode, tuple(out), len(wanted), saved, tuple(artifacts), tuple(items))

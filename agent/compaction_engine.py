@@ -84,6 +84,7 @@ class CompactionOutcome:
     saved_bytes: int = 0
     attempts: tuple[Attempt, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
+    items: tuple[Mapping[str, Any], ...] = ()  # archive: what was archived
 
     @property
     def replaced(self) -> bool:
@@ -131,7 +132,7 @@ class CompactionEngine:
                 if ok and res.saved_bytes >= self.settings.min_savings_kib * 1024:
                     return CompactionOutcome(inp.trigger, "archive", "replaced", inp.tokens_before, res.messages,
                                              after, mode=res.mode, archived=res.archived, saved_bytes=res.saved_bytes,
-                                             timings=timings)
+                                             timings=timings, items=res.items)
                 trimmed = res.messages
         return await self._checkpoint(inp, trimmed, timings)
 

@@ -55,7 +55,7 @@ def record_outcome(view: SessionView, outcome: CompactionOutcome, turn: int, ste
     kind = COMPACTION_FAILED
     if outcome.replaced:
         kind = TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT
-    record(view, kind, **info, attempts=attempts or None,
+    record(view, kind, **info, attempts=attempts or None, items=[dict(i) for i in outcome.items] or None,
            timings={k: round(v, 4) for k, v in outcome.timings.items()} or None)
     state = compaction_state(view)
     state["last"] = info

@@ -107,6 +107,9 @@ async def test_watermark_crossing_archives_the_right_candidates_mid_turn(tmp_pat
     assert last.messages == s.messages[:-1]  # the request went out on the archived history
     records = [e for e in context_events(s.view.dir) if e["event"] == "tool_results_archived"]
     assert len(records) == 1 and records[0]["archived"] == 2 and records[0]["saved_bytes"] > 24 * KIB
+    assert [(i["tool"], i["call_id"], i["bytes"]) for i in records[0]["items"]] == [
+        ("blob", "call_r1", len(kib_text("r1", 16))), ("blob", "call_r4", len(kib_text("r4", 16)))]
+    assert records[0]["items"][1]["artifact"] == by_call["call_r4"].details["archived"]["artifact"]
     replaced = [r for r in s.file.records() if r["type"] == "replace"]
     assert [r["reason"] for r in replaced] == ["compaction:archive"] and s.history.epoch == 1
 
