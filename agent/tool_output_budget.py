@@ -81,15 +81,14 @@ def recovery_steps(path: Path) -> str:
 
 def receipt(tool: str, artifact: Artifact, *, is_error: bool, why: str) -> str:
     """Our receipt wording: which tool, where the full text is, how to get facts back from it."""
-    lines = [f"[{why}]", f"Tool: {tool}",
-             f"Size: {artifact.bytes} bytes, {artifact.lines} lines"]
+    lines = [f"[{why}]", f"Tool: {tool}"]
     if is_error:
         lines.append("The tool reported this result as an error.")
-    lines.append(f"Saved at: {artifact.path}")
     if artifact.wrapped:
         lines.append(f"Lines longer than {WRAP_AT} characters were wrapped in this copy; the exact bytes are in "
                      f"{artifact.path.with_suffix('.raw')}.")
-    lines += ["", recovery_steps(artifact.path)]
+    lines += [recovery_steps(artifact.path),
+              f"Saved at: {artifact.path} ({artifact.bytes} bytes, {artifact.lines} lines)"]  # last: displays show it
     return "\n".join(lines)
 
 
