@@ -217,5 +217,9 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     cp = declared(rows[-1])["checkpoint"]
     assert (cp["rung"], cp["validation"], cp["trigger"]) == ("h0", "exact", "manual")
     assert cp["tokens_before"] > cp["tokens_after"] and rows[-1]["has_compaction_before"]
-    plain = [m for m in rows[1]["markers"] if m.get("detail", {}).get("declared")]
-    assert [m["kind"] for m in plain] == ["tool_output_externalized"]  # a lone effect is a declared marker as is
+    def marked(row):  # what the inspector itself made of the header
+        return {m["kind"] for m in row["markers"] if m.get("detail", {}).get("declared")}
+
+    assert marked(rows[1]) == {"tool_output_externalized"}
+    assert marked(rows[archived]) == {"compaction", "tool_results_archived"}
+    assert marked(rows[-2]) == {"checkpoint_request"} and marked(rows[-1]) == {"compaction", "checkpoint"}
