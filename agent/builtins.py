@@ -33,9 +33,10 @@ def core_tools_extension() -> Extension:
 
 
 def default_extensions() -> list[Extension]:
+    from .provenance import source_provenance_extension  # issue 9, mounted by default (off per session)
     from .recovery import terminal_response_recovery_extension  # E1, mounted by default
 
-    return [core_tools_extension(), terminal_response_recovery_extension()]
+    return [core_tools_extension(), terminal_response_recovery_extension(), source_provenance_extension()]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 from .compaction_events import TOOL_OUTPUT_EXTERNALIZED, event_value, record
 from .context_budget import ContextSettings
 from .events import AFTER_TOOL_CALL, RewriteResult, ToolResultContext
+from .provenance_marker import split_host_marker
 from .spi import Extension, ExtensionAPI
 from .state import SessionView
 
@@ -110,6 +111,9 @@ def head_and_tail(text: str, keep: int = FALLBACK_KEEP_BYTES) -> str:
             + _cut_utf8(data, half, from_end=True))
 
 
+_KEEP_INLINE = ("media", "externalized", "source_references", "source_marker")  # small; read by later steps
+
+
 def _is_mcp(tool: str) -> bool:
     return tool.startswith(("mcp__", "mcp_", "mcp."))
 
@@ -124,13 +128,14 @@ class ToolOutputBudget:
         result = ctx.result
         details: dict[str, Any] = dict(result.details)
         content: str | None = None
-        size = len(result.content.encode("utf-8"))
+        body, marker = split_host_marker(result)  # a host source marker stays with the receipt (issue 9)
+        size = len(body.encode("utf-8"))
         if size > self.settings.max_inline_bytes:
             try:
-                art = write_artifact(ctx.session, result.content, turn=ctx.turn, step=ctx.step, tool=result.name,
+                art = write_artifact(ctx.session, body, turn=ctx.turn, step=ctx.step, tool=result.name,
                                      call_id=result.tool_call_id)
             except OSError as e:
-                content = head_and_tail(result.content)
+                content = head_and_tail(body) + marker
                 details["externalized"] = {"failed": f"{type(e).__name__}: {e}", "bytes": size}
                 record(ctx.session, TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
                        bytes=size, artifact=None, error=str(e))
@@ -138,7 +143,7 @@ class ToolOutputBudget:
                                                 artifact="none", fallback="head_tail"))
             else:
                 content = receipt(result.name, art, is_error=result.is_error,
-                                  why="Tool output moved to a file: it is too large for the conversation")
+                                  why="Tool output moved to a file: it is too large for the conversation") + marker
                 details["externalized"] = {"artifact": str(art.path), "bytes": art.bytes, "wrapped": art.wrapped}
                 record(ctx.session, TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
                        bytes=art.bytes, artifact=str(art.path))
@@ -152,7 +157,7 @@ class ToolOutputBudget:
     def _mcp_details(self, ctx: ToolResultContext, details: dict[str, Any]) -> dict[str, Any] | None:
         if not _is_mcp(ctx.result.name):
             return None
-        rest = {k: v for k, v in details.items() if k not in ("media", "externalized")}
+        rest = {k: v for k, v in details.items() if k not in _KEEP_INLINE}
         text = json.dumps(rest, ensure_ascii=False)
         if len(text.encode()) <= self.settings.mcp_details_max_inline_kib * 1024:
             return None
@@ -161,7 +166,7 @@ class ToolOutputBudget:
                                  call_id=ctx.result.tool_call_id, suffix=".details.json", wrap=False)
         except OSError:
             return None
-        kept = {k: details[k] for k in ("media", "externalized") if k in details}
+        kept = {k: details[k] for k in _KEEP_INLINE if k in details}
         return {**kept, "details_artifact": str(art.path), "details_bytes": art.bytes}
 
 
