@@ -54,6 +54,21 @@ def _timeline_rows(calls: list[dict]) -> list[dict]:
     return out
 
 
+def _show_effects(calls: list[dict]) -> None:
+    """Each marker on the call where it took effect, in words (the tools that ran are in the table)."""
+    from ctxscope.inspector.marker_text import marker_summary
+
+    lines = [(call["seq"], m) for call in calls for m in call.get("markers") or [] if m.get("kind") != "tools_executed"]
+    if not lines:
+        return
+    click.echo("")
+    click.echo("effects (declared by the client, or inferred from the prompt):")
+    for seq, m in lines:
+        how = "declared" if (m.get("detail") or {}).get("declared") else "inferred"
+        where = f"  at {m['pointer']}" if m.get("pointer") else ""
+        click.echo(f"  #{seq:<4} {_safe(m['kind']):<25} {how:<8} {_safe(marker_summary(m))}{_safe(where)}")
+
+
 def _show_diff(d: dict) -> None:
     a, b = d["a"], d["b"]
     click.echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
@@ -115,6 +130,12 @@ def _show_stats(s: dict) -> None:
         click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
     if s["by_verdict"]:
         click.echo("verdicts: " + ", ".join(f"{k} {n}" for k, n in s["by_verdict"].items()))
+    d = s.get("cache_discipline")
+    if d and d["comparable"]:
+        click.echo(f"prefix kept (APPEND_ONLY or IDENTICAL): {d['prefix_kept']}/{d['comparable']} calls = "
+                   f"{d['prefix_kept_share']:.1%}; breaks: {d['breaks']} ({d['compaction_breaks']} compactions), "
+                   f"{d['lost_tokens']} tokens lost to them ({d['lost_tokens_compactions']} to compactions)")
+        click.echo(f"breaks inside the cached prefix that are not compactions: {d['violations']}")
     if s["breaks"]:
         click.echo("breaks by cause:")
         emit_table(s["breaks"], [("cause", "CAUSE"), ("segment_kind", "SEGMENT"), ("area", "WHERE"),
@@ -161,6 +182,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
             return
         click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'})")
         emit_table(_timeline_rows(timeline["calls"]), TIMELINE_COLUMNS)
+        _show_effects(timeline["calls"])
         click.echo("")
         _show_stats(timeline["stats"])
 

@@ -86,7 +86,7 @@ def session_timeline(db: sqlite_utils.Database, session: str) -> dict | None:
 
 
 def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
-    """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost."""
+    """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
     one = db.execute(
         f"""SELECT COUNT(*), SUM(relation IS NOT NULL), SUM(cache_verdict = 'hit'),
@@ -117,6 +117,7 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
         "lost_tokens": lost or 0,
         "lost_usd": round(lost_usd, 6) if lost_usd is not None else None,
         "compactions": compactions or 0,
+        "cache_discipline": cache_discipline(db, session=session),
     }
 
 
@@ -151,3 +152,51 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
         if usd is not None:
             g["lost_usd"] = round((g["lost_usd"] or 0.0) + usd, 8)
     return sorted(groups.values(), key=lambda g: (-g["lost_tokens"], -g["calls"], str(g["cause"])))
+
+
+# Calls whose relation says nothing about the client's discipline: the first of a thread, a restart.
+_NOT_JUDGED = "relation IS NULL OR relation = 'NOT_COMPARABLE' OR COALESCE(epoch_reason, '') IN ('session_start', 'capture_resumed')"
+_COMPACTION = """(has_compaction_before = 1 OR instr(markers, '"kind":"checkpoint_request"') > 0)"""
+_INSIDE = "json_extract(cache, '$.before_prev_last_breakpoint') = 1"
+
+
+def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
+    """How well the prompt prefix was kept: the share of calls after a thread's first that are
+    APPEND_ONLY or IDENTICAL, the breaks (every other relation) and what they cost, and the breaks
+    that are neither a compaction (its checkpoint request or the first call after it) nor behind
+    the previous call's last cache breakpoint: ``violations``, which a careful client keeps at 0."""
+    where = f"WHERE NOT ({_NOT_JUDGED})" + (" AND session = ?" if session is not None else "")
+    params = [session] if session is not None else []
+    row = db.execute(
+        f"""SELECT COUNT(*), SUM(relation IN ('APPEND_ONLY', 'IDENTICAL')),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL')),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND NOT {_COMPACTION} AND {_INSIDE}),
+                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') THEN COALESCE(cache_lost_tokens, 0) END),
+                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}
+                            THEN COALESCE(cache_lost_tokens, 0) END)
+            FROM calls {where}""",
+        params,
+    ).fetchone()
+    comparable, kept, breaks, compactions, violations, lost, lost_compaction = (v or 0 for v in row)
+    listed = db.execute(
+        f"""SELECT id, session, seq, relation, epoch_reason, pointer, {_COMPACTION}, {_INSIDE}, cache_lost_tokens
+            FROM calls {where} AND relation NOT IN ('APPEND_ONLY', 'IDENTICAL')
+            ORDER BY NOT {_COMPACTION} AND {_INSIDE} DESC, started_at LIMIT 50""",
+        params,
+    ).fetchall()
+    return {
+        "comparable": comparable,
+        "prefix_kept": kept,
+        "prefix_kept_share": round(kept / comparable, 4) if comparable else None,
+        "breaks": breaks,
+        "compaction_breaks": compactions,
+        "violations": violations,
+        "lost_tokens": lost,
+        "lost_tokens_compactions": lost_compaction,
+        "break_calls": [
+            {"id": r[0], "session": r[1], "seq": r[2], "relation": r[3], "epoch_reason": r[4], "pointer": r[5],
+             "compaction": bool(r[6]), "inside_cached_prefix": bool(r[7]), "lost_tokens": r[8] or 0}
+            for r in listed
+        ],
+    }

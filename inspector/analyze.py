@@ -41,6 +41,7 @@ from ctxscope.inspector.cache_analysis import (
     verdict,
 )
 from ctxscope.inspector.canonical import CanonicalPrompt
+from ctxscope.inspector.effects import place_effects
 from ctxscope.inspector.incremental import count, prepare, prepare_full
 from ctxscope.inspector.ingest import RETRY_WINDOW_S
 from ctxscope.inspector.markers import RETRY, Marker, has_compaction_before, infer_markers
@@ -185,7 +186,8 @@ class Analyzer:
         if prompt is not None and tokens is not None:
             markers = infer_markers(prev.prompt if prev else None, prompt, relation,
                                     prev.tokens.total if prev else None, tokens.total)  # fmt: skip
-        markers = _with_retry(markers, attempt, retry_of) + declared_markers(inp.annotations)
+        markers = place_effects(_with_retry(markers, attempt, retry_of), declared_markers(inp.annotations),
+                                prev.prompt if prev else None, prompt, relation, inp.body)
 
         if prepared is not None and tokens is not None and placement is not None and inp.ok:
             self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,

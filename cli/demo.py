@@ -1,0 +1,244 @@
+"""`ctxscope demo`: the daemon, the simulator and our agent, in one scripted session that shows every effect.
+
+The daemon starts as `ctxscope serve` would (proxy, capture writer, simulator at /u/sim, web UI).
+Our agent then works in a temporary workspace, through the proxy, against the simulator with a
+small context window; each turn of demo_script.py makes one kind of context management,
+reminder, guard or recovery happen. When the last call is analysed, the command prints where
+each effect landed, the session's cache discipline and the UI address, then keeps the daemon up
+until Ctrl-C (``--once``: exit instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import signal
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from . import demo_script as script
+from .settings import DaemonConfig
+
+Echo = Callable[[str], None]
+ANALYSIS_TIMEOUT_S = 60.0
+
+
+@dataclass
+class DemoResult:
+    session: str
+    url: str
+    calls: int
+    found: dict[str, int] = field(default_factory=dict)  # marker kind -> seq of the first call showing it
+    missing: tuple[str, ...] = ()
+
+
+class _EffectLog:
+    """Which effects each of the agent's requests declared (read from the prepared request's headers)."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+        self.calls = 0
+
+    def extension(self):
+        from ctxscope.agent.events import ON_LLM_CALL_PREPARED
+        from ctxscope.agent.spi import Extension
+
+        def prepared(ev) -> None:
+            self.calls += 1
+            value = ev.call.headers.get("x-ctxscope-event") or ""
+            self.effects += [v.split(";", 1)[0].strip() for v in value.split(",") if v.strip()]
+
+        return Extension("demo-progress", lambda api: api.on(ON_LLM_CALL_PREPARED, prepared),
+                         "records which effects each request declared, for the demo's progress lines")
+
+    def take(self) -> tuple[int, list[str]]:
+        out = (self.calls, list(dict.fromkeys(self.effects)))
+        self.effects, self.calls = [], 0
+        return out
+
+
+async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo) -> str:
+    """Run every scripted turn; returns the agent's session id (the inspector's session)."""
+    from ctxscope.agent.builtins import HostOptions, default_extensions, default_host_builtins
+    from ctxscope.agent.compaction_outcome import describe
+    from ctxscope.agent.providers import make_client, resolve
+    from ctxscope.agent.retry import RetryPolicy
+    from ctxscope.agent.runtime import AgentRuntime
+
+    workspace = script.make_workspace(root / "workspace")
+    home = root / "agent-home"
+    sim_state.context_window = script.WINDOW
+    client = make_client(resolve("sim", api="anthropic", model=script.MODEL, proxy=proxy_url,
+                                 context_window=script.WINDOW, max_output_tokens=script.OUTPUT),
+                         retry=RetryPolicy(max_retries=0))
+    log = _EffectLog()
+    rt = AgentRuntime(client, home=home, workspace=workspace,
+                      extensions=[*default_extensions(), log.extension()],
+                      host_builtins=default_host_builtins(HostOptions(home, script.SETTINGS)))
+    session = rt.create_session("ctxscope demo")
+    echo(f"agent session {session.id}  (workspace {workspace})")
+    turns = script.turns()
+    try:
+        for i, turn in enumerate(turns, 1):
+            echo(f"[{i}/{len(turns)}] {turn.title}")
+            sim_state.set_script(script.checkpoint_steps() + turn.steps)
+            if turn.text is None:
+                outcome = await rt.conversation.maintenance.compact(session.id, turn.compact)
+                echo(f"      /compact: {describe(outcome)}")
+                continue
+            result = await session.run(turn.text, source="demo")
+            calls, effects = log.take()
+            if not result.ok:
+                raise click.ClickException(f"turn {i} ended {result.outcome}: {result.reason}")
+            shown = ", ".join(effects) or "none"
+            echo(f"      {calls} model call(s); effects declared: {shown}")
+    finally:
+        await rt.aclose()
+    return session.id
+
+
+def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float = ANALYSIS_TIMEOUT_S) -> int:
+    """Block until ``expected`` calls of the session are stored and analysed; returns how many are."""
+    deadline = time.monotonic() + timeout
+    done = 0
+    while time.monotonic() < deadline:
+        try:
+            con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+            try:
+                done = con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
+                                   [session]).fetchone()[0]
+            finally:
+                con.close()
+        except sqlite3.Error:
+            done = 0
+        if done >= expected:
+            return done
+        time.sleep(0.1)
+    return done
+
+
+def summarize(db_path: Path, session: str) -> tuple[dict[str, tuple[int, dict]], dict]:
+    """The first call showing each marker kind (seq, marker) and the session's cache-discipline figures."""
+    from ctxscope.inspector.analysis_queries import cache_discipline, session_timeline
+    from ctxscope.inspector.queries import open_db
+
+    db = open_db(db_path)
+    try:
+        timeline = session_timeline(db, session) or {"calls": []}
+        discipline = cache_discipline(db, session=session)
+    finally:
+        db.close()
+    found: dict[str, tuple[int, dict]] = {}
+    for call in timeline["calls"]:
+        for m in call.get("markers") or []:
+            found.setdefault(m["kind"], (call["seq"], m))
+    return found, discipline
+
+
+def _describe(marker: dict) -> str:
+    from ctxscope.inspector.marker_text import marker_summary
+
+    return marker_summary(marker)
+
+
+async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
+    from ctxscope.simulator.app import STATE_KEY
+
+    from .daemon import start_daemon
+
+    daemon = await start_daemon(cfg)
+    root = Path(tempfile.mkdtemp(prefix="ctxscope-demo-"))
+    try:
+        echo(f"ctxscope daemon on {daemon.url}  (captures: {cfg.db}); simulator window {script.WINDOW:,} tokens")
+        sim = daemon.sim_runner.app[STATE_KEY]
+        sim.reset()
+        session = await run_scenario(daemon.url, sim, root, echo)
+        sent = len([r for r in sim.requests() if r["path"].endswith("/messages")])
+        echo(f"waiting for the inspector to analyse {sent} calls ...")
+        stored = await asyncio.to_thread(wait_for_analysis, cfg.db, session, sent)
+        found, discipline = await asyncio.to_thread(summarize, cfg.db, session)
+        echo("")
+        echo("effects, on the call where each first took effect:")
+        for kind in script.EXPECTED:
+            if kind in found:
+                seq, marker = found[kind]
+                echo(f"  call #{seq:<3} {kind:<25} {_describe(marker)}")
+            else:
+                echo(f"  (missing)  {kind}")
+        echo("")
+        for line in discipline_lines(discipline):
+            echo(line)
+        url = f"{daemon.url}/#/session/{session}"
+        echo("")
+        echo(f"session {session}: {stored} calls.  Open {url}")
+        echo(f"  or: ctxscope session {session} --db {cfg.db}")
+        result = DemoResult(session, url, stored, {k: v[0] for k, v in found.items()},
+                            tuple(k for k in script.EXPECTED if k not in found))
+        if not once:
+            echo("The daemon keeps running (proxy, simulator and UI). Press Ctrl-C to stop.")
+            await _wait_for_signal()
+            echo("stopping: finishing open calls and writing captures...")
+        return result
+    finally:
+        await daemon.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def discipline_lines(d: dict) -> list[str]:
+    share = f"{d['prefix_kept_share']:.1%}" if d["prefix_kept_share"] is not None else "-"
+    return [
+        f"cache discipline: {d['prefix_kept']}/{d['comparable']} calls after the first are APPEND_ONLY or IDENTICAL "
+        f"({share}); {d['breaks']} break(s), {d['compaction_breaks']} of them compactions; "
+        f"{d['lost_tokens']:,} tokens lost to breaks",
+        f"breaks inside the previous call's cached prefix that are not compactions: {d['violations']}",
+    ]
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def register(cli: click.Group, db_option) -> None:
+    @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option("--once", is_flag=True, help="Run the scenario, print the summary and exit (for scripts).")
+    @click.option("--port", type=int, default=None, help="Port for the daemon (default 8787; 0: any free port).")
+    @db_option
+    def demo(once, port, db_path):
+        """Start the daemon and run a scripted agent session that shows every effect in the inspector."""
+        from .daemon import run
+        from .settings import build_config
+
+        try:
+            cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(), allow_remote=False)
+        except (ValueError, OSError) as exc:
+            raise click.ClickException(str(exc))
+        logging.getLogger("ctxscope").setLevel(logging.WARNING)  # progress lines, not the agent's log
+        try:
+            result = run_demo(cfg, once=once)
+        except OSError as exc:
+            raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}")
+        if result is not None and result.missing:
+            raise click.ClickException("the demo did not produce: " + ", ".join(result.missing))
+
+
+def run_demo(cfg: DaemonConfig, *, once: bool) -> DemoResult | None:
+    from .daemon import run
+
+    box: list[DemoResult] = []
+
+    async def main() -> None:
+        box.append(await demo_main(cfg, once=once, echo=click.echo))
+
+    run(main())
+    return box[0] if box else None
