@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 
 MIN_WORDS = 12
 MIN_CHARS = 60
@@ -35,33 +36,38 @@ class Normalised:
 
 def normalise(text: str) -> Normalised:
     words = _WORD.findall(text.casefold())
-    starts, pos = [], 0
-    for w in words:
-        starts.append(pos)
-        pos += len(w) + 1
+    starts = list(accumulate((len(w) + 1 for w in words), initial=0))
+    starts.pop()
     return Normalised(" ".join(words), tuple(starts))
 
 
 def _shingles(n: Normalised) -> list[int]:
     t, s, k = n.text, n.starts, SHINGLE
-    last = len(s) - k
-    return [hash(t[s[i]:(s[i + k] - 1 if i + k < len(s) else len(t))]) for i in range(last + 1)]
+    ends = [x - 1 for x in s[k:]] + [len(t)]
+    return [hash(t[a:b]) for a, b in zip(s, ends)]
 
 
 def _winnow(hashes: list[int]) -> list[int]:
-    """Positions of the fingerprints: the rightmost minimum of every window of WINDOW hashes."""
-    if not hashes:
+    """Positions of the fingerprints: the rightmost minimum of every window of WINDOW hashes (linear time)."""
+    n, w = len(hashes), WINDOW
+    if n == 0:
         return []
-    if len(hashes) <= WINDOW:
+    if n <= w:
         m = min(hashes)
-        return [len(hashes) - 1 - hashes[::-1].index(m)]
+        return [n - 1 - hashes[::-1].index(m)]
     picked: list[int] = []
-    for i in range(len(hashes) - WINDOW + 1):
-        window = hashes[i:i + WINDOW]
-        m = min(window)
-        j = i + WINDOW - 1 - window[::-1].index(m)
-        if not picked or picked[-1] != j:
-            picked.append(j)
+    m = -1
+    for end in range(w - 1, n):
+        start = end - w + 1
+        if m < start:  # the minimum left the window: find the rightmost minimum of the new window
+            m = start
+            for j in range(start + 1, end + 1):
+                if hashes[j] <= hashes[m]:
+                    m = j
+        elif hashes[end] <= hashes[m]:
+            m = end
+        if not picked or picked[-1] != m:
+            picked.append(m)
     return picked
 
 
@@ -90,7 +96,7 @@ class QuoteIndex:
     def __init__(self, max_chars: int = 8 * 1024 * 1024) -> None:
         self.max_chars = max_chars
         self._docs: dict[int, _Doc] = {}
-        self._index: dict[int, tuple[int, int]] = {}  # fingerprint -> (doc number, char offset)
+        self._index: dict[int, int] = {}  # fingerprint -> doc number << 32 | char offset (ints: no GC tracking)
         self._next = 0
         self._chars = 0
         self._live = 0  # fingerprints of docs still held
@@ -104,7 +110,7 @@ class QuoteIndex:
         hashes = _shingles(n)
         picked = _winnow(hashes)
         for j in picked:
-            self._index[hashes[j]] = (doc_no, n.starts[j])
+            self._index[hashes[j]] = doc_no << 32 | n.starts[j]
         self._docs[doc_no] = _Doc(source_id, n, len(picked))
         self._chars += len(n.text)
         self._live += len(picked)
@@ -116,7 +122,7 @@ class QuoteIndex:
             self._chars -= len(old.text.text)
             self._live -= old.fingerprints
         if len(self._index) > 2 * self._live + 1024:  # drop fingerprints of evicted docs
-            self._index = {h: v for h, v in self._index.items() if v[0] in self._docs}
+            self._index = {h: v for h, v in self._index.items() if v >> 32 in self._docs}
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -134,10 +140,10 @@ class QuoteIndex:
             hit = self._index.get(h)
             if hit is None or start < covered_to:
                 continue
-            doc = self._docs.get(hit[0])
+            doc = self._docs.get(hit >> 32)
             if doc is None:
                 continue
-            run = _confirm(a.text, start, doc.text.text, hit[1])
+            run = _confirm(a.text, start, doc.text.text, hit & 0xFFFFFFFF)
             if run is None:
                 continue
             lo, hi = run
