@@ -37,6 +37,7 @@ class DemoResult:
     calls: int
     found: dict[str, int] = field(default_factory=dict)  # marker kind -> seq of the first call showing it
     missing: tuple[str, ...] = ()
+    discipline: dict = field(default_factory=dict)
 
 
 class _EffectLog:
@@ -83,7 +84,7 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo) -> str
                       extensions=[*default_extensions(), log.extension()],
                       host_builtins=default_host_builtins(HostOptions(home, script.SETTINGS)))
     session = rt.create_session("ctxscope demo")
-    echo(f"agent session {session.id}  (workspace {workspace})")
+    echo(f"agent session {session.id}  (temporary workspace {workspace})")
     turns = script.turns()
     try:
         for i, turn in enumerate(turns, 1):
@@ -148,39 +149,47 @@ def _describe(marker: dict) -> str:
     return marker_summary(marker)
 
 
-async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
+async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
+    """On a started daemon: run the scenario, wait for its analysis and print where each effect landed."""
     from ctxscope.simulator.app import STATE_KEY
 
-    from .daemon import start_daemon
-
-    daemon = await start_daemon(cfg)
     root = Path(tempfile.mkdtemp(prefix="ctxscope-demo-"))
     try:
-        echo(f"ctxscope daemon on {daemon.url}  (captures: {cfg.db}); simulator window {script.WINDOW:,} tokens")
         sim = daemon.sim_runner.app[STATE_KEY]
         sim.reset()
         session = await run_scenario(daemon.url, sim, root, echo)
         sent = len([r for r in sim.requests() if r["path"].endswith("/messages")])
-        echo(f"waiting for the inspector to analyse {sent} calls ...")
-        stored = await asyncio.to_thread(wait_for_analysis, cfg.db, session, sent)
-        found, discipline = await asyncio.to_thread(summarize, cfg.db, session)
-        echo("")
-        echo("effects, on the call where each first took effect:")
-        for kind in script.EXPECTED:
-            if kind in found:
-                seq, marker = found[kind]
-                echo(f"  call #{seq:<3} {kind:<25} {_describe(marker)}")
-            else:
-                echo(f"  (missing)  {kind}")
-        echo("")
-        for line in discipline_lines(discipline):
-            echo(line)
-        url = f"{daemon.url}/#/session/{session}"
-        echo("")
-        echo(f"session {session}: {stored} calls.  Open {url}")
-        echo(f"  or: ctxscope session {session} --db {cfg.db}")
-        result = DemoResult(session, url, stored, {k: v[0] for k, v in found.items()},
-                            tuple(k for k in script.EXPECTED if k not in found))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    echo(f"waiting for the inspector to analyse {sent} calls ...")
+    stored = await asyncio.to_thread(wait_for_analysis, db_path, session, sent)
+    found, discipline = await asyncio.to_thread(summarize, db_path, session)
+    echo("")
+    echo("effects, on the call where each first took effect:")
+    for kind in sorted(script.EXPECTED, key=lambda k: found[k][0] if k in found else 10**9):
+        if kind in found:
+            seq, marker = found[kind]
+            echo(f"  call #{seq:<3} {kind:<25} {_describe(marker)}")
+        else:
+            echo(f"  (missing)  {kind}")
+    echo("")
+    for line in discipline_lines(discipline):
+        echo(line)
+    url = f"{daemon.url}/#/session/{session}"
+    echo("")
+    echo(f"session {session}: {stored} calls.  Open {url}")
+    echo(f"  or: ctxscope session {session} --db {db_path}")
+    return DemoResult(session, url, stored, {k: v[0] for k, v in found.items()},
+                      tuple(k for k in script.EXPECTED if k not in found), discipline)
+
+
+async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
+    from .daemon import start_daemon
+
+    daemon = await start_daemon(cfg)
+    try:
+        echo(f"ctxscope daemon on {daemon.url}  (captures: {cfg.db}); simulator window {script.WINDOW:,} tokens")
+        result = await run_demo_session(daemon, cfg.db, echo)
         if not once:
             echo("The daemon keeps running (proxy, simulator and UI). Press Ctrl-C to stop.")
             await _wait_for_signal()
@@ -188,7 +197,6 @@ async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
         return result
     finally:
         await daemon.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def discipline_lines(d: dict) -> list[str]:
@@ -216,11 +224,11 @@ def register(cli: click.Group, db_option) -> None:
     @db_option
     def demo(once, port, db_path):
         """Start the daemon and run a scripted agent session that shows every effect in the inspector."""
-        from .daemon import run
         from .settings import build_config
 
         try:
-            cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(), allow_remote=False)
+            cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(),
+                               allow_remote=False)
         except (ValueError, OSError) as exc:
             raise click.ClickException(str(exc))
         logging.getLogger("ctxscope").setLevel(logging.WARNING)  # progress lines, not the agent's log

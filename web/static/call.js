@@ -2,11 +2,21 @@
 // relation, markers), then tabs: structured request, response, raw bytes, headers.
 
 import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
-  callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
+  markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { requestView, responseView } from "./reqview.js";
 import { rawView, headersTable } from "./rawview.js";
-import { reveal } from "./jsontree.js";
+import { reveal, textView } from "./jsontree.js";
+
+// What the text at a marker's pointer is, by kind.
+const MARKER_CAPTION = {
+  reminder: "the reminder block it added", todo_reminder: "the todo reminder it appended",
+  guard_reminder: "the guard's reminder, sent as a steering message", guard_signal: "the latest tool result the guard judged",
+  empty_answer_retry: "the follow-up that asks again", retry: "the follow-up that asks again",
+  tool_output_externalized: "the receipt that replaced the tool output", tool_results_archived: "the receipts that replaced old tool results",
+  checkpoint: "the summary that replaced the history", compaction: "where the replaced history starts",
+  checkpoint_request: "the checkpoint request's control message", steer: "the steering message", tools_executed: "the tool result",
+};
 
 function kv(rows) {
   return h("table", { class: "kvtable" }, h("tbody", {}, rows.filter(Boolean).map(([k, v, title]) =>
@@ -60,6 +70,26 @@ export function renderCall(root, id, params, ctx) {
         headersTable(c.response_headers, "response headers"), c.annotations && c.annotations.length ? headersTable(c.annotations, "ctxscope annotations") : null),
     };
     const goPtr = (ptr) => { show("request"); if (reqEl && ptr != null) reveal(reqEl, ptr); };
+    const markerBox = h("div", { class: "card marker-detail", hidden: true });
+    const selectMarker = (i) => {
+      const m = markers[i];
+      if (!m) return;
+      const pieces = markerContent(d.request, m);
+      const caption = MARKER_CAPTION[m.kind] || "the text at its pointer";
+      mount(markerBox,
+        h("div", { class: "card-title" }, markerChip(m), " ", pieces.length ? caption : "no text in the request",
+          pieces.length > 1 ? h("span", { class: "muted" }, ` (${pieces.length})`) : null),
+        h("div", { class: "muted small" }, markerText(m)),
+        pieces.length ? pieces.slice(0, 20).map((c) => h("div", { class: "marker-piece" },
+          h("div", { class: "muted small" }, "at ", ptrLink(c.pointer), c.range ? ` · characters ${fmtInt(c.range[0])}–${fmtInt(c.range[1])} of ${fmtInt(c.whole.length)}` : ""),
+          textView(c.text, { cls: "marker-text" })))
+          : h("p", { class: "muted" }, m.pointer ? "The request body is not available here (see the raw bytes)."
+            : "This effect added no text to the request: it is what the client reported about this call."),
+        pieces.length > 20 ? h("p", { class: "muted small" }, `… and ${pieces.length - 20} more`) : null);
+      markerBox.hidden = false;
+      markerBox.dataset.kind = m.kind;
+      if (m.pointer) goPtr(m.pointer);
+    };
     const ptrLink = (ptr) => ptr ? h("a", { href: "#", class: "ptr", onclick: (e) => { e.preventDefault(); goPtr(ptr); } }, ptr) : null;
     const markers = callMarkers(c);
     const cache = c.cache || {};
@@ -94,15 +124,18 @@ export function renderCall(root, id, params, ctx) {
           cache.before_prev_last_breakpoint != null ? ["inside cached prefix", cache.before_prev_last_breakpoint ? "yes" : "no"] : null,
           cache.provider_diagnostics ? ["provider says", h("code", {}, JSON.stringify(cache.provider_diagnostics))] : null,
         ]),
-        markers.length ? h("div", { class: "marker-list" }, markers.map((m) => h("div", { class: "marker-item" },
-          markerChip(m, m.pointer ? () => goPtr(m.pointer) : null), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
+        markers.length ? h("div", { class: "marker-list" }, markers.map((m, i) => h("div", { class: "marker-item" },
+          markerChip(m, () => selectMarker(i)), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
           m.detail != null ? h("span", { class: "muted small" }, " " + markerText(m)) : null))) : null)),
+      markerBox,
       h("div", { class: "tabs" }, Object.keys(builders).map((name) => (tabs[name] = h("button", { type: "button", class: "tab", onclick: () => show(name) }, name)))),
       tabsBox);
     show("request");
     root.dataset.ready = "1";
     const ptr = params.get("ptr");
-    if (ptr) goPtr(ptr);
+    const mi = params.get("m");
+    if (mi != null && markers[Number(mi)]) selectMarker(Number(mi));
+    else if (ptr) goPtr(ptr);
   }
 
   getJSON("/call", { id }).then((d) => { if (!disposed) draw(d); })

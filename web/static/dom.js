@@ -174,11 +174,14 @@ const MARKER_LABEL = {
   reminder: "reminder", compaction: "compaction", retry: "retry", tools_executed: "tools",
   tool_output_externalized: "externalised", tool_results_archived: "archived", checkpoint: "checkpoint",
   todo_reminder: "todo", guard_signal: "guard signal", guard_reminder: "guard", empty_answer_retry: "empty retry",
+  checkpoint_request: "checkpoint request", reminder_dropped: "reminder dropped", compaction_failed: "compaction failed",
+  compaction_deferred: "compaction deferred", compaction_stopped: "auto-compaction off", steer: "steer",
 };
 
 export function markerChip(m, onclick) {
   const kind = String((m && m.kind) || "marker");
-  let title = kind;
+  const declared = !!(m && m.detail && typeof m.detail === "object" && m.detail.declared);
+  let title = kind + (declared ? " (declared by the client)" : m && m.detail && typeof m.detail === "object" ? " (inferred from the prompt)" : "");
   if (m && m.pointer) title += " at " + m.pointer;
   if (m && m.detail != null) title += "\n" + markerText(m);
   let label = MARKER_LABEL[kind] || kind;
@@ -187,7 +190,8 @@ export function markerChip(m, onclick) {
     label = "tools: " + [...new Set(names)].slice(0, 3).join(", ") + (new Set(names).size > 3 ? ", …" : "");
   }
   return h(onclick ? "button" : "span", {
-    class: "chip m-" + kind.replace(/[^a-z_]/g, ""), title, type: onclick ? "button" : null, onclick,
+    class: "chip m-" + kind.replace(/[^a-z_]/g, "") + (declared ? " declared" : ""), title, type: onclick ? "button" : null, onclick,
+    dataset: { kind },
   }, label);
 }
 
@@ -199,14 +203,66 @@ export function markerText(m) {
   const parts = [];
   if (typeof d.preview === "string") parts.push("“" + d.preview + (d.chars > d.preview.length ? "…" : "") + "”");
   if (Array.isArray(d.tools)) parts.push(d.tools.map((t) => (t && typeof t === "object" ? t.name || t.ref : t)).filter(Boolean).join(", "));
-  if (d.prev_tokens != null && d.cur_tokens != null) parts.push(`${fmtInt(d.prev_tokens)} → ${fmtInt(d.cur_tokens)} tokens`);
+  if (d.scope) parts.push(d.scope === "round" ? "round reminder" : d.scope === "in_turn" ? "in-turn reminder" : String(d.scope));
+  if (Array.isArray(d.providers) && d.providers.length) parts.push("from " + d.providers.map(String).join(", "));
+  if (d.tokens_before != null && d.tokens_after != null) parts.push(`${fmtInt(d.tokens_before)} → ${fmtInt(d.tokens_after)} tokens`);
+  else if (d.prev_tokens != null && d.cur_tokens != null) parts.push(`${fmtInt(d.prev_tokens)} → ${fmtInt(d.cur_tokens)} tokens`);
   for (const [k, v] of Object.entries(d)) {
-    if (["preview", "tools", "prev_tokens", "cur_tokens", "segment", "count", "chars"].includes(k)) continue;
+    if (["preview", "tools", "prev_tokens", "cur_tokens", "tokens_before", "tokens_after", "segment", "chars", "scope",
+      "providers", "declared", "inferred", "span", "spans", "pointers", "replaced"].includes(k)) continue;
+    if (k === "count" && !d.declared) continue;
     if (v == null || v === false || typeof v === "object") continue;
     parts.push(`${k.replace(/_/g, " ")}: ${v}`);
   }
   const text = parts.join(" · ");
   return text.length > 300 ? text.slice(0, 300) + "…" : text;
+}
+
+// The text a pointer's segment shows: a string, a block's text, a tool result's content (as the
+// inspector's effects.block_text reads it, so a marker's span indexes the same string).
+export function blockText(v) {
+  if (typeof v === "string") return v;
+  if (!v || typeof v !== "object") return null;
+  for (const key of ["text", "content", "output"]) {
+    const x = v[key];
+    if (typeof x === "string") return x;
+    if (Array.isArray(x)) {
+      const parts = x.filter((p) => p && typeof p === "object" && typeof p.text === "string").map((p) => p.text);
+      if (parts.length) return parts.join("\n");
+    }
+  }
+  return null;
+}
+
+export function resolvePointer(body, pointer) {
+  if (pointer == null) return undefined;
+  let v = body;
+  for (const raw of pointer.split("/").slice(1)) {
+    const t = raw.replace(/~1/g, "/").replace(/~0/g, "~");
+    if (Array.isArray(v) && /^\d+$/.test(t) && Number(t) < v.length) v = v[Number(t)];
+    else if (v && typeof v === "object" && !Array.isArray(v) && Object.prototype.hasOwnProperty.call(v, t)) v = v[t];
+    else return undefined;
+  }
+  return v;
+}
+
+// What a marker added or replaced in the request: [{pointer, text, whole, range}] (range: [start, end] in whole).
+export function markerContent(request, m) {
+  if (!m || request == null) return [];
+  const d = m.detail && typeof m.detail === "object" ? m.detail : {};
+  const ptrs = Array.isArray(d.pointers) && d.pointers.length ? d.pointers : m.pointer ? [m.pointer] : [];
+  const out = [];
+  for (const ptr of ptrs) {
+    const v = resolvePointer(request, ptr);
+    if (v === undefined) continue;
+    const whole = blockText(v);
+    if (whole == null) { out.push({ pointer: ptr, text: JSON.stringify(v, null, 2), whole: null, range: null }); continue; }
+    const spans = ptr === m.pointer ? (Array.isArray(d.spans) ? d.spans : Array.isArray(d.span) ? [d.span] : []) : [];
+    const ok = spans.filter((s) => Array.isArray(s) && s[0] >= 0 && s[1] <= whole.length && s[0] < s[1]);
+    if (ok.length) for (const s of ok) out.push({ pointer: ptr, text: whole.slice(s[0], s[1]), whole, range: s });
+    else out.push({ pointer: ptr, text: whole, whole, range: null });
+  }
+  return out;
 }
 
 export function callMarkers(call) {

@@ -9,7 +9,7 @@ import { sessionChart } from "./chart.js";
 const RELATIONS = ["IDENTICAL", "APPEND_ONLY", "DIVERGED", "NOT_COMPARABLE", "EPOCH_START"];
 const VERDICTS = ["hit", "expected_write", "client_break", "ttl_expired", "below_minimum", "provider_miss", "not_requested", "unknown"];
 const MARKERS = ["compaction", "reminder", "retry", "tools_executed", "tool_output_externalized", "tool_results_archived",
-  "checkpoint", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry"];
+  "checkpoint", "checkpoint_request", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry", "reminder_dropped"];
 
 function select(label, options, value, onchange) {
   return h("select", { "aria-label": label, onchange },
@@ -143,8 +143,8 @@ export function renderSession(root, session, params, ctx) {
         threadCount > 1 ? h("td", {}, c.thread_index != null ? h("span", { class: "thread t" + (c.thread_index % 6), title: "thread " + c.thread }, "T" + (c.thread_index + 1)) : "") : null,
         h("td", {}, h("span", { class: "model" }, c.model || c.path || "–")),
         relationCell(c),
-        h("td", { class: "markers" }, markers.map((m) => markerChip(m,
-          () => ctx.navigate(href + (m.pointer ? "?ptr=" + encodeURIComponent(m.pointer) : ""))))),
+        h("td", { class: "markers" }, markers.map((m, i) => markerChip(m,
+          () => ctx.navigate(href + "?m=" + i + (m.pointer ? "&ptr=" + encodeURIComponent(m.pointer) : ""))))),
         h("td", {}, tokenBar(c, scale)),
         cacheCell(c),
         h("td", { class: "num mono", title: `first byte ${fmtMs(c.ttfb_ms)} · total ${fmtMs(c.duration_ms)}` },

@@ -1,0 +1,104 @@
+"""The demo session in a real headless browser: every effect marker is on its call in the session
+timeline, and clicking it opens the call with the exact text the effect added or replaced."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from web_fixtures import Loop, launch_browser
+
+from ctxscope.demo_script import EXPECTED
+
+# A piece of the text each marker points at in its request (the receipt, the summary, the block ...).
+TEXT = {
+    "tool_output_externalized": "Tool output moved to a file",
+    "tool_results_archived": "Older tool result moved to a file",
+    "checkpoint": "Review the demo service",
+    "compaction": "Older tool result moved to a file",  # the first compaction is the archive stage
+    "reminder": "<agent-context>",
+    "todo_reminder": "Your todo list has not changed",
+    "guard_signal": "No such file",
+    "guard_reminder": "Runaway guard",
+    "empty_answer_retry": "your reply was empty",
+}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from ctxscope.daemon import start_daemon
+    from ctxscope.demo import run_demo_session
+    from ctxscope.settings import DaemonConfig
+
+    tmp = tmp_path_factory.mktemp("webdemo")
+    old_home = os.environ.get("CTXSCOPE_HOME")
+    os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
+    loop = Loop()
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "captures.db")
+    daemon = loop.call(start_daemon(cfg))
+    lines: list[str] = []
+    result = loop.call(run_demo_session(daemon, cfg.db, lines.append), timeout=120)
+    yield daemon.url, result
+    loop.call(daemon.stop())
+    loop.stop()
+    if old_home is None:
+        os.environ.pop("CTXSCOPE_HOME", None)
+    else:
+        os.environ["CTXSCOPE_HOME"] = old_home
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw = sync_playwright().start()
+    b = launch_browser(pw)  # a missing chromium fails here: never a skip
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = ctx.new_page()
+    problems: list[str] = []
+    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    yield pg
+    ctx.close()
+    assert not problems, problems
+
+
+def test_walk_the_demo_session_and_open_each_marker(demo, page):
+    url, result = demo
+    assert not result.missing and result.discipline["violations"] == 0
+    for kind in EXPECTED:
+        page.goto(f"{url}/#/session/{result.session}")
+        rows = page.locator("#app[data-ready='1'] tr.call-row")
+        expect(rows).to_have_count(result.calls)
+        chip = page.locator(f"td.markers button.chip[data-kind='{kind}']").first
+        expect(chip).to_be_visible()
+        row_seq = chip.locator("xpath=ancestor::tr").locator("td.num a").first.inner_text()
+        assert row_seq == f"#{result.found[kind]}", (kind, row_seq)  # the call the demo reported
+        chip.click()
+        expect(page.locator("h1")).to_have_text(f"Call {row_seq}")
+        box = page.locator(f".marker-detail[data-kind='{kind}']")
+        expect(box).to_be_visible()
+        expect(box.locator("pre.marker-text").first).to_contain_text(TEXT[kind])
+        expect(page.locator(".reqview .revealed")).to_have_count(1)  # and the request view opened there
+
+
+def test_marker_chips_say_declared_or_inferred_and_the_filter_finds_them(demo, page):
+    url, result = demo
+    page.goto(f"{url}/#/session/{result.session}")
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(result.calls)
+    guard = page.locator("td.markers button.chip.declared[data-kind='guard_reminder']")
+    expect(guard).to_have_count(1)
+    assert "declared by the client" in guard.get_attribute("title")
+    assert "same_error_family" in guard.get_attribute("title")
+    tools = page.locator("td.markers button.chip[data-kind='tools_executed']").first
+    assert "inferred from the prompt" in tools.get_attribute("title")
+    page.locator("select[aria-label='marker']").select_option("checkpoint")
+    expect(page.locator("tr.call-row")).to_have_count(2)  # the automatic checkpoint and the /compact one
+
