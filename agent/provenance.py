@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +49,7 @@ REFS_KEY = "source_references"
 STATE_KEY = "source_provenance"  # session state: the user's @path sources
 THREAD_INDEX_CHARS = 64 * 1024  # index larger texts off the event loop
 MAX_USER_SOURCES = 100
+MAX_SESSIONS = 32  # sessions whose sources are held in memory; an evicted one is read back from its history
 
 SYSTEM_PROMPT = (
     "Sources: file reads and searches, fetched pages and MCP results are sources. When your final answer "
@@ -94,12 +96,16 @@ class _Session:
 class SourceProvenance:
     def __init__(self, *, markers: MarkerRegistry = HOST_MARKERS) -> None:
         self.markers = markers
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
 
     def session(self, session_id: str) -> _Session:
         st = self._sessions.get(session_id)
         if st is None:
             st = self._sessions[session_id] = _Session()
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session_id)
         return st
 
     def _add(self, st: _Session, found: Found) -> tuple[SourceReference, str | None]:
@@ -177,7 +183,7 @@ class SourceProvenance:
         details = dict(result.details or {})
         foreign = [k for k in (REFS_KEY, DETAILS_KEY) if details.pop(k, None) is not None]  # host-owned keys
         content, forged = defang(result.content)
-        found = adapt(c.call, result, c.session.workspace)
+        found = adapt(c.call, result, c.session.workspace, not_under=c.session.artifacts_dir)
         if not found and not forged and not foreign:
             return None
         st = self.session(c.session.id)
@@ -220,8 +226,10 @@ class SourceProvenance:
             c.effects.declare(effect(RETRY_MARKER, reason=MISSING_SOURCE_CITATION, source=hits[0].source_id,
                                      words=hits[0].words))
             return Retry(follow_up(hits, st.catalog), MISSING_SOURCE_CITATION)
-        st.pending.append(effect(CITATIONS, count=len(cites.cited), missing=len(missing),
-                                 unknown=len(cites.unknown) or None, rewritten=cites.rewritten or None, turn=c.turn))
+        if cites.cited or missing or cites.unknown or cites.rewritten:  # an answer with nothing to say: no marker
+            st.pending.append(effect(CITATIONS, count=len(cites.cited), missing=len(missing),
+                                     unknown=len(cites.unknown) or None, rewritten=cites.rewritten or None,
+                                     turn=c.turn))
         return RewriteText(cites.text) if cites.text != message.text else None
 
 

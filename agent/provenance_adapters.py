@@ -206,12 +206,27 @@ def adapter_for(tool_name: str) -> Adapter | None:
     return None
 
 
-def adapt(call: ToolCall, result: ToolResult, workspace: Path) -> list[Found]:
-    """The sources of one tool result; [] for failed calls and tools that are not sources."""
+def _inside(path: str, workspace: Path, folder: Path) -> bool:
+    p = Path(path) if Path(path).is_absolute() else workspace / path
+    try:
+        return p.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
+def adapt(call: ToolCall, result: ToolResult, workspace: Path, *, not_under: Path | None = None) -> list[Found]:
+    """The sources of one tool result; [] for failed calls and tools that are not sources.
+
+    Files under ``not_under`` (the session's artifacts: tool outputs the budget moved aside, whose
+    sources were recorded when they first arrived) are not sources.
+    """
     adapter = adapter_for(call.name)
     if adapter is None or result.is_error:
         return []
-    return adapter(call, result, workspace)
+    found = adapter(call, result, workspace)
+    if not_under is not None:
+        found = [f for f in found if not (f.ref.path and _inside(f.ref.path, workspace, not_under))]
+    return found
 
 
 def user_sources(text: str, workspace: Path) -> list[Found]:

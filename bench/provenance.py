@@ -9,8 +9,9 @@ indexes 200 tool results; each turn ends with a final answer that quotes a sourc
 first time: one retry), cites with variant syntax, or uses no source. The tool-output budget runs
 too, so markers go through externalisation as in production.
 
-Figures: the time spent inside the extension's handlers per step (wall clock, timed wrappers around
-the very handler objects the extension registers), p50 / p99 / max over all steps; the same by
+Figures: the time spent inside the extension's handlers per step (timed wrappers around the very
+handler objects the extension registers), p50 / p99 / max over all steps, as wall-clock time (what
+the loop waits; blurred when other work shares the machine) and as process CPU time; wall time by
 event; and the whole session's CPU time with and without the extension (median of 3 runs each; the
 run without it has no citation retry, so one model call fewer).
 
@@ -106,7 +107,8 @@ def script(rng: random.Random, root: Path, files: list[str], pages: dict[str, st
             items.append(answer("", call))
         quoted = "\n".join((root / files[turn]).read_text().splitlines()[:3])
         if turn == 0:  # uncited quote: retried once (only asked for when the extension is on), then cited
-            items += [f"Here is what it says:\n{quoted}"] * retry + [f"Here is what it says [{files[turn]}:1-3]:\n{quoted}"]
+            cited = f"Here is what it says [{files[turn]}:1-3]:\n{quoted}"
+            items += [f"Here is what it says:\n{quoted}"] * retry + [cited]
         elif turn == 1:
             items.append(f"From the notes [source: S1] and [^S2]:\n{quoted}")
         elif turn == 2:
@@ -139,23 +141,24 @@ class Timed:
     def __init__(self, provenance: SourceProvenance) -> None:
         self.p = provenance
         self.by_step: dict[tuple[int, int], float] = defaultdict(float)
+        self.cpu_by_step: dict[tuple[int, int], float] = defaultdict(float)
         self.by_event: dict[str, list[float]] = defaultdict(list)
 
     def extension(self) -> Extension:
         def wrap(event: str, fn: Any, is_async: bool = False) -> Any:
             async def timed_async(ctx: Any) -> Any:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 try:
                     return await fn(ctx)
                 finally:
-                    self._add(event, ctx, time.perf_counter() - t)
+                    self._add(event, ctx, time.perf_counter() - t, time.process_time() - c)
 
             def timed(ctx: Any) -> Any:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 try:
                     return fn(ctx)
                 finally:
-                    self._add(event, ctx, time.perf_counter() - t)
+                    self._add(event, ctx, time.perf_counter() - t, time.process_time() - c)
 
             return timed_async if is_async else timed
 
@@ -168,9 +171,11 @@ class Timed:
 
         return Extension(EXTENSION_ID, init)
 
-    def _add(self, event: str, ctx: Any, seconds: float) -> None:
+    def _add(self, event: str, ctx: Any, seconds: float, cpu: float) -> None:
         self.by_event[event].append(seconds)
-        self.by_step[(ctx.turn, getattr(ctx, "step", 1))] += seconds  # turn_start counts with step 1
+        key = (ctx.turn, getattr(ctx, "step", 1))  # turn_start counts with step 1
+        self.by_step[key] += seconds
+        self.cpu_by_step[key] += cpu
 
 
 async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | None, dict[str, Any]]:
@@ -226,14 +231,17 @@ async def main() -> None:
         cpu_off.append(cpu)
         steps_off = f["steps"]
     assert timed is not None
-    per_step = list(timed.by_step.values())
+    per_step, cpu_step = list(timed.by_step.values()), list(timed.cpu_by_step.values())
     print(f"session: {facts['steps']} model calls, {facts['tool_results']} tool results "
           f"({facts['source_bytes'] / 1024:.0f} KiB of result text), {facts['with_refs']} with source references, "
           f"{facts['externalised']} externalised, {facts['retries']} citation retry")
     print(f"sources in the catalog: {facts['sources']}; indexed {facts['indexed_chars'] / 1024:.0f} KiB of "
           f"normalised text, {facts['fingerprints']} fingerprints")
-    print(f"added per step ({len(per_step)} steps): p50 {ms(pct(per_step, 50))}, p99 {ms(pct(per_step, 99))}, "
+    print(f"added per step ({len(per_step)} steps), wall: p50 {ms(pct(per_step, 50))}, p99 {ms(pct(per_step, 99))}, "
           f"max {ms(max(per_step))}, total {ms(sum(per_step))}")
+    print(f"added per step, CPU:  p50 {ms(pct(cpu_step, 50))}, p99 {ms(pct(cpu_step, 99))}, "
+          f"max {ms(max(cpu_step))}, total {ms(sum(cpu_step))}")
+    print("by event (wall):")
     for event in (AFTER_TOOL_CALL, AFTER_LLM_CALL, BEFORE_LLM_CALL, TURN_START):
         xs = timed.by_event[event]
         print(f"  {event:<16} {len(xs):>4} calls: p50 {ms(pct(xs, 50))}, p99 {ms(pct(xs, 99))}, max {ms(max(xs))}")

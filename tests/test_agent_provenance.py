@@ -102,10 +102,12 @@ async def test_a_cited_answer_is_only_normalised(tmp_path):
 
 async def test_an_answer_that_uses_no_source_is_left_alone(tmp_path):
     text = "The notes describe a signed release flow with smoke tests first; rollbacks re-pin the old version."
-    rt, model, s = make(tmp_path, [READ_NOTES, text])
+    rt, model, s = make(tmp_path, [READ_NOTES, text, "ok"])
     r = await s.run("summarise")
     assert r.ok and r.text == text and len(model.requests) == 2
     assert not any(m.meta.get("kind") == "retry" for m in s.messages)
+    await s.run("thanks")
+    assert "citations" not in events(model.requests[2])  # nothing cited, nothing used: no marker
 
 
 async def test_file_results_carry_references_without_markers(tmp_path):
@@ -176,11 +178,16 @@ async def test_a_tool_cannot_supply_its_own_source_references(tmp_path):
 
 
 async def test_the_marker_survives_externalisation_of_a_large_fetch_result(tmp_path):
+    def read_artifact(request):
+        art = request.messages[-1].tool_results[0].details["externalized"]["artifact"]
+        return answer("", tool_call("read", {"path": art, "limit": 5}))
+
     budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 16}))
-    rt, model, s = make(tmp_path, [answer("", tool_call("fetch", {"url": "https://big.example/"})), "ok"],
-                        builtins=[budget])
+    rt, model, s = make(tmp_path, [answer("", tool_call("fetch", {"url": "https://big.example/"})), read_artifact,
+                                   "ok"], builtins=[budget])
     await s.run("fetch the big page")
-    [result] = results(s)
+    result, paged = results(s)
+    assert "source_references" not in paged.details  # the session's own artifacts are not sources
     artifact = Path(result.details["externalized"]["artifact"])
     marker = HOST_MARKERS.owned(result)
     assert marker is not None and result.content.endswith(marker.text)
@@ -226,3 +233,19 @@ async def test_a_resumed_session_keeps_its_source_ids(tmp_path):
 
 def test_mounted_by_default():
     assert EXTENSION_ID in [e.id for e in default_extensions()]
+
+
+async def test_sessions_beyond_the_memory_cap_are_read_back_from_history(tmp_path, monkeypatch):
+    import ctxscope.agent.provenance as prov
+
+    monkeypatch.setattr(prov, "MAX_SESSIONS", 1)
+    rt, model, a = make(tmp_path, [READ_NOTES, "ok", answer("", tool_call("read", {"path": "other.txt"})), "ok",
+                                   answer("", tool_call("grep", {"pattern": "Rollbacks"})), QUOTE, "[S1] " + QUOTE])
+    (a.view.workspace / "other.txt").write_text("other file\n")
+    b = rt.create_session()
+    await a.run("read")
+    await b.run("read another")  # a's sources leave memory
+    assert [x["id"] for x in results(b)[0].details["source_references"]] == ["S1"]
+    r = await a.run("how is a release published?")
+    assert [x["id"] for x in results(a)[-1].details["source_references"]] == ["S2"]  # numbering continues
+    assert r.text.startswith("[S1] ") and model.requests[-1].messages[-1].meta["kind"] == "retry"

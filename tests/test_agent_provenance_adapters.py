@@ -122,7 +122,8 @@ def test_the_catalog_numbers_sources_once_and_finds_them_by_path_and_url():
     rb, _ = cat.add(b)
     again, new_again = cat.add(a)
     assert (ra.id, rb.id, again.id, new_a, new_again) == ("S1", "S2", "S1", True, False)
-    assert [r.id for r in cat.by_path("./src/a.py")] == ["S1"] and [r.id for r in cat.by_url("https://x.example")] == ["S2"]
+    assert [r.id for r in cat.by_path("./src/a.py")] == ["S1"]
+    assert [r.id for r in cat.by_url("https://x.example")] == ["S2"]
     assert cat.kinds() == ["file", "web"] and len(cat) == 2
     # ids taken back from history are kept, and new ones continue after them
     fresh = SourceCatalog()
