@@ -65,7 +65,8 @@ class _EffectLog:
         return out
 
 
-async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo) -> str:
+async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api: str = "anthropic",
+                       model: str = script.MODEL, settings: dict | None = None) -> str:
     """Run every scripted turn; returns the agent's session id (the inspector's session)."""
     from ctxscope.agent.builtins import HostOptions, default_extensions, default_host_builtins
     from ctxscope.agent.compaction_outcome import describe
@@ -76,13 +77,13 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo) -> str
     workspace = script.make_workspace(root / "workspace")
     home = root / "agent-home"
     sim_state.context_window = script.WINDOW
-    client = make_client(resolve("sim", api="anthropic", model=script.MODEL, proxy=proxy_url,
+    client = make_client(resolve("sim", api=api, model=model, proxy=proxy_url,
                                  context_window=script.WINDOW, max_output_tokens=script.OUTPUT),
                          retry=RetryPolicy(max_retries=0))
     log = _EffectLog()
     rt = AgentRuntime(client, home=home, workspace=workspace,
                       extensions=[*default_extensions(), log.extension()],
-                      host_builtins=default_host_builtins(HostOptions(home, script.SETTINGS)))
+                      host_builtins=default_host_builtins(HostOptions(home, settings or script.SETTINGS)))
     session = rt.create_session("ctxscope demo")
     echo(f"agent session {session.id}  (temporary workspace {workspace})")
     turns = script.turns()
@@ -103,6 +104,12 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo) -> str
     finally:
         await rt.aclose()
     return session.id
+
+
+def count_model_requests(sim_state) -> int:
+    """Model requests the simulator received (every one came through the proxy)."""
+    ends = ("/messages", "/chat/completions", "/responses")
+    return len([r for r in sim_state.requests() if r["path"].endswith(ends)])
 
 
 def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float = ANALYSIS_TIMEOUT_S) -> int:
@@ -158,7 +165,7 @@ async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
         sim = daemon.sim_runner.app[STATE_KEY]
         sim.reset()
         session = await run_scenario(daemon.url, sim, root, echo)
-        sent = len([r for r in sim.requests() if r["path"].endswith("/messages")])
+        sent = count_model_requests(sim)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     echo(f"waiting for the inspector to analyse {sent} calls ...")
