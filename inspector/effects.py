@@ -277,27 +277,52 @@ def place_effects(
     relation: Relation,
     body: Any,
 ) -> list[Marker]:
-    """``inferred`` + ``declared`` with pointers found for the declared ones and duplicates merged."""
-    if not declared:
+    """``inferred`` + ``declared`` with pointers found for the declared ones and duplicates merged.
+
+    Inferred reminder markers get their block's ``span`` and ``sections`` too, so any client's
+    reminder shows as exactly its block."""
+    if cur is None:
+        return list(inferred) + list(declared)
+    if not declared and not any(m.kind == REMINDER for m in inferred):
         return list(inferred)
+    p = _Placer(prev, cur, relation, body)
+    inferred = _with_spans(inferred, p.blocks)
+    if not declared:
+        return inferred
     placed: list[Marker] = list(declared)
-    if cur is not None:
-        p = _Placer(prev, cur, relation, body)
-        order = sorted(range(len(declared)), key=lambda i: _ORDER.index(_key(declared[i]))
-                       if _key(declared[i]) in _ORDER else len(_ORDER))  # fmt: skip
-        for i in order:
-            m = declared[i]
-            if m.pointer is not None:
-                continue
-            found = _locate(p, m)
-            if found:
-                pointer = found.pop("pointer", None)
-                placed[i] = Marker(m.kind, pointer, {**m.detail, **{k: v for k, v in found.items()
-                                                                   if k not in m.detail}})  # fmt: skip
-    return _merge(list(inferred), _fold(placed))
+    rank = {k: n for n, k in enumerate(_ORDER)}
+    for i in sorted(range(len(declared)), key=lambda i: rank.get(_key(declared[i]), len(_ORDER))):
+        m = declared[i]
+        found = _locate(p, m) if m.pointer is None else None
+        if found:
+            pointer = found.pop("pointer", None)
+            placed[i] = Marker(m.kind, pointer, {**m.detail, **{k: v for k, v in found.items() if k not in m.detail}})
+    return _merge(inferred, _fold(placed))
 
 
 FOLDS = {"steer": "guard_reminder", "retry": "empty_answer_retry"}  # generic kind -> the marker it belongs to
+
+
+def _with_spans(inferred: list[Marker], blocks: list[_Block]) -> list[Marker]:
+    """The k-th inferred reminder at a pointer is the k-th block there (markers._reminders' order)."""
+    by_pointer: dict[str, list[_Block]] = {}
+    for b in blocks:
+        by_pointer.setdefault(b.pointer, []).append(b)
+    seen: dict[str, int] = {}
+    out = []
+    for m in inferred:
+        if m.kind == REMINDER and m.pointer in by_pointer:
+            k = seen[m.pointer] = seen.get(m.pointer, -1) + 1
+            group = by_pointer[m.pointer]
+            if k < len(group):
+                b = group[k]
+                extra: dict[str, Any] = {"span": [b.start, b.end]} if b.start >= 0 else {}
+                tags = sections(b.text)
+                if tags:
+                    extra["sections"] = tags
+                m = Marker(m.kind, m.pointer, {**m.detail, **extra})
+        out.append(m)
+    return out
 
 
 def _fold(declared: list[Marker]) -> list[Marker]:

@@ -97,6 +97,10 @@ def _tools_executed(
     return Marker(TOOLS_EXECUTED, tools[0]["pointer"], {"count": len(tools), "tools": tools})
 
 
+def _summary_shaped(seg: Segment) -> bool:
+    return seg.kind in ("user_text", "assistant_text", "system", "other") and bool(_SUMMARY_RE.search(seg.text[:2000]))
+
+
 def _compaction(prev, cur, relation, prev_tokens, cur_tokens, new) -> Marker | None:
     for index, seg in new:
         if seg.kind == "other" and '"type":"compaction' in seg.text:  # Responses compaction item
@@ -106,13 +110,14 @@ def _compaction(prev, cur, relation, prev_tokens, cur_tokens, new) -> Marker | N
     start = next((i for i, s in enumerate(cur.segments) if s.kind not in ("tools", "system")), len(cur.segments))
     early = start <= relation.shared_segments <= start + COMPACTION_EARLY_SEGMENTS
     ratio = cur_tokens / prev_tokens
-    if not early or ratio > COMPACTION_MAX_RATIO or len(cur.segments) >= len(prev.segments):
+    if ratio > COMPACTION_MAX_RATIO or len(cur.segments) >= len(prev.segments):
         return None
-    summary = next(
-        (s for s in cur.segments[start : start + COMPACTION_EARLY_SEGMENTS + 1]
-         if s.kind in ("user_text", "assistant_text", "system", "other") and _SUMMARY_RE.search(s.text[:2000])),
-        None,
-    )  # fmt: skip
+    # A summary after the kept user messages (Codex keeps them, then adds its summary) counts even late.
+    late = next((s for _, s in new if _summary_shaped(s)), None)
+    if not early and late is None:
+        return None
+    window = cur.segments[start : start + COMPACTION_EARLY_SEGMENTS + 1] if early else ()
+    summary = next((s for s in window if _summary_shaped(s)), None) or late
     pointer = summary.pointer if summary else relation.pointer
     detail = {
         "evidence": "summary_message" if summary else "early_shrink",
