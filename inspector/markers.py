@@ -53,7 +53,8 @@ def infer_markers(
 ) -> list[Marker]:
     """Markers for ``cur`` given its predecessor and their relation."""
     shared = relation.shared_segments if prev is not None else 0
-    new = list(enumerate(cur.segments))[shared:]
+    segments = cur.segments
+    new = [(i, segments[i]) for i in range(shared, len(segments))]  # only these are scanned
     if prev is not None and shared < len(prev.segments):  # rewritten history: keep what prev never had
         seen = set(prev.hashes)
         new = [(i, s) for i, s in new if s.hash not in seen]
@@ -85,8 +86,8 @@ def _reminders(new: list[tuple[int, Segment]]) -> list[Marker]:
 def _tools_executed(
     cur: CanonicalPrompt, new: list[tuple[int, Segment]], prev: CanonicalPrompt | None
 ) -> Marker | None:
-    names = {s.ref: s.name for s in cur.segments if s.kind == "tool_call" and s.ref}
-    done = {s.ref for s in prev.segments if s.kind == "tool_result" and s.ref} if prev is not None else set()
+    names = cur.tool_refs.names  # kept up to date from the predecessor's: no pass over all segments
+    done = prev.tool_refs.results if prev is not None else frozenset()
     tools = [
         {"ref": seg.ref, "name": names.get(seg.ref), "pointer": seg.pointer}
         for _, seg in new
