@@ -1,6 +1,6 @@
 """The prefix relation of a call to its predecessor (I2).
 
-Comparison runs on the tuples of segment hashes, so it costs one pass over the segment count; only
+Comparison runs on the tuples of segment hashes, compared in C (see ``shared_prefix``); only
 the first differing segment is then opened in both bodies to refine the pointer down to the
 first differing JSON value. Parameters outside the prompt are not hashed and so never make a call
 DIVERGED; cache markers are not hashed either, and a marker that moved on an unchanged segment is
@@ -14,12 +14,13 @@ RFC 6902's "add" paths do; its parent resolves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jsonpointer import JsonPointer, JsonPointerException
 
-from ctxscope.inspector.canonical import MARKER_KEYS, CanonicalPrompt, escape
+from ctxscope.inspector.canonical import MARKER_KEYS, CanonicalPrompt, escape, known_common
 
 IDENTICAL = "IDENTICAL"
 APPEND_ONLY = "APPEND_ONLY"
@@ -37,6 +38,7 @@ CACHE_POLICY_CHANGE = "cache_policy_change"
 EPOCH_REASONS = (SESSION_START, PROVIDER_CHANGE, API_CHANGE, MODEL_CHANGE, CAPTURE_RESUMED, CACHE_POLICY_CHANGE)
 
 _MISSING = object()
+_LINEAR = 16  # below this many candidates, step one by one
 
 
 @dataclass(frozen=True)
@@ -80,13 +82,28 @@ def policy_signature(prompt: CanonicalPrompt) -> dict:
     }
 
 
-def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """Length of the common prefix of two hash tuples."""
+def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the common prefix of two hash tuples.
+
+    What the hashes already know they share (``canonical.Hashes``: a prompt built from a recent
+    one's segments) is skipped; the rest is compared slice against slice, in C: the whole of it
+    first, then a binary search over halving slices for the first difference, about twice its
+    length in element compares.
+    """
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    lo = known_common(a, b)
+    if a[lo:n] == b[lo:n]:
+        return n
+    hi = n  # a[:lo] == b[:lo]; the first difference lies in [lo, hi)
+    while hi - lo > _LINEAR:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def classify(prev: CallContext | None, cur: CallContext) -> Relation:
@@ -137,9 +154,7 @@ def _epoch_detail(reason: str, prev: CallContext, cur: CallContext) -> str | Non
 def compare(prev: CanonicalPrompt, cur: CanonicalPrompt, prev_body: Any = None, cur_body: Any = None) -> Relation:
     """IDENTICAL / APPEND_ONLY / DIVERGED of two canonical prompts (no epoch logic)."""
     k = shared_prefix(prev.hashes, cur.hashes)
-    moves = tuple(
-        cur.segments[i].pointer for i in range(k) if prev.segments[i].breakpoint != cur.segments[i].breakpoint
-    )
+    moves = marker_moves(prev, cur, k)
     n_prev, n_cur = len(prev.segments), len(cur.segments)
     if k == n_prev == n_cur:
         return Relation(IDENTICAL, shared_segments=k, marker_moves=moves)
@@ -154,6 +169,18 @@ def compare(prev: CanonicalPrompt, cur: CanonicalPrompt, prev_body: Any = None, 
     pointer = _missing_position(cur_body, gone.pointer) or _refine(prev_body, gone.pointer, cur_body, seg.pointer)
     detail = f"{seg.kind} segment {k} differs" if seg.kind == gone.kind else f"{gone.kind} -> {seg.kind} at segment {k}"
     return Relation(DIVERGED, pointer, shared_segments=k, marker_moves=moves, detail=detail)
+
+
+def marker_moves(prev: CanonicalPrompt, cur: CanonicalPrompt, k: int) -> tuple[str, ...]:
+    """Pointers of the first ``k`` segments whose cache marker differs between the two prompts.
+
+    Only segments carrying a marker in either prompt can differ, and ``cache_policy["breakpoints"]``
+    lists exactly those: a look at a few segments instead of a walk over all of them.
+    """
+    marked = {bp["segment"] for p in (prev, cur) for bp in p.cache_policy.get("breakpoints", ()) if bp["segment"] < k}
+    return tuple(
+        cur.segments[i].pointer for i in sorted(marked) if prev.segments[i].breakpoint != cur.segments[i].breakpoint
+    )
 
 
 def _parts(pointer: str) -> list[str]:
