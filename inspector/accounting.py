@@ -15,7 +15,7 @@ new segments.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 from ctxscope.inspector.canonical import CanonicalPrompt, Segment, split_reminders
@@ -34,15 +34,21 @@ class TokenBreakdown:
     total: int
     by_category: dict[str, int]  # every category of CATEGORIES, zeros included
     per_segment: tuple[int, ...]  # aligned with prompt.segments
+    # cumulative[i] = tokens of segments 0..i inclusive; computed here unless a builder that
+    # already has most of it (incremental.py, from the previous call) passes it in.
+    cumulative: tuple[int, ...] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.cumulative is None:
+            object.__setattr__(self, "cumulative", tuple(accumulate(self.per_segment)))
+        elif len(self.cumulative) != len(self.per_segment):
+            raise ValueError("cumulative does not match per_segment")
 
     def prefix_tokens(self, n: int) -> int:
         """Tokens of the first ``n`` segments."""
-        return sum(self.per_segment[:n])
-
-    @property
-    def cumulative(self) -> tuple[int, ...]:
-        """cumulative[i] = tokens of segments 0..i inclusive."""
-        return tuple(accumulate(self.per_segment))
+        if n <= 0:
+            return sum(self.per_segment[:n])
+        return self.cumulative[min(n, len(self.cumulative)) - 1]
 
 
 @dataclass(frozen=True)

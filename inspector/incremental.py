@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_right
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.blobs import common_prefix
-from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize
+from ctxscope.inspector.canonical import CanonicalPrompt, Hashes, Segment, ToolRefs, canonicalize
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 ITEMS_KEY = {ANTHROPIC_MESSAGES: "messages", ANTHROPIC_COUNT_TOKENS: "messages", OPENAI_CHAT: "messages",
@@ -94,11 +93,11 @@ def _array_start(text: str, key: str) -> int:
     raise _Malformed(f"no {key} array")
 
 
-def _items_from(text: str, start: int, i: int, ends: list[int]) -> int:
-    """Parse items from offset ``i`` (just past ``[``, or just past the item ``ends`` ends with) to
+def _items_from(text: str, start: int, i: int, ends: list[int], after_item: bool) -> int:
+    """Parse items from offset ``i`` (just past ``[``, or just past an item when ``after_item``) to
     the closing ``]``, appending their ends; returns the offset after the ``]``."""
     i = _skip(text, i)
-    if ends:
+    if after_item:
         if _expect(text, i, ",]") == "]":
             return i + 1
         i = _skip(text, i + 1)
@@ -123,22 +122,61 @@ def _no_repeat(text: str, i: int, key: str) -> None:
         i = _skip(text, _value_end(text, i))
 
 
+def shared_items(raw: bytes, start: int, cand: Prepared) -> int:
+    """How many leading items of ``cand``'s array the array at ``raw[start]`` repeats byte for byte.
+
+    Compared without copies (``memcmp``). The last item is looked at first: a client usually
+    re-sends all of them, or all but the last (its cache marker moved on), so the bytes before it
+    are then compared once; otherwise a binary search over the item ends compares only bytes not
+    yet known equal.
+    """
+    other, at, ends = memoryview(cand.raw), cand.start, cand.ends  # type: ignore[arg-type]
+
+    def same(a: int, b: int) -> bool:  # bytes [a, b) of both arrays
+        return raw.startswith(other[at + a : at + b], start + a)
+
+    n = len(ends)
+    before_last = ends[-2] if n > 1 else 0
+    if not n or not same(0, before_last):
+        lo, hi = 0, n - 1 if n else 0  # the first lo items are shared, the first hi are not
+    else:
+        return n if same(before_last, ends[-1]) else n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(ends[lo - 1] if lo else 0, ends[mid - 1]):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def scan_items(raw: bytes, key: str, candidates: list[Prepared] = ()) -> tuple[int, tuple[int, ...], int, Prepared | None]:  # type: ignore[assignment]
     """(offset of the ``key`` array, its item ends relative to that, items shared with the best
-    candidate, that candidate) of a body. Only the items after the shared ones are scanned.
+    candidate, that candidate) of a body. Only the items after the shared ones are scanned, and
+    only their bytes decoded when a candidate has the same bytes up to the array.
     Raises ValueError when the body is not a JSON object holding one ``key`` array."""
-    text = raw.decode("latin-1")
-    start = _array_start(text, key)
+    usable = [c for c in candidates if c.reusable]
+    # Same bytes up to and including the "[": the head parses the same, so the array starts there too.
+    start = next((c.start for c in usable if raw.startswith(memoryview(c.raw)[: c.start + 1])), None)  # type: ignore[arg-type]
+    text = None
+    if start is None:
+        text = raw.decode("latin-1")
+        start = _array_start(text, key)
     best, m = None, 0
-    for cand in candidates:
-        if cand.reusable:
-            n = bisect_right(cand.ends, common_prefix(raw[start:], cand.raw[cand.start :]))  # type: ignore[index]
-            if n > m:
-                best, m = cand, n
-    ends = list(best.ends[:m]) if best is not None else []
-    i = _items_from(text, start, start + (ends[-1] if ends else 1), ends)
+    for cand in usable:
+        n = shared_items(raw, start, cand)
+        if n > m:
+            best, m = cand, n
+    # Scan on from the last shared item (from the "[" when none), in a text that may begin there.
+    resume = start + (best.ends[m - 1] if best is not None else 1)
+    cut = 0 if text is not None else resume
+    if text is None:
+        text = raw[cut:].decode("latin-1")
+    new: list[int] = []
+    i = _items_from(text, start - cut, resume - cut, new, best is not None)
     _no_repeat(text, i, key)
-    return start, tuple(ends), m, best
+    ends = best.ends[:m] + tuple(new) if best is not None else tuple(new)
+    return start, ends, m, best
 
 
 def item_ends(raw: bytes, key: str) -> tuple[int, ...] | None:
@@ -195,11 +233,11 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
         return None
     head, tail_starts = layout
     lo, hi = base.head, base.head + base.starts[m]
-    reused = base.prompt.segments[lo:hi]
-    segments = part.segments[:head] + reused + tuple(_shift(s, key, m) for s in part.segments[head:])  # type: ignore[union-attr]
+    extra = hi - lo  # segments reused
+    tail = tuple(_shift(s, key, m) for s in part.segments[head:])  # type: ignore[union-attr]
+    segments = part.segments[:head] + base.prompt.segments[lo:hi] + tail  # type: ignore[union-attr]
     # Breakpoints as canonicalize lists them (segment index, pointer, ttl), without a pass over all segments.
     policy = dict(part.cache_policy)  # type: ignore[union-attr]
-    extra = len(reused)
     policy["breakpoints"] = (
         [bp for bp in part.cache_policy["breakpoints"] if bp["segment"] < head]  # type: ignore[union-attr]
         + [dict(bp, segment=bp["segment"] - lo + head) for bp in base.prompt.cache_policy["breakpoints"]
@@ -207,7 +245,18 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
         + [dict(bp, segment=bp["segment"] + extra, pointer=segments[bp["segment"] + extra].pointer)
            for bp in part.cache_policy["breakpoints"] if bp["segment"] >= head]  # type: ignore[union-attr]
     )  # fmt: skip
-    prompt = CanonicalPrompt(part.api, part.model, segments, policy, part.params, part.previous_response_id)  # type: ignore[union-attr]
+    # Hashes and tool refs from the base's too: the new prompt costs about its new segments.
+    base_hashes = base.prompt.hashes
+    hashes = part.hashes[:head] + base_hashes[lo:hi] + part.hashes[head:]  # type: ignore[union-attr]
+    refs = None
+    if hashes[:head] == base_hashes[:lo]:  # base = this head + the reused segments + what it drops
+        refs = ToolRefs.of(tail, base.prompt.tool_refs, base.prompt.segments[hi:])
+        if isinstance(base_hashes, Hashes):
+            hashes = base_hashes.derive(hashes, hi)  # the first hi are the base's
+    prompt = CanonicalPrompt(
+        part.api, part.model, segments, policy, part.params, part.previous_response_id,  # type: ignore[union-attr]
+        hashes=hashes, tool_refs=refs,  # type: ignore[arg-type]
+    )  # fmt: skip
     return prompt, head, base.starts[:m] + tuple(base.starts[m] + t for t in tail_starts)
 
 
@@ -266,5 +315,11 @@ def count(counter: TokenCounter, prepared: Prepared, base: Prepared | None, base
         fresh.append(counted.total)
         for category, tokens in counted.parts:
             by_category[category] += tokens
-    per_segment = tuple(fresh[:lo]) + base_tokens.per_segment[b_lo:b_hi] + tuple(fresh[lo:])
-    return TokenBreakdown(sum(per_segment), by_category, per_segment)
+    head, tail = tuple(fresh[:lo]), fresh[lo:]
+    per_segment = head + base_tokens.per_segment[b_lo:b_hi] + tuple(tail)
+    if head == base_tokens.per_segment[:b_lo]:  # the same sums up to the end of the reused range
+        upto = base_tokens.cumulative[b_hi - 1] if b_hi else 0
+        cumulative = base_tokens.cumulative[:b_hi] + tuple(accumulate(tail, initial=upto))[1:]
+    else:
+        cumulative = tuple(accumulate(per_segment))
+    return TokenBreakdown(cumulative[-1] if cumulative else 0, by_category, per_segment, cumulative=cumulative)

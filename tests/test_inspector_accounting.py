@@ -1,3 +1,4 @@
+import pytest
 from inspector_bodies import (
     assistant,
     claude_code_turns,
@@ -11,7 +12,7 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import CATEGORIES, IMAGE_TOKENS, TokenCounter
+from ctxscope.inspector.accounting import CATEGORIES, IMAGE_TOKENS, TokenBreakdown, TokenCounter
 from ctxscope.inspector.canonical import canonicalize
 from ctxscope.inspector.tokens import count_tokens
 
@@ -122,6 +123,11 @@ def test_cumulative_and_prefix_tokens():
         messages=[{"role": "system", "content": "one two"}, {"role": "user", "content": "three"}])))  # fmt: skip
     assert b.cumulative == (b.per_segment[0], b.total)
     assert b.prefix_tokens(0) == 0 and b.prefix_tokens(1) == b.per_segment[0] and b.prefix_tokens(2) == b.total
+    assert b.prefix_tokens(9) == b.total and b.prefix_tokens(-1) == b.per_segment[0]  # as slicing counts
+    given = TokenBreakdown(b.total, b.by_category, b.per_segment, cumulative=b.cumulative)
+    assert given == b and given.cumulative is b.cumulative
+    with pytest.raises(ValueError):
+        TokenBreakdown(b.total, b.by_category, b.per_segment, cumulative=(1,))
 
 
 def test_empty_prompt():

@@ -21,8 +21,8 @@ from inspector_bodies import (
 )
 
 from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.incremental import count, item_ends, prepare, prepare_full
+from ctxscope.inspector.canonical import canonicalize, known_common
+from ctxscope.inspector.incremental import Prepared, count, item_ends, prepare, prepare_full, shared_items
 
 A, CHAT, RESP = "anthropic.messages", "openai.chat", "openai.responses"
 
@@ -39,8 +39,14 @@ def chain(api, bodies, **dump):
         got, base = prepare(api, json.loads(raw), raw, [prev] if prev else [])
         want = canonicalize(api, json.loads(raw))
         assert got.prompt == want and got.prompt.hashes == want.hashes
+        assert got.prompt.tool_refs == want.tool_refs
+        assert got.prompt.cache_policy == want.cache_policy
         tokens = count(counter, got, base, prev_tokens if base is not None else None)
         assert tokens == TokenCounter().count_prompt(want)
+        assert tokens.cumulative == TokenCounter().count_prompt(want).cumulative
+        if prev is not None:  # what the hashes know they share with the base is true
+            assert got.prompt.hashes[: known_common(got.prompt.hashes, prev.prompt.hashes)] == prev.prompt.hashes[
+                : known_common(got.prompt.hashes, prev.prompt.hashes)]  # fmt: skip
         reused.append(got.reused_items)
         prev, prev_tokens = got, tokens
     return reused
@@ -127,3 +133,45 @@ def test_breakpoints_in_reused_messages_follow_a_changed_head():
     second = make_anthropic_body("One system string.", default_tools()[:1], msgs + [assistant("d"), user("e")])
     third = make_anthropic_body(default_system(), default_tools(), msgs + [assistant("d"), user("e"), assistant("f")])
     assert chain(A, [first, second, third]) == [0, 3, 5]
+
+
+def test_tool_refs_follow_calls_results_and_history_edits():
+    def turn(i, name="read"):
+        return [assistant([text(f"step {i}"), {"type": "tool_use", "id": f"t{i}", "name": name, "input": {}}]),
+                user([{"type": "tool_result", "tool_use_id": f"t{i}", "content": f"out {i}",
+                       "cache_control": EPHEMERAL}])]  # fmt: skip
+
+    msgs = [user("go")]
+    bodies = []
+    for i in range(40):  # more calls than ToolRefs.MAX_LAYERS: the layers fold on the way
+        msgs = [copy.deepcopy(m) for m in msgs]
+        for m in msgs:  # the marker moves to the newest result, so the last message is restrung
+            for block in m["content"] if isinstance(m["content"], list) else ():
+                block.pop("cache_control", None)
+        msgs += turn(i, "read" if i % 2 else "write")
+        bodies.append(make_anthropic_body(default_system(), default_tools(), msgs))
+    renamed = copy.deepcopy(bodies[-1])  # a call renamed in history, then the history cut short
+    renamed["messages"][3]["content"][1]["name"] = "renamed"
+    bodies += [renamed, make_anthropic_body(default_system(), default_tools(), renamed["messages"][:20])]
+    reused = chain(A, bodies)
+    assert reused[1:40] == list(range(2, 80, 2)) and reused[-1] == 20
+    refs = canonicalize(A, bodies[-1]).tool_refs
+    assert refs.names["t1"] == "renamed" and refs.names.get("t15") is None and "t8" in refs.results
+
+
+def test_shared_items_counts_byte_equal_leading_items():
+    items = [{"n": i, "text": "x" * (i % 7)} for i in range(30)]
+    raw = encode({"model": "m", "messages": items})
+    base = prepare_full(A, json.loads(raw), raw)
+    assert isinstance(base, Prepared) and len(base.ends) == 30
+    for k in range(31):
+        for change in ("edit", "cut"):
+            other = [dict(it) for it in items]
+            if change == "edit" and k < 30:
+                other[k]["text"] += "!"
+            elif change == "cut":
+                other = other[:k]
+            body = encode({"model": "m", "messages": other})
+            start = body.index(b"[")
+            want = k if change == "edit" and k < 30 else min(k, 30) if change == "cut" else 30
+            assert shared_items(body, start, base) == want, (k, change)
