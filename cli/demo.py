@@ -101,6 +101,9 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api
                 raise click.ClickException(f"turn {i} ended {result.outcome}: {result.reason}")
             shown = ", ".join(effects) or "none"
             echo(f"      {calls} model call(s); effects declared: {shown}")
+            missed = [k for k in turn.expect if k not in effects]
+            if missed:
+                echo(f"      (this turn was meant to show {', '.join(missed)})")
     finally:
         await rt.aclose()
     return session.id

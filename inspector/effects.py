@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxscope.inspector.canonical import REMINDER_RE, CanonicalPrompt, Segment
 from ctxscope.inspector.markers import COMPACTION, REMINDER, Marker
-from ctxscope.inspector.relation import Relation
+from ctxscope.inspector.relation import APPEND_ONLY, IDENTICAL, Relation
 
 # The sections our agent's default reminder providers write, one tag each, by provider name.
 PROVIDER_TAGS = {"agent-context": "agent_context", "todo-status": "todo_completion",
@@ -99,11 +99,11 @@ def _blocks(new: list[tuple[int, Segment]], body: Any) -> list[_Block]:
         if seg.kind not in ("reminder", "user_text", "tool_result") or _OPEN not in seg.text:
             continue
         text = block_text(body, seg.pointer)
-        source = text if text is not None and _OPEN in text else seg.text
-        found = list(REMINDER_RE.finditer(source))
+        exact = text is not None and _OPEN in text  # else offsets would not index what the UI shows
+        source = text if exact else seg.text
         rest = REMINDER_RE.sub("", source).strip()
-        for m in found:
-            start, end = (m.start(), m.end()) if source is text else (-1, -1)
+        for m in REMINDER_RE.finditer(source):
+            start, end = (m.start(), m.end()) if exact else (-1, -1)
             out.append(_Block(i, seg.pointer, start, end, m.group(0), seg.kind == "reminder" or not rest))
     return out
 
@@ -126,6 +126,8 @@ def sections(block: str) -> list[str]:
 
 
 class _Placer:
+    """Finds, among the new segments of one call, the content each declared effect stands for."""
+
     def __init__(self, prev: CanonicalPrompt | None, cur: CanonicalPrompt, relation: Relation, body: Any):
         self.prev, self.cur, self.relation, self.body = prev, cur, relation, body
         self.new = new_segments(prev, cur, relation)
@@ -198,7 +200,9 @@ class _Placer:
         return out
 
     def summary(self) -> dict | None:
-        """The first new conversation segment: where a replaced history starts."""
+        """The first new conversation segment: where a replaced history starts (an appended prompt replaced none)."""
+        if self.prev is not None and self.relation.kind in (APPEND_ONLY, IDENTICAL):
+            return None
         seg = next((s for _, s in self.new if s.kind not in ("tools", "system")), None)
         return {"pointer": seg.pointer} if seg else None
 
@@ -234,6 +238,8 @@ def _key(m: Marker) -> str:
 
 def _locate(p: _Placer, m: Marker) -> dict | None:
     d, key = m.detail, _key(m)
+    if key == "reminder_dropped":  # admission kept it out: there is no text, only what and why
+        return {"scope": "in_turn", "providers": [str(d.get("source", "?"))]}
     if key == "reminder:deadline":
         return _scoped(p.last_block(), "in_turn", ["deadline"])
     if key in ("todo_reminder", "reminder:background_tasks"):
