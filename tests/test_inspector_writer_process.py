@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess
 from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +72,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_inspector_writer_process import make_exchange
-        from ctxscope.inspector.writer_process import WriterProcess
+        from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -98,3 +99,20 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         time.sleep(0.1)
     assert n == 200
     assert next(open_db(tmp_path / "k.db").query("PRAGMA integrity_check"))["integrity_check"] == "ok"
+
+
+async def test_calls_finished_together_travel_as_one_batch_and_stop_sends_the_last_one(tmp_path):
+    w = WriterProcess(tmp_path / "b.db")
+    w.start()
+    sent: list[list] = []
+    put = w._queue.put
+    w._queue.put = lambda item: (sent.append(item), put(item))
+    for i in range(40):
+        w.submit(make_exchange(i))
+    await asyncio.sleep(FLUSH_DELAY * 4)
+    for i in range(40, 50):  # still waiting for their trip when stop() comes
+        w.submit(make_exchange(i))
+    assert w.stop()
+    assert [len(batch) for batch in sent[:-1]] == [40, 10] and sent[-1] is None
+    rows = list_calls(open_db(tmp_path / "b.db"), limit=None)
+    assert len(rows) == 50 and w.stats().written == 50 and w.stats().queued == 0
