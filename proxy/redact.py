@@ -6,7 +6,6 @@ keys can be told apart without the key (or a plain hash of it) ever being stored
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from urllib.parse import parse_qsl, urlencode
@@ -35,16 +34,41 @@ _HARMLESS_NAMES = frozenset(
 )
 # Values that look like a key wherever they appear.
 _KEY_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|xai-[A-Za-z0-9]{16,}|eyJ[A-Za-z0-9_\-]{20,}\.)")
+# The literal starts of those patterns: a value holding none of them cannot match, and most do not.
+_KEY_STARTS = ("sk-", "AIza", "xai-", "eyJ")
 _SECRET_QUERY = frozenset({"key", "api_key", "apikey", "access_token", "token", "api-key"})
 
 
+# Verdicts on header names as spelled on the wire, and the values found harmless (never a secret:
+# values under secret names are not looked at); clients send the same few on every call.
+_name_verdicts: dict[str, bool] = {}
+_harmless_values: set[str] = set()
+_MAX_REMEMBERED = 4096
+
+
+def _secret_name(name: str) -> bool:
+    verdict = _name_verdicts.get(name)
+    if verdict is None:
+        lname = name.lower()
+        verdict = lname in SECRET_HEADERS or (lname not in _HARMLESS_NAMES and bool(_SECRET_NAME.search(lname)))
+        if len(_name_verdicts) < _MAX_REMEMBERED:
+            _name_verdicts[name] = verdict
+    return verdict
+
+
+def _looks_like_key(value: str) -> bool:
+    if value in _harmless_values:
+        return False
+    for start in _KEY_STARTS:
+        if start in value and _KEY_VALUE.search(value):
+            return True
+    if len(_harmless_values) < _MAX_REMEMBERED:
+        _harmless_values.add(value)
+    return False
+
+
 def is_secret_header(name: str, value: str) -> bool:
-    lname = name.lower()
-    if lname in SECRET_HEADERS:
-        return True
-    if lname not in _HARMLESS_NAMES and _SECRET_NAME.search(lname):
-        return True
-    return bool(_KEY_VALUE.search(value))
+    return _secret_name(name) or _looks_like_key(value)
 
 
 def extract_api_key(headers: list[tuple[str, str]], query: str = "") -> str | None:
@@ -70,11 +94,11 @@ def fingerprint(key: str | None, salt: bytes) -> str | None:
     """Salted fingerprint of a key; 16 hex digits are plenty to tell keys apart."""
     if not key:
         return None
-    return hmac.new(salt, key.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:16]
+    return hmac.digest(salt, key.encode("utf-8", "surrogateescape"), "sha256").hex()[:16]
 
 
 def redact_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    return tuple((n, REDACTED if is_secret_header(n, v) else v) for n, v in headers)
+    return tuple([(n, REDACTED) if _secret_name(n) or _looks_like_key(v) else (n, v) for n, v in headers])
 
 
 def redact_query(query: str) -> str:

@@ -45,3 +45,17 @@ def test_query_keys_are_redacted():
     assert redact_query("alt=sse&key=AIzaSecret") == f"alt=sse&key={REDACTED}".replace("[", "%5B").replace("]", "%5D")
     assert redact_query("alt=sse") == "alt=sse"
     assert not is_secret_header("content-length", "12")
+
+
+def test_repeated_headers_get_the_same_verdicts_and_no_secret_is_remembered():
+    from ctxscope.proxy import redact
+
+    headers = [("User-Agent", "Anthropic/Python 0.40"), ("X-Trace", "sk-abcdefghijklmnopqrst"),
+               ("X-Api-Key", "plain-secret"), ("Accept", "eyJ not a token")]
+    first = redact_headers(headers)
+    assert redact_headers(headers) == first == (
+        ("User-Agent", "Anthropic/Python 0.40"), ("X-Trace", REDACTED), ("X-Api-Key", REDACTED),
+        ("Accept", "eyJ not a token"),
+    )
+    assert "Anthropic/Python 0.40" in redact._harmless_values
+    assert not {"sk-abcdefghijklmnopqrst", "plain-secret"} & redact._harmless_values
