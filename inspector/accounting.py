@@ -14,7 +14,9 @@ new segments.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -31,18 +33,26 @@ _SPLIT_KINDS = ("user_text", "tool_result")
 
 @dataclass(frozen=True)
 class TokenBreakdown:
+    """Token counts of a prompt. The per-segment figures are int arrays (``array("q")``, any
+    sequence is converted): the next call's breakdown copies most of them, and copying an array is
+    one ``memcpy`` where a tuple touches every int object."""
+
     total: int
     by_category: dict[str, int]  # every category of CATEGORIES, zeros included
-    per_segment: tuple[int, ...]  # aligned with prompt.segments
+    per_segment: Sequence[int]  # aligned with prompt.segments
     # cumulative[i] = tokens of segments 0..i inclusive; computed here unless a builder that
     # already has most of it (incremental.py, from the previous call) passes it in.
-    cumulative: tuple[int, ...] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+    cumulative: Sequence[int] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self):
+        if not isinstance(self.per_segment, array):
+            object.__setattr__(self, "per_segment", array("q", self.per_segment))
         if self.cumulative is None:
-            object.__setattr__(self, "cumulative", tuple(accumulate(self.per_segment)))
+            object.__setattr__(self, "cumulative", array("q", accumulate(self.per_segment)))
         elif len(self.cumulative) != len(self.per_segment):
             raise ValueError("cumulative does not match per_segment")
+        elif not isinstance(self.cumulative, array):
+            object.__setattr__(self, "cumulative", array("q", self.cumulative))
 
     def prefix_tokens(self, n: int) -> int:
         """Tokens of the first ``n`` segments."""
@@ -106,4 +116,4 @@ class TokenCounter:
             per_segment.append(counted.total)
             for category, tokens in counted.parts:
                 by_category[category] += tokens
-        return TokenBreakdown(sum(per_segment), by_category, tuple(per_segment))
+        return TokenBreakdown(sum(per_segment), by_category, per_segment)

@@ -19,14 +19,13 @@ other parameters into ``params``: neither is hashed into segments.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxscope.inspector.hashes import Hashes
+from ctxscope.inspector.tool_refs import ToolRefs
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 KINDS = (
@@ -64,189 +63,6 @@ class Segment:
     images: int = 0  # images/documents inside this segment (counted by estimate)
 
 
-class Hashes(tuple):
-    """A prompt's segment hashes, and how far they are known to agree with other prompts' hashes.
-
-    ``known`` holds (serial, n) pairs: the first n hashes equal those of the ``Hashes`` with that
-    serial, an earlier prompt this one was built from (incremental.py reuses a recent call's
-    segments), or one that prompt was built from in turn. ``relation.shared_prefix`` starts
-    comparing there, so comparing a call with the recent calls it grew from costs about its new
-    segments. Copies and pickles are plain tuples, which know nothing.
-    """
-
-    DEPTH = 4  # generations of ancestors remembered
-    serial: int
-    known: tuple[tuple[int, int], ...]
-
-    def __new__(cls, items: Iterable[str] = (), known: tuple[tuple[int, int], ...] = ()) -> Hashes:
-        self = super().__new__(cls, items)
-        self.serial = next(_SERIALS)
-        self.known = known
-        return self
-
-    def derive(self, items: Iterable[str], n: int) -> Hashes:
-        """Hashes whose first ``n`` equal these hashes' first ``n``."""
-        known = ((self.serial, n),) + tuple((serial, min(k, n)) for serial, k in self.known)
-        return Hashes(items, known[: self.DEPTH])
-
-    def __reduce__(self):
-        return tuple, (tuple(self),)
-
-
-_SERIALS = itertools.count(1)
-
-
-def known_common(a: Sequence[str], b: Sequence[str]) -> int:
-    """How many leading hashes ``a`` and ``b`` are known to share without comparing them (0: unknown)."""
-    ka, kb = getattr(a, "known", ()), getattr(b, "known", ())
-    if not (ka or kb):
-        return 0
-    sa, sb = getattr(a, "serial", None), getattr(b, "serial", None)
-    best = 0
-    for serial, n in kb:
-        if serial == sa:
-            best = max(best, n)
-        for other, m in ka:  # siblings: both grew from the same prompt
-            if other == serial:
-                best = max(best, min(n, m))
-    for serial, n in ka:
-        if serial == sb:
-            best = max(best, n)
-    return min(best, len(a), len(b))
-
-
-class ToolRefs:
-    """The tool call ids of a prompt: ``names`` maps each to the name of its last call, ``results``
-    holds the ids that have a tool result.
-
-    Built from a similar prompt's refs (``of`` with ``base``): a small layer with what this prompt
-    adds or lacks on top of the base's, so a call costs about its new segments. Layers keep counts
-    and name lists, so taking segments away is exact; past ``MAX_LAYERS`` they fold into one.
-    """
-
-    MAX_LAYERS = 16
-    __slots__ = ("_calls", "_results", "_below", "_depth")
-
-    def __init__(self, calls: dict[str, tuple[str | None, ...]], results: dict[str, int], below: ToolRefs | None = None):
-        self._calls = calls  # ref -> names of all its calls in prompt order; () once none is left
-        self._results = results  # ref -> number of tool results with it; 0 once none is left
-        self._below = below
-        self._depth = below._depth + 1 if below is not None else 0
-
-    def calls_of(self, ref: str) -> tuple[str | None, ...]:
-        layer: ToolRefs | None = self
-        while layer is not None:
-            if ref in layer._calls:
-                return layer._calls[ref]
-            layer = layer._below
-        return ()
-
-    def results_of(self, ref: str) -> int:
-        layer: ToolRefs | None = self
-        while layer is not None:
-            if ref in layer._results:
-                return layer._results[ref]
-            layer = layer._below
-        return 0
-
-    @property
-    def names(self) -> Mapping[str, str | None]:
-        return _Names(self)
-
-    @property
-    def results(self) -> AbstractSet[str]:
-        return _Results(self)
-
-    def flat(self) -> tuple[dict[str, tuple[str | None, ...]], dict[str, int]]:
-        """(ref -> call names, ref -> result count) in one dict each, refs without any left out."""
-        layers, layer = [], self
-        while layer is not None:
-            layers.append(layer)
-            layer = layer._below
-        calls: dict[str, tuple[str | None, ...]] = {}
-        results: dict[str, int] = {}
-        for layer in reversed(layers):
-            calls.update(layer._calls)
-            results.update(layer._results)
-        return {k: v for k, v in calls.items() if v}, {k: n for k, n in results.items() if n}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ToolRefs) and self.flat() == other.flat()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        calls, results = self.flat()
-        return f"ToolRefs({len(calls)} called, {len(results)} with results, {self._depth + 1} layers)"
-
-    @classmethod
-    def of(cls, segments: Sequence[Segment], base: ToolRefs | None = None, dropped: Sequence[Segment] = ()) -> ToolRefs:
-        """The refs of ``segments``; with ``base``, of the prompt ``base`` describes without its
-        trailing segments ``dropped``, followed by ``segments``."""
-        calls: dict[str, tuple[str | None, ...]] = {}
-        results: dict[str, int] = {}
-
-        def names(ref: str) -> tuple[str | None, ...]:
-            return calls[ref] if ref in calls else base.calls_of(ref) if base is not None else ()
-
-        def count(ref: str) -> int:
-            return results[ref] if ref in results else base.results_of(ref) if base is not None else 0
-
-        for seg in reversed(dropped if base is not None else ()):  # the last of their refs in base
-            if seg.ref and seg.kind == "tool_call":
-                calls[seg.ref] = names(seg.ref)[:-1]
-            elif seg.ref and seg.kind == "tool_result":
-                results[seg.ref] = count(seg.ref) - 1
-        for seg in segments:
-            if seg.ref and seg.kind == "tool_call":
-                calls[seg.ref] = names(seg.ref) + (seg.name,)
-            elif seg.ref and seg.kind == "tool_result":
-                results[seg.ref] = count(seg.ref) + 1
-        if base is None:
-            return cls(calls, results)
-        if base._depth + 1 >= cls.MAX_LAYERS:  # fold, so a look-up stays a few dict probes
-            below_calls, below_results = base.flat()
-            below_calls.update(calls)
-            below_results.update(results)
-            return cls({k: v for k, v in below_calls.items() if v}, {k: n for k, n in below_results.items() if n})
-        return cls(calls, results, base)
-
-
-class _Names(Mapping):
-    """ref -> name of its last call, looked up through the layers."""
-
-    def __init__(self, refs: ToolRefs):
-        self._refs = refs
-
-    def __getitem__(self, ref: str) -> str | None:
-        names = self._refs.calls_of(ref)
-        if not names:
-            raise KeyError(ref)
-        return names[-1]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._refs.flat()[0])
-
-    def __len__(self) -> int:
-        return len(self._refs.flat()[0])
-
-
-class _Results(AbstractSet):
-    """The refs with at least one tool result, looked up through the layers."""
-
-    def __init__(self, refs: ToolRefs):
-        self._refs = refs
-
-    def __contains__(self, ref: object) -> bool:
-        return isinstance(ref, str) and self._refs.results_of(ref) > 0
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._refs.flat()[1])
-
-    def __len__(self) -> int:
-        return len(self._refs.flat()[1])
-
-
 @dataclass(frozen=True)
 class CanonicalPrompt:
     """A prompt as segments in cache order, plus what steers caching and the other parameters.
@@ -267,7 +83,12 @@ class CanonicalPrompt:
 
     def __post_init__(self):
         if self.hashes is None:
-            object.__setattr__(self, "hashes", Hashes(s.hash for s in self.segments))
+            hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
+            try:
+                hashes = Hashes(hashes)
+            except ValueError:  # not sha256 digests (hand-made segments): a plain tuple does too
+                pass
+            object.__setattr__(self, "hashes", hashes)
         elif len(self.hashes) != len(self.segments):
             raise ValueError("hashes do not match the segments")
         if self.tool_refs is None:

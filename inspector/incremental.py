@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
+from collections.abc import Sequence
 from itertools import accumulate
 from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.canonical import CanonicalPrompt, Hashes, Segment, ToolRefs, canonicalize
+from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize
+from ctxscope.inspector.hashes import Hashes
+from ctxscope.inspector.tool_refs import ToolRefs
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 ITEMS_KEY = {ANTHROPIC_MESSAGES: "messages", ANTHROPIC_COUNT_TOKENS: "messages", OPENAI_CHAT: "messages",
@@ -41,9 +45,9 @@ class Prepared:
     prompt: CanonicalPrompt
     raw: bytes | None = None  # the decoded request body (None: not reusable)
     start: int = 0  # byte offset of the items array's "["
-    ends: tuple[int, ...] = ()  # byte offset just past each item, relative to ``start``
+    ends: Sequence[int] = ()  # byte offset just past each item, relative to ``start`` (an int array)
     head: int = 0  # segments before the first item's
-    starts: tuple[int, ...] = ()  # first segment of each item relative to ``head``, plus one past the last
+    starts: Sequence[int] = ()  # first segment of each item relative to ``head``, plus one past the last
     reused_items: int = 0  # how many leading items came from the base
 
     @property
@@ -175,7 +179,7 @@ def scan_items(raw: bytes, key: str, candidates: list[Prepared] = ()) -> tuple[i
     new: list[int] = []
     i = _items_from(text, start - cut, resume - cut, new, best is not None)
     _no_repeat(text, i, key)
-    ends = best.ends[:m] + tuple(new) if best is not None else tuple(new)
+    ends = best.ends[:m] + array("q", new) if best is not None else array("q", new)  # type: ignore[operator]
     return start, ends, m, best
 
 
@@ -183,7 +187,7 @@ def item_ends(raw: bytes, key: str) -> tuple[int, ...] | None:
     """Byte offsets (relative to the array's ``[``) just past each item of the top-level array
     ``key``; None when the body is not a JSON object holding one such array."""
     try:
-        return scan_items(raw, key)[1]
+        return tuple(scan_items(raw, key)[1])
     except (ValueError, IndexError):
         return None
 
@@ -214,7 +218,7 @@ def _layout(segments: tuple[Segment, ...], key: str, n_items: int) -> tuple[int,
     if len(starts) != n_items:
         return None
     starts.append(len(segments) - head)
-    return head, tuple(starts)
+    return head, array("q", starts)
 
 
 def _shift(seg: Segment, key: str, by: int) -> Segment:
@@ -251,13 +255,13 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
     refs = None
     if hashes[:head] == base_hashes[:lo]:  # base = this head + the reused segments + what it drops
         refs = ToolRefs.of(tail, base.prompt.tool_refs, base.prompt.segments[hi:])
-        if isinstance(base_hashes, Hashes):
+        if isinstance(hashes, Hashes) and isinstance(base_hashes, Hashes):
             hashes = base_hashes.derive(hashes, hi)  # the first hi are the base's
     prompt = CanonicalPrompt(
         part.api, part.model, segments, policy, part.params, part.previous_response_id,  # type: ignore[union-attr]
         hashes=hashes, tool_refs=refs,  # type: ignore[arg-type]
     )  # fmt: skip
-    return prompt, head, base.starts[:m] + tuple(base.starts[m] + t for t in tail_starts)
+    return prompt, head, base.starts[:m] + array("q", (base.starts[m] + t for t in tail_starts))  # type: ignore[operator]
 
 
 def prepare(
@@ -315,11 +319,11 @@ def count(counter: TokenCounter, prepared: Prepared, base: Prepared | None, base
         fresh.append(counted.total)
         for category, tokens in counted.parts:
             by_category[category] += tokens
-    head, tail = tuple(fresh[:lo]), fresh[lo:]
-    per_segment = head + base_tokens.per_segment[b_lo:b_hi] + tuple(tail)
+    head, tail = array("q", fresh[:lo]), fresh[lo:]
+    per_segment = head + base_tokens.per_segment[b_lo:b_hi] + array("q", tail)  # type: ignore[operator]
     if head == base_tokens.per_segment[:b_lo]:  # the same sums up to the end of the reused range
         upto = base_tokens.cumulative[b_hi - 1] if b_hi else 0
-        cumulative = base_tokens.cumulative[:b_hi] + tuple(accumulate(tail, initial=upto))[1:]
+        cumulative = base_tokens.cumulative[:b_hi] + array("q", accumulate(tail, initial=upto))[1:]  # type: ignore[operator]
     else:
-        cumulative = tuple(accumulate(per_segment))
+        cumulative = array("q", accumulate(per_segment))
     return TokenBreakdown(cumulative[-1] if cumulative else 0, by_category, per_segment, cumulative=cumulative)

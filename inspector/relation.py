@@ -1,6 +1,6 @@
 """The prefix relation of a call to its predecessor (I2).
 
-Comparison runs on the tuples of segment hashes, compared in C (see ``shared_prefix``); only
+Comparison runs on the segment hashes, compared as bytes (see ``hashes.py``); only
 the first differing segment is then opened in both bodies to refine the pointer down to the
 first differing JSON value. Parameters outside the prompt are not hashed and so never make a call
 DIVERGED; cache markers are not hashed either, and a marker that moved on an unchanged segment is
@@ -20,7 +20,8 @@ from typing import Any
 
 from jsonpointer import JsonPointer, JsonPointerException
 
-from ctxscope.inspector.canonical import MARKER_KEYS, CanonicalPrompt, escape, known_common
+from ctxscope.inspector.canonical import MARKER_KEYS, CanonicalPrompt, escape
+from ctxscope.inspector.hashes import common_prefix
 
 IDENTICAL = "IDENTICAL"
 APPEND_ONLY = "APPEND_ONLY"
@@ -38,7 +39,6 @@ CACHE_POLICY_CHANGE = "cache_policy_change"
 EPOCH_REASONS = (SESSION_START, PROVIDER_CHANGE, API_CHANGE, MODEL_CHANGE, CAPTURE_RESUMED, CACHE_POLICY_CHANGE)
 
 _MISSING = object()
-_LINEAR = 16  # below this many candidates, step one by one
 
 
 @dataclass(frozen=True)
@@ -83,27 +83,8 @@ def policy_signature(prompt: CanonicalPrompt) -> dict:
 
 
 def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the common prefix of two hash tuples.
-
-    What the hashes already know they share (``canonical.Hashes``: a prompt built from a recent
-    one's segments) is skipped; the rest is compared slice against slice, in C: the whole of it
-    first, then a binary search over halving slices for the first difference, about twice its
-    length in element compares.
-    """
-    n = min(len(a), len(b))
-    lo = known_common(a, b)
-    if a[lo:n] == b[lo:n]:
-        return n
-    hi = n  # a[:lo] == b[:lo]; the first difference lies in [lo, hi)
-    while hi - lo > _LINEAR:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    while a[lo] == b[lo]:
-        lo += 1
-    return lo
+    """Length of the common prefix of two hash sequences (see ``hashes.common_prefix``)."""
+    return common_prefix(a, b)
 
 
 def classify(prev: CallContext | None, cur: CallContext) -> Relation:

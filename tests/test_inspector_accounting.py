@@ -32,7 +32,7 @@ def test_per_segment_counts_are_exact_and_categorised():
     )
     p = canonicalize(A, body)
     b = TokenCounter().count_prompt(p)
-    assert b.per_segment == tuple(count_tokens(s.text) for s in p.segments)
+    assert tuple(b.per_segment) == tuple(count_tokens(s.text) for s in p.segments)
     assert b.total == sum(b.per_segment)
     assert set(b.by_category) == set(CATEGORIES)
     assert b.by_category["system"] == count_tokens("You are terse.")
@@ -121,11 +121,14 @@ def test_cache_is_bounded_lru():
 def test_cumulative_and_prefix_tokens():
     b = TokenCounter().count_prompt(canonicalize("openai.chat", make_chat_body(
         messages=[{"role": "system", "content": "one two"}, {"role": "user", "content": "three"}])))  # fmt: skip
-    assert b.cumulative == (b.per_segment[0], b.total)
+    assert tuple(b.cumulative) == (b.per_segment[0], b.total)
     assert b.prefix_tokens(0) == 0 and b.prefix_tokens(1) == b.per_segment[0] and b.prefix_tokens(2) == b.total
     assert b.prefix_tokens(9) == b.total and b.prefix_tokens(-1) == b.per_segment[0]  # as slicing counts
     given = TokenBreakdown(b.total, b.by_category, b.per_segment, cumulative=b.cumulative)
     assert given == b and given.cumulative is b.cumulative
+    # any sequence goes in; int arrays come out, so the next call copies them with one memcpy
+    plain = TokenBreakdown(b.total, b.by_category, tuple(b.per_segment))
+    assert plain == b and plain.per_segment.typecode == plain.cumulative.typecode == "q"
     with pytest.raises(ValueError):
         TokenBreakdown(b.total, b.by_category, b.per_segment, cumulative=(1,))
 
@@ -133,4 +136,4 @@ def test_cumulative_and_prefix_tokens():
 def test_empty_prompt():
     p = canonicalize("openai.responses", {"model": "gpt-5", "previous_response_id": "r"})
     b = TokenCounter().count_prompt(p)
-    assert (b.total, b.per_segment, b.cumulative) == (0, (), ())
+    assert (b.total, tuple(b.per_segment), tuple(b.cumulative)) == (0, (), ())

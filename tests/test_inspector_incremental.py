@@ -21,7 +21,8 @@ from inspector_bodies import (
 )
 
 from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import canonicalize, known_common
+from ctxscope.inspector.canonical import canonicalize
+from ctxscope.inspector.hashes import known_common
 from ctxscope.inspector.incremental import Prepared, count, item_ends, prepare, prepare_full, shared_items
 
 A, CHAT, RESP = "anthropic.messages", "openai.chat", "openai.responses"
@@ -45,8 +46,8 @@ def chain(api, bodies, **dump):
         assert tokens == TokenCounter().count_prompt(want)
         assert tokens.cumulative == TokenCounter().count_prompt(want).cumulative
         if prev is not None:  # what the hashes know they share with the base is true
-            assert got.prompt.hashes[: known_common(got.prompt.hashes, prev.prompt.hashes)] == prev.prompt.hashes[
-                : known_common(got.prompt.hashes, prev.prompt.hashes)]  # fmt: skip
+            k = known_common(got.prompt.hashes, prev.prompt.hashes)
+            assert got.prompt.hashes[:k] == prev.prompt.hashes[:k]
         reused.append(got.reused_items)
         prev, prev_tokens = got, tokens
     return reused
