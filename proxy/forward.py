@@ -17,6 +17,8 @@ from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
 
 from . import exchange as ex
 from .ids import new_call_id
@@ -42,6 +44,7 @@ HOP_BY_HOP = frozenset(
 # aiohttp sets these itself for the upstream request (Host from the URL, length from the body).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 _RESPONSE_DROP = HOP_BY_HOP
+_NO_BODY_STATUS = frozenset({204, 304})
 # Never let aiohttp invent headers the client did not send.
 _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
 ANNOTATION_PREFIX = "x-ctxscope-"
@@ -84,6 +87,7 @@ class Forwarder:
                 total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.read_timeout
             ),
             cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=_SKIP_AUTO,
             trust_env=False,
         )
 
@@ -93,7 +97,7 @@ class Forwarder:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.time()
-        raw_path = request.raw_path.split("?", 1)[0]
+        raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
         try:
             route = resolve(raw_path, self.settings.upstreams)
         except RouteError as exc:
@@ -102,16 +106,16 @@ class Forwarder:
         headers, annotations = _split_headers(request.raw_headers)
         label = route.session_label or _annotation(annotations, "x-ctxscope-session")
         body = await request.read()
-        query = request.query_string
         url = route.target_url + ("?" + query if query else "")
+        # The path and query go upstream as the client encoded them (yarl would re-quote a str).
+        target = URL(url, encoded=True) if url.isascii() else url
         rec = _Recorder(route, request, headers, annotations, label, body, query, started)
         try:
             upstream = await self._session.request(
                 request.method,
-                url,
+                target,
                 headers=headers,
                 data=body if body else None,
-                skip_auto_headers=_SKIP_AUTO,
                 allow_redirects=False,
                 proxy=self._env_proxy(route.upstream.base_url),
             )
@@ -132,15 +136,16 @@ class Forwarder:
             self._submit(rec)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, rec: "_Recorder"):
-        rec.status = upstream.status
-        rec.response_headers = tuple(
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers
+        rec.status = status = upstream.status
+        rec.response_headers = received = tuple(
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
         )
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for name, value in rec.response_headers:
-            if name.lower() not in _RESPONSE_DROP:
-                response.headers.add(name, value)
-        rec.outcome = ex.OK if upstream.status < 400 else ex.HTTP_ERROR
+        headers = CIMultiDict([(n, v) for n, v in received if not _response_drop(n)])
+        rec.outcome = ex.OK if status < 400 else ex.HTTP_ERROR
+        content = upstream.content
+        if _complete(request, upstream, content):
+            return await self._answer_whole(request, upstream, headers, rec)
+        response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
         try:
             await response.prepare(request)
         except (ConnectionError, RuntimeError) as exc:
@@ -148,7 +153,7 @@ class Forwarder:
             return response
         chunks = rec.chunks
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in content.iter_any():
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.time()
                 chunks.append(chunk)
@@ -168,6 +173,22 @@ class Forwarder:
             await response.write_eof()
         except (ConnectionError, RuntimeError) as exc:
             rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
+            return response
+        rec.finish(rec.outcome, None)
+        return response
+
+    async def _answer_whole(self, request, upstream, headers, rec: "_Recorder") -> web.Response:
+        """The whole body came with the headers: send both in one write (nothing is held back)."""
+        body = upstream.content.read_nowait()
+        if body:
+            rec.first_byte_at = time.time()
+            rec.chunks.append(body)
+        response = web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError) as exc:
+            rec.finish(ex.CLIENT_DISCONNECTED, f"client went away before the answer: {exc}")
             return response
         rec.finish(rec.outcome, None)
         return response
@@ -244,16 +265,55 @@ class _Recorder:
         )
 
 
+def _complete(request: web.Request, upstream: aiohttp.ClientResponse, content) -> bool:
+    """True when the upstream's whole Content-Length body is already here (typical of small JSON)."""
+    return (
+        content.is_eof()
+        and content.exception() is None
+        and upstream.content_length is not None
+        and upstream.content_length == content.total_bytes
+        and upstream.status not in _NO_BODY_STATUS
+        and request.method != "HEAD"
+    )
+
+
+# Header names as spelled on the wire -> (str name, kind); clients send the same few on every call.
+_FORWARD, _DROP, _ANNOTATION = 0, 1, 2
+_request_names: dict[bytes, tuple[str, str, int]] = {}
+_response_drops: dict[str, bool] = {}
+_MAX_NAMES = 4096
+
+
+def _request_name(raw: bytes) -> tuple[str, str, int]:
+    known = _request_names.get(raw)
+    if known is None:
+        name = raw.decode("latin-1")
+        lname = name.lower()
+        kind = _ANNOTATION if lname.startswith(ANNOTATION_PREFIX) else _DROP if lname in _REQUEST_DROP else _FORWARD
+        known = (name, lname, kind)
+        if len(_request_names) < _MAX_NAMES:
+            _request_names[raw] = known
+    return known
+
+
+def _response_drop(name: str) -> bool:
+    drop = _response_drops.get(name)
+    if drop is None:
+        drop = name.lower() in _RESPONSE_DROP
+        if len(_response_drops) < _MAX_NAMES:
+            _response_drops[name] = drop
+    return drop
+
+
 def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Headers to forward (original case and order) and the x-ctxscope-* annotations to strip."""
     forward, annotations = [], []
     for k, v in raw_headers:
-        name, value = k.decode("latin-1"), v.decode("latin-1")
-        lname = name.lower()
-        if lname.startswith(ANNOTATION_PREFIX):
-            annotations.append((lname, value))
-        elif lname not in _REQUEST_DROP:
-            forward.append((name, value))
+        name, lname, kind = _request_name(k)
+        if kind == _FORWARD:
+            forward.append((name, v.decode("latin-1")))
+        elif kind == _ANNOTATION:
+            annotations.append((lname, v.decode("latin-1")))
     return forward, annotations
 
 

@@ -8,6 +8,7 @@ import json
 
 import aiohttp
 import pytest
+import yarl
 from aiohttp import web
 
 from ctxscope.proxy import exchange as ex
@@ -28,12 +29,29 @@ class Upstream:
 
     def __init__(self):
         self.received: list[tuple[dict, bytes]] = []
+        self.paths: list[str] = []
         self.sent: list[bytes] = []
         self.mode = "json"
+        self.release = asyncio.Event()
 
     async def handle(self, request: web.Request):
         body = await request.read()
         self.received.append((dict(request.headers), body))
+        self.paths.append(request.raw_path)
+        if self.mode == "late_body":  # a Content-Length body whose second half waits for the test
+            parts = (b'{"first": "half", ', b'"x": 1}')
+            resp = web.StreamResponse(headers={"Content-Type": "application/json",
+                                               "Content-Length": str(sum(map(len, parts)))})
+            await resp.prepare(request)
+            for part in parts:
+                self.sent.append(part)
+                await resp.write(part)
+                if len(self.sent) == 1:
+                    await self.release.wait()
+            await resp.write_eof()
+            return resp
+        if self.mode == "no_content":
+            return web.Response(status=204, headers={"X-Seen": "yes"})
         if self.mode == "stream":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -210,3 +228,52 @@ def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
     assert f._env_proxy("https://api.internal.example") is None
     assert f._env_proxy("http://127.0.0.1:8000") is None
     assert f._env_proxy("http://localhost:8000") is None
+
+
+async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(rig.base + "/u/up/v1/chat/completions", data=b'{"m": 1}') as resp:
+            got = await resp.read()
+            assert resp.headers["Content-Length"] == str(len(got))
+            assert resp.headers["Content-Type"] == "application/json"
+    assert got == rig.upstream.sent[0]
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.response_body == got and e.outcome == ex.OK and e.first_byte_at is not None
+
+
+async def test_a_body_still_arriving_is_passed_on_before_it_is_complete(rig):
+    rig.upstream.mode = "late_body"
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            first = await resp.content.readany()  # would hang if the proxy held the body back
+            assert first == rig.upstream.sent[0]
+            rig.upstream.release.set()
+            rest = await resp.read()
+    assert first + rest == b"".join(rig.upstream.sent)
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].response_body == first + rest
+
+
+async def test_no_content_answer_and_head_request(rig):
+    rig.upstream.mode = "no_content"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert resp.status == 204 and resp.headers["X-Seen"] == "yes" and await resp.read() == b""
+    rig.upstream.mode = "json"
+    async with aiohttp.ClientSession() as s:
+        async with s.head(rig.base + "/u/up/v1/x") as resp:
+            assert resp.status == 200 and await resp.read() == b""
+    await _wait_for(rig.sink, 2)
+    assert [e.outcome for e in rig.sink.items] == [ex.OK, ex.OK]
+
+
+async def test_query_is_forwarded_and_recorded_as_sent(rig):
+    async with aiohttp.ClientSession() as s:
+        url = yarl.URL(rig.base + "/u/up/v1/x?q=a%2Bb%20c&key=sk-query-secret-12345&x=%2F", encoded=True)
+        async with s.post(url, data=b"{}") as resp:
+            assert resp.status == 200
+    assert rig.upstream.paths == ["/v1/x?q=a%2Bb%20c&key=sk-query-secret-12345&x=%2F"]
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert "sk-query-secret" not in e.query and e.query.startswith("q=a%2Bb")
