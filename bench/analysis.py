@@ -10,7 +10,7 @@ Printed (CPU time of this process, so other work on the machine does not blur it
 store alone and of store + analysis; per call at about 10K/50K/100K tokens of context, the store's
 milliseconds, the analysis's, the part of it spent canonicalising, and the tokens it counted
 (only new segments: flat as the context grows), beside what canonicalising and counting the whole
-prompt from scratch costs at that size.
+prompt from scratch costs at that size. The last line gives the analysis's ms per call at each size.
 
     .venv/bin/python bench/analysis.py            # ~1 minute on 2 cores
     .venv/bin/python bench/analysis.py --calls 300
@@ -151,11 +151,12 @@ def main() -> None:
     print(f"store + analysis:  {n / sum(full):7.1f} calls/s   ({sum(full) / n * 1e3:.2f} ms/call)")
     print(f"\n{'context':>8} {'store ms':>9} {'analysis ms':>12} {'canonical ms':>13} {'tokens counted':>15} "
           f"{'full canonicalize ms':>21} {'full count ms':>14}")  # fmt: skip
+    figures = []
     for target in (10_000, 50_000, 100_000):
         window = [i for i, c in enumerate(context) if abs(c - target) <= target * 0.05][:40]
         if not window:
             continue
-        med = lambda xs: statistics.median(xs[i] for i in window)  # noqa: E731
+        figures.append(f"{med(took, window) * 1e3:.2f} ms at {context[window[0]] // 1000}K")
         body = json.loads(raws[window[0]])
         start = clock()
         whole = canonicalize("anthropic.messages", body)
@@ -163,13 +164,18 @@ def main() -> None:
         start = clock()
         TokenCounter().count_prompt(whole)
         count_full = (clock() - start) * 1e3
-        print(f"{context[window[0]] // 1000:>7}K {med(plain) * 1e3:9.2f} {med(took) * 1e3:12.2f} "
-              f"{med(canon) * 1e3:13.2f} {med(counted):15.0f} {canon_full:21.1f} {count_full:14.1f}")  # fmt: skip
+        print(f"{context[window[0]] // 1000:>7}K {med(plain, window) * 1e3:9.2f} {med(took, window) * 1e3:12.2f} "
+              f"{med(canon, window) * 1e3:13.2f} {med(counted, window):15.0f} {canon_full:21.1f} {count_full:14.1f}")  # fmt: skip
     print(f"\ntokens counted per call: median {statistics.median(counted[1:]):.0f}, max {max(counted[1:])} "
           f"(the first call: {counted[0]})")  # fmt: skip
     fresh = sum(len(json.loads(r)["messages"]) for r in raws) - sum(reused)
     print(f"messages reused from the previous call: {sum(reused)}; canonicalised afresh: {fresh}")
     print(f"analyzer memory: ~{analyzer.memory.bytes / 2**20:.1f} MB remembered; {len(counter._cache)} counts cached")
+    print(f"\nanalysis per call (median CPU ms by context): {'; '.join(figures)}")
+
+
+def med(values: list, window: list[int]) -> float:
+    return statistics.median(values[i] for i in window)
 
 
 def timed(analyzer: Analyzer, counter: CountingCounter) -> tuple[list[float], list[int], list[float], list[int]]:

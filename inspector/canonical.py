@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,7 @@ class CanonicalPrompt:
 
     api: str
     model: str | None
-    segments: tuple[Segment, ...]
+    segments: Sequence[Segment]  # a tuple, or a Chunked one sharing an earlier prompt's (incremental.py)
     cache_policy: dict  # breakpoints (segment index, pointer, ttl), top-level marker, prompt_cache_*
     params: dict  # everything else that is not prompt content (max_tokens, stream, tool_choice ...)
     previous_response_id: str | None = None

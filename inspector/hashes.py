@@ -52,6 +52,11 @@ class Hashes(Sequence[str]):
         self._set(digests, known)
         return self
 
+    @classmethod
+    def join(cls, parts: Iterable[tuple[Hashes, int, int]]) -> Hashes:
+        """The hashes ``h[start:stop]`` of each (h, start, stop) one after another, in one copy."""
+        return cls.from_digests(b"".join(memoryview(h.digests)[i * WIDTH : j * WIDTH] for h, i, j in parts))
+
     def derive(self, new: Hashes, n: int) -> Hashes:
         """``new`` (a fresh object) knowing that its first ``n`` hashes are these hashes' first ``n``."""
         known = ((self.serial, n),) + tuple((serial, min(k, n)) for serial, k in self.known)

@@ -27,6 +27,7 @@ from typing import Any
 
 from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize
+from ctxscope.inspector.chunked import Chunked
 from ctxscope.inspector.hashes import Hashes
 from ctxscope.inspector.tool_refs import ToolRefs
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
@@ -239,7 +240,8 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
     lo, hi = base.head, base.head + base.starts[m]
     extra = hi - lo  # segments reused
     tail = tuple(_shift(s, key, m) for s in part.segments[head:])  # type: ignore[union-attr]
-    segments = part.segments[:head] + base.prompt.segments[lo:hi] + tail  # type: ignore[union-attr]
+    # The base's chunks are shared, not copied (chunked.py): the head and the tail are the new chunks.
+    segments = Chunked.of(part.segments[:head], base.prompt.segments[lo:hi], tail)  # type: ignore[union-attr]
     # Breakpoints as canonicalize lists them (segment index, pointer, ttl), without a pass over all segments.
     policy = dict(part.cache_policy)  # type: ignore[union-attr]
     policy["breakpoints"] = (
@@ -250,8 +252,11 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
            for bp in part.cache_policy["breakpoints"] if bp["segment"] >= head]  # type: ignore[union-attr]
     )  # fmt: skip
     # Hashes and tool refs from the base's too: the new prompt costs about its new segments.
-    base_hashes = base.prompt.hashes
-    hashes = part.hashes[:head] + base_hashes[lo:hi] + part.hashes[head:]  # type: ignore[union-attr]
+    base_hashes, part_hashes = base.prompt.hashes, part.hashes  # type: ignore[union-attr]
+    if isinstance(base_hashes, Hashes) and isinstance(part_hashes, Hashes):
+        hashes = Hashes.join([(part_hashes, 0, head), (base_hashes, lo, hi), (part_hashes, head, len(part_hashes))])
+    else:
+        hashes = part_hashes[:head] + base_hashes[lo:hi] + part_hashes[head:]
     refs = None
     if hashes[:head] == base_hashes[:lo]:  # base = this head + the reused segments + what it drops
         refs = ToolRefs.of(tail, base.prompt.tool_refs, base.prompt.segments[hi:])

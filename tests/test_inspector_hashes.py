@@ -63,3 +63,9 @@ def test_what_is_known_is_skipped_and_passed_on():
     # Known is not checked again: a (false) claim shows where the comparison starts.
     assert common_prefix(base, base.derive(Hashes(h(*"zzzzzzzz")), 3)) == 3
     assert len({b.serial for b in (base, child, grandchild, sibling)}) == 4
+
+
+def test_join_takes_ranges_of_several_in_one_copy():
+    a, b = Hashes(h(*"abc")), Hashes(h(*"xyz"))
+    assert Hashes.join([(a, 0, 2), (b, 1, 3), (a, 3, 3)]) == a[:2] + b[1:] == tuple(h(*"abyz"))
+    assert Hashes.join([]) == () and Hashes.join([(a, 0, 3)]).known == ()
