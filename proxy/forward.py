@@ -45,8 +45,11 @@ HOP_BY_HOP = frozenset(
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 _RESPONSE_DROP = HOP_BY_HOP
 _NO_BODY_STATUS = frozenset({204, 304})
-# Never let aiohttp invent headers the client did not send.
+# Never let aiohttp invent headers the client did not send. Telling aiohttp so costs it a few
+# copies per request, so it is only told when one of them is missing (clients rarely omit any).
 _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+_AUTO_BITS = {"accept": 1, "accept-encoding": 2, "user-agent": 4, "content-type": 8}
+_AUTO_WITHOUT_BODY, _AUTO_WITH_BODY = 7, 15  # aiohttp adds Content-Type only to a body
 ANNOTATION_PREFIX = "x-ctxscope-"
 
 
@@ -66,6 +69,7 @@ class Forwarder:
         self.sink = sink
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
+        self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
 
     def _env_proxy(self, base_url: str) -> str | None:
         """HTTP(S)_PROXY / NO_PROXY for an upstream, looked up once per upstream, not per request
@@ -87,7 +91,6 @@ class Forwarder:
                 total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.read_timeout
             ),
             cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=_SKIP_AUTO,
             trust_env=False,
         )
 
@@ -98,24 +101,27 @@ class Forwarder:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.time()
         raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
-        try:
-            route = resolve(raw_path, self.settings.upstreams)
-        except RouteError as exc:
-            return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404)
+        route = self._routes.get(raw_path)
+        if route is None:
+            try:
+                route = resolve(raw_path, self.settings.upstreams)
+            except RouteError as exc:
+                return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404)
+            if len(self._routes) < _MAX_NAMES:
+                self._routes[raw_path] = route
 
-        headers, annotations = _split_headers(request.raw_headers)
+        headers, annotations, present = _split_headers(request.raw_headers)
         label = route.session_label or _annotation(annotations, "x-ctxscope-session")
         body = await request.read()
-        url = route.target_url + ("?" + query if query else "")
-        # The path and query go upstream as the client encoded them (yarl would re-quote a str).
-        target = URL(url, encoded=True) if url.isascii() else url
         rec = _Recorder(route, request, headers, annotations, label, body, query, started)
+        needed = _AUTO_WITH_BODY if body else _AUTO_WITHOUT_BODY
         try:
             upstream = await self._session.request(
                 request.method,
-                target,
+                self._target(route, query),
                 headers=headers,
                 data=body if body else None,
+                skip_auto_headers=None if present & needed == needed else _SKIP_AUTO,
                 allow_redirects=False,
                 proxy=self._env_proxy(route.upstream.base_url),
             )
@@ -134,6 +140,13 @@ class Forwarder:
             else:  # cancel the upstream request: nobody will read the rest
                 upstream.close()
             self._submit(rec)
+
+    @staticmethod
+    def _target(route: Route, query: str) -> URL | str:
+        """The upstream URL with path and query as the client encoded them (yarl would re-quote a
+        str: %2F in a query became /)."""
+        url = route.target_url + ("?" + query if query else "")
+        return URL(url, encoded=True) if url.isascii() else url
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, rec: "_Recorder"):
         rec.status = status = upstream.status
@@ -162,7 +175,7 @@ class Forwarder:
             rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
             return response
         except asyncio.TimeoutError:
-            rec.finish(ex.TIMEOUT, f"no data from upstream for {self.settings.read_timeout:.0f}s")
+            rec.finish(ex.TIMEOUT, f"no data from upstream for {self.settings.read_timeout:g}s")
             _abort_client(request)
             return response
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
@@ -277,20 +290,21 @@ def _complete(request: web.Request, upstream: aiohttp.ClientResponse, content) -
     )
 
 
-# Header names as spelled on the wire -> (str name, kind); clients send the same few on every call.
+# Header names as spelled on the wire -> (name, lowercase name, kind, auto-header bit); clients send
+# the same few on every call.
 _FORWARD, _DROP, _ANNOTATION = 0, 1, 2
-_request_names: dict[bytes, tuple[str, str, int]] = {}
+_request_names: dict[bytes, tuple[str, str, int, int]] = {}
 _response_drops: dict[str, bool] = {}
 _MAX_NAMES = 4096
 
 
-def _request_name(raw: bytes) -> tuple[str, str, int]:
+def _request_name(raw: bytes) -> tuple[str, str, int, int]:
     known = _request_names.get(raw)
     if known is None:
         name = raw.decode("latin-1")
         lname = name.lower()
         kind = _ANNOTATION if lname.startswith(ANNOTATION_PREFIX) else _DROP if lname in _REQUEST_DROP else _FORWARD
-        known = (name, lname, kind)
+        known = (name, lname, kind, _AUTO_BITS.get(lname, 0))
         if len(_request_names) < _MAX_NAMES:
             _request_names[raw] = known
     return known
@@ -305,16 +319,18 @@ def _response_drop(name: str) -> bool:
     return drop
 
 
-def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Headers to forward (original case and order) and the x-ctxscope-* annotations to strip."""
-    forward, annotations = [], []
+def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+    """Headers to forward (original case and order), the x-ctxscope-* annotations to strip, and
+    which of the headers aiohttp would otherwise add are present (_AUTO_BITS)."""
+    forward, annotations, present = [], [], 0
     for k, v in raw_headers:
-        name, lname, kind = _request_name(k)
+        name, lname, kind, bit = _request_name(k)
         if kind == _FORWARD:
             forward.append((name, v.decode("latin-1")))
+            present |= bit
         elif kind == _ANNOTATION:
             annotations.append((lname, v.decode("latin-1")))
-    return forward, annotations
+    return forward, annotations, present
 
 
 def _annotation(annotations: list[tuple[str, str]], name: str) -> str | None:

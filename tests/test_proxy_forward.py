@@ -50,6 +50,25 @@ class Upstream:
                     await self.release.wait()
             await resp.write_eof()
             return resp
+        if self.mode in ("stall_head", "stall_mid"):  # silent until the test lets go
+            if self.mode == "stall_head":
+                await self.release.wait()
+                return web.Response(body=b"{}")
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            self.sent.append(b"data: 1\n\n")
+            await resp.write(self.sent[-1])
+            await self.release.wait()
+            return resp
+        if self.mode == "slow_ok":  # pauses shorter than the read timeout, more than it in total
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(6):
+                self.sent.append(f"data: {i}\n\n".encode())
+                await resp.write(self.sent[-1])
+                await asyncio.sleep(0.1)
+            await resp.write_eof()
+            return resp
         if self.mode == "no_content":
             return web.Response(status=204, headers={"X-Seen": "yes"})
         if self.mode == "stream":
@@ -96,13 +115,15 @@ async def _serve(app, **runner_kwargs):
 
 
 @pytest.fixture
-async def rig():
+async def rig(request):
     upstream = Upstream()
     app = web.Application(client_max_size=300 * 2**20)
     app.router.add_route("*", "/{tail:.*}", upstream.handle)
     up_runner, up_url = await _serve(app, auto_decompress=False)
     sink = ListSink()
-    forwarder = Forwarder(ProxySettings(upstreams={"up": up_url, "dead": "http://127.0.0.1:9"}, salt=b"s" * 32), sink)
+    settings = ProxySettings(upstreams={"up": up_url, "dead": "http://127.0.0.1:9"}, salt=b"s" * 32)
+    settings.read_timeout = getattr(request, "param", settings.read_timeout)
+    forwarder = Forwarder(settings, sink)
     proxy_app = create_proxy_app(forwarder)
     runner = make_runner(proxy_app)
     await runner.setup()
@@ -116,6 +137,7 @@ async def rig():
     r = Rig()
     r.upstream, r.sink, r.base = upstream, sink, f"http://127.0.0.1:{port}"
     yield r
+    upstream.release.set()  # let a stalled upstream handler finish
     await runner.cleanup()
     await up_runner.cleanup()
 
@@ -277,3 +299,51 @@ async def test_query_is_forwarded_and_recorded_as_sent(rig):
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
     assert "sk-query-secret" not in e.query and e.query.startswith("q=a%2Bb")
+
+
+@pytest.mark.parametrize("rig", [0.3], indirect=True)
+async def test_upstream_silent_before_headers_times_out_with_a_provider_shaped_504(rig):
+    rig.upstream.mode = "stall_head"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/messages", data=b"{}") as resp:
+            assert resp.status == 504
+            assert (await resp.json())["error"]["type"] == "timeout_error"
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].outcome == ex.TIMEOUT
+
+
+@pytest.mark.parametrize("rig", [0.3], indirect=True)
+async def test_upstream_silent_mid_stream_times_out_and_truncates_the_client(rig):
+    rig.upstream.mode = "stall_mid"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert await resp.content.readany() == rig.upstream.sent[0]
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.outcome == ex.TIMEOUT and e.response_body == rig.upstream.sent[0] and "0.3s" in e.error
+
+
+@pytest.mark.parametrize("rig", [0.3], indirect=True)
+async def test_a_slow_stream_that_keeps_sending_is_not_timed_out(rig):
+    rig.upstream.mode = "slow_ok"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            got = await resp.read()
+    assert got == b"".join(rig.upstream.sent)
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].outcome == ex.OK
+
+
+async def test_no_header_is_invented_and_none_is_lost(rig):
+    bare = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+    async with aiohttp.ClientSession(skip_auto_headers=bare) as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert resp.status == 200
+        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd", "Content-Type": "text/x"}
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}", headers=full) as resp:
+            assert resp.status == 200
+    sent_bare, sent_full = rig.upstream.received[0][0], rig.upstream.received[1][0]
+    assert not set(bare) & set(sent_bare)
+    assert {k: sent_full[k] for k in full} == full
