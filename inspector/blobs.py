@@ -49,39 +49,42 @@ class Delta:
     middle: bytes
 
 
-_BLOCK = 4096
-
-
-def _narrow(a: bytes, b: bytes, lo: int, hi: int) -> int:
-    """Largest k in [lo, hi] with a[lo:k] == b[lo:k], knowing a[:lo] == b[:lo]."""
-    base = lo
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[base:mid] == b[base:mid]:
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix: bisection with memcmp on zero-copy slices (about 2n bytes compared)."""
+    n = min(len(a), len(b))
+    mb = memoryview(b)
+    if a.startswith(mb[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a.startswith(mb[lo:mid], lo):
             lo = mid
         else:
-            hi = mid - 1
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
     return lo
 
 
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix: block compares at C speed, then a binary search in the block."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i : i + _BLOCK] == b[i : i + _BLOCK]:
-        i += _BLOCK
-    if i >= n:
-        return n
-    return _narrow(a, b, i, min(i + _BLOCK, n))
-
-
 def common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the common suffix, at most ``limit``."""
+    """Length of the common suffix, at most ``limit`` (the same bisection from the end)."""
     n = min(len(a), len(b), limit)
     if n <= 0:
         return 0
-    ra, rb = a[len(a) - n :][::-1], b[len(b) - n :][::-1]
-    return common_prefix(ra, rb)
+    la, lb, mb = len(a), len(b), memoryview(b)
+    if a.startswith(mb[lb - n :], la - n):
+        return n
+    lo, hi = 0, n  # the last lo bytes agree, the last hi do not
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a.startswith(mb[lb - mid : lb - lo], la - mid):
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[la - lo - 1] == b[lb - lo - 1]:
+        lo += 1
+    return lo
 
 
 def make_delta(base: bytes, new: bytes) -> Delta:
