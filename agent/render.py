@@ -9,6 +9,7 @@ import click
 
 from . import activity as act
 from .model import RetryNotice, TextDelta, ThinkingDelta
+from .provenance_marker import split_host_marker
 
 
 def _short(value: Any, width: int) -> str:
@@ -48,10 +49,11 @@ class TerminalRenderer:
             click.secho(f"→ {call_summary(event.call.name, event.call.arguments)}", err=True, fg="cyan")
         elif isinstance(event, act.ToolFinished):
             r = event.result
-            first = r.content.strip().splitlines()[-1] if r.content.strip() else "(no output)"
+            own, _ = split_host_marker(r)  # the host's source marker is for the model, not this line
+            last = own.strip().splitlines()[-1] if own.strip() else "(no output)"
             mark, color = ("✗", "red") if r.is_error else ("✓", "green")
-            lines = r.content.count("\n") + 1 if r.content else 0
-            click.secho(f"  {mark} {r.name}: {_short(first, 100)}  ({lines} lines)", err=True, fg=color)
+            lines = own.count("\n") + 1 if own else 0
+            click.secho(f"  {mark} {r.name}: {_short(last, 100)}  ({lines} lines)", err=True, fg=color)
         elif isinstance(event, act.TurnFinished):
             self._newline()
             res = event.result
