@@ -102,7 +102,23 @@ def _retry(d: dict) -> str:
     return "the answer was rejected and asked for again" if d.get("declared") else "the same prompt again"
 
 
+def _sources(d: dict) -> str:
+    kinds = d.get("kinds")
+    kinds = f" ({kinds})" if isinstance(kinds, str) and kinds else ""
+    return f"{_n(d.get('new', d.get('count', '?')))} new source(s) the answer may cite, {_n(d.get('count', '?'))} in all{kinds}"
+
+
+def _citations(d: dict) -> str:
+    return _join(f"the previous answer cited {_n(d.get('count', 0))} source(s)",
+                 f"{_n(d['missing'])} quoted without a citation" if d.get("missing") else "")
+
+
+def _citation_retry(d: dict) -> str:
+    return f"the answer quoted a source ({d.get('source', '?')}) without citing it: asked once more, with a citation"
+
+
 _BY_KIND: dict[str, Callable[[dict], str]] = {
+    "sources_available": _sources, "citations": _citations, "source_citation_retry": _citation_retry,
     "tool_output_externalized": _externalized, "tool_results_archived": _archived, "checkpoint": _checkpoint,
     "compaction": _compaction, "reminder": _reminder, "todo_reminder": _todo, "guard_signal": _guard_signal,
     "guard_reminder": _guard_reminder, "empty_answer_retry": _empty, "reminder_dropped": _dropped,

@@ -16,6 +16,7 @@ const MARKER_CAPTION = {
   tool_output_externalized: "the receipt that replaced the tool output", tool_results_archived: "the receipts that replaced old tool results",
   checkpoint: "the summary that replaced the history", compaction: "where the replaced history starts",
   checkpoint_request: "the checkpoint request's control message", steer: "the steering message", tools_executed: "the tool result",
+  source_citation_retry: "the follow-up that asks for a citation",
 };
 
 function kv(rows) {

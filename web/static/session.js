@@ -9,7 +9,8 @@ import { sessionChart } from "./chart.js";
 const RELATIONS = ["IDENTICAL", "APPEND_ONLY", "DIVERGED", "NOT_COMPARABLE", "EPOCH_START"];
 const VERDICTS = ["hit", "expected_write", "client_break", "ttl_expired", "below_minimum", "provider_miss", "not_requested", "unknown"];
 const MARKERS = ["compaction", "reminder", "retry", "tools_executed", "tool_output_externalized", "tool_results_archived",
-  "checkpoint", "checkpoint_request", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry", "reminder_dropped"];
+  "checkpoint", "checkpoint_request", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry", "reminder_dropped",
+  "sources_available", "citations", "source_citation_retry"];
 
 function select(label, options, value, onchange) {
   return h("select", { "aria-label": label, onchange },
