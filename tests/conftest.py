@@ -6,29 +6,13 @@ would, while the daemon keeps serving.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-
-class LoopThread:
-    """An asyncio loop in a daemon thread; `call(coro)` runs a coroutine there and waits."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro, timeout=60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+from loop_thread import LoopThread
 
 
 class RecordingSimulator:

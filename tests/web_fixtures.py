@@ -3,12 +3,12 @@ and Debian's chromium driven by Playwright (a missing browser is an error, never
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from loop_thread import LoopThread
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -18,20 +18,7 @@ CHROMIUM_ARGS = [
 KEY = "sk-test-WEBUI-0123456789abcdef"
 
 
-class Loop:
-    """An asyncio loop in a daemon thread."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro, timeout=60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+Loop = LoopThread
 
 
 @dataclass
