@@ -5,8 +5,17 @@ counting tokens for one call delays the next chunk of another. Here the proxy on
 finished Exchange to a multiprocessing queue (its feeder thread pickles and writes the bytes);
 a child process at a lower CPU priority runs the ordinary :class:`CaptureWriter` with the
 analyzers. Under load it yields the CPU to forwarding and catches up when traffic pauses.
-(The idle scheduling class was tried: no measurable gain over nice 10 in bench/proxy_overhead.py,
-and an unprivileged process that enters it cannot leave it when it falls behind.)
+
+The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
+bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
+the client (the kernel may let a running task finish its slice before a woken one gets the CPU):
+ctxscope reached 0.49x of the throughput it has with capture stubbed out (nice 19: 0.56x); in the
+idle scheduling class, where any ordinary task that wakes up takes the CPU at once, 0.87x (one
+interleaved run of 10 rounds). So on Linux the child runs in the
+idle class while it keeps up, and returns to ordinary scheduling at its nice level when it has been
+behind for MAX_IDLE_LAG seconds and while it drains on shutdown, so a busy machine cannot starve
+it. Leaving the idle class needs root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level;
+a process without that could not get out again, so it stays at nice 10 only.
 
 Handing over is batched: ``submit`` only appends a compact tuple to a list, and the exchanges that
 finish within FLUSH_DELAY go to the queue together (one wake of the feeder thread, one pickle, one
@@ -44,6 +53,8 @@ log = logging.getLogger("ctxscope.store")
 STATS_INTERVAL = 0.25
 CHILD_BACKLOG = 2000  # calls waiting inside the child's writer before it stops reading more
 FLUSH_DELAY = 0.005  # seconds a finished exchange may wait to share its trip to the child
+IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
+MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 
 # An Exchange crosses the process boundary as a plain tuple of its fields: no class reference and no
 # field names in the pickle, less than half the time to pickle and to unpickle.
@@ -96,12 +107,28 @@ class WriterProcess:
         self._replies = self._ctx.Queue()
         self._proc = self._ctx.Process(
             target=_child_main, name="ctxscope-writer",
-            args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies),
+            args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
+                  IDLE_CLASS),
         )
         self._proc.start()
-        kind, value = self._replies.get(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:  # a child that dies while starting must not cost the whole timeout
+            try:
+                kind, value = self._replies.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if self._proc.is_alive() and time.monotonic() < deadline:
+                    continue
+            try:  # what a dying child said last may still be on its way
+                kind, value = self._replies.get(timeout=0.5)
+            except queue.Empty:
+                alive = self._proc.is_alive()
+                kind, value = "error", "timed out" if alive else f"exited with code {self._proc.exitcode}"
+            break
         if kind != "ready":
             self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.terminate()
             for q in (self._queue, self._replies):
                 q.close()
             raise RuntimeError(f"capture writer could not start: {value}")
@@ -208,7 +235,59 @@ class WriterProcess:
         return True
 
 
-def _child_main(db_path, factory, nice, batch_interval, inbox, replies) -> None:
+def _can_leave_idle_class() -> bool:
+    """Whether this process may return from the idle class at its nice level: tried on a
+    throwaway thread (the policy belongs to each thread), so no other thread is left in it."""
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            allowed.append(True)
+        except (OSError, AttributeError):
+            allowed.append(False)
+
+    thread = threading.Thread(target=probe, name="ctxscope-sched-probe")
+    thread.start()
+    thread.join()
+    return allowed == [True]
+
+
+class _Priority:
+    """The child's scheduling: idle class while it keeps up, ordinary (niced) while it is behind."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and hasattr(os, "SCHED_IDLE") and _can_leave_idle_class()
+        self.idle = False
+        self.behind_since: float | None = None
+
+    def set_idle(self, idle: bool) -> None:
+        if idle == self.idle or not self.enabled:
+            return
+        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+        for tid in os.listdir("/proc/self/task"):  # every thread; new ones inherit their creator's
+            try:
+                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+            except ProcessLookupError:  # the thread just ended
+                pass
+            except OSError as exc:
+                if self.enabled:
+                    log.warning("capture writer: cannot change its scheduling (%s)", exc)
+                self.enabled = False
+        self.idle = idle
+
+    def update(self, behind: bool, now: float) -> None:
+        if not behind:
+            self.behind_since = None
+            self.set_idle(True)
+        elif self.behind_since is None:
+            self.behind_since = now
+        elif now - self.behind_since > MAX_IDLE_LAG:
+            self.set_idle(False)
+
+
+def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -223,6 +302,8 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies) -> None:
     except BaseException as e:  # report, do not hang the parent
         replies.put(("error", f"{type(e).__name__}: {e}"))
         return
+    priority = _Priority(idle_class)
+    priority.set_idle(True)
     replies.put(("ready", writer.capture_epoch))
     parent = os.getppid()
     last = 0.0
@@ -239,9 +320,11 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies) -> None:
         if item is not ...:
             for fields in item:
                 while writer.stats().queued > CHILD_BACKLOG:
+                    priority.update(True, time.monotonic())
                     time.sleep(0.01)
                 writer.submit(_unpack(fields))
         now = time.monotonic()
+        priority.update(writer.stats().queued > 0, now)
         if now - last >= STATS_INTERVAL:
             stats = dataclasses.asdict(writer.stats())
             if stats != sent:  # an idle child sends nothing: the parent may not read for hours
@@ -250,5 +333,6 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies) -> None:
             last = now
         if item is ... and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go
+    priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
     writer.stop()
     replies.put(("stats", dataclasses.asdict(writer.stats())))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess
+from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess, _can_leave_idle_class
 from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_inspector_writer_process import make_exchange
-        from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess
+        from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess, _can_leave_idle_class
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -116,3 +116,45 @@ async def test_calls_finished_together_travel_as_one_batch_and_stop_sends_the_la
     assert [len(batch) for batch in sent[:-1]] == [40, 10] and sent[-1] is None
     rows = list_calls(open_db(tmp_path / "b.db"), limit=None)
     assert len(rows) == 50 and w.stats().written == 50 and w.stats().queued == 0
+
+
+def crash_on_start():
+    """An analyzer factory that kills the child before it can say it is ready."""
+    os._exit(3)
+
+
+def test_a_child_that_dies_while_starting_fails_start_at_once(tmp_path):
+    w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
+    try:
+        w.start(timeout=600)  # a test run that waited for this would be noticed
+    except RuntimeError as e:
+        assert "exited with code 3" in str(e)
+    else:
+        raise AssertionError("start should fail")
+
+
+def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
+    w = WriterProcess(tmp_path / "i.db")
+    w.start()
+    try:
+        tids = os.listdir(f"/proc/{w._proc.pid}/task")
+        policies = {os.sched_getscheduler(int(t)) for t in tids}
+        can_leave = _can_leave_idle_class()
+    finally:
+        assert w.stop()
+    assert policies == ({os.SCHED_IDLE} if can_leave else {os.SCHED_OTHER})
+
+
+def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
+    import ctxscope.inspector.writer_process as wp
+
+    calls = []
+    monkeypatch.setattr(wp, "_can_leave_idle_class", lambda: True)
+    p = wp._Priority(True)
+    monkeypatch.setattr(p, "set_idle", lambda idle: calls.append(idle))
+    p.update(False, 0.0)
+    p.update(True, 1.0)
+    p.update(True, 1.0 + wp.MAX_IDLE_LAG / 2)
+    p.update(True, 1.0 + wp.MAX_IDLE_LAG + 0.1)
+    p.update(False, 9.0)
+    assert calls == [True, False, True]
