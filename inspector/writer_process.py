@@ -317,14 +317,14 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_cla
             break
         if item is None:
             break
+        now = time.monotonic()
+        priority.update(writer.stats().queued > 0, now)  # behind = work left when new work came
         if item is not ...:
             for fields in item:
                 while writer.stats().queued > CHILD_BACKLOG:
                     priority.update(True, time.monotonic())
                     time.sleep(0.01)
                 writer.submit(_unpack(fields))
-        now = time.monotonic()
-        priority.update(writer.stats().queued > 0, now)
         if now - last >= STATS_INTERVAL:
             stats = dataclasses.asdict(writer.stats())
             if stats != sent:  # an idle child sends nothing: the parent may not read for hours

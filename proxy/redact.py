@@ -90,11 +90,26 @@ def extract_api_key(headers: list[tuple[str, str]], query: str = "") -> str | No
     return None
 
 
+# Fingerprints already computed, keyed by Python's hash of (salt, key): an HMAC per call was a few
+# percent of the forwarding loop, and a session uses one key. The key itself is not kept: the
+# hash is a 64-bit value under this process's random hash seed, so it tells nothing about the key
+# (and a collision between two of a user's keys, about 1 in 2**64, would only merge two labels).
+_fingerprints: dict[int, str] = {}
+_MAX_FINGERPRINTS = 256
+
+
 def fingerprint(key: str | None, salt: bytes) -> str | None:
     """Salted fingerprint of a key; 16 hex digits are plenty to tell keys apart."""
     if not key:
         return None
-    return hmac.digest(salt, key.encode("utf-8", "surrogateescape"), "sha256").hex()[:16]
+    seen = hash((salt, key))
+    found = _fingerprints.get(seen)
+    if found is None:
+        found = hmac.digest(salt, key.encode("utf-8", "surrogateescape"), "sha256").hex()[:16]
+        if len(_fingerprints) >= _MAX_FINGERPRINTS:
+            _fingerprints.clear()
+        _fingerprints[seen] = found
+    return found
 
 
 def redact_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -39,6 +39,10 @@ def test_fingerprint_is_salted_stable_and_distinct():
     assert a1 != fingerprint("key-a", b"salt2")
     assert "key-a" not in a1 and len(a1) == 16
     assert fingerprint(None, b"s") is None
+    from ctxscope.proxy import redact
+
+    assert fingerprint("key-a", b"salt1") == a1  # remembered ...
+    assert "key-a" not in repr(redact._fingerprints)  # ... without the key
 
 
 def test_query_keys_are_redacted():
