@@ -17,6 +17,12 @@ behind for MAX_IDLE_LAG seconds and while it drains on shutdown, so a busy machi
 it. Leaving the idle class needs root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level;
 a process without that could not get out again, so it stays at nice 10 only.
 
+And the child waits for a pause: while calls keep arriving it only receives and holds them, and
+hands them to the writer once no call came for QUIET_GAP (or the oldest has waited MAX_HOLD, or
+CHILD_BACKLOG are held). An agent pauses between calls far longer than that; during a burst the
+child stays off the CPU entirely (c1 small JSON, interleaved runs: 1378 -> 1542 req/s, the minimal
+passthrough 1654; the writer also spends less per call on bigger batches: 0.96 -> 0.82 ms).
+
 Handing over is batched: ``submit`` only appends a compact tuple to a list, and the exchanges that
 finish within FLUSH_DELAY go to the queue together (one wake of the feeder thread, one pickle, one
 pipe write per batch instead of per call; at a few thousand calls a second the per-call wake-ups
@@ -24,8 +30,8 @@ cost the event loop more than forwarding itself). Checking the child's liveness 
 counters happen once per batch too.
 
 Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``stop`` drains
-everything queued; if the parent is killed, the child stores what it already received and exits
-(a call waits at most FLUSH_DELAY before it is handed over).
+everything queued; if the parent is killed, the child stores what it already received (held
+calls included) and exits (a call waits at most FLUSH_DELAY before it is handed over).
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ CHILD_BACKLOG = 2000  # calls waiting inside the child's writer before it stops 
 FLUSH_DELAY = 0.005  # seconds a finished exchange may wait to share its trip to the child
 IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
 MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
+QUIET_GAP = 0.05  # no call for this long is a pause in the traffic: store what was held
+MAX_HOLD = 2.0  # seconds a call may be held for a pause before it is stored anyway
 
 # An Exchange crosses the process boundary as a plain tuple of its fields: no class reference and no
 # field names in the pickle, less than half the time to pickle and to unpickle.
@@ -108,7 +116,7 @@ class WriterProcess:
         self._proc = self._ctx.Process(
             target=_child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS),
+                  IDLE_CLASS, QUIET_GAP, MAX_HOLD),
         )
         self._proc.start()
         deadline = time.monotonic() + timeout
@@ -287,7 +295,31 @@ class _Priority:
             self.set_idle(False)
 
 
-def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True) -> None:
+class _Held:
+    """Calls received during a burst of traffic, handed to the writer in the first pause."""
+
+    def __init__(self, quiet_gap: float, max_hold: float):
+        self.quiet_gap, self.max_hold = quiet_gap, max_hold
+        self.items: list[tuple] = []
+        self.since = 0.0
+
+    def add(self, batch: list[tuple], now: float) -> None:
+        if not self.items:
+            self.since = now
+        self.items.extend(batch)
+
+    def due(self, now: float, quiet: bool) -> bool:
+        return bool(self.items) and (
+            quiet or now - self.since >= self.max_hold or len(self.items) >= CHILD_BACKLOG
+        )
+
+    def take(self) -> list[tuple]:
+        items, self.items = self.items, []
+        return items
+
+
+def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True,
+                quiet_gap=QUIET_GAP, max_hold=MAX_HOLD) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -308,9 +340,19 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_cla
     parent = os.getppid()
     last = 0.0
     sent = None
+    held = _Held(quiet_gap, max_hold)
+
+    def store(batch: list[tuple], now: float) -> None:
+        priority.update(writer.stats().queued > 0, now)  # behind = work left when new work came
+        for fields in batch:
+            while writer.stats().queued > CHILD_BACKLOG:
+                priority.update(True, time.monotonic())
+                time.sleep(0.01)
+            writer.submit(_unpack(fields))
+
     while True:
         try:
-            item = inbox.get(timeout=STATS_INTERVAL)
+            item = inbox.get(timeout=quiet_gap if held.items else STATS_INTERVAL)
         except queue.Empty:
             item = ...
         except (EOFError, OSError):
@@ -318,13 +360,10 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_cla
         if item is None:
             break
         now = time.monotonic()
-        priority.update(writer.stats().queued > 0, now)  # behind = work left when new work came
         if item is not ...:
-            for fields in item:
-                while writer.stats().queued > CHILD_BACKLOG:
-                    priority.update(True, time.monotonic())
-                    time.sleep(0.01)
-                writer.submit(_unpack(fields))
+            held.add(item, now)
+        if held.due(now, quiet=item is ...):
+            store(held.take(), now)
         if now - last >= STATS_INTERVAL:
             stats = dataclasses.asdict(writer.stats())
             if stats != sent:  # an idle child sends nothing: the parent may not read for hours
@@ -333,6 +372,7 @@ def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_cla
             last = now
         if item is ... and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go
+    store(held.take(), time.monotonic())
     priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
     writer.stop()
     replies.put(("stats", dataclasses.asdict(writer.stats())))

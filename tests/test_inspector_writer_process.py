@@ -158,3 +158,18 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
     p.update(True, 1.0 + wp.MAX_IDLE_LAG + 0.1)
     p.update(False, 9.0)
     assert calls == [True, False, True]
+
+
+def test_calls_are_held_while_traffic_flows_and_stored_in_the_first_pause():
+    from ctxscope.inspector.writer_process import CHILD_BACKLOG, _Held
+
+    held = _Held(quiet_gap=0.05, max_hold=2.0)
+    assert not held.due(0.0, quiet=True)  # nothing held
+    held.add([("a",)], 10.0)
+    held.add([("b",), ("c",)], 10.5)
+    assert not held.due(11.0, quiet=False)  # calls still coming
+    assert held.due(11.0, quiet=True)  # a pause
+    assert held.due(12.0, quiet=False)  # held long enough
+    assert held.take() == [("a",), ("b",), ("c",)] and not held.due(12.0, quiet=True)
+    held.add([("x",)] * CHILD_BACKLOG, 20.0)
+    assert held.due(20.0, quiet=False)  # held enough
