@@ -8,8 +8,9 @@ aiohttp client with keep-alive). The minimal passthrough is the yardstick: it is
 aiohttp proxy costs, so "ctxscope / minimal" isolates what ctxscope itself adds.
 
 Phases: small JSON POSTs at concurrency 1 and 32; 200-chunk SSE streams back to back (TTFB and
-total), and again with a 10 ms gap between streams ("paced": each stream meets an idle capture
-writer, as an agent's think time would give it); 1 MB request bodies. Each round runs every phase
+total), and again with a 10 ms gap between streams ("paced": each stream starts on an idle
+machine; ctxscope's capture writer waits for a 50 ms pause, so it stores these streams after the
+phase); 1 MB request bodies. Each round runs every phase
 against every target, the order of targets rotating and reversing from round to round so drift
 cancels; figures are medians across rounds (ratios and differences are paired per round, then the
 median is taken). After every phase the bench waits until the proxy processes and their child
@@ -411,7 +412,7 @@ async def settle(pids: list[int], cap: float = 600.0) -> float:
 # ---- the run ---------------------------------------------------------------------------------
 
 PHASES = ("c1", "c32", "stream", "paced", "upload")
-PACED_GAP = 0.010  # > the capture writer's work for one stream, so each stream meets an idle writer
+PACED_GAP = 0.010  # each stream starts with the proxy idle (shorter than the writer's pause of 50 ms)
 
 
 def pct(values: list[float], q: float) -> float:
