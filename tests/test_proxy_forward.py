@@ -347,3 +347,13 @@ async def test_no_header_is_invented_and_none_is_lost(rig):
     sent_bare, sent_full = rig.upstream.received[0][0], rig.upstream.received[1][0]
     assert not set(bare) & set(sent_bare)
     assert {k: sent_full[k] for k in full} == full
+
+
+def test_settle_gc_freezes_start_up_objects_and_collects_less_often():
+    import subprocess
+    import sys
+
+    code = ("import gc; from ctxscope.proxy.server import settle_gc; settle_gc(); "
+            "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "20000"]
