@@ -69,6 +69,14 @@ class Upstream:
                 await asyncio.sleep(0.1)
             await resp.write_eof()
             return resp
+        if self.mode == "headers_then_wait":  # headers alone, the body only when the test lets go
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await self.release.wait()
+            self.sent.append(b"data: late\n\n")
+            await resp.write(self.sent[-1])
+            await resp.write_eof()
+            return resp
         if self.mode == "no_content":
             return web.Response(status=204, headers={"X-Seen": "yes"})
         if self.mode == "stream":
@@ -357,3 +365,15 @@ def test_settle_gc_freezes_start_up_objects_and_collects_less_often():
             "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "20000"]
+
+
+async def test_headers_are_passed_on_before_any_body_arrives(rig):
+    rig.upstream.mode = "headers_then_wait"
+    async with aiohttp.ClientSession() as s:
+        resp = await asyncio.wait_for(s.post(rig.base + "/u/up/v1/x", data=b"{}"), 10)  # hangs if held back
+        assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
+        rig.upstream.release.set()
+        assert await resp.read() == b"data: late\n\n"
+        resp.release()
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].outcome == ex.OK
