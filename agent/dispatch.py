@@ -134,6 +134,21 @@ async def gate_before_tool_call(entries: Sequence[HandlerEntry], ctx: ToolCallCo
 # --- transforms ---------------------------------------------------------------------------------
 
 
+async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[Any], Any], value: Any, errors: ErrorLog) -> Any:
+    """One handler of a pipeline; a failing one is logged and yields None, so its input passes on."""
+    try:
+        return await call(entry.fn, make_ctx(value))
+    except Exception as exc:
+        errors.record(entry.event, entry, exc)
+        return None
+
+
+def _ignore_other(entry: HandlerEntry, r: Any, errors: ErrorLog) -> None:
+    """A transform's result of a type its event does not take is logged and ignored."""
+    if r is not None and not isinstance(r, Pass):
+        errors.record(entry.event, entry, f"returned {type(r).__name__}, ignored")
+
+
 @dataclass(frozen=True)
 class AfterLlmOutcome:
     response: ModelResponse
@@ -143,28 +158,20 @@ class AfterLlmOutcome:
 async def transform_after_llm_call(entries: Sequence[HandlerEntry], make_ctx: Callable[[ModelResponse], LlmCallResult],
                                    response: ModelResponse, errors: ErrorLog) -> AfterLlmOutcome:
     for entry in entries:
-        try:
-            r = await call(entry.fn, make_ctx(response))
-        except Exception as exc:
-            errors.record(entry.event, entry, exc)
-            continue
+        r = await _transform_step(entry, make_ctx, response, errors)
         if isinstance(r, RewriteText):
             response = replace(response, message=replace_text(response.message, r.text))
         elif isinstance(r, (Retry, Fail)):
             return AfterLlmOutcome(response, r)
-        elif r is not None and not isinstance(r, Pass):
-            errors.record(entry.event, entry, f"returned {type(r).__name__}, ignored")
+        else:
+            _ignore_other(entry, r, errors)
     return AfterLlmOutcome(response, None)
 
 
 async def transform_after_tool_call(entries: Sequence[HandlerEntry], make_ctx: Callable[[ToolResult], ToolResultContext],
                                     result: ToolResult, errors: ErrorLog) -> ToolResult:
     for entry in entries:
-        try:
-            r = await call(entry.fn, make_ctx(result))
-        except Exception as exc:
-            errors.record(entry.event, entry, exc)
-            continue
+        r = await _transform_step(entry, make_ctx, result, errors)
         if isinstance(r, RewriteResult):
             result = replace(
                 result,
@@ -172,6 +179,6 @@ async def transform_after_tool_call(entries: Sequence[HandlerEntry], make_ctx: C
                 is_error=result.is_error if r.is_error is None else r.is_error,
                 details=dict(result.details) if r.details is None else dict(r.details),
             )
-        elif r is not None and not isinstance(r, Pass):
-            errors.record(entry.event, entry, f"returned {type(r).__name__}, ignored")
+        else:
+            _ignore_other(entry, r, errors)
     return result
