@@ -161,26 +161,24 @@ def missing_result(call: ToolCall, reason: str) -> ToolResult:
 # --- JSON (history.jsonl) -------------------------------------------------------------------------
 
 
+def _with_set(d: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """Add the optional fields that are set; an unset (None) field stays out of the JSON."""
+    d.update((k, v) for k, v in optional.items() if v is not None)
+    return d
+
+
 def block_to_dict(b: Block) -> dict[str, Any]:
     if isinstance(b, TextBlock):
         return {"type": "text", "text": b.text}
     if isinstance(b, ThinkingBlock):
-        d: dict[str, Any] = {"type": "thinking", "thinking": b.thinking, "source": b.source}
-        if b.signature is not None:
-            d["signature"] = b.signature
-        if b.redacted is not None:
-            d["redacted"] = b.redacted
-        return d
+        return _with_set({"type": "thinking", "thinking": b.thinking, "source": b.source},
+                         signature=b.signature, redacted=b.redacted)
     if isinstance(b, ToolCall):
-        d = {"type": "tool_call", "id": b.id, "name": b.name, "arguments": b.arguments}
-        if b.raw_arguments is not None:
-            d["raw_arguments"] = b.raw_arguments
-        if b.invalid_arguments is not None:
-            d["invalid_arguments"] = b.invalid_arguments
-        return d
+        return _with_set({"type": "tool_call", "id": b.id, "name": b.name, "arguments": b.arguments},
+                         raw_arguments=b.raw_arguments, invalid_arguments=b.invalid_arguments)
     if isinstance(b, ToolResult):
-        d = {"type": "tool_result", "tool_call_id": b.tool_call_id, "name": b.name, "content": b.content,
-             "is_error": b.is_error}
+        d: dict[str, Any] = {"type": "tool_result", "tool_call_id": b.tool_call_id, "name": b.name,
+                             "content": b.content, "is_error": b.is_error}
         if b.details:
             d["details"] = b.details
         return d
