@@ -8,9 +8,9 @@ import json
 import urllib.request
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from web_fixtures import anthropic_client, launch_browser, openai_client, start_web_daemon
+from web_fixtures import anthropic_client, browser, openai_client, page, start_web_daemon  # noqa: F401 (fixtures)
 
 SYSTEM = "You are a careful coding assistant. " * 600
 XSS = [
@@ -28,28 +28,6 @@ def web(tmp_path_factory):
     d = start_web_daemon(tmp_path_factory.mktemp("webui"))
     yield d
     d.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pw = sync_playwright().start()
-    b = launch_browser(pw)  # a missing chromium fails here: never a skip
-    yield b
-    b.close()
-    pw.stop()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    pg.problems = problems
-    yield pg
-    ctx.close()
-    assert not problems, problems  # CSP violations and script errors show up here
 
 
 def _conversation(web, session, turns, system=SYSTEM):
