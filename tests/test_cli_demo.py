@@ -9,23 +9,12 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from demo_fixtures import MARKER_TEXT
 
 from ctxscope.demo_script import EXPECTED
 from ctxscope.inspector.effects import block_text, resolve
 from ctxscope.inspector.queries import get_request_json, open_db
 from ctxscope.main import cli
-
-# The kinds whose marker must point at text in the request, and a piece of that text.
-TEXT = {
-    "tool_output_externalized": "Tool output moved to a file",
-    "tool_results_archived": "Older tool result moved to a file",
-    "checkpoint": "Review the demo service",
-    "reminder": "<agent-context>",
-    "todo_reminder": "Your todo list has not changed",
-    "guard_signal": "No such file",
-    "guard_reminder": "Runaway guard",
-    "empty_answer_retry": "your reply was empty",
-}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +55,7 @@ def test_every_declared_effect_is_on_its_call_at_the_text_it_added(demo):
     assert set(EXPECTED) <= set(declared), sorted(declared)
     con = open_db(db)
     try:
-        for kind, needle in TEXT.items():
+        for kind, needle in MARKER_TEXT.items():  # the kinds whose marker points at text
             call, m = declared[kind]
             assert m["pointer"], (kind, m)
             text = block_text(get_request_json(con, call["id"]), m["pointer"])

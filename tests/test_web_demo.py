@@ -6,24 +6,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from web_fixtures import Loop, launch_browser
+from demo_fixtures import MARKER_TEXT
+from web_fixtures import Loop, browser, page  # noqa: F401 (fixtures)
 
 from ctxscope.demo_script import EXPECTED
 
 # A piece of the text each marker points at in its request (the receipt, the summary, the block ...).
-TEXT = {
-    "tool_output_externalized": "Tool output moved to a file",
-    "tool_results_archived": "Older tool result moved to a file",
-    "checkpoint": "Review the demo service",
-    "compaction": "Older tool result moved to a file",  # the first compaction is the archive stage
-    "reminder": "<agent-context>",
-    "todo_reminder": "Your todo list has not changed",
-    "guard_signal": "No such file",
-    "guard_reminder": "Runaway guard",
-    "empty_answer_retry": "your reply was empty",
-}
+TEXT = {**MARKER_TEXT, "compaction": "Older tool result moved to a file"}  # the first compaction is the archive stage
 
 
 @pytest.fixture(scope="module")
@@ -47,27 +38,6 @@ def demo(tmp_path_factory):
         os.environ.pop("CTXSCOPE_HOME", None)
     else:
         os.environ["CTXSCOPE_HOME"] = old_home
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pw = sync_playwright().start()
-    b = launch_browser(pw)  # a missing chromium fails here: never a skip
-    yield b
-    b.close()
-    pw.stop()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    yield pg
-    ctx.close()
-    assert not problems, problems
 
 
 def test_walk_the_demo_session_and_open_each_marker(demo, page):
