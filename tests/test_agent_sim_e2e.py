@@ -10,6 +10,7 @@ import asyncio
 import json
 
 import pytest
+from sim_fixtures import loop_simulator
 
 from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.providers import make_client, resolve
@@ -17,9 +18,6 @@ from ctxscope.agent.retry import RetryPolicy
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.spi import Extension
 from ctxscope.agent.tools import Tool
-from aiohttp import web
-
-from ctxscope.simulator.app import STATE_KEY, create_app
 
 APIS = ["anthropic", "openai-chat", "openai-responses"]
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai-chat": "gpt-4.1", "openai-responses": "gpt-4.1"}
@@ -28,14 +26,8 @@ FAST = RetryPolicy(max_retries=4, base_delay=0.001, max_delay=0.01)
 
 @pytest.fixture
 async def sim():
-    # like start_simulator, with a short shutdown grace: a cancelled client leaves a delayed handler behind
-    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield runner.app[STATE_KEY], f"http://{host}:{port}"
-    await runner.cleanup()
+    async with loop_simulator() as running:  # a short shutdown grace: a cancelled client leaves a handler behind
+        yield running
 
 
 def agent(tmp_path, sim, api, script=(), extensions=(), system_prompt=None, home="home"):

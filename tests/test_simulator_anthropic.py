@@ -5,26 +5,12 @@ from __future__ import annotations
 import anthropic
 import httpx2
 import pytest
+from sim_fixtures import fresh, sim  # noqa: F401 (fixtures)
 
 from ctxscope.inspector.tokens import count_tokens
-from ctxscope.simulator.background import simulator_in_thread
 
 MODEL = "claude-sim"  # default 1024-token cache minimum
 LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with simulator_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(sim):
-    sim.state.reset()
-    yield
-    sim.state.clock = __import__("time").time
-    sim.state.context_window = 200_000
 
 
 @pytest.fixture

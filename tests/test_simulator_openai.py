@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
+from sim_fixtures import fresh, sim  # noqa: F401 (fixtures)
 
 from ctxscope.inspector.tokens import count_tokens
-from ctxscope.simulator.background import simulator_in_thread
 
 MODEL = "gpt-4o"
 LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 PARALLEL = [{"name": "read", "arguments": {"path": "a.py"}}, {"name": "read", "arguments": {"path": "b.py"}}]
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with simulator_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(sim):
-    sim.state.reset()
-    yield
-    sim.state.clock = time.time
-    sim.state.context_window = 200_000
 
 
 @pytest.fixture
