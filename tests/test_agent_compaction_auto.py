@@ -6,7 +6,6 @@ import json
 
 from agent_context_fixtures import BLOB, blob, filler, make_rt, round_messages, summary, tools_extension, user
 
-from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.compaction_auto import context_management_extension
 from ctxscope.agent.compaction_events import CompactionHooks, Defer, StopAuto, context_events
 from ctxscope.agent.context_budget import ContextSettings
@@ -16,7 +15,6 @@ from ctxscope.agent.retry import ContextOverflowError, RetryPolicy
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import answer
 from ctxscope.agent.spi import Extension
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
 from ctxscope.inspector.analysis_input import parse_event
 
 SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
@@ -177,16 +175,10 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     script += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"r{i}", "kib": 16}}]} for i in range(8)]
     script += [{"text": "collected"}, {"match": "<checkpoint-request>", "text": summary()}, {"text": "next"}]
     sim.state().set_script(script)
-    ws = tmp_path / "ws"
-    ws.mkdir()
     client = make_client(resolve("sim", proxy=proxy.url, model="gpt-sim", context_window=64_000,
                                  max_output_tokens=4096), retry=RetryPolicy(max_retries=0))
-    st = ContextSettings(watermark_kib=64, min_savings_kib=24, keep_recent_rounds=5)
-    rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
-                      extensions=[core_tools_extension(), tools_extension(BLOB)],
-                      host_builtins=[context_management_extension(settings=st),
-                                     tool_output_budget_extension(settings=st)])
-    s = rt.create_session()
+    rt, _, s = make_rt(tmp_path, model=client,
+                       settings={"watermark_kib": 64, "min_savings_kib": 24, "keep_recent_rounds": 5})
     try:
         assert (await s.run("collect")).text == "collected"
         assert (await rt.conversation.maintenance.compact(s.id, "keep the row counts")).replaced

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from agent_context_fixtures import BLOB, filler, make_rt, round_messages, rung_of, summary, tools_extension, user
-from aiohttp import web
+from agent_context_fixtures import filler, make_rt, round_messages, rung_of, summary, user
+from sim_fixtures import loop_simulator
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.compaction_auto import context_management_extension, manager_for
+from ctxscope.agent.compaction_auto import manager_for
 from ctxscope.agent.compaction_engine import CompactionInput
 from ctxscope.agent.compaction_events import context_events
 from ctxscope.agent.compaction_history import (last_input_only, placeholder_all, prune_screenshots, reduce_middle,
                                                segments, strip_media)
-from ctxscope.agent.context_budget import ContextSettings
 from ctxscope.agent.messages import ToolResult, assistant_message, tool_message, user_message
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.retry import ContextOverflowError, RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
-from ctxscope.simulator.app import STATE_KEY, create_app
 
 SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
 
@@ -114,13 +109,8 @@ async def test_no_rung_fits_is_compaction_input_too_large_and_the_turn_goes_on(t
 
 @pytest.fixture
 async def simulator():
-    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield runner.app[STATE_KEY], f"http://{host}:{port}"
-    await runner.cleanup()
+    async with loop_simulator() as running:
+        yield running
 
 
 async def test_a_session_over_the_trigger_line_walks_the_ladder_against_the_simulator(tmp_path, simulator):
@@ -131,16 +121,10 @@ async def test_a_session_over_the_trigger_line_walks_the_ladder_against_the_simu
                       for i, n in enumerate(rounds)]
                      + [{"match": "<checkpoint-request>", "context_window": 60_000, "text": summary()},
                         {"text": "finished"}])
-    ws = tmp_path / "ws"
-    ws.mkdir()
     client = make_client(resolve("sim", direct=True, base_url=url + "/v1", model="gpt-sim", context_window=128_000,
                                  max_output_tokens=4096), retry=RetryPolicy(max_retries=0))
-    st = ContextSettings(keep_recent_rounds=7, min_savings_kib=8)  # r0 alone is archivable, not enough to fit
-    rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
-                      extensions=[core_tools_extension(), tools_extension(BLOB)],
-                      host_builtins=[context_management_extension(settings=st),
-                                     tool_output_budget_extension(settings=st)])
-    s = rt.create_session()
+    st = {"keep_recent_rounds": 7, "min_savings_kib": 8}  # r0 alone is archivable, not enough to fit
+    rt, _, s = make_rt(tmp_path, model=client, settings=st)
     try:
         r = await s.run("gather the data")
     finally:
