@@ -1,10 +1,18 @@
-"""Request-body factories for the inspector's analysis tests: each test states only what matters."""
+"""Request-body factories for the inspector's analysis tests: each test states only what matters;
+``infer_pair`` reads two consecutive bodies the way the analysis does (prompts, relation, markers)."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import Any
 
 from jsonpointer import resolve_pointer
+
+from ctxscope.inspector.accounting import TokenCounter
+from ctxscope.inspector.canonical import canonicalize
+from ctxscope.inspector.markers import infer_markers
+from ctxscope.inspector.relation import CallContext, classify
 
 EPHEMERAL = {"type": "ephemeral"}
 SYSTEM_TEXT = "You are a careful coding agent. Work in small steps and explain what you change."
@@ -123,3 +131,25 @@ def assert_pointers_resolve(prompt, body) -> None:
     for seg in prompt.segments:
         assert seg.pointer.startswith("/"), seg.pointer
         resolve_pointer(body, seg.pointer)  # raises when the pointer does not resolve
+
+
+COUNTER = TokenCounter()
+
+
+@dataclass(frozen=True)
+class InferredPair:
+    prev: Any  # CanonicalPrompt | None
+    cur: Any
+    relation: Any
+    markers: list
+
+
+def infer_pair(prev_body, cur_body, api="anthropic.messages") -> InferredPair:
+    """Canonical prompts of two consecutive calls of one provider, their relation and the inferred markers."""
+    prev = canonicalize(api, prev_body) if prev_body is not None else None
+    cur = canonicalize(api, cur_body)
+    prev_ctx = CallContext(prev, "p", api, 0, prev_body) if prev is not None else None
+    relation = classify(prev_ctx, CallContext(cur, "p", api, 0, cur_body))
+    prev_tokens = COUNTER.count_prompt(prev).total if prev is not None else None
+    markers = infer_markers(prev, cur, relation, prev_tokens, COUNTER.count_prompt(cur).total)
+    return InferredPair(prev, cur, relation, markers)

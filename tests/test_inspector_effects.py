@@ -9,6 +9,7 @@ from inspector_bodies import (
     assistant,
     default_system,
     default_tools,
+    infer_pair,
     long_text,
     make_anthropic_body,
     make_responses_body,
@@ -19,16 +20,11 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import TokenCounter
 from ctxscope.inspector.analysis_input import declared_markers
-from ctxscope.inspector.canonical import canonicalize
 from ctxscope.inspector.effects import block_text, place_effects, sections
 from ctxscope.inspector.marker_text import marker_summary
-from ctxscope.inspector.markers import infer_markers
-from ctxscope.inspector.relation import CallContext, classify
 
 A = "anthropic.messages"
-COUNTER = TokenCounter()
 ROUND = reminder("<agent-context>\nagent: ctxscope-agent\n</agent-context>\n\n<todo-status>1 open</todo-status>")
 GUARD = reminder("Runaway guard: the same call three times.")
 TODO = reminder("Your todo list has not changed in the last 15 steps.")
@@ -37,14 +33,9 @@ RECEIPT = "[Tool output moved to a file]\nTool: bash\nSaved at: /h/sessions/s1/a
 
 
 def place(prev_body, cur_body, *effects, api=A):
-    prev = canonicalize(api, prev_body) if prev_body is not None else None
-    cur = canonicalize(api, cur_body)
-    prev_ctx = CallContext(prev, "p", api, 0, prev_body) if prev is not None else None
-    relation = classify(prev_ctx, CallContext(cur, "p", api, 0, cur_body))
-    prev_tokens = COUNTER.count_prompt(prev).total if prev is not None else None
-    inferred = infer_markers(prev, cur, relation, prev_tokens, COUNTER.count_prompt(cur).total)
+    p = infer_pair(prev_body, cur_body, api)
     declared = declared_markers([("x-ctxscope-event", ", ".join(effects))]) if effects else []
-    return place_effects(inferred, declared, prev, cur, relation, cur_body)
+    return place_effects(p.markers, declared, p.prev, p.cur, p.relation, cur_body)
 
 
 def body(*messages):

@@ -3,6 +3,7 @@ import copy
 from inspector_bodies import (
     assistant,
     claude_code_turns,
+    infer_pair,
     long_text,
     make_anthropic_body,
     make_chat_body,
@@ -14,22 +15,13 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.markers import has_compaction_before, infer_markers
-from ctxscope.inspector.relation import CallContext, classify
+from ctxscope.inspector.markers import has_compaction_before
 
 A = "anthropic.messages"
-COUNTER = TokenCounter()
 
 
 def markers_for(prev_body, cur_body, api=A):
-    prev = canonicalize(api, prev_body) if prev_body is not None else None
-    cur = canonicalize(api, cur_body)
-    prev_ctx = CallContext(prev, "p", api, 0, prev_body) if prev is not None else None
-    relation = classify(prev_ctx, CallContext(cur, "p", api, 0, cur_body))
-    prev_tokens = COUNTER.count_prompt(prev).total if prev is not None else None
-    return infer_markers(prev, cur, relation, prev_tokens, COUNTER.count_prompt(cur).total)
+    return infer_pair(prev_body, cur_body, api).markers
 
 
 def by_kind(markers, kind):
