@@ -12,7 +12,7 @@ from aiohttp import web
 from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_process import WriterProcess, load_factory
 from ctxscope.proxy.forward import Forwarder, ProxySettings
-from ctxscope.proxy.server import create_proxy_app, make_runner
+from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.app import start_simulator
 from ctxscope.web.routes import add_web_routes
 
@@ -96,12 +96,15 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
 
 
 async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> None:
-    """Run until SIGINT/SIGTERM, then shut down cleanly (the writer drains before we exit)."""
+    """Run until SIGINT/SIGTERM/SIGHUP, then shut down cleanly (the writer drains before we exit).
+
+    SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write."""
     daemon = await start_daemon(cfg, extra_routes=extra_routes)
+    settle_gc()  # this process serves until it ends: start-up objects need no more collecting
     announce(daemon)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
