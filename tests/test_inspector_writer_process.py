@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess, _can_leave_idle_class
+from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess, _can_leave_idle_class
 from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_inspector_writer_process import make_exchange
-        from ctxscope.inspector.writer_process import FLUSH_DELAY, WriterProcess, _can_leave_idle_class
+        from ctxscope.inspector.writer_process import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -101,21 +101,75 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     assert next(open_db(tmp_path / "k.db").query("PRAGMA integrity_check"))["integrity_check"] == "ok"
 
 
+def _tap_batches(w: WriterProcess) -> list:
+    """What goes into the queue to the child, batch by batch."""
+    sent: list = []
+    put = w._queue.put
+    w._queue.put = lambda item: (sent.append(item), put(item))
+    return sent
+
+
 async def test_calls_finished_together_travel_as_one_batch_and_stop_sends_the_last_one(tmp_path):
     w = WriterProcess(tmp_path / "b.db")
     w.start()
-    sent: list[list] = []
-    put = w._queue.put
-    w._queue.put = lambda item: (sent.append(item), put(item))
+    sent = _tap_batches(w)
     for i in range(40):
         w.submit(make_exchange(i))
-    await asyncio.sleep(FLUSH_DELAY * 4)
-    for i in range(40, 50):  # still waiting for their trip when stop() comes
+    await asyncio.sleep(QUIET_GAP * 4)
+    for i in range(40, 50):  # still held when stop() comes
         w.submit(make_exchange(i))
     assert w.stop()
     assert [len(batch) for batch in sent[:-1]] == [40, 10] and sent[-1] is None
     rows = list_calls(open_db(tmp_path / "b.db"), limit=None)
     assert len(rows) == 50 and w.stats().written == 50 and w.stats().queued == 0
+
+
+async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_pause(tmp_path):
+    w = WriterProcess(tmp_path / "h.db")
+    w.start()
+    sent = _tap_batches(w)
+    try:
+        began = time.monotonic()
+        for i in range(10):  # a call every 10 ms: never a pause of QUIET_GAP
+            w.submit(make_exchange(i))
+            await asyncio.sleep(QUIET_GAP / 5)
+        during = len(sent)
+        await asyncio.sleep(QUIET_GAP * 3)
+        assert time.monotonic() - began < MAX_HOLD  # so only the pause can have handed them over
+        assert during == 0 and [len(b) for b in sent] == [10]
+    finally:
+        assert w.stop()
+
+
+async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
+    w = WriterProcess(tmp_path / "m.db")
+    w.start()
+    sent = _tap_batches(w)
+    try:
+        began, i = time.monotonic(), 0
+        while not sent:
+            assert time.monotonic() - began < MAX_HOLD * 3, "a burst held its calls for too long"
+            w.submit(make_exchange(i))
+            i += 1
+            await asyncio.sleep(QUIET_GAP / 5)
+        held_for = time.monotonic() - began
+        assert MAX_HOLD * 0.9 <= held_for and len(sent[0]) == i  # every call so far, in one batch
+    finally:
+        assert w.stop()
+    assert len(list_calls(open_db(tmp_path / "m.db"), limit=None)) == i
+
+
+async def test_a_big_call_is_handed_over_at_once(tmp_path):
+    from ctxscope.inspector.writer_process import HOLD_BYTES
+
+    w = WriterProcess(tmp_path / "big.db")
+    w.start()
+    sent = _tap_batches(w)
+    try:
+        w.submit(make_exchange(1, response_body=b"x" * HOLD_BYTES))
+        assert [len(b) for b in sent] == [1]  # no pickle of many megabytes piles up on the loop
+    finally:
+        assert w.stop()
 
 
 def crash_on_start():
@@ -160,16 +214,21 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
     assert calls == [True, False, True]
 
 
-def test_calls_are_held_while_traffic_flows_and_stored_in_the_first_pause():
-    from ctxscope.inspector.writer_process import CHILD_BACKLOG, _Held
+def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
+    from ctxscope.inspector.writer_process import _Held
 
-    held = _Held(quiet_gap=0.05, max_hold=2.0)
-    assert not held.due(0.0, quiet=True)  # nothing held
-    held.add([("a",)], 10.0)
-    held.add([("b",), ("c",)], 10.5)
-    assert not held.due(11.0, quiet=False)  # calls still coming
-    assert held.due(11.0, quiet=True)  # a pause
-    assert held.due(12.0, quiet=False)  # held long enough
-    assert held.take() == [("a",), ("b",), ("c",)] and not held.due(12.0, quiet=True)
-    held.add([("x",)] * CHILD_BACKLOG, 20.0)
-    assert held.due(20.0, quiet=False)  # held enough
+    held = _Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
+    assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
+    held.add(("a",), 10, 10.0)
+    held.add(("b",), 10, 10.5)
+    assert abs(held.wait(10.5) - 0.05) < 1e-9  # calls still coming: wait for a pause
+    assert held.wait(10.56) <= 0  # a pause
+    held.add(("c",), 10, 11.99)  # a burst that never pauses ...
+    assert 0 < held.wait(11.99) <= 0.01 + 1e-9 and held.wait(12.0) <= 0  # ... is due after max_hold
+    assert held.take() == [("a",), ("b",), ("c",)] and held.bytes == 0
+    held.add(("big",), 100, 30.0)
+    assert held.full() and held.wait(30.0) <= 0  # too many bytes: due at once
+    held.take()
+    for _ in range(10):
+        held.add(("n",), 1, 40.0)
+    assert held.full() and held.wait(40.0) <= 0  # too many calls
