@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import sqlite_utils
@@ -70,7 +70,7 @@ def _ok(row: dict) -> bool:
 def unix_time(iso: str | None) -> float:
     if not iso:
         return 0.0
-    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(iso).timestamp()  # our stamps end in "Z": read as UTC (3.11+)
 
 
 def _common(row: dict, rowid: int) -> dict:
@@ -87,7 +87,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers)."""
     ex = call["_exchange"]
     parsed = call.get("_parsed")
-    rowid = db.execute("SELECT rowid FROM calls WHERE id = ?", [call["id"]]).fetchone()[0]
+    rowid = call.get("_rowid") or db.execute("SELECT rowid FROM calls WHERE id = ?", [call["id"]]).fetchone()[0]
     return CallInput(
         headers=_headers(ex.request_headers),
         annotations=tuple(ex.annotations),

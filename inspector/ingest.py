@@ -316,13 +316,14 @@ def ingest(
     row["capture_epoch"] = state.capture_epoch
     link_retry(db, row, ex.started_at)
     cols = list(row)
-    db.execute(
+    rowid = db.execute(
         f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
-    )
+    ).lastrowid
     errors: list[tuple[str, BaseException]] = []
     if analyzers:
         call = dict(row)
         call.update(
+            _rowid=rowid,
             _exchange=ex,
             _request_body=d.request_body,
             _response_body=d.response_body,

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 PRICES_AS_OF = "2026-11-30"
 # A key matches as a whole name part: "gpt-5" finds "openai/gpt-5-2026-04-01" but not "gpt-5.5".
+_MISSING = object()
 _BOUNDED = r"(?:^|[/.:]){}(?:$|[-@:_\[])"
 
 
@@ -74,9 +75,20 @@ DEFAULT = Price(3.0, 15.0, 0.3, 3.75, 6.0, source="default")
 class PriceTable:
     entries: dict[str, Price]
     default: Price | None = DEFAULT
+    _looked_up: dict = field(default_factory=dict, compare=False, repr=False)
 
     def lookup(self, model: str | None) -> Price | None:
-        """The row of the longest key found in ``model`` at name boundaries, else the default."""
+        """The row of the longest key found in ``model`` at name boundaries, else the default.
+
+        Remembered per model name: a session asks for the same model on every call."""
+        known = self._looked_up.get(model, _MISSING)
+        if known is _MISSING:
+            known = self._lookup(model)
+            if len(self._looked_up) < 1024:
+                self._looked_up[model] = known
+        return known
+
+    def _lookup(self, model: str | None) -> Price | None:
         if model:
             name = model.lower()
             keys = [k for k in self.entries if re.search(_BOUNDED.format(re.escape(k)), name)]
