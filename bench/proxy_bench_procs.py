@@ -1,0 +1,166 @@
+"""The proxy bench's processes: starting the servers and ``ctxscope serve``, and their CPU figures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WIRE = Path(__file__).with_name("proxy_bench_wire.py")
+
+
+# `ctxscope serve` picks uvloop whenever it imports; hiding the module forces plain asyncio.
+_NO_UVLOOP = "import sys; sys.modules['uvloop'] = None\n"
+# --with-nocapture: the same daemon with the capture sink's submit made a no-op (forwarding alone),
+# whichever sink it uses (the writer thread or the writer's child process).
+_NO_CAPTURE = ("import ctxscope.inspector.writer as w, ctxscope.inspector.writer_process as wp\n"
+               "w.CaptureWriter.submit = wp.WriterProcess.submit = lambda self, exchange: None\n")
+_MAIN = "import sys; from ctxscope.main import main; sys.argv[0] = 'ctxscope'; main()"
+
+
+@dataclass
+class Target:
+    kind: str  # "direct", "minimal", "ctxscope" or "nocapture"
+    loop: str
+    base: str  # URL prefix the client posts CHAT_PATH under
+    proc: subprocess.Popen | None = None
+    db: Path | None = None
+    tag: str = ""
+    sched: str = ""  # how its capture writer child was scheduled at the end
+    sent_ok: int = 0
+    results: dict[str, list["Phase"]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.kind + self.tag
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (all its threads, living or gone), or of one of its threads."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def child_pids(pid: int) -> list[int]:
+    """Every descendant of a process (ctxscope's capture writer and multiprocessing's helper)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def scheduling(pid: int) -> str:
+    """How the busiest child of a process is scheduled (ctxscope's capture writer)."""
+    best, best_cpu = None, -1.0
+    for kid in child_pids(pid):
+        try:
+            cpu = cpu_seconds(kid)
+            with open(f"/proc/{kid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if cpu > best_cpu:
+            best, best_cpu = fields, cpu
+    if best is None:
+        return "no child process"
+    policy, nice = int(best[38]), int(best[16])
+    return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(policy, f"policy {policy}")
+
+
+def children_cpu(pid: int) -> float:
+    """CPU seconds of a process's living descendants (a child that exits takes its figure along)."""
+    total = 0.0
+    for kid in child_pids(pid):
+        try:
+            total += cpu_seconds(kid)
+        except OSError:
+            pass
+    return total
+
+
+def child_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env.update(CTXSCOPE_HOME=str(home), NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    return env
+
+
+def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None) -> tuple[subprocess.Popen, int]:
+    cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (["--upstream-url", upstream] if upstream else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "wb"), env=env, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("LISTENING"):
+        raise SystemExit(f"{role} failed to start:\n{log.read_text()}")
+    return proc, int(line.split()[1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tuple[subprocess.Popen, int, Path]:
+    port, db = free_port(), work / f"{kind}-{loop}.db"
+    args = ["serve", "--port", str(port), "--db", str(db), "--upstream", f"fast={upstream}"]
+    prelude = (_NO_UVLOOP if loop == "asyncio" else "") + (_NO_CAPTURE if kind == "nocapture" else "")
+    cmd = [sys.executable, "-c", prelude + _MAIN, *args] if prelude else [str(VENV_BIN / "ctxscope"), *args]
+    log = work / f"{kind}-{loop}.log"
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"ctxscope serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, port, db
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"ctxscope serve did not listen within 60 s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 300) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def tree_cpu(pids: list[int]) -> list[float]:
+    return [cpu_seconds(p) + children_cpu(p) for p in pids]
+
+
+async def settle(pids: list[int], cap: float = 600.0) -> float:
+    """Wait until no proxy nor any of its children burns CPU for 60 ms (capture writer drained)."""
+    t0 = time.perf_counter()
+    last, still = tree_cpu(pids), 0
+    while still < 3 and time.perf_counter() - t0 < cap:
+        await asyncio.sleep(0.02)
+        now = tree_cpu(pids)
+        still = still + 1 if now == last else 0
+        last = now
+    return time.perf_counter() - t0
