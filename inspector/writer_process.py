@@ -1,37 +1,27 @@
 """The capture writer in a child process, so storing and analysing never competes with forwarding.
 
 In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
-counting tokens for one call delays the next chunk of another. Here the proxy only hands each
-finished Exchange to a multiprocessing queue (its feeder thread pickles and writes the bytes);
-a child process at a lower CPU priority runs the ordinary :class:`CaptureWriter` with the
-analyzers. Under load it yields the CPU to forwarding and catches up when traffic pauses.
+counting tokens for one call delays the next chunk of another. Here the proxy only hands
+finished exchanges to a multiprocessing queue (its feeder thread pickles and writes the bytes);
+a child process (:mod:`ctxscope.inspector.writer_child`) spools them at once and stores them,
+at a low CPU priority, when the traffic pauses.
 
-The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
-bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
-the client (the kernel may let a running task finish its slice before a woken one gets the CPU):
-ctxscope reached 0.49x of the throughput it has with capture stubbed out (nice 19: 0.56x); in the
-idle scheduling class, where any ordinary task that wakes up takes the CPU at once, 0.87x (one
-interleaved run of 10 rounds). So on Linux the child runs in the
-idle class while it keeps up, and returns to ordinary scheduling at its nice level when it has been
-behind for MAX_IDLE_LAG seconds and while it drains on shutdown, so a busy machine cannot starve
-it. Leaving the idle class needs root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level;
-a process without that could not get out again, so it stays at nice 10 only.
-
-Finished calls wait in the proxy for a pause in the traffic: ``submit`` only appends a compact
-tuple to a list, and the list goes to the queue (one pickle, one pipe write, one wake of the
-child) once no call has finished for QUIET_GAP, or the oldest has waited MAX_HOLD, or the list
-holds HOLD_CALLS calls or HOLD_BYTES bytes. An agent pauses between calls far longer than
-QUIET_GAP, so its calls are stored at once; during a burst nothing of the capture runs between
-two requests. Handing over per call cost the proxy more than forwarding at a few thousand calls a
-second, and a child woken in the middle of back-to-back streams added 0.2-0.3 ms to their time
-to first byte (interleaved runs, 10 x 100 streams: +0.70 ms vs direct with the hand-over per 5 ms,
-+0.48 ms with capture off; the minimal passthrough +0.53). Checking the child's liveness and
-reading its counters happen once per hand-over too.
+Finished calls also wait in the proxy for a pause: ``submit`` only appends a compact tuple to a
+list, and the list goes to the queue (one pickle, one pipe write, one wake of the child) once no
+call has finished for QUIET_GAP, or the oldest has waited MAX_HOLD, or the list holds HOLD_CALLS
+calls or HOLD_BYTES bytes. An agent pauses between calls far longer than QUIET_GAP, so its calls
+are handed over at once; during a burst the proxy only appends to a list. Handing over per call
+cost the proxy more than forwarding at a few thousand calls a second, and a child woken in the
+middle of back-to-back streams added 0.2-0.3 ms to their time to first byte (interleaved runs,
+10 x 100 streams: +0.70 ms vs direct with a hand-over every 5 ms, +0.48 ms with capture off; the
+minimal passthrough +0.53). Checking the child's liveness and reading its counters happen once
+per hand-over too.
 
 Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``stop`` drains
-everything held and queued; if the parent is killed, the child stores what it already received
-and exits. What the parent still held is lost with it: at most MAX_HOLD seconds of calls, so a
-call that finished more than a second before a SIGKILL is stored.
+everything held, spooled and queued; if the proxy is killed, the child stores what it received
+and exits; if both are killed, the next writer on the database stores what the spool holds. Only
+what the proxy still held dies with it: at most MAX_HOLD seconds of calls, so a call that
+finished more than a second before a SIGKILL is stored.
 """
 
 from __future__ import annotations
@@ -39,48 +29,33 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import importlib
 import itertools
 import logging
 import multiprocessing as mp
 import operator
-import os
 import queue
-import signal
 import threading
 import time
 from pathlib import Path
 
-from ctxscope.inspector.writer import CaptureWriter, WriterStats
+from ctxscope.inspector.writer import WriterStats
+from ctxscope.inspector.writer_child import IDLE_CLASS, child_main, load_factory, unpack
 from ctxscope.proxy.exchange import Exchange
+
+__all__ = ["WriterProcess", "load_factory", "MAX_HOLD", "QUIET_GAP", "HOLD_BYTES"]
 
 log = logging.getLogger("ctxscope.store")
 
-STATS_INTERVAL = 0.25
-CHILD_BACKLOG = 2000  # calls waiting inside the child's writer before it stops reading more
-IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
-MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 QUIET_GAP = 0.05  # no call finished for this long is a pause in the traffic: hand over what was held
 MAX_HOLD = 0.5  # seconds a call may be held for a pause before it is handed over anyway
 HOLD_CALLS = 2000  # ... or once this many calls are held
 HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not stall the loop)
+# Silence from the proxy this long means it holds nothing: the child may take it as a pause.
+CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
 # An Exchange crosses the process boundary as a plain tuple of its fields: no class reference and no
 # field names in the pickle, less than half the time to pickle and to unpickle.
-_FIELDS = tuple(f.name for f in dataclasses.fields(Exchange))
-_pack = operator.attrgetter(*_FIELDS)
-
-
-def _unpack(fields: tuple) -> Exchange:
-    return Exchange(*fields)
-
-
-def load_factory(spec: str | None):
-    """'package.module:function' -> the analyzers that function returns (none for None)."""
-    if not spec:
-        return []
-    module_name, _, attr = spec.partition(":")
-    return list(getattr(importlib.import_module(module_name), attr)())
+_pack = operator.attrgetter(*(f.name for f in dataclasses.fields(Exchange)))
 
 
 class WriterProcess:
@@ -100,7 +75,7 @@ class WriterProcess:
         self._queue = None
         self._replies = None
         self._accepting = False
-        self._sizes: collections.deque[int] = collections.deque()  # bytes of calls not yet stored
+        self._sizes: collections.deque[int] = collections.deque()  # bytes of calls the child has not yet spooled
         self._lock = threading.Lock()  # submit runs on the loop thread, stop in another
         self._held = _Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
         self._timer = False  # a check of the held calls is scheduled on the loop
@@ -115,9 +90,9 @@ class WriterProcess:
         self._queue = self._ctx.Queue()
         self._replies = self._ctx.Queue()
         self._proc = self._ctx.Process(
-            target=_child_main, name="ctxscope-writer",
+            target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS),
+                  IDLE_CLASS, CHILD_QUIET_AFTER),
         )
         self._proc.start()
         deadline = time.monotonic() + timeout
@@ -162,12 +137,12 @@ class WriterProcess:
                 if self._timer and not self._held.full():
                     return
             if self._held.full():
-                return self._flush()
+                return self._flush(pause=False)
             try:
                 asyncio.get_running_loop().call_later(QUIET_GAP, self._check)
                 self._timer = True
             except RuntimeError:  # no event loop in this thread: hand it over now
-                self._flush()
+                self._flush(pause=True)
         except Exception:  # pragma: no cover - the hot path must never raise
             pass
 
@@ -179,10 +154,11 @@ class WriterProcess:
             asyncio.get_running_loop().call_later(wait, self._check)
             return
         self._timer = False
-        self._flush()
+        self._flush(pause=now - self._held.last >= QUIET_GAP)
 
-    def _flush(self) -> None:
-        """Send what is held as one batch; once per batch, look at the child's state."""
+    def _flush(self, pause: bool) -> None:
+        """Send what is held as one batch, saying whether the traffic paused (the child may store
+        now) or not (the child only spools it); once per batch, look at the child's state."""
         try:
             with self._lock:
                 batch = self._held.take()
@@ -194,9 +170,9 @@ class WriterProcess:
                     for _ in batch:
                         self._outstanding_bytes -= self._sizes.pop()
                 for fields in batch:
-                    self._drop(_unpack(fields), "capture writer is not running")
+                    self._drop(unpack(fields), "capture writer is not running")
                 return
-            self._queue.put(batch)
+            self._queue.put((pause, batch))
         except Exception:  # pragma: no cover - a timer callback must not raise into the loop
             log.exception("capture hand-over failed")
 
@@ -207,27 +183,28 @@ class WriterProcess:
             log.error("capture dropped call %s: %s (%d dropped so far)", exchange.id, why, n)
 
     def _poll(self) -> None:
-        """Take the child's latest counters and forget the calls it has finished with."""
+        """Take the child's latest counters and forget the calls it has safely spooled."""
         while True:
             try:
-                kind, value = self._replies.get_nowait()
+                reply = self._replies.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 return
-            if kind == "stats":
-                self._child = WriterStats(**value)
-                done = self._child.written + self._child.failed + self._child.dropped
+            if reply[0] == "stats":
+                _, counters, received = reply
+                self._child = WriterStats(**counters)
                 with self._lock:
-                    while self._acked < done and self._sizes:
+                    while self._acked < received and self._sizes:
                         self._outstanding_bytes -= self._sizes.popleft()
                         self._acked += 1
 
     def stats(self) -> WriterStats:
+        """The child's counters, with the calls this side still holds or has in flight counted as queued."""
         self._poll()
         c = self._child
         return dataclasses.replace(
             c,
-            queued=len(self._sizes),
-            queued_bytes=max(0, self._outstanding_bytes),
+            queued=len(self._sizes) + c.queued,
+            queued_bytes=max(0, self._outstanding_bytes) + c.queued_bytes,
             dropped=c.dropped + self._dropped,
             running=self._proc is not None and self._proc.is_alive(),
         )
@@ -237,7 +214,7 @@ class WriterProcess:
         self._accepting = False
         if self._proc is None:
             return True
-        self._flush()
+        self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(None)
         deadline = time.monotonic() + timeout
@@ -253,58 +230,6 @@ class WriterProcess:
             q.close()
             q.join_thread()
         return True
-
-
-def _can_leave_idle_class() -> bool:
-    """Whether this process may return from the idle class at its nice level: tried on a
-    throwaway thread (the policy belongs to each thread), so no other thread is left in it."""
-    allowed: list[bool] = []
-
-    def probe() -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-            allowed.append(True)
-        except (OSError, AttributeError):
-            allowed.append(False)
-
-    thread = threading.Thread(target=probe, name="ctxscope-sched-probe")
-    thread.start()
-    thread.join()
-    return allowed == [True]
-
-
-class _Priority:
-    """The child's scheduling: idle class while it keeps up, ordinary (niced) while it is behind."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and hasattr(os, "SCHED_IDLE") and _can_leave_idle_class()
-        self.idle = False
-        self.behind_since: float | None = None
-
-    def set_idle(self, idle: bool) -> None:
-        if idle == self.idle or not self.enabled:
-            return
-        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
-        for tid in os.listdir("/proc/self/task"):  # every thread; new ones inherit their creator's
-            try:
-                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
-            except ProcessLookupError:  # the thread just ended
-                pass
-            except OSError as exc:
-                if self.enabled:
-                    log.warning("capture writer: cannot change its scheduling (%s)", exc)
-                self.enabled = False
-        self.idle = idle
-
-    def update(self, behind: bool, now: float) -> None:
-        if not behind:
-            self.behind_since = None
-            self.set_idle(True)
-        elif self.behind_since is None:
-            self.behind_since = now
-        elif now - self.behind_since > MAX_IDLE_LAG:
-            self.set_idle(False)
 
 
 class _Held:
@@ -335,58 +260,3 @@ class _Held:
     def take(self) -> list[tuple]:
         items, self.items, self.bytes = self.items, [], 0
         return items
-
-
-def _child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True) -> None:
-    # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        os.nice(nice)
-    except OSError:
-        pass
-    try:
-        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval)
-        writer.start()
-    except BaseException as e:  # report, do not hang the parent
-        replies.put(("error", f"{type(e).__name__}: {e}"))
-        return
-    priority = _Priority(idle_class)
-    priority.set_idle(True)
-    replies.put(("ready", writer.capture_epoch))
-    parent = os.getppid()
-    last = 0.0
-    sent = None
-
-    def store(batch: list[tuple], now: float) -> None:
-        priority.update(writer.stats().queued > 0, now)  # behind = work left when new work came
-        for fields in batch:
-            while writer.stats().queued > CHILD_BACKLOG:
-                priority.update(True, time.monotonic())
-                time.sleep(0.01)
-            writer.submit(_unpack(fields))
-
-    while True:
-        try:
-            item = inbox.get(timeout=STATS_INTERVAL)
-        except queue.Empty:
-            item = ...
-        except (EOFError, OSError):
-            break
-        if item is None:
-            break
-        now = time.monotonic()
-        if item is not ...:
-            store(item, now)
-        if now - last >= STATS_INTERVAL:
-            stats = dataclasses.asdict(writer.stats())
-            if stats != sent:  # an idle child sends nothing: the parent may not read for hours
-                replies.put(("stats", stats))
-                sent = stats
-            last = now
-        if item is ... and os.getppid() != parent:
-            break  # the parent was killed: store what we received, then go
-    priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
-    writer.stop()
-    replies.put(("stats", dataclasses.asdict(writer.stats())))

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess, _can_leave_idle_class
+from ctxscope.inspector.writer_child import _can_leave_idle_class
+from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
 from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,11 +102,18 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     assert next(open_db(tmp_path / "k.db").query("PRAGMA integrity_check"))["integrity_check"] == "ok"
 
 
-def _tap_batches(w: WriterProcess) -> list:
-    """What goes into the queue to the child, batch by batch."""
+def _tap_batches(w: WriterProcess, pauses: list | None = None) -> list:
+    """What goes into the queue to the child, batch by batch (and whether each came in a pause)."""
     sent: list = []
     put = w._queue.put
-    w._queue.put = lambda item: (sent.append(item), put(item))
+
+    def tap(item):
+        sent.append(item if item is None else item[1])
+        if pauses is not None and item is not None:
+            pauses.append(item[0])
+        put(item)
+
+    w._queue.put = tap
     return sent
 
 
@@ -127,7 +135,8 @@ async def test_calls_finished_together_travel_as_one_batch_and_stop_sends_the_la
 async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_pause(tmp_path):
     w = WriterProcess(tmp_path / "h.db")
     w.start()
-    sent = _tap_batches(w)
+    pauses: list[bool] = []
+    sent = _tap_batches(w, pauses)
     try:
         began = time.monotonic()
         for i in range(10):  # a call every 10 ms: never a pause of QUIET_GAP
@@ -136,7 +145,7 @@ async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_p
         during = len(sent)
         await asyncio.sleep(QUIET_GAP * 3)
         assert time.monotonic() - began < MAX_HOLD  # so only the pause can have handed them over
-        assert during == 0 and [len(b) for b in sent] == [10]
+        assert during == 0 and [len(b) for b in sent] == [10] and pauses == [True]
     finally:
         assert w.stop()
 
@@ -144,7 +153,8 @@ async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_p
 async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
     w = WriterProcess(tmp_path / "m.db")
     w.start()
-    sent = _tap_batches(w)
+    pauses: list[bool] = []
+    sent = _tap_batches(w, pauses)
     try:
         began, i = time.monotonic(), 0
         while not sent:
@@ -154,6 +164,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
             await asyncio.sleep(QUIET_GAP / 5)
         held_for = time.monotonic() - began
         assert MAX_HOLD * 0.9 <= held_for and len(sent[0]) == i  # every call so far, in one batch
+        assert pauses == [False]  # the child is told the traffic goes on: it only spools them
     finally:
         assert w.stop()
     assert len(list_calls(open_db(tmp_path / "m.db"), limit=None)) == i
@@ -200,7 +211,7 @@ def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
 
 
 def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
-    import ctxscope.inspector.writer_process as wp
+    import ctxscope.inspector.writer_child as wp
 
     calls = []
     monkeypatch.setattr(wp, "_can_leave_idle_class", lambda: True)

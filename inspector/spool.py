@@ -1,0 +1,125 @@
+"""A file of captured calls not yet stored, so storing can wait for a pause without risking them.
+
+The capture writer's child process appends every batch the proxy hands over here at once (one
+write of bytes already in memory: no parsing, no SQLite), and stores the calls later, when the
+traffic pauses. A batch in the spool survives the death of every ctxscope process (it is in the
+OS page cache); the next writer to open the same database finds the file and stores its calls,
+skipping those a killed writer had already committed. Each spool is named after the database and
+the process that owns it and held under an exclusive ``flock``, so a spool is only ever recovered
+from a writer that is gone.
+
+Frames: an 8-byte little-endian length, then a pickle of a list of Exchange field tuples. A frame
+cut short by a kill mid-write is ignored (its calls were never acknowledged to the proxy).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import pickle
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger("ctxscope.store")
+
+_LEN = struct.Struct("<Q")
+SUFFIX = ".spool-"
+
+
+def spool_path(db_path: Path, owner: int) -> Path:
+    return db_path.with_name(f"{db_path.name}{SUFFIX}{owner}")
+
+
+class Spool:
+    """The append-only spool of one writer process; read back from ``read_at`` in order."""
+
+    def __init__(self, db_path: Path, owner: int | None = None):
+        self.path = spool_path(db_path, os.getpid() if owner is None else owner)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(self._fd, 0)  # a stale file under our pid is not ours: its owner was recovered or is gone
+        self.size = 0
+        self.read_at = 0
+
+    def append(self, batch: list[tuple]) -> None:
+        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        _write_all(self._fd, _LEN.pack(len(data)) + data)
+        self.size += _LEN.size + len(data)
+
+    @property
+    def unread(self) -> bool:
+        return self.read_at < self.size
+
+    def read(self) -> Iterator[list[tuple]]:
+        """Batches appended since the last read, oldest first."""
+        while self.read_at < self.size:
+            batch, self.read_at = _frame(self._fd, self.read_at, self.size)
+            if batch is None:
+                self.read_at = self.size
+                return
+            yield batch
+
+    def clear(self) -> None:
+        """Everything appended is stored: start again from an empty file."""
+        os.ftruncate(self._fd, 0)
+        self.size = self.read_at = 0
+
+    def close(self, *, remove: bool) -> None:
+        os.close(self._fd)
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+def orphans(db_path: Path) -> Iterator[tuple[Path, list[list[tuple]]]]:
+    """Spools of writers that are gone (their lock is free), with the batches they hold.
+
+    The caller takes the batches over, then removes the file with :func:`release`."""
+    for path in sorted(db_path.parent.glob(db_path.name + SUFFIX + "*")):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its writer is alive
+            os.close(fd)
+            continue
+        try:
+            size, at, batches = os.fstat(fd).st_size, 0, []
+            while at < size:
+                batch, at = _frame(fd, at, size)
+                if batch is None:
+                    break
+                batches.append(batch)
+            yield path, batches
+        finally:
+            os.close(fd)
+
+
+def release(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _frame(fd: int, at: int, size: int) -> tuple[list[tuple] | None, int]:
+    """The batch at offset ``at`` and the offset after it; None for a frame cut short or unreadable."""
+    head = os.pread(fd, _LEN.size, at)
+    if len(head) < _LEN.size:
+        return None, size
+    (n,) = _LEN.unpack(head)
+    if at + _LEN.size + n > size:
+        log.warning("capture spool: ignoring a batch cut short at offset %d", at)
+        return None, size
+    data = os.pread(fd, n, at + _LEN.size)
+    try:
+        return pickle.loads(data), at + _LEN.size + n
+    except Exception as exc:
+        log.error("capture spool: unreadable batch at offset %d (%s)", at, exc)
+        return None, size
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,253 @@
+"""The capture writer's child process: spool what the proxy hands over, store it in a pause.
+
+Every batch is appended to a :class:`~ctxscope.inspector.spool.Spool` the moment it arrives (a
+write of bytes, nothing more), and stored (parsed, analysed, written to SQLite by the ordinary
+:class:`CaptureWriter`) once the traffic pauses: the proxy says so with the batch it sends after
+a pause of QUIET_GAP, and silence longer than the proxy ever holds calls means the same. A burst
+that goes on for MAX_DEFER seconds is stored while it flows. Storing beside traffic, even in the
+idle scheduling class, cost forwarding throughput (interleaved rounds, small JSON at
+concurrency 32: 0.83x the minimal passthrough with the writer storing during the phase, 0.95x
+with it only receiving): its work evicts the forwarding processes' caches. The spool keeps the
+promise that a call finished more than a second before a kill is stored, even if the proxy and
+this process die together: the next writer on the same database stores what the spool holds.
+
+The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
+bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
+the client (the kernel may let a running task finish its slice before a woken one gets the CPU):
+ctxscope reached 0.49x of the throughput it has with capture stubbed out (nice 19: 0.56x); in the
+idle scheduling class, where any ordinary task that wakes up takes the CPU at once, 0.87x (one
+interleaved run of 10 rounds). So on Linux the child runs in the idle class while it keeps up, and
+returns to ordinary scheduling at its nice level when it has been behind for MAX_IDLE_LAG seconds
+and while it drains on shutdown, so a busy machine cannot starve it. Leaving the idle class needs
+root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level; a process without that could not
+get out again, so it stays at nice 10 only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from ctxscope.inspector import spool as spools
+from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.proxy.exchange import Exchange
+
+log = logging.getLogger("ctxscope.store")
+
+STATS_INTERVAL = 0.25
+CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
+IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
+MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
+MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
+
+
+def unpack(fields: tuple) -> Exchange:
+    return Exchange(*fields)
+
+
+def load_factory(spec: str | None):
+    """'package.module:function' -> the analyzers that function returns (none for None)."""
+    if not spec:
+        return []
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    return list(getattr(importlib.import_module(module_name), attr)())
+
+
+def _can_leave_idle_class() -> bool:
+    """Whether this process may return from the idle class at its nice level: tried on a
+    throwaway thread (the policy belongs to each thread), so no other thread is left in it."""
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            allowed.append(True)
+        except (OSError, AttributeError):
+            allowed.append(False)
+
+    thread = threading.Thread(target=probe, name="ctxscope-sched-probe")
+    thread.start()
+    thread.join()
+    return allowed == [True]
+
+
+class _Priority:
+    """The child's scheduling: idle class while it keeps up, ordinary (niced) while it is behind."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and hasattr(os, "SCHED_IDLE") and _can_leave_idle_class()
+        self.idle = False
+        self.behind_since: float | None = None
+
+    def set_idle(self, idle: bool) -> None:
+        if idle == self.idle or not self.enabled:
+            return
+        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+        for tid in os.listdir("/proc/self/task"):  # every thread; new ones inherit their creator's
+            try:
+                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+            except ProcessLookupError:  # the thread just ended
+                pass
+            except OSError as exc:
+                if self.enabled:
+                    log.warning("capture writer: cannot change its scheduling (%s)", exc)
+                self.enabled = False
+        self.idle = idle
+
+    def update(self, behind: bool, now: float) -> None:
+        if not behind:
+            self.behind_since = None
+            self.set_idle(True)
+        elif self.behind_since is None:
+            self.behind_since = now
+        elif now - self.behind_since > MAX_IDLE_LAG:
+            self.set_idle(False)
+
+
+class _Deferred:
+    """The spool and what it holds that the writer has not been given yet."""
+
+    def __init__(self, spool: spools.Spool, writer: CaptureWriter, priority: _Priority):
+        self.spool, self.writer, self.priority = spool, writer, priority
+        self.received = 0  # calls taken off the pipe and spooled: what the proxy may forget
+        self.calls = self.bytes = 0  # spooled, not yet given to the writer
+        self.since: float | None = None  # when the oldest of them arrived
+        self.given = 0  # calls given to the writer
+
+    def add(self, batch: list[tuple], now: float, *, received: bool = True) -> None:
+        self.spool.append(batch)
+        self.received += len(batch) if received else 0
+        self.calls += len(batch)
+        self.bytes += sum(len(f[_REQUEST_BODY]) + len(f[_RESPONSE_BODY]) for f in batch)
+        if self.since is None:
+            self.since = now
+
+    def overdue(self, now: float) -> bool:
+        return self.since is not None and now - self.since >= MAX_DEFER
+
+    def store(self, now: float) -> None:
+        """Give the writer everything spooled, oldest first (it stores in its own thread)."""
+        self.priority.update(self.writer.stats().queued > 0, now)  # behind = work left when new work came
+        for batch in self.spool.read():
+            for fields in batch:
+                while self.writer.stats().queued > CHILD_BACKLOG:
+                    self.priority.update(True, time.monotonic())
+                    time.sleep(0.01)
+                self.writer.submit(unpack(fields))
+                self.given += 1
+        self.calls = self.bytes = 0
+        self.since = None
+
+    def settle(self) -> None:
+        """Empty the spool once the writer has finished with everything it was given."""
+        if self.spool.size and not self.spool.unread and self.calls == 0:
+            s = self.writer.stats()
+            if s.written + s.failed + s.dropped >= self.given:
+                self.spool.clear()
+
+    def stats(self) -> dict:
+        stats = dataclasses.asdict(self.writer.stats())
+        stats["queued"] += self.calls
+        stats["queued_bytes"] += self.bytes
+        return stats
+
+
+_FIELDS = [f.name for f in dataclasses.fields(Exchange)]
+_REQUEST_BODY, _RESPONSE_BODY, _ID = (_FIELDS.index(n) for n in ("request_body", "response_body", "id"))
+
+
+def _recover(db_path: Path, deferred: _Deferred) -> None:
+    """Take over the spools of writers that died before storing them (skipping calls they stored)."""
+    for path, batches in spools.orphans(db_path):
+        calls = [fields for batch in batches for fields in batch]
+        stored = _stored_ids(db_path, [fields[_ID] for fields in calls])
+        fresh = [fields for fields in calls if fields[_ID] not in stored]
+        if fresh:
+            deferred.add(fresh, time.monotonic(), received=False)
+        spools.release(path)
+        log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; %d were "
+                    "already stored)", len(fresh), path.name, len(calls) - len(fresh))
+
+
+def _stored_ids(db_path: Path, ids: list[str]) -> set[str]:
+    conn = sqlite3.connect(db_path)
+    try:
+        found: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows = conn.execute(f"SELECT id FROM calls WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+            found.update(r[0] for r in rows)
+        return found
+    finally:
+        conn.close()
+
+
+def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0) -> None:
+    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
+    # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
+    try:
+        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval)
+        writer.start()
+        spool = spools.Spool(Path(db_path))
+    except BaseException as e:  # report, do not hang the parent
+        replies.put(("error", f"{type(e).__name__}: {e}"))
+        return
+    priority = _Priority(idle_class)
+    priority.set_idle(True)
+    replies.put(("ready", writer.capture_epoch))
+    parent = os.getppid()
+    deferred = _Deferred(spool, writer, priority)
+    _recover(Path(db_path), deferred)
+    if deferred.calls:
+        deferred.store(time.monotonic())
+    last_stats, sent, last_batch = 0.0, None, time.monotonic()
+
+    while True:
+        try:
+            item = inbox.get(timeout=STATS_INTERVAL)
+        except queue.Empty:
+            item = ...
+        except (EOFError, OSError):
+            break
+        if item is None:
+            break
+        now = time.monotonic()
+        pause = now - last_batch >= quiet_after
+        if item is not ...:
+            pause, batch = item
+            deferred.add(batch, now)
+            last_batch = now
+        if deferred.calls and (pause or deferred.overdue(now)):
+            deferred.store(now)
+        deferred.settle()
+        if now - last_stats >= STATS_INTERVAL or item is not ...:
+            stats = deferred.stats()
+            if (stats, deferred.received) != sent:  # an idle child sends nothing: the parent may not read for hours
+                replies.put(("stats", stats, deferred.received))
+                sent = (stats, deferred.received)
+            last_stats = now
+        if item is ... and os.getppid() != parent:
+            break  # the parent was killed: store what we received, then go
+    deferred.store(time.monotonic())
+    priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
+    drained = writer.stop()
+    deferred.settle()
+    spool.close(remove=drained and spool.size == 0)
+    replies.put(("stats", deferred.stats(), deferred.received))

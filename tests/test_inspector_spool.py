@@ -1,0 +1,94 @@
+"""The spool: calls handed over during a burst wait there, safe from kills, until the traffic pauses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from test_inspector_writer_process import make_exchange
+
+from ctxscope.inspector import spool as spools
+from ctxscope.inspector.queries import list_calls, open_db
+from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess, _pack
+
+
+def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):
+    s = spools.Spool(tmp_path / "c.db")
+    try:
+        s.append([("a", b"1")])
+        s.append([("b", b"2"), ("c", b"3")])
+        assert s.unread and list(s.read()) == [[("a", b"1")], [("b", b"2"), ("c", b"3")]]
+        assert not s.unread and list(s.read()) == []
+        s.append([("d", b"4")])
+        assert list(s.read()) == [[("d", b"4")]]
+        s.clear()
+        assert s.path.stat().st_size == 0 and not s.unread
+    finally:
+        s.close(remove=True)
+    assert not s.path.exists()
+
+
+def test_only_the_spools_of_dead_writers_are_orphans_and_a_torn_frame_is_ignored(tmp_path):
+    db = tmp_path / "c.db"
+    alive = spools.Spool(db)  # this process holds its lock
+    dead = spools.Spool(db, owner=999_999)
+    dead.append([("x",)])
+    dead.append([("y",)])
+    dead.close(remove=False)  # the lock goes with the closed file, as with a killed process
+    with open(dead.path, "ab") as f:
+        f.write(b"\x40\x00\x00\x00\x00\x00\x00\x00partial")  # a batch cut short by the kill
+    try:
+        found = list(spools.orphans(db))
+        assert [(p.name, b) for p, b in found] == [(dead.path.name, [[("x",)], [("y",)]])]
+        spools.release(dead.path)
+        assert list(spools.orphans(db)) == []
+    finally:
+        alive.close(remove=True)
+
+
+def test_a_new_writer_stores_an_orphaned_spool_once_skipping_calls_already_stored(tmp_path):
+    db = tmp_path / "c.db"
+    first = WriterProcess(db)
+    first.start()
+    already = make_exchange(0)
+    first.submit(already)
+    assert first.stop()
+    left = spools.Spool(db, owner=999_998)  # a writer killed after storing call 0 but before clearing
+    left.append([_pack(already), _pack(make_exchange(1))])
+    left.append([_pack(make_exchange(2))])
+    left.close(remove=False)
+
+    second = WriterProcess(db)
+    second.start()
+    assert second.stop()
+    ids = [r["id"] for r in list_calls(open_db(db), limit=None)]
+    assert len(ids) == 3 and len(set(ids)) == 3
+    assert not list(tmp_path.glob("c.db.spool-*"))
+
+
+async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the_pause(tmp_path):
+    db = tmp_path / "b.db"
+    w = WriterProcess(db)
+    w.start()
+    try:
+        spool_file = next(tmp_path.glob("b.db.spool-*"))
+        began, i = time.monotonic(), 0
+        while time.monotonic() - began < 1.0:  # past MAX_HOLD: one hand-over without a pause
+            w.submit(make_exchange(i))
+            i += 1
+            await asyncio.sleep(QUIET_GAP / 5)
+        spooled = spool_file.stat().st_size
+        stored = len(list_calls(open_db(db), limit=None))
+        assert spooled > 0 and stored == 0  # the burst goes on: nothing stored beside it
+        assert w.stats().queued == i  # but counted as waiting (proxy + spool)
+        deadline = time.monotonic() + 20
+        while len(list_calls(open_db(db), limit=None)) < i and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the pause: everything is stored and the spool emptied
+        assert len(list_calls(open_db(db), limit=None)) == i
+        while os.path.getsize(spool_file) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert os.path.getsize(spool_file) == 0
+    finally:
+        assert w.stop()
+    assert not spool_file.exists()
