@@ -11,6 +11,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy_bench_load import Phase
 
 VENV_BIN = Path(sys.executable).parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -154,13 +158,27 @@ def tree_cpu(pids: list[int]) -> list[float]:
     return [cpu_seconds(p) + children_cpu(p) for p in pids]
 
 
-async def settle(pids: list[int], cap: float = 600.0) -> float:
-    """Wait until no proxy nor any of its children burns CPU for 60 ms (capture writer drained)."""
+async def settle(pids: list[int], backlog=None, cap: float = 600.0) -> float:
+    """Wait until no proxy nor any of its children burns CPU for 60 ms and ``backlog()`` (the
+    capture writers' calls not yet stored) is 0: a writer that waits for a pause before it stores
+    is idle for a moment after the traffic stops, and its work must not fall into the next phase."""
     t0 = time.perf_counter()
     last, still = tree_cpu(pids), 0
-    while still < 3 and time.perf_counter() - t0 < cap:
+    while time.perf_counter() - t0 < cap:
         await asyncio.sleep(0.02)
         now = tree_cpu(pids)
         still = still + 1 if now == last else 0
         last = now
+        if still >= 3 and (backlog is None or await backlog() == 0):
+            break
     return time.perf_counter() - t0
+
+
+async def capture_backlog(session, targets: list[Target]) -> int:
+    """Calls every ctxscope target has answered but not yet stored (its writer's queue and spool)."""
+    total = 0
+    for t in targets:
+        if t.kind == "ctxscope":
+            async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status") as r:
+                total += (await r.json())["writer"]["queued"]
+    return total

@@ -47,13 +47,13 @@ from pathlib import Path
 import aiohttp
 
 from proxy_bench_load import PHASES, PACED_GAP, Phase, closed_loop, streams
-from proxy_bench_procs import (Target, child_env, children_cpu, cpu_seconds, scheduling, settle, spawn_ctxscope,
-                               spawn_role, stop)
+from proxy_bench_procs import (Target, capture_backlog, child_env, children_cpu, cpu_seconds, scheduling, settle,
+                               spawn_ctxscope, spawn_role, stop)
 from proxy_bench_report import print_last_line, report
 from proxy_bench_wire import CHAT_PATH, SMALL_REQ, UPLOAD_REQ, have_uvloop, run_loop
 
 
-async def run_phase(phase: str, target: Target, session, cfg, pids: list[int], warm: bool) -> Phase:
+async def run_phase(phase: str, target: Target, session, cfg, pids: list[int], warm: bool, backlog) -> Phase:
     url = target.base + CHAT_PATH
     scale = 0.3 if warm else 1.0
     pid = target.proc.pid if target.proc else None
@@ -68,7 +68,7 @@ async def run_phase(phase: str, target: Target, session, cfg, pids: list[int], w
         res = await streams(session, url, max(3, int(cfg.streams * scale)), PACED_GAP)
     else:
         res = await closed_loop(session, url, UPLOAD_REQ, "upload", 1, cfg.duration * scale)
-    res.drain = await settle(pids)
+    res.drain = await settle(pids, backlog)
     if pid:
         res.cpu, res.loop_cpu = cpu_seconds(pid) - before[0], cpu_seconds(pid, pid) - before[1]
         res.child_cpu = children_cpu(pid) - before[2]
@@ -110,13 +110,18 @@ async def bench(cfg) -> int:
         sessions = {t.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False,
                                                   auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600))
                     for t in targets}
+        status = sessions[targets[0].name]  # the direct target's session has no proxy to disturb
+
+        async def backlog() -> int:
+            return await capture_backlog(status, targets)
+
         t_run = time.perf_counter()
         try:
             for r in range(cfg.rounds + 1):
                 order = order_for(targets, r)
                 for phase in PHASES:
                     for t in order:
-                        res = await run_phase(phase, t, sessions[t.name], cfg, pids, warm=r == 0)
+                        res = await run_phase(phase, t, sessions[t.name], cfg, pids, r == 0, backlog)
                         if r:
                             t.results.setdefault(phase, []).append(res)
                 print(f"  {'warm-up' if r == 0 else f'round {r}/{cfg.rounds}'} done "
