@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import Block, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from .messages import Block, Message, TextBlock, ThinkingBlock, ToolCall
 from .model import (LENGTH, STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, TextDelta, ThinkingDelta,
                     ToolCallDelta, Usage, dumps)
 from .providers_http import HttpModelClient, error_from_json, load_json

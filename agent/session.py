@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import activity as act
 from .assembly import validate_reminder

@@ -42,7 +42,7 @@ from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.spi import Extension
 from ctxscope.agent.tool_output_budget import tool_output_budget_extension
 from ctxscope.agent.tools import Tool, ToolOutput
-from ctxscope.simulator.app import STATE_KEY, create_app
+from ctxscope.simulator.app import create_app
 
 WINDOW, OUTPUT = 128_000, 16_000
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai-chat": "gpt-4.1"}

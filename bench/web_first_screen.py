@@ -128,7 +128,6 @@ class Daemon:
         from ctxscope.daemon import start_daemon
         from ctxscope.settings import DaemonConfig
         from ctxscope.simulator.app import start_simulator
-        from ctxscope.web.routes import add_web_routes
 
         os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
         self.loop = asyncio.new_event_loop()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from ctxscope.inspector.writer import CaptureWriter
-from ctxscope.inspector.writer_process import WriterProcess, load_factory
+from ctxscope.inspector.writer_process import WriterProcess
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.app import start_simulator

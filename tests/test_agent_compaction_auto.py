@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agent_context_fixtures import BLOB, blob, filler, make_rt, round_messages, summary, tools_extension, user
+from agent_context_fixtures import BLOB, blob, filler, make_rt, summary, tools_extension
 
 from ctxscope.agent.compaction_auto import context_management_extension
 from ctxscope.agent.compaction_events import CompactionHooks, Defer, StopAuto, context_events

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from click.testing import CliRunner
 from test_agent_provenance import NOTES, PAGE, QUOTE, fake_tools
 

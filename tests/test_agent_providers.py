@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from ctxscope.agent.messages import (Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, assistant_message,
-                                     tool_message, user_message)
-from ctxscope.agent.model import LENGTH, STOP, TOOL_USE, ModelRequest, TextDelta, ThinkingDelta, ToolCallDelta, ToolSpec
+from ctxscope.agent.messages import (Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, tool_message,
+                                     user_message)
+from ctxscope.agent.model import LENGTH, TOOL_USE, ModelRequest, TextDelta, ThinkingDelta, ToolCallDelta, ToolSpec
 from ctxscope.agent.providers import ProviderConfigError, resolve
 from ctxscope.agent.providers_anthropic import AnthropicStreamParser
 from ctxscope.agent.providers_anthropic import build_body as anthropic_body

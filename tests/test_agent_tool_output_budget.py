@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from agent_context_fixtures import BLOB, blob, make_rt, tools_extension
+from agent_context_fixtures import blob, make_rt
 
 from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.compaction_events import context_events
@@ -16,7 +16,7 @@ from ctxscope.agent.messages import ToolCall, ToolResult
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.retry import RetryPolicy
 from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import answer, tool_call
+from ctxscope.agent.scripted import answer
 from ctxscope.agent.tool_output_budget import ToolOutputBudget, head_and_tail, tool_output_budget_extension
 from ctxscope.agent.tools import ToolContext
 from ctxscope.agent.tools_fs import READ
@@ -35,7 +35,7 @@ async def test_large_output_becomes_an_artifact_and_a_receipt(tmp_path):
     path = artifact_of(result)
     assert path.parent == s.view.artifacts_dir and path.read_text().startswith("big line 00000")
     assert len(path.read_bytes()) >= BIG and len(result.content) < 2000
-    assert f"Tool: blob" in result.content and str(path) in result.content
+    assert "Tool: blob" in result.content and str(path) in result.content
     assert "grep" in result.content and "read(path=" in result.content and "not evidence" in result.content
     event = model.requests[1].headers["x-ctxscope-event"]
     assert event.startswith("tool_output_externalized; tool=blob; bytes=") and "artifact=artifacts/t1s1-blob" in event

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from demo_fixtures import MARKER_TEXT
 
 from ctxscope.demo_script import EXPECTED
-from ctxscope.inspector.effects import block_text, resolve
+from ctxscope.inspector.effects import block_text
 from ctxscope.inspector.queries import get_request_json, open_db
 from ctxscope.main import cli
 

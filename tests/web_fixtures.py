@@ -65,7 +65,6 @@ def start_web_daemon(tmp: Path) -> WebDaemon:
     from ctxscope.daemon import start_daemon
     from ctxscope.settings import DaemonConfig
     from ctxscope.simulator.app import start_simulator
-    from ctxscope.web.routes import add_web_routes
 
     os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
     loop = Loop()
