@@ -52,14 +52,12 @@ class Spool:
     def unread(self) -> bool:
         return self.read_at < self.size
 
-    def read(self) -> Iterator[list[tuple]]:
-        """Batches appended since the last read, oldest first."""
-        while self.read_at < self.size:
-            batch, self.read_at = _frame(self._fd, self.read_at, self.size)
-            if batch is None:
-                self.read_at = self.size
-                return
-            yield batch
+    def next_batch(self) -> list[tuple] | None:
+        """The oldest batch not read yet, or None."""
+        if self.read_at >= self.size:
+            return None
+        batch, self.read_at = _frame(self._fd, self.read_at, self.size)
+        return batch
 
     def clear(self) -> None:
         """Everything appended is stored: start again from an empty file."""

@@ -25,6 +25,7 @@ get out again, so it stays at nice 10 only.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -42,10 +43,13 @@ from ctxscope.proxy.exchange import Exchange
 log = logging.getLogger("ctxscope.store")
 
 STATS_INTERVAL = 0.25
+FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
 CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
+CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyond its own limit)
 IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
 MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
+MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 
 
 def unpack(fields: tuple) -> Exchange:
@@ -115,42 +119,68 @@ class _Priority:
 
 
 class _Deferred:
-    """The spool and what it holds that the writer has not been given yet."""
+    """The spool, and the feeding of what it holds to the writer once storing may begin."""
 
-    def __init__(self, spool: spools.Spool, writer: CaptureWriter, priority: _Priority):
-        self.spool, self.writer, self.priority = spool, writer, priority
-        self.received = 0  # calls taken off the pipe and spooled: what the proxy may forget
+    def __init__(self, spool: spools.Spool, writer: CaptureWriter):
+        self.spool, self.writer = spool, writer
+        self.received = 0  # calls taken off the pipe (spooled, or stored at once): what the proxy may forget
         self.calls = self.bytes = 0  # spooled, not yet given to the writer
         self.since: float | None = None  # when the oldest of them arrived
         self.given = 0  # calls given to the writer
+        self.storing = False  # feeding the writer until the spool has nothing unread
+        self._batch: collections.deque[tuple] = collections.deque()  # the rest of the batch being fed
+        self._spool_broken = False
 
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> None:
-        self.spool.append(batch)
         self.received += len(batch) if received else 0
+        try:
+            self.spool.append(batch)
+        except OSError as exc:  # a full disk: store without the spool rather than lose the calls
+            if not self._spool_broken:
+                log.error("capture writer: cannot write its spool (%s); storing calls as they come", exc)
+            self._spool_broken = True
+            for fields in batch:
+                self._give(fields)
+            return
         self.calls += len(batch)
-        self.bytes += sum(len(f[_REQUEST_BODY]) + len(f[_RESPONSE_BODY]) for f in batch)
+        self.bytes += sum(_size(f) for f in batch)
         if self.since is None:
             self.since = now
 
-    def overdue(self, now: float) -> bool:
-        return self.since is not None and now - self.since >= MAX_DEFER
+    def due(self, now: float) -> bool:
+        """Unbroken traffic may not keep calls unstored forever, nor let the spool grow without end."""
+        return self.since is not None and (now - self.since >= MAX_DEFER or self.bytes >= MAX_DEFER_BYTES)
 
-    def store(self, now: float) -> None:
-        """Give the writer everything spooled, oldest first (it stores in its own thread)."""
-        self.priority.update(self.writer.stats().queued > 0, now)  # behind = work left when new work came
-        for batch in self.spool.read():
-            for fields in batch:
-                while self.writer.stats().queued > CHILD_BACKLOG:
-                    self.priority.update(True, time.monotonic())
-                    time.sleep(0.01)
-                self.writer.submit(unpack(fields))
-                self.given += 1
-        self.calls = self.bytes = 0
-        self.since = None
+    def feed(self) -> bool:
+        """Give the writer spooled calls, oldest first, while it has room; True when all are given."""
+        while True:
+            if not self._batch:
+                batch = self.spool.next_batch()
+                if batch is None:
+                    self.calls = self.bytes = 0
+                    self.since, self.storing = None, False
+                    return True
+                self._batch.extend(batch)
+            s = self.writer.stats()
+            if s.queued >= CHILD_BACKLOG or s.queued_bytes >= CHILD_BACKLOG_BYTES:
+                return False
+            while self._batch and self.writer.stats().queued < CHILD_BACKLOG:
+                fields = self._batch.popleft()
+                self.calls -= 1
+                self.bytes -= _size(fields)
+                self._give(fields)
+
+    def drain(self) -> None:
+        """Feed everything, waiting for the writer as needed (shutting down)."""
+        while not self.feed():
+            time.sleep(0.01)
+
+    def behind(self) -> bool:
+        return self.storing or self.writer.stats().queued > 0
 
     def settle(self) -> None:
         """Empty the spool once the writer has finished with everything it was given."""
-        if self.spool.size and not self.spool.unread and self.calls == 0:
+        if self.spool.size and not self.spool.unread and not self._batch:
             s = self.writer.stats()
             if s.written + s.failed + s.dropped >= self.given:
                 self.spool.clear()
@@ -161,9 +191,17 @@ class _Deferred:
         stats["queued_bytes"] += self.bytes
         return stats
 
+    def _give(self, fields: tuple) -> None:
+        self.writer.submit(unpack(fields))
+        self.given += 1
+
 
 _FIELDS = [f.name for f in dataclasses.fields(Exchange)]
 _REQUEST_BODY, _RESPONSE_BODY, _ID = (_FIELDS.index(n) for n in ("request_body", "response_body", "id"))
+
+
+def _size(fields: tuple) -> int:
+    return len(fields[_REQUEST_BODY]) + len(fields[_RESPONSE_BODY])
 
 
 def _recover(db_path: Path, deferred: _Deferred) -> None:
@@ -213,15 +251,15 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     priority.set_idle(True)
     replies.put(("ready", writer.capture_epoch))
     parent = os.getppid()
-    deferred = _Deferred(spool, writer, priority)
+    deferred = _Deferred(spool, writer)
     _recover(Path(db_path), deferred)
-    if deferred.calls:
-        deferred.store(time.monotonic())
+    deferred.storing = deferred.calls > 0
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
     while True:
+        fed = deferred.feed() if deferred.storing else True
         try:
-            item = inbox.get(timeout=STATS_INTERVAL)
+            item = inbox.get(timeout=STATS_INTERVAL if fed else FEED_INTERVAL)
         except queue.Empty:
             item = ...
         except (EOFError, OSError):
@@ -234,8 +272,11 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             pause, batch = item
             deferred.add(batch, now)
             last_batch = now
-        if deferred.calls and (pause or deferred.overdue(now)):
-            deferred.store(now)
+            if not pause:
+                deferred.storing = False  # traffic again: only spool (the writer finishes what it has)
+        if deferred.calls and (pause or deferred.due(now)):
+            deferred.storing = True
+        priority.update(deferred.behind(), now)
         deferred.settle()
         if now - last_stats >= STATS_INTERVAL or item is not ...:
             stats = deferred.stats()
@@ -245,8 +286,8 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             last_stats = now
         if item is ... and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go
-    deferred.store(time.monotonic())
     priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
+    deferred.drain()
     drained = writer.stop()
     deferred.settle()
     spool.close(remove=drained and spool.size == 0)

@@ -18,10 +18,10 @@ def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):
     try:
         s.append([("a", b"1")])
         s.append([("b", b"2"), ("c", b"3")])
-        assert s.unread and list(s.read()) == [[("a", b"1")], [("b", b"2"), ("c", b"3")]]
-        assert not s.unread and list(s.read()) == []
+        assert s.unread and s.next_batch() == [("a", b"1")] and s.next_batch() == [("b", b"2"), ("c", b"3")]
+        assert not s.unread and s.next_batch() is None
         s.append([("d", b"4")])
-        assert list(s.read()) == [[("d", b"4")]]
+        assert s.next_batch() == [("d", b"4")] and s.next_batch() is None
         s.clear()
         assert s.path.stat().st_size == 0 and not s.unread
     finally:

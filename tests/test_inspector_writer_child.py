@@ -1,0 +1,80 @@
+"""The writer child's spool keeping: when storing may begin, feeding the writer, emptying the spool."""
+
+from __future__ import annotations
+
+import time
+
+from test_inspector_writer_process import make_exchange
+
+from ctxscope.inspector import writer_child as wc
+from ctxscope.inspector.queries import list_calls, open_db
+from ctxscope.inspector.spool import Spool
+from ctxscope.inspector.writer import CaptureWriter, WriterStats
+from ctxscope.inspector.writer_process import _pack
+
+
+def _deferred(tmp_path):
+    writer = CaptureWriter(tmp_path / "c.db")
+    writer.start()
+    return wc._Deferred(Spool(tmp_path / "c.db"), writer), writer
+
+
+def _wait_written(writer: CaptureWriter, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while writer.stats().written < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_spooled_calls_wait_until_due_then_are_stored_and_the_spool_emptied(tmp_path, monkeypatch):
+    monkeypatch.setattr(wc, "MAX_DEFER_BYTES", 10_000)
+    d, writer = _deferred(tmp_path)
+    try:
+        d.add([_pack(make_exchange(i)) for i in range(3)], now=100.0)
+        assert d.calls == 3 and d.received == 3 and d.spool.size > 0
+        assert not d.due(100.0 + wc.MAX_DEFER - 0.1) and d.due(100.0 + wc.MAX_DEFER)  # unbroken traffic
+        assert d.stats()["queued"] == 3 and writer.stats().written == 0
+        d.add([_pack(make_exchange(9, request_body=b"x" * 10_000))], now=100.5)
+        assert d.due(100.5)  # too many bytes waiting
+        d.settle()
+        assert d.spool.size > 0  # nothing stored yet: the spool must stay
+        assert d.feed() and d.calls == 0 and d.given == 4
+        _wait_written(writer, 4)
+        d.settle()
+        assert d.spool.size == 0 and d.stats()["queued"] == 0
+    finally:
+        writer.stop()
+    assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 4
+
+
+def test_feeding_stops_while_the_writer_is_full_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setattr(wc, "CHILD_BACKLOG", 5)
+    d, writer = _deferred(tmp_path)
+    gate = []
+    monkeypatch.setattr(writer, "submit", lambda ex: gate.append(ex))  # a writer that takes nothing off its queue
+    monkeypatch.setattr(writer, "stats", lambda: WriterStats(queued=len(gate)))
+    try:
+        d.add([_pack(make_exchange(i)) for i in range(12)], now=0.0)
+        assert not d.feed() and len(gate) == 5 and d.calls == 7  # full: the rest stays spooled
+        gate.clear()
+        assert not d.feed() and len(gate) == 5 and d.calls == 2
+        gate.clear()
+        assert d.feed() and len(gate) == 2 and d.calls == 0
+    finally:
+        monkeypatch.undo()
+        writer.stop()
+
+
+def test_a_spool_that_cannot_be_written_stores_calls_at_once(tmp_path, monkeypatch):
+    d, writer = _deferred(tmp_path)
+
+    def disk_full(batch):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(d.spool, "append", disk_full)
+    try:
+        d.add([_pack(make_exchange(i)) for i in range(4)], now=0.0)
+        assert d.calls == 0 and d.given == 4 and d.received == 4
+        _wait_written(writer, 4)
+    finally:
+        writer.stop()
+    assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 4
