@@ -8,16 +8,17 @@ what any aiohttp proxy costs, so "ctxscope / minimal" isolates what ctxscope its
 
 Phases: small JSON POSTs at concurrency 1 (1 s) and 32 (1.5 s); 200-chunk SSE streams back to
 back (TTFB and total), and again with a 10 ms gap between streams ("paced": each stream starts on
-an idle machine); 1 MB request bodies. ctxscope hands its captures to the writer in a pause of
-50 ms or after 0.5 s, so in every phase but the shortest ones the writer runs beside the traffic
-(at idle priority), as it would under sustained load. Each round runs every phase against every
+an idle machine); 1 MB request bodies. ctxscope's proxy hands its captures to the writer child in
+a pause of 50 ms or every 0.5 s; the child spools them and stores them in the pause after the
+phase, or beside the traffic once it has gone on for 5 s (``--duration 4`` makes the c32 phase 6 s
+long and shows that sustained case). Each round runs every phase against every
 target, the order of targets rotating and reversing from round to round so drift cancels; figures
 are medians across rounds (ratios and differences are paired per round, then the median is taken).
 After every phase the bench waits until the proxy processes and their child processes (ctxscope's
-capture writer runs in one) are idle, so the capture writer's backlog is charged to the phase that
-made it, never to the next target. CPU per request is reported for the proxy process and, on a
-line of its own, for its child processes (the capture writer), so the cost of capture is not
-hidden in another process. At the end the capture DB must hold every call that was answered
+capture writer runs in one) are idle and ctxscope reports no call left to store, so the capture
+writer's backlog is charged to the phase that made it, never to the next target. CPU per request
+is reported for the proxy process and, on a line of its own, for its child processes (the capture
+writer), so the cost of capture is not hidden in another process. At the end the capture DB must hold every call that was answered
 through ctxscope.
 
 Files: this one runs the rounds; proxy_bench_wire.py has the payloads and the two servers (run as
