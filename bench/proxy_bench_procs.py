@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -119,15 +119,11 @@ def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None
     return proc, int(line.split()[1])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tuple[subprocess.Popen, int, Path]:
-    port, db = free_port(), work / f"{kind}-{loop}.db"
-    args = ["serve", "--port", str(port), "--db", str(db), "--upstream", f"fast={upstream}"]
+    """``ctxscope serve`` on a port the kernel picks (a port picked here could be taken before the
+    daemon binds it); the port is read from the line the daemon prints when it listens."""
+    db = work / f"{kind}-{loop}.db"
+    args = ["serve", "--port", "0", "--db", str(db), "--upstream", f"fast={upstream}"]
     prelude = (_NO_UVLOOP if loop == "asyncio" else "") + (_NO_CAPTURE if kind == "nocapture" else "")
     cmd = [sys.executable, "-c", prelude + _MAIN, *args] if prelude else [str(VENV_BIN / "ctxscope"), *args]
     log = work / f"{kind}-{loop}.log"
@@ -136,11 +132,10 @@ def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tupl
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"ctxscope serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, port, db
-        except OSError:
-            time.sleep(0.05)
+        listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+        if listening:
+            return proc, int(listening.group(1)), db
+        time.sleep(0.05)
     proc.kill()
     raise SystemExit(f"ctxscope serve did not listen within 60 s:\n{log.read_text()[-4000:]}")
 
