@@ -18,6 +18,7 @@ from ctxscope.inspector import store
 from ctxscope.inspector.blobs import blob_get
 from ctxscope.inspector.migrations import migrations
 from ctxscope.inspector.recode import apply_recipe
+from ctxscope.inspector.spool import spool_status
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.responses import parse_response
 
@@ -273,6 +274,7 @@ def db_status(db_path: str | Path) -> dict:
         return status
     files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
     status["size_bytes"] = sum(f.stat().st_size for f in files if f.exists())
+    status["spool"] = spool_status(path)
     try:
         db = store.connect(path, check_same_thread=False, migrate=False)
         db.table_names()

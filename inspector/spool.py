@@ -96,6 +96,27 @@ def orphans(db_path: Path) -> Iterator[tuple[Path, list[list[tuple]]]]:
             os.close(fd)
 
 
+def spool_status(db_path: Path) -> dict:
+    """The spools next to a database: bytes handed over by a proxy and not stored yet, and how many
+    spools were left by writers that are gone (the next writer on the database stores them)."""
+    status = {"files": 0, "bytes": 0, "left_by_stopped_writers": 0}
+    for path in db_path.parent.glob(db_path.name + SUFFIX + "*"):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            status["files"] += 1
+            status["bytes"] += os.fstat(fd).st_size
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # only a live writer holds its lock
+            status["left_by_stopped_writers"] += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return status
+
+
 def release(path: Path) -> None:
     path.unlink(missing_ok=True)
 

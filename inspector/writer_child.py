@@ -6,8 +6,8 @@ write of bytes, nothing more), and stored (parsed, analysed, written to SQLite b
 a pause of QUIET_GAP, and silence longer than the proxy ever holds calls means the same. A burst
 that goes on for MAX_DEFER seconds is stored while it flows. Storing beside traffic, even in the
 idle scheduling class, cost forwarding throughput (interleaved rounds, small JSON at
-concurrency 32: 0.83x the minimal passthrough with the writer storing during the phase, 0.95x
-with it only receiving): its work evicts the forwarding processes' caches. The spool keeps the
+concurrency 32: 0.79x the minimal passthrough with the writer storing during the phase, 0.95x
+with it only receiving; 8 rounds): its work evicts the forwarding processes' caches. The spool keeps the
 promise that a call finished more than a second before a kill is stored, even if the proxy and
 this process die together: the next writer on the same database stores what the spool holds.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib
 import logging
 import os
 import queue
@@ -60,8 +61,6 @@ def load_factory(spec: str | None):
     """'package.module:function' -> the analyzers that function returns (none for None)."""
     if not spec:
         return []
-    import importlib
-
     module_name, _, attr = spec.partition(":")
     return list(getattr(importlib.import_module(module_name), attr)())
 

@@ -92,3 +92,23 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
     finally:
         assert w.stop()
     assert not spool_file.exists()
+
+
+def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_path):
+    from ctxscope.inspector import queries
+
+    db = tmp_path / "c.db"
+    first = WriterProcess(db)
+    first.start()
+    assert first.stop()
+    assert queries.db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0}
+    live = spools.Spool(db)  # a running writer's spool
+    live.append([_pack(make_exchange(1))])
+    left = spools.Spool(db, owner=999_997)
+    left.append([_pack(make_exchange(2))])
+    left.close(remove=False)
+    try:
+        st = queries.db_status(db)["spool"]
+        assert st["files"] == 2 and st["bytes"] == live.size + left.size and st["left_by_stopped_writers"] == 1
+    finally:
+        live.close(remove=True)
