@@ -133,6 +133,9 @@ async def test_anthropic_async_non_stream_and_error_shape(proxy, sim):
 
 
 def test_api_key_never_reaches_the_database(proxy, sim):
+    handed_over: list = []  # what goes to the writer child, which writes it to its spool file as it is
+    put = proxy.daemon.writer._queue.put
+    proxy.daemon.writer._queue.put = lambda item: (handed_over.append(item), put(item))
     tap = RecordingTransport()
     _anthropic(proxy, tap).messages.create(model="claude-sonnet-4-6", max_tokens=10,
                                            messages=[{"role": "user", "content": "x"}])
@@ -143,4 +146,7 @@ def test_api_key_never_reaches_the_database(proxy, sim):
     proxy.stop()
     blob = b"".join(p.read_bytes() for p in proxy.db_path.parent.glob("captures.db*"))
     assert KEY.encode() not in blob and b"SECRET-0123" not in blob
+    spooled = __import__("pickle").dumps([item for item in handed_over if item is not None])
+    assert sum(len(batch) for _, batch in filter(None, handed_over)) == 2
+    assert KEY.encode() not in spooled and b"SECRET-0123" not in spooled
     assert rows[0]["session"] == rows[1]["session"]  # same key, same fingerprint-derived session
