@@ -172,6 +172,8 @@ class _Deferred:
     def drain(self) -> None:
         """Feed everything, waiting for the writer as needed (shutting down)."""
         while not self.feed():
+            if not self.writer.stats().running:  # nothing will take them: they stay in the spool
+                return
             time.sleep(0.01)
 
     def behind(self) -> bool:
