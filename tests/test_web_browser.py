@@ -112,6 +112,32 @@ def test_new_calls_appear_live_without_reload(web, page):
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
 
+def test_a_burst_shows_calls_waiting_then_stored(web, page):
+    import threading
+    import time
+
+    page.goto(web.url + "/#/")
+    expect(page.locator("#store-status")).to_contain_text("stored")
+    client = openai_client(web.url, "burst")
+    sent = []
+
+    def burst():  # back to back, never a 50 ms pause: the daemon keeps them in its spool
+        began = time.monotonic()
+        while time.monotonic() - began < 2.5:
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": f"b{len(sent)}"}])
+            sent.append(1)
+
+    thread = threading.Thread(target=burst)
+    thread.start()
+    try:
+        expect(page.locator("#store-status")).to_contain_text("waiting", timeout=2000)
+    finally:
+        thread.join()
+    rows = _wait_session(web, "burst", len(sent))
+    assert len(rows) == len(sent) > 20
+    expect(page.locator("#store-status")).not_to_contain_text("waiting")
+
+
 def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
     session_header = {"x-ctxscope-session": 'xss<img src=x onerror="window.__pwned=1">'}
     client = anthropic_client(web.url)

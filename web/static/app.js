@@ -52,10 +52,14 @@ function showStatus(s) {
   const failures = s.failures || 0;
   statusEl.hidden = false;
   statusEl.className = "store-status" + (failures ? " bad" : "");
-  statusEl.textContent = failures ? `⚠ ${fmtInt(failures)} capture failure${failures > 1 ? "s" : ""}` : `${fmtInt(s.written)} stored`;
+  const waiting = s.queued ? ` · ${fmtInt(s.queued)} waiting` : "";
+  statusEl.textContent = failures
+    ? `⚠ ${fmtInt(failures)} capture failure${failures > 1 ? "s" : ""}`
+    : `${fmtInt(s.written)} stored${waiting}`;
   statusEl.title = failures
     ? `failed ${s.failed}, dropped ${s.dropped}` + (s.last_error ? ` — last: ${s.last_error}` : "")
-    : `capture writer: ${s.written} calls stored since start, ${s.queued} queued`;
+    : `capture writer: ${s.written} calls stored since start; ${s.queued} captured calls wait to be ` +
+      "stored (kept safe in a spool file while traffic flows, stored in the next pause)";
 }
 
 function connectLive() {
