@@ -130,6 +130,10 @@ def _dumps(value: Any) -> str | None:
 class Analyzer:
     """Analyses calls as they are stored; one instance per writer (it is not thread-safe)."""
 
+    # Its only write is the one UPDATE at the end of apply(): the writer needs no savepoint around
+    # it to undo a failure halfway (two statements less per call, ~4% of the writer's time).
+    single_write = True
+
     def __init__(
         self,
         *,

@@ -333,6 +333,9 @@ def ingest(
         for analyzer in analyzers:
             name = getattr(analyzer, "__qualname__", repr(analyzer))
             try:
+                if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
+                    analyzer(db, call)
+                    continue
                 with db.atomic():  # a savepoint: a failing analyzer's writes are undone, the call stays
                     analyzer(db, call)
             except Exception as e:

@@ -79,6 +79,32 @@ def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
     assert queries.db_status(path)["writer"]["analysis_failed"] == 1
 
 
+def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_savepoint(tmp_path, monkeypatch):
+    from ctxscope.inspector.analyze import Analyzer
+
+    analyzer = Analyzer()
+    assert analyzer.single_write  # so the writer runs it without a savepoint
+    real = Analyzer.analyze
+
+    def sometimes(self, db, inp, *, live=True):
+        if inp.seq == 2:
+            raise RuntimeError("analysis bug")
+        return real(self, db, inp, live=live)
+
+    monkeypatch.setattr(Analyzer, "analyze", sometimes)
+    path = tmp_path / "a.db"
+    exs = [make_exchange() for _ in range(3)]
+    w = CaptureWriter(path, analyzers=[analyzer])
+    w.start()
+    for ex in exs:
+        w.submit(ex)
+    assert w.stop()
+    assert (w.stats().written, w.stats().analysis_failed) == (3, 1)
+    db = queries.open_db(path)
+    relations = [r[0] for r in db.execute("SELECT relation FROM calls ORDER BY seq")]
+    assert relations[1] is None and None not in (relations[0], relations[2])
+
+
 def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, caplog):
     path = tmp_path / "c.db"
     store.connect(path).execute(
