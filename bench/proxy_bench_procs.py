@@ -174,6 +174,6 @@ async def capture_backlog(session, targets: list[Target]) -> int:
     total = 0
     for t in targets:
         if t.kind == "ctxscope":
-            async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status") as r:
+            async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status?store=0") as r:
                 total += (await r.json())["writer"]["queued"]
     return total

@@ -283,3 +283,5 @@ def test_status_reports_the_writer(web):
     status, data = _json(web, "/_ctxscope/api/status")
     assert status == 200 and data["writer"]["running"] and data["writer"]["failures"] == 0
     assert data["store"]["calls"] == 0
+    status, data = _json(web, "/_ctxscope/api/status?store=0")  # the cheap form for frequent polls
+    assert status == 200 and set(data) == {"writer"} and data["writer"]["queued"] == 0

@@ -124,6 +124,11 @@ class WebUI:
     # -- API ---------------------------------------------------------------------------------
 
     async def status(self, request: web.Request) -> web.Response:
+        """The writer's live counters and the store's totals; ``?store=0`` leaves out the totals
+        (a query over every call) for monitors that poll often."""
+        if request.query.get("store") == "0":
+            return _json({"writer": writer_status(self.writer)})
+
         def totals(db):
             n, sessions, last = db.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT session), MAX(started_at) FROM calls"
