@@ -6,7 +6,7 @@ traffic pauses. A batch in the spool survives the death of every ctxscope proces
 OS page cache); the next writer to open the same database finds the file and stores its calls,
 skipping those a killed writer had already committed. Each spool is named after the database and
 the process that owns it and held under an exclusive ``flock``, so a spool is only ever recovered
-from a writer that is gone.
+from a writer that is gone, and by one new writer only.
 
 Frames: an 8-byte little-endian length, then a pickle of a list of Exchange field tuples. A frame
 cut short by a kill mid-write is ignored (its calls were never acknowledged to the proxy).
@@ -19,7 +19,7 @@ import logging
 import os
 import pickle
 import struct
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("ctxscope.store")
@@ -39,7 +39,7 @@ class Spool:
         self.path = spool_path(db_path, os.getpid() if owner is None else owner)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(self._fd, 0)  # a stale file under our pid is not ours: its owner was recovered or is gone
+        os.ftruncate(self._fd, 0)  # a file left under our pid (reused since) was taken over first
         self.size = 0
         self.read_at = 0
 
@@ -70,10 +70,24 @@ class Spool:
             self.path.unlink(missing_ok=True)
 
 
-def orphans(db_path: Path) -> Iterator[tuple[Path, list[list[tuple]]]]:
-    """Spools of writers that are gone (their lock is free), with the batches they hold.
+@dataclass
+class Orphan:
+    """The spool of a writer that is gone, read and locked by its new owner until released."""
 
-    The caller takes the batches over, then removes the file with :func:`release`."""
+    path: Path
+    batches: list[list[tuple]]
+    fd: int
+
+    def release(self) -> None:
+        """Its calls are safe elsewhere (in the new owner's spool): remove the file, drop the lock."""
+        self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+
+
+def orphans(db_path: Path) -> list[Orphan]:
+    """Spools of writers that are gone (their lock is free), with the batches they hold; each stays
+    locked until released, so two writers starting together never both take one over."""
+    found = []
     for path in sorted(db_path.parent.glob(db_path.name + SUFFIX + "*")):
         try:
             fd = os.open(path, os.O_RDWR)
@@ -81,19 +95,28 @@ def orphans(db_path: Path) -> Iterator[tuple[Path, list[list[tuple]]]]:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # its writer is alive
+        except OSError:  # its writer is alive, or another new writer is taking it over
             os.close(fd)
             continue
-        try:
-            size, at, batches = os.fstat(fd).st_size, 0, []
-            while at < size:
-                batch, at = _frame(fd, at, size)
-                if batch is None:
-                    break
-                batches.append(batch)
-            yield path, batches
-        finally:
-            os.close(fd)
+        size, at, batches = os.fstat(fd).st_size, 0, []
+        while at < size:
+            batch, at = _frame(fd, at, size)
+            if batch is None:
+                break
+            batches.append(batch)
+        found.append(Orphan(path, batches, fd))
+    return found
+
+
+def open_spool(db_path: Path, owner: int | None = None) -> tuple[Spool, list[Orphan]]:
+    """A new writer's spool, and the spools it takes over. Those are read before the new spool
+    exists: one left under the same (reused) process id would otherwise be emptied unread."""
+    left = orphans(db_path)
+    mine = spool_path(db_path, os.getpid() if owner is None else owner)
+    for orphan in left:
+        if orphan.path == mine:
+            orphan.release()  # its calls are in memory now; the new spool takes the name
+    return Spool(db_path, owner), left
 
 
 def spool_status(db_path: Path) -> dict:
@@ -115,10 +138,6 @@ def spool_status(db_path: Path) -> dict:
         finally:
             os.close(fd)
     return status
-
-
-def release(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 def _frame(fd: int, at: int, size: int) -> tuple[list[tuple] | None, int]:

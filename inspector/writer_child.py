@@ -205,17 +205,19 @@ def _size(fields: tuple) -> int:
     return len(fields[_REQUEST_BODY]) + len(fields[_RESPONSE_BODY])
 
 
-def _recover(db_path: Path, deferred: _Deferred) -> None:
-    """Take over the spools of writers that died before storing them (skipping calls they stored)."""
-    for path, batches in spools.orphans(db_path):
-        calls = [fields for batch in batches for fields in batch]
+def _take_over(db_path: Path, left: list[spools.Orphan], deferred: _Deferred) -> None:
+    """Take over the spools of writers that died before storing them (skipping calls they stored):
+    their calls go into our spool first, then their files go."""
+    for orphan in left:
+        calls = [fields for batch in orphan.batches for fields in batch]
         stored = _stored_ids(db_path, [fields[_ID] for fields in calls])
         fresh = [fields for fields in calls if fields[_ID] not in stored]
         if fresh:
             deferred.add(fresh, time.monotonic(), received=False)
-        spools.release(path)
+        if orphan.path != deferred.spool.path:  # one under our own (reused) pid was released already
+            orphan.release()
         log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; %d were "
-                    "already stored)", len(fresh), path.name, len(calls) - len(fresh))
+                    "already stored)", len(fresh), orphan.path.name, len(calls) - len(fresh))
 
 
 def _stored_ids(db_path: Path, ids: list[str]) -> set[str]:
@@ -244,7 +246,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     try:
         writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval)
         writer.start()
-        spool = spools.Spool(Path(db_path))
+        spool, left = spools.open_spool(Path(db_path))
     except BaseException as e:  # report, do not hang the parent
         replies.put(("error", f"{type(e).__name__}: {e}"))
         return
@@ -253,7 +255,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     replies.put(("ready", writer.capture_epoch))
     parent = os.getppid()
     deferred = _Deferred(spool, writer)
-    _recover(Path(db_path), deferred)
+    _take_over(Path(db_path), left, deferred)
     deferred.storing = deferred.calls > 0
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 

@@ -39,12 +39,26 @@ def test_only_the_spools_of_dead_writers_are_orphans_and_a_torn_frame_is_ignored
     with open(dead.path, "ab") as f:
         f.write(b"\x40\x00\x00\x00\x00\x00\x00\x00partial")  # a batch cut short by the kill
     try:
-        found = list(spools.orphans(db))
-        assert [(p.name, b) for p, b in found] == [(dead.path.name, [[("x",)], [("y",)]])]
-        spools.release(dead.path)
-        assert list(spools.orphans(db)) == []
+        found = spools.orphans(db)
+        assert [(o.path.name, o.batches) for o in found] == [(dead.path.name, [[("x",)], [("y",)]])]
+        assert spools.orphans(db) == []  # taken over: a second new writer does not get it too
+        found[0].release()
+        assert not dead.path.exists() and spools.orphans(db) == []
     finally:
         alive.close(remove=True)
+
+
+def test_a_spool_left_under_a_reused_process_id_is_read_before_the_new_one_empties_it(tmp_path):
+    db = tmp_path / "c.db"
+    old = spools.Spool(db, owner=424_242)
+    old.append([("kept",)])
+    old.close(remove=False)
+    mine, left = spools.open_spool(db, owner=424_242)
+    try:
+        assert [o.batches for o in left] == [[[("kept",)]]]
+        assert mine.path == old.path and mine.path.stat().st_size == 0 and mine.next_batch() is None
+    finally:
+        mine.close(remove=True)
 
 
 def test_a_new_writer_stores_an_orphaned_spool_once_skipping_calls_already_stored(tmp_path):
