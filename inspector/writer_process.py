@@ -208,7 +208,7 @@ class WriterProcess:
         )
 
     def stop(self, timeout: float = 60) -> bool:
-        """Stop accepting, let the child store everything queued, wait for it to exit."""
+        """Stop accepting, let the child store everything held, spooled and queued, wait for it to exit."""
         self._accepting = False
         if self._proc is None:
             return True
@@ -220,9 +220,11 @@ class WriterProcess:
             self._proc.join(0.1)
             self._poll()
         self._poll()
-        if self._proc.is_alive():
-            log.error("capture writer did not drain within %.0fs; %d calls pending", timeout, len(self._sizes))
-            self._proc.terminate()
+        if self._proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
+            log.error("capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
+                      "spool and are stored when a writer next opens %s", timeout, self.stats().queued, self.db_path)
+            self._proc.kill()
+            self._proc.join(5)
             return False
         for q in (self._queue, self._replies):
             q.close()

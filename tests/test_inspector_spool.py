@@ -126,3 +126,31 @@ def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_pa
         assert st["files"] == 2 and st["bytes"] == live.size + left.size and st["left_by_stopped_writers"] == 1
     finally:
         live.close(remove=True)
+
+
+def slow_analyzer():
+    """An analyzer factory the child imports by name: storing takes a while."""
+
+    def analyzer(db, call):
+        time.sleep(0.05)
+
+    return [analyzer]
+
+
+def test_a_writer_that_cannot_finish_in_time_is_stopped_and_its_spool_stored_by_the_next(tmp_path, caplog):
+    db = tmp_path / "s.db"
+    w = WriterProcess(db, analyzers_factory="test_inspector_spool:slow_analyzer")
+    w.start()
+    for i in range(100):  # about 5 s of storing
+        w.submit(make_exchange(i))
+    assert w.stop(timeout=1.0) is False
+    assert "stay in its spool" in caplog.text
+    assert list(tmp_path.glob("s.db.spool-*"))
+    stored_before = len(list_calls(open_db(db), limit=None))
+    assert stored_before < 100
+    nxt = WriterProcess(db)
+    nxt.start()
+    assert nxt.stop()
+    ids = [r["id"] for r in list_calls(open_db(db), limit=None)]
+    assert len(ids) == len(set(ids)) == 100
+    assert not list(tmp_path.glob("s.db.spool-*"))
