@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlite_utils
@@ -70,7 +70,8 @@ def _ok(row: dict) -> bool:
 def unix_time(iso: str | None) -> float:
     if not iso:
         return 0.0
-    return datetime.fromisoformat(iso).timestamp()  # our stamps end in "Z": read as UTC (3.11+)
+    stamp = datetime.fromisoformat(iso)  # ours end in "Z" (3.11 reads that as UTC)
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _common(row: dict, rowid: int) -> dict:

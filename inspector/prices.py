@@ -75,7 +75,7 @@ DEFAULT = Price(3.0, 15.0, 0.3, 3.75, 6.0, source="default")
 class PriceTable:
     entries: dict[str, Price]
     default: Price | None = DEFAULT
-    _looked_up: dict = field(default_factory=dict, compare=False, repr=False)
+    _looked_up: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def lookup(self, model: str | None) -> Price | None:
         """The row of the longest key found in ``model`` at name boundaries, else the default.
