@@ -21,7 +21,8 @@ Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``st
 everything held, spooled and queued; if the proxy is killed, the child stores what it received
 and exits; if both are killed, the next writer on the database stores what the spool holds. Only
 what the proxy still held dies with it: at most MAX_HOLD seconds of calls, so a call that
-finished more than a second before a SIGKILL is stored.
+finished more than a second before a SIGKILL is stored. If the child dies alone (the OOM killer,
+a crash), the proxy keeps its calls and starts a new child, which stores the old one's spool.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.writer import WriterStats
-from ctxscope.inspector.writer_child import IDLE_CLASS, child_main, unpack
+from ctxscope.inspector.writer_child import IDLE_CLASS, child_main
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
@@ -51,9 +52,20 @@ HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not
 # Silence from the proxy this long means it holds nothing: the child may take it as a pause.
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
+RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one will not start
+
 # An Exchange crosses the process boundary as a plain tuple of its fields: no class reference and no
 # field names in the pickle, less than half the time to pickle and to unpickle.
-_pack = operator.attrgetter(*(f.name for f in dataclasses.fields(Exchange)))
+_FIELDS = [f.name for f in dataclasses.fields(Exchange)]
+_pack = operator.attrgetter(*_FIELDS)
+_REQUEST_BODY, _RESPONSE_BODY = _FIELDS.index("request_body"), _FIELDS.index("response_body")
+_COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits")
+
+
+def _add(a: WriterStats, b: WriterStats) -> WriterStats:
+    """Counters of two children's lives added up (the newer one's last error wins)."""
+    return dataclasses.replace(b, **{k: getattr(a, k) + getattr(b, k) for k in _COUNTERS},
+                               last_error=b.last_error or a.last_error)
 
 
 class WriterProcess:
@@ -83,8 +95,17 @@ class WriterProcess:
         self._drops = itertools.count(1)
         self._dropped = 0
         self._child = WriterStats()
+        self._base = WriterStats()  # what children that died had done
+        self._restarting = False
+        self._next_restart = 0.0
+        self.restarts = 0
 
     def start(self, timeout: float = 60) -> None:
+        self._spawn(timeout)
+        self._accepting = True
+
+    def _spawn(self, timeout: float) -> None:
+        """Start a child and wait until it is ready; raises RuntimeError if it cannot start."""
         self._queue = self._ctx.Queue()
         self._replies = self._ctx.Queue()
         self._proc = self._ctx.Process(
@@ -115,7 +136,6 @@ class WriterProcess:
                 q.close()
             raise RuntimeError(f"capture writer could not start: {value}")
         self.capture_epoch = value
-        self._accepting = True
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -158,21 +178,64 @@ class WriterProcess:
         """Send what is held as one batch, saying whether the traffic paused (the child may store
         now) or not (the child only spools it); once per batch, look at the child's state."""
         try:
+            if self._restarting:  # the restart hands over what waits once the new child is ready
+                return
             with self._lock:
                 batch = self._held.take()
             if not batch:
                 return
-            self._poll()
             if not self._proc.is_alive():
-                with self._lock:  # the batch holds the newest calls: the right end of the ledger
-                    for _ in batch:
-                        self._outstanding_bytes -= self._sizes.pop()
-                for fields in batch:
-                    self._drop(unpack(fields), "capture writer is not running")
+                self._hold_again(batch)
                 return
+            self._poll()
             self._queue.put((pause, batch))
         except Exception:  # pragma: no cover - a timer callback must not raise into the loop
             log.exception("capture hand-over failed")
+
+    def _hold_again(self, batch: list[tuple]) -> None:
+        """The child is gone (killed, crashed): keep the batch, start a new child in a thread.
+
+        The new child stores what the old one had spooled; only the calls that were still in the
+        pipe to it are lost (counted as dropped). Start-up is retried at most every RESTART_BACKOFF."""
+        with self._lock:
+            self._held.items[:0] = batch
+            self._held.bytes += sum(len(f[_REQUEST_BODY]) + len(f[_RESPONSE_BODY]) for f in batch)
+        if self._restarting or time.monotonic() < self._next_restart or not self._accepting:
+            return
+        self._restarting = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        threading.Thread(target=self._restart, args=(loop,), name="ctxscope-writer-restart", daemon=True).start()
+
+    def _restart(self, loop) -> None:
+        try:
+            old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
+            with self._lock:
+                self._poll_from(old_replies)
+                lost = max(0, len(self._sizes) - len(self._held.items))
+                for _ in range(lost):  # the oldest unacknowledged calls: in the pipe to the dead child
+                    self._outstanding_bytes -= self._sizes.popleft()
+                self._acked = 0
+                self._base = _add(self._base, self._child)
+                self._child = WriterStats()
+            self._dropped += lost
+            log.error("capture writer exited with code %s; starting a new one (%d calls lost on the way to it)",
+                      old_proc.exitcode, lost)
+            old_queue.cancel_join_thread()
+            for q in (old_queue, old_replies):
+                q.close()
+            try:
+                self._spawn(timeout=60)
+                self.restarts += 1
+            except RuntimeError as exc:
+                log.error("%s; trying again in %.0f s", exc, RESTART_BACKOFF)
+                self._next_restart = time.monotonic() + RESTART_BACKOFF
+        finally:
+            self._restarting = False
+        if loop is not None and self._held.items:  # hand over what waited meanwhile
+            loop.call_soon_threadsafe(self._flush, True)
 
     def _drop(self, exchange: Exchange, why: str) -> None:
         n = next(self._drops)
@@ -182,29 +245,33 @@ class WriterProcess:
 
     def _poll(self) -> None:
         """Take the child's latest counters and forget the calls it has safely spooled."""
+        if not self._restarting:
+            with self._lock:
+                self._poll_from(self._replies)
+
+    def _poll_from(self, replies) -> None:
         while True:
             try:
-                reply = self._replies.get_nowait()
+                reply = replies.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 return
             if reply[0] == "stats":
                 _, counters, received = reply
                 self._child = WriterStats(**counters)
-                with self._lock:
-                    while self._acked < received and self._sizes:
-                        self._outstanding_bytes -= self._sizes.popleft()
-                        self._acked += 1
+                while self._acked < received and self._sizes:
+                    self._outstanding_bytes -= self._sizes.popleft()
+                    self._acked += 1
 
     def stats(self) -> WriterStats:
         """The child's counters, with the calls this side still holds or has in flight counted as queued."""
         self._poll()
-        c = self._child
+        c = _add(self._base, self._child)  # counters of children that died are kept
         return dataclasses.replace(
             c,
-            queued=len(self._sizes) + c.queued,
-            queued_bytes=max(0, self._outstanding_bytes) + c.queued_bytes,
+            queued=len(self._sizes) + self._child.queued,
+            queued_bytes=max(0, self._outstanding_bytes) + self._child.queued_bytes,
             dropped=c.dropped + self._dropped,
-            running=self._proc is not None and self._proc.is_alive(),
+            running=self._proc is not None and (self._restarting or self._proc.is_alive()),
         )
 
     def stop(self, timeout: float = 60) -> bool:
@@ -212,6 +279,8 @@ class WriterProcess:
         self._accepting = False
         if self._proc is None:
             return True
+        while self._restarting:
+            time.sleep(0.05)
         self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(None)
@@ -220,6 +289,12 @@ class WriterProcess:
             self._proc.join(0.1)
             self._poll()
         self._poll()
+        if self._held.items:  # the child had died and no new one could start
+            with self._lock:
+                lost, self._held.items = len(self._held.items), []
+            self._dropped += lost
+            log.error("capture writer had exited: %d calls could not be stored", lost)
+            return False
         if self._proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
             log.error("capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
                       "spool and are stored when a writer next opens %s", timeout, self.stats().queued, self.db_path)

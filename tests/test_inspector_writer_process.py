@@ -243,3 +243,28 @@ def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
     for _ in range(10):
         held.add(("n",), 1, 40.0)
     assert held.full() and held.wait(40.0) <= 0  # too many calls
+
+
+async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_is_lost(tmp_path):
+    w = WriterProcess(tmp_path / "r.db")
+    w.start()
+    try:
+        for i in range(20):
+            w.submit(make_exchange(i))
+        await asyncio.sleep(QUIET_GAP * 3)  # handed over (and spooled) in the pause
+        first = w._proc
+        os.kill(first.pid, signal.SIGKILL)  # the OOM killer, say
+        first.join(10)
+        for i in range(20, 60):
+            w.submit(make_exchange(i))
+            await asyncio.sleep(0.005)
+        deadline = time.monotonic() + 60
+        while (w._proc is first or w._restarting) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert w._proc is not first and w._proc.is_alive() and w.restarts == 1
+    finally:
+        assert w.stop()
+    ids = [r["id"] for r in list_calls(open_db(tmp_path / "r.db"), limit=None)]
+    assert len(ids) == len(set(ids)) == 60  # what the dead child had spooled, and everything after
+    assert w.stats().dropped == 0 and w.stats().written >= 40
+    assert not list(tmp_path.glob("r.db.spool-*"))
