@@ -111,7 +111,7 @@ async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> No
     finally:
         announce_stop = getattr(announce, "stopping", None)
         if announce_stop:
-            announce_stop()
+            announce_stop(daemon.writer.stats().queued)
         await daemon.stop()
 
 

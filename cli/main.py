@@ -77,7 +77,9 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
         click.echo("Press Ctrl-C to stop.")
 
-    announce.stopping = lambda: click.echo("stopping: finishing open calls and writing captures...")
+    announce.stopping = lambda waiting: click.echo(
+        f"stopping: finishing open calls and storing {waiting} captured call{'s' * (waiting != 1)}..."
+        if waiting else "stopping: finishing open calls...")
     try:
         run(serve_forever(cfg, announce=announce))
     except OSError as exc:

@@ -138,6 +138,7 @@ def test_serve_drains_captures_on_sigterm(tmp_path):
     _chat(url, 40)
     out = _stop_serve(proc)
     assert "listening on" in out and "sk-" not in out
+    assert "stopping: finishing open calls" in out
     assert _count(db) == 41  # 40 chats and the readiness probe
 
 
