@@ -205,11 +205,13 @@ def _size(fields: tuple) -> int:
     return len(fields[_REQUEST_BODY]) + len(fields[_RESPONSE_BODY])
 
 
-def _take_over(db_path: Path, left: list[spools.Orphan], deferred: _Deferred) -> None:
+def _take_over(db_path: Path, left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
     """Take over the spools of writers that died before storing them (skipping calls they stored):
-    their calls go into our spool first, then their files go."""
+    their calls go into our spool first, then their files go. Returns the ids of all their calls."""
+    ids: list[str] = []
     for orphan in left:
         calls = [fields for batch in orphan.batches for fields in batch]
+        ids += [fields[_ID] for fields in calls]
         stored = _stored_ids(db_path, [fields[_ID] for fields in calls])
         fresh = [fields for fields in calls if fields[_ID] not in stored]
         if fresh:
@@ -218,6 +220,7 @@ def _take_over(db_path: Path, left: list[spools.Orphan], deferred: _Deferred) ->
             orphan.release()
         log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; %d were "
                     "already stored)", len(fresh), orphan.path.name, len(calls) - len(fresh))
+    return ids
 
 
 def _stored_ids(db_path: Path, ids: list[str]) -> set[str]:
@@ -255,7 +258,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     replies.put(("ready", writer.capture_epoch))
     parent = os.getppid()
     deferred = _Deferred(spool, writer)
-    _take_over(Path(db_path), left, deferred)
+    replies.put(("recovered", _take_over(Path(db_path), left, deferred)))
     deferred.storing = deferred.calls > 0
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 

@@ -34,6 +34,7 @@ import itertools
 import logging
 import multiprocessing as mp
 import operator
+import os
 import queue
 import threading
 import time
@@ -85,7 +86,8 @@ class WriterProcess:
         self._queue = None
         self._replies = None
         self._accepting = False
-        self._sizes: collections.deque[int] = collections.deque()  # bytes of calls the child has not yet spooled
+        # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
+        self._sizes: collections.deque[tuple[int, str]] = collections.deque()
         self._lock = threading.Lock()  # submit runs on the loop thread, stop in another
         self._held = _Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
         self._timer = False  # a check of the held calls is scheduled on the loop
@@ -98,6 +100,7 @@ class WriterProcess:
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
         self._next_restart = 0.0
+        self._lost = 0  # calls that died in the pipe to a child that died
         self.restarts = 0
 
     def start(self, timeout: float = 60) -> None:
@@ -148,7 +151,7 @@ class WriterProcess:
             if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
                 return self._drop(exchange, "capture queue holds too many bytes")
             with self._lock:
-                self._sizes.append(size)
+                self._sizes.append((size, exchange.id))
                 self._outstanding_bytes += size
                 self._submitted += 1
                 self._held.add(_pack(exchange), size, time.monotonic())
@@ -214,28 +217,41 @@ class WriterProcess:
             old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
             with self._lock:
                 self._poll_from(old_replies)
-                lost = max(0, len(self._sizes) - len(self._held.items))
-                for _ in range(lost):  # the oldest unacknowledged calls: in the pipe to the dead child
-                    self._outstanding_bytes -= self._sizes.popleft()
+                # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
+                sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
+                self._outstanding_bytes -= sum(size for size, _ in sent)
                 self._acked = 0
                 self._base = _add(self._base, self._child)
                 self._child = WriterStats()
-            self._dropped += lost
-            log.error("capture writer exited with code %s; starting a new one (%d calls lost on the way to it)",
-                      old_proc.exitcode, lost)
             old_queue.cancel_join_thread()
             for q in (old_queue, old_replies):
                 q.close()
             try:
                 self._spawn(timeout=60)
+                recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
                 self.restarts += 1
             except RuntimeError as exc:
                 log.error("%s; trying again in %.0f s", exc, RESTART_BACKOFF)
                 self._next_restart = time.monotonic() + RESTART_BACKOFF
+                recovered = set()
+            lost = sum(1 for _, call_id in sent if call_id not in recovered)
+            self._lost += lost
+            log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
+                      "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
         finally:
             self._restarting = False
         if loop is not None and self._held.items:  # hand over what waited meanwhile
             loop.call_soon_threadsafe(self._flush, True)
+
+    def _recovered_ids(self, timeout: float) -> set[str]:
+        """The ids of the calls a just-started child found in spools left by dead writers."""
+        try:
+            kind, ids = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError("the new capture writer did not report what it recovered") from None
+        if kind != "recovered":
+            raise RuntimeError(f"the new capture writer said {kind!r} before what it recovered")
+        return set(ids)
 
     def _drop(self, exchange: Exchange, why: str) -> None:
         n = next(self._drops)
@@ -259,7 +275,7 @@ class WriterProcess:
                 _, counters, received = reply
                 self._child = WriterStats(**counters)
                 while self._acked < received and self._sizes:
-                    self._outstanding_bytes -= self._sizes.popleft()
+                    self._outstanding_bytes -= self._sizes.popleft()[0]
                     self._acked += 1
 
     def stats(self) -> WriterStats:
@@ -270,7 +286,7 @@ class WriterProcess:
             c,
             queued=len(self._sizes) + self._child.queued,
             queued_bytes=max(0, self._outstanding_bytes) + self._child.queued_bytes,
-            dropped=c.dropped + self._dropped,
+            dropped=c.dropped + self._dropped + self._lost,
             running=self._proc is not None and (self._restarting or self._proc.is_alive()),
         )
 
@@ -281,6 +297,7 @@ class WriterProcess:
             return True
         while self._restarting:
             time.sleep(0.05)
+        _leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(None)
@@ -292,7 +309,7 @@ class WriterProcess:
         if self._held.items:  # the child had died and no new one could start
             with self._lock:
                 lost, self._held.items = len(self._held.items), []
-            self._dropped += lost
+            self._lost += lost
             log.error("capture writer had exited: %d calls could not be stored", lost)
             return False
         if self._proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
@@ -305,6 +322,21 @@ class WriterProcess:
             q.close()
             q.join_thread()
         return True
+
+
+def _leave_idle_class(pid: int) -> None:
+    """Ordinary scheduling for every thread of the child, where this process may grant it (the
+    child does the same once it reads the stop marker, but an idle-class child may not get the CPU
+    to read it on a saturated machine)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+        except (OSError, AttributeError):
+            pass
 
 
 class _Held:
