@@ -121,19 +121,20 @@ def test_a_burst_shows_calls_waiting_then_stored(web, page):
     client = openai_client(web.url, "burst")
     sent = []
 
-    def burst():  # back to back, never a 50 ms pause: the daemon keeps them in its spool
+    def burst():  # a call every ~10 ms for 1.5 s, never a 50 ms pause: the daemon keeps them in its spool
         began = time.monotonic()
-        while time.monotonic() - began < 2.5:
+        while time.monotonic() - began < 1.5:
             client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": f"b{len(sent)}"}])
             sent.append(1)
+            time.sleep(0.01)
 
     thread = threading.Thread(target=burst)
     thread.start()
     try:
-        expect(page.locator("#store-status")).to_contain_text("waiting", timeout=2000)
+        expect(page.locator("#store-status")).to_contain_text("waiting", timeout=5000)
     finally:
         thread.join()
-    rows = _wait_session(web, "burst", len(sent))
+    rows = web.wait_for_calls(len(sent), session="burst", timeout=60)
     assert len(rows) == len(sent) > 20
     expect(page.locator("#store-status")).not_to_contain_text("waiting")
 
