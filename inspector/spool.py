@@ -32,6 +32,11 @@ def spool_path(db_path: Path, owner: int) -> Path:
     return db_path.with_name(f"{db_path.name}{SUFFIX}{owner}")
 
 
+def spool_files(db_path: Path) -> list[Path]:
+    """Every spool next to a database, live or left behind, oldest owner id first."""
+    return sorted(db_path.parent.glob(db_path.name + SUFFIX + "*"))
+
+
 class Spool:
     """The append-only spool of one writer process; read back from ``read_at`` in order."""
 
@@ -88,7 +93,7 @@ def orphans(db_path: Path) -> list[Orphan]:
     """Spools of writers that are gone (their lock is free), with the batches they hold; each stays
     locked until released, so two writers starting together never both take one over."""
     found = []
-    for path in sorted(db_path.parent.glob(db_path.name + SUFFIX + "*")):
+    for path in spool_files(db_path):
         try:
             fd = os.open(path, os.O_RDWR)
         except OSError:
@@ -123,7 +128,7 @@ def spool_status(db_path: Path) -> dict:
     """The spools next to a database: bytes handed over by a proxy and not stored yet, and how many
     spools were left by writers that are gone (the next writer on the database stores them)."""
     status = {"files": 0, "bytes": 0, "left_by_stopped_writers": 0}
-    for path in db_path.parent.glob(db_path.name + SUFFIX + "*"):
+    for path in spool_files(db_path):
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:

@@ -33,7 +33,6 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
-import operator
 import os
 import queue
 import threading
@@ -41,7 +40,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.writer import WriterStats
-from ctxscope.inspector.writer_child import IDLE_CLASS, child_main
+from ctxscope.inspector.writer_child import IDLE_CLASS, call_size, child_main, pack
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
@@ -55,11 +54,6 @@ CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
 RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one will not start
 
-# An Exchange crosses the process boundary as a plain tuple of its fields: no class reference and no
-# field names in the pickle, less than half the time to pickle and to unpickle.
-_FIELDS = [f.name for f in dataclasses.fields(Exchange)]
-_pack = operator.attrgetter(*_FIELDS)
-_REQUEST_BODY, _RESPONSE_BODY = _FIELDS.index("request_body"), _FIELDS.index("response_body")
 _COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits")
 
 
@@ -154,10 +148,11 @@ class WriterProcess:
                 self._sizes.append((size, exchange.id))
                 self._outstanding_bytes += size
                 self._submitted += 1
-                self._held.add(_pack(exchange), size, time.monotonic())
-                if self._timer and not self._held.full():
+                self._held.add(pack(exchange), size, time.monotonic())
+                full = self._held.full()
+                if self._timer and not full:
                     return
-            if self._held.full():
+            if full:
                 return self._flush(pause=False)
             try:
                 asyncio.get_running_loop().call_later(QUIET_GAP, self._check)
@@ -202,7 +197,7 @@ class WriterProcess:
         pipe to it are lost (counted as dropped). Start-up is retried at most every RESTART_BACKOFF."""
         with self._lock:
             self._held.items[:0] = batch
-            self._held.bytes += sum(len(f[_REQUEST_BODY]) + len(f[_RESPONSE_BODY]) for f in batch)
+            self._held.bytes += sum(call_size(f) for f in batch)
         if self._restarting or time.monotonic() < self._next_restart or not self._accepting:
             return
         self._restarting = True

@@ -10,7 +10,8 @@ from test_inspector_writer_process import make_exchange
 
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess, _pack
+from ctxscope.inspector.writer_child import pack as _pack
+from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
 
 
 def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):

@@ -10,7 +10,7 @@ from ctxscope.inspector import writer_child as wc
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.spool import Spool
 from ctxscope.inspector.writer import CaptureWriter, WriterStats
-from ctxscope.inspector.writer_process import _pack
+from ctxscope.inspector.writer_child import pack as _pack
 
 
 def _deferred(tmp_path):
