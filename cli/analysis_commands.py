@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from ctxscope.proxy.redact import mask_key_values, mask_keys_in
+
 from .output import emit_json, emit_table
 from .settings import home_dir
 
@@ -114,7 +116,7 @@ def _show_diff(d: dict) -> None:
 
 
 def _safe(value) -> str:
-    text = "-" if value is None else str(value)
+    text = "-" if value is None else mask_key_values(str(value))
     return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", "⏎"))
 
 
@@ -160,6 +162,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
             result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
         except (KeyError, AmbiguousCallId) as exc:
             raise click.ClickException(str(exc.args[0]) if exc.args else str(exc))
+        result = mask_keys_in(result)  # excerpts of the prompts: keys the client put there stay out
         emit_json(result) if as_json else _show_diff(result)
 
     @cli.command(context_settings=ctx)
@@ -177,6 +180,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
             raise click.ClickException(str(exc))
         if timeline is None:
             raise click.ClickException(f"no session matches {session!r}")
+        timeline = mask_keys_in(timeline)
         if as_json:
             emit_json(timeline)
             return

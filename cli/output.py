@@ -1,4 +1,8 @@
-"""Printing query results: JSON for scripts, aligned columns for people."""
+"""Printing query results: JSON for scripts, aligned columns for people.
+
+Captured bodies are stored byte-exact, keys a client put inside them included: everything
+printed here is masked first (``redact.mask_keys_in`` / ``mask_key_values``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ from typing import Any, Sequence
 
 import click
 
+from ctxscope.proxy.redact import mask_key_values, mask_keys_in
+
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json.dumps(mask_keys_in(data), indent=2, ensure_ascii=False, default=str))
 
 
 def _cell(value: Any) -> str:
@@ -19,7 +25,7 @@ def _cell(value: Any) -> str:
         return ",".join(_cell(v) for v in value) or "-"
     if isinstance(value, float):
         return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-    text = str(value)
+    text = mask_key_values(str(value))
     # Captured text is untrusted: never let it drive the terminal.
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 

@@ -8,6 +8,7 @@ import click
 
 from ctxscope.inspector.cache_analysis import VERDICTS
 from ctxscope.inspector.relation import KINDS as RELATIONS
+from ctxscope.proxy.redact import mask_key_values
 
 from .output import emit_json, emit_table
 from .settings import default_db_path
@@ -50,20 +51,35 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @cli.command(context_settings=ctx)
     @click.argument("call")
     @db_option
-    @click.option("--request-raw", is_flag=True, help="Write the raw request bytes to stdout, exactly as forwarded.")
-    @click.option("--response-raw", is_flag=True, help="Write the raw response bytes to stdout, exactly as received.")
+    @click.option("--request-raw", is_flag=True,
+                  help="Write the request body to stdout as forwarded, key-like values masked (see --exact).")
+    @click.option("--response-raw", is_flag=True,
+                  help="Write the response body to stdout as received, key-like values masked (see --exact).")
+    @click.option("--exact", is_flag=True,
+                  help="With --request-raw/--response-raw: the exact bytes, unmasked. They may contain "
+                       "secrets the client put in the body (API keys, tokens, passwords).")  # fmt: skip
     @json_option
-    def show(call, db_path, request_raw, response_raw, as_json):
+    def show(call, db_path, request_raw, response_raw, exact, as_json):
         """Show one call (CALL is an id or a unique prefix of one)."""
         from ctxscope.inspector import queries
+        from ctxscope.web.bodyexport import export_body
 
+        if exact and not (request_raw or response_raw):
+            raise click.UsageError("--exact goes with --request-raw or --response-raw")
         db = open_db_or_fail(db_path)
         row = queries.get_call(db, call)
         if row is None:
             raise click.ClickException(f"no call matches {call!r}")
         if request_raw or response_raw:
-            data = queries.get_request_raw(db, row["id"]) if request_raw else queries.get_response_raw(db, row["id"])
-            sys.stdout.buffer.write(data)
+            kind = "request" if request_raw else "response"
+            body = export_body(db, row["id"], kind, "wire", exact=exact)
+            if body.form == "decoded":
+                click.echo(f"note: the {kind} body is compressed ({row.get(kind + '_encoding')}) and holds key-like "
+                           "values: written decoded, with them masked (--exact writes the bytes as sent)", err=True)  # fmt: skip
+            elif body.masked:
+                click.echo(f"note: key-like values in the {kind} body are masked, length for length "
+                           "(--exact writes the bytes as sent)", err=True)  # fmt: skip
+            sys.stdout.buffer.write(body.data)
             sys.stdout.buffer.flush()
             return
         if as_json:
@@ -119,4 +135,4 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
 def emit_safe(value) -> str:
     if value is None:
         return "-"
-    return "".join(ch if ch.isprintable() else "?" for ch in str(value))
+    return "".join(ch if ch.isprintable() else "?" for ch in mask_key_values(str(value)))

@@ -158,7 +158,7 @@ def test_raw_ranges_reassemble_the_exact_body_without_splitting_characters(web):
         parts.append(r["text"])
         offset = r["next_offset"]
     assert "".join(parts).encode() == exact and len(parts) > 50
-    status, headers, body = _req(web, f"/_ctxscope/api/raw.bin?id={row['id']}&kind=response&form=wire")
+    status, headers, body = _req(web, f"/_ctxscope/api/raw.bin?id={row['id']}&kind=response&form=wire&exact=1")
     assert status == 200 and body == response and "attachment" in headers["Content-Disposition"]
     assert _json(web, f"/_ctxscope/api/raw?id={row['id']}&kind=secret")[0] == 400
 

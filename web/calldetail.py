@@ -3,6 +3,11 @@
 Raw bodies can be many megabytes, so the page never gets them whole: it asks for ranges (the UI
 loads 64 KiB at a time and keeps only what the user scrolled to). A body is rebuilt from its
 delta chain once and kept in a small LRU so paging through it is cheap.
+
+Keys a client put inside a body are stored with it (bodies are byte-exact). The cache holds the
+body with them masked length for length, before any range is cut, so a key across a range
+boundary is masked too and offsets stay the stored body's. The structured views are masked by
+the routes (``routes.WebUI.read``); a download masks unless the exact bytes are asked for.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from collections import OrderedDict
 import sqlite_utils
 
 from ctxscope.inspector import queries as q
+from ctxscope.proxy.redact import mask_key_bytes
+from ctxscope.web.bodyexport import BodyExport, export_body
 from ctxscope.web.fields import ANALYSIS_COLUMNS, call_columns, client_name, normalise_call
 
 MAX_STRUCTURED = 32 * 2**20  # bigger request bodies are shown raw only
@@ -22,7 +29,7 @@ _HIDDEN = ("request_blob", "response_blob", "final_response_blob", "request_reco
 
 
 class BodyCache:
-    """Rebuilt bodies by (call id, kind, form), bounded in bytes."""
+    """Rebuilt bodies by (call id, kind, form), keys masked, bounded in bytes."""
 
     def __init__(self, max_bytes: int = 64 * 2**20):
         self.max_bytes = max_bytes
@@ -51,8 +58,10 @@ class BodyCache:
 
 def _load(db: sqlite_utils.Database, call_id: str, kind: str, form: str) -> bytes | None:
     if kind == "request":
-        return q.get_request_raw(db, call_id) if form == "wire" else q.get_request_body(db, call_id)
-    return q.get_response_raw(db, call_id) if form == "wire" else q.get_response_body(db, call_id)
+        data = q.get_request_raw(db, call_id) if form == "wire" else q.get_request_body(db, call_id)
+    else:
+        data = q.get_response_raw(db, call_id) if form == "wire" else q.get_response_body(db, call_id)
+    return None if data is None else mask_key_bytes(data)
 
 
 def _neighbours(db: sqlite_utils.Database, row: dict) -> dict:
@@ -152,6 +161,7 @@ def raw_range(
     }
 
 
-def raw_bytes(db: sqlite_utils.Database, cache: BodyCache, call_id: str, kind: str, form: str) -> bytes | None:
+def raw_bytes(db: sqlite_utils.Database, call_id: str, kind: str, form: str, exact: bool = False) -> BodyExport | None:
+    """A body for download: keys masked (see ``bodyexport``), or the exact bytes when asked."""
     full = q.resolve_call_id(db, call_id)
-    return None if full is None else cache.get(db, full, kind, form)
+    return None if full is None else export_body(db, full, kind, form, exact=exact)

@@ -20,6 +20,7 @@ import sqlite_utils
 from aiohttp import web
 
 from ctxscope.inspector.queries import SUMMARY_COLUMNS
+from ctxscope.proxy.redact import mask_keys_in
 from ctxscope.web.pool import ReadPool
 
 log = logging.getLogger("ctxscope.web")
@@ -41,7 +42,7 @@ def _new_calls(db: sqlite_utils.Database, after: int) -> tuple[int, list[dict]]:
     out = [dict(zip(names, r)) for r in rows.fetchall()]
     last = out[-1]["rowid"] if out else after
     brief = [{k: r[k] for k in ("id", "session", "seq", "model", "started_at", "outcome", "status")} for r in out]
-    return last, brief
+    return last, mask_keys_in(brief)  # the model name is the client's text
 
 
 def writer_status(writer: Any) -> dict | None:

@@ -11,10 +11,15 @@ API (all GET, JSON, read-only, except one DELETE):
   /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
   /_ctxscope/api/call?id=               one call: row, parsed request, final response
   /_ctxscope/api/raw?id=&kind=request|response&form=decoded|wire&offset=&length=
-  /_ctxscope/api/raw.bin?id=&kind=&form=  the exact bytes, as a download
+  /_ctxscope/api/raw.bin?id=&kind=&form=&exact=  the body as a download (exact=1: the exact bytes)
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   DELETE /_ctxscope/api/session?s=      needs the page's token header and a same-origin request
+
+Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
+built from the store is masked in its worker thread (``read``) before it is serialised, raw
+ranges come from bodies masked length for length (``calldetail``), and a download is masked
+unless ``exact=1`` asks for the bytes as they were sent.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from ctxscope.inspector.queries import AmbiguousCallId
+from ctxscope.proxy.redact import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.deletion import delete_session
@@ -41,6 +47,10 @@ API = "/_ctxscope/api"
 STATIC = "/_ctxscope/static"
 _TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
 _FILTERS = ("relation", "verdict", "model", "marker", "thread", "q")
+
+
+def _masked(db, fn, *args):
+    return mask_keys_in(fn(db, *args))
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -101,6 +111,10 @@ class WebUI:
 
         return wrapped
 
+    async def read(self, fn, *args):
+        """``fn(db, *args)`` in a worker thread, with every key-like value in its answer masked."""
+        return await self.pool.run(_masked, fn, *args)
+
     # -- the page ----------------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.Response:
@@ -139,7 +153,7 @@ class WebUI:
 
     async def sessions(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 500) or 500
-        return _json({"sessions": await self.pool.run(lambda db: list_session_overviews(db, limit=limit))})
+        return _json({"sessions": await self.read(lambda db: list_session_overviews(db, limit=limit))})
 
     async def session(self, request: web.Request) -> web.Response:
         session = request.query.get("s")
@@ -148,12 +162,12 @@ class WebUI:
         filters = {k: request.query[k] for k in _FILTERS if request.query.get(k)}
         offset = _int(request, "offset", None)
         limit = _int(request, "limit", PAGE) or PAGE
-        view = await self.pool.run(lambda db: session_view(db, session, offset=offset, limit=limit, filters=filters))
+        view = await self.read(lambda db: session_view(db, session, offset=offset, limit=limit, filters=filters))
         return _error(404, f"no session {session!r}") if view is None else _json(view)
 
     async def call(self, request: web.Request) -> web.Response:
         call_id = request.query.get("id", "")
-        detail = await self.pool.run(call_detail, call_id) if call_id else None
+        detail = await self.read(call_detail, call_id) if call_id else None
         return _error(404, f"no call {call_id!r}") if detail is None else _json(detail)
 
     def _body_args(self, request: web.Request) -> tuple[str, str, str]:
@@ -167,24 +181,28 @@ class WebUI:
         call_id, kind, form = self._body_args(request)
         offset = _int(request, "offset", 0) or 0
         length = _int(request, "length", RANGE_DEFAULT) or RANGE_DEFAULT
+        # not ``read``: the cached bodies are masked already, length for length, so offsets hold
         result = await self.pool.run(raw_range, self.bodies, call_id, kind, form, offset, length)
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
     async def raw_bin(self, request: web.Request) -> web.Response:
         call_id, kind, form = self._body_args(request)
-        data = await self.pool.run(raw_bytes, self.bodies, call_id, kind, form)
-        if data is None:
+        exact = request.query.get("exact") in ("1", "true")
+        body = await self.pool.run(raw_bytes, call_id, kind, form, exact)
+        if body is None:
             return _error(404, f"no body for {call_id!r}")
-        resp = web.Response(body=data, content_type="application/octet-stream")
+        resp = web.Response(body=body.data, content_type="application/octet-stream")
         safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
-        resp.headers["Content-Disposition"] = f'attachment; filename="{safe_id}-{kind}-{form}.bin"'
+        name = f"{safe_id}-{kind}-{body.form}" + ("-exact" if exact else "-masked" if body.masked else "")
+        resp.headers["Content-Disposition"] = f'attachment; filename="{name}.bin"'
+        resp.headers["X-Ctxscope-Body"] = "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
     async def diff(self, request: web.Request) -> web.Response:
         call_id = request.query.get("id", "")
         base = request.query.get("base") or None
-        result = await self.pool.run(call_diff, call_id, base) if call_id else None
+        result = await self.read(call_diff, call_id, base) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
     async def events(self, request: web.Request) -> web.StreamResponse:

@@ -31,6 +31,7 @@ export async function deleteSession(session) {
   return data;
 }
 
-export function rawUrl(id, kind, form) {
-  return API + "/raw.bin" + qs({ id, kind, form });
+// A body download: key-like values masked, unless ``exact`` asks for the bytes as sent.
+export function rawUrl(id, kind, form, exact) {
+  return API + "/raw.bin" + qs({ id, kind, form, exact: exact ? 1 : null });
 }

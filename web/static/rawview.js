@@ -1,5 +1,6 @@
 // Raw bytes of a body, loaded in 64 KiB ranges on demand. At most MAX_CHUNKS ranges stay in the
 // DOM: loading further drops the oldest, so a 100 MB body never lands on the page at once.
+// The daemon masks key-like values in them, length for length; only "exact bytes" has them as sent.
 
 import { h, mount, fmtBytes } from "./dom.js";
 import { getJSON, rawUrl } from "./api.js";
@@ -16,7 +17,11 @@ export function rawView(call, kind) {
   const info = h("span", { class: "muted" });
   const more = h("button", { type: "button", onclick: () => load() }, "load more");
   const dropped = h("div", { class: "muted small", hidden: true });
-  const download = h("a", { class: "btn", href: rawUrl(call.id, kind, "wire"), download: "" }, "download exact bytes");
+  const download = h("span", {},
+    h("a", { class: "btn", href: rawUrl(call.id, kind, "wire"), download: "",
+      title: "The body as sent, with key-like values masked" }, "download (keys masked)"), " ",
+    h("a", { class: "btn", href: rawUrl(call.id, kind, "wire", true), download: "",
+      title: "The exact bytes as sent: they may contain keys the client put in the body" }, "exact bytes"));
   const formSel = encoding ? h("select", { "aria-label": "byte form", onchange: (e) => { form = e.target.value; reset(); } },
     h("option", { value: "decoded" }, `decoded (${encoding} undone)`), h("option", { value: "wire" }, `as on the wire (${encoding})`)) : null;
 
@@ -27,7 +32,7 @@ export function rawView(call, kind) {
     more.disabled = true;
     try {
       const r = await getJSON("/raw", { id: call.id, kind, form, offset: next, length: CHUNK });
-      if (r.undecodable) { mount(pre, "(the body could not be decoded; download the exact bytes)"); info.textContent = ""; more.hidden = true; return; }
+      if (r.undecodable) { mount(pre, "(the body could not be decoded; download the bytes)"); info.textContent = ""; more.hidden = true; return; }
       const span = h("span", { class: "chunk", dataset: { offset: r.offset } }, r.text);
       pre.appendChild(span);
       chunks.push(span);
