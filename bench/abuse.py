@@ -171,6 +171,9 @@ async def main(args: argparse.Namespace) -> int:
         print(f"note: background client during the cases: {len(lat)} calls, {unanswered} unanswered, median "
               f"{statistics.median(lat):.1f} ms, p99 {lat[int(len(lat) * 0.99)]:.1f} ms, max {lat[-1]:.0f} ms "
               f"(warm-up before the cases: max {warm:.0f} ms)")
+    if ctx.daemon is not None:
+        tracebacks = ctx.daemon.err_since(0).count("Traceback")
+        print(f"note: the daemon's stderr holds {tracebacks} traceback{'s' * (tracebacks != 1)}")
     if wanted - have:
         print(f"note: legit calls missing from the store: {', '.join(sorted(wanted - have)[:10])}"
               f"{' ...' if len(wanted - have) > 10 else ''}")

@@ -126,7 +126,7 @@ def _loose(path: Path, want_exact: int | None = None) -> str | None:
 
 async def file_modes(ctx: Ctx) -> Result:
     """Home 0700; everything under it and every file of the database owner-only."""
-    tag = ctx.expect("c4")  # a stored call, so the WAL and the spool exist
+    tag = ctx.expect("c04")  # a stored call, so the WAL and the spool exist
     await ctx.http("POST", tagged(f"/u/fast{CHAT}", tag), body=_chat("modes"), headers=JSON | {LABEL_HEADER: label(tag)})
     await wait_stored(ctx.db, tag, 10)
     bad, checked = [], 0
