@@ -23,6 +23,7 @@ from .app import MAX_BODY, create_app, make_runner
 
 PARENT_CHECK_S = 0.5
 SHUTDOWN_GRACE_S = 0.5  # open streams get this long when the daemon stops
+NICE = 5  # counting a huge prompt's tokens yields the CPU to the proxy on a busy machine
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,6 +32,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--context-window", type=int, default=200_000)
     p.add_argument("--max-body", type=int, default=MAX_BODY)
+    p.add_argument("--nice", type=int, default=NICE)
     return p.parse_args(argv)
 
 
@@ -89,6 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     args = _args(argv)
     parent = os.getppid()
+    if args.nice:
+        try:
+            os.nice(args.nice)
+        except OSError:  # pragma: no cover - not allowed here: run at the normal priority
+            pass
     token = sys.stdin.buffer.readline().decode().strip()
     if not token:
         sys.exit("ctxscope simulator child: no control token on stdin")
