@@ -49,9 +49,10 @@ class RunningDaemon:
     async def stop(self) -> None:
         """Stop accepting, finish open exchanges, then drain the writer so nothing is lost."""
         await self.runner.cleanup()
-        if self.sim is not None:
-            await asyncio.to_thread(self.sim.stop)
-        await asyncio.to_thread(self.writer.stop)
+        stops = [asyncio.to_thread(self.writer.stop)]
+        if self.sim is not None:  # the simulator's child stops while the writer drains
+            stops.append(asyncio.to_thread(self.sim.stop))
+        await asyncio.gather(*stops)
 
 
 def sim_token_path():

@@ -53,16 +53,6 @@ async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(PARENT_CHECK_S)
 
 
-def _warm_tokenizer() -> None:
-    """Build the token counter now, not on the first request (about 0.3 s)."""
-    try:
-        from ctxscope.inspector.tokens import encoding
-
-        encoding()
-    except Exception:  # pragma: no cover - the first request will say what is wrong
-        pass
-
-
 async def serve(args: argparse.Namespace, token: str, parent: int) -> None:
     app = create_app(context_window=args.context_window, control_token=token, max_body=args.max_body)
     runner = make_runner(app, shutdown_timeout=SHUTDOWN_GRACE_S)
@@ -76,7 +66,6 @@ async def serve(args: argparse.Namespace, token: str, parent: int) -> None:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     threading.Thread(target=_watch_stdin, args=(loop, stop), name="parent-pipe", daemon=True).start()
-    threading.Thread(target=_warm_tokenizer, name="warm-tokenizer", daemon=True).start()
     watcher = asyncio.ensure_future(_watch_parent(parent, stop))
     try:
         await stop.wait()
