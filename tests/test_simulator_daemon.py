@@ -266,3 +266,24 @@ def test_stopping_serve_stops_the_simulator(tmp_path):
         assert gone_within(child, 5)
         with pytest.raises((SimulatorControlError, OSError)):
             SimulatorControl(url + "/u/sim", (home / "sim-token").read_text().strip(), timeout=2).pending()
+
+
+def test_ctxscope_sim_writes_its_token_owner_only_and_says_where(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CTXSCOPE_SIM_TOKEN"}
+    env["CTXSCOPE_HOME"] = str(tmp_path / "home")
+    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "sim", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, text=True)  # fmt: skip
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        url = re.search(r"simulator on (http://\S+)", lines[0]).group(1)
+        token_file = tmp_path / "home" / "sim-token"
+        token = token_file.read_text().strip()
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and len(token) >= 40
+        assert str(token_file) in lines[1] and "X-Sim-Token" in lines[1] and token not in "".join(lines)
+        assert SimulatorControl(url, token).set_script([{"text": "by hand"}]) == 1
+        with pytest.raises(SimulatorControlError) as err:
+            SimulatorControl(url, "guess").pending()
+        assert err.value.status == 403
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
