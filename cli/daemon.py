@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -55,18 +56,28 @@ class RunningDaemon:
         await asyncio.gather(*stops)
 
 
-def sim_token_path():
+def sim_token_path() -> Path:
     """Where serve and sim write the simulator's control token (owner-only)."""
     return home_dir() / TOKEN_FILE
 
 
-def spawn_builtin_simulator() -> SimulatorProcess:
+def spawn_builtin_simulator() -> SimulatorProcess | None:
     """Start the built-in simulator's child (it starts while the writer does); its token is
-    CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to $CTXSCOPE_HOME/sim-token."""
-    token = token_from_env()
-    write_token_file(sim_token_path(), token)
-    sim = SimulatorProcess(token)
-    sim.spawn()
+    CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to $CTXSCOPE_HOME/sim-token.
+    None when it cannot start: a dev tool must not keep the proxy down (nor must a full disk)."""
+    token, path = token_from_env(), sim_token_path()
+    try:
+        write_token_file(path, token)
+    except OSError as exc:
+        log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script /u/sim",
+                  path, exc)
+        path = None
+    sim = SimulatorProcess(token, token_file=path)
+    try:
+        sim.spawn()
+    except OSError as exc:
+        log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
+        return None
     return sim
 
 

@@ -72,10 +72,9 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote):
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
         click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
         if daemon.sim is not None:
-            from .daemon import sim_token_path
-
+            where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
             click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
-                       f"X-Sim-Token, in {sim_token_path()})")
+                       f"X-Sim-Token, {where})")
         for name, url in sorted(cfg.upstreams.items()):
             if name not in ("anthropic", "openai"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")

@@ -14,6 +14,7 @@ import selectors
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .control import SimulatorControl
 
@@ -23,8 +24,9 @@ STOP_TIMEOUT_S = 5.0
 
 class SimulatorProcess:
     def __init__(self, token: str, *, host: str = "127.0.0.1", port: int = 0, context_window: int = 200_000,
-                 max_body: int | None = None) -> None:
+                 max_body: int | None = None, token_file: Path | None = None) -> None:
         self.token = token
+        self.token_file = token_file  # where the token was written for the user, if it was
         self.host = host
         self.port = port
         self.context_window = context_window

@@ -287,3 +287,23 @@ def test_ctxscope_sim_writes_its_token_owner_only_and_says_where(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
+
+
+def test_a_token_file_that_cannot_be_written_costs_the_file_not_the_daemon(tmp_path, monkeypatch, caplog):
+    from ctxscope.daemon import start_daemon
+    from ctxscope.settings import DaemonConfig
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CTXSCOPE_SIM_TOKEN", raising=False)
+    (tmp_path / "home" / "sim-token").mkdir(parents=True)  # nothing can be written there
+    loop = LoopThread()
+    try:
+        daemon = loop.call(start_daemon(DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", writer="thread")))
+        try:
+            assert daemon.sim is not None and daemon.sim.token_file is None
+            assert "cannot write the simulator's control token" in caplog.text
+            assert SimulatorControl(daemon.url + "/u/sim", daemon.sim_token).set_script([{"text": "ok"}]) == 1
+        finally:
+            loop.call(daemon.stop())
+    finally:
+        loop.stop()
