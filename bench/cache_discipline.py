@@ -28,7 +28,6 @@ from ctxscope.demo import count_model_requests, run_scenario, wait_for_analysis
 from ctxscope.inspector.analysis_queries import cache_discipline
 from ctxscope.inspector.queries import open_db
 from ctxscope.settings import DaemonConfig
-from ctxscope.simulator.app import STATE_KEY
 
 # A turn deadline puts a request-only reminder at the end of every request: each call drops the
 # previous call's, a break that must lie behind the previous call's last cache breakpoint.
@@ -42,10 +41,10 @@ async def run_once(api: str, model: str, settings: dict | None, tmp: Path) -> di
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / f"{name}.db")
     daemon = await start_daemon(cfg)
     try:
-        sim = daemon.sim_runner.app[STATE_KEY]
+        sim = daemon.sim.control()  # the built-in simulator runs in the daemon's child process
         session = await run_scenario(daemon.url, sim, tmp / name, lambda line: None, api=api, model=model,
                                      settings=settings)
-        sent = count_model_requests(sim)
+        sent = await asyncio.to_thread(count_model_requests, sim)
         stored = await asyncio.to_thread(wait_for_analysis, cfg.db, session, sent)
         if stored < sent:
             raise SystemExit(f"{api}: only {stored} of {sent} calls were analysed")

@@ -45,7 +45,7 @@ from ctxscope.agent.providers import make_client, resolve  # noqa: E402
 from ctxscope.agent.runtime import AgentRuntime  # noqa: E402
 from ctxscope.agent.spi import Extension, ExtensionAPI  # noqa: E402
 from ctxscope.agent.tools import Tool, ToolContext, ToolOutput  # noqa: E402
-from ctxscope.simulator.app import STATE_KEY, create_app  # noqa: E402
+from ctxscope.simulator.app import STATE_KEY, create_app, make_runner  # noqa: E402
 
 
 def call(name: str, **arguments: Any) -> dict:
@@ -195,7 +195,7 @@ async def run_scenario(sc: Scenario, url: str, state: Any, tmp: Path) -> Outcome
 async def main() -> int:
     from aiohttp import web
 
-    runner = web.AppRunner(create_app(), access_log=None)
+    runner = make_runner(create_app())
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -53,29 +53,22 @@ TOOLS = [
 FILES = ["src/parser.py", "src/lexer.py", "tests/test_parser.py", "README.md", "src/cli.py", "src/cache.py"]
 
 
-def _post(url: str, body: dict, headers: dict | None = None) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json", **(headers or {})})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
 class Agent:
     """An agent-shaped client: tool loops, reminders, a moving breakpoint, compactions, side calls."""
 
-    def __init__(self, daemon_url: str, sim_url: str, label: str, seed: int = 7):
+    def __init__(self, daemon_url: str, sim, label: str, seed: int = 7):
         import anthropic  # the real SDK as the client, as an agent would use it
 
         self.client = anthropic.Anthropic(base_url=f"{daemon_url}/s/{label}/anthropic", api_key="sk-bench-not-a-real-key",
                                           max_retries=0)  # fmt: skip
-        self.sim_url = sim_url
+        self.sim = sim  # a SimulatorControl
         self.rng = random.Random(seed)
         self.system = SYSTEM
         self.history: list[dict] = [{"role": "user", "content": "Fix the failing parser tests and tidy the cache module."}]
         self.calls = 0
 
     def _script(self, step: dict) -> None:
-        _post(self.sim_url + "/_sim/script", {"append": [step]})
+        self.sim.append_script([step])
 
     def _send(self, system: str, messages: list[dict], model: str = "claude-sonnet-4-6", tools=TOOLS) -> dict:
         msgs = json.loads(json.dumps(messages))
@@ -127,12 +120,14 @@ class Daemon:
     def __init__(self, tmp: Path):
         from ctxscope.daemon import start_daemon
         from ctxscope.settings import DaemonConfig
-        from ctxscope.simulator.app import start_simulator
+        from ctxscope.simulator.app import STATE_KEY, start_simulator
+        from ctxscope.simulator.control import SimulatorControl
 
         os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.sim_runner, self.sim_url = self.call(start_simulator("127.0.0.1", 0))
+        self.sim_control = SimulatorControl(self.sim_url, self.sim_runner.app[STATE_KEY].control_token)
         self.db = tmp / "captures.db"
         cfg = DaemonConfig(host="127.0.0.1", port=0, db=self.db,
                            upstreams={"anthropic": self.sim_url, "openai": self.sim_url, "sim": self.sim_url})  # fmt: skip
@@ -162,7 +157,7 @@ class Daemon:
 
 
 def drive(d: Daemon, label: str, calls: int, seed: int = 7) -> float:
-    agent = Agent(d.url, d.sim_url, label, seed)
+    agent = Agent(d.url, d.sim_control, label, seed)
     t0 = time.perf_counter()
     while agent.calls < calls:
         agent.step()

@@ -1,4 +1,8 @@
-"""`ctxscope serve`: the proxy, the capture writer, the built-in simulator and the UI in one process."""
+"""`ctxscope serve`: the proxy, the capture writer, the built-in simulator and the UI.
+
+The proxy and the UI share this process's event loop; the capture writer and the built-in
+simulator each run in a child process, so neither storing a call nor answering a huge prompt
+can pause forwarding."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -13,7 +18,8 @@ from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_process import WriterProcess
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
-from ctxscope.simulator.app import start_simulator
+from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_file
+from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
 
 from .settings import DaemonConfig, home_dir, load_salt
@@ -31,15 +37,48 @@ class RunningDaemon:
     url: str
     writer: CaptureWriter | WriterProcess
     runner: web.AppRunner
-    sim_runner: web.AppRunner | None
-    sim_url: str | None
+    sim: SimulatorProcess | None  # the built-in simulator's child process (None: `sim` is a configured upstream)
+
+    @property
+    def sim_url(self) -> str | None:
+        return self.sim.url if self.sim is not None else None
+
+    @property
+    def sim_token(self) -> str | None:
+        return self.sim.token if self.sim is not None else None
 
     async def stop(self) -> None:
         """Stop accepting, finish open exchanges, then drain the writer so nothing is lost."""
         await self.runner.cleanup()
-        if self.sim_runner is not None:
-            await self.sim_runner.cleanup()
-        await asyncio.to_thread(self.writer.stop)
+        stops = [asyncio.to_thread(self.writer.stop)]
+        if self.sim is not None:  # the simulator's child stops while the writer drains
+            stops.append(asyncio.to_thread(self.sim.stop))
+        await asyncio.gather(*stops)
+
+
+def sim_token_path() -> Path:
+    """Where serve and sim write the simulator's control token (owner-only)."""
+    return home_dir() / TOKEN_FILE
+
+
+def spawn_builtin_simulator() -> SimulatorProcess | None:
+    """Start the built-in simulator's child (it starts while the writer does); its token is
+    CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to $CTXSCOPE_HOME/sim-token.
+    None when it cannot start: a dev tool must not keep the proxy down (nor must a full disk)."""
+    token, path = token_from_env(), sim_token_path()
+    try:
+        write_token_file(path, token)
+    except OSError as exc:
+        log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script /u/sim",
+                  path, exc)
+        path = None
+    sim = SimulatorProcess(token, token_file=path)
+    try:
+        sim.spawn()
+    except OSError as exc:
+        log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
+        return None
+    return sim
 
 
 def _analyzer():
@@ -63,16 +102,26 @@ def writer_analyzers() -> list:
 async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = True) -> RunningDaemon:
     cfg.db.parent.mkdir(parents=True, exist_ok=True)
     upstreams = dict(cfg.upstreams)
-    sim_runner = sim_url = None
+    sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
-        sim_runner, sim_url = await start_simulator("127.0.0.1", 0)
-        upstreams["sim"] = sim_url
-    if cfg.writer == "thread":
-        writer = CaptureWriter(cfg.db, analyzers=writer_analyzers())
-        writer.start()
-    else:  # a low-priority child process: storing and analysing never holds this loop's GIL
-        writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS)
-        await asyncio.to_thread(writer.start)
+        sim = spawn_builtin_simulator()
+    try:
+        if cfg.writer == "thread":
+            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers())
+            writer.start()
+        else:  # a low-priority child process: storing and analysing never holds this loop's GIL
+            writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS)
+            await asyncio.to_thread(writer.start)
+    except BaseException:
+        if sim is not None:
+            await asyncio.to_thread(sim.stop)
+        raise
+    if sim is not None:
+        try:
+            upstreams["sim"] = await asyncio.to_thread(sim.wait_ready)
+        except RuntimeError as exc:  # a dev tool that will not start must not keep the proxy down
+            log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
+            sim = None
     forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir())), writer)
     app = create_proxy_app(forwarder)
     if web_ui:
@@ -86,13 +135,13 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         await site.start()
     except OSError:
         await runner.cleanup()
-        if sim_runner is not None:
-            await sim_runner.cleanup()
+        if sim is not None:
+            await asyncio.to_thread(sim.stop)
         writer.stop()
         raise
     port = site._server.sockets[0].getsockname()[1] if cfg.port == 0 else cfg.port
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim_runner, sim_url)
+    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim)
 
 
 async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> None:

@@ -65,9 +65,10 @@ class _EffectLog:
         return out
 
 
-async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api: str = "anthropic",
+async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str = "anthropic",
                        model: str = script.MODEL, settings: dict | None = None) -> str:
-    """Run every scripted turn; returns the agent's session id (the inspector's session)."""
+    """Run every scripted turn, scripting the simulator through ``sim`` (a SimulatorControl);
+    returns the agent's session id (the inspector's session)."""
     from ctxscope.agent.builtins import HostOptions, default_extensions, default_host_builtins
     from ctxscope.agent.compaction_outcome import describe
     from ctxscope.agent.providers import make_client, resolve
@@ -76,7 +77,7 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api
 
     workspace = script.make_workspace(root / "workspace")
     home = root / "agent-home"
-    sim_state.context_window = script.WINDOW
+    await asyncio.to_thread(sim.config, context_window=script.WINDOW)
     client = make_client(resolve("sim", api=api, model=model, proxy=proxy_url,
                                  context_window=script.WINDOW, max_output_tokens=script.OUTPUT),
                          retry=RetryPolicy(max_retries=0))
@@ -90,7 +91,7 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api
     try:
         for i, turn in enumerate(turns, 1):
             echo(f"[{i}/{len(turns)}] {turn.title}")
-            sim_state.set_script(script.checkpoint_steps() + turn.steps)
+            await asyncio.to_thread(sim.set_script, script.checkpoint_steps() + turn.steps)
             if turn.text is None:
                 outcome = await rt.conversation.maintenance.compact(session.id, turn.compact)
                 echo(f"      /compact: {describe(outcome)}")
@@ -109,10 +110,11 @@ async def run_scenario(proxy_url: str, sim_state, root: Path, echo: Echo, *, api
     return session.id
 
 
-def count_model_requests(sim_state) -> int:
-    """Model requests the simulator received (every one came through the proxy)."""
+def count_model_requests(sim) -> int:
+    """Model requests the simulator received (every one came through the proxy); ``sim`` is a
+    SimulatorControl."""
     ends = ("/messages", "/chat/completions", "/responses")
-    return len([r for r in sim_state.requests() if r["path"].endswith(ends)])
+    return len([r for r in sim.requests() if r["path"].endswith(ends)])
 
 
 def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float = ANALYSIS_TIMEOUT_S) -> int:
@@ -161,14 +163,14 @@ def _describe(marker: dict) -> str:
 
 async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
     """On a started daemon: run the scenario, wait for its analysis and print where each effect landed."""
-    from ctxscope.simulator.app import STATE_KEY
-
+    if daemon.sim is None:
+        raise click.ClickException("the built-in simulator is not running (see the log above)")
+    sim = daemon.sim.control()
     root = Path(tempfile.mkdtemp(prefix="ctxscope-demo-"))
     try:
-        sim = daemon.sim_runner.app[STATE_KEY]
-        sim.reset()
+        await asyncio.to_thread(sim.reset)
         session = await run_scenario(daemon.url, sim, root, echo)
-        sent = count_model_requests(sim)
+        sent = await asyncio.to_thread(count_model_requests, sim)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     echo(f"waiting for the inspector to analyse {sent} calls ...")

@@ -71,7 +71,10 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote):
         click.echo(f"  Web UI:     {daemon.url}/")
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
         click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
-        click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed)")
+        if daemon.sim is not None:
+            where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
+            click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
+                       f"X-Sim-Token, {where})")
         for name, url in sorted(cfg.upstreams.items()):
             if name not in ("anthropic", "openai"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
@@ -96,7 +99,10 @@ def sim(host, port, script_file):
     import asyncio
 
     from ctxscope.simulator.app import start_simulator
+    from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_file
     from ctxscope.simulator.script import ScriptError, load_script_file
+
+    from .settings import home_dir
 
     if not is_loopback(host):
         raise click.ClickException("the simulator binds loopback addresses only")
@@ -104,10 +110,13 @@ def sim(host, port, script_file):
         script = load_script_file(script_file) if script_file else None
     except (ScriptError, ValueError, OSError) as exc:
         raise click.ClickException(f"bad script {script_file}: {exc}")
+    token, token_path = token_from_env(), home_dir() / TOKEN_FILE
+    write_token_file(token_path, token)
 
     async def main():
-        runner, url = await start_simulator(host, port, script=script)
+        runner, url = await start_simulator(host, port, script=script, control_token=token)
         click.echo(f"ctxscope simulator on {url}  (Anthropic: {url}, OpenAI: {url}/v1). Ctrl-C to stop.")
+        click.echo(f"  control endpoints {url}/_sim/...: header X-Sim-Token, the token is in {token_path}")
         try:
             await asyncio.Event().wait()
         finally:

@@ -5,9 +5,15 @@ POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, 
 (OpenAI), GET /v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is
 sent, OpenAI's otherwise). Replies come from the script queue (see `script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
-GET shows it), GET /_sim/requests (every provider request received: method, path, headers with
-secrets redacted, parsed body), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
-({"context_window": N}).
+GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
+headers with credentials redacted, the parsed body or a summary of a large one; see
+`requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
+({"context_window": N}). Only a loopback, same-origin caller with the token may use them
+(`access.py`); `control.SimulatorControl` is the client.
+
+Bodies are read and decoded here, not by aiohttp (serve the app with `make_runner`): a body over
+``max_body`` (sent or decoded) gets a 413 and an undecodable one a 400, both in the provider's
+own error shape.
 """
 
 from __future__ import annotations
@@ -17,15 +23,22 @@ from typing import Any, Iterable
 
 from aiohttp import web
 
+from .access import refusal
 from .anthropic_wire import AnthropicWire
-from .exchange import handle_model_request, json_reply, key_fingerprint, read_json, redacted_headers
+from .body import BodyError, decode, read_raw
+from .exchange import BODY_KEY, JSON_KEY, handle_model_request, json_reply, key_fingerprint, parse_json, read_json
 from .openai_chat_wire import ChatWire
 from .openai_responses_wire import ResponsesWire
 from .prompt import PromptError
+from .redact import redacted_headers, redacted_query
+from .requestlog import body_for_log
 from .script import ScriptError
 from .state import STATE_KEY, SimulatorState
 
-__all__ = ["STATE_KEY", "SimulatorState", "create_app", "start_simulator"]
+__all__ = ["STATE_KEY", "SimulatorState", "create_app", "make_runner", "start_simulator"]
+
+MAX_BODY = 64 << 20  # bytes of a request body, as sent and once decoded
+MAX_BODY_KEY = web.AppKey("ctxscope_simulator_max_body", int)
 
 ANTHROPIC, CHAT, RESPONSES = AnthropicWire(), ChatWire(), ResponsesWire()
 
@@ -34,24 +47,60 @@ ANTHROPIC_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-sonnet-4-5",
 _MODEL_CREATED = 1_735_689_600  # 2025-01-01, fixed so listings are deterministic
 
 
+def _is_control(request: web.Request) -> bool:
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    canonical = resource.canonical if resource is not None else ""
+    return request.path.startswith("/_sim") or canonical.startswith("/_sim")
+
+
+def _body_error(request: web.Request, control: bool, exc: BodyError) -> web.Response:
+    """A refused body in the shape its caller expects: Anthropic's on /messages, OpenAI's elsewhere."""
+    if control:
+        return web.json_response({"error": exc.message}, status=exc.status)
+    wire = ANTHROPIC if "/messages" in request.path or "anthropic-version" in request.headers else CHAT
+    etype = "request_too_large" if exc.status == 413 and wire is ANTHROPIC else "invalid_request_error"
+    code = "request_too_large" if exc.status == 413 and wire is not ANTHROPIC else None
+    return json_reply(request.app[STATE_KEY], wire, exc.status, wire.error(exc.status, etype, exc.message, code))
+
+
 @web.middleware
-async def _record(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Log every provider request (not /_sim) before it is answered."""
-    if not request.path.startswith("/_sim"):
-        body = await read_json(request)
-        if body is None:
-            raw = await request.read()
-            body = raw.decode("utf-8", "replace") if raw else None
-        request.app[STATE_KEY].log({
-            "method": request.method,
-            "path": request.path,
-            "query": request.query_string,
-            "headers": redacted_headers(request.headers),
-            "key_fingerprint": key_fingerprint(request.headers),
-            "body": body,
-            "received_at": time.time(),
-        })
+async def _intake(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Check control requests, read and decode every body within the limit, log provider requests."""
+    state = request.app[STATE_KEY]
+    control = _is_control(request)
+    if control:
+        refused = refusal(request, state.control_token)
+        if refused is not None:
+            return refused
+    limit = request.app[MAX_BODY_KEY]
+    try:
+        raw = await read_raw(request, limit)
+        body = decode(raw, request.headers.get("Content-Encoding", ""), limit) if raw else raw
+    except BodyError as exc:
+        if not control:
+            _log(request, None, {"refused": exc.message, "status": exc.status}, 0)
+        return _body_error(request, control, exc)
+    request[BODY_KEY] = body
+    if not control:
+        parsed = request[JSON_KEY] = parse_json(body)
+        kept, cost = body_for_log(body, parsed)
+        _log(request, len(body), kept, cost)
     return await handler(request)
+
+
+def _log(request: web.Request, size: int | None, body: Any, cost: int) -> None:
+    headers = redacted_headers(request.headers)
+    request.app[STATE_KEY].log({
+        "method": request.method,
+        "path": request.path,
+        "query": redacted_query(request.query_string),
+        "headers": headers,
+        "key_fingerprint": key_fingerprint(request.headers),
+        "body": body,
+        "bytes": size,
+        "received_at": time.time(),
+    }, cost + 256 + len(request.path) + len(request.query_string) + sum(len(k) + len(v) for k, v in headers.items()))
 
 
 async def _messages(request: web.Request) -> web.StreamResponse:
@@ -146,10 +195,13 @@ async def _config(request: web.Request) -> web.Response:
     return web.json_response({"context_window": state.context_window})
 
 
-def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000) -> web.Application:
-    """A fresh simulator app; its state is `app[STATE_KEY]`."""
-    app = web.Application(middlewares=[_record], client_max_size=64 * 1024 * 1024)
-    app[STATE_KEY] = SimulatorState(script, context_window=context_window)
+def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000,
+               control_token: str | None = None, max_body: int = MAX_BODY) -> web.Application:
+    """A fresh simulator app; its state is `app[STATE_KEY]`, its control token (random unless
+    given) `app[STATE_KEY].control_token`. Serve it with `make_runner`."""
+    app = web.Application(middlewares=[_intake], client_max_size=max_body)
+    app[STATE_KEY] = SimulatorState(script, context_window=context_window, control_token=control_token)
+    app[MAX_BODY_KEY] = max_body
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/messages", _messages)
         app.router.add_post(f"{prefix}/messages/count_tokens", _count_tokens)
@@ -166,15 +218,23 @@ def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window
     return app
 
 
+def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """A runner that leaves request bodies as sent: the app decodes them itself, within its limit."""
+    return web.AppRunner(app, **{"access_log": None, **kwargs, "auto_decompress": False})
+
+
 async def start_simulator(
     host: str = "127.0.0.1",
     port: int = 0,
     script: Iterable[dict[str, Any]] | None = None,
     *,
     context_window: int = 200_000,
+    control_token: str | None = None,
+    max_body: int = MAX_BODY,
 ) -> tuple[web.AppRunner, str]:
     """Serve a new simulator on host:port (0 = any free port); returns the runner and base URL."""
-    runner = web.AppRunner(create_app(script, context_window=context_window), access_log=None)
+    app = create_app(script, context_window=context_window, control_token=control_token, max_body=max_body)
+    runner = make_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -23,23 +23,18 @@ from .sse import Event
 from .state import STATE_KEY, SimulatorState
 from .turn import Turn, Wire
 
-SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie", "proxy-authorization"}
 _SALT = os.urandom(16)  # per process: fingerprints tell keys apart without being a lookup table
+
+# What the intake middleware leaves on each request: the decoded body, and its JSON once parsed.
+_RequestKey = getattr(web, "RequestKey", None)  # aiohttp 3.12+; plain names before
+BODY_KEY: Any = _RequestKey("ctxscope_sim_body", bytes) if _RequestKey else "ctxscope_sim_body"
+JSON_KEY: Any = _RequestKey("ctxscope_sim_json", object) if _RequestKey else "ctxscope_sim_json"
 
 
 def key_fingerprint(headers: Any) -> str:
     """A short salted hash of the caller's API key: the cache scope (caches are per organisation)."""
     key = headers.get("x-api-key") or headers.get("api-key") or headers.get("authorization") or ""
     return hashlib.sha256(_SALT + key.removeprefix("Bearer ").encode()).hexdigest()[:12] if key else "anonymous"
-
-
-def redacted_headers(headers: Any) -> dict[str, str]:
-    out = {}
-    for name, value in headers.items():
-        lower = name.lower()
-        secret = lower in SECRET_HEADERS or any(word in lower for word in ("key", "token", "secret"))
-        out[name] = "<redacted>" if secret else value
-    return out
 
 
 def _headers(state: SimulatorState, wire: Wire, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -55,12 +50,21 @@ def error_reply(state: SimulatorState, wire: Wire, spec: ErrorSpec) -> web.Respo
     return json_reply(state, wire, spec.status, wire.error(spec.status, spec.type, spec.message, spec.code), extra)
 
 
-async def read_json(request: web.Request) -> Any:
-    """The decoded JSON body, or None when it is not valid JSON."""
+def parse_json(body: bytes) -> Any:
+    """The JSON in a body, or None when it is not valid JSON."""
     try:
-        return json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
+        return json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body (decoded and size-checked by the intake middleware, parsed once),
+    or None when it is not valid JSON."""
+    if JSON_KEY not in request:
+        body = request[BODY_KEY] if BODY_KEY in request else await request.read()
+        request[JSON_KEY] = parse_json(body)
+    return request[JSON_KEY]
 
 
 def _cut_point(events: list[Event], spec: ErrorSpec) -> int:

@@ -1,12 +1,15 @@
-"""Per-simulator state: the script queue, the request log, the prompt cache and a clock.
+"""Per-simulator state: the script queue, the request log, the prompt cache, a clock and the
+control token.
 
 Tests in the same process reach it as ``app[STATE_KEY]`` and may push steps, read the log or
-replace ``clock`` (seconds, default ``time.time``) to expire cache TTLs without sleeping. The
-aiohttp loop may run in another thread than the test, so queue and log changes take a lock.
+replace ``clock`` (seconds, default ``time.time``) to expire cache TTLs without sleeping; other
+processes use the HTTP control plane with ``control_token`` (see ``control.SimulatorControl``).
+The aiohttp loop may run in another thread than the test, so queue and log changes take a lock.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -16,23 +19,26 @@ from aiohttp import web
 from .cache import PromptCache
 from .ids import IdMaker
 from .prompt import Block
+from .requestlog import MAX_ENTRIES, RequestLog
 from .script import Step, parse_script
 
 
-MAX_LOGGED_REQUESTS = 1000  # a long `ctxscope sim` session must not grow without bound
+MAX_LOGGED_REQUESTS = MAX_ENTRIES
 MAX_REMEMBERED_RESPONSES = 1000
 
 
 class SimulatorState:
-    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000) -> None:
+    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000,
+                 control_token: str | None = None) -> None:
         self.context_window = context_window
+        self.control_token = control_token or secrets.token_urlsafe(32)
         self.clock: Callable[[], float] = time.time
         self.cache = PromptCache()
         self.ids = IdMaker()
         self.responses: dict[str, tuple[Block, ...]] = {}  # Responses id -> conversation blocks
         self._lock = threading.Lock()
         self._queue: list[Step] = []
-        self._requests: list[dict[str, Any]] = []
+        self._requests = RequestLog()
         if script:
             self.set_script(list(script))
 
@@ -68,10 +74,9 @@ class SimulatorState:
 
     # ------------------------------------------------------------ request log
 
-    def log(self, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self._requests.append(entry)
-            del self._requests[:-MAX_LOGGED_REQUESTS]
+    def log(self, entry: dict[str, Any], cost: int | None = None) -> None:
+        """Keep a request summary; ``cost`` is its size in bytes (estimated when not given)."""
+        self._requests.add(entry, cost)
 
     def remember_response(self, response_id: str, blocks: tuple[Block, ...]) -> None:
         """Keep a Responses conversation for previous_response_id (oldest forgotten first)."""
@@ -80,8 +85,7 @@ class SimulatorState:
             del self.responses[next(iter(self.responses))]
 
     def requests(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._requests)
+        return self._requests.entries()
 
     # ------------------------------------------------------------ reset
 
@@ -89,7 +93,7 @@ class SimulatorState:
         """Forget the queue, the request log, cache entries, stored responses and id sequence."""
         with self._lock:
             self._queue = []
-            self._requests = []
+        self._requests.clear()
         self.cache.clear()
         self.responses.clear()
         self.ids.reset()

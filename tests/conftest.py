@@ -19,7 +19,7 @@ class RecordingSimulator:
     """The provider simulator with a tap on every response body it writes (the upstream's bytes)."""
 
     def __init__(self, loop: LoopThread):
-        from ctxscope.simulator.app import create_app
+        from ctxscope.simulator.app import create_app, make_runner
 
         self.loop = loop
         self.written: list[bytearray] = []
@@ -28,7 +28,7 @@ class RecordingSimulator:
         self.app = app
 
         async def start():
-            runner = web.AppRunner(app)
+            runner = make_runner(app)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator
 import pytest
 from aiohttp import web
 
-from ctxscope.simulator.app import STATE_KEY, create_app
+from ctxscope.simulator.app import STATE_KEY, create_app, make_runner
 from ctxscope.simulator.background import simulator_in_thread
 
 
@@ -34,7 +34,7 @@ def fresh(sim):
 async def loop_simulator() -> AsyncIterator[tuple[Any, str]]:
     """(state, base URL) of a simulator in this event loop, like start_simulator but with a short shutdown
     grace: a cancelled client leaves a delayed handler behind."""
-    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=0.2)
+    runner = make_runner(create_app(), shutdown_timeout=0.2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

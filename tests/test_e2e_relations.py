@@ -11,7 +11,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
-import httpx2
 import openai
 import pytest
 from inspector_bodies import (
@@ -27,6 +26,7 @@ from inspector_bodies import (
 
 from ctxscope.inspector import queries
 from ctxscope.inspector.analysis_queries import stats
+from ctxscope.simulator.control import SimulatorControl
 
 KEY = "sk-test-relations-0123456789abcdef"
 BIG = long_text(1500, "sys")  # ~3000 tokens
@@ -263,7 +263,7 @@ def test_verdict_provider_miss_when_the_cache_was_dropped(proxy, sim):
     client, bodies = _loop(proxy, 2, big_system())
     _send(client, bodies[0])
     proxy.wait_for_calls(1)
-    httpx2.post(sim.url + "/_sim/reset")  # the provider forgets its cache; the prompt did not change
+    SimulatorControl(sim.url, sim.state().control_token).reset()  # the provider forgets its cache; the prompt did not change
     _send(client, bodies[1])
     rows = proxy.wait_for_calls(2)
     assert rows[1]["relation"] == "APPEND_ONLY" and rows[1]["usage"]["cache_read"] == 0

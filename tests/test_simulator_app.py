@@ -18,8 +18,9 @@ SECRET = "sk-ant-very-secret-value"
 @pytest.fixture
 async def sim():
     runner, base_url = await start_simulator(script=[{"text": "from the initial script"}])
-    async with aiohttp.ClientSession(base_url) as session:
-        yield session, runner.app[STATE_KEY]
+    state = runner.app[STATE_KEY]
+    async with aiohttp.ClientSession(base_url, headers={"X-Sim-Token": state.control_token}) as session:
+        yield session, state
     await runner.cleanup()
 
 
@@ -63,7 +64,7 @@ async def test_reset_clears_queue_log_and_cache(sim):
     async with session.post("/v1/messages", json=body) as resp:
         assert (await resp.json())["usage"]["cache_creation_input_tokens"] == 1100
     assert len(state.cache) > 0 and state.requests()
-    async with session.post("/_sim/reset") as resp:
+    async with session.post("/_sim/reset", json={}) as resp:
         assert resp.status == 200
     assert (state.pending(), state.requests(), len(state.cache)) == ([], [], 0)
     async with session.post("/v1/messages", json=body) as resp:

@@ -1,0 +1,95 @@
+"""The simulator as a child process of the daemon, so no request to it can stall forwarding.
+
+Started by ``process.SimulatorProcess``: the control token comes as the first line on stdin (not
+in argv or the environment, which other users or child processes may see); the bound address
+goes back as one JSON line on stdout. The child then watches stdin: end of file means the parent
+is gone (stopped, or killed with SIGKILL, when the kernel closes its end of the pipe), and it
+exits. A change of parent pid is watched too, in case a stray copy of the pipe kept it open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+
+from aiohttp import web
+
+from .app import MAX_BODY, create_app, make_runner
+
+PARENT_CHECK_S = 0.5
+SHUTDOWN_GRACE_S = 0.5  # open streams get this long when the daemon stops
+NICE = 5  # counting a huge prompt's tokens yields the CPU to the proxy on a busy machine
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ctxscope.simulator", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--context-window", type=int, default=200_000)
+    p.add_argument("--max-body", type=int, default=MAX_BODY)
+    p.add_argument("--nice", type=int, default=NICE)
+    return p.parse_args(argv)
+
+
+def _watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    loop.call_soon_threadsafe(stop.set)
+
+
+async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if os.getppid() != parent:
+            stop.set()
+            return
+        await asyncio.sleep(PARENT_CHECK_S)
+
+
+async def serve(args: argparse.Namespace, token: str, parent: int) -> None:
+    app = create_app(context_window=args.context_window, control_token=token, max_body=args.max_body)
+    runner = make_runner(app, shutdown_timeout=SHUTDOWN_GRACE_S)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, args.port).start()
+    host, port = runner.addresses[0][:2]
+    shown = f"[{host}]" if ":" in host else host
+    sys.stdout.write(json.dumps({"url": f"http://{shown}:{port}", "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    threading.Thread(target=_watch_stdin, args=(loop, stop), name="parent-pipe", daemon=True).start()
+    watcher = asyncio.ensure_future(_watch_parent(parent, stop))
+    try:
+        await stop.wait()
+    finally:
+        watcher.cancel()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    args = _args(argv)
+    parent = os.getppid()
+    if args.nice:
+        try:
+            os.nice(args.nice)
+        except OSError:  # pragma: no cover - not allowed here: run at the normal priority
+            pass
+    token = sys.stdin.buffer.readline().decode().strip()
+    if not token:
+        sys.exit("ctxscope simulator child: no control token on stdin")
+    try:
+        import uvloop  # type: ignore
+    except ImportError:
+        uvloop = None
+    (uvloop.run if uvloop is not None else asyncio.run)(serve(args, token, parent))
