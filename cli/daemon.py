@@ -147,14 +147,16 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
 async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> None:
     """Run until SIGINT/SIGTERM/SIGHUP, then shut down cleanly (the writer drains before we exit).
 
-    SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write."""
-    daemon = await start_daemon(cfg, extra_routes=extra_routes)
-    settle_gc()  # this process serves until it ends: start-up objects need no more collecting
-    announce(daemon)
+    SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write. The
+    handlers are in place before the daemon starts, so a signal during start-up stops it cleanly
+    too instead of killing it with its children."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    daemon = await start_daemon(cfg, extra_routes=extra_routes)
+    settle_gc()  # this process serves until it ends: start-up objects need no more collecting
+    announce(daemon)
     try:
         await stop.wait()
     finally:
