@@ -57,15 +57,26 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
     assert w.stats().dropped == 1
 
 
-def test_a_database_that_cannot_open_fails_start(tmp_path):
-    (tmp_path / "dir.db").mkdir()
-    w = WriterProcess(tmp_path / "dir.db")
+def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
+    from ctxscope.inspector import spool as spools
+
+    (tmp_path / "dir.db").mkdir()  # a folder where the database should be
+    w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
+    w.start(timeout=30)
     try:
-        w.start(timeout=30)
-    except RuntimeError as e:
-        assert "could not start" in str(e)
-    else:
-        raise AssertionError("start should fail")
+        st = w.stats()
+        assert st.running and st.store_failures >= 1 and st.store_down_since is not None
+        assert "unable to open" in st.last_error
+        ex = make_exchange(1)
+        w.submit(ex)
+    finally:
+        assert w.stop() is False  # the call could not be stored ...
+    [left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
+    (tmp_path / "dir.db").rmdir()
+    nxt = WriterProcess(tmp_path / "dir.db")
+    nxt.start()
+    assert nxt.stop()
+    assert [r["id"] for r in list_calls(open_db(tmp_path / "dir.db"), limit=None)] == [ex.id]
 
 
 def test_parent_killed_child_keeps_what_it_received(tmp_path):
@@ -188,14 +199,26 @@ def crash_on_start():
     os._exit(3)
 
 
-def test_a_child_that_dies_while_starting_fails_start_at_once(tmp_path):
+def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
+    from ctxscope.inspector import spool as spools
+
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
-    try:
-        w.start(timeout=600)  # a test run that waited for this would be noticed
-    except RuntimeError as e:
-        assert "exited with code 3" in str(e)
-    else:
-        raise AssertionError("start should fail")
+    began = time.monotonic()
+    w.start(timeout=600)  # does not raise, and does not wait for the timeout either
+    assert time.monotonic() - began < 60
+    st = w.stats()
+    assert not st.running and st.store_failures == 1 and "exited with code 3" in st.last_error
+    assert st.store_down_since is not None
+    exs = [make_exchange(i) for i in range(3)]
+    for ex in exs:
+        w.submit(ex)
+    assert w.stats().queued == 3 and w.stats().dropped == 0
+    assert w.stop() is False
+    assert len(spools.spool_files(tmp_path / "d.db")) == 1  # kept for the next writer
+    nxt = WriterProcess(tmp_path / "d.db")
+    nxt.start()
+    assert nxt.stop()
+    assert {r["id"] for r in list_calls(open_db(tmp_path / "d.db"), limit=None)} == {e.id for e in exs}
 
 
 def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
