@@ -62,6 +62,8 @@ HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
 RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one will not start
+QUICK_DEATH = 30.0  # a child that dies younger than this may die again: wait before the next one
+FIRST_BACKOFF = 0.5  # ... 0.5 s after the first quick death, doubling up to RESTART_BACKOFF
 
 _COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits", "already_stored",
              "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures")
@@ -115,6 +117,8 @@ class WriterProcess:
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
         self._next_restart = 0.0
+        self._started_at = 0.0  # when the current child was ready
+        self._quick_deaths = 0  # children in a row that died soon after they started
         self._lost = 0  # calls that died in the pipe to a child that died
         self.restarts = 0
 
@@ -145,6 +149,11 @@ class WriterProcess:
             self._seen_dead = proc
             if self._error is None or "could not start" not in self._error:
                 self._child_failed(f"capture writer exited with code {proc.exitcode}")
+            now = time.monotonic()
+            self._quick_deaths = self._quick_deaths + 1 if now - self._started_at < QUICK_DEATH else 0
+            if self._quick_deaths:  # a crash loop must not spawn processes flat out
+                delay = min(RESTART_BACKOFF, FIRST_BACKOFF * 2 ** (self._quick_deaths - 1))
+                self._next_restart = max(self._next_restart, now + delay)
         if self._accepting and time.monotonic() >= self._next_restart:
             self._begin_restart()
 
@@ -179,6 +188,7 @@ class WriterProcess:
             for q in (self._queue, self._replies):
                 q.close()
             raise RuntimeError(f"capture writer could not start: {value}")
+        self._started_at = time.monotonic()
         self.capture_epoch, store_error = value
         self._error = self._error_since = None
         if store_error is not None:  # until the child's first counters arrive
