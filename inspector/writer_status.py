@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -149,13 +150,15 @@ def live_status(db_path: Path) -> list[dict]:
                 continue  # its writer is gone
             except OSError:
                 pass
-            text = os.pread(fd, SIZE, 0).strip()
+            status = None
+            for _ in range(5):  # a read may meet a rewrite half done: read again
+                try:
+                    status = json.loads(os.pread(fd, SIZE, 0))
+                    break
+                except ValueError:
+                    time.sleep(0.01)
         finally:
             os.close(fd)
-        try:
-            status = json.loads(text) if text else None
-        except ValueError:
-            continue
         if isinstance(status, dict):
             out.append(status)
     return out

@@ -51,7 +51,7 @@ def writer_status(writer: Any) -> dict | None:
         stats = asdict(writer.stats())
     except Exception:  # a writer without stats: nothing to show
         return None
-    stats["failures"] = (stats.get("failed") or 0) + (stats.get("dropped") or 0)
+    stats["failures"] = sum(stats.get(k) or 0 for k in ("failed", "dropped", "store_failures"))
     return stats
 
 

@@ -135,7 +135,11 @@ class WebUI:
             ).fetchone()
             return {"calls": n, "sessions": sessions, "last_capture_at": last}
 
-        return _json({"writer": writer_status(self.writer), "store": await self.pool.run(totals)})
+        try:
+            store = await self.pool.run(totals)
+        except Exception as exc:  # an unreadable store is what this route must be able to say
+            store = {"error": f"{type(exc).__name__}: {exc}"}
+        return _json({"writer": writer_status(self.writer), "store": store})
 
     async def sessions(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 500) or 500
