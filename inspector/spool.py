@@ -75,8 +75,10 @@ def _pairs(v) -> bool:
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
 
 
-_CHECKS = {  # an Exchange field's annotation -> a check of its JSON value
+_CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (other kinds: any JSON value)
     "str": lambda v: isinstance(v, str),
+    "bool": lambda v: type(v) is bool,
+    "int": lambda v: type(v) is int,
     "str | None": _opt(lambda v: isinstance(v, str)),
     "int | None": _opt(lambda v: type(v) is int),
     "float": lambda v: type(v) in (int, float),
@@ -86,8 +88,10 @@ _CHECKS = {  # an Exchange field's annotation -> a check of its JSON value
     "bytes": lambda v: type(v) is int and v >= 0,  # the body's length; its bytes follow the JSON
 }
 _FIELDS = dataclasses.fields(Exchange)
-_KINDS = [f.type for f in _FIELDS]
-_VALID = [_CHECKS[kind] for kind in _KINDS]  # a new kind of field needs a check here: KeyError at import
+_KINDS = [str(f.type) for f in _FIELDS]
+_VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
+# A spool written before fields with defaults were added still reads: they take their defaults.
+_REQUIRED = sum(1 for f in _FIELDS if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 _BODIES = [i for i, kind in enumerate(_KINDS) if kind == "bytes"]
 _PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
 _FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
@@ -127,8 +131,10 @@ def decode(payload: bytes) -> list[tuple]:
         raise SpoolCorrupt("the field list is not a list")
     view, batch = memoryview(payload), []
     for head in heads:
-        if not isinstance(head, list) or len(head) != len(_VALID):
+        if not isinstance(head, list) or not _REQUIRED <= len(head) <= len(_VALID):
             raise SpoolCorrupt("a call with the wrong number of fields")
+        for field in _FIELDS[len(head):]:
+            head.append(field.default_factory() if field.default is dataclasses.MISSING else field.default)
         for field, valid, value in zip(_FIELDS, _VALID, head):
             if not valid(value):
                 raise SpoolCorrupt(f"field {field.name} has the wrong type")

@@ -10,6 +10,9 @@ concurrency 32: 0.79x the minimal passthrough with the writer storing during the
 with it only receiving; 8 rounds): its work evicts the forwarding processes' caches. The spool keeps the
 promise that a call finished more than a second before a kill is stored, even if the proxy and
 this process die together: the next writer on the same database stores what the spool holds.
+Calls leave the spool only once stored: while the store is unavailable (full disk, unreadable
+file) they wait there, and the writer retries; the child starts even when the store cannot be
+opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
 
 The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
 bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and

@@ -153,3 +153,22 @@ def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     assert zlib.crc32(forged)  # a checksum would match: the reader checks more than that
     with pytest.raises(spools.SpoolCorrupt):
         spools.decode(forged)
+
+
+def test_a_record_written_before_fields_with_defaults_existed_still_reads():
+    import dataclasses
+    import json
+
+    from ctxscope.inspector.writer_child import unpack
+    from ctxscope.proxy.exchange import Exchange
+
+    optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
+                   or f.default_factory is not dataclasses.MISSING)
+    ex = make_exchange(1)
+    record = b"".join(spools.encode([pack(ex)]))[12:]
+    (n,) = struct.unpack_from("<I", record)
+    heads = json.loads(record[4:4 + n])
+    heads[0] = heads[0][:-optional]  # as an older ctxscope wrote it
+    text = json.dumps(heads).encode()
+    [back] = spools.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    assert unpack(back) == ex
