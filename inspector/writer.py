@@ -269,6 +269,10 @@ class CaptureWriter:
             if self.capture_epoch is None:
                 self.capture_epoch = store.next_capture_epoch(db)
                 store.record_event(db, "writer_started", detail=f"capture_epoch {self.capture_epoch}")
+            if self._down_since is not None and not self._pending and self._queue.empty():
+                with db.atomic():  # nothing waits: this write alone says the store works again
+                    self._record_events(db, self._outage(), 0)
+                self._store_back()
             return db
         except Exception as e:
             _close(db)
@@ -327,6 +331,13 @@ class CaptureWriter:
             log.error("capture store %s still unavailable since %s (%d failed attempts): %s; %d calls wait",
                       self.db_path, self._down_since, self._outage_failures, self._last_error, self.stats().queued)
 
+    def _outage(self) -> list[dict]:
+        """The event that records the current outage (none while the store works)."""
+        if self._down_since is None:
+            return []
+        return [{"kind": "store_unavailable", "call_id": None, "detail": self._last_error, "at": self._down_since,
+                 "count": self._outage_failures}]
+
     def _store_back(self) -> None:
         """A commit worked after an outage (which it recorded): say so."""
         log.warning("capture store %s works again after %d failed attempts since %s; storing the calls that waited",
@@ -366,8 +377,7 @@ class CaptureWriter:
         outcome = {"written": 0, "failed": 0, "analysis_failed": 0, "parse_failed": 0, "already": 0}
         events: list[dict] = []
         down = self._down_since is not None
-        outage = [{"kind": "store_unavailable", "call_id": None, "detail": self._last_error, "at": self._down_since,
-                   "count": self._outage_failures}] if down else []
+        outage = self._outage()
         pending = list(self._pending_events)
         drops = self._dropped - self._persisted_drops
         try:

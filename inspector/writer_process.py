@@ -120,6 +120,7 @@ class WriterProcess:
         self._started_at = 0.0  # when the current child was ready
         self._quick_deaths = 0  # children in a row that died soon after they started
         self._lost = 0  # calls that died in the pipe to a child that died
+        self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
         self.restarts = 0
 
     def start(self, timeout: float = 60) -> None:
@@ -136,24 +137,29 @@ class WriterProcess:
 
     def _child_failed(self, why: str) -> None:
         with self._lock:
-            self._child_failures += 1
-            self._error = why
-            self._error_since = self._error_since or _now_iso()
+            self._count_failure(why)
+
+    def _count_failure(self, why: str) -> None:
+        self._child_failures += 1
+        self._error = why
+        self._error_since = self._error_since or _now_iso()
+        self._base = dataclasses.replace(self._base, last_error=why)  # stays the last error once a new child runs
 
     def _note_death(self) -> None:
         """Count a child found dead (once), and start a new one if it is time."""
         proc = self._proc
         if proc is None or self._restarting or not self._accepting or proc.is_alive():
             return  # (a child ending after stop() is no failure)
-        if self._seen_dead is not proc and proc.exitcode is not None:
-            self._seen_dead = proc
-            if self._error is None or "could not start" not in self._error:
-                self._child_failed(f"capture writer exited with code {proc.exitcode}")
-            now = time.monotonic()
-            self._quick_deaths = self._quick_deaths + 1 if now - self._started_at < QUICK_DEATH else 0
-            if self._quick_deaths:  # a crash loop must not spawn processes flat out
-                delay = min(RESTART_BACKOFF, FIRST_BACKOFF * 2 ** (self._quick_deaths - 1))
-                self._next_restart = max(self._next_restart, now + delay)
+        with self._lock:  # stats() may run in several threads at once
+            if self._seen_dead is not proc and proc.exitcode is not None:
+                self._seen_dead = proc
+                if self._error is None or "could not start" not in self._error:
+                    self._count_failure(f"capture writer exited with code {proc.exitcode}")
+                now = time.monotonic()
+                self._quick_deaths = self._quick_deaths + 1 if now - self._started_at < QUICK_DEATH else 0
+                if self._quick_deaths:  # a crash loop must not spawn processes flat out
+                    delay = min(RESTART_BACKOFF, FIRST_BACKOFF * 2 ** (self._quick_deaths - 1))
+                    self._next_restart = max(self._next_restart, now + delay)
         if self._accepting and time.monotonic() >= self._next_restart:
             self._begin_restart()
 
@@ -280,44 +286,59 @@ class WriterProcess:
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
                 sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
                 self._outstanding_bytes -= sum(size for size, _ in sent)
+                sent = self._unconfirmed + sent
                 self._acked = 0
-                self._base = _add(self._base, self._child)
+                # Its death, counted in _base already, is newer than any error the dead child reported.
+                self._base = dataclasses.replace(_add(self._base, self._child),
+                                                 last_error=self._base.last_error or self._child.last_error)
                 self._child = WriterStats()
             old_queue.cancel_join_thread()
             for q in (old_queue, old_replies):
                 q.close()
             try:
                 self._spawn(timeout=60)
-                recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
-                self.restarts += 1
-                started = True
             except RuntimeError as exc:
                 self._child_failed(str(exc))
                 log.error("%s; trying again in %.0f s", exc, RESTART_BACKOFF)
                 self._next_restart = time.monotonic() + RESTART_BACKOFF
-                recovered = set()
-                started = False
+                self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
+                return
+            self.restarts += 1
+            recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
+            if recovered is None:  # it died before it said what it found: ask the next one
+                self._unconfirmed = sent
+                return
+            self._unconfirmed = []
             lost = sum(1 for _, call_id in sent if call_id not in recovered)
             self._lost += lost
-            if started:
-                log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
-                          "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
-            elif lost:
-                log.error("capture writer exited with code %s: %d calls were lost on the way to it",
-                          old_proc.exitcode, lost)
+            log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
+                      "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
         finally:
             self._restarting = False
-        if loop is not None and self._held.items:  # hand over what waited meanwhile
-            loop.call_soon_threadsafe(self._flush, True)
+            if loop is not None and self._held.items:  # hand over what waited meanwhile
+                loop.call_soon_threadsafe(self._flush, True)
 
-    def _recovered_ids(self, timeout: float) -> set[str]:
-        """The ids of the calls a just-started child found in spools left by dead writers."""
-        try:
-            kind, ids = self._replies.get(timeout=timeout)
-        except queue.Empty:
-            raise RuntimeError("the new capture writer did not report what it recovered") from None
+    def _recovered_ids(self, timeout: float) -> set[str] | None:
+        """The ids of the calls a just-started child found in spools left by dead writers; None if
+        it died (or went silent) before saying."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                kind, ids = self._replies.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    log.error("the new capture writer did not report what it recovered within %.0f s", timeout)
+                    return None
+                if not self._proc.is_alive():
+                    try:  # what it said last may still be on its way
+                        kind, ids = self._replies.get(timeout=0.5)
+                        break
+                    except queue.Empty:
+                        return None
         if kind != "recovered":
-            raise RuntimeError(f"the new capture writer said {kind!r} before what it recovered")
+            log.error("the new capture writer said %r before what it recovered", kind)
+            return None
         return set(ids)
 
     def _drop(self, exchange: Exchange, why: str) -> None:

@@ -145,6 +145,8 @@ def live_status(db_path: Path) -> list[dict]:
         except OSError:
             continue
         try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                continue  # not written by a writer of ours
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 continue  # its writer is gone

@@ -124,27 +124,44 @@ def test_serve_with_planted_spools_runs_nothing_captures_and_reports_them(tmp_pa
     assert "quarantined" in out and serve.proc.returncode == 0
 
 
-@pytest.mark.parametrize("how", ["corrupt database file", "folder cannot be created"])
+@pytest.mark.parametrize("how", ["corrupt database file", "folder cannot be created", "read-only filesystem"])
 def test_serve_starts_forwards_and_says_so_when_the_store_cannot_be_opened(tmp_path, how):
+    mounted = None
     if how == "corrupt database file":
         db = tmp_path / "c.db"
         db.write_bytes(b"not a database at all " * 500)
         repair = db.unlink
-    else:
+    elif how == "folder cannot be created":
         blocker = tmp_path / "blocker"
         blocker.write_text("a file where the database's folder should be")
         db = blocker / "c.db"
         repair = lambda: (blocker.unlink(), blocker.mkdir())  # noqa: E731
+    else:
+        mounted = tmp_path / "ro"
+        if not _mount_tmpfs(mounted, "8m", "ro"):
+            pytest.skip("mounting a tmpfs is not permitted here")
+        db = mounted / "c.db"
+        repair = lambda: subprocess.run(["mount", "-o", "remount,rw", str(mounted)], check=True)  # noqa: E731
+    try:
+        _serve_through_an_unopenable_store(tmp_path, db, repair, readable_status=how == "corrupt database file")
+    finally:
+        if mounted is not None:
+            subprocess.run(["umount", "-l", str(mounted)], capture_output=True)
+
+
+def _serve_through_an_unopenable_store(tmp_path, db, repair, readable_status: bool) -> None:
     serve = Serve(tmp_path, db)
     try:
         serve.chat(5)  # forwarding works regardless
         w = serve.writer()
         assert w["store_down_since"] and w["store_failures"] >= 1 and w["failures"] >= 1 and w["queued"] >= 5
-        if how == "corrupt database file":  # db status can read the live counters next to it
+        if readable_status:  # db status can read the live counters next to the database
             wait_for(lambda: db_status(db)["capture"].get("waiting", 0) >= 5, what="db status to count the calls")
             capture = db_status(db)["capture"]
             assert capture["state"] == "store failing" and capture["failures"] >= 1
             assert "not a database" in capture["last_error"]
+            text = CliRunner().invoke(cli, ["db", "status", "--db", str(db)]).output
+            assert "STORE FAILING since" in text and "calls waiting" in text
         assert "CAPTURE IS NOT STORING" in serve.output()
         repair()
         wait_for(lambda: len(stored_ids(db)) >= 5, what="the waiting calls to be stored")
@@ -155,10 +172,11 @@ def test_serve_starts_forwards_and_says_so_when_the_store_cannot_be_opened(tmp_p
     assert len(ids) == len(set(ids)) == 5
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
+def _mount_tmpfs(path: Path, size: str, *options: str) -> bool:
     path.mkdir()
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", "mode=0700", *options]), "tmpfs",
+                               str(path)],
                               capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -411,3 +411,14 @@ def test_queue_is_bounded_in_bytes_too(tmp_path):
     huge = CaptureWriter(tmp_path / "d.db", max_queue_bytes=10)
     huge.submit(big[0])  # an empty queue takes any one body, however large
     assert huge.stats().dropped == 0
+
+
+def test_a_store_that_comes_back_while_nothing_waits_is_reported_working_again(tmp_path):
+    path, repair = _unopenable(tmp_path, "corrupt file")
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    w.start()
+    assert w.stats().store_down_since is not None
+    repair()
+    assert _wait(lambda: w.stats().store_down_since is None)
+    assert w.stop()
+    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
