@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,8 @@ class WebUI:
                     response = web.Response(status=exc.status, text=exc.text or exc.reason)
             except AmbiguousCallId as exc:
                 response = _error(400, str(exc))
+            except sqlite3.DatabaseError as exc:  # the store is unreadable: say so, no traceback
+                response = _error(503, f"capture store unavailable: {exc}")
             if not response.prepared:  # the event stream set its headers before it started
                 security.apply_headers(response)
             return response
