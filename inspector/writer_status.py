@@ -5,7 +5,10 @@ written (a full disk, a corrupt or unreachable file) the failures cannot be reco
 the writer publishes its counters here too: ``<db>.writer-<pid>``, owner-only, locked by the
 writer while it runs (a file whose lock is free was left by a writer that is gone). The file is
 written once at its full size when it is created and then rewritten in place, so publishing needs
-no new disk space on a full disk.
+no new disk space on a full disk. When it cannot be created next to the database (that disk was
+full before the writer started, or the folder cannot be made), it goes to the user's runtime
+folder (``$XDG_RUNTIME_DIR``, else /dev/shm, else the temp folder) under ``ctxscope-<uid>/``,
+named after the database's path.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import re
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,13 +35,40 @@ SIZE = 16384
 _OWNER = re.compile(r"\d+(?:\.\d+)?")
 
 
-def _files(db_path: Path) -> list[Path]:
+def _runtime_dir(create: bool) -> Path | None:
+    """This user's private runtime folder for status files, or None if it is missing or not private."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+    path = Path(base) / f"ctxscope-{os.geteuid()}"
     try:
-        names = os.listdir(db_path.parent)
+        if create and not path.exists():
+            path.mkdir(mode=0o700)
+        st = os.lstat(path)
     except OSError:
-        return []
-    prefix = db_path.name + SUFFIX
-    return [db_path.parent / n for n in sorted(names) if n.startswith(prefix) and _OWNER.fullmatch(n[len(prefix):])]
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        return None  # someone else's, or open to others: not a place for our status
+    return path
+
+
+def _places(db_path: Path, create: bool = False) -> list[tuple[Path, str]]:
+    """(folder, name prefix) where a status file of this database may be, in order of preference."""
+    places = [(db_path.parent, db_path.name + SUFFIX)]
+    runtime = _runtime_dir(create)
+    if runtime is not None:
+        key = hashlib.sha256(os.path.realpath(db_path).encode()).hexdigest()[:16]
+        places.append((runtime, f"{db_path.name}-{key}{SUFFIX}"))
+    return places
+
+
+def _files(db_path: Path) -> list[Path]:
+    found = []
+    for folder, prefix in _places(db_path):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        found += [folder / n for n in sorted(names) if n.startswith(prefix) and _OWNER.fullmatch(n[len(prefix):])]
+    return found
 
 
 def _is_stale(path: Path) -> bool:
@@ -62,19 +95,27 @@ class StatusFile:
         for stale in _files(db_path):
             if _is_stale(stale):
                 stale.unlink(missing_ok=True)
-        try:
-            self.path, self._fd = self._create(db_path)
-            os.pwrite(self._fd, b" " * SIZE, 0)
-        except OSError as exc:
-            log.warning("capture writer: cannot create its status file next to %s (%s); `ctxscope db status` "
-                        "will not show its live counters", db_path, exc)
-            self.close()
+        errors = []
+        for folder, prefix in _places(db_path, create=True):
+            try:
+                self.path, self._fd = self._create(folder, prefix)
+                os.pwrite(self._fd, b" " * SIZE, 0)
+                break
+            except OSError as exc:
+                errors.append(f"{folder}: {exc.strerror or exc}")
+                self.close()
+        else:
+            log.warning("capture writer: cannot create its status file (%s); `ctxscope db status` will not show "
+                        "its live counters", "; ".join(errors))
+            return
+        if errors:
+            log.warning("capture writer: its status file is %s (%s)", self.path, errors[0])
 
     @staticmethod
-    def _create(db_path: Path) -> tuple[Path, int]:
+    def _create(folder: Path, prefix: str) -> tuple[Path, int]:
         for n in range(1000):
             owner = f"{os.getpid()}" + (f".{n}" if n else "")
-            path = db_path.with_name(f"{db_path.name}{SUFFIX}{owner}")
+            path = folder / f"{prefix}{owner}"
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             except FileExistsError:
@@ -101,6 +142,7 @@ class StatusFile:
             self._fd = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+            self.path = None
 
 
 class StatusPublisher:

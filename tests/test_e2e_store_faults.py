@@ -285,3 +285,30 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
     ids = stored_ids(db)
     assert sorted(ids) == sorted(e.id for e in exs)
     assert queries.db_status(db)["writer"]["store_unavailable"] >= 1
+
+
+def test_serve_starts_on_a_full_disk_and_stores_once_space_returns(tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "8m"):
+        pytest.skip("mounting a tmpfs is not permitted here")
+    db = disk / "c.db"
+    serve = None
+    try:
+        filler = _fill(disk)  # full before ctxscope ever ran: no database, no spool, no status file
+        serve = Serve(tmp_path, db)
+        serve.chat(3)
+        w = serve.writer()
+        assert w["store_down_since"] and w["failures"] >= 1 and w["queued"] >= 3
+        # No room for its status file next to the database: db status finds it in the runtime folder.
+        wait_for(lambda: db_status(db)["capture"].get("waiting", 0) >= 3, what="db status to count the calls")
+        capture = db_status(db)["capture"]
+        assert capture["state"] == "store failing" and "full" in capture["last_error"]
+        filler.unlink()
+        wait_for(lambda: len(stored_ids(db)) == 3, what="the 3 calls to be stored")
+    finally:
+        if serve is not None:
+            out = serve.stop()
+        ids = stored_ids(db) if db.exists() else []
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    assert len(ids) == len(set(ids)) == 3
+    assert serve.proc.returncode == 0 and "CAPTURE IS NOT STORING" in out
