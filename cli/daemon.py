@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from ctxscope.inspector import owner_only
 from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_process import WriterProcess
 from ctxscope.proxy.forward import Forwarder, ProxySettings
@@ -22,7 +24,7 @@ from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_f
 from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
 
-from .settings import DaemonConfig, home_dir, load_salt
+from .settings import DaemonConfig, home_dir, load_salt, secure_home
 
 log = logging.getLogger("ctxscope.daemon")
 
@@ -99,8 +101,30 @@ def writer_analyzers() -> list:
     return [_analyzer()]
 
 
+def _prepare_files(cfg: DaemonConfig) -> bytes:
+    """Home and database folder owner-only, and the key-fingerprint salt. Nothing here stops the
+    daemon: forwarding works without a store (said loudly), and without the home's salt
+    (fingerprints then differ from other runs)."""
+    home = home_dir()
+    try:
+        secure_home(home)
+    except OSError as exc:
+        log.error("cannot create ctxscope's home %s: %s", home, exc)
+    try:
+        if not cfg.db.parent.exists():
+            owner_only.private_dir(cfg.db.parent)
+    except OSError as exc:
+        log.error("cannot create the capture database's folder %s: %s; forwarding works, captures wait", cfg.db.parent, exc)
+    try:
+        return load_salt(home)
+    except OSError as exc:
+        log.error("cannot read or create the key-fingerprint salt in %s (%s): using a salt for this run only", home, exc)
+        return secrets.token_bytes(32)
+
+
 async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = True) -> RunningDaemon:
-    cfg.db.parent.mkdir(parents=True, exist_ok=True)
+    """Start everything; a capture store that cannot be opened is reported, not fatal."""
+    salt = _prepare_files(cfg)
     upstreams = dict(cfg.upstreams)
     sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
@@ -122,7 +146,11 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         except RuntimeError as exc:  # a dev tool that will not start must not keep the proxy down
             log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
             sim = None
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir())), writer)
+    stats = writer.stats()
+    if not stats.running or stats.store_down_since is not None:
+        log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
+                  "(`ctxscope db status` and the web UI show the state)", stats.last_error)
+    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt), writer)
     app = create_proxy_app(forwarder)
     if web_ui:
         add_web_routes(app, cfg.db, writer)

@@ -118,18 +118,32 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @db_option
     @json_option
     def db_status_cmd(db_path, as_json):
-        """Size, counts, storage savings and recorded writer failures."""
+        """Size, counts, storage savings, recorded writer failures, and the running writer's state
+        (true from the first failure, even while the database cannot be written)."""
         from ctxscope.inspector.queries import db_status
 
         path = db_path or default_db_path()
-        if not path.exists():
-            raise click.ClickException(f"no capture database at {path}")
         status = db_status(path)
+        spool = status["spool"]
+        if not path.exists() and status["capture"]["state"] == "no writer running" and not (
+                spool["files"] or spool["quarantined"]):
+            raise click.ClickException(f"no capture database at {path}")
         if as_json:
             emit_json(status)
         else:
             for key, value in status.items():
-                click.echo(f"{key:>22}: {value}")
+                click.echo(f"{key:>22}: {capture_line(value) if key == 'capture' else value}")
+
+
+def capture_line(c: dict) -> str:
+    """The running writers' state in one line: storing, or failing since when, how often and why."""
+    if c["state"] == "no writer running":
+        return "no writer running"
+    if c["state"] == "storing":
+        return f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
+    since = f" since {c['since']}" if c.get("since") else ""
+    return (f"STORE FAILING{since}: {c['failures']} failures, {c['waiting']} calls waiting; "
+            f"last error: {emit_safe(c.get('last_error'))}")
 
 
 def emit_safe(value) -> str:

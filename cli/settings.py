@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxscope.inspector import owner_only
 from ctxscope.proxy.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
 
 DEFAULT_HOST = "127.0.0.1"
@@ -25,14 +26,28 @@ def default_db_path() -> Path:
     return Path(env).expanduser() if env else home_dir() / "captures.db"
 
 
+def secure_home(home: Path) -> list[str]:
+    """Create the home folder owner-only (0700), or tighten it and the private files in it (logged
+    as warnings); returns the changes made. Raises OSError if it cannot be created."""
+    changes = owner_only.private_dir(home)
+    for name in ("salt", "sim-token"):
+        changes += owner_only.private_file(home / name)
+    return changes
+
+
 def load_salt(home: Path) -> bytes:
     """A per-home random salt for key fingerprints, created on first use, readable by the owner only."""
-    home.mkdir(parents=True, exist_ok=True)
+    if not home.exists():
+        owner_only.private_dir(home)
     path = home / "salt"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:  # another process made it just now
+            return path.read_bytes()
         with os.fdopen(fd, "wb") as f:
             f.write(secrets.token_bytes(32))
+    owner_only.private_file(path)
     return path.read_bytes()
 
 

@@ -28,7 +28,7 @@ from ctxscope.inspector.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.recode import find_recipe
 from ctxscope.inspector.store import iso
 from ctxscope.proxy.apis import GEMINI_GENERATE, detect_api
-from ctxscope.proxy.decoding import BodyDecodeError, decode_body
+from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.exchange import OK, Exchange
 from ctxscope.proxy.redact import redact_headers, redact_query
 from ctxscope.proxy.responses import ParsedResponse, parse_response
@@ -69,11 +69,13 @@ def _dumps(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _decode(data: bytes, encoding: str | None, truncated_ok: bool) -> tuple[bytes | None, str | None]:
+def _decode(data: bytes, encoding: str | None, truncated_ok: bool, max_size: int) -> tuple[bytes | None, str | None]:
+    """The decoded body, or None and why not: a body over ``max_size`` decoded (a compression
+    bomb, say) is stored as sent and analysed no further."""
     if not encoding:
         return data, None
     try:
-        return decode_body(data, encoding, allow_truncated=truncated_ok), None
+        return decode_body(data, encoding, max_size, allow_truncated=truncated_ok), None
     except BodyDecodeError as e:
         return None, str(e)
 
@@ -90,14 +92,14 @@ def _ms(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round((b - a) * 1000.0, 3)
 
 
-def derive(ex: Exchange) -> Derived:
+def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
     """Decode and parse an exchange into the columns that need no database."""
     api = detect_api(ex.method, ex.path)
     req_enc = ex.header("content-encoding")
     resp_enc = ex.header("content-encoding", response=True)
     resp_ctype = ex.header("content-type", response=True)
-    request_body, req_err = _decode(ex.request_body, req_enc, False)
-    response_body, resp_err = _decode(ex.response_body, resp_enc, ex.outcome != OK)
+    request_body, req_err = _decode(ex.request_body, req_enc, False, max_decoded_bytes)
+    response_body, resp_err = _decode(ex.response_body, resp_enc, ex.outcome != OK, max_decoded_bytes)
 
     request_json: Any = None
     json_ok: int | None = None
@@ -226,6 +228,7 @@ class IngestState:
     """Writer-thread memory that keeps ingest cheap; losing it costs only compression, never data."""
 
     capture_epoch: int
+    max_decoded_bytes: int = DEFAULT_MAX_SIZE  # cap on a body's decoded size for analysis
     bases: BaseCache = field(default_factory=BaseCache)
     recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
 
@@ -300,7 +303,7 @@ def ingest(
     db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
 ) -> IngestResult:
     """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
-    d = derive(ex)
+    d = derive(ex, state.max_decoded_bytes)
     row = d.row
     session = row["session"]
     row["request_blob"], row["request_recode"] = store_body(

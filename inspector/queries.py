@@ -19,6 +19,7 @@ from ctxscope.inspector.blobs import blob_get
 from ctxscope.inspector.migrations import migrations
 from ctxscope.inspector.recode import apply_recipe
 from ctxscope.inspector.spool import spool_status
+from ctxscope.inspector.writer_status import capture_state
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.responses import parse_response
 
@@ -33,7 +34,7 @@ SUMMARY_COLUMNS = (
 _JSON_COLUMNS = ("request_headers", "response_headers", "annotations", "usage_raw", "response_error", "extra")
 _ANALYSIS_JSON = ("tokens_by_category", "cache", "markers", "relation_detail")
 _USAGE = ("input", "output", "cache_read", "cache_write")
-FAILURE_KINDS = ("write_failed", "dropped", "analysis_failed", "parse_failed")
+FAILURE_KINDS = ("write_failed", "dropped", "analysis_failed", "parse_failed", "store_unavailable")
 
 
 class AmbiguousCallId(ValueError):
@@ -266,15 +267,19 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
     return top
 
 
+_marks = ", ".join("?" * len(FAILURE_KINDS))
+
+
 def db_status(db_path: str | Path) -> dict:
     """Size, counts, storage efficiency, schema and persisted writer failures of a capture DB."""
     path = Path(db_path)
     status: dict[str, Any] = {"path": str(path), "exists": path.exists()}
+    status["capture"] = capture_state(path)  # what running writers publish: true while the store fails
+    status["spool"] = spool_status(path)
     if not path.exists():
         return status
     files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
     status["size_bytes"] = sum(f.stat().st_size for f in files if f.exists())
-    status["spool"] = spool_status(path)
     try:
         db = store.connect(path, check_same_thread=False, migrate=False)
         db.table_names()
@@ -304,12 +309,12 @@ def db_status(db_path: str | Path) -> dict:
         }
         totals = {k: 0 for k in FAILURE_KINDS}
         for kind, n in db.execute(
-            "SELECT kind, SUM(count) FROM store_events WHERE kind IN (?, ?, ?, ?) GROUP BY kind", list(FAILURE_KINDS)
+            f"SELECT kind, SUM(count) FROM store_events WHERE kind IN ({_marks}) GROUP BY kind", list(FAILURE_KINDS)
         ):
             totals[kind] = n
         status["writer"] = totals
         last = db.execute(
-            "SELECT at, kind, detail FROM store_events WHERE kind IN (?, ?, ?, ?) ORDER BY id DESC LIMIT 1",
+            f"SELECT at, kind, detail FROM store_events WHERE kind IN ({_marks}) ORDER BY id DESC LIMIT 1",
             list(FAILURE_KINDS),
         ).fetchone()
         status["writer"]["last_error"] = None if last is None else {"at": last[0], "kind": last[1], "detail": last[2]}

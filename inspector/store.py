@@ -1,5 +1,6 @@
 """Opening the capture store: WAL, ``synchronous=NORMAL``, schema migrations, meta and event rows.
 
+The database is created owner-only (0600; SQLite gives its -wal and -shm files the same mode).
 WAL lets the CLI and the web UI read while the writer thread writes; ``synchronous=NORMAL`` means
 a commit is a write to the WAL without fsync, so batching is cheap and a killed process loses
 nothing that was committed (only a power loss could). Both the writer and readers go through
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import sqlite_utils
 
+from ctxscope.inspector import owner_only
 from ctxscope.inspector.migrations import migrations
 
 BUSY_TIMEOUT_S = 5.0
@@ -23,7 +25,9 @@ BUSY_TIMEOUT_S = 5.0
 def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool = True) -> sqlite_utils.Database:
     """A Database on ``path`` in WAL mode, migrated to the current schema unless ``migrate=False``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        owner_only.private_dir(path.parent)
+    owner_only.create_private_file(path)
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=check_same_thread)
     db = sqlite_utils.Database(conn, execute_plugins=False)
     _enable_wal(db)

@@ -10,6 +10,9 @@ concurrency 32: 0.79x the minimal passthrough with the writer storing during the
 with it only receiving; 8 rounds): its work evicts the forwarding processes' caches. The spool keeps the
 promise that a call finished more than a second before a kill is stored, even if the proxy and
 this process die together: the next writer on the same database stores what the spool holds.
+Calls leave the spool only once stored: while the store is unavailable (full disk, unreadable
+file) they wait there, and the writer retries; the child starts even when the store cannot be
+opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
 
 The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
 bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
@@ -33,13 +36,13 @@ import operator
 import os
 import queue
 import signal
-import sqlite3
 import threading
 import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer import RETRY_INTERVAL, CaptureWriter
+from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
@@ -52,6 +55,8 @@ IDLE_CLASS = True  # use the idle scheduling class where the child may leave it 
 MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
+MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
+SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
 
 
 # An Exchange crosses the process boundary (and sits in the spool) as a plain tuple of its fields:
@@ -131,61 +136,125 @@ class _Priority:
 
 
 class _Deferred:
-    """The spool, and the feeding of what it holds to the writer once storing may begin."""
+    """The spool, and the feeding of what it holds to the writer once storing may begin.
 
-    def __init__(self, spool: spools.Spool, writer: CaptureWriter):
+    Calls leave the spool only once the writer has committed them (or given them up): the whole
+    file is emptied when everything appended has been stored. While the store is unavailable the
+    writer takes no more than CHILD_BACKLOG, so the rest waits in the spool, however long that
+    takes. When the spool itself cannot be written (a full disk), calls are held in memory, up
+    to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
+    """
+
+    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter):
         self.spool, self.writer = spool, writer
-        self.received = 0  # calls taken off the pipe (spooled, or stored at once): what the proxy may forget
+        self.db_path = writer.db_path
+        self.received = 0  # calls taken off the pipe (spooled, or held): what the proxy may forget
         self.calls = self.bytes = 0  # spooled, not yet given to the writer
         self.since: float | None = None  # when the oldest of them arrived
         self.given = 0  # calls given to the writer
         self.storing = False  # feeding the writer until the spool has nothing unread
+        self.dropped = 0  # calls lost: the spool could not take them and memory was full
+        self.spool_failures = 0
+        self.quarantined = 0
+        self.torn = 0
         self._batch: collections.deque[tuple] = collections.deque()  # the rest of the batch being fed
+        self._memory: collections.deque[tuple] = collections.deque()  # calls the spool could not take
+        self._memory_bytes = 0
+        self._memory_ids: set[str] = set()  # given to the writer from memory, maybe not stored yet
         self._spool_broken = False
+        self._reopen_at = 0.0
 
-    def add(self, batch: list[tuple], now: float, *, received: bool = True) -> None:
+    def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
+        """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
         self.received += len(batch) if received else 0
-        try:
-            self.spool.append(batch)
-        except OSError as exc:  # a full disk: store without the spool rather than lose the calls
-            if not self._spool_broken:
-                log.error("capture writer: cannot write its spool (%s); storing calls as they come", exc)
-            self._spool_broken = True
-            for fields in batch:
-                self._give(fields)
-            return
-        self.calls += len(batch)
-        self.bytes += sum(call_size(f) for f in batch)
-        if self.since is None:
-            self.since = now
+        if self._spool_usable(now):
+            try:
+                self.spool.append(batch)  # type: ignore[union-attr]
+            except OSError as exc:
+                self._spool_failed(exc)
+            else:
+                if self._spool_broken:
+                    log.warning("capture writer: its spool can be written again")
+                    self._spool_broken = False
+                self.calls += len(batch)
+                self.bytes += sum(call_size(f) for f in batch)
+                if self.since is None:
+                    self.since = now
+                return True
+        for fields in batch:
+            size = call_size(fields)
+            if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
+                              "wait in memory already (%d dropped so far)", fields[_ID], MEMORY_LIMIT >> 20,
+                              self.dropped)
+                continue
+            self._memory.append(fields)
+            self._memory_bytes += size
+        self.storing = True
+        return False
+
+    def _spool_usable(self, now: float) -> bool:
+        if self.spool is None and now >= self._reopen_at:
+            try:
+                self.spool = spools.Spool(self.db_path)
+                log.warning("capture writer: its spool %s could be created now", self.spool.path.name)
+            except OSError as exc:
+                self._reopen_at = now + SPOOL_RETRY
+                self._spool_failed(exc)
+        return self.spool is not None
+
+    def _spool_failed(self, exc: OSError) -> None:
+        self.spool_failures += 1
+        if not self._spool_broken:
+            log.error("capture writer: cannot write its spool (%s); calls wait in memory (up to %d MB) until "
+                      "they are stored", exc, MEMORY_LIMIT >> 20)
+        self._spool_broken = True
 
     def due(self, now: float) -> bool:
-        """Unbroken traffic may not keep calls unstored forever, nor let the spool grow without end."""
+        """Unbroken traffic may not keep calls unstored forever, nor let the spool grow without end;
+        calls held in memory are stored as soon as possible."""
+        if self._memory:
+            return True
         return self.since is not None and (now - self.since >= MAX_DEFER or self.bytes >= MAX_DEFER_BYTES)
 
+    def pending(self) -> bool:
+        return self.calls > 0 or bool(self._memory)
+
     def feed(self) -> bool:
-        """Give the writer spooled calls, oldest first, while it has room; True when all are given."""
+        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given."""
         while True:
+            s = self.writer.stats()
+            room = CHILD_BACKLOG - s.queued
+            if room <= 0 or s.queued_bytes >= CHILD_BACKLOG_BYTES:
+                return False
+            if self._memory:
+                for _ in range(min(room, len(self._memory))):
+                    fields = self._memory.popleft()
+                    self._memory_bytes -= call_size(fields)
+                    self._memory_ids.add(fields[_ID])
+                    self._give(fields)
+                continue
             if not self._batch:
-                batch = self.spool.next_batch()
+                batch = self.spool.next_batch() if self.spool is not None else None
                 if batch is None:
                     self.calls = self.bytes = 0
                     self.since, self.storing = None, False
                     return True
                 self._batch.extend(batch)
-            s = self.writer.stats()
-            if s.queued >= CHILD_BACKLOG or s.queued_bytes >= CHILD_BACKLOG_BYTES:
-                return False
-            for _ in range(min(len(self._batch), CHILD_BACKLOG - s.queued)):
+            for _ in range(min(len(self._batch), room)):
                 fields = self._batch.popleft()
                 self.calls -= 1
                 self.bytes -= call_size(fields)
                 self._give(fields)
 
     def drain(self) -> None:
-        """Feed everything, waiting for the writer as needed (shutting down)."""
+        """Feed everything, waiting for the writer as needed (shutting down). Gives up while the
+        store is unavailable: spooled calls then stay in the spool for the next writer."""
         while not self.feed():
-            if not self.writer.stats().running:  # nothing will take them: they stay in the spool
+            s = self.writer.stats()
+            if not s.running or s.store_down_since is not None:
                 return
             time.sleep(0.01)
 
@@ -193,16 +262,28 @@ class _Deferred:
         return self.storing or self.writer.stats().queued > 0
 
     def settle(self) -> None:
-        """Empty the spool once the writer has finished with everything it was given."""
-        if self.spool.size and not self.spool.unread and not self._batch:
-            s = self.writer.stats()
-            if s.written + s.failed + s.dropped >= self.given:
-                self.spool.clear()
+        """Empty the spool once the writer has committed (or given up) everything it was given."""
+        s = self.writer.stats()
+        if s.written + s.failed + s.dropped + s.already_stored < self.given:
+            return
+        self._memory_ids.clear()
+        if self.spool is not None and self.spool.holds and not self.spool.unread and not self._batch:
+            self.spool.clear()
+
+    def lost_at_stop(self) -> int:
+        """Calls held in memory (the spool could not take them) that were not stored: lost now."""
+        unstored = sum(1 for ex in list(self.writer._pending) if ex.id in self._memory_ids)
+        return len(self._memory) + unstored
 
     def stats(self) -> dict:
         stats = dataclasses.asdict(self.writer.stats())
-        stats["queued"] += self.calls
-        stats["queued_bytes"] += self.bytes
+        stats["queued"] += self.calls + len(self._memory)
+        stats["queued_bytes"] += self.bytes + self._memory_bytes
+        stats["dropped"] += self.dropped
+        stats["spool_failures"] = self.spool_failures
+        stats["spools_quarantined"] = self.quarantined
+        stats["spool_records_torn"] = self.torn
+        stats["in_memory"] = len(self._memory)
         return stats
 
     def _give(self, fields: tuple) -> None:
@@ -210,41 +291,33 @@ class _Deferred:
         self.given += 1
 
 
-
-
-def _take_over(db_path: Path, left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
-    """Take over the spools of writers that died before storing them (skipping calls they stored):
-    their calls go into our spool first, then their files go. Returns the ids of all their calls."""
+def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
+    """Take over the spools of writers that died before storing them: their calls go into our
+    spool first, then their files go (a corrupt one is quarantined, after its good records). The
+    writer skips calls they had already stored. Returns the ids of all the calls taken over."""
     ids: list[str] = []
     for orphan in left:
-        calls = [fields for batch in orphan.batches for fields in batch]
-        theirs = [fields[_ID] for fields in calls]
-        ids += theirs
-        stored = _stored_ids(db_path, theirs)
-        fresh = [fields for fields in calls if fields[_ID] not in stored]
-        if fresh:
-            deferred.add(fresh, time.monotonic(), received=False)
-        if orphan.path != deferred.spool.path:  # one under our own (reused) pid was released already
-            orphan.release()
-        log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; %d were "
-                    "already stored)", len(fresh), orphan.path.name, len(calls) - len(fresh))
+        n, kept = 0, True
+        for batch in orphan.batches():
+            ids += [fields[_ID] for fields in batch]
+            n += len(batch)
+            if not deferred.add(batch, time.monotonic(), received=False):
+                kept = False  # our spool cannot take them: leave the file for the next writer
+                break
+        deferred.torn += orphan.torn
+        if not kept:
+            orphan.keep()
+            log.error("capture writer: could not copy %s into its own spool; left it for the next writer", orphan.path.name)
+            continue
+        if orphan.release() is not None:
+            deferred.quarantined += 1
+        log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; the writer skips "
+                    "any it had stored already)", n, orphan.path.name)
     return ids
 
 
-def _stored_ids(db_path: Path, ids: list[str]) -> set[str]:
-    conn = sqlite3.connect(db_path)
-    try:
-        found: set[str] = set()
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            rows = conn.execute(f"SELECT id FROM calls WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
-            found.update(r[0] for r in rows)
-        return found
-    finally:
-        conn.close()
-
-
-def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0) -> None:
+def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
+               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -254,26 +327,41 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         os.nice(nice)
     except OSError:
         pass
+    db_path = Path(db_path)
     try:
-        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval)
-        writer.start()
-        spool, left = spools.open_spool(Path(db_path))
+        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval,
+                               max_decoded_bytes=max_decoded_bytes, retry_interval=retry_interval,
+                               status_file=False, keep_unstored=False)
+        writer.start()  # a store that cannot be opened is reported and retried, not fatal
     except BaseException as e:  # report, do not hang the parent
         replies.put(("error", f"{type(e).__name__}: {e}"))
         return
+    quarantined: list[Path] = []
+    left = spools.orphans(db_path, quarantined)
+    try:
+        spool = spools.Spool(db_path)
+    except OSError as exc:
+        log.error("capture writer: cannot create its spool next to %s (%s); calls wait in memory", db_path, exc)
+        spool = None
     priority = _Priority(idle_class)
     priority.set_idle(True)
-    replies.put(("ready", writer.capture_epoch))
+    replies.put(("ready", (writer.capture_epoch, writer.stats().last_error if writer.store_down else None)))
     parent = os.getppid()
     deferred = _Deferred(spool, writer)
-    replies.put(("recovered", _take_over(Path(db_path), left, deferred)))
-    deferred.storing = deferred.calls > 0
+    deferred.quarantined = len(quarantined)
+    if spool is None:
+        for orphan in left:
+            orphan.keep()
+        left = []
+    replies.put(("recovered", _take_over(left, deferred)))
+    deferred.storing = deferred.pending()
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
     while True:
         fed = deferred.feed() if deferred.storing else True
+        wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
-            item = inbox.get(timeout=STATS_INTERVAL if fed else FEED_INTERVAL)
+            item = inbox.get(timeout=wait)
         except queue.Empty:
             item = ...
         except (EOFError, OSError):
@@ -286,9 +374,9 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             pause, batch = item
             deferred.add(batch, now)
             last_batch = now
-            if not pause:
+            if not pause and not deferred.due(now):
                 deferred.storing = False  # traffic again: only spool (the writer finishes what it has)
-        if deferred.calls and (pause or deferred.due(now)):
+        if deferred.pending() and (pause or deferred.due(now)):
             deferred.storing = True
         priority.update(deferred.behind(), now)
         deferred.settle()
@@ -304,5 +392,15 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     deferred.drain()
     drained = writer.stop()
     deferred.settle()
-    spool.close(remove=drained and spool.size == 0)
+    spool = deferred.spool  # created late, perhaps, if it could not be at first
+    lost = deferred.lost_at_stop()
+    if lost:
+        deferred.dropped += lost
+        log.error("capture writer: %d calls held in memory (the spool could not be written) could not be stored "
+                  "before it stopped: they are lost", lost)
+    if spool is not None:
+        if spool.holds:
+            log.error("capture writer: %d calls are kept in %s until a writer can store them",
+                      deferred.stats()["queued"], spool.path.name)
+        spool.close(remove=drained and not spool.holds)
     replies.put(("stats", deferred.stats(), deferred.received))

@@ -23,6 +23,12 @@ and exits; if both are killed, the next writer on the database stores what the s
 what the proxy still held dies with it: at most MAX_HOLD seconds of calls, so a call that
 finished more than a second before a SIGKILL is stored. If the child dies alone (the OOM killer,
 a crash), the proxy keeps its calls and starts a new child, which stores the old one's spool.
+
+The counters never hide a dead child: a child that dies or will not start counts as a store
+failure with its exit code as the last error, ``running`` is false until a new one runs, and
+``restarts`` counts the new ones. ``start`` does not fail when the child cannot start: the proxy
+forwards regardless, holds calls (up to ``max_queue`` / ``max_queue_bytes``) and tries again every
+RESTART_BACKOFF seconds; at stop, calls no child took are written to a spool for the next writer.
 """
 
 from __future__ import annotations
@@ -39,8 +45,11 @@ import threading
 import time
 from pathlib import Path
 
-from ctxscope.inspector.writer import WriterStats
+from ctxscope.inspector import spool as spools
+from ctxscope.inspector.writer import RETRY_INTERVAL, WriterStats
 from ctxscope.inspector.writer_child import IDLE_CLASS, call_size, child_main, pack
+from ctxscope.inspector.writer_status import StatusPublisher
+from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
@@ -53,8 +62,11 @@ HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
 RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one will not start
+QUICK_DEATH = 30.0  # a child that dies younger than this may die again: wait before the next one
+FIRST_BACKOFF = 0.5  # ... 0.5 s after the first quick death, doubling up to RESTART_BACKOFF
 
-_COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits")
+_COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits", "already_stored",
+             "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures")
 
 
 def _add(a: WriterStats, b: WriterStats) -> WriterStats:
@@ -67,8 +79,19 @@ class WriterProcess:
     """ExchangeSink whose storage runs in a child process (see module docstring)."""
 
     def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None, nice: int = 10,
-                 max_queue: int = 10000, max_queue_bytes: int = 1 << 30, batch_interval: float = 0.2):
+                 max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
+                 max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
+                 status_file: bool = True):
         self.db_path = Path(db_path)
+        self.max_decoded_bytes = max_decoded_bytes
+        self.retry_interval = retry_interval
+        self.status_file = status_file
+        self._publisher: StatusPublisher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the submitting loop, to hand over after a restart
+        self._error: str | None = None  # why the child is not running, when it is not
+        self._error_since: str | None = None
+        self._child_failures = 0  # children that died or would not start
+        self._seen_dead = None  # the dead child already counted
         self.analyzers_factory = analyzers_factory
         self.nice = nice
         self.max_queue = max_queue
@@ -94,12 +117,51 @@ class WriterProcess:
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
         self._next_restart = 0.0
+        self._started_at = 0.0  # when the current child was ready
+        self._quick_deaths = 0  # children in a row that died soon after they started
         self._lost = 0  # calls that died in the pipe to a child that died
+        self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
         self.restarts = 0
 
     def start(self, timeout: float = 60) -> None:
-        self._spawn(timeout)
+        """Start the child; if it cannot start, say so loudly and keep trying (calls are held meanwhile)."""
+        try:
+            self._spawn(timeout)
+        except RuntimeError as exc:
+            self._child_failed(str(exc))
+            log.error("%s: calls are held in memory and a new writer is tried every %.0f s", exc, RESTART_BACKOFF)
+            self._next_restart = time.monotonic() + RESTART_BACKOFF
         self._accepting = True
+        if self.status_file:
+            self._publisher = StatusPublisher(self.db_path, self.stats)
+
+    def _child_failed(self, why: str) -> None:
+        with self._lock:
+            self._count_failure(why)
+
+    def _count_failure(self, why: str) -> None:
+        self._child_failures += 1
+        self._error = why
+        self._error_since = self._error_since or _now_iso()
+        self._base = dataclasses.replace(self._base, last_error=why)  # stays the last error once a new child runs
+
+    def _note_death(self) -> None:
+        """Count a child found dead (once), and start a new one if it is time."""
+        proc = self._proc
+        if proc is None or self._restarting or not self._accepting or proc.is_alive():
+            return  # (a child ending after stop() is no failure)
+        with self._lock:  # stats() may run in several threads at once
+            if self._seen_dead is not proc and proc.exitcode is not None:
+                self._seen_dead = proc
+                if self._error is None or "could not start" not in self._error:
+                    self._count_failure(f"capture writer exited with code {proc.exitcode}")
+                now = time.monotonic()
+                self._quick_deaths = self._quick_deaths + 1 if now - self._started_at < QUICK_DEATH else 0
+                if self._quick_deaths:  # a crash loop must not spawn processes flat out
+                    delay = min(RESTART_BACKOFF, FIRST_BACKOFF * 2 ** (self._quick_deaths - 1))
+                    self._next_restart = max(self._next_restart, now + delay)
+        if self._accepting and time.monotonic() >= self._next_restart:
+            self._begin_restart()
 
     def _spawn(self, timeout: float) -> None:
         """Start a child and wait until it is ready; raises RuntimeError if it cannot start."""
@@ -108,7 +170,7 @@ class WriterProcess:
         self._proc = self._ctx.Process(
             target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS, CHILD_QUIET_AFTER),
+                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval),
         )
         self._proc.start()
         deadline = time.monotonic() + timeout
@@ -132,7 +194,11 @@ class WriterProcess:
             for q in (self._queue, self._replies):
                 q.close()
             raise RuntimeError(f"capture writer could not start: {value}")
-        self.capture_epoch = value
+        self._started_at = time.monotonic()
+        self.capture_epoch, store_error = value
+        self._error = self._error_since = None
+        if store_error is not None:  # until the child's first counters arrive
+            self._child = WriterStats(running=True, store_failures=1, last_error=store_error, store_down_since=_now_iso())
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -144,6 +210,11 @@ class WriterProcess:
                 return self._drop(exchange, "capture queue is full")
             if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
                 return self._drop(exchange, "capture queue holds too many bytes")
+            if self._loop is None:
+                try:
+                    self._loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    pass
             with self._lock:
                 self._sizes.append((size, exchange.id))
                 self._outstanding_bytes += size
@@ -198,14 +269,14 @@ class WriterProcess:
         with self._lock:
             self._held.items[:0] = batch
             self._held.bytes += sum(call_size(f) for f in batch)
-        if self._restarting or time.monotonic() < self._next_restart or not self._accepting:
-            return
-        self._restarting = True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        threading.Thread(target=self._restart, args=(loop,), name="ctxscope-writer-restart", daemon=True).start()
+        self._note_death()
+
+    def _begin_restart(self) -> None:
+        with self._lock:
+            if self._restarting or not self._accepting:
+                return
+            self._restarting = True
+        threading.Thread(target=self._restart, args=(self._loop,), name="ctxscope-writer-restart", daemon=True).start()
 
     def _restart(self, loop) -> None:
         try:
@@ -215,37 +286,59 @@ class WriterProcess:
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
                 sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
                 self._outstanding_bytes -= sum(size for size, _ in sent)
+                sent = self._unconfirmed + sent
                 self._acked = 0
-                self._base = _add(self._base, self._child)
+                # Its death, counted in _base already, is newer than any error the dead child reported.
+                self._base = dataclasses.replace(_add(self._base, self._child),
+                                                 last_error=self._base.last_error or self._child.last_error)
                 self._child = WriterStats()
             old_queue.cancel_join_thread()
             for q in (old_queue, old_replies):
                 q.close()
             try:
                 self._spawn(timeout=60)
-                recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
-                self.restarts += 1
             except RuntimeError as exc:
+                self._child_failed(str(exc))
                 log.error("%s; trying again in %.0f s", exc, RESTART_BACKOFF)
                 self._next_restart = time.monotonic() + RESTART_BACKOFF
-                recovered = set()
+                self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
+                return
+            self.restarts += 1
+            recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
+            if recovered is None:  # it died before it said what it found: ask the next one
+                self._unconfirmed = sent
+                return
+            self._unconfirmed = []
             lost = sum(1 for _, call_id in sent if call_id not in recovered)
             self._lost += lost
             log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
                       "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
         finally:
             self._restarting = False
-        if loop is not None and self._held.items:  # hand over what waited meanwhile
-            loop.call_soon_threadsafe(self._flush, True)
+            if loop is not None and self._held.items:  # hand over what waited meanwhile
+                loop.call_soon_threadsafe(self._flush, True)
 
-    def _recovered_ids(self, timeout: float) -> set[str]:
-        """The ids of the calls a just-started child found in spools left by dead writers."""
-        try:
-            kind, ids = self._replies.get(timeout=timeout)
-        except queue.Empty:
-            raise RuntimeError("the new capture writer did not report what it recovered") from None
+    def _recovered_ids(self, timeout: float) -> set[str] | None:
+        """The ids of the calls a just-started child found in spools left by dead writers; None if
+        it died (or went silent) before saying."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                kind, ids = self._replies.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    log.error("the new capture writer did not report what it recovered within %.0f s", timeout)
+                    return None
+                if not self._proc.is_alive():
+                    try:  # what it said last may still be on its way
+                        kind, ids = self._replies.get(timeout=0.5)
+                        break
+                    except queue.Empty:
+                        return None
         if kind != "recovered":
-            raise RuntimeError(f"the new capture writer said {kind!r} before what it recovered")
+            log.error("the new capture writer said %r before what it recovered", kind)
+            return None
         return set(ids)
 
     def _drop(self, exchange: Exchange, why: str) -> None:
@@ -274,20 +367,36 @@ class WriterProcess:
                     self._acked += 1
 
     def stats(self) -> WriterStats:
-        """The child's counters, with the calls this side still holds or has in flight counted as queued."""
+        """The child's counters, with the calls this side still holds or has in flight counted as queued,
+        and children that died or would not start counted as store failures."""
+        self._note_death()
         self._poll()
         c = _add(self._base, self._child)  # counters of children that died are kept
+        running = self._proc is not None and self._error is None and (self._restarting or self._proc.is_alive())
         return dataclasses.replace(
             c,
             queued=len(self._sizes) + self._child.queued,
             queued_bytes=max(0, self._outstanding_bytes) + self._child.queued_bytes,
             dropped=c.dropped + self._dropped + self._lost,
-            running=self._proc is not None and (self._restarting or self._proc.is_alive()),
+            running=running,
+            store_failures=c.store_failures + self._child_failures,
+            last_error=self._error or c.last_error,
+            store_down_since=c.store_down_since if running else (c.store_down_since or self._error_since),
+            restarts=self.restarts,
         )
 
     def stop(self, timeout: float = 60) -> bool:
         """Stop accepting, let the child store everything held, spooled and queued, wait for it to exit."""
         self._accepting = False
+        try:
+            return self._stop(timeout)
+        finally:
+            if self._publisher is not None:
+                self._publisher.publish()
+                self._publisher.close()
+                self._publisher = None
+
+    def _stop(self, timeout: float) -> bool:
         if self._proc is None:
             return True
         while self._restarting:
@@ -303,9 +412,13 @@ class WriterProcess:
         self._poll()
         if self._held.items:  # the child had died and no new one could start
             with self._lock:
-                lost, self._held.items = len(self._held.items), []
-            self._lost += lost
-            log.error("capture writer had exited: %d calls could not be stored", lost)
+                items, self._held.items, self._held.bytes = self._held.items, [], 0
+            if spools.keep_leftovers(self.db_path, items) is None:
+                with self._lock:
+                    for _ in items:
+                        self._outstanding_bytes -= self._sizes.pop()[0]
+                self._lost += len(items)
+                log.error("capture writer had exited: %d calls could not be stored", len(items))
             return False
         if self._proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
             log.error("capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
@@ -316,7 +429,13 @@ class WriterProcess:
         for q in (self._queue, self._replies):
             q.close()
             q.join_thread()
-        return True
+        return self._child.queued == 0  # else the store was unavailable: they wait in the spool
+
+
+def _now_iso() -> str:
+    from ctxscope.inspector.store import now_iso
+
+    return now_iso()
 
 
 def _leave_idle_class(pid: int) -> None:

@@ -1,24 +1,33 @@
 """Undo a body's Content-Encoding for the capture (the forwarded bytes stay untouched).
 
 Clients compress request bodies too (Pi sends zstd), so the store decodes both directions.
-Every decoder streams with an output cap, so a small hostile body cannot expand into gigabytes
-inside the writer thread.
+Decoding is incremental, piece by piece, and stops at ``max_size``: a small hostile body (611 KB
+of gzip inflates to 600 MB) costs at most KEEP_BYTES of memory, since past that the decoder only
+counts what it would produce; a body that turns out to be within the limit is then decoded again,
+keeping everything (only bodies between KEEP_BYTES and the limit pay that second pass).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterator
 
 try:  # Python 3.14+
     from compression import zstd as _zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
     from backports import zstd as _zstd  # type: ignore[no-redef]
 
-DEFAULT_MAX_SIZE = 512 * 2**20
+DEFAULT_MAX_SIZE = 128 * 2**20  # the default cap on decoded size for analysis
+PIECE = 1 << 20  # decoder output per step
+KEEP_BYTES = 32 * 2**20  # decoded output held while the total may still exceed the limit
 
 
 class BodyDecodeError(ValueError):
     """The body cannot be decoded with its declared Content-Encoding."""
+
+
+class DecodedTooLarge(BodyDecodeError):
+    """The decoded body would exceed the size limit: it is kept as sent and analysed no further."""
 
 
 def decode_body(
@@ -31,7 +40,8 @@ def decode_body(
     """Decode ``data`` per ``content_encoding`` ("gzip", "zstd, gzip", ...), last coding first.
 
     With ``allow_truncated`` a body cut off mid-stream (upstream reset) yields the bytes decoded
-    so far instead of an error; corrupt data still raises.
+    so far instead of an error; corrupt data still raises. Every stage is capped at ``max_size``
+    (DecodedTooLarge).
     """
     codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
     codings = [c for c in codings if c and c != "identity"]
@@ -45,83 +55,95 @@ def decode_body(
     return data
 
 
-def _too_big(max_size: int) -> BodyDecodeError:
-    return BodyDecodeError(f"decoded body exceeds the {max_size} byte limit")
+def _too_big(max_size: int) -> DecodedTooLarge:
+    return DecodedTooLarge(f"decoded size over limit (more than the {max_size} byte limit)")
 
 
 def _truncated(coding: str) -> BodyDecodeError:
     return BodyDecodeError(f"truncated {coding} data")
 
 
-def _zlib_stream(data: bytes, wbits: int, max_size: int, coding: str, allow_truncated: bool) -> bytes:
-    """Decode one or more concatenated zlib/gzip members."""
-    out: list[bytes] = []
-    total = 0
-    while True:
-        d = zlib.decompressobj(wbits)
-        try:
-            piece = d.decompress(data, max_size - total + 1)
-        except zlib.error as e:
-            if out and not data.strip(b"\0"):
-                break
-            raise BodyDecodeError(f"invalid {coding} data: {e}") from None
+def _collect(pieces: Callable[[], Iterator[bytes]], max_size: int) -> bytes:
+    """The decoded body from a fresh run of ``pieces``, within ``max_size`` (see module docstring)."""
+    kept: list[bytes] = []
+    total, keeping = 0, True
+    for piece in pieces():
         total += len(piece)
         if total > max_size:
             raise _too_big(max_size)
-        out.append(piece)
+        if keeping:
+            kept.append(piece)
+            if total > KEEP_BYTES:
+                kept, keeping = [], False
+    return b"".join(kept) if keeping else b"".join(pieces())
+
+
+def _zlib_pieces(data: bytes, wbits: int, coding: str, allow_truncated: bool) -> Iterator[bytes]:
+    """Decode one or more concatenated zlib/gzip members, PIECE bytes at a time."""
+    while True:
+        d = zlib.decompressobj(wbits)
+        tail = data
+        try:
+            while not d.eof:
+                out = d.decompress(tail, PIECE)
+                tail = d.unconsumed_tail
+                if out:
+                    yield out
+                elif not tail:
+                    break  # the input ended before the stream did
+            rest = b"" if d.eof else d.flush()
+        except zlib.error as e:
+            raise BodyDecodeError(f"invalid {coding} data: {e}") from None
         if not d.eof:
-            try:
-                tail = d.flush()
-            except zlib.error as e:  # pragma: no cover - flush of a partial stream rarely fails
-                raise BodyDecodeError(f"invalid {coding} data: {e}") from None
-            if len(tail) + total > max_size:
-                raise _too_big(max_size)
             if not allow_truncated:
                 raise _truncated(coding)
-            out.append(tail)
-            break
+            if rest:
+                yield rest
+            return
         data = d.unused_data
         # Trailing NUL padding after the last gzip member is common and harmless.
         if not data or not data.strip(b"\0"):
-            break
-    return b"".join(out)
+            return
 
 
 def _gzip(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
-    return _zlib_stream(data, 16 + zlib.MAX_WBITS, max_size, "gzip", allow_truncated)
+    return _collect(lambda: _zlib_pieces(data, 16 + zlib.MAX_WBITS, "gzip", allow_truncated), max_size)
 
 
 def _deflate(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
     # RFC 9110 says zlib-wrapped, but many servers send raw deflate: sniff the zlib header.
     if len(data) >= 2 and data[0] & 0x0F == 8 and ((data[0] << 8) | data[1]) % 31 == 0:
         try:
-            return _zlib_stream(data, zlib.MAX_WBITS, max_size, "deflate", allow_truncated)
+            return _collect(lambda: _zlib_pieces(data, zlib.MAX_WBITS, "deflate", allow_truncated), max_size)
         except BodyDecodeError as e:
             if not str(e).startswith("invalid"):
                 raise
-    return _zlib_stream(data, -zlib.MAX_WBITS, max_size, "deflate", allow_truncated)
+    return _collect(lambda: _zlib_pieces(data, -zlib.MAX_WBITS, "deflate", allow_truncated), max_size)
 
 
-def _zstd_decode(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
-    """Decode concatenated zstd frames, with or without a declared content size."""
-    out: list[bytes] = []
-    total = 0
+def _zstd_pieces(data: bytes, allow_truncated: bool) -> Iterator[bytes]:
+    """Decode concatenated zstd frames, with or without a declared content size, PIECE bytes at a time."""
     while data:
         d = _zstd.ZstdDecompressor()
         try:
-            piece = d.decompress(data, max_size - total + 1)
+            out = d.decompress(data, PIECE)
+            while True:
+                if out:
+                    yield out
+                if d.eof or d.needs_input:
+                    break
+                out = d.decompress(b"", PIECE)
         except _zstd.ZstdError as e:
             raise BodyDecodeError(f"invalid zstd data: {e}") from None
-        total += len(piece)
-        if total > max_size:
-            raise _too_big(max_size)
-        out.append(piece)
         if not d.eof:
             if not allow_truncated:
                 raise _truncated("zstd")
-            break
+            return
         data = d.unused_data
-    return b"".join(out)
+
+
+def _zstd_decode(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
+    return _collect(lambda: _zstd_pieces(data, allow_truncated), max_size)
 
 
 def _brotli(data: bytes, max_size: int, allow_truncated: bool) -> bytes:

@@ -133,25 +133,36 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
 
 
 @pytest.mark.parametrize("writer_mode", ["thread"])  # the fault is injected into this process's writer
-def test_store_failure_never_breaks_traffic_and_is_counted(writer_mode, proxy, sim, monkeypatch, caplog):
+def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer_mode, proxy, sim, monkeypatch, caplog):
     import sqlite3
 
     from ctxscope.inspector import writer as writer_module
 
-    def broken_ingest(*args, **kwargs):
-        raise sqlite3.OperationalError("disk I/O error")
+    real = writer_module.ingest
+    broken = {"on": True}
 
-    monkeypatch.setattr(writer_module, "ingest", broken_ingest)
+    def ingest(*args, **kwargs):
+        if broken["on"]:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "ingest", ingest)
+    proxy.daemon.writer.retry_interval = 0.1
     client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     with caplog.at_level(logging.WARNING, logger="ctxscope.store"):
         for i in range(3):
             reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": f"q{i}"}])
             assert reply.choices[0].message.content == f"sim: q{i}"
         deadline = time.monotonic() + 10
-        while proxy.daemon.writer.stats().failed < 3 and time.monotonic() < deadline:
+        while proxy.daemon.writer.stats().store_failures < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert proxy.daemon.writer.stats().failed == 3
+        stats = proxy.daemon.writer.stats()
+        assert stats.store_failures >= 2 and stats.queued == 3 and stats.failed == 0 and stats.written == 0
+        assert stats.store_down_since is not None and "disk I/O error" in stats.last_error
+        assert queries.db_status(proxy.db_path)["calls"] == 0
+        broken["on"] = False  # the disk recovers
+        proxy.wait_for_calls(3)
     assert "disk I/O error" in caplog.text and KEY not in caplog.text
     status = queries.db_status(proxy.db_path)
-    assert status["calls"] == 0
+    assert status["calls"] == 3 and status["writer"]["store_unavailable"] >= 1
     assert "disk I/O error" in json.dumps(status)

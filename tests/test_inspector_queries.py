@@ -108,9 +108,11 @@ def test_db_status(db_and_calls, tmp_path):
     assert st["capture_epoch"] == 1
     raw = sum(len(c.request_body) + len(c.response_body) for c in calls)
     assert st["blobs"]["raw_bytes"] == raw and 0 < st["blobs"]["stored_bytes"]
-    assert st["writer"] == {"write_failed": 0, "dropped": 0, "analysis_failed": 0, "parse_failed": 0, "last_error": None}
+    assert st["writer"] == {"write_failed": 0, "dropped": 0, "analysis_failed": 0, "parse_failed": 0,
+                           "store_unavailable": 0, "last_error": None}
     missing = queries.db_status(tmp_path / "none.db")
-    assert missing == {"path": str(tmp_path / "none.db"), "exists": False}
+    assert missing == {"path": str(tmp_path / "none.db"), "exists": False, "capture": {"state": "no writer running"},
+                       "spool": {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}}
     assert not (tmp_path / "none.db").exists()
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)

@@ -11,53 +11,105 @@ from test_inspector_writer_process import make_exchange
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.writer_child import pack as _pack
+from ctxscope.inspector.writer_child import unpack
 from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
+
+
+def _calls(*numbers: int) -> list[tuple]:
+    return [_pack(make_exchange(n)) for n in numbers]
 
 
 def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):
     s = spools.Spool(tmp_path / "c.db")
+    a, bc, d = _calls(1), _calls(2, 3), _calls(4)
     try:
-        s.append([("a", b"1")])
-        s.append([("b", b"2"), ("c", b"3")])
-        assert s.unread and s.next_batch() == [("a", b"1")] and s.next_batch() == [("b", b"2"), ("c", b"3")]
+        assert s.path.read_bytes() == spools.HEADER and os.stat(s.path).st_mode & 0o777 == 0o600
+        s.append(a)
+        s.append(bc)
+        assert s.unread and s.next_batch() == a and s.next_batch() == bc
         assert not s.unread and s.next_batch() is None
-        s.append([("d", b"4")])
-        assert s.next_batch() == [("d", b"4")] and s.next_batch() is None
+        s.append(d)
+        assert s.next_batch() == d and s.next_batch() is None
         s.clear()
-        assert s.path.stat().st_size == 0 and not s.unread
+        assert s.path.read_bytes() == spools.HEADER and not s.unread and not s.holds
     finally:
         s.close(remove=True)
     assert not s.path.exists()
 
 
-def test_only_the_spools_of_dead_writers_are_orphans_and_a_torn_frame_is_ignored(tmp_path):
+def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path):
+    ex = make_exchange(7, request_body=bytes(range(256)) * 4, annotations=(("x-ctxscope-tag", "t\udcff"),),
+                       first_byte_at=None, status=None, extra={"proxy_error_body": "{}"}, error="boom", client="ua")
+    [back] = spools.decode(b"".join(spools.encode([_pack(ex)]))[12:])
+    assert unpack(back) == ex
+    record = b"".join(spools.encode([_pack(ex)]))
+    assert bytes(range(256)) * 4 in record  # the body as sent: no base64, no pickle
+
+
+def test_a_failed_append_leaves_the_spool_as_it_was(tmp_path, monkeypatch):
+    s = spools.Spool(tmp_path / "c.db")
+    first, third = _calls(1), _calls(3)
+    try:
+        s.append(first)
+        size = s.size
+
+        def half_then_full(fd, views):
+            os.write(fd, bytes(views[0][:5]))
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(spools.os, "writev", half_then_full)
+        try:
+            s.append(_calls(2))
+        except OSError:
+            pass
+        else:
+            raise AssertionError("append should fail")
+        monkeypatch.undo()
+        assert s.path.stat().st_size == size == s.size  # no half record left behind
+        s.append(third)
+        assert s.next_batch() == first and s.next_batch() == third and s.corrupt == 0
+    finally:
+        s.close(remove=True)
+
+
+def test_only_the_spools_of_dead_writers_are_orphans_and_a_torn_record_is_dropped(tmp_path):
     db = tmp_path / "c.db"
     alive = spools.Spool(db)  # this process holds its lock
     dead = spools.Spool(db, owner=999_999)
-    dead.append([("x",)])
-    dead.append([("y",)])
+    x, y = _calls(1), _calls(2)
+    dead.append(x)
+    dead.append(y)
     dead.close(remove=False)  # the lock goes with the closed file, as with a killed process
     with open(dead.path, "ab") as f:
-        f.write(b"\x40\x00\x00\x00\x00\x00\x00\x00partial")  # a batch cut short by the kill
+        f.write(b"".join(spools.encode(_calls(3)))[:40])  # a record cut short by the kill
     try:
         found = spools.orphans(db)
-        assert [(o.path.name, o.batches) for o in found] == [(dead.path.name, [[("x",)], [("y",)]])]
+        assert [o.path.name for o in found] == [dead.path.name]
+        assert list(found[0].batches()) == [x, y] and found[0].torn == 1 and found[0].corrupt is None
         assert spools.orphans(db) == []  # taken over: a second new writer does not get it too
-        found[0].release()
+        assert found[0].release() is None  # a torn end is normal: removed, not quarantined
         assert not dead.path.exists() and spools.orphans(db) == []
     finally:
         alive.close(remove=True)
 
 
-def test_a_spool_left_under_a_reused_process_id_is_read_before_the_new_one_empties_it(tmp_path):
+def test_a_new_spool_never_reuses_or_follows_an_existing_file(tmp_path):
     db = tmp_path / "c.db"
-    old = spools.Spool(db, owner=424_242)
-    old.append([("kept",)])
+    old = spools.Spool(db, owner=424_242)  # left by a writer whose pid is ours now
+    old.append(_calls(1))
     old.close(remove=False)
-    mine, left = spools.open_spool(db, owner=424_242)
+    target = tmp_path / "elsewhere"
+    os.symlink(target, spools.spool_path(db, "424242.1"))  # planted where the next name would be
+    mine = spools.Spool(db, owner=424_242)
     try:
-        assert [o.batches for o in left] == [[[("kept",)]]]
-        assert mine.path == old.path and mine.path.stat().st_size == 0 and mine.next_batch() is None
+        assert mine.path.name == "c.db.spool-424242.2"
+        assert not target.exists()
+        quarantined: list = []
+        [left] = spools.orphans(db, quarantined)
+        assert left.path == old.path and len(list(left.batches())) == 1
+        left.release()
+        assert [p.name.split(".quarantined-")[0] for p in quarantined] == ["c.db.spool-424242.1"]
+        assert quarantined[0].is_symlink() and not target.exists()
     finally:
         mine.close(remove=True)
 
@@ -101,9 +153,9 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
         while len(list_calls(open_db(db), limit=None)) < i and time.monotonic() < deadline:
             await asyncio.sleep(0.05)  # the pause: everything is stored and the spool emptied
         assert len(list_calls(open_db(db), limit=None)) == i
-        while os.path.getsize(spool_file) and time.monotonic() < deadline:
+        while os.path.getsize(spool_file) > len(spools.HEADER) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert os.path.getsize(spool_file) == 0
+        assert spool_file.read_bytes() == spools.HEADER
     finally:
         assert w.stop()
     assert not spool_file.exists()
@@ -116,7 +168,7 @@ def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_pa
     first = WriterProcess(db)
     first.start()
     assert first.stop()
-    assert queries.db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0}
+    assert queries.db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}
     live = spools.Spool(db)  # a running writer's spool
     live.append([_pack(make_exchange(1))])
     left = spools.Spool(db, owner=999_997)
@@ -124,7 +176,8 @@ def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_pa
     left.close(remove=False)
     try:
         st = queries.db_status(db)["spool"]
-        assert st["files"] == 2 and st["bytes"] == live.size + left.size and st["left_by_stopped_writers"] == 1
+        header = 2 * len(spools.HEADER)
+        assert st["files"] == 2 and st["bytes"] == live.size + left.size - header and st["left_by_stopped_writers"] == 1
     finally:
         live.close(remove=True)
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -190,13 +191,119 @@ def test_submit_after_stop_is_a_counted_drop(tmp_path):
     assert w.stats().dropped == 1 and w.stats().running is False
 
 
-def test_start_fails_loudly_on_an_unusable_path_and_submit_still_never_raises(tmp_path):
-    w = CaptureWriter(tmp_path)  # a directory is not a database
-    with pytest.raises(sqlite3.Error):
-        w.start()
+def _wait(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
+def _unopenable(tmp_path: Path, how: str) -> tuple[Path, object]:
+    """A database path the store cannot open, and how to make it usable again."""
+    if how == "folder is a file":
+        blocker = tmp_path / "not-a-folder"
+        blocker.write_text("x")
+        return blocker / "c.db", lambda: (blocker.unlink(), blocker.mkdir())
+    path = tmp_path / "c.db"
+    path.write_bytes(b"this is not a database " * 200)
+    return path, path.unlink
+
+
+@pytest.mark.parametrize("how", ["folder is a file", "corrupt file"])
+def test_a_store_that_cannot_be_opened_keeps_the_calls_says_so_and_stores_them_once_it_can(tmp_path, caplog, how):
+    path, repair = _unopenable(tmp_path, how)
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.start()  # does not raise: the proxy must forward regardless
+    exs = [make_exchange() for _ in range(5)]
+    for ex in exs:
+        w.submit(ex)
+    st = w.stats()
+    assert st.running and st.store_failures >= 1 and st.store_down_since is not None
+    assert ("Not a directory" if how == "folder is a file" else "not a database") in st.last_error
+    assert st.queued == 5 and st.dropped == 0 and st.failed == 0
+    assert "unavailable" in caplog.text
+    time.sleep(0.3)
+    assert w.stats().store_failures > st.store_failures  # it keeps trying
+    repair()
+    assert _wait(lambda: w.stats().written == 5)
+    assert w.stats().store_down_since is None and w.stats().queued == 0
+    assert w.stop()
+    assert _ids(queries.open_db(path)) == {e.id for e in exs}
+    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
+
+
+def _full_disk(monkeypatch) -> dict:
+    """SQLITE_FULL, as from a full disk: each new connection may not grow the database (SQLite's
+    max_page_count) while the switch is on."""
+    real = store.connect
+    switch = {"full": True}
+
+    def connect(path, **kw):
+        db = real(path, **kw)
+        if switch["full"]:
+            db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+        return db
+
+    monkeypatch.setattr(store, "connect", connect)
+    return switch
+
+
+def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_returns(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "c.db"
+    store.connect(path).close()
+    switch = _full_disk(monkeypatch)
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    w.start()
+    exs = [make_exchange(request_body=b"p" * 20_000 + str(i).encode()) for i in range(60)]
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        for ex in exs:
+            w.submit(ex)
+        assert _wait(lambda: w.stats().store_failures >= 3)
+    st = w.stats()
+    assert "full" in st.last_error and st.store_down_since is not None
+    assert st.queued == 60 and st.written == 0 and st.failed == 0 and st.dropped == 0
+    assert len(_ids(queries.open_db(path))) == 0
+    assert "unavailable" in caplog.text
+    switch["full"] = False  # space returns
+    assert _wait(lambda: w.stats().written == 60)
+    assert w.stop()
+    db = queries.open_db(path)
+    assert [r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")][0] == 60
+    assert _ids(db) == {e.id for e in exs}
+    assert queries.get_request_raw(db, exs[7].id) == exs[7].request_body
+    assert w.stats().store_down_since is None
+
+
+def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_path):
+    from ctxscope.inspector import spool as spools
+    from ctxscope.inspector.writer_process import WriterProcess
+
+    path, repair = _unopenable(tmp_path, "corrupt file")
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    w.start()
+    exs = [make_exchange() for _ in range(3)]
+    for ex in exs:
+        w.submit(ex)
+    assert w.stop() is False  # the store never came back
+    assert w.stats().queued == 3
+    [left] = spools.spool_files(path)
+    assert os.stat(left).st_mode & 0o777 == 0o600
+    repair()
+    nxt = WriterProcess(path)
+    nxt.start()
+    assert nxt.stop()
+    assert _ids(queries.open_db(path)) == {e.id for e in exs}
+    assert spools.spool_files(path) == []
+
+
+def test_submit_still_never_raises_after_a_stop_with_the_store_down(tmp_path):
+    path, _ = _unopenable(tmp_path, "corrupt file")
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    w.start()
+    assert w.stop() is True  # nothing was waiting
     w.submit(make_exchange())
     assert w.stats().dropped == 1
-    assert w.stop() is True
 
 
 _KILL_SCRIPT = """
@@ -304,3 +411,14 @@ def test_queue_is_bounded_in_bytes_too(tmp_path):
     huge = CaptureWriter(tmp_path / "d.db", max_queue_bytes=10)
     huge.submit(big[0])  # an empty queue takes any one body, however large
     assert huge.stats().dropped == 0
+
+
+def test_a_store_that_comes_back_while_nothing_waits_is_reported_working_again(tmp_path):
+    path, repair = _unopenable(tmp_path, "corrupt file")
+    w = CaptureWriter(path, retry_interval=0.05, status_file=False)
+    w.start()
+    assert w.stats().store_down_since is not None
+    repair()
+    assert _wait(lambda: w.stats().store_down_since is None)
+    assert w.stop()
+    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from test_inspector_writer_process import make_exchange
@@ -30,17 +31,17 @@ def test_spooled_calls_wait_until_due_then_are_stored_and_the_spool_emptied(tmp_
     d, writer = _deferred(tmp_path)
     try:
         d.add([_pack(make_exchange(i)) for i in range(3)], now=100.0)
-        assert d.calls == 3 and d.received == 3 and d.spool.size > 0
+        assert d.calls == 3 and d.received == 3 and d.spool.holds
         assert not d.due(100.0 + wc.MAX_DEFER - 0.1) and d.due(100.0 + wc.MAX_DEFER)  # unbroken traffic
         assert d.stats()["queued"] == 3 and writer.stats().written == 0
         d.add([_pack(make_exchange(9, request_body=b"x" * 10_000))], now=100.5)
         assert d.due(100.5)  # too many bytes waiting
         d.settle()
-        assert d.spool.size > 0  # nothing stored yet: the spool must stay
+        assert d.spool.holds  # nothing stored yet: the spool must stay
         assert d.feed() and d.calls == 0 and d.given == 4
         _wait_written(writer, 4)
         d.settle()
-        assert d.spool.size == 0 and d.stats()["queued"] == 0
+        assert not d.spool.holds and d.stats()["queued"] == 0
     finally:
         writer.stop()
     assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 4
@@ -64,17 +65,67 @@ def test_feeding_stops_while_the_writer_is_full_and_resumes(tmp_path, monkeypatc
         writer.stop()
 
 
-def test_a_spool_that_cannot_be_written_stores_calls_at_once(tmp_path, monkeypatch):
+def _disk_full(batch):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_spool_that_cannot_be_written_holds_calls_in_memory_until_stored(tmp_path, monkeypatch):
     d, writer = _deferred(tmp_path)
-
-    def disk_full(batch):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(d.spool, "append", disk_full)
+    monkeypatch.setattr(d.spool, "append", _disk_full)
     try:
         d.add([_pack(make_exchange(i)) for i in range(4)], now=0.0)
-        assert d.calls == 0 and d.given == 4 and d.received == 4
+        assert d.calls == 0 and d.received == 4 and d.spool_failures == 1
+        assert d.stats()["in_memory"] == 4 and d.stats()["queued"] == 4 and d.due(0.0)
+        assert d.feed() and d.given == 4
         _wait_written(writer, 4)
+        d.settle()
+        assert d.stats()["queued"] == 0 and d.lost_at_stop() == 0
     finally:
         writer.stop()
     assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 4
+
+
+def test_memory_held_for_an_unwritable_spool_is_bounded_and_drops_are_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(wc, "MEMORY_LIMIT", 50_000)
+    d, writer = _deferred(tmp_path)
+    monkeypatch.setattr(d.spool, "append", _disk_full)
+    try:
+        d.add([_pack(make_exchange(i, request_body=b"m" * 20_000)) for i in range(4)], now=0.0)
+        st = d.stats()
+        assert st["in_memory"] == 2 and st["dropped"] == 2 and d.received == 4
+    finally:
+        writer.stop()
+
+
+def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path, monkeypatch):
+    """A store failing for a while (here: every write fails) keeps the calls in the spool."""
+    from ctxscope.inspector import writer as writer_module
+
+    failing = {"on": True}
+    real = writer_module.ingest
+
+    def ingest(*args, **kwargs):
+        if failing["on"]:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "ingest", ingest)
+    writer = CaptureWriter(tmp_path / "c.db", retry_interval=0.05, status_file=False)
+    writer.start()
+    d = wc._Deferred(Spool(tmp_path / "c.db"), writer)
+    try:
+        d.add([_pack(make_exchange(i)) for i in range(5)], now=0.0)
+        assert d.feed()
+        deadline = time.monotonic() + 20
+        while writer.stats().store_failures < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        d.settle()
+        assert d.spool.holds and writer.stats().written == 0 and d.stats()["queued"] == 5
+        assert writer.stats().store_down_since is not None and "full" in writer.stats().last_error
+        failing["on"] = False
+        _wait_written(writer, 5)
+        d.settle()
+        assert not d.spool.holds
+    finally:
+        writer.stop()
+    assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 5

@@ -57,15 +57,26 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
     assert w.stats().dropped == 1
 
 
-def test_a_database_that_cannot_open_fails_start(tmp_path):
-    (tmp_path / "dir.db").mkdir()
-    w = WriterProcess(tmp_path / "dir.db")
+def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
+    from ctxscope.inspector import spool as spools
+
+    (tmp_path / "dir.db").mkdir()  # a folder where the database should be
+    w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
+    w.start(timeout=30)
     try:
-        w.start(timeout=30)
-    except RuntimeError as e:
-        assert "could not start" in str(e)
-    else:
-        raise AssertionError("start should fail")
+        st = w.stats()
+        assert st.running and st.store_failures >= 1 and st.store_down_since is not None
+        assert "unable to open" in st.last_error
+        ex = make_exchange(1)
+        w.submit(ex)
+    finally:
+        assert w.stop() is False  # the call could not be stored ...
+    [left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
+    (tmp_path / "dir.db").rmdir()
+    nxt = WriterProcess(tmp_path / "dir.db")
+    nxt.start()
+    assert nxt.stop()
+    assert [r["id"] for r in list_calls(open_db(tmp_path / "dir.db"), limit=None)] == [ex.id]
 
 
 def test_parent_killed_child_keeps_what_it_received(tmp_path):
@@ -188,14 +199,26 @@ def crash_on_start():
     os._exit(3)
 
 
-def test_a_child_that_dies_while_starting_fails_start_at_once(tmp_path):
+def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
+    from ctxscope.inspector import spool as spools
+
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
-    try:
-        w.start(timeout=600)  # a test run that waited for this would be noticed
-    except RuntimeError as e:
-        assert "exited with code 3" in str(e)
-    else:
-        raise AssertionError("start should fail")
+    began = time.monotonic()
+    w.start(timeout=600)  # does not raise, and does not wait for the timeout either
+    assert time.monotonic() - began < 60
+    st = w.stats()
+    assert not st.running and st.store_failures == 1 and "exited with code 3" in st.last_error
+    assert st.store_down_since is not None
+    exs = [make_exchange(i) for i in range(3)]
+    for ex in exs:
+        w.submit(ex)
+    assert w.stats().queued == 3 and w.stats().dropped == 0
+    assert w.stop() is False
+    assert len(spools.spool_files(tmp_path / "d.db")) == 1  # kept for the next writer
+    nxt = WriterProcess(tmp_path / "d.db")
+    nxt.start()
+    assert nxt.stop()
+    assert {r["id"] for r in list_calls(open_db(tmp_path / "d.db"), limit=None)} == {e.id for e in exs}
 
 
 def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
@@ -275,3 +298,86 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
     assert len(ids) == len(set(ids)) == n  # what the dead child had spooled, and everything after
     assert w.stats().dropped == 0
     assert not list(tmp_path.glob("r.db.spool-*"))
+
+
+def crash_on_store():
+    """An analyzer factory whose analyzer kills the child on every call it stores."""
+
+    def analyzer(db, call):
+        os._exit(1)
+
+    return [analyzer]
+
+
+async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
+    import ctxscope.inspector.writer_process as wp
+    from ctxscope.inspector import spool as spools
+
+    monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
+    monkeypatch.setattr(wp, "RESTART_BACKOFF", 0.5)  # a child killed before its "ready" left the pipe
+    w = WriterProcess(tmp_path / "loop.db", analyzers_factory="test_inspector_writer_process:crash_on_store")
+    w.start()
+    w.submit(make_exchange(1))  # every child that stores it dies: a crash loop
+    deadline = time.monotonic() + 60
+    seen_down = False
+    while (w.stats().restarts < 2 or w.stats().store_failures < 3) and time.monotonic() < deadline:
+        seen_down = seen_down or not w.stats().running
+        await asyncio.sleep(0.05)
+    st = w.stats()
+    assert st.restarts >= 2 and st.store_failures >= 3, st
+    assert "exited with code 1" in (st.last_error or "") and st.written == 0
+    assert seen_down  # between a death and the next start, status says it is not running
+    w.stop()
+    assert spools.spool_files(tmp_path / "loop.db")  # the call was never lost: it waits in a spool
+    assert len(list_calls(open_db(tmp_path / "loop.db"), limit=None)) == 0
+
+
+def _peak_rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_small(tmp_path):
+    import zlib
+
+    zeros, c = b"\0" * (8 << 20), zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = b"".join(c.compress(zeros) for _ in range(75)) + c.flush()  # 600 MB once inflated
+    assert len(bomb) < 700_000
+    gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
+    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.daemon:writer_analyzers")
+    w.start()
+    try:
+        pid = w._proc.pid
+        up, down = make_exchange(1, request_headers=gz, request_body=bomb), make_exchange(2, response_headers=gz, response_body=bomb)
+        w.submit(up)
+        w.submit(down)
+        deadline = time.monotonic() + 60
+        while w.stats().written < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        peak = _peak_rss_mb(pid)
+    finally:
+        assert w.stop()
+    assert peak < 256, f"the writer child peaked at {peak} MB"  # the bomb is 600 MB; the cap alone 128 MB
+    db = open_db(tmp_path / "b.db")
+    from ctxscope.inspector import queries
+
+    calls = {c["id"]: queries.get_call(db, c["id"]) for c in list_calls(db, limit=None)}
+    assert "decoded size over limit" in calls[up.id]["request_decode_error"]
+    assert "decoded size over limit" in calls[down.id]["response_decode_error"]
+    assert queries.get_request_raw(db, up.id) == bomb and queries.get_response_raw(db, down.id) == bomb
+
+
+def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
+    import gzip
+
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * 5000 + b'"}]}'
+    gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
+    w = WriterProcess(tmp_path / "cap.db", max_decoded_bytes=1000)
+    w.start()
+    ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body))
+    w.submit(ex)
+    assert w.stop()
+    from ctxscope.inspector import queries
+
+    call = queries.get_call(open_db(tmp_path / "cap.db"), ex.id)
+    assert "over limit" in call["request_decode_error"] and call["model"] is None  # not analysed

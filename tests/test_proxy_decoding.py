@@ -181,3 +181,33 @@ def test_br_with_brotli_module(monkeypatch):
         decode_body(b"olleh!", "br", max_size=3)
     with pytest.raises(BodyDecodeError, match="invalid br"):
         decode_body(b"?", "br")
+
+
+def _gzip_zeros(n: int) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join(c.compress(b"\0" * (8 << 20)) for _ in range(n // (8 << 20))) + c.flush()
+
+
+def test_a_bomb_over_the_default_limit_is_refused_without_holding_its_output():
+    import tracemalloc
+
+    from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, KEEP_BYTES, DecodedTooLarge
+
+    bomb = _gzip_zeros(DEFAULT_MAX_SIZE + (16 << 20))  # a few hundred KB that inflate past the limit
+    assert len(bomb) < 200_000 and DEFAULT_MAX_SIZE == 134217728
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodedTooLarge, match="decoded size over limit"):
+            decode_body(bomb, "gzip")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < KEEP_BYTES + (8 << 20)  # never the limit's worth, let alone the bomb's
+
+
+def test_a_body_between_the_kept_bytes_and_the_limit_is_decoded_whole():
+    from ctxscope.proxy.decoding import KEEP_BYTES
+
+    body = (b"0123456789abcdef" * ((KEEP_BYTES + (8 << 20)) // 16))
+    for encoding, data in (("gzip", gzip.compress(body, 1)), ("zstd", zstd.compress(body))):
+        assert decode_body(data, encoding, max_size=KEEP_BYTES * 2) == body

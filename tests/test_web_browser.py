@@ -253,3 +253,25 @@ def test_long_conversations_fold_the_middle_and_a_pointer_unfolds_it(web, page):
     expect(revealed).to_have_count(1)
     expect(revealed).to_contain_text("turn 2")
     expect(page.locator("details.fold[open]")).to_have_count(1)
+
+
+def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(tmp_path, page):  # noqa: F811
+    bad = tmp_path / "captures.db"
+    bad.write_bytes(b"not a database at all " * 500)
+    down = start_web_daemon(tmp_path)
+    try:
+        page.goto(down.url + "/#/")
+        status = page.locator("#store-status")
+        expect(status).to_contain_text("capture not storing", timeout=10000)
+        reply = openai_client(down.url, "down").chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "still forwarded?"}])
+        assert reply.choices[0].message.content  # forwarding goes on
+        expect(status).to_contain_text("1 waiting", timeout=10000)
+        assert "not a database" in (status.get_attribute("title") or "")
+        bad.unlink()  # the store can be opened again
+        expect(status).to_contain_text("failure", timeout=30000)  # storing again; the failures stay counted
+        down.wait_for_calls(1, session="down", timeout=30)
+    finally:
+        down.stop()
+    # The sessions list could not load while the store was unreadable (a 503 that says why): expected here.
+    page.problems[:] = [p for p in page.problems if "status of 503" not in p]

@@ -52,7 +52,7 @@ def writer_status(writer: Any) -> dict | None:
         stats = asdict(writer.stats())
     except Exception:  # a writer without stats: nothing to show
         return None
-    stats["failures"] = (stats.get("failed") or 0) + (stats.get("dropped") or 0)
+    stats["failures"] = sum(stats.get(k) or 0 for k in ("failed", "dropped", "store_failures"))
     return stats
 
 
@@ -87,6 +87,7 @@ class LiveHub:
                 q.put_nowait(("resync", {}))
 
     async def _poll(self) -> None:
+        store_error = None
         while self._subscribers:
             try:
                 if self._last_rowid is None:
@@ -98,15 +99,18 @@ class LiveHub:
                     elif rows:
                         self._last_rowid = last
                         self._publish("calls", rows)
-                status = writer_status(self.writer)
-                text = json.dumps(status, sort_keys=True, default=str)
-                if text != self._last_status:
-                    self._last_status = text
-                    self._publish("status", status)
+                store_error = None
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # the store went away for a moment: keep serving pages
-                log.warning("live poller: %s", e)
+            except Exception as e:  # the store is unreadable: keep serving pages and the writer's status
+                if store_error is None:
+                    log.warning("live poller: %s", e)
+                store_error = str(e)
+            status = writer_status(self.writer)
+            text = json.dumps(status, sort_keys=True, default=str)
+            if text != self._last_status:
+                self._last_status = text
+                self._publish("status", status)
             await asyncio.sleep(self.interval)
         self._last_rowid = None  # nobody listened for a while: the next page starts from now
 
@@ -125,7 +129,8 @@ class LiveHub:
         q = self.subscribe()
         try:
             if self._last_rowid is None:  # the baseline exists before the page hears anything
-                self._last_rowid = await self.pool.run(_max_rowid)
+                with contextlib.suppress(Exception):  # (an unreadable store: the poller sets it later)
+                    self._last_rowid = await self.pool.run(_max_rowid)
             await response.prepare(request)
             await response.write(b"retry: 1000\n\n")
             self._last_status = None  # the new page needs the current status once

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,8 @@ class WebUI:
                     response = web.Response(status=exc.status, text=exc.text or exc.reason)
             except AmbiguousCallId as exc:
                 response = _error(400, str(exc))
+            except sqlite3.DatabaseError as exc:  # the store is unreadable: say so, no traceback
+                response = _error(503, f"capture store unavailable: {exc}")
             if not response.prepared:  # the event stream set its headers before it started
                 security.apply_headers(response)
             return response
@@ -149,7 +152,11 @@ class WebUI:
             ).fetchone()
             return {"calls": n, "sessions": sessions, "last_capture_at": last}
 
-        return _json({"writer": writer_status(self.writer), "store": await self.pool.run(totals)})
+        try:
+            store = await self.pool.run(totals)
+        except Exception as exc:  # an unreadable store is what this route must be able to say
+            store = {"error": f"{type(exc).__name__}: {exc}"}
+        return _json({"writer": writer_status(self.writer), "store": store})
 
     async def sessions(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 500) or 500

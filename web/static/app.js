@@ -51,13 +51,18 @@ function showStatus(s) {
   if (!s) { statusEl.hidden = true; return; }
   const failures = s.failures || 0;
   statusEl.hidden = false;
-  statusEl.className = "store-status" + (failures ? " bad" : "");
+  const down = s.store_down_since || !s.running;
+  statusEl.className = "store-status" + (failures || down ? " bad" : "");
   const waiting = s.queued ? ` · ${fmtInt(s.queued)} waiting` : "";
-  statusEl.textContent = failures
+  statusEl.textContent = down
+    ? `⚠ capture not storing${waiting}`
+    : failures
     ? `⚠ ${fmtInt(failures)} capture failure${failures > 1 ? "s" : ""}`
     : `${fmtInt(s.written)} stored${waiting}`;
-  statusEl.title = failures
-    ? `failed ${s.failed}, dropped ${s.dropped}` + (s.last_error ? ` — last: ${s.last_error}` : "")
+  statusEl.title = down || failures
+    ? (down ? `capture store unavailable since ${s.store_down_since || "start"}; ` : "") +
+      `store failures ${s.store_failures || 0}, failed ${s.failed}, dropped ${s.dropped}` +
+      (s.last_error ? ` — last: ${s.last_error}` : "")
     : `capture writer: ${s.written} calls stored since start; ${s.queued} captured calls wait to be ` +
       "stored (kept safe in a spool file while traffic flows, stored in the next pause)";
 }

@@ -1,0 +1,174 @@
+"""A spool next to the database is read by the next writer: one planted by someone else must not
+run code or stop capture. Unsafe spools are quarantined, reported, and never read."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+
+import pytest
+from test_inspector_writer_process import make_exchange
+
+from ctxscope.inspector import queries
+from ctxscope.inspector import spool as spools
+from ctxscope.inspector.queries import list_calls, open_db
+from ctxscope.inspector.writer_child import pack
+from ctxscope.inspector.writer_process import WriterProcess
+
+
+class _Payload:
+    """Unpickling this makes a folder: proof that the unpickler ran the file's code."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def plant_pickle_spool(path, marker) -> bytes:
+    """A spool in the format older versions read with pickle: 8-byte length, then the pickle."""
+    data = pickle.dumps([_Payload(str(marker))])
+    path.write_bytes(struct.pack("<Q", len(data)) + data)
+    os.chmod(path, 0o600)
+    return data
+
+
+def _stored_ids(db) -> list[str]:
+    return [r["id"] for r in list_calls(open_db(db), limit=None)]
+
+
+def test_a_planted_pickle_spool_and_a_garbage_one_run_nothing_and_capture_goes_on(tmp_path):
+    db = tmp_path / "c.db"
+    marker = tmp_path / "pwned"
+    payload = plant_pickle_spool(spools.spool_path(db, 4242), marker)
+    garbage = spools.spool_path(db, 4243)
+    garbage.write_bytes(os.urandom(5000))
+    os.chmod(garbage, 0o600)
+
+    w = WriterProcess(db)
+    w.start()
+    ex = make_exchange(1)
+    w.submit(ex)
+    assert w.stop()
+    assert not marker.exists()  # nothing in the planted file ran
+    assert _stored_ids(db) == [ex.id]  # capture went on
+    assert w.stats().spools_quarantined == 2
+    status = queries.db_status(db)["spool"]
+    assert sorted(n.split(".quarantined-")[0] for n in status["quarantined"]) == ["c.db.spool-4242", garbage.name]
+    assert status["files"] == 0  # renamed aside: no writer reads them again
+    nxt = WriterProcess(db)
+    nxt.start()
+    assert nxt.stop() and nxt.stats().spools_quarantined == 0 and not marker.exists()
+    pickle.loads(payload)  # the plant was live: unpickled, it does make the folder
+    assert marker.is_dir()
+
+
+def _valid_spool(db, owner: int) -> tuple:
+    s = spools.Spool(db, owner=owner)
+    ex = make_exchange(owner)
+    s.append([pack(ex)])
+    s.close(remove=False)
+    return s.path, ex
+
+
+@pytest.mark.parametrize("how", ["another user's", "group-writable", "world-writable", "a symlink"])
+def test_a_spool_someone_else_could_have_written_is_never_read(tmp_path, how):
+    db = tmp_path / "c.db"
+    path, ex = _valid_spool(db, 5151)
+    if how == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(path, 12345, 12345)
+    elif how == "group-writable":
+        os.chmod(path, 0o620)
+    elif how == "world-writable":
+        os.chmod(path, 0o602)
+    else:
+        real = path.with_name("real-spool")
+        path.rename(real)
+        path.symlink_to(real)
+    w = WriterProcess(db)
+    w.start()
+    assert w.stop()
+    assert ex.id not in _stored_ids(db)
+    assert w.stats().spools_quarantined == 1
+    assert len(queries.db_status(db)["spool"]["quarantined"]) == 1 and not path.exists()
+
+
+def test_a_corrupt_record_keeps_the_calls_before_it_and_quarantines_the_file(tmp_path, caplog):
+    db = tmp_path / "c.db"
+    s = spools.Spool(db, owner=6161)
+    good, damaged, after = make_exchange(1), make_exchange(2), make_exchange(3)
+    s.append([pack(good)])
+    at = s.size
+    s.append([pack(damaged)])
+    s.append([pack(after)])
+    s.close(remove=False)
+    data = bytearray(s.path.read_bytes())
+    data[at + 40] ^= 0xFF  # one flipped byte inside the second record
+    s.path.write_bytes(bytes(data))
+    w = WriterProcess(db)
+    w.start()
+    assert w.stop()
+    assert _stored_ids(db) == [good.id]
+    assert w.stats().spools_quarantined == 1
+    [aside] = queries.db_status(db)["spool"]["quarantined"]
+    assert aside.startswith("c.db.spool-6161.quarantined-")
+
+
+def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp_path):
+    db = tmp_path / "c.db"
+    s = spools.Spool(db, owner=7171)
+    kept = make_exchange(1)
+    s.append([pack(kept)])
+    s.close(remove=False)
+    with open(s.path, "ab") as f:
+        f.write(b"".join(spools.encode([pack(make_exchange(2))]))[:-3])  # the crash came mid-append
+    w = WriterProcess(db)
+    w.start()
+    assert w.stop()
+    assert _stored_ids(db) == [kept.id]
+    st = w.stats()
+    assert st.spool_records_torn == 1 and st.spools_quarantined == 0
+    assert spools.spool_files(db) == [] and queries.db_status(db)["spool"]["quarantined"] == []
+
+
+@pytest.mark.parametrize("field, value", [("status", "200"), ("request_body", -1), ("extra", []), ("id", None)])
+def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
+    import dataclasses
+    import json
+    import zlib
+
+    from ctxscope.proxy.exchange import Exchange
+
+    names = [f.name for f in dataclasses.fields(Exchange)]
+    record = b"".join(spools.encode([pack(make_exchange(1))]))[12:]
+    (n,) = struct.unpack_from("<I", record)
+    heads = json.loads(record[4:4 + n])
+    heads[0][names.index(field)] = value
+    text = json.dumps(heads).encode()
+    forged = struct.pack("<I", len(text)) + text + record[4 + n:]
+    assert zlib.crc32(forged)  # a checksum would match: the reader checks more than that
+    with pytest.raises(spools.SpoolCorrupt):
+        spools.decode(forged)
+
+
+def test_a_record_written_before_fields_with_defaults_existed_still_reads():
+    import dataclasses
+    import json
+
+    from ctxscope.inspector.writer_child import unpack
+    from ctxscope.proxy.exchange import Exchange
+
+    optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
+                   or f.default_factory is not dataclasses.MISSING)
+    ex = make_exchange(1)
+    record = b"".join(spools.encode([pack(ex)]))[12:]
+    (n,) = struct.unpack_from("<I", record)
+    heads = json.loads(record[4:4 + n])
+    heads[0] = heads[0][:-optional]  # as an older ctxscope wrote it
+    text = json.dumps(heads).encode()
+    [back] = spools.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    assert unpack(back) == ex
