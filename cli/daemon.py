@@ -73,13 +73,13 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     else:  # a low-priority child process: storing and analysing never holds this loop's GIL
         writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS)
         await asyncio.to_thread(writer.start)
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir())), writer)
+    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=load_salt(home_dir()), limits=cfg.limits), writer)
     app = create_proxy_app(forwarder)
     if web_ui:
         add_web_routes(app, cfg.db, writer)
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
-    runner = make_runner(app)
+    runner = make_runner(app, cfg.limits)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     try:
