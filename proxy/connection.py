@@ -33,7 +33,9 @@ from aiohttp.web_server import Server
 
 from .limits import BODY_PROGRESS, Limits
 
-log = logging.getLogger("aiohttp.server")  # where aiohttp reports a request it could not handle
+# aiohttp reports a request it could not handle on "aiohttp.server", with a traceback; the guard's
+# handler reports those, and what the guards did, here in one line each.
+log = logging.getLogger("ctxscope.proxy")
 
 # A client's own mistakes, reported in one line: a malformed request (aiohttp answers it 400 itself),
 # a body that broke off, a connection that went away.
