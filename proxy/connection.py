@@ -104,7 +104,8 @@ class GuardedServer(Server):
 class GuardedHandler(RequestHandler):
     """One client connection (see the module docstring)."""
 
-    __slots__ = ("_guard", "_head_timer", "_body", "_body_timer", "_body_mark", "_watch", "_refused", "close_reason")
+    __slots__ = ("_guard", "_head_timer", "_body", "_body_timer", "_body_mark", "_body_since", "_watch", "_refused",
+                 "close_reason")
 
     def __init__(self, manager: GuardedServer, **kwargs):
         super().__init__(manager, **kwargs)
@@ -112,7 +113,8 @@ class GuardedHandler(RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body = None  # the payload of the request whose body is arriving
         self._body_timer: asyncio.TimerHandle | None = None
-        self._body_mark = 0
+        self._body_mark = 0  # body bytes received when the current window began
+        self._body_since = 0.0  # when it began
         self._watch: Callable[[], None] | None = None
         self._refused = False
         self.close_reason: str | None = None  # why the guard closed the connection, for the capture
@@ -187,7 +189,8 @@ class GuardedHandler(RequestHandler):
             if not payload.is_eof():
                 self._body = payload
                 self._body_mark = payload.total_bytes
-                if self._body_timer is None:
+                self._body_since = self._loop.time()
+                if self._body_timer is None:  # (one left by an earlier body finds this window not over yet)
                     self._body_timer = self._loop.call_later(self._guard.limits.body_timeout, self._body_check)
 
     def _head_expired(self) -> None:
@@ -207,10 +210,15 @@ class GuardedHandler(RequestHandler):
         if body is None or body.is_eof() or self.transport is None:
             return
         guard = self._guard
+        timeout = guard.limits.body_timeout
+        now = self._loop.time()
+        if now - self._body_since < timeout - 0.01:  # armed for an earlier body: wait out this one's window
+            self._body_timer = self._loop.call_later(self._body_since + timeout - now, self._body_check)
+            return
         got = body.total_bytes
         if got - self._body_mark >= BODY_PROGRESS or self._reading_paused or self._buffer_paused:
-            self._body_mark = got
-            self._body_timer = self._loop.call_later(guard.limits.body_timeout, self._body_check)
+            self._body_mark, self._body_since = got, now
+            self._body_timer = self._loop.call_later(timeout, self._body_check)
             return
         guard.counts["body_stalls"] += 1
         self.close_reason = (f"request body stalled: {got - self._body_mark} bytes in {guard.limits.body_timeout:g}s "

@@ -105,6 +105,32 @@ async def test_a_slow_but_steady_body_is_not_cut(proxy, echo):
     assert echo.bodies == [body]
 
 
+async def _answer(reader) -> bytes:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    length = int(next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
+                      if k.lower() == b"content-length"))
+    await reader.readexactly(length)
+    return head
+
+
+@pytest.mark.parametrize("proxy", [Limits(body_timeout=1.0)], indirect=True)
+async def test_each_body_on_a_keep_alive_connection_gets_a_whole_window(proxy, echo):
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(HEAD + b"Content-Length: 2\r\n\r\n")
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(b"{}")  # a body after its head: the body clock starts
+    assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+    await asyncio.sleep(0.7)  # most of a window later, the next request's body takes half a window
+    writer.write(HEAD + b"Content-Length: 4\r\n\r\n{ ")
+    await writer.drain()
+    await asyncio.sleep(0.5)
+    writer.write(b" }")
+    assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.close()
+    assert echo.bodies == [b"{}", b"{  }"]
+
+
 @pytest.mark.parametrize("proxy", [Limits(keepalive_timeout=0.5)], indirect=True)
 async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeout(proxy):
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
