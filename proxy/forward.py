@@ -200,6 +200,8 @@ class Forwarder:
             raise _TooLarge(f"request body of {length} bytes (Content-Length) is over the max_body_bytes limit "
                             f"of {limit} bytes")
         content = request.content
+        if not content.is_eof():  # read in large pieces, as aiohttp's own read() does (the body is held whole anyway)
+            content.set_read_chunk_size(length or limit)
         chunks: list[bytes] = []
         size = 0
         while True:
