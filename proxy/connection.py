@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_server import Server
 
@@ -170,7 +170,10 @@ class GuardedHandler(RequestHandler):
         body = self._body
         if body is not None:
             if not body.is_eof():  # body bytes: the body clock watches them
+                count = self._request_count
                 RequestHandler.data_received(self, data)
+                if self._request_count != count and not body.is_eof():
+                    self._body_malformed(body)
                 return
             self._body = None
         count = self._request_count
@@ -192,6 +195,15 @@ class GuardedHandler(RequestHandler):
                 self._body_since = self._loop.time()
                 if self._body_timer is None:  # (one left by an earlier body finds this window not over yet)
                     self._body_timer = self._loop.call_later(self._guard.limits.body_timeout, self._body_check)
+
+    def _body_malformed(self, body) -> None:
+        """The parser gave up on a body being read (bad chunking...) and queued its error as the next
+        request: fail the body's reader with it, or the handler would wait for bytes that never come."""
+        self._body = None
+        message = self._messages[-1][0] if self._messages else None
+        exc = getattr(message, "exc", None)
+        body.set_exception(exc if isinstance(exc, BaseException) else BadHttpMessage("malformed request body"))
+        body.feed_eof()  # nothing more will come: aiohttp must not try to drain it after the answer
 
     def _head_expired(self) -> None:
         self._head_timer = None

@@ -245,3 +245,21 @@ async def test_a_malformed_request_is_refused_with_one_log_line_and_no_traceback
     assert not [r for r in logged if r.exc_info or r.levelno >= logging.ERROR], [r.getMessage() for r in logged]
     lines = [r.getMessage() for r in logged if r.levelno >= logging.INFO]
     assert len(lines) == 1 and "\n" not in lines[0], lines
+
+
+async def test_a_chunked_body_that_turns_malformed_midway_is_refused_without_a_traceback(proxy, echo, caplog):
+    with caplog.at_level(logging.DEBUG):
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the handler is reading the body by now
+        writer.write(b"zz\r\nbad\r\n0\r\n\r\n")
+        answer = await closed_within(reader, 5)
+        writer.close()
+        await asyncio.sleep(0.05)
+    assert answer.split(b" ", 2)[1] == b"400"
+    assert echo.bodies == []
+    logged = [r for r in caplog.records if r.name.startswith(("aiohttp", "ctxscope"))]
+    assert not [r for r in logged if r.exc_info or r.levelno >= logging.ERROR], [r.getMessage() for r in logged]
+    lines = [r.getMessage() for r in logged if r.levelno >= logging.INFO]
+    assert len(lines) == 1 and "malformed request body" in lines[0], lines

@@ -6,6 +6,7 @@ asyncio sockets that reset their connection (SO_LINGER 0) where aiohttp would cl
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import aiohttp
@@ -63,7 +64,7 @@ async def _gone_within(upstream: Silent, seconds: float) -> float:
     return upstream.gone_at
 
 
-async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent):
+async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent, caplog):
     proxy = await start_proxy({"anthropic": silent.url})
     try:
         client = anthropic.AsyncAnthropic(api_key="sk-ant-x", base_url=proxy.base + "/anthropic", max_retries=0,
@@ -78,9 +79,10 @@ async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent):
     assert gone - left < 1.0  # "at once": the time it takes the close to cross loopback, with room
     assert e.outcome == ex.CLIENT_DISCONNECTED and "cancelled" in e.error and e.status is None
     assert e.request_body and e.response_body == b""
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
-async def test_a_client_leaving_a_stream_while_the_upstream_thinks_cancels_it(silent):
+async def test_a_client_leaving_a_stream_while_the_upstream_thinks_cancels_it(silent, caplog):
     proxy = await start_proxy({"up": silent.url})
     try:
         async with aiohttp.ClientSession() as s:
@@ -95,6 +97,7 @@ async def test_a_client_leaving_a_stream_while_the_upstream_thinks_cancels_it(si
     assert gone - left < 1.0
     assert e.outcome == ex.CLIENT_DISCONNECTED and e.status == 200 and "mid-response" in e.error
     assert e.response_body == b"event: ping\ndata: {}\n\n"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
 async def test_a_client_leaving_before_the_request_is_forwarded_is_recorded_and_not_forwarded(silent):
@@ -245,3 +248,16 @@ async def test_the_daemons_shutdown_cutting_a_never_ending_stream_is_interrupted
     finally:
         await up_runner.cleanup()
     assert e.outcome == ex.INTERRUPTED and e.status == 200 and e.response_body.startswith(b"data: more")
+
+
+async def test_the_daemons_shutdown_while_the_upstream_thinks_is_interrupted(silent):
+    proxy = await start_proxy({"up": silent.url}, Limits(shutdown_grace=0.3))
+    async with aiohttp.ClientSession() as s:
+        call = asyncio.ensure_future(s.post(proxy.base + "/u/up/v1/think", data=b"{}"))
+        await asyncio.wait_for(silent.started.wait(), 10)
+        await asyncio.wait_for(proxy.stop(), 10)
+        with pytest.raises(aiohttp.ClientError):
+            await call
+    [e] = await proxy.sink.wait(1)
+    assert e.outcome == ex.INTERRUPTED and e.status is None
+    await _gone_within(silent, 5)
