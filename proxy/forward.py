@@ -8,7 +8,6 @@ once the exchange is over. Compression is passed through untouched on both sides
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,11 +22,12 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from . import exchange as ex
+from .answers import SANDBOX, error_body, gone, refusal
 from .hosts import host_allowed
 from .ids import new_call_id
 from .limits import Limits
 from .redact import extract_api_key, fingerprint, redact_headers, redact_query
-from .routing import ANTHROPIC_SHAPE, Route, RouteError, UnsafePath, resolve
+from .routing import Route, RouteError, UnsafePath, resolve
 from .upstream import new_session
 
 log = logging.getLogger("ctxscope.proxy")
@@ -56,9 +56,6 @@ _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type
 _AUTO_BITS = {"accept": 1, "accept-encoding": 2, "user-agent": 4, "content-type": 8}
 _AUTO_WITHOUT_BODY, _AUTO_WITH_BODY = 7, 15  # aiohttp adds Content-Type only to a body
 ANNOTATION_PREFIX = "x-ctxscope-"
-# Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
-# and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
-SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))
 _CLEAN = (ex.OK, ex.HTTP_ERROR)
 # A client's malformed body (bad chunking and the like), as aiohttp's parser reports it.
 _BAD_BODY = (HttpProcessingError, RequestPayloadError, asyncio.IncompleteReadError)
@@ -117,12 +114,12 @@ class Forwarder:
                 return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
                                          headers=SANDBOX)
             except UnsafePath as exc:
-                return _refusal(exc.route, 400, str(exc))
+                return refusal(exc.route, 400, str(exc), "invalid_path")
             if len(self._routes) < _MAX_NAMES:
                 self._routes[raw_path] = route
         if route.control and not host_allowed(request.headers.get("Host")):
-            return _refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
-                                        "this machine")
+            return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
+                                       "this machine", "forbidden")
 
         headers, annotations, present = _split_headers(request.raw_headers)
         label = route.session_label or _annotation(annotations, "x-ctxscope-session")
@@ -135,10 +132,10 @@ class Forwarder:
             reason = getattr(request.protocol, "close_reason", None) or f"client disconnected mid-request: {exc}"
             rec.finish(ex.CLIENT_DISCONNECTED, f"{reason}; not forwarded")
             self._submit(rec)
-            return _gone()
+            return gone()
         except _BAD_BODY as exc:
             log.info("refused a malformed request body for %s: %s", route.provider, " ".join(str(exc).split())[:200])
-            response = _refusal(route, 400, f"malformed request body: {exc}")
+            response = refusal(route, 400, f"malformed request body: {exc}", "malformed_body")
             response.force_close()
             return response
         except asyncio.CancelledError:
@@ -151,7 +148,7 @@ class Forwarder:
             if request.transport is None:
                 rec.finish(ex.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
                 self._submit(rec)
-                return _gone()
+                return gone()
             rec.task = asyncio.current_task()
             watch(rec.client_left)
         try:
@@ -238,7 +235,7 @@ class Forwarder:
             self._submit(rec)
         if not rec.left:
             raise asyncio.CancelledError
-        return _gone()
+        return gone()
 
     @staticmethod
     def _target(route: Route, query: str) -> URL | str:
@@ -309,7 +306,7 @@ class Forwarder:
 
     def _fail(self, rec: "_Recorder", outcome: str, status: int, message: str, code: str | None = None) -> web.Response:
         rec.finish(outcome, message)
-        body = _error_body(rec.route, status, message, code)
+        body = error_body(rec.route, status, message, code)
         rec.status = None
         rec.synthetic_body = body
         self._submit(rec)
@@ -444,33 +441,6 @@ def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, 
 
 def _annotation(annotations: list[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in annotations if k == name), None)
-
-
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 403: "permission_error", 413: "request_too_large",
-                    504: "timeout_error"}
-_OPENAI_CODES = {400: "invalid_path", 403: "forbidden", 413: "request_too_large", 504: "upstream_timeout"}
-
-
-def _error_body(route: Route, status: int, message: str, code: str | None = None) -> bytes:
-    """An error in the provider's own JSON shape, so SDKs raise their usual exception."""
-    text = f"ctxscope: {message}"
-    if route.error_shape == ANTHROPIC_SHAPE:
-        kind = _ANTHROPIC_TYPES.get(status, "api_error")
-        return json.dumps({"type": "error", "error": {"type": kind, "message": text}}).encode()
-    code = code or _OPENAI_CODES.get(status, "upstream_unreachable")
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return json.dumps({"error": {"message": text, "type": kind, "param": None, "code": code}}).encode()
-
-
-def _refusal(route: Route, status: int, message: str) -> web.Response:
-    """A request the proxy answers itself without forwarding or recording it."""
-    return web.Response(status=status, body=_error_body(route, status, message), content_type="application/json",
-                        headers=SANDBOX)
-
-
-def _gone() -> web.Response:
-    """What a handler returns when its client has left: aiohttp finds nobody to send it to."""
-    return web.Response(status=499)
 
 
 def _abort_client(request: web.Request) -> None:

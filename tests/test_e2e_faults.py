@@ -342,3 +342,26 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
     assert "Traceback" not in stderr, stderr
     rows = queries.list_calls(queries.open_db(tmp_path / "c.db"), newest_first=False)
     assert [r["outcome"] for r in rows] == ["client_disconnected", "interrupted"], stderr
+
+
+def test_a_body_over_the_limit_is_answered_413_and_stored_as_request_too_large(loop_thread, sim, tmp_path, monkeypatch):
+    from ctxscope.settings import Limits
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": sim.url},
+                       limits=Limits(max_body_bytes=2**20))
+    daemon = loop_thread.call(start_daemon(cfg))
+    try:
+        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as info:
+            client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}])
+        assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"
+        reply = client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}])
+        assert reply.content[0].text
+    finally:
+        loop_thread.call(daemon.stop())
+    rows = queries.list_calls(queries.open_db(cfg.db), newest_first=False)
+    assert [r["outcome"] for r in rows] == ["request_too_large", "ok"]
+    assert rows[0]["request_bytes"] == 0 and sim.written and len(sim.written) == 1  # never forwarded
+    call = queries.get_call(queries.open_db(cfg.db), rows[0]["id"])
+    assert str(2**20) in call["error"] and "max_body_bytes" in call["error"]
