@@ -8,14 +8,18 @@ So each connection runs under a guard, a subclass of aiohttp's protocol that
   between requests, after its first byte;
 - closes a connection whose request body brings less than ``BODY_PROGRESS`` bytes in a
   ``body_timeout`` window (a reader that stopped reading is not the client's fault: that counts as
-  progress), and fails the body's reader with :class:`RequestBodyStalled`;
+  progress), and fails the body's reader with :class:`RequestBodyStalled`; a body the parser gives
+  up on midway (bad chunking) fails its reader with the parser's error;
 - answers a connection over ``max_connections`` with a 503 in both providers' error shape, then
   closes it, without ever reading its request;
 - tells the request handler when its client leaves (``watch``), so the forwarder can stop the
   upstream request at once instead of paying for an answer nobody reads;
 - logs a client's mistakes (malformed requests, disconnects) as one line, not a traceback.
 
+Idle keep-alive connections are aiohttp's own business (``keepalive_timeout``, passed by the runner).
 The per-chunk cost is one extra method call: the clocks are timers armed per request, not per read.
+This leans on a few of aiohttp's protocol internals (its message queue and request count); the
+tests in test_proxy_limits.py attack each guard, so an aiohttp that changes them fails loudly.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ class GuardedServer(Server):
             handler_cancellation=base.handler_cancellation, loop=base._loop, **base._kwargs,
         )
         self.limits = limits
-        self.counts = {"header_timeouts": 0, "body_stalls": 0, "refused": 0, "client_errors": 0}
+        self.counts = {"header_timeouts": 0, "idle_closed": 0, "body_stalls": 0, "refused": 0, "client_errors": 0}
         self.log = _OncePerSecond()
 
     def __call__(self) -> RequestHandler:
@@ -104,13 +108,14 @@ class GuardedServer(Server):
 class GuardedHandler(RequestHandler):
     """One client connection (see the module docstring)."""
 
-    __slots__ = ("_guard", "_head_timer", "_body", "_body_timer", "_body_mark", "_body_since", "_watch", "_refused",
-                 "close_reason")
+    __slots__ = ("_guard", "_head_timer", "_head_started", "_body", "_body_timer", "_body_mark", "_body_since",
+                 "_watch", "_refused", "close_reason")
 
     def __init__(self, manager: GuardedServer, **kwargs):
         super().__init__(manager, **kwargs)
         self._guard = manager
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_started = False  # some bytes of a head arrived (a connection that sent none is just idle)
         self._body = None  # the payload of the request whose body is arriving
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_mark = 0  # body bytes received when the current window began
@@ -179,8 +184,10 @@ class GuardedHandler(RequestHandler):
         count = self._request_count
         RequestHandler.data_received(self, data)
         if self._request_count == count:  # part of a head (or nothing): its clock runs from the first byte
-            if self._head_timer is None and data and not self._force_close:
-                self._head_timer = self._loop.call_later(self._guard.limits.header_timeout, self._head_expired)
+            if data and not self._force_close:
+                self._head_started = True
+                if self._head_timer is None:
+                    self._head_timer = self._loop.call_later(self._guard.limits.header_timeout, self._head_expired)
             return
         timer = self._head_timer
         if timer is not None:
@@ -210,10 +217,13 @@ class GuardedHandler(RequestHandler):
         if self.transport is None or self._force_close or getattr(self, "_request_in_progress", False):
             return  # (a request in progress: the next byte of the following head restarts the clock)
         guard = self._guard
-        guard.counts["header_timeouts"] += 1
         self.close_reason = f"no complete request head within {guard.limits.header_timeout:g}s"
-        guard.log.info("header_timeout", f"closed a connection from {self._peer()}: {self.close_reason} "
-                                         "(the header_timeout limit)")
+        if self._head_started:
+            guard.counts["header_timeouts"] += 1
+            guard.log.info("header_timeout", f"closed a connection from {self._peer()}: {self.close_reason} "
+                                             "(the header_timeout limit)")
+        else:  # opened and never used (a browser's spare connection): not worth a line
+            guard.counts["idle_closed"] += 1
         self.force_close()
 
     def _body_check(self) -> None:

@@ -75,6 +75,7 @@ async def test_a_silent_new_connection_is_closed_after_the_header_timeout(proxy)
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
     assert await closed_within(reader, 5) == b""
     writer.close()
+    assert proxy.server.counts["idle_closed"] == 1 and proxy.server.counts["header_timeouts"] == 0
 
 
 async def test_a_body_trickling_in_is_cut_after_the_body_timeout_and_recorded(proxy, echo):
