@@ -312,7 +312,11 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
          "--limit", "keepalive_timeout=1", "--limit", "shutdown_grace=0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        for _ in range(50):  # the daemon says where it listens among its first lines
+            listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
+            if listening:
+                break
+        port = int(listening.group(1))
         head = b"POST /u/forever/v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         assert _raw_until_closed(port, b"", head + b"X-Slow: " + b"a" * 400, 0.05, 10) < 5
         assert _raw_until_closed(port, head + b"Content-Length: 1000000\r\n\r\n", b" " * 1000, 0.05, 10) < 5
