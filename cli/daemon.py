@@ -131,10 +131,10 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         sim = spawn_builtin_simulator()
     try:
         if cfg.writer == "thread":
-            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers())
+            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(), max_decoded_bytes=cfg.limits.max_decoded_bytes)
             writer.start()
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
-            writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS)
+            writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS, max_decoded_bytes=cfg.limits.max_decoded_bytes)
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:
@@ -150,13 +150,13 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     if not stats.running or stats.store_down_since is not None:
         log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
                   "(`ctxscope db status` and the web UI show the state)", stats.last_error)
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt), writer)
+    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits), writer)
     app = create_proxy_app(forwarder)
     if web_ui:
         add_web_routes(app, cfg.db, writer)
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
-    runner = make_runner(app)
+    runner = make_runner(app, cfg.limits)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     try:

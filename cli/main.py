@@ -50,15 +50,19 @@ def cli():
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Add or override an upstream, reachable at /u/NAME/... (anthropic and openai override the built-ins).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="TOML file with host, port, db and an [upstreams] table.")
+              help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
-def serve(host, port, db_path, upstreams, config_file, allow_remote):
+@click.option("--limit", "limits", multiple=True, metavar="KEY=VALUE",
+              help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
+                   "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
+                   "max_body_bytes=256MiB, max_decoded_bytes=128MiB (bytes, or with KiB/MiB/GiB).")
+def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
     from .daemon import run, serve_forever
 
     try:
         cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
-                           upstream_options=upstreams, allow_remote=allow_remote)
+                           upstream_options=upstreams, allow_remote=allow_remote, limit_options=limits)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc))
     if not is_loopback(cfg.host) and not cfg.allow_remote:

@@ -1,4 +1,5 @@
-"""Where things live and which upstreams exist: home, database, salt, config file, --upstream."""
+"""Where things live, which upstreams exist and the abuse limits: home, database, salt, config file,
+--upstream, --limit."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
+from ctxscope.proxy.limits import Limits, parse_limit_option
 from ctxscope.proxy.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
 
 DEFAULT_HOST = "127.0.0.1"
@@ -70,21 +72,30 @@ class DaemonConfig:
     # "process": store and analyse in a low-priority child process (default: forwarding never
     # waits on the GIL for it); "thread": in this process (embedding, some tests).
     writer: str = "process"
+    limits: Limits = field(default_factory=Limits)  # timeouts, connection cap, body and decoded sizes
 
 
 def read_config_file(path: Path) -> dict:
-    """TOML: top-level host, port, db and a table [upstreams] of NAME = "URL"."""
+    """TOML: top-level host, port, db, allow_remote, a table [upstreams] of NAME = "URL" and a table
+    [limits] of KEY = number (sizes may be text such as "256MiB")."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote"}
+    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "limits"}
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
+    limits = data.get("limits", {})
+    if not isinstance(limits, dict):
+        raise ValueError(f"{path}: [limits] must be a table of KEY = value")
+    try:
+        Limits().with_values(limits)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: [limits]: {exc}") from None
     return data
 
 
 def build_config(
     *, config_file: Path | None, host: str | None, port: int | None, db: Path | None,
-    upstream_options: tuple[str, ...], allow_remote: bool,
+    upstream_options: tuple[str, ...], allow_remote: bool, limit_options: tuple[str, ...] = (),
 ) -> DaemonConfig:
     """Defaults < config file < command line."""
     cfg = DaemonConfig()
@@ -97,6 +108,7 @@ def build_config(
         cfg.allow_remote = bool(data.get("allow_remote", False))
         for name, url in (data.get("upstreams") or {}).items():
             cfg.upstreams[name] = normalise_base_url(url)
+        cfg.limits = cfg.limits.with_values(data.get("limits") or {})
     if host is not None:
         cfg.host = host
     if port is not None:
@@ -107,4 +119,6 @@ def build_config(
     for text in upstream_options:
         name, url = parse_upstream_option(text)
         cfg.upstreams[name] = url
+    if limit_options:
+        cfg.limits = cfg.limits.with_values(dict(parse_limit_option(text) for text in limit_options))
     return cfg

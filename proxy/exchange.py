@@ -9,14 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# Outcomes of an exchange (P4).
+# Outcomes of an exchange.
 OK = "ok"
-HTTP_ERROR = "http_error"
-UPSTREAM_UNREACHABLE = "upstream_unreachable"
-UPSTREAM_RESET = "upstream_reset"
-CLIENT_DISCONNECTED = "client_disconnected"
-TIMEOUT = "timeout"
-OUTCOMES = (OK, HTTP_ERROR, UPSTREAM_UNREACHABLE, UPSTREAM_RESET, CLIENT_DISCONNECTED, TIMEOUT)
+HTTP_ERROR = "http_error"  # the upstream answered with a status >= 400
+UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection to the upstream could be made
+UPSTREAM_RESET = "upstream_reset"  # the upstream's connection broke after it was made
+CLIENT_DISCONNECTED = "client_disconnected"  # the client left (or stalled its body) before the end
+TIMEOUT = "timeout"  # the upstream was silent longer than the read timeout
+INTERRUPTED = "interrupted"  # cut by the daemon's own shutdown
+REQUEST_TOO_LARGE = "request_too_large"  # a body over the limit, answered 413, never forwarded
+OUTCOMES = (OK, HTTP_ERROR, UPSTREAM_UNREACHABLE, UPSTREAM_RESET, CLIENT_DISCONNECTED, TIMEOUT, INTERRUPTED,
+            REQUEST_TOO_LARGE)
 
 
 @dataclass(frozen=True)

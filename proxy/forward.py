@@ -8,22 +8,27 @@ once the exchange is over. Compression is passed through untouched on both sides
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDict
 from yarl import URL
 
 from . import exchange as ex
+from .answers import SANDBOX, error_body, gone, refusal
+from .hosts import host_allowed
 from .ids import new_call_id
+from .limits import Limits
 from .redact import extract_api_key, fingerprint, redact_headers, redact_query
-from .routing import ANTHROPIC_SHAPE, Route, RouteError, resolve
+from .routing import Route, RouteError, UnsafePath, resolve
+from .upstream import new_session
 
 log = logging.getLogger("ctxscope.proxy")
 
@@ -51,6 +56,9 @@ _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type
 _AUTO_BITS = {"accept": 1, "accept-encoding": 2, "user-agent": 4, "content-type": 8}
 _AUTO_WITHOUT_BODY, _AUTO_WITH_BODY = 7, 15  # aiohttp adds Content-Type only to a body
 ANNOTATION_PREFIX = "x-ctxscope-"
+_CLEAN = (ex.OK, ex.HTTP_ERROR)
+# A client's malformed body (bad chunking and the like), as aiohttp's parser reports it.
+_BAD_BODY = (HttpProcessingError, RequestPayloadError, asyncio.IncompleteReadError)
 
 
 @dataclass
@@ -59,6 +67,11 @@ class ProxySettings:
     salt: bytes
     connect_timeout: float = 30.0
     read_timeout: float = 600.0  # between two chunks: long thinking streams pause for minutes
+    limits: Limits = field(default_factory=Limits)
+
+
+class _TooLarge(Exception):
+    """A request body over max_body_bytes; the message says how large."""
 
 
 class Forwarder:
@@ -84,15 +97,7 @@ class Forwarder:
         return self._proxies[base_url]
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            auto_decompress=False,
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.read_timeout
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-        )
+        self._session = new_session(self.settings.connect_timeout, self.settings.read_timeout)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -106,40 +111,131 @@ class Forwarder:
             try:
                 route = resolve(raw_path, self.settings.upstreams)
             except RouteError as exc:
-                return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404)
+                return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
+                                         headers=SANDBOX)
+            except UnsafePath as exc:
+                return refusal(exc.route, 400, str(exc), "invalid_path")
             if len(self._routes) < _MAX_NAMES:
                 self._routes[raw_path] = route
+        if route.control and not host_allowed(request.headers.get("Host")):
+            return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
+                                       "this machine", "forbidden")
 
         headers, annotations, present = _split_headers(request.raw_headers)
         label = route.session_label or _annotation(annotations, "x-ctxscope-session")
-        body = await request.read()
-        rec = _Recorder(route, request, headers, annotations, label, body, query, started)
-        needed = _AUTO_WITH_BODY if body else _AUTO_WITHOUT_BODY
+        rec = _Recorder(route, request, headers, annotations, label, b"", query, started)
         try:
-            upstream = await self._session.request(
-                request.method,
-                self._target(route, query),
-                headers=headers,
-                data=body if body else None,
-                skip_auto_headers=None if present & needed == needed else _SKIP_AUTO,
-                allow_redirects=False,
-                proxy=self._env_proxy(route.upstream.base_url),
-            )
-        except asyncio.TimeoutError as exc:
-            return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
-        except aiohttp.ClientError as exc:
-            return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
-        except OSError as exc:
-            return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
-
-        try:
-            return await self._stream(request, upstream, rec)
-        finally:
-            if rec.outcome in (ex.OK, ex.HTTP_ERROR):
-                upstream.release()
-            else:  # cancel the upstream request: nobody will read the rest
-                upstream.close()
+            rec.body = body = await self._read_body(request)
+        except _TooLarge as exc:
+            return self._too_large(rec, str(exc))
+        except ConnectionError as exc:  # the client left, or stalled its body and was cut off
+            reason = getattr(request.protocol, "close_reason", None) or f"client disconnected mid-request: {exc}"
+            rec.finish(ex.CLIENT_DISCONNECTED, f"{reason}; not forwarded")
             self._submit(rec)
+            return gone()
+        except _BAD_BODY as exc:
+            log.info("refused a malformed request body for %s: %s", route.provider, " ".join(str(exc).split())[:200])
+            response = refusal(route, 400, f"malformed request body: {exc}", "malformed_body")
+            response.force_close()
+            return response
+        except asyncio.CancelledError:
+            rec.finish(ex.INTERRUPTED, "the daemon stopped while the request body was arriving; not forwarded")
+            self._submit(rec)
+            raise
+
+        watch = getattr(request.protocol, "watch", None)
+        if watch is not None:  # the guard tells us when the client leaves, so the upstream call stops at once
+            if request.transport is None:
+                rec.finish(ex.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
+                self._submit(rec)
+                return gone()
+            rec.task = asyncio.current_task()
+            watch(rec.client_left)
+        try:
+            needed = _AUTO_WITH_BODY if body else _AUTO_WITHOUT_BODY
+            try:
+                upstream = await self._session.request(
+                    request.method,
+                    self._target(route, query),
+                    headers=headers,
+                    data=body if body else None,
+                    skip_auto_headers=None if present & needed == needed else _SKIP_AUTO,
+                    allow_redirects=False,
+                    proxy=self._env_proxy(route.upstream.base_url),
+                )
+            except asyncio.CancelledError:
+                return self._cancelled(request, rec, submit=True)
+            except asyncio.TimeoutError as exc:
+                return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
+            except aiohttp.ClientConnectorError as exc:
+                return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+            except aiohttp.ClientConnectionError as exc:  # connected, then the connection broke
+                return self._fail(rec, ex.UPSTREAM_RESET, 502,
+                                  f"upstream connection lost before the response: {exc!r}", code="upstream_reset")
+            except (aiohttp.ClientError, OSError) as exc:
+                return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+
+            try:
+                return await self._stream(request, upstream, rec)
+            except asyncio.CancelledError:
+                return self._cancelled(request, rec)
+            finally:
+                if rec.outcome in _CLEAN:
+                    upstream.release()
+                else:  # cancel the upstream request: nobody will read the rest
+                    upstream.close()
+                self._submit(rec)
+        finally:
+            if watch is not None:
+                watch(None)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole request body, refused past max_body_bytes (before reading when Content-Length says so)."""
+        limit = self.settings.limits.max_body_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            raise _TooLarge(f"request body of {length} bytes (Content-Length) is over the max_body_bytes limit "
+                            f"of {limit} bytes")
+        content = request.content
+        if not content.is_eof():  # read in large pieces, as aiohttp's own read() does (the body is held whole anyway)
+            content.set_read_chunk_size(length or limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge(f"request body of more than {limit} bytes is over the max_body_bytes limit")
+            chunks.append(chunk)
+        if len(chunks) == 1:
+            return bytes(chunks[0])
+        return b"".join(chunks)
+
+    def _too_large(self, rec: "_Recorder", message: str) -> web.Response:
+        """A provider-shaped 413, recorded without the body; the connection closes after it."""
+        response = self._fail(rec, ex.REQUEST_TOO_LARGE, 413, message, code="request_too_large")
+        response.force_close()
+        return response
+
+    def _cancelled(self, request: web.Request, rec: "_Recorder", submit: bool = False) -> web.StreamResponse:
+        """The handler was cancelled: by the guard because the client left (recorded, and the
+        cancellation ends here), or by the daemon's shutdown (recorded, and it goes on)."""
+        if rec.left:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            where = "while the upstream was still answering" if rec.status is None else "mid-response"
+            rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected {where}; the upstream request was cancelled")
+        else:
+            rec.finish(ex.INTERRUPTED, "cut by the daemon's shutdown")
+            _abort_client(request)
+        if submit:
+            self._submit(rec)
+        if not rec.left:
+            raise asyncio.CancelledError
+        return gone()
 
     @staticmethod
     def _target(route: Route, query: str) -> URL | str:
@@ -154,6 +250,8 @@ class Forwarder:
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
         )
         headers = CIMultiDict([(n, v) for n, v in received if not _response_drop(n)])
+        headers.add("Content-Security-Policy", "sandbox")  # beside any policy of the upstream's own
+        headers["X-Content-Type-Options"] = "nosniff"
         rec.outcome = ex.OK if status < 400 else ex.HTTP_ERROR
         content = upstream.content
         if _complete(request, upstream, content):
@@ -206,13 +304,13 @@ class Forwarder:
         rec.finish(rec.outcome, None)
         return response
 
-    def _fail(self, rec: "_Recorder", outcome: str, status: int, message: str) -> web.Response:
+    def _fail(self, rec: "_Recorder", outcome: str, status: int, message: str, code: str | None = None) -> web.Response:
         rec.finish(outcome, message)
-        body = _error_body(rec.route, status, message)
+        body = error_body(rec.route, status, message, code)
         rec.status = None
         rec.synthetic_body = body
         self._submit(rec)
-        return web.Response(status=status, body=body, content_type="application/json")
+        return web.Response(status=status, body=body, content_type="application/json", headers=SANDBOX)
 
     def _submit(self, rec: "_Recorder") -> None:
         try:
@@ -241,6 +339,14 @@ class _Recorder:
         self.outcome = ex.OK
         self.error: str | None = None
         self.synthetic_body: bytes | None = None
+        self.task: asyncio.Task | None = None  # the handler, cancelled when its client leaves
+        self.left = False
+
+    def client_left(self) -> None:
+        """The client closed its connection: stop waiting for (and paying for) the upstream's answer."""
+        if self.ended_at is None and self.task is not None:
+            self.left = True
+            self.task.cancel()
 
     def finish(self, outcome: str, error: str | None) -> None:
         if self.ended_at is None:
@@ -335,16 +441,6 @@ def _split_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, 
 
 def _annotation(annotations: list[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in annotations if k == name), None)
-
-
-def _error_body(route: Route, status: int, message: str) -> bytes:
-    """An error in the provider's own JSON shape, so SDKs raise their usual exception."""
-    text = f"ctxscope: {message}"
-    if route.error_shape == ANTHROPIC_SHAPE:
-        kind = "timeout_error" if status == 504 else "api_error"
-        return json.dumps({"type": "error", "error": {"type": kind, "message": text}}).encode()
-    code = "upstream_timeout" if status == 504 else "upstream_unreachable"
-    return json.dumps({"error": {"message": text, "type": "server_error", "param": None, "code": code}}).encode()
 
 
 def _abort_client(request: web.Request) -> None:

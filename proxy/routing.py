@@ -4,10 +4,15 @@
     /openai/<rest>               -> upstream "openai" + /<rest>
     /u/<name>/<rest>             -> upstream <name> + /<rest>
     /s/<label>/<any of the above> the same, with a session label
+
+The path below the prefix goes upstream as the client encoded it, but never with a ``.`` or
+``..`` segment (also percent-encoded, behind a backslash or a ``;``): an upstream or a server in
+front of it would resolve them and leave the configured base path. Such a path is refused.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -32,6 +37,7 @@ class Route:
     upstream: Upstream
     path: str  # path below the prefix, starting with "/"
     session_label: str | None
+    control: bool = False  # the path is a simulator control endpoint (/_sim...): local Host only
 
     @property
     def target_url(self) -> str:
@@ -46,6 +52,38 @@ class Route:
 
 class RouteError(LookupError):
     """The path names no configured upstream."""
+
+
+class UnsafePath(ValueError):
+    """The path below the prefix could leave the upstream's base path; ``route`` is where it was going."""
+
+    def __init__(self, route: Route, message: str):
+        super().__init__(message)
+        self.route = route
+
+
+_SEPARATORS = re.compile(r"[/\\]+")
+CONTROL_PREFIX = "/_sim"
+
+
+def _decoded(path: str) -> str:
+    """Percent-decoded until stable (a few rounds: %252e%252e is %2e%2e to a server that decodes twice)."""
+    for _ in range(3):
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    return path
+
+
+def check_path(path: str) -> bool:
+    """Whether ``path`` (raw, below the prefix) names a simulator control endpoint; raises
+    ValueError when a segment is ``.`` or ``..`` in any spelling."""
+    decoded = _decoded(path)
+    for piece in _SEPARATORS.split(decoded):
+        if piece.split(";", 1)[0] in (".", ".."):
+            raise ValueError(f"path {path!r} has a '.' or '..' segment, which could leave the upstream's base path")
+    return _SEPARATORS.sub("/", decoded).lower().startswith(CONTROL_PREFIX)
 
 
 def normalise_base_url(url: str) -> str:
@@ -84,4 +122,9 @@ def resolve(path: str, upstreams: dict[str, str]) -> Route:
     base = upstreams.get(name)
     if base is None:
         raise RouteError(f"no upstream named {name!r} is configured")
-    return Route(provider, Upstream(name, base), "/" + "/".join(rest), label)
+    route = Route(provider, Upstream(name, base), "/" + "/".join(rest), label)
+    try:
+        control = check_path(route.path)
+    except ValueError as exc:
+        raise UnsafePath(route, str(exc)) from None
+    return Route(route.provider, route.upstream, route.path, label, control) if control else route

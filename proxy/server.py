@@ -6,20 +6,25 @@ import gc
 
 from aiohttp import web
 
+from .connection import ProxyRunner
 from .forward import Forwarder
+from .limits import Limits
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
 PROVIDER_PREFIXES = ("/anthropic/", "/openai/", "/u/", "/s/")
-MAX_BODY = 256 * 2**20
+MAX_BODY = Limits.max_body_bytes
 
 
 def is_provider_path(path: str) -> bool:
     return path.startswith(PROVIDER_PREFIXES)
 
 
-def create_proxy_app(forwarder: Forwarder, *, max_body: int = MAX_BODY) -> web.Application:
-    """An app whose provider prefixes are forwarded; add UI/API routes to it before starting."""
-    app = web.Application(client_max_size=max_body)
+def create_proxy_app(forwarder: Forwarder, *, max_body: int | None = None) -> web.Application:
+    """An app whose provider prefixes are forwarded; add UI/API routes to it before starting.
+
+    The forwarder reads provider bodies itself (and answers an oversized one in the provider's
+    shape); ``max_body`` bounds the bodies the other routes read, the forwarder's limit by default."""
+    app = web.Application(client_max_size=max_body or forwarder.settings.limits.max_body_bytes)
     app[FORWARDER_KEY] = forwarder
 
     async def on_startup(app: web.Application) -> None:
@@ -35,9 +40,19 @@ def create_proxy_app(forwarder: Forwarder, *, max_body: int = MAX_BODY) -> web.A
     return app
 
 
-def make_runner(app: web.Application) -> web.AppRunner:
-    """Compressed request bodies must reach the upstream as they came: no server-side decompression."""
-    return web.AppRunner(app, auto_decompress=False, access_log=None, handler_cancellation=False)
+def make_runner(app: web.Application, limits: Limits | None = None) -> web.AppRunner:
+    """A runner whose connections are guarded by ``limits`` (see proxy.connection).
+
+    Compressed request bodies must reach the upstream as they came: no server-side decompression.
+    aiohttp never cancels a handler whose client left (the guard tells the forwarder instead, which
+    records the call before it stops); stopping waits ``shutdown_grace`` for open calls."""
+    if limits is None:
+        forwarder = app.get(FORWARDER_KEY)
+        limits = forwarder.settings.limits if forwarder is not None else Limits()
+    return ProxyRunner(
+        app, limits, auto_decompress=False, access_log=None, handler_cancellation=False,
+        keepalive_timeout=limits.keepalive_timeout, shutdown_timeout=limits.shutdown_grace,
+    )
 
 
 def settle_gc() -> None:

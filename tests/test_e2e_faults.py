@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import logging
@@ -166,3 +167,216 @@ def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer
     status = queries.db_status(proxy.db_path)
     assert status["calls"] == 3 and status["writer"]["store_unavailable"] >= 1
     assert "disk I/O error" in json.dumps(status)
+
+
+# -- abuse limits and honest outcomes, through the real daemon ------------------------------------
+
+SECRET = "Zq8VvY2mK9pLx4TnR7wB1cD6fG3hJ5kM"
+
+
+def test_credentials_in_the_query_and_in_custom_headers_never_reach_the_store(proxy, sim, tmp_path):
+    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
+                           default_query={"auth": "hunter2-AUTH", "key[]": "ARRAYKEY-123", "sig": "SIGVALUE"},
+                           default_headers={"X-Custom-Thing": SECRET, "X-Gh": "ghp_abcdefghijklmnopqrstuvwxyz0123"})
+    reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "hello"}])
+    assert reply.choices[0].message.content == "sim: hello"
+    [row] = proxy.wait_for_calls(1)
+    call = queries.get_call(queries.open_db(proxy.db_path), row["id"])
+    assert "auth=%5Bredacted%5D" in call["query"] and {k.lower(): v for k, v in call["request_headers"]}["x-custom-thing"] == "[redacted]"
+    proxy.stop()  # everything written: the database, its WAL and any spool are final
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "home" not in p.parts)
+    for secret in ("hunter2-AUTH", "ARRAYKEY-123", "SIGVALUE", SECRET, "ghp_abcdefghij", KEY):
+        assert secret.encode() not in stored, secret
+
+
+class _Forever:
+    """An upstream in the test's loop thread: a stream that never ends, or an answer that never comes."""
+
+    def __init__(self, loop_thread):
+        from aiohttp import web
+
+        self.gone_at = None
+
+        async def handle(request):
+            await request.read()
+            if request.path.endswith("/think"):
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    self.gone_at = time.monotonic()
+                    raise
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            while True:
+                await resp.write(b'data: {"more": true}\n\n')
+                await asyncio.sleep(0.05)
+
+        async def start():
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", handle)
+            runner = web.AppRunner(app, handler_cancellation=True)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+        self.loop_thread = loop_thread
+        self.runner, self.url = loop_thread.call(start())
+
+
+def test_a_client_leaving_a_thinking_upstream_is_recorded_within_a_second(loop_thread, tmp_path, monkeypatch):
+    from ctxscope.settings import Limits
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    upstream = _Forever(loop_thread)
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": upstream.url + "/x"},
+                       limits=Limits(shutdown_grace=1))
+    daemon = loop_thread.call(start_daemon(cfg))
+    try:
+        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
+        with pytest.raises(anthropic.APITimeoutError):
+            client.post("/think", cast_to=object, body={"model": "m"})
+        left = time.monotonic()
+        db = tmp_path / "c.db"
+        while time.monotonic() - left < 10 and not (db.exists() and queries.list_calls(queries.open_db(db))):
+            time.sleep(0.02)
+        recorded = time.monotonic()
+    finally:
+        loop_thread.call(daemon.stop())
+        loop_thread.call(upstream.runner.cleanup())
+    [row] = queries.list_calls(queries.open_db(db))
+    assert row["outcome"] == "client_disconnected"
+    assert upstream.gone_at is not None and upstream.gone_at - left < 1.0
+    assert recorded - left < 5.0  # stored by the writer process: generous on a loaded machine
+
+
+def test_stopping_the_daemon_cuts_a_never_ending_stream_as_interrupted(loop_thread, tmp_path, monkeypatch):
+    import threading
+
+    from ctxscope.settings import Limits
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    upstream = _Forever(loop_thread)
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"openai": upstream.url},
+                       limits=Limits(shutdown_grace=0.5))
+    daemon = loop_thread.call(start_daemon(cfg))
+    streaming, ended = threading.Event(), []
+
+    def read():
+        try:
+            with httpx2.Client(timeout=30) as c, c.stream("POST", daemon.url + "/openai/v1/chat/completions",
+                                                       content=b'{"stream": true}') as r:
+                for _ in r.iter_raw():
+                    streaming.set()
+        except Exception as exc:  # the cut, as the client sees it
+            ended.append(exc)
+        else:
+            ended.append(None)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert streaming.wait(10)
+        started = time.monotonic()
+        loop_thread.call(daemon.stop())
+        stopped = time.monotonic()
+    finally:
+        reader.join(10)
+        loop_thread.call(upstream.runner.cleanup())
+    assert stopped - started < 10
+    assert ended and ended[0] is not None  # the client saw a cut, not a clean end
+    [row] = queries.list_calls(queries.open_db(cfg.db))
+    assert row["outcome"] == "interrupted" and row["status"] == 200
+
+
+def _raw_until_closed(port: int, first: bytes, trickle: bytes, every: float, within: float) -> float:
+    """Send ``first`` then ``trickle`` a byte at a time; seconds until the daemon closed the connection."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(every)
+        s.sendall(first)
+        for byte in trickle:
+            if time.monotonic() - started > within:
+                raise AssertionError(f"still open after {within}s")
+            try:
+                s.sendall(bytes([byte]))
+                if s.recv(65536) == b"":
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+    return time.monotonic() - started
+
+
+def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(loop_thread, tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    upstream = _Forever(loop_thread)
+    env = {**__import__("os").environ, "CTXSCOPE_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp_path / "c.db"),
+         "--upstream", f"forever={upstream.url}", "--limit", "header_timeout=0.5", "--limit", "body_timeout=0.5",
+         "--limit", "keepalive_timeout=1", "--limit", "shutdown_grace=0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for _ in range(50):  # the daemon says where it listens among its first lines
+            listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
+            if listening:
+                break
+        port = int(listening.group(1))
+        head = b"POST /u/forever/v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        assert _raw_until_closed(port, b"", head + b"X-Slow: " + b"a" * 400, 0.05, 10) < 5
+        assert _raw_until_closed(port, head + b"Content-Length: 1000000\r\n\r\n", b" " * 1000, 0.05, 10) < 5
+        with socket.create_connection(("127.0.0.1", port)) as s:  # an idle keep-alive connection
+            s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.settimeout(10)
+            started = time.monotonic()
+            while s.recv(65536):
+                pass
+            assert time.monotonic() - started < 5
+
+        with socket.create_connection(("127.0.0.1", port)) as s:  # a stream that never ends, then SIGTERM
+            s.sendall(head + b"Content-Length: 2\r\n\r\n{}")
+            s.settimeout(10)
+            assert b"200 OK" in s.recv(65536)
+            proc.send_signal(signal.SIGTERM)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            assert not got.endswith(b"0\r\n\r\n")  # no clean end of the chunked body
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        loop_thread.call(upstream.runner.cleanup())
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr, stderr
+    rows = queries.list_calls(queries.open_db(tmp_path / "c.db"), newest_first=False)
+    assert [r["outcome"] for r in rows] == ["client_disconnected", "interrupted"], stderr
+
+
+def test_a_body_over_the_limit_is_answered_413_and_stored_as_request_too_large(loop_thread, sim, tmp_path, monkeypatch):
+    from ctxscope.settings import Limits
+
+    monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": sim.url},
+                       limits=Limits(max_body_bytes=2**20))
+    daemon = loop_thread.call(start_daemon(cfg))
+    try:
+        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as info:
+            client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}])
+        assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"
+        reply = client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}])
+        assert reply.content[0].text
+    finally:
+        loop_thread.call(daemon.stop())
+    rows = queries.list_calls(queries.open_db(cfg.db), newest_first=False)
+    assert [r["outcome"] for r in rows] == ["request_too_large", "ok"]
+    assert rows[0]["request_bytes"] == 0 and sim.written and len(sim.written) == 1  # never forwarded
+    call = queries.get_call(queries.open_db(cfg.db), rows[0]["id"])
+    assert str(2**20) in call["error"] and "max_body_bytes" in call["error"]

@@ -14,11 +14,11 @@ hostname) so a DNS-rebinding page cannot read captured prompts through the read 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
-import socket
 
 from aiohttp import web
+
+from ctxscope.proxy.hosts import host_allowed  # noqa: F401  (the UI's API and the proxy share one rule)
 
 CSP = "; ".join(
     [
@@ -58,36 +58,6 @@ def apply_headers(response: web.StreamResponse) -> web.StreamResponse:
     for name, value in SECURITY_HEADERS.items():
         response.headers[name] = value
     return response
-
-
-def _local_names() -> frozenset[str]:
-    names = {"localhost"}
-    try:
-        names.add(socket.gethostname().lower())
-        names.add(socket.getfqdn().lower())
-    except OSError:  # pragma: no cover - depends on the machine
-        pass
-    return frozenset(n for n in names if n)
-
-
-_LOCAL_NAMES = _local_names()
-
-
-def host_allowed(host_header: str | None) -> bool:
-    """True when Host is an IP literal, localhost (or *.localhost) or this machine's name."""
-    if not host_header:
-        return False
-    host = host_header.strip().lower()
-    if host.startswith("["):  # [v6]:port
-        host = host[1 : host.find("]")] if "]" in host else host
-    elif host.count(":") == 1:
-        host = host.rsplit(":", 1)[0]
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        pass
-    return host in _LOCAL_NAMES or host.endswith(".localhost")
 
 
 def same_origin(request: web.Request) -> bool:
