@@ -243,11 +243,15 @@ def register(cli: click.Group, db_option) -> None:
                                allow_remote=False)
         except (ValueError, OSError) as exc:
             raise click.ClickException(str(exc))
-        logging.getLogger("ctxscope").setLevel(logging.WARNING)  # progress lines, not the agent's log
+        ours = logging.getLogger("ctxscope")
+        level = ours.level
+        ours.setLevel(logging.WARNING)  # progress lines, not the agent's log
         try:
             result = run_demo(cfg, once=once)
         except OSError as exc:
             raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}")
+        finally:  # a process that runs the demo in-process (a test, an embedding) keeps its logging
+            ours.setLevel(level)
         if result is not None and result.missing:
             raise click.ClickException("the demo did not produce: " + ", ".join(result.missing))
 
