@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import click
 
-from ctxscope.proxy.redact import mask_key_values, mask_keys_in
+from ctxscope.proxy.mask import mask_key_values, mask_keys_in
 
 
 def emit_json(data: Any) -> None:

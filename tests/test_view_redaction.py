@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from ctxscope.inspector.queries import get_request_raw, get_response_raw, open_db
 from ctxscope.main import cli
-from ctxscope.proxy.redact import REDACTED, mask_key_bytes, mask_key_values, mask_keys_in
+from ctxscope.proxy.mask import REDACTED, mask_key_bytes, mask_key_values, mask_keys_in
 from web_fixtures import KEY, anthropic_client, start_web_daemon
 
 BODY_KEY = "sk-live-0123456789abcdefXYZ"
@@ -78,6 +78,17 @@ def test_masking_a_key_glued_to_a_unicode_escape_keeps_the_escape():
         shown = json.loads(masked)
         assert shown["a"].startswith("\u00da") and "0123456789" not in shown["a"]
         assert shown["b"].startswith(".") and "hbGci" not in shown["b"]
+
+
+def test_credential_parameters_of_a_url_written_in_a_body_are_masked():
+    """An upstream that echoes its URL, or a logged request line, carries the query the proxy redacted."""
+    text = json.dumps({"path": "/v1/chat?auth=S1cret9x&key[]=S2cret9x&model=gpt-4o&access_token=S3cret9x",
+                       "log": "GET https://h/x?sig=S4cret9x&page=2 HTTP/1.1"})
+    masked, raw = mask_key_values(text), mask_key_bytes(text.encode())
+    for secret in ("S1cret9x", "S2cret9x", "S3cret9x", "S4cret9x"):
+        assert secret not in masked and secret.encode() not in raw
+    assert json.loads(masked)["path"].endswith("&model=gpt-4o&access_token=[redacted]")
+    assert "page=2" in masked and len(raw) == len(text.encode()) and json.loads(raw)
 
 
 def test_what_only_looks_like_a_credential_is_left_alone():
