@@ -163,11 +163,14 @@ async def gzip_bomb(ctx: Ctx) -> Result:
     same = bool(seen) and seen[-1].body_len == len(bomb) and seen[-1].body_sha256 == hashlib.sha256(bomb).hexdigest()
     stored = await wait_stored(ctx.db, tag, 40)
     await asyncio.sleep(1.5)
-    own, child, _ = ctx.sampler.window(pid, t0, time.monotonic())
-    held = st == 200 and same and stored and child < 300 * 1024
+    t1 = time.monotonic()
+    own, child, _ = ctx.sampler.window(pid, t0, t1)
+    grew = ctx.sampler.child_growth(pid, t0, t1)
+    held = st == 200 and same and stored and grew < 300 * 1024
     return Result(held, f"{len(bomb) / 1024:.0f} KB bomb answered {st}, forwarded as sent: {same}, "
-                        f"{'stored' if stored else 'NOT stored within 40 s'}; writer child peak {child / 1024:.0f} MB "
-                        f"(limit 300), daemon {before.root_kb / 1024:.0f} -> peak {own / 1024:.0f} MB")
+                        f"{'stored' if stored else 'NOT stored within 40 s'}; largest child growth {grew / 1024:.0f} MB "
+                        f"(limit 300; its peak {child / 1024:.0f} MB), daemon {before.root_kb / 1024:.0f} -> peak "
+                        f"{own / 1024:.0f} MB")
 
 
 def _body_chunks(n: int, chunked: bool):

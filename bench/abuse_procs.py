@@ -157,6 +157,18 @@ class RssSampler:
                 kids = max(kids, sum(s.children_kb.values()))
         return own, child, kids
 
+    def child_growth(self, root: int, t0: float, t1: float) -> int:
+        """The largest growth in KB of one child over [t0, t1] (its peak over its first sample there):
+        what the window's work cost a child, not what earlier work left in it."""
+        first: dict[int, int] = {}
+        peak: dict[int, int] = {}
+        for s in self.samples:
+            if s.root == root and t0 <= s.t <= t1:
+                for pid, kb in s.children_kb.items():
+                    first.setdefault(pid, kb)
+                    peak[pid] = max(peak.get(pid, 0), kb)
+        return max([0, *(peak[pid] - first[pid] for pid in peak)])
+
 
 @dataclass
 class BgSample:
