@@ -29,7 +29,7 @@ import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes
 import abuse_cases_plane as plane
 from abuse_ctx import Case, Ctx, Limits, Result, Stored, read_calls, row_tag
-from abuse_procs import Background, DaemonError, RssSampler, env_for, start_daemon, stop_daemon
+from abuse_procs import Background, RssSampler, env_for, start_daemon, stop_daemon
 from abuse_upstreams import Upstreams
 
 CASES = [
@@ -53,7 +53,6 @@ CASES = [
     Case("disk_full", outcomes.disk_full, 150),
 ]
 RUN_BUDGET = 420.0  # seconds for all cases together: what is left after it is not run
-LIMIT_KEYS = ("unknown settings", "limits")
 
 
 def log(text: str) -> None:
@@ -69,15 +68,7 @@ def pick(only: list[str]) -> list[Case]:
 
 
 async def start_main(ctx: Ctx, upstreams: dict[str, str], config: Path) -> None:
-    try:
-        ctx.daemon = await asyncio.to_thread(start_daemon, "serve", ctx.work, ctx.home, ctx.db, upstreams, config)
-    except DaemonError as exc:
-        if not any(k in str(exc) for k in LIMIT_KEYS):
-            raise
-        ctx.limits_applied = False
-        ctx.notes.append(f"serve refused the [limits] config ({str(exc).splitlines()[-1][:160]}): running with its "
-                         f"defaults; the timeout cases still judge against the intended limits")
-        ctx.daemon = await asyncio.to_thread(start_daemon, "serve", ctx.work, ctx.home, ctx.db, upstreams, None)
+    ctx.daemon = await asyncio.to_thread(start_daemon, "serve", ctx.work, ctx.home, ctx.db, upstreams, config)
 
 
 async def run_case(ctx: Ctx, case: Case, deadline: float) -> Result:

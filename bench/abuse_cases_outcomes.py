@@ -147,7 +147,7 @@ async def disk_full(ctx: Ctx) -> Result:
         return Result(None, "no tmpfs")
     daemon, tags, db = None, [f"c18-{i:02d}" for i in range(20)], mnt / "captures.db"
     try:
-        config = ctx.work / "ctxscope.toml" if ctx.limits_applied else None
+        config = ctx.work / "ctxscope.toml"
         daemon = await asyncio.to_thread(start_daemon, "diskfull", ctx.work, ctx.work / "home-diskfull", db,
                                          {"fast": ctx.bg.upstream}, config)
         ctx.others.append(daemon)

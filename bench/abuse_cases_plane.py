@@ -94,7 +94,7 @@ async def planted_spool(ctx: Ctx) -> Result:
     (ctx.work / "planted").mkdir(mode=0o700)
     db = ctx.work / "planted" / "captures.db"
     plant = _plant(db, marker)
-    config = ctx.work / "ctxscope.toml" if ctx.limits_applied else None
+    config = ctx.work / "ctxscope.toml"
     daemon = await asyncio.to_thread(start_daemon, "planted", ctx.work, ctx.work / "home-planted", db,
                                      {"fast": ctx.bg.upstream}, config)
     ctx.others.append(daemon)

@@ -126,7 +126,6 @@ class Ctx:
     daemon: "Daemon | None" = None
     others: list["Daemon"] = field(default_factory=list)  # a case's own daemons, killed at the end if left
     session: "aiohttp.ClientSession | None" = None
-    limits_applied: bool = True
     expected: set[str] = field(default_factory=set)  # tags of legit calls on the main daemon
     lost_elsewhere: int = 0  # legit calls missing from a case's own daemon
     notes: list[str] = field(default_factory=list)
