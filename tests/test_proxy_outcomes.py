@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 
 import aiohttp
@@ -261,3 +262,25 @@ async def test_the_daemons_shutdown_while_the_upstream_thinks_is_interrupted(sil
     [e] = await proxy.sink.wait(1)
     assert e.outcome == ex.INTERRUPTED and e.status is None
     await _gone_within(silent, 5)
+
+
+async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
+    """A timeout while connecting means no connection was ever made; ``timeout`` is for an
+    upstream that was reached and then fell silent."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))  # the accept queue is full: new SYNs are dropped
+    proxy = await start_proxy({"up": f"http://127.0.0.1:{port}"}, connect_timeout=0.3)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+                assert resp.status == 502
+                assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+        [e] = await proxy.sink.wait(1)
+    finally:
+        await proxy.stop()
+        filler.close()
+        listener.close()
+    assert e.outcome == ex.UPSTREAM_UNREACHABLE and "connect" in e.error and e.status is None
