@@ -170,11 +170,14 @@ class Forwarder:
                                   f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s")
             except asyncio.TimeoutError as exc:
                 return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
-            except aiohttp.ClientConnectorError as exc:
+            except (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError) as exc:  # (or the HTTP proxy refused)
                 return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
             except aiohttp.ClientConnectionError as exc:  # connected, then the connection broke
                 return self._fail(rec, ex.UPSTREAM_RESET, 502,
                                   f"upstream connection lost before the response: {exc!r}", code="upstream_reset")
+            except aiohttp.ClientResponseError as exc:  # connected, then the answer was not HTTP
+                return self._fail(rec, ex.UPSTREAM_RESET, 502, "upstream sent a malformed response and the "
+                                  f"connection was dropped: {exc.message}", code="upstream_reset")
             except (aiohttp.ClientError, OSError) as exc:
                 return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
 

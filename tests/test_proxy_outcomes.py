@@ -284,3 +284,25 @@ async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
         filler.close()
         listener.close()
     assert e.outcome == ex.UPSTREAM_UNREACHABLE and "connect" in e.error and e.status is None
+
+
+async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
+    """The upstream was reached and answered something that is not HTTP: the connection broke
+    before a response, which is not "no connection"."""
+    async def script(writer):
+        writer.write(b"NOT-HTTP garbage\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with RawUpstream(script) as up:
+        proxy = await start_proxy({"up": up.url})
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+                    assert resp.status == 502
+                    error = (await resp.json())["error"]
+            [e] = await proxy.sink.wait(1)
+        finally:
+            await proxy.stop()
+    assert error["code"] == "upstream_reset" and "malformed" in error["message"]
+    assert e.outcome == ex.UPSTREAM_RESET and e.status is None and "malformed" in e.error
