@@ -231,7 +231,6 @@ class Forwarder:
     def _fail(self, rec: Recorder, outcome: str, status: int, message: str, code: str | None = None) -> web.Response:
         rec.finish(outcome, message)
         body = error_body(rec.route, status, message, code)
-        rec.status = None
         rec.synthetic_body = body
         self._submit(rec)
         return web.Response(status=status, body=body, content_type="application/json", headers=SANDBOX)
