@@ -158,7 +158,9 @@ class GuardedHandler(RequestHandler):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = None
-        by_client = not self._force_close
+        # The daemon closes a connection through force_close, which lets go of the transport first;
+        # a transport still held here was closed by the client (also while the daemon is stopping).
+        by_client = self.transport is not None
         body = self._body
         if body is not None and not body.is_eof():  # a handler not started yet must not wait for ever
             if self.close_reason is None:

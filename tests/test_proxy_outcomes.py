@@ -306,3 +306,22 @@ async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
             await proxy.stop()
     assert error["code"] == "upstream_reset" and "malformed" in error["message"]
     assert e.outcome == ex.UPSTREAM_RESET and e.status is None and "malformed" in e.error
+
+
+async def test_a_client_leaving_while_the_daemon_stops_is_client_disconnected_and_cancels_at_once(silent):
+    """Stopping waits shutdown_grace for open calls; a client that leaves meanwhile still stops
+    its upstream call at once, and its call is recorded as the client's leaving, not as cut by
+    the shutdown."""
+    proxy = await start_proxy({"up": silent.url}, Limits(shutdown_grace=10))
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(b"POST /u/up/v1/think HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+    await asyncio.wait_for(silent.started.wait(), 10)
+    stopping = asyncio.ensure_future(proxy.stop())
+    await asyncio.sleep(0.2)  # the daemon is stopping, waiting for the open call
+    writer.close()
+    left = time.monotonic()
+    gone = await _gone_within(silent, 5)
+    await asyncio.wait_for(stopping, 15)
+    [e] = await proxy.sink.wait(1)
+    assert gone - left < 3.0  # well before the 10 s grace ends
+    assert e.outcome == ex.CLIENT_DISCONNECTED and e.status is None
