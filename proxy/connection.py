@@ -158,7 +158,9 @@ class GuardedHandler(RequestHandler):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = None
-        by_client = not self._force_close
+        # The daemon closes a connection through force_close, which lets go of the transport first;
+        # a transport still held here was closed by the client (also while the daemon is stopping).
+        by_client = self.transport is not None
         body = self._body
         if body is not None and not body.is_eof():  # a handler not started yet must not wait for ever
             if self.close_reason is None:
@@ -173,26 +175,28 @@ class GuardedHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         body = self._body
-        if body is not None:
-            if not body.is_eof():  # body bytes: the body clock watches them
-                count = self._request_count
-                RequestHandler.data_received(self, data)
-                if self._request_count != count and not body.is_eof():
-                    self._body_malformed(body)
-                return
-            self._body = None
+        reading_body = body is not None and not body.is_eof()
         count = self._request_count
         RequestHandler.data_received(self, data)
-        if self._request_count == count:  # part of a head (or nothing): its clock runs from the first byte
+        if self._request_count == count:  # no new request
+            if reading_body:  # body bytes: the body clock watches them
+                return
+            self._body = None  # part of a head (or nothing): its clock runs from the first byte
             if data and not self._force_close:
                 self._head_started = True
                 if self._head_timer is None:
                     self._head_timer = self._loop.call_later(self._guard.limits.header_timeout, self._head_expired)
             return
+        if reading_body and not body.is_eof():
+            self._body_malformed(body)
+            return
+        # A head is complete (the same bytes may have ended the previous body): the last request's
+        # body, if it is still arriving, is the one the body clock watches.
         timer = self._head_timer
         if timer is not None:
             timer.cancel()
             self._head_timer = None
+        self._body = None
         messages = self._messages
         if messages:
             payload = messages[-1][1]

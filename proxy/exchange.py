@@ -12,8 +12,8 @@ from typing import Protocol
 # Outcomes of an exchange.
 OK = "ok"
 HTTP_ERROR = "http_error"  # the upstream answered with a status >= 400
-UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection to the upstream could be made
-UPSTREAM_RESET = "upstream_reset"  # the upstream's connection broke after it was made
+UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection to the upstream could be made (in time)
+UPSTREAM_RESET = "upstream_reset"  # the upstream's connection broke after it was made (or it answered non-HTTP)
 CLIENT_DISCONNECTED = "client_disconnected"  # the client left (or stalled its body) before the end
 TIMEOUT = "timeout"  # the upstream was silent longer than the read timeout
 INTERRUPTED = "interrupted"  # cut by the daemon's own shutdown

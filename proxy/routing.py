@@ -1,4 +1,4 @@
-"""Map an incoming path to a configured upstream (P1). Never an open proxy: only named upstreams.
+"""Map an incoming path to a configured upstream. Never an open proxy: only the named upstreams are reached.
 
     /anthropic/<rest>            -> upstream "anthropic" + /<rest>
     /openai/<rest>               -> upstream "openai" + /<rest>

@@ -11,20 +11,14 @@ from .forward import Forwarder
 from .limits import Limits
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
-PROVIDER_PREFIXES = ("/anthropic/", "/openai/", "/u/", "/s/")
-MAX_BODY = Limits.max_body_bytes
 
 
-def is_provider_path(path: str) -> bool:
-    return path.startswith(PROVIDER_PREFIXES)
-
-
-def create_proxy_app(forwarder: Forwarder, *, max_body: int | None = None) -> web.Application:
+def create_proxy_app(forwarder: Forwarder) -> web.Application:
     """An app whose provider prefixes are forwarded; add UI/API routes to it before starting.
 
     The forwarder reads provider bodies itself (and answers an oversized one in the provider's
-    shape); ``max_body`` bounds the bodies the other routes read, the forwarder's limit by default."""
-    app = web.Application(client_max_size=max_body or forwarder.settings.limits.max_body_bytes)
+    shape); the other routes' bodies are bounded by the same max_body_bytes limit."""
+    app = web.Application(client_max_size=forwarder.settings.limits.max_body_bytes)
     app[FORWARDER_KEY] = forwarder
 
     async def on_startup(app: web.Application) -> None:

@@ -53,10 +53,11 @@ class Proxy:
         await self.runner.cleanup()
 
 
-async def start_proxy(upstreams: dict[str, str], limits: Limits | None = None, read_timeout: float = 600.0) -> Proxy:
+async def start_proxy(upstreams: dict[str, str], limits: Limits | None = None, read_timeout: float = 600.0,
+                      connect_timeout: float = 30.0) -> Proxy:
     sink = ListSink()
     settings = ProxySettings(upstreams=upstreams, salt=b"s" * 32, read_timeout=read_timeout,
-                             limits=limits or Limits())
+                             connect_timeout=connect_timeout, limits=limits or Limits())
     forwarder = Forwarder(settings, sink)
     runner = make_runner(create_proxy_app(forwarder))
     await runner.setup()

@@ -264,3 +264,22 @@ async def test_a_chunked_body_that_turns_malformed_midway_is_refused_without_a_t
     assert not [r for r in logged if r.exc_info or r.levelno >= logging.ERROR], [r.getMessage() for r in logged]
     lines = [r.getMessage() for r in logged if r.levelno >= logging.INFO]
     assert len(lines) == 1 and "malformed request body" in lines[0], lines
+
+
+async def test_a_pipelined_body_after_a_body_that_ended_in_the_same_packet_still_has_a_deadline(proxy, echo):
+    """The packet that ends one request's body carries the next request's head and the start of
+    its body: that body trickles in too slowly and must be cut like any other."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(HEAD + b"Content-Length: 2\r\n\r\n{")
+    await writer.drain()
+    await asyncio.sleep(0.1)  # the first body is being read
+    writer.write(b"}" + HEAD + b"Content-Length: 1000000\r\n\r\n{")
+    sender = asyncio.ensure_future(trickle(writer, b" " * 999999, every=0.02, until=20))
+    answer = await closed_within(reader, 5)
+    await sender
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1 ") == 1
+    first, second = await proxy.sink.wait(2)
+    assert first.outcome == ex.OK and echo.bodies == [b"{}"]
+    assert second.outcome == ex.CLIENT_DISCONNECTED and "stalled" in second.error
+    assert proxy.server.counts["body_stalls"] == 1

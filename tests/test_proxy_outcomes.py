@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 
 import aiohttp
@@ -261,3 +262,66 @@ async def test_the_daemons_shutdown_while_the_upstream_thinks_is_interrupted(sil
     [e] = await proxy.sink.wait(1)
     assert e.outcome == ex.INTERRUPTED and e.status is None
     await _gone_within(silent, 5)
+
+
+async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
+    """A timeout while connecting means no connection was ever made; ``timeout`` is for an
+    upstream that was reached and then fell silent."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))  # the accept queue is full: new SYNs are dropped
+    proxy = await start_proxy({"up": f"http://127.0.0.1:{port}"}, connect_timeout=0.3)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+                assert resp.status == 502
+                assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+        [e] = await proxy.sink.wait(1)
+    finally:
+        await proxy.stop()
+        filler.close()
+        listener.close()
+    assert e.outcome == ex.UPSTREAM_UNREACHABLE and "connect" in e.error and e.status is None
+
+
+async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
+    """The upstream was reached and answered something that is not HTTP: the connection broke
+    before a response, which is not "no connection"."""
+    async def script(writer):
+        writer.write(b"NOT-HTTP garbage\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with RawUpstream(script) as up:
+        proxy = await start_proxy({"up": up.url})
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+                    assert resp.status == 502
+                    error = (await resp.json())["error"]
+            [e] = await proxy.sink.wait(1)
+        finally:
+            await proxy.stop()
+    assert error["code"] == "upstream_reset" and "malformed" in error["message"]
+    assert e.outcome == ex.UPSTREAM_RESET and e.status is None and "malformed" in e.error
+
+
+async def test_a_client_leaving_while_the_daemon_stops_is_client_disconnected_and_cancels_at_once(silent):
+    """Stopping waits shutdown_grace for open calls; a client that leaves meanwhile still stops
+    its upstream call at once, and its call is recorded as the client's leaving, not as cut by
+    the shutdown."""
+    proxy = await start_proxy({"up": silent.url}, Limits(shutdown_grace=10))
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(b"POST /u/up/v1/think HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+    await asyncio.wait_for(silent.started.wait(), 10)
+    stopping = asyncio.ensure_future(proxy.stop())
+    await asyncio.sleep(0.2)  # the daemon is stopping, waiting for the open call
+    writer.close()
+    left = time.monotonic()
+    gone = await _gone_within(silent, 5)
+    await asyncio.wait_for(stopping, 15)
+    [e] = await proxy.sink.wait(1)
+    assert gone - left < 3.0  # well before the 10 s grace ends
+    assert e.outcome == ex.CLIENT_DISCONNECTED and e.status is None

@@ -1,0 +1,97 @@
+"""Which headers cross the proxy, in each direction.
+
+Hop-by-hop headers describe one connection and stop here; ``x-ctxscope-*`` annotations are meant
+for the capture, not the upstream; every other header goes on as sent, in its case and order, and
+aiohttp must not add one the client did not send. Clients send the same few header names on every
+call, so what each spelling of a name means is remembered rather than worked out again.
+"""
+
+from __future__ import annotations
+
+from multidict import CIMultiDict
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# aiohttp sets these itself for the upstream request (Host from the URL, length from the body).
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+ANNOTATION_PREFIX = "x-ctxscope-"
+
+# Never let aiohttp invent headers the client did not send. Telling aiohttp so costs it a few
+# copies per request, so it is only told when one of them is missing (clients rarely omit any).
+_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+_AUTO_BITS = {"accept": 1, "accept-encoding": 2, "user-agent": 4, "content-type": 8}
+_AUTO_WITHOUT_BODY, _AUTO_WITH_BODY = 7, 15  # aiohttp adds Content-Type only to a body
+
+# Caches of header names as spelled on the wire, bounded: a hostile client may send a new name
+# with every request.
+MAX_CACHED = 4096
+_FORWARD, _DROP, _ANNOTATION = 0, 1, 2
+_request_names: dict[bytes, tuple[str, str, int, int]] = {}  # -> (name, lowercase name, kind, auto bit)
+_response_drops: dict[str, bool] = {}
+
+
+def _request_name(raw: bytes) -> tuple[str, str, int, int]:
+    known = _request_names.get(raw)
+    if known is None:
+        name = raw.decode("latin-1")
+        lname = name.lower()
+        kind = _ANNOTATION if lname.startswith(ANNOTATION_PREFIX) else _DROP if lname in _REQUEST_DROP else _FORWARD
+        known = (name, lname, kind, _AUTO_BITS.get(lname, 0))
+        if len(_request_names) < MAX_CACHED:
+            _request_names[raw] = known
+    return known
+
+
+def split_request_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+    """Headers to forward (original case and order), the x-ctxscope-* annotations to strip (name
+    lowercased), and a bit set of the headers aiohttp would otherwise add that are present."""
+    forward, annotations, present = [], [], 0
+    for k, v in raw_headers:
+        name, lname, kind, bit = _request_name(k)
+        if kind == _FORWARD:
+            forward.append((name, v.decode("latin-1")))
+            present |= bit
+        elif kind == _ANNOTATION:
+            annotations.append((lname, v.decode("latin-1")))
+    return forward, annotations, present
+
+
+def skip_auto_headers(present: int, has_body: bool) -> frozenset[str] | None:
+    """What aiohttp must not add to the upstream request; None (the cheap case) when the client
+    sent all of them already."""
+    needed = _AUTO_WITH_BODY if has_body else _AUTO_WITHOUT_BODY
+    return None if present & needed == needed else _SKIP_AUTO
+
+
+def annotation(annotations: list[tuple[str, str]], name: str) -> str | None:
+    return next((v for k, v in annotations if k == name), None)
+
+
+def _response_drop(name: str) -> bool:
+    drop = _response_drops.get(name)
+    if drop is None:
+        drop = name.lower() in HOP_BY_HOP
+        if len(_response_drops) < MAX_CACHED:
+            _response_drops[name] = drop
+    return drop
+
+
+def client_response_headers(received: tuple[tuple[str, str], ...]) -> CIMultiDict[str]:
+    """The upstream's response headers as the client gets them: without hop-by-hop ones, and
+    sandboxed (see "Upstream content is sandboxed" in docs/architecture.md)."""
+    headers = CIMultiDict([(n, v) for n, v in received if not _response_drop(n)])
+    headers.add("Content-Security-Policy", "sandbox")  # beside any policy of the upstream's own
+    headers["X-Content-Type-Options"] = "nosniff"
+    return headers
