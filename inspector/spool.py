@@ -54,6 +54,7 @@ SUFFIX = ".spool-"
 QUARANTINED = ".quarantined-"
 _OWNER = re.compile(r"\d+(?:\.\d+)?")  # what follows SUFFIX in a spool's name (owner pid[.n])
 _IOV_MAX = 512  # pieces per writev call (the system limit is at least 1024)
+_CHECK_PIECE = 1 << 20  # bytes read at a time to verify a record's checksum
 
 
 class SpoolCorrupt(ValueError):
@@ -163,12 +164,25 @@ def _read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list
     n, crc = _RECORD.unpack(head)
     if n > size - at - _RECORD.size:
         raise _Torn
+    if verify and _checksum(fd, at + _RECORD.size, n) != crc:
+        raise SpoolCorrupt("checksum mismatch")
     payload = os.pread(fd, n, at + _RECORD.size)
     if len(payload) < n:
         raise _Torn
-    if verify and zlib.crc32(payload) != crc:
-        raise SpoolCorrupt("checksum mismatch")
     return decode(payload), at + _RECORD.size + n
+
+
+def _checksum(fd: int, at: int, n: int) -> int:
+    """The CRC32 of ``n`` bytes at ``at``, read a piece at a time: a hostile file's declared
+    length is only trusted, and allocated, once its checksum matched."""
+    crc, end = 0, at + n
+    while at < end:
+        piece = os.pread(fd, min(_CHECK_PIECE, end - at), at)
+        if not piece:
+            raise _Torn
+        crc = zlib.crc32(piece, crc)
+        at += len(piece)
+    return crc
 
 
 def _write_pieces(fd: int, pieces: list[bytes]) -> None:

@@ -172,3 +172,27 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     text = json.dumps(heads).encode()
     [back] = spools.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
     assert unpack(back) == ex
+
+
+def test_a_huge_declared_record_length_allocates_nothing_before_its_checksum_fails(tmp_path):
+    """A sparse file that declares one 256 MB record: reading it must not hold 256 MB first."""
+    import tracemalloc
+
+    db = tmp_path / "c.db"
+    path = spools.spool_path(db, 5151)
+    size = 256 << 20
+    with open(path, "wb") as f:
+        f.write(spools.HEADER + struct.pack("<QI", size - len(spools.HEADER) - 12, 12345))
+        f.truncate(size)
+    os.chmod(path, 0o600)
+    [orphan] = spools.orphans(db)
+    tracemalloc.start()
+    try:
+        assert list(orphan.batches()) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert orphan.corrupt and "checksum" in orphan.corrupt
+    assert peak < 16 << 20, f"reading held {peak >> 20} MB"
+    assert orphan.release() is not None  # quarantined
+
