@@ -400,6 +400,17 @@ def _foreign(fd: int) -> str | None:
     return "not a ctxscope spool (no spool header; older versions' pickle spools are never read)"
 
 
+def _still_at(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``: a lock taken on a file that another
+    writer has since removed or moved aside must not let us read it, or move its successor."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
 def orphans(db_path: Path, quarantined: list[Path] | None = None) -> list[Orphan]:
     """Spools of writers that are gone (their lock is free), ready to read; each stays locked until
     released, so two writers starting together never both take one over. Unsafe ones are
@@ -418,6 +429,9 @@ def orphans(db_path: Path, quarantined: list[Path] | None = None) -> list[Orphan
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # its writer is alive, or another new writer is taking it over
+            os.close(fd)
+            continue
+        if not _still_at(path, fd):  # taken over (stored or quarantined) by another writer meanwhile
             os.close(fd)
             continue
         why = _foreign(fd)

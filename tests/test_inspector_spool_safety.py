@@ -196,3 +196,56 @@ def test_a_huge_declared_record_length_allocates_nothing_before_its_checksum_fai
     assert peak < 16 << 20, f"reading held {peak >> 20} MB"
     assert orphan.release() is not None  # quarantined
 
+
+def test_a_spool_taken_over_by_another_writer_meanwhile_is_left_to_it(tmp_path, monkeypatch):
+    """Two writers start together: while one waits for the lock of a planted file, the other
+    quarantines it and a live writer's spool gets the same name. The late one must not move the
+    live spool aside, nor read a file that is no longer the one at its path."""
+    db = tmp_path / "c.db"
+    planted = spools.spool_path(db, 5252)
+    planted.write_bytes(b"garbage" * 10)
+    os.chmod(planted, 0o600)
+    real_flock = spools.fcntl.flock
+    live = []
+
+    def rival_first(fd, op):
+        if not live:
+            live.append(None)
+            spools.quarantine(planted, "a rival writer found it unsafe")
+            live[0] = spools.Spool(db, owner=5252)  # a live writer's spool under the same name
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(spools.fcntl, "flock", rival_first)
+    quarantined: list = []
+    found = spools.orphans(db, quarantined)
+    monkeypatch.undo()
+    try:
+        assert found == [] and quarantined == []
+        assert live[0].path == planted and planted.exists()  # the live spool stays where it is
+        assert len(spools.quarantined_files(db)) == 1  # the rival's quarantine only
+    finally:
+        live[0].close(remove=True)
+
+
+def test_a_valid_spool_taken_over_and_released_meanwhile_is_not_read_again(tmp_path, monkeypatch):
+    db = tmp_path / "c.db"
+    s = spools.Spool(db, owner=5353)
+    s.append([pack(make_exchange(1))])
+    s.close(remove=False)
+    real_flock = spools.fcntl.flock
+    done = []
+
+    def rival_first(fd, op):
+        if not done:
+            done.append(True)
+            [theirs] = spools.orphans(db)
+            assert len(list(theirs.batches())) == 1
+            theirs.release()  # stored by the rival: the file is gone
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(spools.fcntl, "flock", rival_first)
+    found = spools.orphans(db)
+    monkeypatch.undo()
+    for orphan in found:
+        orphan.keep()
+    assert found == []
