@@ -7,6 +7,7 @@ could read it until then).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -19,22 +20,33 @@ FILE_MODE = 0o600
 
 
 def tighten(path: Path) -> str | None:
-    """Remove group and other access from ``path`` (not through a symlink); returns what changed."""
+    """Remove group and other access from ``path`` (never through a symlink); returns what changed.
+
+    The file is opened without following a symlink and changed through that descriptor, so a
+    path swapped for a symlink after the look cannot make us change the mode of another file."""
     try:
-        st = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return None
-    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
-        return None  # not ours to change
-    old = stat.S_IMODE(st.st_mode)
-    if not old & 0o077:
-        return None
-    new = old & 0o700
-    try:
-        os.chmod(path, new)
     except OSError as exc:
-        log.warning("%s is readable by other users (mode %04o) and cannot be made private: %s", path, old, exc)
+        if exc.errno != errno.ELOOP:  # a symlink is not ours to change
+            log.warning("%s cannot be checked for access by other users: %s", path, exc)
         return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            return None  # not ours to change
+        old = stat.S_IMODE(st.st_mode)
+        if not old & 0o077:
+            return None
+        new = old & 0o700
+        try:
+            os.fchmod(fd, new)
+        except OSError as exc:
+            log.warning("%s is readable by other users (mode %04o) and cannot be made private: %s", path, old, exc)
+            return None
+    finally:
+        os.close(fd)
     change = f"{path}: mode {old:04o} -> {new:04o}"
     log.warning("tightened permissions of %s from %04o to %04o: other local users could read it", path, old, new)
     return change
