@@ -223,31 +223,42 @@ class _Deferred:
         return self.calls > 0 or bool(self._memory)
 
     def feed(self) -> bool:
-        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given."""
+        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given.
+
+        Room is counted per call, in calls and in bytes, so the writer never has to drop one: a
+        call that would take it past CHILD_BACKLOG_BYTES waits until it is empty."""
+        s = self.writer.stats()
+        room, queued_bytes = CHILD_BACKLOG - s.queued, s.queued_bytes
         while True:
-            s = self.writer.stats()
-            room = CHILD_BACKLOG - s.queued
-            if room <= 0 or s.queued_bytes >= CHILD_BACKLOG_BYTES:
+            fields = self._next()
+            if fields is None:
+                self.calls = self.bytes = 0
+                self.since, self.storing = None, False
+                return True
+            size = call_size(fields)
+            if room <= 0 or (queued_bytes and queued_bytes + size > CHILD_BACKLOG_BYTES):
                 return False
             if self._memory:
-                for _ in range(min(room, len(self._memory))):
-                    fields = self._memory.popleft()
-                    self._memory_bytes -= call_size(fields)
-                    self._memory_ids.add(fields[_ID])
-                    self._give(fields)
-                continue
-            if not self._batch:
-                batch = self.spool.next_batch() if self.spool is not None else None
-                if batch is None:
-                    self.calls = self.bytes = 0
-                    self.since, self.storing = None, False
-                    return True
-                self._batch.extend(batch)
-            for _ in range(min(len(self._batch), room)):
-                fields = self._batch.popleft()
+                self._memory.popleft()
+                self._memory_bytes -= size
+                self._memory_ids.add(fields[_ID])
+            else:
+                self._batch.popleft()
                 self.calls -= 1
-                self.bytes -= call_size(fields)
-                self._give(fields)
+                self.bytes -= size
+            self._give(fields)
+            room, queued_bytes = room - 1, queued_bytes + size
+
+    def _next(self) -> tuple | None:
+        """The next call to give the writer (held in memory first, then spooled), not taken yet."""
+        if self._memory:
+            return self._memory[0]
+        while not self._batch:
+            batch = self.spool.next_batch() if self.spool is not None else None
+            if batch is None:
+                return None
+            self._batch.extend(batch)
+        return self._batch[0]
 
     def drain(self) -> None:
         """Feed everything, waiting for the writer as needed (shutting down). Gives up while the
