@@ -12,6 +12,7 @@ from test_inspector_writer_process import make_exchange
 
 from ctxscope.inspector import queries
 from ctxscope.inspector import spool as spools
+from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.writer_child import pack
 from ctxscope.inspector.writer_process import WriterProcess
@@ -125,7 +126,7 @@ def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp
     s.append([pack(kept)])
     s.close(remove=False)
     with open(s.path, "ab") as f:
-        f.write(b"".join(spools.encode([pack(make_exchange(2))]))[:-3])  # the crash came mid-append
+        f.write(b"".join(spool_format.encode([pack(make_exchange(2))]))[:-3])  # the crash came mid-append
     w = WriterProcess(db)
     w.start()
     assert w.stop()
@@ -144,15 +145,15 @@ def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     from ctxscope.proxy.exchange import Exchange
 
     names = [f.name for f in dataclasses.fields(Exchange)]
-    record = b"".join(spools.encode([pack(make_exchange(1))]))[12:]
+    record = b"".join(spool_format.encode([pack(make_exchange(1))]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])
     heads[0][names.index(field)] = value
     text = json.dumps(heads).encode()
     forged = struct.pack("<I", len(text)) + text + record[4 + n:]
     assert zlib.crc32(forged)  # a checksum would match: the reader checks more than that
-    with pytest.raises(spools.SpoolCorrupt):
-        spools.decode(forged)
+    with pytest.raises(spool_format.SpoolCorrupt):
+        spool_format.decode(forged)
 
 
 def test_a_record_written_before_fields_with_defaults_existed_still_reads():
@@ -165,12 +166,12 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
                    or f.default_factory is not dataclasses.MISSING)
     ex = make_exchange(1)
-    record = b"".join(spools.encode([pack(ex)]))[12:]
+    record = b"".join(spool_format.encode([pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])
     heads[0] = heads[0][:-optional]  # as an older ctxscope wrote it
     text = json.dumps(heads).encode()
-    [back] = spools.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
     assert unpack(back) == ex
 
 
