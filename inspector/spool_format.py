@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import struct
 import zlib
@@ -58,6 +59,23 @@ _CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (othe
     "bytes": lambda v: type(v) is int and v >= 0,  # the body's length; its bytes follow the JSON
 }
 _FIELDS = dataclasses.fields(Exchange)
+# An Exchange crosses the process boundary and sits in the spool as a plain tuple of its fields: no
+# class reference and no field names in the pickle, less than half the time to pickle and to unpickle.
+pack = operator.attrgetter(*(f.name for f in _FIELDS))
+_NAMES = [f.name for f in _FIELDS]
+ID = _NAMES.index("id")
+_SIZED = (_NAMES.index("request_body"), _NAMES.index("response_body"))
+
+
+def unpack(fields: tuple) -> Exchange:
+    return Exchange(*fields)
+
+
+def call_size(fields: tuple) -> int:
+    """Body bytes of a packed exchange (what the queue and spool limits count)."""
+    return len(fields[_SIZED[0]]) + len(fields[_SIZED[1]])
+
+
 _KINDS = [str(f.type) for f in _FIELDS]
 _VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
 # A spool written before fields with defaults were added still reads: they take their defaults.

@@ -32,7 +32,6 @@ import collections
 import dataclasses
 import importlib
 import logging
-import operator
 import os
 import queue
 import signal
@@ -41,9 +40,10 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer import RETRY_INTERVAL, CaptureWriter
+from ctxscope.inspector.spool_format import ID, call_size, unpack
+from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
-from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
 
@@ -57,22 +57,6 @@ MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they a
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
-
-
-# An Exchange crosses the process boundary (and sits in the spool) as a plain tuple of its fields:
-# no class reference and no field names in the pickle, less than half the time to pickle and to unpickle.
-_FIELDS = [f.name for f in dataclasses.fields(Exchange)]
-pack = operator.attrgetter(*_FIELDS)
-_REQUEST_BODY, _RESPONSE_BODY, _ID = (_FIELDS.index(n) for n in ("request_body", "response_body", "id"))
-
-
-def unpack(fields: tuple) -> Exchange:
-    return Exchange(*fields)
-
-
-def call_size(fields: tuple) -> int:
-    """Body bytes of a packed exchange (what the queue and spool limits count)."""
-    return len(fields[_REQUEST_BODY]) + len(fields[_RESPONSE_BODY])
 
 
 def load_factory(spec: str | None):
@@ -187,7 +171,7 @@ class _Deferred:
                 self.dropped += 1
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
-                              "wait in memory already (%d dropped so far)", fields[_ID], MEMORY_LIMIT >> 20,
+                              "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
                               self.dropped)
                 continue
             self._memory.append(fields)
@@ -241,7 +225,7 @@ class _Deferred:
             if self._memory:
                 self._memory.popleft()
                 self._memory_bytes -= size
-                self._memory_ids.add(fields[_ID])
+                self._memory_ids.add(fields[ID])
             else:
                 self._batch.popleft()
                 self.calls -= 1
@@ -310,7 +294,7 @@ def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
     for orphan in left:
         n, kept = 0, True
         for batch in orphan.batches():
-            ids += [fields[_ID] for fields in batch]
+            ids += [fields[ID] for fields in batch]
             n += len(batch)
             if not deferred.add(batch, time.monotonic(), received=False):
                 kept = False  # our spool cannot take them: leave the file for the next writer

@@ -46,8 +46,10 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer import RETRY_INTERVAL, WriterStats
-from ctxscope.inspector.writer_child import IDLE_CLASS, call_size, child_main, pack
+from ctxscope.inspector.writer_status import WriterStats
+from ctxscope.inspector.writer_failures import RETRY_INTERVAL
+from ctxscope.inspector.spool_format import call_size, pack
+from ctxscope.inspector.writer_child import IDLE_CLASS, child_main
 from ctxscope.inspector.writer_status import StatusPublisher
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("ctxscope.store")
@@ -33,6 +34,30 @@ log = logging.getLogger("ctxscope.store")
 SUFFIX = ".writer-"
 SIZE = 16384
 _OWNER = re.compile(r"\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    """Live counters of this writer (persisted totals across runs are in ``store_events``)."""
+
+    queued: int = 0  # waiting to be stored now
+    queued_bytes: int = 0  # their request + response bytes
+    written: int = 0  # calls committed
+    failed: int = 0  # exchanges that could not be stored (given up)
+    dropped: int = 0  # exchanges refused because the queue was full or the writer was stopped
+    analysis_failed: int = 0  # analyzer exceptions (the call itself was kept)
+    parse_failed: int = 0  # responses the parser choked on (raw bytes kept)
+    commits: int = 0
+    last_error: str | None = None
+    running: bool = False
+    already_stored: int = 0  # calls found already stored (from a recovered spool): not stored twice
+    store_failures: int = 0  # failed attempts to open or write the store (or writer processes that died)
+    store_down_since: str | None = None  # when the current store outage began; None while storing works
+    restarts: int = 0  # writer processes started again after one died
+    spools_quarantined: int = 0  # spool files renamed aside as unsafe to read
+    spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
+    spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
+    in_memory: int = 0  # calls held in memory because the spool could not be written
 
 
 def _runtime_dir(create: bool) -> Path | None:

@@ -11,8 +11,8 @@ from test_inspector_writer_process import make_exchange
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_child import pack as _pack
-from ctxscope.inspector.writer_child import unpack
+from ctxscope.inspector.spool_format import pack as _pack
+from ctxscope.inspector.spool_format import unpack
 from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
 
 

@@ -14,7 +14,7 @@ from ctxscope.inspector import queries
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_child import pack
+from ctxscope.inspector.spool_format import pack
 from ctxscope.inspector.writer_process import WriterProcess
 
 
@@ -160,7 +160,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.writer_child import unpack
+    from ctxscope.inspector.spool_format import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
