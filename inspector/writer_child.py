@@ -14,16 +14,7 @@ Calls leave the spool only once stored: while the store is unavailable (full dis
 file) they wait there, and the writer retries; the child starts even when the store cannot be
 opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
 
-The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
-bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
-the client (the kernel may let a running task finish its slice before a woken one gets the CPU):
-ctxscope reached 0.49x of the throughput it has with capture stubbed out (nice 19: 0.56x); in the
-idle scheduling class, where any ordinary task that wakes up takes the CPU at once, 0.87x (one
-interleaved run of 10 rounds). So on Linux the child runs in the idle class while it keeps up, and
-returns to ordinary scheduling at its nice level when it has been behind for MAX_IDLE_LAG seconds
-and while it drains on shutdown, so a busy machine cannot starve it. Leaving the idle class needs
-root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level; a process without that could not
-get out again, so it stays at nice 10 only.
+It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer_priority`).
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ import logging
 import os
 import queue
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -43,6 +33,7 @@ from ctxscope.inspector import spool as spools
 from ctxscope.inspector.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_failures import RETRY_INTERVAL
+from ctxscope.inspector.writer_priority import Priority
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
@@ -51,8 +42,6 @@ STATS_INTERVAL = 0.25
 FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
 CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
 CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyond its own limit)
-IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
-MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
@@ -65,58 +54,6 @@ def load_factory(spec: str | None):
         return []
     module_name, _, attr = spec.partition(":")
     return list(getattr(importlib.import_module(module_name), attr)())
-
-
-def _can_leave_idle_class() -> bool:
-    """Whether this process may return from the idle class at its nice level: tried on a
-    throwaway thread (the policy belongs to each thread), so no other thread is left in it."""
-    allowed: list[bool] = []
-
-    def probe() -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-            allowed.append(True)
-        except (OSError, AttributeError):
-            allowed.append(False)
-
-    thread = threading.Thread(target=probe, name="ctxscope-sched-probe")
-    thread.start()
-    thread.join()
-    return allowed == [True]
-
-
-class _Priority:
-    """The child's scheduling: idle class while it keeps up, ordinary (niced) while it is behind."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and hasattr(os, "SCHED_IDLE") and _can_leave_idle_class()
-        self.idle = False
-        self.behind_since: float | None = None
-
-    def set_idle(self, idle: bool) -> None:
-        if idle == self.idle or not self.enabled:
-            return
-        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
-        for tid in os.listdir("/proc/self/task"):  # every thread; new ones inherit their creator's
-            try:
-                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
-            except ProcessLookupError:  # the thread just ended
-                pass
-            except OSError as exc:
-                if self.enabled:
-                    log.warning("capture writer: cannot change its scheduling (%s)", exc)
-                self.enabled = False
-        self.idle = idle
-
-    def update(self, behind: bool, now: float) -> None:
-        if not behind:
-            self.behind_since = None
-            self.set_idle(True)
-        elif self.behind_since is None:
-            self.behind_since = now
-        elif now - self.behind_since > MAX_IDLE_LAG:
-            self.set_idle(False)
 
 
 class _Deferred:
@@ -338,7 +275,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     except OSError as exc:
         log.error("capture writer: cannot create its spool next to %s (%s); calls wait in memory", db_path, exc)
         spool = None
-    priority = _Priority(idle_class)
+    priority = Priority(idle_class)
     priority.set_idle(True)
     replies.put(("ready", (writer.capture_epoch, writer.stats().last_error if writer.store_down else None)))
     parent = os.getppid()

@@ -39,7 +39,6 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
-import os
 import queue
 import threading
 import time
@@ -49,7 +48,8 @@ from ctxscope.inspector import spool as spools
 from ctxscope.inspector.writer_status import WriterStats
 from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.inspector.spool_format import call_size, pack
-from ctxscope.inspector.writer_child import IDLE_CLASS, child_main
+from ctxscope.inspector.writer_child import child_main
+from ctxscope.inspector.writer_priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer_status import StatusPublisher
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
@@ -403,7 +403,7 @@ class WriterProcess:
             return True
         while self._restarting:
             time.sleep(0.05)
-        _leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
+        leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(None)
@@ -438,21 +438,6 @@ def _now_iso() -> str:
     from ctxscope.inspector.store import now_iso
 
     return now_iso()
-
-
-def _leave_idle_class(pid: int) -> None:
-    """Ordinary scheduling for every thread of the child, where this process may grant it (the
-    child does the same once it reads the stop marker, but an idle-class child may not get the CPU
-    to read it on a saturated machine)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-        except (OSError, AttributeError):
-            pass
 
 
 class _Held:
