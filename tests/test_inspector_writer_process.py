@@ -310,7 +310,7 @@ def crash_on_store():
 
 
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer_process as wp
+    import ctxscope.inspector.writer_restart as wp
     from ctxscope.inspector import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
