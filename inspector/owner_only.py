@@ -7,7 +7,6 @@ could read it until then).
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import stat
@@ -17,36 +16,43 @@ log = logging.getLogger("ctxscope.files")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+# A reference to a file that does not open it, where its mode can then be changed through /proc.
+_REF = getattr(os, "O_PATH", 0) if os.path.isdir("/proc/self/fd") else 0
 
 
 def tighten(path: Path) -> str | None:
     """Remove group and other access from ``path`` (never through a symlink); returns what changed.
 
-    The file is opened without following a symlink and changed through that descriptor, so a
-    path swapped for a symlink after the look cannot make us change the mode of another file."""
+    The path is opened as a bare reference (``O_PATH``, which neither reads the file nor counts
+    as an open of it: closing it keeps SQLite's POSIX locks, which closing an ordinary descriptor
+    of a database file would drop) without following a symlink, and the mode is changed through
+    that reference, so a path swapped for a symlink after the look cannot make us change another
+    file. Where there is no ``O_PATH`` or /proc, the path is looked at and changed by name."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(path, _REF | os.O_NOFOLLOW) if _REF else None
     except FileNotFoundError:
         return None
     except OSError as exc:
-        if exc.errno != errno.ELOOP:  # a symlink is not ours to change
-            log.warning("%s cannot be checked for access by other users: %s", path, exc)
+        log.warning("%s cannot be checked for access by other users: %s", path, exc)
         return None
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid():
+        st = os.fstat(fd) if fd is not None else os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
             return None  # not ours to change
         old = stat.S_IMODE(st.st_mode)
         if not old & 0o077:
             return None
         new = old & 0o700
         try:
-            os.fchmod(fd, new)
+            os.chmod(f"/proc/self/fd/{fd}" if fd is not None else path, new)
         except OSError as exc:
             log.warning("%s is readable by other users (mode %04o) and cannot be made private: %s", path, old, exc)
             return None
+    except FileNotFoundError:
+        return None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     change = f"{path}: mode {old:04o} -> {new:04o}"
     log.warning("tightened permissions of %s from %04o to %04o: other local users could read it", path, old, new)
     return change

@@ -111,3 +111,31 @@ def test_tightening_never_changes_a_file_swapped_in_through_a_symlink(tmp_path, 
     owner_only.tighten(loose)
     monkeypatch.undo()
     assert swapped and _mode(victim) == 0o755
+
+
+def test_tightening_a_live_database_keeps_sqlites_locks(tmp_path):
+    """SQLite's locks are POSIX locks, which a process loses when it closes any descriptor of the
+    file: tightening the files of a database this process has open must not close one."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from ctxscope.inspector import owner_only
+
+    db = tmp_path / "captures.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    os.chmod(db, 0o644)
+    conn.execute("BEGIN IMMEDIATE")  # holds the write lock
+    conn.execute("INSERT INTO t VALUES (1)")
+    try:
+        assert owner_only.private_store(db)  # it did tighten something
+        other = subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None);"
+             "c.execute('BEGIN IMMEDIATE'); print('got the lock')", str(db)],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+    assert "got the lock" not in other.stdout and "locked" in other.stderr
