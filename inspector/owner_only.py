@@ -7,15 +7,20 @@ could read it until then).
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
+import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("ctxscope.files")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+OWNER_NAME = re.compile(r"\d+(?:\.\d+)?")  # the owner in a per-process file's name: pid, or pid.n
 # A reference to a file that does not open it, where its mode can then be changed through /proc.
 _REF = getattr(os, "O_PATH", 0) if os.path.isdir("/proc/self/fd") else 0
 
@@ -91,3 +96,23 @@ def private_store(db_path: Path) -> list[str]:
     for suffix in ("", "-wal", "-shm", "-journal"):
         changes += private_file(db_path.with_name(db_path.name + suffix))
     return changes
+
+
+def create_locked(path_for: Callable[[str], Path], owner: int, flags: int = 0) -> tuple[Path, int]:
+    """A new owner-only file named ``path_for(owner)`` (or ``owner.n`` when that name is taken:
+    left under a reused pid, or planted), open read-write and held under an exclusive ``flock``
+    (a file whose lock is free was left by a process that is gone). Never an existing file,
+    never through a symlink."""
+    for n in range(1000):
+        path = path_for(str(owner) if n == 0 else f"{owner}.{n}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | flags, FILE_MODE)
+        except FileExistsError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        return path, fd
+    raise OSError(errno.EEXIST, "no free file name", str(path_for(str(owner))))

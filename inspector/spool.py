@@ -22,7 +22,6 @@ it are kept and the file is quarantined.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -33,13 +32,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxscope.inspector import owner_only
 from ctxscope.inspector.spool_format import HEADER, MAGIC, SpoolCorrupt, Torn, encode, read_record, write_pieces
 
 log = logging.getLogger("ctxscope.store")
 
 SUFFIX = ".spool-"
 QUARANTINED = ".quarantined-"
-_OWNER = re.compile(r"\d+(?:\.\d+)?")  # what follows SUFFIX in a spool's name (owner pid[.n])
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -62,11 +61,11 @@ def _named(db_path: Path, rest: re.Pattern | None) -> list[Path]:
 
 def spool_files(db_path: Path) -> list[Path]:
     """Every spool next to a database, live or left behind (quarantined ones excluded)."""
-    return _named(db_path, _OWNER)
+    return _named(db_path, owner_only.OWNER_NAME)
 
 
 def quarantined_files(db_path: Path) -> list[Path]:
-    return _named(db_path, re.compile(_OWNER.pattern + re.escape(QUARANTINED) + r".+"))
+    return _named(db_path, re.compile(owner_only.OWNER_NAME.pattern + re.escape(QUARANTINED) + r".+"))
 
 
 def quarantine(path: Path, why: str) -> Path | None:
@@ -92,7 +91,8 @@ class Spool:
     """The append-only spool of one writer process; read back from ``read_at`` in order."""
 
     def __init__(self, db_path: Path, owner: int | None = None):
-        self.path, self._fd = _create(db_path, os.getpid() if owner is None else owner)
+        self.path, self._fd = owner_only.create_locked(lambda o: spool_path(db_path, o),
+                                                       os.getpid() if owner is None else owner, os.O_APPEND)
         try:
             write_pieces(self._fd, [HEADER])
         except OSError:
@@ -147,23 +147,6 @@ class Spool:
         os.close(self._fd)
         if remove:
             self.path.unlink(missing_ok=True)
-
-
-def _create(db_path: Path, owner: int) -> tuple[Path, int]:
-    """A new, locked, owner-only spool file: never an existing one, never through a symlink."""
-    for n in range(1000):
-        path = spool_path(db_path, owner if n == 0 else f"{owner}.{n}")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:  # left under a reused pid (being taken over), or planted
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise
-        return path, fd
-    raise OSError(errno.EEXIST, "no free spool name", str(spool_path(db_path, owner)))
 
 
 def keep_leftovers(db_path: Path, batch: list[tuple]) -> Path | None:

@@ -14,13 +14,11 @@ named after the database's path.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import re
 import stat
 import tempfile
 import threading
@@ -29,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxscope.inspector import owner_only
+
 log = logging.getLogger("ctxscope.store")
 
 SUFFIX = ".writer-"
 SIZE = 16384
-_OWNER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ def _files(db_path: Path) -> list[Path]:
             names = os.listdir(folder)
         except OSError:
             continue
-        found += [folder / n for n in sorted(names) if n.startswith(prefix) and _OWNER.fullmatch(n[len(prefix):])]
+        found += [folder / n for n in sorted(names) if n.startswith(prefix) and owner_only.OWNER_NAME.fullmatch(n[len(prefix):])]
     return found
 
 
@@ -123,7 +122,7 @@ class StatusFile:
         errors = []
         for folder, prefix in _places(db_path, create=True):
             try:
-                self.path, self._fd = self._create(folder, prefix)
+                self.path, self._fd = owner_only.create_locked(lambda o, f=folder, p=prefix: f / f"{p}{o}", os.getpid())
                 os.pwrite(self._fd, b" " * SIZE, 0)
                 break
             except OSError as exc:
@@ -135,19 +134,6 @@ class StatusFile:
             return
         if errors:
             log.warning("capture writer: its status file is %s (%s)", self.path, errors[0])
-
-    @staticmethod
-    def _create(folder: Path, prefix: str) -> tuple[Path, int]:
-        for n in range(1000):
-            owner = f"{os.getpid()}" + (f".{n}" if n else "")
-            path = folder / f"{prefix}{owner}"
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError:
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return path, fd
-        raise OSError(errno.EEXIST, "no free status file name")
 
     def publish(self, status: dict) -> None:
         if self._fd is None:
