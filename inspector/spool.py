@@ -9,12 +9,8 @@ committed. Each spool is named after the database and the process that owns it a
 exclusive ``flock``, so a spool is only ever recovered from a writer that is gone, and by one new
 writer only.
 
-The format cannot run code, whoever wrote the file: a 16-byte header (magic and version), then
-records, each an 8-byte little-endian payload length, the payload's CRC32 (4 bytes) and the
-payload: a 4-byte length, a JSON list of the calls' fields with each body replaced by its length,
-then the bodies' raw bytes (no copy or base64 of a 1 MB body on the way in). Reading is strict:
-a field of the wrong type, a length that does not add up or a checksum that does not match makes
-the record corrupt.
+The records' format is in :mod:`~ctxscope.inspector.spool_format`; it cannot run code, whoever
+wrote the file.
 
 A spool left by another writer is only read when it is a regular file of this user, writable by
 nobody else, with the header: anything else (a planted file, a pickle spool of an older version,
@@ -26,160 +22,23 @@ it are kept and the file is quarantined.
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import fcntl
-import json
 import logging
 import os
 import re
 import stat
-import struct
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxscope.proxy.exchange import Exchange
+from ctxscope.inspector import owner_only
+from ctxscope.inspector.spool_format import HEADER, MAGIC, SpoolCorrupt, Torn, encode, read_record, write_pieces
 
 log = logging.getLogger("ctxscope.store")
 
-MAGIC = b"ctxscope-spool\0"
-VERSION = 2
-HEADER = MAGIC + bytes([VERSION])
-_RECORD = struct.Struct("<QI")  # payload length, CRC32 of the payload
-_JSON_LEN = struct.Struct("<I")
 SUFFIX = ".spool-"
 QUARANTINED = ".quarantined-"
-_OWNER = re.compile(r"\d+(?:\.\d+)?")  # what follows SUFFIX in a spool's name (owner pid[.n])
-_IOV_MAX = 512  # pieces per writev call (the system limit is at least 1024)
-
-
-class SpoolCorrupt(ValueError):
-    """A record that is complete but not what a writer wrote: wrong checksum, type or length."""
-
-
-class _Torn(Exception):
-    """The file ends inside a record: a crash mid-append."""
-
-
-# -- the record codec --------------------------------------------------------------------------
-
-def _opt(kind):
-    return lambda v: v is None or kind(v)
-
-
-def _pairs(v) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
-
-
-_CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (other kinds: any JSON value)
-    "str": lambda v: isinstance(v, str),
-    "bool": lambda v: type(v) is bool,
-    "int": lambda v: type(v) is int,
-    "str | None": _opt(lambda v: isinstance(v, str)),
-    "int | None": _opt(lambda v: type(v) is int),
-    "float": lambda v: type(v) in (int, float),
-    "float | None": _opt(lambda v: type(v) in (int, float)),
-    "dict": lambda v: isinstance(v, dict),
-    "tuple[tuple[str, str], ...]": _pairs,
-    "bytes": lambda v: type(v) is int and v >= 0,  # the body's length; its bytes follow the JSON
-}
-_FIELDS = dataclasses.fields(Exchange)
-_KINDS = [str(f.type) for f in _FIELDS]
-_VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
-# A spool written before fields with defaults were added still reads: they take their defaults.
-_REQUIRED = sum(1 for f in _FIELDS if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-_BODIES = [i for i, kind in enumerate(_KINDS) if kind == "bytes"]
-_PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
-_FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
-
-
-def encode(batch: list[tuple]) -> list[bytes]:
-    """The pieces of one record (header first) for a batch of Exchange field tuples."""
-    heads, bodies = [], []
-    for fields in batch:
-        head = list(fields)
-        for i in _BODIES:
-            head[i] = len(fields[i])
-            bodies.append(fields[i])
-        heads.append(head)
-    text = json.dumps(heads, separators=(",", ":"), default=str).encode()
-    pieces = [_JSON_LEN.pack(len(text)), text, *bodies]
-    crc, size = 0, 0
-    for piece in pieces:
-        crc = zlib.crc32(piece, crc)
-        size += len(piece)
-    return [_RECORD.pack(size, crc), *pieces]
-
-
-def decode(payload: bytes) -> list[tuple]:
-    """The batch in a record's payload (its checksum already verified); SpoolCorrupt if malformed."""
-    if len(payload) < _JSON_LEN.size:
-        raise SpoolCorrupt("record too short")
-    (n,) = _JSON_LEN.unpack_from(payload)
-    at = _JSON_LEN.size + n
-    if at > len(payload):
-        raise SpoolCorrupt("field list longer than its record")
-    try:
-        heads = json.loads(payload[_JSON_LEN.size:at])
-    except (ValueError, RecursionError) as exc:
-        raise SpoolCorrupt(f"unreadable field list ({exc})") from None
-    if not isinstance(heads, list):
-        raise SpoolCorrupt("the field list is not a list")
-    view, batch = memoryview(payload), []
-    for head in heads:
-        if not isinstance(head, list) or not _REQUIRED <= len(head) <= len(_VALID):
-            raise SpoolCorrupt("a call with the wrong number of fields")
-        for field in _FIELDS[len(head):]:
-            head.append(field.default_factory() if field.default is dataclasses.MISSING else field.default)
-        for field, valid, value in zip(_FIELDS, _VALID, head):
-            if not valid(value):
-                raise SpoolCorrupt(f"field {field.name} has the wrong type")
-        for i in _BODIES:
-            end = at + head[i]
-            if end > len(payload):
-                raise SpoolCorrupt("a body longer than its record")
-            head[i], at = bytes(view[at:end]), end
-        for i in _PAIRS:
-            head[i] = tuple((k, v) for k, v in head[i])
-        for i in _FLOATS:
-            if head[i] is not None:
-                head[i] = float(head[i])
-        batch.append(tuple(head))
-    if at != len(payload):
-        raise SpoolCorrupt("bytes left over after the last body")
-    return batch
-
-
-def _read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[tuple], int]:
-    """The batch of the record at ``at`` and the offset after it. ``verify=False`` skips the
-    checksum (a writer reading back what it appended itself moments ago: 0.2 ms per MB saved)."""
-    head = os.pread(fd, _RECORD.size, at)
-    if len(head) < _RECORD.size:
-        raise _Torn
-    n, crc = _RECORD.unpack(head)
-    if n > size - at - _RECORD.size:
-        raise _Torn
-    payload = os.pread(fd, n, at + _RECORD.size)
-    if len(payload) < n:
-        raise _Torn
-    if verify and zlib.crc32(payload) != crc:
-        raise SpoolCorrupt("checksum mismatch")
-    return decode(payload), at + _RECORD.size + n
-
-
-def _write_pieces(fd: int, pieces: list[bytes]) -> None:
-    views = [memoryview(p).cast("B") for p in pieces if len(p)]
-    while views:
-        done = os.writev(fd, views[:_IOV_MAX])
-        while done:
-            if done >= len(views[0]):
-                done -= len(views.pop(0))
-            else:
-                views[0], done = views[0][done:], 0
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -202,11 +61,11 @@ def _named(db_path: Path, rest: re.Pattern | None) -> list[Path]:
 
 def spool_files(db_path: Path) -> list[Path]:
     """Every spool next to a database, live or left behind (quarantined ones excluded)."""
-    return _named(db_path, _OWNER)
+    return _named(db_path, owner_only.OWNER_NAME)
 
 
 def quarantined_files(db_path: Path) -> list[Path]:
-    return _named(db_path, re.compile(_OWNER.pattern + re.escape(QUARANTINED) + r".+"))
+    return _named(db_path, re.compile(owner_only.OWNER_NAME.pattern + re.escape(QUARANTINED) + r".+"))
 
 
 def quarantine(path: Path, why: str) -> Path | None:
@@ -232,9 +91,10 @@ class Spool:
     """The append-only spool of one writer process; read back from ``read_at`` in order."""
 
     def __init__(self, db_path: Path, owner: int | None = None):
-        self.path, self._fd = _create(db_path, os.getpid() if owner is None else owner)
+        self.path, self._fd = owner_only.create_locked(lambda o: spool_path(db_path, o),
+                                                       os.getpid() if owner is None else owner, os.O_APPEND)
         try:
-            _write_pieces(self._fd, [HEADER])
+            write_pieces(self._fd, [HEADER])
         except OSError:
             os.close(self._fd)
             self.path.unlink(missing_ok=True)
@@ -246,7 +106,7 @@ class Spool:
         """Append one record; on failure (a full disk) the file is cut back to what it held."""
         pieces = encode(batch)
         try:
-            _write_pieces(self._fd, pieces)
+            write_pieces(self._fd, pieces)
         except OSError:
             try:
                 os.ftruncate(self._fd, self.size)
@@ -269,8 +129,8 @@ class Spool:
         if self.read_at >= self.size:
             return None
         try:
-            batch, self.read_at = _read_record(self._fd, self.read_at, self.size, verify=False)
-        except (SpoolCorrupt, _Torn, OSError) as exc:
+            batch, self.read_at = read_record(self._fd, self.read_at, self.size, verify=False)
+        except (SpoolCorrupt, Torn, OSError) as exc:
             log.error("capture spool %s: a record at offset %d does not read back (%s); the calls from there "
                       "on are lost", self.path, self.read_at, exc or "cut short")
             self.corrupt += 1
@@ -287,23 +147,6 @@ class Spool:
         os.close(self._fd)
         if remove:
             self.path.unlink(missing_ok=True)
-
-
-def _create(db_path: Path, owner: int) -> tuple[Path, int]:
-    """A new, locked, owner-only spool file: never an existing one, never through a symlink."""
-    for n in range(1000):
-        path = spool_path(db_path, owner if n == 0 else f"{owner}.{n}")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:  # left under a reused pid (being taken over), or planted
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise
-        return path, fd
-    raise OSError(errno.EEXIST, "no free spool name", str(spool_path(db_path, owner)))
 
 
 def keep_leftovers(db_path: Path, batch: list[tuple]) -> Path | None:
@@ -342,8 +185,8 @@ class Orphan:
         at = len(HEADER)
         while at < self.size:
             try:
-                batch, at = _read_record(self.fd, at, self.size)
-            except _Torn:
+                batch, at = read_record(self.fd, at, self.size)
+            except Torn:
                 self.torn += 1
                 log.warning("capture spool %s: dropped a record cut short at offset %d (a crash while writing it; "
                             "its calls had not been acknowledged)", self.path.name, at)
@@ -386,6 +229,17 @@ def _foreign(fd: int) -> str | None:
     return "not a ctxscope spool (no spool header; older versions' pickle spools are never read)"
 
 
+def _still_at(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``: a lock taken on a file that another
+    writer has since removed or moved aside must not let us read it, or move its successor."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
 def orphans(db_path: Path, quarantined: list[Path] | None = None) -> list[Orphan]:
     """Spools of writers that are gone (their lock is free), ready to read; each stays locked until
     released, so two writers starting together never both take one over. Unsafe ones are
@@ -404,6 +258,9 @@ def orphans(db_path: Path, quarantined: list[Path] | None = None) -> list[Orphan
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # its writer is alive, or another new writer is taking it over
+            os.close(fd)
+            continue
+        if not _still_at(path, fd):  # taken over (stored or quarantined) by another writer meanwhile
             os.close(fd)
             continue
         why = _foreign(fd)

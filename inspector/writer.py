@@ -1,4 +1,4 @@
-"""The background writer: the proxy's ExchangeSink, storing exchanges off the hot path (P5).
+"""The background writer: the proxy's ExchangeSink, storing exchanges off the forwarding path.
 
 ``submit`` only puts the exchange on a bounded queue: it never blocks, never raises, and never
 touches SQLite. One thread owns the connection; it takes whatever is queued, stores each exchange
@@ -6,16 +6,13 @@ in its own savepoint and commits the batch at least every ``batch_interval`` sec
 ``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
 fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
 
-Two kinds of failure are told apart:
-- the store is unavailable (it cannot be opened, the disk is full, an I/O error, a corrupt file:
-  SQLite's operational errors and OSError): nothing is lost. The calls of the batch stay first in
-  line, the failure is counted and logged at once, and storing is retried every
-  ``retry_interval`` seconds, however long it takes; the counters say so from the first failure
-  (``store_failures``, ``store_down_since``, ``last_error``). ``start`` does not fail for it: the
-  proxy forwards regardless.
+Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer_failures`):
+- the store is unavailable: nothing is lost. The calls of the batch stay first in line, and
+  storing is retried every ``retry_interval`` seconds, however long it takes; the counters say so
+  from the first failure (``store_failures``, ``store_down_since``, ``last_error``). ``start``
+  does not fail for it: the proxy forwards regardless.
 - one exchange cannot be stored (a constraint, a bug on odd input): that exchange is counted,
-  logged on the "ctxscope.store" logger and recorded in ``store_events`` for ``ctxscope db
-  status``; the others are stored.
+  logged and recorded in ``store_events`` for ``ctxscope db status``; the others are stored.
 A queue overflow drops the exchange, which is counted the same way. Calls still unstored at stop
 (the store never came back) are written to a spool file, which the next writer on the database
 stores (``keep_unstored``; the writer child has its own spool and turns this off).
@@ -27,58 +24,28 @@ import collections
 import itertools
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import sqlite_utils
 
 from ctxscope.inspector import owner_only, store
 from ctxscope.inspector.ingest import Analyzer, IngestState, ingest
-from ctxscope.inspector.writer_status import StatusPublisher
+from ctxscope.inspector.spool import keep_leftovers
+from ctxscope.inspector.spool_format import pack
+from ctxscope.inspector.writer_failures import (RETRY_INTERVAL, Outage, Unrecorded, call_event, describe, record,
+                                                store_unavailable)
+from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
 
 MAX_BATCH = 500
-MAX_PENDING_EVENTS = 1000
-RETRY_INTERVAL = 2.0  # seconds between attempts to store while the store is unavailable
-REMIND_INTERVAL = 60.0  # an outage is logged at once, then again this often
+_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
 _STOP = object()
-
-
-@dataclass(frozen=True)
-class WriterStats:
-    """Live counters of this writer (persisted totals across runs are in ``store_events``)."""
-
-    queued: int = 0  # waiting to be stored now
-    queued_bytes: int = 0  # their request + response bytes
-    written: int = 0  # calls committed
-    failed: int = 0  # exchanges that could not be stored (given up)
-    dropped: int = 0  # exchanges refused because the queue was full or the writer was stopped
-    analysis_failed: int = 0  # analyzer exceptions (the call itself was kept)
-    parse_failed: int = 0  # responses the parser choked on (raw bytes kept)
-    commits: int = 0
-    last_error: str | None = None
-    running: bool = False
-    already_stored: int = 0  # calls found already stored (from a recovered spool): not stored twice
-    store_failures: int = 0  # failed attempts to open or write the store (or writer processes that died)
-    store_down_since: str | None = None  # when the current store outage began; None while storing works
-    restarts: int = 0  # writer processes started again after one died
-    spools_quarantined: int = 0  # spool files renamed aside as unsafe to read
-    spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
-    spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
-    in_memory: int = 0  # calls held in memory because the spool could not be written
-
-
-def store_unavailable(e: BaseException) -> bool:
-    """Whether an error says the store as a whole cannot be written now (retry later, keep the
-    calls) rather than that one exchange cannot be stored."""
-    return isinstance(e, (sqlite3.OperationalError, OSError)) or type(e) is sqlite3.DatabaseError
 
 
 class CaptureWriter:
@@ -124,16 +91,11 @@ class CaptureWriter:
         self._bytes_in = 0
         # Written by the writer thread only.
         self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
-        self._written = self._failed = self._analysis_failed = self._parse_failed = self._commits = 0
-        self._already = 0
+        self._counts: collections.Counter[str] = collections.Counter()  # the tallies of WriterStats
         self._last_error: str | None = None
         self._bytes_out = 0
-        self._pending_events: list[dict] = []  # failures not yet recorded in store_events
-        self._persisted_drops = 0
-        self._store_failures = 0
-        self._down_since: str | None = None
-        self._outage_failures = 0
-        self._reminded = 0.0
+        self._outage = Outage(self.db_path, retry_interval)
+        self._unrecorded = Unrecorded()
 
     # -- the proxy's side -------------------------------------------------------------------
 
@@ -199,22 +161,17 @@ class CaptureWriter:
         return WriterStats(
             queued=self._queue.qsize() + len(self._pending),
             queued_bytes=max(0, self._bytes_in - self._bytes_out),
-            written=self._written,
-            failed=self._failed,
+            **{k: self._counts[k] for k in _TALLIES},
             dropped=self._dropped,
-            analysis_failed=self._analysis_failed,
-            parse_failed=self._parse_failed,
-            commits=self._commits,
             last_error=self._last_error,
             running=self._thread is not None and self._thread.is_alive(),
-            already_stored=self._already,
-            store_failures=self._store_failures,
-            store_down_since=self._down_since,
+            store_failures=self._outage.failures,
+            store_down_since=self._outage.since,
         )
 
     @property
     def store_down(self) -> bool:
-        return self._down_since is not None
+        return self._outage.down
 
     # -- the writer thread ------------------------------------------------------------------
 
@@ -246,19 +203,14 @@ class CaptureWriter:
                     db = None
                 if final:
                     break
-                if not self._wait_retry():
+                if self._stopping.wait(self.retry_interval):
                     final = True  # asked to stop: one last attempt at once, then give up
             if db is not None:
-                self._flush_events(db)
+                self._unrecorded.flush(db, self._dropped, self._last_error)
         finally:
             self._accepting = False
             self._ready.set()
             self._leave(db)
-
-    def _wait_retry(self) -> bool:
-        """Wait before the next attempt on an unavailable store; False once a stop was asked for
-        (the caller then makes one last attempt, or gives up)."""
-        return not self._stopping.wait(self.retry_interval)
 
     def _open(self) -> sqlite_utils.Database | None:
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
@@ -269,10 +221,10 @@ class CaptureWriter:
             if self.capture_epoch is None:
                 self.capture_epoch = store.next_capture_epoch(db)
                 store.record_event(db, "writer_started", detail=f"capture_epoch {self.capture_epoch}")
-            if self._down_since is not None and not self._pending and self._queue.empty():
+            if self._outage.down and not self._pending and self._queue.empty():
                 with db.atomic():  # nothing waits: this write alone says the store works again
-                    self._record_events(db, self._outage(), 0)
-                self._store_back()
+                    record(db, self._outage.events(self._last_error), 0, self._last_error)
+                self._outage.ended()
             return db
         except Exception as e:
             _close(db)
@@ -293,19 +245,13 @@ class CaptureWriter:
             log.error("capture writer stopping with %d calls unstored: the store is unavailable (%s)",
                       len(unstored), self._last_error)
             if self.keep_unstored:
-                self._spool_unstored(unstored)
+                keep_leftovers(self.db_path, [pack(ex) for ex in unstored])
         if db is not None:
             try:
                 store.record_event(db, "writer_stopped")
             except Exception:
                 pass
             _close(db)
-
-    def _spool_unstored(self, calls: list[Exchange]) -> None:
-        from ctxscope.inspector.spool import keep_leftovers
-        from ctxscope.inspector.writer_child import pack  # the child's module imports this one
-
-        keep_leftovers(self.db_path, [pack(ex) for ex in calls])
 
     def _take(self, block: bool = False):
         """The next queued item (None if empty and not blocking)."""
@@ -315,35 +261,9 @@ class CaptureWriter:
             return None
 
     def _store_failed(self, e: BaseException, *, opening: bool = False) -> None:
-        """The store is unavailable: count it, say it (at once, then now and then), keep the calls."""
-        self._store_failures += 1
-        self._outage_failures += 1
-        self._last_error = _describe(e)
-        now = time.monotonic()
-        if self._down_since is None:
-            self._down_since = store.now_iso()
-            self._reminded = now
-            log.error("capture store %s unavailable%s: %s. Forwarding goes on; captured calls wait (%d now) and "
-                      "storing is retried every %g s", self.db_path, " (cannot open it)" if opening else "",
-                      self._last_error, self.stats().queued, self.retry_interval)
-        elif now - self._reminded >= REMIND_INTERVAL:
-            self._reminded = now
-            log.error("capture store %s still unavailable since %s (%d failed attempts): %s; %d calls wait",
-                      self.db_path, self._down_since, self._outage_failures, self._last_error, self.stats().queued)
-
-    def _outage(self) -> list[dict]:
-        """The event that records the current outage (none while the store works)."""
-        if self._down_since is None:
-            return []
-        return [{"kind": "store_unavailable", "call_id": None, "detail": self._last_error, "at": self._down_since,
-                 "count": self._outage_failures}]
-
-    def _store_back(self) -> None:
-        """A commit worked after an outage (which it recorded): say so."""
-        log.warning("capture store %s works again after %d failed attempts since %s; storing the calls that waited",
-                    self.db_path, self._outage_failures, self._down_since)
-        self._down_since = None
-        self._outage_failures = 0
+        """The store is unavailable: count it, say it, keep the calls."""
+        self._last_error = describe(e)
+        self._outage.failed(self._last_error, self.stats().queued, opening=opening)
 
     def _safe_batch(self, db: sqlite_utils.Database, state: IngestState) -> tuple[bool, bool]:
         """Store a batch; (False if the store is unavailable, True if a stop marker was seen)."""
@@ -351,7 +271,7 @@ class CaptureWriter:
             return self._write_batch(db, state)
         except Exception as e:  # a bug in the batch logic itself: keep the thread alive
             log.exception("capture writer error")
-            self._last_error = _describe(e)
+            self._last_error = describe(e)
             try:
                 db.rollback()
             except Exception:
@@ -362,7 +282,7 @@ class CaptureWriter:
                 return False, False
             if self._pending:  # the call it was on is given up, or the thread would loop on it
                 self._done(self._pending.popleft())
-                self._failed += 1
+                self._counts["failed"] += 1
             return True, False
 
     def _write_batch(self, db: sqlite_utils.Database, state: IngestState, more: bool = True) -> tuple[bool, bool]:
@@ -374,12 +294,12 @@ class CaptureWriter:
         """
         batch: list[Exchange] = []
         stopping = False
-        outcome = {"written": 0, "failed": 0, "analysis_failed": 0, "parse_failed": 0, "already": 0}
+        outcome: collections.Counter[str] = collections.Counter()
         events: list[dict] = []
-        down = self._down_since is not None
-        outage = self._outage()
-        pending = list(self._pending_events)
-        drops = self._dropped - self._persisted_drops
+        down = self._outage.down
+        outage = self._outage.events(self._last_error)
+        pending = list(self._unrecorded.events)
+        drops = self._dropped - self._unrecorded.drops_recorded
         try:
             # IMMEDIATE: take the write lock now (waiting out another writer) rather than fail on upgrade.
             db.execute("BEGIN IMMEDIATE")
@@ -398,7 +318,7 @@ class CaptureWriter:
                     break
                 batch.append(nxt)
                 self._write_one(db, state, nxt, outcome, events)
-            self._record_events(db, outage + pending + events, drops)
+            record(db, outage + pending + events, drops, self._last_error)
             db.execute("COMMIT")
         except Exception as e:
             try:
@@ -411,7 +331,7 @@ class CaptureWriter:
                 self._store_failed(e)
                 return False, stopping
             if len(batch) > 1:
-                log.warning("capture batch of %d failed (%s); retrying call by call", len(batch), _describe(e))
+                log.warning("capture batch of %d failed (%s); retrying call by call", len(batch), describe(e))
                 for _ in batch:
                     ok, _saw = self._write_batch(db, state, more=False)
                     if not ok:
@@ -420,17 +340,12 @@ class CaptureWriter:
                 self._fail(db, self._pending.popleft(), e)
             return True, stopping
         if down:
-            self._store_back()
-        del self._pending_events[: len(pending)]
-        self._persisted_drops += drops
+            self._outage.ended()
+        self._unrecorded.recorded(len(pending), drops)
         for ex in batch:
             self._done(ex)
-        self._written += outcome["written"]
-        self._failed += outcome["failed"]
-        self._analysis_failed += outcome["analysis_failed"]
-        self._parse_failed += outcome["parse_failed"]
-        self._already += outcome["already"]
-        self._commits += 1
+        outcome["commits"] = 1
+        self._counts.update(outcome)
         if events:
             self._last_error = events[-1]["detail"]
         return True, stopping
@@ -438,10 +353,10 @@ class CaptureWriter:
     def _done(self, ex: Exchange) -> None:
         self._bytes_out += _size(ex)
 
-    def _write_one(self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: dict, events: list) -> None:
+    def _write_one(self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: collections.Counter, events: list) -> None:
         """One exchange in a savepoint: a failure rolls back only this exchange."""
         if db.execute("SELECT 1 FROM calls WHERE id = ?", [ex.id]).fetchone() is not None:
-            outcome["already"] += 1  # a recovered spool held a call a killed writer had committed
+            outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
             return
         try:
             with db.atomic():
@@ -451,50 +366,27 @@ class CaptureWriter:
                 raise  # the store failed, or the error ended the whole transaction: redo the batch
             state.bases.clear()
             outcome["failed"] += 1
-            events.append(_event("write_failed", ex, _describe(e)))
-            log.error("capture of call %s failed: %s", ex.id, _describe(e))
+            events.append(call_event("write_failed", ex, describe(e)))
+            log.error("capture of call %s failed: %s", ex.id, describe(e))
             return
         outcome["written"] += 1
         if result.row.get("parse_error"):
             outcome["parse_failed"] += 1
-            events.append(_event("parse_failed", ex, result.row["parse_error"]))
+            events.append(call_event("parse_failed", ex, result.row["parse_error"]))
             log.warning("response of call %s could not be parsed: %s", ex.id, result.row["parse_error"])
         for name, err in result.analysis_errors:
             outcome["analysis_failed"] += 1
-            events.append(_event("analysis_failed", ex, f"{name}: {_describe(err)}"))
-            log.warning("analyzer %s failed on call %s: %s", name, ex.id, _describe(err))
+            events.append(call_event("analysis_failed", ex, f"{name}: {describe(err)}"))
+            log.warning("analyzer %s failed on call %s: %s", name, ex.id, describe(err))
 
     def _fail(self, db: sqlite_utils.Database, ex: Exchange, e: BaseException) -> None:
         """A call that could not be stored even alone: count, log, and record it when possible."""
-        log.error("capture of call %s failed: %s", ex.id, _describe(e))
+        log.error("capture of call %s failed: %s", ex.id, describe(e))
         self._done(ex)
-        self._failed += 1
-        self._last_error = _describe(e)
-        self._pending_events.append(_event("write_failed", ex, _describe(e)))
-        del self._pending_events[:-MAX_PENDING_EVENTS]  # a dead disk must not grow memory forever
-        self._flush_events(db)
-
-    def _flush_events(self, db: sqlite_utils.Database) -> None:
-        """Record unrecorded failures and drops in their own transaction (best effort)."""
-        pending = list(self._pending_events)
-        drops = self._dropped - self._persisted_drops
-        if not pending and not drops:
-            return
-        try:
-            with db.atomic():
-                self._record_events(db, pending, drops)
-        except Exception as e:
-            log.error("could not record capture failures in the database: %s", _describe(e))
-            return
-        del self._pending_events[: len(pending)]
-        self._persisted_drops += drops
-
-    def _record_events(self, db: sqlite_utils.Database, events: list[dict], drops: int) -> None:
-        for ev in events:
-            store.record_event(db, ev["kind"], call_id=ev["call_id"], detail=ev["detail"], at=ev["at"],
-                               count=ev.get("count", 1))
-        if drops:
-            store.record_event(db, "dropped", count=drops, detail=self._last_error)
+        self._counts["failed"] += 1
+        self._last_error = describe(e)
+        self._unrecorded.add(call_event("write_failed", ex, self._last_error))
+        self._unrecorded.flush(db, self._dropped, self._last_error)
 
 
 def _close(db: sqlite_utils.Database | None) -> None:
@@ -507,11 +399,3 @@ def _close(db: sqlite_utils.Database | None) -> None:
 
 def _size(ex: Exchange) -> int:
     return len(ex.request_body) + len(ex.response_body)
-
-
-def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
-def _event(kind: str, ex: Exchange, detail: str) -> dict:
-    return {"kind": kind, "call_id": ex.id, "detail": detail, "at": store.now_iso()}

@@ -14,16 +14,7 @@ Calls leave the spool only once stored: while the store is unavailable (full dis
 file) they wait there, and the writer retries; the child starts even when the store cannot be
 opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
 
-The priority: nice 10 alone did not keep the child out of the way. On a 2-core machine under the
-bench's c32 load, a niced child that is behind still takes CPU from the proxy, the upstream and
-the client (the kernel may let a running task finish its slice before a woken one gets the CPU):
-ctxscope reached 0.49x of the throughput it has with capture stubbed out (nice 19: 0.56x); in the
-idle scheduling class, where any ordinary task that wakes up takes the CPU at once, 0.87x (one
-interleaved run of 10 rounds). So on Linux the child runs in the idle class while it keeps up, and
-returns to ordinary scheduling at its nice level when it has been behind for MAX_IDLE_LAG seconds
-and while it drains on shutdown, so a busy machine cannot starve it. Leaving the idle class needs
-root, CAP_SYS_NICE or a RLIMIT_NICE that allows the nice level; a process without that could not
-get out again, so it stays at nice 10 only.
+It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer_priority`).
 """
 
 from __future__ import annotations
@@ -32,18 +23,18 @@ import collections
 import dataclasses
 import importlib
 import logging
-import operator
 import os
 import queue
 import signal
-import threading
 import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer import RETRY_INTERVAL, CaptureWriter
+from ctxscope.inspector.spool_format import ID, call_size, unpack
+from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer_failures import RETRY_INTERVAL
+from ctxscope.inspector.writer_priority import Priority
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
-from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
 
@@ -51,28 +42,10 @@ STATS_INTERVAL = 0.25
 FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
 CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
 CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyond its own limit)
-IDLE_CLASS = True  # use the idle scheduling class where the child may leave it again
-MAX_IDLE_LAG = 2.0  # seconds the child may stay behind before it stops yielding to everything
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
-
-
-# An Exchange crosses the process boundary (and sits in the spool) as a plain tuple of its fields:
-# no class reference and no field names in the pickle, less than half the time to pickle and to unpickle.
-_FIELDS = [f.name for f in dataclasses.fields(Exchange)]
-pack = operator.attrgetter(*_FIELDS)
-_REQUEST_BODY, _RESPONSE_BODY, _ID = (_FIELDS.index(n) for n in ("request_body", "response_body", "id"))
-
-
-def unpack(fields: tuple) -> Exchange:
-    return Exchange(*fields)
-
-
-def call_size(fields: tuple) -> int:
-    """Body bytes of a packed exchange (what the queue and spool limits count)."""
-    return len(fields[_REQUEST_BODY]) + len(fields[_RESPONSE_BODY])
 
 
 def load_factory(spec: str | None):
@@ -81,58 +54,6 @@ def load_factory(spec: str | None):
         return []
     module_name, _, attr = spec.partition(":")
     return list(getattr(importlib.import_module(module_name), attr)())
-
-
-def _can_leave_idle_class() -> bool:
-    """Whether this process may return from the idle class at its nice level: tried on a
-    throwaway thread (the policy belongs to each thread), so no other thread is left in it."""
-    allowed: list[bool] = []
-
-    def probe() -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-            allowed.append(True)
-        except (OSError, AttributeError):
-            allowed.append(False)
-
-    thread = threading.Thread(target=probe, name="ctxscope-sched-probe")
-    thread.start()
-    thread.join()
-    return allowed == [True]
-
-
-class _Priority:
-    """The child's scheduling: idle class while it keeps up, ordinary (niced) while it is behind."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and hasattr(os, "SCHED_IDLE") and _can_leave_idle_class()
-        self.idle = False
-        self.behind_since: float | None = None
-
-    def set_idle(self, idle: bool) -> None:
-        if idle == self.idle or not self.enabled:
-            return
-        policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
-        for tid in os.listdir("/proc/self/task"):  # every thread; new ones inherit their creator's
-            try:
-                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
-            except ProcessLookupError:  # the thread just ended
-                pass
-            except OSError as exc:
-                if self.enabled:
-                    log.warning("capture writer: cannot change its scheduling (%s)", exc)
-                self.enabled = False
-        self.idle = idle
-
-    def update(self, behind: bool, now: float) -> None:
-        if not behind:
-            self.behind_since = None
-            self.set_idle(True)
-        elif self.behind_since is None:
-            self.behind_since = now
-        elif now - self.behind_since > MAX_IDLE_LAG:
-            self.set_idle(False)
 
 
 class _Deferred:
@@ -187,7 +108,7 @@ class _Deferred:
                 self.dropped += 1
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
-                              "wait in memory already (%d dropped so far)", fields[_ID], MEMORY_LIMIT >> 20,
+                              "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
                               self.dropped)
                 continue
             self._memory.append(fields)
@@ -223,31 +144,42 @@ class _Deferred:
         return self.calls > 0 or bool(self._memory)
 
     def feed(self) -> bool:
-        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given."""
+        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given.
+
+        Room is counted per call, in calls and in bytes, so the writer never has to drop one: a
+        call that would take it past CHILD_BACKLOG_BYTES waits until it is empty."""
+        s = self.writer.stats()
+        room, queued_bytes = CHILD_BACKLOG - s.queued, s.queued_bytes
         while True:
-            s = self.writer.stats()
-            room = CHILD_BACKLOG - s.queued
-            if room <= 0 or s.queued_bytes >= CHILD_BACKLOG_BYTES:
+            fields = self._next()
+            if fields is None:
+                self.calls = self.bytes = 0
+                self.since, self.storing = None, False
+                return True
+            size = call_size(fields)
+            if room <= 0 or (queued_bytes and queued_bytes + size > CHILD_BACKLOG_BYTES):
                 return False
             if self._memory:
-                for _ in range(min(room, len(self._memory))):
-                    fields = self._memory.popleft()
-                    self._memory_bytes -= call_size(fields)
-                    self._memory_ids.add(fields[_ID])
-                    self._give(fields)
-                continue
-            if not self._batch:
-                batch = self.spool.next_batch() if self.spool is not None else None
-                if batch is None:
-                    self.calls = self.bytes = 0
-                    self.since, self.storing = None, False
-                    return True
-                self._batch.extend(batch)
-            for _ in range(min(len(self._batch), room)):
-                fields = self._batch.popleft()
+                self._memory.popleft()
+                self._memory_bytes -= size
+                self._memory_ids.add(fields[ID])
+            else:
+                self._batch.popleft()
                 self.calls -= 1
-                self.bytes -= call_size(fields)
-                self._give(fields)
+                self.bytes -= size
+            self._give(fields)
+            room, queued_bytes = room - 1, queued_bytes + size
+
+    def _next(self) -> tuple | None:
+        """The next call to give the writer (held in memory first, then spooled), not taken yet."""
+        if self._memory:
+            return self._memory[0]
+        while not self._batch:
+            batch = self.spool.next_batch() if self.spool is not None else None
+            if batch is None:
+                return None
+            self._batch.extend(batch)
+        return self._batch[0]
 
     def drain(self) -> None:
         """Feed everything, waiting for the writer as needed (shutting down). Gives up while the
@@ -299,7 +231,7 @@ def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
     for orphan in left:
         n, kept = 0, True
         for batch in orphan.batches():
-            ids += [fields[_ID] for fields in batch]
+            ids += [fields[ID] for fields in batch]
             n += len(batch)
             if not deferred.add(batch, time.monotonic(), received=False):
                 kept = False  # our spool cannot take them: leave the file for the next writer
@@ -343,7 +275,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     except OSError as exc:
         log.error("capture writer: cannot create its spool next to %s (%s); calls wait in memory", db_path, exc)
         spool = None
-    priority = _Priority(idle_class)
+    priority = Priority(idle_class)
     priority.set_idle(True)
     replies.put(("ready", (writer.capture_epoch, writer.stats().last_error if writer.store_down else None)))
     parent = os.getppid()

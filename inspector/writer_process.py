@@ -26,9 +26,10 @@ a crash), the proxy keeps its calls and starts a new child, which stores the old
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
-``restarts`` counts the new ones. ``start`` does not fail when the child cannot start: the proxy
-forwards regardless, holds calls (up to ``max_queue`` / ``max_queue_bytes``) and tries again every
-RESTART_BACKOFF seconds; at stop, calls no child took are written to a spool for the next writer.
+``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer_restart` says when). ``start``
+does not fail when the child cannot start: the proxy forwards regardless, holds calls (up to
+``max_queue`` / ``max_queue_bytes``) and tries again; at stop, calls no child took are written to
+a spool for the next writer.
 """
 
 from __future__ import annotations
@@ -39,15 +40,20 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
-import os
 import queue
 import threading
 import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer import RETRY_INTERVAL, WriterStats
-from ctxscope.inspector.writer_child import IDLE_CLASS, call_size, child_main, pack
+from ctxscope.inspector.writer_status import WriterStats
+from ctxscope.inspector.writer_failures import RETRY_INTERVAL
+from ctxscope.inspector.spool_format import call_size, pack
+from ctxscope.inspector.store import now_iso
+from ctxscope.inspector.writer_child import child_main
+from ctxscope.inspector.writer_priority import IDLE_CLASS, leave_idle_class
+from ctxscope.inspector.writer_restart import (RESTART_BACKOFF, RestartPolicy, add_lives, child_reply,
+                                               recovered_ids)
 from ctxscope.inspector.writer_status import StatusPublisher
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
@@ -60,20 +66,6 @@ HOLD_CALLS = 2000  # ... or once this many calls are held
 HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not stall the loop)
 # Silence from the proxy this long means it holds nothing: the child may take it as a pause.
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
-
-RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one will not start
-QUICK_DEATH = 30.0  # a child that dies younger than this may die again: wait before the next one
-FIRST_BACKOFF = 0.5  # ... 0.5 s after the first quick death, doubling up to RESTART_BACKOFF
-
-_COUNTERS = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits", "already_stored",
-             "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures")
-
-
-def _add(a: WriterStats, b: WriterStats) -> WriterStats:
-    """Counters of two children's lives added up (the newer one's last error wins)."""
-    return dataclasses.replace(b, **{k: getattr(a, k) + getattr(b, k) for k in _COUNTERS},
-                               last_error=b.last_error or a.last_error)
-
 
 class WriterProcess:
     """ExchangeSink whose storage runs in a child process (see module docstring)."""
@@ -109,16 +101,13 @@ class WriterProcess:
         self._held = _Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
         self._timer = False  # a check of the held calls is scheduled on the loop
         self._outstanding_bytes = 0
-        self._submitted = 0
         self._acked = 0
         self._drops = itertools.count(1)
         self._dropped = 0
         self._child = WriterStats()
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
-        self._next_restart = 0.0
-        self._started_at = 0.0  # when the current child was ready
-        self._quick_deaths = 0  # children in a row that died soon after they started
+        self._policy = RestartPolicy()
         self._lost = 0  # calls that died in the pipe to a child that died
         self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
         self.restarts = 0
@@ -128,21 +117,21 @@ class WriterProcess:
         try:
             self._spawn(timeout)
         except RuntimeError as exc:
-            self._child_failed(str(exc))
-            log.error("%s: calls are held in memory and a new writer is tried every %.0f s", exc, RESTART_BACKOFF)
-            self._next_restart = time.monotonic() + RESTART_BACKOFF
+            self._start_failed(exc, "%s: calls are held in memory and a new writer is tried every %.0f s")
         self._accepting = True
         if self.status_file:
             self._publisher = StatusPublisher(self.db_path, self.stats)
 
-    def _child_failed(self, why: str) -> None:
+    def _start_failed(self, exc: RuntimeError, message: str) -> None:
         with self._lock:
-            self._count_failure(why)
+            self._count_failure(str(exc))
+        log.error(message, exc, RESTART_BACKOFF)
+        self._policy.failed_to_start(time.monotonic())
 
     def _count_failure(self, why: str) -> None:
         self._child_failures += 1
         self._error = why
-        self._error_since = self._error_since or _now_iso()
+        self._error_since = self._error_since or now_iso()
         self._base = dataclasses.replace(self._base, last_error=why)  # stays the last error once a new child runs
 
     def _note_death(self) -> None:
@@ -155,12 +144,8 @@ class WriterProcess:
                 self._seen_dead = proc
                 if self._error is None or "could not start" not in self._error:
                     self._count_failure(f"capture writer exited with code {proc.exitcode}")
-                now = time.monotonic()
-                self._quick_deaths = self._quick_deaths + 1 if now - self._started_at < QUICK_DEATH else 0
-                if self._quick_deaths:  # a crash loop must not spawn processes flat out
-                    delay = min(RESTART_BACKOFF, FIRST_BACKOFF * 2 ** (self._quick_deaths - 1))
-                    self._next_restart = max(self._next_restart, now + delay)
-        if self._accepting and time.monotonic() >= self._next_restart:
+                self._policy.died(time.monotonic())
+        if self._accepting and self._policy.due(time.monotonic()):
             self._begin_restart()
 
     def _spawn(self, timeout: float) -> None:
@@ -173,20 +158,7 @@ class WriterProcess:
                   IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval),
         )
         self._proc.start()
-        deadline = time.monotonic() + timeout
-        while True:  # a child that dies while starting must not cost the whole timeout
-            try:
-                kind, value = self._replies.get(timeout=0.1)
-                break
-            except queue.Empty:
-                if self._proc.is_alive() and time.monotonic() < deadline:
-                    continue
-            try:  # what a dying child said last may still be on its way
-                kind, value = self._replies.get(timeout=0.5)
-            except queue.Empty:
-                alive = self._proc.is_alive()
-                kind, value = "error", "timed out" if alive else f"exited with code {self._proc.exitcode}"
-            break
+        kind, value = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
         if kind != "ready":
             self._proc.join(5)
             if self._proc.is_alive():
@@ -194,11 +166,11 @@ class WriterProcess:
             for q in (self._queue, self._replies):
                 q.close()
             raise RuntimeError(f"capture writer could not start: {value}")
-        self._started_at = time.monotonic()
+        self._policy.started(time.monotonic())
         self.capture_epoch, store_error = value
         self._error = self._error_since = None
         if store_error is not None:  # until the child's first counters arrive
-            self._child = WriterStats(running=True, store_failures=1, last_error=store_error, store_down_since=_now_iso())
+            self._child = WriterStats(running=True, store_failures=1, last_error=store_error, store_down_since=now_iso())
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -218,7 +190,6 @@ class WriterProcess:
             with self._lock:
                 self._sizes.append((size, exchange.id))
                 self._outstanding_bytes += size
-                self._submitted += 1
                 self._held.add(pack(exchange), size, time.monotonic())
                 full = self._held.full()
                 if self._timer and not full:
@@ -265,7 +236,7 @@ class WriterProcess:
         """The child is gone (killed, crashed): keep the batch, start a new child in a thread.
 
         The new child stores what the old one had spooled; only the calls that were still in the
-        pipe to it are lost (counted as dropped). Start-up is retried at most every RESTART_BACKOFF."""
+        pipe to it are lost (counted as dropped)."""
         with self._lock:
             self._held.items[:0] = batch
             self._held.bytes += sum(call_size(f) for f in batch)
@@ -289,7 +260,7 @@ class WriterProcess:
                 sent = self._unconfirmed + sent
                 self._acked = 0
                 # Its death, counted in _base already, is newer than any error the dead child reported.
-                self._base = dataclasses.replace(_add(self._base, self._child),
+                self._base = dataclasses.replace(add_lives(self._base, self._child),
                                                  last_error=self._base.last_error or self._child.last_error)
                 self._child = WriterStats()
             old_queue.cancel_join_thread()
@@ -298,13 +269,11 @@ class WriterProcess:
             try:
                 self._spawn(timeout=60)
             except RuntimeError as exc:
-                self._child_failed(str(exc))
-                log.error("%s; trying again in %.0f s", exc, RESTART_BACKOFF)
-                self._next_restart = time.monotonic() + RESTART_BACKOFF
+                self._start_failed(exc, "%s; trying again in %.0f s")
                 self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
                 return
             self.restarts += 1
-            recovered = self._recovered_ids(timeout=60)  # the new child took over the dead one's spool
+            recovered = recovered_ids(self._replies, self._proc, timeout=60)  # the new child took over the dead one's spool
             if recovered is None:  # it died before it said what it found: ask the next one
                 self._unconfirmed = sent
                 return
@@ -317,29 +286,6 @@ class WriterProcess:
             self._restarting = False
             if loop is not None and self._held.items:  # hand over what waited meanwhile
                 loop.call_soon_threadsafe(self._flush, True)
-
-    def _recovered_ids(self, timeout: float) -> set[str] | None:
-        """The ids of the calls a just-started child found in spools left by dead writers; None if
-        it died (or went silent) before saying."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                kind, ids = self._replies.get(timeout=0.2)
-                break
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    log.error("the new capture writer did not report what it recovered within %.0f s", timeout)
-                    return None
-                if not self._proc.is_alive():
-                    try:  # what it said last may still be on its way
-                        kind, ids = self._replies.get(timeout=0.5)
-                        break
-                    except queue.Empty:
-                        return None
-        if kind != "recovered":
-            log.error("the new capture writer said %r before what it recovered", kind)
-            return None
-        return set(ids)
 
     def _drop(self, exchange: Exchange, why: str) -> None:
         n = next(self._drops)
@@ -371,7 +317,7 @@ class WriterProcess:
         and children that died or would not start counted as store failures."""
         self._note_death()
         self._poll()
-        c = _add(self._base, self._child)  # counters of children that died are kept
+        c = add_lives(self._base, self._child)  # counters of children that died are kept
         running = self._proc is not None and self._error is None and (self._restarting or self._proc.is_alive())
         return dataclasses.replace(
             c,
@@ -401,7 +347,7 @@ class WriterProcess:
             return True
         while self._restarting:
             time.sleep(0.05)
-        _leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
+        leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(None)
@@ -430,27 +376,6 @@ class WriterProcess:
             q.close()
             q.join_thread()
         return self._child.queued == 0  # else the store was unavailable: they wait in the spool
-
-
-def _now_iso() -> str:
-    from ctxscope.inspector.store import now_iso
-
-    return now_iso()
-
-
-def _leave_idle_class(pid: int) -> None:
-    """Ordinary scheduling for every thread of the child, where this process may grant it (the
-    child does the same once it reads the stop marker, but an idle-class child may not get the CPU
-    to read it on a saturated machine)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-        except (OSError, AttributeError):
-            pass
 
 
 class _Held:

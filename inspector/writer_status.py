@@ -14,25 +14,49 @@ named after the database's path.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import re
 import stat
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+from ctxscope.inspector import owner_only
 
 log = logging.getLogger("ctxscope.store")
 
 SUFFIX = ".writer-"
 SIZE = 16384
-_OWNER = re.compile(r"\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    """Live counters of this writer (persisted totals across runs are in ``store_events``)."""
+
+    queued: int = 0  # waiting to be stored now
+    queued_bytes: int = 0  # their request + response bytes
+    written: int = 0  # calls committed
+    failed: int = 0  # exchanges that could not be stored (given up)
+    dropped: int = 0  # exchanges refused because the queue was full or the writer was stopped
+    analysis_failed: int = 0  # analyzer exceptions (the call itself was kept)
+    parse_failed: int = 0  # responses the parser choked on (raw bytes kept)
+    commits: int = 0
+    last_error: str | None = None
+    running: bool = False
+    already_stored: int = 0  # calls found already stored (from a recovered spool): not stored twice
+    store_failures: int = 0  # failed attempts to open or write the store (or writer processes that died)
+    store_down_since: str | None = None  # when the current store outage began; None while storing works
+    restarts: int = 0  # writer processes started again after one died
+    spools_quarantined: int = 0  # spool files renamed aside as unsafe to read
+    spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
+    spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
+    in_memory: int = 0  # calls held in memory because the spool could not be written
 
 
 def _runtime_dir(create: bool) -> Path | None:
@@ -67,7 +91,7 @@ def _files(db_path: Path) -> list[Path]:
             names = os.listdir(folder)
         except OSError:
             continue
-        found += [folder / n for n in sorted(names) if n.startswith(prefix) and _OWNER.fullmatch(n[len(prefix):])]
+        found += [folder / n for n in sorted(names) if n.startswith(prefix) and owner_only.OWNER_NAME.fullmatch(n[len(prefix):])]
     return found
 
 
@@ -98,7 +122,7 @@ class StatusFile:
         errors = []
         for folder, prefix in _places(db_path, create=True):
             try:
-                self.path, self._fd = self._create(folder, prefix)
+                self.path, self._fd = owner_only.create_locked(lambda o, f=folder, p=prefix: f / f"{p}{o}", os.getpid())
                 os.pwrite(self._fd, b" " * SIZE, 0)
                 break
             except OSError as exc:
@@ -110,19 +134,6 @@ class StatusFile:
             return
         if errors:
             log.warning("capture writer: its status file is %s (%s)", self.path, errors[0])
-
-    @staticmethod
-    def _create(folder: Path, prefix: str) -> tuple[Path, int]:
-        for n in range(1000):
-            owner = f"{os.getpid()}" + (f".{n}" if n else "")
-            path = folder / f"{prefix}{owner}"
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError:
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return path, fd
-        raise OSError(errno.EEXIST, "no free status file name")
 
     def publish(self, status: dict) -> None:
         if self._fd is None:

@@ -146,24 +146,33 @@ def _zstd_decode(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
     return _collect(lambda: _zstd_pieces(data, allow_truncated), max_size)
 
 
+def _brotli_pieces(brotli, data: bytes, allow_truncated: bool) -> Iterator[bytes]:
+    """Decode a brotli stream, PIECE bytes at a time (brotli 1.2's output limit; an older brotli
+    cannot bound its output, so a bomb would be inflated whole: it is not decoded)."""
+    d = brotli.Decompressor()
+    try:
+        try:
+            out = d.process(data, output_buffer_limit=PIECE)
+        except TypeError:
+            raise BodyDecodeError("br decoding needs brotli 1.2 or later (an older one cannot bound its output)") from None
+        while True:
+            if out:
+                yield out
+            if d.is_finished() or d.can_accept_more_data():
+                break
+            out = d.process(b"", output_buffer_limit=PIECE)
+    except brotli.error as e:
+        raise BodyDecodeError(f"invalid br data: {e}") from None
+    if not d.is_finished() and not allow_truncated:
+        raise _truncated("br")
+
+
 def _brotli(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
     try:
         import brotli  # type: ignore[import-not-found]
     except ImportError:
         raise BodyDecodeError("br decoding needs the brotli package") from None
-    d = brotli.Decompressor()
-    try:
-        try:
-            out = d.process(data, output_buffer_limit=max_size + 1)
-        except TypeError:  # brotli < 1.2 has no output limit
-            out = d.process(data)
-    except brotli.error as e:
-        raise BodyDecodeError(f"invalid br data: {e}") from None
-    if len(out) > max_size:
-        raise _too_big(max_size)
-    if not d.is_finished() and not allow_truncated:
-        raise _truncated("br")
-    return out
+    return _collect(lambda: _brotli_pieces(brotli, data, allow_truncated), max_size)
 
 
 _DECODERS = {

@@ -9,9 +9,10 @@ import time
 from test_inspector_writer_process import make_exchange
 
 from ctxscope.inspector import spool as spools
+from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_child import pack as _pack
-from ctxscope.inspector.writer_child import unpack
+from ctxscope.inspector.spool_format import pack as _pack
+from ctxscope.inspector.spool_format import unpack
 from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
 
 
@@ -40,9 +41,9 @@ def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):
 def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path):
     ex = make_exchange(7, request_body=bytes(range(256)) * 4, annotations=(("x-ctxscope-tag", "t\udcff"),),
                        first_byte_at=None, status=None, extra={"proxy_error_body": "{}"}, error="boom", client="ua")
-    [back] = spools.decode(b"".join(spools.encode([_pack(ex)]))[12:])
+    [back] = spool_format.decode(b"".join(spool_format.encode([_pack(ex)]))[12:])
     assert unpack(back) == ex
-    record = b"".join(spools.encode([_pack(ex)]))
+    record = b"".join(spool_format.encode([_pack(ex)]))
     assert bytes(range(256)) * 4 in record  # the body as sent: no base64, no pickle
 
 
@@ -81,7 +82,7 @@ def test_only_the_spools_of_dead_writers_are_orphans_and_a_torn_record_is_droppe
     dead.append(y)
     dead.close(remove=False)  # the lock goes with the closed file, as with a killed process
     with open(dead.path, "ab") as f:
-        f.write(b"".join(spools.encode(_calls(3)))[:40])  # a record cut short by the kill
+        f.write(b"".join(spool_format.encode(_calls(3)))[:40])  # a record cut short by the kill
     try:
         found = spools.orphans(db)
         assert [o.path.name for o in found] == [dead.path.name]

@@ -12,8 +12,9 @@ from test_inspector_writer_process import make_exchange
 
 from ctxscope.inspector import queries
 from ctxscope.inspector import spool as spools
+from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_child import pack
+from ctxscope.inspector.spool_format import pack
 from ctxscope.inspector.writer_process import WriterProcess
 
 
@@ -125,7 +126,7 @@ def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp
     s.append([pack(kept)])
     s.close(remove=False)
     with open(s.path, "ab") as f:
-        f.write(b"".join(spools.encode([pack(make_exchange(2))]))[:-3])  # the crash came mid-append
+        f.write(b"".join(spool_format.encode([pack(make_exchange(2))]))[:-3])  # the crash came mid-append
     w = WriterProcess(db)
     w.start()
     assert w.stop()
@@ -144,31 +145,108 @@ def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     from ctxscope.proxy.exchange import Exchange
 
     names = [f.name for f in dataclasses.fields(Exchange)]
-    record = b"".join(spools.encode([pack(make_exchange(1))]))[12:]
+    record = b"".join(spool_format.encode([pack(make_exchange(1))]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])
     heads[0][names.index(field)] = value
     text = json.dumps(heads).encode()
     forged = struct.pack("<I", len(text)) + text + record[4 + n:]
     assert zlib.crc32(forged)  # a checksum would match: the reader checks more than that
-    with pytest.raises(spools.SpoolCorrupt):
-        spools.decode(forged)
+    with pytest.raises(spool_format.SpoolCorrupt):
+        spool_format.decode(forged)
 
 
 def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.writer_child import unpack
+    from ctxscope.inspector.spool_format import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
                    or f.default_factory is not dataclasses.MISSING)
     ex = make_exchange(1)
-    record = b"".join(spools.encode([pack(ex)]))[12:]
+    record = b"".join(spool_format.encode([pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])
     heads[0] = heads[0][:-optional]  # as an older ctxscope wrote it
     text = json.dumps(heads).encode()
-    [back] = spools.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
     assert unpack(back) == ex
+
+
+def test_a_huge_declared_record_length_allocates_nothing_before_its_checksum_fails(tmp_path):
+    """A sparse file that declares one 256 MB record: reading it must not hold 256 MB first."""
+    import tracemalloc
+
+    db = tmp_path / "c.db"
+    path = spools.spool_path(db, 5151)
+    size = 256 << 20
+    with open(path, "wb") as f:
+        f.write(spools.HEADER + struct.pack("<QI", size - len(spools.HEADER) - 12, 12345))
+        f.truncate(size)
+    os.chmod(path, 0o600)
+    [orphan] = spools.orphans(db)
+    tracemalloc.start()
+    try:
+        assert list(orphan.batches()) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert orphan.corrupt and "checksum" in orphan.corrupt
+    assert peak < 16 << 20, f"reading held {peak >> 20} MB"
+    assert orphan.release() is not None  # quarantined
+
+
+def test_a_spool_taken_over_by_another_writer_meanwhile_is_left_to_it(tmp_path, monkeypatch):
+    """Two writers start together: while one waits for the lock of a planted file, the other
+    quarantines it and a live writer's spool gets the same name. The late one must not move the
+    live spool aside, nor read a file that is no longer the one at its path."""
+    db = tmp_path / "c.db"
+    planted = spools.spool_path(db, 5252)
+    planted.write_bytes(b"garbage" * 10)
+    os.chmod(planted, 0o600)
+    real_flock = spools.fcntl.flock
+    live = []
+
+    def rival_first(fd, op):
+        if not live:
+            live.append(None)
+            spools.quarantine(planted, "a rival writer found it unsafe")
+            live[0] = spools.Spool(db, owner=5252)  # a live writer's spool under the same name
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(spools.fcntl, "flock", rival_first)
+    quarantined: list = []
+    found = spools.orphans(db, quarantined)
+    monkeypatch.undo()
+    try:
+        assert found == [] and quarantined == []
+        assert live[0].path == planted and planted.exists()  # the live spool stays where it is
+        assert len(spools.quarantined_files(db)) == 1  # the rival's quarantine only
+    finally:
+        live[0].close(remove=True)
+
+
+def test_a_valid_spool_taken_over_and_released_meanwhile_is_not_read_again(tmp_path, monkeypatch):
+    db = tmp_path / "c.db"
+    s = spools.Spool(db, owner=5353)
+    s.append([pack(make_exchange(1))])
+    s.close(remove=False)
+    real_flock = spools.fcntl.flock
+    done = []
+
+    def rival_first(fd, op):
+        if not done:
+            done.append(True)
+            [theirs] = spools.orphans(db)
+            assert len(list(theirs.batches())) == 1
+            theirs.release()  # stored by the rival: the file is gone
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(spools.fcntl, "flock", rival_first)
+    found = spools.orphans(db)
+    monkeypatch.undo()
+    for orphan in found:
+        orphan.keep()
+    assert found == []

@@ -10,8 +10,9 @@ from test_inspector_writer_process import make_exchange
 from ctxscope.inspector import writer_child as wc
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.spool import Spool
-from ctxscope.inspector.writer import CaptureWriter, WriterStats
-from ctxscope.inspector.writer_child import pack as _pack
+from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.spool_format import pack as _pack
+from ctxscope.inspector.writer_status import WriterStats
 
 
 def _deferred(tmp_path):
@@ -129,3 +130,23 @@ def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path,
     finally:
         writer.stop()
     assert len(list_calls(open_db(tmp_path / "c.db"), limit=None)) == 5
+
+
+def test_calls_held_in_memory_are_fed_within_the_writer_byte_limit(tmp_path, monkeypatch):
+    """The spool cannot be written and the store is down: the calls held in memory are given to the
+    writer only as far as its byte limit allows, so the writer drops none of them."""
+    monkeypatch.setattr(wc, "CHILD_BACKLOG_BYTES", 50_000)
+    (tmp_path / "not-a-folder").write_bytes(b"")
+    db = tmp_path / "not-a-folder" / "c.db"  # cannot be opened: the writer holds what it gets
+    writer = CaptureWriter(db, max_queue_bytes=100_000, retry_interval=30, status_file=False, keep_unstored=False)
+    writer.start()
+    d = wc._Deferred(None, writer)
+    d._reopen_at = float("inf")  # the spool cannot be created either
+    try:
+        d.add([_pack(make_exchange(i, request_body=b"m" * 20_000)) for i in range(10)], now=0.0)
+        assert d.stats()["in_memory"] == 10
+        assert not d.feed()  # the writer is full: the rest stays in memory
+        assert writer.stats().dropped == 0
+        assert 0 < d.given < 10 and d.stats()["in_memory"] == 10 - d.given
+    finally:
+        writer.stop(timeout=5)

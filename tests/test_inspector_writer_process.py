@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_child import _can_leave_idle_class
+from ctxscope.inspector.writer_priority import can_leave_idle_class
 from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
 from ctxscope.proxy.exchange import Exchange
 
@@ -227,18 +227,18 @@ def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
     try:
         tids = os.listdir(f"/proc/{w._proc.pid}/task")
         policies = {os.sched_getscheduler(int(t)) for t in tids}
-        can_leave = _can_leave_idle_class()
+        can_leave = can_leave_idle_class()
     finally:
         assert w.stop()
     assert policies == ({os.SCHED_IDLE} if can_leave else {os.SCHED_OTHER})
 
 
 def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
-    import ctxscope.inspector.writer_child as wp
+    import ctxscope.inspector.writer_priority as wp
 
     calls = []
-    monkeypatch.setattr(wp, "_can_leave_idle_class", lambda: True)
-    p = wp._Priority(True)
+    monkeypatch.setattr(wp, "can_leave_idle_class", lambda: True)
+    p = wp.Priority(True)
     monkeypatch.setattr(p, "set_idle", lambda idle: calls.append(idle))
     p.update(False, 0.0)
     p.update(True, 1.0)
@@ -310,7 +310,7 @@ def crash_on_store():
 
 
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer_process as wp
+    import ctxscope.inspector.writer_restart as wp
     from ctxscope.inspector import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)

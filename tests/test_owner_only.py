@@ -80,3 +80,62 @@ def test_loose_permissions_are_tightened_on_start_with_a_warning(loop_thread, tm
     assert {path: _mode(path) for path in loose} == {home: 0o700, db: 0o600, home / "salt": 0o600}
     for path, mode in loose.items():
         assert f"tightened permissions of {path} from {mode:04o}" in caplog.text
+
+
+def test_tightening_never_changes_a_file_swapped_in_through_a_symlink(tmp_path, monkeypatch):
+    """Between looking at a loose file and changing its mode, the file is replaced by a symlink to
+    another file of this user: that other file's mode must stay as it is."""
+    from ctxscope.inspector import owner_only
+
+    loose = tmp_path / "captures.db"
+    loose.write_bytes(b"x")
+    os.chmod(loose, 0o666)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"v")
+    os.chmod(victim, 0o755)
+    swapped = []
+    real_lstat, real_open = os.lstat, os.open
+
+    def swap_after(real):
+        def look(path, *args, **kwargs):
+            out = real(path, *args, **kwargs)
+            if os.fspath(path) == os.fspath(loose) and not swapped:
+                swapped.append(True)
+                os.rename(loose, tmp_path / "moved")
+                os.symlink(victim, loose)
+            return out
+        return look
+
+    monkeypatch.setattr(os, "lstat", swap_after(real_lstat))
+    monkeypatch.setattr(os, "open", swap_after(real_open))
+    owner_only.tighten(loose)
+    monkeypatch.undo()
+    assert swapped and _mode(victim) == 0o755
+
+
+def test_tightening_a_live_database_keeps_sqlites_locks(tmp_path):
+    """SQLite's locks are POSIX locks, which a process loses when it closes any descriptor of the
+    file: tightening the files of a database this process has open must not close one."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from ctxscope.inspector import owner_only
+
+    db = tmp_path / "captures.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    os.chmod(db, 0o644)
+    conn.execute("BEGIN IMMEDIATE")  # holds the write lock
+    conn.execute("INSERT INTO t VALUES (1)")
+    try:
+        assert owner_only.private_store(db)  # it did tighten something
+        other = subprocess.run(
+            [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None);"
+             "c.execute('BEGIN IMMEDIATE'); print('got the lock')", str(db)],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+    assert "got the lock" not in other.stdout and "locked" in other.stderr

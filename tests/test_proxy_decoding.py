@@ -151,20 +151,28 @@ def test_br_without_brotli_module(monkeypatch):
 
 
 class _FakeBrotliDecompressor:
-    """Stands in for brotli.Decompressor: 'compressed' data is the text reversed, '!' ends it."""
+    """Stands in for brotli.Decompressor (1.2 and later): 'compressed' data is the text reversed,
+    '!' ends it; output past ``output_buffer_limit`` waits for calls with no input."""
 
     def __init__(self):
         self.finished = False
+        self.pending = b""
 
     def process(self, data, output_buffer_limit=None):
         if data.startswith(b"?"):
             raise _fake_brotli.error("bad data")
-        self.finished = data.endswith(b"!")
-        out = data.rstrip(b"!")[::-1]
-        return out if output_buffer_limit is None else out[:output_buffer_limit]
+        if data:
+            self.finished = data.endswith(b"!")
+            self.pending += data.rstrip(b"!")[::-1]
+        limit = len(self.pending) if output_buffer_limit is None else output_buffer_limit
+        out, self.pending = self.pending[:limit], self.pending[limit:]
+        return out
+
+    def can_accept_more_data(self):
+        return not self.pending
 
     def is_finished(self):
-        return self.finished
+        return self.finished and not self.pending
 
 
 _fake_brotli = types.SimpleNamespace(Decompressor=_FakeBrotliDecompressor, error=type("error", (Exception,), {}))
@@ -181,6 +189,64 @@ def test_br_with_brotli_module(monkeypatch):
         decode_body(b"olleh!", "br", max_size=3)
     with pytest.raises(BodyDecodeError, match="invalid br"):
         decode_body(b"?", "br")
+
+
+class _BrotliBomb:
+    """A brotli 1.2 decompressor fed a bomb: 200 MB of zeros, never more at once than the limit asked."""
+
+    left = 200 << 20
+
+    def __init__(self):
+        self.left = _BrotliBomb.left
+
+    def process(self, data, output_buffer_limit=None):
+        n = self.left if output_buffer_limit is None else min(self.left, output_buffer_limit)
+        self.left -= n
+        return bytes(n)
+
+    def can_accept_more_data(self):
+        return self.left == 0
+
+    def is_finished(self):
+        return self.left == 0
+
+
+def test_a_br_bomb_is_refused_without_holding_its_output(monkeypatch):
+    import tracemalloc
+
+    from ctxscope.proxy.decoding import KEEP_BYTES, DecodedTooLarge
+
+    monkeypatch.setitem(sys.modules, "brotli", types.SimpleNamespace(Decompressor=_BrotliBomb, error=_fake_brotli.error))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodedTooLarge):
+            decode_body(b"bomb", "br")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < KEEP_BYTES + (8 << 20), f"held {peak >> 20} MB"
+
+
+def test_br_is_not_decoded_with_a_brotli_that_cannot_bound_its_output(monkeypatch):
+    class Old:  # brotli before 1.2: process() takes no output limit
+        def process(self, data):
+            return bytes(200 << 20)
+
+        def is_finished(self):
+            return True
+
+    monkeypatch.setitem(sys.modules, "brotli", types.SimpleNamespace(Decompressor=Old, error=_fake_brotli.error))
+    with pytest.raises(BodyDecodeError, match="1.2"):
+        decode_body(b"bomb", "br")
+
+
+def test_a_real_br_body_and_bomb():
+    brotli = pytest.importorskip("brotli")
+    from ctxscope.proxy.decoding import DecodedTooLarge
+
+    assert decode_body(brotli.compress(b"hello " * 1000), "br") == b"hello " * 1000
+    with pytest.raises(DecodedTooLarge):
+        decode_body(brotli.compress(bytes(8 << 20), quality=1), "br", max_size=4 << 20)
 
 
 def _gzip_zeros(n: int) -> bytes:
