@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from click.testing import CliRunner
+from environment import require
 from test_inspector_spool_safety import plant_pickle_spool
 
 from ctxscope.inspector import spool as spools
@@ -138,8 +139,7 @@ def test_serve_starts_forwards_and_says_so_when_the_store_cannot_be_opened(tmp_p
         repair = lambda: (blocker.unlink(), blocker.mkdir())  # noqa: E731
     else:
         mounted = tmp_path / "ro"
-        if not _mount_tmpfs(mounted, "8m", "ro"):
-            pytest.skip("mounting a tmpfs is not permitted here")
+        require(_mount_tmpfs(mounted, "8m", "ro"), "mounting a tmpfs is not permitted here")
         db = mounted / "c.db"
         repair = lambda: subprocess.run(["mount", "-o", "remount,rw", str(mounted)], check=True)  # noqa: E731
     try:
@@ -203,9 +203,8 @@ def _fill(disk: Path) -> Path:
 def test_a_full_disk_under_serve_loses_no_call_and_db_status_says_so(tmp_path):
     """A real full disk: the database and its spool on a small tmpfs, filled to the last byte."""
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "24m"):
-        pytest.skip("mounting a tmpfs is not permitted here; test_inspector_writer covers SQLITE_FULL "
-                    "through max_page_count, and the full spool through a failing write")
+    require(_mount_tmpfs(disk, "24m"), "mounting a tmpfs is not permitted here; test_inspector_writer covers "
+            "SQLITE_FULL through max_page_count, and the full spool through a failing write")
     db = disk / "c.db"
     serve = None
     try:
@@ -289,8 +288,7 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
 
 def test_serve_starts_on_a_full_disk_and_stores_once_space_returns(tmp_path):
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "8m"):
-        pytest.skip("mounting a tmpfs is not permitted here")
+    require(_mount_tmpfs(disk, "8m"), "mounting a tmpfs is not permitted here")
     db = disk / "c.db"
     serve = None
     try:
