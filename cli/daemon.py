@@ -190,7 +190,8 @@ async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> No
     finally:
         announce_stop = getattr(announce, "stopping", None)
         if announce_stop:
-            announce_stop(daemon.writer.stats().queued)
+            stats = daemon.writer.stats()
+            announce_stop(stats.queued, stats.store_down_since is not None)
         await daemon.stop()
 
 

@@ -84,9 +84,17 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
         click.echo("Press Ctrl-C to stop.")
 
-    announce.stopping = lambda waiting: click.echo(
-        f"stopping: finishing open calls and storing {waiting} captured call{'s' * (waiting != 1)}..."
-        if waiting else "stopping: finishing open calls...")
+    def stopping(waiting: int, store_down: bool) -> None:
+        calls = f"{waiting} captured call{'s' * (waiting != 1)}"
+        if store_down:  # nothing can be stored now: say where the calls wait instead of promising it
+            click.echo(f"stopping: finishing open calls; the store is failing, so {calls} stay in the spool "
+                       "for the next `ctxscope serve` on this database")
+        elif waiting:
+            click.echo(f"stopping: finishing open calls and storing {calls}...")
+        else:
+            click.echo("stopping: finishing open calls...")
+
+    announce.stopping = stopping
     try:
         run(serve_forever(cfg, announce=announce))
     except OSError as exc:

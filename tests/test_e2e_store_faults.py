@@ -310,3 +310,24 @@ def test_serve_starts_on_a_full_disk_and_stores_once_space_returns(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
     assert len(ids) == len(set(ids)) == 3
     assert serve.proc.returncode == 0 and "CAPTURE IS NOT STORING" in out
+
+
+def test_stopping_while_the_store_fails_says_the_calls_stay_in_the_spool_and_the_next_serve_stores_them(tmp_path):
+    db = tmp_path / "c.db"
+    db.write_bytes(b"not a database at all " * 500)
+    serve = Serve(tmp_path, db)
+    try:
+        serve.chat(3)
+        wait_for(lambda: serve.writer()["queued"] >= 3, what="the calls to wait")
+    finally:
+        out = serve.stop()
+    assert "the store is failing, so 3 captured calls stay in the spool" in out, out
+    assert "storing 3 captured calls" not in out
+    db.unlink()  # repaired: the next serve on this database stores what the spool kept
+    again = Serve(tmp_path, db)
+    try:
+        wait_for(lambda: len(stored_ids(db)) >= 3, what="the spooled calls to be stored")
+    finally:
+        again.stop()
+    ids = stored_ids(db)
+    assert len(ids) == len(set(ids)) == 3
