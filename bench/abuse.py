@@ -25,6 +25,8 @@ from pathlib import Path
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "abuse_probe"))  # the probe's own modules
+
 import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes
 import abuse_cases_plane as plane

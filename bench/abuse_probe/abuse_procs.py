@@ -13,8 +13,8 @@ from pathlib import Path
 
 from proxy_bench_procs import child_env, child_pids
 
-BENCH = Path(__file__).resolve().parent
-_VENV_CTXSCOPE = BENCH.parent / ".venv" / "bin" / "ctxscope"
+HERE = Path(__file__).resolve().parent  # bench/abuse_probe
+_VENV_CTXSCOPE = HERE.parent.parent / ".venv" / "bin" / "ctxscope"
 CTXSCOPE = str(_VENV_CTXSCOPE if _VENV_CTXSCOPE.exists() else Path(sys.executable).with_name("ctxscope"))
 
 
@@ -183,7 +183,7 @@ class Background:
     every 10 ms (a separate process, so the bench's own work never shows up as a stall)."""
 
     def __init__(self, env: dict[str, str]):
-        script = BENCH / "abuse_background.py"
+        script = HERE / "abuse_background.py"
         self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, text=True, bufsize=1)
         first = self.proc.stdout.readline()
