@@ -207,6 +207,16 @@ async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provide
     assert e.outcome == ex.UPSTREAM_RESET
 
 
+async def _unreachable_call(proxy):
+    """Post one call through the proxy; the client must get the proxy's own 502; the recorded call."""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+            assert resp.status == 502
+            assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+    [e] = await proxy.sink.wait(1)
+    return e
+
+
 async def test_a_connect_failure_stays_upstream_unreachable():
     probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = probe.sockets[0].getsockname()[1]
@@ -214,11 +224,7 @@ async def test_a_connect_failure_stays_upstream_unreachable():
     await probe.wait_closed()
     proxy = await start_proxy({"up": f"http://127.0.0.1:{port}"})
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
-                assert resp.status == 502
-                assert (await resp.json())["error"]["code"] == "upstream_unreachable"
-        [e] = await proxy.sink.wait(1)
+        e = await _unreachable_call(proxy)
     finally:
         await proxy.stop()
     assert e.outcome == ex.UPSTREAM_UNREACHABLE
@@ -274,11 +280,7 @@ async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
     filler = socket.create_connection(("127.0.0.1", port))  # the accept queue is full: new SYNs are dropped
     proxy = await start_proxy({"up": f"http://127.0.0.1:{port}"}, connect_timeout=0.3)
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
-                assert resp.status == 502
-                assert (await resp.json())["error"]["code"] == "upstream_unreachable"
-        [e] = await proxy.sink.wait(1)
+        e = await _unreachable_call(proxy)
     finally:
         await proxy.stop()
         filler.close()
