@@ -10,8 +10,19 @@ in ``session_store``, the embedding API in ``conversation``, the CLI group in ``
 
 from .activity import TurnResult
 from .builtins import HOST_BUILTIN_FACTORIES, HostOptions, core_tools_extension, default_extensions
-from .events import (Abort, Answer, AppendMessage, Block, Fail, ModifyRequest, ReplaceHistory, Retry, RewriteResult,
-                     RewriteText, Skip)
+from .events import (
+                     Abort,
+                     Answer,
+                     AppendMessage,
+                     Block,
+                     Fail,
+                     ModifyRequest,
+                     ReplaceHistory,
+                     Retry,
+                     RewriteResult,
+                     RewriteText,
+                     Skip,
+)
 from .loop import LoopConfig, OverflowContext
 from .providers import make_client, resolve
 from .retry import ContextOverflowError, ProviderError
@@ -21,9 +32,36 @@ from .spi import AssemblyError, Extension, ExtensionAPI, SPIError
 from .tools import Tool, ToolContext, ToolError, ToolOutput
 
 __all__ = [
-    "Abort", "AgentRuntime", "Answer", "AppendMessage", "AssemblyError", "Block", "ContextOverflowError",
-    "Extension", "ExtensionAPI", "Fail", "HOST_BUILTIN_FACTORIES", "HostOptions", "LoopConfig", "ModifyRequest",
-    "OverflowContext", "ProviderError", "ReplaceHistory", "Retry", "RewriteResult", "RewriteText", "SPIError",
-    "ScriptedModel", "Skip", "Tool", "ToolContext", "ToolError", "ToolOutput", "TurnResult",
-    "core_tools_extension", "default_extensions", "make_client", "resolve",
+                     "HOST_BUILTIN_FACTORIES",
+                     "Abort",
+                     "AgentRuntime",
+                     "Answer",
+                     "AppendMessage",
+                     "AssemblyError",
+                     "Block",
+                     "ContextOverflowError",
+                     "Extension",
+                     "ExtensionAPI",
+                     "Fail",
+                     "HostOptions",
+                     "LoopConfig",
+                     "ModifyRequest",
+                     "OverflowContext",
+                     "ProviderError",
+                     "ReplaceHistory",
+                     "Retry",
+                     "RewriteResult",
+                     "RewriteText",
+                     "SPIError",
+                     "ScriptedModel",
+                     "Skip",
+                     "Tool",
+                     "ToolContext",
+                     "ToolError",
+                     "ToolOutput",
+                     "TurnResult",
+                     "core_tools_extension",
+                     "default_extensions",
+                     "make_client",
+                     "resolve",
 ]

@@ -6,8 +6,9 @@ These are not SPI events: they never change behaviour. A listener must be fast a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Union
 
 from .messages import ToolCall, ToolResult
 from .model import StreamDelta, Usage

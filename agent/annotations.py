@@ -7,7 +7,7 @@ shows our agent's effects exactly instead of guessing. Names are lowercase (HTTP
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 SESSION = "x-ctxscope-session"
 TURN = "x-ctxscope-turn"

@@ -7,7 +7,8 @@ text outside its block or break the block structure the inspector counts.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .messages import Message, TextBlock
 

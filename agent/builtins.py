@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .spi import Extension, ExtensionAPI
 from .tools_fs import FS_TOOLS

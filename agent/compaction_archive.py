@@ -12,8 +12,8 @@ smaller history is admitted (fits the input and byte limits) is the engine's dec
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from .compaction_history import map_results, result_bytes, tool_result_bytes, tool_rounds
 from .context_budget import ContextSettings

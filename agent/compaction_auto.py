@@ -25,22 +25,52 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .compaction_archive import ArchivePlan, plan_archive
 from .compaction_checkpoint import load_system_prompt
 from .compaction_engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
-from .compaction_events import (COMPACTION_DEFERRED, COMPACTION_STOPPED, CompactionHooks, Defer, PostCompact,
-                                PostCompactHook, PreCompact, PreCompactHook, StopAuto, event_value)
+from .compaction_events import (
+    COMPACTION_DEFERRED,
+    COMPACTION_STOPPED,
+    CompactionHooks,
+    Defer,
+    PostCompact,
+    PostCompactHook,
+    PreCompact,
+    PreCompactHook,
+    StopAuto,
+    event_value,
+)
 from .compaction_history import prune_screenshots
-from .compaction_outcome import (ANCHOR_KEY, annotations, auto_enabled, compaction_state, invalidate_anchor,
-                                 record_outcome, set_auto)
+from .compaction_outcome import (
+    ANCHOR_KEY,
+    annotations,
+    auto_enabled,
+    compaction_state,
+    invalidate_anchor,
+    record_outcome,
+    set_auto,
+)
 from .compaction_replace import POST_ADMISSION_FAILED
 from .context_budget import ContextSettings
 from .context_estimate import AnchorBinding, Footprint, UsageAnchor, footprint, prefix_hash
-from .events import (AFTER_LLM_CALL, BEFORE_LLM_CALL, ON_HISTORY_CHANGED, ON_LLM_CALL_PREPARED, Abort, Effects,
-                     HistoryChanged, LlmCallContext, LlmCallPrepared, LlmCallResult, ModifyRequest, ReplaceHistory)
+from .events import (
+    AFTER_LLM_CALL,
+    BEFORE_LLM_CALL,
+    ON_HISTORY_CHANGED,
+    ON_LLM_CALL_PREPARED,
+    Abort,
+    Effects,
+    HistoryChanged,
+    LlmCallContext,
+    LlmCallPrepared,
+    LlmCallResult,
+    ModifyRequest,
+    ReplaceHistory,
+)
 from .loop import OverflowContext
 from .messages import Message
 from .model import ToolSpec
@@ -49,7 +79,7 @@ from .state import SessionView
 
 log = logging.getLogger("ctxscope.agent.compaction")
 EXTENSION_ID = "context-management"
-_MANAGERS: "weakref.WeakKeyDictionary[Any, ContextManager]" = weakref.WeakKeyDictionary()
+_MANAGERS: weakref.WeakKeyDictionary[Any, ContextManager] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -59,7 +89,7 @@ class AttachingExtension(Extension):
     attach: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
 
 
-def manager_for(runtime: Any) -> "ContextManager | None":
+def manager_for(runtime: Any) -> ContextManager | None:
     return _MANAGERS.get(runtime)
 
 

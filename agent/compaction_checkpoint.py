@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, assistant_message, user_message
 from .model import LENGTH, STOP, ModelRequest, ModelResponse, ToolSpec

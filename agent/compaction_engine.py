@@ -16,8 +16,9 @@ Failure codes: ``POST_ADMISSION_FAILED`` (the caller aborts the turn), ``COMPACT
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .annotations import annotation_headers
 from .compaction_archive import ArchivePlan, apply_archive, plan_archive

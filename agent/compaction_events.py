@@ -21,8 +21,9 @@ import inspect
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
 
 from .session_store import HistoryFile
 from .state import SessionView
@@ -110,7 +111,7 @@ class StopAuto:
     reason: str = "stopped by a PreCompact hook"
 
 
-PreCompactHook = Callable[[PreCompact], Union[None, Defer, StopAuto, Awaitable[Union[None, Defer, StopAuto]]]]
+PreCompactHook = Callable[[PreCompact], None | Defer | StopAuto | Awaitable[None | Defer | StopAuto]]
 PostCompactHook = Callable[[PostCompact], Any]
 
 

@@ -8,8 +8,8 @@ message objects with the same ids; the input is never changed (messages are froz
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from .context_estimate import SUMMARY_KIND, media_items
 from .messages import Message, ToolResult, user_message

@@ -26,7 +26,7 @@ SESSION_BUSY = "SESSION_BUSY"
 HISTORY_CHANGED = "HISTORY_CHANGED"
 
 
-async def compact_session(manager: "ContextManager", session: Any, instructions: str | None) -> CompactionOutcome:
+async def compact_session(manager: ContextManager, session: Any, instructions: str | None) -> CompactionOutcome:
     rt = manager.runtime
     view = session.view
     turn = session.turn

@@ -10,9 +10,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .compaction_events import (CHECKPOINT, COMPACTION, COMPACTION_FAILED, COMPACTION_STOPPED, TOOL_RESULTS_ARCHIVED,
-                                event_value, record)
 from .compaction_engine import CompactionOutcome
+from .compaction_events import (
+    CHECKPOINT,
+    COMPACTION,
+    COMPACTION_FAILED,
+    COMPACTION_STOPPED,
+    TOOL_RESULTS_ARCHIVED,
+    event_value,
+    record,
+)
 from .state import SessionView
 
 STATE_KEY = "compaction"

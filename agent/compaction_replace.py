@@ -14,8 +14,9 @@ snapshot is dropped first if it does not; if it still does not fit, ``POST_ADMIS
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .compaction_history import genuine_inputs
 from .context_estimate import SUMMARY_KIND

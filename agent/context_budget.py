@@ -11,8 +11,9 @@ or a tool call) rather than the whole configured limit, and never more than was 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 RESERVE_TOKENS = 16384
 SAFETY_MARGIN_TOKENS = 2048
@@ -92,7 +93,7 @@ class ContextSettings:
                 "minCandidateKiB": "min_candidate_kib", "keepRecentRounds": "keep_recent_rounds"}
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None, *, strict: bool = True) -> "ContextSettings":
+    def from_mapping(cls, data: Mapping[str, Any] | None, *, strict: bool = True) -> ContextSettings:
         """Settings from a dict (``toolResultCompaction`` camelCase keys accepted); unknown keys raise if strict."""
         if not data:
             return cls()

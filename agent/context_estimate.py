@@ -20,10 +20,11 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from .model import ToolSpec
@@ -135,7 +136,7 @@ class UsageAnchor:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "UsageAnchor | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> UsageAnchor | None:
         if not isinstance(d, Mapping):
             return None
         try:

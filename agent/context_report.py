@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .compaction_outcome import ANCHOR_KEY, STATE_KEY
 from .context_budget import budget_lines
-from .context_estimate import (AnchorBinding, UsageAnchor, text_tokens, messages_tokens, prefix_hash, tools_json,
-                               valid_anchor_index)
+from .context_estimate import (
+    AnchorBinding,
+    UsageAnchor,
+    messages_tokens,
+    prefix_hash,
+    text_tokens,
+    tools_json,
+    valid_anchor_index,
+)
 from .messages import Message
 from .model import ModelRequest, ModelResponse, PreparedCall, ToolSpec, dumps
 from .retry import ProviderError

@@ -8,7 +8,8 @@ reorder, abort) and ``maintenance`` (compact: wired by the compaction work throu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from .activity import TurnResult
 from .messages import Message
@@ -27,7 +28,7 @@ class NotAvailable(RuntimeError):
 
 
 class ConversationQuery:
-    def __init__(self, rt: "AgentRuntime") -> None:
+    def __init__(self, rt: AgentRuntime) -> None:
         self._rt = rt
 
     def sessions(self) -> list[SessionMeta]:
@@ -45,7 +46,7 @@ class ConversationQuery:
 
 
 class ConversationLifecycle:
-    def __init__(self, rt: "AgentRuntime") -> None:
+    def __init__(self, rt: AgentRuntime) -> None:
         self._rt = rt
 
     def create(self, title: str = "") -> SessionMeta:
@@ -63,10 +64,10 @@ class ConversationLifecycle:
 
 
 class ConversationIngress:
-    def __init__(self, rt: "AgentRuntime") -> None:
+    def __init__(self, rt: AgentRuntime) -> None:
         self._rt = rt
 
-    def _s(self, session_id: str) -> "AgentSession":
+    def _s(self, session_id: str) -> AgentSession:
         return self._rt.open_session(session_id)
 
     def submit(self, session_id: str, text: str, *, source: str = "api") -> QueuedInput:
@@ -98,7 +99,7 @@ Compactor = Callable[["AgentSession", "str | None"], Awaitable[object]]
 
 
 class ConversationMaintenance:
-    def __init__(self, rt: "AgentRuntime") -> None:
+    def __init__(self, rt: AgentRuntime) -> None:
         self._rt = rt
         self._compactor: Compactor | None = None
 
@@ -120,7 +121,7 @@ class ConversationMaintenance:
 
 
 class Conversation:
-    def __init__(self, rt: "AgentRuntime") -> None:
+    def __init__(self, rt: AgentRuntime) -> None:
         self.query = ConversationQuery(rt)
         self.lifecycle = ConversationLifecycle(rt)
         self.ingress = ConversationIngress(rt)

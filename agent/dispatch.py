@@ -14,12 +14,29 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
-from .events import (BEFORE_LLM_RESULTS, Abort, Answer, AppendMessage, Block, Fail, LlmCallContext, LlmCallResult,
-                     ModifyRequest, Pass, ReplaceHistory, Retry, RewriteResult, RewriteText, Skip, ToolCallContext,
-                     ToolResultContext)
+from .events import (
+    BEFORE_LLM_RESULTS,
+    Abort,
+    Answer,
+    AppendMessage,
+    Block,
+    Fail,
+    LlmCallContext,
+    LlmCallResult,
+    ModifyRequest,
+    Pass,
+    ReplaceHistory,
+    Retry,
+    RewriteResult,
+    RewriteText,
+    Skip,
+    ToolCallContext,
+    ToolResultContext,
+)
 from .messages import Message, ToolResult, replace_text
 from .model import ModelResponse
 from .spi import HandlerEntry

@@ -8,8 +8,9 @@ turn_start, turn_end. A handler returns ``None`` (or ``PASS``) to let things be.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from .messages import Message, ToolCall, ToolResult
 from .model import ModelResponse, PreparedCall, ToolSpec

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .builtins import HostOptions, host_settings
 from .events import ON_STEP_END, TURN_END, TURN_START, StepEnd, TurnEnd, TurnStart

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .messages import ToolCall, ToolResult
 
@@ -110,7 +111,7 @@ def default_policies() -> dict[str, ToolPolicy]:
     """The production tool policies, by tool name."""
     shell = ToolPolicy(stable_fields=("command",), is_error=_shell_error)
     polling = ToolPolicy(stable_fields=None, progress=_task_progress, polling=True)
-    policies = {name: shell for name in SHELL_TOOLS}
+    policies = dict.fromkeys(SHELL_TOOLS, shell)
     policies["grep"] = ToolPolicy(is_error=_grep_error)
-    policies.update({name: polling for name in POLLING_TOOLS})
+    policies.update(dict.fromkeys(POLLING_TOOLS, polling))
     return policies

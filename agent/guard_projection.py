@@ -18,8 +18,9 @@ import hmac
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .guard_policy import DEFAULT_POLICY, ToolPolicy
 from .messages import ToolCall, ToolResult

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Iterable, Literal, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Literal
 
 from .messages import Message
 from .session_store import HistoryFile

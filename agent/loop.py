@@ -15,21 +15,59 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from . import activity as act
 from .annotations import annotation_headers
 from .assembly import assemble_user_message
-from .dispatch import (ErrorLog, HistoryPort, gate_before_llm_call, gate_before_tool_call, observe, transform_after_llm_call,
-                       transform_after_tool_call)
-from .events import (AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, BEFORE_TOOL_CALL, ON_HISTORY_CHANGED,
-                     ON_LLM_CALL_PREPARED, ON_STEP_END, TURN_END, TURN_START, Abort, Answer, Effects, Fail,
-                     HistoryChanged, LlmCallContext, LlmCallPrepared, LlmCallResult, Retry, Skip, StepEnd,
-                     ToolCallContext, ToolResultContext, TurnEnd, TurnStart)
+from .dispatch import (
+    ErrorLog,
+    HistoryPort,
+    gate_before_llm_call,
+    gate_before_tool_call,
+    observe,
+    transform_after_llm_call,
+    transform_after_tool_call,
+)
+from .events import (
+    AFTER_LLM_CALL,
+    AFTER_TOOL_CALL,
+    BEFORE_LLM_CALL,
+    BEFORE_TOOL_CALL,
+    ON_HISTORY_CHANGED,
+    ON_LLM_CALL_PREPARED,
+    ON_STEP_END,
+    TURN_END,
+    TURN_START,
+    Abort,
+    Answer,
+    Effects,
+    Fail,
+    HistoryChanged,
+    LlmCallContext,
+    LlmCallPrepared,
+    LlmCallResult,
+    Retry,
+    Skip,
+    StepEnd,
+    ToolCallContext,
+    ToolResultContext,
+    TurnEnd,
+    TurnStart,
+)
 from .history import History
-from .messages import (Message, ToolCall, ToolResult, assistant_message, missing_result, tool_message, user_message,
-                       without_tool_calls)
+from .messages import (
+    Message,
+    ToolCall,
+    ToolResult,
+    assistant_message,
+    missing_result,
+    tool_message,
+    user_message,
+    without_tool_calls,
+)
 from .model import ModelClient, ModelRequest, ModelResponse, StreamDelta, ToolSpec, Usage
 from .retry import ContextOverflowError, ProviderError
 from .spi import TurnAssembly

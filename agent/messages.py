@@ -9,8 +9,9 @@ that onto its own wire shape.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Union
+from typing import Any, Literal, Union
 
 Role = Literal["user", "assistant", "tool"]
 
@@ -76,7 +77,7 @@ class Message:
     def tool_results(self) -> tuple[ToolResult, ...]:
         return tuple(b for b in self.content if isinstance(b, ToolResult))
 
-    def with_meta(self, **meta: Any) -> "Message":
+    def with_meta(self, **meta: Any) -> Message:
         return replace(self, meta={**self.meta, **meta})
 
 

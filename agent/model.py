@@ -7,8 +7,9 @@ A client works in two steps so the ``on_llm_call_prepared`` observers see the ex
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Union
+from typing import Any, Protocol, Union
 
 from .messages import Message
 

@@ -30,8 +30,19 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .events import (AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START, LlmCallContext, LlmCallResult,
-                     Retry, RewriteResult, RewriteText, ToolResultContext, TurnStart)
+from .events import (
+    AFTER_LLM_CALL,
+    AFTER_TOOL_CALL,
+    BEFORE_LLM_CALL,
+    TURN_START,
+    LlmCallContext,
+    LlmCallResult,
+    Retry,
+    RewriteResult,
+    RewriteText,
+    ToolResultContext,
+    TurnStart,
+)
 from .messages import ToolCall, ToolResult
 from .provenance_adapters import Found, adapt, user_sources
 from .provenance_cite import normalise

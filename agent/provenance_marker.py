@@ -18,8 +18,8 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .messages import ToolResult
 from .provenance_refs import SourceReference, clean_title

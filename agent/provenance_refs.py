@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 FILE, WEB, MCP = "file", "web", "mcp"
 KINDS = (FILE, WEB, MCP)
@@ -76,7 +77,7 @@ class SourceReference:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any) -> "SourceReference | None":
+    def from_dict(cls, d: Any) -> SourceReference | None:
         """A reference read back from history; None for anything malformed."""
         if not isinstance(d, dict):
             return None

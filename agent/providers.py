@@ -9,8 +9,9 @@ real URL. Keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY; the simulator takes
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .model import ModelClient
 from .providers_anthropic import AnthropicClient

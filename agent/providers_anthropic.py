@@ -12,8 +12,18 @@ import re
 from typing import Any
 
 from .messages import Block, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from .model import (LENGTH, STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, TextDelta, ThinkingDelta,
-                    ToolCallDelta, Usage)
+from .model import (
+    LENGTH,
+    STOP,
+    TOOL_USE,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    Usage,
+)
 from .providers_http import HttpModelClient, error_from_json, load_json
 from .retry import ProviderError
 from .sse import SSEEvent

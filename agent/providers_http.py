@@ -6,9 +6,9 @@ Each provider module supplies the wire body, its auth headers and a pure stream 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -138,6 +138,6 @@ class HttpModelClient:
                 for ev in decoder.close():
                     parser.feed(ev, emit)
                 return parser.finish()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise ProviderError(f"connection failed: {type(e).__name__}: {e}", kind="connection",
                                 retryable=True) from e

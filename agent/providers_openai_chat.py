@@ -10,8 +10,19 @@ import json
 from typing import Any
 
 from .messages import Block, Message, TextBlock, ThinkingBlock, ToolCall
-from .model import (LENGTH, STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, TextDelta, ThinkingDelta,
-                    ToolCallDelta, Usage, dumps)
+from .model import (
+    LENGTH,
+    STOP,
+    TOOL_USE,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    Usage,
+    dumps,
+)
 from .providers_http import HttpModelClient, error_from_json, load_json
 from .retry import ProviderError
 from .sse import SSEEvent

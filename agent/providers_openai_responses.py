@@ -10,8 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from .messages import Block, Message, TextBlock, ThinkingBlock, ToolCall
-from .model import (LENGTH, STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, TextDelta, ThinkingDelta,
-                    ToolCallDelta, Usage)
+from .model import (
+    LENGTH,
+    STOP,
+    TOOL_USE,
+    DeltaSink,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    Usage,
+)
 from .providers_http import HttpModelClient, error_from_json, load_json
 from .providers_openai_chat import arguments_text, parse_call
 from .retry import ProviderError

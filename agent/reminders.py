@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .assembly import CLOSE, OPEN, validate_reminder
 from .spi import TurnContext

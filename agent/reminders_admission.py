@@ -8,9 +8,9 @@ the total stays within the provider input limit (C3, ``context_budget``).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 from .context_budget import budget_lines
 from .context_estimate import MESSAGE_OVERHEAD, estimate_request

@@ -12,7 +12,8 @@ or globs; only critical providers run for them), ``contextManagement.turnDeadlin
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .builtins import HostOptions, host_settings
 from .events import BEFORE_LLM_CALL, ON_HISTORY_CHANGED, ON_STEP_END, TURN_START, HistoryChanged

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .assembly import reminder_block
 from .events import AppendMessage, LlmCallContext, ModifyRequest, StepEnd, TurnStart

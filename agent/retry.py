@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Awaitable, Callable
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "server_error",

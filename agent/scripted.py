@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections import deque
-from typing import Any, Callable, Iterable, Union
+from collections.abc import Callable, Iterable
+from typing import Any, Union
 
 from .messages import Message, TextBlock, ToolCall, message_to_dict
 from .model import STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, PreparedCall, TextDelta, Usage, dumps

@@ -43,7 +43,7 @@ class SessionBusy(RuntimeError):
 
 
 class AgentSession:
-    def __init__(self, runtime: "AgentRuntime", meta: SessionMeta) -> None:
+    def __init__(self, runtime: AgentRuntime, meta: SessionMeta) -> None:
         self.runtime = runtime
         self.id = meta.id
         self.file = runtime.store.history(meta.id)

@@ -23,9 +23,10 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .builtins import HostOptions
 from .events import ON_HISTORY_CHANGED, ON_LLM_CALL_PREPARED, HistoryChanged, LlmCallPrepared

@@ -15,10 +15,11 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .messages import Message, message_from_dict, message_to_dict
 
@@ -43,7 +44,7 @@ class SessionMeta:
     disabled_extensions: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SessionMeta":
+    def from_dict(cls, d: dict[str, Any]) -> SessionMeta:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["disabled_extensions"] = tuple(known.get("disabled_extensions") or ())
         return cls(**known)
@@ -133,7 +134,7 @@ class HistoryFile:
 
 
 def new_session_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 class SessionStore:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Union
 
 from .assembly import ReminderFormatError, validate_reminder
 from .events import BEFORE_LLM_CALL, EVENT_NAMES, TurnStart
@@ -26,9 +27,9 @@ log = logging.getLogger("ctxscope.agent.spi")
 
 TurnContext = TurnStart  # what per-turn factories and providers receive
 Handler = Callable[[Any], Any]
-ToolFactory = Callable[[TurnContext], Union[Tool, Sequence[Tool], None]]
-TextSource = Union[str, Callable[[TurnContext], Union[str, None]]]
-ReminderProvider = Callable[[TurnContext], Union[str, None]]
+ToolFactory = Callable[[TurnContext], Tool | Sequence[Tool] | None]
+TextSource = Union[str, Callable[[TurnContext], str | None]]
+ReminderProvider = Callable[[TurnContext], str | None]
 
 
 class SPIError(Exception):

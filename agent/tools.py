@@ -7,9 +7,10 @@ error result the model can read: a tool never crashes the loop. Cancellation sti
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from .messages import ToolCall, ToolResult
 from .model import ToolSpec

@@ -72,7 +72,7 @@ async def bash(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     timed_out = False
     try:
         await asyncio.wait_for(collect(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         timed_out = True
         _kill(proc)
         await proc.wait()

@@ -80,7 +80,7 @@ async def run_case(ctx: Ctx, case: Case, deadline: float) -> Result:
         return Result(False, f"the daemon is gone (exit {ctx.daemon.proc.returncode})")
     try:
         return await asyncio.wait_for(case.run(ctx), case.budget)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return Result(False, f"did not finish within {case.budget:g} s")
     except Exception as exc:  # a case that errors fails; the run goes on
         log(traceback.format_exc())

@@ -38,7 +38,7 @@ from ctxscope.agent.context_budget import ContextSettings  # noqa: E402
 from ctxscope.agent.events import AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START  # noqa: E402
 from ctxscope.agent.loop import LoopConfig  # noqa: E402
 from ctxscope.agent.model import ModelRequest, PreparedCall, dumps  # noqa: E402
-from ctxscope.agent.provenance import SYSTEM_PROMPT, EXTENSION_ID, SourceProvenance  # noqa: E402
+from ctxscope.agent.provenance import EXTENSION_ID, SYSTEM_PROMPT, SourceProvenance  # noqa: E402
 from ctxscope.agent.runtime import AgentRuntime  # noqa: E402
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call  # noqa: E402
 from ctxscope.agent.spi import Extension  # noqa: E402
@@ -46,9 +46,7 @@ from ctxscope.agent.tool_output_budget import tool_output_budget_extension  # no
 from ctxscope.agent.tools import Tool, ToolOutput  # noqa: E402
 
 TURNS, STEPS = 4, 50
-WORDS = ("cache request token prefix session model stream buffer header upstream record index thread "
-         "compaction budget reminder guard receipt artifact history replay canonical segment pointer "
-         "latency window usage estimate anchor provider schema marker source citation worker queue").split()
+WORDS = ["cache", "request", "token", "prefix", "session", "model", "stream", "buffer", "header", "upstream", "record", "index", "thread", "compaction", "budget", "reminder", "guard", "receipt", "artifact", "history", "replay", "canonical", "segment", "pointer", "latency", "window", "usage", "estimate", "anchor", "provider", "schema", "marker", "source", "citation", "worker", "queue"]
 
 
 def prose(rng: random.Random, n_bytes: int) -> str:

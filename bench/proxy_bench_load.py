@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
-
 from proxy_bench_wire import HEADERS, STREAM_LEN, STREAM_REQ
 
 PHASES = ("c1", "c32", "stream", "paced", "upload")

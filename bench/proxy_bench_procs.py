@@ -40,7 +40,7 @@ class Target:
     tag: str = ""
     sched: str = ""  # how its capture writer child was scheduled at the end
     sent_ok: int = 0
-    results: dict[str, list["Phase"]] = field(default_factory=dict)
+    results: dict[str, list[Phase]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

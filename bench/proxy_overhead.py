@@ -46,10 +46,19 @@ import time
 from pathlib import Path
 
 import aiohttp
-
-from proxy_bench_load import PHASES, PACED_GAP, Phase, closed_loop, streams
-from proxy_bench_procs import (Target, capture_backlog, child_env, children_cpu, cpu_seconds, scheduling, settle,
-                               spawn_ctxscope, spawn_role, stop)
+from proxy_bench_load import PACED_GAP, PHASES, Phase, closed_loop, streams
+from proxy_bench_procs import (
+    Target,
+    capture_backlog,
+    child_env,
+    children_cpu,
+    cpu_seconds,
+    scheduling,
+    settle,
+    spawn_ctxscope,
+    spawn_role,
+    stop,
+)
 from proxy_bench_report import print_last_line, report
 from proxy_bench_wire import CHAT_PATH, SMALL_REQ, UPLOAD_REQ, have_uvloop, run_loop
 

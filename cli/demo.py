@@ -17,9 +17,9 @@ import signal
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import click
 

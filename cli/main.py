@@ -148,8 +148,10 @@ from ctxscope.agent.cli_commands import agent_group  # noqa: E402
 
 cli.add_command(agent_group)
 from . import analysis_commands  # noqa: E402  (registers diff, session, stats, reindex on `cli`)
+
 analysis_commands.register(cli, db_option, json_option, open_db_or_fail)
 from . import demo  # noqa: E402  (registers `ctxscope demo`)
+
 demo.register(cli, db_option)
 
 

@@ -7,7 +7,8 @@ printed here is masked first (``redact.mask_keys_in`` / ``mask_key_values``).
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 

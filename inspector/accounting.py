@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from ctxscope.inspector.canonical import CanonicalPrompt, Segment, split_reminders
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 IMAGE_TOKENS = 1600
 CATEGORIES = (

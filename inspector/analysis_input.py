@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlite_utils
@@ -71,7 +71,7 @@ def unix_time(iso: str | None) -> float:
     if not iso:
         return 0.0
     stamp = datetime.fromisoformat(iso)  # ours end in "Z" (3.11 reads that as UTC)
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _common(row: dict, rowid: int) -> dict:

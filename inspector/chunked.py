@@ -25,7 +25,7 @@ _MERGE_RATIO = 2
 class Chunked(Sequence):
     """An immutable sequence stored as a tuple of tuples."""
 
-    __slots__ = ("_chunks", "_starts", "_len")
+    __slots__ = ("_chunks", "_len", "_starts")
 
     def __init__(self, chunks: Sequence[tuple] = ()):
         chunks = tuple(c for c in chunks if c)

@@ -28,7 +28,7 @@ _SERIALS = itertools.count(1)
 class Hashes(Sequence[str]):
     """Segment hashes (sha256 hex) as one ``bytes`` object of digests."""
 
-    __slots__ = ("digests", "serial", "known")
+    __slots__ = ("digests", "known", "serial")
 
     def __init__(self, hashes: Iterable[str] = (), known: tuple[tuple[int, int], ...] = ()):
         """Raises ValueError unless every hash is a lowercase sha256 hex digest (as hexdigest() writes)."""

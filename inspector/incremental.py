@@ -21,8 +21,8 @@ import json
 import re
 from array import array
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter

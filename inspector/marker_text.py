@@ -6,7 +6,8 @@ result through their own escaping.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _PREVIEW = 80
 

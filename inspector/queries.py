@@ -307,7 +307,7 @@ def db_status(db_path: str | Path) -> dict:
             "raw_bytes": raw,  # request + response bytes of all calls, as on the wire
             "ratio": round(stored / raw, 4) if raw else None,
         }
-        totals = {k: 0 for k in FAILURE_KINDS}
+        totals = dict.fromkeys(FAILURE_KINDS, 0)
         for kind, n in db.execute(
             f"SELECT kind, SUM(count) FROM store_events WHERE kind IN ({_marks}) GROUP BY kind", list(FAILURE_KINDS)
         ):

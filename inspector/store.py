@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlite_utils
@@ -73,7 +73,7 @@ def iso(ts: float | None) -> str | None:
     """Unix seconds as fixed-width ISO 8601 UTC, so text order is time order."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def now_iso() -> str:

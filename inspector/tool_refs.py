@@ -26,7 +26,7 @@ class ToolRefs:
     """
 
     MAX_LAYERS = 16
-    __slots__ = ("_calls", "_results", "_below", "_depth")
+    __slots__ = ("_below", "_calls", "_depth", "_results")
 
     def __init__(self, calls: dict[str, tuple[str | None, ...]], results: dict[str, int], below: ToolRefs | None = None):
         self._calls = calls  # ref -> names of all its calls in prompt order; () once none is left

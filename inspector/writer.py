@@ -35,8 +35,15 @@ from ctxscope.inspector import owner_only, store
 from ctxscope.inspector.ingest import Analyzer, IngestState, ingest
 from ctxscope.inspector.spool import keep_leftovers
 from ctxscope.inspector.spool_format import pack
-from ctxscope.inspector.writer_failures import (RETRY_INTERVAL, Outage, Unrecorded, call_event, describe, record,
-                                                store_unavailable)
+from ctxscope.inspector.writer_failures import (
+    RETRY_INTERVAL,
+    Outage,
+    Unrecorded,
+    call_event,
+    describe,
+    record,
+    store_unavailable,
+)
 from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange

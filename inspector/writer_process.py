@@ -46,15 +46,13 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector.writer_status import WriterStats
-from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.inspector.spool_format import call_size, pack
 from ctxscope.inspector.store import now_iso
 from ctxscope.inspector.writer_child import child_main
+from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.inspector.writer_priority import IDLE_CLASS, leave_idle_class
-from ctxscope.inspector.writer_restart import (RESTART_BACKOFF, RestartPolicy, add_lives, child_reply,
-                                               recovered_ids)
-from ctxscope.inspector.writer_status import StatusPublisher
+from ctxscope.inspector.writer_restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
+from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 

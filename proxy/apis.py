@@ -8,13 +8,15 @@ path's tail rather than at a fixed prefix. Only POST is an LLM call; GETs of sto
 
 from __future__ import annotations
 
-ANTHROPIC_MESSAGES = "anthropic.messages"
-ANTHROPIC_COUNT_TOKENS = "anthropic.count_tokens"
-OPENAI_CHAT = "openai.chat"
-OPENAI_RESPONSES = "openai.responses"
-GEMINI_GENERATE = "gemini.generate"
+from ctxscope.vocab.apis import Api
 
-ALL_APIS = (ANTHROPIC_MESSAGES, ANTHROPIC_COUNT_TOKENS, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI_GENERATE)
+ANTHROPIC_MESSAGES = Api.ANTHROPIC_MESSAGES
+ANTHROPIC_COUNT_TOKENS = Api.ANTHROPIC_COUNT_TOKENS
+OPENAI_CHAT = Api.OPENAI_CHAT
+OPENAI_RESPONSES = Api.OPENAI_RESPONSES
+GEMINI_GENERATE = Api.GEMINI_GENERATE
+
+ALL_APIS = tuple(Api)
 
 _GEMINI_METHODS = ("generateContent", "streamGenerateContent")
 

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
@@ -108,8 +108,18 @@ class GuardedServer(Server):
 class GuardedHandler(RequestHandler):
     """One client connection (see the module docstring)."""
 
-    __slots__ = ("_guard", "_head_timer", "_head_started", "_body", "_body_timer", "_body_mark", "_body_since",
-                 "_watch", "_refused", "close_reason")
+    __slots__ = (
+        "_body",
+        "_body_mark",
+        "_body_since",
+        "_body_timer",
+        "_guard",
+        "_head_started",
+        "_head_timer",
+        "_refused",
+        "_watch",
+        "close_reason",
+    )
 
     def __init__(self, manager: GuardedServer, **kwargs):
         super().__init__(manager, **kwargs)

@@ -146,7 +146,7 @@ class Forwarder:
             except aiohttp.ConnectionTimeoutError:  # (a TimeoutError too, but no connection was ever made)
                 return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502,
                                   f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s")
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
             except (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError) as exc:  # (or the HTTP proxy refused)
                 return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")

@@ -27,7 +27,7 @@ class Limits:
     max_decoded_bytes: int = 128 * 2**20  # a body decoding to more is stored as sent, not analysed
     shutdown_grace: float = 60.0  # how long stopping waits for open calls before cutting them
 
-    def with_values(self, values: dict[str, object]) -> "Limits":
+    def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""
         return replace(self, **{key: parse_value(key, value) for key, value in values.items()})
 

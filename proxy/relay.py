@@ -8,7 +8,6 @@ is aborted too, so it sees a truncated answer and never a clean end.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import aiohttp
@@ -49,7 +48,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
     except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:  # (writing to the client)
         rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
         return response
-    except asyncio.TimeoutError:
+    except TimeoutError:
         rec.finish(ex.TIMEOUT, f"no data from upstream for {read_timeout:g}s")
         abort_client(request)
         return response

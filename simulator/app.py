@@ -19,7 +19,8 @@ own error shape.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from aiohttp import web
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from aiohttp import web
 

@@ -10,6 +10,7 @@ a ``BodyError`` with the status and words the caller answers in its provider's o
 from __future__ import annotations
 
 import zlib
+
 from aiohttp import web
 
 try:  # Python 3.14+

@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from ctxscope.inspector.tokens import encoding
+from ctxscope.vocab.tokens import encoding
 
 from .prompt import Block
 

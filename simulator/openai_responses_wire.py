@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 from .cache import PromptCache, PromptUsage
+from .openai_chat_wire import openai_error, openai_usage_fields
 from .prompt import Block, Prompt, PromptError, responses_item_blocks, responses_prompt
 from .script import ErrorSpec
 from .sse import Event, split_json, split_text
 from .turn import Turn
-from .openai_chat_wire import openai_error, openai_usage_fields
 
 
 class PreviousResponseNotFound(PromptError):

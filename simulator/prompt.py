@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 IMAGE_TOKENS = 1600  # flat cost of one image/document attachment (no pixel maths here)
 MAX_BREAKPOINTS = 4

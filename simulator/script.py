@@ -215,7 +215,7 @@ class Reply:
     truncated: bool
 
     @classmethod
-    def from_step(cls, step: Step | None, last_user_text: str) -> "Reply":
+    def from_step(cls, step: Step | None, last_user_text: str) -> Reply:
         if step is None:
             return cls(default_text(last_user_text), "", (), False)
         if step.empty:
@@ -228,7 +228,7 @@ class Reply:
 
 def output_tokens(reply: Reply) -> int:
     """Output tokens = o200k count of the generated text, thinking and tool-call JSON."""
-    from ctxscope.inspector.tokens import count_tokens
+    from ctxscope.vocab.tokens import count_tokens
 
     total = count_tokens(reply.text) + count_tokens(reply.thinking)
     for call in reply.tool_calls:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 
@@ -21,7 +22,6 @@ from .ids import IdMaker
 from .prompt import Block
 from .requestlog import MAX_ENTRIES, RequestLog
 from .script import Step, parse_script
-
 
 MAX_LOGGED_REQUESTS = MAX_ENTRIES
 MAX_REMEMBERED_RESPONSES = 1000

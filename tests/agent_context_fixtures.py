@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.compaction_auto import context_management_extension
@@ -16,7 +17,7 @@ from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
 from ctxscope.agent.spi import Extension
 from ctxscope.agent.tool_output_budget import tool_output_budget_extension
 from ctxscope.agent.tools import Tool, ToolOutput
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "sigma")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-
 from loop_thread import LoopThread
 
 

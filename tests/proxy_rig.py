@@ -81,7 +81,7 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
     while time.monotonic() < deadline:
         try:
             chunk = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             break
         except ConnectionError:
             return got

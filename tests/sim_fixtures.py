@@ -4,8 +4,9 @@ a module imports by name), or in the test's own event loop for the agent tests (
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import web

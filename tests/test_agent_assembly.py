@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.assembly import (ReminderFormatError, assemble_user_message, assemble_user_text, reminder_block,
-                                     validate_reminder)
+from ctxscope.agent.assembly import (
+    ReminderFormatError,
+    assemble_user_message,
+    assemble_user_text,
+    reminder_block,
+    validate_reminder,
+)
 from ctxscope.agent.builtins import core_tools_extension
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel

@@ -7,9 +7,18 @@ import json
 from agent_context_fixtures import blob, filler, make_rt, round_messages, summary, user
 
 from ctxscope.agent.compaction_auto import manager_for
-from ctxscope.agent.compaction_checkpoint import (CHECKPOINT_SYSTEM_PROMPT, CONTROL_CLOSE, CONTROL_OPEN, EXACT,
-                                                  SECTIONS, SOFT_FALLBACK, build_request, control_text,
-                                                  load_system_prompt, validate)
+from ctxscope.agent.compaction_checkpoint import (
+    CHECKPOINT_SYSTEM_PROMPT,
+    CONTROL_CLOSE,
+    CONTROL_OPEN,
+    EXACT,
+    SECTIONS,
+    SOFT_FALLBACK,
+    build_request,
+    control_text,
+    load_system_prompt,
+    validate,
+)
 from ctxscope.agent.compaction_engine import CompactionInput
 from ctxscope.agent.messages import Message, TextBlock, ToolCall
 from ctxscope.agent.model import LENGTH, STOP, ModelResponse, ToolSpec, Usage

@@ -9,8 +9,14 @@ from sim_fixtures import loop_simulator
 from ctxscope.agent.compaction_auto import manager_for
 from ctxscope.agent.compaction_engine import CompactionInput
 from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.compaction_history import (last_input_only, placeholder_all, prune_screenshots, reduce_middle,
-                                               segments, strip_media)
+from ctxscope.agent.compaction_history import (
+    last_input_only,
+    placeholder_all,
+    prune_screenshots,
+    reduce_middle,
+    segments,
+    strip_media,
+)
 from ctxscope.agent.messages import assistant_message, user_message
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.retry import ContextOverflowError, RetryPolicy

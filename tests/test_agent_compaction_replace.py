@@ -6,8 +6,16 @@ from agent_context_fixtures import blob, filler, make_rt, summary, user
 
 from ctxscope.agent import activity as act
 from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.compaction_replace import (APPENDIX_CLOSE, APPENDIX_OPEN, POST_ADMISSION_FAILED, SUMMARY_INTRO,
-                                               admit, build_appendix, render_appendix, summary_message)
+from ctxscope.agent.compaction_replace import (
+    APPENDIX_CLOSE,
+    APPENDIX_OPEN,
+    POST_ADMISSION_FAILED,
+    SUMMARY_INTRO,
+    admit,
+    build_appendix,
+    render_appendix,
+    summary_message,
+)
 from ctxscope.agent.messages import assistant_message, user_message
 from ctxscope.agent.scripted import answer
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.context_budget import (CHECKPOINT_OUTPUT_CAP, ContextSettings, budget_lines, byte_limit,
-                                           checkpoint_output_limit, output_floor)
+from ctxscope.agent.context_budget import (
+    CHECKPOINT_OUTPUT_CAP,
+    ContextSettings,
+    budget_lines,
+    byte_limit,
+    checkpoint_output_limit,
+    output_floor,
+)
 
 
 @pytest.mark.parametrize("window,output,limit,trigger", [

@@ -6,12 +6,21 @@ import json
 
 from agent_context_fixtures import round_messages, user
 
-from ctxscope.agent.context_estimate import (MESSAGE_OVERHEAD, AnchorBinding, UsageAnchor, anchor_index,
-                                             estimate_request, footprint, message_tokens, prefix_hash, projection,
-                                             tools_json)
+from ctxscope.agent.context_estimate import (
+    MESSAGE_OVERHEAD,
+    AnchorBinding,
+    UsageAnchor,
+    anchor_index,
+    estimate_request,
+    footprint,
+    message_tokens,
+    prefix_hash,
+    projection,
+    tools_json,
+)
 from ctxscope.agent.messages import ToolResult, assistant_message, tool_message, user_message
 from ctxscope.agent.model import ToolSpec
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 TOOLS = (ToolSpec("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),)
 

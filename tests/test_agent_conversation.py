@@ -8,11 +8,11 @@ import pytest
 
 from ctxscope.agent.conversation import NotAvailable
 from ctxscope.agent.events import TURN_END
-from ctxscope.agent.spi import Extension
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer
 from ctxscope.agent.session import SessionBusy
 from ctxscope.agent.session_store import SessionNotFound
+from ctxscope.agent.spi import Extension
 
 
 def make(tmp_path, script):

@@ -5,10 +5,28 @@ from __future__ import annotations
 import json
 
 from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.events import (AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, BEFORE_TOOL_CALL,
-                                   ON_HISTORY_CHANGED, ON_LLM_CALL_PREPARED, ON_STEP_END, TURN_END, TURN_START, Abort,
-                                   Answer, AppendMessage, Block, Fail, ModifyRequest, ReplaceHistory, Retry,
-                                   RewriteResult, RewriteText, Skip)
+from ctxscope.agent.events import (
+    AFTER_LLM_CALL,
+    AFTER_TOOL_CALL,
+    BEFORE_LLM_CALL,
+    BEFORE_TOOL_CALL,
+    ON_HISTORY_CHANGED,
+    ON_LLM_CALL_PREPARED,
+    ON_STEP_END,
+    TURN_END,
+    TURN_START,
+    Abort,
+    Answer,
+    AppendMessage,
+    Block,
+    Fail,
+    ModifyRequest,
+    ReplaceHistory,
+    Retry,
+    RewriteResult,
+    RewriteText,
+    Skip,
+)
 from ctxscope.agent.messages import user_message
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call

@@ -6,8 +6,14 @@ from __future__ import annotations
 import json
 
 from ctxscope.agent.builtins import HostOptions, core_tools_extension
-from ctxscope.agent.guard import (EVENTS_FILE, OVERRIDE_FILE, RunawayGuard, create_runaway_guard, resolve_config,
-                                  runaway_guard_extension)
+from ctxscope.agent.guard import (
+    EVENTS_FILE,
+    OVERRIDE_FILE,
+    RunawayGuard,
+    create_runaway_guard,
+    resolve_config,
+    runaway_guard_extension,
+)
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
 

@@ -5,10 +5,19 @@ from __future__ import annotations
 import pytest
 
 from ctxscope.agent.guard_policy import DEFAULT_POLICY, default_policies, is_lone_search
-from ctxscope.agent.guard_projection import (Fingerprinter, error_family, family_label, normalise, project_step)
-from ctxscope.agent.guard_signals import (ABAB, NO_PROGRESS, POLLING, REPEATED_ACTION, REPEATED_RESULT,
-                                          SAME_ERROR_FAMILY, Signal, SignalTracker, choose_reminder,
-                                          remind_threshold)
+from ctxscope.agent.guard_projection import Fingerprinter, error_family, family_label, normalise, project_step
+from ctxscope.agent.guard_signals import (
+    ABAB,
+    NO_PROGRESS,
+    POLLING,
+    REPEATED_ACTION,
+    REPEATED_RESULT,
+    SAME_ERROR_FAMILY,
+    Signal,
+    SignalTracker,
+    choose_reminder,
+    remind_threshold,
+)
 from ctxscope.agent.messages import ToolCall, ToolResult
 
 POLICIES = default_policies()

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.messages import (Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, assistant_message,
-                                     is_empty_answer, message_from_dict, message_to_dict, repair_history,
-                                     replace_text, tool_message, user_message, without_tool_calls)
+from ctxscope.agent.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    assistant_message,
+    is_empty_answer,
+    message_from_dict,
+    message_to_dict,
+    repair_history,
+    replace_text,
+    tool_message,
+    user_message,
+    without_tool_calls,
+)
 
 
 def test_round_trip_keeps_every_block_kind():

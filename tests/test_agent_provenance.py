@@ -6,8 +6,13 @@ from pathlib import Path
 
 from ctxscope.agent.builtins import core_tools_extension, default_extensions
 from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.provenance import (EXTENSION_ID, MISSING_SOURCE_CITATION, STATE_KEY, SYSTEM_PROMPT,
-                                       source_provenance_extension)
+from ctxscope.agent.provenance import (
+    EXTENSION_ID,
+    MISSING_SOURCE_CITATION,
+    STATE_KEY,
+    SYSTEM_PROMPT,
+    source_provenance_extension,
+)
 from ctxscope.agent.provenance_marker import DETAILS_KEY, HOST_MARKERS
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call

@@ -8,8 +8,14 @@ from pathlib import Path
 from ctxscope.agent.context_budget import ContextSettings
 from ctxscope.agent.events import Effects, ToolResultContext
 from ctxscope.agent.messages import ToolCall, ToolResult
-from ctxscope.agent.provenance_marker import (DETAILS_KEY, HOST_MARKERS, MarkerRegistry, defang, split_host_marker,
-                                              strip_trailing_markers)
+from ctxscope.agent.provenance_marker import (
+    DETAILS_KEY,
+    HOST_MARKERS,
+    MarkerRegistry,
+    defang,
+    split_host_marker,
+    strip_trailing_markers,
+)
 from ctxscope.agent.provenance_refs import SourceReference
 from ctxscope.agent.state import ModelInfo, SessionState, SessionView
 from ctxscope.agent.tool_output_budget import ToolOutputBudget

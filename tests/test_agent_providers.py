@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from ctxscope.agent.messages import (Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, tool_message,
-                                     user_message)
+from ctxscope.agent.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, tool_message, user_message
 from ctxscope.agent.model import LENGTH, TOOL_USE, ModelRequest, TextDelta, ThinkingDelta, ToolCallDelta, ToolSpec
 from ctxscope.agent.providers import ProviderConfigError, resolve
 from ctxscope.agent.providers_anthropic import AnthropicStreamParser

@@ -10,8 +10,7 @@ import pytest
 from ctxscope.agent.assembly import validate_reminder
 from ctxscope.agent.builtins import HostOptions, core_tools_extension
 from ctxscope.agent.events import TurnStart
-from ctxscope.agent.reminders import (STATE_KEY, ReminderRegistry, SystemReminderService, model_disabled,
-                                      queue_notice)
+from ctxscope.agent.reminders import STATE_KEY, ReminderRegistry, SystemReminderService, model_disabled, queue_notice
 from ctxscope.agent.reminders_extension import create_system_reminders
 from ctxscope.agent.reminders_providers import default_registry
 from ctxscope.agent.runtime import AgentRuntime

@@ -18,9 +18,17 @@ from ctxscope.agent.model import ModelRequest, ToolSpec
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.runtime import AgentRuntime
 from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.session_report import (MAX_ENVELOPE_BYTES, REPORT_FILE, LlmCallReportStore, call_envelope,
-                                           capped, discard_frozen_report, freeze_for_compaction, freeze_report,
-                                           session_report_extension)
+from ctxscope.agent.session_report import (
+    MAX_ENVELOPE_BYTES,
+    REPORT_FILE,
+    LlmCallReportStore,
+    call_envelope,
+    capped,
+    discard_frozen_report,
+    freeze_for_compaction,
+    freeze_report,
+    session_report_extension,
+)
 from ctxscope.agent.session_report_bundle import MANIFEST, bundle_session
 from ctxscope.agent.spi import Extension
 

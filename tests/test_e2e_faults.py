@@ -15,8 +15,8 @@ import openai
 import pytest
 from backports import zstd
 
-from ctxscope.inspector import queries
 from ctxscope.daemon import start_daemon
+from ctxscope.inspector import queries
 from ctxscope.settings import DaemonConfig
 
 KEY = "sk-ant-test-FAULTKEY-987654321"
@@ -74,10 +74,9 @@ def test_upstream_reset_mid_stream(proxy, sim):
 def test_in_stream_error_event_is_captured(proxy, sim):
     sim.state().set_script([{"text": "partial", "stream_error": {"type": "overloaded_error", "message": "busy"}}])
     client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
-    with pytest.raises(anthropic.APIStatusError):
-        with client.messages.stream(model="claude-sim", max_tokens=100,
-                                    messages=[{"role": "user", "content": "go"}]) as stream:
-            stream.get_final_message()
+    with pytest.raises(anthropic.APIStatusError), client.messages.stream(model="claude-sim", max_tokens=100,
+                                messages=[{"role": "user", "content": "go"}]) as stream:
+        stream.get_final_message()
     [row] = proxy.wait_for_calls(1)
     assert row["status"] == 200
     call = queries.get_call(queries.open_db(proxy.db_path), row["id"])
@@ -302,7 +301,7 @@ def _raw_until_closed(port: int, first: bytes, trickle: bytes, every: float, wit
                 s.sendall(bytes([byte]))
                 if s.recv(65536) == b"":
                     break
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break

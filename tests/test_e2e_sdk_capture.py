@@ -7,13 +7,12 @@ usage the provider reported.
 from __future__ import annotations
 
 import anthropic
+import httpx2
 import openai
 import pytest
-
-from ctxscope.inspector.queries import get_call, get_response_raw, open_db
 from sdk_taps import AsyncRecordingTransport, RecordingTransport
 
-import httpx2
+from ctxscope.inspector.queries import get_call, get_response_raw, open_db
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 

@@ -14,7 +14,7 @@ from inspector_bodies import (
 
 from ctxscope.inspector.accounting import CATEGORIES, IMAGE_TOKENS, TokenBreakdown, TokenCounter
 from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 A = "anthropic.messages"
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}

@@ -107,7 +107,7 @@ def test_db_status(db_and_calls, tmp_path):
     assert st["last_capture_at"] == "2025-06-15T15:06:44.000000Z"
     assert st["capture_epoch"] == 1
     raw = sum(len(c.request_body) + len(c.response_body) for c in calls)
-    assert st["blobs"]["raw_bytes"] == raw and 0 < st["blobs"]["stored_bytes"]
+    assert st["blobs"]["raw_bytes"] == raw and st["blobs"]["stored_bytes"] > 0
     assert st["writer"] == {"write_failed": 0, "dropped": 0, "analysis_failed": 0, "parse_failed": 0,
                            "store_unavailable": 0, "last_error": None}
     missing = queries.db_status(tmp_path / "none.db")

@@ -11,9 +11,8 @@ import pytest
 from environment import require
 from test_inspector_writer_process import make_exchange
 
-from ctxscope.inspector import queries
+from ctxscope.inspector import queries, spool_format
 from ctxscope.inspector import spool as spools
-from ctxscope.inspector import spool_format
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.spool_format import pack
 from ctxscope.inspector.writer_process import WriterProcess

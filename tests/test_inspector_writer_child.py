@@ -10,8 +10,8 @@ from test_inspector_writer_process import make_exchange
 from ctxscope.inspector import writer_child as wc
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.spool import Spool
-from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.spool_format import pack as _pack
+from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_status import WriterStats
 
 

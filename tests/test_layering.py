@@ -13,11 +13,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # package folder -> ctxscope subpackages it may import (besides itself)
 ALLOWED = {
-    "proxy": set(),
-    "simulator": {"inspector.tokens"},
-    "agent": {"inspector.tokens"},
-    "inspector": {"proxy"},
-    "web": {"inspector", "proxy"},
+    "vocab": set(),
+    "proxy": {"vocab"},
+    "simulator": {"vocab"},
+    "agent": {"vocab"},
+    "inspector": {"proxy", "vocab"},
+    "web": {"inspector", "proxy", "vocab"},
 }
 
 

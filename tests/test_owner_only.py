@@ -54,7 +54,7 @@ def test_a_fresh_home_database_and_spool_are_owner_only(loop_thread, tmp_path, m
         assert _mode(db.parent) == 0o700  # a folder ctxscope created for the database
         made = sorted(p.name for p in db.parent.iterdir())
         assert "captures.db-wal" in made and any(".spool-" in n for n in made) and any(".writer-" in n for n in made)
-        assert {n: _mode(db.parent / n) for n in made} == {n: 0o600 for n in made}
+        assert {n: _mode(db.parent / n) for n in made} == dict.fromkeys(made, 384)
     finally:
         loop_thread.call(daemon.stop())
 

@@ -194,15 +194,13 @@ async def test_compressed_request_and_response_pass_through(rig):
 
 
 async def test_upstream_down_gives_provider_shaped_502(rig):
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/dead/v1/messages", data=b"{}") as resp:
-            assert resp.status == 502
-            body = await resp.json()
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/dead/v1/messages", data=b"{}") as resp:
+        assert resp.status == 502
+        body = await resp.json()
     assert body["type"] == "error" and body["error"]["type"] == "api_error"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/dead/v1/chat/completions", data=b"{}") as resp:
-            assert resp.status == 502
-            assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/dead/v1/chat/completions", data=b"{}") as resp:
+        assert resp.status == 502
+        assert (await resp.json())["error"]["code"] == "upstream_unreachable"
     await _wait_for(rig.sink, 2)
     assert [e.outcome for e in rig.sink.items] == [ex.UPSTREAM_UNREACHABLE] * 2
 
@@ -218,10 +216,9 @@ async def test_unknown_upstream_is_refused_not_forwarded(rig):
 
 async def test_upstream_reset_truncates_client_too(rig):
     rig.upstream.mode = "reset"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            with pytest.raises(aiohttp.ClientPayloadError):
-                await resp.read()
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
     assert e.outcome == ex.UPSTREAM_RESET
@@ -243,9 +240,8 @@ async def test_client_disconnect_mid_stream_is_recorded(rig):
 
 async def test_fifty_megabyte_body(rig):
     big = b"x" * (50 * 2**20)
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=big) as resp:
-            assert (await resp.json())["echo_len"] == len(big)
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=big) as resp:
+        assert (await resp.json())["echo_len"] == len(big)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].request_body == big
 
@@ -287,13 +283,11 @@ async def test_a_body_still_arriving_is_passed_on_before_it_is_complete(rig):
 
 async def test_no_content_answer_and_head_request(rig):
     rig.upstream.mode = "no_content"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            assert resp.status == 204 and resp.headers["X-Seen"] == "yes" and await resp.read() == b""
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+        assert resp.status == 204 and resp.headers["X-Seen"] == "yes" and await resp.read() == b""
     rig.upstream.mode = "json"
-    async with aiohttp.ClientSession() as s:
-        async with s.head(rig.base + "/u/up/v1/x") as resp:
-            assert resp.status == 200 and await resp.read() == b""
+    async with aiohttp.ClientSession() as s, s.head(rig.base + "/u/up/v1/x") as resp:
+        assert resp.status == 200 and await resp.read() == b""
     await _wait_for(rig.sink, 2)
     assert [e.outcome for e in rig.sink.items] == [ex.OK, ex.OK]
 
@@ -312,10 +306,9 @@ async def test_query_is_forwarded_and_recorded_as_sent(rig):
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
 async def test_upstream_silent_before_headers_times_out_with_a_provider_shaped_504(rig):
     rig.upstream.mode = "stall_head"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/messages", data=b"{}") as resp:
-            assert resp.status == 504
-            assert (await resp.json())["error"]["type"] == "timeout_error"
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/messages", data=b"{}") as resp:
+        assert resp.status == 504
+        assert (await resp.json())["error"]["type"] == "timeout_error"
     await _wait_for(rig.sink)
     assert rig.sink.items[0].outcome == ex.TIMEOUT
 
@@ -323,11 +316,10 @@ async def test_upstream_silent_before_headers_times_out_with_a_provider_shaped_5
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
 async def test_upstream_silent_mid_stream_times_out_and_truncates_the_client(rig):
     rig.upstream.mode = "stall_mid"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            assert await resp.content.readany() == rig.upstream.sent[0]
-            with pytest.raises(aiohttp.ClientPayloadError):
-                await resp.read()
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+        assert await resp.content.readany() == rig.upstream.sent[0]
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
     assert e.outcome == ex.TIMEOUT and e.response_body == rig.upstream.sent[0] and "0.3s" in e.error
@@ -336,9 +328,8 @@ async def test_upstream_silent_mid_stream_times_out_and_truncates_the_client(rig
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
 async def test_a_slow_stream_that_keeps_sending_is_not_timed_out(rig):
     rig.upstream.mode = "slow_ok"
-    async with aiohttp.ClientSession() as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            got = await resp.read()
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+        got = await resp.read()
     assert got == b"".join(rig.upstream.sent)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].outcome == ex.OK

@@ -14,11 +14,11 @@ import anthropic
 import openai
 import pytest
 from aiohttp import web
+from proxy_rig import closed_within, event_loop_policy, on_the_chosen_loop, serve_app, start_proxy, trickle
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.limits import BODY_PROGRESS, Limits
 from ctxscope.proxy.server import make_runner
-from proxy_rig import event_loop_policy, on_the_chosen_loop, closed_within, serve_app, start_proxy, trickle
 
 FAST = Limits(header_timeout=0.5, body_timeout=0.5, keepalive_timeout=30)
 HEAD = b"POST /u/up/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -14,10 +14,10 @@ import aiohttp
 import anthropic
 import pytest
 from aiohttp import web
+from proxy_rig import event_loop_policy, on_the_chosen_loop, read_request, reset_socket, serve_app, start_proxy
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.limits import Limits
-from proxy_rig import event_loop_policy, on_the_chosen_loop, read_request, reset_socket, serve_app, start_proxy
 
 
 class Silent:
@@ -209,10 +209,9 @@ async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provide
 
 async def _unreachable_call(proxy):
     """Post one call through the proxy; the client must get the proxy's own 502; the recorded call."""
-    async with aiohttp.ClientSession() as s:
-        async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
-            assert resp.status == 502
-            assert (await resp.json())["error"]["code"] == "upstream_unreachable"
+    async with aiohttp.ClientSession() as s, s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
+        assert resp.status == 502
+        assert (await resp.json())["error"]["code"] == "upstream_unreachable"
     [e] = await proxy.sink.wait(1)
     return e
 
@@ -243,13 +242,12 @@ async def test_the_daemons_shutdown_cutting_a_never_ending_stream_is_interrupted
     up_runner, up_url = await serve_app(app)
     proxy = await start_proxy({"up": up_url}, Limits(shutdown_grace=0.3))
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base + "/u/up/v1/stream", data=b"{}") as resp:
-                assert await resp.content.readany()
-                stopping = asyncio.ensure_future(proxy.stop())
-                with pytest.raises(aiohttp.ClientPayloadError):  # a cut, not a clean end
-                    async for _ in resp.content.iter_any():
-                        pass
+        async with aiohttp.ClientSession() as s, s.post(proxy.base + "/u/up/v1/stream", data=b"{}") as resp:
+            assert await resp.content.readany()
+            stopping = asyncio.ensure_future(proxy.stop())
+            with pytest.raises(aiohttp.ClientPayloadError):  # a cut, not a clean end
+                async for _ in resp.content.iter_any():
+                    pass
         await asyncio.wait_for(stopping, 10)
         [e] = await proxy.sink.wait(1)
     finally:

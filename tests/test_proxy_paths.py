@@ -10,9 +10,9 @@ import json
 import aiohttp
 import pytest
 from aiohttp import web
+from proxy_rig import serve_app, start_proxy
 
 from ctxscope.proxy.routing import check_path
-from proxy_rig import serve_app, start_proxy
 
 
 class Recorder:

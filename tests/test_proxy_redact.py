@@ -1,5 +1,10 @@
 from ctxscope.proxy.redact import (
-    REDACTED, extract_api_key, fingerprint, is_secret_header, redact_headers, redact_query,
+    REDACTED,
+    extract_api_key,
+    fingerprint,
+    is_secret_header,
+    redact_headers,
+    redact_query,
 )
 
 

@@ -149,7 +149,7 @@ def test_anthropic_stream_sniffed_without_content_type_and_crlf():
     r = parse_response(ANTHROPIC_MESSAGES, 200, None, raw)
     assert r.stream and r.complete and r.body == A_BODY
     # Splits inside the first bytes exercise the sniffing.
-    for i in range(0, 40):
+    for i in range(40):
         assert feed_split(ANTHROPIC_MESSAGES, raw, [i], content_type=None).body == A_BODY
 
 
@@ -344,7 +344,7 @@ def test_chat_reasoning_content_and_multiple_choices():
 
 def test_chat_logprobs_are_concatenated():
     lp = lambda tok: {"content": [{"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}],
-                      "refusal": None}  # noqa: E731
+                      "refusal": None}
     chunks = [c_chunk([dict(c_delta({"content": "a"}), logprobs=lp("a"))]),
               c_chunk([dict(c_delta({"content": "b"}, finish="stop"), logprobs=lp("b"))])]
     r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))

@@ -8,7 +8,6 @@ import urllib.request
 
 import pytest
 from aiohttp import web
-
 from loop_thread import LoopThread
 from web_fixtures import anthropic_client, browser  # noqa: F401 (fixture)
 

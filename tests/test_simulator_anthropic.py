@@ -7,7 +7,7 @@ import httpx2
 import pytest
 from sim_fixtures import fresh, sim  # noqa: F401 (fixtures)
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 MODEL = "claude-sim"  # default 1024-token cache minimum
 LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens

@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from ctxscope.inspector.tokens import count_tokens
 from ctxscope.simulator.app import STATE_KEY, SimulatorState, create_app, start_simulator
+from ctxscope.vocab.tokens import count_tokens
 
 SECRET = "sk-ant-very-secret-value"
 
@@ -182,7 +182,7 @@ def test_simulator_imports_only_the_token_counter():
                 continue
             for name in names:
                 if name.startswith("ctxscope"):
-                    assert name == "ctxscope.inspector.tokens", f"{path.name} imports {name}"
+                    assert name == "ctxscope.vocab.tokens", f"{path.name} imports {name}"
 
 
 async def test_compressed_request_bodies_are_decoded(sim):

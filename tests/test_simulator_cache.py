@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.inspector.tokens import count_tokens
 from ctxscope.simulator.cache import PromptCache, min_cacheable
 from ctxscope.simulator.prompt import Block, PromptError, anthropic_prompt, chat_prompt, responses_prompt
+from ctxscope.vocab.tokens import count_tokens
 
 
 def words(n: int, word: str = "hello") -> str:

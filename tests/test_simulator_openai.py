@@ -6,7 +6,7 @@ import openai
 import pytest
 from sim_fixtures import fresh, sim  # noqa: F401 (fixtures)
 
-from ctxscope.inspector.tokens import count_tokens
+from ctxscope.vocab.tokens import count_tokens
 
 MODEL = "gpt-4o"
 LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.inspector.tokens import count_tokens
 from ctxscope.simulator.script import Reply, ScriptError, default_text, output_tokens, parse_script, parse_step
 from ctxscope.simulator.sse import Event, split_json, split_text
+from ctxscope.vocab.tokens import count_tokens
 
 
 def test_parse_full_step():

@@ -9,7 +9,6 @@ import urllib.request
 
 import pytest
 from playwright.sync_api import expect
-
 from web_fixtures import anthropic_client, browser, openai_client, page, start_web_daemon  # noqa: F401 (fixtures)
 
 SYSTEM = "You are a careful coding assistant. " * 600

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from playwright.sync_api import expect
-
 from demo_fixtures import MARKER_TEXT
+from playwright.sync_api import expect
 from web_fixtures import Loop, browser, page  # noqa: F401 (fixtures)
 
 from ctxscope.demo_script import EXPECTED

@@ -137,7 +137,7 @@ class LiveHub:
             while True:
                 try:
                     item = await asyncio.wait_for(q.get(), HEARTBEAT_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await response.write(b": keep-alive\n\n")
                     continue
                 if item is _CLOSE:

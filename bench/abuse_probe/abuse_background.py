@@ -53,7 +53,7 @@ async def _client(base: str, stop: asyncio.Event) -> int:
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                     continue
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     break
             latency = (time.monotonic() - t0) * 1000
             print(f"S {t0:.6f} {latency:.3f} {status} {tag}", flush=True)
@@ -86,7 +86,7 @@ async def main() -> None:
     while True:
         try:
             cmd = await asyncio.wait_for(commands.get(), max(0.1, end - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             cmd = "EOF"
         if cmd.startswith("GO ") and client is None:
             client = asyncio.create_task(_client(cmd[3:].strip(), stop))

@@ -38,7 +38,7 @@ async def _held_open(ctx: Ctx, i: int, head: bytes, trickle, every: float, limit
             try:
                 writer.write(trickle(k))
                 await asyncio.wait_for(writer.drain(), 1)
-            except (ConnectionError, asyncio.TimeoutError):
+            except (TimeoutError, ConnectionError):
                 pass
             k += 1
         return closing.result()

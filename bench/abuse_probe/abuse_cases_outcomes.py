@@ -9,12 +9,11 @@ import os
 import subprocess
 import time
 
-import aiohttp
-from yarl import URL
-
 import abuse_wire as wire
+import aiohttp
 from abuse_ctx import LABEL_HEADER, Ctx, Result, count_tag, label, read_calls, row_tag, tagged, wait_stored
 from abuse_procs import CTXSCOPE, env_for, start_daemon, stop_daemon
+from yarl import URL
 
 CHAT = "/v1/chat/completions"
 
@@ -64,7 +63,7 @@ async def reset_close_delimited(ctx: Ctx) -> Result:
         seen = f"client got {status} and a clean end after {len(data)} B"
     except aiohttp.ClientError as exc:
         seen = f"client got a cut: {type(exc).__name__}"
-    except asyncio.TimeoutError:
+    except TimeoutError:
         seen = "client got nothing within 15 s"
     return Result(ctx.up.rst_served > 0, seen, _outcome(tag, "upstream_reset"))
 
@@ -159,7 +158,7 @@ async def disk_full(ctx: Ctx) -> Result:
             try:
                 st, _, _ = await ctx.http("POST", tagged(f"/u/fast{CHAT}", tag), body=_chat_body(False), base=daemon.url,
                                           headers={"Content-Type": "application/json", LABEL_HEADER: label("c18")})
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 st = type(exc).__name__
             statuses.append(st)
         reported, text = None, ""

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 if TYPE_CHECKING:
     import aiohttp
-
     from abuse_procs import Background, Daemon, RssSampler
     from abuse_upstreams import Upstreams
 
@@ -26,15 +26,15 @@ LABEL_HEADER = "X-Ctxscope-Session"  # the proxy strips it and stores it as the 
 class Result:
     held: bool | None  # None: skipped, not counted
     detail: str
-    later: Callable[["Stored"], tuple[bool, str]] | None = None
+    later: Callable[[Stored], tuple[bool, str]] | None = None
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    run: Callable[["Ctx"], Awaitable[Result]]
+    run: Callable[[Ctx], Awaitable[Result]]
     budget: float  # seconds before the case is cut off and FAILED
-    prepare: Callable[["Ctx"], Awaitable[None]] | None = None  # before the daemon starts
+    prepare: Callable[[Ctx], Awaitable[None]] | None = None  # before the daemon starts
 
 
 @dataclass(frozen=True)
@@ -120,12 +120,12 @@ class Ctx:
     limits: Limits
     home: Path
     db: Path
-    up: "Upstreams"
-    bg: "Background"
-    sampler: "RssSampler"
-    daemon: "Daemon | None" = None
-    others: list["Daemon"] = field(default_factory=list)  # a case's own daemons, killed at the end if left
-    session: "aiohttp.ClientSession | None" = None
+    up: Upstreams
+    bg: Background
+    sampler: RssSampler
+    daemon: Daemon | None = None
+    others: list[Daemon] = field(default_factory=list)  # a case's own daemons, killed at the end if left
+    session: aiohttp.ClientSession | None = None
     expected: set[str] = field(default_factory=set)  # tags of legit calls on the main daemon
     lost_elsewhere: int = 0  # legit calls missing from a case's own daemon
     notes: list[str] = field(default_factory=list)

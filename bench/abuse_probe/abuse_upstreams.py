@@ -114,7 +114,7 @@ class Upstreams:
         self.silent.append(conn)
         try:
             head = await self._read_request(reader)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             conn.t_closed = time.monotonic()
             return
         conn.request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
@@ -129,7 +129,7 @@ class Upstreams:
         except ConnectionError:
             conn.t_closed = time.monotonic()
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         body = b'{"id":"late","object":"chat.completion","choices":[]}'
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))

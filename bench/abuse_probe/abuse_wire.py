@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass
@@ -30,7 +30,7 @@ async def read_response(reader: asyncio.StreamReader, timeout: float = 15.0) -> 
     """One response (Content-Length, chunked, or up to the close); None if the connection closed first."""
     try:
         return await asyncio.wait_for(_read_response(reader), timeout)
-    except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
         return None
 
 
@@ -71,7 +71,7 @@ async def wait_closed(reader: asyncio.StreamReader, timeout: float) -> float | N
         while (left := deadline - time.monotonic()) > 0:
             if not await asyncio.wait_for(reader.read(65536), left):
                 return time.monotonic() - t0
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return None
     except ConnectionError:
         return time.monotonic() - t0
@@ -94,7 +94,7 @@ async def send_until_answer(reader: asyncio.StreamReader, writer: asyncio.Stream
             writer.write(chunk)
             sent += len(chunk)
             await asyncio.wait_for(writer.drain(), timeout)
-    except (ConnectionError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, ConnectionError) as exc:
         how = f"sending stopped: {type(exc).__name__}"
     answer = await reading
     return answer, sent, how

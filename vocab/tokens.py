@@ -2,7 +2,8 @@
 
 ``tiktoken.get_encoding("o200k_base")`` downloads its ranks file at run time; we ship that file
 (gzipped, from tiktoken's published source, MIT) and check its sha256 before use, so counting
-never touches the network. This module imports nothing else of ours, so the agent may use it too.
+never touches the network. It imports nothing else of ours, so the agent, the simulator and the
+inspector all may use it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ O200K_PAT = "|".join(
 
 def ranks_file_bytes() -> bytes:
     """The decompressed ranks file, verified against tiktoken's expected hash."""
-    raw = gzip.decompress(files("ctxscope.inspector").joinpath("data/o200k_base.tiktoken.gz").read_bytes())
+    raw = gzip.decompress(files("ctxscope.vocab").joinpath("data/o200k_base.tiktoken.gz").read_bytes())
     if hashlib.sha256(raw).hexdigest() != O200K_SHA256:
         raise RuntimeError("bundled o200k_base.tiktoken failed its sha256 check")
     return raw
@@ -43,7 +44,7 @@ def load_ranks() -> dict[bytes, int]:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encoding():
     """The exact o200k_base encoder, built once per process (~0.3 s). Thread-safe."""
     import tiktoken

@@ -9,7 +9,7 @@ import textwrap
 
 import tiktoken_ext.openai_public as openai_public
 
-from ctxscope.inspector import tokens
+from ctxscope.vocab import tokens
 
 SAMPLES = {
     "hello world": 2,
@@ -61,7 +61,7 @@ def test_counting_works_with_no_network_and_writes_no_cache(tmp_path):
             raise OSError("network disabled in this test")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from ctxscope.inspector.tokens import count_tokens
+        from ctxscope.vocab.tokens import count_tokens
         print(count_tokens("hello world"))
     """)
     cache = tmp_path / "tiktoken-cache"

@@ -1,0 +1,13 @@
+"""The LLM APIs ctxscope tells apart, by the id the store records for each call."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Api(StrEnum):
+    ANTHROPIC_MESSAGES = "anthropic.messages"
+    ANTHROPIC_COUNT_TOKENS = "anthropic.count_tokens"
+    OPENAI_CHAT = "openai.chat"
+    OPENAI_RESPONSES = "openai.responses"
+    GEMINI_GENERATE = "gemini.generate"

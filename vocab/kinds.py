@@ -1,0 +1,77 @@
+"""The analyses' vocabularies, spelled once: what the store records and the UI and CLI show.
+
+Each is a ``StrEnum``, so a member is the plain string that goes into SQLite and JSON.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RelationKind(StrEnum):
+    """How a call's prompt relates to its predecessor's (docs/architecture.md, "Prefix relations")."""
+
+    IDENTICAL = "IDENTICAL"
+    APPEND_ONLY = "APPEND_ONLY"
+    DIVERGED = "DIVERGED"
+    NOT_COMPARABLE = "NOT_COMPARABLE"
+    EPOCH_START = "EPOCH_START"
+
+
+class EpochReason(StrEnum):
+    """Why a call starts a new epoch instead of being compared with its predecessor."""
+
+    SESSION_START = "session_start"
+    PROVIDER_CHANGE = "provider_change"
+    API_CHANGE = "api_change"
+    MODEL_CHANGE = "model_change"
+    CAPTURE_RESUMED = "capture_resumed"
+    CACHE_POLICY_CHANGE = "cache_policy_change"
+
+
+class CacheVerdict(StrEnum):
+    """Why the reported cache read differs from (or matches) the predicted one."""
+
+    HIT = "hit"
+    EXPECTED_WRITE = "expected_write"
+    CLIENT_BREAK = "client_break"
+    TTL_EXPIRED = "ttl_expired"
+    BELOW_MINIMUM = "below_minimum"
+    PROVIDER_MISS = "provider_miss"
+    NOT_REQUESTED = "not_requested"
+    UNKNOWN = "unknown"
+
+
+class Outcome(StrEnum):
+    """How an exchange through the proxy ended (docs/architecture.md, "Honest outcomes")."""
+
+    OK = "ok"
+    HTTP_ERROR = "http_error"  # the upstream answered with a status >= 400
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection to the upstream could be made (in time)
+    UPSTREAM_RESET = "upstream_reset"  # the upstream's connection broke after it was made, or it spoke non-HTTP
+    CLIENT_DISCONNECTED = "client_disconnected"  # the client left (or stalled its body) before the end
+    TIMEOUT = "timeout"  # the upstream was silent longer than the read timeout
+    INTERRUPTED = "interrupted"  # cut by the daemon's own shutdown
+    REQUEST_TOO_LARGE = "request_too_large"  # a body over the limit, answered 413, never forwarded
+
+
+class MarkerKind(StrEnum):
+    """What happened to the context between a call and its predecessor, as markers record it.
+
+    The first four are inferred from any client's prompts; the rest are declared by our own agent
+    (or recognised by its reminder tags) and merged by the store.
+    """
+
+    REMINDER = "reminder"
+    COMPACTION = "compaction"
+    RETRY = "retry"
+    TOOLS_EXECUTED = "tools_executed"
+    TODO_REMINDER = "todo_reminder"
+    GUARD_REMINDER = "guard_reminder"
+    TOOL_OUTPUT_EXTERNALIZED = "tool_output_externalized"
+    TOOL_RESULTS_ARCHIVED = "tool_results_archived"
+    CHECKPOINT = "checkpoint"
+    CHECKPOINT_REQUEST = "checkpoint_request"
+    GUARD_SIGNAL = "guard_signal"
+    EMPTY_ANSWER_RETRY = "empty_answer_retry"
+    STEER = "steer"
