@@ -6,17 +6,17 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.compaction_auto import context_management_extension
-from ctxscope.agent.compaction_checkpoint import CONTROL_OPEN, SECTIONS
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.messages import Message, ToolResult, assistant_message, tool_message, user_message
-from ctxscope.agent.model import ModelRequest, Usage
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
-from ctxscope.agent.tools import Tool, ToolOutput
+from ctxscope.agent.context.compaction.auto import context_management_extension
+from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN, SECTIONS
+from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.messages import Message, ToolResult, assistant_message, tool_message, user_message
+from ctxscope.agent.core.model import ModelRequest, Usage
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool, ToolOutput
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 from ctxscope.vocab.tokens import count_tokens
 
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "sigma")
@@ -101,7 +101,7 @@ class RoutedModel(ScriptedModel):
         if self.realistic_usage and response.usage is not None and response.usage.input_tokens == 10:
             from dataclasses import replace
 
-            from ctxscope.agent.context_estimate import estimate_request
+            from ctxscope.agent.core.estimate import estimate_request
             est = estimate_request(req.system, req.tools, req.messages).total
             response = replace(response, usage=Usage(est, 5))
         return response

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from ctxscope.agent.conversation import NotAvailable
-from ctxscope.agent.events import TURN_END
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer
-from ctxscope.agent.session import SessionBusy
-from ctxscope.agent.session_store import SessionNotFound
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.core.events import TURN_END
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host.conversation import NotAvailable
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.host.session import SessionBusy
+from ctxscope.agent.host.session_store import SessionNotFound
+from ctxscope.agent.providers.scripted import ScriptedModel, answer
 
 
 def make(tmp_path, script):

@@ -1,0 +1,1 @@
+"""The small core: the turn loop, the extension SPI and its events, messages, the model seam, history and the shared leaves."""
