@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxscope.agent.context.compaction.auto import context_management_extension
+from ctxscope.agent.context.compaction.auto import ContextManager, context_manager
 from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN, SECTIONS
 from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension
 from ctxscope.agent.core.budget import ContextSettings
@@ -119,10 +120,19 @@ def make_rt(tmp_path, script=(), *, window: int = 128_000, output: int = 4096, s
     model = model or RoutedModel(script, checkpoint=checkpoint, context_window=window, max_output_tokens=output)
     st = ContextSettings.from_mapping(settings or {})
     exts = ([core_tools_extension()] if core else []) + [tools_extension(*tools), *extensions]
+    manager = context_manager(settings=st, hooks=hooks)
     rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=exts,
-                      host_builtins=[context_management_extension(settings=st, hooks=hooks),
-                                     tool_output_budget_extension(settings=st)], **kw)
+                      host_builtins=[manager.extension(), tool_output_budget_extension(settings=st)], **kw)
+    _MANAGERS[rt] = manager
     return rt, model, rt.create_session()
+
+
+_MANAGERS: weakref.WeakKeyDictionary[AgentRuntime, ContextManager] = weakref.WeakKeyDictionary()
+
+
+def manager_for(rt: AgentRuntime) -> ContextManager:
+    """The context manager ``make_rt`` built for ``rt`` (to look inside it)."""
+    return _MANAGERS[rt]
 
 
 def round_messages(tag: str, text: str, *, name: str = "blob", error: bool = False, details=None) -> list[Message]:

@@ -149,7 +149,8 @@ async def test_no_thrash_loop_when_every_turn_refills_the_window(tmp_path):
 
 
 async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_path):
-    from ctxscope.agent.context.compaction.auto import manager_for
+    from agent_context_fixtures import manager_for
+
     from ctxscope.agent.context.compaction.engine import CompactionOutcome
     from ctxscope.agent.core.events import Effects
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agent_context_fixtures import blob, filler, make_rt, round_messages, summary, user
+from agent_context_fixtures import blob, filler, make_rt, manager_for, round_messages, summary, user
 
-from ctxscope.agent.context.compaction.auto import manager_for
 from ctxscope.agent.context.compaction.checkpoint import (
     CHECKPOINT_SYSTEM_PROMPT,
     CONTROL_CLOSE,

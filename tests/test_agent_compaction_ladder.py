@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from agent_context_fixtures import filler, make_rt, round_messages, rung_of, summary, user
+from agent_context_fixtures import filler, make_rt, manager_for, round_messages, rung_of, summary, user
 from sim_fixtures import loop_simulator
 
-from ctxscope.agent.context.compaction.auto import manager_for
 from ctxscope.agent.context.compaction.engine import CompactionInput
 from ctxscope.agent.context.compaction.events import context_events
 from ctxscope.agent.context.compaction.history import (

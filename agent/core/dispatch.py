@@ -24,17 +24,20 @@ from .events import (
     Answer,
     AppendMessage,
     Block,
+    Defer,
     Fail,
     HistoryPort,
     LlmCallContext,
     LlmCallResult,
     ModifyRequest,
     Pass,
+    PreCompact,
     ReplaceHistory,
     Retry,
     RewriteResult,
     RewriteText,
     Skip,
+    StopAuto,
     ToolCallContext,
     ToolResultContext,
 )
@@ -137,6 +140,20 @@ async def gate_before_tool_call(entries: Sequence[HandlerEntry], ctx: ToolCallCo
         if r is not None and not isinstance(r, Pass):
             errors.record(entry.event, entry, f"returned {type(r).__name__}")
             return Block(f"the {entry.extension_id} check returned an invalid result, so the call was blocked")
+    return None
+
+
+async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact, errors: ErrorLog) -> Defer | StopAuto | None:
+    """The first Defer or StopAuto wins; a failing handler is counted and logged and counts as proceed
+    (a broken plugin must not leave the context to overflow)."""
+    for entry in entries:
+        try:
+            r = await call(entry.fn, event)
+        except Exception as exc:
+            errors.record(entry.event, entry, exc)
+            continue
+        if isinstance(r, (Defer, StopAuto)):
+            return r
     return None
 
 

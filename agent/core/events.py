@@ -1,8 +1,13 @@
-"""The nine SPI events: names, the typed context each handler receives, and the typed results it may return.
+"""The SPI events: names, the typed context each handler receives, and the typed results it may return.
 
 Step level: before_llm_call, on_llm_call_prepared, after_llm_call, before_tool_call,
 after_tool_call, on_history_changed, on_step_end. Turn level (called by the host around a turn):
-turn_start, turn_end. A handler returns ``None`` (or ``PASS``) to let things be.
+turn_start, turn_end. Compaction level (raised by the compaction feature through the host):
+before_compact, after_compact. A handler returns ``None`` (or ``PASS``) to let things be.
+
+Beside the events, two hooks of the SPI: the overflow handler (``OverflowContext``: the provider
+refused the prompt as too long) and maintenance commands (``MaintenanceContext``: ``/compact``
+runs while the session is idle).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar, Union
 
 from .messages import Message, ToolCall, ToolResult
 from .model import ContextOverflowError, ModelResponse, PreparedCall, ToolSpec
@@ -28,7 +33,12 @@ TURN_END = "turn_end"
 STEP_EVENTS = (BEFORE_LLM_CALL, ON_LLM_CALL_PREPARED, AFTER_LLM_CALL, BEFORE_TOOL_CALL, AFTER_TOOL_CALL,
                ON_HISTORY_CHANGED, ON_STEP_END)
 TURN_EVENTS = (TURN_START, TURN_END)
-EVENT_NAMES = STEP_EVENTS + TURN_EVENTS
+BEFORE_COMPACT = "before_compact"
+AFTER_COMPACT = "after_compact"
+COMPACT_EVENTS = (BEFORE_COMPACT, AFTER_COMPACT)
+EVENT_NAMES = STEP_EVENTS + TURN_EVENTS + COMPACT_EVENTS
+EventName = Literal["before_llm_call", "on_llm_call_prepared", "after_llm_call", "before_tool_call", "after_tool_call",
+                    "on_history_changed", "on_step_end", "turn_start", "turn_end", "before_compact", "after_compact"]
 
 # A kind, optionally with parameters, as the inspector parses them: "guard_reminder; signal=no_progress; count=3".
 _EFFECT = re.compile(r"^[a-z0-9][a-z0-9_.:=-]{0,63}(; [a-z0-9_]{1,32}=[A-Za-z0-9_.:/+-]{1,64}){0,8}$")
@@ -201,6 +211,62 @@ class OverflowContext:
 OverflowHandler = Callable[[OverflowContext], Awaitable[bool]]
 
 
+@dataclass(frozen=True)
+class PreCompact:
+    """before_compact: automatic compaction wants to run; a handler may return ``Defer`` or ``StopAuto``."""
+
+    session: SessionView
+    turn: int
+    step: int
+    trigger: str  # threshold, bytes, archive_plan, overflow
+    tokens: int  # footprint before
+    trigger_at: int
+    input_limit: int
+
+
+@dataclass(frozen=True)
+class PostCompact:
+    """after_compact: what a compaction did (observers only)."""
+
+    session: SessionView
+    turn: int
+    trigger: str
+    stage: str  # archive, checkpoint, none
+    status: str  # replaced, failed
+    error: str | None
+    tokens_before: int
+    tokens_after: int | None
+
+
+class MaintainedHistory(HistoryPort, Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class MaintenanceContext:
+    """A maintenance command (``/compact``) on an idle session, with the turn's system prompt and tools assembled.
+
+    ``history.replace`` does not tell observers (no turn runs): the command calls ``history_changed``.
+    """
+
+    session: SessionView
+    turn: int
+    system: str
+    tools: tuple[ToolSpec, ...]
+    history: MaintainedHistory
+    _busy: Callable[[], bool] = field(repr=False, compare=False)
+    history_changed: Callable[[Literal["append", "replace"], tuple[Message, ...], int, str | None],
+                              Awaitable[None]] = field(repr=False, compare=False)
+
+    def busy(self) -> bool:
+        """True once a turn has started on the session (the command's result must then yield to it)."""
+        return self._busy()
+
+
+MaintenanceCommand = Callable[[MaintenanceContext, "str | None"], Awaitable[object]]
+
+
 # --- results ------------------------------------------------------------------------------------
 
 
@@ -292,5 +358,35 @@ class RewriteResult:
     details: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class Defer:
+    """before_compact: not now; asked again before the next request."""
+
+    reason: str = "deferred by a PreCompact hook"
+
+
+@dataclass(frozen=True)
+class StopAuto:
+    """before_compact: no automatic compaction for this session any more (a manual /compact turns it back on)."""
+
+    reason: str = "stopped by a PreCompact hook"
+
+
 BEFORE_LLM_RESULTS = (Pass, Skip, Answer, ModifyRequest, ReplaceHistory, AppendMessage, Abort)
 AFTER_LLM_RESULTS = (Pass, RewriteText, Retry, Fail)
+
+# --- handler types per event (what ``ExtensionAPI.on`` accepts) --------------------------------------
+
+_R = TypeVar("_R")
+Maybe = Union[_R, Awaitable[_R]]  # a handler may be a plain function or a coroutine
+BeforeLlmResult = Pass | Skip | Answer | ModifyRequest | ReplaceHistory | AppendMessage | Abort | None
+AfterLlmResult = Pass | RewriteText | Retry | Fail | None
+BeforeToolResult = Pass | Block | None
+AfterToolResult = Pass | RewriteResult | None
+BeforeCompactResult = Defer | StopAuto | None
+BeforeLlmHandler = Callable[[LlmCallContext], Maybe[BeforeLlmResult]]
+AfterLlmHandler = Callable[[LlmCallResult], Maybe[AfterLlmResult]]
+BeforeToolHandler = Callable[[ToolCallContext], Maybe[BeforeToolResult]]
+AfterToolHandler = Callable[[ToolResultContext], Maybe[AfterToolResult]]
+BeforeCompactHandler = Callable[[PreCompact], Maybe[BeforeCompactResult]]
+Observer = Callable[[Any], object]  # observers' results are ignored; each event's context type is in spi.on's overloads

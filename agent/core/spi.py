@@ -1,9 +1,12 @@
 """The extension SPI: an extension is ``{id, description?, init(api)}``; the registry assembles each turn.
 
-Inside ``init`` an extension may make five kinds of contribution through ``ExtensionAPI`` — tools
-(static or a factory evaluated per turn), system-prompt parts, user-prompt prefixes, reminder
-providers, event handlers (``on``). After ``init`` returns the API is sealed: a call raises, so an
-extension cannot keep the API and change the agent behind the host's back.
+Inside ``init`` an extension may make these contributions through ``ExtensionAPI``: tools (static
+or a factory evaluated per turn), system-prompt parts, user-prompt prefixes, reminder providers,
+event handlers (``on``, typed per event), an overflow handler (``on_overflow``) and maintenance
+commands (``register_command``, e.g. ``compact``). After ``init`` returns the API is sealed: a call
+raises, so an extension cannot keep the API and change the agent behind the host's back. What an
+extension may ask of the host (the model client, the live history's epoch, raising the compaction
+events) is the ``AgentHost`` protocol, ``api.host``: never the runtime itself.
 
 Host builtins (session report, runaway guard, tool-output budget, ...) are ordinary extensions,
 loaded after every configured extension so their handlers run last and see every other rewrite;
@@ -16,20 +19,62 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Literal, Protocol, Union, overload
 
 from .assembly import ReminderFormatError, validate_reminder
-from .events import BEFORE_LLM_CALL, EVENT_NAMES, TurnStart
-from .model import ToolSpec
+from .events import (
+    BEFORE_LLM_CALL,
+    EVENT_NAMES,
+    AfterLlmHandler,
+    AfterToolHandler,
+    BeforeCompactHandler,
+    BeforeLlmHandler,
+    BeforeToolHandler,
+    Defer,
+    EventName,
+    HistoryChanged,
+    LlmCallPrepared,
+    MaintenanceCommand,
+    Maybe,
+    Observer,
+    OverflowHandler,
+    PostCompact,
+    PreCompact,
+    StepEnd,
+    StopAuto,
+    TurnEnd,
+    TurnStart,
+)
+from .model import ModelClient, ToolSpec
+from .state import ModelInfo
 from .tools import Tool
 
 log = logging.getLogger("ctxscope.agent.core.spi")
 
 TurnContext = TurnStart  # what per-turn factories and providers receive
-Handler = Callable[[Any], Any]
+Handler = BeforeLlmHandler | AfterLlmHandler | BeforeToolHandler | AfterToolHandler | BeforeCompactHandler | Observer
 ToolFactory = Callable[[TurnContext], Tool | Sequence[Tool] | None]
 TextSource = Union[str, Callable[[TurnContext], str | None]]
 ReminderProvider = Callable[[TurnContext], str | None]
+
+
+class AgentHost(Protocol):
+    """What the host offers an extension beyond its events (``api.host``)."""
+
+    @property
+    def client(self) -> ModelClient: ...
+
+    def model_info(self) -> ModelInfo: ...
+
+    def history_epoch(self, session_id: str) -> int | None:
+        """The live history's epoch of a session (None when the host holds no such session)."""
+        ...
+
+    async def before_compact(self, event: PreCompact) -> Defer | StopAuto | None:
+        """Raise before_compact to the session's enabled extensions; the first Defer or StopAuto wins."""
+        ...
+
+    async def after_compact(self, event: PostCompact) -> None: ...
 
 
 class SPIError(Exception):
@@ -56,16 +101,24 @@ class Contributions:
     user_prefixes: list[TextSource] = field(default_factory=list)
     reminders: list[tuple[int, ReminderProvider]] = field(default_factory=list)
     handlers: list[HandlerEntry] = field(default_factory=list)
+    overflow: list[OverflowHandler] = field(default_factory=list)
+    commands: dict[str, MaintenanceCommand] = field(default_factory=dict)
 
 
 class ExtensionAPI:
     """Handed to ``init``; valid only while ``init`` runs."""
 
-    def __init__(self, extension_id: str, *, host: bool = False) -> None:
+    def __init__(self, extension_id: str, *, host: bool = False, services: AgentHost | None = None) -> None:
         self.extension_id = extension_id
         self._host = host
+        self._services = services
         self._open = True
         self.contributions = Contributions()
+
+    @property
+    def host(self) -> AgentHost | None:
+        """The host's services (None when the registry was built without a host, e.g. in unit tests)."""
+        return self._services
 
     def _require_init(self, what: str) -> None:
         if not self._open:
@@ -89,14 +142,52 @@ class ExtensionAPI:
         self._require_init("register_reminder_provider")
         self.contributions.reminders.append((priority, provider))
 
-    def on(self, event: str, handler: Handler, *, appends: bool = False) -> None:
-        """Subscribe to one of the nine events. ``appends=True`` declares a before_llm_call appender."""
+    @overload
+    def on(self, event: Literal["before_llm_call"], handler: BeforeLlmHandler, *, appends: bool = False) -> None: ...
+    @overload
+    def on(self, event: Literal["after_llm_call"], handler: AfterLlmHandler) -> None: ...
+    @overload
+    def on(self, event: Literal["before_tool_call"], handler: BeforeToolHandler) -> None: ...
+    @overload
+    def on(self, event: Literal["after_tool_call"], handler: AfterToolHandler) -> None: ...
+    @overload
+    def on(self, event: Literal["before_compact"], handler: BeforeCompactHandler) -> None: ...
+    @overload
+    def on(self, event: Literal["on_llm_call_prepared"], handler: Callable[[LlmCallPrepared], Maybe[object]]) -> None: ...
+    @overload
+    def on(self, event: Literal["on_history_changed"], handler: Callable[[HistoryChanged], Maybe[object]]) -> None: ...
+    @overload
+    def on(self, event: Literal["on_step_end"], handler: Callable[[StepEnd], Maybe[object]]) -> None: ...
+    @overload
+    def on(self, event: Literal["turn_start"], handler: Callable[[TurnStart], Maybe[object]]) -> None: ...
+    @overload
+    def on(self, event: Literal["turn_end"], handler: Callable[[TurnEnd], Maybe[object]]) -> None: ...
+    @overload
+    def on(self, event: Literal["after_compact"], handler: Callable[[PostCompact], Maybe[object]]) -> None: ...
+
+    def on(self, event: EventName, handler: Handler, *, appends: bool = False) -> None:  # type: ignore[misc]
+        """Subscribe to an event; the overloads give each event's context and result types.
+
+        ``appends=True`` declares a before_llm_call appender.
+        """
         self._require_init("on")
         if event not in EVENT_NAMES:
             raise SPIError(f"extension {self.extension_id!r}: unknown event {event!r}")
         if appends and event != BEFORE_LLM_CALL:
             raise SPIError("appends=True only applies to before_llm_call")
         self.contributions.handlers.append(HandlerEntry(self.extension_id, event, handler, appends, self._host))
+
+    def on_overflow(self, handler: OverflowHandler) -> None:
+        """Handle a provider's "prompt too long": shrink the history and return True to retry the request."""
+        self._require_init("on_overflow")
+        self.contributions.overflow.append(handler)
+
+    def register_command(self, name: str, command: MaintenanceCommand) -> None:
+        """A maintenance command the host runs on an idle session (``compact`` for /compact)."""
+        self._require_init("register_command")
+        if name in self.contributions.commands:
+            raise SPIError(f"extension {self.extension_id!r}: command {name!r} registered twice")
+        self.contributions.commands[name] = command
 
     def _seal(self) -> None:
         self._open = False
@@ -137,8 +228,8 @@ class _Loaded:
     contributions: Contributions
 
 
-def _load(ext: Extension, host: bool) -> _Loaded:
-    api = ExtensionAPI(ext.id, host=host)
+def _load(ext: Extension, host: bool, services: AgentHost | None) -> _Loaded:
+    api = ExtensionAPI(ext.id, host=host, services=services)
     try:
         result = ext.init(api)
         if inspect.isawaitable(result):
@@ -160,7 +251,8 @@ def _text(source: TextSource, ctx: TurnContext) -> str:
 
 
 class Registry:
-    def __init__(self, extensions: Iterable[Extension] = (), host_builtins: Iterable[Extension] = ()) -> None:
+    def __init__(self, extensions: Iterable[Extension] = (), host_builtins: Iterable[Extension] = (), *,
+                 host: AgentHost | None = None) -> None:
         extensions, host_builtins = list(extensions), list(host_builtins)
         seen: set[str] = set()
         builtin_ids = {e.id for e in host_builtins}
@@ -172,7 +264,7 @@ class Registry:
                 raise SPIError(f"{kind} id {ext.id!r} is used twice"
                                + (" (host builtins cannot be replaced)" if ext.id in builtin_ids else ""))
             seen.add(ext.id)
-        self._loaded = [_load(e, False) for e in extensions] + [_load(e, True) for e in host_builtins]
+        self._loaded = [_load(e, False, host) for e in extensions] + [_load(e, True, host) for e in host_builtins]
 
     @property
     def extension_ids(self) -> tuple[str, ...]:
@@ -180,6 +272,20 @@ class Registry:
 
     def is_host_builtin(self, extension_id: str) -> bool:
         return any(x.host and x.extension.id == extension_id for x in self._loaded)
+
+    def overflow_handler(self) -> OverflowHandler | None:
+        """The first registered overflow handler (in load order)."""
+        return next((h for x in self._loaded for h in x.contributions.overflow), None)
+
+    def command(self, name: str) -> MaintenanceCommand | None:
+        """The maintenance command ``name`` (the first extension that registered it)."""
+        return next((x.contributions.commands[name] for x in self._loaded if name in x.contributions.commands), None)
+
+    def handlers_for(self, event: str, disabled: Iterable[str] = ()) -> tuple[HandlerEntry, ...]:
+        """The handlers of ``event`` of the enabled extensions, in dispatch order, without assembling a turn."""
+        off = set(disabled)
+        return tuple(h for x in self._loaded if x.extension.id not in off
+                     for h in x.contributions.handlers if h.event == event)
 
     def assemble(self, ctx: TurnContext, *, base_system_prompt: str = "",
                  disabled: Iterable[str] = ()) -> TurnAssembly:

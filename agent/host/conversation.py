@@ -2,13 +2,12 @@
 
 Four groups, runtime-independent in shape: ``query`` (sessions, messages, turns), ``lifecycle``
 (create, rename, delete), ``ingress`` (submit, run, steer, queued inputs: list / edit / cancel /
-reorder, abort) and ``maintenance`` (compact: wired by the compaction work through
-``set_compactor``). Every turn records its source (``cli``, ``api``, ...).
+reorder, abort) and ``maintenance`` (compact: the maintenance command an extension registers
+through the SPI). Every turn records its source (``cli``, ``api``, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..core.activity import TurnResult
@@ -57,7 +56,7 @@ class ConversationLifecycle:
         return self._rt.store.rename(session_id, title)
 
     def delete(self, session_id: str) -> None:
-        live = self._rt._sessions.get(session_id)
+        live = self._rt.live_session(session_id)
         if live is not None and (live.busy or live.queued()):
             raise SessionBusy(f"session {session_id} is running a turn; abort it first")
         self._rt.store.delete(session_id)
@@ -96,29 +95,24 @@ class ConversationIngress:
         return self._s(session_id).abort()
 
 
-Compactor = Callable[["AgentSession", "str | None"], Awaitable[object]]
-
-
 class ConversationMaintenance:
+    """Maintenance commands that extensions register through the SPI (``compact``: /compact)."""
+
     def __init__(self, rt: AgentRuntime) -> None:
         self._rt = rt
-        self._compactor: Compactor | None = None
-
-    def set_compactor(self, compactor: Compactor) -> None:
-        """The compaction work plugs in here; /compact and the API then use it."""
-        self._compactor = compactor
 
     @property
     def can_compact(self) -> bool:
-        return self._compactor is not None
+        return self._rt.registry.command("compact") is not None
 
     async def compact(self, session_id: str, instructions: str | None = None) -> object:
-        if self._compactor is None:
-            raise NotAvailable("compaction is not available yet")
+        command = self._rt.registry.command("compact")
+        if command is None:
+            raise NotAvailable("no extension provides compaction")
         session = self._rt.open_session(session_id)
         if session.busy:
             raise SessionBusy("compaction runs only when the session is idle")
-        return await self._compactor(session, instructions)
+        return await session.run_command(command, instructions)
 
 
 class Conversation:

@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..core import activity as act
-from ..core.events import OverflowHandler
+from ..core.dispatch import ErrorLog, gate_before_compact, observe
+from ..core.events import AFTER_COMPACT, BEFORE_COMPACT, Defer, OverflowHandler, PostCompact, PreCompact, StopAuto
 from ..core.loop import LoopConfig
 from ..core.model import ModelClient
 from ..core.settings import HostOptions
-from ..core.spi import Extension, Registry, TurnContext
+from ..core.spi import Extension, HandlerEntry, Registry, TurnContext
 from ..core.state import ModelInfo
 from .builtins import default_extensions, default_host_builtins
+from .conversation import Conversation
 from .session import AgentSession
 from .session_store import SessionStore
 
@@ -50,20 +52,15 @@ class AgentRuntime:
         self.workspace = Path(workspace or os.getcwd()).resolve()
         exts = default_extensions() if extensions is None else list(extensions)
         builtins = default_host_builtins(HostOptions(self.home)) if host_builtins is None else list(host_builtins)
-        self.registry = Registry(exts, builtins)
+        self.registry = Registry(exts, builtins, host=self)
         self.host_reminders = list(host_reminders)
         self.config = config or LoopConfig()
         self._system_prompt = system_prompt
-        self.overflow_handler = overflow_handler  # compaction's hook for provider "prompt too long" errors
+        # an explicit handler wins over the one an extension registers (compaction's on_overflow)
+        self.overflow_handler = overflow_handler or self.registry.overflow_handler()
         self.listeners: list[act.Listener] = [listener] if listener else []
         self._sessions: dict[str, AgentSession] = {}
-        from .conversation import Conversation
-
         self.conversation = Conversation(self)
-        for ext in [*builtins, *exts]:  # an extension may plug into the runtime too (compaction: overflow, hooks)
-            attach = getattr(ext, "attach", None)
-            if callable(attach):
-                attach(self)
 
     def system_prompt(self) -> str:
         template = self._system_prompt if self._system_prompt is not None else SYSTEM_PROMPT
@@ -97,6 +94,36 @@ class AgentRuntime:
     def latest_session(self) -> AgentSession | None:
         meta = self.store.latest(str(self.workspace))
         return self.open_session(meta.id) if meta else None
+
+    def live_session(self, session_id: str) -> AgentSession | None:
+        """The session if it is open in this runtime (never loads it from disk)."""
+        return self._sessions.get(session_id)
+
+    # --- what extensions may ask of the host (core.spi.AgentHost) -----------------------------------
+    def history_epoch(self, session_id: str) -> int | None:
+        try:
+            return self.open_session(session_id).history.epoch
+        except KeyError:  # SessionNotFound: a session view without a stored session (tests, embedders)
+            return None
+
+    def _session_handlers(self, event: str, session_id: str) -> tuple[tuple[HandlerEntry, ...], ErrorLog]:
+        live = self._sessions.get(session_id)
+        disabled = live.disabled if live is not None else set(self._stored_disabled(session_id))
+        return self.registry.handlers_for(event, disabled), live.errors if live is not None else ErrorLog()
+
+    def _stored_disabled(self, session_id: str) -> tuple[str, ...]:
+        try:
+            return self.store.get(session_id).disabled_extensions
+        except KeyError:
+            return ()
+
+    async def before_compact(self, event: PreCompact) -> Defer | StopAuto | None:
+        entries, errors = self._session_handlers(BEFORE_COMPACT, event.session.id)
+        return await gate_before_compact(entries, event, errors)
+
+    async def after_compact(self, event: PostCompact) -> None:
+        entries, errors = self._session_handlers(AFTER_COMPACT, event.session.id)
+        await observe(entries, event, errors)
 
     def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

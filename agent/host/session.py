@@ -11,14 +11,15 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..core import activity as act
 from ..core.assembly import validate_reminder
-from ..core.dispatch import ErrorLog
+from ..core.dispatch import ErrorLog, observe
+from ..core.events import ON_HISTORY_CHANGED, HistoryChanged, MaintenanceCommand, MaintenanceContext
 from ..core.history import History
 from ..core.loop import SteeringQueue, TurnRunner
-from ..core.messages import repair_history
+from ..core.messages import Message, repair_history
 from ..core.spi import AssemblyError, TurnContext
 from ..core.state import SessionState, SessionView
 from .session_store import SessionMeta
@@ -144,6 +145,23 @@ class AgentSession:
             raise KeyError(f"no extension {extension_id!r}")
         (self.disabled.discard if enabled else self.disabled.add)(extension_id)
         self.runtime.store.touch(self.id, disabled_extensions=sorted(self.disabled))
+
+    # --- maintenance -------------------------------------------------------------------------------
+    async def run_command(self, command: MaintenanceCommand, argument: str | None) -> object:
+        """Run a maintenance command (``/compact``) on the idle session, with a turn's prompt and tools assembled."""
+        rt, view, turn = self.runtime, self.view, self.turn
+        assembly = rt.registry.assemble(TurnContext(view, turn, "compact", "/compact"),
+                                        base_system_prompt=rt.system_prompt(), disabled=self.disabled)
+
+        async def history_changed(kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
+                                  reason: str | None) -> None:
+            # no turn is running, so the history has no observer wired: the command tells the extensions
+            await observe(assembly.handlers_for(ON_HISTORY_CHANGED),
+                          HistoryChanged(view, turn, kind, messages, epoch, reason), self.errors)
+
+        ctx = MaintenanceContext(view, turn, assembly.system_prompt, assembly.specs(), self.history,
+                                 lambda: self.busy, history_changed)
+        return await command(ctx, argument)
 
     # --- the worker -------------------------------------------------------------------------------
     async def _work(self) -> None:

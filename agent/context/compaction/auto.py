@@ -10,7 +10,10 @@ aborts the turn, other failures are recorded and the request goes out uncompacte
 
 The usage anchor is kept here: ``on_llm_call_prepared`` notes what the request was bound to,
 ``after_llm_call`` records the answer's usage, ``on_history_changed`` drops it on replacement.
-A provider "prompt too long" reaches ``on_overflow`` (the runtime's overflow handler).
+Everything goes through the SPI: a provider "prompt too long" reaches ``on_overflow`` (the SPI's
+overflow handler), ``/compact`` is the maintenance command ``compact``, the PreCompact / PostCompact
+hooks are the ``before_compact`` / ``after_compact`` events, and the model client and the live
+history's epoch come from ``api.host``.
 
 No thrashing: a line-triggered automatic compaction must leave ``thrash_margin`` (20 %) of the
 trigger line free, must not be predicted to fire again within the next turn (what this turn has
@@ -24,31 +27,32 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from ...core.budget import ContextSettings
 from ...core.estimate import AnchorBinding, Footprint, UsageAnchor, footprint, prefix_hash
 from ...core.events import (
-    AFTER_LLM_CALL,
-    BEFORE_LLM_CALL,
-    ON_HISTORY_CHANGED,
-    ON_LLM_CALL_PREPARED,
     Abort,
+    BeforeCompactHandler,
+    Defer,
     Effects,
     HistoryChanged,
     LlmCallContext,
     LlmCallPrepared,
     LlmCallResult,
+    MaintenanceContext,
     ModifyRequest,
     OverflowContext,
+    PostCompact,
+    PreCompact,
     ReplaceHistory,
+    StopAuto,
 )
 from ...core.messages import Message
 from ...core.model import ToolSpec
-from ...core.spi import Extension, ExtensionAPI
+from ...core.settings import HostOptions
+from ...core.spi import AgentHost, Extension, ExtensionAPI
 from ...core.state import SessionView
 from ..settings import settings_from
 from .archive import ArchivePlan, plan_archive
@@ -58,15 +62,10 @@ from .events import (
     COMPACTION_DEFERRED,
     COMPACTION_STOPPED,
     CompactionHooks,
-    Defer,
-    PostCompact,
-    PostCompactHook,
-    PreCompact,
-    PreCompactHook,
-    StopAuto,
     event_value,
 )
 from .history import prune_screenshots
+from .manual import compact_session
 from .outcome import (
     ANCHOR_KEY,
     annotations,
@@ -80,26 +79,15 @@ from .replace import POST_ADMISSION_FAILED
 
 log = logging.getLogger("ctxscope.agent.compaction")
 EXTENSION_ID = "context-management"
-_MANAGERS: weakref.WeakKeyDictionary[Any, ContextManager] = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class AttachingExtension(Extension):
-    """A host builtin that also plugs into the runtime once it exists (overflow handler, /compact)."""
-
-    attach: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
-
-
-def manager_for(runtime: Any) -> ContextManager | None:
-    return _MANAGERS.get(runtime)
 
 
 class ContextManager:
-    def __init__(self, settings: ContextSettings, *, home: Any = None, hooks: CompactionHooks | None = None) -> None:
+    def __init__(self, settings: ContextSettings, *, home: Path | None = None,
+                 hooks: CompactionHooks | None = None) -> None:
         self.settings = settings
         self.home = home
         self.hooks = hooks or CompactionHooks()
-        self.runtime: Any = None
+        self.host: AgentHost | None = None  # set when the extension is loaded (api.host)
         self.checkpoint_system = load_system_prompt(settings.checkpoint_system_prompt_file, home)
         self._bindings: dict[str, tuple[AnchorBinding, int | None]] = {}
         self._pending: dict[str, list[str]] = {}  # annotations for a session's next request (after /compact)
@@ -107,32 +95,36 @@ class ContextManager:
         self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
 
     # --- wiring ---------------------------------------------------------------------------------------
-    def attach(self, runtime: Any) -> None:
-        self.runtime = runtime
-        _MANAGERS[runtime] = self
-        if runtime.overflow_handler is None:
-            runtime.overflow_handler = self.on_overflow
-        from .manual import compact_session
+    def extension(self) -> Extension:
+        """This manager as the ``context-management`` extension: handlers, overflow handler and /compact."""
+        def init(api: ExtensionAPI) -> None:
+            self.host = api.host
+            api.on("before_llm_call", self.before_llm_call)
+            api.on("on_llm_call_prepared", self.on_prepared)
+            api.on("after_llm_call", self.after_llm_call)
+            api.on("on_history_changed", self.on_history_changed)
+            api.on_overflow(self.on_overflow)
+            api.register_command("compact", self.compact)
 
-        runtime.conversation.maintenance.set_compactor(lambda session, instructions:
-                                                       compact_session(self, session, instructions))
+        return Extension(EXTENSION_ID, init, "automatic compaction, usage anchor, screenshot pruning")
+
+    def _host(self) -> AgentHost:
+        if self.host is None:
+            raise RuntimeError("context management is not loaded by a host")
+        return self.host
 
     def engine(self) -> CompactionEngine:
-        info = self.runtime.model_info()
-        return CompactionEngine(self.runtime.client, self.settings, checkpoint_system=self.checkpoint_system,
+        host = self._host()
+        info = host.model_info()
+        return CompactionEngine(host.client, self.settings, checkpoint_system=self.checkpoint_system,
                                 window=info.context_window, model_output=info.max_output_tokens)
 
     def epoch(self, session_id: str) -> int | None:
         """The live history's epoch (the session is open whenever a request is being prepared)."""
-        if self.runtime is None:
-            return None
-        try:
-            return self.runtime.open_session(session_id).history.epoch
-        except KeyError:  # SessionNotFound: a session view without a stored session (tests, embedders)
-            return None
+        return self.host.history_epoch(session_id) if self.host is not None else None
 
     def binding(self, system: str, tools: Sequence[ToolSpec]) -> AnchorBinding:
-        c = self.runtime.client
+        c = self._host().client
         return AnchorBinding(c.provider, c.api, c.model, prefix_hash(system, tools))
 
     def footprint(self, view: SessionView, system: str, tools: Sequence[ToolSpec],
@@ -150,7 +142,7 @@ class ContextManager:
             ctx.effects.declare(value)
         request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
         passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
-        if (self.runtime is None or not self.settings.auto_compact or not auto_enabled(view)
+        if (self.host is None or not self.settings.auto_compact or not auto_enabled(view)
                 or self._failed.get(view.id) == ctx.turn):
             return passthrough
         engine = self.engine()
@@ -182,7 +174,7 @@ class ContextManager:
     async def on_overflow(self, octx: OverflowContext) -> bool:
         """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry."""
         view = octx.session
-        if self.runtime is None or not auto_enabled(view):
+        if self.host is None or not auto_enabled(view):
             return False
         history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
         fp = self.footprint(view, octx.system, octx.tools, history)
@@ -196,9 +188,9 @@ class ContextManager:
     async def _auto(self, view: SessionView, turn: int, step: int, trigger: str, history: tuple[Message, ...],
                     system: str, tools: Sequence[ToolSpec], tokens: int, effects: Effects,
                     plan: ArchivePlan | None, engine: CompactionEngine) -> CompactionOutcome | None:
-        verdict = await self.hooks.run_pre(PreCompact(view, turn, step, trigger, tokens,
-                                                      engine.lines.automatic_trigger_at,
-                                                      engine.lines.provider_input_limit))
+        pre = PreCompact(view, turn, step, trigger, tokens, engine.lines.automatic_trigger_at,
+                         engine.lines.provider_input_limit)
+        verdict = await self.hooks.run_pre(pre) or await self._host().before_compact(pre)
         if isinstance(verdict, StopAuto):
             set_auto(view, False, verdict.reason, turn=turn, step=step)
             effects.declare(event_value(COMPACTION_STOPPED, by="hook", trigger=trigger))
@@ -215,8 +207,10 @@ class ContextManager:
             self._guard(view, outcome, turn, step, effects, engine)
         else:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn
-        await self.hooks.run_post(PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
-                                              outcome.tokens_before, outcome.tokens_after))
+        post = PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
+                           outcome.tokens_before, outcome.tokens_after)
+        await self.hooks.run_post(post)
+        await self._host().after_compact(post)
         return outcome
 
     def _guard(self, view: SessionView, outcome: CompactionOutcome, turn: int, step: int, effects: Effects,
@@ -268,45 +262,42 @@ class ContextManager:
         if ev.kind == "replace":  # a new epoch: the old usage describes a history that is gone
             invalidate_anchor(ev.session)
 
+    async def compact(self, ctx: MaintenanceContext, instructions: str | None) -> CompactionOutcome:
+        """The ``compact`` maintenance command (/compact)."""
+        return await compact_session(self, ctx, instructions)
 
-def compaction_hook_extension(extension_id: str, *, pre: PreCompactHook | None = None,
-                              post: PostCompactHook | None = None, init: Callable[[ExtensionAPI], None] | None = None,
-                              description: str = "") -> AttachingExtension:
-    """A configured extension with PreCompact / PostCompact hooks, honoured while it is enabled in the session."""
-    def attach(runtime: Any) -> None:
-        manager = manager_for(runtime)
-        if manager is None:
-            return
 
-        def enabled(view: SessionView) -> bool:
-            return extension_id not in runtime.open_session(view.id).disabled
-
+def compaction_hook_extension(extension_id: str, *, pre: BeforeCompactHandler | None = None,
+                              post: Callable[[PostCompact], object] | None = None,
+                              init: Callable[[ExtensionAPI], None] | None = None,
+                              description: str = "") -> Extension:
+    """A configured extension with PreCompact / PostCompact hooks (before_compact / after_compact handlers),
+    honoured while it is enabled in the session."""
+    def setup(api: ExtensionAPI) -> None:
         if pre is not None:
-            manager.hooks.pre.append(lambda ev: pre(ev) if enabled(ev.session) else None)
+            api.on("before_compact", pre)
         if post is not None:
-            manager.hooks.post.append(lambda ev: post(ev) if enabled(ev.session) else None)
+            api.on("after_compact", post)
+        if init is not None:
+            init(api)
 
-    return AttachingExtension(extension_id, init or (lambda api: None), description or "compaction hooks",
-                              attach=attach)
+    return Extension(extension_id, setup, description or "compaction hooks")
 
 
-def create_context_management(options: Any) -> AttachingExtension:
-    """The HOST_BUILTIN_FACTORIES entry."""
+def create_context_management(options: HostOptions) -> Extension:
+    """The host builtin's factory."""
     return context_management_extension(options)
 
 
-def context_management_extension(options: Any = None, *, settings: ContextSettings | None = None,
-                                 hooks: CompactionHooks | None = None) -> AttachingExtension:
+def context_management_extension(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
+                                 hooks: CompactionHooks | None = None) -> Extension:
     """The host builtin; ``options`` is the runtime's HostOptions, ``settings`` override what they say."""
+    return context_manager(options, settings=settings, hooks=hooks).extension()
+
+
+def context_manager(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
+                    hooks: CompactionHooks | None = None) -> ContextManager:
+    """The manager behind the builtin (tests and benches keep it to look inside)."""
     if settings is None:
         settings = settings_from(options)
-    manager = ContextManager(settings, home=getattr(options, "home", None), hooks=hooks)
-
-    def init(api: ExtensionAPI) -> None:
-        api.on(BEFORE_LLM_CALL, manager.before_llm_call)
-        api.on(ON_LLM_CALL_PREPARED, manager.on_prepared)
-        api.on(AFTER_LLM_CALL, manager.after_llm_call)
-        api.on(ON_HISTORY_CHANGED, manager.on_history_changed)
-
-    return AttachingExtension(EXTENSION_ID, init, "automatic compaction, usage anchor, screenshot pruning",
-                              attach=manager.attach)
+    return ContextManager(settings, home=options.home if options is not None else None, hooks=hooks)

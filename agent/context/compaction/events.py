@@ -9,10 +9,12 @@ inspector's has_compaction_before side, so never used for anything else); ``chec
 on the checkpoint call itself; ``compaction_failed``, ``compaction_deferred`` and
 ``compaction_stopped`` when nothing was replaced.
 
-PreCompact / PostCompact hooks: a PreCompact hook sees why automatic compaction wants to run and
-may return ``Defer`` (not now; asked again before the next request) or ``StopAuto`` (no automatic
-compaction for this session any more). PostCompact hooks observe the outcome. A hook that raises
-is logged and treated as "proceed": a broken plugin must not leave the context to overflow.
+PreCompact / PostCompact hooks: the SPI events ``before_compact`` / ``after_compact`` (any extension
+subscribes with ``api.on``), plus hooks handed to the builtin directly (``CompactionHooks``), which
+run first. A PreCompact hook sees why automatic compaction wants to run and may return ``Defer``
+(not now; asked again before the next request) or ``StopAuto`` (no automatic compaction for this
+session any more). PostCompact hooks observe the outcome. A hook that raises is logged and treated
+as "proceed": a broken plugin must not leave the context to overflow.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.events import Defer, PostCompact, PreCompact, StopAuto
 from ...core.history import HistoryFile
 from ...core.state import SessionView
 
@@ -76,39 +79,6 @@ def context_events(view_dir: Any) -> list[dict[str, Any]]:
 
 
 # --- hooks -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PreCompact:
-    session: SessionView
-    turn: int
-    step: int
-    trigger: str  # threshold, bytes, archive_plan, overflow
-    tokens: int  # footprint before
-    trigger_at: int
-    input_limit: int
-
-
-@dataclass(frozen=True)
-class PostCompact:
-    session: SessionView
-    turn: int
-    trigger: str
-    stage: str  # archive, checkpoint, none
-    status: str  # replaced, failed
-    error: str | None
-    tokens_before: int
-    tokens_after: int | None
-
-
-@dataclass(frozen=True)
-class Defer:
-    reason: str = "deferred by a PreCompact hook"
-
-
-@dataclass(frozen=True)
-class StopAuto:
-    reason: str = "stopped by a PreCompact hook"
 
 
 PreCompactHook = Callable[[PreCompact], None | Defer | StopAuto | Awaitable[None | Defer | StopAuto]]
