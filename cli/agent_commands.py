@@ -16,14 +16,13 @@ from typing import Any
 
 import click
 
+from ctxscope.agent.core import activity as act
+from ctxscope.agent.host.conversation import NotAvailable
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.host.session import AgentSession, SessionBusy
+from ctxscope.agent.host.session_store import SessionNotFound
+from ctxscope.agent.providers.catalog import APIS, PROVIDERS, ProviderConfigError, make_client, resolve
 from ctxscope.agent_render import TerminalRenderer
-
-from .agent.core import activity as act
-from .agent.host.conversation import NotAvailable
-from .agent.host.runtime import AgentRuntime
-from .agent.host.session import AgentSession, SessionBusy
-from .agent.host.session_store import SessionNotFound
-from .agent.providers.catalog import APIS, PROVIDERS, ProviderConfigError, make_client, resolve
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -58,7 +57,7 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
                            direct=opts["direct"], proxy=opts["proxy"], context_window=opts["context_window"],
                            max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
     except ProviderConfigError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from e
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
 
 
@@ -69,7 +68,7 @@ def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:
         if opts["session_id"]:
             return rt.open_session(opts["session_id"])
     except SessionNotFound as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from e
     if opts["cont"]:
         latest = rt.latest_session()
         if latest is None:
@@ -170,15 +169,15 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
     """Bundle a session and its sub-sessions into a tar.gz with a collection manifest."""
     import json
 
-    from .agent.host.runtime import default_home
-    from .agent.host.session_report_bundle import bundle_session
+    from ctxscope.agent.host.runtime import default_home
+    from ctxscope.agent.host.session_report_bundle import bundle_session
 
     try:
         result = bundle_session(default_home(), session_id, output)
     except SessionNotFound as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from e
     except OSError as e:
-        raise click.ClickException(f"could not write the report: {e}")
+        raise click.ClickException(f"could not write the report: {e}") from e
     if as_json:
         click.echo(json.dumps({"archive": str(result.archive), "sessions": list(result.sessions),
                                "files": result.files, "unreadable": list(result.unreadable)}))
@@ -197,31 +196,35 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
 def context_command(session_id: str, context_window: int | None, max_output_tokens: int | None,
                     as_json: bool) -> None:
     """How full a stored session's context is, and of what (what /context shows in chat)."""
-    from .agent.context.report import report_json
-    from .agent.host.context_views import stored_report
-    from .agent.host.runtime import default_home
+    from ctxscope.agent.context.report import report_json
+    from ctxscope.agent.host.context_views import stored_report
+    from ctxscope.agent.host.runtime import default_home
 
     try:
         report = stored_report(default_home(), session_id, context_window=context_window,
                                max_output_tokens=max_output_tokens)
     except SessionNotFound as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from e
     click.echo(report_json(report) if as_json else report.render())
 
 
 async def _command(rt: AgentRuntime, session: AgentSession, text: str) -> None:
     name, _, arg = text.partition(" ")
     if name == "/compact":
-        from .agent.context.compaction.outcome import describe
+        from ctxscope.agent.context.compaction.engine import CompactionOutcome
+        from ctxscope.agent.context.compaction.outcome import describe
 
         try:
             outcome = await rt.conversation.maintenance.compact(session.id, arg.strip() or None)
         except (NotAvailable, SessionBusy) as e:
             click.secho(f"/compact: {e}", err=True, fg="yellow")
         else:
-            click.secho(describe(outcome), err=True, fg=None if getattr(outcome, "replaced", False) else "yellow")
+            if isinstance(outcome, CompactionOutcome):
+                click.secho(describe(outcome), err=True, fg=None if outcome.replaced else "yellow")
+            else:
+                click.secho(f"/compact: {outcome}", err=True)
     elif name == "/context":
-        from .agent.host.context_views import live_report
+        from ctxscope.agent.host.context_views import live_report
 
         click.echo(live_report(rt, session).render())
     elif name == "/help":

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from .agent.core import activity as act
-from .agent.core.model import RetryNotice, TextDelta, ThinkingDelta
-from .agent.provenance.marker import split_host_marker
+from ctxscope.agent.core import activity as act
+from ctxscope.agent.core.model import RetryNotice, TextDelta, ThinkingDelta
+from ctxscope.agent.provenance.marker import split_host_marker
 
 
 def _short(value: Any, width: int) -> str:

@@ -120,7 +120,8 @@ def build_report(*, session_id: str, info: ModelInfo, base_system: str, system: 
                               + messages_tokens(messages[idx + 1:]))
         sections, source = scaled, "PROVIDER_USAGE_ANCHORED"
     lines = budget_lines(info.context_window, info.max_output_tokens)
-    compaction = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
+    stored = state.get(STATE_KEY)
+    compaction = stored if isinstance(stored, dict) else {}
     return ContextReport(session_id, info.provider, info.api, info.model, info.context_window,
                          sum(sections.values()), source, {k: sections.get(k, 0) for k in SECTIONS},
                          lines.automatic_trigger_at, lines.provider_input_limit,

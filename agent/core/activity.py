@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Union
 
 from .messages import ToolCall, ToolResult
 from .model import StreamDelta, Usage
@@ -78,5 +77,5 @@ class TurnFinished:
     result: TurnResult
 
 
-Activity = Union[TurnStarted, StepStarted, ModelDelta, ToolStarted, ToolFinished, TurnFinished]
+Activity = TurnStarted | StepStarted | ModelDelta | ToolStarted | ToolFinished | TurnFinished
 Listener = Callable[[Activity], None]

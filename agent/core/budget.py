@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 RESERVE_TOKENS = 16384
 SAFETY_MARGIN_TOKENS = 2048
@@ -88,9 +88,10 @@ class ContextSettings:
     thrash_margin: float = 0.2  # a compaction must leave at least this share of the trigger line free
     byte_limits: Mapping[str, int] = field(default_factory=dict)
 
-    _ALIASES = {"maxInlineKiB": "max_inline_kib", "mcpDetailsMaxInlineKiB": "mcp_details_max_inline_kib",
-                "watermarkKiB": "watermark_kib", "minSavingsKiB": "min_savings_kib",
-                "minCandidateKiB": "min_candidate_kib", "keepRecentRounds": "keep_recent_rounds"}
+    _ALIASES: ClassVar[dict[str, str]] = {
+        "maxInlineKiB": "max_inline_kib", "mcpDetailsMaxInlineKiB": "mcp_details_max_inline_kib",
+        "watermarkKiB": "watermark_kib", "minSavingsKiB": "min_savings_kib",
+        "minCandidateKiB": "min_candidate_kib", "keepRecentRounds": "keep_recent_rounds"}
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, *, strict: bool = True) -> ContextSettings:

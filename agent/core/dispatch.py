@@ -143,7 +143,8 @@ async def gate_before_tool_call(entries: Sequence[HandlerEntry], ctx: ToolCallCo
     return None
 
 
-async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact, errors: ErrorLog) -> Defer | StopAuto | None:
+async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact,
+                              errors: ErrorLog) -> Defer | StopAuto | None:
     """The first Defer or StopAuto wins; a failing handler is counted and logged and counts as proceed
     (a broken plugin must not leave the context to overflow)."""
     for entry in entries:
@@ -194,7 +195,8 @@ async def transform_after_llm_call(entries: Sequence[HandlerEntry], make_ctx: Ca
     return AfterLlmOutcome(response, None)
 
 
-async def transform_after_tool_call(entries: Sequence[HandlerEntry], make_ctx: Callable[[ToolResult], ToolResultContext],
+async def transform_after_tool_call(entries: Sequence[HandlerEntry],
+                                    make_ctx: Callable[[ToolResult], ToolResultContext],
                                     result: ToolResult, errors: ErrorLog) -> ToolResult:
     for entry in entries:
         r = await _transform_step(entry, make_ctx, result, errors)

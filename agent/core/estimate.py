@@ -52,7 +52,7 @@ def media_tokens(result: ToolResult) -> int:
 
 def projection(message: Message) -> str:
     """The text of a message that costs tokens, roughly as every provider serialises it."""
-    parts = [message.role]
+    parts: list[str] = [message.role]
     for b in message.content:
         if isinstance(b, TextBlock):
             parts.append(b.text)

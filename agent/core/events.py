@@ -15,26 +15,26 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, Union
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar
 
 from .messages import Message, ToolCall, ToolResult
 from .model import ContextOverflowError, ModelResponse, PreparedCall, ToolSpec
 from .state import SessionView
 
-BEFORE_LLM_CALL = "before_llm_call"
-ON_LLM_CALL_PREPARED = "on_llm_call_prepared"
-AFTER_LLM_CALL = "after_llm_call"
-BEFORE_TOOL_CALL = "before_tool_call"
-AFTER_TOOL_CALL = "after_tool_call"
-ON_HISTORY_CHANGED = "on_history_changed"
-ON_STEP_END = "on_step_end"
-TURN_START = "turn_start"
-TURN_END = "turn_end"
+BEFORE_LLM_CALL: Final = "before_llm_call"
+ON_LLM_CALL_PREPARED: Final = "on_llm_call_prepared"
+AFTER_LLM_CALL: Final = "after_llm_call"
+BEFORE_TOOL_CALL: Final = "before_tool_call"
+AFTER_TOOL_CALL: Final = "after_tool_call"
+ON_HISTORY_CHANGED: Final = "on_history_changed"
+ON_STEP_END: Final = "on_step_end"
+TURN_START: Final = "turn_start"
+TURN_END: Final = "turn_end"
 STEP_EVENTS = (BEFORE_LLM_CALL, ON_LLM_CALL_PREPARED, AFTER_LLM_CALL, BEFORE_TOOL_CALL, AFTER_TOOL_CALL,
                ON_HISTORY_CHANGED, ON_STEP_END)
 TURN_EVENTS = (TURN_START, TURN_END)
-BEFORE_COMPACT = "before_compact"
-AFTER_COMPACT = "after_compact"
+BEFORE_COMPACT: Final = "before_compact"
+AFTER_COMPACT: Final = "after_compact"
 COMPACT_EVENTS = (BEFORE_COMPACT, AFTER_COMPACT)
 EVENT_NAMES = STEP_EVENTS + TURN_EVENTS + COMPACT_EVENTS
 EventName = Literal["before_llm_call", "on_llm_call_prepared", "after_llm_call", "before_tool_call", "after_tool_call",
@@ -378,7 +378,7 @@ AFTER_LLM_RESULTS = (Pass, RewriteText, Retry, Fail)
 # --- handler types per event (what ``ExtensionAPI.on`` accepts) --------------------------------------
 
 _R = TypeVar("_R")
-Maybe = Union[_R, Awaitable[_R]]  # a handler may be a plain function or a coroutine
+Maybe: TypeAlias = _R | Awaitable[_R]  # a handler may be a plain function or a coroutine
 BeforeLlmResult = Pass | Skip | Answer | ModifyRequest | ReplaceHistory | AppendMessage | Abort | None
 AfterLlmResult = Pass | RewriteText | Retry | Fail | None
 BeforeToolResult = Pass | Block | None

@@ -275,14 +275,14 @@ class TurnRunner:
                 await self._execute(i, calls[i])
         results = []
         for i, call in enumerate(calls):
-            result = await transform_after_tool_call(
-                self.assembly.handlers_for(AFTER_TOOL_CALL),
-                lambda r, c=call: ToolResultContext(self.session, self.turn, self.step, c, r, self.tool_names,
-                                                    self.effects),
-                self._done[i], self.errors)
+            result = await transform_after_tool_call(self.assembly.handlers_for(AFTER_TOOL_CALL),
+                                                     self._tool_result_ctx(call), self._done[i], self.errors)
             results.append(result)
             self.emit(act.ToolFinished(self.turn, self.step, call, result))
         return tuple(results)
+
+    def _tool_result_ctx(self, call: ToolCall) -> Callable[[ToolResult], ToolResultContext]:
+        return lambda r: ToolResultContext(self.session, self.turn, self.step, call, r, self.tool_names, self.effects)
 
     async def _execute(self, index: int, call: ToolCall) -> None:
         ctx = ToolContext(self.session, call.id, self.turn, self.step)

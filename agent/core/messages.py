@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 Role = Literal["user", "assistant", "tool"]
 
@@ -53,7 +53,7 @@ class ToolResult:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-Block = Union[TextBlock, ThinkingBlock, ToolCall, ToolResult]
+Block = TextBlock | ThinkingBlock | ToolCall | ToolResult
 
 
 @dataclass(frozen=True)

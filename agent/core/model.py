@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 from .messages import Message
 
@@ -105,7 +105,7 @@ class RetryNotice:
     error: str
 
 
-StreamDelta = Union[TextDelta, ThinkingDelta, ToolCallDelta, RetryNotice]
+StreamDelta = TextDelta | ThinkingDelta | ToolCallDelta | RetryNotice
 DeltaSink = Callable[[StreamDelta], None]
 
 

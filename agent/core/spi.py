@@ -19,7 +19,7 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Union, overload
+from typing import Literal, Protocol, overload
 
 from .assembly import ReminderFormatError, validate_reminder
 from .events import (
@@ -54,7 +54,7 @@ log = logging.getLogger("ctxscope.agent.core.spi")
 TurnContext = TurnStart  # what per-turn factories and providers receive
 Handler = BeforeLlmHandler | AfterLlmHandler | BeforeToolHandler | AfterToolHandler | BeforeCompactHandler | Observer
 ToolFactory = Callable[[TurnContext], Tool | Sequence[Tool] | None]
-TextSource = Union[str, Callable[[TurnContext], str | None]]
+TextSource = str | Callable[[TurnContext], str | None]
 ReminderProvider = Callable[[TurnContext], str | None]
 
 
@@ -153,7 +153,8 @@ class ExtensionAPI:
     @overload
     def on(self, event: Literal["before_compact"], handler: BeforeCompactHandler) -> None: ...
     @overload
-    def on(self, event: Literal["on_llm_call_prepared"], handler: Callable[[LlmCallPrepared], Maybe[object]]) -> None: ...
+    def on(self, event: Literal["on_llm_call_prepared"],
+           handler: Callable[[LlmCallPrepared], Maybe[object]]) -> None: ...
     @overload
     def on(self, event: Literal["on_history_changed"], handler: Callable[[HistoryChanged], Maybe[object]]) -> None: ...
     @overload
@@ -165,7 +166,7 @@ class ExtensionAPI:
     @overload
     def on(self, event: Literal["after_compact"], handler: Callable[[PostCompact], Maybe[object]]) -> None: ...
 
-    def on(self, event: EventName, handler: Handler, *, appends: bool = False) -> None:  # type: ignore[misc]
+    def on(self, event: EventName, handler: Handler, *, appends: bool = False) -> None:
         """Subscribe to an event; the overloads give each event's context and result types.
 
         ``appends=True`` declares a before_llm_call appender.
@@ -196,7 +197,7 @@ class ExtensionAPI:
 @dataclass(frozen=True)
 class Extension:
     id: str
-    init: Callable[[ExtensionAPI], None]
+    init: Callable[[ExtensionAPI], object]  # returns None; a coroutine (async init) is refused
     description: str = ""
 
 

@@ -78,9 +78,8 @@ def _shell_error(call: ToolCall, result: ToolResult) -> bool:
     if not result.is_error:
         return False
     command = call.arguments.get("command") if isinstance(call.arguments, dict) else None
-    if result.details.get("exit_code") == 1 and isinstance(command, str) and is_lone_search(command):
-        return False  # "no match" is an answer
-    return True
+    # "no match" (exit code 1 of a lone search) is an answer, not a failure
+    return not (result.details.get("exit_code") == 1 and isinstance(command, str) and is_lone_search(command))
 
 
 _NO_MATCH = re.compile(r"^\s*no match(es)?( found)?\b", re.IGNORECASE)

@@ -120,7 +120,7 @@ class StepView:
 
 def project_call(fp: Fingerprinter, call: ToolCall, result: ToolResult, policy: ToolPolicy) -> CallView:
     action = fp("action", call.name, policy.action_arguments(call))
-    details = {k: v for k, v in (result.details or {}).items()}
+    details = dict((result.details or {}).items())
     errored = policy.errored(call, result)
     res = fp("result", call.name, normalise(result.content), details, errored)
     family = error_family(result) if errored else None

@@ -211,7 +211,7 @@ class SourceProvenance:
                 _index_all(st.quotes, texts)
         if refs:
             details[REFS_KEY] = [r.to_dict() for r in refs]
-        marked = [r for r, f in zip(refs, found) if f.marker]
+        marked = [r for r, f in zip(refs, found, strict=True) if f.marker]
         if marked:
             marker = self.markers.mint(result.tool_call_id, marked)
             content += marker.text

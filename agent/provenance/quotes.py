@@ -16,7 +16,6 @@ session has. Memory is bounded (``max_chars`` of indexed text per session, oldes
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from itertools import accumulate
@@ -44,7 +43,7 @@ def normalise(text: str) -> Normalised:
 def _shingles(n: Normalised) -> list[int]:
     t, s, k = n.text, n.starts, SHINGLE
     ends = [x - 1 for x in s[k:]] + [len(t)]
-    return [hash(t[a:b]) for a, b in zip(s, ends)]
+    return [hash(t[a:b]) for a, b in zip(s, ends, strict=False)]
 
 
 def _winnow(hashes: list[int]) -> list[int]:
@@ -87,7 +86,8 @@ class _Doc:
 
 
 def _common_prefix(a: str, b: str) -> int:
-    return len(os.path.commonprefix([a, b]))
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 class QuoteIndex:

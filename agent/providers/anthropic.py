@@ -174,7 +174,8 @@ class AnthropicStreamParser:
 def _tool_call(b: dict[str, Any]) -> ToolCall:
     raw = b.get("_json", "")
     if not raw:
-        args = b.get("input") if isinstance(b.get("input"), dict) else {}
+        given = b.get("input")
+        args = given if isinstance(given, dict) else {}
         return ToolCall(b.get("id", ""), b.get("name", ""), args)
     try:
         args = load_json(raw)

@@ -124,7 +124,8 @@ class ResponsesStreamParser:
     def _blocks(self, idx: int, item: dict[str, Any]) -> list[Block]:
         t = item.get("type")
         if t == "function_call":
-            raw = item.get("arguments") if item.get("arguments") is not None else self._args.get(idx, "")
+            arguments = item.get("arguments")
+            raw = arguments if arguments is not None else self._args.get(idx, "")
             return [parse_call(item.get("call_id") or item.get("id") or f"call_{idx}", item.get("name", ""), raw)]
         if t == "reasoning":
             summary = "".join(s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict))

@@ -12,13 +12,13 @@ import inspect
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Union
+from typing import Any
 
 from ..core.messages import Message, TextBlock, ToolCall, message_to_dict
 from ..core.model import STOP, TOOL_USE, DeltaSink, ModelRequest, ModelResponse, PreparedCall, TextDelta, Usage, dumps
 
 _ids = itertools.count(1)
-ScriptItem = Union[str, ModelResponse, BaseException, Callable[[ModelRequest], Any]]
+ScriptItem = str | ModelResponse | BaseException | Callable[[ModelRequest], Any]
 
 
 def tool_call(name: str, arguments: dict[str, Any] | None = None, id: str | None = None) -> ToolCall:

@@ -161,7 +161,7 @@ async def grep(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     try:
         rx = re.compile(args["pattern"], re.IGNORECASE if args.get("ignore_case") else 0)
     except re.error as e:
-        raise ToolError(f"invalid regular expression: {e}")
+        raise ToolError(f"invalid regular expression: {e}") from e
     root = ctx.resolve(args.get("path") or ".")
     if not root.exists():
         raise ToolError(f"not found: {_display(root, ctx)}")

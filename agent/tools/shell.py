@@ -7,6 +7,7 @@ started. Output is kept bounded (head and tail) — large results are the tool-o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from typing import Any
@@ -43,10 +44,8 @@ class _Bounded:
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def bash(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:

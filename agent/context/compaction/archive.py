@@ -136,7 +136,8 @@ def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionV
         if (i, j) not in wanted:
             return res
         size = result_bytes(res)
-        text, mark = None, None
+        text: str | None = None
+        mark: dict[str, dict[str, object]] = {}
         if has_read:
             try:
                 art = write_artifact(view, res.content, turn=turn, step=step, tool=res.name, call_id=res.tool_call_id)

@@ -68,11 +68,11 @@ from .history import prune_screenshots
 from .manual import compact_session
 from .outcome import (
     ANCHOR_KEY,
-    annotations,
     auto_enabled,
     compaction_state,
     invalidate_anchor,
     record_outcome,
+    request_annotations,
     set_auto,
 )
 from .replace import POST_ADMISSION_FAILED
@@ -201,7 +201,7 @@ class ContextManager:
         outcome = await engine.run(CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens,
                                                    plan=plan))
         record_outcome(view, outcome, turn, step)
-        for value in annotations(outcome):
+        for value in request_annotations(outcome):
             effects.declare(value)
         if outcome.replaced:
             self._guard(view, outcome, turn, step, effects, engine)

@@ -81,7 +81,7 @@ def context_events(view_dir: Any) -> list[dict[str, Any]]:
 # --- hooks -----------------------------------------------------------------------------------------
 
 
-PreCompactHook = Callable[[PreCompact], None | Defer | StopAuto | Awaitable[None | Defer | StopAuto]]
+PreCompactHook = Callable[[PreCompact], Defer | StopAuto | Awaitable[Defer | StopAuto | None] | None]
 PostCompactHook = Callable[[PostCompact], Any]
 
 

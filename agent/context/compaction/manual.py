@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ...core.events import MaintenanceContext
 from .engine import CompactionInput, CompactionOutcome
 from .history import prune_screenshots
-from .outcome import annotations, auto_enabled, invalidate_anchor, record_outcome, set_auto
+from .outcome import auto_enabled, invalidate_anchor, record_outcome, request_annotations, set_auto
 
 if TYPE_CHECKING:
     from .auto import ContextManager
@@ -40,7 +40,7 @@ async def compact_session(manager: ContextManager, ctx: MaintenanceContext,
                           error=SESSION_BUSY if ctx.busy() else HISTORY_CHANGED,
                           detail="the session changed while the checkpoint was being written")
     record_outcome(view, outcome, turn, 0)
-    manager.queue_annotations(view.id, annotations(outcome))
+    manager.queue_annotations(view.id, request_annotations(outcome))
     if outcome.replaced:
         messages = tuple(outcome.messages or ())
         await ctx.history.replace(messages, "compaction:manual")

@@ -26,7 +26,7 @@ STATE_KEY = "compaction"
 ANCHOR_KEY = "context_anchor"
 
 
-def annotations(outcome: CompactionOutcome) -> list[str]:
+def request_annotations(outcome: CompactionOutcome) -> list[str]:
     """The x-ctxscope-event values for the first request after this outcome."""
     o = outcome
     if o.replaced and o.stage == "archive":

@@ -45,7 +45,8 @@ def _prefixed(state: Mapping[str, Any], *prefixes: str, exclude: tuple[str, ...]
 
 
 def build_appendix(messages: Sequence[Message], state: Mapping[str, Any], *, turn: int, step: int) -> Appendix:
-    todos = state.get("todos") if isinstance(state.get("todos"), list) else []
+    stored = state.get("todos")
+    todos = stored if isinstance(stored, list) else []
     cadence = _prefixed(state, "todo", exclude=("todos",))
     if cadence is not None or todos:
         cadence = {**(cadence or {}), "now": {"turn": turn, "step": step}}
@@ -97,7 +98,7 @@ class Admission:
 def admit(summary: str, appendix: Appendix, fits: Callable[[list[Message]], tuple[bool, int]],
           **meta: Any) -> Admission:
     """Try the full appendix, then without the sub-agent snapshot; else POST_ADMISSION_FAILED."""
-    attempts = [((), True)]
+    attempts: list[tuple[tuple[str, ...], bool]] = [((), True)]
     if appendix.subagents:
         attempts.append((("subagents",), False))
     tokens = 0
