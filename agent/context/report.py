@@ -1,4 +1,4 @@
-"""``/context`` and ``ctxscope agent context SESSION`` (C12): how full the context is, and of what.
+"""``/context`` and ``ctxscope agent context SESSION``: how full the context is, and of what.
 
 Sections: the system prompt split into SYSTEM_PROMPT (the runtime's own), MEMORY, SKILLS and OTHER
 (extension contributions, classified by their markers), then TOOLS and MESSAGES. With a valid

@@ -1,4 +1,4 @@
-"""The tool-output budget (C1): a text result over ``maxInlineKiB`` goes to an artifact and a receipt takes its place.
+"""The tool-output budget: a text result over ``maxInlineKiB`` goes to an artifact and a receipt takes its place.
 
 A host builtin on ``after_tool_call``, so it sees every other extension's rewrite first. It acts
 only when the turn has a ``read`` tool: the receipt is useful only if the model can page the

@@ -1,4 +1,4 @@
-"""User message assembly (A4): prefixes, extension reminders, host reminder blocks, then the user's own text.
+"""User message assembly: prefixes, extension reminders, host reminder blocks, then the user's own text.
 
 Every reminder is exactly one complete ``<system-reminder>…</system-reminder>`` block, or empty;
 anything else (bare text, two blocks, an unclosed tag) is an error, so a provider cannot smuggle

@@ -1,4 +1,4 @@
-"""Context budget lines (C3) and the context-management settings (C2 and ours).
+"""Context budget lines and the context-management settings (the shared ``toolResultCompaction`` keys and ours).
 
 Two lines per model: ``provider_input_limit`` (the most input a request may carry) and
 ``automatic_trigger_at`` (where automatic compaction starts, leaving room for the answer and a
@@ -44,7 +44,10 @@ class BudgetLines:
 
 def budget_lines(window: int, configured_output: int, *, reserve: int = RESERVE_TOKENS,
                  safety: int = SAFETY_MARGIN_TOKENS, ratio: float = PROVIDER_INPUT_RATIO) -> BudgetLines:
-    """C3 exactly: 128000/16000 -> 109952/96000; 200000/32000 -> 165952/165952."""
+    """The budget lines (docs/architecture.md, "Budget lines").
+
+    128000/16000 -> 109952/96000; 200000/32000 -> 165952/165952.
+    """
     configured_output = max(1, int(configured_output))
     full_output_input_budget = window - configured_output - safety
     effective = configured_output if full_output_input_budget >= reserve else output_floor(configured_output)
@@ -55,7 +58,7 @@ def budget_lines(window: int, configured_output: int, *, reserve: int = RESERVE_
 
 
 def checkpoint_output_limit(model_output_limit: int) -> int:
-    """C8: min(floor(0.8 * 16384) = 13107, the model's output limit)."""
+    """The checkpoint's output limit: min(floor(0.8 * 16384) = 13107, the model's output limit)."""
     return max(1, min(CHECKPOINT_OUTPUT_CAP, int(model_output_limit)))
 
 
@@ -66,12 +69,12 @@ def byte_limit(provider: str, api: str, overrides: Mapping[str, int] | None = No
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """``toolResultCompaction`` (C2, defaults from the source) plus our own knobs.
+    """``toolResultCompaction`` (the shared keys, defaults from the source) plus our own knobs.
 
     ``enabled`` switches only the archive stage, as in the source; automatic checkpoints stay on
     unless ``auto_compact`` is false. ``checkpoint_mode`` "reuse" keeps the live system prompt and
     tool declarations as the checkpoint request's prefix (prompt cache reuse), "separate" sends the
-    checkpoint system prompt without tools (C8 as written).
+    checkpoint system prompt without tools (the checkpoint request's separate mode).
     """
 
     max_inline_kib: float = 64

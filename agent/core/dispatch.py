@@ -50,7 +50,7 @@ log = logging.getLogger("ctxscope.agent.core.dispatch")
 
 @dataclass
 class ErrorLog:
-    """Handler failures per event (A2: step-end errors are counted, not fatal)."""
+    """Handler failures per event: an observer's error (on_step_end included) is counted, never fatal."""
 
     counts: Counter = field(default_factory=Counter)
     recent: list[str] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""How big the next request is (C4): a local o200k estimate, and the provider's own figure when we can trust it.
+"""How big the next request is: a local o200k estimate, and the provider's own figure when we can trust it.
 
 The local estimate counts the system prompt, the tool declarations as JSON and each message's
 projection (text, thinking, tool-call arguments, tool-result text, a fixed cost per media item).
@@ -196,7 +196,10 @@ def valid_anchor_index(messages: Sequence[Message], anchor: UsageAnchor | None, 
 
 def footprint(system: str, tools: Sequence[ToolSpec], messages: Sequence[Message], anchor: UsageAnchor | None = None,
               binding: AnchorBinding | None = None, epoch: int | None = None) -> Footprint:
-    """max(local estimate, anchor usage + estimate of the messages after the anchor) — C4."""
+    """max(local estimate, anchor usage + estimate of the messages after the anchor).
+
+    (docs/architecture.md, "Estimating a request")
+    """
     local = estimate_request(system, tools, messages).total
     idx = valid_anchor_index(messages, anchor, binding, epoch)
     if idx is None or anchor is None:

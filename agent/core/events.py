@@ -373,7 +373,6 @@ class StopAuto:
 
 
 BEFORE_LLM_RESULTS = (Pass, Skip, Answer, ModifyRequest, ReplaceHistory, AppendMessage, Abort)
-AFTER_LLM_RESULTS = (Pass, RewriteText, Retry, Fail)
 
 # --- handler types per event (what ``ExtensionAPI.on`` accepts) --------------------------------------
 

@@ -1,4 +1,4 @@
-"""The runaway guard (G1-G6): a host builtin that notices the model circling within one turn.
+"""The runaway guard: a host builtin that notices the model circling within one turn.
 
 It never blocks a tool and never ends a turn. At every step end it projects the step's tool calls
 into per-turn HMAC fingerprints (``guard_projection``), updates consecutive counts

@@ -1,4 +1,4 @@
-"""Runaway-guard tool policies (G5): what of a call is its stable action, what counts as an error, what is progress.
+"""Runaway-guard tool policies: what of a call is its stable action, what counts as an error, what is progress.
 
 Policies keep the guard from mistaking legitimate work for a loop:
 

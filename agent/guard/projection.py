@@ -1,4 +1,4 @@
-"""Runaway-guard projection (G2): each tool call of a step as keyed fingerprints, never raw text.
+"""Runaway-guard projection: each tool call of a step as keyed fingerprints, never raw text.
 
 A call becomes an *action* (tool + the policy's stable arguments), a *result* (tool, content,
 details, error flag), an *error family* when it failed (an error code from details, else one of

@@ -1,4 +1,4 @@
-"""The runaway guard's reminder text (G4), in our own words; one per turn, sent as a steering user message."""
+"""The runaway guard's reminder text, in our own words; one per turn, sent as a steering user message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runaway-guard signals (G3, G4): consecutive counting over step views, thresholds and the reminder choice.
+"""Runaway-guard signals: consecutive counting over step views, thresholds and the reminder choice.
 
 A key seen in consecutive steps counts up (first sighting = 1); a step without it resets it, and
 a step without tool calls resets everything. Six signals:
@@ -29,7 +29,6 @@ SAME_ERROR_FAMILY = "same_error_family"
 ABAB = "abab_alternation"
 POLLING = "polling_without_change"
 NO_PROGRESS = "no_progress"
-SIGNAL_KINDS = (REPEATED_ACTION, REPEATED_RESULT, SAME_ERROR_FAMILY, ABAB, POLLING, NO_PROGRESS)
 REMINDER_PRIORITY = (NO_PROGRESS, SAME_ERROR_FAMILY, REPEATED_ACTION, POLLING)
 OBSERVE_AT = 2
 MIN_REMIND_AT = 3

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from .runtime import AgentRuntime
     from .session import AgentSession
 
-SOURCES = ("cli", "api", "cron", "test")
 
 
 class NotAvailable(RuntimeError):

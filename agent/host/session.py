@@ -63,7 +63,6 @@ class AgentSession:
         self._queue: list[QueuedInput] = []
         self._worker: asyncio.Task | None = None
         self._current: asyncio.Task | None = None
-        self._runner: TurnRunner | None = None
 
     # --- views ------------------------------------------------------------------------------------
     @property
@@ -200,7 +199,6 @@ class AgentSession:
         runner = TurnRunner(session=view, client=rt.client, assembly=assembly, history=self.history, turn=turn,
                             source=source, config=rt.config, steering=self.steering, errors=self.errors,
                             emit=rt.emit, host_reminders=host_reminders, on_overflow=rt.overflow_handler)
-        self._runner = runner
         self._current = asyncio.create_task(runner.run(text), name=f"ctxscope-turn-{self.id}-{turn}")
         try:
             result = await self._current
@@ -214,7 +212,6 @@ class AgentSession:
             result = runner.result
         finally:
             self._current = None
-            self._runner = None
             late = self.steering.take()
         if result.outcome != act.CANCELLED:  # a user's late steer is not lost; extension steers end with their turn
             for text, meta in late:

@@ -1,4 +1,4 @@
-"""Session report (E2): the call environment of a session, kept beside its history.
+"""Session report: the call environment of a session, kept beside its history.
 
 History holds the messages; what it lacks to rebuild a request is the rest of the call: system
 prompt, tool schemas, model and provider, thinking level, output limit, cache policy. The
@@ -156,7 +156,7 @@ class LlmCallReportStore:
         self.max_bytes = max_bytes
         self._last: dict[str, str] = {}  # session dir -> sha256 last written
         self.failures: list[ReportFailure] = []
-        self.writes = 0
+        self.writes = 0  # how many times the file was written (unchanged envelopes are not rewritten)
 
     def _fail(self, session_id: str, path: Path, error: str) -> None:
         self.failures = (self.failures + [ReportFailure(session_id, str(path), error, time.time())])[-100:]

@@ -1,4 +1,4 @@
-"""Source provenance (issue 9): tool results carry their sources, and answers cite them.
+"""Source provenance: tool results carry their sources, and answers cite them.
 
 An ordinary extension, on by default (``source-provenance``; ``session.set_enabled(id, False)``
 turns it off for one session). Two halves:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from ..core.events import ATTEMPT
 from ..core.model import DeltaSink, ModelRequest, ModelResponse, PreparedCall, ProviderError, RetryNotice, dumps
 from .retry import RetryPolicy, classify, parse_retry_after
 from .sse import SSEDecoder, SSEEvent
@@ -116,7 +117,7 @@ class HttpModelClient:
     async def _attempt(self, call: PreparedCall, emit: DeltaSink, attempt: int) -> ModelResponse:
         headers = {**call.headers, **self.auth_headers()}
         if attempt > 1:
-            headers["x-ctxscope-attempt"] = str(attempt)
+            headers[ATTEMPT] = str(attempt)
         http = await self._session()
         try:
             async with http.post(call.url, data=call.body, headers=headers, allow_redirects=False) as resp:

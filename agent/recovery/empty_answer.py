@@ -1,4 +1,4 @@
-"""Empty-answer recovery (E1): after tools that all succeeded, an empty answer is asked for once more.
+"""Empty-answer recovery: after tools that all succeeded, an empty answer is asked for once more.
 
 A model sometimes ends a turn with nothing: no tool call and no visible text (thinking alone does
 not count) right after its tools finished. The first time, the answer is rejected (``Retry``: its

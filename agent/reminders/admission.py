@@ -1,9 +1,9 @@
-"""Reminder admission (R4): a reminder that would push the final request over the provider input limit is dropped.
+"""Reminder admission: a reminder that would push the final request over the provider input limit is dropped.
 
 A reminder is advice; the request it rides on is the work. So before an in-turn reminder is added,
 the request is estimated as context management estimates it (o200k over system prompt, tool
-declarations and projected messages, C4, ``context_estimate``) and the reminder goes in only if
-the total stays within the provider input limit (C3, ``context_budget``).
+declarations and projected messages, ``core.estimate``) and the reminder goes in only if the total
+stays within the provider input limit (docs/architecture.md, "Budget lines").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..core.model import ToolSpec
 
 
 def provider_input_limit(window: int, configured_output: int) -> int:
-    """C3's providerInputLimit (128000/16000 -> 109952, 200000/32000 -> 165952)."""
+    """The provider input limit of the budget lines (128000/16000 -> 109952, 200000/32000 -> 165952)."""
     return budget_lines(window, configured_output).provider_input_limit
 
 

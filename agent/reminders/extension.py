@@ -1,10 +1,10 @@
-"""Reminders as host builtins on the ordinary SPI: the round's block (R1, R2) and in-turn reminders (R3, R4).
+"""Reminders as host builtins on the ordinary SPI: the round's block and in-turn reminders.
 
 ``system-reminders`` contributes the round's block through ``register_reminder_provider`` with the
-lowest priority, so it follows every extension reminder in the turn's user message (A4). It lives
-in that message, which is appended at the end of the conversation, so earlier turns' cached
-prefix is untouched. ``in-turn-reminders`` adds the deadline (request only) and the cadence
-reminders (appended hidden) before model requests.
+lowest priority, so it follows every extension reminder in the turn's user message
+(docs/architecture.md, "User message assembly"). It lives in that message, which is appended at
+the end of the conversation, so earlier turns' cached prefix is untouched. ``in-turn-reminders``
+adds the deadline (request only) and the cadence reminders (appended hidden) before model requests.
 
 Settings (read once, at creation): ``contextManagement.disableSystemReminderModels`` (model names
 or globs; only critical providers run for them), ``contextManagement.turnDeadlineSeconds``.
@@ -24,7 +24,7 @@ from .system import ReminderRegistry, SystemReminderService, set_full_context_du
 
 SYSTEM_REMINDERS_ID = "system-reminders"
 IN_TURN_REMINDERS_ID = "in-turn-reminders"
-HOST_REMINDER_PRIORITY = -1_000_000  # after every extension reminder (A4: host blocks come last)
+HOST_REMINDER_PRIORITY = -1_000_000  # after every extension reminder: host blocks come last
 
 
 def _context_settings(settings: Mapping[str, Any]) -> Mapping[str, Any]:

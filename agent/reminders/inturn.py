@@ -1,4 +1,4 @@
-"""In-turn reminders (R3) on ``before_llm_call``, each admitted against the provider input limit (R4).
+"""In-turn reminders on ``before_llm_call``, each admitted against the provider input limit (``admission``).
 
 - Execution deadline: a turn with a time budget gets the remaining seconds on every request. It is
   a request-only modification (``ModifyRequest``), never persisted, and its message is marked

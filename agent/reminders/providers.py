@@ -1,4 +1,4 @@
-"""The default reminder providers (R2): agent context, todo completion, pending session notices.
+"""The default reminder providers: agent context, todo completion, pending session notices.
 
 Each provider decides for itself whether it has something to say and returns a body (the
 service wraps all bodies of a round into one block). Wording is ours.

@@ -1,4 +1,4 @@
-"""System reminders (R1): a registry of providers and the service that builds one block per round.
+"""System reminders: a registry of providers and the service that builds one block per round.
 
 Every turn is one *round*. ``build_reminder`` increments the session's round counter, collects
 the data providers need (``ReminderData``), runs the providers in registration order and joins

@@ -1,4 +1,4 @@
-"""Archiving old tool results (C6, first stage): no model call, just smaller history.
+"""Archiving old tool results (the first stage): no model call, just smaller history.
 
 The plan exists only when the tool-result text in history exceeds ``watermarkKiB``. Candidates
 skip unfinished rounds, the last ``keepRecentRounds`` rounds, control tools (skill, ask_user,

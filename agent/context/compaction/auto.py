@@ -1,8 +1,8 @@
-"""Automatic context management: the ``context-management`` host builtin (C5) and its anti-thrash guard.
+"""Automatic context management: the ``context-management`` host builtin and its anti-thrash guard.
 
 Before every model request (host builtins run after configured extensions' hooks, and the
 reminder builtins after this one): prune computer-use screenshots to the last two (this request
-only), then measure the footprint (C4) and compact when it is over the trigger line, when the
+only), then measure the footprint (``core.estimate``) and compact when it is over the trigger line, when the
 serialized body is over the provider's byte limit, or when an archive plan holds. A PreCompact
 hook may defer or stop; the engine archives or checkpoints; a replacement becomes
 ``ReplaceHistory`` (a new epoch: the usage anchor is invalidated), ``POST_ADMISSION_FAILED``

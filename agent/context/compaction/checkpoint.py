@@ -1,6 +1,6 @@
-"""The checkpoint request (C8): prompt, control message, the two request modes, and validation of the answer.
+"""The checkpoint request: prompt, control message, the two request modes, and validation of the answer.
 
-Two modes. ``separate`` is C8 as written: the checkpoint system prompt, no tools, the candidate
+Two modes. ``separate`` is the reference design: the checkpoint system prompt, no tools, the candidate
 history as plain text (tool calls and results written out, so no provider needs tool
 declarations), then one host control message. ``reuse`` keeps the live system prompt and tool
 declarations and the candidate history exactly as the agent sent it, so the request shares its
@@ -147,7 +147,10 @@ def missing_sections(text: str) -> tuple[str, ...]:
 
 
 def validate(response: ModelResponse, output_limit: int) -> Validation:
-    """C8: stop or length, no tool calls, within the output limit, non-empty; all eight sections -> exact."""
+    """A valid checkpoint answer: stop or length, no tool calls, within the output limit, non-empty.
+
+    All eight sections present -> ``exact``.
+    """
     text = response.message.text.strip()
     out = response.usage.output_tokens if response.usage and response.usage.output_tokens else count_tokens(text)
     if response.message.tool_calls:

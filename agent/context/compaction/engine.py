@@ -1,4 +1,4 @@
-"""One compaction: archive old tool results if that alone fits (C6), else walk the checkpoint ladder (C7-C10).
+"""One compaction: archive old tool results if that alone fits, else walk the checkpoint ladder.
 
 Ladder, fullest first: ``h0`` the history as it is; ``htrim`` after archiving/trimming; ``hall``
 every tool result a placeholder; ``hvideo`` also without images and video; ``hmid`` whole
@@ -35,7 +35,6 @@ from .replace import POST_ADMISSION_FAILED, admit, build_appendix
 COMPACTION_INPUT_TOO_LARGE = "COMPACTION_INPUT_TOO_LARGE"
 CHECKPOINT_REQUEST_FAILED = "CHECKPOINT_REQUEST_FAILED"
 CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
-RUNGS = ("h0", "htrim", "hall", "hvideo", "hmid", "hmin")
 LINE_TRIGGERS = ("threshold", "bytes", "overflow")  # triggers that mean "we are over a line"
 
 

@@ -1,4 +1,4 @@
-"""``/compact [instructions]`` (C11): a checkpoint on demand, only while the session is idle.
+"""``/compact [instructions]``: a checkpoint on demand, only while the session is idle.
 
 Always a checkpoint — no threshold, no archive stage. The system prompt and tools are assembled
 fresh, as for a real turn, so the estimate and (in reuse mode) the cached prefix match what the

@@ -1,4 +1,4 @@
-"""The replacement history (C9) and its post-admission check (C10).
+"""The replacement history and its post-admission check.
 
 The whole history becomes one user message: a line saying the earlier conversation was compacted,
 the checkpoint summary, then the host's appendix of state it verified itself — the last two
