@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypeVar
 
 from .events import (
     BEFORE_LLM_RESULTS,
@@ -43,8 +43,9 @@ from .events import (
 )
 from .messages import Message, ToolResult, replace_text
 from .model import ModelResponse
-from .spi import HandlerEntry
+from .spi import ErasedHandler, HandlerEntry
 
+_V = TypeVar("_V")
 log = logging.getLogger("ctxscope.agent.core.dispatch")
 
 
@@ -63,7 +64,7 @@ class ErrorLog:
                     exc_info=None if isinstance(problem, str) else problem)
 
 
-async def call(fn: Callable[[Any], Any], event: Any) -> Any:
+async def call(fn: ErasedHandler, event: object) -> object:
     result = fn(event)
     if inspect.isawaitable(result):
         result = await result
@@ -73,7 +74,7 @@ async def call(fn: Callable[[Any], Any], event: Any) -> Any:
 # --- observers ----------------------------------------------------------------------------------
 
 
-async def observe(entries: Sequence[HandlerEntry], event: Any, errors: ErrorLog) -> None:
+async def observe(entries: Sequence[HandlerEntry], event: object, errors: ErrorLog) -> None:
     for entry in entries:
         try:
             await call(entry.fn, event)
@@ -161,7 +162,8 @@ async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact
 # --- transforms ---------------------------------------------------------------------------------
 
 
-async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[Any], Any], value: Any, errors: ErrorLog) -> Any:
+async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[_V], object], value: _V,
+                          errors: ErrorLog) -> object:
     """One handler of a pipeline; a failing one is logged and yields None, so its input passes on."""
     try:
         return await call(entry.fn, make_ctx(value))
@@ -170,7 +172,7 @@ async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[Any], Any], v
         return None
 
 
-def _ignore_other(entry: HandlerEntry, r: Any, errors: ErrorLog) -> None:
+def _ignore_other(entry: HandlerEntry, r: object, errors: ErrorLog) -> None:
     """A transform's result of a type its event does not take is logged and ignored."""
     if r is not None and not isinstance(r, Pass):
         errors.record(entry.event, entry, f"returned {type(r).__name__}, ignored")

@@ -19,7 +19,7 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, overload
+from typing import Any, Literal, Protocol, overload
 
 from .assembly import ReminderFormatError, validate_reminder
 from .events import (
@@ -53,6 +53,9 @@ log = logging.getLogger("ctxscope.agent.core.spi")
 
 TurnContext = TurnStart  # what per-turn factories and providers receive
 Handler = BeforeLlmHandler | AfterLlmHandler | BeforeToolHandler | AfterToolHandler | BeforeCompactHandler | Observer
+# Handlers are typed where they are registered (``ExtensionAPI.on``'s overloads) and stored erased:
+# one list holds every event's handlers, and the dispatchers hand each the context of its event.
+ErasedHandler = Callable[[Any], object]
 ToolFactory = Callable[[TurnContext], Tool | Sequence[Tool] | None]
 TextSource = str | Callable[[TurnContext], str | None]
 ReminderProvider = Callable[[TurnContext], str | None]
@@ -89,7 +92,7 @@ class AssemblyError(SPIError):
 class HandlerEntry:
     extension_id: str
     event: str
-    fn: Handler
+    fn: ErasedHandler
     appends: bool = False  # before_llm_call only: may return AppendMessage
     host: bool = False
 

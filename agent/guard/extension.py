@@ -45,7 +45,7 @@ class GuardConfig:
     reminder_threshold: int = 3
 
 
-def _flag(value: Any, default: bool) -> bool:
+def _flag(value: object, default: bool) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("false", "off", "0", "no"):
@@ -99,7 +99,8 @@ class GuardTurnSummary:
     name: str = "runaway_guard_turn_summary"
 
 
-Observer = Callable[[Any], None]
+GuardEvent = GuardSignalEvent | GuardReminderEvent | GuardTurnSummary
+Observer = Callable[[GuardEvent], None]
 
 
 @dataclass
@@ -145,7 +146,7 @@ class RunawayGuard:
     def config(self) -> GuardConfig:
         return resolve_config(self.local, _best_effort(self.read_override))
 
-    def _emit(self, observer: Observer | None, event: Any) -> None:
+    def _emit(self, observer: Observer | None, event: GuardEvent) -> None:
         log.debug("%s %s", event.name, event)
         if observer is not None:
             try:
@@ -220,7 +221,7 @@ class SessionEventLog:
     def __init__(self, sessions_root: Path) -> None:
         self.root = sessions_root
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: GuardEvent) -> None:
         path = self.root / event.session_id / EVENTS_FILE
         if not path.parent.is_dir():
             return

@@ -47,7 +47,7 @@ class Found:
     marker: bool  # append a host marker block to the result
 
 
-def _is_http(url: Any) -> bool:
+def _is_http(url: object) -> bool:
     if not isinstance(url, str):
         return False
     parts = urlsplit(url.strip())
@@ -151,7 +151,7 @@ def mcp_name(name: str) -> tuple[str, str] | None:
     return parts[1], "__".join(parts[2:])
 
 
-def _resource_of(d: Any) -> tuple[str | None, str | None]:
+def _resource_of(d: object) -> tuple[str | None, str | None]:
     """(resource, title) named by a mapping, if any."""
     if not isinstance(d, Mapping):
         return None, None

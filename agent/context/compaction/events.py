@@ -25,7 +25,8 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from ...core.events import Defer, PostCompact, PreCompact, StopAuto
 from ...core.history import HistoryFile
@@ -46,7 +47,7 @@ _BAD_VALUE = re.compile(r"[^A-Za-z0-9_.:/+-]")
 _MAX_PARAMS = 8
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return _BAD_VALUE.sub("_", str(v))[:64]
@@ -74,7 +75,7 @@ def record(view: SessionView, event: str, **data: Any) -> dict[str, Any]:
     return rec
 
 
-def context_events(view_dir: Any) -> list[dict[str, Any]]:
+def context_events(view_dir: Path) -> list[dict[str, Any]]:
     return [r for r in HistoryFile(view_dir / "history.jsonl").records() if r.get("type") == "context_event"]
 
 
@@ -82,10 +83,11 @@ def context_events(view_dir: Any) -> list[dict[str, Any]]:
 
 
 PreCompactHook = Callable[[PreCompact], Defer | StopAuto | Awaitable[Defer | StopAuto | None] | None]
-PostCompactHook = Callable[[PostCompact], Any]
+PostCompactHook = Callable[[PostCompact], object]
+_E = TypeVar("_E")
 
 
-async def _call(fn: Callable[[Any], Any], event: Any) -> Any:
+async def _call(fn: Callable[[_E], object], event: _E) -> object:
     out = fn(event)
     return await out if inspect.isawaitable(out) else out
 
