@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxscope.agent.core.settings import HostOptions
+from ctxscope.agent.core.settings import HostOptions  # noqa: E402
 from ctxscope.agent.core.spi import Extension, ExtensionAPI  # noqa: E402
 from ctxscope.agent.core.tools import Tool, ToolContext, ToolOutput  # noqa: E402
 from ctxscope.agent.guard.extension import EVENTS_FILE, create_runaway_guard  # noqa: E402

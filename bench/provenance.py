@@ -42,6 +42,7 @@ from ctxscope.agent.core.spi import Extension  # noqa: E402
 from ctxscope.agent.core.tools import Tool, ToolOutput  # noqa: E402
 from ctxscope.agent.host.runtime import AgentRuntime  # noqa: E402
 from ctxscope.agent.provenance.extension import EXTENSION_ID, SYSTEM_PROMPT, SourceProvenance  # noqa: E402
+from ctxscope.agent.provenance.marker import split_host_marker  # noqa: E402
 from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call  # noqa: E402
 from ctxscope.agent.tools.core_tools import core_tools_extension  # noqa: E402
 
@@ -185,7 +186,8 @@ async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | 
         model = WireModel(script(rng, root, files, pages, with_provenance), context_window=10_000_000)
         timed = Timed(SourceProvenance()) if with_provenance else None
         exts = [core_tools_extension(), fake_tools(pages)] + ([timed.extension()] if timed else [])
-        budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}))
+        budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}),
+                                              split_marker=split_host_marker)
         rt = AgentRuntime(model, home=Path(tmp) / "home", workspace=root, extensions=exts, host_builtins=[budget],
                           config=LoopConfig(max_steps=500))
         s = rt.create_session()
