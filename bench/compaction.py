@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.compaction_auto import context_management_extension
-from ctxscope.agent.compaction_checkpoint import SECTIONS
-from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
-from ctxscope.agent.tools import Tool, ToolOutput
+from ctxscope.agent.context.compaction.auto import context_management_extension
+from ctxscope.agent.context.compaction.checkpoint import SECTIONS
+from ctxscope.agent.context.compaction.events import context_events
+from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool, ToolOutput
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
+from ctxscope.agent.tools.core_tools import core_tools_extension
 from ctxscope.simulator.app import create_app
 
 WINDOW, OUTPUT = 128_000, 16_000

@@ -39,12 +39,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxscope.agent.builtins import HostOptions, core_tools_extension  # noqa: E402
-from ctxscope.agent.guard import EVENTS_FILE, create_runaway_guard  # noqa: E402
-from ctxscope.agent.providers import make_client, resolve  # noqa: E402
-from ctxscope.agent.runtime import AgentRuntime  # noqa: E402
-from ctxscope.agent.spi import Extension, ExtensionAPI  # noqa: E402
-from ctxscope.agent.tools import Tool, ToolContext, ToolOutput  # noqa: E402
+from ctxscope.agent.core.settings import HostOptions  # noqa: E402
+from ctxscope.agent.core.spi import Extension, ExtensionAPI  # noqa: E402
+from ctxscope.agent.core.tools import Tool, ToolContext, ToolOutput  # noqa: E402
+from ctxscope.agent.guard.extension import EVENTS_FILE, create_runaway_guard  # noqa: E402
+from ctxscope.agent.host.runtime import AgentRuntime  # noqa: E402
+from ctxscope.agent.providers.catalog import make_client, resolve  # noqa: E402
+from ctxscope.agent.tools.core_tools import core_tools_extension  # noqa: E402
 from ctxscope.simulator.app import STATE_KEY, create_app, make_runner  # noqa: E402
 
 

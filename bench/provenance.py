@@ -33,17 +33,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxscope.agent.builtins import core_tools_extension  # noqa: E402
-from ctxscope.agent.context_budget import ContextSettings  # noqa: E402
-from ctxscope.agent.events import AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START  # noqa: E402
-from ctxscope.agent.loop import LoopConfig  # noqa: E402
-from ctxscope.agent.model import ModelRequest, PreparedCall, dumps  # noqa: E402
-from ctxscope.agent.provenance import EXTENSION_ID, SYSTEM_PROMPT, SourceProvenance  # noqa: E402
-from ctxscope.agent.runtime import AgentRuntime  # noqa: E402
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call  # noqa: E402
-from ctxscope.agent.spi import Extension  # noqa: E402
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension  # noqa: E402
-from ctxscope.agent.tools import Tool, ToolOutput  # noqa: E402
+from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension  # noqa: E402
+from ctxscope.agent.core.budget import ContextSettings  # noqa: E402
+from ctxscope.agent.core.events import AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START  # noqa: E402
+from ctxscope.agent.core.loop import LoopConfig  # noqa: E402
+from ctxscope.agent.core.model import ModelRequest, PreparedCall, dumps  # noqa: E402
+from ctxscope.agent.core.spi import Extension  # noqa: E402
+from ctxscope.agent.core.tools import Tool, ToolOutput  # noqa: E402
+from ctxscope.agent.host.runtime import AgentRuntime  # noqa: E402
+from ctxscope.agent.provenance.extension import EXTENSION_ID, SYSTEM_PROMPT, SourceProvenance  # noqa: E402
+from ctxscope.agent.provenance.marker import split_host_marker  # noqa: E402
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call  # noqa: E402
+from ctxscope.agent.tools.core_tools import core_tools_extension  # noqa: E402
 
 TURNS, STEPS = 4, 50
 WORDS = ["cache", "request", "token", "prefix", "session", "model", "stream", "buffer", "header", "upstream", "record", "index", "thread", "compaction", "budget", "reminder", "guard", "receipt", "artifact", "history", "replay", "canonical", "segment", "pointer", "latency", "window", "usage", "estimate", "anchor", "provider", "schema", "marker", "source", "citation", "worker", "queue"]
@@ -185,7 +186,8 @@ async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | 
         model = WireModel(script(rng, root, files, pages, with_provenance), context_window=10_000_000)
         timed = Timed(SourceProvenance()) if with_provenance else None
         exts = [core_tools_extension(), fake_tools(pages)] + ([timed.extension()] if timed else [])
-        budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}))
+        budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}),
+                                              split_marker=split_host_marker)
         rt = AgentRuntime(model, home=Path(tmp) / "home", workspace=root, extensions=exts, host_builtins=[budget],
                           config=LoopConfig(max_steps=500))
         s = rt.create_session()

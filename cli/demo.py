@@ -48,8 +48,8 @@ class _EffectLog:
         self.calls = 0
 
     def extension(self):
-        from ctxscope.agent.events import ON_LLM_CALL_PREPARED
-        from ctxscope.agent.spi import Extension
+        from ctxscope.agent.core.events import ON_LLM_CALL_PREPARED
+        from ctxscope.agent.core.spi import Extension
 
         def prepared(ev) -> None:
             self.calls += 1
@@ -69,11 +69,12 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
                        model: str = script.MODEL, settings: dict | None = None) -> str:
     """Run every scripted turn, scripting the simulator through ``sim`` (a SimulatorControl);
     returns the agent's session id (the inspector's session)."""
-    from ctxscope.agent.builtins import HostOptions, default_extensions, default_host_builtins
-    from ctxscope.agent.compaction_outcome import describe
-    from ctxscope.agent.providers import make_client, resolve
-    from ctxscope.agent.retry import RetryPolicy
-    from ctxscope.agent.runtime import AgentRuntime
+    from ctxscope.agent.context.compaction.outcome import describe
+    from ctxscope.agent.core.settings import HostOptions
+    from ctxscope.agent.host.builtins import default_extensions, default_host_builtins
+    from ctxscope.agent.host.runtime import AgentRuntime
+    from ctxscope.agent.providers.catalog import make_client, resolve
+    from ctxscope.agent.providers.retry import RetryPolicy
 
     workspace = script.make_workspace(root / "workspace")
     home = root / "agent-home"

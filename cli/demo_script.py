@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxscope.agent.compaction_checkpoint import CONTROL_OPEN, SECTIONS
+from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN, SECTIONS
 
 WINDOW = 32_000
 OUTPUT = 8_192

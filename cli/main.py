@@ -144,9 +144,10 @@ from . import query_commands  # noqa: E402  (registers the query commands on `cl
 
 query_commands.register(cli, db_option, json_option, open_db_or_fail)
 
-from ctxscope.agent.cli_commands import agent_group  # noqa: E402
+from .agent_commands import agent_group  # noqa: E402
 
 cli.add_command(agent_group)
+
 from . import analysis_commands  # noqa: E402  (registers diff, session, stats, reindex on `cli`)
 
 analysis_commands.register(cli, db_option, json_option, open_db_or_fail)

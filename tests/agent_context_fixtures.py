@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.compaction_auto import context_management_extension
-from ctxscope.agent.compaction_checkpoint import CONTROL_OPEN, SECTIONS
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.messages import Message, ToolResult, assistant_message, tool_message, user_message
-from ctxscope.agent.model import ModelRequest, Usage
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
-from ctxscope.agent.tools import Tool, ToolOutput
+from ctxscope.agent.context.compaction.auto import ContextManager, context_manager
+from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN, SECTIONS
+from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.messages import Message, ToolResult, assistant_message, tool_message, user_message
+from ctxscope.agent.core.model import ModelRequest, Usage
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool, ToolOutput
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 from ctxscope.vocab.tokens import count_tokens
 
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "sigma")
@@ -101,7 +102,7 @@ class RoutedModel(ScriptedModel):
         if self.realistic_usage and response.usage is not None and response.usage.input_tokens == 10:
             from dataclasses import replace
 
-            from ctxscope.agent.context_estimate import estimate_request
+            from ctxscope.agent.core.estimate import estimate_request
             est = estimate_request(req.system, req.tools, req.messages).total
             response = replace(response, usage=Usage(est, 5))
         return response
@@ -119,10 +120,19 @@ def make_rt(tmp_path, script=(), *, window: int = 128_000, output: int = 4096, s
     model = model or RoutedModel(script, checkpoint=checkpoint, context_window=window, max_output_tokens=output)
     st = ContextSettings.from_mapping(settings or {})
     exts = ([core_tools_extension()] if core else []) + [tools_extension(*tools), *extensions]
+    manager = context_manager(settings=st, hooks=hooks)
     rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=exts,
-                      host_builtins=[context_management_extension(settings=st, hooks=hooks),
-                                     tool_output_budget_extension(settings=st)], **kw)
+                      host_builtins=[manager.extension(), tool_output_budget_extension(settings=st)], **kw)
+    _MANAGERS[rt] = manager
     return rt, model, rt.create_session()
+
+
+_MANAGERS: weakref.WeakKeyDictionary[AgentRuntime, ContextManager] = weakref.WeakKeyDictionary()
+
+
+def manager_for(rt: AgentRuntime) -> ContextManager:
+    """The context manager ``make_rt`` built for ``rt`` (to look inside it)."""
+    return _MANAGERS[rt]
 
 
 def round_messages(tag: str, text: str, *, name: str = "blob", error: bool = False, details=None) -> list[Message]:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.assembly import (
+from ctxscope.agent.core.assembly import (
     ReminderFormatError,
     assemble_user_message,
     assemble_user_text,
     reminder_block,
     validate_reminder,
 )
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 R = "<system-reminder>{}</system-reminder>"
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.agent.cli_commands import agent_group
+from ctxscope.agent_commands import agent_group
 from ctxscope.simulator.app import STATE_KEY, start_simulator
 
 

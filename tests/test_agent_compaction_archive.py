@@ -6,12 +6,18 @@ from pathlib import Path
 
 from agent_context_fixtures import BLOB, blob, kib_text, make_rt, round_messages, user
 
-from ctxscope.agent.compaction_archive import TOOL_ARCHIVE, TOOL_TRIM, apply_archive, is_control_tool, plan_archive
-from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.messages import assistant_message
-from ctxscope.agent.scripted import answer, tool_call
-from ctxscope.agent.tools import Tool
+from ctxscope.agent.context.compaction.archive import (
+    TOOL_ARCHIVE,
+    TOOL_TRIM,
+    apply_archive,
+    is_control_tool,
+    plan_archive,
+)
+from ctxscope.agent.context.compaction.events import context_events
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.messages import assistant_message
+from ctxscope.agent.core.tools import Tool
+from ctxscope.agent.providers.scripted import answer, tool_call
 
 KIB = 1024
 

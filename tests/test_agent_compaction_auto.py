@@ -6,15 +6,16 @@ import json
 
 from agent_context_fixtures import BLOB, blob, filler, make_rt, summary, tools_extension
 
-from ctxscope.agent.compaction_auto import context_management_extension
-from ctxscope.agent.compaction_events import CompactionHooks, Defer, StopAuto, context_events
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.events import BEFORE_LLM_CALL
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import ContextOverflowError, RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import answer
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.context.compaction.auto import context_management_extension
+from ctxscope.agent.context.compaction.events import CompactionHooks, Defer, StopAuto, context_events
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.events import BEFORE_LLM_CALL
+from ctxscope.agent.core.model import ContextOverflowError
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
+from ctxscope.agent.providers.scripted import answer
 from ctxscope.inspector.analysis_input import parse_event
 
 SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
@@ -95,7 +96,7 @@ async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_pa
 
 
 async def test_an_extension_brings_its_own_hooks_honoured_only_while_enabled(tmp_path):
-    from ctxscope.agent.compaction_auto import compaction_hook_extension
+    from ctxscope.agent.context.compaction.auto import compaction_hook_extension
 
     seen = []
     ext = compaction_hook_extension("context-keeper", pre=lambda ev: StopAuto("context-keeper manages it"),
@@ -148,9 +149,10 @@ async def test_no_thrash_loop_when_every_turn_refills_the_window(tmp_path):
 
 
 async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_path):
-    from ctxscope.agent.compaction_auto import manager_for
-    from ctxscope.agent.compaction_engine import CompactionOutcome
-    from ctxscope.agent.events import Effects
+    from agent_context_fixtures import manager_for
+
+    from ctxscope.agent.context.compaction.engine import CompactionOutcome
+    from ctxscope.agent.core.events import Effects
 
     rt, model, s = make_rt(tmp_path, window=W)
     manager = manager_for(rt)

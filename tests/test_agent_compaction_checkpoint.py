@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agent_context_fixtures import blob, filler, make_rt, round_messages, summary, user
+from agent_context_fixtures import blob, filler, make_rt, manager_for, round_messages, summary, user
 
-from ctxscope.agent.compaction_auto import manager_for
-from ctxscope.agent.compaction_checkpoint import (
+from ctxscope.agent.context.compaction.checkpoint import (
     CHECKPOINT_SYSTEM_PROMPT,
     CONTROL_CLOSE,
     CONTROL_OPEN,
@@ -19,10 +18,10 @@ from ctxscope.agent.compaction_checkpoint import (
     load_system_prompt,
     validate,
 )
-from ctxscope.agent.compaction_engine import CompactionInput
-from ctxscope.agent.messages import Message, TextBlock, ToolCall
-from ctxscope.agent.model import LENGTH, STOP, ModelResponse, ToolSpec, Usage
-from ctxscope.agent.scripted import answer, tool_call
+from ctxscope.agent.context.compaction.engine import CompactionInput
+from ctxscope.agent.core.messages import Message, TextBlock, ToolCall
+from ctxscope.agent.core.model import LENGTH, STOP, ModelResponse, ToolSpec, Usage
+from ctxscope.agent.providers.scripted import answer, tool_call
 
 TOOLS = (ToolSpec("read", "Read", {"type": "object"}),)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from agent_context_fixtures import filler, make_rt, round_messages, rung_of, summary, user
+from agent_context_fixtures import filler, make_rt, manager_for, round_messages, rung_of, summary, user
 from sim_fixtures import loop_simulator
 
-from ctxscope.agent.compaction_auto import manager_for
-from ctxscope.agent.compaction_engine import CompactionInput
-from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.compaction_history import (
+from ctxscope.agent.context.compaction.engine import CompactionInput
+from ctxscope.agent.context.compaction.events import context_events
+from ctxscope.agent.context.compaction.history import (
     last_input_only,
     placeholder_all,
     prune_screenshots,
@@ -17,9 +16,10 @@ from ctxscope.agent.compaction_history import (
     segments,
     strip_media,
 )
-from ctxscope.agent.messages import assistant_message, user_message
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import ContextOverflowError, RetryPolicy
+from ctxscope.agent.core.messages import assistant_message, user_message
+from ctxscope.agent.core.model import ContextOverflowError
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
 
 SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
 

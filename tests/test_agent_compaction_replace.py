@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from agent_context_fixtures import blob, filler, make_rt, summary, user
 
-from ctxscope.agent import activity as act
-from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.compaction_replace import (
+from ctxscope.agent.context.compaction.events import context_events
+from ctxscope.agent.context.compaction.replace import (
     APPENDIX_CLOSE,
     APPENDIX_OPEN,
     POST_ADMISSION_FAILED,
@@ -16,8 +15,9 @@ from ctxscope.agent.compaction_replace import (
     render_appendix,
     summary_message,
 )
-from ctxscope.agent.messages import assistant_message, user_message
-from ctxscope.agent.scripted import answer
+from ctxscope.agent.core import activity as act
+from ctxscope.agent.core.messages import assistant_message, user_message
+from ctxscope.agent.providers.scripted import answer
 
 TRICKY = 'second ask: keep "quotes", <tags>, 中文 and\n  indented lines\n```code```'
 

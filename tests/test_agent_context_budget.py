@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.context_budget import (
+from ctxscope.agent.core.budget import (
     CHECKPOINT_OUTPUT_CAP,
     ContextSettings,
     budget_lines,

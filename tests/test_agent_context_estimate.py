@@ -6,7 +6,7 @@ import json
 
 from agent_context_fixtures import round_messages, user
 
-from ctxscope.agent.context_estimate import (
+from ctxscope.agent.core.estimate import (
     MESSAGE_OVERHEAD,
     AnchorBinding,
     UsageAnchor,
@@ -18,8 +18,8 @@ from ctxscope.agent.context_estimate import (
     projection,
     tools_json,
 )
-from ctxscope.agent.messages import ToolResult, assistant_message, tool_message, user_message
-from ctxscope.agent.model import ToolSpec
+from ctxscope.agent.core.messages import ToolResult, assistant_message, tool_message, user_message
+from ctxscope.agent.core.model import ToolSpec
 from ctxscope.vocab.tokens import count_tokens
 
 TOOLS = (ToolSpec("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),)

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from ctxscope.agent.conversation import NotAvailable
-from ctxscope.agent.events import TURN_END
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer
-from ctxscope.agent.session import SessionBusy
-from ctxscope.agent.session_store import SessionNotFound
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.core.events import TURN_END
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host.conversation import NotAvailable
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.host.session import SessionBusy
+from ctxscope.agent.host.session_store import SessionNotFound
+from ctxscope.agent.providers.scripted import ScriptedModel, answer
 
 
 def make(tmp_path, script):
@@ -101,11 +101,17 @@ async def test_maintenance_compact_is_a_hook(tmp_path):
         await conv.maintenance.compact(sid)
     seen = []
 
-    async def compactor(session, instructions):
-        seen.append((session.id, instructions))
+    async def compactor(ctx, instructions):
+        seen.append((ctx.session.id, instructions))
         return "compacted"
 
-    conv.maintenance.set_compactor(compactor)
+    def init(api):
+        api.register_command("compact", compactor)
+
+    ws = tmp_path / "ws"
+    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, host_builtins=[Extension("compactor", init)])
+    conv = rt.conversation
+    assert conv.maintenance.can_compact
     assert await conv.maintenance.compact(sid, "keep the API notes") == "compacted"
     assert seen == [(sid, "keep the API notes")]
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.events import (
+from ctxscope.agent.core.events import (
     AFTER_LLM_CALL,
     AFTER_TOOL_CALL,
     BEFORE_LLM_CALL,
@@ -27,10 +26,11 @@ from ctxscope.agent.events import (
     RewriteText,
     Skip,
 )
-from ctxscope.agent.messages import user_message
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.core.messages import user_message
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 def make_rt(tmp_path, script=(), *handlers, host=(), **kw):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ctxscope.agent.builtins import HostOptions, core_tools_extension
-from ctxscope.agent.guard import (
+from ctxscope.agent.core.settings import HostOptions
+from ctxscope.agent.guard.extension import (
     EVENTS_FILE,
     OVERRIDE_FILE,
     RunawayGuard,
@@ -14,8 +14,9 @@ from ctxscope.agent.guard import (
     resolve_config,
     runaway_guard_extension,
 )
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 class Recorder:
@@ -186,7 +187,7 @@ async def test_local_settings_are_read_once_and_the_override_at_every_judgement(
 
 def test_a_broken_or_missing_override_leaves_the_local_settings(tmp_path):
     override = tmp_path / OVERRIDE_FILE
-    from ctxscope.agent.guard import read_json_file
+    from ctxscope.agent.guard.extension import read_json_file
 
     guard = RunawayGuard(local_config={"enabled": False}, read_override=lambda: read_json_file(override))
     assert guard.config().enabled is False

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.guard_policy import DEFAULT_POLICY, default_policies, is_lone_search
-from ctxscope.agent.guard_projection import Fingerprinter, error_family, family_label, normalise, project_step
-from ctxscope.agent.guard_signals import (
+from ctxscope.agent.core.messages import ToolCall, ToolResult
+from ctxscope.agent.guard.policy import DEFAULT_POLICY, default_policies, is_lone_search
+from ctxscope.agent.guard.projection import Fingerprinter, error_family, family_label, normalise, project_step
+from ctxscope.agent.guard.signals import (
     ABAB,
     NO_PROGRESS,
     POLLING,
@@ -18,7 +19,6 @@ from ctxscope.agent.guard_signals import (
     choose_reminder,
     remind_threshold,
 )
-from ctxscope.agent.messages import ToolCall, ToolResult
 
 POLICIES = default_policies()
 KEY = b"k" * 32

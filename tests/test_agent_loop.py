@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from ctxscope.agent import activity as act
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.loop import LoopConfig
-from ctxscope.agent.messages import ToolCall, repair_history
-from ctxscope.agent.retry import ContextOverflowError, ProviderError
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tools import Tool
+from ctxscope.agent.core import activity as act
+from ctxscope.agent.core.loop import LoopConfig
+from ctxscope.agent.core.messages import ToolCall, repair_history
+from ctxscope.agent.core.model import ContextOverflowError, ProviderError
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 OBJ = {"type": "object", "properties": {"me": {"type": "string"}, "other": {"type": "string"}}}
 

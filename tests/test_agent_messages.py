@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.messages import (
+from ctxscope.agent.core.messages import (
     Message,
     TextBlock,
     ThinkingBlock,

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxscope.agent.builtins import core_tools_extension, default_extensions
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.provenance import (
+from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool, ToolOutput
+from ctxscope.agent.host.builtins import default_extensions
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.provenance.extension import (
     EXTENSION_ID,
     MISSING_SOURCE_CITATION,
     STATE_KEY,
     SYSTEM_PROMPT,
     source_provenance_extension,
 )
-from ctxscope.agent.provenance_marker import DETAILS_KEY, HOST_MARKERS
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tool_output_budget import tool_output_budget_extension
-from ctxscope.agent.tools import Tool, ToolOutput
+from ctxscope.agent.provenance.marker import DETAILS_KEY, HOST_MARKERS, split_host_marker
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 NOTES = """# Deployment notes
 The release job builds the wheel, signs it with the offline key kept on the build host, and uploads
@@ -187,7 +188,8 @@ async def test_the_marker_survives_externalisation_of_a_large_fetch_result(tmp_p
         art = request.messages[-1].tool_results[0].details["externalized"]["artifact"]
         return answer("", tool_call("read", {"path": art, "limit": 5}))
 
-    budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 16}))
+    budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 16}),
+                                          split_marker=split_host_marker)
     rt, model, s = make(tmp_path, [answer("", tool_call("fetch", {"url": "https://big.example/"})), read_artifact,
                                    "ok"], builtins=[budget])
     await s.run("fetch the big page")
@@ -241,7 +243,7 @@ def test_mounted_by_default():
 
 
 async def test_sessions_beyond_the_memory_cap_are_read_back_from_history(tmp_path, monkeypatch):
-    import ctxscope.agent.provenance as prov
+    import ctxscope.agent.provenance.extension as prov
 
     monkeypatch.setattr(prov, "MAX_SESSIONS", 1)
     rt, model, a = make(tmp_path, [READ_NOTES, "ok", answer("", tool_call("read", {"path": "other.txt"})), "ok",

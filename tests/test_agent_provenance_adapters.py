@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from ctxscope.agent.messages import ToolCall, ToolResult
-from ctxscope.agent.provenance_adapters import adapt, mcp_name, user_sources
-from ctxscope.agent.provenance_refs import SourceCatalog, SourceReference, sha256_text
-from ctxscope.agent.state import ModelInfo, SessionState, SessionView
-from ctxscope.agent.tools import ToolContext
-from ctxscope.agent.tools_fs import GREP, READ
+from ctxscope.agent.core.messages import ToolCall, ToolResult
+from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.core.tools import ToolContext
+from ctxscope.agent.provenance.adapters import adapt, mcp_name, user_sources
+from ctxscope.agent.provenance.refs import SourceCatalog, SourceReference, sha256_text
+from ctxscope.agent.tools.fs import GREP, READ
 
 
 def view(ws):

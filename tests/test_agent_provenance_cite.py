@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.provenance_cite import normalise
-from ctxscope.agent.provenance_quotes import MIN_WORDS, QuoteIndex
-from ctxscope.agent.provenance_refs import SourceCatalog, SourceReference
+from ctxscope.agent.provenance.cite import normalise
+from ctxscope.agent.provenance.quotes import MIN_WORDS, QuoteIndex
+from ctxscope.agent.provenance.refs import SourceCatalog, SourceReference
 
 
 def catalog() -> SourceCatalog:
@@ -104,7 +104,7 @@ def test_memory_is_bounded_and_old_sources_are_dropped():
 
 
 def test_an_answer_is_checked_by_lookups_not_by_scanning_sources(monkeypatch):
-    import ctxscope.agent.provenance_quotes as pq
+    import ctxscope.agent.provenance.quotes as pq
 
     confirmed = []
     real = pq._confirm

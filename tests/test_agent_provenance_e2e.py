@@ -5,9 +5,9 @@ from __future__ import annotations
 from click.testing import CliRunner
 from test_agent_provenance import NOTES, PAGE, QUOTE, fake_tools
 
-from ctxscope.agent.builtins import default_extensions
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.runtime import AgentRuntime
+from ctxscope.agent.host.builtins import default_extensions
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
 from ctxscope.main import cli
 
 SCRIPT = [

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.events import Effects, ToolResultContext
-from ctxscope.agent.messages import ToolCall, ToolResult
-from ctxscope.agent.provenance_marker import (
+from ctxscope.agent.context.tool_output_budget import ToolOutputBudget
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.events import Effects, ToolResultContext
+from ctxscope.agent.core.messages import ToolCall, ToolResult
+from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.provenance.marker import (
     DETAILS_KEY,
     HOST_MARKERS,
     MarkerRegistry,
@@ -16,9 +18,7 @@ from ctxscope.agent.provenance_marker import (
     split_host_marker,
     strip_trailing_markers,
 )
-from ctxscope.agent.provenance_refs import SourceReference
-from ctxscope.agent.state import ModelInfo, SessionState, SessionView
-from ctxscope.agent.tool_output_budget import ToolOutputBudget
+from ctxscope.agent.provenance.refs import SourceReference
 
 REF = SourceReference("web", "https://a.example/", "A page", "ab" * 32, id="S3", url="https://a.example/")
 
@@ -88,7 +88,7 @@ def test_the_budget_keeps_the_host_marker_when_it_externalises_a_result(tmp_path
     reg = HOST_MARKERS  # the registry the budget consults
     big = "row of page text\n" * 6000
     res = marked(reg, big)
-    budget = ToolOutputBudget(ContextSettings.from_mapping({"maxInlineKiB": 16}))
+    budget = ToolOutputBudget(ContextSettings.from_mapping({"maxInlineKiB": 16}), split_marker=split_host_marker)
     rewrite = budget(_ctx(tmp_path, res))
     artifact = Path(rewrite.details["externalized"]["artifact"])
     assert artifact.read_text() == big  # the page alone goes to the artifact
@@ -103,7 +103,8 @@ def test_the_budget_does_not_keep_a_forged_marker(tmp_path):
     reg = MarkerRegistry()
     genuine = marked(reg)
     forged = ToolResult("c7", "fetch", "row\n" * 6000 + genuine.content[len("page text"):])
-    rewrite = ToolOutputBudget(ContextSettings.from_mapping({"maxInlineKiB": 16}))(_ctx(tmp_path, forged))
+    budget = ToolOutputBudget(ContextSettings.from_mapping({"maxInlineKiB": 16}), split_marker=split_host_marker)
+    rewrite = budget(_ctx(tmp_path, forged))
     assert "ctxscope-source" not in rewrite.content  # it went to the artifact with the rest of the output
     assert "ctxscope-source" in Path(rewrite.details["externalized"]["artifact"]).read_text()
 
@@ -112,6 +113,6 @@ def test_mcp_details_moved_to_an_artifact_keep_the_source_keys_inline(tmp_path):
     refs = [REF.to_dict()]
     res = ToolResult("c1", "mcp__docs__dump", "ok", details={"blob": "z" * 40_000, "source_references": refs,
                                                              DETAILS_KEY: "ab" * 8})
-    rewrite = ToolOutputBudget(ContextSettings())(_ctx(tmp_path, res))
+    rewrite = ToolOutputBudget(ContextSettings(), split_marker=split_host_marker)(_ctx(tmp_path, res))
     assert rewrite.details["source_references"] == refs and rewrite.details[DETAILS_KEY] == "ab" * 8
     assert "details_artifact" in rewrite.details and "blob" not in rewrite.details

@@ -6,17 +6,35 @@ import json
 
 import pytest
 
-from ctxscope.agent.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, tool_message, user_message
-from ctxscope.agent.model import LENGTH, TOOL_USE, ModelRequest, TextDelta, ThinkingDelta, ToolCallDelta, ToolSpec
-from ctxscope.agent.providers import ProviderConfigError, resolve
-from ctxscope.agent.providers_anthropic import AnthropicStreamParser
-from ctxscope.agent.providers_anthropic import build_body as anthropic_body
-from ctxscope.agent.providers_openai_chat import ChatStreamParser
-from ctxscope.agent.providers_openai_chat import build_body as chat_body
-from ctxscope.agent.providers_openai_responses import ResponsesStreamParser
-from ctxscope.agent.providers_openai_responses import build_body as responses_body
-from ctxscope.agent.retry import ContextOverflowError, ProviderError, RetryPolicy, classify, parse_retry_after
-from ctxscope.agent.sse import SSEDecoder
+from ctxscope.agent.core.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    tool_message,
+    user_message,
+)
+from ctxscope.agent.core.model import (
+    LENGTH,
+    TOOL_USE,
+    ContextOverflowError,
+    ModelRequest,
+    ProviderError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolSpec,
+)
+from ctxscope.agent.providers.anthropic import AnthropicStreamParser
+from ctxscope.agent.providers.anthropic import build_body as anthropic_body
+from ctxscope.agent.providers.catalog import ProviderConfigError, resolve
+from ctxscope.agent.providers.openai_chat import ChatStreamParser
+from ctxscope.agent.providers.openai_chat import build_body as chat_body
+from ctxscope.agent.providers.openai_responses import ResponsesStreamParser
+from ctxscope.agent.providers.openai_responses import build_body as responses_body
+from ctxscope.agent.providers.retry import RetryPolicy, classify, parse_retry_after
+from ctxscope.agent.providers.sse import SSEDecoder
 
 TOOLS = (ToolSpec("read", "read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),
          ToolSpec("ls", "list", {"type": "object", "properties": {}}))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.builtins import core_tools_extension, default_extensions
-from ctxscope.agent.messages import Message, ThinkingBlock
-from ctxscope.agent.model import STOP, ModelResponse, Usage
-from ctxscope.agent.recovery import FOLLOW_UP, TERMINAL_EMPTY, terminal_response_recovery_extension
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.core.messages import Message, ThinkingBlock
+from ctxscope.agent.core.model import STOP, ModelResponse, Usage
+from ctxscope.agent.host.builtins import default_extensions
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.recovery.empty_answer import FOLLOW_UP, TERMINAL_EMPTY, terminal_response_recovery_extension
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 def empty(thinking: str = "") -> ModelResponse:

@@ -7,16 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from ctxscope.agent.assembly import validate_reminder
-from ctxscope.agent.builtins import HostOptions, core_tools_extension
-from ctxscope.agent.events import TurnStart
-from ctxscope.agent.reminders import STATE_KEY, ReminderRegistry, SystemReminderService, model_disabled, queue_notice
-from ctxscope.agent.reminders_extension import create_system_reminders
-from ctxscope.agent.reminders_providers import default_registry
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.core.assembly import validate_reminder
+from ctxscope.agent.core.events import TurnStart
+from ctxscope.agent.core.settings import HostOptions
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel
+from ctxscope.agent.reminders.extension import create_system_reminders
+from ctxscope.agent.reminders.providers import default_registry
+from ctxscope.agent.reminders.system import (
+    STATE_KEY,
+    ReminderRegistry,
+    SystemReminderService,
+    model_disabled,
+    queue_notice,
+)
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 def view(state=None, model="claude-sonnet-4-5", sid="s1"):
@@ -107,7 +114,7 @@ def test_agent_context_is_full_on_the_first_round_then_compact_and_full_again_af
     assert "<agent-context>" in first and "workspace: /work/ws" in first and "claude-sonnet-4-5" in first
     second = svc.build_reminder(turn(v, 2))
     assert '<agent-context session="s1" date="2026-01-02" />' in second and "workspace" not in second
-    from ctxscope.agent.reminders import set_full_context_due
+    from ctxscope.agent.reminders.system import set_full_context_due
 
     set_full_context_due(state, True)  # what the extension does on a history replacement (compaction)
     assert "workspace: /work/ws" in svc.build_reminder(turn(v, 3))

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 
-from ctxscope.agent.builtins import HostOptions, core_tools_extension
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.reminders_extension import create_in_turn_reminders, create_system_reminders
-from ctxscope.agent.runtime import AgentRuntime
+from ctxscope.agent.core.settings import HostOptions
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.reminders.extension import create_in_turn_reminders, create_system_reminders
+from ctxscope.agent.tools.core_tools import core_tools_extension
 from ctxscope.inspector import queries
 
 STEPS = [{"tool_calls": [{"name": "ls", "arguments": {}}]}] * 3 + [{"text": "first turn done"}] + \

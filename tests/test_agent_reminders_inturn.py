@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.messages import user_message
-from ctxscope.agent.model import ModelRequest
-from ctxscope.agent.providers_anthropic import build_body
-from ctxscope.agent.reminders_admission import fits_reminder_in_final_request, provider_input_limit, request_tokens
-from ctxscope.agent.reminders_extension import in_turn_reminders_extension
-from ctxscope.agent.reminders_inturn import InTurnReminders, count_iteration, read_counters, todo_cadence_due
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.state import SessionState
+from ctxscope.agent.core.messages import user_message
+from ctxscope.agent.core.model import ModelRequest
+from ctxscope.agent.core.state import SessionState
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.anthropic import build_body
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.reminders.admission import fits_reminder_in_final_request, provider_input_limit, request_tokens
+from ctxscope.agent.reminders.extension import in_turn_reminders_extension
+from ctxscope.agent.reminders.inturn import InTurnReminders, count_iteration, read_counters, todo_cadence_due
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 OPEN_TODOS = [{"id": "1", "content": "port the parser", "status": "in_progress"},
               {"id": "2", "content": "write tests", "status": "pending"}]
@@ -168,7 +168,7 @@ def test_the_request_estimate_sees_messages_and_tool_declarations():
     m = user_message("hello world " * 50)
     a = request_tokens("system", (), (m,))
     assert a > 100
-    from ctxscope.agent.builtins import CORE_TOOLS
+    from ctxscope.agent.tools.core_tools import CORE_TOOLS
 
     assert request_tokens("system", tuple(t.spec() for t in CORE_TOOLS), (m,)) > a + 100
 
@@ -192,7 +192,7 @@ async def test_the_same_reminder_is_admitted_under_a_roomy_limit(tmp_path):
 
 
 def test_the_compaction_appendix_carries_the_cadence_counters():
-    from ctxscope.agent.compaction_replace import build_appendix, render_appendix
+    from ctxscope.agent.context.compaction.replace import build_appendix, render_appendix
 
     state = SessionState()
     state.set("todos", OPEN_TODOS)

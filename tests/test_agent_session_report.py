@@ -9,16 +9,13 @@ import tarfile
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.agent import session_report_bundle
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.cli_commands import agent_group
-from ctxscope.agent.events import BEFORE_LLM_CALL, ReplaceHistory
-from ctxscope.agent.messages import user_message
-from ctxscope.agent.model import ModelRequest, ToolSpec
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.session_report import (
+from ctxscope.agent.core.events import BEFORE_LLM_CALL, ReplaceHistory
+from ctxscope.agent.core.messages import user_message
+from ctxscope.agent.core.model import ModelRequest, ToolSpec
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.host import session_report_bundle
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.host.session_report import (
     MAX_ENVELOPE_BYTES,
     REPORT_FILE,
     LlmCallReportStore,
@@ -29,8 +26,11 @@ from ctxscope.agent.session_report import (
     freeze_report,
     session_report_extension,
 )
-from ctxscope.agent.session_report_bundle import MANIFEST, bundle_session
-from ctxscope.agent.spi import Extension
+from ctxscope.agent.host.session_report_bundle import MANIFEST, bundle_session
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
+from ctxscope.agent_commands import agent_group
 
 TOOLS = (ToolSpec("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),)
 

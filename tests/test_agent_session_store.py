@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ctxscope.agent.messages import ToolCall, assistant_message, user_message
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.session_store import SessionNotFound, SessionStore
+from ctxscope.agent.core.messages import ToolCall, assistant_message, user_message
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.host.session_store import SessionNotFound, SessionStore
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
 
 
 def test_create_list_rename_delete(tmp_path):

@@ -12,12 +12,12 @@ import json
 import pytest
 from sim_fixtures import loop_simulator
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.spi import Extension
-from ctxscope.agent.tools import Tool
+from ctxscope.agent.core.spi import Extension
+from ctxscope.agent.core.tools import Tool
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 APIS = ["anthropic", "openai-chat", "openai-responses"]
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai-chat": "gpt-4.1", "openai-responses": "gpt-4.1"}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.events import AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START, RewriteResult, TurnStart
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import ScriptedModel, answer, tool_call
-from ctxscope.agent.spi import AssemblyError, Extension, Registry, SPIError
-from ctxscope.agent.state import ModelInfo, SessionState, SessionView
-from ctxscope.agent.tools import Tool
+from ctxscope.agent.core.events import AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START, RewriteResult, TurnStart
+from ctxscope.agent.core.spi import AssemblyError, Extension, Registry, SPIError
+from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.core.tools import Tool
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
+from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 def make_tool(name, text="ok"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxscope.agent.sse import SSEDecoder, SSEEvent
+from ctxscope.agent.providers.sse import SSEDecoder, SSEEvent
 
 STREAM = (
     "\ufeff: comment\r\n"

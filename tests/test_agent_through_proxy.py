@@ -12,9 +12,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
 from ctxscope.main import cli
 
 MODELS = {"anthropic": "claude-sonnet-4-6", "openai-chat": "gpt-4.1", "openai-responses": "gpt-4.1"}

@@ -8,18 +8,18 @@ from pathlib import Path
 
 from agent_context_fixtures import blob, make_rt
 
-from ctxscope.agent.builtins import core_tools_extension
-from ctxscope.agent.compaction_events import context_events
-from ctxscope.agent.context_budget import ContextSettings
-from ctxscope.agent.events import Effects, ToolResultContext
-from ctxscope.agent.messages import ToolCall, ToolResult
-from ctxscope.agent.providers import make_client, resolve
-from ctxscope.agent.retry import RetryPolicy
-from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.agent.scripted import answer
-from ctxscope.agent.tool_output_budget import ToolOutputBudget, head_and_tail, tool_output_budget_extension
-from ctxscope.agent.tools import ToolContext
-from ctxscope.agent.tools_fs import READ
+from ctxscope.agent.context.compaction.events import context_events
+from ctxscope.agent.context.tool_output_budget import ToolOutputBudget, head_and_tail, tool_output_budget_extension
+from ctxscope.agent.core.budget import ContextSettings
+from ctxscope.agent.core.events import Effects, ToolResultContext
+from ctxscope.agent.core.messages import ToolCall, ToolResult
+from ctxscope.agent.core.tools import ToolContext
+from ctxscope.agent.host.runtime import AgentRuntime
+from ctxscope.agent.providers.catalog import make_client, resolve
+from ctxscope.agent.providers.retry import RetryPolicy
+from ctxscope.agent.providers.scripted import answer
+from ctxscope.agent.tools.core_tools import core_tools_extension
+from ctxscope.agent.tools.fs import READ
 
 BIG = 70 * 1024
 

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from ctxscope.agent.messages import ToolCall
-from ctxscope.agent.state import ModelInfo, SessionState, SessionView
-from ctxscope.agent.tools import ToolContext, run_tool, validate_arguments
-from ctxscope.agent.tools_fs import EDIT, GREP, LS, READ, READ_MAX_BYTES, WRITE
-from ctxscope.agent.tools_shell import BASH
-from ctxscope.agent.tools_todo import TODOWRITE
+from ctxscope.agent.core.messages import ToolCall
+from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
+from ctxscope.agent.core.tools import ToolContext, run_tool, validate_arguments
+from ctxscope.agent.tools.fs import EDIT, GREP, LS, READ, READ_MAX_BYTES, WRITE
+from ctxscope.agent.tools.shell import BASH
+from ctxscope.agent.tools.todo import TODOWRITE
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Context management: the tool-output budget, the /context report and compaction."""

@@ -1,0 +1,303 @@
+"""Automatic context management: the ``context-management`` host builtin and its anti-thrash guard.
+
+Before every model request (host builtins run after configured extensions' hooks, and the
+reminder builtins after this one): prune computer-use screenshots to the last two (this request
+only), then measure the footprint (``core.estimate``) and compact when it is over the trigger line, when the
+serialized body is over the provider's byte limit, or when an archive plan holds. A PreCompact
+hook may defer or stop; the engine archives or checkpoints; a replacement becomes
+``ReplaceHistory`` (a new epoch: the usage anchor is invalidated), ``POST_ADMISSION_FAILED``
+aborts the turn, other failures are recorded and the request goes out uncompacted.
+
+The usage anchor is kept here: ``on_llm_call_prepared`` notes what the request was bound to,
+``after_llm_call`` records the answer's usage, ``on_history_changed`` drops it on replacement.
+Everything goes through the SPI: a provider "prompt too long" reaches ``on_overflow`` (the SPI's
+overflow handler), ``/compact`` is the maintenance command ``compact``, the PreCompact / PostCompact
+hooks are the ``before_compact`` / ``after_compact`` events, and the model client and the live
+history's epoch come from ``api.host``.
+
+No thrashing: a line-triggered automatic compaction must leave ``thrash_margin`` (20 %) of the
+trigger line free, must not be predicted to fire again within the next turn (what this turn has
+added so far would push it over again), and must not follow another one in the same or the
+previous turn. Otherwise automatic compaction stops for the session, recorded and shown by
+/context; a manual /compact turns it back on. A failed automatic compaction is not retried in the
+same turn (the provider's overflow error still gets its chance).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ...core.budget import ContextSettings
+from ...core.estimate import AnchorBinding, Footprint, UsageAnchor, footprint, prefix_hash
+from ...core.events import (
+    Abort,
+    BeforeCompactHandler,
+    Defer,
+    Effects,
+    HistoryChanged,
+    LlmCallContext,
+    LlmCallPrepared,
+    LlmCallResult,
+    MaintenanceContext,
+    ModifyRequest,
+    OverflowContext,
+    PostCompact,
+    PreCompact,
+    ReplaceHistory,
+    StopAuto,
+)
+from ...core.messages import Message
+from ...core.model import ToolSpec
+from ...core.settings import HostOptions
+from ...core.spi import AgentHost, Extension, ExtensionAPI
+from ...core.state import SessionView
+from ..settings import settings_from
+from .archive import ArchivePlan, plan_archive
+from .checkpoint import load_system_prompt
+from .engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
+from .events import (
+    COMPACTION_DEFERRED,
+    COMPACTION_STOPPED,
+    CompactionHooks,
+    event_value,
+)
+from .history import prune_screenshots
+from .manual import compact_session
+from .outcome import (
+    ANCHOR_KEY,
+    auto_enabled,
+    compaction_state,
+    invalidate_anchor,
+    record_outcome,
+    request_annotations,
+    set_auto,
+)
+from .replace import POST_ADMISSION_FAILED
+
+log = logging.getLogger("ctxscope.agent.compaction")
+EXTENSION_ID = "context-management"
+
+
+class ContextManager:
+    def __init__(self, settings: ContextSettings, *, home: Path | None = None,
+                 hooks: CompactionHooks | None = None) -> None:
+        self.settings = settings
+        self.home = home
+        self.hooks = hooks or CompactionHooks()
+        self.host: AgentHost | None = None  # set when the extension is loaded (api.host)
+        self.checkpoint_system = load_system_prompt(settings.checkpoint_system_prompt_file, home)
+        self._bindings: dict[str, tuple[AnchorBinding, int | None]] = {}
+        self._pending: dict[str, list[str]] = {}  # annotations for a session's next request (after /compact)
+        self._turn_start: dict[str, tuple[int, int]] = {}  # session -> (turn, footprint at its first request)
+        self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
+
+    # --- wiring ---------------------------------------------------------------------------------------
+    def extension(self) -> Extension:
+        """This manager as the ``context-management`` extension: handlers, overflow handler and /compact."""
+        def init(api: ExtensionAPI) -> None:
+            self.host = api.host
+            api.on("before_llm_call", self.before_llm_call)
+            api.on("on_llm_call_prepared", self.on_prepared)
+            api.on("after_llm_call", self.after_llm_call)
+            api.on("on_history_changed", self.on_history_changed)
+            api.on_overflow(self.on_overflow)
+            api.register_command("compact", self.compact)
+
+        return Extension(EXTENSION_ID, init, "automatic compaction, usage anchor, screenshot pruning")
+
+    def _host(self) -> AgentHost:
+        if self.host is None:
+            raise RuntimeError("context management is not loaded by a host")
+        return self.host
+
+    def engine(self) -> CompactionEngine:
+        host = self._host()
+        info = host.model_info()
+        return CompactionEngine(host.client, self.settings, checkpoint_system=self.checkpoint_system,
+                                window=info.context_window, model_output=info.max_output_tokens)
+
+    def epoch(self, session_id: str) -> int | None:
+        """The live history's epoch (the session is open whenever a request is being prepared)."""
+        return self.host.history_epoch(session_id) if self.host is not None else None
+
+    def binding(self, system: str, tools: Sequence[ToolSpec]) -> AnchorBinding:
+        c = self._host().client
+        return AnchorBinding(c.provider, c.api, c.model, prefix_hash(system, tools))
+
+    def footprint(self, view: SessionView, system: str, tools: Sequence[ToolSpec],
+                  messages: Sequence[Message]) -> Footprint:
+        anchor = UsageAnchor.from_dict(view.state.get(ANCHOR_KEY))
+        return footprint(system, tools, messages, anchor, self.binding(system, tools), self.epoch(view.id))
+
+    def queue_annotations(self, session_id: str, values: list[str]) -> None:
+        self._pending.setdefault(session_id, []).extend(values)
+
+    # --- step handlers --------------------------------------------------------------------------------
+    async def before_llm_call(self, ctx: LlmCallContext) -> ModifyRequest | ReplaceHistory | Abort | None:
+        view = ctx.session
+        for value in self._pending.pop(view.id, []):
+            ctx.effects.declare(value)
+        request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
+        passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
+        if (self.host is None or not self.settings.auto_compact or not auto_enabled(view)
+                or self._failed.get(view.id) == ctx.turn):
+            return passthrough
+        engine = self.engine()
+        fp = self.footprint(view, ctx.system, ctx.tools, request)
+        start = self._turn_start.get(view.id)
+        if start is None or start[0] != ctx.turn:
+            self._turn_start[view.id] = (ctx.turn, fp.tokens)
+        history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
+        plan: ArchivePlan | None = None
+        if fp.tokens > engine.lines.automatic_trigger_at:
+            trigger = "threshold"
+        elif engine.body_bytes(ctx.system, ctx.tools, request) > engine.byte_limit:
+            trigger = "bytes"
+        else:
+            plan = plan_archive(history, self.settings)
+            if not plan.holds:
+                return passthrough
+            trigger = "archive_plan"
+        outcome = await self._auto(view, ctx.turn, ctx.step, trigger, tuple(history), ctx.system, ctx.tools,
+                                   fp.tokens, ctx.effects, plan, engine)
+        if outcome is None:
+            return passthrough
+        if outcome.replaced:
+            return ReplaceHistory(tuple(outcome.messages or ()), f"compaction:{outcome.stage}")
+        if outcome.error == POST_ADMISSION_FAILED:
+            return Abort(f"{POST_ADMISSION_FAILED}: {outcome.detail}")
+        return passthrough
+
+    async def on_overflow(self, octx: OverflowContext) -> bool:
+        """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry."""
+        view = octx.session
+        if self.host is None or not auto_enabled(view):
+            return False
+        history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
+        fp = self.footprint(view, octx.system, octx.tools, history)
+        outcome = await self._auto(view, octx.turn, octx.step, "overflow", tuple(history), octx.system, octx.tools,
+                                   fp.tokens, octx.effects, None, self.engine())
+        if outcome is None or not outcome.replaced:
+            return False
+        await octx.history.replace(tuple(outcome.messages or ()), f"compaction:{outcome.stage}")
+        return True
+
+    async def _auto(self, view: SessionView, turn: int, step: int, trigger: str, history: tuple[Message, ...],
+                    system: str, tools: Sequence[ToolSpec], tokens: int, effects: Effects,
+                    plan: ArchivePlan | None, engine: CompactionEngine) -> CompactionOutcome | None:
+        pre = PreCompact(view, turn, step, trigger, tokens, engine.lines.automatic_trigger_at,
+                         engine.lines.provider_input_limit)
+        verdict = await self.hooks.run_pre(pre) or await self._host().before_compact(pre)
+        if isinstance(verdict, StopAuto):
+            set_auto(view, False, verdict.reason, turn=turn, step=step)
+            effects.declare(event_value(COMPACTION_STOPPED, by="hook", trigger=trigger))
+            return None
+        if isinstance(verdict, Defer):
+            effects.declare(event_value(COMPACTION_DEFERRED, by="hook", trigger=trigger))
+            return None
+        outcome = await engine.run(CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens,
+                                                   plan=plan))
+        record_outcome(view, outcome, turn, step)
+        for value in request_annotations(outcome):
+            effects.declare(value)
+        if outcome.replaced:
+            self._guard(view, outcome, turn, step, effects, engine)
+        else:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
+            self._failed[view.id] = turn
+        post = PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
+                           outcome.tokens_before, outcome.tokens_after)
+        await self.hooks.run_post(post)
+        await self._host().after_compact(post)
+        return outcome
+
+    def _guard(self, view: SessionView, outcome: CompactionOutcome, turn: int, step: int, effects: Effects,
+               engine: CompactionEngine) -> None:
+        """Stop automatic compaction for the session when it would thrash (see the module docstring)."""
+        if outcome.trigger not in LINE_TRIGGERS:
+            return
+        trigger_at = engine.lines.automatic_trigger_at
+        after = outcome.tokens_after or 0
+        start = self._turn_start.get(view.id)
+        grown = max(0, outcome.tokens_before - start[1]) if start and start[0] == turn else 0
+        state = compaction_state(view)
+        recent = [t for t in state.get("auto_turns") or [] if isinstance(t, int)]
+        reason = None
+        if after > trigger_at * (1 - self.settings.thrash_margin):
+            reason = (f"compaction left {after} tokens, less than {self.settings.thrash_margin:.0%} below the "
+                      f"trigger line ({trigger_at})")
+        elif after + grown > trigger_at:
+            reason = (f"compaction left {after} tokens and this turn alone added {grown}: it would fire again "
+                      f"within the next turn (trigger line {trigger_at})")
+        elif recent and turn - recent[-1] <= 1:
+            reason = f"automatic compaction fired at turn {recent[-1]} and again at turn {turn}"
+        self._turn_start[view.id] = (turn, after)
+        state["auto_turns"] = (recent + [turn])[-5:]
+        view.state.set("compaction", state)
+        if reason is not None:
+            log.warning("session %s: automatic compaction stopped: %s", view.id, reason)
+            set_auto(view, False, reason, turn=turn, step=step)
+            effects.declare(event_value(COMPACTION_STOPPED, by="guard", trigger=outcome.trigger))
+
+    # --- the usage anchor ------------------------------------------------------------------------------
+    def on_prepared(self, ev: LlmCallPrepared) -> None:
+        call = ev.call
+        binding = AnchorBinding(call.provider, call.api, call.model, prefix_hash(call.request.system,
+                                                                                 call.request.tools))
+        self._bindings[ev.session.id] = (binding, self.epoch(ev.session.id))
+
+    def after_llm_call(self, ev: LlmCallResult) -> None:
+        bound = self._bindings.pop(ev.session.id, None)
+        usage = ev.response.usage
+        if bound is None or usage is None or usage.input_tokens <= 0:
+            return None
+        anchor = UsageAnchor(bound[0], bound[1], ev.response.message.id, usage.input_tokens, usage.output_tokens,
+                             usage.cache_read_tokens, usage.cache_write_tokens, time.time())
+        ev.session.state.set(ANCHOR_KEY, anchor.to_dict())
+        return None
+
+    def on_history_changed(self, ev: HistoryChanged) -> None:
+        if ev.kind == "replace":  # a new epoch: the old usage describes a history that is gone
+            invalidate_anchor(ev.session)
+
+    async def compact(self, ctx: MaintenanceContext, instructions: str | None) -> CompactionOutcome:
+        """The ``compact`` maintenance command (/compact)."""
+        return await compact_session(self, ctx, instructions)
+
+
+def compaction_hook_extension(extension_id: str, *, pre: BeforeCompactHandler | None = None,
+                              post: Callable[[PostCompact], object] | None = None,
+                              init: Callable[[ExtensionAPI], None] | None = None,
+                              description: str = "") -> Extension:
+    """A configured extension with PreCompact / PostCompact hooks (before_compact / after_compact handlers),
+    honoured while it is enabled in the session."""
+    def setup(api: ExtensionAPI) -> None:
+        if pre is not None:
+            api.on("before_compact", pre)
+        if post is not None:
+            api.on("after_compact", post)
+        if init is not None:
+            init(api)
+
+    return Extension(extension_id, setup, description or "compaction hooks")
+
+
+def create_context_management(options: HostOptions) -> Extension:
+    """The host builtin's factory."""
+    return context_management_extension(options)
+
+
+def context_management_extension(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
+                                 hooks: CompactionHooks | None = None) -> Extension:
+    """The host builtin; ``options`` is the runtime's HostOptions, ``settings`` override what they say."""
+    return context_manager(options, settings=settings, hooks=hooks).extension()
+
+
+def context_manager(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
+                    hooks: CompactionHooks | None = None) -> ContextManager:
+    """The manager behind the builtin (tests and benches keep it to look inside)."""
+    if settings is None:
+        settings = settings_from(options)
+    return ContextManager(settings, home=options.home if options is not None else None, hooks=hooks)

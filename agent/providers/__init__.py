@@ -1,0 +1,1 @@
+"""Model clients: the Anthropic and OpenAI wire formats over HTTP with retries, and a scripted model for tests."""

@@ -1,0 +1,1 @@
+"""Empty-answer recovery: an empty answer after successful tools is asked for once more."""

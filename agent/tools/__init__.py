@@ -1,0 +1,1 @@
+"""The core tools (read, write, edit, ls, grep, bash, todowrite) and the extension that registers them."""
