@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 from environment import require
-from test_inspector_spool_safety import plant_pickle_spool
+from factories import make_exchange, plant_pickle_spool
 
 from ctxscope.inspector import spool as spools
 from ctxscope.main import cli
@@ -253,7 +253,6 @@ def full_disk_analyzers():
 
 
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
-    from test_inspector_writer_process import make_exchange
 
     from ctxscope.inspector import queries
     from ctxscope.inspector.writer_process import WriterProcess

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import T0, anthropic_response, make_exchange
+from factories import analysed as run
+from factories import exchange_at as ex
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -16,7 +19,6 @@ from inspector_bodies import (
     text,
     user,
 )
-from test_inspector_store import anthropic_response, make_exchange
 
 from ctxscope.inspector import queries
 from ctxscope.inspector.analysis_input import parse_event
@@ -24,31 +26,11 @@ from ctxscope.inspector.analyze import Analyzer, reindex
 from ctxscope.inspector.canonical import canonicalize
 from ctxscope.inspector.incremental import prepare_full
 from ctxscope.inspector.recent import RecentMemory, Remembered
-from ctxscope.inspector.writer import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
             "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict", "cache",
             "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id", "attempt",
             "retry_of")  # fmt: skip
-T0 = 1_760_000_000.0
-
-
-def run(path, exchanges, analyzer=None):
-    """Store exchanges through a real writer with the analyzer; returns (reader, analyzer)."""
-    analyzer = analyzer or Analyzer()
-    writer = CaptureWriter(path, analyzers=[analyzer])
-    writer.start()
-    for ex in exchanges:
-        writer.submit(ex)
-    assert writer.stop()
-    stats = writer.stats()
-    assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
-    return queries.open_db(path), analyzer
-
-
-def ex(body, t, **kw):
-    kw.setdefault("session_label", None)
-    return make_exchange(request=body, started_at=T0 + t, **kw)
 
 
 def rows(db):

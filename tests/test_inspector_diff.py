@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from factories import analysed as run
+from factories import exchange_at as ex
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -17,7 +19,6 @@ from inspector_bodies import (
     tool_result,
     user,
 )
-from test_inspector_analyze import ex, run
 
 from ctxscope.inspector.diff import diff_calls
 

@@ -7,10 +7,9 @@ import io
 import json
 import random
 
-from test_inspector_store import anthropic_request, anthropic_response, anthropic_sse, make_exchange
+from factories import anthropic_request, anthropic_response, anthropic_sse, capture, make_exchange
 
 from ctxscope.inspector import queries
-from ctxscope.inspector.writer import CaptureWriter
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -28,16 +27,6 @@ def words(rng: random.Random, nbytes: int) -> str:
         out.append(w)
         size += len(w) + 1
     return " ".join(out)
-
-
-def capture(path, exchanges, **kw):
-    writer = CaptureWriter(path, **kw)
-    writer.start()
-    for ex in exchanges:
-        writer.submit(ex)
-    assert writer.stop()
-    assert writer.stats().failed == 0
-    return queries.open_db(path)
 
 
 def _db_size(path) -> int:

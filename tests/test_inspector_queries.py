@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_inspector_ingest import capture
-from test_inspector_store import anthropic_request, anthropic_response, make_exchange
+from factories import anthropic_request, anthropic_response, capture, make_exchange
 
 from ctxscope.inspector import queries
 

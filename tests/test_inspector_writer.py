@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_inspector_store import make_exchange
+from factories import make_exchange
 
 from ctxscope.inspector import ingest as ingest_mod
 from ctxscope.inspector import queries, store
@@ -309,7 +309,7 @@ def test_submit_still_never_raises_after_a_stop_with_the_store_down(tmp_path):
 _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from test_inspector_store import make_exchange
+from factories import make_exchange
 from ctxscope.inspector.writer import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
@@ -357,7 +357,7 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
 _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
-from test_inspector_store import make_exchange
+from factories import make_exchange
 from ctxscope.inspector.writer import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives

@@ -11,26 +11,13 @@ import textwrap
 import time
 from pathlib import Path
 
+from factories import make_exchange
+
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.writer_priority import can_leave_idle_class
 from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
-from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def make_exchange(i: int, **over) -> Exchange:
-    body = ('{"model": "m", "messages": [{"role": "user", "content": "hello %d"}]}' % i).encode()
-    fields = dict(
-        id=f"{time.time_ns():016x}{i:06x}", provider="openai", upstream="http://127.0.0.1:1", method="POST",
-        path="/v1/chat/completions", query="", session_label="s", annotations=(), request_headers=(),
-        key_fingerprint=None, request_body=body, status=200,
-        response_headers=(("Content-Type", "application/json"),),
-        response_body=b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
-        started_at=time.time(), first_byte_at=time.time(), ended_at=time.time(), outcome="ok",
-    )
-    fields.update(over)
-    return Exchange(**fields)
 
 
 def seen_by_analyzer():
@@ -83,7 +70,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
-        from test_inspector_writer_process import make_exchange
+        from factories import make_exchange
         from ctxscope.inspector.writer_process import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})

@@ -10,18 +10,11 @@ import aiohttp
 import pytest
 import yarl
 from aiohttp import web
+from proxy_rig import ListSink
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
-
-
-class ListSink:
-    def __init__(self):
-        self.items: list[ex.Exchange] = []
-
-    def submit(self, exchange):
-        self.items.append(exchange)
 
 
 class Upstream:
