@@ -1,4 +1,4 @@
-"""C6 archive: the watermark, every skip rule, savings, tool_archive with receipts vs tool_trim without read."""
+"""Archive compaction: the watermark, every skip rule, savings, tool_archive with receipts vs tool_trim without read."""
 
 from __future__ import annotations
 

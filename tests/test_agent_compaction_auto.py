@@ -1,4 +1,4 @@
-"""C5 automatic compaction: request order, triggers, hooks, the provider's overflow, the thrash guard, the inspector."""
+"""Automatic compaction: request order, triggers, hooks, the provider's overflow, the thrash guard, the inspector."""
 
 from __future__ import annotations
 

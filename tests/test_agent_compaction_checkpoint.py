@@ -1,4 +1,4 @@
-"""C8: the checkpoint request in both modes, the control message, the prompt override, and validation."""
+"""The checkpoint request in both modes, the control message, the prompt override, and validation."""
 
 from __future__ import annotations
 

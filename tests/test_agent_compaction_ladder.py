@@ -1,4 +1,4 @@
-"""C7: the rungs h0 -> htrim -> hall -> hvideo -> hmid -> hmin, local pre-checks, provider refusals, screenshots."""
+"""The compaction ladder's rungs h0 -> htrim -> hall -> hvideo -> hmid -> hmin, local pre-checks, provider refusals, screenshots."""
 
 from __future__ import annotations
 

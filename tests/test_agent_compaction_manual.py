@@ -1,4 +1,4 @@
-"""C11 /compact and C12 /context: idle only, hostile instructions stay data, figures right at once, anchor after."""
+"""/compact and /context: idle only, hostile instructions stay data, figures right at once, anchor after."""
 
 from __future__ import annotations
 

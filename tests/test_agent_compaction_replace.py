@@ -1,4 +1,4 @@
-"""C9/C10: summary + host appendix replaces the history; post-admission; failures that let the turn go on."""
+"""Summary + host appendix replaces the history; post-admission; failures that let the turn go on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The nine events and their rules (A2), driven through the real loop with a scripted model."""
+"""The nine events and their rules, driven through the real loop with a scripted model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Empty-answer recovery (E1): retried once after successful tools, then the turn fails terminal_empty."""
+"""Empty-answer recovery: retried once after successful tools, then the turn fails terminal_empty."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ async def test_a_second_empty_answer_fails_the_turn_terminal_empty(tmp_path):
 async def test_without_recovery_the_empty_answer_silently_ends_the_turn(tmp_path):
     rt, model, s = make(tmp_path, [LS, empty()], extensions=[core_tools_extension()])
     r = await s.run("what is here?")
-    assert r.ok and r.text == ""  # what E1 exists to prevent
+    assert r.ok and r.text == ""  # what empty-answer recovery exists to prevent
 
 
 async def test_an_empty_answer_after_a_failed_tool_is_left_alone(tmp_path):

@@ -1,4 +1,4 @@
-"""In-turn reminders (R3) and admission (R4), driven through the real loop with a scripted model."""
+"""In-turn reminders and their admission, driven through the real loop with a scripted model."""
 
 from __future__ import annotations
 

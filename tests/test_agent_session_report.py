@@ -1,4 +1,4 @@
-"""Session report (E2): llm-call.json with SHA-256 skip and 4 MiB cap, frozen copies, rewind, failures
+"""Session report: llm-call.json with SHA-256 skip and 4 MiB cap, frozen copies, rewind, failures
 that never reach the model call, and the `agent report` bundle with its collection manifest."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""C1: large tool outputs go to artifacts behind a recoverable receipt; read pages them back, grep searches them."""
+"""Large tool outputs go to artifacts behind a recoverable receipt; read pages them back, grep searches them."""
 
 from __future__ import annotations
 

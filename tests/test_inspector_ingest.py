@@ -34,7 +34,7 @@ def _db_size(path) -> int:
 
 
 def test_storage_grows_with_new_content_not_with_calls_times_context(tmp_path):
-    """P6: 200 calls re-sending a 100 KB prefix that grows ~1 KB per call cost far less than 200 x 100 KB."""
+    """200 calls re-sending a 100 KB prefix that grows ~1 KB per call cost far less than 200 x 100 KB."""
     rng = random.Random(42)
     system = words(rng, 100_000)
     tools = [{"name": "read", "description": words(rng, 300), "input_schema": {"type": "object"}}]
