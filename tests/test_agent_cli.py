@@ -33,6 +33,8 @@ def sim():
     yield box["runner"].app[STATE_KEY], box["url"]
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+    if not thread.is_alive():
+        loop.close()
 
 
 def invoke(args, home, input=None, env=None):

@@ -353,6 +353,8 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
             proc.kill()
         loop_thread.call(upstream.runner.cleanup())
     stderr = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
     assert "Traceback" not in stderr, stderr
     rows = queries.list_calls(queries.open_db(tmp_path / "c.db"), newest_first=False)
     assert [r["outcome"] for r in rows] == ["client_disconnected", "interrupted"], stderr

@@ -146,7 +146,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
                    or f.default_factory is not dataclasses.MISSING)
-    ex = make_exchange(1)
+    ex = make_exchange(1, error=None, client=None)  # the optional fields at their defaults
     record = b"".join(spool_format.encode([pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])

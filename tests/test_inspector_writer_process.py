@@ -88,6 +88,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
+    proc.stdout.close()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         db = open_db(tmp_path / "k.db")
@@ -361,7 +362,8 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
     gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
     w = WriterProcess(tmp_path / "cap.db", max_decoded_bytes=1000)
     w.start()
-    ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body))
+    no_model = {"type": "message", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}
+    ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body), response=no_model)
     w.submit(ex)
     assert w.stop()
     from ctxscope.inspector import queries

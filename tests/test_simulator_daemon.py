@@ -55,6 +55,7 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        proc.stdout.close()
         log.close()
 
 
@@ -287,6 +288,7 @@ def test_ctxscope_sim_writes_its_token_owner_only_and_says_where(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
+        proc.stdout.close()
 
 
 def test_a_token_file_that_cannot_be_written_costs_the_file_not_the_daemon(tmp_path, monkeypatch, caplog):
