@@ -182,6 +182,7 @@ async def test_connections_over_the_cap_get_a_provider_shaped_503_and_are_closed
     await asyncio.sleep(0.2)
     reply = await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert reply.content[0].text.startswith("got ")
+    await client.close()
 
 
 @pytest.mark.parametrize("proxy", [Limits(max_body_bytes=2**20)], indirect=True)
@@ -212,6 +213,8 @@ async def test_a_body_over_the_limit_gets_a_provider_shaped_413_and_is_recorded(
     # a body at the limit still goes through
     reply = await aclient.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "ok"}])
     assert reply.content[0].text.startswith("got ")
+    await aclient.close()
+    await oclient.close()
 
 
 async def test_a_client_leaving_mid_body_is_recorded_without_a_traceback(proxy, echo, caplog):

@@ -72,6 +72,7 @@ async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent, c
                                           timeout=0.5)
         with pytest.raises(anthropic.APITimeoutError):  # the SDK gives up and closes its connection
             await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "think"}])
+        await client.close()
         left = time.monotonic()
         gone = await _gone_within(silent, 5)
         [e] = await proxy.sink.wait(1)
@@ -200,6 +201,7 @@ async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provide
             client = anthropic.AsyncAnthropic(api_key="sk-ant-x", base_url=proxy.base + "/anthropic", max_retries=0)
             with pytest.raises(anthropic.APIStatusError) as info:
                 await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+            await client.close()
             [e] = await proxy.sink.wait(1)
         finally:
             await proxy.stop()
