@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -97,10 +98,8 @@ def children_cpu(pid: int) -> float:
     """CPU seconds of a process's living descendants (a child that exits takes its figure along)."""
     total = 0.0
     for kid in child_pids(pid):
-        try:
+        with contextlib.suppress(OSError):
             total += cpu_seconds(kid)
-        except OSError:
-            pass
     return total
 
 
@@ -112,7 +111,8 @@ def child_env(home: Path) -> dict[str, str]:
 
 def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (["--upstream-url", upstream] if upstream else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "wb"), env=env, text=True)
+    with open(log, "wb") as errors:  # the child keeps its own copy
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, text=True)
     line = proc.stdout.readline()
     if not line.startswith("LISTENING"):
         raise SystemExit(f"{role} failed to start:\n{log.read_text()}")
@@ -127,7 +127,8 @@ def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tupl
     prelude = (_NO_UVLOOP if loop == "asyncio" else "") + (_NO_CAPTURE if kind == "nocapture" else "")
     cmd = [sys.executable, "-c", prelude + _MAIN, *args] if prelude else [str(VENV_BIN / "ctxscope"), *args]
     log = work / f"{kind}-{loop}.log"
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    with open(log, "wb") as output:  # the child keeps its own copy
+        proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -105,7 +105,7 @@ async def test_each_rung_is_checked_locally_and_refusals_walk_down_to_hmin(tmp_p
 
 
 async def test_no_rung_fits_is_compaction_input_too_large_and_the_turn_goes_on(tmp_path):
-    rt, model, s = make_rt(tmp_path, checkpoint=lambda req: ContextOverflowError("prompt is too long"))
+    rt, _model, s = make_rt(tmp_path, checkpoint=lambda req: ContextOverflowError("prompt is too long"))
     msgs = [user("x"), *round_messages("a", "y" * 100)]
     out = await manager_for(rt).engine().run(CompactionInput(s.view, 1, 1, "threshold", tuple(msgs), "sys", (), 1))
     assert not out.replaced and out.error == "COMPACTION_INPUT_TOO_LARGE"

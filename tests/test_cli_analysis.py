@@ -105,7 +105,7 @@ def test_diff(captured):
 
 
 def test_reindex_recomputes_the_same_analysis(captured):
-    db, rows = captured
+    db, _rows = captured
     before = json.loads(invoke("calls", *db, "--json", "--limit", "100"))
     from ctxscope.inspector.queries import open_db
 
@@ -129,7 +129,7 @@ def test_reindex_one_session_and_a_bad_price_file(captured, tmp_path, monkeypatc
 
 
 def test_price_overrides_change_the_lost_cost(captured, tmp_path, monkeypatch):
-    db, rows = captured
+    db, _rows = captured
     cheap = tmp_path / "prices.json"
     cheap.write_text(json.dumps({MODEL: {"input": 0.0, "cache_read": 0.0, "cache_write": 0.0}}))
     monkeypatch.setenv("CTXSCOPE_PRICES", str(cheap))

@@ -104,7 +104,7 @@ def _start_serve(tmp_path, *, own_group: bool = False):
         except httpx2.TransportError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise AssertionError("daemon did not start: " + (proc.stdout.read() or ""))
+                raise AssertionError("daemon did not start: " + (proc.stdout.read() or "")) from None
             time.sleep(0.1)
 
 

@@ -36,7 +36,7 @@ def test_compressed_request_bodies_forwarded_exact_and_captured_decoded(proxy, s
         assert r.json()["choices"][0]["message"]["content"] == "sim: compressed hello"
     rows = proxy.wait_for_calls(2)
     db = queries.open_db(proxy.db_path)
-    for row, (encoding, data) in zip(rows, (("gzip", gzip.compress(payload)), ("zstd", None))):
+    for row, (encoding, _data) in zip(rows, (("gzip", gzip.compress(payload)), ("zstd", None)), strict=True):
         raw = queries.get_request_raw(db, row["id"])
         assert raw[:2] == b"\x1f\x8b" if encoding == "gzip" else raw[:4] == b"\x28\xb5\x2f\xfd"
         assert queries.get_request_json(db, row["id"])["messages"][0]["content"] == "compressed hello"
@@ -60,10 +60,12 @@ def test_malformed_json_is_forwarded_unchanged_and_captured_unparsed(proxy, sim)
 def test_upstream_reset_mid_stream(proxy, sim):
     sim.state().set_script([{"text": "a long answer " * 20, "reset_after_events": 4}])
     client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
-    with pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)):
-        with client.messages.stream(model="claude-sim", max_tokens=100,
-                                    messages=[{"role": "user", "content": "go"}]) as stream:
-            stream.get_final_message()
+    with (
+        pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)),
+        client.messages.stream(model="claude-sim", max_tokens=100,
+                               messages=[{"role": "user", "content": "go"}]) as stream,
+    ):
+        stream.get_final_message()
     [row] = proxy.wait_for_calls(1)
     assert row["outcome"] == "upstream_reset"
     call = queries.get_call(queries.open_db(proxy.db_path), row["id"])

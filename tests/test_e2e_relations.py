@@ -121,7 +121,7 @@ def test_fork_edits_and_model_switch(proxy, sim):
     assert len({r["thread"] for r in rows}) == 1  # edits keep the conversation's thread
     verdicts = [r["cache_verdict"] for r in rows]
     assert verdicts == ["expected_write", "hit", "hit", "client_break", "client_break", "client_break"]
-    for row, where in zip(rows[3:], ("/system/1/text", "/tools/1/input_schema/properties/path/description", "/model")):
+    for row, where in zip(rows[3:], ("/system/1/text", "/tools/1/input_schema/properties/path/description", "/model"), strict=True):
         assert row["usage"]["cache_read"] == 0 and row["cache"]["break_pointer"] == where
         assert row["cache"]["lost_tokens"] > 2000 and row["cache"]["lost_cost_usd"] > 0
     assert rows[3]["cache"]["before_prev_last_breakpoint"] is True

@@ -50,7 +50,7 @@ class Serve:
             except httpx2.TransportError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.proc.kill()
-                    raise AssertionError("serve did not start: " + self.output())
+                    raise AssertionError("serve did not start: " + self.output()) from None
 
     def output(self) -> str:
         return self.log.read_text()

@@ -61,7 +61,7 @@ def test_each_call_row_carries_its_analysis(tmp_path):
 def test_a_call_costs_only_its_new_segments(tmp_path):
     analyzer = Analyzer()
     bodies = claude_code_turns(12)
-    db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies[:10])], analyzer)
+    _db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies[:10])], analyzer)
     before = analyzer.counter.misses
     run(tmp_path / "c.db", [ex(bodies[10], 10)], analyzer)  # same analyzer, so no cold start
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
@@ -198,10 +198,10 @@ def test_openai_chat_and_unparseable_bodies(tmp_path):
                              {"role": "user", "content": "more"}])  # fmt: skip
     ok = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1", "choices": [],
           "usage": {"prompt_tokens": 20, "completion_tokens": 2}}  # fmt: skip
-    common = dict(provider="openai", path="/v1/chat/completions", response=ok)
+    common = {"provider": "openai", "path": "/v1/chat/completions", "response": ok}
     broken = make_exchange(session_label=None, request_body=b"{not json", started_at=T0 + 3, **common)
     db, _ = run(tmp_path / "c.db", [ex(chat, 0, **common), ex(longer, 1, **common), broken])
-    first, second, bad = rows(db)
+    _first, second, bad = rows(db)
     assert second["relation"] == "APPEND_ONLY" and second["cache_verdict"] == "below_minimum"
     assert bad["relation"] == "NOT_COMPARABLE" and bad["thread"] == bad["id"] and bad["tokens_estimated"] is None
 

@@ -69,7 +69,7 @@ def test_a_removed_tool_points_one_past_the_end(tmp_path):
     tools = default_tools()
     a = make_anthropic_body(default_system(), tools, [user("go")])
     b = make_anthropic_body(default_system(), tools[:2], [user("go")])
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert d["pointer"] == "/tools/2"
     first = d["first_divergence"]
@@ -80,7 +80,7 @@ def test_a_removed_tool_points_one_past_the_end(tmp_path):
 def test_message_level_difference_maps_to_the_other_body(tmp_path):
     a = make_chat_body([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1", "content": "x"}])
     b = make_chat_body([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c2", "content": "x"}])
-    common = dict(provider="openai", path="/v1/chat/completions")
+    common = {"provider": "openai", "path": "/v1/chat/completions"}
     db, (a_id, b_id) = store(tmp_path, a, b, **common)
     d = diff_calls(db, b_id, a_id)
     assert d["pointer"] == "/messages/1/tool_call_id"
@@ -91,7 +91,7 @@ def test_message_level_difference_maps_to_the_other_body(tmp_path):
 def test_parameters_change_without_a_divergence(tmp_path):
     a = make_anthropic_body(messages=[user("hi")], max_tokens=100, temperature=0.2)
     b = make_anthropic_body(messages=[user("hi")], max_tokens=2000, temperature=0.2)
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert d["relation"] == "IDENTICAL" and d["pointer"] is None
     assert d["params_changed"] == {"max_tokens": {"a": 2000, "b": 100}} and d["cache_policy_changed"] == {}
@@ -101,7 +101,7 @@ def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_pat
     a = make_anthropic_body(messages=[user("hi")])
     b = make_anthropic_body(messages=[user("hi"), assistant("yo"), user([text("more", cache_control=EPHEMERAL)])],
                             model="claude-opus-4-1")  # fmt: skip
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert (d["relation"], d["epoch_reason"]) == ("EPOCH_START", "model_change")
     assert d["pointer"] is None and len(d["added"]) == 2
@@ -110,7 +110,7 @@ def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_pat
 
 def test_long_values_are_clipped(tmp_path):
     long = "x" * 10_000
-    db, (a_id, b_id) = store(tmp_path, make_anthropic_body(messages=[user(long)]),
+    db, (_a_id, b_id) = store(tmp_path, make_anthropic_body(messages=[user(long)]),
                              make_anthropic_body(messages=[user(long + "y")]))  # fmt: skip
     first = diff_calls(db, b_id, max_chars=100)["first_divergence"]
     assert first["a"].startswith("x" * 100) and first["a"].endswith("[9901 more chars]")

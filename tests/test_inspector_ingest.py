@@ -69,7 +69,7 @@ def test_compressed_request_bodies_of_a_session_are_stored_as_deltas_and_round_t
     system = words(rng, 50_000)
     messages: list[dict] = []
     exchanges = []
-    for i in range(40):
+    for _ in range(40):
         messages.append({"role": "user", "content": words(rng, 800)})
         body = json.dumps(anthropic_request(messages=list(messages), system=system)).encode()
         exchanges.append(

@@ -269,7 +269,7 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
     assert _wait(lambda: w.stats().written == 60)
     assert w.stop()
     db = queries.open_db(path)
-    assert [r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")][0] == 60
+    assert next(r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")) == 60
     assert _ids(db) == {e.id for e in exs}
     assert queries.get_request_raw(db, exs[7].id) == exs[7].request_body
     assert w.stats().store_down_since is None
@@ -345,7 +345,7 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     early = {r[0] for r in conn.execute("SELECT id FROM calls WHERE id LIKE 'early%'")}
-    assert early == {"early%06d" % i for i in range(n)}
+    assert early == {f"early{i:06d}" for i in range(n)}
     conn.close()
     db = queries.open_db(path)  # and the store opens and reads cleanly
     assert queries.get_request_raw(db, "early000007").startswith(b"{")
@@ -394,7 +394,7 @@ def test_sigterm_drains_the_queue_before_exit(tmp_path):
     assert f"drained=True written={n}" in out
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {"term%06d" % i for i in range(n)}
+    assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {f"term{i:06d}" for i in range(n)}
 
 
 def test_queue_is_bounded_in_bytes_too(tmp_path):

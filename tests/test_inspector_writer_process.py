@@ -58,7 +58,7 @@ def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_pat
         w.submit(ex)
     finally:
         assert w.stop() is False  # the call could not be stored ...
-    [left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
+    [_left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
     (tmp_path / "dir.db").rmdir()
     nxt = WriterProcess(tmp_path / "dir.db")
     nxt.start()

@@ -153,10 +153,12 @@ async def _wait_for(sink, n=1):
 
 async def test_stream_bytes_identical_and_recorded(rig):
     rig.upstream.mode = "stream"
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
-                          headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp:
-            got = await resp.read()
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
+               headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp,
+    ):
+        got = await resp.read()
     assert got == b"".join(rig.upstream.sent)
     headers, body = rig.upstream.received[0]
     assert body == b'{"stream": true}'
@@ -175,11 +177,13 @@ async def test_stream_bytes_identical_and_recorded(rig):
 async def test_compressed_request_and_response_pass_through(rig):
     rig.upstream.mode = "gzip"
     raw = gzip.compress(b'{"model": "m", "messages": []}')
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
-                          headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
-            got = await resp.read()
-            assert resp.headers["Content-Encoding"] == "gzip"
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
+               headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp,
+    ):
+        got = await resp.read()
+        assert resp.headers["Content-Encoding"] == "gzip"
     assert rig.upstream.received[0][1] == raw
     assert got == rig.upstream.sent[0]
     await _wait_for(rig.sink)
@@ -250,11 +254,13 @@ def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
 
 
 async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/chat/completions", data=b'{"m": 1}') as resp:
-            got = await resp.read()
-            assert resp.headers["Content-Length"] == str(len(got))
-            assert resp.headers["Content-Type"] == "application/json"
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/chat/completions", data=b'{"m": 1}') as resp,
+    ):
+        got = await resp.read()
+        assert resp.headers["Content-Length"] == str(len(got))
+        assert resp.headers["Content-Type"] == "application/json"
     assert got == rig.upstream.sent[0]
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
@@ -263,12 +269,14 @@ async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
 
 async def test_a_body_still_arriving_is_passed_on_before_it_is_complete(rig):
     rig.upstream.mode = "late_body"
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            first = await resp.content.readany()  # would hang if the proxy held the body back
-            assert first == rig.upstream.sent[0]
-            rig.upstream.release.set()
-            rest = await resp.read()
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp,
+    ):
+        first = await resp.content.readany()  # would hang if the proxy held the body back
+        assert first == rig.upstream.sent[0]
+        rig.upstream.release.set()
+        rest = await resp.read()
     assert first + rest == b"".join(rig.upstream.sent)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].response_body == first + rest

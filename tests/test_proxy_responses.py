@@ -343,8 +343,10 @@ def test_chat_reasoning_content_and_multiple_choices():
 
 
 def test_chat_logprobs_are_concatenated():
-    lp = lambda tok: {"content": [{"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}],
-                      "refusal": None}
+    def lp(tok):
+        return {"content": [{"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}],
+                "refusal": None}
+
     chunks = [c_chunk([dict(c_delta({"content": "a"}), logprobs=lp("a"))]),
               c_chunk([dict(c_delta({"content": "b"}, finish="stop"), logprobs=lp("b"))])]
     r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))

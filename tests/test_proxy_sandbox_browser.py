@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from aiohttp import web
 from loop_thread import LoopThread
-from web_fixtures import anthropic_client, browser  # noqa: F401 (fixture)
+from web_fixtures import anthropic_client
 
 EVIL = """<!doctype html><html><head><title>docs</title></head><body>
 <p>Nothing to see.</p>
@@ -76,7 +76,7 @@ def _sessions(url: str) -> set[str]:
     return {s["session"] for s in json.loads(urllib.request.urlopen(url + "/_ctxscope/api/sessions").read())["sessions"]}
 
 
-def test_an_upstream_html_page_cannot_read_the_token_or_delete_a_session(daemon, browser):  # noqa: F811
+def test_an_upstream_html_page_cannot_read_the_token_or_delete_a_session(daemon, browser):
     import time
 
     anthropic_client(daemon.url, "victim").messages.create(

@@ -138,7 +138,7 @@ async def test_anthropic_sse_frames_one_per_http_chunk(sim):
     assert names[:3] == ["message_start", "content_block_start", "ping"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert names.count("content_block_delta") == 3
-    for frame, name in zip(frames, names):
+    for frame, name in zip(frames, names, strict=True):
         assert json.loads(frame.split("data: ", 1)[1])["type"] == name
     delta = json.loads(frames[-2].split("data: ", 1)[1])
     assert delta["usage"]["output_tokens"] == count_tokens("alpha beta gamma delta epsilon zeta eta theta")

@@ -5,6 +5,7 @@ forwarding to other upstreams, and it does not outlive the daemon, even one kill
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import re
@@ -35,9 +36,9 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
     env["CTXSCOPE_HOME"] = str(home)
     if token:
         env["CTXSCOPE_SIM_TOKEN"] = token
-    log = open(tmp / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp / "c.db"),
-                             *args], stdout=subprocess.PIPE, stderr=log, env=env, text=True)  # fmt: skip
+    with open(tmp / "serve.log", "w") as log:  # the child keeps its own copy
+        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0",
+                                 "--db", str(tmp / "c.db"), *args], stdout=subprocess.PIPE, stderr=log, env=env, text=True)
     lines: list[str] = []
     try:
         for line in proc.stdout:
@@ -56,7 +57,6 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
                 proc.kill()
                 proc.wait()
         proc.stdout.close()
-        log.close()
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -140,7 +140,7 @@ def daemon(tmp_path_factory, fast_upstream):
 
 def test_serve_runs_the_simulator_in_a_child_and_says_where_its_token_is(daemon):
     proc, url, home, lines = daemon
-    [child] = simulator_children(proc.pid)
+    [_child] = simulator_children(proc.pid)
     token_file = home / "sim-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text().strip() == ENV_TOKEN
     shown = "".join(lines)
@@ -155,7 +155,7 @@ def test_serve_runs_the_simulator_in_a_child_and_says_where_its_token_is(daemon)
 
 
 def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.set_script([{"text": "what the user queued"}])
     port = url.rsplit(":", 1)[1]
@@ -180,7 +180,7 @@ def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daem
 
 
 def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
     body = json.dumps({"model": "claude-sim", "max_tokens": 8,
@@ -202,7 +202,7 @@ def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon)
 
 
 def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
     host, port = url.removeprefix("http://").rsplit(":", 1)
@@ -236,7 +236,7 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
         watcher.join(30)
     assert status == 400 and b"prompt is too long" in answer  # the simulator read and counted all of it
     during = [t for t in finished if t >= t0]
-    gaps = [b - a for a, b in zip(during, during[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
     assert len(during) > 10 and during[-1] > t1
     worst = max(gaps)
     print(f"\n50 MB prompt to /u/sim took {t1 - t0:.2f} s; {len(during)} small calls to another upstream meanwhile, "
@@ -245,7 +245,7 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
 
 
 def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
-    with serve_process(tmp_path) as (proc, url, home, lines):
+    with serve_process(tmp_path) as (proc, _url, home, lines):
         [child] = simulator_children(proc.pid)
         token = (home / "sim-token").read_text().strip()
         assert len(token) >= 40 and token not in "".join(lines) + (tmp_path / "serve.log").read_text()
@@ -259,7 +259,7 @@ def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
 
 
 def test_stopping_serve_stops_the_simulator(tmp_path):
-    with serve_process(tmp_path) as (proc, url, home, lines):
+    with serve_process(tmp_path) as (proc, url, home, _lines):
         [child] = simulator_children(proc.pid)
         time.sleep(0.5)  # serve installs its signal handlers just after it prints that it listens
         proc.send_signal(signal.SIGTERM)

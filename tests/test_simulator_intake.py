@@ -112,7 +112,7 @@ async def test_bodies_over_the_limit_get_a_provider_shaped_413(sim):
 
 
 async def test_the_log_holds_no_credentials(sim):
-    session, state = sim
+    session, _state = sim
     query = (f"key={SECRET}&api_key=k1secret&auth=plainpassword&key[]=arr-secret&key%5B%5D=enc-secret"
              f"&access_token=tok-secret&sig=sig-secret&token=t-secret&%6Bey=hex-secret&beta=true&x={SECRET}")
     headers = {"x-api-key": "sk-ant-api03-abcdefghijkl", "X-Custom-Secret": "plain", "X-Forwarded-Thing": SECRET,

@@ -67,7 +67,7 @@ def test_masking_bytes_keeps_every_offset_and_valid_utf8():
     assert f"Bearer {'*' * len(BEARER)}" in shown["messages"][0]["content"]
     assert "AIza" + "*" * 23 in shown["messages"][0]["content"]  # a key keeps its kind, not its value
     assert mask_key_bytes(masked) == masked
-    for i, (a, b) in enumerate(zip(masked, data)):
+    for i, (a, b) in enumerate(zip(masked, data, strict=True)):
         assert a == b or a == ord("*"), i
 
 
@@ -217,7 +217,7 @@ def _masked_only_at_secrets(shown: bytes, exact: bytes) -> None:
     """Same length; every byte that differs is a '*' standing where a secret's byte was."""
     assert len(shown) == len(exact)
     spans = [(m.start(), m.end()) for s in SECRETS for m in re.finditer(re.escape(s.encode()), exact)]
-    for i, (a, b) in enumerate(zip(shown, exact)):
+    for i, (a, b) in enumerate(zip(shown, exact, strict=True)):
         if a != b:
             assert a == ord("*") and any(s <= i < e for s, e in spans), (i, shown[i - 10 : i + 10])
 
@@ -246,7 +246,7 @@ def test_web_api_never_shows_a_key_from_a_body_and_raw_ranges_stay_aligned(web):
             status, _, body = _get(web, f"/_ctxscope/api/diff?id={r['id']}{base}")
             assert status == 200
             _assert_clean(body, f"diff of call {r['seq']}")
-        for kind, exact in zip(("request", "response"), stored[r["id"]]):
+        for kind, exact in zip(("request", "response"), stored[r["id"]], strict=True):
             for form in ("decoded", "wire"):
                 # the last call in 23-byte ranges: each secret (27 bytes or more) is cut by a range boundary
                 parts, shown = _ranges(web, r["id"], kind, form, 23 if r["seq"] == 3 and form == "decoded" else 65536)

@@ -33,7 +33,7 @@ def _req(web, path, *, method="GET", headers=None):
 
 
 def _json(web, path, **kw):
-    status, headers, body = _req(web, path, **kw)
+    status, _headers, body = _req(web, path, **kw)
     return status, json.loads(body)
 
 
@@ -136,7 +136,7 @@ def test_call_detail_parses_request_and_response_and_never_shows_the_key(web):
     call = d["call"]
     assert "request_blob" not in call and call["client_name"].startswith("anthropic-python")
     assert call["usage"]["cache_read"] > 0
-    headers = dict((k.lower(), v) for k, v in call["request_headers"])
+    headers = {k.lower(): v for k, v in call["request_headers"]}
     assert KEY not in json.dumps(d) and (headers.get("x-api-key") or headers["authorization"]) == "[redacted]"
     _, _, wire = _req(web, f"/_ctxscope/api/raw.bin?id={rows[1]['id']}&kind=request&form=wire")
     assert KEY.encode() not in wire

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 from playwright.sync_api import expect
-from web_fixtures import anthropic_client, browser, openai_client, page, start_web_daemon  # noqa: F401 (fixtures)
+from web_fixtures import anthropic_client, openai_client, start_web_daemon
 
 SYSTEM = "You are a careful coding assistant. " * 600
 XSS = [
@@ -42,7 +42,7 @@ def _conversation(web, session, turns, system=SYSTEM):
 
 
 def _wait_session(web, session, n):
-    return [r for r in web.wait_for_calls(n, session=session)]
+    return list(web.wait_for_calls(n, session=session))
 
 
 def test_sessions_to_session_to_call_to_diff_opens_at_the_first_difference(web, page):
@@ -150,7 +150,7 @@ def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "file says " + PAYLOAD}]}]  # fmt: skip
     client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD + " edited", tools=tools, messages=msgs,
                            extra_headers=session_header)  # fmt: skip
-    rows = [r for r in web.wait_for_calls(2, session=session_header["x-ctxscope-session"])]
+    rows = list(web.wait_for_calls(2, session=session_header["x-ctxscope-session"]))
     assert len(rows) == 2
 
     def check(where: str) -> None:
@@ -254,7 +254,7 @@ def test_long_conversations_fold_the_middle_and_a_pointer_unfolds_it(web, page):
     expect(page.locator("details.fold[open]")).to_have_count(1)
 
 
-def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(tmp_path, page):  # noqa: F811
+def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(tmp_path, page):
     bad = tmp_path / "captures.db"
     bad.write_bytes(b"not a database at all " * 500)
     down = start_web_daemon(tmp_path)

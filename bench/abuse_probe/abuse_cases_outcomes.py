@@ -29,7 +29,7 @@ def _outcome(tag: str, wanted: str):
 async def client_leaves_silent_upstream(ctx: Ctx) -> Result:
     """The client gives up after 0.5 s on an upstream that thinks for 30 s (not streamed)."""
     tag, body, n0 = "c12", _chat_body(False), len(ctx.up.silent)
-    reader, writer = await wire.connect(ctx.port)
+    _reader, writer = await wire.connect(ctx.port)
     writer.write(wire.head("POST", tagged(f"/u/silent{CHAT}", tag), ctx.port, [
         ("Content-Type", "application/json"), ("Content-Length", str(len(body))), (LABEL_HEADER, label(tag))]) + body)
     await asyncio.sleep(0.5)
@@ -71,7 +71,7 @@ async def reset_close_delimited(ctx: Ctx) -> Result:
 async def client_disconnect_mid_body(ctx: Ctx) -> Result:
     """The client sends half its declared body and closes."""
     tag, offset = "c17", ctx.daemon.err_size()
-    reader, writer = await wire.connect(ctx.port)
+    _reader, writer = await wire.connect(ctx.port)
     try:
         writer.write(wire.head("POST", tagged(f"/u/fast{CHAT}", tag), ctx.port, [
             ("Content-Type", "application/json"), ("Content-Length", "200000"), (LABEL_HEADER, label(tag))]))

@@ -4,6 +4,7 @@ normalising paths, adding headers or hiding when the server closed the connectio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -101,7 +102,5 @@ async def send_until_answer(reader: asyncio.StreamReader, writer: asyncio.Stream
 
 
 def close(writer: asyncio.StreamWriter) -> None:
-    try:
+    with contextlib.suppress(ConnectionError, RuntimeError):
         writer.close()
-    except (ConnectionError, RuntimeError):
-        pass
