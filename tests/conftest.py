@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sdk_clients
 from aiohttp import web
 from loop_thread import LoopThread
 from web_fixtures import launch_browser
@@ -55,6 +56,13 @@ class RecordingSimulator:
         from ctxscope.simulator.app import STATE_KEY
 
         return self.app[STATE_KEY]
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients():
+    """Every SDK client a test made through sdk_clients is closed after it."""
+    yield
+    sdk_clients.close_all()
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-import anthropic
 import pytest
+import sdk_clients
 from click.testing import CliRunner
 from inspector_bodies import EPHEMERAL, claude_code_turns, long_text, make_anthropic_body, text, user
 
@@ -19,7 +19,7 @@ MODEL = "claude-sonnet-4-6"
 @pytest.fixture
 def captured(proxy, sim):
     """A session of 4 calls: a loop, a system edit (DIVERGED at /system/1/text), then a side call."""
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     system = [text("You are a coding agent."), text(long_text(1500, "sys"), cache_control=dict(EPHEMERAL))]
     bodies = claude_code_turns(3, system=system, model=MODEL)
     bodies[2]["system"][1]["text"] += " Be terse."

@@ -13,6 +13,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import sdk_clients
 from backports import zstd
 
 from ctxscope.daemon import start_daemon
@@ -59,7 +60,7 @@ def test_malformed_json_is_forwarded_unchanged_and_captured_unparsed(proxy, sim)
 
 def test_upstream_reset_mid_stream(proxy, sim):
     sim.state().set_script([{"text": "a long answer " * 20, "reset_after_events": 4}])
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     with (
         pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)),
         client.messages.stream(model="claude-sim", max_tokens=100,
@@ -75,7 +76,7 @@ def test_upstream_reset_mid_stream(proxy, sim):
 
 def test_in_stream_error_event_is_captured(proxy, sim):
     sim.state().set_script([{"text": "partial", "stream_error": {"type": "overloaded_error", "message": "busy"}}])
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     with pytest.raises(anthropic.APIStatusError), client.messages.stream(model="claude-sim", max_tokens=100,
                                 messages=[{"role": "user", "content": "go"}]) as stream:
         stream.get_final_message()
@@ -88,7 +89,7 @@ def test_in_stream_error_event_is_captured(proxy, sim):
 
 def test_client_disconnect_mid_stream(proxy, sim):
     sim.state().set_script([{"text": "slow " * 50, "chunk_delay_ms": 30}])
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     stream = client.chat.completions.create(model="gpt-sim", stream=True, messages=[{"role": "user", "content": "x"}])
     next(iter(stream))
     stream.close()
@@ -116,11 +117,11 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
     daemon = loop_thread.call(start_daemon(cfg))
     try:
         with caplog.at_level(logging.DEBUG):
-            client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+            client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
             with pytest.raises(anthropic.APIStatusError) as info:
                 client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x"}])
             assert info.value.status_code == 502
-            oclient = openai.OpenAI(api_key=KEY, base_url=daemon.url + "/openai/v1", max_retries=0)
+            oclient = sdk_clients.OpenAI(api_key=KEY, base_url=daemon.url + "/openai/v1", max_retries=0)
             with pytest.raises(openai.APIStatusError) as oinfo:
                 oclient.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "x"}])
             assert oinfo.value.status_code == 502 and oinfo.value.code == "upstream_unreachable"
@@ -150,7 +151,7 @@ def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer
 
     monkeypatch.setattr(writer_module, "ingest", ingest)
     proxy.daemon.writer.retry_interval = 0.1
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     with caplog.at_level(logging.WARNING, logger="ctxscope.store"):
         for i in range(3):
             reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": f"q{i}"}])
@@ -176,7 +177,7 @@ SECRET = "Zq8VvY2mK9pLx4TnR7wB1cD6fG3hJ5kM"
 
 
 def test_credentials_in_the_query_and_in_custom_headers_never_reach_the_store(proxy, sim, tmp_path):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
                            default_query={"auth": "hunter2-AUTH", "key[]": "ARRAYKEY-123", "sig": "SIGVALUE"},
                            default_headers={"X-Custom-Thing": SECRET, "X-Gh": "ghp_abcdefghijklmnopqrstuvwxyz0123"})
     reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "hello"}])
@@ -234,7 +235,7 @@ def test_a_client_leaving_a_thinking_upstream_is_recorded_within_a_second(loop_t
                        limits=Limits(shutdown_grace=1))
     daemon = loop_thread.call(start_daemon(cfg))
     try:
-        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
+        client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
         with pytest.raises(anthropic.APITimeoutError):
             client.post("/think", cast_to=object, body={"model": "m"})
         left = time.monotonic()
@@ -370,7 +371,7 @@ def test_a_body_over_the_limit_is_answered_413_and_stored_as_request_too_large(l
                        limits=Limits(max_body_bytes=2**20))
     daemon = loop_thread.call(start_daemon(cfg))
     try:
-        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+        client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
         with pytest.raises(anthropic.APIStatusError) as info:
             client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}])
         assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"

@@ -11,8 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
-import openai
 import pytest
+import sdk_clients
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -41,7 +41,7 @@ def _analysis_never_fails(proxy):
 
 
 def _anthropic(proxy, **kw) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, **kw)
+    return sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, **kw)
 
 
 def _send(client, body: dict, **kw):
@@ -211,7 +211,7 @@ def test_explicit_session_ids_and_declared_markers(proxy, sim):
 
 
 def test_responses_previous_response_id_links_the_producer(proxy, sim):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     first = client.responses.create(model="gpt-sim", input="Remember the number 7.")
     client.responses.create(model="gpt-sim", input="What was it?", previous_response_id=first.id)
     rows = proxy.wait_for_calls(2)
@@ -271,7 +271,7 @@ def test_verdict_provider_miss_when_the_cache_was_dropped(proxy, sim):
 
 
 def test_openai_chat_automatic_caching(proxy, sim):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     messages = [{"role": "system", "content": BIG}, {"role": "user", "content": "first"}]
     client.chat.completions.create(model="gpt-4.1", messages=messages)
     longer = messages + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}]

@@ -6,9 +6,8 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import anthropic
-import openai
 import pytest
+import sdk_clients
 
 from ctxscope.proxy.apis import (
     ANTHROPIC_COUNT_TOKENS,
@@ -781,7 +780,7 @@ def comparable(x):
 def test_anthropic_matches_the_sdk_accumulation(events):
     raw = typed(*events)
     with serve(raw) as url:
-        client = anthropic.Anthropic(api_key="sk-test", base_url=url, max_retries=0)
+        client = sdk_clients.Anthropic(api_key="sk-test", base_url=url, max_retries=0)
         with client.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as s:
             for _ in s:
                 pass
@@ -812,7 +811,7 @@ def test_chat_matches_the_sdk_accumulation(name):
             "[DONE]"),
     }[name]
     with serve(raw) as url:
-        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as s:
             sdk = s.get_final_completion().to_dict()
     ours = parse_response(OPENAI_CHAT, 200, SSE, raw)
@@ -823,7 +822,7 @@ def test_chat_matches_the_sdk_accumulation(name):
 def test_responses_matches_the_sdk_final_response():
     raw = typed(*r_events())
     with serve(raw) as url:
-        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.responses.stream(model="m", input="hi") as s:
             sdk = s.get_final_response().to_dict()
     assert comparable(parse_response(OPENAI_RESPONSES, 200, SSE, raw).body) == comparable(sdk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 import httpx2
 import pytest
+import sdk_clients
 
 from ctxscope.vocab.tokens import count_tokens
 
@@ -14,7 +15,7 @@ LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens
 
 @pytest.fixture
 def client(sim_alone):
-    return anthropic.Anthropic(base_url=sim_alone.base_url, api_key="sk-ant-test", max_retries=0)
+    return sdk_clients.Anthropic(base_url=sim_alone.base_url, api_key="sk-ant-test", max_retries=0)
 
 
 def ask(client, text="hello", **kw):
@@ -165,7 +166,7 @@ def test_prompt_cache_below_minimum_and_other_key(sim_alone, client):
     usage = _cached_call(client, model="claude-sonnet-4-6")
     assert (usage.cache_creation_input_tokens, usage.cache_read_input_tokens, usage.input_tokens) == (0, 0, 1501)
     _cached_call(client)
-    other = anthropic.Anthropic(base_url=sim_alone.base_url, api_key="sk-ant-other", max_retries=0)
+    other = sdk_clients.Anthropic(base_url=sim_alone.base_url, api_key="sk-ant-other", max_retries=0)
     assert _cached_call(other).cache_read_input_tokens == 0
 
 

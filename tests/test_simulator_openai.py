@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+import sdk_clients
 
 from ctxscope.vocab.tokens import count_tokens
 
@@ -15,7 +16,7 @@ PARALLEL = [{"name": "read", "arguments": {"path": "a.py"}}, {"name": "read", "a
 
 @pytest.fixture
 def client(sim_alone):
-    return openai.OpenAI(base_url=sim_alone.base_url + "/v1", api_key="sk-test", max_retries=0)
+    return sdk_clients.OpenAI(base_url=sim_alone.base_url + "/v1", api_key="sk-test", max_retries=0)
 
 
 def chat(client, text="hello", **kw):

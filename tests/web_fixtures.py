@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import sdk_clients
 from loop_thread import LoopThread
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -82,14 +83,10 @@ def launch_browser(playwright):
 
 
 def anthropic_client(url: str, session: str | None = None):
-    import anthropic
-
     base = f"{url}/s/{session}/anthropic" if session else f"{url}/anthropic"
-    return anthropic.Anthropic(api_key=KEY, base_url=base, max_retries=0)
+    return sdk_clients.Anthropic(api_key=KEY, base_url=base, max_retries=0)
 
 
 def openai_client(url: str, session: str | None = None):
-    import openai
-
     base = f"{url}/s/{session}/openai/v1" if session else f"{url}/openai/v1"
-    return openai.OpenAI(api_key=KEY, base_url=base, max_retries=0)
+    return sdk_clients.OpenAI(api_key=KEY, base_url=base, max_retries=0)
