@@ -91,7 +91,9 @@ def scheduling(pid: int) -> str:
     if best is None:
         return "no child process"
     policy, nice = int(best[38]), int(best[16])
-    return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(policy, f"policy {policy}")
+    return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(
+        policy, f"policy {policy}"
+    )
 
 
 def children_cpu(pid: int) -> float:
@@ -110,7 +112,9 @@ def child_env(home: Path) -> dict[str, str]:
 
 
 def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (["--upstream-url", upstream] if upstream else [])
+    cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (
+        ["--upstream-url", upstream] if upstream else []
+    )
     with open(log, "wb") as errors:  # the child keeps its own copy
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, text=True)
     line = proc.stdout.readline()

@@ -88,11 +88,14 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
     def modifier(c):
         order.append("modifier")
-        return ModifyRequest(messages=c.request_messages + (user_message("<system-reminder>deadline 30s</system-reminder>"),))
+        return ModifyRequest(
+            messages=c.request_messages + (user_message("<system-reminder>deadline 30s</system-reminder>"),)
+        )
 
     # the appender's extension is registered first, yet the modifier runs first
-    _rt, model, s = make_rt(tmp_path, ["ok"], ("app", BEFORE_LLM_CALL, appender, True),
-                           ("mod", BEFORE_LLM_CALL, modifier))
+    _rt, model, s = make_rt(
+        tmp_path, ["ok"], ("app", BEFORE_LLM_CALL, appender, True), ("mod", BEFORE_LLM_CALL, modifier)
+    )
     await s.run("hi")
     assert order == ["modifier", "appender"]
     assert texts(model.requests[0]) == ["hi", "<system-reminder>deadline 30s</system-reminder>", "appended"]
@@ -124,8 +127,12 @@ async def test_replace_history_is_persistent_and_a_new_epoch(tmp_path):
         if c.step == 2:
             return ReplaceHistory((user_message("summary of earlier work"),), "compaction")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, compact),
-                           ("obs", ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))))
+    rt, model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("c", BEFORE_LLM_CALL, compact),
+        ("obs", ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))),
+    )
     await s.run("hi")
     assert texts(model.requests[1]) == ["summary of earlier work"]
     assert ("replace", 1, "compaction") in changes
@@ -155,6 +162,7 @@ async def test_skip_answer_and_abort(tmp_path):
 
 # --- on_llm_call_prepared -----------------------------------------------------------------------
 
+
 async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
     seen = []
 
@@ -163,8 +171,12 @@ async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
         seen.append((e.call.request.system, body["system"], e.call.headers["x-ctxscope-step"]))
         body["system"] = "tampered"  # a copy: cannot change what is sent
 
-    _rt, model, s = make_rt(tmp_path, ["ok"], ("m", BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
-                           ("o", ON_LLM_CALL_PREPARED, observe))
+    _rt, model, s = make_rt(
+        tmp_path,
+        ["ok"],
+        ("m", BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
+        ("o", ON_LLM_CALL_PREPARED, observe),
+    )
     await s.run("hi")
     assert seen == [("FINAL", "FINAL", "1")]
     assert json.loads(model.calls[0].body)["system"] == "FINAL"
@@ -177,9 +189,14 @@ async def test_prepared_observer_errors_do_not_stop_the_call(tmp_path):
 
 # --- after_llm_call -----------------------------------------------------------------------------
 
+
 async def test_rewrite_text_is_a_pipeline(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, ["draft"], ("a", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
-                           ("b", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        ["draft"],
+        ("a", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
+        ("b", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")),
+    )
     r = await s.run("hi")
     assert r.text == "draft +a +b" and s.messages[-1].text == "draft +a +b"
 
@@ -192,8 +209,11 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
             reject_once.append(1)
             return Retry("Please cite your source and try again.", "missing_citation")
 
-    _rt, model, s = make_rt(tmp_path, [answer("I'll write it", tool_call("write", {"path": "f.txt", "content": "x"})),
-                                      "here is the cited answer"], ("cite", AFTER_LLM_CALL, judge))
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("I'll write it", tool_call("write", {"path": "f.txt", "content": "x"})), "here is the cited answer"],
+        ("cite", AFTER_LLM_CALL, judge),
+    )
     r = await s.run("hi")
     assert r.ok and r.text == "here is the cited answer"
     assert not (tmp_path / "ws" / "f.txt").exists()  # the rejected tool call had no side effect
@@ -205,14 +225,19 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
 
 
 async def test_retry_limit_fails_the_turn(tmp_path):
-    _rt, model, s = make_rt(tmp_path, ["a", "b", "c", "d", "e"], ("r", AFTER_LLM_CALL, lambda e: Retry("again", "never_good")))
+    _rt, model, s = make_rt(
+        tmp_path, ["a", "b", "c", "d", "e"], ("r", AFTER_LLM_CALL, lambda e: Retry("again", "never_good"))
+    )
     r = await s.run("hi")
     assert r.outcome == "failed" and r.error_kind == "retry_limit" and len(model.requests) == 4
 
 
 async def test_fail_ends_the_turn_without_running_tools(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [answer("hm", tool_call("bash", {"command": "touch ran"}))],
-                           ("f", AFTER_LLM_CALL, lambda e: Fail("terminal_empty")))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [answer("hm", tool_call("bash", {"command": "touch ran"}))],
+        ("f", AFTER_LLM_CALL, lambda e: Fail("terminal_empty")),
+    )
     r = await s.run("hi")
     assert (r.outcome, r.reason) == ("failed", "terminal_empty")
     assert not (tmp_path / "ws" / "ran").exists()
@@ -221,6 +246,7 @@ async def test_fail_ends_the_turn_without_running_tools(tmp_path):
 
 # --- before_tool_call / after_tool_call ---------------------------------------------------------
 
+
 async def test_block_and_fail_closed_tool_gate(tmp_path):
     def gate(e):
         if e.call.arguments.get("command") == "rm -rf /":
@@ -228,9 +254,19 @@ async def test_block_and_fail_closed_tool_gate(tmp_path):
         if e.call.name == "write":
             raise RuntimeError("policy store down")
 
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("bash", {"command": "rm -rf /"}),
-                                             tool_call("write", {"path": "w.txt", "content": "x"}),
-                                             tool_call("ls", {})), "done"], ("g", BEFORE_TOOL_CALL, gate))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer(
+                "",
+                tool_call("bash", {"command": "rm -rf /"}),
+                tool_call("write", {"path": "w.txt", "content": "x"}),
+                tool_call("ls", {}),
+            ),
+            "done",
+        ],
+        ("g", BEFORE_TOOL_CALL, gate),
+    )
     await s.run("hi")
     results = s.messages[2].tool_results
     assert results[0].is_error and "destructive command" in results[0].content
@@ -240,10 +276,13 @@ async def test_block_and_fail_closed_tool_gate(tmp_path):
 
 
 async def test_after_tool_call_rewrites_field_wise_and_survives_errors(tmp_path):
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                           ("boom", AFTER_TOOL_CALL, lambda e: 1 / 0),
-                           ("r", AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
-                           ("r2", AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")))
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("boom", AFTER_TOOL_CALL, lambda e: 1 / 0),
+        ("r", AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
+        ("r2", AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")),
+    )
     await s.run("hi")
     res = s.messages[2].tool_results[0]
     assert res.content.endswith("!") and res.details == {"receipt": True} and not res.is_error
@@ -253,10 +292,14 @@ async def test_after_tool_call_rewrites_field_wise_and_survives_errors(tmp_path)
 
 # --- observers ----------------------------------------------------------------------------------
 
+
 async def test_history_changed_sees_every_append(tmp_path):
     seen = []
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                           ("h", ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("h", ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))),
+    )
     await s.run("hi")
     assert seen == [("append", "user"), ("append", "assistant"), ("append", "tool"), ("append", "assistant")]
 
@@ -294,8 +337,12 @@ async def test_steering_after_a_final_answer_continues_the_turn(tmp_path):
 
 async def test_turn_start_and_end_are_called_around_the_turn(tmp_path):
     seen = []
-    _rt, _model, s = make_rt(tmp_path, ["ok"], ("t", TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
-                           ("t2", TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        ["ok"],
+        ("t", TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
+        ("t2", TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))),
+    )
     await s.run("hi", source="cli")
     assert seen == [("start", 1, "cli", "hi"), ("end", 1, "completed", 1)]
 

@@ -122,9 +122,13 @@ async def test_cancel_during_tools_keeps_history_consistent(tmp_path):
         return "quick result"
 
     events = []
-    rt, model, s = make_rt(tmp_path, [answer("working", tool_call("quick", {}), tool_call("hang", {})), "next turn ok"],
-                           Tool("hang", "hangs", {"type": "object"}, hang), Tool("quick", "fast", {"type": "object"}, quick),
-                           listener=events.append)
+    rt, model, s = make_rt(
+        tmp_path,
+        [answer("working", tool_call("quick", {}), tool_call("hang", {})), "next turn ok"],
+        Tool("hang", "hangs", {"type": "object"}, hang),
+        Tool("quick", "fast", {"type": "object"}, quick),
+        listener=events.append,
+    )
     pending = s.submit("go")
     await started.wait()
     await asyncio.sleep(0)  # let quick finish
@@ -164,7 +168,9 @@ async def test_cancel_during_the_model_call(tmp_path):
 
 
 async def test_cancel_kills_a_running_bash_command(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("bash", {"command": "echo started > mark; sleep 30; touch late"}))])
+    _rt, _model, s = make_rt(
+        tmp_path, [answer("", tool_call("bash", {"command": "echo started > mark; sleep 30; touch late"}))]
+    )
     pending = s.submit("go")
     mark = tmp_path / "ws" / "mark"
     while not mark.exists():
@@ -180,15 +186,22 @@ async def test_abort_when_idle_is_a_no_op(tmp_path):
 
 
 async def test_max_steps_stops_a_runaway_turn(tmp_path):
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})) for _ in range(10)], config=LoopConfig(max_steps=3))
+    _rt, model, s = make_rt(
+        tmp_path, [answer("", tool_call("ls", {})) for _ in range(10)], config=LoopConfig(max_steps=3)
+    )
     r = await s.run("loop forever")
     assert r.outcome == "max_steps" and r.steps == 3 and len(model.requests) == 3
     assert s.messages[-1].role == "tool"
 
 
 async def test_provider_errors_fail_the_turn_with_their_kind(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [ContextOverflowError("prompt is too long: 300000 tokens"),
-                                      ProviderError("overloaded", status=529, kind="overloaded_error")])
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            ContextOverflowError("prompt is too long: 300000 tokens"),
+            ProviderError("overloaded", status=529, kind="overloaded_error"),
+        ],
+    )
     r = await s.run("a")
     assert (r.outcome, r.error_kind) == ("failed", "context_overflow")
     r = await s.run("b")
@@ -200,8 +213,16 @@ async def test_activity_stream_for_displays(tmp_path):
     _rt, _model, s = make_rt(tmp_path, [answer("look", tool_call("ls", {})), "done"], listener=events.append)
     await s.run("go", source="cli")
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["TurnStarted", "StepStarted", "ModelDelta", "ToolStarted", "ToolFinished", "StepStarted",
-                     "ModelDelta", "TurnFinished"]
+    assert kinds == [
+        "TurnStarted",
+        "StepStarted",
+        "ModelDelta",
+        "ToolStarted",
+        "ToolFinished",
+        "StepStarted",
+        "ModelDelta",
+        "TurnFinished",
+    ]
     assert events[0].source == "cli"
 
 
@@ -221,8 +242,9 @@ async def test_overflow_handler_can_shrink_history_and_retry(tmp_path):
         await ctx.history.replace([ctx.history.messages[-1].with_meta(kind="kept")], "overflow")
         return True
 
-    _rt, model, s = make_rt(tmp_path, ["one", ContextOverflowError("prompt is too long"), "fits now"],
-                           overflow_handler=compact)
+    _rt, model, s = make_rt(
+        tmp_path, ["one", ContextOverflowError("prompt is too long"), "fits now"], overflow_handler=compact
+    )
     await s.run("first")
     r = await s.run("second")
     assert r.ok and r.text == "fits now" and seen == [(1, "context_overflow", 3)]
@@ -266,7 +288,16 @@ async def test_abort_right_after_submit_cancels_cleanly_and_the_queue_goes_on(tm
 
 async def test_calls_sharing_an_id_each_get_their_own_result(tmp_path):
     # some OpenAI-compatible servers send empty or repeated tool-call ids
-    _rt, _model, s = make_rt(tmp_path, [answer("", ToolCall("call_0", "bash", {"command": "echo one"}),
-                                             ToolCall("call_0", "bash", {"command": "echo two"})), "ok"])
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer(
+                "",
+                ToolCall("call_0", "bash", {"command": "echo one"}),
+                ToolCall("call_0", "bash", {"command": "echo two"}),
+            ),
+            "ok",
+        ],
+    )
     await s.run("go")
     assert [r.content.splitlines()[0] for r in s.messages[2].tool_results] == ["one", "two"]

@@ -202,7 +202,8 @@ async def test_retries_on_rate_limit_overload_reset_and_stream_error(tmp_path, s
         {"text": "finally"},
     ])
     notices = []
-    rt.listeners.append(lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None)
+    rt.listeners.append(
+        lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None)
     r = await rt.create_session().run("hello")
     await rt.aclose()
     assert r.ok and r.text == "finally", r
@@ -224,8 +225,13 @@ async def test_context_overflow_is_reported_as_such(tmp_path, sim, api):
 @pytest.mark.parametrize("api", APIS)
 async def test_the_second_step_reads_the_first_steps_prompt_from_cache(tmp_path, sim, api):
     big_system = "You follow the house rules.\n" + "\n".join(f"Rule {i}: keep module {i} tidy." for i in range(400))
-    rt, _ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "done"}],
-                   system_prompt=big_system)
+    rt, _ws = agent(
+        tmp_path,
+        sim,
+        api,
+        [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "done"}],
+        system_prompt=big_system,
+    )
     s = rt.create_session()
     await s.run("go")
     await rt.aclose()
@@ -239,10 +245,12 @@ async def test_the_second_step_reads_the_first_steps_prompt_from_cache(tmp_path,
 
 async def test_anthropic_thinking_blocks_are_kept_and_replayed_with_their_signature(tmp_path, sim):
     state, url = sim
-    state.set_script([{"thinking": "I should list first", "tool_calls": [{"name": "ls", "arguments": {}}]},
-                      {"text": "listed"}])
-    settings = resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url,
-                       thinking_budget=2048)
+    state.set_script(
+        [{"thinking": "I should list first", "tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "listed"}]
+    )
+    settings = resolve(
+        "sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url, thinking_budget=2048
+    )
     rt = AgentRuntime(make_client(settings, retry=FAST), home=tmp_path / "home", workspace=tmp_path, host_builtins=[])
     r = await rt.create_session().run("look")
     await rt.aclose()

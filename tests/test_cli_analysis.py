@@ -44,7 +44,9 @@ def test_calls_filters_by_analysis(captured):
     for key in ("relation", "pointer", "epoch_reason", "predecessor", "thread", "tokens_estimated",
                 "tokens_by_category", "cache_verdict", "has_compaction_before", "markers"):  # fmt: skip
         assert key in diverged[0], key
-    assert [c["id"] for c in json.loads(invoke("calls", *db, "--pointer-prefix", "/system", "--json"))] == [rows[2]["id"]]
+    assert [c["id"] for c in json.loads(invoke("calls", *db, "--pointer-prefix", "/system", "--json"))] == [
+        rows[2]["id"]
+    ]
     assert json.loads(invoke("calls", *db, "--pointer-prefix", "/sys", "--json")) == []  # whole tokens only
     hits = json.loads(invoke("calls", *db, "--verdict", "hit", "--json"))
     assert [c["id"] for c in hits] == [rows[1]["id"]]

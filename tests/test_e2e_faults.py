@@ -184,7 +184,8 @@ def test_credentials_in_the_query_and_in_custom_headers_never_reach_the_store(pr
     assert reply.choices[0].message.content == "sim: hello"
     [row] = proxy.wait_for_calls(1)
     call = queries.get_call(queries.open_db(proxy.db_path), row["id"])
-    assert "auth=%5Bredacted%5D" in call["query"] and {k.lower(): v for k, v in call["request_headers"]}["x-custom-thing"] == "[redacted]"
+    headers = {k.lower(): v for k, v in call["request_headers"]}
+    assert "auth=%5Bredacted%5D" in call["query"] and headers["x-custom-thing"] == "[redacted]"
     proxy.stop()  # everything written: the database, its WAL and any spool are final
     stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "home" not in p.parts)
     for secret in ("hunter2-AUTH", "ARRAYKEY-123", "SIGVALUE", SECRET, "ghp_abcdefghij", KEY):
@@ -231,8 +232,13 @@ def test_a_client_leaving_a_thinking_upstream_is_recorded_within_a_second(loop_t
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     upstream = _Forever(loop_thread)
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": upstream.url + "/x"},
-                       limits=Limits(shutdown_grace=1))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"anthropic": upstream.url + "/x"},
+        limits=Limits(shutdown_grace=1),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     try:
         client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
@@ -259,15 +265,22 @@ def test_stopping_the_daemon_cuts_a_never_ending_stream_as_interrupted(loop_thre
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     upstream = _Forever(loop_thread)
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"openai": upstream.url},
-                       limits=Limits(shutdown_grace=0.5))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"openai": upstream.url},
+        limits=Limits(shutdown_grace=0.5),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     streaming, ended = threading.Event(), []
 
     def read():
         try:
-            with httpx2.Client(timeout=30) as c, c.stream("POST", daemon.url + "/openai/v1/chat/completions",
-                                                       content=b'{"stream": true}') as r:
+            with (
+                httpx2.Client(timeout=30) as c,
+                c.stream("POST", daemon.url + "/openai/v1/chat/completions", content=b'{"stream": true}') as r,
+            ):
                 for _ in r.iter_raw():
                     streaming.set()
         except Exception as exc:  # the cut, as the client sees it
@@ -320,10 +333,31 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
     upstream = _Forever(loop_thread)
     env = {**__import__("os").environ, "CTXSCOPE_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp_path / "c.db"),
-         "--upstream", f"forever={upstream.url}", "--limit", "header_timeout=0.5", "--limit", "body_timeout=0.5",
-         "--limit", "keepalive_timeout=1", "--limit", "shutdown_grace=0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "ctxscope.main",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / "c.db"),
+            "--upstream",
+            f"forever={upstream.url}",
+            "--limit",
+            "header_timeout=0.5",
+            "--limit",
+            "body_timeout=0.5",
+            "--limit",
+            "keepalive_timeout=1",
+            "--limit",
+            "shutdown_grace=0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         for _ in range(50):  # the daemon says where it listens among its first lines
             listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
@@ -367,15 +401,24 @@ def test_a_body_over_the_limit_is_answered_413_and_stored_as_request_too_large(l
     from ctxscope.settings import Limits
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": sim.url},
-                       limits=Limits(max_body_bytes=2**20))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"anthropic": sim.url},
+        limits=Limits(max_body_bytes=2**20),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     try:
         client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
         with pytest.raises(anthropic.APIStatusError) as info:
-            client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}])
+            client.messages.create(
+                model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}]
+            )
         assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"
-        reply = client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}])
+        reply = client.messages.create(
+            model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}]
+        )
         assert reply.content[0].text
     finally:
         loop_thread.call(daemon.stop())

@@ -94,7 +94,9 @@ def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim, tap):
         tools=[{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}])
     chunks = list(stream)
     usage = chunks[-1].usage
-    names = [tc.function.name for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or []) if tc.function.name]
+    names = [
+        tc.function.name for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or []) if tc.function.name
+    ]
     assert names == ["read", "read"]
     [row] = proxy.wait_for_calls(1)
     _assert_same_bytes(sim, tap, proxy, row)
@@ -103,16 +105,20 @@ def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim, tap):
 
 
 def test_openai_chat_stream_without_include_usage_is_not_reported(proxy, sim, tap):
-    list(_openai(proxy, tap).chat.completions.create(
-        model="gpt-sim", stream=True, messages=[{"role": "user", "content": "hi"}]))
+    list(
+        _openai(proxy, tap).chat.completions.create(
+            model="gpt-sim", stream=True, messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     [row] = proxy.wait_for_calls(1)
     assert row["usage"] is None
 
 
 async def test_openai_responses_async_stream(proxy, sim, atap):
     sim.state().set_script([{"text": "streamed answer"}])
-    client = openai.AsyncOpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
-                                http_client=httpx2.AsyncClient(transport=atap))
+    client = openai.AsyncOpenAI(
+        api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0, http_client=httpx2.AsyncClient(transport=atap)
+    )
     async with client.responses.stream(model="gpt-sim", input="say something") as stream:
         final = await stream.get_final_response()
     assert final.output_text == "streamed answer"
@@ -125,13 +131,16 @@ async def test_openai_responses_async_stream(proxy, sim, atap):
 
 async def test_anthropic_async_non_stream_and_error_shape(proxy, sim, atap):
     sim.state().set_script([{"error": {"status": 429, "message": "slow down"}}, {"text": "ok now"}])
-    client = anthropic.AsyncAnthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0,
-                                      http_client=httpx2.AsyncClient(transport=atap))
+    client = anthropic.AsyncAnthropic(
+        api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, http_client=httpx2.AsyncClient(transport=atap)
+    )
     with pytest.raises(anthropic.RateLimitError):
-        await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                     messages=[{"role": "user", "content": "x"}])
-    msg = await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                       messages=[{"role": "user", "content": "x"}])
+        await client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    msg = await client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+    )
     assert msg.content[0].text == "ok now"
     rows = proxy.wait_for_calls(2)
     assert [r["outcome"] for r in rows] == ["http_error", "ok"]
@@ -144,8 +153,9 @@ def test_api_key_never_reaches_the_database(proxy, sim, tap):
     handed_over: list = []  # what goes to the writer child, which writes it to its spool file as it is
     put = proxy.daemon.writer._queue.put
     proxy.daemon.writer._queue.put = lambda item: (handed_over.append(item), put(item))
-    _anthropic(proxy, tap).messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                           messages=[{"role": "user", "content": "x"}])
+    _anthropic(proxy, tap).messages.create(
+        model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+    )
     _openai(proxy, tap).chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "x"}])
     rows = proxy.wait_for_calls(2)
     call = get_call(open_db(proxy.db_path), rows[0]["id"])

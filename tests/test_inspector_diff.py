@@ -25,7 +25,9 @@ from ctxscope.inspector.diff import diff_calls
 
 def store(tmp_path, *bodies, **kw):
     """Store each body (a dict, or raw bytes) as one call; returns the reader and the ids in order."""
-    exchanges = [ex(b, i, **kw) if isinstance(b, dict) else ex(None, i, request_body=b, **kw) for i, b in enumerate(bodies)]
+    exchanges = [
+        ex(b, i, **kw) if isinstance(b, dict) else ex(None, i, request_body=b, **kw) for i, b in enumerate(bodies)
+    ]
     db, _ = run(tmp_path / "c.db", exchanges)
     ids = [r[0] for r in db.execute("SELECT id FROM calls ORDER BY rowid").fetchall()]
     return db, ids
@@ -41,7 +43,11 @@ def test_system_edit_shows_both_sides_at_the_first_difference(tmp_path):
     assert (d["relation"], d["pointer"]) == ("DIVERGED", "/system/1/text")
     first = d["first_divergence"]
     assert (first["pointer_a"], first["pointer_b"], first["kind_a"], first["kind_b"]) == (
-        "/system/1/text", "/system/1/text", "system", "system")
+        "/system/1/text",
+        "/system/1/text",
+        "system",
+        "system",
+    )
     assert first["a"] == b["system"][1]["text"] and first["b"] == a["system"][1]["text"]
     assert first["text"]["offset"] == a["system"][1]["text"].index("small")
     assert first["text"]["a_excerpt"].endswith("tiny steps and explain what you change.")
@@ -59,8 +65,10 @@ def test_marker_moves_and_restrung_strings_are_not_differences(tmp_path):
     assert d["markers"]["a"] == ["/system/1", "/messages/2/content/0"]
     assert d["markers"]["b"] == ["/system/1", "/messages/0/content/0"]
     assert [(s["kind"], s["pointer"]) for s in d["added"]] == [
-        ("assistant_text", "/messages/1/content/0"), ("tool_call", "/messages/1/content/1"),
-        ("tool_result", "/messages/2/content/0")]
+        ("assistant_text", "/messages/1/content/0"),
+        ("tool_call", "/messages/1/content/1"),
+        ("tool_result", "/messages/2/content/0"),
+    ]
     assert d["removed"] == [] and d["resent"]["segments"] == 0
     assert d["tokens"]["a"] > d["tokens"]["b"] == d["shared_tokens"]
 

@@ -52,7 +52,9 @@ def test_stop_drains_everything_and_readers_work_meanwhile(tmp_path):
     assert w.stop()
     assert w.stats().running is False
     assert _ids(reader) == {e.id for e in exs}
-    assert [c["seq"] for c in queries.list_calls(reader, session="s1", limit=None, newest_first=False)] == list(range(1, 301))
+    assert [c["seq"] for c in queries.list_calls(reader, session="s1", limit=None, newest_first=False)] == list(
+        range(1, 301)
+    )
 
 
 def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
@@ -109,7 +111,8 @@ def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_save
 def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, caplog):
     path = tmp_path / "c.db"
     store.connect(path).execute(
-        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
     )
     good1, bad, good2 = make_exchange(), make_exchange(path="/boom"), make_exchange()
     w = CaptureWriter(path)
@@ -123,8 +126,13 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
     assert bad.id in caplog.text
     db = queries.open_db(path)
     assert _ids(db) == {good1.id, good2.id}
-    assert db.execute("SELECT COUNT(*) FROM blobs WHERE id NOT IN (SELECT request_blob FROM calls) "
-                      "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)").fetchone()[0] == 0
+    assert (
+        db.execute(
+            "SELECT COUNT(*) FROM blobs WHERE id NOT IN (SELECT request_blob FROM calls) "
+            "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)"
+        ).fetchone()[0]
+        == 0
+    )
     for ex in (good1, good2):
         assert queries.get_request_raw(db, ex.id) == ex.request_body
     status = queries.db_status(path)["writer"]

@@ -336,7 +336,8 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
     w.start()
     try:
         pid = w._proc.pid
-        up, down = make_exchange(1, request_headers=gz, request_body=bomb), make_exchange(2, response_headers=gz, response_body=bomb)
+        up = make_exchange(1, request_headers=gz, request_body=bomb)
+        down = make_exchange(2, response_headers=gz, response_body=bomb)
         w.submit(up)
         w.submit(down)
         deadline = time.monotonic() + 60

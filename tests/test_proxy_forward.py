@@ -341,7 +341,8 @@ async def test_no_header_is_invented_and_none_is_lost(rig):
     async with aiohttp.ClientSession(skip_auto_headers=bare) as s:
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
             assert resp.status == 200
-        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd", "Content-Type": "text/x"}
+        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd",
+                "Content-Type": "text/x"}
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}", headers=full) as resp:
             assert resp.status == 200
     sent_bare, sent_full = rig.upstream.received[0][0], rig.upstream.received[1][0]
@@ -353,8 +354,10 @@ def test_settle_gc_freezes_start_up_objects_and_collects_less_often():
     import subprocess
     import sys
 
-    code = ("import gc; from ctxscope.proxy.server import settle_gc; settle_gc(); "
-            "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])")
+    code = (
+        "import gc; from ctxscope.proxy.server import settle_gc; settle_gc(); "
+        "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "20000"]
 

@@ -73,14 +73,17 @@ def daemon(tmp_path_factory):
 
 
 def _sessions(url: str) -> set[str]:
-    return {s["session"] for s in json.loads(urllib.request.urlopen(url + "/_ctxscope/api/sessions").read())["sessions"]}
+    return {
+        s["session"] for s in json.loads(urllib.request.urlopen(url + "/_ctxscope/api/sessions").read())["sessions"]
+    }
 
 
 def test_an_upstream_html_page_cannot_read_the_token_or_delete_a_session(daemon, browser):
     import time
 
     anthropic_client(daemon.url, "victim").messages.create(
-        model="claude-sonnet-4-6", max_tokens=20, messages=[{"role": "user", "content": "keep me"}])
+        model="claude-sonnet-4-6", max_tokens=20, messages=[{"role": "user", "content": "keep me"}]
+    )
     deadline = time.monotonic() + 10
     while "victim" not in _sessions(daemon.url) and time.monotonic() < deadline:
         time.sleep(0.05)

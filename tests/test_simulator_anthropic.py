@@ -19,7 +19,9 @@ def client(sim_alone):
 
 
 def ask(client, text="hello", **kw):
-    return client.messages.create(model=kw.pop("model", MODEL), max_tokens=256, messages=[{"role": "user", "content": text}], **kw)
+    return client.messages.create(
+        model=kw.pop("model", MODEL), max_tokens=256, messages=[{"role": "user", "content": text}], **kw
+    )
 
 
 def test_text_reply_and_usage(sim_alone, client):
@@ -39,11 +41,18 @@ def test_default_reply_when_queue_is_empty(client):
 
 
 def test_parallel_tool_calls_with_thinking_streamed(sim_alone, client):
-    sim_alone.state.set_script([{
-        "thinking": "I should read both files.",
-        "text": "Reading them.",
-        "tool_calls": [{"name": "read", "arguments": {"path": "a.py"}}, {"name": "read", "arguments": {"path": "b.py", "limit": 20}}],
-    }])
+    sim_alone.state.set_script(
+        [
+            {
+                "thinking": "I should read both files.",
+                "text": "Reading them.",
+                "tool_calls": [
+                    {"name": "read", "arguments": {"path": "a.py"}},
+                    {"name": "read", "arguments": {"path": "b.py", "limit": 20}},
+                ],
+            }
+        ]
+    )
     with client.messages.stream(model=MODEL, max_tokens=256, messages=[{"role": "user", "content": "go"}]) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_message()
@@ -53,12 +62,18 @@ def test_parallel_tool_calls_with_thinking_streamed(sim_alone, client):
     assert all(b.id.startswith("toolu_01") for b in final.content[2:]) and final.content[2].id != final.content[3].id
     assert final.stop_reason == "tool_use"
     assert kinds.count("input_json") >= 4  # arguments arrive in several partial fragments
-    assert final.usage.output_tokens == count_tokens("I should read both files.") + count_tokens("Reading them.") + 2 * count_tokens("read") + count_tokens('{"path":"a.py"}') + count_tokens('{"path":"b.py","limit":20}')
+    assert final.usage.output_tokens == count_tokens("I should read both files.") + count_tokens(
+        "Reading them."
+    ) + 2 * count_tokens("read") + count_tokens('{"path":"a.py"}') + count_tokens('{"path":"b.py","limit":20}')
 
 
 def test_raw_stream_event_order(sim_alone, client):
-    sim_alone.state.set_script([{"text": "one two three four five six seven", "tool_calls": [{"name": "ls", "arguments": {"d": "."}}]}])
-    stream = client.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x"}], stream=True)
+    sim_alone.state.set_script(
+        [{"text": "one two three four five six seven", "tool_calls": [{"name": "ls", "arguments": {"d": "."}}]}]
+    )
+    stream = client.messages.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x"}], stream=True
+    )
     kinds = [(e.type, getattr(e, "index", None)) for e in stream]
     names = [k for k, _ in kinds]
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
@@ -82,8 +97,12 @@ def test_max_tokens_stop_reason(sim_alone, client):
 
 @pytest.mark.parametrize(
     ("status", "exc", "etype"),
-    [(429, anthropic.RateLimitError, "rate_limit_error"), (529, anthropic.OverloadedError, "overloaded_error"),
-     (500, anthropic.InternalServerError, "api_error"), (400, anthropic.BadRequestError, "invalid_request_error")],
+    [
+        (429, anthropic.RateLimitError, "rate_limit_error"),
+        (529, anthropic.OverloadedError, "overloaded_error"),
+        (500, anthropic.InternalServerError, "api_error"),
+        (400, anthropic.BadRequestError, "invalid_request_error"),
+    ],
 )
 def test_errors_raise_the_sdk_classes(sim_alone, client, status, exc, etype):
     sim_alone.state.set_script([{"error": {"status": status, "message": "scripted failure", "retry_after": 7}}])
@@ -99,7 +118,10 @@ def test_context_overflow_keeps_the_step_for_a_shorter_prompt(sim_alone, client)
     sim_alone.state.set_script([{"text": "fits now", "context_window": 50}])
     with pytest.raises(anthropic.BadRequestError) as info:
         ask(client, " ".join(["hello"] * 60))
-    assert info.value.body["error"] == {"type": "invalid_request_error", "message": "prompt is too long: 60 tokens > 50 maximum"}
+    assert info.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 60 tokens > 50 maximum",
+    }
     assert ask(client, "short").content[0].text == "fits now"
     sim_alone.state.context_window = 10
     with pytest.raises(anthropic.BadRequestError, match="prompt is too long: 11 tokens > 10 maximum"):
@@ -107,7 +129,14 @@ def test_context_overflow_keeps_the_step_for_a_shorter_prompt(sim_alone, client)
 
 
 def test_stream_error_after_content(sim_alone, client):
-    sim_alone.state.set_script([{"text": "partial answer that is long enough", "stream_error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"}}])
+    sim_alone.state.set_script(
+        [
+            {
+                "text": "partial answer that is long enough",
+                "stream_error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"},
+            }
+        ]
+    )
     seen = []
     with (
         pytest.raises(anthropic.APIStatusError) as info,
@@ -145,8 +174,12 @@ def test_delays(sim_alone, client):
 
 def _cached_call(client, system_ttl=None, stream=False, model=MODEL):
     cc = {"type": "ephemeral", **({"ttl": system_ttl} if system_ttl else {})}
-    kwargs = {"model": model, "max_tokens": 64, "system": [{"type": "text", "text": LONG, "cache_control": cc}],
-                  "messages": [{"role": "user", "content": "question"}]}
+    kwargs = {
+        "model": model,
+        "max_tokens": 64,
+        "system": [{"type": "text", "text": LONG, "cache_control": cc}],
+        "messages": [{"role": "user", "content": "question"}],
+    }
     if stream:
         with client.messages.stream(**kwargs) as s:
             return s.get_final_message().usage
@@ -199,14 +232,18 @@ def test_top_level_cache_control_and_breakpoint_limit(client):
 
 
 def test_count_tokens(client):
-    counted = client.messages.count_tokens(model=MODEL, system="be brief", messages=[{"role": "user", "content": "hello world"}])
+    counted = client.messages.count_tokens(
+        model=MODEL, system="be brief", messages=[{"role": "user", "content": "hello world"}]
+    )
     assert counted.input_tokens == count_tokens("be brief") + count_tokens("hello world")
 
 
 async def test_async_client_streams_and_creates(sim_alone):
     sim_alone.state.set_script([{"text": "async hello"}, {"tool_calls": [{"name": "ls", "arguments": {}}]}])
     client = anthropic.AsyncAnthropic(base_url=sim_alone.base_url, api_key="k", max_retries=0)
-    async with client.messages.stream(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x"}]) as stream:
+    async with client.messages.stream(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x"}]
+    ) as stream:
         texts = [t async for t in stream.text_stream]
         final = await stream.get_final_message()
     assert "".join(texts) == final.content[0].text == "async hello"

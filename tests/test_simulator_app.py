@@ -75,7 +75,9 @@ async def test_config_endpoint(sim):
     session, state = sim
     async with session.post("/_sim/config", json={"context_window": 3}) as resp:
         assert (await resp.json()) == {"context_window": 3}
-    async with session.post("/chat/completions", json={"model": "gpt-x", "messages": [{"role": "user", "content": "one two three four"}]}) as resp:
+    async with session.post(
+        "/chat/completions", json={"model": "gpt-x", "messages": [{"role": "user", "content": "one two three four"}]}
+    ) as resp:
         assert resp.status == 400 and (await resp.json())["error"]["code"] == "context_length_exceeded"
     async with session.post("/_sim/config", json={"context_window": -1}) as resp:
         assert resp.status == 400

@@ -37,8 +37,13 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
     if token:
         env["CTXSCOPE_SIM_TOKEN"] = token
     with open(tmp / "serve.log", "w") as log:  # the child keeps its own copy
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0",
-                                 "--db", str(tmp / "c.db"), *args], stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp / "c.db"), *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            text=True,
+        )
     lines: list[str] = []
     try:
         for line in proc.stdout:
@@ -167,8 +172,12 @@ def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daem
         {"Content-Type": "text/plain;charset=UTF-8"},  # no browser headers at all, no token
         {"Content-Type": "application/json"},
         # a DNS-rebound page: same-origin as far as the browser knows, but the daemon's Host is its name
-        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}", "Sec-Fetch-Site": "same-origin",
-         "Content-Type": "text/plain;charset=UTF-8"},
+        {
+            "Host": f"evil.example:{port}",
+            "Origin": f"http://evil.example:{port}",
+            "Sec-Fetch-Site": "same-origin",
+            "Content-Type": "text/plain;charset=UTF-8",
+        },
     ]
     for headers in attempts:
         for path in ("/u/sim/_sim/script", "/u/sim/_sim/reset", "/u/sim/_sim/config"):
@@ -189,9 +198,13 @@ def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon)
                          {"content-type": "application/json"})  # fmt: skip
     assert status == 200
     port = url.rsplit(":", 1)[1]
-    for headers in ({"Host": "evil.example"}, {"Host": f"evil.example:{port}", "Sec-Fetch-Site": "same-origin"},
-                    {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
-                    {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}, {}):
+    for headers in (
+        {"Host": "evil.example"},
+        {"Host": f"evil.example:{port}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
+        {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+        {},
+    ):
         for path in ("/u/sim/_sim/requests", "/u/sim/_sim/script", "/u/sim/_sim/config"):
             status, data = _request(url, "GET", path, None, headers)
             assert status in (403, 421), (headers, path, status)
@@ -221,7 +234,9 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
         conn.close()
 
     prompt = "lorem ipsum dolor sit amet\n" * (50_000_000 // 27)
-    big = json.dumps({"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": prompt}]}).encode()
+    big = json.dumps(
+        {"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": prompt}]}
+    ).encode()
     assert len(big) >= 50_000_000
     watcher = threading.Thread(target=small_calls)
     watcher.start()
@@ -239,8 +254,10 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
     gaps = [b - a for a, b in itertools.pairwise(during)]
     assert len(during) > 10 and during[-1] > t1
     worst = max(gaps)
-    print(f"\n50 MB prompt to /u/sim took {t1 - t0:.2f} s; {len(during)} small calls to another upstream meanwhile, "
-          f"longest gap between two of them {worst * 1000:.0f} ms (a call every 10 ms)")
+    print(
+        f"\n50 MB prompt to /u/sim took {t1 - t0:.2f} s; {len(during)} small calls to another upstream meanwhile, "
+        f"longest gap between two of them {worst * 1000:.0f} ms (a call every 10 ms)"
+    )
     assert worst < 1.0, f"forwarding stalled {worst * 1000:.0f} ms"
 
 

@@ -10,7 +10,12 @@ from ctxscope.vocab.tokens import count_tokens
 
 MODEL = "gpt-4o"
 LONG = " ".join(["hello"] * 1500)  # exactly 1500 tokens
-TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    }
+]
 PARALLEL = [{"name": "read", "arguments": {"path": "a.py"}}, {"name": "read", "arguments": {"path": "b.py"}}]
 
 
@@ -39,12 +44,17 @@ def test_chat_text_and_usage(sim_alone, client):
 
 def test_chat_parallel_tool_calls_with_stream_helper(sim_alone, client):
     sim_alone.state.set_script([{"text": "Reading.", "tool_calls": PARALLEL}])
-    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": "go"}], tools=TOOLS) as stream:
+    with client.chat.completions.stream(
+        model=MODEL, messages=[{"role": "user", "content": "go"}], tools=TOOLS
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_completion()
     message = final.choices[0].message
     assert message.content == "Reading." and final.choices[0].finish_reason == "tool_calls"
-    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [("read", '{"path":"a.py"}'), ("read", '{"path":"b.py"}')]
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("read", '{"path":"a.py"}'),
+        ("read", '{"path":"b.py"}'),
+    ]
     assert [c.index for c in message.tool_calls] == [0, 1]
     assert all(c.id.startswith("call_") for c in message.tool_calls)
     assert kinds.count("tool_calls.function.arguments.delta") >= 4
@@ -71,8 +81,11 @@ def test_chat_empty_and_length(sim_alone, client):
 
 @pytest.mark.parametrize(
     ("status", "exc", "etype", "code"),
-    [(429, openai.RateLimitError, "requests", "rate_limit_exceeded"), (500, openai.InternalServerError, "server_error", None),
-     (401, openai.AuthenticationError, "invalid_request_error", "invalid_api_key")],
+    [
+        (429, openai.RateLimitError, "requests", "rate_limit_exceeded"),
+        (500, openai.InternalServerError, "server_error", None),
+        (401, openai.AuthenticationError, "invalid_request_error", "invalid_api_key"),
+    ],
 )
 def test_chat_errors(sim_alone, client, status, exc, etype, code):
     sim_alone.state.set_script([{"error": {"status": status, "message": "scripted"}}])
@@ -91,11 +104,13 @@ def test_chat_context_overflow(sim_alone, client):
 
 
 def test_chat_stream_error_reset_and_delay(sim_alone, client):
-    sim_alone.state.set_script([
-        {"text": "some words before failing", "stream_error": {"status": 500, "message": "boom"}},
-        {"text": "a b c d e f g h", "reset_after_events": 2},
-        {"text": "late", "delay_ms": 1500},
-    ])
+    sim_alone.state.set_script(
+        [
+            {"text": "some words before failing", "stream_error": {"status": 500, "message": "boom"}},
+            {"text": "a b c d e f g h", "reset_after_events": 2},
+            {"text": "late", "delay_ms": 1500},
+        ]
+    )
     got = []
     with pytest.raises(openai.APIError, match="boom"):
         for chunk in chat(client, stream=True):
@@ -111,7 +126,9 @@ def test_chat_automatic_prefix_cache(sim_alone, client):
     messages = [{"role": "system", "content": LONG}, {"role": "user", "content": "question"}]
     first = client.chat.completions.create(model=MODEL, messages=messages)
     assert (first.usage.prompt_tokens, first.usage.prompt_tokens_details.cached_tokens) == (1501, 0)
-    stream = client.chat.completions.create(model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}
+    )
     usage = list(stream)[-1].usage
     assert usage.prompt_tokens == 1501 and usage.prompt_tokens_details.cached_tokens == 1408
     assert usage.prompt_tokens_details.cached_tokens % 128 == 0
@@ -151,8 +168,12 @@ def test_responses_stream_helper_with_reasoning_and_parallel_calls(sim_alone, cl
 
 
 def test_responses_incomplete_failed_and_overflow(sim_alone, client):
-    sim_alone.state.set_script([{"text": "cut", "stop_reason": "max_output_tokens"},
-                          {"text": "text before failure", "stream_error": {"status": 500, "message": "went wrong"}}])
+    sim_alone.state.set_script(
+        [
+            {"text": "cut", "stop_reason": "max_output_tokens"},
+            {"text": "text before failure", "stream_error": {"status": 500, "message": "went wrong"}},
+        ]
+    )
     incomplete = client.responses.create(model="gpt-5", input="x")
     assert incomplete.status == "incomplete" and incomplete.incomplete_details.reason == "max_output_tokens"
     events = list(client.responses.create(model="gpt-5", input="x", stream=True))
@@ -170,7 +191,8 @@ def test_responses_previous_response_id_and_cache(sim_alone, client):
     first = client.responses.create(model="gpt-5", input=LONG)
     call = first.output[0]
     follow = client.responses.create(
-        model="gpt-5", previous_response_id=first.id,
+        model="gpt-5",
+        previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "file text"}],
     )
     expected = 1500 + count_tokens(call.arguments) + count_tokens("file text")

@@ -131,7 +131,8 @@ class Upstreams:
         except TimeoutError:
             pass
         body = b'{"id":"late","object":"chat.completion","choices":[]}'
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        writer.write(head + body)
         await writer.drain()
 
     async def _rst(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
