@@ -350,6 +350,8 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     early = {r[0] for r in conn.execute("SELECT id FROM calls WHERE id LIKE 'early%'")}
