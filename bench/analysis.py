@@ -43,7 +43,40 @@ from ctxscope.vocab.tokens import count_tokens
 
 T0 = 1_760_000_000.0
 clock = time.process_time  # CPU time of this process: other processes on the machine do not count
-_WORDS = ["the", "parser", "reads", "each", "token", "and", "builds", "a", "tree", "of", "nodes", "while", "the", "checker", "walks", "it", "to", "find", "type", "errors", "in", "function", "calls", "loops", "and", "branches", "then", "reports", "them", "with", "line", "numbers"]  # fmt: skip
+_WORDS = [
+    "the",
+    "parser",
+    "reads",
+    "each",
+    "token",
+    "and",
+    "builds",
+    "a",
+    "tree",
+    "of",
+    "nodes",
+    "while",
+    "the",
+    "checker",
+    "walks",
+    "it",
+    "to",
+    "find",
+    "type",
+    "errors",
+    "in",
+    "function",
+    "calls",
+    "loops",
+    "and",
+    "branches",
+    "then",
+    "reports",
+    "them",
+    "with",
+    "line",
+    "numbers",
+]
 
 
 class CountingCounter(TokenCounter):
@@ -83,21 +116,57 @@ def session_bodies(n: int, target_tokens: int, seed: int = 7) -> list[dict]:
         for _ in range(rng.choice((1, 2, 2, 3)) if i else 0):
             if messages[-1]["role"] == "user":
                 size = int(per_message * rng.uniform(0.5, 1.5))
-                messages.append({"role": "assistant", "content": [
-                    {"type": "text", "text": prose(rng, size // 4)},
-                    {"type": "tool_use", "id": f"tu_{i}_{len(messages)}", "name": "tool_1", "input": {"path": "a.py"}}]})  # fmt: skip
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "text", "text": prose(rng, size // 4)},
+                            {
+                                "type": "tool_use",
+                                "id": f"tu_{i}_{len(messages)}",
+                                "name": "tool_1",
+                                "input": {"path": "a.py"},
+                            },
+                        ],
+                    }
+                )
             else:
                 size = int(per_message * rng.uniform(0.5, 1.5))
-                messages.append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": messages[-1]["content"][-1]["id"], "content": prose(rng, size)}]})  # fmt: skip
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": messages[-1]["content"][-1]["id"],
+                                "content": prose(rng, size),
+                            }
+                        ],
+                    }
+                )
         if messages[-1]["role"] == "assistant":
-            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": messages[-1]["content"][-1]["id"],
-                                                          "content": prose(rng, per_message)}]})  # fmt: skip
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": messages[-1]["content"][-1]["id"],
+                            "content": prose(rng, per_message),
+                        }
+                    ],
+                }
+            )
     return bodies
 
 
 def exchange(i: int, raw: bytes) -> Exchange:
-    usage = {"input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100, "output_tokens": 30}
+    usage = {
+        "input_tokens": 50,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 100,
+        "output_tokens": 30,
+    }
     response = {"id": f"msg_{i}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
                 "content": [{"type": "text", "text": "ok"}], "stop_reason": "tool_use", "usage": usage}  # fmt: skip
     return Exchange(
@@ -167,8 +236,10 @@ def main() -> None:
         start = clock()
         TokenCounter().count_prompt(whole)
         count_full = (clock() - start) * 1e3
-        print(f"{context[window[0]] // 1000:>7}K {med(plain, window) * 1e3:9.2f} {med(took, window) * 1e3:12.2f} "
-              f"{med(canon, window) * 1e3:13.2f} {med(counted, window):15.0f} {canon_full:21.1f} {count_full:14.1f}")  # fmt: skip
+        print(
+            f"{context[window[0]] // 1000:>7}K {med(plain, window) * 1e3:9.2f} {med(took, window) * 1e3:12.2f} "
+            f"{med(canon, window) * 1e3:13.2f} {med(counted, window):15.0f} {canon_full:21.1f} {count_full:14.1f}"
+        )
     print(f"\ntokens counted per call: median {statistics.median(counted[1:]):.0f}, max {max(counted[1:])} "
           f"(the first call: {counted[0]})")  # fmt: skip
     fresh = sum(len(json.loads(r)["messages"]) for r in raws) - sum(reused)

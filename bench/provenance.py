@@ -47,7 +47,44 @@ from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call  
 from ctxscope.agent.tools.core_tools import core_tools_extension  # noqa: E402
 
 TURNS, STEPS = 4, 50
-WORDS = ["cache", "request", "token", "prefix", "session", "model", "stream", "buffer", "header", "upstream", "record", "index", "thread", "compaction", "budget", "reminder", "guard", "receipt", "artifact", "history", "replay", "canonical", "segment", "pointer", "latency", "window", "usage", "estimate", "anchor", "provider", "schema", "marker", "source", "citation", "worker", "queue"]
+WORDS = [
+    "cache",
+    "request",
+    "token",
+    "prefix",
+    "session",
+    "model",
+    "stream",
+    "buffer",
+    "header",
+    "upstream",
+    "record",
+    "index",
+    "thread",
+    "compaction",
+    "budget",
+    "reminder",
+    "guard",
+    "receipt",
+    "artifact",
+    "history",
+    "replay",
+    "canonical",
+    "segment",
+    "pointer",
+    "latency",
+    "window",
+    "usage",
+    "estimate",
+    "anchor",
+    "provider",
+    "schema",
+    "marker",
+    "source",
+    "citation",
+    "worker",
+    "queue",
+]
 
 
 def prose(rng: random.Random, n_bytes: int) -> str:
@@ -97,8 +134,9 @@ def script(rng: random.Random, root: Path, files: list[str], pages: dict[str, st
             elif kind in (0, 1):
                 call = tool_call("read", {"path": rng.choice(files), "offset": rng.choice([1, 1, 20, 80])})
             elif kind == 2:
-                call = tool_call("grep", {"pattern": rng.choice(WORDS) + " " + rng.choice(WORDS), "path": "src",
-                                          "max_results": 40})
+                call = tool_call(
+                    "grep", {"pattern": rng.choice(WORDS) + " " + rng.choice(WORDS), "path": "src", "max_results": 40}
+                )
             elif kind == 3:
                 call = tool_call("fetch", {"url": rng.choice(urls)})
             else:
@@ -125,13 +163,25 @@ class WireModel(ScriptedModel):
     """
 
     def prepare(self, request: ModelRequest) -> PreparedCall:
-        msgs = [{"role": m.role, "content": [getattr(b, "text", None) or getattr(b, "content", None) or
-                                             getattr(b, "arguments", None) for b in m.content]}
-                for m in request.messages]
-        body = {"model": self.model, "system": request.system, "tools": [t.name for t in request.tools],
-                "messages": msgs}
-        return PreparedCall(request, self.provider, self.api, self.model, "scripted://", dumps(body),
-                            dict(request.headers))
+        msgs = [
+            {
+                "role": m.role,
+                "content": [
+                    getattr(b, "text", None) or getattr(b, "content", None) or getattr(b, "arguments", None)
+                    for b in m.content
+                ],
+            }
+            for m in request.messages
+        ]
+        body = {
+            "model": self.model,
+            "system": request.system,
+            "tools": [t.name for t in request.tools],
+            "messages": msgs,
+        }
+        return PreparedCall(
+            request, self.provider, self.api, self.model, "scripted://", dumps(body), dict(request.headers)
+        )
 
 
 class Timed:
@@ -187,9 +237,15 @@ async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | 
         timed = Timed(SourceProvenance()) if with_provenance else None
         exts = [core_tools_extension(), fake_tools(pages)] + ([timed.extension()] if timed else [])
         budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}),
-                                              split_marker=split_host_marker)
-        rt = AgentRuntime(model, home=Path(tmp) / "home", workspace=root, extensions=exts, host_builtins=[budget],
-                          config=LoopConfig(max_steps=500))
+                                               split_marker=split_host_marker)
+        rt = AgentRuntime(
+            model,
+            home=Path(tmp) / "home",
+            workspace=root,
+            extensions=exts,
+            host_builtins=[budget],
+            config=LoopConfig(max_steps=500),
+        )
         s = rt.create_session()
         start = time.process_time()  # CPU time: other work on the machine does not blur the comparison
         for turn in range(TURNS):
@@ -198,14 +254,21 @@ async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | 
         cpu = time.process_time() - start
         results = [r for m in s.messages if m.role == "tool" for r in m.tool_results]
         retries = sum(1 for m in s.messages if m.meta.get("kind") == "retry")
-        facts = {"tool_results": len(results), "retries": retries, "steps": len(model.requests),
-                 "with_refs": sum(1 for r in results if r.details.get("source_references")),
-                 "externalised": sum(1 for r in results if "externalized" in r.details),
-                 "source_bytes": sum(len(r.content) for r in results)}
+        facts = {
+            "tool_results": len(results),
+            "retries": retries,
+            "steps": len(model.requests),
+            "with_refs": sum(1 for r in results if r.details.get("source_references")),
+            "externalised": sum(1 for r in results if "externalized" in r.details),
+            "source_bytes": sum(len(r.content) for r in results),
+        }
         if timed:
             st = timed.p.session(s.id)
-            facts |= {"sources": len(st.catalog), "indexed_chars": st.quotes._chars,
-                      "fingerprints": len(st.quotes._index)}
+            facts |= {
+                "sources": len(st.catalog),
+                "indexed_chars": st.quotes._chars,
+                "fingerprints": len(st.quotes._index),
+            }
         await rt.aclose()
         return cpu, timed, facts
 
@@ -232,22 +295,32 @@ async def main() -> None:
         steps_off = f["steps"]
     assert timed is not None
     per_step, cpu_step = list(timed.by_step.values()), list(timed.cpu_by_step.values())
-    print(f"session: {facts['steps']} model calls, {facts['tool_results']} tool results "
-          f"({facts['source_bytes'] / 1024:.0f} KiB of result text), {facts['with_refs']} with source references, "
-          f"{facts['externalised']} externalised, {facts['retries']} citation retry")
-    print(f"sources in the catalog: {facts['sources']}; indexed {facts['indexed_chars'] / 1024:.0f} KiB of "
-          f"normalised text, {facts['fingerprints']} fingerprints")
-    print(f"added per step ({len(per_step)} steps), wall: p50 {ms(pct(per_step, 50))}, p99 {ms(pct(per_step, 99))}, "
-          f"max {ms(max(per_step))}, total {ms(sum(per_step))}")
-    print(f"added per step, CPU:  p50 {ms(pct(cpu_step, 50))}, p99 {ms(pct(cpu_step, 99))}, "
-          f"max {ms(max(cpu_step))}, total {ms(sum(cpu_step))}")
+    print(
+        f"session: {facts['steps']} model calls, {facts['tool_results']} tool results "
+        f"({facts['source_bytes'] / 1024:.0f} KiB of result text), {facts['with_refs']} with source references, "
+        f"{facts['externalised']} externalised, {facts['retries']} citation retry"
+    )
+    print(
+        f"sources in the catalog: {facts['sources']}; indexed {facts['indexed_chars'] / 1024:.0f} KiB of "
+        f"normalised text, {facts['fingerprints']} fingerprints"
+    )
+    print(
+        f"added per step ({len(per_step)} steps), wall: p50 {ms(pct(per_step, 50))}, p99 {ms(pct(per_step, 99))}, "
+        f"max {ms(max(per_step))}, total {ms(sum(per_step))}"
+    )
+    print(
+        f"added per step, CPU:  p50 {ms(pct(cpu_step, 50))}, p99 {ms(pct(cpu_step, 99))}, "
+        f"max {ms(max(cpu_step))}, total {ms(sum(cpu_step))}"
+    )
     print("by event (wall):")
     for event in (AFTER_TOOL_CALL, AFTER_LLM_CALL, BEFORE_LLM_CALL, TURN_START):
         xs = timed.by_event[event]
         print(f"  {event:<16} {len(xs):>4} calls: p50 {ms(pct(xs, 50))}, p99 {ms(pct(xs, 99))}, max {ms(max(xs))}")
     on, off = statistics.median(cpu_on), statistics.median(cpu_off)
-    print(f"whole session CPU time, median of 3: with provenance {on:.3f} s ({facts['steps']} calls), "
-          f"without {off:.3f} s ({steps_off} calls, no retry)")
+    print(
+        f"whole session CPU time, median of 3: with provenance {on:.3f} s ({facts['steps']} calls), "
+        f"without {off:.3f} s ({steps_off} calls, no retry)"
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -90,17 +91,17 @@ def scheduling(pid: int) -> str:
     if best is None:
         return "no child process"
     policy, nice = int(best[38]), int(best[16])
-    return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(policy, f"policy {policy}")
+    return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(
+        policy, f"policy {policy}"
+    )
 
 
 def children_cpu(pid: int) -> float:
     """CPU seconds of a process's living descendants (a child that exits takes its figure along)."""
     total = 0.0
     for kid in child_pids(pid):
-        try:
+        with contextlib.suppress(OSError):
             total += cpu_seconds(kid)
-        except OSError:
-            pass
     return total
 
 
@@ -111,8 +112,11 @@ def child_env(home: Path) -> dict[str, str]:
 
 
 def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (["--upstream-url", upstream] if upstream else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "wb"), env=env, text=True)
+    cmd = [sys.executable, str(WIRE), "--role", role, "--loop", loop] + (
+        ["--upstream-url", upstream] if upstream else []
+    )
+    with open(log, "wb") as errors:  # the child keeps its own copy
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, text=True)
     line = proc.stdout.readline()
     if not line.startswith("LISTENING"):
         raise SystemExit(f"{role} failed to start:\n{log.read_text()}")
@@ -127,7 +131,8 @@ def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tupl
     prelude = (_NO_UVLOOP if loop == "asyncio" else "") + (_NO_CAPTURE if kind == "nocapture" else "")
     cmd = [sys.executable, "-c", prelude + _MAIN, *args] if prelude else [str(VENV_BIN / "ctxscope"), *args]
     log = work / f"{kind}-{loop}.log"
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    with open(log, "wb") as output:  # the child keeps its own copy
+        proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

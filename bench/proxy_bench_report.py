@@ -23,7 +23,7 @@ def med(values) -> float:
 
 
 def paired(a: Target, b: Target, phase: str, fn, op) -> float:
-    return med([op(fn(x), fn(y)) for x, y in zip(a.results[phase], b.results[phase])])
+    return med([op(fn(x), fn(y)) for x, y in zip(a.results[phase], b.results[phase], strict=False)])
 
 
 def _ratio(x: float, y: float) -> float:

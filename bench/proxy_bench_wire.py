@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import signal
 
@@ -134,11 +135,7 @@ def run_loop(coro, loop: str) -> None:
 
 
 def have_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ After every phase the bench waits until the proxy processes and their child proc
 capture writer runs in one) are idle and ctxscope reports no call left to store, so the capture
 writer's backlog is charged to the phase that made it, never to the next target. CPU per request
 is reported for the proxy process and, on a line of its own, for its child processes (the capture
-writer), so the cost of capture is not hidden in another process. At the end the capture DB must hold every call that was answered
-through ctxscope.
+writer), so the cost of capture is not hidden in another process. At the end the capture DB must
+hold every call that was answered through ctxscope.
 
 Files: this one runs the rounds; proxy_bench_wire.py has the payloads and the two servers (run as
 child processes), proxy_bench_procs.py starts processes and reads their CPU, proxy_bench_load.py
@@ -114,12 +114,21 @@ async def bench(cfg) -> int:
                 procs.append(p)
                 targets.append(Target(kind, loop, f"http://127.0.0.1:{port}/u/fast", p, db, tag=tag))
         pids = [t.proc.pid for t in targets if t.proc]
-        print(f"python {platform.python_version()}, aiohttp {aiohttp.__version__}, {os.cpu_count()} cpus; "
-              f"upstream+client loop {aux_loop}, proxy loop(s) {', '.join(proxy_loops)}; {cfg.rounds} rounds "
-              f"(+1 warm-up), {cfg.duration:.1f} s per closed-loop phase, {cfg.streams} streams/round", flush=True)
-        sessions = {t.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False,
-                                                  auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600))
-                    for t in targets}
+        print(
+            f"python {platform.python_version()}, aiohttp {aiohttp.__version__}, {os.cpu_count()} cpus; "
+            f"upstream+client loop {aux_loop}, proxy loop(s) {', '.join(proxy_loops)}; {cfg.rounds} rounds "
+            f"(+1 warm-up), {cfg.duration:.1f} s per closed-loop phase, {cfg.streams} streams/round",
+            flush=True,
+        )
+        sessions = {
+            t.name: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                trust_env=False,
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=600),
+            )
+            for t in targets
+        }
         status = sessions[targets[0].name]  # the direct target's session has no proxy to disturb
 
         async def backlog() -> int:
@@ -134,8 +143,11 @@ async def bench(cfg) -> int:
                         res = await run_phase(phase, t, sessions[t.name], cfg, pids, r == 0, backlog)
                         if r:
                             t.results.setdefault(phase, []).append(res)
-                print(f"  {'warm-up' if r == 0 else f'round {r}/{cfg.rounds}'} done "
-                      f"({' > '.join(t.name for t in order)}), {time.perf_counter() - t_run:.0f} s", flush=True)
+                print(
+                    f"  {'warm-up' if r == 0 else f'round {r}/{cfg.rounds}'} done "
+                    f"({' > '.join(t.name for t in order)}), {time.perf_counter() - t_run:.0f} s",
+                    flush=True,
+                )
         finally:
             for s in sessions.values():
                 await s.close()
@@ -163,10 +175,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help="measured rounds (default 6, quick 2)")
     ap.add_argument("--duration", type=float, help="seconds per closed-loop phase (default 1.0, quick 0.5)")
     ap.add_argument("--streams", type=int, help="streams per target per round (default 40, quick 15)")
-    ap.add_argument("--loops", choices=("auto", "both"), default="auto",
-                    help="proxies on the loop the daemon picks (auto) or on asyncio and uvloop side by side")
-    ap.add_argument("--with-nocapture", action="store_true",
-                    help="also run the daemon with its capture sink disabled, to split forwarding from capture cost")
+    ap.add_argument(
+        "--loops",
+        choices=("auto", "both"),
+        default="auto",
+        help="proxies on the loop the daemon picks (auto) or on asyncio and uvloop side by side",
+    )
+    ap.add_argument(
+        "--with-nocapture",
+        action="store_true",
+        help="also run the daemon with its capture sink disabled, to split forwarding from capture cost",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, capture DBs) after a clean run")
     cfg = ap.parse_args()
     cfg.rounds = cfg.rounds or (2 if cfg.quick else 6)

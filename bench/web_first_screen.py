@@ -41,15 +41,27 @@ SYSTEM = (
     "small, run the tests after each change and report what you changed and why. "
 ) * 40
 TOOLS = [
-    {"name": name, "description": desc, "input_schema": {"type": "object", "properties": props, "required": list(props)}}
+    {
+        "name": name,
+        "description": desc,
+        "input_schema": {"type": "object", "properties": props, "required": list(props)},
+    }
     for name, desc, props in [
-        ("read", "Read a file (offset and limit in lines).", {"path": {"type": "string"}, "offset": {"type": "integer"}}),
+        (
+            "read",
+            "Read a file (offset and limit in lines).",
+            {"path": {"type": "string"}, "offset": {"type": "integer"}},
+        ),
         ("grep", "Search files for a regular expression.", {"pattern": {"type": "string"}, "path": {"type": "string"}}),
-        ("edit", "Replace an exact string in a file.", {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}),
+        (
+            "edit",
+            "Replace an exact string in a file.",
+            {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
+        ),
         ("bash", "Run a shell command with a timeout.", {"command": {"type": "string"}}),
         ("todowrite", "Replace the todo list.", {"todos": {"type": "array", "items": {"type": "string"}}}),
     ]
-]  # fmt: skip
+]
 FILES = ["src/parser.py", "src/lexer.py", "tests/test_parser.py", "README.md", "src/cli.py", "src/cache.py"]
 
 
@@ -59,12 +71,15 @@ class Agent:
     def __init__(self, daemon_url: str, sim, label: str, seed: int = 7):
         import anthropic  # the real SDK as the client, as an agent would use it
 
-        self.client = anthropic.Anthropic(base_url=f"{daemon_url}/s/{label}/anthropic", api_key="sk-bench-not-a-real-key",
-                                          max_retries=0)  # fmt: skip
+        self.client = anthropic.Anthropic(
+            base_url=f"{daemon_url}/s/{label}/anthropic", api_key="sk-bench-not-a-real-key", max_retries=0
+        )
         self.sim = sim  # a SimulatorControl
         self.rng = random.Random(seed)
         self.system = SYSTEM
-        self.history: list[dict] = [{"role": "user", "content": "Fix the failing parser tests and tidy the cache module."}]
+        self.history: list[dict] = [
+            {"role": "user", "content": "Fix the failing parser tests and tidy the cache module."}
+        ]
         self.calls = 0
 
     def _script(self, step: dict) -> None:
@@ -87,30 +102,53 @@ class Agent:
         n = self.calls
         if n and n % 97 == 0:  # a side call: title generation, its own system prompt, no tools
             self._script({"text": "Parser test fixes"})
-            self._send("Write a 3-5 word title for this conversation.", [{"role": "user", "content": self.history[0]["content"]}],
-                       model="claude-haiku-4-5", tools=None)  # fmt: skip
+            self._send(
+                "Write a 3-5 word title for this conversation.",
+                [{"role": "user", "content": self.history[0]["content"]}],
+                model="claude-haiku-4-5",
+                tools=None,
+            )
             return
         if n and n % 333 == 0:  # compaction: the whole history becomes one summary message
             self._script({"text": "Summary of the work so far: parser fixed, cache module pending."})
-            summary = self._send(self.system, self.history + [{"role": "user", "content": "Summarise the conversation so far."}])
+            summary = self._send(
+                self.system, self.history + [{"role": "user", "content": "Summarise the conversation so far."}]
+            )
             text = summary["content"][0]["text"]
-            self.history = [{"role": "user", "content": "This session is being continued from a previous conversation "
-                             "that ran out of context. The summary below covers the earlier portion.\n\n" + text}]  # fmt: skip
+            self.history = [
+                {
+                    "role": "user",
+                    "content": "This session is being continued from a previous conversation "
+                    "that ran out of context. The summary below covers the earlier portion.\n\n" + text,
+                }
+            ]
             return
         if n == 150:  # the client edits its system prompt mid-session: a cache break
             self.system = SYSTEM.replace("keep changes small", "keep changes small and documented", 1)
         tool = self.rng.choice(["read", "read", "grep", "edit", "bash"])
         path = self.rng.choice(FILES)
-        args = {"read": {"path": path}, "grep": {"pattern": "def parse", "path": "src"},
-                "edit": {"path": path, "old": "x = 1", "new": "x = 2"}, "bash": {"command": "pytest -q"}}[tool]  # fmt: skip
+        args = {
+            "read": {"path": path},
+            "grep": {"pattern": "def parse", "path": "src"},
+            "edit": {"path": path, "old": "x = 1", "new": "x = 2"},
+            "bash": {"command": "pytest -q"},
+        }[tool]
         self._script({"text": f"Let me {tool} {path}.", "tool_calls": [{"name": tool, "arguments": args}]})
         resp = self._send(self.system, self.history)
         self.history.append({"role": "assistant", "content": resp["content"]})
         use = next(b for b in resp["content"] if b["type"] == "tool_use")
-        output = "\n".join(f"{i:4d}  line {i} of {path}: value = {self.rng.randint(0, 9999)}" for i in range(self.rng.randint(5, 40)))
+        output = "\n".join(
+            f"{i:4d}  line {i} of {path}: value = {self.rng.randint(0, 9999)}" for i in range(self.rng.randint(5, 40))
+        )
         content: list[dict] = [{"type": "tool_result", "tool_use_id": use["id"], "content": output}]
         if n % 10 == 5:
-            content.append({"type": "text", "text": "<system-reminder>Open todos: 3. Update the todo list when a task is done.</system-reminder>"})
+            content.append(
+                {
+                    "type": "text",
+                    "text": "<system-reminder>Open todos: 3. Update the todo list when a task is done."
+                    "</system-reminder>",
+                }
+            )
         self.history.append({"role": "user", "content": content})
 
 
@@ -129,8 +167,12 @@ class Daemon:
         self.sim_runner, self.sim_url = self.call(start_simulator("127.0.0.1", 0))
         self.sim_control = SimulatorControl(self.sim_url, self.sim_runner.app[STATE_KEY].control_token)
         self.db = tmp / "captures.db"
-        cfg = DaemonConfig(host="127.0.0.1", port=0, db=self.db,
-                           upstreams={"anthropic": self.sim_url, "openai": self.sim_url, "sim": self.sim_url})  # fmt: skip
+        cfg = DaemonConfig(
+            host="127.0.0.1",
+            port=0,
+            db=self.db,
+            upstreams={"anthropic": self.sim_url, "openai": self.sim_url, "sim": self.sim_url},
+        )
         self.daemon = self.call(start_daemon(cfg))
         self.url = self.daemon.url
 
@@ -205,11 +247,15 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str
     drive(d, "refactor-parser", 160, seed=3)
     import openai
 
-    client = openai.OpenAI(base_url=f"{d.url}/s/title-check/openai/v1", api_key="sk-bench-not-a-real-key", max_retries=0)
+    client = openai.OpenAI(
+        base_url=f"{d.url}/s/title-check/openai/v1", api_key="sk-bench-not-a-real-key", max_retries=0
+    )
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Name this branch."}])
     d.wait_stored(already + 160 + 1)
     db = open_db(d.db)
-    rows = db.execute("SELECT id, seq, relation, markers FROM calls WHERE session = 'refactor-parser' ORDER BY seq").fetchall()
+    rows = db.execute(
+        "SELECT id, seq, relation, markers FROM calls WHERE session = 'refactor-parser' ORDER BY seq"
+    ).fetchall()
     db.close()
     diverged = next(r for r in rows if r[2] == "DIVERGED")
     tool_call = next(r for r in rows if r[1] >= 40 and '"reminder"' in (r[3] or ""))  # a call with a reminder in it
@@ -218,10 +264,14 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str
     content_height = "Math.ceil(document.querySelector('#app').getBoundingClientRect().bottom) + 10"
     page.goto(d.url + "/")
     page.wait_for_selector(".session-link")
-    page.screenshot(path=str(out_dir / "sessions.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))})
+    page.screenshot(
+        path=str(out_dir / "sessions.png"),
+        clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))},
+    )
     db = open_db(d.db)
-    compacted = db.execute("SELECT seq FROM calls WHERE session = ? AND has_compaction_before = 1 ORDER BY seq DESC LIMIT 1",
-                           [long_label]).fetchone()  # fmt: skip
+    compacted = db.execute(
+        "SELECT seq FROM calls WHERE session = ? AND has_compaction_before = 1 ORDER BY seq DESC LIMIT 1", [long_label]
+    ).fetchone()
     db.close()
     offset = max(0, compacted[0] - 8) if compacted else 0
     page.goto(f"{d.url}/#/session/{long_label}?offset={offset}")
@@ -229,10 +279,15 @@ def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str
     page.screenshot(path=str(out_dir / "session.png"))
     page.goto(f"{d.url}/#/call/{tool_call[0]}")
     page.wait_for_selector("#app[data-ready='1'] .reqview")
-    page.screenshot(path=str(out_dir / "call.png"), full_page=True, clip={"x": 0, "y": 0, "width": 1320, "height": 1300})
+    page.screenshot(
+        path=str(out_dir / "call.png"), full_page=True, clip={"x": 0, "y": 0, "width": 1320, "height": 1300}
+    )
     page.goto(f"{d.url}/#/diff/{diverged[0]}")
     page.wait_for_selector("#app[data-ready='1'] .change-detail")
-    page.screenshot(path=str(out_dir / "diff.png"), clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))})
+    page.screenshot(
+        path=str(out_dir / "diff.png"),
+        clip={"x": 0, "y": 0, "width": 1320, "height": min(860, page.evaluate(content_height))},
+    )
     ctx.close()
     print(f"screenshots: {', '.join(sorted(p.name for p in out_dir.glob('*.png')))} in {out_dir}")
 
@@ -253,22 +308,32 @@ def main() -> None:
     try:
         seconds = drive(d, label, args.calls)
         d.wait_stored(args.calls)
-        print(f"session: {args.calls} calls driven through the daemon in {seconds:.1f} s ({args.calls / seconds:.0f} calls/s)")
+        print(
+            f"session: {args.calls} calls driven through the daemon in {seconds:.1f} s "
+            f"({args.calls / seconds:.0f} calls/s)"
+        )
         api = api_times(d.url, label)
-        print(f"session API (page + series of all {args.calls} calls, {api_times.size / 1024:.0f} KiB): "  # type: ignore[attr-defined]
-              f"median {statistics.median(api):.0f} ms, min {min(api):.0f} ms")
+        print(
+            f"session API (page + series of all {args.calls} calls, {api_times.size / 1024:.0f} KiB): "  # type: ignore[attr-defined]
+            f"median {statistics.median(api):.0f} ms, min {min(api):.0f} ms"
+        )
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
             first_screen(browser, d.url, label, 1)  # warm the OS file cache and the daemon's connections
             loads = first_screen(browser, d.url, label, args.loads)
             med = {k: statistics.median(x[k] for x in loads) for k in loads[0]}
             painted = [x["painted"] for x in loads]
-            print(f"first screen of the {args.calls}-call session, {args.loads} loads in fresh browser contexts "
-                  f"(ms from navigation start, medians): page parsed {med['dom']:.0f}, data in {med['data']:.0f}, "
-                  f"rows and chart built {med['built']:.0f}, painted {med['painted']:.0f}")
+            print(
+                f"first screen of the {args.calls}-call session, {args.loads} loads in fresh browser contexts "
+                f"(ms from navigation start, medians): page parsed {med['dom']:.0f}, data in {med['data']:.0f}, "
+                f"rows and chart built {med['built']:.0f}, painted {med['painted']:.0f}"
+            )
             budget = 1000
-            print(f"time to first screen: median {med['painted']:.0f} ms (min {min(painted):.0f}, max {max(painted):.0f}); "
-                  f"budget {budget} ms: {'OK' if med['painted'] < budget else 'OVER'}")
+            print(
+                f"time to first screen: median {med['painted']:.0f} ms "
+                f"(min {min(painted):.0f}, max {max(painted):.0f}); "
+                f"budget {budget} ms: {'OK' if med['painted'] < budget else 'OVER'}"
+            )
             if args.screenshots:
                 screenshots(browser, d, args.screenshots, args.calls, label)
             browser.close()

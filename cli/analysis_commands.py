@@ -10,11 +10,13 @@ import click
 
 from ctxscope.proxy.mask import mask_key_values, mask_keys_in
 
+from .options import CONTEXT, db_option, json_option, open_db_or_fail
 from .output import emit_json, emit_table
 from .settings import home_dir
 
 TIMELINE_COLUMNS = [
-    ("seq", "SEQ"), ("started_at", "TIME"), ("model", "MODEL"), ("thread_label", "THREAD"), ("relation_label", "RELATION"),
+    ("seq", "SEQ"), ("started_at", "TIME"), ("model", "MODEL"), ("thread_label", "THREAD"),
+    ("relation_label", "RELATION"),
     ("pointer", "POINTER"), ("tokens_estimated", "TOKENS"), ("usage.cache_read", "CACHE_R"),
     ("cache_verdict", "VERDICT"), ("lost", "LOST"), ("marker_kinds", "MARKERS"),
 ]  # fmt: skip
@@ -50,7 +52,7 @@ def _timeline_rows(calls: list[dict]) -> list[dict]:
         if thread and thread not in names:
             names[thread] = "main" if not names else f"t{len(names)}"
         cache = call.get("cache") or {}
-        out.append(dict(call, thread_label=names.get(thread), relation_label=_relation_label(call),
+        out.append(dict(call, thread_label=names.get(thread) if thread else None, relation_label=_relation_label(call),
                         lost=cache.get("lost_tokens") or None,
                         marker_kinds=",".join(m["kind"] for m in call.get("markers") or []) or None))  # fmt: skip
     return out
@@ -85,7 +87,8 @@ def _show_diff(d: dict) -> None:
         click.echo(d["reason"])
         return
     click.echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
-               f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
+               f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
+               f"b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
     first = d.get("first_divergence")
     if first:
         click.echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
@@ -123,7 +126,8 @@ def _safe(value) -> str:
 def _show_stats(s: dict) -> None:
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
-    click.echo(f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), {s['threads']} thread(s)")
+    click.echo(f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), "
+               f"{s['threads']} thread(s)")
     click.echo(f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
                f"(tokens read from cache: {tr['cache_read']}/{tr['input']})")  # fmt: skip
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
@@ -141,100 +145,101 @@ def _show_stats(s: dict) -> None:
     if s["breaks"]:
         click.echo("breaks by cause:")
         emit_table(s["breaks"], [("cause", "CAUSE"), ("segment_kind", "SEGMENT"), ("area", "WHERE"),
-                                 ("calls", "CALLS"), ("lost_tokens", "LOST_TOKENS"), ("lost_usd", "LOST_USD")])  # fmt: skip
+                                 ("calls", "CALLS"), ("lost_tokens", "LOST_TOKENS"),
+                                 ("lost_usd", "LOST_USD")])  # fmt: skip
 
 
-def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
-    ctx = {"help_option_names": ["-h", "--help"]}
+@click.command(context_settings=CONTEXT)
+@click.argument("a")
+@click.argument("b", required=False)
+@db_option
+@click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
+@json_option
+def diff(a, b, db_path, max_chars, as_json):
+    """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
+    from ctxscope.inspector.diff import diff_calls
+    from ctxscope.inspector.queries import AmbiguousCallId
 
-    @cli.command(context_settings=ctx)
-    @click.argument("a")
-    @click.argument("b", required=False)
-    @db_option
-    @click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
-    @json_option
-    def diff(a, b, db_path, max_chars, as_json):
-        """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
-        from ctxscope.inspector.diff import diff_calls
-        from ctxscope.inspector.queries import AmbiguousCallId
+    try:
+        result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
+    except (KeyError, AmbiguousCallId) as exc:
+        raise click.ClickException(str(exc.args[0]) if exc.args else str(exc)) from exc
+    result = mask_keys_in(result)  # excerpts of the prompts: keys the client put there stay out
+    emit_json(result) if as_json else _show_diff(result)
 
+
+@click.command(context_settings=CONTEXT)
+@click.argument("session")
+@db_option
+@json_option
+def session(session, db_path, as_json):
+    """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
+    from ctxscope.inspector.analysis_queries import session_timeline
+    from ctxscope.inspector.queries import AmbiguousCallId
+
+    try:
+        timeline = session_timeline(open_db_or_fail(db_path), session)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if timeline is None:
+        raise click.ClickException(f"no session matches {session!r}")
+    timeline = mask_keys_in(timeline)
+    if as_json:
+        emit_json(timeline)
+        return
+    click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'})")
+    emit_table(_timeline_rows(timeline["calls"]), TIMELINE_COLUMNS)
+    _show_effects(timeline["calls"])
+    click.echo("")
+    _show_stats(timeline["stats"])
+
+
+@click.command(context_settings=CONTEXT)
+@db_option
+@click.option("--session", help="Only this session (an id or a unique prefix of one).")
+@json_option
+def stats(db_path, session, as_json):
+    """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
+    from ctxscope.inspector.analysis_queries import resolve_session
+    from ctxscope.inspector.analysis_queries import stats as compute
+    from ctxscope.inspector.queries import AmbiguousCallId
+
+    db = open_db_or_fail(db_path)
+    if session is not None:
         try:
-            result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
-        except (KeyError, AmbiguousCallId) as exc:
-            raise click.ClickException(str(exc.args[0]) if exc.args else str(exc))
-        result = mask_keys_in(result)  # excerpts of the prompts: keys the client put there stay out
-        emit_json(result) if as_json else _show_diff(result)
-
-    @cli.command(context_settings=ctx)
-    @click.argument("session")
-    @db_option
-    @json_option
-    def session(session, db_path, as_json):
-        """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
-        from ctxscope.inspector.analysis_queries import session_timeline
-        from ctxscope.inspector.queries import AmbiguousCallId
-
-        try:
-            timeline = session_timeline(open_db_or_fail(db_path), session)
+            full = resolve_session(db, session)
         except AmbiguousCallId as exc:
-            raise click.ClickException(str(exc))
-        if timeline is None:
+            raise click.ClickException(str(exc)) from exc
+        if full is None:
             raise click.ClickException(f"no session matches {session!r}")
-        timeline = mask_keys_in(timeline)
-        if as_json:
-            emit_json(timeline)
-            return
-        click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'})")
-        emit_table(_timeline_rows(timeline["calls"]), TIMELINE_COLUMNS)
-        _show_effects(timeline["calls"])
-        click.echo("")
-        _show_stats(timeline["stats"])
+        session = full
+    result = compute(db, session=session)
+    emit_json(result) if as_json else _show_stats(result)
 
-    @cli.command(context_settings=ctx)
-    @db_option
-    @click.option("--session", help="Only this session (an id or a unique prefix of one).")
-    @json_option
-    def stats(db_path, session, as_json):
-        """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
-        from ctxscope.inspector.analysis_queries import resolve_session
-        from ctxscope.inspector.analysis_queries import stats as compute
-        from ctxscope.inspector.queries import AmbiguousCallId
 
-        db = open_db_or_fail(db_path)
-        if session is not None:
-            try:
-                full = resolve_session(db, session)
-            except AmbiguousCallId as exc:
-                raise click.ClickException(str(exc))
-            if full is None:
-                raise click.ClickException(f"no session matches {session!r}")
-            session = full
-        result = compute(db, session=session)
-        emit_json(result) if as_json else _show_stats(result)
+@click.command(context_settings=CONTEXT)
+@db_option
+@click.option("--session", help="Only the calls of this session.")
+@json_option
+def reindex(db_path, session, as_json):
+    """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
+    from ctxscope.inspector.analyze import reindex as run
 
-    @cli.command(context_settings=ctx)
-    @db_option
-    @click.option("--session", help="Only the calls of this session.")
-    @json_option
-    def reindex(db_path, session, as_json):
-        """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
-        from ctxscope.inspector.analyze import reindex as run
-
-        db = open_db_or_fail(db_path)
-        try:
-            analyzer = make_analyzer()
-        except (ValueError, OSError) as exc:
-            raise click.ClickException(f"bad price file: {exc}")
-        where, params = ("WHERE session = ?", [session]) if session else ("", [])
-        total = db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
-        done = 0
-        if sys.stderr.isatty() and not as_json:
-            with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,
-                                   label="reindexing", file=sys.stderr) as bar:  # fmt: skip
-                for _ in bar:
-                    done += 1
-        else:
-            for _ in run(db, session=session, analyzer=analyzer):
+    db = open_db_or_fail(db_path)
+    try:
+        analyzer = make_analyzer()
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(f"bad price file: {exc}") from exc
+    where, params = ("WHERE session = ?", [session]) if session else ("", [])
+    total = db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+    done = 0
+    if sys.stderr.isatty() and not as_json:
+        with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,
+                               label="reindexing", file=sys.stderr) as bar:  # fmt: skip
+            for _ in bar:
                 done += 1
-        result = {"reindexed": done, "session": session}
-        emit_json(result) if as_json else click.echo(f"reindexed {done} call(s)")
+    else:
+        for _ in run(db, session=session, analyzer=analyzer):
+            done += 1
+    result = {"reindexed": done, "session": session}
+    emit_json(result) if as_json else click.echo(f"reindexed {done} call(s)")

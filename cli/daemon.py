@@ -10,6 +10,7 @@ import asyncio
 import logging
 import secrets
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ class RunningDaemon:
     async def stop(self) -> None:
         """Stop accepting, finish open exchanges, then drain the writer so nothing is lost."""
         await self.runner.cleanup()
-        stops = [asyncio.to_thread(self.writer.stop)]
+        stops: list[Awaitable[object]] = [asyncio.to_thread(self.writer.stop)]
         if self.sim is not None:  # the simulator's child stops while the writer drains
             stops.append(asyncio.to_thread(self.sim.stop))
         await asyncio.gather(*stops)
@@ -68,13 +69,14 @@ def spawn_builtin_simulator() -> SimulatorProcess | None:
     CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to $CTXSCOPE_HOME/sim-token.
     None when it cannot start: a dev tool must not keep the proxy down (nor must a full disk)."""
     token, path = token_from_env(), sim_token_path()
+    token_file: Path | None = path
     try:
         write_token_file(path, token)
     except OSError as exc:
         log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script /u/sim",
                   path, exc)
-        path = None
-    sim = SimulatorProcess(token, token_file=path)
+        token_file = None
+    sim = SimulatorProcess(token, token_file=token_file)
     try:
         sim.spawn()
     except OSError as exc:
@@ -114,11 +116,13 @@ def _prepare_files(cfg: DaemonConfig) -> bytes:
         if not cfg.db.parent.exists():
             owner_only.private_dir(cfg.db.parent)
     except OSError as exc:
-        log.error("cannot create the capture database's folder %s: %s; forwarding works, captures wait", cfg.db.parent, exc)
+        log.error("cannot create the capture database's folder %s: %s; forwarding works, captures wait",
+                  cfg.db.parent, exc)
     try:
         return load_salt(home)
     except OSError as exc:
-        log.error("cannot read or create the key-fingerprint salt in %s (%s): using a salt for this run only", home, exc)
+        log.error("cannot read or create the key-fingerprint salt in %s (%s): using a salt for this run only",
+                  home, exc)
         return secrets.token_bytes(32)
 
 
@@ -129,6 +133,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
         sim = spawn_builtin_simulator()
+    writer: CaptureWriter | WriterProcess
     try:
         if cfg.writer == "thread":
             writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(), max_decoded_bytes=cfg.limits.max_decoded_bytes)
@@ -167,12 +172,13 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
             await asyncio.to_thread(sim.stop)
         writer.stop()
         raise
-    port = site._server.sockets[0].getsockname()[1] if cfg.port == 0 else cfg.port
+    port = runner.addresses[0][1] if cfg.port == 0 else cfg.port
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     return RunningDaemon(f"http://{host}:{port}", writer, runner, sim)
 
 
-async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> None:
+async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon], None],
+                        stopping: Callable[[int, bool], None] | None = None, extra_routes=None) -> None:
     """Run until SIGINT/SIGTERM/SIGHUP, then shut down cleanly (the writer drains before we exit).
 
     SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write. The
@@ -188,17 +194,16 @@ async def serve_forever(cfg: DaemonConfig, *, announce, extra_routes=None) -> No
     try:
         await stop.wait()
     finally:
-        announce_stop = getattr(announce, "stopping", None)
-        if announce_stop:
+        if stopping is not None:  # (calls waiting to be stored, whether the store is failing)
             stats = daemon.writer.stats()
-            announce_stop(stats.queued, stats.store_down_since is not None)
+            stopping(stats.queued, stats.store_down_since is not None)
         await daemon.stop()
 
 
 def run(coro) -> None:
     """asyncio.run, on uvloop when it is installed."""
     try:
-        import uvloop  # type: ignore
+        import uvloop
 
         uvloop.run(coro)
     except ImportError:

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from . import demo_script as script
+from .options import CONTEXT, db_option
 from .settings import DaemonConfig
 
 Echo = Callable[[str], None]
@@ -69,7 +70,7 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
                        model: str = script.MODEL, settings: dict | None = None) -> str:
     """Run every scripted turn, scripting the simulator through ``sim`` (a SimulatorControl);
     returns the agent's session id (the inspector's session)."""
-    from ctxscope.agent.context.compaction.outcome import describe
+    from ctxscope.agent.context.compaction.outcome import CompactionOutcome, describe
     from ctxscope.agent.core.settings import HostOptions
     from ctxscope.agent.host.builtins import default_extensions, default_host_builtins
     from ctxscope.agent.host.runtime import AgentRuntime
@@ -95,6 +96,7 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
             await asyncio.to_thread(sim.set_script, script.checkpoint_steps() + turn.steps)
             if turn.text is None:
                 outcome = await rt.conversation.maintenance.compact(session.id, turn.compact)
+                assert isinstance(outcome, CompactionOutcome)
                 echo(f"      /compact: {describe(outcome)}")
                 continue
             result = await session.run(turn.text, source="demo")
@@ -230,31 +232,30 @@ async def _wait_for_signal() -> None:
     await stop.wait()
 
 
-def register(cli: click.Group, db_option) -> None:
-    @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
-    @click.option("--once", is_flag=True, help="Run the scenario, print the summary and exit (for scripts).")
-    @click.option("--port", type=int, default=None, help="Port for the daemon (default 8787; 0: any free port).")
-    @db_option
-    def demo(once, port, db_path):
-        """Start the daemon and run a scripted agent session that shows every effect in the inspector."""
-        from .settings import build_config
+@click.command(context_settings=CONTEXT)
+@click.option("--once", is_flag=True, help="Run the scenario, print the summary and exit (for scripts).")
+@click.option("--port", type=int, default=None, help="Port for the daemon (default 8787; 0: any free port).")
+@db_option
+def demo(once, port, db_path):
+    """Start the daemon and run a scripted agent session that shows every effect in the inspector."""
+    from .settings import build_config
 
-        try:
-            cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(),
-                               allow_remote=False)
-        except (ValueError, OSError) as exc:
-            raise click.ClickException(str(exc))
-        ours = logging.getLogger("ctxscope")
-        level = ours.level
-        ours.setLevel(logging.WARNING)  # progress lines, not the agent's log
-        try:
-            result = run_demo(cfg, once=once)
-        except OSError as exc:
-            raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}")
-        finally:  # a process that runs the demo in-process (a test, an embedding) keeps its logging
-            ours.setLevel(level)
-        if result is not None and result.missing:
-            raise click.ClickException("the demo did not produce: " + ", ".join(result.missing))
+    try:
+        cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(),
+                           allow_remote=False)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    ours = logging.getLogger("ctxscope")
+    level = ours.level
+    ours.setLevel(logging.WARNING)  # progress lines, not the agent's log
+    try:
+        result = run_demo(cfg, once=once)
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}") from exc
+    finally:  # a process that runs the demo in-process (a test, an embedding) keeps its logging
+        ours.setLevel(level)
+    if result is not None and result.missing:
+        raise click.ClickException("the demo did not produce: " + ", ".join(result.missing))
 
 
 def run_demo(cfg: DaemonConfig, *, once: bool) -> DemoResult | None:

@@ -50,10 +50,12 @@ def _words(n: int, k: int = 8) -> str:
 
 
 def log_text(kib: int) -> str:
-    lines, n = [], 0
+    lines: list[str] = []
+    n = 0
     while sum(len(x) + 1 for x in lines) < kib * 1024:
         level = "ERROR" if n % 97 == 13 else "WARN" if n % 11 == 5 else "INFO"
-        lines.append(f"2026-11-30T06:{n // 60 % 60:02d}:{n % 60:02d}Z {level} worker-{n % 4} {_words(n)} id={n * 37 % 9973}")
+        stamp = f"2026-11-30T06:{n // 60 % 60:02d}:{n % 60:02d}Z"
+        lines.append(f"{stamp} {level} worker-{n % 4} {_words(n)} id={n * 37 % 9973}")
         n += 1
     return "\n".join(lines) + "\n"
 

@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import sys
 from pathlib import Path
 
 import click
 
 from . import __version__
-from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, default_db_path, is_loopback
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-db_option = click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="CTXSCOPE_DB",
-    help="Capture database (default: $CTXSCOPE_HOME/captures.db, i.e. ~/.ctxscope/captures.db).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-
-
-def open_db_or_fail(db_path: Path | None):
-    from ctxscope.inspector.queries import open_db
-
-    path = db_path or default_db_path()
-    if not path.exists():
-        raise click.ClickException(f"no capture database at {path} (run `ctxscope serve` first, or pass --db)")
-    return open_db(path)
+from .agent_commands import agent_group
+from .analysis_commands import diff, reindex, session, stats
+from .demo import demo
+from .options import CONTEXT, db_option
+from .query_commands import calls, db, sessions, show
+from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
 
 @click.group(context_settings=CONTEXT)
@@ -44,11 +29,13 @@ def cli():
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--host", default=None, help=f"Address to bind (default {DEFAULT_HOST}; loopback only unless --allow-remote).")
+@click.option("--host", default=None,
+              help=f"Address to bind (default {DEFAULT_HOST}; loopback only unless --allow-remote).")
 @click.option("--port", type=int, default=None, help=f"Port to listen on (default {DEFAULT_PORT}).")
 @db_option
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
-              help="Add or override an upstream, reachable at /u/NAME/... (anthropic and openai override the built-ins).")
+              help="Add or override an upstream, reachable at /u/NAME/... "
+                   "(anthropic and openai override the built-ins).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
@@ -64,7 +51,7 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
         cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
                            upstream_options=upstreams, allow_remote=allow_remote, limit_options=limits)
     except (ValueError, OSError) as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from exc
     if not is_loopback(cfg.host) and not cfg.allow_remote:
         raise click.ClickException(
             f"refusing to bind {cfg.host}: captures contain your prompts. Pass --allow-remote if you mean it."
@@ -94,11 +81,10 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
         else:
             click.echo("stopping: finishing open calls...")
 
-    announce.stopping = stopping
     try:
-        run(serve_forever(cfg, announce=announce))
+        run(serve_forever(cfg, announce=announce, stopping=stopping))
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}")
+        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
 
 
 @cli.command(context_settings=CONTEXT)
@@ -121,7 +107,7 @@ def sim(host, port, script_file):
     try:
         script = load_script_file(script_file) if script_file else None
     except (ScriptError, ValueError, OSError) as exc:
-        raise click.ClickException(f"bad script {script_file}: {exc}")
+        raise click.ClickException(f"bad script {script_file}: {exc}") from exc
     token, token_path = token_from_env(), home_dir() / TOKEN_FILE
     write_token_file(token_path, token)
 
@@ -134,26 +120,14 @@ def sim(host, port, script_file):
         finally:
             await runner.cleanup()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
 
 
-from . import query_commands  # noqa: E402  (registers the query commands on `cli`)
-
-query_commands.register(cli, db_option, json_option, open_db_or_fail)
-
-from .agent_commands import agent_group  # noqa: E402
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):  # declared in their modules
+    cli.add_command(command)
 
 cli.add_command(agent_group)
-
-from . import analysis_commands  # noqa: E402  (registers diff, session, stats, reindex on `cli`)
-
-analysis_commands.register(cli, db_option, json_option, open_db_or_fail)
-from . import demo  # noqa: E402  (registers `ctxscope demo`)
-
-demo.register(cli, db_option)
 
 
 def main() -> None:  # pragma: no cover - console entry
@@ -161,4 +135,4 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -45,4 +45,4 @@ def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> None
     table = [[h for _, h in columns]] + [[_cell(get(r, k)) for k, _ in columns] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

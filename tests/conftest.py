@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+import sdk_clients
 from aiohttp import web
 from loop_thread import LoopThread
+from web_fixtures import launch_browser
 
 
 class RecordingSimulator:
@@ -54,6 +56,13 @@ class RecordingSimulator:
         from ctxscope.simulator.app import STATE_KEY
 
         return self.app[STATE_KEY]
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients():
+    """Every SDK client a test made through sdk_clients is closed after it."""
+    yield
+    sdk_clients.close_all()
 
 
 @pytest.fixture
@@ -119,3 +128,49 @@ def proxy(loop_thread, sim, tmp_path, monkeypatch, writer_mode):
     running = RunningProxy(loop_thread, daemon, db_path)
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def _simulator_thread():
+    """One simulator in a thread per test module (the SDK tests' simulator)."""
+    from ctxscope.simulator.background import simulator_in_thread
+
+    with simulator_in_thread() as running:
+        yield running
+
+
+@pytest.fixture
+def sim_alone(_simulator_thread):
+    """The simulator alone, no proxy in front: each test starts from an empty script, and the clock
+    and the context window are put back after it."""
+    _simulator_thread.state.reset()
+    yield _simulator_thread
+    _simulator_thread.state.clock = time.time
+    _simulator_thread.state.context_window = 200_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One chromium per test module."""
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    b = launch_browser(pw)  # a missing chromium fails here: never a skip
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page; the test fails when the page logged an error or warning (CSP violations, script errors)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = ctx.new_page()
+    problems: list[str] = []
+    pg.on("console",
+          lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.problems = problems
+    yield pg
+    ctx.close()
+    assert not problems, problems

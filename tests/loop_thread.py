@@ -20,3 +20,5 @@ class LoopThread:
     def stop(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():  # a loop still running cannot be closed; it dies with the process
+            self.loop.close()

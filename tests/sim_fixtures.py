@@ -1,34 +1,15 @@
-"""The provider simulator for tests: in a thread for the SDK tests (``sim`` and ``fresh`` are pytest fixtures
-a module imports by name), or in the test's own event loop for the agent tests (``loop_simulator``)."""
+"""The provider simulator in the test's own event loop, for the agent tests (``loop_simulator``); the
+SDK tests' simulator in a thread is the ``sim_alone`` fixture of conftest.py."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
 from aiohttp import web
 
 from ctxscope.simulator.app import STATE_KEY, create_app, make_runner
-from ctxscope.simulator.background import simulator_in_thread
-
-
-@pytest.fixture(scope="module")
-def sim():
-    """One simulator in a thread per test module."""
-    with simulator_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(sim):
-    """Each test starts from an empty script; the clock and the context window are put back after it."""
-    sim.state.reset()
-    yield
-    sim.state.clock = time.time
-    sim.state.context_window = 200_000
 
 
 @asynccontextmanager

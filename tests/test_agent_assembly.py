@@ -1,4 +1,4 @@
-"""A4: user message assembly order and the one-complete-block rule for reminders."""
+"""User message assembly order and the one-complete-block rule for reminders."""
 
 from __future__ import annotations
 

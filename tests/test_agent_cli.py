@@ -33,6 +33,8 @@ def sim():
     yield box["runner"].app[STATE_KEY], box["url"]
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+    if not thread.is_alive():
+        loop.close()
 
 
 def invoke(args, home, input=None, env=None):
@@ -48,10 +50,15 @@ def test_run_executes_a_task_and_streams_activity(tmp_path, sim):
     state, url = sim
     ws = tmp_path / "ws"
     ws.mkdir()
-    state.set_script([
-        {"text": "Writing it.", "tool_calls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi\n"}}]},
-        {"text": "Done: hello.txt created."},
-    ])
+    state.set_script(
+        [
+            {
+                "text": "Writing it.",
+                "tool_calls": [{"name": "write", "arguments": {"path": "hello.txt", "content": "hi\n"}}],
+            },
+            {"text": "Done: hello.txt created."},
+        ]
+    )
     result = invoke(["run", "create hello.txt", *sim_args(url, ws)], tmp_path / "home")
     assert result.exit_code == 0, result.stderr
     assert (ws / "hello.txt").read_text() == "hi\n"
@@ -98,8 +105,14 @@ def test_chat_repl(tmp_path, sim):
     state, url = sim
     ws = tmp_path / "ws"
     ws.mkdir()
-    state.set_script([{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "nothing here yet"},
-                      {"match": "<checkpoint-request>", "text": "## Goal\nlook around"}, {"text": "bye then"}])
+    state.set_script(
+        [
+            {"tool_calls": [{"name": "ls", "arguments": {}}]},
+            {"text": "nothing here yet"},
+            {"match": "<checkpoint-request>", "text": "## Goal\nlook around"},
+            {"text": "bye then"},
+        ]
+    )
     lines = "what is here?\n/context\n/compact\n/nope\n\nthanks\n/quit\nnever sent\n"
     result = invoke(["chat", *sim_args(url, ws)], tmp_path / "home", input=lines)
     assert result.exit_code == 0, result.stderr

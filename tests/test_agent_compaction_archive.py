@@ -1,4 +1,4 @@
-"""C6 archive: the watermark, every skip rule, savings, tool_archive with receipts vs tool_trim without read."""
+"""Archive compaction: the watermark, every skip rule, savings, tool_archive with receipts vs tool_trim without read."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_control_tools_are_recognised():
 
 
 async def test_apply_writes_artifacts_with_receipts_or_trims_without_read(tmp_path):
-    rt, model, s = make_rt(tmp_path)
+    _rt, _model, s = make_rt(tmp_path)
     msgs = history()
     plan = plan_archive(msgs, ContextSettings(min_savings_kib=64))
     res = apply_archive(msgs, plan, s.view, has_read=True, turn=3, step=4)
@@ -96,7 +96,7 @@ SMALL = {"watermarkKiB": 64, "minSavingsKiB": 24, "keepRecentRounds": 5}
 
 
 async def test_watermark_crossing_archives_the_right_candidates_mid_turn(tmp_path):
-    rt, model, s = make_rt(tmp_path, long_turn(), settings=SMALL, tools=(BLOB, ASK))
+    _rt, model, s = make_rt(tmp_path, long_turn(), settings=SMALL, tools=(BLOB, ASK))
     r = await s.run("collect everything")
     assert r.ok and r.text == "all done" and not model.checkpoints  # no model call for an archive
     by_call = {res.tool_call_id: res for m in s.messages if m.role == "tool" for res in m.tool_results}
@@ -121,7 +121,7 @@ async def test_watermark_crossing_archives_the_right_candidates_mid_turn(tmp_pat
 
 
 async def test_without_read_the_archive_is_a_trim(tmp_path):
-    rt, model, s = make_rt(tmp_path, long_turn(), settings=SMALL, tools=(BLOB, ASK), core=False)
+    _rt, model, s = make_rt(tmp_path, long_turn(), settings=SMALL, tools=(BLOB, ASK), core=False)
     assert (await s.run("collect everything")).ok
     trimmed = [res for m in s.messages if m.role == "tool" for res in m.tool_results if "trimmed" in res.details]
     assert [t.tool_call_id for t in trimmed] == ["call_r1", "call_r4"]
@@ -130,6 +130,6 @@ async def test_without_read_the_archive_is_a_trim(tmp_path):
 
 
 async def test_archiving_can_be_switched_off(tmp_path):
-    rt, model, s = make_rt(tmp_path, long_turn(), settings={**SMALL, "enabled": False}, tools=(BLOB, ASK))
+    _rt, model, s = make_rt(tmp_path, long_turn(), settings={**SMALL, "enabled": False}, tools=(BLOB, ASK))
     assert (await s.run("collect everything")).ok
     assert s.history.epoch == 0 and "x-ctxscope-event" not in model.requests[-1].headers

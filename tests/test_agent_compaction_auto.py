@@ -1,4 +1,4 @@
-"""C5 automatic compaction: request order, triggers, hooks, the provider's overflow, the thrash guard, the inspector."""
+"""Automatic compaction: request order, triggers, hooks, the provider's overflow, the thrash guard, the inspector."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ async def test_before_request_order_hooks_then_pruning_and_compaction_then_remin
 
 
 async def test_serialized_body_over_the_byte_limit_triggers_compaction(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", kib=30)), "done"],
+    _rt, _model, s = make_rt(tmp_path, [answer("", blob("big", kib=30)), "done"],
                            settings={"byte_limits": {"scripted": 20_000}})
     assert (await s.run("go")).ok
     [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
@@ -64,7 +64,7 @@ async def test_serialized_body_over_the_byte_limit_triggers_compaction(tmp_path)
 
 
 async def test_provider_overflow_compacts_and_retries_from_the_next_rung(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
                                       "fits now"])
     r = await s.run("go")
     assert r.ok and r.text == "fits now"
@@ -80,7 +80,7 @@ async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_pa
     hooks = CompactionHooks()
     hooks.on_pre_compact(lambda ev: verdicts.pop(0))
     hooks.on_post_compact(lambda ev: posts.append((ev.trigger, ev.stage, ev.status)))
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("x", kib=1)), "done"],
+    _, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("x", kib=1)), "done"],
                            window=W, hooks=hooks, core=False)
     assert (await s.run("go")).ok
     second, third = model.main_requests[1:]
@@ -88,7 +88,7 @@ async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_pa
     assert "checkpoint; rung=hall" in third.headers["x-ctxscope-event"] and posts == [("threshold", "checkpoint",
                                                                                       "replaced")]
     stopper = CompactionHooks(pre=[lambda ev: StopAuto("the plugin manages context itself")])
-    rt, model, s = make_rt(tmp_path / "b", [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=stopper,
+    _rt, model, s = make_rt(tmp_path / "b", [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=stopper,
                            core=False)
     assert (await s.run("go")).ok and not model.checkpoints
     state = s.view.state.get("compaction")
@@ -113,7 +113,7 @@ async def test_an_extension_brings_its_own_hooks_honoured_only_while_enabled(tmp
 
 async def test_a_broken_hook_does_not_stop_compaction(tmp_path):
     hooks = CompactionHooks(pre=[lambda ev: 1 / 0], post=[lambda ev: 1 / 0])
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=hooks, core=False)
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=hooks, core=False)
     assert (await s.run("go")).ok and len(model.checkpoints) == 1 and s.history.epoch == 1
 
 
@@ -121,7 +121,7 @@ async def test_no_thrash_loop_when_compaction_cannot_make_room(tmp_path):
     """A system prompt that fills most of the trigger line: every compaction would leave it over again at once."""
     sys_prompt = filler("rules", 3000)
     script = [answer("", blob(f"r{i}", tokens=800)) for i in range(12)] + ["done"]
-    rt, model, s = make_rt(tmp_path, script, window=W, core=False, system_prompt=sys_prompt,
+    _rt, model, s = make_rt(tmp_path, script, window=W, core=False, system_prompt=sys_prompt,
                            settings={"checkpoint_mode": "separate"})
     r = await s.run("work through it")
     assert r.ok and r.steps == 13
@@ -139,7 +139,7 @@ async def test_no_thrash_loop_when_every_turn_refills_the_window(tmp_path):
     script = []
     for turn in range(5):
         script += [answer("", blob(f"t{turn}", tokens=4000)), f"turn {turn} done"]
-    rt, model, s = make_rt(tmp_path, script, window=W, core=False)
+    _rt, model, s = make_rt(tmp_path, script, window=W, core=False)
     for turn in range(5):
         assert (await s.run(f"turn {turn}")).ok
     assert len(model.checkpoints) == 1  # each turn adds more than the room a compaction leaves: stopped at once
@@ -154,7 +154,7 @@ async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_p
     from ctxscope.agent.context.compaction.engine import CompactionOutcome
     from ctxscope.agent.core.events import Effects
 
-    rt, model, s = make_rt(tmp_path, window=W)
+    rt, _model, s = make_rt(tmp_path, window=W)
     manager = manager_for(rt)
     engine = manager.engine()
     done = CompactionOutcome("threshold", "checkpoint", "replaced", 4000, (), tokens_after=500)

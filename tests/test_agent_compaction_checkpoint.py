@@ -1,4 +1,4 @@
-"""C8: the checkpoint request in both modes, the control message, the prompt override, and validation."""
+"""The checkpoint request in both modes, the control message, the prompt override, and validation."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_the_system_prompt_can_be_overridden_from_a_file(tmp_path):
 
 async def test_a_summary_missing_sections_is_accepted_as_soft_fallback(tmp_path):
     partial = summary(skip=("Blockers", "Pending User Asks", "Key Decisions"))
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=20_000,
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "done"], window=20_000,
                            checkpoint=lambda req: partial, core=False)
     r = await s.run("go")
     assert r.ok and r.text == "done"

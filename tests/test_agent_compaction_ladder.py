@@ -1,4 +1,5 @@
-"""C7: the rungs h0 -> htrim -> hall -> hvideo -> hmid -> hmin, local pre-checks, provider refusals, screenshots."""
+"""The compaction ladder's rungs h0 -> htrim -> hall -> hvideo -> hmid -> hmin, local pre-checks, provider
+refusals, screenshots."""
 
 from __future__ import annotations
 
@@ -69,8 +70,13 @@ def test_hmid_removes_middle_segments_but_keeps_the_first_and_every_user_segment
 
 
 def test_hmin_is_the_last_genuine_input_only():
-    msgs = [user("old ask"), assistant_message("ok"), user("/compact focus on x"), user("the real last ask"),
-            user_message("retry please", kind="retry")]
+    msgs = [
+        user("old ask"),
+        assistant_message("ok"),
+        user("/compact focus on x"),
+        user("the real last ask"),
+        user_message("retry please", kind="retry"),
+    ]
     [only] = last_input_only(msgs)
     assert only.text == "the real last ask" and only.meta["genuine_text"] == "the real last ask"
 
@@ -80,6 +86,7 @@ CHUNK = filler("w", 1000)
 
 async def test_each_rung_is_checked_locally_and_refusals_walk_down_to_hmin(tmp_path):
     """h0 and hall too big locally (120k text, 90 screenshots), hvideo and hmid refused by the provider, hmin taken."""
+
     def checkpoint(req):
         if rung_of(req) in ("hvideo", "hmid"):
             return ContextOverflowError("prompt is too long: 200000 tokens > 100000 maximum")
@@ -93,24 +100,30 @@ async def test_each_rung_is_checked_locally_and_refusals_walk_down_to_hmin(tmp_p
     inp = CompactionInput(s.view, 1, 1, "threshold", tuple(msgs), "sys", (), 130_000, allow_archive=False)
     out = await engine.run(inp)
     assert [(a.rung, a.outcome) for a in out.attempts] == [
-        ("h0", "skipped_local"), ("hall", "skipped_local"), ("hvideo", "provider_overflow"),
-        ("hmid", "provider_overflow"), ("hmin", "accepted")]
+        ("h0", "skipped_local"),
+        ("hall", "skipped_local"),
+        ("hvideo", "provider_overflow"),
+        ("hmid", "provider_overflow"),
+        ("hmin", "accepted"),
+    ]
     assert out.replaced and out.rung == "hmin" and out.validation == "exact"
     assert [rung_of(r) for r in model.checkpoints] == ["hvideo", "hmid", "hmin"]
     hmid, hmin = model.checkpoints[1], model.checkpoints[2]
     assert len(hmid.messages) < 2 * 30 + 2 and hmid.messages[0].text == "build the report"
     assert [m.text for m in hmin.messages[:-1]] == ["build the report"]
-    assert all(a.tokens <= engine.checkpoint_lines.provider_input_limit for a in out.attempts
-               if a.outcome != "skipped_local")
+    assert all(
+        a.tokens <= engine.checkpoint_lines.provider_input_limit for a in out.attempts if a.outcome != "skipped_local"
+    )
 
 
 async def test_no_rung_fits_is_compaction_input_too_large_and_the_turn_goes_on(tmp_path):
-    rt, model, s = make_rt(tmp_path, checkpoint=lambda req: ContextOverflowError("prompt is too long"))
+    rt, _model, s = make_rt(tmp_path, checkpoint=lambda req: ContextOverflowError("prompt is too long"))
     msgs = [user("x"), *round_messages("a", "y" * 100)]
     out = await manager_for(rt).engine().run(CompactionInput(s.view, 1, 1, "threshold", tuple(msgs), "sys", (), 1))
     assert not out.replaced and out.error == "COMPACTION_INPUT_TOO_LARGE"
     assert [(a.rung, a.outcome) for a in out.attempts] == [
-        (rung, "provider_overflow") for rung in ("h0", "hall", "hmid", "hmin")]
+        (rung, "provider_overflow") for rung in ("h0", "hall", "hmid", "hmin")
+    ]
 
 
 @pytest.fixture
@@ -123,12 +136,16 @@ async def test_a_session_over_the_trigger_line_walks_the_ladder_against_the_simu
     """The simulator refuses h0 and htrim as too long (its window for the checkpoint step is 60k); hall is taken."""
     state, url = simulator
     rounds = [3000] + [14000] * 7  # 101k tokens of tool output: over the 96k trigger line of a 128k window
-    state.set_script([{"tool_calls": [{"name": "blob", "arguments": {"tag": f"r{i}", "tokens": n}}]}
-                      for i, n in enumerate(rounds)]
-                     + [{"match": "<checkpoint-request>", "context_window": 60_000, "text": summary()},
-                        {"text": "finished"}])
-    client = make_client(resolve("sim", direct=True, base_url=url + "/v1", model="gpt-sim", context_window=128_000,
-                                 max_output_tokens=4096), retry=RetryPolicy(max_retries=0))
+    state.set_script(
+        [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"r{i}", "tokens": n}}]} for i, n in enumerate(rounds)]
+        + [{"match": "<checkpoint-request>", "context_window": 60_000, "text": summary()}, {"text": "finished"}]
+    )
+    client = make_client(
+        resolve(
+            "sim", direct=True, base_url=url + "/v1", model="gpt-sim", context_window=128_000, max_output_tokens=4096
+        ),
+        retry=RetryPolicy(max_retries=0),
+    )
     st = {"keep_recent_rounds": 7, "min_savings_kib": 8}  # r0 alone is archivable, not enough to fit
     rt, _, s = make_rt(tmp_path, model=client, settings=st)
     try:
@@ -138,7 +155,10 @@ async def test_a_session_over_the_trigger_line_walks_the_ladder_against_the_simu
     assert r.ok and r.text == "finished"
     [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
     assert [(a["rung"], a["outcome"]) for a in ev["attempts"]] == [
-        ("h0", "provider_overflow"), ("htrim", "provider_overflow"), ("hall", "accepted")]
+        ("h0", "provider_overflow"),
+        ("htrim", "provider_overflow"),
+        ("hall", "accepted"),
+    ]
     assert ev["rung"] == "hall" and ev["validation"] == "exact" and ev["trigger"] == "threshold"
     assert ev["tokens_before"] > 96_000 > ev["tokens_after"]
     requests = [q for q in state.requests() if q["path"].endswith("/chat/completions")]

@@ -1,4 +1,4 @@
-"""C11 /compact and C12 /context: idle only, hostile instructions stay data, figures right at once, anchor after."""
+"""/compact and /context: idle only, hostile instructions stay data, figures right at once, anchor after."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ async def test_hostile_instructions_are_json_data_and_cannot_change_the_protocol
 
 async def test_an_obedient_model_still_cannot_make_compaction_run_a_tool(tmp_path):
     ran = []
-    rt, model, s = await two_turns(tmp_path, checkpoint=lambda req: answer("ok", tool_call("bash", {"command": "x"})))
+    rt, _model, s = await two_turns(tmp_path, checkpoint=lambda req: answer("ok", tool_call("bash", {"command": "x"})))
     rt.listeners.append(lambda ev: ran.append(ev) if type(ev).__name__ == "ToolStarted" else None)
     before = s.messages
     out = await rt.conversation.maintenance.compact(s.id, HOSTILE)
@@ -85,7 +85,7 @@ async def test_compact_only_when_idle(tmp_path):
         await gate.wait()
         return answer("late")
 
-    rt, model, s = make_rt(tmp_path, [slow])
+    rt, _model, s = make_rt(tmp_path, [slow])
     s.submit("busy work")
     await asyncio.sleep(0.01)
     with pytest.raises(SessionBusy):
@@ -115,7 +115,7 @@ async def test_context_is_right_immediately_after_compaction_then_anchored(tmp_p
 
 
 async def test_agent_context_command_reads_a_stored_session(tmp_path, monkeypatch):
-    rt, model, s = await two_turns(tmp_path)
+    rt, _model, s = await two_turns(tmp_path)
     await rt.conversation.maintenance.compact(s.id, None)
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(agent_group, ["context", s.id, "--json", "--context-window", "100000"])
@@ -137,14 +137,14 @@ async def test_manual_compaction_is_announced_to_history_observers(tmp_path):
     seen = []
     watcher = Extension("watcher", lambda api: api.on(ON_HISTORY_CHANGED, lambda ev: seen.append(
         (ev.kind, ev.reason, ev.epoch, ev.messages[0].meta.get("kind")))))
-    rt, model, s = await two_turns(tmp_path, extensions=[watcher])
+    rt, _model, s = await two_turns(tmp_path, extensions=[watcher])
     seen.clear()
     await rt.conversation.maintenance.compact(s.id, None)
     assert seen == [("replace", "compaction:manual", 1, "compaction_summary")]
 
 
 async def test_manual_compaction_turns_automatic_compaction_back_on(tmp_path):
-    rt, model, s = await two_turns(tmp_path)
+    rt, _model, s = await two_turns(tmp_path)
     s.view.state.set("compaction", {"auto": "off", "reason": "test"})
     await rt.conversation.maintenance.compact(s.id, None)
     assert s.view.state.get("compaction")["auto"] == "on"

@@ -1,4 +1,4 @@
-"""C9/C10: summary + host appendix replaces the history; post-admission; failures that let the turn go on."""
+"""Summary + host appendix replaces the history; post-admission; failures that let the turn go on."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ async def test_a_summary_that_does_not_fit_aborts_the_turn_with_post_admission_f
     """Window 20000 / output 4096: input limit 3616. The summary (about 3900 tokens) is within the checkpoint's
     output limit (4096) but the history it would become does not fit the next request."""
     big_summary = summary(body=filler("s", 470))
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "never asked"], window=20_000,
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "never asked"], window=20_000,
                            checkpoint=lambda req: big_summary, core=False)
     r = await s.run("analyse it")
     assert r.outcome == act.ABORTED and r.reason.startswith(POST_ADMISSION_FAILED)
@@ -87,7 +87,7 @@ async def test_a_summary_that_does_not_fit_aborts_the_turn_with_post_admission_f
 
 
 async def test_other_failures_are_recorded_and_the_turn_continues_uncompacted(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("more", tokens=50)),
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("more", tokens=50)),
                                       "answered anyway"], window=20_000, checkpoint=lambda req: "   ", core=False)
     r = await s.run("analyse it")
     assert r.ok and r.text == "answered anyway" and s.history.epoch == 0

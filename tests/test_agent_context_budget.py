@@ -1,4 +1,4 @@
-"""C3 budget lines (the worked examples are the contract), the output floor, and the settings."""
+"""Budget lines (the worked examples are the contract), the output floor, and the settings."""
 
 from __future__ import annotations
 

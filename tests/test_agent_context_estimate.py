@@ -1,4 +1,4 @@
-"""C4: the o200k estimate, and the usage anchor's binding, epochs and kept_message_count."""
+"""The o200k estimate, and the usage anchor's binding, epochs and kept_message_count."""
 
 from __future__ import annotations
 

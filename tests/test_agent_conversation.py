@@ -24,7 +24,7 @@ def make(tmp_path, script):
 
 
 async def test_query_and_lifecycle(tmp_path):
-    rt, model, conv = make(tmp_path, ["hello back"])
+    _rt, _model, conv = make(tmp_path, ["hello back"])
     meta = conv.lifecycle.create("first")
     assert [m.id for m in conv.query.sessions()] == [meta.id] and conv.query.session(meta.id).title == "first"
     result = await conv.ingress.run(meta.id, "hello")
@@ -44,7 +44,7 @@ async def test_inputs_queue_behind_a_running_turn_and_can_be_edited_cancelled_re
         await gate.wait()
         return answer("first done")
 
-    rt, model, conv = make(tmp_path, [wait])
+    _rt, model, conv = make(tmp_path, [wait])
     sid = conv.lifecycle.create().id
     first = conv.ingress.submit(sid, "first")
     await asyncio.sleep(0)
@@ -75,7 +75,7 @@ async def test_abort_through_the_api(tmp_path):
         started.set()
         await asyncio.Event().wait()
 
-    rt, model, conv = make(tmp_path, [hang, "later"])
+    _rt, _model, conv = make(tmp_path, [hang, "later"])
     sid = conv.lifecycle.create().id
     running = conv.ingress.submit(sid, "slow")
     queued = conv.ingress.submit(sid, "next")
@@ -86,7 +86,7 @@ async def test_abort_through_the_api(tmp_path):
 
 
 async def test_steer_when_idle_starts_a_turn(tmp_path):
-    rt, model, conv = make(tmp_path, ["ok"])
+    rt, _model, conv = make(tmp_path, ["ok"])
     sid = conv.lifecycle.create().id
     conv.ingress.steer(sid, "hello")
     await rt.open_session(sid).wait_idle()
@@ -94,7 +94,7 @@ async def test_steer_when_idle_starts_a_turn(tmp_path):
 
 
 async def test_maintenance_compact_is_a_hook(tmp_path):
-    rt, model, conv = make(tmp_path, [])
+    _rt, _model, conv = make(tmp_path, [])
     sid = conv.lifecycle.create().id
     assert not conv.maintenance.can_compact
     with pytest.raises(NotAvailable):
@@ -123,7 +123,7 @@ async def test_a_steer_during_the_last_model_call_continues_the_turn(tmp_path):
         await gate.wait()
         return answer("final answer")
 
-    rt, model, conv = make(tmp_path, [last_step, "handled the steer"])
+    _rt, model, conv = make(tmp_path, [last_step, "handled the steer"])
     sid = conv.lifecycle.create().id
     first = conv.ingress.submit(sid, "first")
     while not model.requests:

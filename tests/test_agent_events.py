@@ -1,4 +1,4 @@
-"""The nine events and their rules (A2), driven through the real loop with a scripted model."""
+"""The nine events and their rules, driven through the real loop with a scripted model."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def texts(request):
 
 async def test_before_llm_call_exception_aborts_the_call_fail_closed(tmp_path):
     later = []
-    rt, model, s = make_rt(tmp_path, ["never"], ("a", BEFORE_LLM_CALL, lambda c: 1 / 0),
+    _rt, model, s = make_rt(tmp_path, ["never"], ("a", BEFORE_LLM_CALL, lambda c: 1 / 0),
                            ("b", BEFORE_LLM_CALL, lambda c: later.append(1)))
     result = await s.run("hi")
     assert result.outcome == "aborted" and "ZeroDivisionError" in result.reason
@@ -69,7 +69,7 @@ async def test_before_llm_call_exception_aborts_the_call_fail_closed(tmp_path):
 async def test_append_stops_the_chain(tmp_path):
     seen = []
     hidden = user_message("<system-reminder>cadence</system-reminder>", hidden=True)
-    rt, model, s = make_rt(tmp_path, ["ok"],
+    _rt, model, s = make_rt(tmp_path, ["ok"],
                            ("a", BEFORE_LLM_CALL, lambda c: seen.append("a") or AppendMessage(hidden), True),
                            ("b", BEFORE_LLM_CALL, lambda c: seen.append("b"), True))
     await s.run("hi")
@@ -88,11 +88,14 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
     def modifier(c):
         order.append("modifier")
-        return ModifyRequest(messages=c.request_messages + (user_message("<system-reminder>deadline 30s</system-reminder>"),))
+        return ModifyRequest(
+            messages=c.request_messages + (user_message("<system-reminder>deadline 30s</system-reminder>"),)
+        )
 
     # the appender's extension is registered first, yet the modifier runs first
-    rt, model, s = make_rt(tmp_path, ["ok"], ("app", BEFORE_LLM_CALL, appender, True),
-                           ("mod", BEFORE_LLM_CALL, modifier))
+    _rt, model, s = make_rt(
+        tmp_path, ["ok"], ("app", BEFORE_LLM_CALL, appender, True), ("mod", BEFORE_LLM_CALL, modifier)
+    )
     await s.run("hi")
     assert order == ["modifier", "appender"]
     assert texts(model.requests[0]) == ["hi", "<system-reminder>deadline 30s</system-reminder>", "appended"]
@@ -100,7 +103,7 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
 
 async def test_undeclared_append_is_a_contract_error(tmp_path):
-    rt, model, s = make_rt(tmp_path, ["x"], ("a", BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky"))))
+    _rt, model, s = make_rt(tmp_path, ["x"], ("a", BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky"))))
     result = await s.run("hi")
     assert result.outcome == "aborted" and "appends=True" in result.reason and model.requests == []
 
@@ -109,7 +112,7 @@ async def test_modify_request_is_for_this_request_only(tmp_path):
     def deadline(c):
         return ModifyRequest(messages=c.request_messages + (user_message(f"step {c.step}"),), system="SYS")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("d", BEFORE_LLM_CALL, deadline))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("d", BEFORE_LLM_CALL, deadline))
     await s.run("hi")
     assert texts(model.requests[0])[-1] == "step 1"
     assert texts(model.requests[1])[-1] == "step 2" and "step 1" not in texts(model.requests[1])
@@ -124,8 +127,12 @@ async def test_replace_history_is_persistent_and_a_new_epoch(tmp_path):
         if c.step == 2:
             return ReplaceHistory((user_message("summary of earlier work"),), "compaction")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, compact),
-                           ("obs", ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))))
+    rt, model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("c", BEFORE_LLM_CALL, compact),
+        ("obs", ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))),
+    )
     await s.run("hi")
     assert texts(model.requests[1]) == ["summary of earlier work"]
     assert ("replace", 1, "compaction") in changes
@@ -139,21 +146,22 @@ async def test_replace_history_is_persistent_and_a_new_epoch(tmp_path):
 
 
 async def test_skip_answer_and_abort(tmp_path):
-    rt, model, s = make_rt(tmp_path, [], ("s", BEFORE_LLM_CALL, lambda c: Skip("nothing to do")))
+    _, model, s = make_rt(tmp_path, [], ("s", BEFORE_LLM_CALL, lambda c: Skip("nothing to do")))
     r = await s.run("hi")
     assert (r.outcome, r.reason, model.requests) == ("skipped", "nothing to do", [])
 
-    rt, model, s = make_rt(tmp_path / "2", [], ("a", BEFORE_LLM_CALL, lambda c: Answer("cached answer")))
+    _, model, s = make_rt(tmp_path / "2", [], ("a", BEFORE_LLM_CALL, lambda c: Answer("cached answer")))
     r = await s.run("hi")
     assert (r.outcome, r.text, model.requests) == ("completed", "cached answer", [])
     assert s.messages[-1].role == "assistant" and s.messages[-1].text == "cached answer"
 
-    rt, model, s = make_rt(tmp_path / "3", [], ("a", BEFORE_LLM_CALL, lambda c: Abort("budget spent")))
+    _rt, model, s = make_rt(tmp_path / "3", [], ("a", BEFORE_LLM_CALL, lambda c: Abort("budget spent")))
     r = await s.run("hi")
     assert (r.outcome, r.reason, model.requests) == ("aborted", "budget spent", [])
 
 
 # --- on_llm_call_prepared -----------------------------------------------------------------------
+
 
 async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
     seen = []
@@ -163,23 +171,32 @@ async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
         seen.append((e.call.request.system, body["system"], e.call.headers["x-ctxscope-step"]))
         body["system"] = "tampered"  # a copy: cannot change what is sent
 
-    rt, model, s = make_rt(tmp_path, ["ok"], ("m", BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
-                           ("o", ON_LLM_CALL_PREPARED, observe))
+    _rt, model, s = make_rt(
+        tmp_path,
+        ["ok"],
+        ("m", BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
+        ("o", ON_LLM_CALL_PREPARED, observe),
+    )
     await s.run("hi")
     assert seen == [("FINAL", "FINAL", "1")]
     assert json.loads(model.calls[0].body)["system"] == "FINAL"
 
 
 async def test_prepared_observer_errors_do_not_stop_the_call(tmp_path):
-    rt, model, s = make_rt(tmp_path, ["ok"], ("o", ON_LLM_CALL_PREPARED, lambda e: 1 / 0))
+    _rt, _model, s = make_rt(tmp_path, ["ok"], ("o", ON_LLM_CALL_PREPARED, lambda e: 1 / 0))
     assert (await s.run("hi")).ok and s.errors.counts[ON_LLM_CALL_PREPARED] == 1
 
 
 # --- after_llm_call -----------------------------------------------------------------------------
 
+
 async def test_rewrite_text_is_a_pipeline(tmp_path):
-    rt, model, s = make_rt(tmp_path, ["draft"], ("a", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
-                           ("b", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        ["draft"],
+        ("a", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
+        ("b", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")),
+    )
     r = await s.run("hi")
     assert r.text == "draft +a +b" and s.messages[-1].text == "draft +a +b"
 
@@ -192,8 +209,11 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
             reject_once.append(1)
             return Retry("Please cite your source and try again.", "missing_citation")
 
-    rt, model, s = make_rt(tmp_path, [answer("I'll write it", tool_call("write", {"path": "f.txt", "content": "x"})),
-                                      "here is the cited answer"], ("cite", AFTER_LLM_CALL, judge))
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("I'll write it", tool_call("write", {"path": "f.txt", "content": "x"})), "here is the cited answer"],
+        ("cite", AFTER_LLM_CALL, judge),
+    )
     r = await s.run("hi")
     assert r.ok and r.text == "here is the cited answer"
     assert not (tmp_path / "ws" / "f.txt").exists()  # the rejected tool call had no side effect
@@ -205,14 +225,19 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
 
 
 async def test_retry_limit_fails_the_turn(tmp_path):
-    rt, model, s = make_rt(tmp_path, ["a", "b", "c", "d", "e"], ("r", AFTER_LLM_CALL, lambda e: Retry("again", "never_good")))
+    _rt, model, s = make_rt(
+        tmp_path, ["a", "b", "c", "d", "e"], ("r", AFTER_LLM_CALL, lambda e: Retry("again", "never_good"))
+    )
     r = await s.run("hi")
     assert r.outcome == "failed" and r.error_kind == "retry_limit" and len(model.requests) == 4
 
 
 async def test_fail_ends_the_turn_without_running_tools(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("hm", tool_call("bash", {"command": "touch ran"}))],
-                           ("f", AFTER_LLM_CALL, lambda e: Fail("terminal_empty")))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [answer("hm", tool_call("bash", {"command": "touch ran"}))],
+        ("f", AFTER_LLM_CALL, lambda e: Fail("terminal_empty")),
+    )
     r = await s.run("hi")
     assert (r.outcome, r.reason) == ("failed", "terminal_empty")
     assert not (tmp_path / "ws" / "ran").exists()
@@ -221,6 +246,7 @@ async def test_fail_ends_the_turn_without_running_tools(tmp_path):
 
 # --- before_tool_call / after_tool_call ---------------------------------------------------------
 
+
 async def test_block_and_fail_closed_tool_gate(tmp_path):
     def gate(e):
         if e.call.arguments.get("command") == "rm -rf /":
@@ -228,9 +254,19 @@ async def test_block_and_fail_closed_tool_gate(tmp_path):
         if e.call.name == "write":
             raise RuntimeError("policy store down")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("bash", {"command": "rm -rf /"}),
-                                             tool_call("write", {"path": "w.txt", "content": "x"}),
-                                             tool_call("ls", {})), "done"], ("g", BEFORE_TOOL_CALL, gate))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer(
+                "",
+                tool_call("bash", {"command": "rm -rf /"}),
+                tool_call("write", {"path": "w.txt", "content": "x"}),
+                tool_call("ls", {}),
+            ),
+            "done",
+        ],
+        ("g", BEFORE_TOOL_CALL, gate),
+    )
     await s.run("hi")
     results = s.messages[2].tool_results
     assert results[0].is_error and "destructive command" in results[0].content
@@ -240,10 +276,13 @@ async def test_block_and_fail_closed_tool_gate(tmp_path):
 
 
 async def test_after_tool_call_rewrites_field_wise_and_survives_errors(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                           ("boom", AFTER_TOOL_CALL, lambda e: 1 / 0),
-                           ("r", AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
-                           ("r2", AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")))
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("boom", AFTER_TOOL_CALL, lambda e: 1 / 0),
+        ("r", AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
+        ("r2", AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")),
+    )
     await s.run("hi")
     res = s.messages[2].tool_results[0]
     assert res.content.endswith("!") and res.details == {"receipt": True} and not res.is_error
@@ -253,16 +292,20 @@ async def test_after_tool_call_rewrites_field_wise_and_survives_errors(tmp_path)
 
 # --- observers ----------------------------------------------------------------------------------
 
+
 async def test_history_changed_sees_every_append(tmp_path):
     seen = []
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                           ("h", ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        ("h", ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))),
+    )
     await s.run("hi")
     assert seen == [("append", "user"), ("append", "assistant"), ("append", "tool"), ("append", "assistant")]
 
 
 async def test_step_end_errors_are_counted_and_the_loop_continues(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("bad", ON_STEP_END, lambda e: 1 / 0))
+    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("bad", ON_STEP_END, lambda e: 1 / 0))
     r = await s.run("hi")
     assert r.ok and r.steps == 2 and s.errors.counts[ON_STEP_END] == 2
 
@@ -273,7 +316,7 @@ async def test_step_end_steering_is_delivered_before_the_next_request(tmp_path):
             e.steer("<system-reminder>do not repeat the same call</system-reminder>", kind="guard", hidden=True)
             e.effects.declare("guard")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("guard", ON_STEP_END, guard))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("guard", ON_STEP_END, guard))
     await s.run("hi")
     last = model.requests[1].messages[-1]
     assert last.role == "user" and "do not repeat" in last.text and last.meta["kind"] == "guard"
@@ -286,7 +329,7 @@ async def test_steering_after_a_final_answer_continues_the_turn(tmp_path):
         if e.step == 1:
             e.steer("also check the README")
 
-    rt, model, s = make_rt(tmp_path, ["first answer", "second answer"], ("s", ON_STEP_END, once))
+    _rt, model, s = make_rt(tmp_path, ["first answer", "second answer"], ("s", ON_STEP_END, once))
     r = await s.run("hi")
     assert r.ok and r.text == "second answer" and r.steps == 2
     assert texts(model.requests[1])[-1] == "also check the README"
@@ -294,8 +337,12 @@ async def test_steering_after_a_final_answer_continues_the_turn(tmp_path):
 
 async def test_turn_start_and_end_are_called_around_the_turn(tmp_path):
     seen = []
-    rt, model, s = make_rt(tmp_path, ["ok"], ("t", TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
-                           ("t2", TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        ["ok"],
+        ("t", TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
+        ("t2", TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))),
+    )
     await s.run("hi", source="cli")
     assert seen == [("start", 1, "cli", "hi"), ("end", 1, "completed", 1)]
 
@@ -305,7 +352,7 @@ async def test_declared_effects_go_on_that_request_only(tmp_path):
         if c.step == 1:
             c.effects.declare("compaction")
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, declare))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, declare))
     await s.run("hi")
     h0, h1 = model.requests[0].headers, model.requests[1].headers
     assert h0["x-ctxscope-event"] == "compaction" and "x-ctxscope-event" not in h1

@@ -51,7 +51,7 @@ def guard_messages(request):
 
 
 async def test_a_repeated_call_is_reminded_once_per_turn_as_a_steering_message(tmp_path):
-    rt, model, s, rec = make(tmp_path, same(6) + ["done"])
+    _rt, model, s, rec = make(tmp_path, same(6) + ["done"])
     r = await s.run("go")
     assert r.ok and r.steps == 7
     hits = [i for i, q in enumerate(model.requests) if guard_messages(q)]
@@ -69,7 +69,7 @@ async def test_a_repeated_call_is_reminded_once_per_turn_as_a_steering_message(t
 
 
 async def test_the_next_turn_may_remind_again(tmp_path):
-    rt, model, s, rec = make(tmp_path, same(3) + ["done"] + same(3) + ["done"])
+    _rt, _model, s, rec = make(tmp_path, same(3) + ["done"] + same(3) + ["done"])
     await s.run("one")
     await s.run("two")
     assert rec.names().count("runaway_guard_reminder_injected") == 2
@@ -86,7 +86,7 @@ async def test_keys_are_random_per_turn(tmp_path):
 
     rec = Recorder()
     guard = RunawayGuard(on_signal=rec, new_key=new_key)
-    rt, model, s, _ = make(tmp_path, same(2) + ["done"] + same(2) + ["done"], guard)
+    _rt, _model, s, _ = make(tmp_path, same(2) + ["done"] + same(2) + ["done"], guard)
     await s.run("one")
     await s.run("two")
     assert len(keys) == 2 and keys[0] != keys[1] and all(len(k) == 32 for k in keys)
@@ -98,7 +98,7 @@ async def test_events_carry_no_raw_arguments_or_output(tmp_path):
     (tmp_path / "home").mkdir(parents=True)
     ext = create_runaway_guard(HostOptions(tmp_path / "home", {}))
     script = same(4, "bash", command="echo TOP-SECRET-ARG") + ["done"]
-    rt, model, s, _ = make(tmp_path, script, host=ext)
+    rt, _model, s, _ = make(tmp_path, script, host=ext)
     await s.run("go")
     log = (rt.store.dir(s.id) / EVENTS_FILE).read_text()
     lines = [json.loads(x) for x in log.splitlines()]
@@ -110,7 +110,7 @@ async def test_events_carry_no_raw_arguments_or_output(tmp_path):
 
 
 async def test_verifier_turns_are_observed_but_never_reminded(tmp_path):
-    rt, model, s, rec = make(tmp_path, same(5) + ["done"])
+    _rt, model, s, rec = make(tmp_path, same(5) + ["done"])
     await s.run("check the goal", source="goal-verifier")
     assert not any(guard_messages(q) for q in model.requests)
     assert "runaway_guard_signal" in rec.names() and "runaway_guard_reminder_injected" not in rec.names()
@@ -120,7 +120,7 @@ async def test_verifier_turns_are_observed_but_never_reminded(tmp_path):
 
 async def test_priority_picks_the_error_family_over_the_repeated_action(tmp_path):
     script = same(4, "read", path="missing.txt") + ["done"]  # same call, same not-found error
-    rt, model, s, rec = make(tmp_path, script)
+    _rt, model, s, rec = make(tmp_path, script)
     await s.run("go")
     [reminder] = [e for e in rec.events if e.name == "runaway_guard_reminder_injected"]
     assert reminder.kind == "same_error_family" and reminder.step == 3
@@ -129,7 +129,7 @@ async def test_priority_picks_the_error_family_over_the_repeated_action(tmp_path
 
 async def test_real_greps_that_find_nothing_are_not_errors(tmp_path):
     script = [answer("", tool_call("bash", {"command": f"grep -rn needle{n} ."})) for n in range(5)] + ["done"]
-    rt, model, s, rec = make(tmp_path, script)
+    _rt, _model, s, rec = make(tmp_path, script)
     await s.run("look for it")
     results = [m for m in s.messages if m.role == "tool"]
     assert all(m.tool_results[0].is_error and m.tool_results[0].details["exit_code"] == 1 for m in results)
@@ -139,7 +139,7 @@ async def test_real_greps_that_find_nothing_are_not_errors(tmp_path):
 
 async def test_real_failing_commands_with_varying_arguments_are_one_error_family(tmp_path):
     script = [answer("", tool_call("bash", {"command": f"cat missing{n}.txt"})) for n in range(3)] + ["done"]
-    rt, model, s, rec = make(tmp_path, script)
+    _rt, _model, s, rec = make(tmp_path, script)
     await s.run("read them")
     [reminder] = [e for e in rec.events if e.name == "runaway_guard_reminder_injected"]
     assert reminder.kind == "same_error_family" and reminder.count == 3
@@ -159,7 +159,7 @@ def test_override_wins_and_the_threshold_never_drops_below_three():
 async def test_a_higher_threshold_from_local_settings_delays_the_reminder(tmp_path):
     rec = Recorder()
     guard = RunawayGuard(local_config={"reminderThreshold": 4}, on_reminder=rec)
-    rt, model, s, _ = make(tmp_path, same(5) + ["done"], guard)
+    _rt, _model, s, _ = make(tmp_path, same(5) + ["done"], guard)
     await s.run("go")
     assert [e.step for e in rec.events] == [4]
 
@@ -177,7 +177,7 @@ async def test_local_settings_are_read_once_and_the_override_at_every_judgement(
         return answer("", tool_call("read", {"path": "a.txt"}))
 
     script = same(3) + ["done"] + same(2) + [flip_on] + same(2) + ["done"]
-    rt, model, s, _ = make(tmp_path, script, host=ext)
+    rt, _model, s, _ = make(tmp_path, script, host=ext)
     await s.run("first: disabled by local settings")
     assert not (rt.store.dir(s.id) / EVENTS_FILE).exists()
     await s.run("second: the override turns it on mid-turn")
@@ -198,7 +198,7 @@ def test_a_broken_or_missing_override_leaves_the_local_settings(tmp_path):
 
 
 async def test_the_guard_never_blocks_tools_or_ends_the_turn(tmp_path):
-    rt, model, s, rec = make(tmp_path, same(12) + ["finally done"])
+    _rt, _model, s, _rec = make(tmp_path, same(12) + ["finally done"])
     r = await s.run("go")
     assert r.ok and r.text == "finally done" and r.steps == 13
     assert all(not t.is_error for m in s.messages if m.role == "tool" for t in m.tool_results)

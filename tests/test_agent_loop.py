@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from ctxscope.agent.core import activity as act
 from ctxscope.agent.core.loop import LoopConfig
@@ -37,7 +38,7 @@ def make_rt(tmp_path, script, *tools, listener=None, **kw):
 async def test_multi_step_turn_executes_tools_and_feeds_results_back(tmp_path):
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "notes.txt").write_text("alpha\nbeta\n")
-    rt, model, s = make_rt(tmp_path, [
+    _rt, model, s = make_rt(tmp_path, [
         answer("reading", tool_call("read", {"path": "notes.txt"})),
         answer("", tool_call("edit", {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"})),
         "changed beta to gamma",
@@ -48,7 +49,7 @@ async def test_multi_step_turn_executes_tools_and_feeds_results_back(tmp_path):
     assert "2\tbeta" in model.requests[1].messages[-1].tool_results[0].content
     assert [m.role for m in s.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     # each request extends the previous one: the prompt prefix is stable within a turn
-    for a, b in zip(model.requests, model.requests[1:]):
+    for a, b in itertools.pairwise(model.requests):
         assert b.messages[:len(a.messages)] == a.messages and b.system == a.system and b.tools == a.tools
 
 
@@ -62,7 +63,7 @@ async def test_several_tool_calls_run_concurrently_and_results_keep_call_order(t
             await asyncio.sleep(0.01)  # a finishes last, but its result still comes first
         return f"{args['me']} met {args['other']}"
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("meet", {"me": "a", "other": "b"}),
+    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("meet", {"me": "a", "other": "b"}),
                                              tool_call("meet", {"me": "b", "other": "a"})), "done"],
                            Tool("meet", "rendezvous", OBJ, meet))
     await s.run("go")
@@ -75,7 +76,7 @@ async def test_tool_errors_are_results_not_crashes(tmp_path):
         raise RuntimeError("kaboom")
 
     broken = ToolCall("c9", "read", {}, "{not json", "arguments are not valid JSON")
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("nope", {}), tool_call("read", {}), broken,
+    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("nope", {}), tool_call("read", {}), broken,
                                              tool_call("explode", {}), tool_call("read", {"path": "missing.txt"})),
                                       "recovered"], Tool("explode", "fails", {"type": "object"}, explode))
     r = await s.run("go")
@@ -97,7 +98,7 @@ async def test_steering_queued_during_a_step_arrives_before_the_next_request(tmp
         await release.wait()
         return "slow done"
 
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("slow", {})), "ok, using python 3"],
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("slow", {})), "ok, using python 3"],
                            Tool("slow", "waits", {"type": "object"}, slow))
     pending = s.submit("build it", source="cli")
     await started.wait()
@@ -121,9 +122,13 @@ async def test_cancel_during_tools_keeps_history_consistent(tmp_path):
         return "quick result"
 
     events = []
-    rt, model, s = make_rt(tmp_path, [answer("working", tool_call("quick", {}), tool_call("hang", {})), "next turn ok"],
-                           Tool("hang", "hangs", {"type": "object"}, hang), Tool("quick", "fast", {"type": "object"}, quick),
-                           listener=events.append)
+    rt, model, s = make_rt(
+        tmp_path,
+        [answer("working", tool_call("quick", {}), tool_call("hang", {})), "next turn ok"],
+        Tool("hang", "hangs", {"type": "object"}, hang),
+        Tool("quick", "fast", {"type": "object"}, quick),
+        listener=events.append,
+    )
     pending = s.submit("go")
     await started.wait()
     await asyncio.sleep(0)  # let quick finish
@@ -131,7 +136,7 @@ async def test_cancel_during_tools_keeps_history_consistent(tmp_path):
     r = await pending.result
     assert (r.outcome, r.reason) == ("cancelled", "cancelled")
     results = s.messages[-1].tool_results
-    assert [x.content for x in results][0] == "quick result"
+    assert next(x.content for x in results) == "quick result"
     assert results[1].is_error and "cancelled" in results[1].content
     assert repair_history(s.messages) == list(s.messages)
     assert any(isinstance(e, act.TurnFinished) and e.result.outcome == "cancelled" for e in events)
@@ -152,7 +157,7 @@ async def test_cancel_during_the_model_call(tmp_path):
         waiting.set()
         await asyncio.Event().wait()
 
-    rt, model, s = make_rt(tmp_path, [stuck, "fine now"])
+    _rt, model, s = make_rt(tmp_path, [stuck, "fine now"])
     pending = s.submit("first")
     await waiting.wait()
     s.abort()
@@ -163,7 +168,9 @@ async def test_cancel_during_the_model_call(tmp_path):
 
 
 async def test_cancel_kills_a_running_bash_command(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("bash", {"command": "echo started > mark; sleep 30; touch late"}))])
+    _rt, _model, s = make_rt(
+        tmp_path, [answer("", tool_call("bash", {"command": "echo started > mark; sleep 30; touch late"}))]
+    )
     pending = s.submit("go")
     mark = tmp_path / "ws" / "mark"
     while not mark.exists():
@@ -174,20 +181,27 @@ async def test_cancel_kills_a_running_bash_command(tmp_path):
 
 
 async def test_abort_when_idle_is_a_no_op(tmp_path):
-    rt, model, s = make_rt(tmp_path, [])
+    _rt, _model, s = make_rt(tmp_path, [])
     assert s.abort() is False
 
 
 async def test_max_steps_stops_a_runaway_turn(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})) for _ in range(10)], config=LoopConfig(max_steps=3))
+    _rt, model, s = make_rt(
+        tmp_path, [answer("", tool_call("ls", {})) for _ in range(10)], config=LoopConfig(max_steps=3)
+    )
     r = await s.run("loop forever")
     assert r.outcome == "max_steps" and r.steps == 3 and len(model.requests) == 3
     assert s.messages[-1].role == "tool"
 
 
 async def test_provider_errors_fail_the_turn_with_their_kind(tmp_path):
-    rt, model, s = make_rt(tmp_path, [ContextOverflowError("prompt is too long: 300000 tokens"),
-                                      ProviderError("overloaded", status=529, kind="overloaded_error")])
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            ContextOverflowError("prompt is too long: 300000 tokens"),
+            ProviderError("overloaded", status=529, kind="overloaded_error"),
+        ],
+    )
     r = await s.run("a")
     assert (r.outcome, r.error_kind) == ("failed", "context_overflow")
     r = await s.run("b")
@@ -196,16 +210,24 @@ async def test_provider_errors_fail_the_turn_with_their_kind(tmp_path):
 
 async def test_activity_stream_for_displays(tmp_path):
     events = []
-    rt, model, s = make_rt(tmp_path, [answer("look", tool_call("ls", {})), "done"], listener=events.append)
+    _rt, _model, s = make_rt(tmp_path, [answer("look", tool_call("ls", {})), "done"], listener=events.append)
     await s.run("go", source="cli")
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["TurnStarted", "StepStarted", "ModelDelta", "ToolStarted", "ToolFinished", "StepStarted",
-                     "ModelDelta", "TurnFinished"]
+    assert kinds == [
+        "TurnStarted",
+        "StepStarted",
+        "ModelDelta",
+        "ToolStarted",
+        "ToolFinished",
+        "StepStarted",
+        "ModelDelta",
+        "TurnFinished",
+    ]
     assert events[0].source == "cli"
 
 
 async def test_usage_is_summed_and_kept_on_answers(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"])
+    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"])
     r = await s.run("go")
     assert (r.usage.input_tokens, r.usage.output_tokens) == (20, 10)
     assert s.messages[1].meta["usage"]["input_tokens"] == 10 and s.messages[1].meta["step"] == 1
@@ -220,8 +242,9 @@ async def test_overflow_handler_can_shrink_history_and_retry(tmp_path):
         await ctx.history.replace([ctx.history.messages[-1].with_meta(kind="kept")], "overflow")
         return True
 
-    rt, model, s = make_rt(tmp_path, ["one", ContextOverflowError("prompt is too long"), "fits now"],
-                           overflow_handler=compact)
+    _rt, model, s = make_rt(
+        tmp_path, ["one", ContextOverflowError("prompt is too long"), "fits now"], overflow_handler=compact
+    )
     await s.run("first")
     r = await s.run("second")
     assert r.ok and r.text == "fits now" and seen == [(1, "context_overflow", 3)]
@@ -237,20 +260,20 @@ async def test_overflow_recovery_is_bounded_and_can_decline(tmp_path):
         return True
 
     overflow = [ContextOverflowError("prompt is too long") for _ in range(5)]
-    rt, model, s = make_rt(tmp_path, overflow, overflow_handler=useless, config=LoopConfig(max_overflow_recoveries=2))
+    _, model, s = make_rt(tmp_path, overflow, overflow_handler=useless, config=LoopConfig(max_overflow_recoveries=2))
     r = await s.run("x")
     assert (r.outcome, r.error_kind, calls, len(model.requests)) == ("failed", "context_overflow", [1, 2], 3)
 
     async def declines(ctx):
         return False
 
-    rt, model, s = make_rt(tmp_path / "2", overflow, overflow_handler=declines)
+    _rt, model, s = make_rt(tmp_path / "2", overflow, overflow_handler=declines)
     r = await s.run("x")
     assert r.error_kind == "context_overflow" and len(model.requests) == 1
 
 
 async def test_abort_right_after_submit_cancels_cleanly_and_the_queue_goes_on(tmp_path):
-    rt, model, s = make_rt(tmp_path, ["second ok"])
+    rt, _model, s = make_rt(tmp_path, ["second ok"])
     first = s.submit("first")
     second = s.submit("second")
     for _ in range(3):  # let the worker start the first turn's task, but not run it
@@ -265,7 +288,16 @@ async def test_abort_right_after_submit_cancels_cleanly_and_the_queue_goes_on(tm
 
 async def test_calls_sharing_an_id_each_get_their_own_result(tmp_path):
     # some OpenAI-compatible servers send empty or repeated tool-call ids
-    rt, model, s = make_rt(tmp_path, [answer("", ToolCall("call_0", "bash", {"command": "echo one"}),
-                                             ToolCall("call_0", "bash", {"command": "echo two"})), "ok"])
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer(
+                "",
+                ToolCall("call_0", "bash", {"command": "echo one"}),
+                ToolCall("call_0", "bash", {"command": "echo two"}),
+            ),
+            "ok",
+        ],
+    )
     await s.run("go")
     assert [r.content.splitlines()[0] for r in s.messages[2].tool_results] == ["one", "two"]

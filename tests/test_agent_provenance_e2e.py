@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from click.testing import CliRunner
-from test_agent_provenance import NOTES, PAGE, QUOTE, fake_tools
+from provenance_fixtures import NOTES, PAGE, QUOTE, fake_tools
 
 from ctxscope.agent.host.builtins import default_extensions
 from ctxscope.agent.host.runtime import AgentRuntime

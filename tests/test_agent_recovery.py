@@ -1,4 +1,4 @@
-"""Empty-answer recovery (E1): retried once after successful tools, then the turn fails terminal_empty."""
+"""Empty-answer recovery: retried once after successful tools, then the turn fails terminal_empty."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ LS = answer("", tool_call("ls", {}))
 
 
 async def test_an_empty_answer_after_successful_tools_is_asked_for_once_more(tmp_path):
-    rt, model, s = make(tmp_path, [LS, empty(), "Listed the folder: it is empty."])
+    _rt, model, s = make(tmp_path, [LS, empty(), "Listed the folder: it is empty."])
     r = await s.run("what is here?")
     assert r.ok and r.text == "Listed the folder: it is empty."
     retry = model.requests[2]
@@ -38,39 +38,39 @@ async def test_an_empty_answer_after_successful_tools_is_asked_for_once_more(tmp
 
 
 async def test_a_second_empty_answer_fails_the_turn_terminal_empty(tmp_path):
-    rt, model, s = make(tmp_path, [LS, empty(), empty("thinking only is still empty"), "never asked"])
+    _rt, model, s = make(tmp_path, [LS, empty(), empty("thinking only is still empty"), "never asked"])
     r = await s.run("what is here?")
     assert r.outcome == "failed" and r.reason == TERMINAL_EMPTY and r.error_kind == TERMINAL_EMPTY
     assert len(model.requests) == 3
 
 
 async def test_without_recovery_the_empty_answer_silently_ends_the_turn(tmp_path):
-    rt, model, s = make(tmp_path, [LS, empty()], extensions=[core_tools_extension()])
+    _rt, _model, s = make(tmp_path, [LS, empty()], extensions=[core_tools_extension()])
     r = await s.run("what is here?")
-    assert r.ok and r.text == ""  # what E1 exists to prevent
+    assert r.ok and r.text == ""  # what empty-answer recovery exists to prevent
 
 
 async def test_an_empty_answer_after_a_failed_tool_is_left_alone(tmp_path):
     bad = answer("", tool_call("read", {"path": "missing.txt"}))
-    rt, model, s = make(tmp_path, [bad, empty()])
+    _rt, model, s = make(tmp_path, [bad, empty()])
     r = await s.run("read it")
     assert r.ok and len(model.requests) == 2
 
 
 async def test_an_empty_first_answer_is_left_alone(tmp_path):
-    rt, model, s = make(tmp_path, [empty()])
+    _rt, model, s = make(tmp_path, [empty()])
     r = await s.run("hi")
     assert r.ok and len(model.requests) == 1
 
 
 async def test_after_a_good_answer_the_next_tools_get_their_own_retry(tmp_path):
-    rt, model, s = make(tmp_path, [LS, empty(), LS, empty(), "fine"])
+    _rt, model, s = make(tmp_path, [LS, empty(), LS, empty(), "fine"])
     r = await s.run("go")
     assert r.ok and r.text == "fine" and len(model.requests) == 5
 
 
 async def test_mounted_by_default(tmp_path):
     assert "terminal-response-recovery" in [e.id for e in default_extensions()]
-    rt, model, s = make(tmp_path, [LS, empty(), empty()], extensions=default_extensions())
+    _rt, _model, s = make(tmp_path, [LS, empty(), empty()], extensions=default_extensions())
     r = await s.run("go")
     assert r.reason == TERMINAL_EMPTY

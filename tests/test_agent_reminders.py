@@ -1,4 +1,4 @@
-"""System reminders (R1, R2): registry order, critical providers, one block per round, the round counter,
+"""System reminders: registry order, critical providers, one block per round, the round counter,
 default providers, and the wiring of disableSystemReminderModels through the host settings."""
 
 from __future__ import annotations

@@ -59,12 +59,12 @@ async def test_reminders_keep_each_call_append_only_or_diverging_behind_the_last
         bodies = [queries.get_request_json(db, r["id"]) for r in rows]
     finally:
         db.conn.close()
-    assert [r["relation"] for r in rows][0] == "EPOCH_START"
+    assert next(r["relation"] for r in rows) == "EPOCH_START"
     assert all("Time budget" in str(b["messages"][-1]) for b in bodies)  # every request carries the deadline
     assert any("has not changed in the last" in str(b["messages"]) for b in bodies)  # the todo cadence fired
     assert "<agent-context" in str(bodies[4]["messages"][-1])  # turn 2's round block
     diverged = 0
-    for prev, row, body in zip(bodies, rows[1:], bodies[1:]):
+    for prev, row in zip(bodies, rows[1:], strict=False):
         assert row["relation"] in ("APPEND_ONLY", "DIVERGED"), row
         if row["relation"] == "DIVERGED":
             diverged += 1

@@ -1,4 +1,4 @@
-"""In-turn reminders (R3) and admission (R4), driven through the real loop with a scripted model."""
+"""In-turn reminders and their admission, driven through the real loop with a scripted model."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ async def test_deadline_rides_on_each_request_only_and_is_never_persisted(tmp_pa
         clock.now += 25
         return answer("", tool_call("ls", {}))
 
-    rt, model, s = make(tmp_path, [tick, "done"], InTurnReminders(deadline_seconds=100, clock=clock))
+    _rt, model, s = make(tmp_path, [tick, "done"], InTurnReminders(deadline_seconds=100, clock=clock))
     r = await s.run("go")
     assert r.ok and len(model.requests) == 2
     first, second = model.requests
@@ -69,14 +69,14 @@ async def test_a_spent_deadline_asks_for_the_final_answer(tmp_path):
         clock.now += 500
         return answer("", tool_call("ls", {}))
 
-    rt, model, s = make(tmp_path, [late, "done"], InTurnReminders(deadline_seconds=60, clock=clock))
+    _rt, model, s = make(tmp_path, [late, "done"], InTurnReminders(deadline_seconds=60, clock=clock))
     await s.run("go")
     assert "used up" in model.requests[1].messages[-1].text
     assert "remaining_s=0" in model.requests[1].headers["x-ctxscope-event"]
 
 
 async def test_no_deadline_no_message_and_a_session_can_set_its_own(tmp_path):
-    rt, model, s = make(tmp_path, ["a", "b"], InTurnReminders(clock=Clock()))
+    _rt, model, s = make(tmp_path, ["a", "b"], InTurnReminders(clock=Clock()))
     await s.run("go")
     assert kinds(model.requests[0]) == ["input"]
     s.state.set("turn_deadline_seconds", 30)
@@ -110,7 +110,7 @@ def test_cadence_counters_need_both_fifteen_since_the_write_and_since_the_remind
 
 
 async def test_todo_cadence_is_appended_hidden_after_fifteen_iterations_then_waits_fifteen_more(tmp_path):
-    rt, model, s = make(tmp_path, ls_steps(32) + ["done"], InTurnReminders())
+    _rt, model, s = make(tmp_path, ls_steps(32) + ["done"], InTurnReminders())
     s.state.set("todos", OPEN_TODOS)
     await s.run("work")
     fired = [i for i, q in enumerate(model.requests) if q.messages[-1].meta.get("kind") == "todo_reminder"]
@@ -125,7 +125,7 @@ async def test_todo_cadence_is_appended_hidden_after_fifteen_iterations_then_wai
 
 async def test_a_todowrite_restarts_the_todo_cadence(tmp_path):
     write = answer("", tool_call("todowrite", {"todos": [{"content": "port the parser", "status": "in_progress"}]}))
-    rt, model, s = make(tmp_path, ls_steps(10) + [write] + ls_steps(20) + ["done"], InTurnReminders())
+    _rt, model, s = make(tmp_path, ls_steps(10) + [write] + ls_steps(20) + ["done"], InTurnReminders())
     s.state.set("todos", OPEN_TODOS)
     await s.run("work")
     fired = [i for i, q in enumerate(model.requests) if q.messages[-1].meta.get("kind") == "todo_reminder"]
@@ -133,13 +133,13 @@ async def test_a_todowrite_restarts_the_todo_cadence(tmp_path):
 
 
 async def test_no_open_todos_no_cadence(tmp_path):
-    rt, model, s = make(tmp_path, ls_steps(20) + ["done"], InTurnReminders())
+    _rt, _model, s = make(tmp_path, ls_steps(20) + ["done"], InTurnReminders())
     await s.run("work")
     assert not any(m.meta.get("kind") == "todo_reminder" for m in s.messages)
 
 
 async def test_background_cadence_waits_for_its_turn_behind_the_todo_cadence(tmp_path):
-    rt, model, s = make(tmp_path, ls_steps(17) + ["done"], InTurnReminders())
+    _rt, model, s = make(tmp_path, ls_steps(17) + ["done"], InTurnReminders())
     s.state.set("todos", OPEN_TODOS)
     s.state.set("background_tasks", [{"id": "t1", "status": "running", "description": "npm run build"},
                                      {"id": "t2", "status": "done", "description": "lint"}])
@@ -174,7 +174,7 @@ def test_the_request_estimate_sees_messages_and_tool_declarations():
 
 
 async def test_a_reminder_that_would_overflow_the_input_limit_is_dropped(tmp_path):
-    rt, model, s = make(tmp_path, ls_steps(16) + ["done"],
+    _rt, model, s = make(tmp_path, ls_steps(16) + ["done"],
                         InTurnReminders(deadline_seconds=100, clock=Clock(), input_limit=lambda m: 50))
     s.state.set("todos", OPEN_TODOS)
     await s.run("x" * 40)
@@ -185,7 +185,7 @@ async def test_a_reminder_that_would_overflow_the_input_limit_is_dropped(tmp_pat
 
 
 async def test_the_same_reminder_is_admitted_under_a_roomy_limit(tmp_path):
-    rt, model, s = make(tmp_path, ["done"], InTurnReminders(deadline_seconds=100, clock=Clock(),
+    _rt, model, s = make(tmp_path, ["done"], InTurnReminders(deadline_seconds=100, clock=Clock(),
                                                             input_limit=lambda m: 100_000))
     await s.run("x" * 40)
     assert model.requests[0].messages[-1].meta["kind"] == "deadline_reminder"

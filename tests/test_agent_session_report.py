@@ -1,4 +1,4 @@
-"""Session report (E2): llm-call.json with SHA-256 skip and 4 MiB cap, frozen copies, rewind, failures
+"""Session report: llm-call.json with SHA-256 skip and 4 MiB cap, frozen copies, rewind, failures
 that never reach the model call, and the `agent report` bundle with its collection manifest."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def runtime(tmp_path, script, *extra, store=None):
 
 async def test_a_turn_writes_the_report_once_and_survives_a_broken_session_dir(tmp_path):
     store = LlmCallReportStore()
-    rt, model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], store=store)
+    rt, _model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], store=store)
     assert (await s.run("go")).ok
     doc = json.loads((rt.store.dir(s.id) / REPORT_FILE).read_text())
     assert doc["session"] == s.id and doc["envelope"]["model"] == "scripted-model" and store.writes == 1
@@ -129,7 +129,7 @@ async def test_a_rewind_deletes_the_stale_live_report(tmp_path):
             return ReplaceHistory(ctx.history[:1], "rewind to the first message")
 
     ext = Extension("rewinder", lambda api: api.on(BEFORE_LLM_CALL, rewind))
-    rt, model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext, store=store)
+    _rt, _model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext, store=store)
     await s.run("go")
     assert deleted == [True] and store.writes == 2  # deleted by the rewind, written fresh by the next call
 
@@ -140,7 +140,7 @@ async def test_each_compaction_in_a_turn_freezes_a_copy_beside_its_epoch(tmp_pat
             return ReplaceHistory(ctx.history[:1], "compaction:checkpoint")
 
     ext = Extension("compactor", lambda api: api.on(BEFORE_LLM_CALL, compact))
-    rt, model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext)
+    rt, _model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext)
     await s.run("go")
     d = rt.store.dir(s.id)
     frozen = d / f"compaction-1.{REPORT_FILE}"
@@ -169,7 +169,7 @@ def test_freeze_beside_a_snapshot_file_or_inside_a_snapshot_folder_and_discard(t
 # --- bundling ---------------------------------------------------------------------------------------------
 
 async def make_family(tmp_path):
-    rt, model, s = runtime(tmp_path, ["parent answer", "child answer", "grandchild answer"])
+    rt, _model, s = runtime(tmp_path, ["parent answer", "child answer", "grandchild answer"])
     await s.run("parent task")
     child = rt.create_session()
     await child.run("child task")
@@ -215,7 +215,7 @@ async def test_report_bundles_the_session_and_its_sub_sessions_with_a_manifest(t
 
 
 async def test_report_command(tmp_path, monkeypatch):
-    rt, s, child, grand, other = await make_family(tmp_path)
+    rt, s, child, grand, _other = await make_family(tmp_path)
     monkeypatch.setenv("CTXSCOPE_HOME", str(rt.home))
     out = tmp_path / "r.tar.gz"
     res = CliRunner().invoke(agent_group, ["report", s.id, "-o", str(out), "--json"])

@@ -65,7 +65,7 @@ async def test_resume_continues_history_turn_numbers_and_state(tmp_path):
     assert again.id == s.id and again.turn == 1
     assert again.state.get("todos") == [{"id": "1", "content": "a", "status": "pending"}]
     r = await again.run("go on", source="api")
-    assert r.turn == 2 and [m.text for m in model2.requests[0].messages][0] == "plan it"
+    assert r.turn == 2 and next(m.text for m in model2.requests[0].messages) == "plan it"
     assert model2.requests[0].headers["x-ctxscope-turn"] == "2"
     assert [(t.turn, t.source) for t in rt2.conversation.query.turns(s.id)] == [(1, "cli"), (2, "api")]
     assert rt2.store.get(s.id).turns == 2

@@ -7,6 +7,7 @@ steps, cancellation, resume, retries, context overflow, and a prompt prefix that
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -100,14 +101,14 @@ async def test_multi_step_turn_with_parallel_tools(tmp_path, sim, api):
     assert "alpha" in outputs[0][1] and "a.txt" in outputs[1][1]
     # APPEND_ONLY within the turn: each request's conversation extends the previous one
     convs = [conversation(api, q["body"]) for q in reqs]
-    for a, b in zip(convs, convs[1:]):
+    for a, b in itertools.pairwise(convs):
         assert b[:len(a)] == a
     assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
 
 
 @pytest.mark.parametrize("api", APIS)
 async def test_tool_errors_go_back_to_the_model(tmp_path, sim, api):
-    rt, ws = agent(tmp_path, sim, api, [
+    rt, _ws = agent(tmp_path, sim, api, [
         {"tool_calls": [{"name": "read", "arguments": {"path": "missing.txt"}},
                         {"name": "edit", "arguments": "{broken json"}]},
         {"text": "Both failed, stopping."},
@@ -131,7 +132,7 @@ async def test_steering_between_steps(tmp_path, sim, api):
         return "waited"
 
     ext = Extension("waiter", lambda a: a.register_tool(Tool("wait", "waits", {"type": "object"}, wait)))
-    rt, ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "wait", "arguments": {}}]}, {"text": "ok"}],
+    rt, _ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "wait", "arguments": {}}]}, {"text": "ok"}],
                    extensions=[ext])
     s = rt.create_session()
     pending = s.submit("start")
@@ -149,7 +150,7 @@ async def test_steering_between_steps(tmp_path, sim, api):
 
 @pytest.mark.parametrize("api", APIS)
 async def test_cancellation_mid_request_then_resume_in_a_new_runtime(tmp_path, sim, api):
-    rt, ws = agent(tmp_path, sim, api, [{"text": "too late", "delay_ms": 30_000}])
+    rt, _ws = agent(tmp_path, sim, api, [{"text": "too late", "delay_ms": 30_000}])
     s = rt.create_session()
     pending = s.submit("slow one")
     while not model_requests(sim[0]):
@@ -173,7 +174,7 @@ async def test_cancellation_mid_request_then_resume_in_a_new_runtime(tmp_path, s
 
 @pytest.mark.parametrize("api", APIS)
 async def test_resume_keeps_the_prompt_prefix(tmp_path, sim, api):
-    rt, ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "first"}])
+    rt, _ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "first"}])
     s = rt.create_session()
     await s.run("one")
     await rt.aclose()
@@ -193,7 +194,7 @@ async def test_retries_on_rate_limit_overload_reset_and_stream_error(tmp_path, s
         {"status": 503, "type": "server_error", "message": "busy"}
     in_stream = {"type": "overloaded_error", "message": "Overloaded"} if api == "anthropic" else \
         {"type": "server_error", "code": "server_error", "message": "try again"}
-    rt, ws = agent(tmp_path, sim, api, [
+    rt, _ws = agent(tmp_path, sim, api, [
         {"error": {"status": 429, "type": "rate_limit_error", "message": "slow down", "retry_after": 0}},
         {"error": overloaded},
         {"text": "cut off", "reset_after_events": 2},
@@ -201,7 +202,8 @@ async def test_retries_on_rate_limit_overload_reset_and_stream_error(tmp_path, s
         {"text": "finally"},
     ])
     notices = []
-    rt.listeners.append(lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None)
+    rt.listeners.append(
+        lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None)
     r = await rt.create_session().run("hello")
     await rt.aclose()
     assert r.ok and r.text == "finally", r
@@ -213,7 +215,7 @@ async def test_retries_on_rate_limit_overload_reset_and_stream_error(tmp_path, s
 
 @pytest.mark.parametrize("api", APIS)
 async def test_context_overflow_is_reported_as_such(tmp_path, sim, api):
-    rt, ws = agent(tmp_path, sim, api, [{"text": "never", "context_window": 50}])
+    rt, _ws = agent(tmp_path, sim, api, [{"text": "never", "context_window": 50}])
     r = await rt.create_session().run("this prompt is far longer than fifty tokens once the tools are counted")
     await rt.aclose()
     assert (r.outcome, r.error_kind) == ("failed", "context_overflow")
@@ -223,8 +225,13 @@ async def test_context_overflow_is_reported_as_such(tmp_path, sim, api):
 @pytest.mark.parametrize("api", APIS)
 async def test_the_second_step_reads_the_first_steps_prompt_from_cache(tmp_path, sim, api):
     big_system = "You follow the house rules.\n" + "\n".join(f"Rule {i}: keep module {i} tidy." for i in range(400))
-    rt, ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "done"}],
-                   system_prompt=big_system)
+    rt, _ws = agent(
+        tmp_path,
+        sim,
+        api,
+        [{"tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "done"}],
+        system_prompt=big_system,
+    )
     s = rt.create_session()
     await s.run("go")
     await rt.aclose()
@@ -238,10 +245,12 @@ async def test_the_second_step_reads_the_first_steps_prompt_from_cache(tmp_path,
 
 async def test_anthropic_thinking_blocks_are_kept_and_replayed_with_their_signature(tmp_path, sim):
     state, url = sim
-    state.set_script([{"thinking": "I should list first", "tool_calls": [{"name": "ls", "arguments": {}}]},
-                      {"text": "listed"}])
-    settings = resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url,
-                       thinking_budget=2048)
+    state.set_script(
+        [{"thinking": "I should list first", "tool_calls": [{"name": "ls", "arguments": {}}]}, {"text": "listed"}]
+    )
+    settings = resolve(
+        "sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url, thinking_budget=2048
+    )
     rt = AgentRuntime(make_client(settings, retry=FAST), home=tmp_path / "home", workspace=tmp_path, host_builtins=[])
     r = await rt.create_session().run("look")
     await rt.aclose()

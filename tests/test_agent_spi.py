@@ -1,4 +1,4 @@
-"""SPI registration rules (A1, A3): contributions only inside init, duplicate tools, reminder priority,
+"""SPI registration rules: contributions only inside init, duplicate tools, reminder priority,
 per-session enable/disable, host builtins last and not replaceable."""
 
 from __future__ import annotations

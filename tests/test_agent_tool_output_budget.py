@@ -1,4 +1,4 @@
-"""C1: large tool outputs go to artifacts behind a recoverable receipt; read pages them back, grep searches them."""
+"""Large tool outputs go to artifacts behind a recoverable receipt; read pages them back, grep searches them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def artifact_of(result: ToolResult) -> Path:
 
 
 async def test_large_output_becomes_an_artifact_and_a_receipt(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", blob("big", kib=70)), "ok"])
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", kib=70)), "ok"])
     await s.run("make output")
     result = s.messages[2].tool_results[0]
     path = artifact_of(result)
@@ -44,11 +44,11 @@ async def test_large_output_becomes_an_artifact_and_a_receipt(tmp_path):
 
 
 async def test_small_outputs_and_turns_without_read_are_left_alone(tmp_path):
-    rt, model, s = make_rt(tmp_path, [answer("", blob("small", kib=10)), "ok"])
+    _, _, s = make_rt(tmp_path, [answer("", blob("small", kib=10)), "ok"])
     await s.run("go")
     assert s.messages[2].tool_results[0].content.startswith("small line 00000")
     # without a read tool the model could never page an artifact back: keep the output inline
-    rt, model, s = make_rt(tmp_path / "noread", [answer("", blob("big", kib=70)), "ok"], core=False)
+    _rt, _model, s = make_rt(tmp_path / "noread", [answer("", blob("big", kib=70)), "ok"], core=False)
     await s.run("go")
     assert len(s.messages[2].tool_results[0].content) >= BIG and not list(s.view.artifacts_dir.iterdir())
 
@@ -59,7 +59,7 @@ def _ctx(tmp_path, rt, s, result, tools=frozenset({"read"})):
 
 
 async def test_media_stay_and_errors_are_flagged(tmp_path):
-    rt, model, s = make_rt(tmp_path)
+    rt, _model, s = make_rt(tmp_path)
     media = [{"type": "image", "origin": "computer_use", "data": "AAAA"}]
     result = ToolResult("c1", "computer", "y" * BIG, True, {"media": media})
     rewrite = ToolOutputBudget(ContextSettings())(_ctx(tmp_path, rt, s, result))
@@ -68,7 +68,7 @@ async def test_media_stay_and_errors_are_flagged(tmp_path):
 
 
 async def test_unwritable_artifacts_keep_head_and_tail(tmp_path):
-    rt, model, s = make_rt(tmp_path)
+    rt, _model, s = make_rt(tmp_path)
     s.view.artifacts_dir.rmdir()
     s.view.artifacts_dir.write_text("not a folder")  # writing the artifact fails
     text = "".join(f"{i:06d}\n" for i in range(20000))
@@ -82,7 +82,7 @@ async def test_unwritable_artifacts_keep_head_and_tail(tmp_path):
 
 
 async def test_long_lines_are_wrapped_so_read_can_show_them(tmp_path):
-    rt, model, s = make_rt(tmp_path)
+    rt, _model, s = make_rt(tmp_path)
     line = "".join(f"{i:05d}," for i in range(12000))  # one 72 KB line: read shows only 2000 characters of a line
     rewrite = ToolOutputBudget(ContextSettings())(_ctx(tmp_path, rt, s, ToolResult("c1", "bash", line)))
     path = Path(rewrite.details["externalized"]["artifact"])
@@ -91,7 +91,7 @@ async def test_long_lines_are_wrapped_so_read_can_show_them(tmp_path):
 
 
 async def test_mcp_details_over_their_budget_go_to_an_artifact(tmp_path):
-    rt, model, s = make_rt(tmp_path)
+    rt, _model, s = make_rt(tmp_path)
     details = {"structured": "z" * 40_000, "media": [{"type": "image"}]}
     rewrite = ToolOutputBudget(ContextSettings())(_ctx(tmp_path, rt, s, ToolResult("c1", "mcp__fs__dump", "ok",
                                                                                    details=details)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-import anthropic
 import pytest
+import sdk_clients
 from click.testing import CliRunner
 from inspector_bodies import EPHEMERAL, claude_code_turns, long_text, make_anthropic_body, text, user
 
@@ -19,7 +19,7 @@ MODEL = "claude-sonnet-4-6"
 @pytest.fixture
 def captured(proxy, sim):
     """A session of 4 calls: a loop, a system edit (DIVERGED at /system/1/text), then a side call."""
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     system = [text("You are a coding agent."), text(long_text(1500, "sys"), cache_control=dict(EPHEMERAL))]
     bodies = claude_code_turns(3, system=system, model=MODEL)
     bodies[2]["system"][1]["text"] += " Be terse."
@@ -44,7 +44,9 @@ def test_calls_filters_by_analysis(captured):
     for key in ("relation", "pointer", "epoch_reason", "predecessor", "thread", "tokens_estimated",
                 "tokens_by_category", "cache_verdict", "has_compaction_before", "markers"):  # fmt: skip
         assert key in diverged[0], key
-    assert [c["id"] for c in json.loads(invoke("calls", *db, "--pointer-prefix", "/system", "--json"))] == [rows[2]["id"]]
+    assert [c["id"] for c in json.loads(invoke("calls", *db, "--pointer-prefix", "/system", "--json"))] == [
+        rows[2]["id"]
+    ]
     assert json.loads(invoke("calls", *db, "--pointer-prefix", "/sys", "--json")) == []  # whole tokens only
     hits = json.loads(invoke("calls", *db, "--verdict", "hit", "--json"))
     assert [c["id"] for c in hits] == [rows[1]["id"]]
@@ -105,7 +107,7 @@ def test_diff(captured):
 
 
 def test_reindex_recomputes_the_same_analysis(captured):
-    db, rows = captured
+    db, _rows = captured
     before = json.loads(invoke("calls", *db, "--json", "--limit", "100"))
     from ctxscope.inspector.queries import open_db
 
@@ -129,7 +131,7 @@ def test_reindex_one_session_and_a_bad_price_file(captured, tmp_path, monkeypatc
 
 
 def test_price_overrides_change_the_lost_cost(captured, tmp_path, monkeypatch):
-    db, rows = captured
+    db, _rows = captured
     cheap = tmp_path / "prices.json"
     cheap.write_text(json.dumps({MODEL: {"input": 0.0, "cache_read": 0.0, "cache_write": 0.0}}))
     monkeypatch.setenv("CTXSCOPE_PRICES", str(cheap))

@@ -104,7 +104,7 @@ def _start_serve(tmp_path, *, own_group: bool = False):
         except httpx2.TransportError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise AssertionError("daemon did not start: " + (proc.stdout.read() or ""))
+                raise AssertionError("daemon did not start: " + (proc.stdout.read() or "")) from None
             time.sleep(0.1)
 
 
@@ -165,6 +165,7 @@ def test_serve_killed_keeps_calls_completed_a_second_earlier(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stdout.close()
     deadline = time.monotonic() + 15
     while _count(db) < 31 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -195,6 +196,7 @@ def test_serve_and_its_writer_killed_together_keep_calls_completed_a_second_earl
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
     early = sum(1 for t in completed if t < killed_at - 1.0)
     assert early > 20  # the check below has something to check
     assert list(tmp_path.glob("c.db.spool-*")), "the killed writer left its spool behind"

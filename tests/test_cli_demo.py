@@ -22,7 +22,9 @@ def demo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     db = tmp / "captures.db"
     runner = CliRunner()
-    out = runner.invoke(cli, ["demo", "--once", "--port", "0", "--db", str(db)], env={"CTXSCOPE_HOME": str(tmp / "home")})
+    out = runner.invoke(
+        cli, ["demo", "--once", "--port", "0", "--db", str(db)], env={"CTXSCOPE_HOME": str(tmp / "home")}
+    )
     assert out.exit_code == 0, out.output + repr(out.exception)
     session = re.search(r"^session (\S+): \d+ calls", out.output, re.M).group(1)
     return runner, db, session, out.output
@@ -115,5 +117,7 @@ def test_session_text_lists_each_effect_in_words(demo):
     out = runner.invoke(cli, ["session", session, "--db", str(db)]).output
     assert "effects (declared by the client, or inferred from the prompt):" in out
     assert re.search(r"tool_output_externalized\s+declared\s+bash output, [\d,]+ bytes → artifacts/", out)
-    assert re.search(r"checkpoint\s+declared\s+rung \w+, exact \(reuse mode, trigger threshold\); [\d,]+ → [\d,]+ tokens", out)
+    assert re.search(
+        r"checkpoint\s+declared\s+rung \w+, exact \(reuse mode, trigger threshold\); [\d,]+ → [\d,]+ tokens", out
+    )
     assert re.search(r"reminder\s+declared\s+round reminder from agent_context", out)

@@ -13,6 +13,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import sdk_clients
 from backports import zstd
 
 from ctxscope.daemon import start_daemon
@@ -36,7 +37,7 @@ def test_compressed_request_bodies_forwarded_exact_and_captured_decoded(proxy, s
         assert r.json()["choices"][0]["message"]["content"] == "sim: compressed hello"
     rows = proxy.wait_for_calls(2)
     db = queries.open_db(proxy.db_path)
-    for row, (encoding, data) in zip(rows, (("gzip", gzip.compress(payload)), ("zstd", None))):
+    for row, (encoding, _data) in zip(rows, (("gzip", gzip.compress(payload)), ("zstd", None)), strict=True):
         raw = queries.get_request_raw(db, row["id"])
         assert raw[:2] == b"\x1f\x8b" if encoding == "gzip" else raw[:4] == b"\x28\xb5\x2f\xfd"
         assert queries.get_request_json(db, row["id"])["messages"][0]["content"] == "compressed hello"
@@ -59,11 +60,13 @@ def test_malformed_json_is_forwarded_unchanged_and_captured_unparsed(proxy, sim)
 
 def test_upstream_reset_mid_stream(proxy, sim):
     sim.state().set_script([{"text": "a long answer " * 20, "reset_after_events": 4}])
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
-    with pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)):
-        with client.messages.stream(model="claude-sim", max_tokens=100,
-                                    messages=[{"role": "user", "content": "go"}]) as stream:
-            stream.get_final_message()
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    with (
+        pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)),
+        client.messages.stream(model="claude-sim", max_tokens=100,
+                               messages=[{"role": "user", "content": "go"}]) as stream,
+    ):
+        stream.get_final_message()
     [row] = proxy.wait_for_calls(1)
     assert row["outcome"] == "upstream_reset"
     call = queries.get_call(queries.open_db(proxy.db_path), row["id"])
@@ -73,7 +76,7 @@ def test_upstream_reset_mid_stream(proxy, sim):
 
 def test_in_stream_error_event_is_captured(proxy, sim):
     sim.state().set_script([{"text": "partial", "stream_error": {"type": "overloaded_error", "message": "busy"}}])
-    client = anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     with pytest.raises(anthropic.APIStatusError), client.messages.stream(model="claude-sim", max_tokens=100,
                                 messages=[{"role": "user", "content": "go"}]) as stream:
         stream.get_final_message()
@@ -86,7 +89,7 @@ def test_in_stream_error_event_is_captured(proxy, sim):
 
 def test_client_disconnect_mid_stream(proxy, sim):
     sim.state().set_script([{"text": "slow " * 50, "chunk_delay_ms": 30}])
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     stream = client.chat.completions.create(model="gpt-sim", stream=True, messages=[{"role": "user", "content": "x"}])
     next(iter(stream))
     stream.close()
@@ -114,11 +117,11 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
     daemon = loop_thread.call(start_daemon(cfg))
     try:
         with caplog.at_level(logging.DEBUG):
-            client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+            client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
             with pytest.raises(anthropic.APIStatusError) as info:
                 client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x"}])
             assert info.value.status_code == 502
-            oclient = openai.OpenAI(api_key=KEY, base_url=daemon.url + "/openai/v1", max_retries=0)
+            oclient = sdk_clients.OpenAI(api_key=KEY, base_url=daemon.url + "/openai/v1", max_retries=0)
             with pytest.raises(openai.APIStatusError) as oinfo:
                 oclient.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "x"}])
             assert oinfo.value.status_code == 502 and oinfo.value.code == "upstream_unreachable"
@@ -148,7 +151,7 @@ def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer
 
     monkeypatch.setattr(writer_module, "ingest", ingest)
     proxy.daemon.writer.retry_interval = 0.1
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     with caplog.at_level(logging.WARNING, logger="ctxscope.store"):
         for i in range(3):
             reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": f"q{i}"}])
@@ -174,14 +177,15 @@ SECRET = "Zq8VvY2mK9pLx4TnR7wB1cD6fG3hJ5kM"
 
 
 def test_credentials_in_the_query_and_in_custom_headers_never_reach_the_store(proxy, sim, tmp_path):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
                            default_query={"auth": "hunter2-AUTH", "key[]": "ARRAYKEY-123", "sig": "SIGVALUE"},
                            default_headers={"X-Custom-Thing": SECRET, "X-Gh": "ghp_abcdefghijklmnopqrstuvwxyz0123"})
     reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "hello"}])
     assert reply.choices[0].message.content == "sim: hello"
     [row] = proxy.wait_for_calls(1)
     call = queries.get_call(queries.open_db(proxy.db_path), row["id"])
-    assert "auth=%5Bredacted%5D" in call["query"] and {k.lower(): v for k, v in call["request_headers"]}["x-custom-thing"] == "[redacted]"
+    headers = {k.lower(): v for k, v in call["request_headers"]}
+    assert "auth=%5Bredacted%5D" in call["query"] and headers["x-custom-thing"] == "[redacted]"
     proxy.stop()  # everything written: the database, its WAL and any spool are final
     stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "home" not in p.parts)
     for secret in ("hunter2-AUTH", "ARRAYKEY-123", "SIGVALUE", SECRET, "ghp_abcdefghij", KEY):
@@ -228,11 +232,16 @@ def test_a_client_leaving_a_thinking_upstream_is_recorded_within_a_second(loop_t
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     upstream = _Forever(loop_thread)
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": upstream.url + "/x"},
-                       limits=Limits(shutdown_grace=1))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"anthropic": upstream.url + "/x"},
+        limits=Limits(shutdown_grace=1),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     try:
-        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
+        client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0, timeout=0.5)
         with pytest.raises(anthropic.APITimeoutError):
             client.post("/think", cast_to=object, body={"model": "m"})
         left = time.monotonic()
@@ -256,15 +265,22 @@ def test_stopping_the_daemon_cuts_a_never_ending_stream_as_interrupted(loop_thre
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     upstream = _Forever(loop_thread)
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"openai": upstream.url},
-                       limits=Limits(shutdown_grace=0.5))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"openai": upstream.url},
+        limits=Limits(shutdown_grace=0.5),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     streaming, ended = threading.Event(), []
 
     def read():
         try:
-            with httpx2.Client(timeout=30) as c, c.stream("POST", daemon.url + "/openai/v1/chat/completions",
-                                                       content=b'{"stream": true}') as r:
+            with (
+                httpx2.Client(timeout=30) as c,
+                c.stream("POST", daemon.url + "/openai/v1/chat/completions", content=b'{"stream": true}') as r,
+            ):
                 for _ in r.iter_raw():
                     streaming.set()
         except Exception as exc:  # the cut, as the client sees it
@@ -317,10 +333,31 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
     upstream = _Forever(loop_thread)
     env = {**__import__("os").environ, "CTXSCOPE_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp_path / "c.db"),
-         "--upstream", f"forever={upstream.url}", "--limit", "header_timeout=0.5", "--limit", "body_timeout=0.5",
-         "--limit", "keepalive_timeout=1", "--limit", "shutdown_grace=0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "ctxscope.main",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / "c.db"),
+            "--upstream",
+            f"forever={upstream.url}",
+            "--limit",
+            "header_timeout=0.5",
+            "--limit",
+            "body_timeout=0.5",
+            "--limit",
+            "keepalive_timeout=1",
+            "--limit",
+            "shutdown_grace=0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         for _ in range(50):  # the daemon says where it listens among its first lines
             listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
@@ -353,6 +390,8 @@ def test_serve_with_limits_closes_slow_clients_and_marks_streams_cut_by_sigterm(
             proc.kill()
         loop_thread.call(upstream.runner.cleanup())
     stderr = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
     assert "Traceback" not in stderr, stderr
     rows = queries.list_calls(queries.open_db(tmp_path / "c.db"), newest_first=False)
     assert [r["outcome"] for r in rows] == ["client_disconnected", "interrupted"], stderr
@@ -362,15 +401,24 @@ def test_a_body_over_the_limit_is_answered_413_and_stored_as_request_too_large(l
     from ctxscope.settings import Limits
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db", upstreams={"anthropic": sim.url},
-                       limits=Limits(max_body_bytes=2**20))
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"anthropic": sim.url},
+        limits=Limits(max_body_bytes=2**20),
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     try:
-        client = anthropic.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
+        client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
         with pytest.raises(anthropic.APIStatusError) as info:
-            client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}])
+            client.messages.create(
+                model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "x" * 2**21}]
+            )
         assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"
-        reply = client.messages.create(model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}])
+        reply = client.messages.create(
+            model="claude-sim", max_tokens=5, messages=[{"role": "user", "content": "small"}]
+        )
         assert reply.content[0].text
     finally:
         loop_thread.call(daemon.stop())

@@ -11,8 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
-import openai
 import pytest
+import sdk_clients
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -41,7 +41,7 @@ def _analysis_never_fails(proxy):
 
 
 def _anthropic(proxy, **kw) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, **kw)
+    return sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, **kw)
 
 
 def _send(client, body: dict, **kw):
@@ -121,14 +121,19 @@ def test_fork_edits_and_model_switch(proxy, sim):
     assert len({r["thread"] for r in rows}) == 1  # edits keep the conversation's thread
     verdicts = [r["cache_verdict"] for r in rows]
     assert verdicts == ["expected_write", "hit", "hit", "client_break", "client_break", "client_break"]
-    for row, where in zip(rows[3:], ("/system/1/text", "/tools/1/input_schema/properties/path/description", "/model")):
+    for row, where in zip(
+        rows[3:], ("/system/1/text", "/tools/1/input_schema/properties/path/description", "/model"), strict=True
+    ):
         assert row["usage"]["cache_read"] == 0 and row["cache"]["break_pointer"] == where
         assert row["cache"]["lost_tokens"] > 2000 and row["cache"]["lost_cost_usd"] > 0
     assert rows[3]["cache"]["before_prev_last_breakpoint"] is True
     s = stats(queries.open_db(proxy.db_path))
     assert s["hit_rate"] == {"hits": 2, "eligible": 5, "rate": 0.4}
     assert {(b["cause"], b["area"]) for b in s["breaks"]} == {
-        ("client_break", "/system"), ("client_break", "/tools"), ("client_break", "/model")}
+        ("client_break", "/system"),
+        ("client_break", "/tools"),
+        ("client_break", "/model"),
+    }
 
 
 def test_parallel_side_calls_become_child_threads(proxy, sim):
@@ -193,10 +198,11 @@ def test_explicit_session_ids_and_declared_markers(proxy, sim):
     body = make_anthropic_body(system="Short system.", messages=[user("hello")], model=MODEL)
     _send(client, body, extra_headers={"X-Claude-Code-Session-Id": "cc-session-1"})
     _send(client, body, metadata={"user_id": "user_ab12_account_x_session_0f0e0d0c-aaaa-bbbb-cccc-000000000001"})
-    longer = make_anthropic_body(system="Short system.", messages=[user("hello"), assistant("hi"), user("[summary]")],
-                                 model=MODEL)
+    longer = make_anthropic_body(
+        system="Short system.", messages=[user("hello"), assistant("hi"), user("[summary]")], model=MODEL
+    )
     _send(client, longer, extra_headers={"X-Claude-Code-Session-Id": "cc-session-1",
-                                         "x-ctxscope-event": "compaction; tokens_before=5000; reason=budget"})  # fmt: skip
+                                         "x-ctxscope-event": "compaction; tokens_before=5000; reason=budget"})
     rows = proxy.wait_for_calls(3)
     assert [(r["session"], r["session_source"], r["seq"]) for r in rows] == [
         ("cc-session-1", "header:x-claude-code-session-id", 1),
@@ -211,7 +217,7 @@ def test_explicit_session_ids_and_declared_markers(proxy, sim):
 
 
 def test_responses_previous_response_id_links_the_producer(proxy, sim):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     first = client.responses.create(model="gpt-sim", input="Remember the number 7.")
     client.responses.create(model="gpt-sim", input="What was it?", previous_response_id=first.id)
     rows = proxy.wait_for_calls(2)
@@ -232,10 +238,16 @@ def _loop(proxy, n, system, **kw):
 def test_verdict_below_minimum_and_not_requested(proxy, sim):
     client = _anthropic(proxy)
     small = [text("Tiny system.", cache_control=dict(EPHEMERAL))]
-    _send(client, make_anthropic_body(small, messages=[user("hi")], model=MODEL),
-          extra_headers={"x-ctxscope-session": "small"})
-    _send(client, make_anthropic_body([text(BIG)], messages=[user("hi")], model=MODEL),
-          extra_headers={"x-ctxscope-session": "none"})
+    _send(
+        client,
+        make_anthropic_body(small, messages=[user("hi")], model=MODEL),
+        extra_headers={"x-ctxscope-session": "small"},
+    )
+    _send(
+        client,
+        make_anthropic_body([text(BIG)], messages=[user("hi")], model=MODEL),
+        extra_headers={"x-ctxscope-session": "none"},
+    )
     rows = {r["session"]: r for r in proxy.wait_for_calls(2)}
     assert rows["small"]["cache_verdict"] == "below_minimum" and rows["small"]["usage"]["cache_write"] == 0
     assert rows["none"]["cache_verdict"] == "not_requested" and rows["none"]["usage"]["cache_read"] == 0
@@ -263,7 +275,9 @@ def test_verdict_provider_miss_when_the_cache_was_dropped(proxy, sim):
     client, bodies = _loop(proxy, 2, big_system())
     _send(client, bodies[0])
     proxy.wait_for_calls(1)
-    SimulatorControl(sim.url, sim.state().control_token).reset()  # the provider forgets its cache; the prompt did not change
+    SimulatorControl(
+        sim.url, sim.state().control_token
+    ).reset()  # the provider forgets its cache; the prompt did not change
     _send(client, bodies[1])
     rows = proxy.wait_for_calls(2)
     assert rows[1]["relation"] == "APPEND_ONLY" and rows[1]["usage"]["cache_read"] == 0
@@ -271,14 +285,17 @@ def test_verdict_provider_miss_when_the_cache_was_dropped(proxy, sim):
 
 
 def test_openai_chat_automatic_caching(proxy, sim):
-    client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     messages = [{"role": "system", "content": BIG}, {"role": "user", "content": "first"}]
     client.chat.completions.create(model="gpt-4.1", messages=messages)
     longer = messages + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}]
     client.chat.completions.create(model="gpt-4.1", messages=longer)
     # A system edit keeps the thread because the conversation after it still matches.
-    edited = [{"role": "system", "content": "Changed. " + BIG}] + longer[1:] + [
-        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "third"}]
+    edited = (
+        [{"role": "system", "content": "Changed. " + BIG}]
+        + longer[1:]
+        + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "third"}]
+    )
     client.chat.completions.create(model="gpt-4.1", messages=edited)
     rows = proxy.wait_for_calls(3)
     assert [r["relation"] for r in rows] == ["EPOCH_START", "APPEND_ONLY", "DIVERGED"]

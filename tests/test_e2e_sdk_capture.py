@@ -17,6 +17,21 @@ from ctxscope.inspector.queries import get_call, get_response_raw, open_db
 KEY = "sk-test-SECRET-0123456789abcdef"
 
 
+@pytest.fixture
+def tap():
+    """The client's transport, recording the bytes it reads; closed after the test with its connections."""
+    transport = RecordingTransport()
+    yield transport
+    transport.close()
+
+
+@pytest.fixture
+async def atap():
+    transport = AsyncRecordingTransport()
+    yield transport
+    await transport.aclose()
+
+
 def _anthropic(proxy, transport):
     return anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0,
                                http_client=httpx2.Client(transport=transport))
@@ -34,9 +49,8 @@ def _assert_same_bytes(sim, transport, proxy, row):
     assert get_response_raw(open_db(proxy.db_path), row["id"]) == upstream_wrote
 
 
-def test_anthropic_sync_non_stream(proxy, sim):
+def test_anthropic_sync_non_stream(proxy, sim, tap):
     sim.state().set_script([{"text": "Hello from the simulator."}])
-    tap = RecordingTransport()
     msg = _anthropic(proxy, tap).messages.create(
         model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
     assert msg.content[0].text == "Hello from the simulator."
@@ -52,8 +66,7 @@ def test_anthropic_sync_non_stream(proxy, sim):
     }
 
 
-def test_anthropic_sync_stream_with_cache_hit(proxy, sim):
-    tap = RecordingTransport()
+def test_anthropic_sync_stream_with_cache_hit(proxy, sim, tap):
     client = _anthropic(proxy, tap)
     system = [{"type": "text", "text": "You are a careful assistant. " * 600, "cache_control": {"type": "ephemeral"}}]
     finals = []
@@ -71,10 +84,9 @@ def test_anthropic_sync_stream_with_cache_hit(proxy, sim):
     assert second["usage"]["output"] == finals[1].usage.output_tokens
 
 
-def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim):
+def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim, tap):
     sim.state().set_script([{"tool_calls": [{"name": "read", "arguments": {"path": "a.py"}},
                                             {"name": "read", "arguments": {"path": "b.py"}}]}])
-    tap = RecordingTransport()
     client = _openai(proxy, tap)
     stream = client.chat.completions.create(
         model="gpt-sim", stream=True, stream_options={"include_usage": True},
@@ -82,7 +94,9 @@ def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim):
         tools=[{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}])
     chunks = list(stream)
     usage = chunks[-1].usage
-    names = [tc.function.name for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or []) if tc.function.name]
+    names = [
+        tc.function.name for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or []) if tc.function.name
+    ]
     assert names == ["read", "read"]
     [row] = proxy.wait_for_calls(1)
     _assert_same_bytes(sim, tap, proxy, row)
@@ -90,39 +104,43 @@ def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim):
     assert row["usage"]["input"] == usage.prompt_tokens and row["usage"]["output"] == usage.completion_tokens
 
 
-def test_openai_chat_stream_without_include_usage_is_not_reported(proxy, sim):
-    tap = RecordingTransport()
-    list(_openai(proxy, tap).chat.completions.create(
-        model="gpt-sim", stream=True, messages=[{"role": "user", "content": "hi"}]))
+def test_openai_chat_stream_without_include_usage_is_not_reported(proxy, sim, tap):
+    list(
+        _openai(proxy, tap).chat.completions.create(
+            model="gpt-sim", stream=True, messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     [row] = proxy.wait_for_calls(1)
     assert row["usage"] is None
 
 
-async def test_openai_responses_async_stream(proxy, sim):
+async def test_openai_responses_async_stream(proxy, sim, atap):
     sim.state().set_script([{"text": "streamed answer"}])
-    tap = AsyncRecordingTransport()
-    client = openai.AsyncOpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
-                                http_client=httpx2.AsyncClient(transport=tap))
+    client = openai.AsyncOpenAI(
+        api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0, http_client=httpx2.AsyncClient(transport=atap)
+    )
     async with client.responses.stream(model="gpt-sim", input="say something") as stream:
         final = await stream.get_final_response()
     assert final.output_text == "streamed answer"
     [row] = proxy.wait_for_calls(1)
-    _assert_same_bytes(sim, tap, proxy, row)
+    _assert_same_bytes(sim, atap, proxy, row)
     assert row["api"] == "openai.responses"
     assert row["usage"]["input"] == final.usage.input_tokens
     assert row["usage"]["output"] == final.usage.output_tokens
 
 
-async def test_anthropic_async_non_stream_and_error_shape(proxy, sim):
+async def test_anthropic_async_non_stream_and_error_shape(proxy, sim, atap):
     sim.state().set_script([{"error": {"status": 429, "message": "slow down"}}, {"text": "ok now"}])
-    tap = AsyncRecordingTransport()
-    client = anthropic.AsyncAnthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0,
-                                      http_client=httpx2.AsyncClient(transport=tap))
+    client = anthropic.AsyncAnthropic(
+        api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, http_client=httpx2.AsyncClient(transport=atap)
+    )
     with pytest.raises(anthropic.RateLimitError):
-        await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                     messages=[{"role": "user", "content": "x"}])
-    msg = await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                       messages=[{"role": "user", "content": "x"}])
+        await client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    msg = await client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+    )
     assert msg.content[0].text == "ok now"
     rows = proxy.wait_for_calls(2)
     assert [r["outcome"] for r in rows] == ["http_error", "ok"]
@@ -131,13 +149,13 @@ async def test_anthropic_async_non_stream_and_error_shape(proxy, sim):
     assert rows[1]["attempt"] == 2 and rows[1]["retry_of"] == rows[0]["id"]
 
 
-def test_api_key_never_reaches_the_database(proxy, sim):
+def test_api_key_never_reaches_the_database(proxy, sim, tap):
     handed_over: list = []  # what goes to the writer child, which writes it to its spool file as it is
     put = proxy.daemon.writer._queue.put
     proxy.daemon.writer._queue.put = lambda item: (handed_over.append(item), put(item))
-    tap = RecordingTransport()
-    _anthropic(proxy, tap).messages.create(model="claude-sonnet-4-6", max_tokens=10,
-                                           messages=[{"role": "user", "content": "x"}])
+    _anthropic(proxy, tap).messages.create(
+        model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+    )
     _openai(proxy, tap).chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "x"}])
     rows = proxy.wait_for_calls(2)
     call = get_call(open_db(proxy.db_path), rows[0]["id"])

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 from environment import require
-from test_inspector_spool_safety import plant_pickle_spool
+from factories import make_exchange, plant_pickle_spool
 
 from ctxscope.inspector import spool as spools
 from ctxscope.main import cli
@@ -50,7 +50,7 @@ class Serve:
             except httpx2.TransportError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.proc.kill()
-                    raise AssertionError("serve did not start: " + self.output())
+                    raise AssertionError("serve did not start: " + self.output()) from None
 
     def output(self) -> str:
         return self.log.read_text()
@@ -253,7 +253,6 @@ def full_disk_analyzers():
 
 
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
-    from test_inspector_writer_process import make_exchange
 
     from ctxscope.inspector import queries
     from ctxscope.inspector.writer_process import WriterProcess

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 from inspector_bodies import (
     assistant,
@@ -85,7 +87,7 @@ def test_images_are_a_fixed_estimate():
 def test_thinking_and_other_categories():
     body = make_anthropic_body(
         messages=[user("q"), assistant([{"type": "thinking", "thinking": "Hmm, let me see.", "signature": "s"},
-                                        {"type": "mystery", "x": 1}])]  # fmt: skip
+                                        {"type": "mystery", "x": 1}])]
     )
     b = TokenCounter().count_prompt(canonicalize(A, body))
     assert b.by_category["thinking"] == count_tokens("Hmm, let me see.")
@@ -99,7 +101,7 @@ def test_a_call_only_pays_for_its_new_segments():
     counter.count_prompt(prompts[0])
     first_misses = counter.misses
     assert first_misses == len(prompts[0].segments)
-    for prev, cur in zip(prompts, prompts[1:]):
+    for prev, cur in itertools.pairwise(prompts):
         before = counter.misses
         counter.count_prompt(cur)
         assert counter.misses - before == len(cur.segments) - len(prev.segments)  # only the new tail

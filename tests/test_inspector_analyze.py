@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import T0, anthropic_response, make_exchange
+from factories import analysed as run
+from factories import exchange_at as ex
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -16,7 +19,6 @@ from inspector_bodies import (
     text,
     user,
 )
-from test_inspector_store import anthropic_response, make_exchange
 
 from ctxscope.inspector import queries
 from ctxscope.inspector.analysis_input import parse_event
@@ -24,31 +26,11 @@ from ctxscope.inspector.analyze import Analyzer, reindex
 from ctxscope.inspector.canonical import canonicalize
 from ctxscope.inspector.incremental import prepare_full
 from ctxscope.inspector.recent import RecentMemory, Remembered
-from ctxscope.inspector.writer import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
             "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict", "cache",
             "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id", "attempt",
             "retry_of")  # fmt: skip
-T0 = 1_760_000_000.0
-
-
-def run(path, exchanges, analyzer=None):
-    """Store exchanges through a real writer with the analyzer; returns (reader, analyzer)."""
-    analyzer = analyzer or Analyzer()
-    writer = CaptureWriter(path, analyzers=[analyzer])
-    writer.start()
-    for ex in exchanges:
-        writer.submit(ex)
-    assert writer.stop()
-    stats = writer.stats()
-    assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
-    return queries.open_db(path), analyzer
-
-
-def ex(body, t, **kw):
-    kw.setdefault("session_label", None)
-    return make_exchange(request=body, started_at=T0 + t, **kw)
 
 
 def rows(db):
@@ -64,7 +46,11 @@ def test_each_call_row_carries_its_analysis(tmp_path):
     db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies)])
     first, second, third = rows(db)
     assert (first["relation"], first["epoch_reason"], first["predecessor"]) == ("EPOCH_START", "session_start", None)
-    assert (second["relation"], second["predecessor"], third["predecessor"]) == ("APPEND_ONLY", first["id"], second["id"])
+    assert (second["relation"], second["predecessor"], third["predecessor"]) == (
+        "APPEND_ONLY",
+        first["id"],
+        second["id"],
+    )
     assert first["session"] == "key:ffffffffffff" and first["session_source"] == "key"
     assert {r["thread"] for r in (first, second, third)} == {first["id"]} and first["parent_thread"] is None
     assert second["relation_detail"] == {"detail": None, "shared_segments": 6, "marker_moves": ["/messages/0/content"]}
@@ -79,7 +65,7 @@ def test_each_call_row_carries_its_analysis(tmp_path):
 def test_a_call_costs_only_its_new_segments(tmp_path):
     analyzer = Analyzer()
     bodies = claude_code_turns(12)
-    db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies[:10])], analyzer)
+    _db, _ = run(tmp_path / "c.db", [ex(b, i) for i, b in enumerate(bodies[:10])], analyzer)
     before = analyzer.counter.misses
     run(tmp_path / "c.db", [ex(bodies[10], 10)], analyzer)  # same analyzer, so no cold start
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
@@ -141,12 +127,20 @@ def test_reindex_reproduces_the_live_analysis(tmp_path):
     db, _ = run(path, exchanges)
     live = snapshot(db)
     for call_id in live:  # wipe the analysis so reindex must recompute every column
-        db.execute("UPDATE calls SET relation = NULL, thread = NULL, markers = NULL, cache = NULL WHERE id = ?", [call_id])
+        db.execute(
+            "UPDATE calls SET relation = NULL, thread = NULL, markers = NULL, cache = NULL WHERE id = ?", [call_id]
+        )
     db.conn.commit()
     assert len(list(reindex(db, batch=2))) == len(exchanges)
     assert snapshot(db) == live
     assert [live[e.id]["relation"] for e in exchanges] == [
-        "EPOCH_START", "EPOCH_START", "APPEND_ONLY", "EPOCH_START", "APPEND_ONLY", "DIVERGED"]
+        "EPOCH_START",
+        "EPOCH_START",
+        "APPEND_ONLY",
+        "EPOCH_START",
+        "APPEND_ONLY",
+        "DIVERGED",
+    ]
     assert live[exchanges[5].id]["pointer"] == "/system/0/text"
 
 
@@ -157,7 +151,11 @@ def test_reindex_of_one_session_leaves_the_others_alone(tmp_path):
     db.execute("UPDATE calls SET relation = 'stale'")
     db.conn.commit()
     assert len(list(reindex(db, session="a"))) == 2
-    assert [(r["session"], r["relation"]) for r in rows(db)] == [("a", "EPOCH_START"), ("a", "APPEND_ONLY"), ("b", "stale")]
+    assert [(r["session"], r["relation"]) for r in rows(db)] == [
+        ("a", "EPOCH_START"),
+        ("a", "APPEND_ONLY"),
+        ("b", "stale"),
+    ]
 
 
 def test_explicit_session_ids_group_calls_and_number_them(tmp_path):
@@ -205,7 +203,12 @@ def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
     after = ex(make_anthropic_body(messages=[user("hi"), assistant("yo"), user("more")]), 2)
     db, _ = run(tmp_path / "c.db", [models, count, after])
     m, c, a = rows(db)
-    assert (m["relation"], m["thread"], m["cache_verdict"], m["tokens_estimated"]) == ("NOT_COMPARABLE", None, None, None)
+    assert (m["relation"], m["thread"], m["cache_verdict"], m["tokens_estimated"]) == (
+        "NOT_COMPARABLE",
+        None,
+        None,
+        None,
+    )
     assert c["thread"] == c["id"] and c["cache_verdict"] is None and c["tokens_estimated"] > 0
     assert a["predecessor"] is None and a["epoch_reason"] == "session_start"  # count_tokens is not its predecessor
 
@@ -216,10 +219,10 @@ def test_openai_chat_and_unparseable_bodies(tmp_path):
                              {"role": "user", "content": "more"}])  # fmt: skip
     ok = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1", "choices": [],
           "usage": {"prompt_tokens": 20, "completion_tokens": 2}}  # fmt: skip
-    common = dict(provider="openai", path="/v1/chat/completions", response=ok)
+    common = {"provider": "openai", "path": "/v1/chat/completions", "response": ok}
     broken = make_exchange(session_label=None, request_body=b"{not json", started_at=T0 + 3, **common)
     db, _ = run(tmp_path / "c.db", [ex(chat, 0, **common), ex(longer, 1, **common), broken])
-    first, second, bad = rows(db)
+    _first, second, bad = rows(db)
     assert second["relation"] == "APPEND_ONLY" and second["cache_verdict"] == "below_minimum"
     assert bad["relation"] == "NOT_COMPARABLE" and bad["thread"] == bad["id"] and bad["tokens_estimated"] is None
 
@@ -264,14 +267,22 @@ def test_the_providers_own_cache_diagnostics_are_kept_beside_ours(tmp_path):
     [call] = rows(db)
     diag = call["cache"]["provider_diagnostics"]
     assert (diag["provider"], diag["comparison_id"], diag["reason"], diag["missed_tokens"]) == (
-        "anthropic", "msg_prev", "system_changed", 1200)
+        "anthropic",
+        "msg_prev",
+        "system_changed",
+        1200,
+    )
 
 
 def test_comma_joined_effects_become_separate_declared_markers():
     from ctxscope.inspector.analysis_input import declared_markers
 
-    markers = declared_markers([("x-ctxscope-event", "reminder; source=todo, guard_reminder; signal=no_progress; count=3"),
-                                ("x-ctxscope-event", '{"kind": "checkpoint", "rung": "hall, then hmid"}')])
+    markers = declared_markers(
+        [
+            ("x-ctxscope-event", "reminder; source=todo, guard_reminder; signal=no_progress; count=3"),
+            ("x-ctxscope-event", '{"kind": "checkpoint", "rung": "hall, then hmid"}'),
+        ]
+    )
     assert [m.kind for m in markers] == ["reminder", "guard_reminder", "checkpoint"]
     assert markers[1].detail == {"signal": "no_progress", "count": 3, "declared": True}
     assert markers[2].detail["rung"] == "hall, then hmid"

@@ -133,7 +133,7 @@ def test_reminders_whole_and_embedded():
     body = make_anthropic_body(
         messages=[
             user([text(reminder("Todo list is empty.")), text(reminder("a") + "\n" + reminder("b")),
-                  text("Please fix " + reminder("embedded") + " the bug")])  # fmt: skip
+                  text("Please fix " + reminder("embedded") + " the bug")])
         ]
     )
     p = canonicalize(A, body)
@@ -155,7 +155,7 @@ def test_images_documents_and_thinking():
         messages=[
             user([image, doc, text("what is this?")]),
             assistant([{"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
-                       {"type": "redacted_thinking", "data": "opaque"}, text("A cat.")]),  # fmt: skip
+                       {"type": "redacted_thinking", "data": "opaque"}, text("A cat.")]),
             user([tool_result("t", [text("shot:"), dict(image)])]),
         ]
     )
@@ -173,7 +173,7 @@ def test_server_tools_and_unknown_blocks():
             user("search"),
             assistant([{"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "x"}},
                        {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
-                       {"type": "mystery", "value": 1}]),  # fmt: skip
+                       {"type": "mystery", "value": 1}]),
         ]
     )
     p = canonicalize(A, body)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from factories import analysed as run
+from factories import exchange_at as ex
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -17,14 +19,15 @@ from inspector_bodies import (
     tool_result,
     user,
 )
-from test_inspector_analyze import ex, run
 
 from ctxscope.inspector.diff import diff_calls
 
 
 def store(tmp_path, *bodies, **kw):
     """Store each body (a dict, or raw bytes) as one call; returns the reader and the ids in order."""
-    exchanges = [ex(b, i, **kw) if isinstance(b, dict) else ex(None, i, request_body=b, **kw) for i, b in enumerate(bodies)]
+    exchanges = [
+        ex(b, i, **kw) if isinstance(b, dict) else ex(None, i, request_body=b, **kw) for i, b in enumerate(bodies)
+    ]
     db, _ = run(tmp_path / "c.db", exchanges)
     ids = [r[0] for r in db.execute("SELECT id FROM calls ORDER BY rowid").fetchall()]
     return db, ids
@@ -40,7 +43,11 @@ def test_system_edit_shows_both_sides_at_the_first_difference(tmp_path):
     assert (d["relation"], d["pointer"]) == ("DIVERGED", "/system/1/text")
     first = d["first_divergence"]
     assert (first["pointer_a"], first["pointer_b"], first["kind_a"], first["kind_b"]) == (
-        "/system/1/text", "/system/1/text", "system", "system")
+        "/system/1/text",
+        "/system/1/text",
+        "system",
+        "system",
+    )
     assert first["a"] == b["system"][1]["text"] and first["b"] == a["system"][1]["text"]
     assert first["text"]["offset"] == a["system"][1]["text"].index("small")
     assert first["text"]["a_excerpt"].endswith("tiny steps and explain what you change.")
@@ -58,8 +65,10 @@ def test_marker_moves_and_restrung_strings_are_not_differences(tmp_path):
     assert d["markers"]["a"] == ["/system/1", "/messages/2/content/0"]
     assert d["markers"]["b"] == ["/system/1", "/messages/0/content/0"]
     assert [(s["kind"], s["pointer"]) for s in d["added"]] == [
-        ("assistant_text", "/messages/1/content/0"), ("tool_call", "/messages/1/content/1"),
-        ("tool_result", "/messages/2/content/0")]
+        ("assistant_text", "/messages/1/content/0"),
+        ("tool_call", "/messages/1/content/1"),
+        ("tool_result", "/messages/2/content/0"),
+    ]
     assert d["removed"] == [] and d["resent"]["segments"] == 0
     assert d["tokens"]["a"] > d["tokens"]["b"] == d["shared_tokens"]
 
@@ -68,7 +77,7 @@ def test_a_removed_tool_points_one_past_the_end(tmp_path):
     tools = default_tools()
     a = make_anthropic_body(default_system(), tools, [user("go")])
     b = make_anthropic_body(default_system(), tools[:2], [user("go")])
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert d["pointer"] == "/tools/2"
     first = d["first_divergence"]
@@ -79,7 +88,7 @@ def test_a_removed_tool_points_one_past_the_end(tmp_path):
 def test_message_level_difference_maps_to_the_other_body(tmp_path):
     a = make_chat_body([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1", "content": "x"}])
     b = make_chat_body([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c2", "content": "x"}])
-    common = dict(provider="openai", path="/v1/chat/completions")
+    common = {"provider": "openai", "path": "/v1/chat/completions"}
     db, (a_id, b_id) = store(tmp_path, a, b, **common)
     d = diff_calls(db, b_id, a_id)
     assert d["pointer"] == "/messages/1/tool_call_id"
@@ -90,7 +99,7 @@ def test_message_level_difference_maps_to_the_other_body(tmp_path):
 def test_parameters_change_without_a_divergence(tmp_path):
     a = make_anthropic_body(messages=[user("hi")], max_tokens=100, temperature=0.2)
     b = make_anthropic_body(messages=[user("hi")], max_tokens=2000, temperature=0.2)
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert d["relation"] == "IDENTICAL" and d["pointer"] is None
     assert d["params_changed"] == {"max_tokens": {"a": 2000, "b": 100}} and d["cache_policy_changed"] == {}
@@ -100,7 +109,7 @@ def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_pat
     a = make_anthropic_body(messages=[user("hi")])
     b = make_anthropic_body(messages=[user("hi"), assistant("yo"), user([text("more", cache_control=EPHEMERAL)])],
                             model="claude-opus-4-1")  # fmt: skip
-    db, (a_id, b_id) = store(tmp_path, a, b)
+    db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert (d["relation"], d["epoch_reason"]) == ("EPOCH_START", "model_change")
     assert d["pointer"] is None and len(d["added"]) == 2
@@ -109,7 +118,7 @@ def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_pat
 
 def test_long_values_are_clipped(tmp_path):
     long = "x" * 10_000
-    db, (a_id, b_id) = store(tmp_path, make_anthropic_body(messages=[user(long)]),
+    db, (_a_id, b_id) = store(tmp_path, make_anthropic_body(messages=[user(long)]),
                              make_anthropic_body(messages=[user(long + "y")]))  # fmt: skip
     first = diff_calls(db, b_id, max_chars=100)["first_divergence"]
     assert first["a"].startswith("x" * 100) and first["a"].endswith("[9901 more chars]")

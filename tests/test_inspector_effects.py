@@ -82,20 +82,28 @@ def test_in_turn_reminders_each_at_their_own_block():
 
 
 def test_receipt_of_an_externalised_output_is_found_by_its_artifact():
-    start = body(user("go"), assistant([tool_use("t1", "bash", command="cat a"), tool_use("t2", "bash", command="cat b")]))
+    start = body(
+        user("go"), assistant([tool_use("t1", "bash", command="cat a"), tool_use("t2", "bash", command="cat b")])
+    )
     b = copy.deepcopy(start)
     b["messages"].append(user([tool_result("t1", "small"), tool_result("t2", RECEIPT)]))
-    m = one(place(start, b, "tool_output_externalized; tool=bash; bytes=90000; artifact=artifacts/t1s1-bash-x.txt"),
-            "tool_output_externalized")
+    m = one(
+        place(start, b, "tool_output_externalized; tool=bash; bytes=90000; artifact=artifacts/t1s1-bash-x.txt"),
+        "tool_output_externalized",
+    )
     assert m.pointer == "/messages/2/content/1" and shown(b, m) == RECEIPT
-    assert marker_summary({"kind": m.kind, "detail": m.detail}) == \
-        "bash output, 90,000 bytes → artifacts/t1s1-bash-x.txt"
+    assert (
+        marker_summary({"kind": m.kind, "detail": m.detail}) == "bash output, 90,000 bytes → artifacts/t1s1-bash-x.txt"
+    )
 
 
 def _tool_rounds(n, size):
     msgs = [user("review")]
     for i in range(n):
-        msgs += [assistant([tool_use(f"t{i}", "read_file", path=f"f{i}")]), user([tool_result(f"t{i}", long_text(size, f"r{i}"))])]
+        msgs += [
+            assistant([tool_use(f"t{i}", "read_file", path=f"f{i}")]),
+            user([tool_result(f"t{i}", long_text(size, f"r{i}"))]),
+        ]
     return msgs
 
 
@@ -104,8 +112,12 @@ def test_archived_results_point_at_every_receipt_that_replaced_one():
     cur = copy.deepcopy(prev)
     for i in (2, 4):
         cur["messages"][i]["content"][0]["content"] = f"[Older tool result moved to a file] f{i // 2 - 1}"
-    ms = place(prev, cur, "compaction; stage=archive; trigger=archive_plan; tokens_before=2000; tokens_after=1500",
-               "tool_results_archived; mode=tool_archive; archived=2; saved_bytes=4000")
+    ms = place(
+        prev,
+        cur,
+        "compaction; stage=archive; trigger=archive_plan; tokens_before=2000; tokens_after=1500",
+        "tool_results_archived; mode=tool_archive; archived=2; saved_bytes=4000",
+    )
     arch = one(ms, "tool_results_archived")
     assert arch.detail["pointers"] == ["/messages/2/content/0", "/messages/4/content/0"]
     assert arch.pointer == "/messages/2/content/0" and one(ms, "compaction").pointer == arch.pointer
@@ -116,15 +128,21 @@ def test_checkpoint_points_at_the_summary_and_absorbs_the_inferred_compaction():
     prev = body(*_tool_rounds(8, 400))
     summary = "The earlier part of this conversation was compacted into the summary below.\n## Goal\nship it"
     cur = body(user([text(summary), text(ROUND + "\n\nnext?")]))
-    ms = place(prev, cur, "compaction; stage=checkpoint; trigger=threshold; rung=hall; tokens_before=9000; tokens_after=900",
-               "checkpoint; rung=hall; validation=exact; mode=reuse; trigger=threshold; tokens_before=9000; "
-               "tokens_after=900", "reminder")
+    ms = place(
+        prev,
+        cur,
+        "compaction; stage=checkpoint; trigger=threshold; rung=hall; tokens_before=9000; tokens_after=900",
+        "checkpoint; rung=hall; validation=exact; mode=reuse; trigger=threshold; tokens_before=9000; tokens_after=900",
+        "reminder",
+    )
     comp, cp = one(ms, "compaction"), one(ms, "checkpoint")
     assert comp.pointer == cp.pointer == "/messages/0/content/0" and shown(cur, cp) == summary
     assert comp.detail["declared"] and comp.detail["inferred"] and comp.detail["evidence"] == "summary_message"
     assert shown(cur, one(ms, "reminder")) == ROUND  # the round block lies after the summary
-    assert marker_summary({"kind": "checkpoint", "detail": cp.detail}) == \
-        "rung hall, exact (reuse mode, trigger threshold); 9,000 → 900 tokens"
+    assert (
+        marker_summary({"kind": "checkpoint", "detail": cp.detail})
+        == "rung hall, exact (reuse mode, trigger threshold); 9,000 → 900 tokens"
+    )
 
 
 def test_checkpoint_request_is_its_control_message_not_a_compaction():
@@ -151,8 +169,10 @@ def test_effects_without_text_keep_no_pointer_and_read_well():
     b = body(user("go"))
     m = one(place(None, b, "reminder_dropped; source=todo_cadence"), "reminder_dropped")
     assert m.pointer is None
-    assert marker_summary({"kind": m.kind, "detail": m.detail}) == \
-        "todo_cadence reminder dropped: it would push the request over the input limit"
+    assert (
+        marker_summary({"kind": m.kind, "detail": m.detail})
+        == "todo_cadence reminder dropped: it would push the request over the input limit"
+    )
 
 
 def test_a_declared_pointer_is_kept():

@@ -45,7 +45,7 @@ def test_common_prefix_matches_a_plain_walk():
     for _ in range(300):
         a = [rng.choice(names[:3]) for _ in range(rng.randrange(50))]
         b = a[: rng.randrange(len(a) + 1)] + [rng.choice(names) for _ in range(rng.randrange(50))]
-        want = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        want = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         for x, y in ((Hashes(a), Hashes(b)), (tuple(a), tuple(b)), (Hashes(a), tuple(b))):
             assert common_prefix(x, y) == common_prefix(y, x) == want
 

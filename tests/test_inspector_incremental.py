@@ -68,7 +68,9 @@ def test_serialisations_and_non_ascii_text(dump):
 
 
 def test_edits_truncation_and_head_changes():
-    base = make_anthropic_body(default_system(), default_tools(), [user("a"), assistant("b"), user("c"), assistant("d")])
+    base = make_anthropic_body(
+        default_system(), default_tools(), [user("a"), assistant("b"), user("c"), assistant("d")]
+    )
     middle = copy.deepcopy(base)
     middle["messages"][1]["content"] = "B"
     shrunk = copy.deepcopy(base)
@@ -113,7 +115,7 @@ def test_item_ends_match_the_items():
     body = {"model": "m", "x": {"messages": [1]}, "messages": [{"a": "]"}, "s\\"], "tail": [1, 2]}
     raw = json.dumps(body, indent=1, ensure_ascii=False).encode()
     ends = item_ends(raw, "messages")
-    start = raw.rindex(b"\"messages\": [") + len(b'"messages": ')
+    start = raw.rindex(b'"messages": [') + len(b'"messages": ')
     assert len(ends) == 2 and raw[start + ends[0] - 1 : start + ends[0]] == b"}"
     assert raw[: start + ends[1]].endswith(b'"s\\\\"')
     assert item_ends(b'{"messages": [1], "messages": [2]}', "messages") is None  # json.loads keeps the last

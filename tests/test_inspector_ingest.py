@@ -7,10 +7,9 @@ import io
 import json
 import random
 
-from test_inspector_store import anthropic_request, anthropic_response, anthropic_sse, make_exchange
+from factories import anthropic_request, anthropic_response, anthropic_sse, capture, make_exchange
 
 from ctxscope.inspector import queries
-from ctxscope.inspector.writer import CaptureWriter
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -30,22 +29,12 @@ def words(rng: random.Random, nbytes: int) -> str:
     return " ".join(out)
 
 
-def capture(path, exchanges, **kw):
-    writer = CaptureWriter(path, **kw)
-    writer.start()
-    for ex in exchanges:
-        writer.submit(ex)
-    assert writer.stop()
-    assert writer.stats().failed == 0
-    return queries.open_db(path)
-
-
 def _db_size(path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
 def test_storage_grows_with_new_content_not_with_calls_times_context(tmp_path):
-    """P6: 200 calls re-sending a 100 KB prefix that grows ~1 KB per call cost far less than 200 x 100 KB."""
+    """200 calls re-sending a 100 KB prefix that grows ~1 KB per call cost far less than 200 x 100 KB."""
     rng = random.Random(42)
     system = words(rng, 100_000)
     tools = [{"name": "read", "description": words(rng, 300), "input_schema": {"type": "object"}}]
@@ -80,7 +69,7 @@ def test_compressed_request_bodies_of_a_session_are_stored_as_deltas_and_round_t
     system = words(rng, 50_000)
     messages: list[dict] = []
     exchanges = []
-    for i in range(40):
+    for _ in range(40):
         messages.append({"role": "user", "content": words(rng, 800)})
         body = json.dumps(anthropic_request(messages=list(messages), system=system)).encode()
         exchanges.append(
@@ -117,7 +106,9 @@ def test_unreproducible_compression_is_stored_raw_and_round_trips(tmp_path):
 
 def test_gzip_response_round_trips_and_is_parsed(tmp_path):
     resp = gzip.compress(json.dumps(anthropic_response("zipped")).encode())
-    ex = make_exchange(response_headers=(("content-type", "application/json"), ("content-encoding", "gzip")), response_body=resp)
+    ex = make_exchange(
+        response_headers=(("content-type", "application/json"), ("content-encoding", "gzip")), response_body=resp
+    )
     db = capture(tmp_path / "c.db", [ex])
     assert queries.get_response_raw(db, ex.id) == resp
     assert queries.get_final_response(db, ex.id)["content"][0]["text"] == "zipped"
@@ -126,7 +117,9 @@ def test_gzip_response_round_trips_and_is_parsed(tmp_path):
 
 def test_malformed_and_undecodable_bodies_are_kept_as_is(tmp_path):
     bad_json = make_exchange(request_body=b'{"model": "x", "messages": [')
-    bad_gzip = make_exchange(request_headers=(("content-encoding", "gzip"),), request_body=b"\x1f\x8b\x08 not really gzip")
+    bad_gzip = make_exchange(
+        request_headers=(("content-encoding", "gzip"),), request_body=b"\x1f\x8b\x08 not really gzip"
+    )
     empty = make_exchange(method="GET", path="/v1/models", request_body=b"", request_headers=())
     db = capture(tmp_path / "c.db", [bad_json, bad_gzip, empty])
     a, b, c = (queries.get_call(db, e.id) for e in (bad_json, bad_gzip, empty))
@@ -159,10 +152,12 @@ def test_streamed_response_is_reassembled_with_usage(tmp_path):
 def test_usage_not_reported_is_null_not_zero(tmp_path):
     ex = make_exchange(response=anthropic_response(usage={}))
     openai = make_exchange(
-        provider="openai", path="/v1/chat/completions",
+        provider="openai",
+        path="/v1/chat/completions",
         request_body=json.dumps({"model": "gpt-5", "messages": [], "stream": True}).encode(),
         response_headers=(("content-type", "text/event-stream"),),
-        response_body=b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n',
+        response_body=b'data: {"id":"c","object":"chat.completion.chunk",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n',
     )
     db = capture(tmp_path / "c.db", [ex, openai])
     assert queries.get_call(db, openai.id)["usage"] is None
@@ -186,8 +181,9 @@ def test_sessions_and_seq(tmp_path):
 def test_retry_linkage(tmp_path):
     body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "retry me"}])).encode()
     t = 1_760_000_000.0
-    first = make_exchange(request_body=body, started_at=t, status=529, outcome="http_error",
-                          response=anthropic_response())
+    first = make_exchange(
+        request_body=body, started_at=t, status=529, outcome="http_error", response=anthropic_response()
+    )
     second = make_exchange(request_body=body, started_at=t + 2, status=None, outcome="upstream_reset")
     third = make_exchange(request_body=body, started_at=t + 5)
     again = make_exchange(request_body=body, started_at=t + 9)  # the previous one succeeded: a new call
@@ -195,8 +191,10 @@ def test_retry_linkage(tmp_path):
     too_late = make_exchange(request_body=body, started_at=t + 10 + 121)
     other_session = make_exchange(request_body=body, started_at=t + 3, session_label="other")
     db = capture(tmp_path / "c.db", [first, second, third, again, late_fail, too_late, other_session])
-    link = {e.id: (queries.get_call(db, e.id)["attempt"], queries.get_call(db, e.id)["retry_of"]) for e in
-            (first, second, third, again, late_fail, too_late, other_session)}
+    link = {
+        e.id: (queries.get_call(db, e.id)["attempt"], queries.get_call(db, e.id)["retry_of"])
+        for e in (first, second, third, again, late_fail, too_late, other_session)
+    }
     assert link[first.id] == (1, None)
     assert link[second.id] == (2, first.id)
     assert link[third.id] == (3, second.id)
@@ -208,13 +206,19 @@ def test_retry_linkage(tmp_path):
 
 def test_model_and_api_detection(tmp_path):
     gemini = make_exchange(
-        provider="u/gemini", path="/v1beta/models/gemini-2.5-pro:generateContent",
+        provider="u/gemini",
+        path="/v1beta/models/gemini-2.5-pro:generateContent",
         request_body=b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}',
-        response=({"candidates": [{"content": {"parts": [{"text": "yo"}]}, "finishReason": "STOP"}],
-                   "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1}}),
+        response=(
+            {
+                "candidates": [{"content": {"parts": [{"text": "yo"}]}, "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1},
+            }
+        ),
     )
-    responses = make_exchange(provider="openai", path="/v1/responses",
-                              request_body=b'{"model":"gpt-5","input":"hi","stream":false}')
+    responses = make_exchange(
+        provider="openai", path="/v1/responses", request_body=b'{"model":"gpt-5","input":"hi","stream":false}'
+    )
     db = capture(tmp_path / "c.db", [gemini, responses])
     g = queries.get_call(db, gemini.id)
     assert (g["api"], g["model"], g["usage"]["input"]) == ("gemini.generate", "gemini-2.5-pro", 5)
@@ -225,9 +229,13 @@ def test_model_and_api_detection(tmp_path):
 def test_no_key_in_the_database_file(tmp_path):
     """Even if a key slipped past the proxy's redaction (query string, a header), the store redacts it."""
     key = "AIzaSyA-secret-key-value-0123456789abc"
-    ex = make_exchange(provider="u/gemini", path="/v1beta/models/g:generateContent", query=f"key={key}&alt=sse",
-                       request_headers=(("x-goog-api-key", key), ("content-type", "application/json")),
-                       response_headers=(("set-cookie", f"k={key}"),))
+    ex = make_exchange(
+        provider="u/gemini",
+        path="/v1beta/models/g:generateContent",
+        query=f"key={key}&alt=sse",
+        request_headers=(("x-goog-api-key", key), ("content-type", "application/json")),
+        response_headers=(("set-cookie", f"k={key}"),),
+    )
     path = tmp_path / "c.db"
     db = capture(path, [ex])
     assert "redacted" in queries.get_call(db, ex.id)["query"]

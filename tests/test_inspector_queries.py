@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_inspector_ingest import capture
-from test_inspector_store import anthropic_request, anthropic_response, make_exchange
+from factories import anthropic_request, anthropic_response, capture, make_exchange
 
 from ctxscope.inspector import queries
 
@@ -60,7 +59,7 @@ def test_list_calls_filters_and_pages(db_and_calls):
 
 
 def test_get_call_by_id_or_unique_prefix(db_and_calls):
-    db, calls, _ = db_and_calls
+    db, _calls, _ = db_and_calls
     call = queries.get_call(db, "bbbb")
     assert call["id"] == "bbbb0003"
     assert ["x-api-key", "[redacted]"] in call["request_headers"]
@@ -98,7 +97,7 @@ def test_list_sessions(db_and_calls):
 
 
 def test_db_status(db_and_calls, tmp_path):
-    db, calls, path = db_and_calls
+    _db, calls, path = db_and_calls
     st = queries.db_status(path)
     assert st["exists"] and st["calls"] == 4 and st["sessions"] == 3
     assert st["size_bytes"] >= path.stat().st_size

@@ -1,4 +1,5 @@
 import copy
+import itertools
 import random
 
 import pytest
@@ -328,4 +329,4 @@ def test_marker_moves_match_a_walk_over_every_shared_segment():
             walk = tuple(cur.segments[i].pointer for i in range(k)
                          if prev.segments[i].breakpoint != cur.segments[i].breakpoint)  # fmt: skip
             assert marker_moves(prev, cur, k) == walk
-    assert any(marker_moves(p, c, shared_prefix(p.hashes, c.hashes)) for p, c in zip(prompts, prompts[1:]))
+    assert any(marker_moves(p, c, shared_prefix(p.hashes, c.hashes)) for p, c in itertools.pairwise(prompts))

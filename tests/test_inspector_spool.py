@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 
-from test_inspector_writer_process import make_exchange
+from factories import make_exchange
 
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector import spool_format

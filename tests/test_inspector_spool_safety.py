@@ -9,31 +9,13 @@ import struct
 
 import pytest
 from environment import require
-from test_inspector_writer_process import make_exchange
+from factories import make_exchange, plant_pickle_spool
 
 from ctxscope.inspector import queries, spool_format
 from ctxscope.inspector import spool as spools
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.spool_format import pack
 from ctxscope.inspector.writer_process import WriterProcess
-
-
-class _Payload:
-    """Unpickling this makes a folder: proof that the unpickler ran the file's code."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (self.marker,)
-
-
-def plant_pickle_spool(path, marker) -> bytes:
-    """A spool in the format older versions read with pickle: 8-byte length, then the pickle."""
-    data = pickle.dumps([_Payload(str(marker))])
-    path.write_bytes(struct.pack("<Q", len(data)) + data)
-    os.chmod(path, 0o600)
-    return data
 
 
 def _stored_ids(db) -> list[str]:
@@ -164,7 +146,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
                    or f.default_factory is not dataclasses.MISSING)
-    ex = make_exchange(1)
+    ex = make_exchange(1, error=None, client=None)  # the optional fields at their defaults
     record = b"".join(spool_format.encode([pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
     heads = json.loads(record[4:4 + n])

@@ -1,100 +1,14 @@
-"""The capture store's connection: WAL, synchronous=NORMAL, migrations, meta and events.
-
-Also home of the test factories (``make_exchange`` and friends) the other inspector store tests
-import, so each test states only what matters to it.
-"""
+"""The capture store's connection: WAL, synchronous=NORMAL, migrations, meta and events."""
 
 from __future__ import annotations
 
-import itertools
-import json
 import sqlite3
 import threading
-import time
 
 import pytest
 
 from ctxscope.inspector import store
 from ctxscope.inspector.migrations import migrations
-from ctxscope.proxy.exchange import Exchange
-
-_ids = itertools.count(1)
-
-
-def make_exchange(**overrides) -> Exchange:
-    """A successful non-streamed Anthropic Messages call; override any field."""
-    n = next(_ids)
-    t = overrides.pop("started_at", 1_750_000_000.0 + n)
-    request = overrides.pop("request", None)
-    response = overrides.pop("response", None)
-    values = dict(
-        id=f"{time.time_ns():016x}{n:06x}",
-        provider="anthropic",
-        upstream="https://api.anthropic.com",
-        method="POST",
-        path="/v1/messages",
-        query="",
-        session_label="s1",
-        annotations=(),
-        request_headers=(("content-type", "application/json"), ("x-api-key", "[redacted]")),
-        key_fingerprint="f" * 16,
-        request_body=json.dumps(request or anthropic_request()).encode(),
-        status=200,
-        response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response or anthropic_response()).encode(),
-        started_at=t,
-        first_byte_at=t + 0.25,
-        ended_at=t + 0.5,
-        outcome="ok",
-        error=None,
-        client="test-agent/1.0",
-    )
-    values.update(overrides)
-    return Exchange(**values)
-
-
-def anthropic_request(messages=None, **extra) -> dict:
-    return {
-        "model": "claude-sonnet-4-5",
-        "max_tokens": 1024,
-        "system": "You are a test.",
-        "messages": messages or [{"role": "user", "content": "hello"}],
-        **extra,
-    }
-
-
-def anthropic_response(text="hi there", usage=None) -> dict:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "usage": usage if usage is not None else {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 100},
-    }
-
-
-def anthropic_sse(text="streamed answer", input_tokens=12, output_tokens=4) -> bytes:
-    """A streamed Anthropic Messages response as the wire carries it."""
-    msg = {"id": "msg_s", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
-           "stop_reason": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}
-    events = [
-        ("message_start", {"type": "message_start", "message": msg}),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ("ping", {"type": "ping"}),
-    ]
-    for word in text.split(" "):
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": word + " "}}))
-    events += [
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                           "usage": {"output_tokens": output_tokens}}),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    return "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
-
 
 # -- tests ----------------------------------------------------------------------------------
 

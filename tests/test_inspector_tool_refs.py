@@ -29,7 +29,8 @@ def test_tool_refs_layered_on_a_base_equal_refs_built_from_scratch():
         segments = segments[:keep] + added
         names, results = _naive_refs(segments)
         assert dict(refs.names) == names and set(refs.results) == results, step
-        assert all(refs.names.get(r) == names.get(r) for r in "abcd") and all((r in refs.results) == (r in results) for r in "abcd")
+        assert all(refs.names.get(r) == names.get(r) for r in "abcd") and all(
+            (r in refs.results) == (r in results) for r in "abcd"
+        )
         assert refs == ToolRefs.of(segments)
     assert refs._depth < ToolRefs.MAX_LAYERS
-

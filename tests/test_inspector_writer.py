@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_inspector_store import make_exchange
+from factories import make_exchange
 
 from ctxscope.inspector import ingest as ingest_mod
 from ctxscope.inspector import queries, store
@@ -52,7 +52,9 @@ def test_stop_drains_everything_and_readers_work_meanwhile(tmp_path):
     assert w.stop()
     assert w.stats().running is False
     assert _ids(reader) == {e.id for e in exs}
-    assert [c["seq"] for c in queries.list_calls(reader, session="s1", limit=None, newest_first=False)] == list(range(1, 301))
+    assert [c["seq"] for c in queries.list_calls(reader, session="s1", limit=None, newest_first=False)] == list(
+        range(1, 301)
+    )
 
 
 def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
@@ -109,7 +111,8 @@ def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_save
 def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, caplog):
     path = tmp_path / "c.db"
     store.connect(path).execute(
-        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
     )
     good1, bad, good2 = make_exchange(), make_exchange(path="/boom"), make_exchange()
     w = CaptureWriter(path)
@@ -123,8 +126,13 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
     assert bad.id in caplog.text
     db = queries.open_db(path)
     assert _ids(db) == {good1.id, good2.id}
-    assert db.execute("SELECT COUNT(*) FROM blobs WHERE id NOT IN (SELECT request_blob FROM calls) "
-                      "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)").fetchone()[0] == 0
+    assert (
+        db.execute(
+            "SELECT COUNT(*) FROM blobs WHERE id NOT IN (SELECT request_blob FROM calls) "
+            "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)"
+        ).fetchone()[0]
+        == 0
+    )
     for ex in (good1, good2):
         assert queries.get_request_raw(db, ex.id) == ex.request_body
     status = queries.db_status(path)["writer"]
@@ -269,7 +277,7 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
     assert _wait(lambda: w.stats().written == 60)
     assert w.stop()
     db = queries.open_db(path)
-    assert [r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")][0] == 60
+    assert next(r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")) == 60
     assert _ids(db) == {e.id for e in exs}
     assert queries.get_request_raw(db, exs[7].id) == exs[7].request_body
     assert w.stats().store_down_since is None
@@ -309,7 +317,7 @@ def test_submit_still_never_raises_after_a_stop_with_the_store_down(tmp_path):
 _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from test_inspector_store import make_exchange
+from factories import make_exchange
 from ctxscope.inspector.writer import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
@@ -342,10 +350,12 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     early = {r[0] for r in conn.execute("SELECT id FROM calls WHERE id LIKE 'early%'")}
-    assert early == {"early%06d" % i for i in range(n)}
+    assert early == {f"early{i:06d}" for i in range(n)}
     conn.close()
     db = queries.open_db(path)  # and the store opens and reads cleanly
     assert queries.get_request_raw(db, "early000007").startswith(b"{")
@@ -357,7 +367,7 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
 _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
-from test_inspector_store import make_exchange
+from factories import make_exchange
 from ctxscope.inspector.writer import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
@@ -394,7 +404,7 @@ def test_sigterm_drains_the_queue_before_exit(tmp_path):
     assert f"drained=True written={n}" in out
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {"term%06d" % i for i in range(n)}
+    assert {r[0] for r in conn.execute("SELECT id FROM calls")} == {f"term{i:06d}" for i in range(n)}
 
 
 def test_queue_is_bounded_in_bytes_too(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from test_inspector_writer_process import make_exchange
+from factories import make_exchange
 
 from ctxscope.inspector import writer_child as wc
 from ctxscope.inspector.queries import list_calls, open_db

@@ -11,26 +11,13 @@ import textwrap
 import time
 from pathlib import Path
 
+from factories import make_exchange
+
 from ctxscope.inspector.queries import list_calls, open_db
 from ctxscope.inspector.writer_priority import can_leave_idle_class
 from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
-from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def make_exchange(i: int, **over) -> Exchange:
-    body = ('{"model": "m", "messages": [{"role": "user", "content": "hello %d"}]}' % i).encode()
-    fields = dict(
-        id=f"{time.time_ns():016x}{i:06x}", provider="openai", upstream="http://127.0.0.1:1", method="POST",
-        path="/v1/chat/completions", query="", session_label="s", annotations=(), request_headers=(),
-        key_fingerprint=None, request_body=body, status=200,
-        response_headers=(("Content-Type", "application/json"),),
-        response_body=b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}',
-        started_at=time.time(), first_byte_at=time.time(), ended_at=time.time(), outcome="ok",
-    )
-    fields.update(over)
-    return Exchange(**fields)
 
 
 def seen_by_analyzer():
@@ -71,7 +58,7 @@ def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_pat
         w.submit(ex)
     finally:
         assert w.stop() is False  # the call could not be stored ...
-    [left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
+    [_left] = spools.spool_files(tmp_path / "dir.db")  # ... and waits in the spool
     (tmp_path / "dir.db").rmdir()
     nxt = WriterProcess(tmp_path / "dir.db")
     nxt.start()
@@ -83,7 +70,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
-        from test_inspector_writer_process import make_exchange
+        from factories import make_exchange
         from ctxscope.inspector.writer_process import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
@@ -101,6 +88,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
+    proc.stdout.close()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         db = open_db(tmp_path / "k.db")
@@ -348,7 +336,8 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
     w.start()
     try:
         pid = w._proc.pid
-        up, down = make_exchange(1, request_headers=gz, request_body=bomb), make_exchange(2, response_headers=gz, response_body=bomb)
+        up = make_exchange(1, request_headers=gz, request_body=bomb)
+        down = make_exchange(2, response_headers=gz, response_body=bomb)
         w.submit(up)
         w.submit(down)
         deadline = time.monotonic() + 60
@@ -374,7 +363,8 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
     gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
     w = WriterProcess(tmp_path / "cap.db", max_decoded_bytes=1000)
     w.start()
-    ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body))
+    no_model = {"type": "message", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}
+    ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body), response=no_model)
     w.submit(ex)
     assert w.stop()
     from ctxscope.inspector import queries

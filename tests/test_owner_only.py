@@ -132,9 +132,17 @@ def test_tightening_a_live_database_keeps_sqlites_locks(tmp_path):
     try:
         assert owner_only.private_store(db)  # it did tighten something
         other = subprocess.run(
-            [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None);"
-             "c.execute('BEGIN IMMEDIATE'); print('got the lock')", str(db)],
-            capture_output=True, text=True, timeout=30)
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None);"
+                "c.execute('BEGIN IMMEDIATE'); print('got the lock')",
+                str(db),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     finally:
         conn.execute("ROLLBACK")
         conn.close()

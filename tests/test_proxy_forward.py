@@ -10,18 +10,11 @@ import aiohttp
 import pytest
 import yarl
 from aiohttp import web
+from proxy_rig import ListSink
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
-
-
-class ListSink:
-    def __init__(self):
-        self.items: list[ex.Exchange] = []
-
-    def submit(self, exchange):
-        self.items.append(exchange)
 
 
 class Upstream:
@@ -160,10 +153,12 @@ async def _wait_for(sink, n=1):
 
 async def test_stream_bytes_identical_and_recorded(rig):
     rig.upstream.mode = "stream"
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
-                          headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp:
-            got = await resp.read()
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
+               headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp,
+    ):
+        got = await resp.read()
     assert got == b"".join(rig.upstream.sent)
     headers, body = rig.upstream.received[0]
     assert body == b'{"stream": true}'
@@ -182,11 +177,13 @@ async def test_stream_bytes_identical_and_recorded(rig):
 async def test_compressed_request_and_response_pass_through(rig):
     rig.upstream.mode = "gzip"
     raw = gzip.compress(b'{"model": "m", "messages": []}')
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
-                          headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
-            got = await resp.read()
-            assert resp.headers["Content-Encoding"] == "gzip"
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
+               headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp,
+    ):
+        got = await resp.read()
+        assert resp.headers["Content-Encoding"] == "gzip"
     assert rig.upstream.received[0][1] == raw
     assert got == rig.upstream.sent[0]
     await _wait_for(rig.sink)
@@ -257,11 +254,13 @@ def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
 
 
 async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/chat/completions", data=b'{"m": 1}') as resp:
-            got = await resp.read()
-            assert resp.headers["Content-Length"] == str(len(got))
-            assert resp.headers["Content-Type"] == "application/json"
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/chat/completions", data=b'{"m": 1}') as resp,
+    ):
+        got = await resp.read()
+        assert resp.headers["Content-Length"] == str(len(got))
+        assert resp.headers["Content-Type"] == "application/json"
     assert got == rig.upstream.sent[0]
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
@@ -270,12 +269,14 @@ async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
 
 async def test_a_body_still_arriving_is_passed_on_before_it_is_complete(rig):
     rig.upstream.mode = "late_body"
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
-            first = await resp.content.readany()  # would hang if the proxy held the body back
-            assert first == rig.upstream.sent[0]
-            rig.upstream.release.set()
-            rest = await resp.read()
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp,
+    ):
+        first = await resp.content.readany()  # would hang if the proxy held the body back
+        assert first == rig.upstream.sent[0]
+        rig.upstream.release.set()
+        rest = await resp.read()
     assert first + rest == b"".join(rig.upstream.sent)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].response_body == first + rest
@@ -340,7 +341,8 @@ async def test_no_header_is_invented_and_none_is_lost(rig):
     async with aiohttp.ClientSession(skip_auto_headers=bare) as s:
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
             assert resp.status == 200
-        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd", "Content-Type": "text/x"}
+        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd",
+                "Content-Type": "text/x"}
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}", headers=full) as resp:
             assert resp.status == 200
     sent_bare, sent_full = rig.upstream.received[0][0], rig.upstream.received[1][0]
@@ -352,8 +354,10 @@ def test_settle_gc_freezes_start_up_objects_and_collects_less_often():
     import subprocess
     import sys
 
-    code = ("import gc; from ctxscope.proxy.server import settle_gc; settle_gc(); "
-            "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])")
+    code = (
+        "import gc; from ctxscope.proxy.server import settle_gc; settle_gc(); "
+        "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "20000"]
 

@@ -182,6 +182,7 @@ async def test_connections_over_the_cap_get_a_provider_shaped_503_and_are_closed
     await asyncio.sleep(0.2)
     reply = await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert reply.content[0].text.startswith("got ")
+    await client.close()
 
 
 @pytest.mark.parametrize("proxy", [Limits(max_body_bytes=2**20)], indirect=True)
@@ -200,10 +201,12 @@ async def test_a_body_over_the_limit_gets_a_provider_shaped_413_and_is_recorded(
         for _ in range(40):
             yield b"y" * 65536
 
-    async with aiohttp.ClientSession() as s:
-        async with s.post(proxy.base + "/u/up/v1/chat/completions", data=chunks()) as resp:
-            assert resp.status == 413 and resp.headers["Content-Type"] == "application/json"
-            assert (await resp.json())["error"]["code"] == "request_too_large"
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(proxy.base + "/u/up/v1/chat/completions", data=chunks()) as resp,
+    ):
+        assert resp.status == 413 and resp.headers["Content-Type"] == "application/json"
+        assert (await resp.json())["error"]["code"] == "request_too_large"
     items = await proxy.sink.wait(3)
     assert [e.outcome for e in items] == [ex.REQUEST_TOO_LARGE] * 3
     assert all(e.request_body == b"" and str(2**20) in e.error for e in items)
@@ -212,11 +215,13 @@ async def test_a_body_over_the_limit_gets_a_provider_shaped_413_and_is_recorded(
     # a body at the limit still goes through
     reply = await aclient.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "ok"}])
     assert reply.content[0].text.startswith("got ")
+    await aclient.close()
+    await oclient.close()
 
 
 async def test_a_client_leaving_mid_body_is_recorded_without_a_traceback(proxy, echo, caplog):
     with caplog.at_level(logging.DEBUG):
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(HEAD + b"Content-Length: 1000\r\n\r\n" + b"{" * 500)
         await writer.drain()
         await asyncio.sleep(0.1)

@@ -72,6 +72,7 @@ async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent, c
                                           timeout=0.5)
         with pytest.raises(anthropic.APITimeoutError):  # the SDK gives up and closes its connection
             await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "think"}])
+        await client.close()
         left = time.monotonic()
         gone = await _gone_within(silent, 5)
         [e] = await proxy.sink.wait(1)
@@ -104,7 +105,7 @@ async def test_a_client_leaving_a_stream_while_the_upstream_thinks_cancels_it(si
 async def test_a_client_leaving_before_the_request_is_forwarded_is_recorded_and_not_forwarded(silent):
     proxy = await start_proxy({"up": silent.url})
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(b"POST /u/up/v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
         writer.close()
         [e] = await proxy.sink.wait(1)
@@ -143,14 +144,16 @@ async def _through_proxy(upstream_url: str) -> tuple[int | None, bytes, BaseExce
     proxy = await start_proxy({"up": upstream_url})
     status, got, error = None, b"", None
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
-                status = resp.status
-                try:
-                    async for chunk in resp.content.iter_any():
-                        got += chunk
-                except aiohttp.ClientPayloadError as exc:
-                    error = exc
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp,
+        ):
+            status = resp.status
+            try:
+                async for chunk in resp.content.iter_any():
+                    got += chunk
+            except aiohttp.ClientPayloadError as exc:
+                error = exc
         [e] = await proxy.sink.wait(1)
     finally:
         await proxy.stop()
@@ -200,6 +203,7 @@ async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provide
             client = anthropic.AsyncAnthropic(api_key="sk-ant-x", base_url=proxy.base + "/anthropic", max_retries=0)
             with pytest.raises(anthropic.APIStatusError) as info:
                 await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+            await client.close()
             [e] = await proxy.sink.wait(1)
         finally:
             await proxy.stop()
@@ -297,10 +301,12 @@ async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
     async with RawUpstream(script) as up:
         proxy = await start_proxy({"up": up.url})
         try:
-            async with aiohttp.ClientSession() as s:
-                async with s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp:
-                    assert resp.status == 502
-                    error = (await resp.json())["error"]
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(proxy.base + "/u/up/v1/chat/completions", data=b"{}") as resp,
+            ):
+                assert resp.status == 502
+                error = (await resp.json())["error"]
             [e] = await proxy.sink.wait(1)
         finally:
             await proxy.stop()
@@ -313,7 +319,7 @@ async def test_a_client_leaving_while_the_daemon_stops_is_client_disconnected_an
     its upstream call at once, and its call is recorded as the client's leaving, not as cut by
     the shutdown."""
     proxy = await start_proxy({"up": silent.url}, Limits(shutdown_grace=10))
-    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
     writer.write(b"POST /u/up/v1/think HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
     await asyncio.wait_for(silent.started.wait(), 10)
     stopping = asyncio.ensure_future(proxy.stop())

@@ -6,9 +6,8 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import anthropic
-import openai
 import pytest
+import sdk_clients
 
 from ctxscope.proxy.apis import (
     ANTHROPIC_COUNT_TOKENS,
@@ -316,7 +315,9 @@ def test_chat_parallel_tool_calls_merge_by_index():
 
 def test_chat_tool_calls_from_servers_that_omit_index_or_repeat_names():
     chunks = [
-        c_chunk([c_delta({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{"}}]})]),
+        c_chunk(
+            [c_delta({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{"}}]})]
+        ),
         c_chunk([c_delta({"tool_calls": [{"function": {"name": "f", "arguments": "}"}}]})]),
         c_chunk([c_delta({"tool_calls": [{"id": "c2", "function": {"name": "g", "arguments": "[]"}}]})]),
         c_chunk([c_delta({}, finish="tool_calls")]),
@@ -324,13 +325,19 @@ def test_chat_tool_calls_from_servers_that_omit_index_or_repeat_names():
     r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
     calls = r.body["choices"][0]["message"]["tool_calls"]
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
-        ("c1", "f", "{}"), ("c2", "g", "[]")]
+        ("c1", "f", "{}"),
+        ("c2", "g", "[]"),
+    ]
 
 
 def test_chat_reasoning_content_and_multiple_choices():
     chunks = [
-        c_chunk([c_delta({"role": "assistant", "reasoning_content": "Think"}, index=0),
-                 c_delta({"role": "assistant", "content": "B1"}, index=1)]),
+        c_chunk(
+            [
+                c_delta({"role": "assistant", "reasoning_content": "Think"}, index=0),
+                c_delta({"role": "assistant", "content": "B1"}, index=1),
+            ]
+        ),
         c_chunk([c_delta({"reasoning_content": "ing..."}, index=0)]),
         c_chunk([c_delta({"content": "A"}, index=0), c_delta({"content": "B2"}, index=1, finish="length")]),
         c_chunk([c_delta({}, index=0, finish="stop")]),
@@ -343,17 +350,25 @@ def test_chat_reasoning_content_and_multiple_choices():
 
 
 def test_chat_logprobs_are_concatenated():
-    lp = lambda tok: {"content": [{"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}],
-                      "refusal": None}
-    chunks = [c_chunk([dict(c_delta({"content": "a"}), logprobs=lp("a"))]),
-              c_chunk([dict(c_delta({"content": "b"}, finish="stop"), logprobs=lp("b"))])]
+    def lp(tok):
+        return {
+            "content": [{"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}],
+            "refusal": None,
+        }
+
+    chunks = [
+        c_chunk([dict(c_delta({"content": "a"}), logprobs=lp("a"))]),
+        c_chunk([dict(c_delta({"content": "b"}, finish="stop"), logprobs=lp("b"))]),
+    ]
     r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
     assert [t["token"] for t in r.body["choices"][0]["logprobs"]["content"]] == ["a", "b"]
 
 
 def test_chat_error_frame_after_content():
-    chunks = [c_chunk([c_delta({"role": "assistant", "content": "Partial"})]),
-              {"error": {"message": "The server had an error", "type": "server_error", "param": None, "code": None}}]
+    chunks = [
+        c_chunk([c_delta({"role": "assistant", "content": "Partial"})]),
+        {"error": {"message": "The server had an error", "type": "server_error", "param": None, "code": None}},
+    ]
     r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks))
     assert r.error == {"message": "The server had an error", "type": "server_error", "param": None, "code": None}
     assert not r.complete and r.body["choices"][0]["message"]["content"] == "Partial"
@@ -386,9 +401,14 @@ def test_chat_done_alone_is_not_anthropic_or_responses_completion():
 
 
 def test_chat_json_and_http_error():
-    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            "usage": C_USAGE}
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": C_USAGE,
+    }
     r = parse_response(OPENAI_CHAT, 200, "application/json", json.dumps(body).encode())
     assert r.body == body and r.stop_reason == "stop" and r.usage.cache_read == 1920 and r.complete
     err = {"error": {"message": "Rate limit reached", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
@@ -398,15 +418,38 @@ def test_chat_json_and_http_error():
 
 # --- OpenAI Responses -------------------------------------------------------------------------
 
-R_BASE = {"id": "resp_67c", "object": "response", "created_at": 1741290958, "model": "gpt-5.1",
-          "previous_response_id": None, "error": None, "incomplete_details": None}
+R_BASE = {
+    "id": "resp_67c",
+    "object": "response",
+    "created_at": 1741290958,
+    "model": "gpt-5.1",
+    "previous_response_id": None,
+    "error": None,
+    "incomplete_details": None,
+}
 R_REASONING = {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Plan: greet."}]}
-R_MESSAGE = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
-             "content": [{"type": "output_text", "text": "Hi there!", "annotations": []}]}
-R_CALL = {"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_X",
-          "name": "get_weather", "arguments": '{"city":"Oslo"}'}
-R_USAGE = {"input_tokens": 5000, "input_tokens_details": {"cached_tokens": 4096}, "output_tokens": 80,
-           "output_tokens_details": {"reasoning_tokens": 64}, "total_tokens": 5080}
+R_MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "status": "completed",
+    "role": "assistant",
+    "content": [{"type": "output_text", "text": "Hi there!", "annotations": []}],
+}
+R_CALL = {
+    "id": "fc_1",
+    "type": "function_call",
+    "status": "completed",
+    "call_id": "call_X",
+    "name": "get_weather",
+    "arguments": '{"city":"Oslo"}',
+}
+R_USAGE = {
+    "input_tokens": 5000,
+    "input_tokens_details": {"cached_tokens": 4096},
+    "output_tokens": 80,
+    "output_tokens_details": {"reasoning_tokens": 64},
+    "total_tokens": 5080,
+}
 R_FINAL = dict(R_BASE, status="completed", output=[R_REASONING, R_MESSAGE, R_CALL], usage=R_USAGE)
 
 
@@ -415,38 +458,104 @@ def r_events(terminal: str = "response.completed", final: dict = R_FINAL) -> lis
     ev = [
         {"type": "response.created", "response": pending},
         {"type": "response.in_progress", "response": pending},
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": "rs_1", "type": "reasoning", "summary": []}},
-        {"type": "response.reasoning_summary_part.added", "item_id": "rs_1", "output_index": 0, "summary_index": 0,
-         "part": {"type": "summary_text", "text": ""}},
-        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0, "summary_index": 0,
-         "delta": "Plan: "},
-        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0, "summary_index": 0,
-         "delta": "greet."},
-        {"type": "response.reasoning_summary_text.done", "item_id": "rs_1", "output_index": 0, "summary_index": 0,
-         "text": "Plan: greet."},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"id": "rs_1", "type": "reasoning", "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            "item_id": "rs_1",
+            "output_index": 0,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": ""},
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": "rs_1",
+            "output_index": 0,
+            "summary_index": 0,
+            "delta": "Plan: ",
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": "rs_1",
+            "output_index": 0,
+            "summary_index": 0,
+            "delta": "greet.",
+        },
+        {
+            "type": "response.reasoning_summary_text.done",
+            "item_id": "rs_1",
+            "output_index": 0,
+            "summary_index": 0,
+            "text": "Plan: greet.",
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": R_REASONING},
-        {"type": "response.output_item.added", "output_index": 1,
-         "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}},
-        {"type": "response.content_part.added", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": {"type": "output_text", "text": "", "annotations": []}},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "delta": "Hi", "logprobs": []},
-        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "delta": " there!", "logprobs": []},
-        {"type": "response.output_text.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "text": "Hi there!", "logprobs": []},
-        {"type": "response.content_part.done", "item_id": "msg_1", "output_index": 1, "content_index": 0,
-         "part": R_MESSAGE["content"][0]},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "delta": "Hi",
+            "logprobs": [],
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "delta": " there!",
+            "logprobs": [],
+        },
+        {
+            "type": "response.output_text.done",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "text": "Hi there!",
+            "logprobs": [],
+        },
+        {
+            "type": "response.content_part.done",
+            "item_id": "msg_1",
+            "output_index": 1,
+            "content_index": 0,
+            "part": R_MESSAGE["content"][0],
+        },
         {"type": "response.output_item.done", "output_index": 1, "item": R_MESSAGE},
-        {"type": "response.output_item.added", "output_index": 2,
-         "item": {"id": "fc_1", "type": "function_call", "status": "in_progress", "call_id": "call_X",
-                  "name": "get_weather", "arguments": ""}},
-        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 2,
-         "delta": '{"city":'},
+        {
+            "type": "response.output_item.added",
+            "output_index": 2,
+            "item": {
+                "id": "fc_1",
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": "call_X",
+                "name": "get_weather",
+                "arguments": "",
+            },
+        },
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 2, "delta": '{"city":'},
         {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 2, "delta": '"Oslo"}'},
-        {"type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 2,
-         "arguments": '{"city":"Oslo"}'},
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": "fc_1",
+            "output_index": 2,
+            "arguments": '{"city":"Oslo"}',
+        },
         {"type": "response.output_item.done", "output_index": 2, "item": R_CALL},
         {"type": terminal, "response": final},
     ]
@@ -466,17 +575,44 @@ def test_responses_stream_takes_the_terminal_response():
     assert_split_invariant(OPENAI_RESPONSES, raw, r, step=3)
 
 
-@pytest.mark.parametrize("cut_events, expected_output", [
-    (0, None),
-    (2, []),
-    # cut while the message is streaming: reasoning is done, the message text is partial
-    (11, [R_REASONING, {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant",
-                        "content": [{"type": "output_text", "text": "Hi", "annotations": []}]}]),
-    # cut inside the function call arguments
-    (17, [R_REASONING, R_MESSAGE, {"id": "fc_1", "type": "function_call", "status": "in_progress",
-                                   "call_id": "call_X", "name": "get_weather", "arguments": '{"city":'}]),
-    (20, [R_REASONING, R_MESSAGE, R_CALL]),
-])
+@pytest.mark.parametrize(
+    "cut_events, expected_output",
+    [
+        (0, None),
+        (2, []),
+        # cut while the message is streaming: reasoning is done, the message text is partial
+        (
+            11,
+            [
+                R_REASONING,
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "status": "in_progress",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Hi", "annotations": []}],
+                },
+            ],
+        ),
+        # cut inside the function call arguments
+        (
+            17,
+            [
+                R_REASONING,
+                R_MESSAGE,
+                {
+                    "id": "fc_1",
+                    "type": "function_call",
+                    "status": "in_progress",
+                    "call_id": "call_X",
+                    "name": "get_weather",
+                    "arguments": '{"city":',
+                },
+            ],
+        ),
+        (20, [R_REASONING, R_MESSAGE, R_CALL]),
+    ],
+)
 def test_responses_truncated_stream_is_rebuilt_from_items(cut_events, expected_output):
     r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*r_events()[:cut_events]))
     assert not r.complete and r.usage is None and r.stop_reason is None and r.error is None
@@ -489,11 +625,19 @@ def test_responses_truncated_stream_is_rebuilt_from_items(cut_events, expected_o
 
 def test_responses_partial_item_without_part_event():
     events = [
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": "msg", "type": "message", "role": "assistant", "content": []}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"id": "msg", "type": "message", "role": "assistant", "content": []},
+        },
         {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "x"},
-        {"type": "response.output_text.annotation.added", "output_index": 0, "content_index": 0,
-         "annotation_index": 0, "annotation": {"type": "url_citation", "url": "https://e.x"}},
+        {
+            "type": "response.output_text.annotation.added",
+            "output_index": 0,
+            "content_index": 0,
+            "annotation_index": 0,
+            "annotation": {"type": "url_citation", "url": "https://e.x"},
+        },
         {"type": "response.refusal.delta", "output_index": 0, "content_index": 1, "delta": "no"},
     ]
     r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
@@ -504,8 +648,13 @@ def test_responses_partial_item_without_part_event():
 
 
 def test_responses_failed():
-    failed = dict(R_BASE, status="failed", output=[], usage=None,
-                  error={"code": "server_error", "message": "Something went wrong"})
+    failed = dict(
+        R_BASE,
+        status="failed",
+        output=[],
+        usage=None,
+        error={"code": "server_error", "message": "Something went wrong"},
+    )
     events = r_events()[:12] + [{"type": "response.failed", "response": failed}]
     r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
     assert r.complete and r.error == {"code": "server_error", "message": "Something went wrong"}
@@ -521,8 +670,9 @@ def test_responses_incomplete():
 
 
 def test_responses_error_event():
-    events = r_events()[:5] + [{"type": "error", "code": "ERR_SOMETHING", "message": "Something happened",
-                                "param": None, "sequence_number": 5}]
+    events = r_events()[:5] + [
+        {"type": "error", "code": "ERR_SOMETHING", "message": "Something happened", "param": None, "sequence_number": 5}
+    ]
     r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
     assert r.error == {"code": "ERR_SOMETHING", "message": "Something happened", "param": None}
     assert not r.complete and r.body["output"][0]["summary"] == [{"type": "summary_text", "text": "Plan: "}]
@@ -536,27 +686,65 @@ def test_responses_json():
 
 # --- Gemini -----------------------------------------------------------------------------------
 
-G_USAGE = {"promptTokenCount": 4000, "cachedContentTokenCount": 3000, "candidatesTokenCount": 20,
-           "thoughtsTokenCount": 100, "totalTokenCount": 4120}
+G_USAGE = {
+    "promptTokenCount": 4000,
+    "cachedContentTokenCount": 3000,
+    "candidatesTokenCount": 20,
+    "thoughtsTokenCount": 100,
+    "totalTokenCount": 4120,
+}
 G_FRAMES = [
-    {"candidates": [{"content": {"parts": [{"text": "Thinking about it", "thought": True}], "role": "model"},
-                     "index": 0}], "usageMetadata": {"promptTokenCount": 4000, "totalTokenCount": 4000},
-     "modelVersion": "gemini-2.5-flash", "responseId": "r1"},
-    {"candidates": [{"content": {"parts": [{"text": "The answer", "thoughtSignature": "c2ln"}], "role": "model"},
-                     "index": 0}], "modelVersion": "gemini-2.5-flash", "responseId": "r1"},
-    {"candidates": [{"content": {"parts": [{"text": " is 42."}], "role": "model"}, "index": 0}],
-     "modelVersion": "gemini-2.5-flash", "responseId": "r1"},
-    {"candidates": [{"content": {"parts": [{"functionCall": {"name": "log", "args": {"n": 42}}}], "role": "model"},
-                     "finishReason": "STOP", "index": 0}],
-     "usageMetadata": G_USAGE, "modelVersion": "gemini-2.5-flash", "responseId": "r1"},
+    {
+        "candidates": [
+            {"content": {"parts": [{"text": "Thinking about it", "thought": True}], "role": "model"}, "index": 0}
+        ],
+        "usageMetadata": {"promptTokenCount": 4000, "totalTokenCount": 4000},
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "r1",
+    },
+    {
+        "candidates": [
+            {"content": {"parts": [{"text": "The answer", "thoughtSignature": "c2ln"}], "role": "model"}, "index": 0}
+        ],
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "r1",
+    },
+    {
+        "candidates": [{"content": {"parts": [{"text": " is 42."}], "role": "model"}, "index": 0}],
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "r1",
+    },
+    {
+        "candidates": [
+            {
+                "content": {"parts": [{"functionCall": {"name": "log", "args": {"n": 42}}}], "role": "model"},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": G_USAGE,
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "r1",
+    },
 ]
 G_BODY = {
-    "modelVersion": "gemini-2.5-flash", "responseId": "r1", "usageMetadata": G_USAGE,
-    "candidates": [{"content": {"role": "model", "parts": [
-        {"text": "Thinking about it", "thought": True},
-        {"text": "The answer is 42.", "thoughtSignature": "c2ln"},
-        {"functionCall": {"name": "log", "args": {"n": 42}}},
-    ]}, "finishReason": "STOP", "index": 0}],
+    "modelVersion": "gemini-2.5-flash",
+    "responseId": "r1",
+    "usageMetadata": G_USAGE,
+    "candidates": [
+        {
+            "content": {
+                "role": "model",
+                "parts": [
+                    {"text": "Thinking about it", "thought": True},
+                    {"text": "The answer is 42.", "thoughtSignature": "c2ln"},
+                    {"functionCall": {"name": "log", "args": {"n": 42}}},
+                ],
+            },
+            "finishReason": "STOP",
+            "index": 0,
+        }
+    ],
 }
 
 
@@ -579,8 +767,10 @@ def test_gemini_stream_as_json_array_and_code_assist_wrapping():
 def test_gemini_truncated_and_json():
     r = parse_response(GEMINI_GENERATE, 200, SSE, data_only(*G_FRAMES[:2]))
     assert not r.complete and r.usage.input == 4000 and r.usage.output is None
-    one = {"candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "model"}, "finishReason": "MAX_TOKENS"}],
-           "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 1, "totalTokenCount": 8}}
+    one = {
+        "candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "model"}, "finishReason": "MAX_TOKENS"}],
+        "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 1, "totalTokenCount": 8},
+    }
     r = parse_response(GEMINI_GENERATE, 200, "application/json", json.dumps(one).encode())
     assert r.body == one and r.stop_reason == "MAX_TOKENS" and r.usage.to_dict()["input"] == 7
     r = parse_response(GEMINI_GENERATE, 200, None, json.dumps({"response": one}).encode())
@@ -611,8 +801,9 @@ def test_unknown_api_json_and_sse():
 
 
 @pytest.mark.parametrize("api", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI_GENERATE])
-@pytest.mark.parametrize("raw", [b"", b"<html>oops</html>", b'{"id": "msg_1", "content": [', b"\xff\xfe\x00",
-                                 b"[1, 2", b"d", b"   "])
+@pytest.mark.parametrize(
+    "raw", [b"", b"<html>oops</html>", b'{"id": "msg_1", "content": [', b"\xff\xfe\x00", b"[1, 2", b"d", b"   "]
+)
 def test_malformed_bodies_are_reported_not_raised(api, raw):
     r = parse_response(api, 200, "application/json", raw)
     assert r.body is None and r.error["type"] == "unparseable" and not r.complete and r.usage is None
@@ -638,29 +829,32 @@ def test_sse_body_with_json_content_type_is_sniffed():
 
 
 def test_leading_whitespace_and_bom_before_json():
-    r = parse_response(OPENAI_CHAT, 200, None, b"\xef\xbb\xbf \n {\"choices\": []}")
+    r = parse_response(OPENAI_CHAT, 200, None, b'\xef\xbb\xbf \n {"choices": []}')
     assert r.body == {"choices": []} and not r.stream
 
 
-@pytest.mark.parametrize("weird", [
-    {"type": "content_block_delta", "index": "x", "delta": "text"},
-    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 5}},
-    {"type": "content_block_start", "index": -3, "content_block": None},
-    {"type": "message_delta", "delta": [1], "usage": "lots"},
-    {"type": "message_start", "message": "hi"},
-    {"choices": "nope", "usage": 5},
-    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "f"}, 7]}}]},
-    {"choices": [{"index": True, "delta": None, "logprobs": "x"}]},
-    {"type": "response.output_item.added", "output_index": 0, "item": "x"},
-    {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": ["x"]},
-    {"type": "response.completed", "response": None},
-    {"type": "response.content_part.added", "output_index": 9, "content_index": 0, "part": 3},
-    {"candidates": [None, {"content": {"parts": [None, {"text": 3}]}}], "usageMetadata": []},
-    {"candidates": "x"},
-    [1, 2, 3],
-    "just a string",
-    None,
-])
+@pytest.mark.parametrize(
+    "weird",
+    [
+        {"type": "content_block_delta", "index": "x", "delta": "text"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 5}},
+        {"type": "content_block_start", "index": -3, "content_block": None},
+        {"type": "message_delta", "delta": [1], "usage": "lots"},
+        {"type": "message_start", "message": "hi"},
+        {"choices": "nope", "usage": 5},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "f"}, 7]}}]},
+        {"choices": [{"index": True, "delta": None, "logprobs": "x"}]},
+        {"type": "response.output_item.added", "output_index": 0, "item": "x"},
+        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": ["x"]},
+        {"type": "response.completed", "response": None},
+        {"type": "response.content_part.added", "output_index": 9, "content_index": 0, "part": 3},
+        {"candidates": [None, {"content": {"parts": [None, {"text": 3}]}}], "usageMetadata": []},
+        {"candidates": "x"},
+        [1, 2, 3],
+        "just a string",
+        None,
+    ],
+)
 @pytest.mark.parametrize("api", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI_GENERATE, None])
 def test_wrong_shapes_inside_events_never_raise(api, weird):
     raw = frame("x", json.dumps(weird)).encode() + frame(None, {"type": "ping"}).encode()
@@ -668,12 +862,15 @@ def test_wrong_shapes_inside_events_never_raise(api, weird):
     assert r.event_count == 2
 
 
-@pytest.mark.parametrize("api, raw", [
-    (ANTHROPIC_MESSAGES, A_STREAM),
-    (OPENAI_CHAT, chat_text_stream(include_usage=True)),
-    (OPENAI_RESPONSES, typed(*r_events())),
-    (GEMINI_GENERATE, data_only(*G_FRAMES)),
-])
+@pytest.mark.parametrize(
+    "api, raw",
+    [
+        (ANTHROPIC_MESSAGES, A_STREAM),
+        (OPENAI_CHAT, chat_text_stream(include_usage=True)),
+        (OPENAI_RESPONSES, typed(*r_events())),
+        (GEMINI_GENERATE, data_only(*G_FRAMES)),
+    ],
+)
 def test_random_corruption_never_raises(api, raw):
     rng = random.Random(1234)
     alphabet = b'{}[]":,\n\r 0aZ\\\xff'
@@ -779,7 +976,7 @@ def comparable(x):
 def test_anthropic_matches_the_sdk_accumulation(events):
     raw = typed(*events)
     with serve(raw) as url:
-        client = anthropic.Anthropic(api_key="sk-test", base_url=url, max_retries=0)
+        client = sdk_clients.Anthropic(api_key="sk-test", base_url=url, max_retries=0)
         with client.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as s:
             for _ in s:
                 pass
@@ -794,23 +991,58 @@ def test_chat_matches_the_sdk_accumulation(name):
         "text": chat_text_stream(include_usage=True),
         "tools": data_only(
             c_chunk([c_delta({"role": "assistant", "content": None})]),
-            c_chunk([c_delta({"tool_calls": [{"index": 0, "id": "call_A", "type": "function",
-                                              "function": {"name": "a", "arguments": '{"x"'}}]})]),
-            c_chunk([c_delta({"tool_calls": [{"index": 1, "id": "call_B", "type": "function",
-                                              "function": {"name": "b", "arguments": "{}"}}]})]),
+            c_chunk(
+                [
+                    c_delta(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_A",
+                                    "type": "function",
+                                    "function": {"name": "a", "arguments": '{"x"'},
+                                }
+                            ]
+                        }
+                    )
+                ]
+            ),
+            c_chunk(
+                [
+                    c_delta(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 1,
+                                    "id": "call_B",
+                                    "type": "function",
+                                    "function": {"name": "b", "arguments": "{}"},
+                                }
+                            ]
+                        }
+                    )
+                ]
+            ),
             c_chunk([c_delta({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]})]),
             c_chunk([c_delta({}, finish="tool_calls")]),
-            "[DONE]"),
+            "[DONE]",
+        ),
         "choices": data_only(
-            c_chunk([c_delta({"role": "assistant", "content": "A"}, index=0),
-                     c_delta({"role": "assistant", "content": "B"}, index=1)]),
-            c_chunk([c_delta({"content": "a"}, index=0, finish="stop"),
-                     c_delta({"content": "b"}, index=1, finish="stop")]),
+            c_chunk(
+                [
+                    c_delta({"role": "assistant", "content": "A"}, index=0),
+                    c_delta({"role": "assistant", "content": "B"}, index=1),
+                ]
+            ),
+            c_chunk(
+                [c_delta({"content": "a"}, index=0, finish="stop"), c_delta({"content": "b"}, index=1, finish="stop")]
+            ),
             c_chunk([], usage=C_USAGE),
-            "[DONE]"),
+            "[DONE]",
+        ),
     }[name]
     with serve(raw) as url:
-        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as s:
             sdk = s.get_final_completion().to_dict()
     ours = parse_response(OPENAI_CHAT, 200, SSE, raw)
@@ -821,7 +1053,7 @@ def test_chat_matches_the_sdk_accumulation(name):
 def test_responses_matches_the_sdk_final_response():
     raw = typed(*r_events())
     with serve(raw) as url:
-        client = openai.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
+        client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.responses.stream(model="m", input="hi") as s:
             sdk = s.get_final_response().to_dict()
     assert comparable(parse_response(OPENAI_RESPONSES, 200, SSE, raw).body) == comparable(sdk)

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from aiohttp import web
 from loop_thread import LoopThread
-from web_fixtures import anthropic_client, browser  # noqa: F401 (fixture)
+from web_fixtures import anthropic_client
 
 EVIL = """<!doctype html><html><head><title>docs</title></head><body>
 <p>Nothing to see.</p>
@@ -73,14 +73,17 @@ def daemon(tmp_path_factory):
 
 
 def _sessions(url: str) -> set[str]:
-    return {s["session"] for s in json.loads(urllib.request.urlopen(url + "/_ctxscope/api/sessions").read())["sessions"]}
+    return {
+        s["session"] for s in json.loads(urllib.request.urlopen(url + "/_ctxscope/api/sessions").read())["sessions"]
+    }
 
 
-def test_an_upstream_html_page_cannot_read_the_token_or_delete_a_session(daemon, browser):  # noqa: F811
+def test_an_upstream_html_page_cannot_read_the_token_or_delete_a_session(daemon, browser):
     import time
 
     anthropic_client(daemon.url, "victim").messages.create(
-        model="claude-sonnet-4-6", max_tokens=20, messages=[{"role": "user", "content": "keep me"}])
+        model="claude-sonnet-4-6", max_tokens=20, messages=[{"role": "user", "content": "keep me"}]
+    )
     deadline = time.monotonic() + 10
     while "victim" not in _sessions(daemon.url) and time.monotonic() < deadline:
         time.sleep(0.05)

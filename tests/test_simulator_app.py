@@ -75,7 +75,9 @@ async def test_config_endpoint(sim):
     session, state = sim
     async with session.post("/_sim/config", json={"context_window": 3}) as resp:
         assert (await resp.json()) == {"context_window": 3}
-    async with session.post("/chat/completions", json={"model": "gpt-x", "messages": [{"role": "user", "content": "one two three four"}]}) as resp:
+    async with session.post(
+        "/chat/completions", json={"model": "gpt-x", "messages": [{"role": "user", "content": "one two three four"}]}
+    ) as resp:
         assert resp.status == 400 and (await resp.json())["error"]["code"] == "context_length_exceeded"
     async with session.post("/_sim/config", json={"context_window": -1}) as resp:
         assert resp.status == 400
@@ -138,7 +140,7 @@ async def test_anthropic_sse_frames_one_per_http_chunk(sim):
     assert names[:3] == ["message_start", "content_block_start", "ping"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert names.count("content_block_delta") == 3
-    for frame, name in zip(frames, names):
+    for frame, name in zip(frames, names, strict=True):
         assert json.loads(frame.split("data: ", 1)[1])["type"] == name
     delta = json.loads(frames[-2].split("data: ", 1)[1])
     assert delta["usage"]["output_tokens"] == count_tokens("alpha beta gamma delta epsilon zeta eta theta")

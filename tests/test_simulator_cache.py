@@ -169,7 +169,8 @@ def test_anthropic_prompt_order_ttl_and_marker_free_keys():
 
 
 def test_anthropic_top_level_cache_control_marks_last_block_and_limit_is_four():
-    prompt = anthropic_prompt({"cache_control": {"type": "ephemeral", "ttl": "1h"}, "messages": [{"role": "user", "content": "a"}]})
+    prompt = anthropic_prompt({"cache_control": {"type": "ephemeral", "ttl": "1h"},
+                               "messages": [{"role": "user", "content": "a"}]})
     assert prompt.blocks[-1].ttl == "1h"
     marked = [{"type": "text", "text": str(i), "cache_control": {"type": "ephemeral"}} for i in range(5)]
     with pytest.raises(PromptError, match="Found 5"):
@@ -177,15 +178,21 @@ def test_anthropic_top_level_cache_control_marks_last_block_and_limit_is_four():
 
 
 def test_chat_prompt_blocks_and_texts():
-    prompt = chat_prompt({
-        "tools": [{"type": "function", "function": {"name": "read"}}],
-        "messages": [
-            {"role": "system", "content": "sys"},
-            {"role": "user", "content": [{"type": "text", "text": "question"}]},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "result text"},
-        ],
-    })
+    prompt = chat_prompt(
+        {
+            "tools": [{"type": "function", "function": {"name": "read"}}],
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": [{"type": "text", "text": "question"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "result text"},
+            ],
+        }
+    )
     assert [b.meta.split("|")[0] for b in prompt.blocks] == ["tool", "msg:system", "msg:user", "tool_call", "msg:tool"]
     assert prompt.last_text == "result text" and prompt.last_user_text == "question"
 

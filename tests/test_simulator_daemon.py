@@ -5,6 +5,7 @@ forwarding to other upstreams, and it does not outlive the daemon, even one kill
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import re
@@ -35,9 +36,14 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
     env["CTXSCOPE_HOME"] = str(home)
     if token:
         env["CTXSCOPE_SIM_TOKEN"] = token
-    log = open(tmp / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp / "c.db"),
-                             *args], stdout=subprocess.PIPE, stderr=log, env=env, text=True)  # fmt: skip
+    with open(tmp / "serve.log", "w") as log:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp / "c.db"), *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            text=True,
+        )
     lines: list[str] = []
     try:
         for line in proc.stdout:
@@ -55,7 +61,7 @@ def serve_process(tmp: Path, *args: str, token: str | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        log.close()
+        proc.stdout.close()
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -139,7 +145,7 @@ def daemon(tmp_path_factory, fast_upstream):
 
 def test_serve_runs_the_simulator_in_a_child_and_says_where_its_token_is(daemon):
     proc, url, home, lines = daemon
-    [child] = simulator_children(proc.pid)
+    [_child] = simulator_children(proc.pid)
     token_file = home / "sim-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text().strip() == ENV_TOKEN
     shown = "".join(lines)
@@ -154,7 +160,7 @@ def test_serve_runs_the_simulator_in_a_child_and_says_where_its_token_is(daemon)
 
 
 def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.set_script([{"text": "what the user queued"}])
     port = url.rsplit(":", 1)[1]
@@ -166,8 +172,12 @@ def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daem
         {"Content-Type": "text/plain;charset=UTF-8"},  # no browser headers at all, no token
         {"Content-Type": "application/json"},
         # a DNS-rebound page: same-origin as far as the browser knows, but the daemon's Host is its name
-        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}", "Sec-Fetch-Site": "same-origin",
-         "Content-Type": "text/plain;charset=UTF-8"},
+        {
+            "Host": f"evil.example:{port}",
+            "Origin": f"http://evil.example:{port}",
+            "Sec-Fetch-Site": "same-origin",
+            "Content-Type": "text/plain;charset=UTF-8",
+        },
     ]
     for headers in attempts:
         for path in ("/u/sim/_sim/script", "/u/sim/_sim/reset", "/u/sim/_sim/config"):
@@ -179,7 +189,7 @@ def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daem
 
 
 def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
     body = json.dumps({"model": "claude-sim", "max_tokens": 8,
@@ -188,9 +198,13 @@ def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon)
                          {"content-type": "application/json"})  # fmt: skip
     assert status == 200
     port = url.rsplit(":", 1)[1]
-    for headers in ({"Host": "evil.example"}, {"Host": f"evil.example:{port}", "Sec-Fetch-Site": "same-origin"},
-                    {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
-                    {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}, {}):
+    for headers in (
+        {"Host": "evil.example"},
+        {"Host": f"evil.example:{port}", "Sec-Fetch-Site": "same-origin"},
+        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
+        {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+        {},
+    ):
         for path in ("/u/sim/_sim/requests", "/u/sim/_sim/script", "/u/sim/_sim/config"):
             status, data = _request(url, "GET", path, None, headers)
             assert status in (403, 421), (headers, path, status)
@@ -201,7 +215,7 @@ def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon)
 
 
 def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
-    proc, url, home, _ = daemon
+    _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
     host, port = url.removeprefix("http://").rsplit(":", 1)
@@ -220,7 +234,9 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
         conn.close()
 
     prompt = "lorem ipsum dolor sit amet\n" * (50_000_000 // 27)
-    big = json.dumps({"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": prompt}]}).encode()
+    big = json.dumps(
+        {"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": prompt}]}
+    ).encode()
     assert len(big) >= 50_000_000
     watcher = threading.Thread(target=small_calls)
     watcher.start()
@@ -235,16 +251,18 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
         watcher.join(30)
     assert status == 400 and b"prompt is too long" in answer  # the simulator read and counted all of it
     during = [t for t in finished if t >= t0]
-    gaps = [b - a for a, b in zip(during, during[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
     assert len(during) > 10 and during[-1] > t1
     worst = max(gaps)
-    print(f"\n50 MB prompt to /u/sim took {t1 - t0:.2f} s; {len(during)} small calls to another upstream meanwhile, "
-          f"longest gap between two of them {worst * 1000:.0f} ms (a call every 10 ms)")
+    print(
+        f"\n50 MB prompt to /u/sim took {t1 - t0:.2f} s; {len(during)} small calls to another upstream meanwhile, "
+        f"longest gap between two of them {worst * 1000:.0f} ms (a call every 10 ms)"
+    )
     assert worst < 1.0, f"forwarding stalled {worst * 1000:.0f} ms"
 
 
 def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
-    with serve_process(tmp_path) as (proc, url, home, lines):
+    with serve_process(tmp_path) as (proc, _url, home, lines):
         [child] = simulator_children(proc.pid)
         token = (home / "sim-token").read_text().strip()
         assert len(token) >= 40 and token not in "".join(lines) + (tmp_path / "serve.log").read_text()
@@ -258,7 +276,7 @@ def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
 
 
 def test_stopping_serve_stops_the_simulator(tmp_path):
-    with serve_process(tmp_path) as (proc, url, home, lines):
+    with serve_process(tmp_path) as (proc, url, home, _lines):
         [child] = simulator_children(proc.pid)
         time.sleep(0.5)  # serve installs its signal handlers just after it prints that it listens
         proc.send_signal(signal.SIGTERM)
@@ -287,6 +305,7 @@ def test_ctxscope_sim_writes_its_token_owner_only_and_says_where(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
+        proc.stdout.close()
 
 
 def test_a_token_file_that_cannot_be_written_costs_the_file_not_the_daemon(tmp_path, monkeypatch, caplog):

@@ -32,7 +32,9 @@ def chat(text="hello"):
 
 
 def messages(text="hello"):
-    return json.dumps({"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": text}]}).encode()
+    return json.dumps(
+        {"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": text}]}
+    ).encode()
 
 
 async def _post(session, path, data, encoding=None, **headers):
@@ -54,9 +56,12 @@ def openai_error(body):
 async def test_corrupt_gzip_and_zstd_get_a_provider_shaped_400(sim):
     session, _ = sim
     good_gzip = gzip.compress(chat())
-    cases = {"gzip": [b"\x1f\x8b not gzip at all", good_gzip[:-12], good_gzip + b"trailing junk"],
-             "zstd": [b"\x28\xb5\x2f\xfd garbage", zstd.compress(chat())[:-3]],
-             "deflate": [b"not deflate"], "x-unknown": [chat()]}
+    cases = {
+        "gzip": [b"\x1f\x8b not gzip at all", good_gzip[:-12], good_gzip + b"trailing junk"],
+        "zstd": [b"\x28\xb5\x2f\xfd garbage", zstd.compress(chat())[:-3]],
+        "deflate": [b"not deflate"],
+        "x-unknown": [chat()],
+    }
     for encoding, bodies in cases.items():
         for data in bodies:
             status, ctype, body = await _post(session, "/v1/chat/completions", data, encoding)
@@ -78,9 +83,13 @@ async def test_brotli_without_its_module_gets_a_provider_shaped_400(sim, monkeyp
 async def test_good_encodings_are_decoded(sim):
     session, _ = sim
     two_members = gzip.compress(chat("two members")[:20]) + gzip.compress(chat("two members")[20:])
-    for encoding, data in (("gzip", gzip.compress(chat("gz"))), ("gzip", two_members),
-                           ("deflate", zlib.compress(chat("zlib"))), ("zstd", zstd.compress(chat("zs"))),
-                           ("gzip, zstd", zstd.compress(gzip.compress(chat("both"))))):
+    for encoding, data in (
+        ("gzip", gzip.compress(chat("gz"))),
+        ("gzip", two_members),
+        ("deflate", zlib.compress(chat("zlib"))),
+        ("zstd", zstd.compress(chat("zs"))),
+        ("gzip, zstd", zstd.compress(gzip.compress(chat("both")))),
+    ):
         status, _, body = await _post(session, "/v1/chat/completions", data, encoding)
         assert status == 200 and body["choices"][0]["message"]["content"].startswith("sim: "), (encoding, body)
 
@@ -112,18 +121,39 @@ async def test_bodies_over_the_limit_get_a_provider_shaped_413(sim):
 
 
 async def test_the_log_holds_no_credentials(sim):
-    session, state = sim
-    query = (f"key={SECRET}&api_key=k1secret&auth=plainpassword&key[]=arr-secret&key%5B%5D=enc-secret"
-             f"&access_token=tok-secret&sig=sig-secret&token=t-secret&%6Bey=hex-secret&beta=true&x={SECRET}")
-    headers = {"x-api-key": "sk-ant-api03-abcdefghijkl", "X-Custom-Secret": "plain", "X-Forwarded-Thing": SECRET,
-               "X-Opaque": "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo", "X-Other": "Bearer abcdefghijklmnop",
-               "anthropic-version": "2023-06-01", "x-ctxscope-session": "20260509-120000-abcdef"}
+    session, _state = sim
+    query = (
+        f"key={SECRET}&api_key=k1secret&auth=plainpassword&key[]=arr-secret&key%5B%5D=enc-secret"
+        f"&access_token=tok-secret&sig=sig-secret&token=t-secret&%6Bey=hex-secret&beta=true&x={SECRET}"
+    )
+    headers = {
+        "x-api-key": "sk-ant-api03-abcdefghijkl",
+        "X-Custom-Secret": "plain",
+        "X-Forwarded-Thing": SECRET,
+        "X-Opaque": "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo",
+        "X-Other": "Bearer abcdefghijklmnop",
+        "anthropic-version": "2023-06-01",
+        "x-ctxscope-session": "20260509-120000-abcdef",
+    }
     async with session.post(f"/v1/messages?{query}", data=messages(), headers=headers) as resp:
         assert resp.status == 200
     async with session.get("/_sim/requests") as resp:
         text = await resp.text()
-    for secret in (SECRET, "k1secret", "plainpassword", "arr-secret", "enc-secret", "tok-secret", "sig-secret",
-                   "t-secret", "hex-secret", "sk-ant-api03", "plain\"", "Zm9vYmFy", "abcdefghijklmnop"):
+    for secret in (
+        SECRET,
+        "k1secret",
+        "plainpassword",
+        "arr-secret",
+        "enc-secret",
+        "tok-secret",
+        "sig-secret",
+        "t-secret",
+        "hex-secret",
+        "sk-ant-api03",
+        'plain"',
+        "Zm9vYmFy",
+        "abcdefghijklmnop",
+    ):
         assert secret not in text, secret
     [entry] = json.loads(text)
     assert "beta=true" in entry["query"] and entry["query"].count("<redacted>") == 10
@@ -134,11 +164,16 @@ async def test_the_log_holds_no_credentials(sim):
 
 async def test_a_large_body_is_logged_as_a_summary(sim):
     session, state = sim
-    big = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "y " * (MAX_KEPT_BODY // 2)}]}).encode()
+    big = json.dumps(
+        {"model": "gpt-x", "messages": [{"role": "user", "content": "y " * (MAX_KEPT_BODY // 2)}]}
+    ).encode()
     assert MAX_KEPT_BODY < len(big) <= LIMIT
     state.context_window = 10**7
-    async with session.post("/v1/chat/completions", data=gzip.compress(big),
-                            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}) as resp:
+    async with session.post(
+        "/v1/chat/completions",
+        data=gzip.compress(big),
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    ) as resp:
         assert resp.status == 200
     async with session.get("/_sim/requests") as resp:
         text = await resp.text()
@@ -146,8 +181,13 @@ async def test_a_large_body_is_logged_as_a_summary(sim):
     [entry] = json.loads(text)
     import hashlib
 
-    assert entry["body"] == {"summarized": True, "bytes": len(big), "sha256": hashlib.sha256(big).hexdigest(),
-                             "model": "gpt-x", "messages": 1}
+    assert entry["body"] == {
+        "summarized": True,
+        "bytes": len(big),
+        "sha256": hashlib.sha256(big).hexdigest(),
+        "model": "gpt-x",
+        "messages": 1,
+    }
 
 
 def test_the_log_is_bounded_by_bytes_and_count():

@@ -10,17 +10,22 @@ from ctxscope.vocab.tokens import count_tokens
 
 
 def test_parse_full_step():
-    step = parse_step({
-        "text": "hi",
-        "tool_calls": [{"name": "read", "arguments": {"path": "a"}}, {"name": "ls", "arguments": "{bad", "id": "call_x"}],
-        "thinking": "hm",
-        "delay_ms": 5,
-        "chunk_delay_ms": 1,
-        "stop_reason": "length",
-        "context_window": 100,
-        "match": "needle",
-        "stream_error": {"status": 529, "type": "overloaded_error", "after_events": 2},
-    })
+    step = parse_step(
+        {
+            "text": "hi",
+            "tool_calls": [
+                {"name": "read", "arguments": {"path": "a"}},
+                {"name": "ls", "arguments": "{bad", "id": "call_x"},
+            ],
+            "thinking": "hm",
+            "delay_ms": 5,
+            "chunk_delay_ms": 1,
+            "stop_reason": "length",
+            "context_window": 100,
+            "match": "needle",
+            "stream_error": {"status": 529, "type": "overloaded_error", "after_events": 2},
+        }
+    )
     assert step.tool_calls[0].arguments == '{"path":"a"}' and step.tool_calls[0].input_object() == {"path": "a"}
     assert step.tool_calls[1].input_object() == {} and step.tool_calls[1].id == "call_x"
     assert step.truncated and step.context_window == 100 and step.stream_error.after_events == 2
@@ -67,8 +72,13 @@ def test_default_and_empty_replies():
 
 
 def test_output_tokens_counts_text_thinking_and_tool_json():
-    reply = Reply.from_step(parse_step({"text": "hello world", "thinking": "hmm", "tool_calls": [{"name": "read", "arguments": {"p": 1}}]}), "")
-    assert output_tokens(reply) == count_tokens("hello world") + count_tokens("hmm") + count_tokens("read") + count_tokens('{"p":1}')
+    reply = Reply.from_step(
+        parse_step({"text": "hello world", "thinking": "hmm", "tool_calls": [{"name": "read", "arguments": {"p": 1}}]}),
+        "",
+    )
+    assert output_tokens(reply) == count_tokens("hello world") + count_tokens("hmm") + count_tokens(
+        "read"
+    ) + count_tokens('{"p":1}')
 
 
 def test_text_and_json_splitting_round_trips():

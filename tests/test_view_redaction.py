@@ -67,7 +67,7 @@ def test_masking_bytes_keeps_every_offset_and_valid_utf8():
     assert f"Bearer {'*' * len(BEARER)}" in shown["messages"][0]["content"]
     assert "AIza" + "*" * 23 in shown["messages"][0]["content"]  # a key keeps its kind, not its value
     assert mask_key_bytes(masked) == masked
-    for i, (a, b) in enumerate(zip(masked, data)):
+    for i, (a, b) in enumerate(zip(masked, data, strict=True)):
         assert a == b or a == ord("*"), i
 
 
@@ -93,13 +93,27 @@ def test_credential_parameters_of_a_url_written_in_a_body_are_masked():
 
 def test_what_only_looks_like_a_credential_is_left_alone():
     body = {
-        "model": "gpt-4o", "max_tokens": 100, "password_hint": "ask", "token": "Hello",
-        "tools": [{"name": "login", "parameters": {"properties": {"password": {"type": "string"}, "token": {"type": "string"}},
-                                                   "required": ["password"]}}],
-        "logprobs": {"content": [{"token": " world", "logprob": -0.2, "top_logprobs": [{"token": "Hi", "logprob": -1}]}]},
+        "model": "gpt-4o",
+        "max_tokens": 100,
+        "password_hint": "ask",
+        "token": "Hello",
+        "tools": [
+            {
+                "name": "login",
+                "parameters": {
+                    "properties": {"password": {"type": "string"}, "token": {"type": "string"}},
+                    "required": ["password"],
+                },
+            }
+        ],
+        "logprobs": {
+            "content": [{"token": " world", "logprob": -0.2, "top_logprobs": [{"token": "Hi", "logprob": -1}]}]
+        },
         "messages": [{"role": "user", "content": "I am the bearer of bad news; my password policy says 12 chars"}],
-        "secret": "", "api_key": None, "apiKey": 42,
-    }  # fmt: skip
+        "secret": "",
+        "api_key": None,
+        "apiKey": 42,
+    }
     text = json.dumps(body)
     assert mask_key_values(text) is text and mask_key_bytes(text.encode()) == text.encode()
     assert mask_keys_in(body) is body
@@ -118,7 +132,22 @@ def test_masking_objects_masks_names_values_and_keys_without_touching_the_input(
 def test_random_json_with_glued_keys_escapes_and_nesting_stays_valid_and_masked():
     rnd = random.Random(13)
     secrets = [BODY_KEY, "AIzaSyA-0123456789abcdefghij", JWT, f"Bearer {BEARER}"]
-    atoms = secrets + ['"', "\\", "\n", "é", "你", "\u001e", "password", "token", "api_key", ":", " ", "x", "\\u00d", "{"]
+    atoms = secrets + [
+        '"',
+        "\\",
+        "\n",
+        "é",
+        "你",
+        "\u001e",
+        "password",
+        "token",
+        "api_key",
+        ":",
+        " ",
+        "x",
+        "\\u00d",
+        "{",
+    ]
     names = ["api_key", "password", "token", "Authorization", "content", "text", "secret", "apiKey"]
 
     def text() -> str:
@@ -141,14 +170,20 @@ def test_random_json_with_glued_keys_escapes_and_nesting_stays_valid_and_masked(
             raw = json.dumps(v, ensure_ascii=ascii_only)
             shown = mask_key_bytes(raw.encode())
             assert len(shown) == len(raw.encode())
-            outputs = (mask_key_values(raw), shown.decode("utf-8"), json.dumps(mask_keys_in(v), ensure_ascii=ascii_only))
+            outputs = (
+                mask_key_values(raw),
+                shown.decode("utf-8"),
+                json.dumps(mask_keys_in(v), ensure_ascii=ascii_only),
+            )
             for out in outputs:
                 json.loads(out)
                 assert not any(s in out for s in survivors), (raw, out)
 
 
 def test_a_big_body_with_nothing_to_mask_comes_back_as_it_is():
-    data = json.dumps({"max_tokens": 5, "messages": [{"role": "user", "content": "the tokens, the keys " * 50}] * 2000}).encode()
+    data = json.dumps(
+        {"max_tokens": 5, "messages": [{"role": "user", "content": "the tokens, the keys " * 50}] * 2000}
+    ).encode()
     assert mask_key_bytes(data) is data
     assert mask_key_values(data.decode()) == data.decode()
 
@@ -179,15 +214,22 @@ def _capture_secret_session(web) -> list[dict]:
     edits the first message (which holds the key) so the diff's first difference sits next to it."""
     client = anthropic_client(web.url, "leaky")
     first = {"role": "user", "content": f"my key is {BODY_KEY}, keep it"}
-    tool_use = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "env"}}]}
+    tool_use = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "env"}}],
+    }
     tool_result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content":
                    f"curl -H 'Authorization: Bearer {BEARER}' https://api.example\n"
                    + json.dumps({"user": "me", "password": PASSWORD})}]}  # fmt: skip
     extra = {"api_key": BODY_KEY}
     client.messages.create(model="claude-sonnet-4-6", max_tokens=20, messages=[first], extra_body=extra)
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, messages=[first, tool_use, tool_result], extra_body=extra)
+    client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=20, messages=[first, tool_use, tool_result], extra_body=extra
+    )
     edited = {"role": "user", "content": f"my key is {BODY_KEY}, keep it safe"}
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, messages=[edited, tool_use, tool_result], extra_body=extra)
+    client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=20, messages=[edited, tool_use, tool_result], extra_body=extra
+    )
     return web.wait_for_calls(3, session="leaky")
 
 
@@ -195,7 +237,9 @@ def _ranges(web, call_id: str, kind: str, form: str, length: int) -> tuple[list[
     """Every range of a body, ``length`` bytes at a time, and the bytes they add up to."""
     parts, offset = [], 0
     while offset is not None:
-        status, _, body = _get(web, f"/_ctxscope/api/raw?id={call_id}&kind={kind}&form={form}&offset={offset}&length={length}")
+        status, _, body = _get(
+            web, f"/_ctxscope/api/raw?id={call_id}&kind={kind}&form={form}&offset={offset}&length={length}"
+        )
         assert status == 200
         r = json.loads(body)
         assert r["offset"] == offset
@@ -217,7 +261,7 @@ def _masked_only_at_secrets(shown: bytes, exact: bytes) -> None:
     """Same length; every byte that differs is a '*' standing where a secret's byte was."""
     assert len(shown) == len(exact)
     spans = [(m.start(), m.end()) for s in SECRETS for m in re.finditer(re.escape(s.encode()), exact)]
-    for i, (a, b) in enumerate(zip(shown, exact)):
+    for i, (a, b) in enumerate(zip(shown, exact, strict=True)):
         if a != b:
             assert a == ord("*") and any(s <= i < e for s, e in spans), (i, shown[i - 10 : i + 10])
 
@@ -246,7 +290,7 @@ def test_web_api_never_shows_a_key_from_a_body_and_raw_ranges_stay_aligned(web):
             status, _, body = _get(web, f"/_ctxscope/api/diff?id={r['id']}{base}")
             assert status == 200
             _assert_clean(body, f"diff of call {r['seq']}")
-        for kind, exact in zip(("request", "response"), stored[r["id"]]):
+        for kind, exact in zip(("request", "response"), stored[r["id"]], strict=True):
             for form in ("decoded", "wire"):
                 # the last call in 23-byte ranges: each secret (27 bytes or more) is cut by a range boundary
                 parts, shown = _ranges(web, r["id"], kind, form, 23 if r["seq"] == 3 and form == "decoded" else 65536)
@@ -291,7 +335,9 @@ def test_cli_views_mask_a_key_from_a_body_and_only_exact_shows_it(web):
     for where, text in outputs.items():
         _assert_clean(text, where)
     shown = json.loads(outputs["show --json"])
-    assert shown["request"]["api_key"] == "[redacted]" and "my key is [redacted], keep it safe" in outputs["show --json"]
+    assert (
+        shown["request"]["api_key"] == "[redacted]" and "my key is [redacted], keep it safe" in outputs["show --json"]
+    )
     assert "[redacted]" in outputs["diff"]  # the first difference's excerpt, next to the key
 
     raw = runner.invoke(cli, ["show", last, *db, "--request-raw"])

@@ -33,7 +33,7 @@ def _req(web, path, *, method="GET", headers=None):
 
 
 def _json(web, path, **kw):
-    status, headers, body = _req(web, path, **kw)
+    status, _headers, body = _req(web, path, **kw)
     return status, json.loads(body)
 
 
@@ -46,8 +46,12 @@ def _conversation(web, session, turns=3, system=SYSTEM, model="claude-sonnet-4-6
     client = anthropic_client(web.url, session)
     msgs = [{"role": "user", "content": "start"}]
     for i in range(turns):
-        r = client.messages.create(model=model, max_tokens=50, system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
-                                   messages=msgs)  # fmt: skip
+        r = client.messages.create(
+            model=model,
+            max_tokens=50,
+            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            messages=msgs,
+        )
         msgs = msgs + [{"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"turn {i}"}]
     return msgs
 
@@ -76,7 +80,15 @@ def test_no_static_file_assigns_html():
 
     for path in STATIC_DIR.glob("*.js"):
         text = path.read_text()
-        for sink in (".innerHTML", ".outerHTML", ".insertAdjacentHTML", "document.write", "eval(", "new Function", "srcdoc"):
+        for sink in (
+            ".innerHTML",
+            ".outerHTML",
+            ".insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "new Function",
+            "srcdoc",
+        ):
             assert sink not in text, f"{path.name} uses {sink}"
 
 
@@ -136,7 +148,7 @@ def test_call_detail_parses_request_and_response_and_never_shows_the_key(web):
     call = d["call"]
     assert "request_blob" not in call and call["client_name"].startswith("anthropic-python")
     assert call["usage"]["cache_read"] > 0
-    headers = dict((k.lower(), v) for k, v in call["request_headers"])
+    headers = {k.lower(): v for k, v in call["request_headers"]}
     assert KEY not in json.dumps(d) and (headers.get("x-api-key") or headers["authorization"]) == "[redacted]"
     _, _, wire = _req(web, f"/_ctxscope/api/raw.bin?id={rows[1]['id']}&kind=request&form=wire")
     assert KEY.encode() not in wire
@@ -166,8 +178,13 @@ def test_raw_ranges_reassemble_the_exact_body_without_splitting_characters(web):
 def test_diff_opens_at_the_first_difference_with_both_sides(web):
     msgs = _conversation(web, "edit", turns=2)
     anthropic_client(web.url, "edit").messages.create(
-        model="claude-sonnet-4-6", max_tokens=50, messages=msgs,
-        system=[{"type": "text", "text": SYSTEM.replace("careful", "careless", 1), "cache_control": {"type": "ephemeral"}}])
+        model="claude-sonnet-4-6",
+        max_tokens=50,
+        messages=msgs,
+        system=[
+            {"type": "text", "text": SYSTEM.replace("careful", "careless", 1), "cache_control": {"type": "ephemeral"}}
+        ],
+    )
     rows = web.wait_for_calls(3)
     status, d = _json(web, f"/_ctxscope/api/diff?id={rows[2]['id']}")
     assert status == 200 and d["old"]["id"] == rows[1]["id"] and d["new"]["relation"] == "DIVERGED"
@@ -229,7 +246,9 @@ def test_delete_frees_bodies_nothing_else_needs(web):
     assert result["calls_deleted"] == KEEP_TAIL + 6 and result["blobs_deleted"] > 0
     assert db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == blobs_before - result["blobs_deleted"]
     assert {i: get_request_raw(db, i) for i in other} == other
-    dangling = db.execute("SELECT COUNT(*) FROM blobs WHERE base IS NOT NULL AND base NOT IN (SELECT id FROM blobs)").fetchone()[0]
+    dangling = db.execute(
+        "SELECT COUNT(*) FROM blobs WHERE base IS NOT NULL AND base NOT IN (SELECT id FROM blobs)"
+    ).fetchone()[0]
     assert dangling == 0
     db.close()
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 from playwright.sync_api import expect
-from web_fixtures import anthropic_client, browser, openai_client, page, start_web_daemon  # noqa: F401 (fixtures)
+from web_fixtures import anthropic_client, openai_client, start_web_daemon
 
 SYSTEM = "You are a careful coding assistant. " * 600
 XSS = [
@@ -37,12 +37,12 @@ def _conversation(web, session, turns, system=SYSTEM):
                                    system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
                                    messages=msgs)  # fmt: skip
         msgs = msgs + [{"role": "assistant", "content": r.content[0].text},
-                       {"role": "user", "content": f"turn {i} <system-reminder>keep it short</system-reminder>"}]  # fmt: skip
+                       {"role": "user", "content": f"turn {i} <system-reminder>keep it short</system-reminder>"}]
     return client, msgs
 
 
 def _wait_session(web, session, n):
-    return [r for r in web.wait_for_calls(n, session=session)]
+    return list(web.wait_for_calls(n, session=session))
 
 
 def test_sessions_to_session_to_call_to_diff_opens_at_the_first_difference(web, page):
@@ -106,7 +106,9 @@ def test_new_calls_appear_live_without_reload(web, page):
     # and a brand-new session shows up on the sessions page
     page.goto(web.url + "/#/")
     expect(page.locator(".session-link", has_text="livewire")).to_have_count(1)
-    openai_client(web.url, "latecomer").chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    openai_client(web.url, "latecomer").chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+    )
     expect(page.locator(".session-link", has_text="latecomer")).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
 
@@ -141,22 +143,45 @@ def test_a_burst_shows_calls_waiting_then_stored(web, page):
 def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
     session_header = {"x-ctxscope-session": 'xss<img src=x onerror="window.__pwned=1">'}
     client = anthropic_client(web.url)
-    tools = [{"name": "read", "description": PAYLOAD, "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    tools = [
+        {
+            "name": "read",
+            "description": PAYLOAD,
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+    ]
     msgs = [{"role": "user", "content": "please read " + PAYLOAD}]
     r1 = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD, tools=tools, messages=msgs,
                                 extra_headers=session_header)  # fmt: skip
-    msgs += [{"role": "assistant", "content": [{"type": "text", "text": r1.content[0].text},
-                                               {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": PAYLOAD}}]},
-             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "file says " + PAYLOAD}]}]  # fmt: skip
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD + " edited", tools=tools, messages=msgs,
-                           extra_headers=session_header)  # fmt: skip
-    rows = [r for r in web.wait_for_calls(2, session=session_header["x-ctxscope-session"])]
+    msgs += [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": r1.content[0].text},
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": PAYLOAD}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "file says " + PAYLOAD}],
+        },
+    ]
+    client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=50,
+        system=PAYLOAD + " edited",
+        tools=tools,
+        messages=msgs,
+        extra_headers=session_header,
+    )
+    rows = list(web.wait_for_calls(2, session=session_header["x-ctxscope-session"]))
     assert len(rows) == 2
 
     def check(where: str) -> None:
         assert page.evaluate("window.__pwned") is None, where
         bad = page.evaluate("""() => document.querySelectorAll(
-            '#app img, #app script, #app iframe, #app svg[onload], #crumbs img, a[href^="javascript:"], [onerror], [onload]').length""")
+            '#app img, #app script, #app iframe, #app svg[onload], #crumbs img, a[href^="javascript:"], '
+            + '[onerror], [onload]').length""")
         assert bad == 0, where
 
     page.goto(web.url + "/")
@@ -196,7 +221,9 @@ def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
 
 def test_raw_bytes_load_in_ranges_not_all_at_once(web, page):
     big = "line of captured output\n" * 20000  # ~470 KB request body
-    openai_client(web.url, "bigbody").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": big}])
+    openai_client(web.url, "bigbody").chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": big}]
+    )
     [row] = _wait_session(web, "bigbody", 1)
     page.goto(f"{web.url}/#/call/{row['id']}")
     page.get_by_role("button", name="raw request", exact=True).click()
@@ -213,7 +240,9 @@ def test_raw_bytes_load_in_ranges_not_all_at_once(web, page):
 
 
 def test_delete_a_session_from_the_page(web, page):
-    openai_client(web.url, "to-delete").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "bye"}])
+    openai_client(web.url, "to-delete").chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "bye"}]
+    )
     _wait_session(web, "to-delete", 1)
     page.goto(web.url + "/")
     row = page.locator("tr.session-row", has=page.locator(".session-link", has_text="to-delete"))
@@ -254,7 +283,7 @@ def test_long_conversations_fold_the_middle_and_a_pointer_unfolds_it(web, page):
     expect(page.locator("details.fold[open]")).to_have_count(1)
 
 
-def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(tmp_path, page):  # noqa: F811
+def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(tmp_path, page):
     bad = tmp_path / "captures.db"
     bad.write_bytes(b"not a database at all " * 500)
     down = start_web_daemon(tmp_path)
@@ -263,7 +292,8 @@ def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(t
         status = page.locator("#store-status")
         expect(status).to_contain_text("capture not storing", timeout=10000)
         reply = openai_client(down.url, "down").chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "still forwarded?"}])
+            model="gpt-4o", messages=[{"role": "user", "content": "still forwarded?"}]
+        )
         assert reply.choices[0].message.content  # forwarding goes on
         expect(status).to_contain_text("1 waiting", timeout=10000)
         assert "not a database" in (status.get_attribute("title") or "")

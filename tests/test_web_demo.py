@@ -8,7 +8,7 @@ import os
 import pytest
 from demo_fixtures import MARKER_TEXT
 from playwright.sync_api import expect
-from web_fixtures import Loop, browser, page  # noqa: F401 (fixtures)
+from web_fixtures import Loop
 
 from ctxscope.demo_script import EXPECTED
 

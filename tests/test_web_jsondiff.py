@@ -15,7 +15,11 @@ def _anthropic(system="You are careful.", tools=None, messages=None, **params):
 
 
 def _tool(name, desc="reads a file"):
-    return {"name": name, "description": desc, "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    return {
+        "name": name,
+        "description": desc,
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
 
 
 def test_identical_bodies_have_no_changes():
@@ -53,8 +57,12 @@ def test_system_text_edit_points_into_the_block():
 
 
 def test_cache_control_moves_are_listed_apart_not_as_changes():
-    block = lambda text, cc=False: {"type": "text", "text": text, **({"cache_control": {"type": "ephemeral"}} if cc else {})}  # noqa: E731
-    old = _anthropic(messages=[{"role": "user", "content": [block("one", cc=True)]}, {"role": "assistant", "content": "x"}])
+    def block(text, cc=False):
+        return {"type": "text", "text": text, **({"cache_control": {"type": "ephemeral"}} if cc else {})}
+
+    old = _anthropic(
+        messages=[{"role": "user", "content": [block("one", cc=True)]}, {"role": "assistant", "content": "x"}]
+    )
     new = _anthropic(messages=[{"role": "user", "content": [block("one")]}, {"role": "assistant", "content": "x"},
                                {"role": "user", "content": [block("two", cc=True)]}])  # fmt: skip
     d = diff_bodies(old, new)
@@ -65,13 +73,19 @@ def test_cache_control_moves_are_listed_apart_not_as_changes():
 
 
 def test_string_content_equals_a_single_text_block():
-    old = _anthropic(messages=[{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
-                               {"role": "assistant", "content": "ok"}])  # fmt: skip
+    old = _anthropic(
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "ok"},
+        ]
+    )
     new = _anthropic(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}])
     assert diff_bodies(old, new)["identical_prompt"]
     changed = _anthropic(messages=[{"role": "user", "content": "ho"}, {"role": "assistant", "content": "ok"}])
     d = diff_bodies(old, changed)
-    assert [(c["pointer"], c["old_pointer"]) for c in d["changes"]] == [("/messages/0/content", "/messages/0/content/0/text")]
+    assert [(c["pointer"], c["old_pointer"]) for c in d["changes"]] == [
+        ("/messages/0/content", "/messages/0/content/0/text")
+    ]
 
 
 def test_inserted_message_in_the_middle_is_one_insertion_not_a_cascade():
@@ -84,22 +98,36 @@ def test_inserted_message_in_the_middle_is_one_insertion_not_a_cascade():
 def test_removed_messages_point_where_they_were():
     msgs = [{"role": "user", "content": f"m{i}"} for i in range(5)]
     d = diff_bodies(_anthropic(messages=msgs), _anthropic(messages=msgs[:2] + msgs[3:]))
-    assert [(c["op"], c["pointer"], c["old_pointer"]) for c in d["changes"]] == [("removed", "/messages/2", "/messages/2")]
+    assert [(c["op"], c["pointer"], c["old_pointer"]) for c in d["changes"]] == [
+        ("removed", "/messages/2", "/messages/2")
+    ]
     assert '"m2"' in d["changes"][0]["old"] and d["changes"][0]["new"] is None
 
 
 def test_parameters_outside_the_prompt_are_listed_apart():
     d = diff_bodies(_anthropic(temperature=0.2), _anthropic(max_tokens=200, stream=True))
     assert d["identical_prompt"]
-    assert {(p["key"], p["op"]) for p in d["params"]} == {("max_tokens", "changed"), ("temperature", "removed"), ("stream", "added")}
+    assert {(p["key"], p["op"]) for p in d["params"]} == {
+        ("max_tokens", "changed"),
+        ("temperature", "removed"),
+        ("stream", "added"),
+    }
 
 
 def test_openai_chat_and_responses_shapes():
     old = {"model": "gpt-4o", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}]}
     new = {"model": "gpt-4o", "messages": [{"role": "system", "content": "S2"}, {"role": "user", "content": "q"}]}
     assert diff_bodies(old, new)["first_pointer"] == "/messages/0/content"
-    old = {"model": "gpt-5", "instructions": "I", "input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]}]}
-    new = {"model": "gpt-5", "instructions": "I", "input": [{"role": "user", "content": [{"type": "input_text", "text": "b"}]}]}
+    old = {
+        "model": "gpt-5",
+        "instructions": "I",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]}],
+    }
+    new = {
+        "model": "gpt-5",
+        "instructions": "I",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "b"}]}],
+    }
     assert diff_bodies(old, new)["first_pointer"] == "/input/0/content/0/text"
 
 

@@ -1,7 +1,6 @@
 """Helpers for the web UI tests: a daemon with the UI mounted, the simulator as every upstream,
 and Debian's chromium driven by Playwright (a missing browser is an error, never a skip).
-
-``browser`` and ``page`` are pytest fixtures: a browser test module imports them by name."""
+The ``browser`` and ``page`` fixtures are in conftest.py."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+import sdk_clients
 from loop_thread import LoopThread
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -83,41 +82,11 @@ def launch_browser(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """One chromium per test module."""
-    from playwright.sync_api import sync_playwright
-
-    pw = sync_playwright().start()
-    b = launch_browser(pw)  # a missing chromium fails here: never a skip
-    yield b
-    b.close()
-    pw.stop()
-
-
-@pytest.fixture
-def page(browser):
-    """A fresh page; the test fails when the page logged an error or warning (CSP violations, script errors)."""
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    pg.problems = problems
-    yield pg
-    ctx.close()
-    assert not problems, problems
-
-
 def anthropic_client(url: str, session: str | None = None):
-    import anthropic
-
     base = f"{url}/s/{session}/anthropic" if session else f"{url}/anthropic"
-    return anthropic.Anthropic(api_key=KEY, base_url=base, max_retries=0)
+    return sdk_clients.Anthropic(api_key=KEY, base_url=base, max_retries=0)
 
 
 def openai_client(url: str, session: str | None = None):
-    import openai
-
     base = f"{url}/s/{session}/openai/v1" if session else f"{url}/openai/v1"
-    return openai.OpenAI(api_key=KEY, base_url=base, max_retries=0)
+    return sdk_clients.OpenAI(api_key=KEY, base_url=base, max_retries=0)

@@ -21,9 +21,16 @@ from yarl import URL
 INTERVAL = 0.01
 CALL_TIMEOUT = 20.0
 MAX_SECONDS = 600.0  # the process ends on its own whatever happens to the bench
-CHAT = json.dumps({"id": "chatcmpl-bg", "object": "chat.completion", "created": 0, "model": "gpt-bg",
-                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+CHAT = json.dumps(
+    {
+        "id": "chatcmpl-bg",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-bg",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+).encode()
 BODY = json.dumps({"model": "gpt-bg", "messages": [{"role": "user", "content": "ping"}]}).encode()
 
 

@@ -62,11 +62,16 @@ async def slow_body(ctx: Ctx) -> Result:
     limit = ctx.limits.body_timeout + 2
 
     def head(i: int) -> bytes:
-        return wire.head("POST", tagged(f"/u/fast{CHAT}", f"c06-{i}"), ctx.port,
-                         [("Content-Type", "application/json"), ("Content-Length", "1000000"), (LABEL_HEADER, label("c06"))])
+        return wire.head(
+            "POST",
+            tagged(f"/u/fast{CHAT}", f"c06-{i}"),
+            ctx.port,
+            [("Content-Type", "application/json"), ("Content-Length", "1000000"), (LABEL_HEADER, label("c06"))],
+        )
 
-    closed = await asyncio.gather(*(_held_open(ctx, i, head(i), lambda k: b"{" if k == 0 else b" ", 1.0, limit)
-                                    for i in range(5)))
+    closed = await asyncio.gather(
+        *(_held_open(ctx, i, head(i), lambda k: b"{" if k == 0 else b" ", 1.0, limit) for i in range(5))
+    )
     held = all(c is not None and c <= limit for c in closed)
     return Result(held, _secs(closed, limit))
 
@@ -105,15 +110,19 @@ async def sim_50mb_stall(ctx: Ctx) -> Result:
     body = _prompt(50 * 10**6)
     t0 = time.monotonic()
     baseline = ctx.bg.stall(t0 - 2, t0)
-    st, _, _ = await ctx.http("POST", tagged(f"/u/sim{CHAT}", tag), body=body, headers=JSON | {LABEL_HEADER: label(tag)},
-                              timeout=120)
+    st, _, _ = await ctx.http(
+        "POST", tagged(f"/u/sim{CHAT}", tag), body=body, headers=JSON | {LABEL_HEADER: label(tag)}, timeout=120
+    )
     t1 = time.monotonic()
     await _caught_up(ctx, t1)
     stall = ctx.bg.stall(t0, t1)
     ctx.data["c08_stall"] = stall
     # 400: the simulator's context-overflow answer to a prompt this long, an answer all the same
-    return Result(st in (200, 400) and stall < 100, f"simulator answered {st} in {t1 - t0:.1f} s; forwarding stall "
-                                             f"{stall:.0f} ms (limit 100; {baseline:.0f} ms in the 2 s before)")
+    return Result(
+        st in (200, 400) and stall < 100,
+        f"simulator answered {st} in {t1 - t0:.1f} s; forwarding stall "
+        f"{stall:.0f} ms (limit 100; {baseline:.0f} ms in the 2 s before)",
+    )
 
 
 async def sim_20mb_rss(ctx: Ctx) -> Result:
@@ -124,8 +133,13 @@ async def sim_20mb_rss(ctx: Ctx) -> Result:
     before, t0, statuses = RssSampler.now(pid), time.monotonic(), []
     for i in range(5):
         tag = ctx.expect(f"c09-{i}")
-        st, _, _ = await ctx.http("POST", tagged(f"/u/sim{CHAT}", tag), body=_prompt(20 * 10**6),
-                                  headers=JSON | {LABEL_HEADER: label(tag)}, timeout=120)
+        st, _, _ = await ctx.http(
+            "POST",
+            tagged(f"/u/sim{CHAT}", tag),
+            body=_prompt(20 * 10**6),
+            headers=JSON | {LABEL_HEADER: label(tag)},
+            timeout=120,
+        )
         statuses.append(st)
     await asyncio.sleep(1.0)
     after = RssSampler.now(pid)
@@ -133,9 +147,12 @@ async def sim_20mb_rss(ctx: Ctx) -> Result:
     growth = (max(own_peak, after.root_kb) - before.root_kb) / 1024
     kb, ka = sum(before.children_kb.values()) / 1024, sum(after.children_kb.values()) / 1024
     held = all(s in (200, 400) for s in statuses) and growth < 100
-    return Result(held, f"answers {statuses}; daemon {before.root_kb / 1024:.0f} MB -> peak {own_peak / 1024:.0f} "
-                        f"(+{growth:.0f}, limit +100), {after.root_kb / 1024:.0f} after; children {kb:.0f} -> peak "
-                        f"{kids_peak / 1024:.0f}, {ka:.0f} MB after")
+    return Result(
+        held,
+        f"answers {statuses}; daemon {before.root_kb / 1024:.0f} MB -> peak {own_peak / 1024:.0f} "
+        f"(+{growth:.0f}, limit +100), {after.root_kb / 1024:.0f} after; children {kb:.0f} -> peak "
+        f"{kids_peak / 1024:.0f}, {ka:.0f} MB after",
+    )
 
 
 BOMB_BYTES = 600 * MB
@@ -157,8 +174,13 @@ async def gzip_bomb(ctx: Ctx) -> Result:
     """611 KB that inflates to 600 MB, posted with Content-Encoding: gzip."""
     bomb, pid, tag = ctx.data["bomb"], ctx.daemon.pid, ctx.expect("c10")
     before, t0, n0 = RssSampler.now(pid), time.monotonic(), len(ctx.up.seen)
-    st, _, _ = await ctx.http("POST", tagged(f"/u/up{CHAT}", tag), body=bomb, timeout=60,
-                              headers=JSON | {"Content-Encoding": "gzip", LABEL_HEADER: label(tag)})
+    st, _, _ = await ctx.http(
+        "POST",
+        tagged(f"/u/up{CHAT}", tag),
+        body=bomb,
+        timeout=60,
+        headers=JSON | {"Content-Encoding": "gzip", LABEL_HEADER: label(tag)},
+    )
     seen = [s for s in ctx.up.seen[n0:] if f"call={tag}" in s.raw_path]
     same = bool(seen) and seen[-1].body_len == len(bomb) and seen[-1].body_sha256 == hashlib.sha256(bomb).hexdigest()
     stored = await wait_stored(ctx.db, tag, 40)
@@ -167,10 +189,13 @@ async def gzip_bomb(ctx: Ctx) -> Result:
     own, child, _ = ctx.sampler.window(pid, t0, t1)
     grew = ctx.sampler.child_growth(pid, t0, t1)
     held = st == 200 and same and stored and grew < 300 * 1024
-    return Result(held, f"{len(bomb) / 1024:.0f} KB bomb answered {st}, forwarded as sent: {same}, "
-                        f"{'stored' if stored else 'NOT stored within 40 s'}; largest child growth {grew / 1024:.0f} MB "
-                        f"(limit 300; its peak {child / 1024:.0f} MB), daemon {before.root_kb / 1024:.0f} -> peak "
-                        f"{own / 1024:.0f} MB")
+    return Result(
+        held,
+        f"{len(bomb) / 1024:.0f} KB bomb answered {st}, forwarded as sent: {same}, "
+        f"{'stored' if stored else 'NOT stored within 40 s'}; largest child growth {grew / 1024:.0f} MB "
+        f"(limit 300; its peak {child / 1024:.0f} MB), daemon {before.root_kb / 1024:.0f} -> peak "
+        f"{own / 1024:.0f} MB",
+    )
 
 
 def _body_chunks(n: int, chunked: bool):
@@ -179,7 +204,7 @@ def _body_chunks(n: int, chunked: bool):
     left = n - len(head) - len(tail)
     filler = b"a" * MB
     while left > 0:
-        pieces.append(filler[:min(MB, left)])
+        pieces.append(filler[: min(MB, left)])
         left -= len(pieces[-1])
     pieces.append(tail)
     for p in pieces:
@@ -208,8 +233,18 @@ async def over_limit_body(ctx: Ctx) -> Result:
         tag = f"c11-{shape}"
         tags.append(tag)
         framing = ("Transfer-Encoding", "chunked") if chunked else ("Content-Length", str(n))
-        head = wire.head("POST", tagged(path, tag), ctx.port, [("Content-Type", "application/json"), framing,
-                         ("anthropic-version", "2023-06-01"), (LABEL_HEADER, label(tag)), ("Connection", "close")])
+        head = wire.head(
+            "POST",
+            tagged(path, tag),
+            ctx.port,
+            [
+                ("Content-Type", "application/json"),
+                framing,
+                ("anthropic-version", "2023-06-01"),
+                (LABEL_HEADER, label(tag)),
+                ("Connection", "close"),
+            ],
+        )
         reader, writer = await wire.connect(ctx.port)
         try:
             resp, sent, how = await wire.send_until_answer(reader, writer, head, _body_chunks(n, chunked), 60)
@@ -217,9 +252,13 @@ async def over_limit_body(ctx: Ctx) -> Result:
             wire.close(writer)
         ok = resp is not None and resp.status == 413 and _shape_ok(shape, resp.body)
         held &= ok
-        what = "no answer" if resp is None else f"{resp.status} {resp.headers.get('content-type', '-')} {resp.body[:80]!r}"
-        parts.append(f"{shape} ({'chunked' if chunked else 'length'}): {what}{'' if ok else ' NOT a ' + shape + '-shaped 413'}"
-                     f" after {sent / MB:.0f} MiB sent, {how}")
+        what = (
+            "no answer" if resp is None else f"{resp.status} {resp.headers.get('content-type', '-')} {resp.body[:80]!r}"
+        )
+        parts.append(
+            f"{shape} ({'chunked' if chunked else 'length'}): {what}{'' if ok else ' NOT a ' + shape + '-shaped 413'}"
+            f" after {sent / MB:.0f} MiB sent, {how}"
+        )
 
     def later(stored: Stored) -> tuple[bool, str]:
         checks = [(t, *stored.outcome(t, "request_too_large")) for t in tags]

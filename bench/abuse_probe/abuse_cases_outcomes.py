@@ -29,7 +29,7 @@ def _outcome(tag: str, wanted: str):
 async def client_leaves_silent_upstream(ctx: Ctx) -> Result:
     """The client gives up after 0.5 s on an upstream that thinks for 30 s (not streamed)."""
     tag, body, n0 = "c12", _chat_body(False), len(ctx.up.silent)
-    reader, writer = await wire.connect(ctx.port)
+    _reader, writer = await wire.connect(ctx.port)
     writer.write(wire.head("POST", tagged(f"/u/silent{CHAT}", tag), ctx.port, [
         ("Content-Type", "application/json"), ("Content-Length", str(len(body))), (LABEL_HEADER, label(tag))]) + body)
     await asyncio.sleep(0.5)
@@ -71,7 +71,7 @@ async def reset_close_delimited(ctx: Ctx) -> Result:
 async def client_disconnect_mid_body(ctx: Ctx) -> Result:
     """The client sends half its declared body and closes."""
     tag, offset = "c17", ctx.daemon.err_size()
-    reader, writer = await wire.connect(ctx.port)
+    _reader, writer = await wire.connect(ctx.port)
     try:
         writer.write(wire.head("POST", tagged(f"/u/fast{CHAT}", tag), ctx.port, [
             ("Content-Type", "application/json"), ("Content-Length", "200000"), (LABEL_HEADER, label(tag))]))
@@ -83,7 +83,9 @@ async def client_disconnect_mid_body(ctx: Ctx) -> Result:
     await asyncio.sleep(2.5)
     err = ctx.daemon.err_since(offset)
     tb = [line for line in err.splitlines() if "Traceback" in line or "Error" in line.split(":")[0]]
-    detail = "no traceback in the daemon's stderr" if "Traceback" not in err else f"stderr got a TRACEBACK ({tb[-1][:120]})"
+    detail = (
+        "no traceback in the daemon's stderr" if "Traceback" not in err else f"stderr got a TRACEBACK ({tb[-1][:120]})"
+    )
     return Result("Traceback" not in err, detail, _outcome(tag, "client_disconnected"))
 
 
@@ -115,7 +117,9 @@ def _failure_reported(status: dict) -> str | None:
                 found = walk(v, f"{path}.{k}" if path else k)
                 if found:
                     return found
-        elif value not in (None, 0, False, "", [], {}) and any(w in path.lower() for w in ("write_fail", "error", "store_fail")):
+        elif value not in (None, 0, False, "", [], {}) and any(
+            w in path.lower() for w in ("write_fail", "error", "store_fail")
+        ):
             return f"{path}={str(value)[:100]}"
         return None
 
@@ -123,8 +127,17 @@ def _failure_reported(status: dict) -> str | None:
 
 
 async def _db_status(db, home) -> tuple[str | None, str]:
-    proc = await asyncio.create_subprocess_exec(CTXSCOPE, "db", "status", "--db", str(db), "--json", env=env_for(home),
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        CTXSCOPE,
+        "db",
+        "status",
+        "--db",
+        str(db),
+        "--json",
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     try:
         found = _failure_reported(json.loads(out))
@@ -140,15 +153,17 @@ async def disk_full(ctx: Ctx) -> Result:
         return Result(None, "no tmpfs")
     mnt = ctx.work / "tmpfs"
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(mnt)],
-                             capture_output=True, timeout=20)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(mnt)], capture_output=True, timeout=20
+    )
     if mounted.returncode != 0:
         return Result(None, "no tmpfs")
     daemon, tags, db = None, [f"c18-{i:02d}" for i in range(20)], mnt / "captures.db"
     try:
         config = ctx.work / "ctxscope.toml"
-        daemon = await asyncio.to_thread(start_daemon, "diskfull", ctx.work, ctx.work / "home-diskfull", db,
-                                         {"fast": ctx.bg.upstream}, config)
+        daemon = await asyncio.to_thread(
+            start_daemon, "diskfull", ctx.work, ctx.work / "home-diskfull", db, {"fast": ctx.bg.upstream}, config
+        )
         ctx.others.append(daemon)
         ctx.sampler.roots.append(daemon.pid)
         await asyncio.sleep(0.5)
@@ -156,8 +171,13 @@ async def disk_full(ctx: Ctx) -> Result:
         statuses = []
         for tag in tags:
             try:
-                st, _, _ = await ctx.http("POST", tagged(f"/u/fast{CHAT}", tag), body=_chat_body(False), base=daemon.url,
-                                          headers={"Content-Type": "application/json", LABEL_HEADER: label("c18")})
+                st, _, _ = await ctx.http(
+                    "POST",
+                    tagged(f"/u/fast{CHAT}", tag),
+                    body=_chat_body(False),
+                    base=daemon.url,
+                    headers={"Content-Type": "application/json", LABEL_HEADER: label("c18")},
+                )
             except (TimeoutError, aiohttp.ClientError) as exc:
                 st = type(exc).__name__
             statuses.append(st)
@@ -176,9 +196,12 @@ async def disk_full(ctx: Ctx) -> Result:
         ctx.lost_elsewhere += len(missing)
         answered = sum(1 for s in statuses if s == 200)
         held = answered == len(tags) and reported is not None and not missing
-        return Result(held, f"filled {filled / 2**20:.1f} MiB; {answered}/20 calls answered 200 while full; db status "
-                            + (f"reported {reported}" if reported else f"reported NO failure ({' '.join(text.split())[:160]})")
-                            + f"; {while_full} stored while full; after freeing: {20 - len(missing)}/20 stored; daemon {how}")
+        return Result(
+            held,
+            f"filled {filled / 2**20:.1f} MiB; {answered}/20 calls answered 200 while full; db status "
+            + (f"reported {reported}" if reported else f"reported NO failure ({' '.join(text.split())[:160]})")
+            + f"; {while_full} stored while full; after freeing: {20 - len(missing)}/20 stored; daemon {how}",
+        )
     finally:
         if daemon is not None and daemon.proc.poll() is None:
             await asyncio.to_thread(stop_daemon, daemon, 10)

@@ -45,7 +45,9 @@ async def cross_origin_script(ctx: Ctx) -> Result:
     if st == 200 and not unchanged:  # put the queue back so later cases get the simulator's own replies
         await ctx.http("POST", "/u/sim/_sim/script", body=before, headers=JSON | auth)
     held = 400 <= posted < 500 and unchanged
-    state = "unchanged" if unchanged else ("CHANGED (holds the page's bash step)" if st == 200 else f"unreadable ({st})")
+    state = (
+        "unchanged" if unchanged else ("CHANGED (holds the page's bash step)" if st == 200 else f"unreadable ({st})")
+    )
     return Result(held, f"cross-site text/plain POST answered {posted}, queue {state}")
 
 
@@ -53,15 +55,19 @@ async def dns_rebinding_read(ctx: Ctx) -> Result:
     """A rebound name (Host: evil.example) asks for the simulator's request log."""
     marker, key = "abuse-prompt-" + secrets.token_hex(8), "sk-abuse-" + secrets.token_hex(16)
     tag = ctx.expect("c02")
-    st, _, _ = await ctx.http("POST", tagged(f"/u/sim{CHAT}?key={key}", tag), body=_chat(marker),
-                              headers=JSON | {LABEL_HEADER: label(tag)})
+    st, _, _ = await ctx.http(
+        "POST", tagged(f"/u/sim{CHAT}?key={key}", tag), body=_chat(marker), headers=JSON | {LABEL_HEADER: label(tag)}
+    )
     if st != 200:
         return Result(False, f"the legit prompt to the simulator answered {st}")
     got, _, body = await ctx.http("GET", "/u/sim/_sim/requests", headers={"Host": f"evil.example:{ctx.port}"})
     leaked = [name for name, s in (("prompt", marker), ("?key=", key)) if s.encode() in body]
     held = 400 <= got < 500 and not leaked
-    return Result(held, f"Host evil.example answered {got}, body {len(body)} B"
-                        + (f", LEAKS the {' and '.join(leaked)}" if leaked else ", no prompt text"))
+    return Result(
+        held,
+        f"Host evil.example answered {got}, body {len(body)} B"
+        + (f", LEAKS the {' and '.join(leaked)}" if leaked else ", no prompt text"),
+    )
 
 
 PLANT_ID = 99999
@@ -95,13 +101,19 @@ async def planted_spool(ctx: Ctx) -> Result:
     db = ctx.work / "planted" / "captures.db"
     plant = _plant(db, marker)
     config = ctx.work / "ctxscope.toml"
-    daemon = await asyncio.to_thread(start_daemon, "planted", ctx.work, ctx.work / "home-planted", db,
-                                     {"fast": ctx.bg.upstream}, config)
+    daemon = await asyncio.to_thread(
+        start_daemon, "planted", ctx.work, ctx.work / "home-planted", db, {"fast": ctx.bg.upstream}, config
+    )
     ctx.others.append(daemon)
     try:
         ctx.sampler.roots.append(daemon.pid)
-        st, _, _ = await ctx.http("POST", tagged(f"/u/fast{CHAT}", tag), body=_chat("after the plant"), base=daemon.url,
-                                  headers=JSON | {LABEL_HEADER: label(tag)})
+        st, _, _ = await ctx.http(
+            "POST",
+            tagged(f"/u/fast{CHAT}", tag),
+            body=_chat("after the plant"),
+            base=daemon.url,
+            headers=JSON | {LABEL_HEADER: label(tag)},
+        )
         stored_live = await wait_stored(db, tag, 15)
         ran, in_place = marker.exists(), plant.exists()
     finally:
@@ -111,11 +123,14 @@ async def planted_spool(ctx: Ctx) -> Result:
     ran = ran or marker.exists()
     kept = sorted(p.name for p in db.parent.iterdir() if str(PLANT_ID) in p.name and p != plant)
     held = st == 200 and stored_live and not ran and not in_place
-    return Result(held, f"payload {'RAN' if ran else 'did not run'}, planted spool "
-                        f"{'STILL IN PLACE' if in_place else 'moved away'}{' (now ' + ', '.join(kept) + ')' if kept else ''}"
-                        f"; call answered {st}, {'stored' if stored_live else 'NOT stored within 15 s'}"
-                        f"{'' if stored_live == stored else (', stored at stop' if stored else ', NOT stored at stop')}"
-                        f"; daemon {how}")
+    return Result(
+        held,
+        f"payload {'RAN' if ran else 'did not run'}, planted spool "
+        f"{'STILL IN PLACE' if in_place else 'moved away'}{' (now ' + ', '.join(kept) + ')' if kept else ''}"
+        f"; call answered {st}, {'stored' if stored_live else 'NOT stored within 15 s'}"
+        f"{'' if stored_live == stored else (', stored at stop' if stored else ', NOT stored at stop')}"
+        f"; daemon {how}",
+    )
 
 
 def _loose(path: Path, want_exact: int | None = None) -> str | None:
@@ -127,7 +142,9 @@ def _loose(path: Path, want_exact: int | None = None) -> str | None:
 async def file_modes(ctx: Ctx) -> Result:
     """Home 0700; everything under it and every file of the database owner-only."""
     tag = ctx.expect("c04")  # a stored call, so the WAL and the spool exist
-    await ctx.http("POST", tagged(f"/u/fast{CHAT}", tag), body=_chat("modes"), headers=JSON | {LABEL_HEADER: label(tag)})
+    await ctx.http(
+        "POST", tagged(f"/u/fast{CHAT}", tag), body=_chat("modes"), headers=JSON | {LABEL_HEADER: label(tag)}
+    )
     await wait_stored(ctx.db, tag, 10)
     bad, checked = [], 0
     if not ctx.home.is_dir():
@@ -142,10 +159,18 @@ async def file_modes(ctx: Ctx) -> Result:
             checked += 1
             bad.append(_loose(path))
     bad = [b for b in bad if b]
-    return Result(not bad, f"{checked + 1} paths checked" + (f", too open: {', '.join(bad)}" if bad else ", all owner-only"))
+    return Result(
+        not bad, f"{checked + 1} paths checked" + (f", too open: {', '.join(bad)}" if bad else ", all owner-only")
+    )
 
 
-DOTDOT = ["/u/pref/../echo", "/u/pref/%2e%2e/echo", "/u/pref/a/../../echo", "/u/pref/./../echo", "/u/pref/%2E%2E/%2E%2E/echo"]
+DOTDOT = [
+    "/u/pref/../echo",
+    "/u/pref/%2e%2e/echo",
+    "/u/pref/a/../../echo",
+    "/u/pref/./../echo",
+    "/u/pref/%2E%2E/%2E%2E/echo",
+]
 
 
 def _inside_base(raw_path: str) -> bool:
@@ -167,8 +192,15 @@ async def dotdot_escape(ctx: Ctx) -> Result:
     await asyncio.sleep(0.2)
     seen = [s.raw_path for s in ctx.up.seen[n0:] if "call=c14-" in s.raw_path]
     outside = [p for p in seen if not _inside_base(p)]
-    return Result(not outside, "; ".join(answers) + (f"; upstream SAW {', '.join(outside)}" if outside
-                                                    else f"; upstream saw {len(seen)} request(s), all under /base"))
+    return Result(
+        not outside,
+        "; ".join(answers)
+        + (
+            f"; upstream SAW {', '.join(outside)}"
+            if outside
+            else f"; upstream saw {len(seen)} request(s), all under /base"
+        ),
+    )
 
 
 async def upstream_html_csp(ctx: Ctx) -> Result:
@@ -186,13 +218,23 @@ def _secret(n: int) -> str:
 
 async def credential_redaction(ctx: Ctx) -> Result:
     """Credentials in query parameters and in an unknown header never reach the store or the log."""
-    found = {"auth": _secret(32), "key[]": _secret(32), "access_token": _secret(32), "sig": _secret(32),
-             "X-Custom-Auth-Thing": _secret(48)}
+    found = {
+        "auth": _secret(32),
+        "key[]": _secret(32),
+        "access_token": _secret(32),
+        "sig": _secret(32),
+        "X-Custom-Auth-Thing": _secret(48),
+    }
     tag = ctx.expect("c16")
     query = "&".join(f"{k}={v}" for k, v in found.items() if not k.startswith("X-"))
     body = _chat("redaction")
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), (LABEL_HEADER, label(tag)),
-               ("X-Custom-Auth-Thing", found["X-Custom-Auth-Thing"]), ("Connection", "close")]
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        (LABEL_HEADER, label(tag)),
+        ("X-Custom-Auth-Thing", found["X-Custom-Auth-Thing"]),
+        ("Connection", "close"),
+    ]
     n0 = len(ctx.up.seen)
     reader, writer = await wire.connect(ctx.port)
     try:
@@ -209,13 +251,24 @@ async def credential_redaction(ctx: Ctx) -> Result:
             return False, "the call was NOT stored"
         files = [p for p in db.parent.iterdir() if p.is_file() and p.name.startswith(db.name)]
         raw = b"".join(p.read_bytes() for p in files)
-        shown = subprocess.run([CTXSCOPE, "show", rows[0]["id"], "--json", "--db", str(db)], capture_output=True,
-                               text=True, timeout=60, env=env_for(ctx.home)).stdout
+        shown = subprocess.run(
+            [CTXSCOPE, "show", rows[0]["id"], "--json", "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env_for(ctx.home),
+        ).stdout
         log = daemon.log_text()
-        leaks = [f"{name} in {where}" for name, value in found.items()
-                 for where, hay in (("db files", raw), ("ctxscope show", shown.encode()), ("daemon log", log.encode()))
-                 if value.encode() in hay]
+        leaks = [
+            f"{name} in {where}"
+            for name, value in found.items()
+            for where, hay in (("db files", raw), ("ctxscope show", shown.encode()), ("daemon log", log.encode()))
+            if value.encode() in hay
+        ]
         return not leaks, f"LEAKED: {', '.join(leaks)}" if leaks else f"no secret in {len(files)} db files, show or log"
 
-    return Result(resp is not None and resp.status == 200 and forwarded,
-                  f"answered {resp.status if resp else 'nothing'}, forwarded with the secrets: {forwarded}", later)
+    return Result(
+        resp is not None and resp.status == 200 and forwarded,
+        f"answered {resp.status if resp else 'nothing'}, forwarded with the secrets: {forwarded}",
+        later,
+    )

@@ -84,7 +84,10 @@ def count_tag(db: Path, tag: str, *, prefix: bool = False) -> int:
     if prefix:
         where, params = "query LIKE ?", [f"%call={tag}%"]
     else:
-        where, params = "query LIKE ? OR query LIKE ? OR session_label = ?", [f"%call={tag}", f"%call={tag}&%", label(tag)]
+        where, params = (
+            "query LIKE ? OR query LIKE ? OR session_label = ?",
+            [f"%call={tag}", f"%call={tag}&%", label(tag)],
+        )
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2)
         try:
@@ -143,16 +146,25 @@ class Ctx:
         self.expected.add(tag)
         return tag
 
-    async def http(self, method: str, path: str, *, body: bytes | None = None, headers: dict | None = None,
-                   timeout: float = 30.0, base: str | None = None) -> tuple[int, Any, bytes]:
+    async def http(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict | None = None,
+        timeout: float = 30.0,
+        base: str | None = None,
+    ) -> tuple[int, Any, bytes]:
         """One call through a daemon (status, headers, body); the path is sent as written."""
         import aiohttp
         from multidict import CIMultiDict
         from yarl import URL
 
         url = URL((base or self.url) + path, encoded=True)
-        async with self.session.request(method, url, data=body, headers=headers or {},
-                                        timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        async with self.session.request(
+            method, url, data=body, headers=headers or {}, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as r:
             return r.status, CIMultiDict(r.headers), await r.read()
 
     def sim_token(self) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
@@ -61,8 +62,8 @@ def start_daemon(name: str, work: Path, home: Path, db: Path, upstreams: dict[st
     for up_name, url in upstreams.items():
         args += ["--upstream", f"{up_name}={url}"]
     env = child_env(home) | {"PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(args, stdout=open(out, "wb"), stderr=open(err, "wb"), env=env,
-                            stdin=subprocess.DEVNULL)
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:  # the child keeps its own copies
+        proc = subprocess.Popen(args, stdout=stdout, stderr=stderr, env=env, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         text = out.read_text(errors="replace")
@@ -225,10 +226,8 @@ class Background:
         self.done.wait(timeout)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):
             self.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:

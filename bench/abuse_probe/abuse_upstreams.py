@@ -35,7 +35,6 @@ class Seen:
 
 @dataclass
 class SilentConn:
-    t_open: float
     request_line: str = ""
     t_request: float | None = None
     t_closed: float | None = None  # when the proxy closed (EOF or reset)
@@ -110,7 +109,7 @@ class Upstreams:
         return head
 
     async def _silent(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = SilentConn(time.monotonic())
+        conn = SilentConn()
         self.silent.append(conn)
         try:
             head = await self._read_request(reader)
@@ -132,7 +131,8 @@ class Upstreams:
         except TimeoutError:
             pass
         body = b'{"id":"late","object":"chat.completion","choices":[]}'
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        writer.write(head + body)
         await writer.drain()
 
     async def _rst(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

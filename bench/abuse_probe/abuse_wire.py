@@ -4,6 +4,7 @@ normalising paths, adding headers or hiding when the server closed the connectio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
     return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, limit=1 << 20), 10)
 
 
-def head(method: str, path: str, port: int, headers: Iterable[tuple[str, str]] = (), *, host: str | None = None) -> bytes:
+def head(
+    method: str, path: str, port: int, headers: Iterable[tuple[str, str]] = (), *, host: str | None = None
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{port}'}"]
     lines += [f"{k}: {v}" for k, v in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -78,8 +81,9 @@ async def wait_closed(reader: asyncio.StreamReader, timeout: float) -> float | N
     return None
 
 
-async def send_until_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes,
-                            chunks: Iterable[bytes], timeout: float) -> tuple[RawResponse | None, int, str]:
+async def send_until_answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes, chunks: Iterable[bytes], timeout: float
+) -> tuple[RawResponse | None, int, str]:
     """Send ``first`` then ``chunks`` while reading: a server that answers early (413) is heard even
     if it closes before the body is all sent. Returns the answer, the bytes sent and how sending ended."""
     reading = asyncio.create_task(read_response(reader, timeout))
@@ -101,7 +105,5 @@ async def send_until_answer(reader: asyncio.StreamReader, writer: asyncio.Stream
 
 
 def close(writer: asyncio.StreamWriter) -> None:
-    try:
+    with contextlib.suppress(ConnectionError, RuntimeError):
         writer.close()
-    except (ConnectionError, RuntimeError):
-        pass
