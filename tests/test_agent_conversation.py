@@ -94,7 +94,7 @@ async def test_steer_when_idle_starts_a_turn(tmp_path):
 
 
 async def test_maintenance_compact_is_a_hook(tmp_path):
-    _rt, _model, conv = make(tmp_path, [])
+    _rt, model, conv = make(tmp_path, [])
     sid = conv.lifecycle.create().id
     assert not conv.maintenance.can_compact
     with pytest.raises(NotAvailable):
