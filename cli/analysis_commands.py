@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ctxscope.proxy.mask import mask_key_values, mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 from .output import emit_json, emit_table
 from .settings import home_dir

@@ -8,7 +8,7 @@ import click
 
 from ctxscope.inspector.cache_analysis import VERDICTS
 from ctxscope.inspector.relation import KINDS as RELATIONS
-from ctxscope.proxy.mask import mask_key_values
+from ctxscope.proxy.redaction.mask import mask_key_values
 
 from .output import emit_json, emit_table
 from .settings import default_db_path

@@ -24,17 +24,25 @@ from typing import Any
 
 from aiohttp import web
 
-from .access import refusal
-from .anthropic_wire import AnthropicWire
-from .body import BodyError, decode, read_raw
-from .exchange import BODY_KEY, JSON_KEY, handle_model_request, json_reply, key_fingerprint, parse_json, read_json
-from .openai_chat_wire import ChatWire
-from .openai_responses_wire import ResponsesWire
-from .prompt import PromptError
-from .redact import redacted_headers, redacted_query
-from .requestlog import body_for_log
-from .script import ScriptError
-from .state import STATE_KEY, SimulatorState
+from ctxscope.simulator.body import BodyError, decode, read_raw
+from ctxscope.simulator.control.access import refusal
+from ctxscope.simulator.control.redact import redacted_headers, redacted_query
+from ctxscope.simulator.control.requestlog import body_for_log
+from ctxscope.simulator.exchange import (
+    BODY_KEY,
+    JSON_KEY,
+    handle_model_request,
+    json_reply,
+    key_fingerprint,
+    parse_json,
+    read_json,
+)
+from ctxscope.simulator.model.prompt import PromptError
+from ctxscope.simulator.model.script import ScriptError
+from ctxscope.simulator.state import STATE_KEY, SimulatorState
+from ctxscope.simulator.wire.anthropic import AnthropicWire
+from ctxscope.simulator.wire.openai_chat import ChatWire
+from ctxscope.simulator.wire.openai_responses import ResponsesWire
 
 __all__ = ["STATE_KEY", "SimulatorState", "create_app", "make_runner", "start_simulator"]
 

@@ -19,7 +19,7 @@ import threading
 
 from aiohttp import web
 
-from .app import MAX_BODY, create_app, make_runner
+from ctxscope.simulator.app import MAX_BODY, create_app, make_runner
 
 PARENT_CHECK_S = 0.5
 SHUTDOWN_GRACE_S = 0.5  # open streams get this long when the daemon stops

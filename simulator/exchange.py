@@ -17,11 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .prompt import PromptError
-from .script import ErrorSpec, Reply, Step, output_tokens
-from .sse import Event
-from .state import STATE_KEY, SimulatorState
-from .turn import Turn, Wire
+from ctxscope.simulator.model.prompt import PromptError
+from ctxscope.simulator.model.script import ErrorSpec, Reply, Step, output_tokens
+from ctxscope.simulator.state import STATE_KEY, SimulatorState
+from ctxscope.simulator.wire.sse import Event
+from ctxscope.simulator.wire.turn import Turn, Wire
 
 _SALT = os.urandom(16)  # per process: fingerprints tell keys apart without being a lookup table
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .control import SimulatorControl
+from ctxscope.simulator.control.client import SimulatorControl
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0

@@ -1,6 +1,6 @@
 import pytest
 
-from ctxscope.proxy.apis import (
+from ctxscope.proxy.wire.apis import (
     ALL_APIS,
     ANTHROPIC_COUNT_TOKENS,
     ANTHROPIC_MESSAGES,

@@ -12,7 +12,7 @@ import yarl
 from aiohttp import web
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.forward import Forwarder, ProxySettings
+from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
 
 

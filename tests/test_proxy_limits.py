@@ -17,7 +17,7 @@ from aiohttp import web
 from proxy_rig import closed_within, event_loop_policy, on_the_chosen_loop, serve_app, start_proxy, trickle
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.limits import BODY_PROGRESS, Limits
+from ctxscope.proxy.defence.limits import BODY_PROGRESS, Limits
 from ctxscope.proxy.server import make_runner
 
 FAST = Limits(header_timeout=0.5, body_timeout=0.5, keepalive_timeout=30)
@@ -146,7 +146,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeo
 
 
 async def test_default_limits_reach_aiohttp_and_the_idle_timeout_is_75_seconds():
-    from ctxscope.proxy.forward import Forwarder, ProxySettings
+    from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
     from ctxscope.proxy.server import create_proxy_app
 
     runner = make_runner(create_proxy_app(Forwarder(ProxySettings(upstreams={}, salt=b"s"), None)))

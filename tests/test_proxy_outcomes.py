@@ -17,7 +17,7 @@ from aiohttp import web
 from proxy_rig import event_loop_policy, on_the_chosen_loop, read_request, reset_socket, serve_app, start_proxy
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.limits import Limits
+from ctxscope.proxy.defence.limits import Limits
 
 
 class Silent:

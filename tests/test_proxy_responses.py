@@ -10,14 +10,14 @@ import anthropic
 import openai
 import pytest
 
-from ctxscope.proxy.apis import (
+from ctxscope.proxy.wire.apis import (
     ANTHROPIC_COUNT_TOKENS,
     ANTHROPIC_MESSAGES,
     GEMINI_GENERATE,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
 )
-from ctxscope.proxy.responses import ParsedResponse, StreamAccumulator, parse_response
+from ctxscope.proxy.wire.responses import ParsedResponse, StreamAccumulator, parse_response
 
 SSE = "text/event-stream; charset=utf-8"
 

@@ -1,13 +1,13 @@
 import pytest
 
-from ctxscope.proxy.apis import (
+from ctxscope.proxy.wire.apis import (
     ANTHROPIC_COUNT_TOKENS,
     ANTHROPIC_MESSAGES,
     GEMINI_GENERATE,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
 )
-from ctxscope.proxy.usage import Usage, normalize_usage
+from ctxscope.proxy.wire.usage import Usage, normalize_usage
 
 
 def test_not_reported_is_none_not_zero():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxscope.proxy.reassemble import StreamHandler, as_dict, error_of, first_field, index_of
-from ctxscope.proxy.sse import SSEEvent
+from ctxscope.proxy.wire.reassemble import StreamHandler, as_dict, error_of, first_field, index_of
+from ctxscope.proxy.wire.sse import SSEEvent
 
 
 class GeminiStream(StreamHandler):

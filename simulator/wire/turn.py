@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .cache import PromptCache, PromptUsage
-from .ids import IdMaker
-from .prompt import Block, Prompt
-from .script import ErrorSpec, Reply
-from .sse import Event
+from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.ids import IdMaker
+from ctxscope.simulator.model.prompt import Block, Prompt
+from ctxscope.simulator.model.script import ErrorSpec, Reply
+from ctxscope.simulator.wire.sse import Event
 
 
 @dataclass(frozen=True)

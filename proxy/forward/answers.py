@@ -7,7 +7,7 @@ import json
 
 from aiohttp import web
 
-from .routing import ANTHROPIC_SHAPE, Route
+from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route
 
 # Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
 # and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.

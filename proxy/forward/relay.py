@@ -13,9 +13,9 @@ import time
 import aiohttp
 from aiohttp import web
 
-from . import exchange as ex
-from .headers import client_response_headers
-from .recorder import Recorder
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.forward.headers import client_response_headers
+from ctxscope.proxy.forward.recorder import Recorder
 
 _NO_BODY_STATUS = frozenset({204, 304})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
-from .redact import _KEY_STARTS, _KEY_VALUE, REDACTED, _secret_query_name
+from ctxscope.proxy.redaction.redact import _KEY_STARTS, _KEY_VALUE, REDACTED, _secret_query_name
 
 # Field names whose string value is a credential (case-insensitive, the whole name). A bare
 # "token" is also what OpenAI's logprobs call each generated piece of text, so it is masked only

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxscope.proxy.apis import (
+from ctxscope.proxy.wire.apis import (
     ANTHROPIC_COUNT_TOKENS,
     ANTHROPIC_MESSAGES,
     GEMINI_GENERATE,

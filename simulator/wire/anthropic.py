@@ -6,11 +6,11 @@ import base64
 import hashlib
 from typing import Any
 
-from .cache import PromptCache, PromptUsage
-from .prompt import Block, Prompt, anthropic_prompt
-from .script import ErrorSpec
-from .sse import Event, split_json, split_text
-from .turn import Turn
+from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.prompt import Block, Prompt, anthropic_prompt
+from ctxscope.simulator.model.script import ErrorSpec
+from ctxscope.simulator.wire.sse import Event, split_json, split_text
+from ctxscope.simulator.wire.turn import Turn
 
 ERROR_TYPES = {
     400: "invalid_request_error",

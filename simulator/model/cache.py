@@ -23,9 +23,8 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ctxscope.simulator.model.prompt import Block
 from ctxscope.vocab.tokens import encoding
-
-from .prompt import Block
 
 # Minimum cacheable prefix per model name fragment, first match wins. Sources: LiteLLM's prompt
 # caching table (512 Opus 5; 4096 Haiku 4.5, Opus 4.5/4.6) and orq.ai (2048 Sonnet 4.6, Haiku 3.x).

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.prompt import Block, Prompt, PromptError, responses_item_blocks, responses_prompt
+from ctxscope.simulator.model.script import ErrorSpec
+from ctxscope.simulator.wire.openai_chat import openai_error, openai_usage_fields
+from ctxscope.simulator.wire.sse import Event, split_json, split_text
+from ctxscope.simulator.wire.turn import Turn
 from ctxscope.vocab.tokens import count_tokens
-
-from .cache import PromptCache, PromptUsage
-from .openai_chat_wire import openai_error, openai_usage_fields
-from .prompt import Block, Prompt, PromptError, responses_item_blocks, responses_prompt
-from .script import ErrorSpec
-from .sse import Event, split_json, split_text
-from .turn import Turn
 
 
 class PreviousResponseNotFound(PromptError):

@@ -15,19 +15,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ctxscope.proxy.apis import (
+from ctxscope.proxy.wire.apis import (
     ANTHROPIC_COUNT_TOKENS,
     ANTHROPIC_MESSAGES,
     GEMINI_GENERATE,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
 )
-from ctxscope.proxy.reassemble import MALFORMED, GenericStream, StreamHandler, error_of, first_field
-from ctxscope.proxy.reassemble_anthropic import AnthropicStream
-from ctxscope.proxy.reassemble_gemini import GeminiStream
-from ctxscope.proxy.reassemble_openai import ChatStream, ResponsesStream, responses_stop
-from ctxscope.proxy.sse import SSEDecoder, SSEEvent
-from ctxscope.proxy.usage import Usage, normalize_usage
+from ctxscope.proxy.wire.reassemble import MALFORMED, GenericStream, StreamHandler, error_of, first_field
+from ctxscope.proxy.wire.reassemble_anthropic import AnthropicStream
+from ctxscope.proxy.wire.reassemble_gemini import GeminiStream
+from ctxscope.proxy.wire.reassemble_openai import ChatStream, ResponsesStream, responses_stop
+from ctxscope.proxy.wire.sse import SSEDecoder, SSEEvent
+from ctxscope.proxy.wire.usage import Usage, normalize_usage
 
 _SSE_FIELDS = (b"data", b"event", b"id", b"retry")
 _WHITESPACE = b" \t\r\n"

@@ -1,4 +1,4 @@
-"""Scripting a running simulator over HTTP, with its token, and where that token is kept.
+"""Scripting a running simulator over HTTP, with its token (kept as ``token.py`` says).
 
 ``SimulatorControl(base_url, token)`` is what the demo, the benches and other processes use:
 the simulator may run in another process (``ctxscope serve`` runs it in a child), so nothing
@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .access import TOKEN_HEADER
-
-TOKEN_ENV = "CTXSCOPE_SIM_TOKEN"
-TOKEN_FILE = "sim-token"  # in $CTXSCOPE_HOME
+from ctxscope.simulator.control.access import TOKEN_HEADER
 
 
 class SimulatorControlError(RuntimeError):
@@ -83,30 +77,3 @@ class SimulatorControl:
         if context_window is None:
             return self._call("GET", "/_sim/config")
         return self._call("POST", "/_sim/config", {"context_window": context_window})
-
-
-def token_from_env() -> str:
-    """CTXSCOPE_SIM_TOKEN when set (so a script can know it in advance), else a new random one."""
-    return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
-
-
-def write_token_file(path: Path, token: str) -> None:
-    """Write the token readable by the owner only (0600), replacing the file in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def read_token_file(path: Path) -> str:
-    return path.read_text().strip()

@@ -3,8 +3,8 @@ into the response object (the terminal event carries it whole; cut streams are r
 
 from __future__ import annotations
 
-from ctxscope.proxy.reassemble import StreamHandler, as_dict, error_of, first_field, index_of, joined
-from ctxscope.proxy.sse import SSEEvent
+from ctxscope.proxy.wire.reassemble import StreamHandler, as_dict, error_of, first_field, index_of, joined
+from ctxscope.proxy.wire.sse import SSEEvent
 
 
 def responses_stop(obj: dict) -> str | None:

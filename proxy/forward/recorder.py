@@ -12,10 +12,10 @@ import time
 
 from aiohttp import web
 
-from . import exchange as ex
-from .ids import new_call_id
-from .redact import extract_api_key, fingerprint, redact_headers, redact_query
-from .routing import Route
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.forward.routing import Route
+from ctxscope.proxy.ids import new_call_id
+from ctxscope.proxy.redaction.redact import extract_api_key, fingerprint, redact_headers, redact_query
 
 
 class Recorder:

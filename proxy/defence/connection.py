@@ -35,7 +35,7 @@ from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_server import Server
 
-from .limits import BODY_PROGRESS, Limits
+from ctxscope.proxy.defence.limits import BODY_PROGRESS, Limits
 
 # aiohttp reports a request it could not handle on "aiohttp.server", with a traceback; the guard's
 # handler reports those, and what the guards did, here in one line each.

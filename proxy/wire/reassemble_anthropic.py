@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ctxscope.proxy.reassemble import MALFORMED, StreamHandler, as_dict, error_of, index_of, joined
-from ctxscope.proxy.sse import SSEEvent
+from ctxscope.proxy.wire.reassemble import MALFORMED, StreamHandler, as_dict, error_of, index_of, joined
+from ctxscope.proxy.wire.sse import SSEEvent
 
 _ANTHROPIC_DELTAS = {
     "text_delta": ("text", "text"),

@@ -21,15 +21,15 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from yarl import URL
 
-from . import exchange as ex
-from .answers import SANDBOX, error_body, gone, refusal
-from .headers import annotation, skip_auto_headers, split_request_headers
-from .hosts import host_allowed
-from .limits import Limits
-from .recorder import Recorder
-from .relay import abort_client, relay_response
-from .routing import Route, RouteError, UnsafePath, resolve
-from .upstream import new_session
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.defence.hosts import host_allowed
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.forward.answers import SANDBOX, error_body, gone, refusal
+from ctxscope.proxy.forward.headers import annotation, skip_auto_headers, split_request_headers
+from ctxscope.proxy.forward.recorder import Recorder
+from ctxscope.proxy.forward.relay import abort_client, relay_response
+from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, resolve
+from ctxscope.proxy.forward.upstream import new_session
 
 log = logging.getLogger("ctxscope.proxy")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cache import PromptCache, PromptUsage
-from .prompt import Block, Prompt, chat_prompt
-from .script import ErrorSpec
-from .sse import Event, split_json, split_text
-from .turn import Turn
+from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.prompt import Block, Prompt, chat_prompt
+from ctxscope.simulator.model.script import ErrorSpec
+from ctxscope.simulator.wire.sse import Event, split_json, split_text
+from ctxscope.simulator.wire.turn import Turn
 
 ERROR_TYPES = {429: "requests", 401: "invalid_request_error"}
 ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}

@@ -7,7 +7,7 @@ missing or mistyped fields are skipped (responses.py counts what raised as malfo
 
 from __future__ import annotations
 
-from ctxscope.proxy.sse import SSEEvent
+from ctxscope.proxy.wire.sse import SSEEvent
 
 MALFORMED = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError)
 
