@@ -30,12 +30,13 @@ from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
 from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, resolve
 from ctxscope.proxy.forward.upstream import new_session
+from ctxscope.vocab.kinds import Outcome
 
 log = logging.getLogger("ctxscope.proxy")
 
 # The route of each raw path seen, bounded: a hostile client may send a new path with every request.
 _MAX_ROUTES = 4096
-_CLEAN = (ex.OK, ex.HTTP_ERROR)
+_CLEAN = (Outcome.OK, Outcome.HTTP_ERROR)
 # A client's malformed body (bad chunking and the like), as aiohttp's parser reports it.
 _BAD_BODY = (HttpProcessingError, RequestPayloadError, asyncio.IncompleteReadError)
 
@@ -109,7 +110,7 @@ class Forwarder:
             return self._too_large(rec, str(exc))
         except ConnectionError as exc:  # the client left, or stalled its body and was cut off
             reason = getattr(request.protocol, "close_reason", None) or f"client disconnected mid-request: {exc}"
-            rec.finish(ex.CLIENT_DISCONNECTED, f"{reason}; not forwarded")
+            rec.finish(Outcome.CLIENT_DISCONNECTED, f"{reason}; not forwarded")
             self._submit(rec)
             return gone()
         except _BAD_BODY as exc:
@@ -118,14 +119,14 @@ class Forwarder:
             response.force_close()
             return response
         except asyncio.CancelledError:
-            rec.finish(ex.INTERRUPTED, "the daemon stopped while the request body was arriving; not forwarded")
+            rec.finish(Outcome.INTERRUPTED, "the daemon stopped while the request body was arriving; not forwarded")
             self._submit(rec)
             raise
 
         watch = getattr(request.protocol, "watch", None)
         if watch is not None:  # the guard tells us when the client leaves, so the upstream call stops at once
             if request.transport is None:
-                rec.finish(ex.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
+                rec.finish(Outcome.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
                 self._submit(rec)
                 return gone()
             rec.task = asyncio.current_task()
@@ -144,20 +145,20 @@ class Forwarder:
             except asyncio.CancelledError:
                 return self._cancelled(request, rec, submit=True)
             except aiohttp.ConnectionTimeoutError:  # (a TimeoutError too, but no connection was ever made)
-                return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502,
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502,
                                   f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s")
             except TimeoutError as exc:
-                return self._fail(rec, ex.TIMEOUT, 504, f"upstream timed out: {exc!r}")
+                return self._fail(rec, Outcome.TIMEOUT, 504, f"upstream timed out: {exc!r}")
             except (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError) as exc:  # (or the HTTP proxy refused)
-                return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
             except aiohttp.ClientConnectionError as exc:  # connected, then the connection broke
-                return self._fail(rec, ex.UPSTREAM_RESET, 502,
+                return self._fail(rec, Outcome.UPSTREAM_RESET, 502,
                                   f"upstream connection lost before the response: {exc!r}", code="upstream_reset")
             except aiohttp.ClientResponseError as exc:  # connected, then the answer was not HTTP
-                return self._fail(rec, ex.UPSTREAM_RESET, 502, "upstream sent a malformed response and the "
+                return self._fail(rec, Outcome.UPSTREAM_RESET, 502, "upstream sent a malformed response and the "
                                   f"connection was dropped: {exc.message}", code="upstream_reset")
             except (aiohttp.ClientError, OSError) as exc:
-                return self._fail(rec, ex.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
 
             try:
                 return await relay_response(request, upstream, rec, self.settings.read_timeout)
@@ -199,7 +200,7 @@ class Forwarder:
 
     def _too_large(self, rec: Recorder, message: str) -> web.Response:
         """A provider-shaped 413, recorded without the body; the connection closes after it."""
-        response = self._fail(rec, ex.REQUEST_TOO_LARGE, 413, message, code="request_too_large")
+        response = self._fail(rec, Outcome.REQUEST_TOO_LARGE, 413, message, code="request_too_large")
         response.force_close()
         return response
 
@@ -211,9 +212,9 @@ class Forwarder:
             if task is not None:
                 task.uncancel()
             where = "while the upstream was still answering" if rec.status is None else "mid-response"
-            rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected {where}; the upstream request was cancelled")
+            rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected {where}; the upstream request was cancelled")
         else:
-            rec.finish(ex.INTERRUPTED, "cut by the daemon's shutdown")
+            rec.finish(Outcome.INTERRUPTED, "cut by the daemon's shutdown")
             abort_client(request)
         if submit:
             self._submit(rec)
@@ -228,7 +229,7 @@ class Forwarder:
         url = route.target_url + ("?" + query if query else "")
         return URL(url, encoded=True) if url.isascii() else url
 
-    def _fail(self, rec: Recorder, outcome: str, status: int, message: str, code: str | None = None) -> web.Response:
+    def _fail(self, rec: Recorder, outcome: Outcome, status: int, message: str, code: str | None = None) -> web.Response:
         rec.finish(outcome, message)
         body = error_body(rec.route, status, message, code)
         rec.synthetic_body = body

@@ -16,6 +16,7 @@ from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward.routing import Route
 from ctxscope.proxy.ids import new_call_id
 from ctxscope.proxy.redaction.redact import extract_api_key, fingerprint, redact_headers, redact_query
+from ctxscope.vocab.kinds import Outcome
 
 
 class Recorder:
@@ -36,7 +37,7 @@ class Recorder:
         self.chunks: list[bytes] = []
         self.first_byte_at: float | None = None
         self.ended_at: float | None = None
-        self.outcome = ex.OK
+        self.outcome: Outcome = Outcome.OK
         self.error: str | None = None
         self.synthetic_body: bytes | None = None  # an answer the proxy made itself (upstream down...)
         self.task: asyncio.Task | None = None  # the handler, cancelled when its client leaves
@@ -48,15 +49,17 @@ class Recorder:
             self.left = True
             self.task.cancel()
 
-    def finish(self, outcome: str, error: str | None) -> None:
+    def finish(self, outcome: Outcome, error: str | None) -> float:
+        """Set the outcome unless one is set already; the call's end time either way."""
         if self.ended_at is None:
             self.ended_at = time.time()
             self.outcome = outcome
             self.error = error
+        return self.ended_at
 
     def to_exchange(self, salt: bytes) -> ex.Exchange:
         """Built after the response is done: secrets are removed here, off the forwarding path."""
-        self.finish(self.outcome, self.error)
+        ended_at = self.finish(self.outcome, self.error)
         user_agent = next((v for k, v in self.headers if k.lower() == "user-agent"), None)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
         return ex.Exchange(
@@ -76,8 +79,8 @@ class Recorder:
             response_body=b"".join(self.chunks),
             started_at=self.started,
             first_byte_at=self.first_byte_at,
-            ended_at=self.ended_at,
-            outcome=self.outcome,
+            ended_at=ended_at,
+            outcome=self.outcome.value,
             error=self.error,
             client=user_agent,
             extra=extra,

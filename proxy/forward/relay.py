@@ -13,9 +13,9 @@ import time
 import aiohttp
 from aiohttp import web
 
-from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward.headers import client_response_headers
 from ctxscope.proxy.forward.recorder import Recorder
+from ctxscope.vocab.kinds import Outcome
 
 _NO_BODY_STATUS = frozenset({204, 304})
 
@@ -28,7 +28,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
         [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
     )
     headers = client_response_headers(received)
-    rec.outcome = ex.OK if status < 400 else ex.HTTP_ERROR
+    rec.outcome = Outcome.OK if status < 400 else Outcome.HTTP_ERROR
     content = upstream.content
     if _complete(request, upstream, content):
         return await _answer_whole(request, upstream, headers, rec)
@@ -36,7 +36,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
     try:
         await response.prepare(request)
     except (ConnectionError, RuntimeError) as exc:
-        rec.finish(ex.CLIENT_DISCONNECTED, f"client went away before headers: {exc}")
+        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client went away before headers: {exc}")
         return response
     chunks = rec.chunks
     try:
@@ -46,20 +46,20 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
             chunks.append(chunk)
             await response.write(chunk)
     except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:  # (writing to the client)
-        rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
+        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
         return response
     except TimeoutError:
-        rec.finish(ex.TIMEOUT, f"no data from upstream for {read_timeout:g}s")
+        rec.finish(Outcome.TIMEOUT, f"no data from upstream for {read_timeout:g}s")
         abort_client(request)
         return response
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
-        rec.finish(ex.UPSTREAM_RESET, f"upstream connection lost mid-response: {exc}")
+        rec.finish(Outcome.UPSTREAM_RESET, f"upstream connection lost mid-response: {exc}")
         abort_client(request)
         return response
     try:
         await response.write_eof()
     except (ConnectionError, RuntimeError) as exc:
-        rec.finish(ex.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
+        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
         return response
     rec.finish(rec.outcome, None)
     return response
@@ -76,7 +76,7 @@ async def _answer_whole(request: web.Request, upstream: aiohttp.ClientResponse, 
         await response.prepare(request)
         await response.write_eof()
     except (ConnectionError, RuntimeError) as exc:
-        rec.finish(ex.CLIENT_DISCONNECTED, f"client went away before the answer: {exc}")
+        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client went away before the answer: {exc}")
         return response
     rec.finish(rec.outcome, None)
     return response

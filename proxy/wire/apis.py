@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from ctxscope.vocab.apis import Api
 
+# The inspector still imports these names; the store's move to the enums retires them.
 ANTHROPIC_MESSAGES = Api.ANTHROPIC_MESSAGES
 ANTHROPIC_COUNT_TOKENS = Api.ANTHROPIC_COUNT_TOKENS
 OPENAI_CHAT = Api.OPENAI_CHAT
 OPENAI_RESPONSES = Api.OPENAI_RESPONSES
 GEMINI_GENERATE = Api.GEMINI_GENERATE
 
-ALL_APIS = tuple(Api)
-
 _GEMINI_METHODS = ("generateContent", "streamGenerateContent")
 
 
-def detect_api(method: str, path: str) -> str | None:
-    """The API constant for an LLM call, or None for any other exchange."""
+def detect_api(method: str, path: str) -> Api | None:
+    """The API an LLM call speaks, or None for any other exchange."""
     if method.upper() != "POST":
         return None
     path = path.split("?", 1)[0].split("#", 1)[0]
@@ -33,16 +32,16 @@ def detect_api(method: str, path: str) -> str | None:
     before = segments[-2] if len(segments) > 1 else ""
     if ":" in last:
         # Gemini: ".../models/{model}:generateContent", Code Assist "/v1internal:streamGenerateContent".
-        return GEMINI_GENERATE if last.rsplit(":", 1)[1] in _GEMINI_METHODS else None
+        return Api.GEMINI_GENERATE if last.rsplit(":", 1)[1] in _GEMINI_METHODS else None
     if last == "completions" and before == "chat":
-        return OPENAI_CHAT
+        return Api.OPENAI_CHAT
     if last == "responses":
-        return OPENAI_RESPONSES
+        return Api.OPENAI_RESPONSES
     # OpenAI Assistants also has POST ".../threads/{id}/messages": not an Anthropic call.
     if "threads" in segments:
         return None
     if last == "messages":
-        return ANTHROPIC_MESSAGES
+        return Api.ANTHROPIC_MESSAGES
     if last == "count_tokens" and before == "messages":
-        return ANTHROPIC_COUNT_TOKENS
+        return Api.ANTHROPIC_COUNT_TOKENS
     return None

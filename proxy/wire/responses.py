@@ -15,19 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ctxscope.proxy.wire.apis import (
-    ANTHROPIC_COUNT_TOKENS,
-    ANTHROPIC_MESSAGES,
-    GEMINI_GENERATE,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-)
 from ctxscope.proxy.wire.reassemble import MALFORMED, GenericStream, StreamHandler, error_of, first_field
 from ctxscope.proxy.wire.reassemble_anthropic import AnthropicStream
 from ctxscope.proxy.wire.reassemble_gemini import GeminiStream
 from ctxscope.proxy.wire.reassemble_openai import ChatStream, ResponsesStream, responses_stop
 from ctxscope.proxy.wire.sse import SSEDecoder, SSEEvent
 from ctxscope.proxy.wire.usage import Usage, normalize_usage
+from ctxscope.vocab.apis import Api
 
 _SSE_FIELDS = (b"data", b"event", b"id", b"retry")
 _WHITESPACE = b" \t\r\n"
@@ -98,7 +92,6 @@ class StreamAccumulator:
         self._known = api in _HANDLERS
         self._handler = _HANDLERS.get(api or "", GenericStream)()
         self._events = 0
-        self._malformed = 0  # events the handler could not make sense of
         self._result: ParsedResponse | None = None
 
     def feed(self, chunk: bytes) -> None:
@@ -136,7 +129,7 @@ class StreamAccumulator:
             try:
                 self._handler.on(event, data)
             except MALFORMED:
-                self._malformed += 1
+                continue  # an event the handler cannot make sense of is skipped
 
     def result(self) -> ParsedResponse:
         if self._result is None:
@@ -168,14 +161,14 @@ class StreamAccumulator:
             obj = json.loads(raw)
         except MALFORMED as e:
             return self._unparseable(f"invalid JSON: {e}", raw)
-        if isinstance(obj, list) and self.api == GEMINI_GENERATE:
+        if isinstance(obj, list) and self.api == Api.GEMINI_GENERATE:
             # streamGenerateContent without alt=sse: a JSON array of frames.
             handler = GeminiStream()
             for frame in obj:
                 try:
                     handler.on(SSEEvent(None, ""), frame)
                 except MALFORMED:
-                    self._malformed += 1
+                    continue  # a frame the handler cannot make sense of is skipped
             return self._stream_result(handler, len(obj))
         error = None
         if isinstance(obj, dict) and (obj.get("error") or obj.get("type") == "error"):
@@ -186,7 +179,7 @@ class StreamAccumulator:
             error = {"type": "http_error", "status": self.status}
         if not isinstance(obj, dict):
             return ParsedResponse(False, None, None, error, True, 0, None)
-        if self.api == GEMINI_GENERATE and isinstance(obj.get("response"), dict):
+        if self.api == Api.GEMINI_GENERATE and isinstance(obj.get("response"), dict):
             obj = obj["response"]  # Code Assist wraps the response
         if not self._known:
             return ParsedResponse(False, obj, None, error, True, 0, None)
@@ -211,9 +204,9 @@ def _text(raw: bytes) -> str:
 
 
 def _json_usage(api: str | None, obj: dict) -> dict | None:
-    if api == ANTHROPIC_COUNT_TOKENS:
+    if api == Api.ANTHROPIC_COUNT_TOKENS:
         return obj if "input_tokens" in obj else None
-    if api == GEMINI_GENERATE:
+    if api == Api.GEMINI_GENERATE:
         usage = obj.get("usageMetadata")
     else:
         usage = obj.get("usage")
@@ -221,20 +214,20 @@ def _json_usage(api: str | None, obj: dict) -> dict | None:
 
 
 def _json_stop_reason(api: str | None, obj: dict) -> str | None:
-    if api == OPENAI_RESPONSES:
+    if api == Api.OPENAI_RESPONSES:
         return responses_stop(obj)
-    if api == GEMINI_GENERATE:
+    if api == Api.GEMINI_GENERATE:
         return first_field(obj.get("candidates"), "finishReason")
-    if api == OPENAI_CHAT:
+    if api == Api.OPENAI_CHAT:
         return first_field(obj.get("choices"), "finish_reason")
     stop = obj.get("stop_reason")
     return stop if isinstance(stop, str) else None
 
 
 _HANDLERS: dict[str, type[StreamHandler]] = {
-    ANTHROPIC_MESSAGES: AnthropicStream,
-    ANTHROPIC_COUNT_TOKENS: AnthropicStream,
-    OPENAI_CHAT: ChatStream,
-    OPENAI_RESPONSES: ResponsesStream,
-    GEMINI_GENERATE: GeminiStream,
+    Api.ANTHROPIC_MESSAGES: AnthropicStream,
+    Api.ANTHROPIC_COUNT_TOKENS: AnthropicStream,
+    Api.OPENAI_CHAT: ChatStream,
+    Api.OPENAI_RESPONSES: ResponsesStream,
+    Api.GEMINI_GENERATE: GeminiStream,
 }

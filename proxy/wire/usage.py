@@ -11,13 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxscope.proxy.wire.apis import (
-    ANTHROPIC_COUNT_TOKENS,
-    ANTHROPIC_MESSAGES,
-    GEMINI_GENERATE,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-)
+from ctxscope.vocab.apis import Api
 
 ADDITIVE = "additive"
 INCLUSIVE = "inclusive"
@@ -128,11 +122,11 @@ def _gemini(raw: dict) -> Usage:
 
 
 _SHAPES = {
-    ANTHROPIC_MESSAGES: _anthropic,
-    ANTHROPIC_COUNT_TOKENS: _anthropic,
-    OPENAI_CHAT: _openai,
-    OPENAI_RESPONSES: _openai,
-    GEMINI_GENERATE: _gemini,
+    Api.ANTHROPIC_MESSAGES: _anthropic,
+    Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
+    Api.OPENAI_CHAT: _openai,
+    Api.OPENAI_RESPONSES: _openai,
+    Api.GEMINI_GENERATE: _gemini,
 }
 
 

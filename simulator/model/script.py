@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxscope.vocab.tokens import count_tokens
+
 TRUNCATING_STOPS = {"max_tokens", "length", "max_output_tokens"}
 NORMAL_STOPS = {"end_turn", "stop", "tool_use", "tool_calls", "completed"}
 
@@ -228,8 +230,6 @@ class Reply:
 
 def output_tokens(reply: Reply) -> int:
     """Output tokens = o200k count of the generated text, thinking and tool-call JSON."""
-    from ctxscope.vocab.tokens import count_tokens
-
     total = count_tokens(reply.text) + count_tokens(reply.thinking)
     for call in reply.tool_calls:
         total += count_tokens(call.name) + count_tokens(call.arguments)
