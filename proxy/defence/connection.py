@@ -25,12 +25,13 @@ tests in test_proxy_limits.py attack each guard, so an aiohttp that changes them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_server import Server
@@ -126,7 +127,7 @@ class GuardedHandler(RequestHandler):
         self._guard = manager
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_started = False  # some bytes of a head arrived (a connection that sent none is just idle)
-        self._body = None  # the payload of the request whose body is arriving
+        self._body: StreamReader | None = None  # the payload of the request whose body is arriving
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_mark = 0  # body bytes received when the current window began
         self._body_since = 0.0  # when it began
@@ -155,10 +156,8 @@ class GuardedHandler(RequestHandler):
         guard.log.info("refused", f"refused a connection: {guard.limits.max_connections} connections are open "
                                   "(the max_connections limit); answered 503")
         transport.write(BUSY_RESPONSE)
-        try:
+        with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
             transport.write_eof()
-        except (OSError, RuntimeError, NotImplementedError):
-            pass
         self._loop.call_later(_REFUSED_LINGER, transport.abort)
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -197,7 +196,7 @@ class GuardedHandler(RequestHandler):
                 if self._head_timer is None:
                     self._head_timer = self._loop.call_later(self._guard.limits.header_timeout, self._head_expired)
             return
-        if reading_body and not body.is_eof():
+        if reading_body and body is not None and not body.is_eof():
             self._body_malformed(body)
             return
         # A head is complete (the same bytes may have ended the previous body): the last request's

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -29,7 +30,8 @@ class Limits:
 
     def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""
-        return replace(self, **{key: parse_value(key, value) for key, value in values.items()})
+        changes: dict[str, Any] = {key: parse_value(key, value) for key, value in values.items()}  # each of its field's kind
+        return replace(self, **changes)
 
 
 # Bytes that count as progress of a request body within one body_timeout: a trickle of a few bytes

@@ -131,9 +131,12 @@ class Forwarder:
                 return gone()
             rec.task = asyncio.current_task()
             watch(rec.client_left)
+        session = self._session
+        if session is None:
+            raise RuntimeError("Forwarder.start() was not awaited")
         try:
             try:
-                upstream = await self._session.request(
+                upstream = await session.request(
                     request.method,
                     self._target(route, query),
                     headers=headers,

@@ -88,7 +88,7 @@ def check_path(path: str) -> bool:
 
 def normalise_base_url(url: str) -> str:
     url = url.strip().rstrip("/")
-    if not (url.startswith("http://") or url.startswith("https://")):
+    if not (url.startswith(("http://", "https://"))):
         raise ValueError(f"upstream URL must start with http:// or https://, got {url!r}")
     return url
 

@@ -26,12 +26,17 @@ class _UpstreamProtocol(ResponseHandler):
         super().connection_lost(exc)
 
 
+def _protocol(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+    """One upstream connection's protocol: aiohttp's, telling a reset from a clean end."""
+    return _UpstreamProtocol(loop=loop)
+
+
 def new_session(connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
     """A session that passes bytes through untouched: no decompression, cookies or env proxies
     (the forwarder looks proxies up itself, once per upstream)."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
     if hasattr(connector, "_factory"):  # how aiohttp makes each connection's protocol
-        connector._factory = functools.partial(_UpstreamProtocol, loop=asyncio.get_running_loop())
+        connector._factory = functools.partial(_protocol, loop=asyncio.get_running_loop())
     return aiohttp.ClientSession(
         auto_decompress=False,
         connector=connector,

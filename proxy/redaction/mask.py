@@ -81,7 +81,8 @@ def _key_spans(text, p: _Patterns) -> list[tuple[int, int, int]]:
         for m in p.key.finditer(text):
             start, end = m.span()
             if text[end - 1 : end] == p.dot:
-                end = p.tail.match(text, end).end()
+                tail = p.tail.match(text, end)  # a starred class: it always matches, maybe empty
+                end = tail.end() if tail else end
             prefix = next((len(s) for s in p.starts if text.startswith(s, start)), 0)
             if _ends_escape(text, start, p):  # "AIza" or "eyJ" right after "\u00d": keep the escape whole
                 start, prefix = start + 1, max(0, prefix - 1)
@@ -172,7 +173,7 @@ def mask_keys_in(value):
         return out if changed else value
     if isinstance(value, (list, tuple)):
         items = [mask_keys_in(v) for v in value]
-        if all(a is b for a, b in zip(items, value)):
+        if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
     return value

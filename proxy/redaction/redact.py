@@ -107,10 +107,7 @@ def _plain_name(name: str) -> bool:
 
 
 def _known_key(value: str) -> bool:
-    for start in _KEY_STARTS:
-        if start in value and _KEY_VALUE.search(value):
-            return True
-    return False
+    return any(start in value and _KEY_VALUE.search(value) for start in _KEY_STARTS)
 
 
 def _secret_shaped(value: str) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 try:  # Python 3.14+
     from compression import zstd as _zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
-    from backports import zstd as _zstd  # type: ignore[no-redef]
+    from backports import zstd as _zstd
 
 DEFAULT_MAX_SIZE = 128 * 2**20  # the default cap on decoded size for analysis
 PIECE = 1 << 20  # decoder output per step
@@ -169,7 +169,7 @@ def _brotli_pieces(brotli, data: bytes, allow_truncated: bool) -> Iterator[bytes
 
 def _brotli(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
     try:
-        import brotli  # type: ignore[import-not-found]
+        import brotli
     except ImportError:
         raise BodyDecodeError("br decoding needs the brotli package") from None
     return _collect(lambda: _brotli_pieces(brotli, data, allow_truncated), max_size)

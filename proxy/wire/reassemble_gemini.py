@@ -17,15 +17,16 @@ class GeminiStream(StreamHandler):
     def on(self, event: SSEEvent, data: object) -> None:
         if not isinstance(data, dict):
             return
-        if isinstance(data.get("response"), dict) and "candidates" not in data:
-            data = data["response"]  # Code Assist wraps each frame
-        if data.get("error"):
-            self.error = error_of(data)
+        frame: dict = data
+        if isinstance(frame.get("response"), dict) and "candidates" not in frame:
+            frame = frame["response"]  # Code Assist wraps each frame
+        if frame.get("error"):
+            self.error = error_of(frame)
             return
-        self.last = data
-        if isinstance(data.get("usageMetadata"), dict):
-            self.usage = data["usageMetadata"]
-        for pos, cand in enumerate(data.get("candidates") or ()):
+        self.last = frame
+        if isinstance(frame.get("usageMetadata"), dict):
+            self.usage = frame["usageMetadata"]
+        for pos, cand in enumerate(frame.get("candidates") or ()):
             if not isinstance(cand, dict):
                 continue
             st = self.cands.setdefault(index_of(cand, default=pos), {"fields": {}, "role": None, "parts": []})

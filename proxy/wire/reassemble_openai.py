@@ -187,9 +187,9 @@ class ResponsesStream(StreamHandler):
         if oi in self.done:
             return  # the done item already holds the final text
         if kind in _RESPONSES_PARTS:
-            group, index_key = _RESPONSES_PARTS[kind]
+            part_group, part_index = _RESPONSES_PARTS[kind]
             if isinstance(data.get("part"), dict):
-                self.parts.setdefault(oi, {})[(group, index_of(data, index_key))] = dict(data["part"])
+                self.parts.setdefault(oi, {})[(part_group, index_of(data, part_index))] = dict(data["part"])
         elif kind == "response.output_text.annotation.added":
             part = self.parts.setdefault(oi, {}).setdefault(
                 ("content", index_of(data, "content_index")), {"type": "output_text", "text": ""})
@@ -215,7 +215,8 @@ class ResponsesStream(StreamHandler):
                 part = groups.setdefault(group, {}).setdefault(ci, {"type": part_type})
                 part[field] = joined(part.get(field), pieces)
         for group, parts in groups.items():
-            merged = dict(enumerate(item.get(group) if isinstance(item.get(group), list) else ()))
+            current = item.get(group)
+            merged = dict(enumerate(current if isinstance(current, list) else ()))
             merged.update(parts)
             item[group] = [merged[ci] for ci in sorted(merged)]
         return item

@@ -206,10 +206,7 @@ def _text(raw: bytes) -> str:
 def _json_usage(api: str | None, obj: dict) -> dict | None:
     if api == Api.ANTHROPIC_COUNT_TOKENS:
         return obj if "input_tokens" in obj else None
-    if api == Api.GEMINI_GENERATE:
-        usage = obj.get("usageMetadata")
-    else:
-        usage = obj.get("usage")
+    usage = obj.get("usageMetadata") if api == Api.GEMINI_GENERATE else obj.get("usage")
     return usage if isinstance(usage, dict) else None
 
 

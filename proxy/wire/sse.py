@@ -95,7 +95,6 @@ class SSEDecoder:
             self._data.append(value)
         elif name == "event":
             self._event_type = value
-        elif name == "id":
-            if "\0" not in value:
-                self._last_id = value
+        elif name == "id" and "\0" not in value:
+            self._last_id = value
         # "retry" and unknown fields are ignored, as the spec says.

@@ -9,6 +9,7 @@ A field the provider did not report stays None: "not reported" is not 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ctxscope.vocab.apis import Api
@@ -121,7 +122,7 @@ def _gemini(raw: dict) -> Usage:
     )
 
 
-_SHAPES = {
+_SHAPES: dict[str, Callable[[dict], Usage]] = {
     Api.ANTHROPIC_MESSAGES: _anthropic,
     Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
     Api.OPENAI_CHAT: _openai,

@@ -82,12 +82,12 @@ class AnthropicWire:
         return "tool_use" if turn.reply.tool_calls else "end_turn"
 
     def _blocks(self, turn: Turn) -> list[dict[str, Any]]:
-        reply, blocks = turn.reply, []
+        reply, blocks = turn.reply, list[dict[str, Any]]()
         if reply.thinking:
             blocks.append({"type": "thinking", "thinking": reply.thinking, "signature": _signature(reply.thinking)})
         if reply.text:
             blocks.append({"type": "text", "text": reply.text})
-        for call, call_id in zip(reply.tool_calls, turn.call_ids):
+        for call, call_id in zip(reply.tool_calls, turn.call_ids, strict=True):
             blocks.append({"type": "tool_use", "id": call_id, "name": call.name, "input": call.input_object()})
         return blocks
 
@@ -112,7 +112,7 @@ class AnthropicWire:
 
         start = self._message(turn, [], None, min(1, turn.output_tokens))
         out = [ev("message_start", message=start)]
-        calls = iter(zip(turn.reply.tool_calls, turn.call_ids))
+        calls = iter(zip(turn.reply.tool_calls, turn.call_ids, strict=True))
         for index, block in enumerate(self._blocks(turn)):
             kind = block["type"]
             if kind == "thinking":

@@ -109,7 +109,7 @@ class ChatWire:
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c, cid in zip(reply.tool_calls, turn.call_ids)
+                for c, cid in zip(reply.tool_calls, turn.call_ids, strict=True)
             ]
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason(turn)}
         return {**self._envelope(turn, "chat.completion"), "choices": [choice], "usage": self._usage(turn)}
@@ -126,7 +126,7 @@ class ChatWire:
 
         out = [chunk({"role": "assistant", "content": "", "refusal": None})]
         out.extend(chunk({"content": piece}, content=True) for piece in split_text(turn.reply.text))
-        for index, (call, call_id) in enumerate(zip(turn.reply.tool_calls, turn.call_ids)):
+        for index, (call, call_id) in enumerate(zip(turn.reply.tool_calls, turn.call_ids, strict=True)):
             head = {"index": index, "id": call_id, "type": "function", "function": {"name": call.name, "arguments": ""}}
             out.append(chunk({"tool_calls": [head]}, content=True))
             for piece in split_json(call.arguments):

@@ -65,7 +65,7 @@ class ResponsesWire:
         if reply.text:
             part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
             items.append({"id": make_id("msg_"), "type": "message", "status": status, "role": "assistant", "content": [part]})
-        for call, call_id in zip(reply.tool_calls, turn.call_ids):
+        for call, call_id in zip(reply.tool_calls, turn.call_ids, strict=True):
             items.append({
                 "id": make_id("fc_"), "type": "function_call", "status": "completed",
                 "arguments": call.arguments, "call_id": call_id, "name": call.name,
