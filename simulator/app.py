@@ -128,7 +128,9 @@ async def _count_tokens(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     body = await read_json(request)
     if not isinstance(body, dict):
-        return json_reply(state, ANTHROPIC, 400, ANTHROPIC.error(400, None, "The request body is not a valid JSON object.", None))
+        return json_reply(
+            state, ANTHROPIC, 400, ANTHROPIC.error(400, None, "The request body is not a valid JSON object.", None)
+        )
     try:
         prompt, _ = ANTHROPIC.prompt(body, {})
     except PromptError as exc:
@@ -137,7 +139,12 @@ async def _count_tokens(request: web.Request) -> web.Response:
 
 
 def _anthropic_model(name: str) -> dict[str, Any]:
-    return {"type": "model", "id": name, "display_name": name.replace("-", " ").title(), "created_at": "2025-01-01T00:00:00Z"}
+    return {
+        "type": "model",
+        "id": name,
+        "display_name": name.replace("-", " ").title(),
+        "created_at": "2025-01-01T00:00:00Z",
+    }
 
 
 def _openai_model(name: str) -> dict[str, Any]:
@@ -147,7 +154,9 @@ def _openai_model(name: str) -> dict[str, Any]:
 async def _models(request: web.Request) -> web.Response:
     if "anthropic-version" in request.headers:
         data = [_anthropic_model(m) for m in ANTHROPIC_MODELS]
-        return web.json_response({"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]})
+        return web.json_response(
+            {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+        )
     return web.json_response({"object": "list", "data": [_openai_model(m) for m in OPENAI_MODELS]})
 
 

@@ -30,7 +30,8 @@ class Limits:
 
     def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""
-        changes: dict[str, Any] = {key: parse_value(key, value) for key, value in values.items()}  # each of its field's kind
+        # Each value is of its own field's kind (parse_value checks it), which one type cannot say.
+        changes: dict[str, Any] = {key: parse_value(key, value) for key, value in values.items()}
         return replace(self, **changes)
 
 

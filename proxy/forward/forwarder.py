@@ -232,7 +232,9 @@ class Forwarder:
         url = route.target_url + ("?" + query if query else "")
         return URL(url, encoded=True) if url.isascii() else url
 
-    def _fail(self, rec: Recorder, outcome: Outcome, status: int, message: str, code: str | None = None) -> web.Response:
+    def _fail(
+        self, rec: Recorder, outcome: Outcome, status: int, message: str, code: str | None = None
+    ) -> web.Response:
         rec.finish(outcome, message)
         body = error_body(rec.route, status, message, code)
         rec.synthetic_body = body

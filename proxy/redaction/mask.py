@@ -91,7 +91,9 @@ def _key_spans(text, p: _Patterns) -> list[tuple[int, int, int]]:
         for pattern in (p.field, p.quoted):
             for m in pattern.finditer(text):
                 value = m.group("val")
-                if _worth_masking(value.decode("utf-8", "replace") if isinstance(value, bytes) else value, m.group("name")):
+                if _worth_masking(
+                    value.decode("utf-8", "replace") if isinstance(value, bytes) else value, m.group("name")
+                ):
                     spans.append((m.start("val"), m.end("val"), 0))
     if any(h in text for h in p.bearer_hints):
         at = 0  # overlapping: a token that runs into a second "Bearer" must not hide the second one

@@ -154,7 +154,9 @@ def _brotli_pieces(brotli, data: bytes, allow_truncated: bool) -> Iterator[bytes
         try:
             out = d.process(data, output_buffer_limit=PIECE)
         except TypeError:
-            raise BodyDecodeError("br decoding needs brotli 1.2 or later (an older one cannot bound its output)") from None
+            raise BodyDecodeError(
+                "br decoding needs brotli 1.2 or later (an older one cannot bound its output)"
+            ) from None
         while True:
             if out:
                 yield out

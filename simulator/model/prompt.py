@@ -253,7 +253,9 @@ def responses_prompt(body: dict[str, Any], previous: tuple[Block, ...] = ()) -> 
         for item in instructions:
             head.extend(responses_item_blocks(item))
     raw_input = body.get("input")
-    items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input or []
+    items = (
+        [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input or []
+    )
     if not isinstance(items, list):
         raise PromptError("Invalid type for 'input': expected a string or an array of input items.")
     conversation = list(previous)

@@ -165,7 +165,9 @@ def parse_step(value: Any) -> Step:
         thinking=_str(value.get("thinking", ""), "thinking"),
         empty=bool(value.get("empty", False)),
         error=_error(value["error"], "error", 500) if value.get("error") is not None else None,
-        stream_error=_error(value["stream_error"], "stream_error", 500) if value.get("stream_error") is not None else None,
+        stream_error=(
+            _error(value["stream_error"], "stream_error", 500) if value.get("stream_error") is not None else None
+        ),
         reset_after_events=_int(reset, "reset_after_events") if reset is not None else None,
         delay_ms=_int(value.get("delay_ms", 0), "delay_ms"),
         chunk_delay_ms=_int(value.get("chunk_delay_ms", 0), "chunk_delay_ms"),

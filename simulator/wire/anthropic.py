@@ -50,7 +50,9 @@ class AnthropicWire:
     def usage(self, cache: PromptCache, scope: str, model: str, prompt: Prompt, now: float) -> PromptUsage:
         return cache.anthropic(scope, model, prompt.blocks, now)
 
-    def error(self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None) -> dict[str, Any]:
+    def error(
+        self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None
+    ) -> dict[str, Any]:
         etype = type_ or ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": etype, "message": message or DEFAULT_MESSAGES.get(etype, etype)}}
 
@@ -71,7 +73,10 @@ class AnthropicWire:
             "input_tokens": u.uncached,
             "cache_creation_input_tokens": u.cache_write,
             "cache_read_input_tokens": u.cache_read,
-            "cache_creation": {"ephemeral_5m_input_tokens": u.cache_write_5m, "ephemeral_1h_input_tokens": u.cache_write_1h},
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": u.cache_write_5m,
+                "ephemeral_1h_input_tokens": u.cache_write_1h,
+            },
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
@@ -91,7 +96,9 @@ class AnthropicWire:
             blocks.append({"type": "tool_use", "id": call_id, "name": call.name, "input": call.input_object()})
         return blocks
 
-    def _message(self, turn: Turn, content: list[dict[str, Any]], stop: str | None, output_tokens: int) -> dict[str, Any]:
+    def _message(
+        self, turn: Turn, content: list[dict[str, Any]], stop: str | None, output_tokens: int
+    ) -> dict[str, Any]:
         return {
             "id": turn.response_id,
             "type": "message",
@@ -116,7 +123,13 @@ class AnthropicWire:
         for index, block in enumerate(self._blocks(turn)):
             kind = block["type"]
             if kind == "thinking":
-                out.append(ev("content_block_start", index=index, content_block={"type": "thinking", "thinking": "", "signature": ""}))
+                out.append(
+                    ev(
+                        "content_block_start",
+                        index=index,
+                        content_block={"type": "thinking", "thinking": "", "signature": ""},
+                    )
+                )
                 deltas = [{"type": "thinking_delta", "thinking": p} for p in split_text(block["thinking"])]
                 deltas.append({"type": "signature_delta", "signature": block["signature"]})
             elif kind == "text":
@@ -137,7 +150,9 @@ class AnthropicWire:
         usage = self._usage(turn, turn.output_tokens)
         usage.pop("cache_creation")
         usage.pop("service_tier")
-        out.append(ev("message_delta", delta={"stop_reason": self._stop_reason(turn), "stop_sequence": None}, usage=usage))
+        out.append(
+            ev("message_delta", delta={"stop_reason": self._stop_reason(turn), "stop_sequence": None}, usage=usage)
+        )
         out.append(ev("message_stop"))
         return out
 

@@ -19,14 +19,20 @@ DEFAULT_MESSAGES = {
 }
 
 
-def openai_error(status: int, type_: str | None, message: str | None, code: str | None, param: str | None) -> dict[str, Any]:
+def openai_error(
+    status: int, type_: str | None, message: str | None, code: str | None, param: str | None
+) -> dict[str, Any]:
     """OpenAI's error JSON (the same for Chat Completions and Responses)."""
     etype = type_ or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     default = DEFAULT_MESSAGES.get(status, "The server had an error while processing your request (simulated).")
-    return {"error": {"message": message or default, "type": etype, "param": param, "code": code or ERROR_CODES.get(status)}}
+    return {
+        "error": {"message": message or default, "type": etype, "param": param, "code": code or ERROR_CODES.get(status)}
+    }
 
 
-def openai_usage_fields(usage: PromptUsage, output_tokens: int, reasoning_tokens: int, *, prefix: str) -> dict[str, Any]:
+def openai_usage_fields(
+    usage: PromptUsage, output_tokens: int, reasoning_tokens: int, *, prefix: str
+) -> dict[str, Any]:
     """Inclusive usage: cached tokens are part of the prompt/input count."""
     return {
         f"{prefix}_tokens": usage.total,
@@ -50,7 +56,9 @@ class ChatWire:
     def usage(self, cache: PromptCache, scope: str, model: str, prompt: Prompt, now: float) -> PromptUsage:
         return cache.openai(scope, model, prompt.blocks, now)
 
-    def error(self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None) -> dict[str, Any]:
+    def error(
+        self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None
+    ) -> dict[str, Any]:
         return openai_error(status, type_, message, code, param)
 
     def overflow(self, tokens: int, window: int) -> dict[str, Any]:

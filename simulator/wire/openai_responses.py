@@ -39,7 +39,9 @@ class ResponsesWire:
     def usage(self, cache: PromptCache, scope: str, model: str, prompt: Prompt, now: float) -> PromptUsage:
         return cache.openai(scope, model, prompt.blocks, now)
 
-    def error(self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None) -> dict[str, Any]:
+    def error(
+        self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None
+    ) -> dict[str, Any]:
         return openai_error(status, type_, message, code, param)
 
     def overflow(self, tokens: int, window: int) -> dict[str, Any]:
@@ -61,10 +63,18 @@ class ResponsesWire:
         reply, items = turn.reply, []
         status = "incomplete" if reply.truncated else "completed"
         if reply.thinking:
-            items.append({"id": make_id("rs_"), "type": "reasoning", "summary": [{"type": "summary_text", "text": reply.thinking}]})
+            items.append(
+                {
+                    "id": make_id("rs_"),
+                    "type": "reasoning",
+                    "summary": [{"type": "summary_text", "text": reply.thinking}],
+                }
+            )
         if reply.text:
             part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
-            items.append({"id": make_id("msg_"), "type": "message", "status": status, "role": "assistant", "content": [part]})
+            items.append(
+                {"id": make_id("msg_"), "type": "message", "status": status, "role": "assistant", "content": [part]}
+            )
         for call, call_id in zip(reply.tool_calls, turn.call_ids, strict=True):
             items.append({
                 "id": make_id("fc_"), "type": "function_call", "status": "completed",
@@ -76,7 +86,9 @@ class ResponsesWire:
         reasoning = count_tokens(turn.reply.thinking)
         return openai_usage_fields(turn.usage, turn.output_tokens, reasoning, prefix="input")
 
-    def _response(self, turn: Turn, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+    def _response(
+        self, turn: Turn, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
         body = turn.body
         text_cfg = body.get("text") if isinstance(body.get("text"), dict) else {"format": {"type": "text"}}
         return {
@@ -126,21 +138,39 @@ class ResponsesWire:
             if item["type"] == "reasoning":
                 ev("response.output_item.added", output_index=index, item={**item, "summary": []})
                 text = item["summary"][0]["text"]
-                ev("response.reasoning_summary_part.added", **ref, summary_index=0, part={"type": "summary_text", "text": ""})
+                ev(
+                    "response.reasoning_summary_part.added",
+                    **ref,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
                 for piece in split_text(text):
                     ev("response.reasoning_summary_text.delta", True, **ref, summary_index=0, delta=piece)
                 ev("response.reasoning_summary_text.done", **ref, summary_index=0, text=text)
-                ev("response.reasoning_summary_part.done", **ref, summary_index=0, part={"type": "summary_text", "text": text})
+                ev(
+                    "response.reasoning_summary_part.done",
+                    **ref,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": text},
+                )
             elif item["type"] == "message":
                 part = item["content"][0]
-                ev("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+                ev(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
                 ev("response.content_part.added", **ref, content_index=0, part={**part, "text": ""})
                 for piece in split_text(part["text"]):
                     ev("response.output_text.delta", True, **ref, content_index=0, delta=piece, logprobs=[])
                 ev("response.output_text.done", **ref, content_index=0, text=part["text"], logprobs=[])
                 ev("response.content_part.done", **ref, content_index=0, part=part)
             else:
-                ev("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+                ev(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
                 for piece in split_json(item["arguments"]):
                     ev("response.function_call_arguments.delta", True, **ref, delta=piece)
                 ev("response.function_call_arguments.done", **ref, name=item["name"], arguments=item["arguments"])

@@ -18,7 +18,11 @@ class Event:
     content: bool = False
 
     def encode(self) -> bytes:
-        payload = self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+        payload = (
+            self.data
+            if isinstance(self.data, str)
+            else json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+        )
         head = f"event: {self.name}\n" if self.name else ""
         return f"{head}data: {payload}\n\n".encode()
 

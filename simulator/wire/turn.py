@@ -43,7 +43,9 @@ class Wire(Protocol):
 
     def usage(self, cache: PromptCache, scope: str, model: str, prompt: Prompt, now: float) -> PromptUsage: ...
 
-    def error(self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None) -> dict[str, Any]:
+    def error(
+        self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None
+    ) -> dict[str, Any]:
         """The provider's own error JSON."""
 
     def overflow(self, tokens: int, window: int) -> dict[str, Any]:
