@@ -200,13 +200,13 @@ async def test_compressed_request_bodies_are_decoded(sim):
 
 
 def test_request_log_is_bounded():
-    from ctxscope.simulator import state as state_module
+    from ctxscope.simulator.control.requestlog import MAX_ENTRIES
 
     state = SimulatorState()
-    for i in range(state_module.MAX_LOGGED_REQUESTS + 5):
+    for i in range(MAX_ENTRIES + 5):
         state.log({"n": i})
     logged = state.requests()
-    assert len(logged) == state_module.MAX_LOGGED_REQUESTS and logged[-1]["n"] == state_module.MAX_LOGGED_REQUESTS + 4
+    assert len(logged) == MAX_ENTRIES and logged[-1]["n"] == MAX_ENTRIES + 4
 
 
 def test_load_script_file(tmp_path):

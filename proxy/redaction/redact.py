@@ -132,10 +132,6 @@ def _looks_like_key(value: str, strict: bool = True) -> bool:
     return False
 
 
-def is_secret_header(name: str, value: str) -> bool:
-    return _secret_name(name) or _looks_like_key(value, not _plain_name(name))
-
-
 def extract_api_key(headers: list[tuple[str, str]], query: str = "") -> str | None:
     """The credential a request carries: x-api-key, Bearer token, api-key, x-goog-api-key or ?key=."""
     found: dict[str, str] = {}

@@ -33,6 +33,3 @@ def write_token_file(path: Path, token: str) -> None:
         tmp.unlink(missing_ok=True)
         raise
 
-
-def read_token_file(path: Path) -> str:
-    return path.read_text().strip()
