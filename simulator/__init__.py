@@ -1,7 +1,7 @@
 """ctxscope.simulator: a deterministic, scriptable stand-in for the Anthropic and OpenAI APIs.
 
 An independent implementation of the wire formats: it imports nothing from the proxy or the
-inspector, only ``ctxscope.vocab`` (so a bug shared with the proxy cannot hide in both).
+inspector, only ``ctxscope.vocab`` (docs/architecture.md, "The simulator is a second implementation").
 
 - ``app``: the aiohttp application (provider routes plus /_sim control endpoints), ``state``: one
   simulator's state, ``exchange``: answering one model request, ``body``: reading a body within

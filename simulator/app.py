@@ -3,13 +3,13 @@
 Provider routes (with and without the /v1 prefix, as real providers and SDK base URLs differ):
 POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses
 (OpenAI), GET /v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is
-sent, OpenAI's otherwise). Replies come from the script queue (see `script.py` for the step
+sent, OpenAI's otherwise). Replies come from the script queue (see `model/script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
-`requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
+`control/requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
 ({"context_window": N}). Only a loopback, same-origin caller with the token may use them
-(`access.py`); `control.SimulatorControl` is the client.
+(`control/access.py`); `control/client.py`'s `SimulatorControl` is the client.
 
 Bodies are read and decoded here, not by aiohttp (serve the app with `make_runner`): a body over
 ``max_body`` (sent or decoded) gets a 413 and an undecodable one a 400, both in the provider's

@@ -4,7 +4,8 @@ The answer maps each ``StrEnum`` of the vocabulary (``RelationKind``, ``EpochRea
 ``CacheVerdict``, ``Outcome``, ``MarkerKind``, ``Api``...) to its members, name -> value, in
 definition order: the page lists a filter's options from it and compares values through it. The
 enums are found by looking at the vocabulary's modules, so a new one reaches the page unasked.
-The words never change while the daemon runs: the body is built once, at import.
+The words never change while the daemon runs: the body is built once, at import
+(docs/architecture.md, "One spelling of each word").
 """
 
 from __future__ import annotations

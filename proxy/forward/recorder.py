@@ -20,7 +20,7 @@ from ctxscope.vocab.kinds import Outcome
 
 
 class Recorder:
-    """One call in flight; ``finish`` sets its outcome once (the first outcome found is the true one)."""
+    """One call in flight; ``finish`` sets its outcome once (docs/architecture.md, "An outcome is set once")."""
 
     def __init__(self, route: Route, request: web.Request, headers: list[tuple[str, str]],
                  annotations: list[tuple[str, str]], label: str | None, query: str, started: float):

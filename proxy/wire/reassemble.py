@@ -2,7 +2,7 @@
 
 A handler receives each SSE event (with its data parsed as JSON when it is JSON) and, at the end,
 ``build``s the body the non-streaming API would have returned. Handlers never trust the stream:
-missing or mistyped fields are skipped (responses.py counts what raised as malformed).
+missing or mistyped fields are skipped (responses.py skips an event whose handling raised).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class Usage:
 
 
 def normalize_usage(api: str | None, raw: dict | None) -> Usage | None:
-    """Normalise ``raw`` as reported by ``api`` (an apis.py constant); None when not reported.
+    """Normalise ``raw`` as reported by ``api`` (an ``Api`` value); None when not reported.
 
     An unknown api is recognised by the object's field names.
     """

@@ -69,7 +69,7 @@ class SimulatorControl:
         return self._call("GET", "/_sim/script")
 
     def requests(self) -> list[dict[str, Any]]:
-        """The request log, oldest first (see requestlog.py for what an entry holds)."""
+        """The request log, oldest first (see control/requestlog.py for what an entry holds)."""
         return self._call("GET", "/_sim/requests")
 
     def config(self, *, context_window: int | None = None) -> dict[str, Any]:

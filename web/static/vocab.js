@@ -1,6 +1,7 @@
 // The analyses' words (relation kinds, epoch reasons, cache verdicts, outcomes, marker kinds, API
 // ids), read once from the API at start: the page keeps no copy of a list the vocabulary defines.
 // `vocab.RelationKind.EPOCH_START` is a value; `kinds(vocab.MarkerKind)` lists them in order.
+// (docs/architecture.md, "One spelling of each word")
 
 import { getJSON } from "./api.js";
 
