@@ -3,9 +3,11 @@ filter's options from it (Debian's chromium via Playwright) instead of from a co
 
 from __future__ import annotations
 
+import ast
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -43,6 +45,18 @@ def test_the_vocabulary_endpoint_answers_every_enum_member_by_name(web):
         table = data[enum.__name__]
         assert list(table.items()) == [(m.name, m.value) for m in enum], enum.__name__  # every member, in order
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in table.items())
+
+
+def test_every_strenum_in_the_vocabulary_sources_is_served():
+    """A new word list in any module of vocab/ must reach the page: the endpoint serves them all."""
+    from ctxscope.web.vocabulary import vocabulary
+
+    declared = set()
+    for path in (Path(__file__).resolve().parents[1] / "vocab").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("StrEnum") for b in node.bases):
+                declared.add(node.name)
+    assert declared == {e.__name__ for e in ENUMS} == set(vocabulary())
 
 
 def test_the_vocabulary_endpoint_refuses_a_foreign_host(web):

@@ -2,36 +2,29 @@
 
 The answer maps each ``StrEnum`` of the vocabulary (``RelationKind``, ``EpochReason``,
 ``CacheVerdict``, ``Outcome``, ``MarkerKind``, ``Api``...) to its members, name -> value, in
-definition order: the page lists a filter's options from it and compares values through it. The
-enums are found by looking at the vocabulary's modules, so a new one reaches the page unasked.
+definition order: the page lists a filter's options from it and compares values through it. Every
+``StrEnum`` of the modules named here is served (tests/test_web_vocabulary.py checks that no
+module of the vocabulary is missing from them).
 The words never change while the daemon runs: the body is built once, at import
 (docs/architecture.md, "One spelling of each word").
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 from enum import StrEnum
-from types import ModuleType
 
 from aiohttp import web
 
-import ctxscope.vocab
+from ctxscope.vocab import apis, kinds
 
-_SKIP = {"ctxscope.vocab.tokens"}  # the tokenizer: no word lists, and loading it is not free
-
-
-def _modules() -> list[ModuleType]:
-    names = sorted(f"{ctxscope.vocab.__name__}.{m.name}" for m in pkgutil.iter_modules(ctxscope.vocab.__path__))
-    return [importlib.import_module(name) for name in names if name not in _SKIP]
+MODULES = (apis, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
 
 
 def vocabulary() -> dict[str, dict[str, str]]:
     """Each StrEnum defined in ``ctxscope.vocab``, by class name: its members' names and values."""
     found: dict[str, dict[str, str]] = {}
-    for module in _modules():
+    for module in MODULES:
         for name, obj in vars(module).items():
             if isinstance(obj, type) and issubclass(obj, StrEnum) and obj.__module__ == module.__name__:
                 found[name] = {member.name: member.value for member in obj}
