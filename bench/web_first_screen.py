@@ -159,7 +159,7 @@ class Daemon:
         from ctxscope.daemon import start_daemon
         from ctxscope.settings import DaemonConfig
         from ctxscope.simulator.app import STATE_KEY, start_simulator
-        from ctxscope.simulator.control import SimulatorControl
+        from ctxscope.simulator.control.client import SimulatorControl
 
         os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
         self.loop = asyncio.new_event_loop()

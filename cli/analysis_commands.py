@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ctxscope.proxy.mask import mask_key_values, mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail
 from .output import emit_json, emit_table

@@ -19,9 +19,9 @@ from aiohttp import web
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_process import WriterProcess
-from ctxscope.proxy.forward import Forwarder, ProxySettings
+from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
-from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_file
+from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
 from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
 

@@ -97,8 +97,8 @@ def sim(host, port, script_file):
     import asyncio
 
     from ctxscope.simulator.app import start_simulator
-    from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_file
-    from ctxscope.simulator.script import ScriptError, load_script_file
+    from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
+    from ctxscope.simulator.model.script import ScriptError, load_script_file
 
     from .settings import home_dir
 

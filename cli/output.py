@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ctxscope.proxy.mask import mask_key_values, mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 
 def emit_json(data: Any) -> None:

@@ -8,7 +8,7 @@ import click
 
 from ctxscope.inspector.cache_analysis import VERDICTS
 from ctxscope.inspector.relation import KINDS as RELATIONS
-from ctxscope.proxy.mask import mask_key_values
+from ctxscope.proxy.redaction.mask import mask_key_values
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail
 from .output import emit_json, emit_table

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.proxy.limits import Limits, parse_limit_option
-from ctxscope.proxy.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
+from ctxscope.proxy.defence.limits import Limits, parse_limit_option
+from ctxscope.proxy.forward.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787

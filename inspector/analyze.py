@@ -50,7 +50,7 @@ from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.relation import NOT_COMPARABLE, CallContext, Relation, classify
 from ctxscope.inspector.store import iso, record_event
 from ctxscope.inspector.threads import Placement, RecentCall, explicit_session_id, place_call
-from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.proxy.wire.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 log = logging.getLogger("ctxscope.analysis")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ctxscope.inspector.hashes import Hashes
 from ctxscope.inspector.tool_refs import ToolRefs
-from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.proxy.wire.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 KINDS = (
     "system", "tools", "user_text", "assistant_text", "tool_call",

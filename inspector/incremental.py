@@ -30,7 +30,7 @@ from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize
 from ctxscope.inspector.chunked import Chunked
 from ctxscope.inspector.hashes import Hashes
 from ctxscope.inspector.tool_refs import ToolRefs
-from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.proxy.wire.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 ITEMS_KEY = {ANTHROPIC_MESSAGES: "messages", ANTHROPIC_COUNT_TOKENS: "messages", OPENAI_CHAT: "messages",
              OPENAI_RESPONSES: "input"}  # fmt: skip

@@ -27,11 +27,11 @@ import sqlite_utils
 from ctxscope.inspector.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.recode import find_recipe
 from ctxscope.inspector.store import iso
-from ctxscope.proxy.apis import GEMINI_GENERATE, detect_api
-from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.exchange import OK, Exchange
-from ctxscope.proxy.redact import redact_headers, redact_query
-from ctxscope.proxy.responses import ParsedResponse, parse_response
+from ctxscope.proxy.redaction.redact import redact_headers, redact_query
+from ctxscope.proxy.wire.apis import GEMINI_GENERATE, detect_api
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
+from ctxscope.proxy.wire.responses import ParsedResponse, parse_response
 
 log = logging.getLogger("ctxscope.store")
 

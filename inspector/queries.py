@@ -20,8 +20,8 @@ from ctxscope.inspector.migrations import migrations
 from ctxscope.inspector.recode import apply_recipe
 from ctxscope.inspector.spool import spool_status
 from ctxscope.inspector.writer_status import capture_state
-from ctxscope.proxy.decoding import BodyDecodeError, decode_body
-from ctxscope.proxy.responses import parse_response
+from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
+from ctxscope.proxy.wire.responses import parse_response
 
 SUMMARY_COLUMNS = (
     "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "

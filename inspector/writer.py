@@ -45,8 +45,8 @@ from ctxscope.inspector.writer_failures import (
     store_unavailable,
 )
 from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
-from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
 

@@ -34,7 +34,7 @@ from ctxscope.inspector.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer import CaptureWriter
 from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.inspector.writer_priority import Priority
-from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
 

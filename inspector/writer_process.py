@@ -53,8 +53,8 @@ from ctxscope.inspector.writer_failures import RETRY_INTERVAL
 from ctxscope.inspector.writer_priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer_restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
 from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
-from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
 

@@ -9,24 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# Outcomes of an exchange.
-OK = "ok"
-HTTP_ERROR = "http_error"  # the upstream answered with a status >= 400
-UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection to the upstream could be made (in time)
-UPSTREAM_RESET = "upstream_reset"  # the upstream's connection broke after it was made (or it answered non-HTTP)
-CLIENT_DISCONNECTED = "client_disconnected"  # the client left (or stalled its body) before the end
-TIMEOUT = "timeout"  # the upstream was silent longer than the read timeout
-INTERRUPTED = "interrupted"  # cut by the daemon's own shutdown
-REQUEST_TOO_LARGE = "request_too_large"  # a body over the limit, answered 413, never forwarded
-OUTCOMES = (OK, HTTP_ERROR, UPSTREAM_UNREACHABLE, UPSTREAM_RESET, CLIENT_DISCONNECTED, TIMEOUT, INTERRUPTED,
-            REQUEST_TOO_LARGE)
+from ctxscope.vocab.kinds import Outcome
+
+# The inspector still imports this name; the store's move to the enums retires it.
+OK = Outcome.OK
 
 
 @dataclass(frozen=True)
 class Exchange:
     """One request/response pair, raw, with secrets already removed from the headers."""
 
-    id: str  # time-ordered unique id (see proxy.ids)
+    id: str  # time-ordered unique id (see ids.py)
     provider: str  # route kind: "anthropic", "openai" or "u/<name>"
     upstream: str  # base URL the request was forwarded to
     method: str
@@ -43,7 +36,7 @@ class Exchange:
     started_at: float  # unix seconds when the request arrived
     first_byte_at: float | None  # unix seconds of the first response body byte
     ended_at: float
-    outcome: str  # one of OUTCOMES
+    outcome: str  # an Outcome's value (plain text, as the spool and the store keep it)
     error: str | None = None  # human-readable detail for non-ok outcomes
     client: str | None = None  # user agent
     extra: dict = field(default_factory=dict)

@@ -6,9 +6,9 @@ import gc
 
 from aiohttp import web
 
-from .connection import ProxyRunner
-from .forward import Forwarder
-from .limits import Limits
+from ctxscope.proxy.defence.connection import ProxyRunner
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.forward.forwarder import Forwarder
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
 

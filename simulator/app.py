@@ -3,13 +3,13 @@
 Provider routes (with and without the /v1 prefix, as real providers and SDK base URLs differ):
 POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses
 (OpenAI), GET /v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is
-sent, OpenAI's otherwise). Replies come from the script queue (see `script.py` for the step
+sent, OpenAI's otherwise). Replies come from the script queue (see `model/script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
-`requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
+`control/requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
 ({"context_window": N}). Only a loopback, same-origin caller with the token may use them
-(`access.py`); `control.SimulatorControl` is the client.
+(`control/access.py`); `control/client.py`'s `SimulatorControl` is the client.
 
 Bodies are read and decoded here, not by aiohttp (serve the app with `make_runner`): a body over
 ``max_body`` (sent or decoded) gets a 413 and an undecodable one a 400, both in the provider's
@@ -24,17 +24,25 @@ from typing import Any
 
 from aiohttp import web
 
-from .access import refusal
-from .anthropic_wire import AnthropicWire
-from .body import BodyError, decode, read_raw
-from .exchange import BODY_KEY, JSON_KEY, handle_model_request, json_reply, key_fingerprint, parse_json, read_json
-from .openai_chat_wire import ChatWire
-from .openai_responses_wire import ResponsesWire
-from .prompt import PromptError
-from .redact import redacted_headers, redacted_query
-from .requestlog import body_for_log
-from .script import ScriptError
-from .state import STATE_KEY, SimulatorState
+from ctxscope.simulator.body import BodyError, decode, read_raw
+from ctxscope.simulator.control.access import refusal
+from ctxscope.simulator.control.redact import redacted_headers, redacted_query
+from ctxscope.simulator.control.requestlog import body_for_log
+from ctxscope.simulator.exchange import (
+    BODY_KEY,
+    JSON_KEY,
+    handle_model_request,
+    json_reply,
+    key_fingerprint,
+    parse_json,
+    read_json,
+)
+from ctxscope.simulator.model.prompt import PromptError
+from ctxscope.simulator.model.script import ScriptError
+from ctxscope.simulator.state import STATE_KEY, SimulatorState
+from ctxscope.simulator.wire.anthropic import AnthropicWire
+from ctxscope.simulator.wire.openai_chat import ChatWire
+from ctxscope.simulator.wire.openai_responses import ResponsesWire
 
 __all__ = ["STATE_KEY", "SimulatorState", "create_app", "make_runner", "start_simulator"]
 
@@ -120,7 +128,9 @@ async def _count_tokens(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     body = await read_json(request)
     if not isinstance(body, dict):
-        return json_reply(state, ANTHROPIC, 400, ANTHROPIC.error(400, None, "The request body is not a valid JSON object.", None))
+        return json_reply(
+            state, ANTHROPIC, 400, ANTHROPIC.error(400, None, "The request body is not a valid JSON object.", None)
+        )
     try:
         prompt, _ = ANTHROPIC.prompt(body, {})
     except PromptError as exc:
@@ -129,7 +139,12 @@ async def _count_tokens(request: web.Request) -> web.Response:
 
 
 def _anthropic_model(name: str) -> dict[str, Any]:
-    return {"type": "model", "id": name, "display_name": name.replace("-", " ").title(), "created_at": "2025-01-01T00:00:00Z"}
+    return {
+        "type": "model",
+        "id": name,
+        "display_name": name.replace("-", " ").title(),
+        "created_at": "2025-01-01T00:00:00Z",
+    }
 
 
 def _openai_model(name: str) -> dict[str, Any]:
@@ -139,7 +154,9 @@ def _openai_model(name: str) -> dict[str, Any]:
 async def _models(request: web.Request) -> web.Response:
     if "anthropic-version" in request.headers:
         data = [_anthropic_model(m) for m in ANTHROPIC_MODELS]
-        return web.json_response({"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]})
+        return web.json_response(
+            {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+        )
     return web.json_response({"object": "list", "data": [_openai_model(m) for m in OPENAI_MODELS]})
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .app import start_simulator
-from .state import STATE_KEY, SimulatorState
+from ctxscope.simulator.app import start_simulator
+from ctxscope.simulator.state import STATE_KEY, SimulatorState
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,15 @@ try:  # Python 3.14+
     from compression import zstd as _zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the Python version
     try:
-        from backports import zstd as _zstd  # type: ignore[no-redef]
+        from backports import zstd as _zstd
     except ImportError:
         _zstd = None
 
 try:
-    import brotli as _brotli  # type: ignore[import-not-found]
+    import brotli as _brotli
 except ImportError:  # pragma: no cover - depends on what is installed
     try:
-        import brotlicffi as _brotli  # type: ignore[no-redef]
+        import brotlicffi as _brotli
     except ImportError:
         _brotli = None
 

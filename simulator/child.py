@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import threading
 
 from aiohttp import web
 
-from .app import MAX_BODY, create_app, make_runner
+from ctxscope.simulator.app import MAX_BODY, create_app, make_runner
 
 PARENT_CHECK_S = 0.5
 SHUTDOWN_GRACE_S = 0.5  # open streams get this long when the daemon stops
@@ -81,15 +82,14 @@ def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
     parent = os.getppid()
     if args.nice:
-        try:
+        with contextlib.suppress(OSError):  # not allowed here: run at the normal priority
             os.nice(args.nice)
-        except OSError:  # pragma: no cover - not allowed here: run at the normal priority
-            pass
     token = sys.stdin.buffer.readline().decode().strip()
     if not token:
         sys.exit("ctxscope simulator child: no control token on stdin")
     try:
-        import uvloop  # type: ignore
+        import uvloop
     except ImportError:
-        uvloop = None
-    (uvloop.run if uvloop is not None else asyncio.run)(serve(args, token, parent))
+        asyncio.run(serve(args, token, parent))
+    else:
+        uvloop.run(serve(args, token, parent))

@@ -17,11 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .prompt import PromptError
-from .script import ErrorSpec, Reply, Step, output_tokens
-from .sse import Event
-from .state import STATE_KEY, SimulatorState
-from .turn import Turn, Wire
+from ctxscope.simulator.model.prompt import PromptError
+from ctxscope.simulator.model.script import ErrorSpec, Reply, Step, output_tokens
+from ctxscope.simulator.state import STATE_KEY, SimulatorState
+from ctxscope.simulator.wire.sse import Event
+from ctxscope.simulator.wire.turn import Turn, Wire
 
 _SALT = os.urandom(16)  # per process: fingerprints tell keys apart without being a lookup table
 
@@ -41,7 +41,9 @@ def _headers(state: SimulatorState, wire: Wire, extra: dict[str, str] | None = N
     return {wire.request_id_header: state.ids.make(wire.request_id_prefix), **(extra or {})}
 
 
-def json_reply(state: SimulatorState, wire: Wire, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> web.Response:
+def json_reply(
+    state: SimulatorState, wire: Wire, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None
+) -> web.Response:
     return web.json_response(payload, status=status, headers=_headers(state, wire, extra))
 
 
@@ -74,7 +76,9 @@ def _cut_point(events: list[Event], spec: ErrorSpec) -> int:
     return first_content + 1
 
 
-async def _stream(request: web.Request, state: SimulatorState, wire: Wire, turn: Turn, step: Step | None) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, state: SimulatorState, wire: Wire, turn: Turn, step: Step | None
+) -> web.StreamResponse:
     events = wire.events(turn)
     if step is not None and step.stream_error is not None:
         cut = _cut_point(events, step.stream_error)
@@ -97,7 +101,9 @@ async def _stream(request: web.Request, state: SimulatorState, wire: Wire, turn:
     return response
 
 
-async def _partial_then_reset(request: web.Request, state: SimulatorState, wire: Wire, payload: dict[str, Any]) -> web.StreamResponse:
+async def _partial_then_reset(
+    request: web.Request, state: SimulatorState, wire: Wire, payload: dict[str, Any]
+) -> web.StreamResponse:
     data = json.dumps(payload).encode()
     headers = _headers(state, wire, {"content-type": "application/json"})
     response = web.StreamResponse(status=200, headers=headers)
@@ -113,10 +119,13 @@ async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamRe
     state = request.app[STATE_KEY]
     body = await read_json(request)
     if not isinstance(body, dict):
-        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.", None))
+        error = wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.", None)
+        return json_reply(state, wire, 400, error)
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", "model: Field required", None, "model"))
+        return json_reply(
+            state, wire, 400, wire.error(400, "invalid_request_error", "model: Field required", None, "model")
+        )
     try:
         prompt, conversation = wire.prompt(body, state.responses)
     except PromptError as exc:

@@ -10,13 +10,14 @@ waits for it to exit. If the parent dies without stopping it, the closed pipe en
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .control import SimulatorControl
+from ctxscope.simulator.control.client import SimulatorControl
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -44,9 +45,10 @@ class SimulatorProcess:
                 "--context-window", str(self.context_window)]  # fmt: skip
         if self.max_body is not None:
             argv += ["--max-body", str(self.max_body)]
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-        self._proc.stdin.write(self.token.encode() + b"\n")
-        self._proc.stdin.flush()  # the pipe stays open: its end of file tells the child we are gone
+        proc = self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        assert proc.stdin is not None  # stdin=PIPE
+        proc.stdin.write(self.token.encode() + b"\n")
+        proc.stdin.flush()  # the pipe stays open: its end of file tells the child we are gone
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> str:
         """The child's base URL once it listens; RuntimeError (and the child stopped) if it does not."""
@@ -61,7 +63,7 @@ class SimulatorProcess:
                 if left <= 0 or not sel.select(left):
                     self.stop()
                     raise RuntimeError(f"the simulator did not start within {timeout:g} s")
-                chunk = proc.stdout.read1(4096)
+                chunk = os.read(proc.stdout.fileno(), 4096)
                 if not chunk:
                     code = proc.wait()
                     raise RuntimeError(f"the simulator exited while starting (exit code {code})")

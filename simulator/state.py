@@ -17,13 +17,12 @@ from typing import Any
 
 from aiohttp import web
 
-from .cache import PromptCache
-from .ids import IdMaker
-from .prompt import Block
-from .requestlog import MAX_ENTRIES, RequestLog
-from .script import Step, parse_script
+from ctxscope.simulator.control.requestlog import RequestLog
+from ctxscope.simulator.model.cache import PromptCache
+from ctxscope.simulator.model.ids import IdMaker
+from ctxscope.simulator.model.prompt import Block
+from ctxscope.simulator.model.script import Step, parse_script
 
-MAX_LOGGED_REQUESTS = MAX_ENTRIES
 MAX_REMEMBERED_RESPONSES = 1000
 
 

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.forward import Forwarder, ProxySettings
-from ctxscope.proxy.limits import Limits
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
 
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxscope.main import cli
-from ctxscope.proxy.limits import KEYS, Limits, parse_limit_option
+from ctxscope.proxy.defence.limits import KEYS, Limits, parse_limit_option
 from ctxscope.settings import build_config, read_config_file
 
 

@@ -26,7 +26,7 @@ from inspector_bodies import (
 
 from ctxscope.inspector import queries
 from ctxscope.inspector.analysis_queries import stats
-from ctxscope.simulator.control import SimulatorControl
+from ctxscope.simulator.control.client import SimulatorControl
 
 KEY = "sk-test-relations-0123456789abcdef"
 BIG = long_text(1500, "sys")  # ~3000 tokens

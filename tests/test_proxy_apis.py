@@ -1,48 +1,41 @@
 import pytest
 
-from ctxscope.proxy.apis import (
-    ALL_APIS,
-    ANTHROPIC_COUNT_TOKENS,
-    ANTHROPIC_MESSAGES,
-    GEMINI_GENERATE,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-    detect_api,
-)
+from ctxscope.proxy.wire.apis import detect_api
+from ctxscope.vocab.apis import Api
 
 
 def test_constant_values_are_stable():
-    assert ANTHROPIC_MESSAGES == "anthropic.messages"
-    assert ANTHROPIC_COUNT_TOKENS == "anthropic.count_tokens"
-    assert OPENAI_CHAT == "openai.chat"
-    assert OPENAI_RESPONSES == "openai.responses"
-    assert GEMINI_GENERATE == "gemini.generate"
-    assert len(set(ALL_APIS)) == 5
+    assert Api.ANTHROPIC_MESSAGES == "anthropic.messages"
+    assert Api.ANTHROPIC_COUNT_TOKENS == "anthropic.count_tokens"
+    assert Api.OPENAI_CHAT == "openai.chat"
+    assert Api.OPENAI_RESPONSES == "openai.responses"
+    assert Api.GEMINI_GENERATE == "gemini.generate"
+    assert len(set(Api)) == 5
 
 
 @pytest.mark.parametrize(
     "path, api",
     [
-        ("/v1/messages", ANTHROPIC_MESSAGES),
-        ("/messages", ANTHROPIC_MESSAGES),
-        ("/v1/messages/", ANTHROPIC_MESSAGES),
-        ("/v1/messages?beta=true", ANTHROPIC_MESSAGES),
-        ("/api/anthropic/v1/messages", ANTHROPIC_MESSAGES),
-        ("/v1/messages/count_tokens", ANTHROPIC_COUNT_TOKENS),
-        ("/messages/count_tokens", ANTHROPIC_COUNT_TOKENS),
-        ("/v1/chat/completions", OPENAI_CHAT),
-        ("/chat/completions", OPENAI_CHAT),
-        ("/api/v1/chat/completions", OPENAI_CHAT),
-        ("/openai/deployments/gpt-4o/chat/completions", OPENAI_CHAT),
-        ("/v1/chat/completions?api-version=2024-10-21", OPENAI_CHAT),
-        ("/v1/responses", OPENAI_RESPONSES),
-        ("/responses", OPENAI_RESPONSES),
-        ("/backend-api/codex/responses", OPENAI_RESPONSES),
-        ("/v1beta/models/gemini-2.5-flash:generateContent", GEMINI_GENERATE),
-        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", GEMINI_GENERATE),
-        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", GEMINI_GENERATE),
-        ("/v1/projects/p/locations/us/publishers/google/models/gemini-2.5-pro:generateContent", GEMINI_GENERATE),
-        ("/v1internal:streamGenerateContent", GEMINI_GENERATE),
+        ("/v1/messages", Api.ANTHROPIC_MESSAGES),
+        ("/messages", Api.ANTHROPIC_MESSAGES),
+        ("/v1/messages/", Api.ANTHROPIC_MESSAGES),
+        ("/v1/messages?beta=true", Api.ANTHROPIC_MESSAGES),
+        ("/api/anthropic/v1/messages", Api.ANTHROPIC_MESSAGES),
+        ("/v1/messages/count_tokens", Api.ANTHROPIC_COUNT_TOKENS),
+        ("/messages/count_tokens", Api.ANTHROPIC_COUNT_TOKENS),
+        ("/v1/chat/completions", Api.OPENAI_CHAT),
+        ("/chat/completions", Api.OPENAI_CHAT),
+        ("/api/v1/chat/completions", Api.OPENAI_CHAT),
+        ("/openai/deployments/gpt-4o/chat/completions", Api.OPENAI_CHAT),
+        ("/v1/chat/completions?api-version=2024-10-21", Api.OPENAI_CHAT),
+        ("/v1/responses", Api.OPENAI_RESPONSES),
+        ("/responses", Api.OPENAI_RESPONSES),
+        ("/backend-api/codex/responses", Api.OPENAI_RESPONSES),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", Api.GEMINI_GENERATE),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", Api.GEMINI_GENERATE),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Api.GEMINI_GENERATE),
+        ("/v1/projects/p/locations/us/publishers/google/models/gemini-2.5-pro:generateContent", Api.GEMINI_GENERATE),
+        ("/v1internal:streamGenerateContent", Api.GEMINI_GENERATE),
     ],
 )
 def test_llm_endpoints_are_recognised(path, api):

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from ctxscope.proxy.decoding import BodyDecodeError, decode_body
+from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 
 try:
     from compression import zstd
@@ -214,7 +214,7 @@ class _BrotliBomb:
 def test_a_br_bomb_is_refused_without_holding_its_output(monkeypatch):
     import tracemalloc
 
-    from ctxscope.proxy.decoding import KEEP_BYTES, DecodedTooLarge
+    from ctxscope.proxy.wire.decoding import KEEP_BYTES, DecodedTooLarge
 
     fake = types.SimpleNamespace(Decompressor=_BrotliBomb, error=_fake_brotli.error)
     monkeypatch.setitem(sys.modules, "brotli", fake)
@@ -244,7 +244,7 @@ def test_br_is_not_decoded_with_a_brotli_that_cannot_bound_its_output(monkeypatc
 def test_a_real_br_body_and_bomb():
     import brotli  # a test dependency, so this always runs
 
-    from ctxscope.proxy.decoding import DecodedTooLarge
+    from ctxscope.proxy.wire.decoding import DecodedTooLarge
 
     assert decode_body(brotli.compress(b"hello " * 1000), "br") == b"hello " * 1000
     with pytest.raises(DecodedTooLarge):
@@ -259,7 +259,7 @@ def _gzip_zeros(n: int) -> bytes:
 def test_a_bomb_over_the_default_limit_is_refused_without_holding_its_output():
     import tracemalloc
 
-    from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, KEEP_BYTES, DecodedTooLarge
+    from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE, KEEP_BYTES, DecodedTooLarge
 
     bomb = _gzip_zeros(DEFAULT_MAX_SIZE + (16 << 20))  # a few hundred KB that inflate past the limit
     assert len(bomb) < 200_000 and DEFAULT_MAX_SIZE == 134217728
@@ -274,7 +274,7 @@ def test_a_bomb_over_the_default_limit_is_refused_without_holding_its_output():
 
 
 def test_a_body_between_the_kept_bytes_and_the_limit_is_decoded_whole():
-    from ctxscope.proxy.decoding import KEEP_BYTES
+    from ctxscope.proxy.wire.decoding import KEEP_BYTES
 
     body = b"0123456789abcdef" * ((KEEP_BYTES + (8 << 20)) // 16)
     for encoding, data in (("gzip", gzip.compress(body, 1)), ("zstd", zstd.compress(body))):

@@ -12,9 +12,9 @@ import yarl
 from aiohttp import web
 from proxy_rig import ListSink
 
-from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.forward import Forwarder, ProxySettings
+from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner
+from ctxscope.vocab.kinds import Outcome
 
 
 class Upstream:
@@ -166,7 +166,7 @@ async def test_stream_bytes_identical_and_recorded(rig):
     assert headers["x-api-key"] == "sk-ant-secret-123456789"  # forwarded as is
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
-    assert e.response_body == got and e.outcome == ex.OK and e.status == 200
+    assert e.response_body == got and e.outcome == Outcome.OK and e.status == 200
     assert e.session_label == "demo" and e.path == "/v1/x" and e.query == "a=1"
     assert ("x-ctxscope-turn", "3") in e.annotations
     assert "sk-ant-secret" not in repr(e.request_headers)
@@ -199,7 +199,7 @@ async def test_upstream_down_gives_provider_shaped_502(rig):
         assert resp.status == 502
         assert (await resp.json())["error"]["code"] == "upstream_unreachable"
     await _wait_for(rig.sink, 2)
-    assert [e.outcome for e in rig.sink.items] == [ex.UPSTREAM_UNREACHABLE] * 2
+    assert [e.outcome for e in rig.sink.items] == [Outcome.UPSTREAM_UNREACHABLE] * 2
 
 
 async def test_unknown_upstream_is_refused_not_forwarded(rig):
@@ -218,7 +218,7 @@ async def test_upstream_reset_truncates_client_too(rig):
             await resp.read()
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
-    assert e.outcome == ex.UPSTREAM_RESET
+    assert e.outcome == Outcome.UPSTREAM_RESET
     assert e.response_body == rig.upstream.sent[0]
 
 
@@ -231,7 +231,7 @@ async def test_client_disconnect_mid_stream_is_recorded(rig):
     await s.close()
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
-    assert e.outcome == ex.CLIENT_DISCONNECTED
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED
     assert 0 < len(e.response_body) < len(b"".join(f"data: {i}\n\n".encode() for i in range(200)))
 
 
@@ -264,7 +264,7 @@ async def test_small_json_answer_is_byte_exact_with_upstream_headers(rig):
     assert got == rig.upstream.sent[0]
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
-    assert e.response_body == got and e.outcome == ex.OK and e.first_byte_at is not None
+    assert e.response_body == got and e.outcome == Outcome.OK and e.first_byte_at is not None
 
 
 async def test_a_body_still_arriving_is_passed_on_before_it_is_complete(rig):
@@ -290,7 +290,7 @@ async def test_no_content_answer_and_head_request(rig):
     async with aiohttp.ClientSession() as s, s.head(rig.base + "/u/up/v1/x") as resp:
         assert resp.status == 200 and await resp.read() == b""
     await _wait_for(rig.sink, 2)
-    assert [e.outcome for e in rig.sink.items] == [ex.OK, ex.OK]
+    assert [e.outcome for e in rig.sink.items] == [Outcome.OK, Outcome.OK]
 
 
 async def test_query_is_forwarded_and_recorded_as_sent(rig):
@@ -311,7 +311,7 @@ async def test_upstream_silent_before_headers_times_out_with_a_provider_shaped_5
         assert resp.status == 504
         assert (await resp.json())["error"]["type"] == "timeout_error"
     await _wait_for(rig.sink)
-    assert rig.sink.items[0].outcome == ex.TIMEOUT
+    assert rig.sink.items[0].outcome == Outcome.TIMEOUT
 
 
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
@@ -323,7 +323,7 @@ async def test_upstream_silent_mid_stream_times_out_and_truncates_the_client(rig
             await resp.read()
     await _wait_for(rig.sink)
     e = rig.sink.items[0]
-    assert e.outcome == ex.TIMEOUT and e.response_body == rig.upstream.sent[0] and "0.3s" in e.error
+    assert e.outcome == Outcome.TIMEOUT and e.response_body == rig.upstream.sent[0] and "0.3s" in e.error
 
 
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
@@ -333,7 +333,7 @@ async def test_a_slow_stream_that_keeps_sending_is_not_timed_out(rig):
         got = await resp.read()
     assert got == b"".join(rig.upstream.sent)
     await _wait_for(rig.sink)
-    assert rig.sink.items[0].outcome == ex.OK
+    assert rig.sink.items[0].outcome == Outcome.OK
 
 
 async def test_no_header_is_invented_and_none_is_lost(rig):
@@ -371,4 +371,4 @@ async def test_headers_are_passed_on_before_any_body_arrives(rig):
         assert await resp.read() == b"data: late\n\n"
         resp.release()
     await _wait_for(rig.sink)
-    assert rig.sink.items[0].outcome == ex.OK
+    assert rig.sink.items[0].outcome == Outcome.OK

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from proxy_rig import closed_within, event_loop_policy, on_the_chosen_loop, serve_app, start_proxy, trickle
 
-from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.limits import BODY_PROGRESS, Limits
+from ctxscope.proxy.defence.limits import BODY_PROGRESS, Limits
 from ctxscope.proxy.server import make_runner
+from ctxscope.vocab.kinds import Outcome
 
 FAST = Limits(header_timeout=0.5, body_timeout=0.5, keepalive_timeout=30)
 HEAD = b"POST /u/up/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -86,7 +86,7 @@ async def test_a_body_trickling_in_is_cut_after_the_body_timeout_and_recorded(pr
     await sender
     writer.close()
     [e] = await proxy.sink.wait(1)
-    assert e.outcome == ex.CLIENT_DISCONNECTED and "stalled" in e.error and "not forwarded" in e.error
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED and "stalled" in e.error and "not forwarded" in e.error
     assert e.request_body == b"" and echo.bodies == []
     assert proxy.server.counts["body_stalls"] == 1
 
@@ -146,7 +146,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeo
 
 
 async def test_default_limits_reach_aiohttp_and_the_idle_timeout_is_75_seconds():
-    from ctxscope.proxy.forward import Forwarder, ProxySettings
+    from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
     from ctxscope.proxy.server import create_proxy_app
 
     runner = make_runner(create_proxy_app(Forwarder(ProxySettings(upstreams={}, salt=b"s"), None)))
@@ -208,7 +208,7 @@ async def test_a_body_over_the_limit_gets_a_provider_shaped_413_and_is_recorded(
         assert resp.status == 413 and resp.headers["Content-Type"] == "application/json"
         assert (await resp.json())["error"]["code"] == "request_too_large"
     items = await proxy.sink.wait(3)
-    assert [e.outcome for e in items] == [ex.REQUEST_TOO_LARGE] * 3
+    assert [e.outcome for e in items] == [Outcome.REQUEST_TOO_LARGE] * 3
     assert all(e.request_body == b"" and str(2**20) in e.error for e in items)
     assert "Content-Length" in items[0].error
     assert echo.bodies == []
@@ -227,7 +227,7 @@ async def test_a_client_leaving_mid_body_is_recorded_without_a_traceback(proxy, 
         await asyncio.sleep(0.1)
         writer.close()
         [e] = await proxy.sink.wait(1)
-    assert e.outcome == ex.CLIENT_DISCONNECTED and "mid-request" in e.error and "500" in e.error
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED and "mid-request" in e.error and "500" in e.error
     assert echo.bodies == []
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
@@ -285,6 +285,6 @@ async def test_a_pipelined_body_after_a_body_that_ended_in_the_same_packet_still
     writer.close()
     assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1 ") == 1
     first, second = await proxy.sink.wait(2)
-    assert first.outcome == ex.OK and echo.bodies == [b"{}"]
-    assert second.outcome == ex.CLIENT_DISCONNECTED and "stalled" in second.error
+    assert first.outcome == Outcome.OK and echo.bodies == [b"{}"]
+    assert second.outcome == Outcome.CLIENT_DISCONNECTED and "stalled" in second.error
     assert proxy.server.counts["body_stalls"] == 1

@@ -17,7 +17,8 @@ from aiohttp import web
 from proxy_rig import event_loop_policy, on_the_chosen_loop, read_request, reset_socket, serve_app, start_proxy
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.limits import Limits
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.vocab.kinds import Outcome
 
 
 class Silent:
@@ -79,7 +80,7 @@ async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent, c
     finally:
         await proxy.stop()
     assert gone - left < 1.0  # "at once": the time it takes the close to cross loopback, with room
-    assert e.outcome == ex.CLIENT_DISCONNECTED and "cancelled" in e.error and e.status is None
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED and "cancelled" in e.error and e.status is None
     assert e.request_body and e.response_body == b""
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
@@ -97,7 +98,7 @@ async def test_a_client_leaving_a_stream_while_the_upstream_thinks_cancels_it(si
     finally:
         await proxy.stop()
     assert gone - left < 1.0
-    assert e.outcome == ex.CLIENT_DISCONNECTED and e.status == 200 and "mid-response" in e.error
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED and e.status == 200 and "mid-response" in e.error
     assert e.response_body == b"event: ping\ndata: {}\n\n"
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
@@ -111,7 +112,7 @@ async def test_a_client_leaving_before_the_request_is_forwarded_is_recorded_and_
         [e] = await proxy.sink.wait(1)
     finally:
         await proxy.stop()
-    assert e.outcome == ex.CLIENT_DISCONNECTED
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED
 
 
 class RawUpstream:
@@ -174,7 +175,7 @@ async def test_a_reset_ending_a_close_delimited_body_is_upstream_reset_and_the_c
         status, got, error, e = await _through_proxy(up.url)
     assert status == 200 and got == b"data: 1\n\ndata: 2\n\n"
     assert isinstance(error, aiohttp.ClientPayloadError)  # truncated for the client too, not a clean end
-    assert e.outcome == ex.UPSTREAM_RESET and e.response_body == got and "broke" in e.error
+    assert e.outcome == Outcome.UPSTREAM_RESET and e.response_body == got and "broke" in e.error
 
 
 async def test_a_clean_close_ending_a_close_delimited_body_is_ok():
@@ -189,7 +190,7 @@ async def test_a_clean_close_ending_a_close_delimited_body_is_ok():
     async with RawUpstream(script) as up:
         status, got, error, e = await _through_proxy(up.url)
     assert status == 200 and got == b"data: 1\n\ndata: 2\n\n" and error is None
-    assert e.outcome == ex.OK
+    assert e.outcome == Outcome.OK
 
 
 async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provider_shaped_502():
@@ -208,7 +209,7 @@ async def test_a_reset_before_the_response_head_is_upstream_reset_with_a_provide
         finally:
             await proxy.stop()
     assert info.value.status_code == 502 and "connection lost" in str(info.value)
-    assert e.outcome == ex.UPSTREAM_RESET
+    assert e.outcome == Outcome.UPSTREAM_RESET
 
 
 async def _unreachable_call(proxy):
@@ -230,7 +231,7 @@ async def test_a_connect_failure_stays_upstream_unreachable():
         e = await _unreachable_call(proxy)
     finally:
         await proxy.stop()
-    assert e.outcome == ex.UPSTREAM_UNREACHABLE
+    assert e.outcome == Outcome.UPSTREAM_UNREACHABLE
 
 
 async def test_the_daemons_shutdown_cutting_a_never_ending_stream_is_interrupted():
@@ -256,7 +257,7 @@ async def test_the_daemons_shutdown_cutting_a_never_ending_stream_is_interrupted
         [e] = await proxy.sink.wait(1)
     finally:
         await up_runner.cleanup()
-    assert e.outcome == ex.INTERRUPTED and e.status == 200 and e.response_body.startswith(b"data: more")
+    assert e.outcome == Outcome.INTERRUPTED and e.status == 200 and e.response_body.startswith(b"data: more")
 
 
 async def test_the_daemons_shutdown_while_the_upstream_thinks_is_interrupted(silent):
@@ -268,7 +269,7 @@ async def test_the_daemons_shutdown_while_the_upstream_thinks_is_interrupted(sil
         with pytest.raises(aiohttp.ClientError):
             await call
     [e] = await proxy.sink.wait(1)
-    assert e.outcome == ex.INTERRUPTED and e.status is None
+    assert e.outcome == Outcome.INTERRUPTED and e.status is None
     await _gone_within(silent, 5)
 
 
@@ -287,7 +288,7 @@ async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
         await proxy.stop()
         filler.close()
         listener.close()
-    assert e.outcome == ex.UPSTREAM_UNREACHABLE and "connect" in e.error and e.status is None
+    assert e.outcome == Outcome.UPSTREAM_UNREACHABLE and "connect" in e.error and e.status is None
 
 
 async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
@@ -311,7 +312,7 @@ async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
         finally:
             await proxy.stop()
     assert error["code"] == "upstream_reset" and "malformed" in error["message"]
-    assert e.outcome == ex.UPSTREAM_RESET and e.status is None and "malformed" in e.error
+    assert e.outcome == Outcome.UPSTREAM_RESET and e.status is None and "malformed" in e.error
 
 
 async def test_a_client_leaving_while_the_daemon_stops_is_client_disconnected_and_cancels_at_once(silent):
@@ -330,4 +331,4 @@ async def test_a_client_leaving_while_the_daemon_stops_is_client_disconnected_an
     await asyncio.wait_for(stopping, 15)
     [e] = await proxy.sink.wait(1)
     assert gone - left < 3.0  # well before the 10 s grace ends
-    assert e.outcome == ex.CLIENT_DISCONNECTED and e.status is None
+    assert e.outcome == Outcome.CLIENT_DISCONNECTED and e.status is None

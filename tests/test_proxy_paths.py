@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from proxy_rig import serve_app, start_proxy
 
-from ctxscope.proxy.routing import check_path
+from ctxscope.proxy.forward.routing import check_path
 
 
 class Recorder:

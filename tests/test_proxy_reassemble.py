@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.proxy.reassemble import GenericStream, error_of, first_field, index_of, joined
-from ctxscope.proxy.reassemble_anthropic import AnthropicStream
-from ctxscope.proxy.reassemble_gemini import GeminiStream
-from ctxscope.proxy.reassemble_openai import ChatStream, ResponsesStream, responses_stop
-from ctxscope.proxy.sse import SSEEvent
+from ctxscope.proxy.wire.reassemble import GenericStream, error_of, first_field, index_of, joined
+from ctxscope.proxy.wire.reassemble_anthropic import AnthropicStream
+from ctxscope.proxy.wire.reassemble_gemini import GeminiStream
+from ctxscope.proxy.wire.reassemble_openai import ChatStream, ResponsesStream, responses_stop
+from ctxscope.proxy.wire.sse import SSEEvent
 
 
 def drive(handler, frames):

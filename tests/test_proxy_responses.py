@@ -9,14 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import sdk_clients
 
-from ctxscope.proxy.apis import (
-    ANTHROPIC_COUNT_TOKENS,
-    ANTHROPIC_MESSAGES,
-    GEMINI_GENERATE,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-)
-from ctxscope.proxy.responses import ParsedResponse, StreamAccumulator, parse_response
+from ctxscope.proxy.wire.responses import ParsedResponse, StreamAccumulator, parse_response
+from ctxscope.vocab.apis import Api
 
 SSE = "text/event-stream; charset=utf-8"
 
@@ -129,7 +123,7 @@ A_BODY = {
 
 
 def test_anthropic_stream_reassembles_the_message():
-    r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, A_STREAM)
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, A_STREAM)
     assert r.stream and r.complete and r.error is None
     assert r.body == A_BODY
     assert r.stop_reason == "tool_use"
@@ -139,17 +133,17 @@ def test_anthropic_stream_reassembles_the_message():
 
 
 def test_anthropic_stream_split_at_every_byte():
-    expected = parse_response(ANTHROPIC_MESSAGES, 200, SSE, A_STREAM)
-    assert_split_invariant(ANTHROPIC_MESSAGES, A_STREAM, expected)
+    expected = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, A_STREAM)
+    assert_split_invariant(Api.ANTHROPIC_MESSAGES, A_STREAM, expected)
 
 
 def test_anthropic_stream_sniffed_without_content_type_and_crlf():
     raw = typed(*A_EVENTS, eol="\r\n")
-    r = parse_response(ANTHROPIC_MESSAGES, 200, None, raw)
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, None, raw)
     assert r.stream and r.complete and r.body == A_BODY
     # Splits inside the first bytes exercise the sniffing.
     for i in range(40):
-        assert feed_split(ANTHROPIC_MESSAGES, raw, [i], content_type=None).body == A_BODY
+        assert feed_split(Api.ANTHROPIC_MESSAGES, raw, [i], content_type=None).body == A_BODY
 
 
 def test_anthropic_message_delta_usage_is_cumulative():
@@ -164,7 +158,7 @@ def test_anthropic_message_delta_usage_is_cumulative():
                    "output_tokens": 90, "server_tool_use": {"web_search_requests": 1}}},
         {"type": "message_stop"},
     ]
-    r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
     assert r.usage.to_dict() == {"input": 15 + 4100 + 300, "output": 90, "cache_read": 4100, "cache_write": 300}
     assert r.usage.raw["server_tool_use"] == {"web_search_requests": 1}
     assert r.stop_reason == "end_turn"
@@ -172,7 +166,7 @@ def test_anthropic_message_delta_usage_is_cumulative():
 
 def test_anthropic_error_event_after_content():
     events = A_EVENTS[:12] + [{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}]
-    r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
     assert r.error == {"type": "overloaded_error", "message": "Overloaded"}
     assert not r.complete
     assert r.body["content"][1]["text"] == "Paris is the capital. "
@@ -183,14 +177,14 @@ def test_anthropic_error_event_after_content():
 
 def test_anthropic_error_event_before_anything():
     raw = b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"Internal"}}\n\n'
-    r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, raw)
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, raw)
     assert r.error == {"type": "api_error", "message": "Internal"}
     assert r.body is None and r.usage is None and not r.complete and r.event_count == 1
 
 
 def test_anthropic_truncated_inside_tool_input_keeps_the_raw_json():
     events = A_EVENTS[:17]  # stream reset after '... "Par' + 'is", "unit"'
-    r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
     assert not r.complete and r.stop_reason is None
     assert r.body["content"][2]["input"] == '{"city": "Paris", "unit"'
     assert r.usage.output == 1
@@ -199,14 +193,14 @@ def test_anthropic_truncated_inside_tool_input_keeps_the_raw_json():
 def test_anthropic_every_truncation_point_is_safe():
     stop_at = A_STREAM.index(b'data: {"type":"message_stop"}')
     for i in range(len(A_STREAM) + 1):
-        r = parse_response(ANTHROPIC_MESSAGES, 200, SSE, A_STREAM[:i])
+        r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, A_STREAM[:i])
         assert r.complete == (i >= stop_at + len(b'data: {"type":"message_stop"}')), i
         assert r.error is None
 
 
 def test_anthropic_json_response():
     body = dict(A_BODY, content=[{"type": "text", "text": "Hi"}], stop_reason="end_turn")
-    r = parse_response(ANTHROPIC_MESSAGES, 200, "application/json", json.dumps(body).encode())
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 200, "application/json", json.dumps(body).encode())
     assert not r.stream and r.complete and r.event_count == 0
     assert r.body == body and r.stop_reason == "end_turn" and r.error is None
     assert r.usage.input == 4312
@@ -214,13 +208,13 @@ def test_anthropic_json_response():
 
 def test_anthropic_http_error():
     raw = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}'
-    r = parse_response(ANTHROPIC_MESSAGES, 529, "application/json", raw)
+    r = parse_response(Api.ANTHROPIC_MESSAGES, 529, "application/json", raw)
     assert r.error == {"type": "overloaded_error", "message": "Overloaded"}
     assert r.body["request_id"] == "req_1" and r.usage is None and r.stop_reason is None
 
 
 def test_anthropic_count_tokens():
-    r = parse_response(ANTHROPIC_COUNT_TOKENS, 200, "application/json", b'{"input_tokens": 2095}')
+    r = parse_response(Api.ANTHROPIC_COUNT_TOKENS, 200, "application/json", b'{"input_tokens": 2095}')
     assert r.usage.input == 2095 and r.usage.output is None and r.body == {"input_tokens": 2095}
 
 
@@ -269,21 +263,21 @@ CHAT_TEXT_BODY = {
 
 def test_chat_stream_with_include_usage():
     raw = chat_text_stream(include_usage=True)
-    r = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     assert r.stream and r.complete and r.error is None and r.stop_reason == "stop"
     assert r.body == dict(CHAT_TEXT_BODY, usage=C_USAGE)
     assert r.usage.to_dict() == {"input": 2006, "output": 12, "cache_read": 1920, "cache_write": None}
     assert r.usage.semantics == "inclusive"
     assert r.event_count == 7
-    assert_split_invariant(OPENAI_CHAT, raw, r)
+    assert_split_invariant(Api.OPENAI_CHAT, raw, r)
 
 
 def test_chat_stream_without_include_usage_reports_no_usage():
     raw = chat_text_stream(include_usage=False)
-    r = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     assert r.usage is None
     assert r.body == CHAT_TEXT_BODY and r.complete
-    assert_split_invariant(OPENAI_CHAT, raw, r, content_type=None)
+    assert_split_invariant(Api.OPENAI_CHAT, raw, r, content_type=None)
 
 
 def test_chat_parallel_tool_calls_merge_by_index():
@@ -300,7 +294,7 @@ def test_chat_parallel_tool_calls_merge_by_index():
         c_chunk([], usage=C_USAGE),
     ]
     raw = data_only(*chunks, "[DONE]")
-    r = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     msg = r.body["choices"][0]["message"]
     assert msg == {
         "role": "assistant", "content": None,
@@ -310,7 +304,7 @@ def test_chat_parallel_tool_calls_merge_by_index():
         ],
     }
     assert r.stop_reason == "tool_calls" and r.complete
-    assert_split_invariant(OPENAI_CHAT, raw, r, step=2)
+    assert_split_invariant(Api.OPENAI_CHAT, raw, r, step=2)
 
 
 def test_chat_tool_calls_from_servers_that_omit_index_or_repeat_names():
@@ -322,7 +316,7 @@ def test_chat_tool_calls_from_servers_that_omit_index_or_repeat_names():
         c_chunk([c_delta({"tool_calls": [{"id": "c2", "function": {"name": "g", "arguments": "[]"}}]})]),
         c_chunk([c_delta({}, finish="tool_calls")]),
     ]
-    r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
     calls = r.body["choices"][0]["message"]["tool_calls"]
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
         ("c1", "f", "{}"),
@@ -342,7 +336,7 @@ def test_chat_reasoning_content_and_multiple_choices():
         c_chunk([c_delta({"content": "A"}, index=0), c_delta({"content": "B2"}, index=1, finish="length")]),
         c_chunk([c_delta({}, index=0, finish="stop")]),
     ]
-    r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks))  # no [DONE]: cut after the last choice finished
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, data_only(*chunks))  # no [DONE]: cut after the last choice finished
     assert r.complete and r.stop_reason == "stop"
     c0, c1 = r.body["choices"]
     assert c0["message"] == {"role": "assistant", "content": "A", "reasoning_content": "Thinking..."}
@@ -360,7 +354,7 @@ def test_chat_logprobs_are_concatenated():
         c_chunk([dict(c_delta({"content": "a"}), logprobs=lp("a"))]),
         c_chunk([dict(c_delta({"content": "b"}, finish="stop"), logprobs=lp("b"))]),
     ]
-    r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, data_only(*chunks, "[DONE]"))
     assert [t["token"] for t in r.body["choices"][0]["logprobs"]["content"]] == ["a", "b"]
 
 
@@ -369,35 +363,35 @@ def test_chat_error_frame_after_content():
         c_chunk([c_delta({"role": "assistant", "content": "Partial"})]),
         {"error": {"message": "The server had an error", "type": "server_error", "param": None, "code": None}},
     ]
-    r = parse_response(OPENAI_CHAT, 200, SSE, data_only(*chunks))
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, data_only(*chunks))
     assert r.error == {"message": "The server had an error", "type": "server_error", "param": None, "code": None}
     assert not r.complete and r.body["choices"][0]["message"]["content"] == "Partial"
 
 
 def test_chat_error_event_frame():
     raw = b'event: error\ndata: {"message": "rate limited", "code": 429}\n\n'
-    r = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     assert r.error == {"message": "rate limited", "code": 429} and r.body is None
 
 
 def test_chat_truncated_streams():
     raw = chat_text_stream(include_usage=True)
     before_finish = raw[: raw.index(b'"finish_reason":"stop"')]
-    r = parse_response(OPENAI_CHAT, 200, SSE, before_finish)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, before_finish)
     assert not r.complete and r.stop_reason is None and r.usage is None
     assert r.body["choices"][0]["message"]["content"] == "Hello, wörld 🎉"
     # Cut after the finish chunk but before the usage chunk: complete, usage not reported.
     after_finish = raw[: raw.index(b"\n\n", raw.index(b'"finish_reason":"stop"')) + 2]
-    r = parse_response(OPENAI_CHAT, 200, SSE, after_finish)
+    r = parse_response(Api.OPENAI_CHAT, 200, SSE, after_finish)
     assert r.complete and r.usage is None and r.stop_reason == "stop"
     for i in range(len(raw) + 1):
-        parse_response(OPENAI_CHAT, 200, SSE, raw[:i])
+        parse_response(Api.OPENAI_CHAT, 200, SSE, raw[:i])
 
 
 def test_chat_done_alone_is_not_anthropic_or_responses_completion():
-    assert parse_response(OPENAI_CHAT, 200, SSE, b"data: [DONE]\n\n").complete
-    assert not parse_response(ANTHROPIC_MESSAGES, 200, SSE, b"data: [DONE]\n\n").complete
-    assert not parse_response(OPENAI_RESPONSES, 200, SSE, b"data: [DONE]\n\n").complete
+    assert parse_response(Api.OPENAI_CHAT, 200, SSE, b"data: [DONE]\n\n").complete
+    assert not parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, b"data: [DONE]\n\n").complete
+    assert not parse_response(Api.OPENAI_RESPONSES, 200, SSE, b"data: [DONE]\n\n").complete
 
 
 def test_chat_json_and_http_error():
@@ -409,10 +403,10 @@ def test_chat_json_and_http_error():
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
         "usage": C_USAGE,
     }
-    r = parse_response(OPENAI_CHAT, 200, "application/json", json.dumps(body).encode())
+    r = parse_response(Api.OPENAI_CHAT, 200, "application/json", json.dumps(body).encode())
     assert r.body == body and r.stop_reason == "stop" and r.usage.cache_read == 1920 and r.complete
     err = {"error": {"message": "Rate limit reached", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
-    r = parse_response(OPENAI_CHAT, 429, "application/json", json.dumps(err).encode())
+    r = parse_response(Api.OPENAI_CHAT, 429, "application/json", json.dumps(err).encode())
     assert r.error == err["error"] and r.usage is None
 
 
@@ -566,13 +560,13 @@ def r_events(terminal: str = "response.completed", final: dict = R_FINAL) -> lis
 
 def test_responses_stream_takes_the_terminal_response():
     raw = typed(*r_events())
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, raw)
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, raw)
     assert r.stream and r.complete and r.error is None
     assert r.body == R_FINAL and r.stop_reason == "completed"
     assert r.usage.to_dict() == {"input": 5000, "output": 80, "cache_read": 4096, "cache_write": None}
     assert r.usage.raw["output_tokens_details"]["reasoning_tokens"] == 64
     assert r.event_count == 21
-    assert_split_invariant(OPENAI_RESPONSES, raw, r, step=3)
+    assert_split_invariant(Api.OPENAI_RESPONSES, raw, r, step=3)
 
 
 @pytest.mark.parametrize(
@@ -614,7 +608,7 @@ def test_responses_stream_takes_the_terminal_response():
     ],
 )
 def test_responses_truncated_stream_is_rebuilt_from_items(cut_events, expected_output):
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*r_events()[:cut_events]))
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, typed(*r_events()[:cut_events]))
     assert not r.complete and r.usage is None and r.stop_reason is None and r.error is None
     if expected_output is None:
         assert r.body is None
@@ -640,7 +634,7 @@ def test_responses_partial_item_without_part_event():
         },
         {"type": "response.refusal.delta", "output_index": 0, "content_index": 1, "delta": "no"},
     ]
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, typed(*events))
     assert r.body["output"][0]["content"] == [
         {"type": "output_text", "text": "x", "annotations": [{"type": "url_citation", "url": "https://e.x"}]},
         {"type": "refusal", "refusal": "no"},
@@ -656,7 +650,7 @@ def test_responses_failed():
         error={"code": "server_error", "message": "Something went wrong"},
     )
     events = r_events()[:12] + [{"type": "response.failed", "response": failed}]
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, typed(*events))
     assert r.complete and r.error == {"code": "server_error", "message": "Something went wrong"}
     assert r.stop_reason == "failed" and r.usage is None
     # The failed response has no output: what streamed before is kept.
@@ -665,7 +659,7 @@ def test_responses_failed():
 
 def test_responses_incomplete():
     final = dict(R_FINAL, status="incomplete", incomplete_details={"reason": "max_output_tokens"})
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*r_events("response.incomplete", final)))
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, typed(*r_events("response.incomplete", final)))
     assert r.complete and r.error is None and r.stop_reason == "max_output_tokens" and r.usage.output == 80
 
 
@@ -673,13 +667,13 @@ def test_responses_error_event():
     events = r_events()[:5] + [
         {"type": "error", "code": "ERR_SOMETHING", "message": "Something happened", "param": None, "sequence_number": 5}
     ]
-    r = parse_response(OPENAI_RESPONSES, 200, SSE, typed(*events))
+    r = parse_response(Api.OPENAI_RESPONSES, 200, SSE, typed(*events))
     assert r.error == {"code": "ERR_SOMETHING", "message": "Something happened", "param": None}
     assert not r.complete and r.body["output"][0]["summary"] == [{"type": "summary_text", "text": "Plan: "}]
 
 
 def test_responses_json():
-    r = parse_response(OPENAI_RESPONSES, 200, "application/json", json.dumps(R_FINAL).encode())
+    r = parse_response(Api.OPENAI_RESPONSES, 200, "application/json", json.dumps(R_FINAL).encode())
     assert r.body == R_FINAL and r.complete and not r.stream and r.error is None
     assert r.usage.cache_read == 4096 and r.stop_reason == "completed"
 
@@ -750,38 +744,38 @@ G_BODY = {
 
 def test_gemini_sse_stream():
     raw = data_only(*G_FRAMES, eol="\r\n")
-    r = parse_response(GEMINI_GENERATE, 200, SSE, raw)
+    r = parse_response(Api.GEMINI_GENERATE, 200, SSE, raw)
     assert r.stream and r.complete and r.error is None and r.stop_reason == "STOP"
     assert r.body == G_BODY
     assert r.usage.to_dict() == {"input": 4000, "output": 120, "cache_read": 3000, "cache_write": None}
-    assert_split_invariant(GEMINI_GENERATE, raw, r, step=2)
+    assert_split_invariant(Api.GEMINI_GENERATE, raw, r, step=2)
 
 
 def test_gemini_stream_as_json_array_and_code_assist_wrapping():
-    r = parse_response(GEMINI_GENERATE, 200, "application/json", json.dumps(G_FRAMES).encode())
+    r = parse_response(Api.GEMINI_GENERATE, 200, "application/json", json.dumps(G_FRAMES).encode())
     assert r.stream and r.body == G_BODY and r.complete and r.event_count == 4 and r.usage.output == 120
     wrapped = data_only(*[{"response": f, "traceId": "t"} for f in G_FRAMES])
-    assert parse_response(GEMINI_GENERATE, 200, SSE, wrapped).body == G_BODY
+    assert parse_response(Api.GEMINI_GENERATE, 200, SSE, wrapped).body == G_BODY
 
 
 def test_gemini_truncated_and_json():
-    r = parse_response(GEMINI_GENERATE, 200, SSE, data_only(*G_FRAMES[:2]))
+    r = parse_response(Api.GEMINI_GENERATE, 200, SSE, data_only(*G_FRAMES[:2]))
     assert not r.complete and r.usage.input == 4000 and r.usage.output is None
     one = {
         "candidates": [{"content": {"parts": [{"text": "Hi"}], "role": "model"}, "finishReason": "MAX_TOKENS"}],
         "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 1, "totalTokenCount": 8},
     }
-    r = parse_response(GEMINI_GENERATE, 200, "application/json", json.dumps(one).encode())
+    r = parse_response(Api.GEMINI_GENERATE, 200, "application/json", json.dumps(one).encode())
     assert r.body == one and r.stop_reason == "MAX_TOKENS" and r.usage.to_dict()["input"] == 7
-    r = parse_response(GEMINI_GENERATE, 200, None, json.dumps({"response": one}).encode())
+    r = parse_response(Api.GEMINI_GENERATE, 200, None, json.dumps({"response": one}).encode())
     assert r.body == one
 
 
 def test_gemini_errors():
     err = [{"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}]
-    r = parse_response(GEMINI_GENERATE, 429, "application/json", json.dumps(err).encode())
+    r = parse_response(Api.GEMINI_GENERATE, 429, "application/json", json.dumps(err).encode())
     assert r.error == err[0]["error"]
-    r = parse_response(GEMINI_GENERATE, 200, SSE, data_only(G_FRAMES[0], err[0]))
+    r = parse_response(Api.GEMINI_GENERATE, 200, SSE, data_only(G_FRAMES[0], err[0]))
     assert r.error == err[0]["error"] and not r.complete
 
 
@@ -800,7 +794,7 @@ def test_unknown_api_json_and_sse():
     assert parse_response(None, 204, None, b"") == ParsedResponse(False, None, None, None, True, 0, None)
 
 
-@pytest.mark.parametrize("api", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI_GENERATE])
+@pytest.mark.parametrize("api", [Api.ANTHROPIC_MESSAGES, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE])
 @pytest.mark.parametrize(
     "raw", [b"", b"<html>oops</html>", b'{"id": "msg_1", "content": [', b"\xff\xfe\x00", b"[1, 2", b"d", b"   "]
 )
@@ -810,26 +804,26 @@ def test_malformed_bodies_are_reported_not_raised(api, raw):
 
 
 def test_http_error_with_a_non_json_body():
-    r = parse_response(OPENAI_CHAT, 502, "text/html", b"<html>Bad gateway</html>")
+    r = parse_response(Api.OPENAI_CHAT, 502, "text/html", b"<html>Bad gateway</html>")
     assert r.error == {"type": "http_error", "status": 502, "message": "<html>Bad gateway</html>"}
-    r = parse_response(OPENAI_CHAT, 500, None, b"")
+    r = parse_response(Api.OPENAI_CHAT, 500, None, b"")
     assert r.error["type"] == "http_error" and r.error["status"] == 500
 
 
 def test_deeply_nested_json_does_not_raise():
     raw = b"[" * 100000 + b"]" * 100000
-    assert parse_response(OPENAI_CHAT, 200, None, raw).error["type"] == "unparseable"
+    assert parse_response(Api.OPENAI_CHAT, 200, None, raw).error["type"] == "unparseable"
     raw = b"data: " + b"[" * 100000 + b"]" * 100000 + b"\n\n"
-    assert parse_response(OPENAI_CHAT, 200, SSE, raw).event_count == 1
+    assert parse_response(Api.OPENAI_CHAT, 200, SSE, raw).event_count == 1
 
 
 def test_sse_body_with_json_content_type_is_sniffed():
-    r = parse_response(OPENAI_CHAT, 200, "application/json", chat_text_stream(include_usage=False))
+    r = parse_response(Api.OPENAI_CHAT, 200, "application/json", chat_text_stream(include_usage=False))
     assert r.stream and r.body == CHAT_TEXT_BODY
 
 
 def test_leading_whitespace_and_bom_before_json():
-    r = parse_response(OPENAI_CHAT, 200, None, b'\xef\xbb\xbf \n {"choices": []}')
+    r = parse_response(Api.OPENAI_CHAT, 200, None, b'\xef\xbb\xbf \n {"choices": []}')
     assert r.body == {"choices": []} and not r.stream
 
 
@@ -855,7 +849,7 @@ def test_leading_whitespace_and_bom_before_json():
         None,
     ],
 )
-@pytest.mark.parametrize("api", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI_GENERATE, None])
+@pytest.mark.parametrize("api", [Api.ANTHROPIC_MESSAGES, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE, None])
 def test_wrong_shapes_inside_events_never_raise(api, weird):
     raw = frame("x", json.dumps(weird)).encode() + frame(None, {"type": "ping"}).encode()
     r = parse_response(api, 200, SSE, raw)
@@ -865,10 +859,10 @@ def test_wrong_shapes_inside_events_never_raise(api, weird):
 @pytest.mark.parametrize(
     "api, raw",
     [
-        (ANTHROPIC_MESSAGES, A_STREAM),
-        (OPENAI_CHAT, chat_text_stream(include_usage=True)),
-        (OPENAI_RESPONSES, typed(*r_events())),
-        (GEMINI_GENERATE, data_only(*G_FRAMES)),
+        (Api.ANTHROPIC_MESSAGES, A_STREAM),
+        (Api.OPENAI_CHAT, chat_text_stream(include_usage=True)),
+        (Api.OPENAI_RESPONSES, typed(*r_events())),
+        (Api.GEMINI_GENERATE, data_only(*G_FRAMES)),
     ],
 )
 def test_random_corruption_never_raises(api, raw):
@@ -886,7 +880,7 @@ def test_random_corruption_never_raises(api, raw):
 
 
 def test_accumulator_result_mid_stream_then_continue():
-    acc = StreamAccumulator(ANTHROPIC_MESSAGES, status=200, content_type=SSE)
+    acc = StreamAccumulator(Api.ANTHROPIC_MESSAGES, status=200, content_type=SSE)
     cut = A_STREAM.index(b"event: content_block_stop")
     acc.feed(A_STREAM[:cut])
     mid = acc.result()
@@ -899,7 +893,7 @@ def test_accumulator_result_mid_stream_then_continue():
 
 def test_accumulator_one_byte_at_a_time():
     raw = typed(*r_events())
-    acc = StreamAccumulator(OPENAI_RESPONSES)
+    acc = StreamAccumulator(Api.OPENAI_RESPONSES)
     for i in range(len(raw)):
         acc.feed(raw[i : i + 1])
     r = acc.result()
@@ -908,7 +902,7 @@ def test_accumulator_one_byte_at_a_time():
 
 def test_accumulator_for_json_bodies():
     body = json.dumps({"type": "message", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}).encode()
-    acc = StreamAccumulator(ANTHROPIC_MESSAGES, status=200, content_type="application/json")
+    acc = StreamAccumulator(Api.ANTHROPIC_MESSAGES, status=200, content_type="application/json")
     for i in range(len(body)):
         acc.feed(body[i : i + 1])
     r = acc.result()
@@ -916,7 +910,7 @@ def test_accumulator_for_json_bodies():
 
 
 def test_accumulator_bom_split_before_json_and_repeated_results():
-    acc = StreamAccumulator(GEMINI_GENERATE, status=200)
+    acc = StreamAccumulator(Api.GEMINI_GENERATE, status=200)
     raw = b"\xef\xbb\xbf" + json.dumps(G_FRAMES).encode()
     for i in range(len(raw)):
         acc.feed(raw[i : i + 1])
@@ -981,7 +975,7 @@ def test_anthropic_matches_the_sdk_accumulation(events):
             for _ in s:
                 pass
             sdk = s.current_message_snapshot.to_dict()
-    ours = parse_response(ANTHROPIC_MESSAGES, 200, SSE, raw).body
+    ours = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, raw).body
     assert comparable(ours) == comparable(sdk)
 
 
@@ -1045,7 +1039,7 @@ def test_chat_matches_the_sdk_accumulation(name):
         client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as s:
             sdk = s.get_final_completion().to_dict()
-    ours = parse_response(OPENAI_CHAT, 200, SSE, raw)
+    ours = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     assert comparable(ours.body) == comparable(sdk)
     assert ours.complete
 
@@ -1056,4 +1050,4 @@ def test_responses_matches_the_sdk_final_response():
         client = sdk_clients.OpenAI(api_key="sk-test", base_url=url + "/v1", max_retries=0)
         with client.responses.stream(model="m", input="hi") as s:
             sdk = s.get_final_response().to_dict()
-    assert comparable(parse_response(OPENAI_RESPONSES, 200, SSE, raw).body) == comparable(sdk)
+    assert comparable(parse_response(Api.OPENAI_RESPONSES, 200, SSE, raw).body) == comparable(sdk)

@@ -1,6 +1,6 @@
 import pytest
 
-from ctxscope.proxy.sse import SSEDecoder, SSEEvent
+from ctxscope.proxy.wire.sse import SSEDecoder, SSEEvent
 
 
 def decode(*chunks: bytes) -> list[SSEEvent]:

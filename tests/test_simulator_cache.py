@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.simulator.cache import PromptCache, min_cacheable
-from ctxscope.simulator.prompt import Block, PromptError, anthropic_prompt, chat_prompt, responses_prompt
+from ctxscope.simulator.model.cache import PromptCache, min_cacheable
+from ctxscope.simulator.model.prompt import Block, PromptError, anthropic_prompt, chat_prompt, responses_prompt
 from ctxscope.vocab.tokens import count_tokens
 
 

@@ -13,7 +13,7 @@ from backports import zstd
 
 from ctxscope.simulator import body as body_module
 from ctxscope.simulator.app import STATE_KEY, start_simulator
-from ctxscope.simulator.requestlog import MAX_KEPT_BODY, RequestLog
+from ctxscope.simulator.control.requestlog import MAX_KEPT_BODY, RequestLog
 
 LIMIT = 2 << 20  # the simulator's body limit in these tests
 SECRET = "AIzaSyD-not-a-real-key-0123456789abcdef"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.simulator.script import Reply, ScriptError, default_text, output_tokens, parse_script, parse_step
-from ctxscope.simulator.sse import Event, split_json, split_text
+from ctxscope.simulator.model.script import Reply, ScriptError, default_text, output_tokens, parse_script, parse_step
+from ctxscope.simulator.wire.sse import Event, split_json, split_text
 from ctxscope.vocab.tokens import count_tokens
 
 
@@ -96,7 +96,7 @@ def test_event_encoding():
 
 
 def test_default_reply_echoes_the_user_text_not_the_reminders():
-    from ctxscope.simulator.script import default_text
+    from ctxscope.simulator.model.script import default_text
 
     text = "<system-reminder>\nyou are in a repo\n</system-reminder>\n\nlist the files"
     assert default_text(text) == "sim: list the files"

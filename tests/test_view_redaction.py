@@ -20,7 +20,7 @@ from web_fixtures import KEY, anthropic_client, start_web_daemon
 
 from ctxscope.inspector.queries import get_request_raw, get_response_raw, open_db
 from ctxscope.main import cli
-from ctxscope.proxy.mask import REDACTED, mask_key_bytes, mask_key_values, mask_keys_in
+from ctxscope.proxy.redaction.mask import REDACTED, mask_key_bytes, mask_key_values, mask_keys_in
 
 BODY_KEY = "sk-live-0123456789abcdefXYZ"
 BEARER = "ghp9f8e7d6c5b4a39281706abcdefQRS"

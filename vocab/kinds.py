@@ -59,7 +59,8 @@ class MarkerKind(StrEnum):
     """What happened to the context between a call and its predecessor, as markers record it.
 
     The first four are inferred from any client's prompts; the rest are declared by our own agent
-    (or recognised by its reminder tags) and merged by the store.
+    (or recognised by its reminder tags) and merged by the store. The UI's marker filter lists
+    exactly these.
     """
 
     REMINDER = "reminder"
@@ -75,3 +76,10 @@ class MarkerKind(StrEnum):
     GUARD_SIGNAL = "guard_signal"
     EMPTY_ANSWER_RETRY = "empty_answer_retry"
     STEER = "steer"
+    REMINDER_DROPPED = "reminder_dropped"
+    COMPACTION_FAILED = "compaction_failed"
+    COMPACTION_DEFERRED = "compaction_deferred"
+    COMPACTION_STOPPED = "compaction_stopped"
+    SOURCES_AVAILABLE = "sources_available"
+    CITATIONS = "citations"
+    SOURCE_CITATION_RETRY = "source_citation_retry"

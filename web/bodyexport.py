@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import sqlite_utils
 
 from ctxscope.inspector import queries as q
-from ctxscope.proxy.mask import mask_key_bytes
+from ctxscope.proxy.redaction.mask import mask_key_bytes
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import sqlite_utils
 from aiohttp import web
 
 from ctxscope.inspector.queries import SUMMARY_COLUMNS
-from ctxscope.proxy.mask import mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web.pool import ReadPool
 
 log = logging.getLogger("ctxscope.web")

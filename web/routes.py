@@ -14,6 +14,7 @@ API (all GET, JSON, read-only, except one DELETE):
   /_ctxscope/api/raw.bin?id=&kind=&form=&exact=  the body as a download (exact=1: the exact bytes)
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
+  /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
   DELETE /_ctxscope/api/session?s=      needs the page's token header and a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
@@ -33,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from ctxscope.inspector.queries import AmbiguousCallId
-from ctxscope.proxy.mask import mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.deletion import delete_session
@@ -42,6 +43,7 @@ from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
 from ctxscope.web.timeline import PAGE, session_view
+from ctxscope.web.vocabulary import vocabulary_handler
 
 STATIC_DIR = Path(__file__).with_name("static")
 API = "/_ctxscope/api"
@@ -254,6 +256,7 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Any) -> None:
         ("GET", f"{API}/raw.bin", ui.raw_bin),
         ("GET", f"{API}/diff", ui.diff),
         ("GET", f"{API}/events", ui.events),
+        ("GET", f"{API}/vocabulary", vocabulary_handler),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, ui.guarded(handler))

@@ -18,7 +18,7 @@ import secrets
 
 from aiohttp import web
 
-from ctxscope.proxy.hosts import host_allowed  # noqa: F401  (the UI's API and the proxy share one rule)
+from ctxscope.proxy.defence.hosts import host_allowed  # noqa: F401  (the UI's API and the proxy share one rule)
 
 CSP = "; ".join(
     [

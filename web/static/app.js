@@ -2,6 +2,7 @@
 
 import { h, mount, fmtInt } from "./dom.js";
 import { API } from "./api.js";
+import { loadVocabulary } from "./vocab.js";
 import { renderSessions } from "./sessions.js";
 import { renderSession } from "./session.js";
 import { renderCall } from "./call.js";
@@ -81,6 +82,9 @@ function connectLive() {
   es.addEventListener("status", (ev) => { try { showStatus(JSON.parse(ev.data)); } catch (e) { /* ignore */ } });
 }
 
-window.addEventListener("hashchange", route);
-route();
-connectLive();
+// The views list and compare the vocabulary's words, so it is read before the first view renders.
+loadVocabulary().then(() => {
+  window.addEventListener("hashchange", route);
+  route();
+  connectLive();
+}, (e) => mount(app, h("p", { class: "error pad" }, "Error: the vocabulary could not be read: " + e.message)));

@@ -4,6 +4,7 @@
 import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
   markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
+import { vocab } from "./vocab.js";
 import { requestView, responseView } from "./reqview.js";
 import { rawView, headersTable } from "./rawview.js";
 import { reveal, textView } from "./jsontree.js";
@@ -115,7 +116,7 @@ export function renderCall(root, id, params, ctx) {
         ])),
         h("div", { class: "card" }, h("div", { class: "card-title" }, "Usage: reported vs estimated"), usageTable(c)),
         h("div", { class: "card" }, h("div", { class: "card-title" }, "Prefix and cache"), kv([
-          ["relation", [relationBadge(c.relation), c.relation === "DIVERGED" ? [" at ", ptrLink(c.pointer)] : null]],
+          ["relation", [relationBadge(c.relation), c.relation === vocab.RelationKind.DIVERGED ? [" at ", ptrLink(c.pointer)] : null]],
           c.epoch_reason ? ["epoch", String(c.epoch_reason).replace(/_/g, " ")] : null,
           ["predecessor", c.predecessor ? h("a", { href: "#/call/" + encodeURIComponent(c.predecessor) }, c.predecessor) : null],
           c.thread ? ["thread", h("code", {}, c.thread)] : null,

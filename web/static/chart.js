@@ -3,6 +3,7 @@
 // 1,000-call session costs a handful of DOM nodes, not thousands.
 
 import { h, svg, fmtTokens, fmtInt, fmtMs } from "./dom.js";
+import { vocab } from "./vocab.js";
 
 const H = 160;
 const PAD = { l: 44, r: 8, t: 10, b: 18 };
@@ -50,11 +51,12 @@ export function sessionChart(series, { onPick, width, mainThread = null } = {}) 
   });
 
   const marks = [];
+  const { EPOCH_START } = vocab.RelationKind, { CLIENT_BREAK } = vocab.CacheVerdict;
   for (let i = 0; i < n; i++) {
     const cx = (PAD.l + i * step + step / 2).toFixed(2);
     if (series.compaction[i]) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-compaction" }));
-    else if (series.relation[i] === "EPOCH_START" && i > 0 && (mainThread == null || series.thread[i] == null || series.thread[i] === mainThread)) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-epoch" }));
-    if (series.verdict[i] === "client_break") marks.push(svg("circle", { cx, cy: PAD.t + 3, r: 2.6, class: "mk-break" }));
+    else if (series.relation[i] === EPOCH_START && i > 0 && (mainThread == null || series.thread[i] == null || series.thread[i] === mainThread)) marks.push(svg("line", { x1: cx, x2: cx, y1: PAD.t, y2: PAD.t + ih, class: "mk-epoch" }));
+    if (series.verdict[i] === CLIENT_BREAK) marks.push(svg("circle", { cx, cy: PAD.t + 3, r: 2.6, class: "mk-break" }));
     if (!series.ok[i]) marks.push(svg("circle", { cx, cy: PAD.t + ih + 6, r: 2.2, class: "mk-error" }));
   }
 

@@ -4,6 +4,7 @@
 
 import { h, mount, fmtInt, fmtCost, relationBadge, verdictBadge } from "./dom.js";
 import { getJSON } from "./api.js";
+import { vocab } from "./vocab.js";
 import { diffText } from "./textdiff.js";
 
 const CONTEXT = 300; // characters kept around a change
@@ -95,7 +96,7 @@ export function renderDiff(root, id, base, ctx) {
     };
     diff.changes.forEach((c, i) => list.appendChild(h("li", { class: "change", onclick: () => select(i) },
       h("span", { class: "op op-" + c.op }, c.op), " ", h("code", { class: "ptr" }, c.pointer || "/"))));
-    const analysed = n.pointer && n.relation === "DIVERGED" ? h("span", { class: "muted" }, "inspector: first difference at ", h("code", { class: "ptr" }, n.pointer)) : null;
+    const analysed = n.pointer && n.relation === vocab.RelationKind.DIVERGED ? h("span", { class: "muted" }, "inspector: first difference at ", h("code", { class: "ptr" }, n.pointer)) : null;
     const insp = d.inspector && !d.inspector.error ? d.inspector : null;
     const cache = n.cache || null;
     const impact = [

@@ -2,6 +2,8 @@
 // or an attribute value set through the DOM API. Nothing here parses HTML (and the page's
 // Trusted Types policy would make any innerHTML assignment throw).
 
+import { vocab } from "./vocab.js";
+
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 // Append nodes, strings (as text nodes) and nested arrays of them.
@@ -186,7 +188,7 @@ export function markerChip(m, onclick) {
   if (m && m.pointer) title += " at " + m.pointer;
   if (m && m.detail != null) title += "\n" + markerText(m);
   let label = MARKER_LABEL[kind] || kind;
-  if (kind === "tools_executed" && m.detail && Array.isArray(m.detail.tools)) {
+  if (kind === vocab.MarkerKind.TOOLS_EXECUTED && m.detail && Array.isArray(m.detail.tools)) {
     const names = m.detail.tools.map((t) => (t && typeof t === "object" ? t.name : t)).filter(Boolean);
     label = "tools: " + [...new Set(names)].slice(0, 3).join(", ") + (new Set(names).size > 3 ? ", …" : "");
   }
@@ -269,15 +271,17 @@ export function markerContent(request, m) {
 export function callMarkers(call) {
   const out = Array.isArray(call.markers) ? call.markers.filter((m) => m && typeof m === "object") : [];
   const kinds = new Set(out.map((m) => m.kind));
-  if (call.has_compaction_before && !kinds.has("compaction")) out.unshift({ kind: "compaction", pointer: null, detail: "first call after a compaction" });
-  if ((call.attempt || 1) > 1 && !kinds.has("retry")) out.push({ kind: "retry", pointer: null, detail: `attempt ${call.attempt} of ${call.retry_of}` });
+  const { COMPACTION, RETRY } = vocab.MarkerKind;
+  if (call.has_compaction_before && !kinds.has(COMPACTION)) out.unshift({ kind: COMPACTION, pointer: null, detail: "first call after a compaction" });
+  if ((call.attempt || 1) > 1 && !kinds.has(RETRY)) out.push({ kind: RETRY, pointer: null, detail: `attempt ${call.attempt} of ${call.retry_of}` });
   return out;
 }
 
 export function outcomeBadge(call) {
-  const ok = call.outcome === "ok" && (call.status || 0) < 400;
+  const { OK, HTTP_ERROR } = vocab.Outcome;
+  const ok = call.outcome === OK && (call.status || 0) < 400;
   if (ok) return h("span", { class: "badge o-ok", title: "status " + call.status }, String(call.status || "ok"));
-  const label = call.outcome === "http_error" ? String(call.status) : String(call.outcome || "?").replace(/_/g, " ");
+  const label = call.outcome === HTTP_ERROR ? String(call.status) : String(call.outcome || "?").replace(/_/g, " ");
   return h("span", { class: "badge o-bad", title: (call.outcome || "") + (call.error ? ": " + call.error : "") }, label);
 }
 

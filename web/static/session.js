@@ -5,12 +5,7 @@ import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, st
   markerChip, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
-
-const RELATIONS = ["IDENTICAL", "APPEND_ONLY", "DIVERGED", "NOT_COMPARABLE", "EPOCH_START"];
-const VERDICTS = ["hit", "expected_write", "client_break", "ttl_expired", "below_minimum", "provider_miss", "not_requested", "unknown"];
-const MARKERS = ["compaction", "reminder", "retry", "tools_executed", "tool_output_externalized", "tool_results_archived",
-  "checkpoint", "checkpoint_request", "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry", "reminder_dropped",
-  "sources_available", "citations", "source_citation_retry"];
+import { vocab, kinds } from "./vocab.js";
 
 function select(label, options, value, onchange) {
   return h("select", { "aria-label": label, onchange },
@@ -58,10 +53,11 @@ export function cacheCell(call) {
 
 export function relationCell(call) {
   const rel = call.relation;
-  const extra = rel === "EPOCH_START" ? call.epoch_reason : rel === "DIVERGED" ? call.pointer : null;
+  const { EPOCH_START, DIVERGED } = vocab.RelationKind;
+  const extra = rel === EPOCH_START ? call.epoch_reason : rel === DIVERGED ? call.pointer : null;
   const kids = [relationBadge(rel, extra)];
-  if (rel === "DIVERGED" && call.pointer) kids.push(h("code", { class: "ptr", title: "first difference: " + call.pointer }, call.pointer));
-  else if (rel === "EPOCH_START" && call.epoch_reason) kids.push(h("span", { class: "reason" }, String(call.epoch_reason).replace(/_/g, " ")));
+  if (rel === DIVERGED && call.pointer) kids.push(h("code", { class: "ptr", title: "first difference: " + call.pointer }, call.pointer));
+  else if (rel === EPOCH_START && call.epoch_reason) kids.push(h("span", { class: "reason" }, String(call.epoch_reason).replace(/_/g, " ")));
   return h("td", { class: "rel" }, kids);
 }
 
@@ -89,9 +85,9 @@ export function renderSession(root, session, params, ctx) {
   const countEl = h("span", { class: "muted" });
   const threadSel = h("select", { "aria-label": "thread", hidden: true, onchange: (e) => { filters.thread = e.target.value; offset = null; load(); } });
   mount(filterBar,
-    select("relation", RELATIONS, filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }),
-    select("cache", VERDICTS, filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }),
-    select("marker", MARKERS, filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }),
+    select("relation", kinds(vocab.RelationKind), filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }),
+    select("cache", kinds(vocab.CacheVerdict), filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }),
+    select("marker", kinds(vocab.MarkerKind), filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }),
     threadSel, search, h("span", { class: "spacer" }), countEl);
 
   function drawFilters(view) {
@@ -137,7 +133,7 @@ export function renderSession(root, session, params, ctx) {
       const href = "#/call/" + encodeURIComponent(c.id);
       const markers = callMarkers(c);
       const fresh = prevSeen && !prevSeen.has(c.id);
-      return h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === "DIVERGED" ? " diverged" : ""), dataset: { id: c.id },
+      return h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === vocab.RelationKind.DIVERGED ? " diverged" : ""), dataset: { id: c.id },
         onclick: (ev) => { if (!ev.target.closest("a,button")) ctx.navigate(href); } },
         h("td", { class: "num" }, h("a", { href }, "#" + c.seq)),
         h("td", { class: "muted mono", title: c.started_at }, fmtTime(c.started_at)),

@@ -1,0 +1,1 @@
+"""The daemon's defences against its clients: abuse limits, connection guards, the Host check."""

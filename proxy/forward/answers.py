@@ -1,0 +1,40 @@
+"""What the proxy answers itself (upstream down, body too large, a refused path...): errors in the
+provider's own JSON shape, so SDKs raise their usual exception, served sandboxed like every answer."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route
+
+# Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
+# and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
+SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 403: "permission_error", 413: "request_too_large",
+                    504: "timeout_error"}
+_OPENAI_CODES = {413: "request_too_large", 502: "upstream_unreachable", 504: "upstream_timeout"}
+
+
+def error_body(route: Route, status: int, message: str, code: str | None = None) -> bytes:
+    """Anthropic's error JSON on Anthropic routes, OpenAI's elsewhere; ``code`` is OpenAI's ``code``."""
+    text = f"ctxscope: {message}"
+    if route.error_shape == ANTHROPIC_SHAPE:
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": text}}).encode()
+    code = code or _OPENAI_CODES.get(status, "proxy_error")
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps({"error": {"message": text, "type": kind, "param": None, "code": code}}).encode()
+
+
+def refusal(route: Route, status: int, message: str, code: str) -> web.Response:
+    """A request the proxy answers itself without forwarding or recording it."""
+    return web.Response(status=status, body=error_body(route, status, message, code), content_type="application/json",
+                        headers=SANDBOX)
+
+
+def gone() -> web.Response:
+    """What a handler returns when its client has left: aiohttp finds nobody to send it to."""
+    return web.Response(status=499)

@@ -1,0 +1,248 @@
+"""The hot path: forward one request to its upstream and stream the answer back, byte for byte.
+
+Nothing here parses JSON, hashes bodies or touches SQLite: the handler only copies bytes, keeps a
+reference to the chunks it already has in memory, and hands a raw :class:`Exchange` to the sink
+once the exchange is over. Compression is passed through untouched on both sides. The pieces:
+``headers`` (what crosses), ``relay`` (the answer's way back), ``recorder`` (what is captured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
+
+import aiohttp
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+from yarl import URL
+
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.defence.hosts import host_allowed
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.forward.answers import SANDBOX, error_body, gone, refusal
+from ctxscope.proxy.forward.headers import annotation, skip_auto_headers, split_request_headers
+from ctxscope.proxy.forward.recorder import Recorder
+from ctxscope.proxy.forward.relay import abort_client, relay_response
+from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, resolve
+from ctxscope.proxy.forward.upstream import new_session
+from ctxscope.vocab.kinds import Outcome
+
+log = logging.getLogger("ctxscope.proxy")
+
+# The route of each raw path seen, bounded: a hostile client may send a new path with every request.
+_MAX_ROUTES = 4096
+_CLEAN = (Outcome.OK, Outcome.HTTP_ERROR)
+# A client's malformed body (bad chunking and the like), as aiohttp's parser reports it.
+_BAD_BODY = (HttpProcessingError, RequestPayloadError, asyncio.IncompleteReadError)
+
+
+@dataclass
+class ProxySettings:
+    upstreams: dict[str, str]
+    salt: bytes
+    connect_timeout: float = 30.0
+    read_timeout: float = 600.0  # between two chunks: long thinking streams pause for minutes
+    limits: Limits = field(default_factory=Limits)
+
+
+class _TooLarge(Exception):
+    """A request body over max_body_bytes; the message says how large."""
+
+
+class Forwarder:
+    """Owns the upstream HTTP client and turns requests into forwarded exchanges."""
+
+    def __init__(self, settings: ProxySettings, sink: ex.ExchangeSink):
+        self.settings = settings
+        self.sink = sink
+        self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
+        self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
+
+    def _env_proxy(self, base_url: str) -> str | None:
+        """HTTP(S)_PROXY / NO_PROXY for an upstream, looked up once per upstream, not per request
+        (aiohttp's trust_env does two thread-pool round trips on every request)."""
+        if base_url not in self._proxies:
+            parts = urlsplit(base_url)
+            host = parts.hostname or ""
+            if host in ("localhost", "::1") or host.startswith("127.") or proxy_bypass(host):
+                self._proxies[base_url] = None
+            else:
+                self._proxies[base_url] = getproxies().get(parts.scheme)
+        return self._proxies[base_url]
+
+    async def start(self) -> None:
+        self._session = new_session(self.settings.connect_timeout, self.settings.read_timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.time()
+        raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
+        route = self._routes.get(raw_path)
+        if route is None:
+            try:
+                route = resolve(raw_path, self.settings.upstreams)
+            except RouteError as exc:
+                return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
+                                         headers=SANDBOX)
+            except UnsafePath as exc:
+                return refusal(exc.route, 400, str(exc), "invalid_path")
+            if len(self._routes) < _MAX_ROUTES:
+                self._routes[raw_path] = route
+        if route.control and not host_allowed(request.headers.get("Host")):
+            return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
+                                       "this machine", "forbidden")
+
+        headers, annotations, present = split_request_headers(request.raw_headers)
+        label = route.session_label or annotation(annotations, "x-ctxscope-session")
+        rec = Recorder(route, request, headers, annotations, label, query, started)
+        try:
+            rec.body = body = await self._read_body(request)
+        except _TooLarge as exc:
+            return self._too_large(rec, str(exc))
+        except ConnectionError as exc:  # the client left, or stalled its body and was cut off
+            reason = getattr(request.protocol, "close_reason", None) or f"client disconnected mid-request: {exc}"
+            rec.finish(Outcome.CLIENT_DISCONNECTED, f"{reason}; not forwarded")
+            self._submit(rec)
+            return gone()
+        except _BAD_BODY as exc:
+            log.info("refused a malformed request body for %s: %s", route.provider, " ".join(str(exc).split())[:200])
+            response = refusal(route, 400, f"malformed request body: {exc}", "malformed_body")
+            response.force_close()
+            return response
+        except asyncio.CancelledError:
+            rec.finish(Outcome.INTERRUPTED, "the daemon stopped while the request body was arriving; not forwarded")
+            self._submit(rec)
+            raise
+
+        watch = getattr(request.protocol, "watch", None)
+        if watch is not None:  # the guard tells us when the client leaves, so the upstream call stops at once
+            if request.transport is None:
+                rec.finish(Outcome.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
+                self._submit(rec)
+                return gone()
+            rec.task = asyncio.current_task()
+            watch(rec.client_left)
+        session = self._session
+        if session is None:
+            raise RuntimeError("Forwarder.start() was not awaited")
+        try:
+            try:
+                upstream = await session.request(
+                    request.method,
+                    self._target(route, query),
+                    headers=headers,
+                    data=body if body else None,
+                    skip_auto_headers=skip_auto_headers(present, bool(body)),
+                    allow_redirects=False,
+                    proxy=self._env_proxy(route.upstream.base_url),
+                )
+            except asyncio.CancelledError:
+                return self._cancelled(request, rec, submit=True)
+            except aiohttp.ConnectionTimeoutError:  # (a TimeoutError too, but no connection was ever made)
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502,
+                                  f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s")
+            except TimeoutError as exc:
+                return self._fail(rec, Outcome.TIMEOUT, 504, f"upstream timed out: {exc!r}")
+            except (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError) as exc:  # (or the HTTP proxy refused)
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+            except aiohttp.ClientConnectionError as exc:  # connected, then the connection broke
+                return self._fail(rec, Outcome.UPSTREAM_RESET, 502,
+                                  f"upstream connection lost before the response: {exc!r}", code="upstream_reset")
+            except aiohttp.ClientResponseError as exc:  # connected, then the answer was not HTTP
+                return self._fail(rec, Outcome.UPSTREAM_RESET, 502, "upstream sent a malformed response and the "
+                                  f"connection was dropped: {exc.message}", code="upstream_reset")
+            except (aiohttp.ClientError, OSError) as exc:
+                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
+
+            try:
+                return await relay_response(request, upstream, rec, self.settings.read_timeout)
+            except asyncio.CancelledError:
+                return self._cancelled(request, rec)
+            finally:
+                if rec.outcome in _CLEAN:
+                    upstream.release()
+                else:  # cancel the upstream request: nobody will read the rest
+                    upstream.close()
+                self._submit(rec)
+        finally:
+            if watch is not None:
+                watch(None)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole request body, refused past max_body_bytes (before reading when Content-Length says so)."""
+        limit = self.settings.limits.max_body_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            raise _TooLarge(f"request body of {length} bytes (Content-Length) is over the max_body_bytes limit "
+                            f"of {limit} bytes")
+        content = request.content
+        if not content.is_eof():  # read in large pieces, as aiohttp's own read() does (the body is held whole anyway)
+            content.set_read_chunk_size(length or limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge(f"request body of more than {limit} bytes is over the max_body_bytes limit")
+            chunks.append(chunk)
+        if len(chunks) == 1:
+            return bytes(chunks[0])
+        return b"".join(chunks)
+
+    def _too_large(self, rec: Recorder, message: str) -> web.Response:
+        """A provider-shaped 413, recorded without the body; the connection closes after it."""
+        response = self._fail(rec, Outcome.REQUEST_TOO_LARGE, 413, message, code="request_too_large")
+        response.force_close()
+        return response
+
+    def _cancelled(self, request: web.Request, rec: Recorder, submit: bool = False) -> web.StreamResponse:
+        """The handler was cancelled: by the guard because the client left (recorded, and the
+        cancellation ends here), or by the daemon's shutdown (recorded, and it goes on)."""
+        if rec.left:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            where = "while the upstream was still answering" if rec.status is None else "mid-response"
+            rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected {where}; the upstream request was cancelled")
+        else:
+            rec.finish(Outcome.INTERRUPTED, "cut by the daemon's shutdown")
+            abort_client(request)
+        if submit:
+            self._submit(rec)
+        if not rec.left:
+            raise asyncio.CancelledError
+        return gone()
+
+    @staticmethod
+    def _target(route: Route, query: str) -> URL | str:
+        """The upstream URL with path and query as the client encoded them (yarl would re-quote a
+        str: %2F in a query became /)."""
+        url = route.target_url + ("?" + query if query else "")
+        return URL(url, encoded=True) if url.isascii() else url
+
+    def _fail(
+        self, rec: Recorder, outcome: Outcome, status: int, message: str, code: str | None = None
+    ) -> web.Response:
+        rec.finish(outcome, message)
+        body = error_body(rec.route, status, message, code)
+        rec.synthetic_body = body
+        self._submit(rec)
+        return web.Response(status=status, body=body, content_type="application/json", headers=SANDBOX)
+
+    def _submit(self, rec: Recorder) -> None:
+        try:
+            self.sink.submit(rec.to_exchange(self.settings.salt))
+        except Exception:  # the sink promises not to raise; traffic must never depend on it
+            log.exception("capture sink failed; the call was forwarded but not recorded")

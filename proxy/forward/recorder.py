@@ -1,0 +1,87 @@
+"""What the forwarder learns about one call while it forwards it, and the Exchange made of it.
+
+Forwarding only fills in fields and keeps references to chunks it already holds; the Exchange,
+with secrets redacted and the body chunks joined, is built once the call is over, so none of that
+work delays a byte on its way to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.forward.routing import Route
+from ctxscope.proxy.ids import new_call_id
+from ctxscope.proxy.redaction.redact import extract_api_key, fingerprint, redact_headers, redact_query
+from ctxscope.vocab.kinds import Outcome
+
+
+class Recorder:
+    """One call in flight; ``finish`` sets its outcome once (docs/architecture.md, "An outcome is set once")."""
+
+    def __init__(self, route: Route, request: web.Request, headers: list[tuple[str, str]],
+                 annotations: list[tuple[str, str]], label: str | None, query: str, started: float):
+        self.route = route
+        self.method = request.method
+        self.headers = headers
+        self.annotations = annotations
+        self.label = label
+        self.query = query
+        self.started = started
+        self.body = b""
+        self.status: int | None = None
+        self.response_headers: tuple[tuple[str, str], ...] = ()
+        self.chunks: list[bytes] = []
+        self.first_byte_at: float | None = None
+        self.ended_at: float | None = None
+        self.outcome: Outcome = Outcome.OK
+        self.error: str | None = None
+        self.synthetic_body: bytes | None = None  # an answer the proxy made itself (upstream down...)
+        self.task: asyncio.Task | None = None  # the handler, cancelled when its client leaves
+        self.left = False
+
+    def client_left(self) -> None:
+        """The client closed its connection: stop waiting for (and paying for) the upstream's answer."""
+        if self.ended_at is None and self.task is not None:
+            self.left = True
+            self.task.cancel()
+
+    def finish(self, outcome: Outcome, error: str | None) -> float:
+        """Set the outcome unless one is set already; the call's end time either way."""
+        if self.ended_at is None:
+            self.ended_at = time.time()
+            self.outcome = outcome
+            self.error = error
+        return self.ended_at
+
+    def to_exchange(self, salt: bytes) -> ex.Exchange:
+        """Built after the response is done: secrets are removed here, off the forwarding path."""
+        ended_at = self.finish(self.outcome, self.error)
+        user_agent = next((v for k, v in self.headers if k.lower() == "user-agent"), None)
+        extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
+        return ex.Exchange(
+            id=new_call_id(),
+            provider=self.route.provider,
+            upstream=self.route.upstream.base_url,
+            method=self.method,
+            path=self.route.path,
+            query=redact_query(self.query),
+            session_label=self.label,
+            annotations=tuple(self.annotations),
+            request_headers=redact_headers(self.headers),
+            key_fingerprint=fingerprint(extract_api_key(self.headers, self.query), salt),
+            request_body=self.body,
+            status=self.status,
+            response_headers=self.response_headers,
+            response_body=b"".join(self.chunks),
+            started_at=self.started,
+            first_byte_at=self.first_byte_at,
+            ended_at=ended_at,
+            outcome=self.outcome.value,
+            error=self.error,
+            client=user_agent,
+            extra=extra,
+        )

@@ -1,0 +1,46 @@
+"""The HTTP client the forwarder talks to upstreams with, and how it tells a reset from a clean end.
+
+A response body with neither Content-Length nor chunked framing ends when the upstream closes the
+connection. aiohttp ends such a body cleanly whether the close was a FIN or a reset (RST), so a
+stream cut by a crash or a hostile network looked complete. The client's connections therefore
+use a protocol that fails an unfinished body when the connection breaks with an error, which the
+forwarder records as ``upstream_reset``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+
+
+class _UpstreamProtocol(ResponseHandler):
+    """aiohttp's client protocol; a connection lost with an error fails the body being read."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        payload = self._payload
+        if exc is not None and payload is not None and not payload.is_eof():
+            payload.set_exception(aiohttp.ClientPayloadError(f"upstream connection broke mid-body: {exc!r}"))
+        super().connection_lost(exc)
+
+
+def _protocol(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+    """One upstream connection's protocol: aiohttp's, telling a reset from a clean end."""
+    return _UpstreamProtocol(loop=loop)
+
+
+def new_session(connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
+    """A session that passes bytes through untouched: no decompression, cookies or env proxies
+    (the forwarder looks proxies up itself, once per upstream)."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    if hasattr(connector, "_factory"):  # how aiohttp makes each connection's protocol
+        connector._factory = functools.partial(_protocol, loop=asyncio.get_running_loop())
+    return aiohttp.ClientSession(
+        auto_decompress=False,
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )

@@ -1,0 +1,47 @@
+"""Which LLM API a request path speaks, so the store knows how to parse the exchange.
+
+Clients configure base URLs in many shapes ("https://host", "https://host/v1",
+"https://openrouter.ai/api/v1", Azure's "/openai/deployments/<d>"), so matching looks at the
+path's tail rather than at a fixed prefix. Only POST is an LLM call; GETs of stored objects
+(e.g. "/v1/responses/{id}") are plain HTTP exchanges.
+"""
+
+from __future__ import annotations
+
+from ctxscope.vocab.apis import Api
+
+# The inspector still imports these names; the store's move to the enums retires them.
+ANTHROPIC_MESSAGES = Api.ANTHROPIC_MESSAGES
+ANTHROPIC_COUNT_TOKENS = Api.ANTHROPIC_COUNT_TOKENS
+OPENAI_CHAT = Api.OPENAI_CHAT
+OPENAI_RESPONSES = Api.OPENAI_RESPONSES
+GEMINI_GENERATE = Api.GEMINI_GENERATE
+
+_GEMINI_METHODS = ("generateContent", "streamGenerateContent")
+
+
+def detect_api(method: str, path: str) -> Api | None:
+    """The API an LLM call speaks, or None for any other exchange."""
+    if method.upper() != "POST":
+        return None
+    path = path.split("?", 1)[0].split("#", 1)[0]
+    segments = [s for s in path.split("/") if s]
+    if not segments:
+        return None
+    last = segments[-1]
+    before = segments[-2] if len(segments) > 1 else ""
+    if ":" in last:
+        # Gemini: ".../models/{model}:generateContent", Code Assist "/v1internal:streamGenerateContent".
+        return Api.GEMINI_GENERATE if last.rsplit(":", 1)[1] in _GEMINI_METHODS else None
+    if last == "completions" and before == "chat":
+        return Api.OPENAI_CHAT
+    if last == "responses":
+        return Api.OPENAI_RESPONSES
+    # OpenAI Assistants also has POST ".../threads/{id}/messages": not an Anthropic call.
+    if "threads" in segments:
+        return None
+    if last == "messages":
+        return Api.ANTHROPIC_MESSAGES
+    if last == "count_tokens" and before == "messages":
+        return Api.ANTHROPIC_COUNT_TOKENS
+    return None

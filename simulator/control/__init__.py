@@ -1,0 +1,1 @@
+"""Scripting a simulator over HTTP: who may (access, token), the client, the request log."""

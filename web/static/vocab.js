@@ -1,0 +1,19 @@
+// The analyses' words (relation kinds, epoch reasons, cache verdicts, outcomes, marker kinds, API
+// ids), read once from the API at start: the page keeps no copy of a list the vocabulary defines.
+// `vocab.RelationKind.EPOCH_START` is a value; `kinds(vocab.MarkerKind)` lists them in order.
+// (docs/architecture.md, "One spelling of each word")
+
+import { getJSON } from "./api.js";
+
+export const vocab = {}; // enum name -> { MEMBER_NAME: value }; filled by loadVocabulary()
+
+let loading = null;
+
+export function loadVocabulary() {
+  if (!loading) loading = getJSON("/vocabulary").then((v) => Object.assign(vocab, v));
+  return loading;
+}
+
+export function kinds(table) {
+  return Object.values(table || {});
+}

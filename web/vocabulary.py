@@ -1,0 +1,40 @@
+"""``GET /_ctxscope/api/vocabulary``: every word list of ``ctxscope.vocab``, so the page keeps no copy.
+
+The answer maps each ``StrEnum`` of the vocabulary (``RelationKind``, ``EpochReason``,
+``CacheVerdict``, ``Outcome``, ``MarkerKind``, ``Api``...) to its members, name -> value, in
+definition order: the page lists a filter's options from it and compares values through it. Every
+``StrEnum`` of the modules named here is served (tests/test_web_vocabulary.py checks that no
+module of the vocabulary is missing from them).
+The words never change while the daemon runs: the body is built once, at import
+(docs/architecture.md, "One spelling of each word").
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from aiohttp import web
+
+from ctxscope.vocab import apis, kinds
+
+MODULES = (apis, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
+
+
+def vocabulary() -> dict[str, dict[str, str]]:
+    """Each StrEnum defined in ``ctxscope.vocab``, by class name: its members' names and values."""
+    found: dict[str, dict[str, str]] = {}
+    for module in MODULES:
+        for name, obj in vars(module).items():
+            if isinstance(obj, type) and issubclass(obj, StrEnum) and obj.__module__ == module.__name__:
+                found[name] = {member.name: member.value for member in obj}
+    return found
+
+
+_BODY = json.dumps(vocabulary(), separators=(",", ":"))
+
+
+async def vocabulary_handler(request: web.Request) -> web.Response:
+    resp = web.Response(text=_BODY, content_type="application/json")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
