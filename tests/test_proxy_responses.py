@@ -849,7 +849,9 @@ def test_leading_whitespace_and_bom_before_json():
         None,
     ],
 )
-@pytest.mark.parametrize("api", [Api.ANTHROPIC_MESSAGES, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE, None])
+@pytest.mark.parametrize(
+    "api", [Api.ANTHROPIC_MESSAGES, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE, None]
+)
 def test_wrong_shapes_inside_events_never_raise(api, weird):
     raw = frame("x", json.dumps(weird)).encode() + frame(None, {"type": "ping"}).encode()
     r = parse_response(api, 200, SSE, raw)
