@@ -16,8 +16,8 @@ from pathlib import Path
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer import CaptureWriter
-from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_file

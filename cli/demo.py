@@ -139,8 +139,8 @@ def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float
 
 def summarize(db_path: Path, session: str) -> tuple[dict[str, tuple[int, dict]], dict]:
     """The first call showing each marker kind (seq, marker) and the session's cache-discipline figures."""
-    from ctxscope.inspector.analysis_queries import cache_discipline, session_timeline
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.analysis_queries import cache_discipline, session_timeline
+    from ctxscope.inspector.store.queries import open_db
 
     db = open_db(db_path)
     try:
@@ -156,7 +156,7 @@ def summarize(db_path: Path, session: str) -> tuple[dict[str, tuple[int, dict]],
 
 
 def _describe(marker: dict) -> str:
-    from ctxscope.inspector.marker_text import marker_summary
+    from ctxscope.inspector.analyses.marker_text import marker_summary
 
     return marker_summary(marker)
 

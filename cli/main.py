@@ -24,7 +24,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 def open_db_or_fail(db_path: Path | None):
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     path = db_path or default_db_path()
     if not path.exists():

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ctxscope.inspector.cache_analysis import VERDICTS
-from ctxscope.inspector.relation import KINDS as RELATIONS
+from ctxscope.inspector.analyses.cache_analysis import VERDICTS
+from ctxscope.inspector.analyses.relation import KINDS as RELATIONS
 from ctxscope.proxy.mask import mask_key_values
 
 from .output import emit_json, emit_table
@@ -42,7 +42,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @json_option
     def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, as_json):
         """List captured calls, optionally filtered by their analysis."""
-        from ctxscope.inspector.analysis_queries import find_calls
+        from ctxscope.inspector.store.analysis_queries import find_calls
 
         rows = find_calls(open_db_or_fail(db_path), session=session, model=model, relation=relation,
                           pointer_prefix=pointer_prefix, verdict=verdict, thread=thread, limit=limit)  # fmt: skip
@@ -61,7 +61,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @json_option
     def show(call, db_path, request_raw, response_raw, exact, as_json):
         """Show one call (CALL is an id or a unique prefix of one)."""
-        from ctxscope.inspector import queries
+        from ctxscope.inspector.store import queries
         from ctxscope.web.bodyexport import export_body
 
         if exact and not (request_raw or response_raw):
@@ -99,7 +99,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @json_option
     def sessions(db_path, as_json):
         """List sessions with their call counts, models, cache hit rate and breaks."""
-        from ctxscope.inspector.queries import list_sessions
+        from ctxscope.inspector.store.queries import list_sessions
 
         rows = list_sessions(open_db_or_fail(db_path))
         emit_json(rows) if as_json else emit_table(rows, SESSION_COLUMNS)
@@ -120,7 +120,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     def db_status_cmd(db_path, as_json):
         """Size, counts, storage savings, recorded writer failures, and the running writer's state
         (true from the first failure, even while the database cannot be written)."""
-        from ctxscope.inspector.queries import db_status
+        from ctxscope.inspector.store.queries import db_status
 
         path = db_path or default_db_path()
         status = db_status(path)

@@ -15,8 +15,8 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.markers import Marker
+from ctxscope.inspector.analyses.markers import Marker
+from ctxscope.inspector.store import queries
 
 EVENT_HEADER = "x-ctxscope-event"
 _MAX_RAW = 500

@@ -29,10 +29,8 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
-from ctxscope.inspector.cache_analysis import (
+from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.cache_analysis import (
     CachePrediction,
     CacheVerdict,
     Observed,
@@ -40,16 +38,18 @@ from ctxscope.inspector.cache_analysis import (
     predict_cache,
     verdict,
 )
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.effects import place_effects
-from ctxscope.inspector.incremental import count, prepare, prepare_full
-from ctxscope.inspector.ingest import RETRY_WINDOW_S
-from ctxscope.inspector.markers import RETRY, Marker, has_compaction_before, infer_markers
-from ctxscope.inspector.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.effects import place_effects
+from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
+from ctxscope.inspector.analyses.markers import RETRY, Marker, has_compaction_before, infer_markers
+from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.relation import NOT_COMPARABLE, CallContext, Relation, classify
+from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
+from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
-from ctxscope.inspector.relation import NOT_COMPARABLE, CallContext, Relation, classify
-from ctxscope.inspector.store import iso, record_event
-from ctxscope.inspector.threads import Placement, RecentCall, explicit_session_id, place_call
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.db import iso, record_event
+from ctxscope.inspector.store.ingest import RETRY_WINDOW_S
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 log = logging.getLogger("ctxscope.analysis")

@@ -16,10 +16,10 @@ import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ctxscope.inspector.accounting import TokenBreakdown
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.incremental import Prepared
-from ctxscope.inspector.threads import RecentCall
+from ctxscope.inspector.analyses.accounting import TokenBreakdown
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.incremental import Prepared
+from ctxscope.inspector.analyses.threads import RecentCall
 
 Scope = tuple[str, str | None]  # (session, key fingerprint)
 SEGMENT_BYTES = 200  # rough memory of one segment beside the texts it shares with the body

@@ -14,7 +14,7 @@ from ctxscope.agent.builtins import HostOptions, core_tools_extension
 from ctxscope.agent.providers import make_client, resolve
 from ctxscope.agent.reminders_extension import create_in_turn_reminders, create_system_reminders
 from ctxscope.agent.runtime import AgentRuntime
-from ctxscope.inspector import queries
+from ctxscope.inspector.store import queries
 
 STEPS = [{"tool_calls": [{"name": "ls", "arguments": {}}]}] * 3 + [{"text": "first turn done"}] + \
         [{"tool_calls": [{"name": "ls", "arguments": {}}]}] + [{"text": "second turn done"}]

@@ -107,7 +107,7 @@ def test_diff(captured):
 def test_reindex_recomputes_the_same_analysis(captured):
     db, rows = captured
     before = json.loads(invoke("calls", *db, "--json", "--limit", "100"))
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     conn = open_db(db[1])
     conn.execute("UPDATE calls SET relation = NULL, cache_verdict = NULL, thread = NULL")

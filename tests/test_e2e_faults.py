@@ -16,7 +16,7 @@ import pytest
 from backports import zstd
 
 from ctxscope.daemon import start_daemon
-from ctxscope.inspector import queries
+from ctxscope.inspector.store import queries
 from ctxscope.settings import DaemonConfig
 
 KEY = "sk-ant-test-FAULTKEY-987654321"
@@ -136,7 +136,7 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
 def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer_mode, proxy, sim, monkeypatch, caplog):
     import sqlite3
 
-    from ctxscope.inspector import writer as writer_module
+    from ctxscope.inspector.writer import thread as writer_module
 
     real = writer_module.ingest
     broken = {"on": True}

@@ -12,7 +12,7 @@ import openai
 import pytest
 from sdk_taps import AsyncRecordingTransport, RecordingTransport
 
-from ctxscope.inspector.queries import get_call, get_response_raw, open_db
+from ctxscope.inspector.store.queries import get_call, get_response_raw, open_db
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from environment import require
 from test_inspector_spool_safety import plant_pickle_spool
 
-from ctxscope.inspector import spool as spools
+from ctxscope.inspector.writer import spool as spools
 from ctxscope.main import cli
 
 
@@ -237,7 +237,7 @@ def full_disk_analyzers():
     """The daemon's analyzers, in a writer child whose database connections may not grow the file
     while a flag file exists: SQLITE_FULL, from SQLite's max_page_count."""
     from ctxscope.daemon import writer_analyzers
-    from ctxscope.inspector import store
+    from ctxscope.inspector.store import db as store
 
     real = store.connect
     flag = Path(os.environ["CTXSCOPE_TEST_FULL_FLAG"])
@@ -255,13 +255,13 @@ def full_disk_analyzers():
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
     from test_inspector_writer_process import make_exchange
 
-    from ctxscope.inspector import queries
-    from ctxscope.inspector.writer_process import WriterProcess
+    from ctxscope.inspector.store import queries
+    from ctxscope.inspector.writer.process import WriterProcess
 
     flag = tmp_path / "full"
     monkeypatch.setenv("CTXSCOPE_TEST_FULL_FLAG", str(flag))
     db = tmp_path / "c.db"
-    from ctxscope.inspector import store
+    from ctxscope.inspector.store import db as store
 
     store.connect(db).close()
     flag.touch()

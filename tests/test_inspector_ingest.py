@@ -9,8 +9,8 @@ import random
 
 from test_inspector_store import anthropic_request, anthropic_response, anthropic_sse, make_exchange
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 try:
     from compression import zstd  # type: ignore[import-not-found]

@@ -8,7 +8,7 @@ import pytest
 from test_inspector_ingest import capture
 from test_inspector_store import anthropic_request, anthropic_response, make_exchange
 
-from ctxscope.inspector import queries
+from ctxscope.inspector.store import queries
 
 T0 = 1_750_000_000.0
 

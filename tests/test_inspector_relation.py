@@ -16,8 +16,8 @@ from inspector_bodies import (
 )
 from jsonpointer import resolve_pointer
 
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.relation import (
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.relation import (
     APPEND_ONLY,
     DIVERGED,
     EPOCH_START,

@@ -8,12 +8,12 @@ import time
 
 from test_inspector_writer_process import make_exchange
 
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector import spool_format
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.spool_format import pack as _pack
-from ctxscope.inspector.spool_format import unpack
-from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer import spool_format
+from ctxscope.inspector.writer.process import QUIET_GAP, WriterProcess
+from ctxscope.inspector.writer.spool_format import pack as _pack
+from ctxscope.inspector.writer.spool_format import unpack
 
 
 def _calls(*numbers: int) -> list[tuple]:
@@ -163,7 +163,7 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
 
 
 def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_path):
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
 
     db = tmp_path / "c.db"
     first = WriterProcess(db)

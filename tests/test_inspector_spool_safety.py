@@ -11,11 +11,12 @@ import pytest
 from environment import require
 from test_inspector_writer_process import make_exchange
 
-from ctxscope.inspector import queries, spool_format
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.spool_format import pack
-from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer import spool_format
+from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.spool_format import pack
 
 
 class _Payload:
@@ -159,7 +160,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.spool_format import unpack
+    from ctxscope.inspector.writer.spool_format import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ctxscope.inspector import store
-from ctxscope.inspector.migrations import migrations
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.migrations import migrations
 from ctxscope.proxy.exchange import Exchange
 
 _ids = itertools.count(1)

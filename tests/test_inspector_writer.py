@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from test_inspector_store import make_exchange
 
-from ctxscope.inspector import ingest as ingest_mod
-from ctxscope.inspector import queries, store
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store import ingest as ingest_mod
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 TESTS = Path(__file__).resolve().parent
 
@@ -276,8 +277,8 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
 
 
 def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_path):
-    from ctxscope.inspector import spool as spools
-    from ctxscope.inspector.writer_process import WriterProcess
+    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.process import WriterProcess
 
     path, repair = _unopenable(tmp_path, "corrupt file")
     w = CaptureWriter(path, retry_interval=0.05, status_file=False)
@@ -310,7 +311,7 @@ _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from test_inspector_store import make_exchange
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer.thread import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
 for i in range({n}):
@@ -358,7 +359,7 @@ _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
 from test_inspector_store import make_exchange
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
     time.sleep(0.001)

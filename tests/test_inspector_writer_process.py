@@ -11,9 +11,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_priority import can_leave_idle_class
-from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer.priority import can_leave_idle_class
+from ctxscope.inspector.writer.process import MAX_HOLD, QUIET_GAP, WriterProcess
 from ctxscope.proxy.exchange import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +58,7 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
 
 
 def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
-    from ctxscope.inspector import spool as spools
+    from ctxscope.inspector.writer import spool as spools
 
     (tmp_path / "dir.db").mkdir()  # a folder where the database should be
     w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
@@ -84,7 +84,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_inspector_writer_process import make_exchange
-        from ctxscope.inspector.writer_process import WriterProcess
+        from ctxscope.inspector.writer.process import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -182,7 +182,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
 
 
 async def test_a_big_call_is_handed_over_at_once(tmp_path):
-    from ctxscope.inspector.writer_process import HOLD_BYTES
+    from ctxscope.inspector.writer.process import HOLD_BYTES
 
     w = WriterProcess(tmp_path / "big.db")
     w.start()
@@ -200,7 +200,7 @@ def crash_on_start():
 
 
 def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
-    from ctxscope.inspector import spool as spools
+    from ctxscope.inspector.writer import spool as spools
 
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
     began = time.monotonic()
@@ -234,7 +234,7 @@ def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
 
 
 def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
-    import ctxscope.inspector.writer_priority as wp
+    import ctxscope.inspector.writer.priority as wp
 
     calls = []
     monkeypatch.setattr(wp, "can_leave_idle_class", lambda: True)
@@ -249,7 +249,7 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
 
 
 def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
-    from ctxscope.inspector.writer_process import _Held
+    from ctxscope.inspector.writer.process import _Held
 
     held = _Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
     assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
@@ -310,8 +310,8 @@ def crash_on_store():
 
 
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer_restart as wp
-    from ctxscope.inspector import spool as spools
+    import ctxscope.inspector.writer.restart as wp
+    from ctxscope.inspector.writer import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
     monkeypatch.setattr(wp, "RESTART_BACKOFF", 0.5)  # a child killed before its "ready" left the pipe
@@ -359,7 +359,7 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
         assert w.stop()
     assert peak < 256, f"the writer child peaked at {peak} MB"  # the bomb is 600 MB; the cap alone 128 MB
     db = open_db(tmp_path / "b.db")
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
 
     calls = {c["id"]: queries.get_call(db, c["id"]) for c in list_calls(db, limit=None)}
     assert "decoded size over limit" in calls[up.id]["request_decode_error"]
@@ -377,7 +377,7 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
     ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body))
     w.submit(ex)
     assert w.stop()
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
 
     call = queries.get_call(open_db(tmp_path / "cap.db"), ex.id)
     assert "over limit" in call["request_decode_error"] and call["model"] is None  # not analysed

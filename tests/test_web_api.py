@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from web_fixtures import KEY, anthropic_client, openai_client, start_web_daemon
 
-from ctxscope.inspector.queries import get_request_raw, get_response_raw, open_db
+from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, open_db
 
 SYSTEM = "You are a careful coding assistant. " * 600
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
+from ctxscope.inspector.store import queries as q
 from ctxscope.proxy.mask import mask_key_bytes
 
 

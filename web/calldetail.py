@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
+from ctxscope.inspector.store import queries as q
 from ctxscope.proxy.mask import mask_key_bytes
 from ctxscope.web.bodyexport import BodyExport, export_body
 from ctxscope.web.fields import ANALYSIS_COLUMNS, call_columns, client_name, normalise_call

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
+from ctxscope.inspector.store import queries as q
 from ctxscope.web.fields import call_columns, normalise_call
 from ctxscope.web.jsondiff import diff_bodies
 
 try:  # provided by the inspector when it lands
-    from ctxscope.inspector.diff import diff_calls as _inspector_diff  # type: ignore[import-not-found]
+    from ctxscope.inspector.analyses.diff import diff_calls as _inspector_diff  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the inspector version
     _inspector_diff = None
 

@@ -13,7 +13,7 @@ import re
 
 import sqlite_utils
 
-from ctxscope.inspector.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 
 _PRICES: PriceTable | None = None
 

@@ -19,7 +19,7 @@ from typing import Any
 import sqlite_utils
 from aiohttp import web
 
-from ctxscope.inspector.queries import SUMMARY_COLUMNS
+from ctxscope.inspector.store.queries import SUMMARY_COLUMNS
 from ctxscope.proxy.mask import mask_keys_in
 from ctxscope.web.pool import ReadPool
 

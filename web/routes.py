@@ -32,7 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ctxscope.inspector.queries import AmbiguousCallId
+from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.proxy.mask import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range

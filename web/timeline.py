@@ -11,7 +11,7 @@ import json
 
 import sqlite_utils
 
-from ctxscope.inspector.queries import list_calls
+from ctxscope.inspector.store.queries import list_calls
 from ctxscope.web.fields import ANALYSIS_COLUMNS, HIT_ELIGIBLE, call_columns, normalise_call, usage_cost, verdict_sql
 
 PAGE = 100

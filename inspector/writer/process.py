@@ -3,7 +3,7 @@
 In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
 counting tokens for one call delays the next chunk of another. Here the proxy only hands
 finished exchanges to a multiprocessing queue (its feeder thread pickles and writes the bytes);
-a child process (:mod:`ctxscope.inspector.writer_child`) spools them at once and stores them,
+a child process (:mod:`ctxscope.inspector.writer.child`) spools them at once and stores them,
 at a low CPU priority, when the traffic pauses.
 
 Finished calls also wait in the proxy for a pause: ``submit`` only appends a compact tuple to a
@@ -26,7 +26,7 @@ a crash), the proxy keeps its calls and starts a new child, which stores the old
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
-``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer_restart` says when). ``start``
+``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer.restart` says when). ``start``
 does not fail when the child cannot start: the proxy forwards regardless, holds calls (up to
 ``max_queue`` / ``max_queue_bytes``) and tries again; at stop, calls no child took are written to
 a spool for the next writer.
@@ -45,14 +45,14 @@ import threading
 import time
 from pathlib import Path
 
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector.spool_format import call_size, pack
-from ctxscope.inspector.store import now_iso
-from ctxscope.inspector.writer_child import child_main
-from ctxscope.inspector.writer_failures import RETRY_INTERVAL
-from ctxscope.inspector.writer_priority import IDLE_CLASS, leave_idle_class
-from ctxscope.inspector.writer_restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
-from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
+from ctxscope.inspector.store.db import now_iso
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.child import child_main
+from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
+from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
+from ctxscope.inspector.writer.spool_format import call_size, pack
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 

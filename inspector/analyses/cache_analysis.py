@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ctxscope.inspector.accounting import TokenBreakdown
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.prices import Price
-from ctxscope.inspector.relation import (
+from ctxscope.inspector.analyses.accounting import TokenBreakdown
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.prices import Price
+from ctxscope.inspector.analyses.relation import (
     API_CHANGE,
     MODEL_CHANGE,
     NOT_COMPARABLE,

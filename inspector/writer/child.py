@@ -1,6 +1,6 @@
 """The capture writer's child process: spool what the proxy hands over, store it in a pause.
 
-Every batch is appended to a :class:`~ctxscope.inspector.spool.Spool` the moment it arrives (a
+Every batch is appended to a :class:`~ctxscope.inspector.writer.spool.Spool` the moment it arrives (a
 write of bytes, nothing more), and stored (parsed, analysed, written to SQLite by the ordinary
 :class:`CaptureWriter`) once the traffic pauses: the proxy says so with the batch it sends after
 a pause of QUIET_GAP, and silence longer than the proxy ever holds calls means the same. A burst
@@ -14,7 +14,7 @@ Calls leave the spool only once stored: while the store is unavailable (full dis
 file) they wait there, and the writer retries; the child starts even when the store cannot be
 opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
 
-It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer_priority`).
+It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer.priority`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import signal
 import time
 from pathlib import Path
 
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector.spool_format import ID, call_size, unpack
-from ctxscope.inspector.writer import CaptureWriter
-from ctxscope.inspector.writer_failures import RETRY_INTERVAL
-from ctxscope.inspector.writer_priority import Priority
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.priority import Priority
+from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
+from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")

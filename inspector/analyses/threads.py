@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.relation import shared_prefix
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.relation import shared_prefix
 
 SESSION_HEADERS = ("x-ctxscope-session", "x-claude-code-session-id", "session_id", "session-id", "x-session-id")
 _SESSION_IN_USER_ID = re.compile(r"session_([0-9A-Za-z][0-9A-Za-z-]{7,})")

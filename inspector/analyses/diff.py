@@ -16,10 +16,10 @@ from typing import Any
 import sqlite_utils
 from jsonpointer import JsonPointer, JsonPointerException
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize, escape
-from ctxscope.inspector.relation import CallContext, Relation, classify, compare, policy_signature
+from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, canonicalize, escape
+from ctxscope.inspector.analyses.relation import CallContext, Relation, classify, compare, policy_signature
+from ctxscope.inspector.store import queries
 
 _COUNTER = TokenCounter(max_entries=20_000)
 _MISSING = object()

@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.canonical import REMINDER_RE, CanonicalPrompt, Segment
-from ctxscope.inspector.markers import COMPACTION, REMINDER, Marker
-from ctxscope.inspector.relation import APPEND_ONLY, IDENTICAL, Relation
+from ctxscope.inspector.analyses.canonical import REMINDER_RE, CanonicalPrompt, Segment
+from ctxscope.inspector.analyses.markers import COMPACTION, REMINDER, Marker
+from ctxscope.inspector.analyses.relation import APPEND_ONLY, IDENTICAL, Relation
 
 # The sections our agent's default reminder providers write, one tag each, by provider name.
 PROVIDER_TAGS = {"agent-context": "agent_context", "todo-status": "todo_completion",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ctxscope.inspector.canonical import CanonicalPrompt, Segment, split_reminders
-from ctxscope.inspector.relation import DIVERGED, EPOCH_START, IDENTICAL, Relation
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, split_reminders
+from ctxscope.inspector.analyses.relation import DIVERGED, EPOCH_START, IDENTICAL, Relation
 
 REMINDER = "reminder"
 COMPACTION = "compaction"

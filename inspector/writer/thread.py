@@ -6,7 +6,7 @@ in its own savepoint and commits the batch at least every ``batch_interval`` sec
 ``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
 fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
 
-Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer_failures`):
+Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.failures`):
 - the store is unavailable: nothing is lost. The calls of the batch stay first in line, and
   storing is retried every ``retry_interval`` seconds, however long it takes; the counters say so
   from the first failure (``store_failures``, ``store_down_since``, ``last_error``). ``start``
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import sqlite_utils
 
-from ctxscope.inspector import owner_only, store
-from ctxscope.inspector.ingest import Analyzer, IngestState, ingest
-from ctxscope.inspector.spool import keep_leftovers
-from ctxscope.inspector.spool_format import pack
-from ctxscope.inspector.writer_failures import (
+from ctxscope.inspector import owner_only
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
+from ctxscope.inspector.writer.failures import (
     RETRY_INTERVAL,
     Outage,
     Unrecorded,
@@ -44,7 +43,9 @@ from ctxscope.inspector.writer_failures import (
     record,
     store_unavailable,
 )
-from ctxscope.inspector.writer_status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.spool import keep_leftovers
+from ctxscope.inspector.writer.spool_format import pack
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE
 from ctxscope.proxy.exchange import Exchange
 

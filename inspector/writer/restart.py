@@ -16,7 +16,7 @@ import logging
 import queue
 import time
 
-from ctxscope.inspector.writer_status import WriterStats
+from ctxscope.inspector.writer.status import WriterStats
 
 log = logging.getLogger("ctxscope.store")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.migrations import migrations
+from ctxscope.inspector.store.migrations import migrations
 
 BUSY_TIMEOUT_S = 5.0
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector import store
-from ctxscope.inspector.blobs import blob_get
-from ctxscope.inspector.migrations import migrations
-from ctxscope.inspector.recode import apply_recipe
-from ctxscope.inspector.spool import spool_status
-from ctxscope.inspector.writer_status import capture_state
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.blobs import blob_get
+from ctxscope.inspector.store.migrations import migrations
+from ctxscope.inspector.store.recode import apply_recipe
+from ctxscope.inspector.writer.spool import spool_status
+from ctxscope.inspector.writer.status import capture_state
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.responses import parse_response
 

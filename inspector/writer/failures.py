@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from ctxscope.inspector import store
+from ctxscope.inspector.store import db as store
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")

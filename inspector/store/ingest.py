@@ -24,9 +24,9 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.recode import find_recipe
-from ctxscope.inspector.store import iso
+from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
+from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.recode import find_recipe
 from ctxscope.proxy.apis import GEMINI_GENERATE, detect_api
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.exchange import OK, Exchange

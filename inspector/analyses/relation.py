@@ -20,8 +20,8 @@ from typing import Any
 
 from jsonpointer import JsonPointer, JsonPointerException
 
-from ctxscope.inspector.canonical import MARKER_KEYS, CanonicalPrompt, escape
-from ctxscope.inspector.hashes import common_prefix
+from ctxscope.inspector.analyses.canonical import MARKER_KEYS, CanonicalPrompt, escape
+from ctxscope.inspector.analyses.hashes import common_prefix
 
 IDENTICAL = "IDENTICAL"
 APPEND_ONLY = "APPEND_ONLY"

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.canonical import CanonicalPrompt, Segment, canonicalize
-from ctxscope.inspector.chunked import Chunked
-from ctxscope.inspector.hashes import Hashes
-from ctxscope.inspector.tool_refs import ToolRefs
+from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, canonicalize
+from ctxscope.inspector.analyses.chunked import Chunked
+from ctxscope.inspector.analyses.hashes import Hashes
+from ctxscope.inspector.analyses.tool_refs import ToolRefs
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 ITEMS_KEY = {ANTHROPIC_MESSAGES: "messages", ANTHROPIC_COUNT_TOKENS: "messages", OPENAI_CHAT: "messages",

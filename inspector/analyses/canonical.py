@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxscope.inspector.hashes import Hashes
-from ctxscope.inspector.tool_refs import ToolRefs
+from ctxscope.inspector.analyses.hashes import Hashes
+from ctxscope.inspector.analyses.tool_refs import ToolRefs
 from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
 
 KINDS = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.queries import HIT_ELIGIBLE, hit_rate
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.queries import HIT_ELIGIBLE, hit_rate
 
 MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
 
