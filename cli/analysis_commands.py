@@ -155,7 +155,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @json_option
     def diff(a, b, db_path, max_chars, as_json):
         """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
-        from ctxscope.inspector.analyses.diff import diff_calls
+        from ctxscope.inspector.calldiff import diff_calls
         from ctxscope.inspector.store.queries import AmbiguousCallId
 
         try:
@@ -219,14 +219,14 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     def reindex(db_path, session, as_json):
         """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
         from ctxscope.inspector.analyze import reindex as run
+        from ctxscope.inspector.store.analysis_rows import count_calls
 
         db = open_db_or_fail(db_path)
         try:
             analyzer = make_analyzer()
         except (ValueError, OSError) as exc:
             raise click.ClickException(f"bad price file: {exc}")
-        where, params = ("WHERE session = ?", [session]) if session else ("", [])
-        total = db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+        total = count_calls(db, session or None)
         done = 0
         if sys.stderr.isatty() and not as_json:
             with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,

@@ -10,13 +10,17 @@ import asyncio
 import logging
 import secrets
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
+from ctxscope.inspector.analyze import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.forward import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
@@ -24,12 +28,10 @@ from ctxscope.simulator.control import TOKEN_FILE, token_from_env, write_token_f
 from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
 
+from .analysis_commands import prices_path
 from .settings import DaemonConfig, home_dir, load_salt, secure_home
 
 log = logging.getLogger("ctxscope.daemon")
-
-# What runs on every stored call (in the writer), named so the writer's child process can import it.
-ANALYZERS = "ctxscope.daemon:writer_analyzers"
 
 
 @dataclass
@@ -37,7 +39,7 @@ class RunningDaemon:
     """Handles of a started daemon, for tests and embedding."""
 
     url: str
-    writer: CaptureWriter | WriterProcess
+    writer: Writer
     runner: web.AppRunner
     sim: SimulatorProcess | None  # the built-in simulator's child process (None: `sim` is a configured upstream)
 
@@ -52,7 +54,7 @@ class RunningDaemon:
     async def stop(self) -> None:
         """Stop accepting, finish open exchanges, then drain the writer so nothing is lost."""
         await self.runner.cleanup()
-        stops = [asyncio.to_thread(self.writer.stop)]
+        stops: list[Coroutine[Any, Any, object]] = [asyncio.to_thread(self.writer.stop)]
         if self.sim is not None:  # the simulator's child stops while the writer drains
             stops.append(asyncio.to_thread(self.sim.stop))
         await asyncio.gather(*stops)
@@ -81,24 +83,6 @@ def spawn_builtin_simulator() -> SimulatorProcess | None:
         log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
         return None
     return sim
-
-
-def _analyzer():
-    """The inspector's analyzer; a bad price file costs the overrides, not the capture."""
-    from .analysis_commands import make_analyzer
-
-    try:
-        return make_analyzer()
-    except (ValueError, OSError) as exc:
-        log.error("ignoring the price file: %s", exc)
-        from ctxscope.inspector.analyze import Analyzer
-
-        return Analyzer()
-
-
-def writer_analyzers() -> list:
-    """The analyzers the capture writer runs on every stored call."""
-    return [_analyzer()]
 
 
 def _prepare_files(cfg: DaemonConfig) -> bytes:
@@ -130,11 +114,16 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
         sim = spawn_builtin_simulator()
     try:
+        prices = prices_path()
+        prices_args = (str(prices),) if prices is not None else ()
+        writer: Writer
         if cfg.writer == "thread":
-            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(), max_decoded_bytes=cfg.limits.max_decoded_bytes)
+            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
             writer.start()
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
-            writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS, max_decoded_bytes=cfg.limits.max_decoded_bytes)
+            writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from ctxscope.inspector.store.analysis_rows import count_analysed
+
 from . import demo_script as script
 from .settings import DaemonConfig
 
@@ -123,12 +125,7 @@ def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float
     done = 0
     while time.monotonic() < deadline:
         try:
-            con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
-            try:
-                done = con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
-                                   [session]).fetchone()[0]
-            finally:
-                con.close()
+            done = count_analysed(db_path, session)
         except sqlite3.Error:
             done = 0
         if done >= expected:

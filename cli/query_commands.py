@@ -6,9 +6,8 @@ import sys
 
 import click
 
-from ctxscope.inspector.analyses.cache_analysis import VERDICTS
-from ctxscope.inspector.analyses.relation import KINDS as RELATIONS
 from ctxscope.proxy.mask import mask_key_values
+from ctxscope.vocab.kinds import CacheVerdict, RelationKind
 
 from .output import emit_json, emit_table
 from .settings import default_db_path
@@ -32,11 +31,11 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     @db_option
     @click.option("--session", help="Only calls of this session.")
     @click.option("--model", help="Only calls to this model.")
-    @click.option("--relation", type=click.Choice(RELATIONS, case_sensitive=False),
+    @click.option("--relation", type=click.Choice([k.value for k in RelationKind], case_sensitive=False),
                   help="Only calls with this prefix relation to their predecessor.")
     @click.option("--pointer-prefix", metavar="POINTER",
                   help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).")
-    @click.option("--verdict", type=click.Choice(VERDICTS), help="Only calls with this cache verdict.")
+    @click.option("--verdict", type=click.Choice([v.value for v in CacheVerdict]), help="Only calls with this cache verdict.")
     @click.option("--thread", help="Only calls of this thread.")
     @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
     @json_option
@@ -120,7 +119,7 @@ def register(cli: click.Group, db_option, json_option, open_db_or_fail) -> None:
     def db_status_cmd(db_path, as_json):
         """Size, counts, storage savings, recorded writer failures, and the running writer's state
         (true from the first failure, even while the database cannot be written)."""
-        from ctxscope.inspector.store.queries import db_status
+        from ctxscope.inspector.db_status import db_status
 
         path = db_path or default_db_path()
         status = db_status(path)

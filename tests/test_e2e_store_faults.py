@@ -236,7 +236,7 @@ def test_a_full_disk_under_serve_loses_no_call_and_db_status_says_so(tmp_path):
 def full_disk_analyzers():
     """The daemon's analyzers, in a writer child whose database connections may not grow the file
     while a flag file exists: SQLITE_FULL, from SQLite's max_page_count."""
-    from ctxscope.daemon import writer_analyzers
+    from ctxscope.inspector.analyze import writer_analyzers
     from ctxscope.inspector.store import db as store
 
     real = store.connect

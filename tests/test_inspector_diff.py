@@ -19,7 +19,7 @@ from inspector_bodies import (
 )
 from test_inspector_analyze import ex, run
 
-from ctxscope.inspector.analyses.diff import diff_calls
+from ctxscope.inspector.calldiff import diff_calls
 
 
 def store(tmp_path, *bodies, **kw):

@@ -9,6 +9,7 @@ import random
 
 from test_inspector_store import anthropic_request, anthropic_response, anthropic_sse, make_exchange
 
+from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.writer.thread import CaptureWriter
 
@@ -70,7 +71,7 @@ def test_storage_grows_with_new_content_not_with_calls_times_context(tmp_path):
     for ex in exchanges:  # every body back, byte for byte
         assert queries.get_request_raw(db, ex.id) == ex.request_body
         assert queries.get_response_raw(db, ex.id) == ex.response_body
-    status = queries.db_status(path)
+    status = db_status(path)
     assert status["calls"] == 200 and status["blobs"]["ratio"] < 0.05
 
 

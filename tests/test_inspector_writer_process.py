@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer.messages import Handover
 from ctxscope.inspector.writer.priority import can_leave_idle_class
 from ctxscope.inspector.writer.process import MAX_HOLD, QUIET_GAP, WriterProcess
 from ctxscope.proxy.exchange import Exchange
@@ -119,9 +121,9 @@ def _tap_batches(w: WriterProcess, pauses: list | None = None) -> list:
     put = w._queue.put
 
     def tap(item):
-        sent.append(item if item is None else item[1])
-        if pauses is not None and item is not None:
-            pauses.append(item[0])
+        sent.append(item.batch if isinstance(item, Handover) else None)  # None: the stop message
+        if pauses is not None and isinstance(item, Handover):
+            pauses.append(item.pause)
         put(item)
 
     w._queue.put = tap
@@ -344,7 +346,7 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
     bomb = b"".join(c.compress(zeros) for _ in range(75)) + c.flush()  # 600 MB once inflated
     assert len(bomb) < 700_000
     gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
-    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.daemon:writer_analyzers")
+    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.inspector.analyze:writer_analyzers")
     w.start()
     try:
         pid = w._proc.pid
@@ -381,3 +383,58 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
 
     call = queries.get_call(open_db(tmp_path / "cap.db"), ex.id)
     assert "over limit" in call["request_decode_error"] and call["model"] is None  # not analysed
+
+
+_PROBE = '''
+import json, sys
+from ctxscope.inspector.analyze import writer_analyzers
+
+def report(out):
+    """Analyzers for the child, after writing down every module the child has imported."""
+    analyzers = writer_analyzers()
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+    return analyzers
+'''
+
+_DAEMON_LIKE_MAIN = '''
+import json, sys, time
+import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
+import ctxscope.main  # the CLI (click)
+from ctxscope.inspector.analyze import writer_analyzers
+from ctxscope.inspector.writer.process import WriterProcess
+
+if __name__ == "__main__":
+    db, out = sys.argv[1], sys.argv[2]
+    w = WriterProcess(db, analyzers_factory="writer_probe:report", analyzers_args=(out,), status_file=False)
+    w.start()
+    try:
+        assert w.stats().running, w.stats().last_error
+    finally:
+        w.stop()
+    print(json.dumps(sorted(sys.modules)))
+'''
+
+FORBIDDEN_IN_WRITER = ("ctxscope.web", "ctxscope.simulator", "ctxscope.proxy.server", "ctxscope.main", "ctxscope.daemon",
+                       "ctxscope.agent")
+
+
+def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_simulator(tmp_path):
+    """The real child, started from a main module that imports the whole CLI, as the daemon's does."""
+    (tmp_path / "writer_probe.py").write_text(_PROBE)
+    (tmp_path / "daemon_like.py").write_text(_DAEMON_LIKE_MAIN)
+    out = tmp_path / "child-modules.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(tmp_path / "daemon_like.py"), str(tmp_path / "w.db"), str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    child = set(json.loads(out.read_text()))
+    assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
+    assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child
+    leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
+    assert not leaked, f"the writer child imported {leaked}"
+    # click: only what the store's SQLite library (sqlite_utils) imports itself, none of the CLI's use of it
+    alone = subprocess.run([sys.executable, "-c", "import sys, sqlite_utils; print(' '.join(sys.modules))"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert {m for m in child if m == "click" or m.startswith("click.")} <= set(alone)

@@ -217,7 +217,7 @@ def test_delete_needs_the_page_token_and_a_same_origin_request(web):
 
 
 def test_delete_frees_bodies_nothing_else_needs(web):
-    from ctxscope.web.deletion import KEEP_TAIL, delete_session
+    from ctxscope.inspector.store.deletion import KEEP_TAIL, delete_session
 
     _conversation(web, "big", turns=KEEP_TAIL + 6, system="A long session. " * 300)
     _conversation(web, "other", turns=3, system="Another agent. " * 300)

@@ -75,3 +75,8 @@ class MarkerKind(StrEnum):
     GUARD_SIGNAL = "guard_signal"
     EMPTY_ANSWER_RETRY = "empty_answer_retry"
     STEER = "steer"
+    REMINDER_DROPPED = "reminder_dropped"
+    SOURCES_AVAILABLE = "sources_available"
+    CITATIONS = "citations"
+    SOURCE_CITATION_RETRY = "source_citation_retry"
+    ANNOTATION = "annotation"  # a declared event header whose kind could not be read

@@ -1,4 +1,4 @@
-"""Token accounting per segment and per category (I4).
+"""Token accounting per segment and per category.
 
 Counts are exact o200k counts of each segment's text (the content only: no role or framing
 tokens are added, so a provider's own count is a little higher, and Claude's tokenizer differs
@@ -42,12 +42,12 @@ class TokenBreakdown:
     per_segment: Sequence[int]  # aligned with prompt.segments
     # cumulative[i] = tokens of segments 0..i inclusive; computed here unless a builder that
     # already has most of it (incremental.py, from the previous call) passes it in.
-    cumulative: Sequence[int] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+    cumulative: Sequence[int] = field(default=(), kw_only=True, repr=False, compare=False)  # (): compute it
 
     def __post_init__(self):
         if not isinstance(self.per_segment, array):
             object.__setattr__(self, "per_segment", array("q", self.per_segment))
-        if self.cumulative is None:
+        if not self.cumulative:
             object.__setattr__(self, "cumulative", array("q", accumulate(self.per_segment)))
         elif len(self.cumulative) != len(self.per_segment):
             raise ValueError("cumulative does not match per_segment")

@@ -1,4 +1,4 @@
-"""Cache prediction from prompt structure, reconciled with reported usage (I5).
+"""Cache prediction from prompt structure, reconciled with reported usage.
 
 ``predict_cache`` models what the provider should read from its prompt cache given the
 predecessor; ``verdict`` compares that with the reported cache read and says why they differ.
@@ -24,14 +24,8 @@ from typing import Any, NamedTuple
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.prices import Price
-from ctxscope.inspector.analyses.relation import (
-    API_CHANGE,
-    MODEL_CHANGE,
-    NOT_COMPARABLE,
-    PROVIDER_CHANGE,
-    Relation,
-    shared_prefix,
-)
+from ctxscope.inspector.analyses.relation import Relation, shared_prefix
+from ctxscope.vocab.kinds import CacheVerdict, EpochReason, RelationKind
 
 LOOKBACK_BLOCKS = 20
 ANTHROPIC_TTL_SECONDS = {"5m": 300, "1h": 3600}
@@ -48,10 +42,6 @@ OPENAI_TTL_SECONDS = 600
 OPENAI_EXTENDED_TTL_SECONDS = 24 * 3600
 OPENAI_INVALIDATORS = ("service_tier",)
 
-VERDICTS = (
-    "hit", "expected_write", "client_break", "ttl_expired",
-    "below_minimum", "provider_miss", "not_requested", "unknown",
-)  # fmt: skip
 
 
 class Observed(NamedTuple):
@@ -84,8 +74,8 @@ class CachePrediction:
 
 
 @dataclass(frozen=True)
-class CacheVerdict:
-    verdict: str  # one of VERDICTS
+class CacheJudgement:
+    verdict: CacheVerdict
     lost_tokens: int
     lost_cost_usd: float | None
     break_pointer: str | None  # first difference vs the predecessor, also when harmless
@@ -152,11 +142,22 @@ def predict_cache(prev: Observed | tuple | None, cur: Observed | tuple, relation
 
 
 def _prediction(family, reason, cur, minimum, last_bp, **kw) -> CachePrediction:
-    base = dict(
-        predicted_read=0, predicted_write=0, cacheable_prefix_tokens=0, below_minimum=False,
-        prev_last_breakpoint_index=None, gap_seconds=None, ttl_expired=False, would_read=0, client_loss=0,
-        break_index=None, break_pointer=None, break_kind=None, before_prev_last_breakpoint=None, ttl=None,
-    )  # fmt: skip
+    base: dict[str, Any] = {
+        "predicted_read": 0,
+        "predicted_write": 0,
+        "cacheable_prefix_tokens": 0,
+        "below_minimum": False,
+        "prev_last_breakpoint_index": None,
+        "gap_seconds": None,
+        "ttl_expired": False,
+        "would_read": 0,
+        "client_loss": 0,
+        "break_index": None,
+        "break_pointer": None,
+        "break_kind": None,
+        "before_prev_last_breakpoint": None,
+        "ttl": None,
+    }
     base.update(kw)
     return CachePrediction(family, reason, total_tokens=cur.tokens.total, minimum=minimum,
                            last_breakpoint_index=last_bp, **base)  # fmt: skip
@@ -168,14 +169,14 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
     cum = cur.tokens.cumulative
     last_bp = max(points) if points else None
     cacheable = cum[last_bp] if last_bp is not None and cum[last_bp] >= minimum else 0
-    common = dict(
-        cacheable_prefix_tokens=cacheable,
-        below_minimum=last_bp is not None and not cacheable,
-        ttl=points.get(last_bp) if last_bp is not None else None,
-    )
+    common: dict[str, Any] = {
+        "cacheable_prefix_tokens": cacheable,
+        "below_minimum": last_bp is not None and not cacheable,
+        "ttl": points.get(last_bp) if last_bp is not None else None,
+    }
     if last_bp is None:
         return _prediction("anthropic", "no_breakpoints", cur, minimum, None, **common)
-    if prev is None or relation.kind == NOT_COMPARABLE:
+    if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
         return _prediction("anthropic", "first_call" if prev is None else "not_comparable", cur, minimum, last_bp,
                            predicted_write=cacheable, **common)  # fmt: skip
     prev_points = _anthropic_points(prev.prompt)
@@ -201,7 +202,7 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
         if first_msg < limit or not diverged:
             limit = min(limit, first_msg)
             break_index, break_pointer, break_kind = first_msg, f"/{param}", "params"
-    if relation.epoch_reason in (MODEL_CHANGE, PROVIDER_CHANGE, API_CHANGE):
+    if relation.epoch_reason in (EpochReason.MODEL_CHANGE, EpochReason.PROVIDER_CHANGE, EpochReason.API_CHANGE):
         limit, break_index, break_pointer, break_kind = 0, 0, "/model", "model"
 
     def best(cands) -> int | None:
@@ -239,8 +240,8 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     total = cur.tokens.total
     cacheable = _openai_round(total)
     last = len(cur.prompt.segments) - 1 if cur.prompt.segments else None
-    common = dict(cacheable_prefix_tokens=cacheable, below_minimum=total < OPENAI_MINIMUM)
-    if prev is None or relation.kind == NOT_COMPARABLE:
+    common: dict[str, Any] = {"cacheable_prefix_tokens": cacheable, "below_minimum": total < OPENAI_MINIMUM}
+    if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
         return _prediction("openai", "first_call" if prev is None else "not_comparable", cur, OPENAI_MINIMUM, last,
                            predicted_write=cacheable, **common)  # fmt: skip
     gap = max(0.0, cur.started_at - prev.started_at)
@@ -254,7 +255,10 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     if diverged:
         break_pointer, break_kind = relation.pointer, _break_kind(prev.prompt, cur.prompt, shared)
     param = _first_param_change(prev.prompt, cur.prompt, OPENAI_INVALIDATORS)
-    if relation.epoch_reason in (MODEL_CHANGE, PROVIDER_CHANGE, API_CHANGE) or param:
+    if (
+        relation.epoch_reason in (EpochReason.MODEL_CHANGE, EpochReason.PROVIDER_CHANGE, EpochReason.API_CHANGE)
+        or param
+    ):
         shared, break_index, diverged = 0, 0, True
         break_pointer, break_kind = ("/model", "model") if not param else (f"/{param}", "params")
     shared_tokens = cur.tokens.prefix_tokens(shared)
@@ -262,7 +266,7 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     read = would if alive else 0
     loss = max(0, prev_cached - read) if alive and diverged and prev_cached else 0
     if loss:
-        reason = {"model": "model_change", "params": "params_change"}.get(break_kind, "diverged")
+        reason = {"model": "model_change", "params": "params_change"}.get(break_kind or "", "diverged")
     elif not prev_cached:
         reason = "prev_below_minimum"
     else:
@@ -291,46 +295,50 @@ def verdict(
     *,
     price: Price | None = None,
     provider_diagnostics: dict | None = None,
-) -> CacheVerdict:
+) -> CacheJudgement:
     """Reconcile the prediction with reported usage ({input (total), output, cache_read, cache_write})."""
     u = _usage_dict(usage)
     p = prediction
 
-    def result(kind: str, lost: int = 0, detail: str | None = None) -> CacheVerdict:
+    def result(kind: CacheVerdict, lost: int = 0, detail: str | None = None) -> CacheJudgement:
         # Lost tokens are paid again as a write (or plain input) instead of a cache read.
         cost = None
         if price is not None:
             cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
-        return CacheVerdict(
+        return CacheJudgement(
             kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint, provider_diagnostics, detail
         )
 
     if u is None or u.get("input") is None:
-        return result("unknown", detail="usage not reported")
+        return result(CacheVerdict.UNKNOWN, detail="usage not reported")
     total, read = u["input"], u.get("cache_read") or 0
-    if relation.kind == NOT_COMPARABLE or p.family == "unknown":
-        return result("hit" if read > 0 else "unknown", detail=relation.detail)
+    if relation.kind == RelationKind.NOT_COMPARABLE or p.family == "unknown":
+        return result(CacheVerdict.HIT if read > 0 else CacheVerdict.UNKNOWN, detail=relation.detail)
     scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
     expected = round(p.predicted_read * scale)
     # A break costs what the predecessor had cached beyond what could still be read; when the
     # provider read even that (an older entry we did not model), nothing was lost.
     lost = max(0, round(p.client_loss * scale) - max(0, read - expected)) if p.client_loss > 0 else 0
     if lost > 0:
-        return result("client_break", lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
+        return result(CacheVerdict.CLIENT_BREAK, lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
     would = round(p.would_read * scale)
     if p.ttl_expired and read < would // 2:
-        return result("ttl_expired", would - max(read, expected), f"{p.gap_seconds:.0f}s since the predecessor")
+        return result(
+            CacheVerdict.TTL_EXPIRED, would - max(read, expected), f"{p.gap_seconds:.0f}s since the predecessor"
+        )
     if read > 0:
         if expected > 0 and read < expected // 2:
-            return result("provider_miss", expected - read, "read less than half the identical cached prefix")
-        return result("hit", detail=p.reason)
+            return result(
+                CacheVerdict.PROVIDER_MISS, expected - read, "read less than half the identical cached prefix"
+            )
+        return result(CacheVerdict.HIT, detail=p.reason)
     if p.predicted_read > 0:
-        return result("provider_miss", expected, "prefix identical and alive, nothing read")
+        return result(CacheVerdict.PROVIDER_MISS, expected, "prefix identical and alive, nothing read")
     if p.below_minimum or (p.family == "anthropic" and p.last_breakpoint_index is not None and total < p.minimum):
-        return result("below_minimum", detail=f"prefix below the {p.minimum}-token minimum")
+        return result(CacheVerdict.BELOW_MINIMUM, detail=f"prefix below the {p.minimum}-token minimum")
     if p.reason == "no_breakpoints":
-        return result("not_requested", detail="no cache_control in the request")
-    return result("expected_write", detail=p.reason)
+        return result(CacheVerdict.NOT_REQUESTED, detail="no cache_control in the request")
+    return result(CacheVerdict.EXPECTED_WRITE, detail=p.reason)
 
 
 def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any) -> dict | None:

@@ -18,16 +18,17 @@ other parameters into ``params``: neither is hashed into segments.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
-from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.vocab.apis import Api
 
 KINDS = (
     "system", "tools", "user_text", "assistant_text", "tool_call",
@@ -37,11 +38,11 @@ MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
 POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
 REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
-_PROMPT_KEYS = {
-    ANTHROPIC_MESSAGES: {"model", "messages", "system", "tools"},
-    ANTHROPIC_COUNT_TOKENS: {"model", "messages", "system", "tools"},
-    OPENAI_CHAT: {"model", "messages", "tools", "functions"},
-    OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
+_PROMPT_KEYS: dict[str, set[str]] = {
+    Api.ANTHROPIC_MESSAGES: {"model", "messages", "system", "tools"},
+    Api.ANTHROPIC_COUNT_TOKENS: {"model", "messages", "system", "tools"},
+    Api.OPENAI_CHAT: {"model", "messages", "tools", "functions"},
+    Api.OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
 }
 _IMAGE_TYPES = {
     "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
@@ -85,10 +86,8 @@ class CanonicalPrompt:
     def __post_init__(self):
         if self.hashes is None:
             hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
-            try:
+            with contextlib.suppress(ValueError):  # not sha256 digests (hand-made segments): a plain tuple does too
                 hashes = Hashes(hashes)
-            except ValueError:  # not sha256 digests (hand-made segments): a plain tuple does too
-                pass
             object.__setattr__(self, "hashes", hashes)
         elif len(self.hashes) != len(self.segments):
             raise ValueError("hashes do not match the segments")
@@ -228,19 +227,19 @@ def _block(b: _Builder, pointer: str, role: str | None, block: Any, area: str, e
     elif typ == "refusal":
         b.add(pointer, "assistant_text", role, str(block.get("refusal", "")), norm, area, marker, extras=extras)
     elif typ in ("thinking", "redacted_thinking", "reasoning"):
-        text = block.get("thinking") if typ == "thinking" else None
+        thought: Any = block.get("thinking") if typ == "thinking" else None
         if typ == "reasoning":
             parts = (block.get("summary") or []) + (block.get("content") or [])
-            text = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
-        b.add(pointer, "thinking", role, text if isinstance(text, str) else "", norm, area, marker, extras=extras)
-    elif typ.endswith("tool_result") or typ.endswith("_call_output"):
+            thought = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        b.add(pointer, "thinking", role, thought if isinstance(thought, str) else "", norm, area, marker, extras=extras)
+    elif typ.endswith(("tool_result", "_call_output")):
         ref = block.get("tool_use_id") or block.get("call_id")
         if isinstance(norm.get("content"), str):  # a string result equals one text block
             norm = dict(norm, content=[_text_block(norm["content"])])
         text, images = _nested_text(block.get("content", block.get("output")))
         b.add(pointer, "tool_result", role, text, norm, area, marker, ref=ref, images=images, extras=extras)
-    elif typ.endswith("tool_use") or typ.endswith("_call") or typ == "function":
-        fn = block.get("function") if isinstance(block.get("function"), dict) else {}
+    elif typ.endswith(("tool_use", "_call")) or typ == "function":
+        fn: dict = block["function"] if isinstance(block.get("function"), dict) else {}
         name = block.get("name") or fn.get("name")
         ref = block.get("id") if typ.endswith("tool_use") or typ == "function" else block.get("call_id")
         b.add(pointer, "tool_call", role, canonical_json(norm), norm, area, marker, name=name, ref=ref, extras=extras)
@@ -360,11 +359,11 @@ def _item(b: _Builder, pointer: str, item: Any, area: str):
         b.add(pointer, "other", role, canonical_json(norm), norm, area, marker)
 
 
-_PARSERS = {
-    ANTHROPIC_MESSAGES: _anthropic,
-    ANTHROPIC_COUNT_TOKENS: _anthropic,
-    OPENAI_CHAT: _chat,
-    OPENAI_RESPONSES: _responses,
+_PARSERS: dict[str, Callable[[dict, _Builder], bool]] = {
+    Api.ANTHROPIC_MESSAGES: _anthropic,
+    Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
+    Api.OPENAI_CHAT: _chat,
+    Api.OPENAI_RESPONSES: _responses,
 }
 
 
@@ -387,8 +386,9 @@ def canonicalize(api: str | None, body: Any) -> CanonicalPrompt | None:
     ]
     policy: dict = {"breakpoints": breakpoints}
     policy.update({k: body[k] for k in POLICY_KEYS if body.get(k) is not None})
+    assert api is not None  # a parser was found for it
     prompt_keys = _PROMPT_KEYS[api]
     params = {k: v for k, v in body.items() if k not in prompt_keys and k not in POLICY_KEYS}
     model = body.get("model") if isinstance(body.get("model"), str) else None
-    prev = body.get("previous_response_id") if api == OPENAI_RESPONSES else None
+    prev = body.get("previous_response_id") if api == Api.OPENAI_RESPONSES else None
     return CanonicalPrompt(api, model, segments, policy, params, prev if isinstance(prev, str) else None)

@@ -75,7 +75,7 @@ class Chunked(Sequence):
         if start == 0 and stop == self._len:
             return self
         out = []
-        for c, s in zip(self._chunks, self._starts):
+        for c, s in zip(self._chunks, self._starts, strict=False):
             lo, hi = max(start - s, 0), min(stop - s, len(c))
             if lo < hi:
                 out.append(c if (lo, hi) == (0, len(c)) else c[lo:hi])
@@ -92,7 +92,7 @@ class Chunked(Sequence):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Chunked, tuple)):
-            return len(other) == self._len and all(a == b for a, b in zip(self, other))
+            return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     def __hash__(self) -> int:

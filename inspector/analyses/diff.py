@@ -1,6 +1,6 @@
 """Structured diff of two calls' prompts: where the newer one first departs from the older one.
 
-``diff_calls(db, a, b)`` compares call ``a`` against ``b`` (by default ``a``'s predecessor) on
+``diff_prompts`` compares call ``a`` against ``b`` (by default ``a``'s predecessor) on
 their canonical prompts, the same view the stored relation was computed on: the first divergence
 with its pointer into each body and both values there, the content ``a`` added and the content of
 ``b`` it no longer has (content both hold but re-sent after the divergence is only counted),
@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlite_utils
 from jsonpointer import JsonPointer, JsonPointerException
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, canonicalize, escape
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify, compare, policy_signature
-from ctxscope.inspector.store import queries
+from ctxscope.vocab.kinds import RelationKind
 
 _COUNTER = TokenCounter(max_entries=20_000)
 _MISSING = object()
@@ -114,42 +113,20 @@ def _changed(a: dict, b: dict) -> dict:
     return {k: {"a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def default_base(db: sqlite_utils.Database, call_id: str) -> str | None:
-    """A call's predecessor, else (not yet analysed) the previous call of its session."""
-    row = db.execute("SELECT predecessor, session, seq FROM calls WHERE id = ?", [call_id]).fetchone()
-    if row is None:
-        return None
-    if row[0]:
-        return row[0]
-    prev = db.execute(
-        "SELECT id FROM calls WHERE session = ? AND seq < ? ORDER BY seq DESC LIMIT 1", [row[1], row[2]]
-    ).fetchone()
-    return prev[0] if prev else None
-
-
-def diff_calls(db: sqlite_utils.Database, a_id: str, b_id: str | None = None, *, max_chars: int = 4000) -> dict:
-    """Call ``a`` against ``b`` (default: a's predecessor). KeyError for an unknown call id.
+def diff_prompts(a_row: dict, b_row: dict | None, a_body: Any, b_body: Any, *, max_chars: int = 4000) -> dict:
+    """Call ``a`` (its stored row and parsed request body) against ``b``; ``b_row`` None: a has no predecessor.
 
     The result's ``pointer`` is the first divergence in a's body (None when a continues b), and
     ``first_divergence`` holds both sides there. Without a ``b`` (a first call), ``b`` is None and
     ``reason`` says why.
     """
-    a_full = queries.resolve_call_id(db, a_id)
-    if a_full is None:
-        raise KeyError(f"no call {a_id!r}")
-    b_full = queries.resolve_call_id(db, b_id) if b_id is not None else default_base(db, a_full)
-    if b_id is not None and b_full is None:
-        raise KeyError(f"no call {b_id!r}")
-    a_row = queries.get_call(db, a_full) or {}
     out: dict[str, Any] = {"a": _side(a_row), "b": None, "b_is_predecessor": False, "relation": None,
                            "epoch_reason": None, "detail": None, "pointer": None, "reason": None}  # fmt: skip
-    if b_full is None:
+    if b_row is None:
         out["reason"] = "this call has no predecessor"
         return out
-    b_row = queries.get_call(db, b_full) or {}
     out["b"] = _side(b_row)
-    out["b_is_predecessor"] = a_row.get("predecessor") == b_full
-    a_body, b_body = queries.get_request_json(db, a_full), queries.get_request_json(db, b_full)
+    out["b_is_predecessor"] = a_row.get("predecessor") == b_row.get("id")
     a_prompt, b_prompt = canonicalize(a_row.get("api"), a_body), canonicalize(b_row.get("api"), b_body)
     rel = classify(
         CallContext(b_prompt, b_row.get("provider") or "", b_row.get("api"), 0, b_body),
@@ -159,7 +136,10 @@ def diff_calls(db: sqlite_utils.Database, a_id: str, b_id: str | None = None, *,
     if a_prompt is None or b_prompt is None:
         out["reason"] = "a request body is not a known prompt shape: compare the raw bodies"
         return out
-    if rel.kind not in ("IDENTICAL", "APPEND_ONLY", "DIVERGED") and rel.epoch_reason is None:
+    if (
+        rel.kind not in (RelationKind.IDENTICAL, RelationKind.APPEND_ONLY, RelationKind.DIVERGED)
+        and rel.epoch_reason is None
+    ):
         rel = compare(b_prompt, a_prompt, b_body, a_body)  # server-held prefix: still show the bodies' difference
     out.update(_compare(a_prompt, b_prompt, a_body, b_body, rel, max_chars))
     return out

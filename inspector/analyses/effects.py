@@ -24,14 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.analyses.canonical import REMINDER_RE, CanonicalPrompt, Segment
-from ctxscope.inspector.analyses.markers import COMPACTION, REMINDER, Marker
-from ctxscope.inspector.analyses.relation import APPEND_ONLY, IDENTICAL, Relation
+from ctxscope.inspector.analyses.markers import Marker
+from ctxscope.inspector.analyses.relation import Relation
+from ctxscope.vocab.kinds import MarkerKind, RelationKind
 
 # The sections our agent's default reminder providers write, one tag each, by provider name.
 PROVIDER_TAGS = {"agent-context": "agent_context", "todo-status": "todo_completion",
                  "session-notices": "session_notices"}  # fmt: skip
-IN_TURN_PROVIDERS = {"todo_reminder": "todo_cadence", "guard_reminder": "runaway_guard"}
-REMINDER_KINDS = ("reminder", "todo_reminder", "guard_reminder")
+IN_TURN_PROVIDERS: dict[str, str] = {
+    MarkerKind.TODO_REMINDER: "todo_cadence",
+    MarkerKind.GUARD_REMINDER: "runaway_guard",
+}
+REMINDER_KINDS = (MarkerKind.REMINDER, MarkerKind.TODO_REMINDER, MarkerKind.GUARD_REMINDER)
 MAX_POINTERS = 64
 _OPEN, _CLOSE = "<system-reminder>", "</system-reminder>"
 
@@ -61,7 +65,7 @@ def block_text(body: Any, pointer: str | None) -> str | None:
         if isinstance(v, str):
             return v
         if isinstance(v, list):
-            parts = [p.get("text") for p in v if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            parts = [p["text"] for p in v if isinstance(p, dict) and isinstance(p.get("text"), str)]
             if parts:
                 return "\n".join(parts)
     return None
@@ -100,7 +104,7 @@ def _blocks(new: list[tuple[int, Segment]], body: Any) -> list[_Block]:
             continue
         text = block_text(body, seg.pointer)
         exact = text is not None and _OPEN in text  # else offsets would not index what the UI shows
-        source = text if exact else seg.text
+        source = text if exact and text is not None else seg.text
         rest = REMINDER_RE.sub("", source).strip()
         for m in REMINDER_RE.finditer(source):
             start, end = (m.start(), m.end()) if exact else (-1, -1)
@@ -111,7 +115,8 @@ def _blocks(new: list[tuple[int, Segment]], body: Any) -> list[_Block]:
 def sections(block: str) -> list[str]:
     """The top-level tags a reminder body is made of (``agent-context``, ``todo-status`` ...)."""
     body = block[len(_OPEN) : -len(_CLOSE)] if block.startswith(_OPEN) and block.endswith(_CLOSE) else block
-    tags, depth_stack = [], []
+    tags: list[str] = []
+    depth_stack: list[str] = []
     for m in re.finditer(r"</?([a-z][a-z0-9_-]{0,40})(?:\s[^<>]*)?(/?)>", body):
         name, closing, selfclose = m.group(1), m.group(0).startswith("</"), m.group(2) == "/"
         if closing:
@@ -201,7 +206,7 @@ class _Placer:
 
     def summary(self) -> dict | None:
         """The first new conversation segment: where a replaced history starts (an appended prompt replaced none)."""
-        if self.prev is not None and self.relation.kind in (APPEND_ONLY, IDENTICAL):
+        if self.prev is not None and self.relation.kind in (RelationKind.APPEND_ONLY, RelationKind.IDENTICAL):
             return None
         seg = next((s for _, s in self.new if s.kind not in ("tools", "system")), None)
         return {"pointer": seg.pointer} if seg else None
@@ -231,35 +236,35 @@ _ORDER = ("reminder:deadline", "todo_reminder", "reminder:background_tasks", "gu
 
 def _key(m: Marker) -> str:
     source = m.detail.get("source") if isinstance(m.detail, dict) else None
-    if m.kind == "reminder" and source in ("deadline", "background_tasks"):
+    if m.kind == MarkerKind.REMINDER and source in ("deadline", "background_tasks"):
         return f"reminder:{source}"
     return m.kind
 
 
 def _locate(p: _Placer, m: Marker) -> dict | None:
     d, key = m.detail, _key(m)
-    if key == "reminder_dropped":  # admission kept it out: there is no text, only what and why
+    if key == MarkerKind.REMINDER_DROPPED:  # admission kept it out: there is no text, only what and why
         return {"scope": "in_turn", "providers": [str(d.get("source", "?"))]}
     if key == "reminder:deadline":
         return _scoped(p.last_block(), "in_turn", ["deadline"])
-    if key in ("todo_reminder", "reminder:background_tasks"):
+    if key in (MarkerKind.TODO_REMINDER, "reminder:background_tasks"):
         return _scoped(p.last_standalone(), "in_turn", [IN_TURN_PROVIDERS.get(key, "background_tasks")])
-    if key == "guard_reminder":
+    if key == MarkerKind.GUARD_REMINDER:
         return _scoped(p.first_standalone(), "in_turn", ["runaway_guard"])
-    if key == "reminder":
+    if key == MarkerKind.REMINDER:
         found = p.round_blocks()
         return _scoped(found, "round", None) if found else None
     if key == "tool_output_externalized":
         return p.receipt(d.get("tool"), d.get("artifact"))
-    if key == "tool_results_archived" or (key == COMPACTION and d.get("stage") == "archive"):
+    if key == "tool_results_archived" or (key == MarkerKind.COMPACTION and d.get("stage") == "archive"):
         return p.replaced_results()
-    if key in (COMPACTION, "checkpoint"):
+    if key in (MarkerKind.COMPACTION, MarkerKind.CHECKPOINT):
         return p.summary()
-    if key == "checkpoint_request":
+    if key == MarkerKind.CHECKPOINT_REQUEST:
         return p.last_segment()
     if key == "guard_signal":
         return p.last_result()
-    if key in ("empty_answer_retry", "retry"):
+    if key in (MarkerKind.EMPTY_ANSWER_RETRY, MarkerKind.RETRY):
         return p.last_user_text()
     if key == "steer":
         return p.first_user_message()
@@ -289,7 +294,7 @@ def place_effects(
     reminder shows as exactly its block."""
     if cur is None:
         return list(inferred) + list(declared)
-    if not declared and not any(m.kind == REMINDER for m in inferred):
+    if not declared and not any(m.kind == MarkerKind.REMINDER for m in inferred):
         return list(inferred)
     p = _Placer(prev, cur, relation, body)
     inferred = _with_spans(inferred, p.blocks)
@@ -306,7 +311,10 @@ def place_effects(
     return _merge(inferred, _fold(placed))
 
 
-FOLDS = {"steer": "guard_reminder", "retry": "empty_answer_retry"}  # generic kind -> the marker it belongs to
+FOLDS: dict[str, str] = {
+    MarkerKind.STEER: MarkerKind.GUARD_REMINDER,
+    MarkerKind.RETRY: MarkerKind.EMPTY_ANSWER_RETRY,
+}  # generic kind -> the marker it belongs to
 
 
 def _with_spans(inferred: list[Marker], blocks: list[_Block]) -> list[Marker]:
@@ -317,7 +325,7 @@ def _with_spans(inferred: list[Marker], blocks: list[_Block]) -> list[Marker]:
     seen: dict[str, int] = {}
     out = []
     for m in inferred:
-        if m.kind == REMINDER and m.pointer in by_pointer:
+        if m.kind == MarkerKind.REMINDER and m.pointer in by_pointer:
             k = seen[m.pointer] = seen.get(m.pointer, -1) + 1
             group = by_pointer[m.pointer]
             if k < len(group):
@@ -346,10 +354,10 @@ def _fold(declared: list[Marker]) -> list[Marker]:
 
 
 def _same_meaning(inf: Marker, dec: Marker) -> bool:
-    if inf.kind == REMINDER and dec.kind in REMINDER_KINDS:
+    if inf.kind == MarkerKind.REMINDER and dec.kind in REMINDER_KINDS:
         return inf.pointer is not None and inf.pointer == dec.pointer
-    if inf.kind == COMPACTION:
-        return dec.kind in (COMPACTION, "checkpoint_request")
+    if inf.kind == MarkerKind.COMPACTION:
+        return dec.kind in (MarkerKind.COMPACTION, MarkerKind.CHECKPOINT_REQUEST)
     return False
 
 

@@ -1,7 +1,7 @@
 """A prompt's segment hashes, compact and comparable at memory speed.
 
 Every call of an agent re-sends its history, so every analysis compares a prompt of thousands of
-segments with the few recent prompts it continues (inspector/threads.py, relation.py,
+segments with the few recent prompts it continues (inspector/analyses/threads.py, relation.py,
 cache_analysis.py). ``Hashes`` keeps the sha256 digests of a prompt's segments back to back in one
 ``bytes`` object: slicing and concatenating them is one ``memcpy``, comparing them one ``memcmp``,
 where a tuple of strings touches one object per segment. It reads as a sequence of hex strings,

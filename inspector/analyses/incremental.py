@@ -22,7 +22,7 @@ import re
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
@@ -30,10 +30,14 @@ from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, cano
 from ctxscope.inspector.analyses.chunked import Chunked
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
-from ctxscope.proxy.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.vocab.apis import Api
 
-ITEMS_KEY = {ANTHROPIC_MESSAGES: "messages", ANTHROPIC_COUNT_TOKENS: "messages", OPENAI_CHAT: "messages",
-             OPENAI_RESPONSES: "input"}  # fmt: skip
+ITEMS_KEY: dict[str, str] = {
+    Api.ANTHROPIC_MESSAGES: "messages",
+    Api.ANTHROPIC_COUNT_TOKENS: "messages",
+    Api.OPENAI_CHAT: "messages",
+    Api.OPENAI_RESPONSES: "input",
+}
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
@@ -155,7 +159,9 @@ def shared_items(raw: bytes, start: int, cand: Prepared) -> int:
     return lo
 
 
-def scan_items(raw: bytes, key: str, candidates: list[Prepared] = ()) -> tuple[int, tuple[int, ...], int, Prepared | None]:  # type: ignore[assignment]
+def scan_items(
+    raw: bytes, key: str, candidates: Sequence[Prepared] = ()
+) -> tuple[int, Sequence[int], int, Prepared | None]:
     """(offset of the ``key`` array, its item ends relative to that, items shared with the best
     candidate, that candidate) of a body. Only the items after the shared ones are scanned, and
     only their bytes decoded when a candidate has the same bytes up to the array.
@@ -195,11 +201,13 @@ def item_ends(raw: bytes, key: str) -> tuple[int, ...] | None:
 
 def _items(api: str | None, body: Any) -> tuple[str, list] | None:
     key = ITEMS_KEY.get(api or "")
-    items = body.get(key) if key and isinstance(body, dict) else None
+    if key is None:
+        return None
+    items = body.get(key) if isinstance(body, dict) else None
     return (key, items) if isinstance(items, list) else None
 
 
-def _layout(segments: tuple[Segment, ...], key: str, n_items: int) -> tuple[int, tuple[int, ...]] | None:
+def _layout(segments: Sequence[Segment], key: str, n_items: int) -> tuple[int, Sequence[int]] | None:
     """(head, starts) of a prompt's segments; None when they are not laid out one item after another."""
     prefix = f"/{key}/"
     head = 0
@@ -228,7 +236,9 @@ def _shift(seg: Segment, key: str, by: int) -> Segment:
     return Segment(pointer, seg.kind, seg.role, seg.text, seg.hash, seg.breakpoint, seg.name, seg.ref, seg.images)
 
 
-def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) -> tuple[CanonicalPrompt, int, tuple] | None:
+def _reuse(
+    api: str, body: dict, key: str, items: list, base: Prepared, m: int
+) -> tuple[CanonicalPrompt, int, tuple] | None:
     """(prompt, head, starts) of ``body`` with ``base``'s segments for its first ``m`` items."""
     stub = dict(body)
     stub[key] = items[m:]
@@ -254,9 +264,11 @@ def _reuse(api: str, body: dict, key: str, items: list, base: Prepared, m: int) 
     # Hashes and tool refs from the base's too: the new prompt costs about its new segments.
     base_hashes, part_hashes = base.prompt.hashes, part.hashes  # type: ignore[union-attr]
     if isinstance(base_hashes, Hashes) and isinstance(part_hashes, Hashes):
-        hashes = Hashes.join([(part_hashes, 0, head), (base_hashes, lo, hi), (part_hashes, head, len(part_hashes))])
+        hashes: Sequence[str] = Hashes.join(
+            [(part_hashes, 0, head), (base_hashes, lo, hi), (part_hashes, head, len(part_hashes))]
+        )
     else:
-        hashes = part_hashes[:head] + base_hashes[lo:hi] + part_hashes[head:]
+        hashes = (*part_hashes[:head], *base_hashes[lo:hi], *part_hashes[head:])
     refs = None
     if hashes[:head] == base_hashes[:lo]:  # base = this head + the reused segments + what it drops
         refs = ToolRefs.of(tail, base.prompt.tool_refs, base.prompt.segments[hi:])
@@ -315,11 +327,11 @@ def count(counter: TokenCounter, prepared: Prepared, base: Prepared | None, base
     lo, hi = prepared.head, prepared.head + prepared.starts[m]  # the reused range in the new prompt
     by_category = dict(base_tokens.by_category)
     b_lo, b_hi = base.head, base.head + base.starts[m]
-    for seg in base.prompt.segments[:b_lo] + base.prompt.segments[b_hi:]:  # what the new prompt lacks
+    for seg in chain(base.prompt.segments[:b_lo], base.prompt.segments[b_hi:]):  # what the new prompt lacks
         for category, tokens in counter.count_segment(seg).parts:
             by_category[category] -= tokens
     fresh = []
-    for seg in segments[:lo] + segments[hi:]:
+    for seg in chain(segments[:lo], segments[hi:]):
         counted = counter.count_segment(seg)
         fresh.append(counted.total)
         for category, tokens in counted.parts:

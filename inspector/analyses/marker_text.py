@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ctxscope.vocab.kinds import MarkerKind
+
 _PREVIEW = 80
 
 
@@ -55,11 +57,11 @@ def _compaction(d: dict) -> str:
                      _tokens(d))
     evidence = {"summary_message": "a summary-shaped message replaced the history",
                 "compaction_item": "a compaction item appeared", "early_shrink": "the history shrank near its start"}
-    return _join(evidence.get(d.get("evidence"), "history replaced"), _tokens(d))
+    return _join(evidence.get(str(d.get("evidence")), "history replaced"), _tokens(d))
 
 
 def _reminder(d: dict) -> str:
-    scope = {"round": "round reminder", "in_turn": "in-turn reminder"}.get(d.get("scope"), "reminder block")
+    scope = {"round": "round reminder", "in_turn": "in-turn reminder"}.get(str(d.get("scope")), "reminder block")
     providers = d.get("providers") or ([d["source"]] if d.get("source") else [])
     who = f" from {', '.join(map(str, providers))}" if providers else ""
     size = f" ({_n(d['chars'])} chars)" if isinstance(d.get("chars"), int) else ""
@@ -106,7 +108,8 @@ def _retry(d: dict) -> str:
 def _sources(d: dict) -> str:
     kinds = d.get("kinds")
     kinds = f" ({kinds})" if isinstance(kinds, str) and kinds else ""
-    return f"{_n(d.get('new', d.get('count', '?')))} new source(s) the answer may cite, {_n(d.get('count', '?'))} in all{kinds}"
+    new, total = _n(d.get("new", d.get("count", "?"))), _n(d.get("count", "?"))
+    return f"{new} new source(s) the answer may cite, {total} in all{kinds}"
 
 
 def _citations(d: dict) -> str:
@@ -119,12 +122,23 @@ def _citation_retry(d: dict) -> str:
 
 
 _BY_KIND: dict[str, Callable[[dict], str]] = {
-    "sources_available": _sources, "citations": _citations, "source_citation_retry": _citation_retry,
-    "tool_output_externalized": _externalized, "tool_results_archived": _archived, "checkpoint": _checkpoint,
-    "compaction": _compaction, "reminder": _reminder, "todo_reminder": _todo, "guard_signal": _guard_signal,
-    "guard_reminder": _guard_reminder, "empty_answer_retry": _empty, "reminder_dropped": _dropped,
-    "checkpoint_request": _checkpoint_request, "tools_executed": _tools, "retry": _retry,
-}  # fmt: skip
+    MarkerKind.SOURCES_AVAILABLE: _sources,
+    MarkerKind.CITATIONS: _citations,
+    MarkerKind.SOURCE_CITATION_RETRY: _citation_retry,
+    MarkerKind.TOOL_OUTPUT_EXTERNALIZED: _externalized,
+    MarkerKind.TOOL_RESULTS_ARCHIVED: _archived,
+    MarkerKind.CHECKPOINT: _checkpoint,
+    MarkerKind.COMPACTION: _compaction,
+    MarkerKind.REMINDER: _reminder,
+    MarkerKind.TODO_REMINDER: _todo,
+    MarkerKind.GUARD_SIGNAL: _guard_signal,
+    MarkerKind.GUARD_REMINDER: _guard_reminder,
+    MarkerKind.EMPTY_ANSWER_RETRY: _empty,
+    MarkerKind.REMINDER_DROPPED: _dropped,
+    MarkerKind.CHECKPOINT_REQUEST: _checkpoint_request,
+    MarkerKind.TOOLS_EXECUTED: _tools,
+    MarkerKind.RETRY: _retry,
+}
 
 
 def marker_summary(marker: dict) -> str:

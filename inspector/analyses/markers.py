@@ -1,4 +1,4 @@
-"""Effect markers inferred from any client's prompts (I3, I6).
+"""Effect markers inferred from any client's prompts.
 
 Only what the prompts themselves show: reminders the client injected since the predecessor
 (``<system-reminder>`` blocks in new segments, whole or embedded), a compaction (the history was
@@ -14,12 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, split_reminders
-from ctxscope.inspector.analyses.relation import DIVERGED, EPOCH_START, IDENTICAL, Relation
-
-REMINDER = "reminder"
-COMPACTION = "compaction"
-RETRY = "retry"
-TOOLS_EXECUTED = "tools_executed"
+from ctxscope.inspector.analyses.relation import Relation
+from ctxscope.vocab.kinds import MarkerKind, RelationKind
 
 # A compaction leaves at most this share of the predecessor's tokens ...
 COMPACTION_MAX_RATIO = 0.6
@@ -34,14 +30,14 @@ _PREVIEW = 120
 
 @dataclass(frozen=True)
 class Marker:
-    kind: str  # REMINDER, COMPACTION, RETRY, TOOLS_EXECUTED
+    kind: str  # a MarkerKind; a marker our agent declared may carry a kind of its own
     pointer: str | None
     detail: dict = field(default_factory=dict)
 
 
 def has_compaction_before(markers: list[Marker] | tuple[Marker, ...]) -> bool:
     """True for the first call after a compaction."""
-    return any(m.kind == COMPACTION for m in markers)
+    return any(m.kind == MarkerKind.COMPACTION for m in markers)
 
 
 def infer_markers(
@@ -59,8 +55,8 @@ def infer_markers(
         seen = set(prev.hashes)
         new = [(i, s) for i, s in new if s.hash not in seen]
     markers: list[Marker] = []
-    if prev is not None and relation.kind == IDENTICAL:
-        markers.append(Marker(RETRY, None, {"marker_moves": len(relation.marker_moves)}))
+    if prev is not None and relation.kind == RelationKind.IDENTICAL:
+        markers.append(Marker(MarkerKind.RETRY, None, {"marker_moves": len(relation.marker_moves)}))
     compaction = _compaction(prev, cur, relation, prev_tokens, cur_tokens, new)
     if compaction:
         markers.append(compaction)
@@ -79,7 +75,7 @@ def _reminders(new: list[tuple[int, Segment]]) -> list[Marker]:
                 body = text[len("<system-reminder>") : -len("</system-reminder>")].strip()
                 detail = {"segment": index, "embedded": seg.kind != "reminder", "chars": len(body),
                           "preview": body[:_PREVIEW]}  # fmt: skip
-                out.append(Marker(REMINDER, seg.pointer, detail))
+                out.append(Marker(MarkerKind.REMINDER, seg.pointer, detail))
     return out
 
 
@@ -89,13 +85,13 @@ def _tools_executed(
     names = cur.tool_refs.names  # kept up to date from the predecessor's: no pass over all segments
     done = prev.tool_refs.results if prev is not None else frozenset()
     tools = [
-        {"ref": seg.ref, "name": names.get(seg.ref), "pointer": seg.pointer}
+        {"ref": seg.ref, "name": names.get(seg.ref) if seg.ref is not None else None, "pointer": seg.pointer}
         for _, seg in new
         if seg.kind == "tool_result" and (seg.ref is None or seg.ref not in done)
     ]
     if not tools:
         return None
-    return Marker(TOOLS_EXECUTED, tools[0]["pointer"], {"count": len(tools), "tools": tools})
+    return Marker(MarkerKind.TOOLS_EXECUTED, tools[0]["pointer"], {"count": len(tools), "tools": tools})
 
 
 def _summary_shaped(seg: Segment) -> bool:
@@ -105,8 +101,8 @@ def _summary_shaped(seg: Segment) -> bool:
 def _compaction(prev, cur, relation, prev_tokens, cur_tokens, new) -> Marker | None:
     for index, seg in new:
         if seg.kind == "other" and '"type":"compaction' in seg.text:  # Responses compaction item
-            return Marker(COMPACTION, seg.pointer, {"evidence": "compaction_item", "segment": index})
-    if prev is None or relation.kind not in (DIVERGED, EPOCH_START) or not prev_tokens:
+            return Marker(MarkerKind.COMPACTION, seg.pointer, {"evidence": "compaction_item", "segment": index})
+    if prev is None or relation.kind not in (RelationKind.DIVERGED, RelationKind.EPOCH_START) or not prev_tokens:
         return None
     start = next((i for i, s in enumerate(cur.segments) if s.kind not in ("tools", "system")), len(cur.segments))
     early = start <= relation.shared_segments <= start + COMPACTION_EARLY_SEGMENTS
@@ -128,4 +124,4 @@ def _compaction(prev, cur, relation, prev_tokens, cur_tokens, new) -> Marker | N
         "prev_segments": len(prev.segments),
         "cur_segments": len(cur.segments),
     }
-    return Marker(COMPACTION, pointer, detail)
+    return Marker(MarkerKind.COMPACTION, pointer, detail)

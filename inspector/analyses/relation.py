@@ -1,4 +1,4 @@
-"""The prefix relation of a call to its predecessor (I2).
+"""The prefix relation of a call to its predecessor.
 
 Comparison runs on the segment hashes, compared as bytes (see ``hashes.py``); only
 the first differing segment is then opened in both bodies to refine the pointer down to the
@@ -22,21 +22,7 @@ from jsonpointer import JsonPointer, JsonPointerException
 
 from ctxscope.inspector.analyses.canonical import MARKER_KEYS, CanonicalPrompt, escape
 from ctxscope.inspector.analyses.hashes import common_prefix
-
-IDENTICAL = "IDENTICAL"
-APPEND_ONLY = "APPEND_ONLY"
-DIVERGED = "DIVERGED"
-NOT_COMPARABLE = "NOT_COMPARABLE"
-EPOCH_START = "EPOCH_START"
-KINDS = (IDENTICAL, APPEND_ONLY, DIVERGED, NOT_COMPARABLE, EPOCH_START)
-
-SESSION_START = "session_start"
-PROVIDER_CHANGE = "provider_change"
-API_CHANGE = "api_change"
-MODEL_CHANGE = "model_change"
-CAPTURE_RESUMED = "capture_resumed"
-CACHE_POLICY_CHANGE = "cache_policy_change"
-EPOCH_REASONS = (SESSION_START, PROVIDER_CHANGE, API_CHANGE, MODEL_CHANGE, CAPTURE_RESUMED, CACHE_POLICY_CHANGE)
+from ctxscope.vocab.kinds import EpochReason, RelationKind
 
 _MISSING = object()
 
@@ -58,9 +44,9 @@ class CallContext:
 
 @dataclass(frozen=True)
 class Relation:
-    kind: str  # one of KINDS
+    kind: RelationKind
     pointer: str | None = None  # first difference in the current body (DIVERGED; also EPOCH_START)
-    epoch_reason: str | None = None  # one of EPOCH_REASONS when kind is EPOCH_START
+    epoch_reason: EpochReason | None = None  # set when kind is EPOCH_START
     shared_segments: int = 0  # length of the common segment prefix
     marker_moves: tuple[str, ...] = ()  # pointers of shared segments whose cache marker changed
     detail: str | None = None
@@ -90,66 +76,68 @@ def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
 def classify(prev: CallContext | None, cur: CallContext) -> Relation:
     """The relation of ``cur`` to its predecessor ``prev`` (None: first call of its thread)."""
     if cur.prompt is None:
-        return Relation(NOT_COMPARABLE, detail="request body did not parse as a known prompt shape")
+        return Relation(RelationKind.NOT_COMPARABLE, detail="request body did not parse as a known prompt shape")
     if cur.prompt.server_state:
-        return Relation(NOT_COMPARABLE, detail=f"prefix held server-side ({cur.prompt.server_state})")
+        return Relation(RelationKind.NOT_COMPARABLE, detail=f"prefix held server-side ({cur.prompt.server_state})")
     if prev is None:
-        return Relation(EPOCH_START, epoch_reason=SESSION_START)
+        return Relation(RelationKind.EPOCH_START, epoch_reason=EpochReason.SESSION_START)
     if prev.prompt is None:
-        return Relation(NOT_COMPARABLE, detail="predecessor did not parse as a known prompt shape")
+        return Relation(RelationKind.NOT_COMPARABLE, detail="predecessor did not parse as a known prompt shape")
     reason = _epoch_reason(prev, cur)
     rel = compare(prev.prompt, cur.prompt, prev.body, cur.body)
     if reason is None:
         return rel
     detail = _epoch_detail(reason, prev, cur)
-    return Relation(EPOCH_START, rel.pointer, reason, rel.shared_segments, rel.marker_moves, detail)
+    return Relation(RelationKind.EPOCH_START, rel.pointer, reason, rel.shared_segments, rel.marker_moves, detail)
 
 
-def _epoch_reason(prev: CallContext, cur: CallContext) -> str | None:
+def _epoch_reason(prev: CallContext, cur: CallContext) -> EpochReason | None:
+    assert prev.prompt is not None and cur.prompt is not None  # classify returned earlier without them
     if prev.provider != cur.provider:
-        return PROVIDER_CHANGE
+        return EpochReason.PROVIDER_CHANGE
     if prev.api != cur.api:
-        return API_CHANGE
+        return EpochReason.API_CHANGE
     if prev.model != cur.model:
-        return MODEL_CHANGE
+        return EpochReason.MODEL_CHANGE
     if prev.capture_epoch != cur.capture_epoch:
-        return CAPTURE_RESUMED
+        return EpochReason.CAPTURE_RESUMED
     if policy_signature(prev.prompt) != policy_signature(cur.prompt):
-        return CACHE_POLICY_CHANGE
+        return EpochReason.CACHE_POLICY_CHANGE
     return None
 
 
 def _epoch_detail(reason: str, prev: CallContext, cur: CallContext) -> str | None:
-    if reason == PROVIDER_CHANGE:
+    if reason == EpochReason.PROVIDER_CHANGE:
         return f"{prev.provider} -> {cur.provider}"
-    if reason == API_CHANGE:
+    if reason == EpochReason.API_CHANGE:
         return f"{prev.api} -> {cur.api}"
-    if reason == MODEL_CHANGE:
+    if reason == EpochReason.MODEL_CHANGE:
         return f"{prev.model} -> {cur.model}"
-    if reason == CACHE_POLICY_CHANGE:
+    if reason == EpochReason.CACHE_POLICY_CHANGE:
+        assert prev.prompt is not None and cur.prompt is not None  # a policy change was seen on both
         a, b = policy_signature(prev.prompt), policy_signature(cur.prompt)
         return "changed: " + ", ".join(k for k in a if a[k] != b[k])
     return None
 
 
 def compare(prev: CanonicalPrompt, cur: CanonicalPrompt, prev_body: Any = None, cur_body: Any = None) -> Relation:
-    """IDENTICAL / APPEND_ONLY / DIVERGED of two canonical prompts (no epoch logic)."""
+    """IDENTICAL / RelationKind.APPEND_ONLY / RelationKind.DIVERGED of two canonical prompts (no epoch logic)."""
     k = shared_prefix(prev.hashes, cur.hashes)
     moves = marker_moves(prev, cur, k)
     n_prev, n_cur = len(prev.segments), len(cur.segments)
     if k == n_prev == n_cur:
-        return Relation(IDENTICAL, shared_segments=k, marker_moves=moves)
+        return Relation(RelationKind.IDENTICAL, shared_segments=k, marker_moves=moves)
     if k == n_prev:
-        return Relation(APPEND_ONLY, shared_segments=k, marker_moves=moves)
+        return Relation(RelationKind.APPEND_ONLY, shared_segments=k, marker_moves=moves)
     gone = prev.segments[k]
     if k == n_cur:  # the current prompt is a strict prefix: history shrank
         pointer = _missing_position(cur_body, gone.pointer) or gone.pointer
         detail = f"prompt shrank: {n_prev - n_cur} trailing segment(s) gone, first a {gone.kind}"
-        return Relation(DIVERGED, pointer, shared_segments=k, marker_moves=moves, detail=detail)
+        return Relation(RelationKind.DIVERGED, pointer, shared_segments=k, marker_moves=moves, detail=detail)
     seg = cur.segments[k]
     pointer = _missing_position(cur_body, gone.pointer) or _refine(prev_body, gone.pointer, cur_body, seg.pointer)
     detail = f"{seg.kind} segment {k} differs" if seg.kind == gone.kind else f"{gone.kind} -> {seg.kind} at segment {k}"
-    return Relation(DIVERGED, pointer, shared_segments=k, marker_moves=moves, detail=detail)
+    return Relation(RelationKind.DIVERGED, pointer, shared_segments=k, marker_moves=moves, detail=detail)
 
 
 def marker_moves(prev: CanonicalPrompt, cur: CanonicalPrompt, k: int) -> tuple[str, ...]:
@@ -241,7 +229,7 @@ def _first_diff(a: Any, b: Any, path: str) -> str | None:
             return path  # a key was removed: the containing object differs
         return None
     if isinstance(a, list) and isinstance(b, list):
-        for i, (av, bv) in enumerate(zip(a, b)):
+        for i, (av, bv) in enumerate(zip(a, b, strict=False)):
             found = _first_diff(av, bv, f"{path}/{i}")
             if found is not None:
                 return found

@@ -1,4 +1,4 @@
-"""Sessions, threads and predecessors (I1).
+"""Sessions, threads and predecessors.
 
 A *session* is what the client calls one session: an explicit id when there is one (path label,
 ``x-ctxscope-session``, Claude Code's session header or ``metadata.user_id``, a ``session_id``
@@ -99,7 +99,7 @@ def thread_key(prompt: CanonicalPrompt) -> str:
     return hashlib.sha256(json.dumps([prompt.api, system]).encode()).hexdigest()[:32]
 
 
-def _conversation(prompt: CanonicalPrompt) -> tuple[str, ...]:
+def _conversation(prompt: CanonicalPrompt) -> Sequence[str]:
     """Hashes of the conversation part: everything after the leading tools and system segments."""
     hashes = prompt.hashes
     i = 0
@@ -109,7 +109,7 @@ def _conversation(prompt: CanonicalPrompt) -> tuple[str, ...]:
 
 
 def choose_predecessor(
-    candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt]]
+    candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]
 ) -> tuple[str | None, int]:
     """(call id, shared segments) of the best predecessor among ``recent`` (oldest first), or (None, 0).
 

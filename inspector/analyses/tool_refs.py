@@ -28,11 +28,13 @@ class ToolRefs:
     MAX_LAYERS = 16
     __slots__ = ("_below", "_calls", "_depth", "_results")
 
-    def __init__(self, calls: dict[str, tuple[str | None, ...]], results: dict[str, int], below: ToolRefs | None = None):
+    def __init__(
+        self, calls: dict[str, tuple[str | None, ...]], results: dict[str, int], below: ToolRefs | None = None
+    ):
         self._calls = calls  # ref -> names of all its calls in prompt order; () once none is left
         self._results = results  # ref -> number of tool results with it; 0 once none is left
         self._below = below
-        self._depth = below._depth + 1 if below is not None else 0
+        self._depth: int = below._depth + 1 if below is not None else 0
 
     def calls_of(self, ref: str) -> tuple[str | None, ...]:
         layer: ToolRefs | None = self
@@ -60,7 +62,8 @@ class ToolRefs:
 
     def flat(self) -> tuple[dict[str, tuple[str | None, ...]], dict[str, int]]:
         """(ref -> call names, ref -> result count) in one dict each, refs without any left out."""
-        layers, layer = [], self
+        layers: list[ToolRefs] = []
+        layer: ToolRefs | None = self
         while layer is not None:
             layers.append(layer)
             layer = layer._below

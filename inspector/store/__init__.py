@@ -1,1 +1,4 @@
-"""The capture store: the only code that reads or writes SQL (docs/architecture.md, "The inspector: store, writer and analyses")."""
+"""The capture store: the only code that reads or writes SQL.
+
+See docs/architecture.md, "The inspector: store, writer and analyses".
+"""

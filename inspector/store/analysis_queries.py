@@ -9,7 +9,8 @@ from __future__ import annotations
 import sqlite_utils
 
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.queries import HIT_ELIGIBLE, hit_rate
+from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, hit_rate
+from ctxscope.vocab.kinds import EpochReason, RelationKind
 
 MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
 
@@ -37,7 +38,8 @@ def find_calls(
     newest_first: bool = True,
 ) -> list[dict]:
     """Call summaries (as ``queries.list_calls``) filtered by any analysis field."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[object] = []
     for col, value in (("session", session), ("model", model), ("relation", relation and relation.upper()),
                        ("epoch_reason", epoch_reason), ("cache_verdict", verdict), ("thread", thread)):  # fmt: skip
         if value is not None:
@@ -61,7 +63,8 @@ def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
     if db.execute("SELECT 1 FROM calls WHERE session = ? LIMIT 1", [session]).fetchone():
         return session
     rows = db.execute(
-        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? LIMIT 2", [session, session + "\U0010ffff"]
+        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? LIMIT 2",
+        [session, session + "\U0010ffff"],
     ).fetchall()
     if len(rows) > 1:
         raise queries.AmbiguousCallId(f"session prefix {session!r} matches more than one session")
@@ -107,9 +110,12 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
         "analysed": analysed or 0,
         "sessions": sessions,
         "threads": threads,
-        "hit_rate": hit_rate(hits, eligible),
-        "token_hit_rate": {"cache_read": read or 0, "input": inp or 0,
-                           "rate": round((read or 0) / inp, 4) if inp else None},  # fmt: skip
+        "hit_rate": hit_rate(hits, eligible).as_report(),
+        "token_hit_rate": {
+            "cache_read": read or 0,
+            "input": inp or 0,
+            "rate": round((read or 0) / inp, 4) if inp else None,
+        },
         "cache_write_tokens": write or 0,
         "by_relation": by_relation,
         "by_verdict": by_verdict,
@@ -123,10 +129,11 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
 
 def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list) -> dict:
     rows = db.execute(
-        f"SELECT {expr}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL GROUP BY 1 ORDER BY 2 DESC",
+        f"SELECT {expr}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL"
+        " GROUP BY 1 ORDER BY 2 DESC",
         params,
     ).fetchall()
-    return {k: n for k, n in rows}
+    return dict(rows)
 
 
 def _area(pointer: str | None) -> str | None:
@@ -140,11 +147,16 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
     rows = db.execute(
         f"""SELECT cache_verdict, json_extract(cache, '$.break_segment_kind'), json_extract(cache, '$.break_pointer'),
                    cache_lost_tokens, cache_lost_usd
-            FROM calls {where} {"AND" if where else "WHERE"} cache_verdict IN ({", ".join("?" for _ in MISS_VERDICTS)})""",
+            FROM calls {where} {"AND" if where else "WHERE"}
+            cache_verdict IN ({", ".join("?" for _ in MISS_VERDICTS)})""",
         [*params, *MISS_VERDICTS],
     )
     for verdict, kind, pointer, lost, usd in rows:
-        key = (verdict, kind if verdict == "client_break" else None, _area(pointer) if verdict == "client_break" else None)
+        key = (
+            verdict,
+            kind if verdict == "client_break" else None,
+            _area(pointer) if verdict == "client_break" else None,
+        )
         g = groups.setdefault(key, {"cause": key[0], "segment_kind": key[1], "area": key[2], "calls": 0,
                                     "lost_tokens": 0, "lost_usd": None})  # fmt: skip
         g["calls"] += 1
@@ -155,7 +167,10 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
 
 
 # Calls whose relation says nothing about the client's discipline: the first of a thread, a restart.
-_NOT_JUDGED = "relation IS NULL OR relation = 'NOT_COMPARABLE' OR COALESCE(epoch_reason, '') IN ('session_start', 'capture_resumed')"
+_NOT_JUDGED = (
+    f"relation IS NULL OR relation = '{RelationKind.NOT_COMPARABLE}'"
+    f" OR COALESCE(epoch_reason, '') IN ('{EpochReason.SESSION_START}', '{EpochReason.CAPTURE_RESUMED}')"
+)
 _COMPACTION = """(has_compaction_before = 1 OR instr(markers, '"kind":"checkpoint_request"') > 0)"""
 _INSIDE = "json_extract(cache, '$.before_prev_last_breakpoint') = 1"
 

@@ -1,4 +1,4 @@
-"""Body storage that grows with new content, not with calls x context size (P6).
+"""Body storage that grows with new content, not with calls x context size.
 
 An agent re-sends its whole history on every call, so consecutive request bodies of a session
 share a long byte prefix (and usually a suffix: tools, parameters). Each body is stored either as
@@ -22,7 +22,7 @@ import sqlite_utils
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
-    from backports import zstd  # type: ignore[no-redef]
+    from backports import zstd
 
 MAX_DEPTH = 32  # deltas in a row before a fresh keyframe
 MIN_DELTA_SIZE = 256  # smaller bodies are always keyframes: a chain would not pay for itself
@@ -103,7 +103,9 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def choose_base(data: bytes, bases: Iterable[StoredBlob], max_depth: int = MAX_DEPTH) -> tuple[StoredBlob, Delta] | None:
+def choose_base(
+    data: bytes, bases: Iterable[StoredBlob], max_depth: int = MAX_DEPTH
+) -> tuple[StoredBlob, Delta] | None:
     """The candidate base giving the smallest middle, or None when a keyframe is the better deal."""
     if len(data) < MIN_DELTA_SIZE:
         return None
@@ -143,6 +145,7 @@ def blob_put(
         "INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [digest, len(data), base_id, depth, prefix_len, suffix_len, zstd.compress(payload, ZSTD_LEVEL)],
     )
+    assert cur.lastrowid is not None  # an INSERT sets it
     return StoredBlob(cur.lastrowid, data, depth)
 
 

@@ -65,6 +65,19 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         raise
 
 
+def begin(db: sqlite_utils.Database) -> None:
+    """Open a write transaction, taking the write lock now (waiting out another writer) rather than fail on upgrade."""
+    db.execute("BEGIN IMMEDIATE")
+
+
+def commit(db: sqlite_utils.Database) -> None:
+    db.execute("COMMIT")
+
+
+def is_stored(db: sqlite_utils.Database, call_id: str) -> bool:
+    return db.execute("SELECT 1 FROM calls WHERE id = ?", [call_id]).fetchone() is not None
+
+
 def applied_migrations(db: sqlite_utils.Database) -> list[str]:
     return [m.name for m in migrations.applied(db)]
 

@@ -27,11 +27,12 @@ import sqlite_utils
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import iso
 from ctxscope.inspector.store.recode import find_recipe
-from ctxscope.proxy.apis import GEMINI_GENERATE, detect_api
+from ctxscope.proxy.apis import detect_api
 from ctxscope.proxy.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.exchange import OK, Exchange
 from ctxscope.proxy.redact import redact_headers, redact_query
 from ctxscope.proxy.responses import ParsedResponse, parse_response
+from ctxscope.vocab.apis import Api
 
 log = logging.getLogger("ctxscope.store")
 
@@ -120,7 +121,7 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
 
     req = request_json if isinstance(request_json, dict) else {}
     model = req.get("model") if isinstance(req.get("model"), str) else None
-    if model is None and api == GEMINI_GENERATE:
+    if model is None and api == Api.GEMINI_GENERATE:
         model = _model_from_path(ex.path)
     if model is None and parsed is not None and isinstance(parsed.body, dict):
         m = parsed.body.get("model") or parsed.body.get("modelVersion")
@@ -256,7 +257,13 @@ def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kin
 
 
 def store_body(
-    db: sqlite_utils.Database, state: IngestState, session: str, kind: str, raw: bytes, encoding: str | None, decoded: bytes | None
+    db: sqlite_utils.Database,
+    state: IngestState,
+    session: str,
+    kind: str,
+    raw: bytes,
+    encoding: str | None,
+    decoded: bytes | None,
 ) -> tuple[int | None, str | None]:
     """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw)."""
     if not raw:
@@ -287,7 +294,14 @@ def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
         """SELECT id, attempt, outcome, status FROM calls
            WHERE session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
-        [row["session"], row["request_sha256"], row["method"], row["path"], iso(started_at - RETRY_WINDOW_S), row["started_at"]],
+        [
+            row["session"],
+            row["request_sha256"],
+            row["method"],
+            row["path"],
+            iso(started_at - RETRY_WINDOW_S),
+            row["started_at"],
+        ],
     ).fetchone()
     if prev is not None and _is_failure(prev[2], prev[3]):
         row["attempt"], row["retry_of"] = (prev[1] or 1) + 1, prev[0]
@@ -314,7 +328,8 @@ def ingest(
     )
     # Only a stream needs its final response stored: a JSON body is its own final response.
     final = d.parsed.body if d.parsed is not None and d.parsed.stream else None
-    row["final_response_blob"] = blob_put(db, _dumps(final).encode()).id if final is not None else None
+    final_json = _dumps(final)  # None when there is no final response to keep
+    row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
     link_retry(db, row, ex.started_at)

@@ -110,7 +110,6 @@ CREATE TABLE store_events (
     db.execute("CREATE INDEX idx_store_events_kind ON store_events (kind)")
 
 
-
 # The inspector's analysis of each call (inspector/analyze.py), recomputable with `ctxscope reindex`.
 _ANALYSIS_COLUMNS = (
     ("session_source", "TEXT"),  # where `session` came from: label, header:<name>, metadata.user_id, ..., key, anon

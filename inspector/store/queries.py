@@ -7,6 +7,7 @@ usage as {input, output, cache_read, cache_write} or None when the provider repo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -18,8 +19,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
-from ctxscope.inspector.writer.spool import spool_status
-from ctxscope.inspector.writer.status import capture_state
+from ctxscope.inspector.store.sessions import session_aggregates
 from ctxscope.proxy.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.responses import parse_response
 
@@ -55,10 +55,8 @@ def _analysis(row: dict) -> dict:
     """Decode the analysis columns in place: JSON to objects, flags to booleans."""
     for col in _ANALYSIS_JSON:
         if isinstance(row.get(col), str):
-            try:
+            with contextlib.suppress(ValueError):
                 row[col] = json.loads(row[col])
-            except ValueError:
-                pass
     if row.get("has_compaction_before") is not None:
         row["has_compaction_before"] = bool(row["has_compaction_before"])
     return row
@@ -81,7 +79,8 @@ def list_calls(
     newest_first: bool = True,
 ) -> list[dict]:
     """Call summaries, newest first (``newest_first=False`` for a timeline)."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[object] = []
     if session is not None:
         where.append("session = ?")
         params.append(session)
@@ -119,10 +118,8 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     row = next(db.query("SELECT * FROM calls WHERE id = ?", [full]))
     for col in _JSON_COLUMNS:
         if row.get(col) is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 row[col] = json.loads(row[col])
-            except ValueError:
-                pass
     row["usage"] = {k: row.get("usage_" + k) for k in _USAGE}
     if all(v is None for v in row["usage"].values()):
         row["usage"] = None
@@ -135,7 +132,10 @@ def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
     if full is None:
         raise KeyError(f"no call {call_id!r}")
     return next(
-        db.query(f"SELECT {kind}_blob AS blob, {kind}_recode AS recode, {kind}_encoding AS encoding FROM calls WHERE id = ?", [full])
+        db.query(
+            f"SELECT {kind}_blob AS blob, {kind}_recode AS recode, {kind}_encoding AS encoding FROM calls WHERE id = ?",
+            [full],
+        )
     )
 
 
@@ -207,42 +207,22 @@ def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
     return parsed.body if isinstance(parsed.body, dict) else None
 
 
-# Calls whose verdict says a cache read was possible: the denominator of a hit rate.
-HIT_ELIGIBLE = ("hit", "client_break", "ttl_expired", "provider_miss")
-
-
-def hit_rate(hits: int | None, eligible: int | None) -> dict:
-    hits, eligible = hits or 0, eligible or 0
-    return {"hits": hits, "eligible": eligible, "rate": round(hits / eligible, 4) if eligible else None}
-
-
 def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> list[dict]:
     """One row per session, most recently active first, with its threads nested and cache figures.
 
-    ``hit_rate`` counts calls: hits over calls that could have read the cache (HIT_ELIGIBLE);
+    ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
     ``breaks`` are the calls whose own prompt change broke the cache (client_break).
     """
-    eligible = ", ".join(f"'{v}'" for v in HIT_ELIGIBLE)
-    sql = f"""
-      SELECT session, COUNT(*) AS calls, MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
-             json_group_array(DISTINCT model) AS models, json_group_array(DISTINCT provider) AS providers,
-             SUM(usage_input) AS usage_input, SUM(usage_output) AS usage_output,
-             SUM(usage_cache_read) AS usage_cache_read, SUM(usage_cache_write) AS usage_cache_write,
-             MAX(session_source) AS session_source,
-             SUM(cache_verdict = 'hit') AS cache_hits, SUM(cache_verdict IN ({eligible})) AS cache_eligible,
-             SUM(cache_verdict = 'client_break') AS breaks, SUM(cache_lost_tokens) AS lost_tokens,
-             SUM(cache_lost_usd) AS lost_usd
-      FROM calls GROUP BY session ORDER BY last_started_at DESC LIMIT ?"""
     out = []
-    for row in db.query(sql, [-1 if limit is None else limit]):
-        row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
-        row["providers"] = sorted(p for p in json.loads(row["providers"]) if p is not None)
-        row["usage"] = _usage(row)
-        row["hit_rate"] = hit_rate(row.pop("cache_hits"), row.pop("cache_eligible"))
-        row["breaks"] = row["breaks"] or 0
-        row["lost_tokens"] = row["lost_tokens"] or 0
-        row["threads"] = session_threads(db, row["session"])
-        out.append(row)
+    for a in session_aggregates(db, limit=limit):
+        usage = dict(a.usage)
+        out.append({
+            "session": a.session, "calls": a.calls, "first_started_at": a.first_started_at,
+            "last_started_at": a.last_started_at, "models": a.models, "providers": a.providers,
+            "session_source": a.session_source, "breaks": a.breaks or 0, "lost_tokens": a.lost_tokens or 0,
+            "lost_usd": a.lost_usd, "usage": usage if any(v is not None for v in usage.values()) else None,
+            "hit_rate": a.hit_rate.as_report(), "threads": session_threads(db, a.session),
+        })  # fmt: skip
     return out
 
 
@@ -260,7 +240,7 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
         row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
         row["children"] = []
         threads[row["thread"]] = row
-    top = []
+    top: list[dict] = []
     for row in threads.values():
         parent = threads.get(row["parent_thread"]) if row["parent_thread"] != row["thread"] else None
         (parent["children"] if parent is not None else top).append(row)
@@ -270,12 +250,10 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
 _marks = ", ".join("?" * len(FAILURE_KINDS))
 
 
-def db_status(db_path: str | Path) -> dict:
-    """Size, counts, storage efficiency, schema and persisted writer failures of a capture DB."""
+def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with the file's size, counts, storage efficiency, schema and persisted writer
+    failures added (an ``error`` when it is not a readable SQLite database)."""
     path = Path(db_path)
-    status: dict[str, Any] = {"path": str(path), "exists": path.exists()}
-    status["capture"] = capture_state(path)  # what running writers publish: true while the store fails
-    status["spool"] = spool_status(path)
     if not path.exists():
         return status
     files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
@@ -298,7 +276,9 @@ def db_status(db_path: str | Path) -> dict:
         status["sessions"] = one("SELECT COUNT(DISTINCT session) FROM calls")[0]
         status["last_capture_at"] = one("SELECT MAX(started_at) FROM calls")[0]
         status["capture_epoch"] = int(store.get_meta(db, "capture_epoch", "0") or 0)
-        blobs, stored, content = one("SELECT COUNT(*), COALESCE(SUM(length(data)), 0), COALESCE(SUM(size), 0) FROM blobs")
+        blobs, stored, content = one(
+            "SELECT COUNT(*), COALESCE(SUM(length(data)), 0), COALESCE(SUM(size), 0) FROM blobs"
+        )
         raw = one("SELECT COALESCE(SUM(request_bytes), 0) + COALESCE(SUM(response_bytes), 0) FROM calls")[0]
         status["blobs"] = {
             "count": blobs,

@@ -15,7 +15,7 @@ import zlib
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
-    from backports import zstd  # type: ignore[no-redef]
+    from backports import zstd
 
 # Levels in the order worth trying: library defaults first, then the rest of the cheap ones.
 _ZSTD_LEVELS = (3, 1, 2, 4, 5, 6, 7, 8, 9, -1, 0)
@@ -40,7 +40,9 @@ def apply_recipe(decoded: bytes, recipe: str) -> bytes:
         header = bytes.fromhex(rest[0])
         c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
         body = c.compress(decoded) + c.flush()
-        trailer = (zlib.crc32(decoded) & 0xFFFFFFFF).to_bytes(4, "little") + (len(decoded) & 0xFFFFFFFF).to_bytes(4, "little")
+        trailer = (zlib.crc32(decoded) & 0xFFFFFFFF).to_bytes(4, "little") + (len(decoded) & 0xFFFFFFFF).to_bytes(
+            4, "little"
+        )
         return header + body + trailer
     if kind == "zlib":
         return zlib.compress(decoded, level)

@@ -20,6 +20,7 @@ It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer.priority`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -29,8 +30,19 @@ import signal
 import time
 from pathlib import Path
 
+from ctxscope.inspector.store.ingest import Analyzer
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.messages import (
+    Counters,
+    Deleted,
+    DeleteSession,
+    Failed,
+    Ready,
+    Recovered,
+    Stop,
+    ToChild,
+)
 from ctxscope.inspector.writer.priority import Priority
 from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
@@ -48,12 +60,12 @@ MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be 
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
 
 
-def load_factory(spec: str | None):
-    """'package.module:function' -> the analyzers that function returns (none for None)."""
+def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]:
+    """'package.module:function' -> the analyzers ``function(*args)`` returns (none for None)."""
     if not spec:
         return []
     module_name, _, attr = spec.partition(":")
-    return list(getattr(importlib.import_module(module_name), attr)())
+    return list(getattr(importlib.import_module(module_name), attr)(*args))
 
 
 class _Deferred:
@@ -239,7 +251,9 @@ def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
         deferred.torn += orphan.torn
         if not kept:
             orphan.keep()
-            log.error("capture writer: could not copy %s into its own spool; left it for the next writer", orphan.path.name)
+            log.error(
+                "capture writer: could not copy %s into its own spool; left it for the next writer", orphan.path.name
+            )
             continue
         if orphan.release() is not None:
             deferred.quarantined += 1
@@ -248,25 +262,37 @@ def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
     return ids
 
 
+def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
+    """A deletion, done by this child's writer thread between two of its batches."""
+    try:
+        return Deleted(request.request, result=writer.delete_session(request.session, request.timeout))
+    except Exception as e:
+        return Deleted(request.request, error=str(e))
+
+
 def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
-               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL) -> None:
+               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=()) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
+    with contextlib.suppress(OSError):
         os.nice(nice)
-    except OSError:
-        pass
     db_path = Path(db_path)
     try:
-        writer = CaptureWriter(db_path, analyzers=load_factory(factory), batch_interval=batch_interval,
-                               max_decoded_bytes=max_decoded_bytes, retry_interval=retry_interval,
-                               status_file=False, keep_unstored=False)
+        writer = CaptureWriter(
+            db_path,
+            analyzers=load_factory(factory, tuple(factory_args)),
+            batch_interval=batch_interval,
+            max_decoded_bytes=max_decoded_bytes,
+            retry_interval=retry_interval,
+            status_file=False,
+            keep_unstored=False,
+        )
         writer.start()  # a store that cannot be opened is reported and retried, not fatal
     except BaseException as e:  # report, do not hang the parent
-        replies.put(("error", f"{type(e).__name__}: {e}"))
+        replies.put(Failed(f"{type(e).__name__}: {e}"))
         return
     quarantined: list[Path] = []
     left = spools.orphans(db_path, quarantined)
@@ -277,7 +303,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         spool = None
     priority = Priority(idle_class)
     priority.set_idle(True)
-    replies.put(("ready", (writer.capture_epoch, writer.stats().last_error if writer.store_down else None)))
+    replies.put(Ready(writer.capture_epoch, writer.stats().last_error if writer.store_down else None))
     parent = os.getppid()
     deferred = _Deferred(spool, writer)
     deferred.quarantined = len(quarantined)
@@ -285,7 +311,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         for orphan in left:
             orphan.keep()
         left = []
-    replies.put(("recovered", _take_over(left, deferred)))
+    replies.put(Recovered(_take_over(left, deferred)))
     deferred.storing = deferred.pending()
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
@@ -293,18 +319,21 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
-            item = inbox.get(timeout=wait)
+            item: ToChild | None = inbox.get(timeout=wait)
         except queue.Empty:
-            item = ...
+            item = None
         except (EOFError, OSError):
             break
-        if item is None:
+        if isinstance(item, Stop):
             break
+        if isinstance(item, DeleteSession):
+            replies.put(_delete(writer, item))
+            continue
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
-        if item is not ...:
-            pause, batch = item
-            deferred.add(batch, now)
+        if item is not None:
+            pause = item.pause
+            deferred.add(item.batch, now)
             last_batch = now
             if not pause and not deferred.due(now):
                 deferred.storing = False  # traffic again: only spool (the writer finishes what it has)
@@ -312,13 +341,13 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             deferred.storing = True
         priority.update(deferred.behind(), now)
         deferred.settle()
-        if now - last_stats >= STATS_INTERVAL or item is not ...:
-            stats = deferred.stats()
-            if (stats, deferred.received) != sent:  # an idle child sends nothing: the parent may not read for hours
-                replies.put(("stats", stats, deferred.received))
-                sent = (stats, deferred.received)
+        if now - last_stats >= STATS_INTERVAL or item is not None:
+            counters = Counters(deferred.stats(), deferred.received)
+            if counters != sent:  # an idle child sends nothing: the parent may not read for hours
+                replies.put(counters)
+                sent = counters
             last_stats = now
-        if item is ... and os.getppid() != parent:
+        if item is None and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go
     priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
     deferred.drain()
@@ -335,4 +364,4 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             log.error("capture writer: %d calls are kept in %s until a writer can store them",
                       deferred.stats()["queued"], spool.path.name)
         spool.close(remove=drained and not spool.holds)
-    replies.put(("stats", deferred.stats(), deferred.received))
+    replies.put(Counters(deferred.stats(), deferred.received))

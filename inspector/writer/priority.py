@@ -14,6 +14,7 @@ get out again, so it stays at nice 10 only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -85,7 +86,5 @@ def leave_idle_class(pid: int) -> None:
     except OSError:
         return
     for tid in tids:
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-        except (OSError, AttributeError):
-            pass

@@ -36,20 +36,27 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
+import multiprocessing.queues
 import queue
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
 from ctxscope.inspector.store.db import now_iso
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.child import child_main
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
+from ctxscope.inspector.writer.protocol import WriterUnavailable
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
 from ctxscope.inspector.writer.spool_format import call_size, pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
@@ -68,7 +75,8 @@ CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 class WriterProcess:
     """ExchangeSink whose storage runs in a child process (see module docstring)."""
 
-    def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None, nice: int = 10,
+    def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None,
+                 analyzers_args: tuple[str, ...] = (), nice: int = 10,
                  max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
                  max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
                  status_file: bool = True):
@@ -81,17 +89,18 @@ class WriterProcess:
         self._error: str | None = None  # why the child is not running, when it is not
         self._error_since: str | None = None
         self._child_failures = 0  # children that died or would not start
-        self._seen_dead = None  # the dead child already counted
-        self.analyzers_factory = analyzers_factory
+        self._seen_dead: SpawnProcess | None = None  # the dead child already counted
+        self.analyzers_factory = analyzers_factory  # "module:function", imported in the child
+        self.analyzers_args = analyzers_args  # what that function is called with
         self.nice = nice
         self.max_queue = max_queue
         self.max_queue_bytes = max_queue_bytes
         self.batch_interval = batch_interval
         self.capture_epoch: int | None = None
         self._ctx = mp.get_context("spawn")
-        self._proc = None
-        self._queue = None
-        self._replies = None
+        self._proc: SpawnProcess | None = None
+        self._queue: mp.queues.Queue | None = None
+        self._replies: mp.queues.Queue | None = None
         self._accepting = False
         # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
         self._sizes: collections.deque[tuple[int, str]] = collections.deque()
@@ -109,6 +118,8 @@ class WriterProcess:
         self._lost = 0  # calls that died in the pipe to a child that died
         self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
         self.restarts = 0
+        self._requests = itertools.count(1)
+        self._deleted: dict[int, Deleted] = {}  # answers to deletions, until their caller takes them
 
     def start(self, timeout: float = 60) -> None:
         """Start the child; if it cannot start, say so loudly and keep trying (calls are held meanwhile)."""
@@ -153,22 +164,26 @@ class WriterProcess:
         self._proc = self._ctx.Process(
             target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval),
+                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args),
         )
-        self._proc.start()
-        kind, value = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
-        if kind != "ready":
+        with _main_not_rerun():
+            self._proc.start()
+        reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
+        if not isinstance(reply, Ready):
             self._proc.join(5)
             if self._proc.is_alive():
                 self._proc.terminate()
             for q in (self._queue, self._replies):
                 q.close()
-            raise RuntimeError(f"capture writer could not start: {value}")
+            why = reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first"
+            raise RuntimeError(f"capture writer could not start: {why}")
         self._policy.started(time.monotonic())
-        self.capture_epoch, store_error = value
+        self.capture_epoch, store_error = reply.capture_epoch, reply.store_error
         self._error = self._error_since = None
         if store_error is not None:  # until the child's first counters arrive
-            self._child = WriterStats(running=True, store_failures=1, last_error=store_error, store_down_since=now_iso())
+            self._child = WriterStats(
+                running=True, store_failures=1, last_error=store_error, store_down_since=now_iso()
+            )
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -181,10 +196,8 @@ class WriterProcess:
             if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
                 return self._drop(exchange, "capture queue holds too many bytes")
             if self._loop is None:
-                try:
+                with contextlib.suppress(RuntimeError):
                     self._loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    pass
             with self._lock:
                 self._sizes.append((size, exchange.id))
                 self._outstanding_bytes += size
@@ -222,11 +235,12 @@ class WriterProcess:
                 batch = self._held.take()
             if not batch:
                 return
+            assert self._proc is not None and self._queue is not None  # calls are held only once started
             if not self._proc.is_alive():
                 self._hold_again(batch)
                 return
             self._poll()
-            self._queue.put((pause, batch))
+            self._queue.put(Handover(pause, batch))
         except Exception:  # pragma: no cover - a timer callback must not raise into the loop
             log.exception("capture hand-over failed")
 
@@ -250,6 +264,7 @@ class WriterProcess:
     def _restart(self, loop) -> None:
         try:
             old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
+            assert old_proc is not None and old_queue is not None and old_replies is not None  # it had started
             with self._lock:
                 self._poll_from(old_replies)
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
@@ -271,7 +286,9 @@ class WriterProcess:
                 self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
                 return
             self.restarts += 1
-            recovered = recovered_ids(self._replies, self._proc, timeout=60)  # the new child took over the dead one's spool
+            recovered = recovered_ids(
+                self._replies, self._proc, timeout=60
+            )  # the new child took over the dead one's spool
             if recovered is None:  # it died before it said what it found: ask the next one
                 self._unconfirmed = sent
                 return
@@ -303,12 +320,34 @@ class WriterProcess:
                 reply = replies.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 return
-            if reply[0] == "stats":
-                _, counters, received = reply
-                self._child = WriterStats(**counters)
-                while self._acked < received and self._sizes:
+            if isinstance(reply, Counters):
+                self._child = WriterStats(**reply.stats)
+                while self._acked < reply.received and self._sizes:
                     self._outstanding_bytes -= self._sizes.popleft()[0]
                     self._acked += 1
+            elif isinstance(reply, Deleted):
+                self._deleted[reply.request] = reply
+
+    def delete_session(self, session: str, timeout: float = 30.0) -> dict:
+        """Ask the child to delete a session (its writer thread does it between batches) and wait."""
+        proc, inbox = self._proc, self._queue
+        if not self._accepting or self._restarting or proc is None or inbox is None or not proc.is_alive():
+            raise WriterUnavailable("the capture writer is not running")
+        request = next(self._requests)
+        inbox.put(DeleteSession(request, session, max(0.1, timeout - 1.0)))  # it answers before we give up
+        deadline = time.monotonic() + timeout
+        while True:
+            self._poll()
+            with self._lock:
+                answer = self._deleted.pop(request, None)
+            if answer is not None:
+                if answer.result is None:
+                    raise WriterUnavailable(answer.error or "the deletion failed")
+                return answer.result
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise WriterUnavailable("the capture writer did not answer the deletion"
+                                        + ("" if proc.is_alive() else f": it exited with code {proc.exitcode}"))
+            time.sleep(0.02)
 
     def stats(self) -> WriterStats:
         """The child's counters, with the calls this side still holds or has in flight counted as queued,
@@ -345,10 +384,12 @@ class WriterProcess:
             return True
         while self._restarting:
             time.sleep(0.05)
-        leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
+        assert self._queue is not None and self._replies is not None  # made with the process
+        if self._proc.pid is not None:
+            leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)
         if self._proc.is_alive():
-            self._queue.put(None)
+            self._queue.put(Stop())
         deadline = time.monotonic() + timeout
         while self._proc.is_alive() and time.monotonic() < deadline:
             self._proc.join(0.1)
@@ -374,6 +415,27 @@ class WriterProcess:
             q.close()
             q.join_thread()
         return self._child.queued == 0  # else the store was unavailable: they wait in the spool
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start a spawned child without it running this process's ``__main__`` again.
+
+    A spawned child re-imports the parent's main module by default; under ``ctxscope serve`` that
+    is the CLI, which imports click, the proxy's server, the web routes and the simulator. The
+    child needs none of them (its target and analyzers are imported by name), so while it starts
+    the main module shows neither a file nor a spec (docs/architecture.md, "The writer child
+    imports only the inspector").
+    """
+    main = sys.modules["__main__"]
+    saved: dict[str, object] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 class _Held:

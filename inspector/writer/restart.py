@@ -16,6 +16,7 @@ import logging
 import queue
 import time
 
+from ctxscope.inspector.writer.messages import Failed, FromChild, Recovered
 from ctxscope.inspector.writer.status import WriterStats
 
 log = logging.getLogger("ctxscope.store")
@@ -58,8 +59,8 @@ def add_lives(a: WriterStats, b: WriterStats) -> WriterStats:
                                last_error=b.last_error or a.last_error)
 
 
-def child_reply(replies, proc, timeout: float) -> tuple:
-    """The next reply of a child that may die while it is awaited: ("error", why) if it died or
+def child_reply(replies, proc, timeout: float) -> FromChild:
+    """The next reply of a child that may die while it is awaited: ``Failed`` if it died or
     stayed silent for ``timeout`` (a dying child's last words may still be on their way)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -71,15 +72,15 @@ def child_reply(replies, proc, timeout: float) -> tuple:
         try:
             return replies.get(timeout=0.5)
         except queue.Empty:
-            return "error", "timed out" if proc.is_alive() else f"exited with code {proc.exitcode}"
+            return Failed("timed out" if proc.is_alive() else f"exited with code {proc.exitcode}")
 
 
 def recovered_ids(replies, proc, timeout: float) -> set[str] | None:
     """The ids of the calls a just-started child found in spools left by dead writers; None if
     it died (or went silent) before saying."""
-    kind, ids = child_reply(replies, proc, timeout)
-    if kind != "recovered":
+    reply = child_reply(replies, proc, timeout)
+    if not isinstance(reply, Recovered):
         log.error("the new capture writer did not say what it recovered: %s",
-                  ids if kind == "error" else f"it said {kind!r} first")
+                  reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first")
         return None
-    return set(ids)
+    return set(reply.ids)

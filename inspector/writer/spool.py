@@ -22,6 +22,7 @@ it are kept and the file is quarantined.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -108,10 +109,8 @@ class Spool:
         try:
             write_pieces(self._fd, pieces)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):  # shrinking a file needs no space
                 os.ftruncate(self._fd, self.size)
-            except OSError:  # pragma: no cover - shrinking a file needs no space
-                pass
             raise
         self.size += sum(len(p) for p in pieces)
 

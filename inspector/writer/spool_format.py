@@ -16,6 +16,8 @@ import operator
 import os
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 from ctxscope.proxy.exchange import Exchange
 
@@ -35,6 +37,13 @@ class SpoolCorrupt(ValueError):
 class Torn(Exception):
     """The file ends inside a record: a crash mid-append."""
 
+
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default value, from its factory when it has one."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]  # typeshed: _MISSING_TYPE | factory
+    return factory()
 
 
 def _opt(kind):
@@ -122,8 +131,8 @@ def decode(payload: bytes) -> list[tuple]:
         if not isinstance(head, list) or not _REQUIRED <= len(head) <= len(_VALID):
             raise SpoolCorrupt("a call with the wrong number of fields")
         for field in _FIELDS[len(head):]:
-            head.append(field.default_factory() if field.default is dataclasses.MISSING else field.default)
-        for field, valid, value in zip(_FIELDS, _VALID, head):
+            head.append(_default(field))
+        for field, valid, value in zip(_FIELDS, _VALID, head, strict=False):
             if not valid(value):
                 raise SpoolCorrupt(f"field {field.name} has the wrong type")
         for i in _BODIES:

@@ -13,6 +13,7 @@ named after the database's path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -91,7 +92,11 @@ def _files(db_path: Path) -> list[Path]:
             names = os.listdir(folder)
         except OSError:
             continue
-        found += [folder / n for n in sorted(names) if n.startswith(prefix) and owner_only.OWNER_NAME.fullmatch(n[len(prefix):])]
+        found += [
+            folder / n
+            for n in sorted(names)
+            if n.startswith(prefix) and owner_only.OWNER_NAME.fullmatch(n[len(prefix) :])
+        ]
     return found
 
 
@@ -122,7 +127,7 @@ class StatusFile:
         errors = []
         for folder, prefix in _places(db_path, create=True):
             try:
-                self.path, self._fd = owner_only.create_locked(lambda o, f=folder, p=prefix: f / f"{p}{o}", os.getpid())
+                self.path, self._fd = owner_only.create_locked(_namer(folder, prefix), os.getpid())
                 os.pwrite(self._fd, b" " * SIZE, 0)
                 break
             except OSError as exc:
@@ -142,10 +147,8 @@ class StatusFile:
         if len(data) > SIZE:
             status = dict(status, last_error=str(status.get("last_error"))[:1000])
             data = json.dumps(status, default=str).encode()[:SIZE]
-        try:
+        with contextlib.suppress(OSError):
             os.pwrite(self._fd, data.ljust(SIZE), 0)
-        except OSError:
-            pass
 
     def close(self) -> None:
         if self._fd is not None:
@@ -156,10 +159,14 @@ class StatusFile:
             self.path = None
 
 
+def _namer(folder: Path, prefix: str) -> Callable[[str], Path]:
+    return lambda owner: folder / f"{prefix}{owner}"
+
+
 class StatusPublisher:
     """Publishes ``stats()`` to a status file whenever it changed, every ``interval`` seconds."""
 
-    def __init__(self, db_path: Path, stats: Callable[[], object], interval: float = 0.5):
+    def __init__(self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5):
         self._stats = stats
         self._interval = interval
         self._file = StatusFile(db_path)
@@ -175,7 +182,7 @@ class StatusPublisher:
     def publish(self) -> None:
         try:
             stats = self._stats()
-            status = dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(stats)  # type: ignore[arg-type]
+            status = dataclasses.asdict(stats)
         except Exception:  # pragma: no cover - a status must never take the writer down
             return
         status["pid"] = os.getpid()
@@ -231,7 +238,9 @@ def capture_state(db_path: Path) -> dict:
     return {
         "state": "store failing" if failing else "storing",
         "since": min(since) if since else None,
-        "failures": sum((w.get("store_failures") or 0) + (w.get("failed") or 0) + (w.get("dropped") or 0) for w in live),
+        "failures": sum(
+            (w.get("store_failures") or 0) + (w.get("failed") or 0) + (w.get("dropped") or 0) for w in live
+        ),
         "waiting": sum(w.get("queued") or 0 for w in live),
         "stored": sum(w.get("written") or 0 for w in live),
         "last_error": errors[-1] if errors else None,

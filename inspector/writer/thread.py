@@ -21,18 +21,22 @@ stores (``keep_unstored``; the writer child has its own spool and turns this off
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
 
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
 from ctxscope.inspector.writer.failures import (
     RETRY_INTERVAL,
@@ -43,6 +47,7 @@ from ctxscope.inspector.writer.failures import (
     record,
     store_unavailable,
 )
+from ctxscope.inspector.writer.protocol import WriterUnavailable
 from ctxscope.inspector.writer.spool import keep_leftovers
 from ctxscope.inspector.writer.spool_format import pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
@@ -54,6 +59,14 @@ log = logging.getLogger("ctxscope.store")
 MAX_BATCH = 500
 _TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
 _STOP = object()
+
+
+@dataclass(frozen=True)
+class _Deletion:
+    """A session to delete, served by the writer thread between two batches."""
+
+    session: str
+    done: Future = field(default_factory=Future)
 
 
 class CaptureWriter:
@@ -156,7 +169,9 @@ class CaptureWriter:
             self._queue.put(_STOP)
             thread.join(timeout)
             if thread.is_alive():
-                log.error("capture writer did not drain within %.1fs; %d calls still queued", timeout, self._queue.qsize())
+                log.error(
+                    "capture writer did not drain within %.1fs; %d calls still queued", timeout, self._queue.qsize()
+                )
                 return False
             return self._queue.empty() and not self._pending
         finally:
@@ -177,6 +192,19 @@ class CaptureWriter:
             store_down_since=self._outage.since,
         )
 
+    def delete_session(self, session: str, timeout: float = 30.0) -> dict:
+        """Delete a session in the writer thread, after the batch it is storing (see ``Writer``)."""
+        if not self._accepting or self._thread is None or not self._thread.is_alive():
+            raise WriterUnavailable("the capture writer is not running")
+        request = _Deletion(session)
+        self._queue.put(request)
+        try:
+            return request.done.result(timeout)
+        except TimeoutError:
+            request.done.cancel()
+            raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
+                                    f" ({self._last_error or 'busy'})") from None
+
     @property
     def store_down(self) -> bool:
         return self._outage.down
@@ -195,12 +223,18 @@ class CaptureWriter:
                     if db is not None:
                         state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes)
                 if db is not None:
+                    assert state is not None  # set with db
                     if not self._pending:
                         item = self._take(block=not stopping)
                         if item is None:
                             break  # stopping, and everything is stored
                         if item is _STOP:
                             stopping = True
+                            continue
+                        if isinstance(item, _Deletion):
+                            if not self._delete(db, item):
+                                _close(db)
+                                db = None
                             continue
                         self._pending.append(item)
                     ok, saw_stop = self._safe_batch(db, state)
@@ -246,7 +280,9 @@ class CaptureWriter:
             item = self._take()
             if item is None:
                 break
-            if item is not _STOP:
+            if isinstance(item, _Deletion):
+                item.done.set_exception(WriterUnavailable("the capture writer stopped"))
+            elif item is not _STOP:
                 unstored.append(item)
         if unstored:
             self._pending.extend(unstored[len(self._pending):])
@@ -255,11 +291,20 @@ class CaptureWriter:
             if self.keep_unstored:
                 keep_leftovers(self.db_path, [pack(ex) for ex in unstored])
         if db is not None:
-            try:
+            with contextlib.suppress(Exception):
                 store.record_event(db, "writer_stopped")
-            except Exception:
-                pass
             _close(db)
+
+    def _delete(self, db: sqlite_utils.Database, request: _Deletion) -> bool:
+        """Serve a deletion; False when the store failed (the caller reconnects)."""
+        if not request.done.set_running_or_notify_cancel():
+            return True  # its caller gave up waiting
+        try:
+            request.done.set_result(delete_session(db, request.session))
+        except Exception as e:
+            request.done.set_exception(WriterUnavailable(f"deleting session {request.session!r} failed: {describe(e)}"))
+            return not store_unavailable(e)
+        return True
 
     def _take(self, block: bool = False):
         """The next queued item (None if empty and not blocking)."""
@@ -280,10 +325,8 @@ class CaptureWriter:
         except Exception as e:  # a bug in the batch logic itself: keep the thread alive
             log.exception("capture writer error")
             self._last_error = describe(e)
-            try:
+            with contextlib.suppress(Exception):
                 db.rollback()
-            except Exception:
-                pass
             state.bases.clear()
             if store_unavailable(e):
                 self._store_failed(e)
@@ -309,8 +352,7 @@ class CaptureWriter:
         pending = list(self._unrecorded.events)
         drops = self._dropped - self._unrecorded.drops_recorded
         try:
-            # IMMEDIATE: take the write lock now (waiting out another writer) rather than fail on upgrade.
-            db.execute("BEGIN IMMEDIATE")
+            store.begin(db)
             began = time.monotonic()
             while len(batch) < MAX_BATCH and (more or not batch):
                 if self._pending:
@@ -322,17 +364,18 @@ class CaptureWriter:
                     if nxt is _STOP:
                         stopping = True
                         break
+                    if isinstance(nxt, _Deletion):  # after this batch's commit
+                        self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
+                        break
                 else:
                     break
                 batch.append(nxt)
                 self._write_one(db, state, nxt, outcome, events)
             record(db, outage + pending + events, drops, self._last_error)
-            db.execute("COMMIT")
+            store.commit(db)
         except Exception as e:
-            try:
+            with contextlib.suppress(Exception):
                 db.rollback()
-            except Exception:
-                pass
             state.bases.clear()
             self._pending.extendleft(reversed(batch))  # first in line again, in order
             if store_unavailable(e):
@@ -361,9 +404,11 @@ class CaptureWriter:
     def _done(self, ex: Exchange) -> None:
         self._bytes_out += _size(ex)
 
-    def _write_one(self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: collections.Counter, events: list) -> None:
+    def _write_one(
+        self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: collections.Counter, events: list
+    ) -> None:
         """One exchange in a savepoint: a failure rolls back only this exchange."""
-        if db.execute("SELECT 1 FROM calls WHERE id = ?", [ex.id]).fetchone() is not None:
+        if store.is_stored(db, ex.id):
             outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
             return
         try:
@@ -399,10 +444,8 @@ class CaptureWriter:
 
 def _close(db: sqlite_utils.Database | None) -> None:
     if db is not None:
-        try:
+        with contextlib.suppress(Exception):
             db.close()
-        except Exception:
-            pass
 
 
 def _size(ex: Exchange) -> int:
