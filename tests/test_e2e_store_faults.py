@@ -255,7 +255,7 @@ def full_disk_analyzers():
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
     from test_inspector_writer_process import make_exchange
 
-    from ctxscope.inspector.store import queries
+    from ctxscope.inspector.db_status import db_status as read_status
     from ctxscope.inspector.writer.process import WriterProcess
 
     flag = tmp_path / "full"
@@ -275,7 +275,7 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
         wait_for(lambda: db_status(db)["capture"].get("waiting") == 60, what="db status to count them")
         st = w.stats()
         assert st.written == 0 and st.queued == 60 and st.dropped == 0 and "full" in st.last_error
-        assert queries.db_status(db)["spool"]["bytes"] > 60 * 20_000  # the calls wait on disk, not in memory
+        assert read_status(db)["spool"]["bytes"] > 60 * 20_000  # the calls wait on disk, not in memory
         assert db_status(db)["capture"]["state"] == "store failing"
         flag.unlink()  # space returns
         wait_for(lambda: w.stats().written == 60, what="all 60 to be stored")
@@ -283,7 +283,7 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
         assert w.stop()
     ids = stored_ids(db)
     assert sorted(ids) == sorted(e.id for e in exs)
-    assert queries.db_status(db)["writer"]["store_unavailable"] >= 1
+    assert read_status(db)["writer"]["store_unavailable"] >= 1
 
 
 def test_serve_starts_on_a_full_disk_and_stores_once_space_returns(tmp_path):

@@ -8,6 +8,7 @@ import time
 
 from test_inspector_writer_process import make_exchange
 
+from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer import spool_format
@@ -163,20 +164,19 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
 
 
 def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_path):
-    from ctxscope.inspector.store import queries
 
     db = tmp_path / "c.db"
     first = WriterProcess(db)
     first.start()
     assert first.stop()
-    assert queries.db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}
+    assert db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}
     live = spools.Spool(db)  # a running writer's spool
     live.append([_pack(make_exchange(1))])
     left = spools.Spool(db, owner=999_997)
     left.append([_pack(make_exchange(2))])
     left.close(remove=False)
     try:
-        st = queries.db_status(db)["spool"]
+        st = db_status(db)["spool"]
         header = 2 * len(spools.HEADER)
         assert st["files"] == 2 and st["bytes"] == live.size + left.size - header and st["left_by_stopped_writers"] == 1
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from test_inspector_store import make_exchange
 
+from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import ingest as ingest_mod
 from ctxscope.inspector.store import queries
@@ -78,7 +79,7 @@ def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
     db = queries.open_db(path)
     assert _ids(db) == {e.id for e in exs}
     assert {r[0] for r in db.execute("SELECT call_id FROM notes")} == {exs[0].id, exs[2].id}  # its writes undone
-    assert queries.db_status(path)["writer"]["analysis_failed"] == 1
+    assert db_status(path)["writer"]["analysis_failed"] == 1
 
 
 def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_savepoint(tmp_path, monkeypatch):
@@ -128,7 +129,7 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
                       "AND id NOT IN (SELECT response_blob FROM calls WHERE response_blob IS NOT NULL)").fetchone()[0] == 0
     for ex in (good1, good2):
         assert queries.get_request_raw(db, ex.id) == ex.request_body
-    status = queries.db_status(path)["writer"]
+    status = db_status(path)["writer"]
     assert status["write_failed"] == 1 and "disk on fire" in status["last_error"]["detail"]
 
 
@@ -150,7 +151,7 @@ def test_a_failure_that_kills_the_transaction_costs_only_that_call(tmp_path):
     for ex in exs:
         if ex.path != "/boom":
             assert queries.get_request_raw(db, ex.id) == ex.request_body
-    assert queries.db_status(path)["writer"]["write_failed"] == 1
+    assert db_status(path)["writer"]["write_failed"] == 1
 
 
 def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
@@ -167,7 +168,7 @@ def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
     db = queries.open_db(tmp_path / "c.db")
     assert "parser bug" in queries.get_call(db, ex.id)["parse_error"]
     assert queries.get_response_raw(db, ex.id) == ex.response_body
-    assert queries.db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
+    assert db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
 
 
 def test_full_queue_drops_are_counted_and_persisted(tmp_path, caplog):
@@ -181,7 +182,7 @@ def test_full_queue_drops_are_counted_and_persisted(tmp_path, caplog):
     w.start()
     assert w.stop()
     assert w.stats().written == 3
-    assert queries.db_status(tmp_path / "c.db")["writer"]["dropped"] == 2
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 2
 
 
 def test_submit_after_stop_is_a_counted_drop(tmp_path):
@@ -231,7 +232,7 @@ def test_a_store_that_cannot_be_opened_keeps_the_calls_says_so_and_stores_them_o
     assert w.stats().store_down_since is None and w.stats().queued == 0
     assert w.stop()
     assert _ids(queries.open_db(path)) == {e.id for e in exs}
-    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
+    assert db_status(path)["writer"]["store_unavailable"] >= 1
 
 
 def _full_disk(monkeypatch) -> dict:
@@ -422,4 +423,4 @@ def test_a_store_that_comes_back_while_nothing_waits_is_reported_working_again(t
     repair()
     assert _wait(lambda: w.stats().store_down_since is None)
     assert w.stop()
-    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
+    assert db_status(path)["writer"]["store_unavailable"] >= 1
