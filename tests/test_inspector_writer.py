@@ -424,3 +424,27 @@ def test_a_store_that_comes_back_while_nothing_waits_is_reported_working_again(t
     assert _wait(lambda: w.stats().store_down_since is None)
     assert w.stop()
     assert db_status(path)["writer"]["store_unavailable"] >= 1
+
+
+def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_stopped(tmp_path):
+    from ctxscope.inspector.writer.protocol import WriterUnavailable
+
+    w = CaptureWriter(tmp_path / "c.db", batch_interval=0.01)
+    w.start()
+    try:
+        exchanges = [make_exchange(session_label=label) for label in ("gone", "gone", "kept")]
+        for ex in exchanges:
+            w.submit(ex)
+        deadline = time.monotonic() + 10
+        while w.stats().written < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gone = queries.list_calls(queries.open_db(tmp_path / "c.db"), limit=None)[-1]["session"]
+        result = w.delete_session(gone)
+        assert result["session"] == gone and result["calls_deleted"] == 2
+        assert w.delete_session(gone)["calls_deleted"] == 0
+        left = queries.list_calls(queries.open_db(tmp_path / "c.db"), limit=None)
+        assert [c["id"] for c in left] == [exchanges[2].id]
+    finally:
+        assert w.stop()
+    with pytest.raises(WriterUnavailable):
+        w.delete_session("kept")
