@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector import analyze as analyze_module
-from ctxscope.inspector import store
-from ctxscope.inspector.accounting import TokenCounter
+from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyze import Analyzer
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.ingest import IngestState, ingest
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.ingest import IngestState, ingest
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab.tokens import count_tokens
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from ctxscope import demo_script as script
 from ctxscope.daemon import start_daemon
 from ctxscope.demo import count_model_requests, run_scenario, wait_for_analysis
-from ctxscope.inspector.analysis_queries import cache_discipline
-from ctxscope.inspector.queries import open_db
+from ctxscope.inspector.store.analysis_queries import cache_discipline
+from ctxscope.inspector.store.queries import open_db
 from ctxscope.settings import DaemonConfig
 
 # A turn deadline puts a request-only reminder at the end of every request: each call drops the

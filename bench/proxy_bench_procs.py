@@ -26,7 +26,7 @@ WIRE = Path(__file__).with_name("proxy_bench_wire.py")
 _NO_UVLOOP = "import sys; sys.modules['uvloop'] = None\n"
 # --with-nocapture: the same daemon with the capture sink's submit made a no-op (forwarding alone),
 # whichever sink it uses (the writer thread or the writer's child process).
-_NO_CAPTURE = ("import ctxscope.inspector.writer as w, ctxscope.inspector.writer_process as wp\n"
+_NO_CAPTURE = ("import ctxscope.inspector.writer.thread as w, ctxscope.inspector.writer.process as wp\n"
                "w.CaptureWriter.submit = wp.WriterProcess.submit = lambda self, exchange: None\n")
 _MAIN = "import sys; from ctxscope.main import main; sys.argv[0] = 'ctxscope'; main()"
 

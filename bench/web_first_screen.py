@@ -180,7 +180,7 @@ class Daemon:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def wait_stored(self, n: int, timeout: float = 300) -> None:
-        from ctxscope.inspector.queries import open_db
+        from ctxscope.inspector.store.queries import open_db
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -241,7 +241,7 @@ def api_times(url: str, label: str, n: int = 7) -> list[float]:
 
 def screenshots(browser, d: Daemon, out_dir: Path, already: int, long_label: str) -> None:
     """The README's pictures: sessions, a demo session, a call with tool use, the diff at a break."""
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     out_dir.mkdir(parents=True, exist_ok=True)
     drive(d, "refactor-parser", 160, seed=3)

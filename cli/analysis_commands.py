@@ -33,8 +33,8 @@ def prices_path() -> Path | None:
 
 def make_analyzer():
     """The analyzer the daemon and reindex use, with the user's price overrides (ValueError if bad)."""
+    from ctxscope.inspector.analyses.prices import load_prices
     from ctxscope.inspector.analyze import Analyzer
-    from ctxscope.inspector.prices import load_prices
 
     return Analyzer(prices=load_prices(prices_path()))
 
@@ -60,7 +60,7 @@ def _timeline_rows(calls: list[dict]) -> list[dict]:
 
 def _show_effects(calls: list[dict]) -> None:
     """Each marker on the call where it took effect, in words (the tools that ran are in the table)."""
-    from ctxscope.inspector.marker_text import marker_summary
+    from ctxscope.inspector.analyses.marker_text import marker_summary
 
     lines = [(call["seq"], m) for call in calls for m in call.get("markers") or [] if m.get("kind") != "tools_executed"]
     if not lines:
@@ -157,8 +157,8 @@ def _show_stats(s: dict) -> None:
 @json_option
 def diff(a, b, db_path, max_chars, as_json):
     """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
-    from ctxscope.inspector.diff import diff_calls
-    from ctxscope.inspector.queries import AmbiguousCallId
+    from ctxscope.inspector.calldiff import diff_calls
+    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     try:
         result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
@@ -174,8 +174,8 @@ def diff(a, b, db_path, max_chars, as_json):
 @json_option
 def session(session, db_path, as_json):
     """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
-    from ctxscope.inspector.analysis_queries import session_timeline
-    from ctxscope.inspector.queries import AmbiguousCallId
+    from ctxscope.inspector.store.analysis_queries import session_timeline
+    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     try:
         timeline = session_timeline(open_db_or_fail(db_path), session)
@@ -200,9 +200,9 @@ def session(session, db_path, as_json):
 @json_option
 def stats(db_path, session, as_json):
     """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
-    from ctxscope.inspector.analysis_queries import resolve_session
-    from ctxscope.inspector.analysis_queries import stats as compute
-    from ctxscope.inspector.queries import AmbiguousCallId
+    from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.analysis_queries import stats as compute
+    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     db = open_db_or_fail(db_path)
     if session is not None:
@@ -224,14 +224,14 @@ def stats(db_path, session, as_json):
 def reindex(db_path, session, as_json):
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
     from ctxscope.inspector.analyze import reindex as run
+    from ctxscope.inspector.store.analysis_rows import count_calls
 
     db = open_db_or_fail(db_path)
     try:
         analyzer = make_analyzer()
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"bad price file: {exc}") from exc
-    where, params = ("WHERE session = ?", [session]) if session else ("", [])
-    total = db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+    total = count_calls(db, session or None)
     done = 0
     if sys.stderr.isatty() and not as_json:
         with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,

@@ -17,28 +17,27 @@ from pathlib import Path
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer import CaptureWriter
-from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.inspector.analyze import WRITER_ANALYZERS, writer_analyzers
+from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.protocol import Writer
+from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
 from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
 
+from .analysis_commands import prices_path
 from .settings import DaemonConfig, home_dir, load_salt, secure_home
 
 log = logging.getLogger("ctxscope.daemon")
-
-# What runs on every stored call (in the writer), named so the writer's child process can import it.
-ANALYZERS = "ctxscope.daemon:writer_analyzers"
-
 
 @dataclass
 class RunningDaemon:
     """Handles of a started daemon, for tests and embedding."""
 
     url: str
-    writer: CaptureWriter | WriterProcess
+    writer: Writer
     runner: web.AppRunner
     sim: SimulatorProcess | None  # the built-in simulator's child process (None: `sim` is a configured upstream)
 
@@ -85,24 +84,6 @@ def spawn_builtin_simulator() -> SimulatorProcess | None:
     return sim
 
 
-def _analyzer():
-    """The inspector's analyzer; a bad price file costs the overrides, not the capture."""
-    from .analysis_commands import make_analyzer
-
-    try:
-        return make_analyzer()
-    except (ValueError, OSError) as exc:
-        log.error("ignoring the price file: %s", exc)
-        from ctxscope.inspector.analyze import Analyzer
-
-        return Analyzer()
-
-
-def writer_analyzers() -> list:
-    """The analyzers the capture writer runs on every stored call."""
-    return [_analyzer()]
-
-
 def _prepare_files(cfg: DaemonConfig) -> bytes:
     """Home and database folder owner-only, and the key-fingerprint salt. Nothing here stops the
     daemon: forwarding works without a store (said loudly), and without the home's salt
@@ -133,13 +114,17 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
         sim = spawn_builtin_simulator()
-    writer: CaptureWriter | WriterProcess
     try:
+        prices = prices_path()
+        prices_args = (str(prices),) if prices is not None else ()
+        writer: Writer
         if cfg.writer == "thread":
-            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(), max_decoded_bytes=cfg.limits.max_decoded_bytes)
+            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
             writer.start()
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
-            writer = WriterProcess(cfg.db, analyzers_factory=ANALYZERS, max_decoded_bytes=cfg.limits.max_decoded_bytes)
+            writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from ctxscope.inspector.store.analysis_rows import count_analysed
+
 from . import demo_script as script
 from .options import CONTEXT, db_option
 from .settings import DaemonConfig
@@ -126,12 +128,7 @@ def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float
     done = 0
     while time.monotonic() < deadline:
         try:
-            con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
-            try:
-                done = con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
-                                   [session]).fetchone()[0]
-            finally:
-                con.close()
+            done = count_analysed(db_path, session)
         except sqlite3.Error:
             done = 0
         if done >= expected:
@@ -142,8 +139,8 @@ def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float
 
 def summarize(db_path: Path, session: str) -> tuple[dict[str, tuple[int, dict]], dict]:
     """The first call showing each marker kind (seq, marker) and the session's cache-discipline figures."""
-    from ctxscope.inspector.analysis_queries import cache_discipline, session_timeline
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.analysis_queries import cache_discipline, session_timeline
+    from ctxscope.inspector.store.queries import open_db
 
     db = open_db(db_path)
     try:
@@ -159,7 +156,7 @@ def summarize(db_path: Path, session: str) -> tuple[dict[str, tuple[int, dict]],
 
 
 def _describe(marker: dict) -> str:
-    from ctxscope.inspector.marker_text import marker_summary
+    from ctxscope.inspector.analyses.marker_text import marker_summary
 
     return marker_summary(marker)
 

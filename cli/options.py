@@ -23,7 +23,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 def open_db_or_fail(db_path: Path | None) -> sqlite_utils.Database:
     """The capture database (--db, else the default), or a clear error when there is none yet."""
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     path = db_path or default_db_path()
     if not path.exists():

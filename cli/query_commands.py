@@ -6,9 +6,8 @@ import sys
 
 import click
 
-from ctxscope.inspector.cache_analysis import VERDICTS
-from ctxscope.inspector.relation import KINDS as RELATIONS
 from ctxscope.proxy.redaction.mask import mask_key_values
+from ctxscope.vocab.kinds import CacheVerdict, RelationKind
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail
 from .output import emit_json, emit_table
@@ -30,17 +29,18 @@ SESSION_COLUMNS = [
 @db_option
 @click.option("--session", help="Only calls of this session.")
 @click.option("--model", help="Only calls to this model.")
-@click.option("--relation", type=click.Choice(RELATIONS, case_sensitive=False),
+@click.option("--relation", type=click.Choice([k.value for k in RelationKind], case_sensitive=False),
               help="Only calls with this prefix relation to their predecessor.")
 @click.option("--pointer-prefix", metavar="POINTER",
               help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).")
-@click.option("--verdict", type=click.Choice(VERDICTS), help="Only calls with this cache verdict.")
+@click.option("--verdict", type=click.Choice([v.value for v in CacheVerdict]),
+              help="Only calls with this cache verdict.")
 @click.option("--thread", help="Only calls of this thread.")
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
 @json_option
 def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, as_json):
     """List captured calls, optionally filtered by their analysis."""
-    from ctxscope.inspector.analysis_queries import find_calls
+    from ctxscope.inspector.store.analysis_queries import find_calls
 
     rows = find_calls(open_db_or_fail(db_path), session=session, model=model, relation=relation,
                       pointer_prefix=pointer_prefix, verdict=verdict, thread=thread, limit=limit)  # fmt: skip
@@ -60,7 +60,7 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
 @json_option
 def show(call, db_path, request_raw, response_raw, exact, as_json):
     """Show one call (CALL is an id or a unique prefix of one)."""
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
     from ctxscope.web.bodyexport import export_body
 
     if exact and not (request_raw or response_raw):
@@ -102,7 +102,7 @@ def show(call, db_path, request_raw, response_raw, exact, as_json):
 @json_option
 def sessions(db_path, as_json):
     """List sessions with their call counts, models, cache hit rate and breaks."""
-    from ctxscope.inspector.queries import list_sessions
+    from ctxscope.inspector.store.queries import list_sessions
 
     rows = list_sessions(open_db_or_fail(db_path))
     emit_json(rows) if as_json else emit_table(rows, SESSION_COLUMNS)
@@ -124,7 +124,7 @@ def db_path_cmd(db_path):
 def db_status_cmd(db_path, as_json):
     """Size, counts, storage savings, recorded writer failures, and the running writer's state
     (true from the first failure, even while the database cannot be written)."""
-    from ctxscope.inspector.queries import db_status
+    from ctxscope.inspector.db_status import db_status
 
     path = db_path or default_db_path()
     status = db_status(path)

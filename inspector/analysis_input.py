@@ -15,8 +15,10 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.markers import Marker
+from ctxscope.inspector.analyses.markers import Marker
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.analysis_rows import rowid_of
+from ctxscope.vocab.kinds import MarkerKind
 
 EVENT_HEADER = "x-ctxscope-event"
 _MAX_RAW = 500
@@ -75,20 +77,31 @@ def unix_time(iso: str | None) -> float:
 
 
 def _common(row: dict, rowid: int) -> dict:
-    return dict(
-        id=row["id"], rowid=rowid, provider=row.get("provider") or "", api=row.get("api"), session=row["session"],
-        seq=row["seq"], session_label=row.get("session_label"), key_fingerprint=row.get("key_fingerprint"),
-        usage=_usage(row), capture_epoch=row.get("capture_epoch") or 0, ok=_ok(row), attempt=row.get("attempt") or 1,
-        retry_of=row.get("retry_of"), request_sha256=row.get("request_sha256"), method=row.get("method"),
-        path=row.get("path"),
-    )  # fmt: skip
+    return {
+        "id": row["id"],
+        "rowid": rowid,
+        "provider": row.get("provider") or "",
+        "api": row.get("api"),
+        "session": row["session"],
+        "seq": row["seq"],
+        "session_label": row.get("session_label"),
+        "key_fingerprint": row.get("key_fingerprint"),
+        "usage": _usage(row),
+        "capture_epoch": row.get("capture_epoch") or 0,
+        "ok": _ok(row),
+        "attempt": row.get("attempt") or 1,
+        "retry_of": row.get("retry_of"),
+        "request_sha256": row.get("request_sha256"),
+        "method": row.get("method"),
+        "path": row.get("path"),
+    }
 
 
 def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers)."""
     ex = call["_exchange"]
     parsed = call.get("_parsed")
-    rowid = call.get("_rowid") or db.execute("SELECT rowid FROM calls WHERE id = ?", [call["id"]]).fetchone()[0]
+    rowid = call.get("_rowid") or rowid_of(db, call["id"])
     return CallInput(
         headers=_headers(ex.request_headers),
         annotations=tuple(ex.annotations),
@@ -102,14 +115,17 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
 
 def from_row(db: sqlite_utils.Database, call_id: str) -> CallInput:
     """The input of a stored call, read back from the database (for reindex)."""
-    rowid, row = db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0], queries.get_call(db, call_id)
+    row = queries.get_call(db, call_id)
     if row is None:
         raise KeyError(f"no call {call_id!r}")
+    rowid = rowid_of(db, call_id)
     try:
         response = queries.get_final_response(db, call_id)
     except Exception:  # an unparseable response only costs the provider diagnostics and response id
         response = None
-    annotations = tuple(tuple(p) for p in row.get("annotations") or () if isinstance(p, list) and len(p) == 2)
+    annotations = tuple(
+        (str(p[0]), str(p[1])) for p in row.get("annotations") or () if isinstance(p, list) and len(p) == 2
+    )
     raw = queries.get_request_body(db, call_id)
     try:
         body = json.loads(raw) if raw else None
@@ -117,7 +133,7 @@ def from_row(db: sqlite_utils.Database, call_id: str) -> CallInput:
         body = None
     return CallInput(
         headers=_headers(row.get("request_headers")),
-        annotations=annotations,  # type: ignore[arg-type]
+        annotations=annotations,
         body=body,
         raw=raw or None,
         response=response,
@@ -142,9 +158,9 @@ def parse_event(value: str) -> Marker | None:
             data = None
         if isinstance(data, dict) and isinstance(data.get("kind"), str) and data["kind"].strip():
             pointer = data.get("pointer") if isinstance(data.get("pointer"), str) else None
-            detail = {k: v for k, v in data.items() if k not in ("kind", "pointer")}
-            return Marker(data["kind"].strip(), pointer, {**detail, "declared": True})
-        return Marker("annotation", None, {"declared": True, "raw": value[:_MAX_RAW]})
+            given = {k: v for k, v in data.items() if k not in ("kind", "pointer")}
+            return Marker(data["kind"].strip(), pointer, {**given, "declared": True})
+        return Marker(MarkerKind.ANNOTATION, None, {"declared": True, "raw": value[:_MAX_RAW]})
     kind, *params = (p.strip() for p in value.split(";"))
     detail: dict[str, Any] = {}
     for param in params:
@@ -153,7 +169,9 @@ def parse_event(value: str) -> Marker | None:
         key, sep, val = param.partition("=")
         detail[key.strip()] = _value(val.strip()) if sep else True
     pointer = detail.pop("pointer", None)
-    return Marker(kind or "annotation", pointer if isinstance(pointer, str) else None, {**detail, "declared": True})
+    return Marker(
+        kind or MarkerKind.ANNOTATION, pointer if isinstance(pointer, str) else None, {**detail, "declared": True}
+    )
 
 
 def declared_markers(annotations: tuple[tuple[str, str], ...] | list) -> list[Marker]:

@@ -5,7 +5,7 @@ inside the transaction that stores the call, and writes its results onto the cal
 call is analysed once, when it is stored. For the process lifetime it keeps a TokenCounter (counts
 by segment hash) and the last calls of each recent thread per session and key (``RecentMemory``):
 a new body reuses the canonical segments of the messages it shares byte for byte with one of them
-(inspector/incremental.py) and only new segments are counted, so a call costs about its new
+(inspector/analyses/incremental.py) and only new segments are counted, so a call costs about its new
 content. A session it has not seen since it started (after a daemon restart, or in ``reindex``) is
 rebuilt from the latest stored call of each of the session's recent threads.
 
@@ -29,33 +29,35 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
-from ctxscope.inspector.cache_analysis import (
+from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.cache_analysis import (
+    CacheJudgement,
     CachePrediction,
-    CacheVerdict,
     Observed,
     parse_provider_diagnostics,
     predict_cache,
     verdict,
 )
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.effects import place_effects
-from ctxscope.inspector.incremental import count, prepare, prepare_full
-from ctxscope.inspector.ingest import RETRY_WINDOW_S
-from ctxscope.inspector.markers import RETRY, Marker, has_compaction_before, infer_markers
-from ctxscope.inspector.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.effects import place_effects
+from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
+from ctxscope.inspector.analyses.markers import Marker, has_compaction_before, infer_markers
+from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
+from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
+from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
-from ctxscope.inspector.relation import NOT_COMPARABLE, CallContext, Relation, classify
-from ctxscope.inspector.store import iso, record_event
-from ctxscope.inspector.threads import Placement, RecentCall, explicit_session_id, place_call
-from ctxscope.proxy.wire.apis import ANTHROPIC_COUNT_TOKENS, ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES
+from ctxscope.inspector.store import analysis_rows as rows
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.db import iso, record_event
+from ctxscope.inspector.store.ingest import RETRY_WINDOW_S
+from ctxscope.vocab.apis import Api
+from ctxscope.vocab.kinds import MarkerKind, RelationKind
 
 log = logging.getLogger("ctxscope.analysis")
 
 ANALYSIS_VERSION = 1
-LLM_APIS = frozenset({ANTHROPIC_MESSAGES, ANTHROPIC_COUNT_TOKENS, OPENAI_CHAT, OPENAI_RESPONSES})
+LLM_APIS = frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES})
 COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
 
@@ -71,7 +73,7 @@ class Analysis:
     relation: Relation
     tokens: TokenBreakdown | None
     prediction: CachePrediction | None
-    cache: CacheVerdict | None
+    cache: CacheJudgement | None
     markers: tuple[Marker, ...]
     response_id: str | None
     attempt: int
@@ -154,9 +156,7 @@ class Analyzer:
         """Analyse one stored call and write the result onto its row."""
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
-        db.execute(
-            f"UPDATE calls SET {', '.join(f'{k} = ?' for k in cols)} WHERE id = ?", [*cols.values(), inp.id]
-        )
+        rows.write_analysis(db, inp.id, cols)
         return analysis
 
     def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
@@ -165,21 +165,24 @@ class Analyzer:
         session, source, seq, attempt, retry_of = _session(db, inp, producers)
         scope: Scope = (session, inp.key_fingerprint)
         placement, prev, prepared, base = None, None, None, None
-        relation = Relation(NOT_COMPARABLE, detail="not a recognised LLM call")
+        relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
         if inp.api in LLM_APIS:
             pool = self._pool(db, scope, inp.rowid)
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
             prompt = prepared.prompt if prepared is not None else None
-            placement = place_call(inp.id, prompt, (session, source), [r.recent for r in pool], producers.linked(prompt))
+            placement = place_call(
+                inp.id, prompt, (session, source), [r.recent for r in pool], producers.linked(prompt)
+            )
             prev = next((r for r in pool if r.call_id == placement.predecessor), None)
             relation = self._relate(db, prev, inp, prompt)
         prompt = prepared.prompt if prepared is not None else None
-        tokens = count(self.counter, prepared, base and base.prepared, base and base.tokens) if prepared else None
+        tokens = (count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
+                  if prepared else None)
         time = inp.started_at + (self.clock_offset if live else 0.0)
 
         prediction, cache = None, None
-        if prompt is not None and tokens is not None and inp.ok and inp.api != ANTHROPIC_COUNT_TOKENS:
+        if prompt is not None and tokens is not None and inp.ok and inp.api != Api.ANTHROPIC_COUNT_TOKENS:
             prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
             prediction = predict_cache(prev_seen, Observed(prompt, tokens, time), relation)
             diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
@@ -229,15 +232,8 @@ class Analyzer:
 
     def _load(self, db: sqlite_utils.Database, scope: Scope, rowid: int) -> list[Remembered]:
         """Cold start: the latest successful stored call of each recent thread of the scope, oldest first."""
-        rows = db.execute(
-            """SELECT id, thread, started_at, capture_epoch, provider, api FROM calls
-               WHERE session = ? AND key_fingerprint IS ? AND rowid < ? AND thread IS NOT NULL
-                 AND outcome = 'ok' AND status < 400
-               ORDER BY seq DESC LIMIT ?""",
-            [scope[0], scope[1], rowid, COLD_START_CALLS],
-        ).fetchall()
         latest: dict[str, tuple] = {}
-        for row in rows:
+        for row in rows.latest_thread_calls(db, scope[0], scope[1], rowid, COLD_START_CALLS):
             if row[1] not in latest and len(latest) < COLD_START_THREADS:
                 latest[row[1]] = row
         out = []
@@ -259,14 +255,12 @@ class _Producers:
     """Captured calls by the response id they produced (for ``previous_response_id``), looked up once."""
 
     def __init__(self, db: sqlite_utils.Database, call_id: str):
-        self.db, self.call_id, self._found = db, call_id, {}
+        self.db, self.call_id = db, call_id
+        self._found: dict[str, tuple | None] = {}
 
     def get(self, response_id: str) -> tuple | None:
         if response_id not in self._found:
-            self._found[response_id] = self.db.execute(
-                "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
-                [response_id, self.call_id],
-            ).fetchone()
+            self._found[response_id] = rows.producer_of(self.db, response_id, self.call_id)
         return self._found[response_id]
 
     def session(self, response_id: str) -> str | None:
@@ -286,7 +280,7 @@ def _session(db: sqlite_utils.Database, inp: CallInput, producers: _Producers) -
     session, source = explicit or fallback
     if session == inp.session:
         return session, source, inp.seq, inp.attempt, inp.retry_of
-    seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+    seq = rows.next_seq(db, session)
     return (session, source, seq, *_relink_retry(db, inp, session))
 
 
@@ -302,27 +296,36 @@ def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> li
     out = []
     found = False
     for m in markers:
-        if m.kind == RETRY and not found:
-            m, found = Marker(RETRY, m.pointer, {**m.detail, "attempt": attempt, "retry_of": retry_of}), True
+        if m.kind == MarkerKind.RETRY and not found:
+            m, found = Marker(MarkerKind.RETRY, m.pointer, {**m.detail, "attempt": attempt, "retry_of": retry_of}), True
         out.append(m)
-    return out if found else out + [Marker(RETRY, None, {"attempt": attempt, "retry_of": retry_of})]
+    return out if found else out + [Marker(MarkerKind.RETRY, None, {"attempt": attempt, "retry_of": retry_of})]
 
 
 def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tuple[int, str | None]:
     """attempt/retry_of within the call's own session (the store linked it within its key's)."""
     if not inp.request_sha256:
         return 1, None
-    prev = db.execute(
-        """SELECT id, attempt, outcome, status FROM calls
-           WHERE session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
-             AND started_at >= ? AND started_at <= ?
-           ORDER BY started_at DESC LIMIT 1""",
-        [session, inp.request_sha256, inp.method, inp.path, inp.id, iso(inp.started_at - RETRY_WINDOW_S),
-         iso(inp.started_at)],
-    ).fetchone()  # fmt: skip
+    prev = rows.latest_same_request(db, session, inp.request_sha256, inp.method, inp.path, inp.id,
+                                    iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
     if prev is not None and (prev[2] != "ok" or (prev[3] is not None and (prev[3] >= 500 or prev[3] == 429))):
         return (prev[1] or 1) + 1, prev[0]
     return 1, None
+
+
+# What the daemon's writer runs on every stored call, named so the writer's child process can import it.
+WRITER_ANALYZERS = "ctxscope.inspector.analyze:writer_analyzers"
+
+
+def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:
+    """The analyzers the capture writer runs on every stored call. A bad price file costs its
+    overrides (said in the log), not the capture."""
+    try:
+        prices = load_prices(prices_path)
+    except (ValueError, OSError) as exc:
+        log.error("ignoring the price file: %s", exc)
+        prices = load_prices()
+    return [Analyzer(prices=prices)]
 
 
 def reindex(
@@ -335,12 +338,10 @@ def reindex(
     and recorded as ``analysis_failed``; the others go on.
     """
     analyzer = analyzer or Analyzer()
-    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
-    ids = [r[0] for r in db.execute(f"SELECT id FROM calls {where} ORDER BY rowid", params).fetchall()]
+    ids = rows.call_ids(db, session)
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with rows.immediate(db):
             for call_id in chunk:
                 try:
                     with db.atomic():
@@ -348,8 +349,4 @@ def reindex(
                 except Exception as e:
                     log.warning("reindex of call %s failed: %s", call_id, e)
                     record_event(db, "analysis_failed", call_id=call_id, detail=f"reindex: {type(e).__name__}: {e}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.rollback()
-            raise
         yield from chunk

@@ -1,9 +1,9 @@
 """What the analyzer remembers of recent calls: the last few calls of each recent thread, per scope.
 
-A new call's predecessor is chosen among recent calls of its session and API key (I1): mostly the
+A new call's predecessor is chosen among recent calls of its session and API key: mostly the
 latest call of its thread, sometimes an earlier one (a conversation forked, then its first branch
 went on). Its prompt is canonicalised by reusing the most similar recent one
-(inspector/incremental.py), which needs the raw body: only a thread's latest call keeps it. Older
+(inspector/analyses/incremental.py), which needs the raw body: only a thread's latest call keeps it. Older
 calls mostly share their segment objects with the latest. Memory is bounded in (estimated) bytes,
 besides threads per scope and scopes (all LRU); an evicted scope is rebuilt from the store when
 it returns.
@@ -16,10 +16,10 @@ import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ctxscope.inspector.accounting import TokenBreakdown
-from ctxscope.inspector.canonical import CanonicalPrompt
-from ctxscope.inspector.incremental import Prepared
-from ctxscope.inspector.threads import RecentCall
+from ctxscope.inspector.analyses.accounting import TokenBreakdown
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.incremental import Prepared
+from ctxscope.inspector.analyses.threads import RecentCall
 
 Scope = tuple[str, str | None]  # (session, key fingerprint)
 SEGMENT_BYTES = 200  # rough memory of one segment beside the texts it shares with the body

@@ -89,7 +89,7 @@ class RunningProxy:
         self.db_path = db_path
 
     def wait_for_calls(self, n: int, timeout: float = 10.0) -> list[dict]:
-        from ctxscope.inspector.queries import list_calls, open_db
+        from ctxscope.inspector.store.queries import list_calls, open_db
 
         deadline = time.monotonic() + timeout
         rows: list[dict] = []

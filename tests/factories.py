@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxscope.inspector import queries
 from ctxscope.inspector.analyze import Analyzer
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
 
 _ids = itertools.count(1)

@@ -9,10 +9,10 @@ from typing import Any
 
 from jsonpointer import resolve_pointer
 
-from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.markers import infer_markers
-from ctxscope.inspector.relation import CallContext, classify
+from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.markers import infer_markers
+from ctxscope.inspector.analyses.relation import CallContext, classify
 
 EPHEMERAL = {"type": "ephemeral"}
 SYSTEM_TEXT = "You are a careful coding agent. Work in small steps and explain what you change."

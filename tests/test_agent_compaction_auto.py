@@ -189,7 +189,7 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
         await rt.aclose()
     n = len([q for q in sim.state().requests() if q["path"].endswith("/chat/completions")])
     rows = proxy.wait_for_calls(n)
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     db = open_db(proxy.db_path)
     notes = {r["id"]: json.loads(r["annotations"] or "[]") for r in db.query("select id, annotations from calls")}

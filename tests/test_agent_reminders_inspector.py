@@ -15,7 +15,7 @@ from ctxscope.agent.host.runtime import AgentRuntime
 from ctxscope.agent.providers.catalog import make_client, resolve
 from ctxscope.agent.reminders.extension import create_in_turn_reminders, create_system_reminders
 from ctxscope.agent.tools.core_tools import core_tools_extension
-from ctxscope.inspector import queries
+from ctxscope.inspector.store import queries
 
 STEPS = [{"tool_calls": [{"name": "ls", "arguments": {}}]}] * 3 + [{"text": "first turn done"}] + \
         [{"tool_calls": [{"name": "ls", "arguments": {}}]}] + [{"text": "second turn done"}]

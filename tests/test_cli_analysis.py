@@ -109,7 +109,7 @@ def test_diff(captured):
 def test_reindex_recomputes_the_same_analysis(captured):
     db, _rows = captured
     before = json.loads(invoke("calls", *db, "--json", "--limit", "100"))
-    from ctxscope.inspector.queries import open_db
+    from ctxscope.inspector.store.queries import open_db
 
     conn = open_db(db[1])
     conn.execute("UPDATE calls SET relation = NULL, cache_verdict = NULL, thread = NULL")

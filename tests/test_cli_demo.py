@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from demo_fixtures import MARKER_TEXT
 
 from ctxscope.demo_script import EXPECTED
-from ctxscope.inspector.effects import block_text
-from ctxscope.inspector.queries import get_request_json, open_db
+from ctxscope.inspector.analyses.effects import block_text
+from ctxscope.inspector.store.queries import get_request_json, open_db
 from ctxscope.main import cli
 
 

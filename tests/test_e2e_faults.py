@@ -17,7 +17,8 @@ import sdk_clients
 from backports import zstd
 
 from ctxscope.daemon import start_daemon
-from ctxscope.inspector import queries
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store import queries
 from ctxscope.settings import DaemonConfig
 
 KEY = "sk-ant-test-FAULTKEY-987654321"
@@ -139,7 +140,7 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
 def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer_mode, proxy, sim, monkeypatch, caplog):
     import sqlite3
 
-    from ctxscope.inspector import writer as writer_module
+    from ctxscope.inspector.writer import thread as writer_module
 
     real = writer_module.ingest
     broken = {"on": True}
@@ -162,11 +163,11 @@ def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer
         stats = proxy.daemon.writer.stats()
         assert stats.store_failures >= 2 and stats.queued == 3 and stats.failed == 0 and stats.written == 0
         assert stats.store_down_since is not None and "disk I/O error" in stats.last_error
-        assert queries.db_status(proxy.db_path)["calls"] == 0
+        assert db_status(proxy.db_path)["calls"] == 0
         broken["on"] = False  # the disk recovers
         proxy.wait_for_calls(3)
     assert "disk I/O error" in caplog.text and KEY not in caplog.text
-    status = queries.db_status(proxy.db_path)
+    status = db_status(proxy.db_path)
     assert status["calls"] == 3 and status["writer"]["store_unavailable"] >= 1
     assert "disk I/O error" in json.dumps(status)
 

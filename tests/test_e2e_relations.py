@@ -24,8 +24,8 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector import queries
-from ctxscope.inspector.analysis_queries import stats
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.analysis_queries import stats
 from ctxscope.simulator.control.client import SimulatorControl
 
 KEY = "sk-test-relations-0123456789abcdef"

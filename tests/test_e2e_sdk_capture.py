@@ -12,7 +12,8 @@ import openai
 import pytest
 from sdk_taps import AsyncRecordingTransport, RecordingTransport
 
-from ctxscope.inspector.queries import get_call, get_response_raw, open_db
+from ctxscope.inspector.store.queries import get_call, get_response_raw, open_db
+from ctxscope.inspector.writer.messages import Handover
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 
@@ -163,7 +164,8 @@ def test_api_key_never_reaches_the_database(proxy, sim, tap):
     proxy.stop()
     blob = b"".join(p.read_bytes() for p in proxy.db_path.parent.glob("captures.db*"))
     assert KEY.encode() not in blob and b"SECRET-0123" not in blob
-    spooled = __import__("pickle").dumps([item for item in handed_over if item is not None])
-    assert sum(len(batch) for _, batch in filter(None, handed_over)) == 2
+    batches = [item.batch for item in handed_over if isinstance(item, Handover)]  # not the stop message
+    spooled = __import__("pickle").dumps(batches)
+    assert sum(len(batch) for batch in batches) == 2
     assert KEY.encode() not in spooled and b"SECRET-0123" not in spooled
     assert rows[0]["session"] == rows[1]["session"]  # same key, same fingerprint-derived session

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from environment import require
 from factories import make_exchange, plant_pickle_spool
 
-from ctxscope.inspector import spool as spools
+from ctxscope.inspector.writer import spool as spools
 from ctxscope.main import cli
 
 
@@ -236,8 +236,8 @@ def test_a_full_disk_under_serve_loses_no_call_and_db_status_says_so(tmp_path):
 def full_disk_analyzers():
     """The daemon's analyzers, in a writer child whose database connections may not grow the file
     while a flag file exists: SQLITE_FULL, from SQLite's max_page_count."""
-    from ctxscope.daemon import writer_analyzers
-    from ctxscope.inspector import store
+    from ctxscope.inspector.analyze import writer_analyzers
+    from ctxscope.inspector.store import db as store
 
     real = store.connect
     flag = Path(os.environ["CTXSCOPE_TEST_FULL_FLAG"])
@@ -254,13 +254,13 @@ def full_disk_analyzers():
 
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
 
-    from ctxscope.inspector import queries
-    from ctxscope.inspector.writer_process import WriterProcess
+    from ctxscope.inspector.db_status import db_status as read_status
+    from ctxscope.inspector.writer.process import WriterProcess
 
     flag = tmp_path / "full"
     monkeypatch.setenv("CTXSCOPE_TEST_FULL_FLAG", str(flag))
     db = tmp_path / "c.db"
-    from ctxscope.inspector import store
+    from ctxscope.inspector.store import db as store
 
     store.connect(db).close()
     flag.touch()
@@ -274,7 +274,7 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
         wait_for(lambda: db_status(db)["capture"].get("waiting") == 60, what="db status to count them")
         st = w.stats()
         assert st.written == 0 and st.queued == 60 and st.dropped == 0 and "full" in st.last_error
-        assert queries.db_status(db)["spool"]["bytes"] > 60 * 20_000  # the calls wait on disk, not in memory
+        assert read_status(db)["spool"]["bytes"] > 60 * 20_000  # the calls wait on disk, not in memory
         assert db_status(db)["capture"]["state"] == "store failing"
         flag.unlink()  # space returns
         wait_for(lambda: w.stats().written == 60, what="all 60 to be stored")
@@ -282,7 +282,7 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
         assert w.stop()
     ids = stored_ids(db)
     assert sorted(ids) == sorted(e.id for e in exs)
-    assert queries.db_status(db)["writer"]["store_unavailable"] >= 1
+    assert read_status(db)["writer"]["store_unavailable"] >= 1
 
 
 def test_serve_starts_on_a_full_disk_and_stores_once_space_returns(tmp_path):

@@ -14,8 +14,8 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import CATEGORIES, IMAGE_TOKENS, TokenBreakdown, TokenCounter
-from ctxscope.inspector.canonical import canonicalize
+from ctxscope.inspector.analyses.accounting import CATEGORIES, IMAGE_TOKENS, TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.vocab.tokens import count_tokens
 
 A = "anthropic.messages"

@@ -20,12 +20,12 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector import queries
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.incremental import prepare_full
 from ctxscope.inspector.analysis_input import parse_event
 from ctxscope.inspector.analyze import Analyzer, reindex
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.incremental import prepare_full
 from ctxscope.inspector.recent import RecentMemory, Remembered
+from ctxscope.inspector.store import queries
 
 ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
             "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict", "cache",

@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from ctxscope.inspector import store
-from ctxscope.inspector.blobs import (
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.blobs import (
     MAX_DEPTH,
     BlobCorrupt,
     Delta,
@@ -24,7 +24,7 @@ from ctxscope.inspector.blobs import (
     common_suffix,
     make_delta,
 )
-from ctxscope.inspector.recode import apply_recipe, find_recipe
+from ctxscope.inspector.store.recode import apply_recipe, find_recipe
 
 try:
     from compression import zstd  # type: ignore[import-not-found]

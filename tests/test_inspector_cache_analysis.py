@@ -16,17 +16,17 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.cache_analysis import (
+from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.cache_analysis import (
     Observed,
     anthropic_minimum,
     parse_provider_diagnostics,
     predict_cache,
     verdict,
 )
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.prices import load_prices
-from ctxscope.inspector.relation import CallContext, classify
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.prices import load_prices
+from ctxscope.inspector.analyses.relation import CallContext, classify
 
 A, CHAT = "anthropic.messages", "openai.chat"
 COUNTER = TokenCounter()

@@ -20,8 +20,8 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.canonical import canonicalize, escape, is_reminder, split_reminders
-from ctxscope.inspector.hashes import Hashes
+from ctxscope.inspector.analyses.canonical import canonicalize, escape, is_reminder, split_reminders
+from ctxscope.inspector.analyses.hashes import Hashes
 
 A = "anthropic.messages"
 CHAT = "openai.chat"

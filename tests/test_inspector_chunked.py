@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ctxscope.inspector.chunked import Chunked
+from ctxscope.inspector.analyses.chunked import Chunked
 
 
 def test_reads_like_the_tuple_it_holds():

@@ -20,7 +20,7 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.diff import diff_calls
+from ctxscope.inspector.calldiff import diff_calls
 
 
 def store(tmp_path, *bodies, **kw):

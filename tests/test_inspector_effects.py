@@ -20,9 +20,9 @@ from inspector_bodies import (
     user,
 )
 
+from ctxscope.inspector.analyses.effects import block_text, place_effects, sections
+from ctxscope.inspector.analyses.marker_text import marker_summary
 from ctxscope.inspector.analysis_input import declared_markers
-from ctxscope.inspector.effects import block_text, place_effects, sections
-from ctxscope.inspector.marker_text import marker_summary
 
 A = "anthropic.messages"
 ROUND = reminder("<agent-context>\nagent: ctxscope-agent\n</agent-context>\n\n<todo-status>1 open</todo-status>")

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from ctxscope.inspector.hashes import Hashes, common_prefix, known_common
+from ctxscope.inspector.analyses.hashes import Hashes, common_prefix, known_common
 
 
 def h(*names: str) -> list[str]:

@@ -20,10 +20,10 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.accounting import TokenCounter
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.hashes import known_common
-from ctxscope.inspector.incremental import Prepared, count, item_ends, prepare, prepare_full, shared_items
+from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.hashes import known_common
+from ctxscope.inspector.analyses.incremental import Prepared, count, item_ends, prepare, prepare_full, shared_items
 
 A, CHAT, RESP = "anthropic.messages", "openai.chat", "openai.responses"
 

@@ -9,7 +9,8 @@ import random
 
 from factories import anthropic_request, anthropic_response, anthropic_sse, capture, make_exchange
 
-from ctxscope.inspector import queries
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store import queries
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -59,7 +60,7 @@ def test_storage_grows_with_new_content_not_with_calls_times_context(tmp_path):
     for ex in exchanges:  # every body back, byte for byte
         assert queries.get_request_raw(db, ex.id) == ex.request_body
         assert queries.get_response_raw(db, ex.id) == ex.response_body
-    status = queries.db_status(path)
+    status = db_status(path)
     assert status["calls"] == 200 and status["blobs"]["ratio"] < 0.05
 
 

@@ -1,4 +1,4 @@
-from ctxscope.inspector.marker_text import marker_summary
+from ctxscope.inspector.analyses.marker_text import marker_summary
 
 
 def test_provenance_markers_read_as_sentences():

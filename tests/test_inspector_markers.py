@@ -15,7 +15,7 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.markers import has_compaction_before
+from ctxscope.inspector.analyses.markers import has_compaction_before
 
 A = "anthropic.messages"
 

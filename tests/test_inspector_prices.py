@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ctxscope.inspector.prices import BUILTIN, PRICES_AS_OF, load_prices
+from ctxscope.inspector.analyses.prices import BUILTIN, PRICES_AS_OF, load_prices
 
 
 def test_builtin_lookup_by_name_parts():

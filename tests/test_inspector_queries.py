@@ -7,7 +7,8 @@ import json
 import pytest
 from factories import anthropic_request, anthropic_response, capture, make_exchange
 
-from ctxscope.inspector import queries
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store import queries
 
 T0 = 1_750_000_000.0
 
@@ -98,7 +99,7 @@ def test_list_sessions(db_and_calls):
 
 def test_db_status(db_and_calls, tmp_path):
     _db, calls, path = db_and_calls
-    st = queries.db_status(path)
+    st = db_status(path)
     assert st["exists"] and st["calls"] == 4 and st["sessions"] == 3
     assert st["size_bytes"] >= path.stat().st_size
     assert st["journal_mode"] == "wal" and st["migrations_pending"] == []
@@ -109,10 +110,10 @@ def test_db_status(db_and_calls, tmp_path):
     assert st["blobs"]["raw_bytes"] == raw and st["blobs"]["stored_bytes"] > 0
     assert st["writer"] == {"write_failed": 0, "dropped": 0, "analysis_failed": 0, "parse_failed": 0,
                            "store_unavailable": 0, "last_error": None}
-    missing = queries.db_status(tmp_path / "none.db")
+    missing = db_status(tmp_path / "none.db")
     assert missing == {"path": str(tmp_path / "none.db"), "exists": False, "capture": {"state": "no writer running"},
                        "spool": {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}}
     assert not (tmp_path / "none.db").exists()
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
-    assert "not a readable SQLite database" in queries.db_status(junk)["error"]
+    assert "not a readable SQLite database" in db_status(junk)["error"]

@@ -17,19 +17,9 @@ from inspector_bodies import (
 )
 from jsonpointer import resolve_pointer
 
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.relation import (
-    APPEND_ONLY,
-    DIVERGED,
-    EPOCH_START,
-    IDENTICAL,
-    NOT_COMPARABLE,
-    CallContext,
-    classify,
-    marker_moves,
-    policy_signature,
-    shared_prefix,
-)
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.relation import CallContext, classify, marker_moves, policy_signature, shared_prefix
+from ctxscope.vocab.kinds import RelationKind
 
 A = "anthropic.messages"
 
@@ -48,14 +38,14 @@ def assert_resolves(body, pointer):
 
 def test_first_call_is_a_session_start():
     r = classify(None, ctx(make_anthropic_body()))
-    assert (r.kind, r.epoch_reason, r.pointer) == (EPOCH_START, "session_start", None)
+    assert (r.kind, r.epoch_reason, r.pointer) == (RelationKind.EPOCH_START, "session_start", None)
 
 
 def test_agent_loop_is_append_only_with_marker_moves():
     bodies = claude_code_turns(6)
     for i in range(1, len(bodies)):
         r = rel(bodies[i - 1], bodies[i])
-        assert r.kind == APPEND_ONLY, (i, r)
+        assert r.kind == RelationKind.APPEND_ONLY, (i, r)
         assert r.shared_segments == len(canonicalize(A, bodies[i - 1]).segments)
         assert r.pointer is None and r.epoch_reason is None
     # Turn 1 re-sends message 0 as a plain string without its marker: a move, not a change.
@@ -68,14 +58,14 @@ def test_same_prompt_is_identical_even_with_other_parameters():
     b = make_anthropic_body(system="S", messages=[user("hi")], max_tokens=8000, temperature=1.0, stream=True,
                             metadata={"user_id": "u"})  # fmt: skip
     r = rel(a, b)
-    assert (r.kind, r.marker_moves) == (IDENTICAL, ())
+    assert (r.kind, r.marker_moves) == (RelationKind.IDENTICAL, ())
 
 
 def test_cache_control_move_only_is_identical_with_moves():
     a = make_anthropic_body(system=[text("S", cache_control=dict(EPHEMERAL))], messages=[user([text("hi")])])
     b = make_anthropic_body(system=[text("S")], messages=[user([text("hi", cache_control=dict(EPHEMERAL))])])
     r = rel(a, b)
-    assert r.kind == IDENTICAL
+    assert r.kind == RelationKind.IDENTICAL
     assert r.marker_moves == ("/system/0", "/messages/0/content/0")
 
 
@@ -84,7 +74,7 @@ def test_string_versus_text_block_is_not_a_divergence():
     b = make_anthropic_body(
         messages=[user("hello"), assistant("hi"), user([text("go")]), assistant("ok"), user("more")]
     )
-    assert rel(a, b).kind == APPEND_ONLY
+    assert rel(a, b).kind == RelationKind.APPEND_ONLY
 
 
 def test_system_prompt_edit_diverges_inside_the_block():
@@ -93,7 +83,7 @@ def test_system_prompt_edit_diverges_inside_the_block():
     b["system"] = default_system(" Today is Tuesday.")
     b["system"][1]["cache_control"] = dict(EPHEMERAL)
     r = rel(a, b)
-    assert (r.kind, r.pointer) == (DIVERGED, "/system/1/text")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/system/1/text")
     assert r.shared_segments == 4  # three tools and the first system block
     assert_resolves(b, r.pointer)
 
@@ -103,7 +93,7 @@ def test_tool_schema_edit_points_into_the_schema():
     b = copy.deepcopy(a)
     b["tools"][1]["input_schema"]["properties"]["path"]["description"] = "Absolute file path."
     r = rel(a, b)
-    assert (r.kind, r.pointer) == (DIVERGED, "/tools/1/input_schema/properties/path/description")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/tools/1/input_schema/properties/path/description")
     assert r.shared_segments == 1
     assert_resolves(b, r.pointer)
 
@@ -113,12 +103,12 @@ def test_tool_inserted_and_removed():
     inserted = copy.deepcopy(a)
     inserted["tools"].insert(1, {"name": "grep", "description": "Search.", "input_schema": {"type": "object"}})
     r = rel(a, inserted)
-    assert (r.kind, r.pointer) == (DIVERGED, "/tools/1/name")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/tools/1/name")
     removed = copy.deepcopy(a)
     del removed["tools"][2]
     r = rel(a, removed)
     # The first difference is content missing at the end of the tools array.
-    assert (r.kind, r.pointer) == (DIVERGED, "/tools/2")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/tools/2")
     assert_resolves(removed, "/tools")
 
 
@@ -127,7 +117,7 @@ def test_forked_conversation_diverges_at_the_fork():
     fork = copy.deepcopy(bodies[3])
     fork["messages"].append(assistant([text("A different plan.")]))
     r = rel(bodies[5], fork)
-    assert r.kind == DIVERGED
+    assert r.kind == RelationKind.DIVERGED
     assert r.shared_segments == len(canonicalize(A, bodies[3]).segments)
     assert r.pointer == "/messages/7/content/0/text"
     assert_resolves(fork, r.pointer)
@@ -138,13 +128,13 @@ def test_block_gaining_a_field_points_at_the_field():
     b = copy.deepcopy(a)
     b["messages"][2]["content"][0]["is_error"] = True
     r = rel(a, b)
-    assert (r.kind, r.pointer) == (DIVERGED, "/messages/2/content/0/is_error")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/messages/2/content/0/is_error")
 
 
 def test_history_shrink_points_at_the_first_missing_position():
     bodies = claude_code_turns(5)
     r = rel(bodies[4], bodies[2])
-    assert r.kind == DIVERGED
+    assert r.kind == RelationKind.DIVERGED
     assert r.pointer == "/messages/5"
     assert len(bodies[2]["messages"]) == 5  # one past the end: the parent resolves
     assert_resolves(bodies[2], "/messages")
@@ -155,7 +145,7 @@ def test_block_removed_inside_a_message():
     a = make_anthropic_body(messages=[user([text("one"), text("two")]), assistant("ok")])
     b = make_anthropic_body(messages=[user([text("one")]), assistant("ok")])
     r = rel(a, b)
-    assert (r.kind, r.pointer) == (DIVERGED, "/messages/0/content/1")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/messages/0/content/1")
 
 
 def test_model_switch_is_an_epoch_and_still_reports_the_prefix():
@@ -163,7 +153,7 @@ def test_model_switch_is_an_epoch_and_still_reports_the_prefix():
     b = copy.deepcopy(a)
     b["model"] = "claude-opus-4-6"
     r = rel(a, b)
-    assert (r.kind, r.epoch_reason, r.pointer) == (EPOCH_START, "model_change", None)
+    assert (r.kind, r.epoch_reason, r.pointer) == (RelationKind.EPOCH_START, "model_change", None)
     assert r.shared_segments == len(canonicalize(A, a).segments)
     assert r.detail == "claude-sonnet-4-5 -> claude-opus-4-6"
     b["system"][1]["text"] = "Changed."
@@ -178,7 +168,7 @@ def test_provider_api_and_capture_epochs():
     count.pop("max_tokens")
     assert classify(prev, ctx(count, api="anthropic.count_tokens")).epoch_reason == "api_change"
     r = classify(prev, ctx(body, epoch=1))
-    assert (r.kind, r.epoch_reason) == (EPOCH_START, "capture_resumed")
+    assert (r.kind, r.epoch_reason) == (RelationKind.EPOCH_START, "capture_resumed")
 
 
 def _strip_all_markers(body):
@@ -202,7 +192,7 @@ def test_cache_policy_changes_start_an_epoch(change):
     b = copy.deepcopy(a)
     change(b)
     r = rel(a, b)
-    assert (r.kind, r.epoch_reason) == (EPOCH_START, "cache_policy_change")
+    assert (r.kind, r.epoch_reason) == (RelationKind.EPOCH_START, "cache_policy_change")
     assert r.detail.startswith("changed: ")
 
 
@@ -211,9 +201,9 @@ def test_openai_cache_keys_are_policy_but_comparison_ids_are_not():
     b = dict(a, prompt_cache_options={"comparison_response_id": "r2"})
     c = dict(a, prompt_cache_key="k2")
     api = "openai.responses"
-    assert rel(a, b, api, "openai").kind == IDENTICAL
+    assert rel(a, b, api, "openai").kind == RelationKind.IDENTICAL
     r = rel(a, c, api, "openai")
-    assert (r.kind, r.epoch_reason, r.detail) == (EPOCH_START, "cache_policy_change", "changed: key")
+    assert (r.kind, r.epoch_reason, r.detail) == (RelationKind.EPOCH_START, "cache_policy_change", "changed: key")
     assert policy_signature(canonicalize(api, a))["options"] is None
 
 
@@ -222,17 +212,17 @@ def test_previous_response_id_without_prefix_is_not_comparable():
     a = make_responses_body(input="first")
     b = make_responses_body(input=[{"role": "user", "content": "next"}], previous_response_id="resp_1")
     r = rel(a, b, api, "openai")
-    assert r.kind == NOT_COMPARABLE and "resp_1" in r.detail
-    assert classify(None, ctx(b, api, "openai")).kind == NOT_COMPARABLE
+    assert r.kind == RelationKind.NOT_COMPARABLE and "resp_1" in r.detail
+    assert classify(None, ctx(b, api, "openai")).kind == RelationKind.NOT_COMPARABLE
 
 
 def test_unparseable_bodies_are_not_comparable():
     good = ctx(make_anthropic_body())
     bad = CallContext(None, "anthropic", A, 0, b"\x00garbage")
-    assert classify(good, bad).kind == NOT_COMPARABLE
-    assert classify(None, bad).kind == NOT_COMPARABLE
+    assert classify(good, bad).kind == RelationKind.NOT_COMPARABLE
+    assert classify(None, bad).kind == RelationKind.NOT_COMPARABLE
     r = classify(bad, good)
-    assert r.kind == NOT_COMPARABLE and "predecessor" in r.detail
+    assert r.kind == RelationKind.NOT_COMPARABLE and "predecessor" in r.detail
 
 
 def test_chat_tool_call_id_change_points_at_the_message_field():
@@ -247,17 +237,17 @@ def test_chat_tool_call_id_change_points_at_the_message_field():
     b = copy.deepcopy(a)
     b["messages"][2]["tool_call_id"] = "c9"
     r = rel(a, b, api, "openai")
-    assert (r.kind, r.pointer) == (DIVERGED, "/messages/2/tool_call_id")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/messages/2/tool_call_id")
     c = copy.deepcopy(a)
     c["messages"].append({"role": "user", "content": "more"})
-    assert rel(a, c, api, "openai").kind == APPEND_ONLY
+    assert rel(a, c, api, "openai").kind == RelationKind.APPEND_ONLY
 
 
 def test_chat_parameter_changes_never_diverge():
     api = "openai.chat"
     a = make_chat_body(temperature=0.1, max_tokens=10, stream=False)
     b = make_chat_body(temperature=0.9, max_completion_tokens=99, stream=True, stream_options={"include_usage": True})
-    assert rel(a, b, api, "openai").kind == IDENTICAL
+    assert rel(a, b, api, "openai").kind == RelationKind.IDENTICAL
 
 
 def test_responses_loop_and_instruction_edit():
@@ -267,10 +257,10 @@ def test_responses_loop_and_instruction_edit():
     b = make_responses_body(instructions="Be terse.", input=items + [
         {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "a.py"}])  # fmt: skip
-    assert rel(a, b, api, "openai").kind == APPEND_ONLY
+    assert rel(a, b, api, "openai").kind == RelationKind.APPEND_ONLY
     c = dict(b, instructions="Be verbose.")
     r = rel(b, c, api, "openai")
-    assert (r.kind, r.pointer) == (DIVERGED, "/instructions")
+    assert (r.kind, r.pointer) == (RelationKind.DIVERGED, "/instructions")
 
 
 def test_every_divergence_pointer_resolves_in_the_current_body():
@@ -286,7 +276,7 @@ def test_every_divergence_pointer_resolves_in_the_current_body():
         cur = copy.deepcopy(base)
         edit(cur)
         r = rel(base, cur)
-        assert r.kind == DIVERGED
+        assert r.kind == RelationKind.DIVERGED
         assert_resolves(cur, r.pointer)
 
 

@@ -8,12 +8,13 @@ import time
 
 from factories import make_exchange
 
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector import spool_format
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.spool_format import pack as _pack
-from ctxscope.inspector.spool_format import unpack
-from ctxscope.inspector.writer_process import QUIET_GAP, WriterProcess
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer import spool_format
+from ctxscope.inspector.writer.process import QUIET_GAP, WriterProcess
+from ctxscope.inspector.writer.spool_format import pack as _pack
+from ctxscope.inspector.writer.spool_format import unpack
 
 
 def _calls(*numbers: int) -> list[tuple]:
@@ -163,20 +164,19 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
 
 
 def test_db_status_tells_spooled_bytes_and_spools_left_by_stopped_writers(tmp_path):
-    from ctxscope.inspector import queries
 
     db = tmp_path / "c.db"
     first = WriterProcess(db)
     first.start()
     assert first.stop()
-    assert queries.db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}
+    assert db_status(db)["spool"] == {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}
     live = spools.Spool(db)  # a running writer's spool
     live.append([_pack(make_exchange(1))])
     left = spools.Spool(db, owner=999_997)
     left.append([_pack(make_exchange(2))])
     left.close(remove=False)
     try:
-        st = queries.db_status(db)["spool"]
+        st = db_status(db)["spool"]
         header = 2 * len(spools.HEADER)
         assert st["files"] == 2 and st["bytes"] == live.size + left.size - header and st["left_by_stopped_writers"] == 1
     finally:

@@ -11,11 +11,12 @@ import pytest
 from environment import require
 from factories import make_exchange, plant_pickle_spool
 
-from ctxscope.inspector import queries, spool_format
-from ctxscope.inspector import spool as spools
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.spool_format import pack
-from ctxscope.inspector.writer_process import WriterProcess
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer import spool_format
+from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.spool_format import pack
 
 
 def _stored_ids(db) -> list[str]:
@@ -38,7 +39,7 @@ def test_a_planted_pickle_spool_and_a_garbage_one_run_nothing_and_capture_goes_o
     assert not marker.exists()  # nothing in the planted file ran
     assert _stored_ids(db) == [ex.id]  # capture went on
     assert w.stats().spools_quarantined == 2
-    status = queries.db_status(db)["spool"]
+    status = db_status(db)["spool"]
     assert sorted(n.split(".quarantined-")[0] for n in status["quarantined"]) == ["c.db.spool-4242", garbage.name]
     assert status["files"] == 0  # renamed aside: no writer reads them again
     nxt = WriterProcess(db)
@@ -76,7 +77,7 @@ def test_a_spool_someone_else_could_have_written_is_never_read(tmp_path, how):
     assert w.stop()
     assert ex.id not in _stored_ids(db)
     assert w.stats().spools_quarantined == 1
-    assert len(queries.db_status(db)["spool"]["quarantined"]) == 1 and not path.exists()
+    assert len(db_status(db)["spool"]["quarantined"]) == 1 and not path.exists()
 
 
 def test_a_corrupt_record_keeps_the_calls_before_it_and_quarantines_the_file(tmp_path, caplog):
@@ -96,7 +97,7 @@ def test_a_corrupt_record_keeps_the_calls_before_it_and_quarantines_the_file(tmp
     assert w.stop()
     assert _stored_ids(db) == [good.id]
     assert w.stats().spools_quarantined == 1
-    [aside] = queries.db_status(db)["spool"]["quarantined"]
+    [aside] = db_status(db)["spool"]["quarantined"]
     assert aside.startswith("c.db.spool-6161.quarantined-")
 
 
@@ -114,7 +115,7 @@ def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp
     assert _stored_ids(db) == [kept.id]
     st = w.stats()
     assert st.spool_records_torn == 1 and st.spools_quarantined == 0
-    assert spools.spool_files(db) == [] and queries.db_status(db)["spool"]["quarantined"] == []
+    assert spools.spool_files(db) == [] and db_status(db)["spool"]["quarantined"] == []
 
 
 @pytest.mark.parametrize("field, value", [("status", "200"), ("request_body", -1), ("extra", []), ("id", None)])
@@ -141,7 +142,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.spool_format import unpack
+    from ctxscope.inspector.writer.spool_format import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from ctxscope.inspector import store
-from ctxscope.inspector.migrations import migrations
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.migrations import migrations
 
 # -- tests ----------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.canonical import canonicalize
-from ctxscope.inspector.threads import (
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.threads import (
     RecentCall,
     choose_predecessor,
     explicit_session_id,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from ctxscope.inspector.canonical import Segment
-from ctxscope.inspector.tool_refs import ToolRefs
+from ctxscope.inspector.analyses.canonical import Segment
+from ctxscope.inspector.analyses.tool_refs import ToolRefs
 
 
 def _seg(kind, ref, name=None):

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from factories import make_exchange
 
-from ctxscope.inspector import ingest as ingest_mod
-from ctxscope.inspector import queries, store
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store import ingest as ingest_mod
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 TESTS = Path(__file__).resolve().parent
 
@@ -79,7 +81,7 @@ def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
     db = queries.open_db(path)
     assert _ids(db) == {e.id for e in exs}
     assert {r[0] for r in db.execute("SELECT call_id FROM notes")} == {exs[0].id, exs[2].id}  # its writes undone
-    assert queries.db_status(path)["writer"]["analysis_failed"] == 1
+    assert db_status(path)["writer"]["analysis_failed"] == 1
 
 
 def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_savepoint(tmp_path, monkeypatch):
@@ -135,7 +137,7 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
     )
     for ex in (good1, good2):
         assert queries.get_request_raw(db, ex.id) == ex.request_body
-    status = queries.db_status(path)["writer"]
+    status = db_status(path)["writer"]
     assert status["write_failed"] == 1 and "disk on fire" in status["last_error"]["detail"]
 
 
@@ -157,7 +159,7 @@ def test_a_failure_that_kills_the_transaction_costs_only_that_call(tmp_path):
     for ex in exs:
         if ex.path != "/boom":
             assert queries.get_request_raw(db, ex.id) == ex.request_body
-    assert queries.db_status(path)["writer"]["write_failed"] == 1
+    assert db_status(path)["writer"]["write_failed"] == 1
 
 
 def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
@@ -174,7 +176,7 @@ def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
     db = queries.open_db(tmp_path / "c.db")
     assert "parser bug" in queries.get_call(db, ex.id)["parse_error"]
     assert queries.get_response_raw(db, ex.id) == ex.response_body
-    assert queries.db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
+    assert db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
 
 
 def test_full_queue_drops_are_counted_and_persisted(tmp_path, caplog):
@@ -188,7 +190,7 @@ def test_full_queue_drops_are_counted_and_persisted(tmp_path, caplog):
     w.start()
     assert w.stop()
     assert w.stats().written == 3
-    assert queries.db_status(tmp_path / "c.db")["writer"]["dropped"] == 2
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 2
 
 
 def test_submit_after_stop_is_a_counted_drop(tmp_path):
@@ -238,7 +240,7 @@ def test_a_store_that_cannot_be_opened_keeps_the_calls_says_so_and_stores_them_o
     assert w.stats().store_down_since is None and w.stats().queued == 0
     assert w.stop()
     assert _ids(queries.open_db(path)) == {e.id for e in exs}
-    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
+    assert db_status(path)["writer"]["store_unavailable"] >= 1
 
 
 def _full_disk(monkeypatch) -> dict:
@@ -284,8 +286,8 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
 
 
 def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_path):
-    from ctxscope.inspector import spool as spools
-    from ctxscope.inspector.writer_process import WriterProcess
+    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.process import WriterProcess
 
     path, repair = _unopenable(tmp_path, "corrupt file")
     w = CaptureWriter(path, retry_interval=0.05, status_file=False)
@@ -318,7 +320,7 @@ _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from factories import make_exchange
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer.thread import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
 for i in range({n}):
@@ -368,7 +370,7 @@ _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
 from factories import make_exchange
-from ctxscope.inspector.writer import CaptureWriter
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
     time.sleep(0.001)
@@ -431,4 +433,28 @@ def test_a_store_that_comes_back_while_nothing_waits_is_reported_working_again(t
     repair()
     assert _wait(lambda: w.stats().store_down_since is None)
     assert w.stop()
-    assert queries.db_status(path)["writer"]["store_unavailable"] >= 1
+    assert db_status(path)["writer"]["store_unavailable"] >= 1
+
+
+def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_stopped(tmp_path):
+    from ctxscope.inspector.writer.protocol import WriterUnavailable
+
+    w = CaptureWriter(tmp_path / "c.db", batch_interval=0.01)
+    w.start()
+    try:
+        exchanges = [make_exchange(session_label=label) for label in ("gone", "gone", "kept")]
+        for ex in exchanges:
+            w.submit(ex)
+        deadline = time.monotonic() + 10
+        while w.stats().written < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gone = queries.list_calls(queries.open_db(tmp_path / "c.db"), limit=None)[-1]["session"]
+        result = w.delete_session(gone)
+        assert result["session"] == gone and result["calls_deleted"] == 2
+        assert w.delete_session(gone)["calls_deleted"] == 0
+        left = queries.list_calls(queries.open_db(tmp_path / "c.db"), limit=None)
+        assert [c["id"] for c in left] == [exchanges[2].id]
+    finally:
+        assert w.stop()
+    with pytest.raises(WriterUnavailable):
+        w.delete_session("kept")

@@ -7,12 +7,12 @@ import time
 
 from factories import make_exchange
 
-from ctxscope.inspector import writer_child as wc
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.spool import Spool
-from ctxscope.inspector.spool_format import pack as _pack
-from ctxscope.inspector.writer import CaptureWriter
-from ctxscope.inspector.writer_status import WriterStats
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer import child as wc
+from ctxscope.inspector.writer.spool import Spool
+from ctxscope.inspector.writer.spool_format import pack as _pack
+from ctxscope.inspector.writer.status import WriterStats
+from ctxscope.inspector.writer.thread import CaptureWriter
 
 
 def _deferred(tmp_path):
@@ -100,7 +100,7 @@ def test_memory_held_for_an_unwritable_spool_is_bounded_and_drops_are_counted(tm
 
 def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path, monkeypatch):
     """A store failing for a while (here: every write fails) keeps the calls in the spool."""
-    from ctxscope.inspector import writer as writer_module
+    from ctxscope.inspector.writer import thread as writer_module
 
     failing = {"on": True}
     real = writer_module.ingest

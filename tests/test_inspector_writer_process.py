@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -13,9 +14,10 @@ from pathlib import Path
 
 from factories import make_exchange
 
-from ctxscope.inspector.queries import list_calls, open_db
-from ctxscope.inspector.writer_priority import can_leave_idle_class
-from ctxscope.inspector.writer_process import MAX_HOLD, QUIET_GAP, WriterProcess
+from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer.messages import Handover
+from ctxscope.inspector.writer.priority import can_leave_idle_class
+from ctxscope.inspector.writer.process import MAX_HOLD, QUIET_GAP, WriterProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +47,7 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
 
 
 def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
-    from ctxscope.inspector import spool as spools
+    from ctxscope.inspector.writer import spool as spools
 
     (tmp_path / "dir.db").mkdir()  # a folder where the database should be
     w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
@@ -71,7 +73,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from factories import make_exchange
-        from ctxscope.inspector.writer_process import WriterProcess
+        from ctxscope.inspector.writer.process import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -107,9 +109,9 @@ def _tap_batches(w: WriterProcess, pauses: list | None = None) -> list:
     put = w._queue.put
 
     def tap(item):
-        sent.append(item if item is None else item[1])
-        if pauses is not None and item is not None:
-            pauses.append(item[0])
+        sent.append(item.batch if isinstance(item, Handover) else None)  # None: the stop message
+        if pauses is not None and isinstance(item, Handover):
+            pauses.append(item.pause)
         put(item)
 
     w._queue.put = tap
@@ -170,7 +172,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
 
 
 async def test_a_big_call_is_handed_over_at_once(tmp_path):
-    from ctxscope.inspector.writer_process import HOLD_BYTES
+    from ctxscope.inspector.writer.process import HOLD_BYTES
 
     w = WriterProcess(tmp_path / "big.db")
     w.start()
@@ -188,7 +190,7 @@ def crash_on_start():
 
 
 def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
-    from ctxscope.inspector import spool as spools
+    from ctxscope.inspector.writer import spool as spools
 
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
     began = time.monotonic()
@@ -222,7 +224,7 @@ def test_the_child_yields_to_everything_while_it_keeps_up(tmp_path):
 
 
 def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
-    import ctxscope.inspector.writer_priority as wp
+    import ctxscope.inspector.writer.priority as wp
 
     calls = []
     monkeypatch.setattr(wp, "can_leave_idle_class", lambda: True)
@@ -237,7 +239,7 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
 
 
 def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
-    from ctxscope.inspector.writer_process import _Held
+    from ctxscope.inspector.writer.process import _Held
 
     held = _Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
     assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
@@ -298,8 +300,8 @@ def crash_on_store():
 
 
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer_restart as wp
-    from ctxscope.inspector import spool as spools
+    import ctxscope.inspector.writer.restart as wp
+    from ctxscope.inspector.writer import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
     monkeypatch.setattr(wp, "RESTART_BACKOFF", 0.5)  # a child killed before its "ready" left the pipe
@@ -332,7 +334,7 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
     bomb = b"".join(c.compress(zeros) for _ in range(75)) + c.flush()  # 600 MB once inflated
     assert len(bomb) < 700_000
     gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
-    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.daemon:writer_analyzers")
+    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.inspector.analyze:writer_analyzers")
     w.start()
     try:
         pid = w._proc.pid
@@ -348,7 +350,7 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
         assert w.stop()
     assert peak < 256, f"the writer child peaked at {peak} MB"  # the bomb is 600 MB; the cap alone 128 MB
     db = open_db(tmp_path / "b.db")
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
 
     calls = {c["id"]: queries.get_call(db, c["id"]) for c in list_calls(db, limit=None)}
     assert "decoded size over limit" in calls[up.id]["request_decode_error"]
@@ -367,7 +369,63 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
     ex = make_exchange(1, request_headers=gz, request_body=gzip.compress(body), response=no_model)
     w.submit(ex)
     assert w.stop()
-    from ctxscope.inspector import queries
+    from ctxscope.inspector.store import queries
 
     call = queries.get_call(open_db(tmp_path / "cap.db"), ex.id)
     assert "over limit" in call["request_decode_error"] and call["model"] is None  # not analysed
+
+
+_PROBE = '''
+import json, sys
+from ctxscope.inspector.analyze import writer_analyzers
+
+def report(out):
+    """Analyzers for the child, after writing down every module the child has imported."""
+    analyzers = writer_analyzers()
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+    return analyzers
+'''
+
+_DAEMON_LIKE_MAIN = '''
+import json, sys, time
+import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
+import ctxscope.main  # the CLI (click)
+from ctxscope.inspector.analyze import writer_analyzers
+from ctxscope.inspector.writer.process import WriterProcess
+
+if __name__ == "__main__":
+    db, out = sys.argv[1], sys.argv[2]
+    w = WriterProcess(db, analyzers_factory="writer_probe:report", analyzers_args=(out,), status_file=False)
+    w.start()
+    try:
+        assert w.stats().running, w.stats().last_error
+    finally:
+        w.stop()
+    print(json.dumps(sorted(sys.modules)))
+'''
+
+FORBIDDEN_IN_WRITER = (
+    "ctxscope.web", "ctxscope.simulator", "ctxscope.proxy.server", "ctxscope.main", "ctxscope.daemon", "ctxscope.agent"
+)
+
+
+def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_simulator(tmp_path):
+    """The real child, started from a main module that imports the whole CLI, as the daemon's does."""
+    (tmp_path / "writer_probe.py").write_text(_PROBE)
+    (tmp_path / "daemon_like.py").write_text(_DAEMON_LIKE_MAIN)
+    out = tmp_path / "child-modules.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(tmp_path / "daemon_like.py"), str(tmp_path / "w.db"), str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    child = set(json.loads(out.read_text()))
+    assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
+    assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child
+    leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
+    assert not leaked, f"the writer child imported {leaked}"
+    # click: only what the store's SQLite library (sqlite_utils) imports itself, none of the CLI's use of it
+    alone = subprocess.run([sys.executable, "-c", "import sys, sqlite_utils; print(' '.join(sys.modules))"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert {m for m in child if m == "click" or m.startswith("click.")} <= set(alone)

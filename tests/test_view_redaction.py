@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from web_fixtures import KEY, anthropic_client, start_web_daemon
 
-from ctxscope.inspector.queries import get_request_raw, get_response_raw, open_db
+from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, open_db
 from ctxscope.main import cli
 from ctxscope.proxy.redaction.mask import REDACTED, mask_key_bytes, mask_key_values, mask_keys_in
 

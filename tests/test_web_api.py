@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from web_fixtures import KEY, anthropic_client, openai_client, start_web_daemon
 
-from ctxscope.inspector.queries import get_request_raw, get_response_raw, open_db
+from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, open_db
 
 SYSTEM = "You are a careful coding assistant. " * 600
 
@@ -234,7 +234,7 @@ def test_delete_needs_the_page_token_and_a_same_origin_request(web):
 
 
 def test_delete_frees_bodies_nothing_else_needs(web):
-    from ctxscope.web.deletion import KEEP_TAIL, delete_session
+    from ctxscope.inspector.store.deletion import KEEP_TAIL, delete_session
 
     _conversation(web, "big", turns=KEEP_TAIL + 6, system="A long session. " * 300)
     _conversation(web, "other", turns=3, system="Another agent. " * 300)
@@ -304,3 +304,20 @@ def test_status_reports_the_writer(web):
     assert data["store"]["calls"] == 0
     status, data = _json(web, "/_ctxscope/api/status?store=0")  # the cheap form for frequent polls
     assert status == 200 and set(data) == {"writer"} and data["writer"]["queued"] == 0
+
+
+async def test_a_ui_without_a_writer_refuses_to_delete_rather_than_write_itself(tmp_path):
+    from aiohttp import web as aioweb
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from ctxscope.web.routes import add_web_routes
+
+    db = tmp_path / "c.db"
+    open_db(db).close()
+    app = aioweb.Application()
+    add_web_routes(app, db, None)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        page = await (await client.get("/")).text()
+        token = page.split('name="ctxscope-token" content="', 1)[1].split('"', 1)[0]
+        resp = await client.delete("/_ctxscope/api/session?s=any", headers={"X-Ctxscope-Token": token})
+        assert resp.status == 503 and "writer" in (await resp.json())["error"]

@@ -38,7 +38,7 @@ class WebDaemon:
         return self.sim_runner.app[STATE_KEY]
 
     def wait_for_calls(self, n: int, session: str | None = None, timeout: float = 10.0) -> list[dict]:
-        from ctxscope.inspector.queries import list_calls, open_db
+        from ctxscope.inspector.store.queries import list_calls, open_db
 
         deadline = time.monotonic() + timeout
         rows: list[dict] = []

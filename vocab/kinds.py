@@ -83,3 +83,4 @@ class MarkerKind(StrEnum):
     SOURCES_AVAILABLE = "sources_available"
     CITATIONS = "citations"
     SOURCE_CITATION_RETRY = "source_citation_retry"
+    ANNOTATION = "annotation"  # a declared event header whose kind could not be read

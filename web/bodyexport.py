@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
+from ctxscope.inspector.store import queries as q
 from ctxscope.proxy.redaction.mask import mask_key_bytes
 
 
@@ -32,7 +32,9 @@ def _decoded(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes | None
     return q.get_request_body(db, call_id) if kind == "request" else q.get_response_body(db, call_id)
 
 
-def export_body(db: sqlite_utils.Database, call_id: str, kind: str, form: str = "wire", *, exact: bool = False) -> BodyExport | None:
+def export_body(
+    db: sqlite_utils.Database, call_id: str, kind: str, form: str = "wire", *, exact: bool = False
+) -> BodyExport | None:
     """The body of ``call_id`` (a full id) in ``form``; None when its decoded form was asked for and
     it cannot be decoded. KeyError for an unknown call."""
     if exact:

@@ -17,10 +17,12 @@ from collections import OrderedDict
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
+from ctxscope.inspector.store import queries as q
+from ctxscope.inspector.store.columns import call_columns
+from ctxscope.inspector.store.views import neighbours
 from ctxscope.proxy.redaction.mask import mask_key_bytes
 from ctxscope.web.bodyexport import BodyExport, export_body
-from ctxscope.web.fields import ANALYSIS_COLUMNS, call_columns, client_name, normalise_call
+from ctxscope.web.fields import ANALYSIS_COLUMNS, client_name, normalise_call
 
 MAX_STRUCTURED = 32 * 2**20  # bigger request bodies are shown raw only
 RANGE_DEFAULT = 64 * 1024
@@ -65,13 +67,8 @@ def _load(db: sqlite_utils.Database, call_id: str, kind: str, form: str) -> byte
 
 
 def _neighbours(db: sqlite_utils.Database, row: dict) -> dict:
-    prev = db.execute(
-        "SELECT id FROM calls WHERE session = ? AND seq < ? ORDER BY seq DESC LIMIT 1", [row["session"], row["seq"]]
-    ).fetchone()
-    nxt = db.execute(
-        "SELECT id FROM calls WHERE session = ? AND seq > ? ORDER BY seq LIMIT 1", [row["session"], row["seq"]]
-    ).fetchone()
-    return {"previous": prev[0] if prev else None, "next": nxt[0] if nxt else None}
+    prev, nxt = neighbours(db, row["session"], row["seq"])
+    return {"previous": prev, "next": nxt}
 
 
 def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
@@ -100,7 +97,9 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     except (ValueError, KeyError):
         response = None
     nav = _neighbours(db, row)
-    predecessor = row.get("predecessor") if row.get("predecessor") and q.resolve_call_id(db, row["predecessor"]) else None
+    predecessor = (
+        row.get("predecessor") if row.get("predecessor") and q.resolve_call_id(db, row["predecessor"]) else None
+    )
     predecessor = predecessor or nav["previous"]
     return {
         "call": row,

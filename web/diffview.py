@@ -1,22 +1,20 @@
 """The diff view's data: a call against its predecessor (or any other call), first difference first.
 
-The structural diff is ours (``jsondiff``); when the inspector's own ``diff_calls`` is installed
-its verdict (first divergence pointer, marker moves) is included as ``inspector`` and its pointer
-decides where the view opens, since it is computed on the same canonical prompt as the relation.
+The structural diff is ours (``jsondiff``); the inspector's own ``diff_calls`` (first divergence
+pointer, marker moves) is included as ``inspector`` and its pointer decides where the view opens,
+since it is computed on the same canonical prompt as the relation.
 """
 
 from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector import queries as q
-from ctxscope.web.fields import call_columns, normalise_call
+from ctxscope.inspector.calldiff import diff_calls
+from ctxscope.inspector.store import queries as q
+from ctxscope.inspector.store.columns import call_columns
+from ctxscope.inspector.store.views import diff_base
+from ctxscope.web.fields import normalise_call
 from ctxscope.web.jsondiff import diff_bodies
-
-try:  # provided by the inspector when it lands
-    from ctxscope.inspector.diff import diff_calls as _inspector_diff  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the inspector version
-    _inspector_diff = None
 
 
 def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
@@ -26,29 +24,12 @@ def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict
     return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
 
 
-def default_base(db: sqlite_utils.Database, call_id: str) -> str | None:
-    """The call's predecessor (analysis), else the previous call of its session."""
-    cols = call_columns(db)
-    if "predecessor" in cols:
-        row = db.execute(
-            "SELECT p.id FROM calls c JOIN calls p ON p.id = c.predecessor WHERE c.id = ?", [call_id]
-        ).fetchone()  # the join skips a predecessor that was deleted since
-        if row:
-            return row[0]
-    row = db.execute(
-        """SELECT p.id FROM calls c JOIN calls p ON p.session = c.session AND p.seq < c.seq
-           WHERE c.id = ? ORDER BY p.seq DESC LIMIT 1""",
-        [call_id],
-    ).fetchone()
-    return row[0] if row else None
-
-
 def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None) -> dict | None:
     """Diff ``old_id`` (default: the predecessor) -> ``new_id``; None when a call is unknown."""
     new_full = q.resolve_call_id(db, new_id)
     if new_full is None:
         return None
-    old_full = q.resolve_call_id(db, old_id) if old_id else default_base(db, new_full)
+    old_full = q.resolve_call_id(db, old_id) if old_id else diff_base(db, new_full)
     cols = call_columns(db)
     new_side = _side(db, new_full, cols)
     if old_full is None:
@@ -61,12 +42,10 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
         return {"old": old_side, "new": new_side, "diff": None, "inspector": None,
                 "reason": "a request body is not JSON: compare the raw bytes"}  # fmt: skip
     diff = diff_bodies(old_body, new_body)
-    inspector = None
-    if _inspector_diff is not None:
-        try:
-            inspector = _inspector_diff(db, new_full, old_full)  # theirs: (newer a, older b)
-        except Exception as e:  # their diff failing must not take ours down
-            inspector = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        inspector = diff_calls(db, new_full, old_full)  # (newer a, older b)
+    except Exception as e:  # the inspector's diff failing must not take the structural one down
+        inspector = {"error": f"{type(e).__name__}: {e}"}
     focus = diff["first_pointer"]
     analysed = new_side.get("pointer") if new_side.get("predecessor") == old_full else None
     for candidate in (

@@ -1,9 +1,7 @@
-"""Which optional analysis columns the store has, and SQL that reads them when it does.
+"""The UI's shape of a call row: optional analysis fields normalised, client names, usage cost.
 
-The inspector adds analysis to each call row (relation, pointer, thread, cache verdict, ...) in
-later migrations; a capture file written before them (or by an older version) lacks the columns.
-The UI reads whatever is there and shows a dash for the rest, so every query here asks
-``call_columns`` first instead of assuming a schema.
+A capture file written before the analysis migrations (or by an older version) lacks the analysis
+columns; the UI reads whatever is there and shows a dash for the rest.
 """
 
 from __future__ import annotations
@@ -11,9 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-import sqlite_utils
-
-from ctxscope.inspector.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 
 _PRICES: PriceTable | None = None
 
@@ -23,20 +19,6 @@ def prices() -> PriceTable:
     if _PRICES is None:
         _PRICES = load_prices()
     return _PRICES
-
-
-def call_columns(db: sqlite_utils.Database) -> frozenset[str]:
-    return frozenset(r[1] for r in db.execute("PRAGMA table_info(calls)").fetchall())
-
-
-def verdict_sql(cols: frozenset[str]) -> str | None:
-    """SQL for the verdict name, whether the column holds a bare name or a JSON object."""
-    if "cache_verdict" not in cols:
-        return None
-    return (
-        "(CASE WHEN json_valid(cache_verdict) AND json_type(cache_verdict) = 'object' "
-        "THEN json_extract(cache_verdict, '$.verdict') ELSE cache_verdict END)"
-    )
 
 
 _PRICE_BY_MODEL: dict = {}
@@ -51,7 +33,9 @@ def _price(model: str | None):
     return _PRICE_BY_MODEL[model]
 
 
-def usage_cost(model: str | None, inp: int | None, out: int | None, read: int | None, write: int | None) -> tuple[float | None, bool]:
+def usage_cost(
+    model: str | None, inp: int | None, out: int | None, read: int | None, write: int | None
+) -> tuple[float | None, bool]:
     """USD for reported usage (input counts cache reads and writes), and whether the price is a guess."""
     if inp is None and out is None:
         return None, False
@@ -97,8 +81,6 @@ ANALYSIS_COLUMNS = (
     "tokens_by_category", "cache_verdict", "cache", "has_compaction_before", "markers", "relation_detail",
     "session_source",
 )  # fmt: skip
-# Verdicts under which the call could have read the cache: a hit rate's denominator (as the CLI counts).
-HIT_ELIGIBLE = ("hit", "client_break", "ttl_expired", "provider_miss")
 
 
 def _json(value):
@@ -110,7 +92,12 @@ def _json(value):
     return value
 
 
-_CATEGORY_ALIASES = {"tool_calls": "tool_call", "tool_results": "tool_result", "reminders": "reminder", "images": "image"}
+_CATEGORY_ALIASES = {
+    "tool_calls": "tool_call",
+    "tool_results": "tool_result",
+    "reminders": "reminder",
+    "images": "image",
+}
 
 
 def normalise_call(row: dict) -> dict:

@@ -32,7 +32,12 @@ def _strip(value: Any) -> Any:
         return {k: _strip(v) for k, v in value.items() if k not in MARKER_KEYS}
     if isinstance(value, list):
         items = [_strip(v) for v in value]
-        if len(items) == 1 and isinstance(items[0], dict) and set(items[0]) == {"type", "text"} and items[0]["type"] == "text":
+        if (
+            len(items) == 1
+            and isinstance(items[0], dict)
+            and set(items[0]) == {"type", "text"}
+            and items[0]["type"] == "text"
+        ):
             return items[0]["text"]
         return items
     return value

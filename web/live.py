@@ -19,7 +19,8 @@ from typing import Any
 import sqlite_utils
 from aiohttp import web
 
-from ctxscope.inspector.queries import SUMMARY_COLUMNS
+from ctxscope.inspector.store.views import calls_after, max_rowid
+from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web.pool import ReadPool
 
@@ -30,22 +31,14 @@ MAX_ROWS_PER_EVENT = 200
 _CLOSE = object()
 
 
-def _max_rowid(db: sqlite_utils.Database) -> int:
-    return db.execute("SELECT COALESCE(MAX(rowid), 0) FROM calls").fetchone()[0]
-
-
 def _new_calls(db: sqlite_utils.Database, after: int) -> tuple[int, list[dict]]:
-    rows = db.execute(
-        f"SELECT rowid, {SUMMARY_COLUMNS} FROM calls WHERE rowid > ? ORDER BY rowid LIMIT ?", [after, MAX_ROWS_PER_EVENT]
-    )
-    names = [d[0] for d in rows.description]
-    out = [dict(zip(names, r)) for r in rows.fetchall()]
+    out = calls_after(db, after, MAX_ROWS_PER_EVENT)
     last = out[-1]["rowid"] if out else after
     brief = [{k: r[k] for k in ("id", "session", "seq", "model", "started_at", "outcome", "status")} for r in out]
     return last, mask_keys_in(brief)  # the model name is the client's text
 
 
-def writer_status(writer: Any) -> dict | None:
+def writer_status(writer: Writer | None) -> dict | None:
     if writer is None:
         return None
     try:
@@ -59,7 +52,7 @@ def writer_status(writer: Any) -> dict | None:
 class LiveHub:
     """Subscribers (one asyncio.Queue per open page) and the poller task that feeds them."""
 
-    def __init__(self, pool: ReadPool, writer: Any, interval: float = 0.3):
+    def __init__(self, pool: ReadPool, writer: Writer | None, interval: float = 0.3):
         self.pool, self.writer, self.interval = pool, writer, interval
         self._subscribers: set[asyncio.Queue] = set()
         self._task: asyncio.Task | None = None
@@ -91,11 +84,11 @@ class LiveHub:
         while self._subscribers:
             try:
                 if self._last_rowid is None:
-                    self._last_rowid = await self.pool.run(_max_rowid)
+                    self._last_rowid = await self.pool.run(max_rowid)
                 else:
                     last, rows = await self.pool.run(_new_calls, self._last_rowid)
                     if last < self._last_rowid:  # calls deleted below us: start again from the top
-                        self._last_rowid = await self.pool.run(_max_rowid)
+                        self._last_rowid = await self.pool.run(max_rowid)
                     elif rows:
                         self._last_rowid = last
                         self._publish("calls", rows)
@@ -130,7 +123,7 @@ class LiveHub:
         try:
             if self._last_rowid is None:  # the baseline exists before the page hears anything
                 with contextlib.suppress(Exception):  # (an unreadable store: the poller sets it later)
-                    self._last_rowid = await self.pool.run(_max_rowid)
+                    self._last_rowid = await self.pool.run(max_rowid)
             await response.prepare(request)
             await response.write(b"retry: 1000\n\n")
             self._last_status = None  # the new page needs the current status once

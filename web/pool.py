@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
-from ctxscope.inspector.queries import open_db
+from ctxscope.inspector.store.queries import open_db
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ Provider routes (/anthropic/, /openai/, /u/, /s/) are the proxy's; nothing here 
 Every UI response carries the security headers (``security.py``); every read of the store runs in
 a worker thread (``pool.py``) so the proxy's event loop never waits on SQLite.
 
-API (all GET, JSON, read-only, except one DELETE):
+API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/status                 writer counters (store failures) and store totals
   /_ctxscope/api/sessions               sessions with aggregates and nested threads
   /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
@@ -15,7 +15,7 @@ API (all GET, JSON, read-only, except one DELETE):
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
-  DELETE /_ctxscope/api/session?s=      needs the page's token header and a same-origin request
+  (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
 built from the store is masked in its worker thread (``read``) before it is serialised, raw
@@ -25,19 +25,21 @@ unless ``exact=1`` asks for the bytes as they were sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import mimetypes
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
-from ctxscope.inspector.queries import AmbiguousCallId
+from ctxscope.inspector.store.queries import AmbiguousCallId
+from ctxscope.inspector.store.views import store_totals
+from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
-from ctxscope.web.deletion import delete_session
 from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
@@ -80,7 +82,7 @@ def _int(request: web.Request, name: str, default: int | None) -> int | None:
 class WebUI:
     """The UI's handlers and state for one daemon."""
 
-    def __init__(self, db_path: Path, writer: Any):
+    def __init__(self, db_path: Path, writer: Writer | None):
         self.pool = ReadPool(db_path)
         self.writer = writer
         self.token = security.new_token()
@@ -132,7 +134,9 @@ class WebUI:
         body = self.static.get(name)
         if body is None:
             raise web.HTTPNotFound()
-        ctype = "text/javascript" if name.endswith(".js") else mimetypes.guess_type(name)[0] or "application/octet-stream"
+        ctype = (
+            "text/javascript" if name.endswith(".js") else mimetypes.guess_type(name)[0] or "application/octet-stream"
+        )
         resp = web.Response(body=body, content_type=ctype, charset="utf-8" if ctype.startswith("text/") else None)
         resp.headers["Cache-Control"] = "no-cache"
         return resp
@@ -147,15 +151,8 @@ class WebUI:
         (a query over every call) for monitors that poll often."""
         if request.query.get("store") == "0":
             return _json({"writer": writer_status(self.writer)})
-
-        def totals(db):
-            n, sessions, last = db.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT session), MAX(started_at) FROM calls"
-            ).fetchone()
-            return {"calls": n, "sessions": sessions, "last_capture_at": last}
-
         try:
-            store = await self.pool.run(totals)
+            store = await self.pool.run(store_totals)
         except Exception as exc:  # an unreadable store is what this route must be able to say
             store = {"error": f"{type(exc).__name__}: {exc}"}
         return _json({"writer": writer_status(self.writer), "store": store})
@@ -204,7 +201,9 @@ class WebUI:
         safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
         name = f"{safe_id}-{kind}-{body.form}" + ("-exact" if exact else "-masked" if body.masked else "")
         resp.headers["Content-Disposition"] = f'attachment; filename="{name}.bin"'
-        resp.headers["X-Ctxscope-Body"] = "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
+        resp.headers["X-Ctxscope-Body"] = (
+            "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
+        )
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
@@ -225,7 +224,12 @@ class WebUI:
         session = request.query.get("s")
         if not session:
             return _error(400, "missing s")
-        result = await self.pool.run(delete_session, session)
+        if self.writer is None:
+            return _error(503, "deleting needs the capture writer, and this UI runs without one")
+        try:  # the writer deletes, between two of its batches: the store has one writer
+            result = await asyncio.to_thread(self.writer.delete_session, session)
+        except WriterUnavailable as exc:
+            return _error(503, str(exc))
         if not result["calls_deleted"]:
             return _error(404, f"no session {session!r}")
         self.bodies = BodyCache()
@@ -238,7 +242,7 @@ class WebUI:
         self.pool.close()
 
 
-def add_web_routes(app: web.Application, db_path: Path, writer: Any) -> None:
+def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -> None:
     """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts)."""
     ui = WebUI(Path(db_path), writer)
     app.on_shutdown.append(ui.on_shutdown)
@@ -250,7 +254,7 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Any) -> None:
         ("GET", f"{API}/status", ui.status),
         ("GET", f"{API}/sessions", ui.sessions),
         ("GET", f"{API}/session", ui.session),
-        ("DELETE", f"{API}/session", ui.delete),
+        (hdrs.METH_DELETE, f"{API}/session", ui.delete),
         ("GET", f"{API}/call", ui.call),
         ("GET", f"{API}/raw", ui.raw),
         ("GET", f"{API}/raw.bin", ui.raw_bin),

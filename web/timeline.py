@@ -11,8 +11,12 @@ import json
 
 import sqlite_utils
 
-from ctxscope.inspector.queries import list_calls
-from ctxscope.web.fields import ANALYSIS_COLUMNS, HIT_ELIGIBLE, call_columns, normalise_call, usage_cost, verdict_sql
+from ctxscope.inspector.store.columns import call_columns
+from ctxscope.inspector.store.queries import list_calls
+from ctxscope.inspector.store.sessions import HitRate
+from ctxscope.inspector.store.views import call_values, session_columns
+from ctxscope.vocab.kinds import CacheVerdict
+from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
 
 PAGE = 100
 MAX_PAGE = 500
@@ -28,33 +32,36 @@ def _with_extras(db: sqlite_utils.Database, session: str, rows: list[dict]) -> l
     if "client" not in rows[0]:
         wanted.append("client")
     if wanted:  # columns list_calls does not return (yet): fetch them beside it
-        marks = ", ".join("?" for _ in rows)
-        extra = {
-            r[0]: r[1:]
-            for r in db.execute(f"SELECT id, {', '.join(wanted)} FROM calls WHERE id IN ({marks})", [r["id"] for r in rows])
-        }
+        extra = call_values(db, [r["id"] for r in rows], wanted)
         for row in rows:
-            row.update(zip(wanted, extra.get(row["id"], (None,) * len(wanted))))
+            row.update(zip(wanted, extra.get(row["id"], (None,) * len(wanted)), strict=True))
     return [normalise_call(r) for r in rows]
 
 
-_LIGHT = ("id", "seq", "started_at", "model", "outcome", "status", "duration_ms", "ttfb_ms", "usage_input", "usage_output",
-          "usage_cache_read", "usage_cache_write", "path", "stop_reason", "error")  # fmt: skip
+_LIGHT = (
+    "id",
+    "seq",
+    "started_at",
+    "model",
+    "outcome",
+    "status",
+    "duration_ms",
+    "ttfb_ms",
+    "usage_input",
+    "usage_output",
+    "usage_cache_read",
+    "usage_cache_write",
+    "path",
+    "stop_reason",
+    "error",
+)
 _LIGHT_OPTIONAL = ("thread", "relation", "pointer", "epoch_reason", "tokens_estimated", "has_compaction_before",
                    "cache_lost_tokens", "cache_lost_usd", "markers")  # fmt: skip
 
 
 def _light_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
     """A few index columns of every call of the session (no JSON decoding): series, summary, filters."""
-    cols = call_columns(db)
-    names = list(_LIGHT) + [c for c in _LIGHT_OPTIONAL if c in cols]
-    select = ", ".join(names)
-    verdict = verdict_sql(cols)
-    if verdict:
-        select += f", {verdict}"
-        names.append("verdict")
-    cur = db.execute(f"SELECT {select} FROM calls WHERE session = ? ORDER BY started_at, id", [session])
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return session_columns(db, session, [*_LIGHT, *_LIGHT_OPTIONAL])
 
 
 def _markers(row: dict) -> list:
@@ -100,7 +107,7 @@ def _series(rows: list[dict], threads: dict[str, int]) -> dict:
     return {
         "id": [r["id"] for r in rows],
         "seq": [r["seq"] for r in rows],
-        "thread": [threads.get(r.get("thread")) if r.get("thread") else None for r in rows],
+        "thread": [threads.get(r["thread"]) if r.get("thread") else None for r in rows],
         "relation": [r.get("relation") for r in rows],
         "verdict": [r.get("verdict") for r in rows],
         "ctx": [r["usage_input"] if r.get("tokens_estimated") is None else r["tokens_estimated"] for r in rows],
@@ -119,12 +126,12 @@ def _summary(rows: list[dict]) -> dict:
     out = sum(r["usage_output"] or 0 for r in rows)
     cost, guessed, priced = 0.0, False, False
     for r in rows:
-        usd, g = usage_cost(r["model"], r["usage_input"], r["usage_output"], r["usage_cache_read"], r["usage_cache_write"])
+        usd, g = usage_cost(
+            r["model"], r["usage_input"], r["usage_output"], r["usage_cache_read"], r["usage_cache_write"]
+        )
         if usd is not None:
             cost, guessed, priced = cost + usd, guessed or g, True
     verdicts = [r.get("verdict") for r in rows]
-    eligible = sum(v in HIT_ELIGIBLE for v in verdicts)
-    hits = sum(v == "hit" for v in verdicts)
     lost = [r.get("cache_lost_tokens") for r in rows]
     lost_usd = [r.get("cache_lost_usd") for r in rows]
     return {
@@ -134,27 +141,36 @@ def _summary(rows: list[dict]) -> dict:
         "last_started_at": rows[-1]["started_at"] if rows else None,
         "tokens": inp + out,
         "cached_share": {"read": read, "input": inp, "ratio": read / inp} if inp else None,
-        "hit_rate": {"hits": hits, "eligible": eligible, "ratio": hits / eligible} if eligible else None,
+        "hit_rate": HitRate.of(verdicts).as_view(),
         "lost_tokens": sum(x or 0 for x in lost) if any(x is not None for x in lost) else None,
         "lost_usd": round(sum(x or 0 for x in lost_usd), 6) if any(x is not None for x in lost_usd) else None,
-        "breaks": sum(v == "client_break" for v in verdicts) if any(verdicts) else None,
+        "breaks": sum(v == CacheVerdict.CLIENT_BREAK for v in verdicts) if any(verdicts) else None,
         "cost_usd": round(cost, 6) if priced else None,
         "cost_estimated": guessed,
         "errors": sum(not (r["outcome"] == "ok" and (r["status"] or 0) < 400) for r in rows),
     }
 
 
-def _page_rows(db: sqlite_utils.Database, session: str, ids: list[str], offset: int, limit: int, filtered: bool) -> list[dict]:
+def _page_rows(
+    db: sqlite_utils.Database, session: str, ids: list[str], offset: int, limit: int, filtered: bool
+) -> list[dict]:
     """Full summary rows of one page; unfiltered pages are a plain LIMIT/OFFSET read."""
     if not filtered:
-        return _with_extras(db, session, list_calls(db, session=session, limit=limit, offset=offset, newest_first=False))
+        return _with_extras(
+            db, session, list_calls(db, session=session, limit=limit, offset=offset, newest_first=False)
+        )
     wanted = set(ids)
     rows = [r for r in list_calls(db, session=session, limit=None, newest_first=False) if r["id"] in wanted]
     return _with_extras(db, session, rows)
 
 
 def session_view(
-    db: sqlite_utils.Database, session: str, *, offset: int | None = None, limit: int = PAGE, filters: dict | None = None
+    db: sqlite_utils.Database,
+    session: str,
+    *,
+    offset: int | None = None,
+    limit: int = PAGE,
+    filters: dict | None = None,
 ) -> dict | None:
     """A page of the timeline (the last page when ``offset`` is None), the series and a summary."""
     rows = _light_rows(db, session)
@@ -177,7 +193,7 @@ def session_view(
     ids = [r["id"] for r in picked[offset : offset + limit]]
     page = _page_rows(db, session, ids, offset, limit, bool(filters)) if ids else []
     for r in page:
-        r["thread_index"] = threads.get(r.get("thread")) if r.get("thread") else None
+        r["thread_index"] = threads.get(r["thread"]) if r.get("thread") else None
     return {
         "session": session,
         "total": total,

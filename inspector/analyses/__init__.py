@@ -1,0 +1,1 @@
+"""The analyses: pure functions over parsed prompts and responses (no SQL, no store)."""

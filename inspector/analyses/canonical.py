@@ -1,0 +1,394 @@
+"""The canonical view of a prompt: ordered segments as the provider caches them.
+
+A request body becomes a tuple of segments in cache order (Anthropic: tools, system, messages;
+OpenAI Chat: tools, messages; OpenAI Responses: tools, instructions, input), one per tool
+definition, system block, message content block / tool call, or Responses item (one per content
+part inside message items). Each segment keeps an RFC 6901 pointer into the *actual* body, so a
+difference can always be shown where the client wrote it.
+
+Each segment's hash covers only what the model sees. Normalised away: cache markers
+(``cache_control``, ``prompt_cache_breakpoint``: kept beside the segment as ``breakpoint``),
+key order, keys whose value is null or an empty list, the string form of content (``"hi"`` is
+the single text block ``{"type": "text", "text": "hi"}``; Claude Code re-sends an earlier last
+message as a plain string once it is no longer last), and echoed item ``status``/message ``id``
+fields in Responses. Role and message-level fields (``tool_call_id``, ``name``) are part of the
+hash. Everything that steers caching without being prompt text goes into ``cache_policy``;
+other parameters into ``params``: neither is hashed into segments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxscope.inspector.analyses.hashes import Hashes
+from ctxscope.inspector.analyses.tool_refs import ToolRefs
+from ctxscope.vocab.apis import Api
+
+KINDS = (
+    "system", "tools", "user_text", "assistant_text", "tool_call",
+    "tool_result", "reminder", "image", "thinking", "other",
+)  # fmt: skip
+MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
+POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
+REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+
+_PROMPT_KEYS: dict[str, set[str]] = {
+    Api.ANTHROPIC_MESSAGES: {"model", "messages", "system", "tools"},
+    Api.ANTHROPIC_COUNT_TOKENS: {"model", "messages", "system", "tools"},
+    Api.OPENAI_CHAT: {"model", "messages", "tools", "functions"},
+    Api.OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
+}
+_IMAGE_TYPES = {
+    "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
+}  # fmt: skip
+_TEXT_TYPES = {"text", "input_text", "output_text"}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One cacheable unit of the prompt."""
+
+    pointer: str  # RFC 6901 pointer into the actual request body
+    kind: str  # one of KINDS
+    role: str | None
+    text: str  # what tokens are counted on; canonical JSON for structured things
+    hash: str  # sha256 hex of the normalised content (markers excluded)
+    breakpoint: dict | None = None  # the cache marker on this segment, if any
+    name: str | None = None  # tool name (definitions and calls)
+    ref: str | None = None  # tool call id linking a call and its result
+    images: int = 0  # images/documents inside this segment (counted by estimate)
+
+
+@dataclass(frozen=True)
+class CanonicalPrompt:
+    """A prompt as segments in cache order, plus what steers caching and the other parameters.
+
+    ``hashes`` and ``tool_refs`` are derived from the segments; a builder that already has them for
+    most segments (incremental.py, from the previous call) passes them in, so a prompt costs about
+    its new segments; otherwise they are computed here.
+    """
+
+    api: str
+    model: str | None
+    segments: Sequence[Segment]  # a tuple, or a Chunked one sharing an earlier prompt's (incremental.py)
+    cache_policy: dict  # breakpoints (segment index, pointer, ttl), top-level marker, prompt_cache_*
+    params: dict  # everything else that is not prompt content (max_tokens, stream, tool_choice ...)
+    previous_response_id: str | None = None
+    hashes: Hashes | tuple[str, ...] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+    tool_refs: ToolRefs = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.hashes is None:
+            hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
+            with contextlib.suppress(ValueError):  # not sha256 digests (hand-made segments): a plain tuple does too
+                hashes = Hashes(hashes)
+            object.__setattr__(self, "hashes", hashes)
+        elif len(self.hashes) != len(self.segments):
+            raise ValueError("hashes do not match the segments")
+        if self.tool_refs is None:
+            object.__setattr__(self, "tool_refs", ToolRefs.of(self.segments))
+
+    @property
+    def server_state(self) -> str | None:
+        """Id of server-held context this prompt continues (previous_response_id / conversation)."""
+        if self.previous_response_id:
+            return self.previous_response_id
+        conv = self.params.get("conversation")
+        if isinstance(conv, dict):
+            conv = conv.get("id")
+        return conv if isinstance(conv, str) and conv else None
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def escape(token: Any) -> str:
+    """One RFC 6901 reference token."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def split_reminders(text: str) -> tuple[list[str], str]:
+    """The ``<system-reminder>`` blocks in ``text`` and the text left around them."""
+    found = REMINDER_RE.findall(text)
+    return found, (REMINDER_RE.sub("", text) if found else text)
+
+
+def is_reminder(text: str) -> bool:
+    """True when ``text`` is nothing but reminder blocks."""
+    found, rest = split_reminders(text)
+    return bool(found) and not rest.strip()
+
+
+def _strip(value: Any) -> tuple[Any, dict | None]:
+    """A block without markers, nulls or empty lists (nested content too), and its marker."""
+    if not isinstance(value, dict):
+        return value, None
+    marker = None
+    out = {}
+    for key, v in value.items():
+        if key in MARKER_KEYS:
+            if v is not None and v is not False:
+                marker = v if isinstance(v, dict) else {key: v}
+            continue
+        if v is None or v == []:
+            continue
+        if key == "content" and isinstance(v, list):
+            items = []
+            for item in v:
+                item, inner = _strip(item)
+                marker = inner or marker
+                items.append(item)
+            v = items
+        out[key] = v
+    return out, marker
+
+
+def _text_block(text: str, typ: str = "text") -> dict:
+    return {"type": typ, "text": text}
+
+
+def _nested_text(content: Any) -> tuple[str, int]:
+    """Text and image count of a tool result's content (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        return ("" if content is None else canonical_json(content)), 0
+    texts, images = [], 0
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict):
+            typ = part.get("type")
+            if typ in _IMAGE_TYPES:
+                images += 1
+            elif isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                texts.append(canonical_json(_strip(part)[0]))
+    return "\n".join(texts), images
+
+
+class _Builder:
+    def __init__(self):
+        self.segments: list[Segment] = []
+
+    def add(self, pointer, kind, role, text, norm, area, marker=None, *, name=None, ref=None, images=0, extras=None):
+        digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).hexdigest()
+        self.segments.append(Segment(pointer, kind, role, text, digest, marker, name, ref, images))
+
+    def text(self, pointer, role, text, norm, area, marker=None, extras=None):
+        self.add(pointer, _text_kind(role, text), role, text, norm, area, marker, extras=extras)
+
+    def tools(self, body: dict, key: str) -> bool:
+        tools = body.get(key)
+        if tools is None:
+            return True
+        if not isinstance(tools, list):
+            return False
+        for i, tool in enumerate(tools):
+            norm, marker = _strip(tool)
+            name = None
+            if isinstance(tool, dict):
+                fn = tool.get("function")
+                name = tool.get("name") or (fn.get("name") if isinstance(fn, dict) else None) or tool.get("type")
+            self.add(f"/{key}/{i}", "tools", None, canonical_json(norm), norm, "tools", marker, name=name)
+        return True
+
+
+def _text_kind(role: str | None, text: str) -> str:
+    if role in ("system", "developer"):
+        return "system"
+    if role == "assistant":
+        return "assistant_text"
+    if role in ("tool", "function"):
+        return "tool_result"
+    return "reminder" if is_reminder(text) else "user_text"
+
+
+def _block(b: _Builder, pointer: str, role: str | None, block: Any, area: str, extras: dict | None = None):
+    """One content block / part / item of any of the three APIs."""
+    norm, marker = _strip(block)
+    if not isinstance(block, dict):
+        text = block if isinstance(block, str) else canonical_json(block)
+        b.add(pointer, "other", role, text, norm, area, extras=extras)
+        return
+    typ = block.get("type") or ""
+    if typ in _TEXT_TYPES and isinstance(block.get("text"), str):
+        b.text(pointer, role, block["text"], norm, area, marker, extras)
+    elif typ in _IMAGE_TYPES:
+        b.add(pointer, "image", role, "", norm, area, marker, images=1, extras=extras)
+    elif typ == "refusal":
+        b.add(pointer, "assistant_text", role, str(block.get("refusal", "")), norm, area, marker, extras=extras)
+    elif typ in ("thinking", "redacted_thinking", "reasoning"):
+        thought: Any = block.get("thinking") if typ == "thinking" else None
+        if typ == "reasoning":
+            parts = (block.get("summary") or []) + (block.get("content") or [])
+            thought = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        b.add(pointer, "thinking", role, thought if isinstance(thought, str) else "", norm, area, marker, extras=extras)
+    elif typ.endswith(("tool_result", "_call_output")):
+        ref = block.get("tool_use_id") or block.get("call_id")
+        if isinstance(norm.get("content"), str):  # a string result equals one text block
+            norm = dict(norm, content=[_text_block(norm["content"])])
+        text, images = _nested_text(block.get("content", block.get("output")))
+        b.add(pointer, "tool_result", role, text, norm, area, marker, ref=ref, images=images, extras=extras)
+    elif typ.endswith(("tool_use", "_call")) or typ == "function":
+        fn: dict = block["function"] if isinstance(block.get("function"), dict) else {}
+        name = block.get("name") or fn.get("name")
+        ref = block.get("id") if typ.endswith("tool_use") or typ == "function" else block.get("call_id")
+        b.add(pointer, "tool_call", role, canonical_json(norm), norm, area, marker, name=name, ref=ref, extras=extras)
+    else:
+        b.add(pointer, "other", role, canonical_json(norm), norm, area, marker, extras=extras)
+
+
+def _anthropic(body: dict, b: _Builder) -> bool:
+    if not isinstance(body.get("messages"), list) or not b.tools(body, "tools"):
+        return False
+    system = body.get("system")
+    if isinstance(system, str):
+        b.add("/system", "system", "system", system, _text_block(system), "system")
+    elif isinstance(system, list):
+        for j, block in enumerate(system):
+            _block(b, f"/system/{j}", "system", block, "system")
+    elif system is not None:
+        return False
+    for n, msg in enumerate(body["messages"]):
+        if not isinstance(msg, dict):
+            return False
+        role, content = msg.get("role"), msg.get("content")
+        if isinstance(content, str):
+            b.text(f"/messages/{n}/content", role, content, _text_block(content), "messages")
+        elif isinstance(content, list) and content:
+            for k, block in enumerate(content):
+                _block(b, f"/messages/{n}/content/{k}", role, block, "messages")
+        else:
+            norm, marker = _strip(msg)
+            b.add(f"/messages/{n}", "other", role, canonical_json(norm), norm, "messages", marker)
+    return True
+
+
+def _chat(body: dict, b: _Builder) -> bool:
+    if not isinstance(body.get("messages"), list) or not b.tools(body, "tools") or not b.tools(body, "functions"):
+        return False
+    for n, msg in enumerate(body["messages"]):
+        if not isinstance(msg, dict):
+            return False
+        role, content, calls = msg.get("role"), msg.get("content"), msg.get("tool_calls")
+        extras, _ = _strip({k: v for k, v in msg.items() if k not in ("role", "content", "tool_calls")})
+        before = len(b.segments)
+        ref = msg.get("tool_call_id")
+        if isinstance(content, str) and not (content == "" and (calls or msg.get("function_call"))):
+            if role in ("tool", "function"):
+                b.add(f"/messages/{n}/content", "tool_result", role, content, _text_block(content), "messages",
+                      ref=ref, extras=extras)  # fmt: skip
+            else:
+                b.text(f"/messages/{n}/content", role, content, _text_block(content), "messages", extras=extras)
+        elif isinstance(content, list):
+            for k, part in enumerate(content):
+                if role in ("tool", "function"):
+                    norm, marker = _strip(part)
+                    text, images = _nested_text([part])
+                    kind = "image" if images and not text else "tool_result"
+                    b.add(f"/messages/{n}/content/{k}", kind, role, text, norm, "messages", marker,
+                          ref=ref, images=images, extras=extras)  # fmt: skip
+                else:
+                    _block(b, f"/messages/{n}/content/{k}", role, part, "messages", extras)
+        for k, call in enumerate(calls if isinstance(calls, list) else []):
+            _block(b, f"/messages/{n}/tool_calls/{k}", role, call, "messages", extras)
+        if isinstance(msg.get("function_call"), dict):
+            call = dict(msg["function_call"], type="function_call")
+            norm, _ = _strip(call)
+            b.add(f"/messages/{n}/function_call", "tool_call", role, canonical_json(norm), norm, "messages",
+                  name=call.get("name"), extras=extras)  # fmt: skip
+        if len(b.segments) == before:
+            norm, marker = _strip(msg)
+            b.add(f"/messages/{n}", "other", role, canonical_json(norm), norm, "messages", marker)
+    return True
+
+
+def _responses(body: dict, b: _Builder) -> bool:
+    if not b.tools(body, "tools"):
+        return False
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        b.add("/instructions", "system", "system", instructions, _text_block(instructions), "instructions")
+    elif isinstance(instructions, list):
+        for j, item in enumerate(instructions):
+            _item(b, f"/instructions/{j}", item, "instructions")
+    items = body.get("input")
+    if isinstance(items, str):
+        msg = {"type": "message", "role": "user"}
+        b.text("/input", "user", items, _text_block(items, "input_text"), "input", extras=msg)
+        return True
+    if items is None:
+        return body.get("previous_response_id") is not None or body.get("conversation") is not None
+    if not isinstance(items, list):
+        return False
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            return False
+        _item(b, f"/input/{n}", item, "input")
+    return True
+
+
+def _item(b: _Builder, pointer: str, item: Any, area: str):
+    if not isinstance(item, dict):
+        _block(b, pointer, None, item, area)
+        return
+    typ = item.get("type") or ("message" if "role" in item else "")
+    if typ != "message":
+        _block(b, pointer, None, {k: v for k, v in item.items() if k != "status"}, area)
+        return
+    role, content = item.get("role"), item.get("content")
+    extras, _ = _strip({k: v for k, v in item.items() if k not in ("content", "id", "status")})
+    extras["type"] = "message"
+    part_type = "output_text" if role == "assistant" else "input_text"
+    if isinstance(content, str):
+        b.text(f"{pointer}/content", role, content, _text_block(content, part_type), area, extras=extras)
+    elif isinstance(content, list) and content:
+        for k, part in enumerate(content):
+            _block(b, f"{pointer}/content/{k}", role, part, area, extras)
+    else:
+        norm, marker = _strip(item)
+        b.add(pointer, "other", role, canonical_json(norm), norm, area, marker)
+
+
+_PARSERS: dict[str, Callable[[dict, _Builder], bool]] = {
+    Api.ANTHROPIC_MESSAGES: _anthropic,
+    Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
+    Api.OPENAI_CHAT: _chat,
+    Api.OPENAI_RESPONSES: _responses,
+}
+
+
+def canonicalize(api: str | None, body: Any) -> CanonicalPrompt | None:
+    """The canonical prompt of a request body, or None for an unknown API or shape."""
+    parse = _PARSERS.get(api or "")
+    if parse is None or not isinstance(body, dict):
+        return None
+    b = _Builder()
+    try:
+        if not parse(body, b):
+            return None
+    except (AttributeError, TypeError):  # a field of an unexpected type somewhere deep
+        return None
+    segments = tuple(b.segments)
+    breakpoints = [
+        {"segment": i, "pointer": s.pointer, "ttl": (s.breakpoint or {}).get("ttl")}
+        for i, s in enumerate(segments)
+        if s.breakpoint is not None
+    ]
+    policy: dict = {"breakpoints": breakpoints}
+    policy.update({k: body[k] for k in POLICY_KEYS if body.get(k) is not None})
+    assert api is not None  # a parser was found for it
+    prompt_keys = _PROMPT_KEYS[api]
+    params = {k: v for k, v in body.items() if k not in prompt_keys and k not in POLICY_KEYS}
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    prev = body.get("previous_response_id") if api == Api.OPENAI_RESPONSES else None
+    return CanonicalPrompt(api, model, segments, policy, params, prev if isinstance(prev, str) else None)

@@ -1,0 +1,217 @@
+"""Read-side queries over the analysis: filtered call listings, a session's timeline, cache stats.
+
+Everything here reads the analysis columns the writer stored (see inspector/analyze.py); nothing
+recomputes it, so these stay index lookups and aggregates even on large capture files.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, hit_rate
+from ctxscope.vocab.kinds import EpochReason, RelationKind
+
+MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
+
+
+def _pointer_prefix(prefix: str) -> tuple[str, list]:
+    """``/system`` matches /system and everything below it, not /systemx."""
+    prefix = prefix.rstrip("/") or "/"
+    if prefix == "/":
+        return "pointer IS NOT NULL", []
+    return "(pointer = ? OR substr(pointer, 1, ?) = ?)", [prefix, len(prefix) + 1, prefix + "/"]
+
+
+def find_calls(
+    db: sqlite_utils.Database,
+    *,
+    session: str | None = None,
+    model: str | None = None,
+    relation: str | None = None,
+    epoch_reason: str | None = None,
+    pointer_prefix: str | None = None,
+    verdict: str | None = None,
+    thread: str | None = None,
+    limit: int | None = 50,
+    offset: int = 0,
+    newest_first: bool = True,
+) -> list[dict]:
+    """Call summaries (as ``queries.list_calls``) filtered by any analysis field."""
+    where: list[str] = []
+    params: list[object] = []
+    for col, value in (("session", session), ("model", model), ("relation", relation and relation.upper()),
+                       ("epoch_reason", epoch_reason), ("cache_verdict", verdict), ("thread", thread)):  # fmt: skip
+        if value is not None:
+            where.append(f"{col} = ?")
+            params.append(value)
+    if pointer_prefix is not None:
+        clause, extra = _pointer_prefix(pointer_prefix)
+        where.append(clause)
+        params += extra
+    order = "DESC" if newest_first else "ASC"
+    sql = f"SELECT {queries.SUMMARY_COLUMNS} FROM calls"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
+    params += [-1 if limit is None else limit, offset]
+    return [queries._summary(r) for r in db.query(sql, params)]
+
+
+def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
+    """A session id from an id or a unique prefix of one; None if nothing matches."""
+    if db.execute("SELECT 1 FROM calls WHERE session = ? LIMIT 1", [session]).fetchone():
+        return session
+    rows = db.execute(
+        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? LIMIT 2",
+        [session, session + "\U0010ffff"],
+    ).fetchall()
+    if len(rows) > 1:
+        raise queries.AmbiguousCallId(f"session prefix {session!r} matches more than one session")
+    return rows[0][0] if rows else None
+
+
+def session_timeline(db: sqlite_utils.Database, session: str) -> dict | None:
+    """A session's calls in order (seq, time, model, thread, relation, pointer, tokens, verdict,
+    markers) with its thread tree and cache stats; None for an unknown session."""
+    full = resolve_session(db, session)
+    if full is None:
+        return None
+    calls = queries.list_calls(db, session=full, limit=None, newest_first=False)
+    calls.sort(key=lambda c: c["seq"])
+    return {
+        "session": full,
+        "session_source": next((c["session_source"] for c in calls if c.get("session_source")), None),
+        "threads": queries.session_threads(db, full),
+        "stats": stats(db, session=full),
+        "calls": calls,
+    }
+
+
+def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
+    """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
+    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
+    one = db.execute(
+        f"""SELECT COUNT(*), SUM(relation IS NOT NULL), SUM(cache_verdict = 'hit'),
+                   SUM(cache_verdict IN ({", ".join("?" for _ in HIT_ELIGIBLE)})),
+                   SUM(usage_input), SUM(usage_cache_read), SUM(usage_cache_write),
+                   SUM(cache_lost_tokens), SUM(cache_lost_usd), COUNT(DISTINCT session), COUNT(DISTINCT thread),
+                   SUM(has_compaction_before)
+            FROM calls {where}""",
+        [*HIT_ELIGIBLE, *params],
+    ).fetchone()
+    calls, analysed, hits, eligible, inp, read, write, lost, lost_usd, sessions, threads, compactions = one
+    by_relation = _counts(db, "COALESCE(relation || ':' || epoch_reason, relation)", where, params)
+    by_verdict = _counts(db, "cache_verdict", where, params)
+    breaks = _breaks(db, where, params)
+    return {
+        "session": session,
+        "calls": calls,
+        "analysed": analysed or 0,
+        "sessions": sessions,
+        "threads": threads,
+        "hit_rate": hit_rate(hits, eligible).as_report(),
+        "token_hit_rate": {
+            "cache_read": read or 0,
+            "input": inp or 0,
+            "rate": round((read or 0) / inp, 4) if inp else None,
+        },
+        "cache_write_tokens": write or 0,
+        "by_relation": by_relation,
+        "by_verdict": by_verdict,
+        "breaks": breaks,
+        "lost_tokens": lost or 0,
+        "lost_usd": round(lost_usd, 6) if lost_usd is not None else None,
+        "compactions": compactions or 0,
+        "cache_discipline": cache_discipline(db, session=session),
+    }
+
+
+def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list) -> dict:
+    rows = db.execute(
+        f"SELECT {expr}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL"
+        " GROUP BY 1 ORDER BY 2 DESC",
+        params,
+    ).fetchall()
+    return dict(rows)
+
+
+def _area(pointer: str | None) -> str | None:
+    """The top-level part of a pointer: /system, /tools, /messages, /model ..."""
+    return None if not pointer else "/" + pointer.lstrip("/").split("/", 1)[0]
+
+
+def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
+    """Cache misses grouped by cause: verdict, the kind of segment that broke, and where it lies."""
+    groups: dict[tuple, dict] = {}
+    rows = db.execute(
+        f"""SELECT cache_verdict, json_extract(cache, '$.break_segment_kind'), json_extract(cache, '$.break_pointer'),
+                   cache_lost_tokens, cache_lost_usd
+            FROM calls {where} {"AND" if where else "WHERE"}
+            cache_verdict IN ({", ".join("?" for _ in MISS_VERDICTS)})""",
+        [*params, *MISS_VERDICTS],
+    )
+    for verdict, kind, pointer, lost, usd in rows:
+        key = (
+            verdict,
+            kind if verdict == "client_break" else None,
+            _area(pointer) if verdict == "client_break" else None,
+        )
+        g = groups.setdefault(key, {"cause": key[0], "segment_kind": key[1], "area": key[2], "calls": 0,
+                                    "lost_tokens": 0, "lost_usd": None})  # fmt: skip
+        g["calls"] += 1
+        g["lost_tokens"] += lost or 0
+        if usd is not None:
+            g["lost_usd"] = round((g["lost_usd"] or 0.0) + usd, 8)
+    return sorted(groups.values(), key=lambda g: (-g["lost_tokens"], -g["calls"], str(g["cause"])))
+
+
+# Calls whose relation says nothing about the client's discipline: the first of a thread, a restart.
+_NOT_JUDGED = (
+    f"relation IS NULL OR relation = '{RelationKind.NOT_COMPARABLE}'"
+    f" OR COALESCE(epoch_reason, '') IN ('{EpochReason.SESSION_START}', '{EpochReason.CAPTURE_RESUMED}')"
+)
+_COMPACTION = """(has_compaction_before = 1 OR instr(markers, '"kind":"checkpoint_request"') > 0)"""
+_INSIDE = "json_extract(cache, '$.before_prev_last_breakpoint') = 1"
+
+
+def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
+    """How well the prompt prefix was kept: the share of calls after a thread's first that are
+    APPEND_ONLY or IDENTICAL, the breaks (every other relation) and what they cost, and the breaks
+    that are neither a compaction (its checkpoint request or the first call after it) nor behind
+    the previous call's last cache breakpoint: ``violations``, which a careful client keeps at 0."""
+    where = f"WHERE NOT ({_NOT_JUDGED})" + (" AND session = ?" if session is not None else "")
+    params = [session] if session is not None else []
+    row = db.execute(
+        f"""SELECT COUNT(*), SUM(relation IN ('APPEND_ONLY', 'IDENTICAL')),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL')),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND NOT {_COMPACTION} AND {_INSIDE}),
+                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') THEN COALESCE(cache_lost_tokens, 0) END),
+                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}
+                            THEN COALESCE(cache_lost_tokens, 0) END)
+            FROM calls {where}""",
+        params,
+    ).fetchone()
+    comparable, kept, breaks, compactions, violations, lost, lost_compaction = (v or 0 for v in row)
+    listed = db.execute(
+        f"""SELECT id, session, seq, relation, epoch_reason, pointer, {_COMPACTION}, {_INSIDE}, cache_lost_tokens
+            FROM calls {where} AND relation NOT IN ('APPEND_ONLY', 'IDENTICAL')
+            ORDER BY NOT {_COMPACTION} AND {_INSIDE} DESC, started_at LIMIT 50""",
+        params,
+    ).fetchall()
+    return {
+        "comparable": comparable,
+        "prefix_kept": kept,
+        "prefix_kept_share": round(kept / comparable, 4) if comparable else None,
+        "breaks": breaks,
+        "compaction_breaks": compactions,
+        "violations": violations,
+        "lost_tokens": lost,
+        "lost_tokens_compactions": lost_compaction,
+        "break_calls": [
+            {"id": r[0], "session": r[1], "seq": r[2], "relation": r[3], "epoch_reason": r[4], "pointer": r[5],
+             "compaction": bool(r[6]), "inside_cached_prefix": bool(r[7]), "lost_tokens": r[8] or 0}
+            for r in listed
+        ],
+    }

@@ -1,0 +1,98 @@
+"""The analysis's reads and its one write: what it needs of stored calls, and its columns on a call row.
+
+The analyzer (``inspector/analyze.py``) runs inside the writer's transaction; these are the only
+statements it issues, so its SQL stays in the store like every other statement.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+
+def rowid_of(db: sqlite_utils.Database, call_id: str) -> int:
+    return db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0]
+
+
+def write_analysis(db: sqlite_utils.Database, call_id: str, columns: dict[str, Any]) -> None:
+    """The analysis's columns onto the call's row (one UPDATE)."""
+    db.execute(f"UPDATE calls SET {', '.join(f'{k} = ?' for k in columns)} WHERE id = ?", [*columns.values(), call_id])
+
+
+def latest_thread_calls(
+    db: sqlite_utils.Database, session: str, key_fingerprint: str | None, before_rowid: int, limit: int
+) -> list[tuple[str, str, str, int | None, str | None, str | None]]:
+    """(id, thread, started_at, capture_epoch, provider, api) of the scope's last successful
+    calls stored before ``before_rowid``, newest first."""
+    return db.execute(
+        """SELECT id, thread, started_at, capture_epoch, provider, api FROM calls
+           WHERE session = ? AND key_fingerprint IS ? AND rowid < ? AND thread IS NOT NULL
+             AND outcome = 'ok' AND status < 400
+           ORDER BY seq DESC LIMIT ?""",
+        [session, key_fingerprint, before_rowid, limit],
+    ).fetchall()
+
+
+def producer_of(db: sqlite_utils.Database, response_id: str, not_call: str) -> tuple[str, str, str | None] | None:
+    """(id, session, thread) of the latest other call whose response had ``response_id``."""
+    return db.execute(
+        "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
+        [response_id, not_call],
+    ).fetchone()
+
+
+def next_seq(db: sqlite_utils.Database, session: str) -> int:
+    return db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+
+
+def latest_same_request(
+    db: sqlite_utils.Database, session: str, request_sha256: str, method: str | None, path: str | None,
+    not_call: str, since: str | None, until: str | None,
+) -> tuple[str, int | None, str | None, int | None] | None:
+    """(id, attempt, outcome, status) of the session's latest other call with the same request in the window."""
+    return db.execute(
+        """SELECT id, attempt, outcome, status FROM calls
+           WHERE session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
+             AND started_at >= ? AND started_at <= ?
+           ORDER BY started_at DESC LIMIT 1""",
+        [session, request_sha256, method, path, not_call, since, until],
+    ).fetchone()
+
+
+def call_ids(db: sqlite_utils.Database, session: str | None = None) -> list[str]:
+    """Every call id (of ``session``), in the order they were stored."""
+    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
+    return [r[0] for r in db.execute(f"SELECT id FROM calls {where} ORDER BY rowid", params).fetchall()]
+
+
+def count_calls(db: sqlite_utils.Database, session: str | None = None) -> int:
+    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
+    return db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+
+
+def count_analysed(db_path: str | Path, session: str) -> int:
+    """Calls of the session stored and analysed so far, read without migrating or locking anything
+    (sqlite3.Error when the file cannot be read)."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
+                           [session]).fetchone()[0]
+    finally:
+        con.close()
+
+
+@contextmanager
+def immediate(db: sqlite_utils.Database) -> Iterator[None]:
+    """One write transaction, the lock taken at once (waiting out another writer); rolled back on any error."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        db.rollback()
+        raise

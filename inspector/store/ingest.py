@@ -1,0 +1,364 @@
+"""Turn one captured Exchange into a ``calls`` row: decode, parse, store bodies, link retries.
+
+Runs in the writer thread, off the hot path, inside the writer's transaction. ``derive`` is the
+pure part (no database); ``ingest`` adds what needs the store: blobs stored as deltas against
+recent bodies of the same session, the call's position in its session, retry linkage, and the
+analysis hooks.
+
+An analyzer is ``analyzer(db, call)``: ``call`` is the row as inserted plus, under keys that
+start with "_", what the writer already computed: ``_exchange`` (the Exchange), ``_request_body``
+and ``_response_body`` (decoded bytes or None), ``_request_json`` (parsed or None) and
+``_parsed`` (ParsedResponse or None). It may add rows or update the call row; it runs in a
+savepoint, so if it raises, its writes are undone and the call is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlite_utils
+
+from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
+from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.recode import find_recipe
+from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.redaction.redact import redact_headers, redact_query
+from ctxscope.proxy.wire.apis import detect_api
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
+from ctxscope.proxy.wire.responses import ParsedResponse, parse_response
+from ctxscope.vocab.apis import Api
+from ctxscope.vocab.kinds import Outcome
+
+log = logging.getLogger("ctxscope.store")
+
+Analyzer = Callable[[sqlite_utils.Database, dict], None]
+RETRY_WINDOW_S = 120.0
+
+
+def session_key(ex: Exchange) -> str:
+    """Explicit label, else the API key's fingerprint, else one anonymous session."""
+    if ex.session_label:
+        return ex.session_label
+    if ex.key_fingerprint:
+        return "key:" + ex.key_fingerprint[:12]
+    return "anon"
+
+
+@dataclass
+class Derived:
+    """What one exchange says, computed without the database."""
+
+    row: dict
+    request_body: bytes | None  # decoded; None when it could not be decoded
+    response_body: bytes | None
+    request_json: Any
+    parsed: ParsedResponse | None
+
+
+def _pairs_json(pairs: Sequence[tuple[str, str]]) -> str:
+    return json.dumps([[k, v] for k, v in pairs], ensure_ascii=False)
+
+
+def _dumps(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _decode(data: bytes, encoding: str | None, truncated_ok: bool, max_size: int) -> tuple[bytes | None, str | None]:
+    """The decoded body, or None and why not: a body over ``max_size`` decoded (a compression
+    bomb, say) is stored as sent and analysed no further."""
+    if not encoding:
+        return data, None
+    try:
+        return decode_body(data, encoding, max_size, allow_truncated=truncated_ok), None
+    except BodyDecodeError as e:
+        return None, str(e)
+
+
+def _model_from_path(path: str) -> str | None:
+    last = [s for s in path.split("?", 1)[0].split("/") if s][-1:]
+    if last and ":" in last[0]:
+        name = last[0].rsplit(":", 1)[0]
+        return name if name and not name.startswith("v1") else None
+    return None
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round((b - a) * 1000.0, 3)
+
+
+def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
+    """Decode and parse an exchange into the columns that need no database."""
+    api = detect_api(ex.method, ex.path)
+    req_enc = ex.header("content-encoding")
+    resp_enc = ex.header("content-encoding", response=True)
+    resp_ctype = ex.header("content-type", response=True)
+    request_body, req_err = _decode(ex.request_body, req_enc, False, max_decoded_bytes)
+    response_body, resp_err = _decode(ex.response_body, resp_enc, ex.outcome != Outcome.OK, max_decoded_bytes)
+
+    request_json: Any = None
+    json_ok: int | None = None
+    if request_body:
+        try:
+            request_json = json.loads(request_body)
+            json_ok = 1
+        except (ValueError, RecursionError):
+            json_ok = 0
+
+    parsed: ParsedResponse | None = None
+    parse_error: str | None = None
+    if response_body is not None and (ex.status is not None or response_body):
+        try:
+            parsed = parse_response(api, ex.status, resp_ctype, response_body)
+        except Exception as e:  # a parser bug must not lose the call: keep the bytes, note it
+            parse_error = f"{type(e).__name__}: {e}"
+
+    req = request_json if isinstance(request_json, dict) else {}
+    model = req.get("model") if isinstance(req.get("model"), str) else None
+    if model is None and api == Api.GEMINI_GENERATE:
+        model = _model_from_path(ex.path)
+    if model is None and parsed is not None and isinstance(parsed.body, dict):
+        m = parsed.body.get("model") or parsed.body.get("modelVersion")
+        model = m if isinstance(m, str) else None
+    stream = req.get("stream") is True or bool(parsed and parsed.stream)
+    usage = parsed.usage if parsed else None
+
+    extra = None
+    if ex.extra:
+        try:
+            extra = _dumps(ex.extra)
+        except (TypeError, ValueError):
+            extra = None
+
+    row = {
+        "id": ex.id,
+        "session": session_key(ex),
+        "provider": ex.provider,
+        "upstream": ex.upstream,
+        "api": api,
+        "model": model,
+        "method": ex.method,
+        "path": ex.path,
+        "query": redact_query(ex.query) if ex.query else ex.query,
+        "status": ex.status,
+        "outcome": ex.outcome,
+        "error": ex.error,
+        "stream": int(stream),
+        "started_at": iso(ex.started_at),
+        "first_byte_at": iso(ex.first_byte_at),
+        "ended_at": iso(ex.ended_at),
+        "ttfb_ms": _ms(ex.started_at, ex.first_byte_at),
+        "duration_ms": _ms(ex.started_at, ex.ended_at),
+        "request_bytes": len(ex.request_body),
+        "response_bytes": len(ex.response_body),
+        "request_encoding": req_enc,
+        "response_encoding": resp_enc,
+        "request_decode_error": req_err,
+        "response_decode_error": resp_err,
+        "request_content_type": ex.header("content-type"),
+        "response_content_type": resp_ctype,
+        # The proxy already redacted them; doing it again here keeps a key out of the file regardless.
+        "request_headers": _pairs_json(redact_headers(list(ex.request_headers))),
+        "response_headers": _pairs_json(redact_headers(list(ex.response_headers))),
+        "annotations": _pairs_json(ex.annotations),
+        "key_fingerprint": ex.key_fingerprint,
+        "session_label": ex.session_label,
+        "client": ex.client,
+        "usage_input": usage.input if usage else None,
+        "usage_output": usage.output if usage else None,
+        "usage_cache_read": usage.cache_read if usage else None,
+        "usage_cache_write": usage.cache_write if usage else None,
+        "usage_raw": _dumps(usage.raw) if usage else None,
+        "usage_semantics": usage.semantics if usage else None,
+        "request_json_ok": json_ok,
+        "request_sha256": hashlib.sha256(request_body).hexdigest() if request_body else None,
+        "response_complete": None if parsed is None else int(parsed.complete),
+        "stop_reason": parsed.stop_reason if parsed else None,
+        "response_error": _dumps(parsed.error) if parsed else None,
+        "event_count": parsed.event_count if parsed else None,
+        "parse_error": parse_error,
+        "extra": extra,
+    }
+    return Derived(row, request_body, response_body, request_json, parsed)
+
+
+class BaseCache:
+    """Recently stored bodies per (session, direction): the delta candidates for the next body.
+
+    Bounded by keys and bytes. Cleared whenever a transaction rolls back, since the blob ids it
+    holds may then no longer exist; it reseeds itself from the database.
+    """
+
+    def __init__(self, per_key: int = 4, max_keys: int = 256, max_bytes: int = 256 * 2**20, max_body: int = 32 * 2**20):
+        self.per_key, self.max_keys, self.max_bytes, self.max_body = per_key, max_keys, max_bytes, max_body
+        self._entries: OrderedDict[tuple[str, str], list[StoredBlob]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, str]) -> list[StoredBlob] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def add(self, key: tuple[str, str], blob: StoredBlob | None) -> None:
+        entry = self._entries.setdefault(key, [])
+        self._entries.move_to_end(key)
+        if blob is None or len(blob.data) > self.max_body or any(b.id == blob.id for b in entry):
+            return
+        entry.insert(0, blob)
+        self._bytes += len(blob.data)
+        while len(entry) > self.per_key:
+            self._bytes -= len(entry.pop().data)
+        while self._entries and (len(self._entries) > self.max_keys or self._bytes > self.max_bytes):
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= sum(len(b.data) for b in old)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+@dataclass
+class IngestState:
+    """Writer-thread memory that keeps ingest cheap; losing it costs only compression, never data."""
+
+    capture_epoch: int
+    max_decoded_bytes: int = DEFAULT_MAX_SIZE  # cap on a body's decoded size for analysis
+    bases: BaseCache = field(default_factory=BaseCache)
+    recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
+
+
+_BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
+
+
+def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kind: str) -> list[StoredBlob]:
+    key = (session, kind)
+    cached = state.bases.get(key)
+    if cached is not None:
+        return cached
+    col = _BLOB_COLUMN[kind]
+    row = db.execute(
+        f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
+    ).fetchone()
+    blob = None
+    if row is not None:
+        try:
+            blob = blob_load(db, row[0])
+        except Exception as e:  # a damaged base only costs compression
+            log.warning("could not load base blob %s: %s", row[0], e)
+    state.bases.add(key, blob)
+    return state.bases.get(key) or []
+
+
+def store_body(
+    db: sqlite_utils.Database,
+    state: IngestState,
+    session: str,
+    kind: str,
+    raw: bytes,
+    encoding: str | None,
+    decoded: bytes | None,
+) -> tuple[int | None, str | None]:
+    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw)."""
+    if not raw:
+        return None, None
+    form, recipe = raw, None
+    if encoding and decoded is not None and decoded != raw:
+        key = (session + "\0" + (encoding or ""), kind)
+        hint = state.recipes.get(key)
+        recipe = find_recipe(raw, decoded, encoding, hint or None, quick=hint == "")
+        state.recipes[key] = recipe or ""
+        if recipe is not None:
+            form = decoded
+    blob = blob_put(db, form, _candidates(db, state, session, kind))
+    state.bases.add((session, kind), blob)
+    return blob.id, recipe
+
+
+def _is_failure(outcome: str | None, status: int | None) -> bool:
+    return outcome != Outcome.OK or (status is not None and (status >= 500 or status == 429))
+
+
+def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
+    """attempt/retry_of: the same body in the same session, failed within RETRY_WINDOW_S before."""
+    row["attempt"], row["retry_of"] = 1, None
+    if not row["request_sha256"]:
+        return
+    prev = db.execute(
+        """SELECT id, attempt, outcome, status FROM calls
+           WHERE session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ? AND started_at <= ?
+           ORDER BY started_at DESC LIMIT 1""",
+        [
+            row["session"],
+            row["request_sha256"],
+            row["method"],
+            row["path"],
+            iso(started_at - RETRY_WINDOW_S),
+            row["started_at"],
+        ],
+    ).fetchone()
+    if prev is not None and _is_failure(prev[2], prev[3]):
+        row["attempt"], row["retry_of"] = (prev[1] or 1) + 1, prev[0]
+
+
+@dataclass
+class IngestResult:
+    row: dict
+    analysis_errors: list[tuple[str, BaseException]]
+
+
+def ingest(
+    db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
+) -> IngestResult:
+    """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
+    d = derive(ex, state.max_decoded_bytes)
+    row = d.row
+    session = row["session"]
+    row["request_blob"], row["request_recode"] = store_body(
+        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body
+    )
+    row["response_blob"], row["response_recode"] = store_body(
+        db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
+    )
+    # Only a stream needs its final response stored: a JSON body is its own final response.
+    final = d.parsed.body if d.parsed is not None and d.parsed.stream else None
+    final_json = _dumps(final)  # None when there is no final response to keep
+    row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
+    row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+    row["capture_epoch"] = state.capture_epoch
+    link_retry(db, row, ex.started_at)
+    cols = list(row)
+    rowid = db.execute(
+        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
+    ).lastrowid
+    errors: list[tuple[str, BaseException]] = []
+    if analyzers:
+        call = dict(row)
+        call.update(
+            _rowid=rowid,
+            _exchange=ex,
+            _request_body=d.request_body,
+            _response_body=d.response_body,
+            _request_json=d.request_json,
+            _parsed=d.parsed,
+        )
+        for analyzer in analyzers:
+            name = getattr(analyzer, "__qualname__", repr(analyzer))
+            try:
+                if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
+                    analyzer(db, call)
+                    continue
+                with db.atomic():  # a savepoint: a failing analyzer's writes are undone, the call stays
+                    analyzer(db, call)
+            except Exception as e:
+                if not db.conn.in_transaction:
+                    raise  # it destroyed the whole transaction: let the writer redo the batch
+                errors.append((name, e))
+    return IngestResult(row, errors)

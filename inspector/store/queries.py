@@ -1,0 +1,303 @@
+"""Read side of the capture store, shared by the CLI and the web UI.
+
+Readers open their own connection (``open_db``); WAL lets them read while the writer thread
+commits. Rows come out as plain JSON-ready dicts: times in ISO 8601 UTC, JSON columns decoded,
+usage as {input, output, cache_read, cache_write} or None when the provider reported nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.blobs import blob_get
+from ctxscope.inspector.store.migrations import migrations
+from ctxscope.inspector.store.recode import apply_recipe
+from ctxscope.inspector.store.sessions import session_aggregates
+from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
+from ctxscope.proxy.wire.responses import parse_response
+
+SUMMARY_COLUMNS = (
+    "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "
+    "response_bytes, ttfb_ms, duration_ms, usage_input, usage_output, usage_cache_read, usage_cache_write, "
+    "provider, attempt, retry_of, error, capture_epoch, stop_reason, "
+    # the inspector's analysis (inspector/analyze.py); NULL until analysed
+    "session_source, thread, parent_thread, predecessor, relation, pointer, epoch_reason, tokens_estimated, "
+    "tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
+)
+_JSON_COLUMNS = ("request_headers", "response_headers", "annotations", "usage_raw", "response_error", "extra")
+_ANALYSIS_JSON = ("tokens_by_category", "cache", "markers", "relation_detail")
+_USAGE = ("input", "output", "cache_read", "cache_write")
+FAILURE_KINDS = ("write_failed", "dropped", "analysis_failed", "parse_failed", "store_unavailable")
+
+
+class AmbiguousCallId(ValueError):
+    """A call id prefix that matches more than one call."""
+
+
+def open_db(path: str | Path) -> sqlite_utils.Database:
+    """A read connection (usable from any thread), with the schema brought up to date."""
+    return store.connect(path, check_same_thread=False)
+
+
+def _usage(row: dict) -> dict | None:
+    usage = {k: row.pop("usage_" + k, None) for k in _USAGE}
+    return usage if any(v is not None for v in usage.values()) else None
+
+
+def _analysis(row: dict) -> dict:
+    """Decode the analysis columns in place: JSON to objects, flags to booleans."""
+    for col in _ANALYSIS_JSON:
+        if isinstance(row.get(col), str):
+            with contextlib.suppress(ValueError):
+                row[col] = json.loads(row[col])
+    if row.get("has_compaction_before") is not None:
+        row["has_compaction_before"] = bool(row["has_compaction_before"])
+    return row
+
+
+def _summary(row: dict) -> dict:
+    row = dict(row)
+    row["usage"] = _usage(row)
+    row["stream"] = None if row.get("stream") is None else bool(row["stream"])
+    return _analysis(row)
+
+
+def list_calls(
+    db: sqlite_utils.Database,
+    *,
+    session: str | None = None,
+    model: str | None = None,
+    limit: int | None = 50,
+    offset: int = 0,
+    newest_first: bool = True,
+) -> list[dict]:
+    """Call summaries, newest first (``newest_first=False`` for a timeline)."""
+    where: list[str] = []
+    params: list[object] = []
+    if session is not None:
+        where.append("session = ?")
+        params.append(session)
+    if model is not None:
+        where.append("model = ?")
+        params.append(model)
+    order = "DESC" if newest_first else "ASC"
+    sql = f"SELECT {SUMMARY_COLUMNS} FROM calls"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
+    params += [-1 if limit is None else limit, offset]
+    return [_summary(r) for r in db.query(sql, params)]
+
+
+def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
+    """The full id for an id or a unique prefix; None if nothing matches."""
+    if db.execute("SELECT 1 FROM calls WHERE id = ?", [call_id]).fetchone():
+        return call_id
+    if not call_id:
+        return None
+    rows = db.execute(
+        "SELECT id FROM calls WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", [call_id, call_id + "\U0010ffff"]
+    ).fetchall()
+    if len(rows) > 1:
+        raise AmbiguousCallId(f"call id prefix {call_id!r} matches more than one call")
+    return rows[0][0] if rows else None
+
+
+def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
+    """Every stored column of a call (JSON decoded) plus ``usage``; None if unknown."""
+    full = resolve_call_id(db, call_id)
+    if full is None:
+        return None
+    row = next(db.query("SELECT * FROM calls WHERE id = ?", [full]))
+    for col in _JSON_COLUMNS:
+        if row.get(col) is not None:
+            with contextlib.suppress(ValueError):
+                row[col] = json.loads(row[col])
+    row["usage"] = {k: row.get("usage_" + k) for k in _USAGE}
+    if all(v is None for v in row["usage"].values()):
+        row["usage"] = None
+    row["stream"] = None if row.get("stream") is None else bool(row["stream"])
+    return _analysis(row)
+
+
+def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
+    full = resolve_call_id(db, call_id)
+    if full is None:
+        raise KeyError(f"no call {call_id!r}")
+    return next(
+        db.query(
+            f"SELECT {kind}_blob AS blob, {kind}_recode AS recode, {kind}_encoding AS encoding FROM calls WHERE id = ?",
+            [full],
+        )
+    )
+
+
+def _raw(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes:
+    row = _body_row(db, call_id, kind)
+    if row["blob"] is None:
+        return b""
+    data = blob_get(db, row["blob"])
+    return apply_recipe(data, row["recode"]) if row["recode"] else data
+
+
+def _decoded(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes | None:
+    row = _body_row(db, call_id, kind)
+    if row["blob"] is None:
+        return b""
+    data = blob_get(db, row["blob"])
+    if row["recode"] or not row["encoding"]:
+        return data  # the blob already holds the decoded body
+    try:
+        return decode_body(data, row["encoding"], allow_truncated=True)
+    except BodyDecodeError:
+        return None
+
+
+def get_request_raw(db: sqlite_utils.Database, call_id: str) -> bytes:
+    """The request body exactly as forwarded upstream (possibly compressed). KeyError if unknown."""
+    return _raw(db, call_id, "request")
+
+
+def get_response_raw(db: sqlite_utils.Database, call_id: str) -> bytes:
+    """The response body exactly as sent to the client (the full SSE text for streams)."""
+    return _raw(db, call_id, "response")
+
+
+def get_request_body(db: sqlite_utils.Database, call_id: str) -> bytes | None:
+    """The request body with its Content-Encoding undone; None if it cannot be decoded."""
+    return _decoded(db, call_id, "request")
+
+
+def get_response_body(db: sqlite_utils.Database, call_id: str) -> bytes | None:
+    return _decoded(db, call_id, "response")
+
+
+def get_request_json(db: sqlite_utils.Database, call_id: str) -> Any | None:
+    """The parsed request body; None when empty, undecodable or not JSON."""
+    body = get_request_body(db, call_id)
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
+def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
+    """The final response object (reassembled from the stream for streamed calls); KeyError if unknown."""
+    full = resolve_call_id(db, call_id)
+    if full is None:
+        raise KeyError(f"no call {call_id!r}")
+    blob, api, status, ctype = db.execute(
+        "SELECT final_response_blob, api, status, response_content_type FROM calls WHERE id = ?", [full]
+    ).fetchone()
+    if blob is not None:
+        return json.loads(blob_get(db, blob))
+    body = get_response_body(db, full)
+    if not body:
+        return None
+    parsed = parse_response(api, status, ctype, body)
+    return parsed.body if isinstance(parsed.body, dict) else None
+
+
+def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> list[dict]:
+    """One row per session, most recently active first, with its threads nested and cache figures.
+
+    ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
+    ``breaks`` are the calls whose own prompt change broke the cache (client_break).
+    """
+    out = []
+    for a in session_aggregates(db, limit=limit):
+        usage = dict(a.usage)
+        out.append({
+            "session": a.session, "calls": a.calls, "first_started_at": a.first_started_at,
+            "last_started_at": a.last_started_at, "models": a.models, "providers": a.providers,
+            "session_source": a.session_source, "breaks": a.breaks or 0, "lost_tokens": a.lost_tokens or 0,
+            "lost_usd": a.lost_usd, "usage": usage if any(v is not None for v in usage.values()) else None,
+            "hit_rate": a.hit_rate.as_report(), "threads": session_threads(db, a.session),
+        })  # fmt: skip
+    return out
+
+
+def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
+    """The session's threads as a tree: main threads on top, side threads and sub-agents as children."""
+    rows = db.query(
+        """SELECT thread, MAX(parent_thread) AS parent_thread, COUNT(*) AS calls, MIN(seq) AS first_seq,
+                  MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
+                  json_group_array(DISTINCT model) AS models
+           FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
+        [session],
+    )
+    threads = {}
+    for row in rows:
+        row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
+        row["children"] = []
+        threads[row["thread"]] = row
+    top: list[dict] = []
+    for row in threads.values():
+        parent = threads.get(row["parent_thread"]) if row["parent_thread"] != row["thread"] else None
+        (parent["children"] if parent is not None else top).append(row)
+    return top
+
+
+_marks = ", ".join("?" * len(FAILURE_KINDS))
+
+
+def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with the file's size, counts, storage efficiency, schema and persisted writer
+    failures added (an ``error`` when it is not a readable SQLite database)."""
+    path = Path(db_path)
+    if not path.exists():
+        return status
+    files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
+    status["size_bytes"] = sum(f.stat().st_size for f in files if f.exists())
+    try:
+        db = store.connect(path, check_same_thread=False, migrate=False)
+        db.table_names()
+    except sqlite3.DatabaseError as e:
+        status["error"] = f"not a readable SQLite database: {e}"
+        return status
+    try:
+        tables = set(db.table_names())
+        status["journal_mode"] = db.journal_mode
+        status["migrations_applied"] = store.applied_migrations(db)
+        status["migrations_pending"] = [m.name for m in migrations.pending(db)]
+        if not {"calls", "blobs", "store_events", "meta"} <= tables:
+            return status
+        one = lambda sql: db.execute(sql).fetchone()  # noqa: E731
+        status["calls"] = one("SELECT COUNT(*) FROM calls")[0]
+        status["sessions"] = one("SELECT COUNT(DISTINCT session) FROM calls")[0]
+        status["last_capture_at"] = one("SELECT MAX(started_at) FROM calls")[0]
+        status["capture_epoch"] = int(store.get_meta(db, "capture_epoch", "0") or 0)
+        blobs, stored, content = one(
+            "SELECT COUNT(*), COALESCE(SUM(length(data)), 0), COALESCE(SUM(size), 0) FROM blobs"
+        )
+        raw = one("SELECT COALESCE(SUM(request_bytes), 0) + COALESCE(SUM(response_bytes), 0) FROM calls")[0]
+        status["blobs"] = {
+            "count": blobs,
+            "stored_bytes": stored,  # compressed bytes on disk
+            "content_bytes": content,  # what those blobs expand to
+            "raw_bytes": raw,  # request + response bytes of all calls, as on the wire
+            "ratio": round(stored / raw, 4) if raw else None,
+        }
+        totals = dict.fromkeys(FAILURE_KINDS, 0)
+        for kind, n in db.execute(
+            f"SELECT kind, SUM(count) FROM store_events WHERE kind IN ({_marks}) GROUP BY kind", list(FAILURE_KINDS)
+        ):
+            totals[kind] = n
+        status["writer"] = totals
+        last = db.execute(
+            f"SELECT at, kind, detail FROM store_events WHERE kind IN ({_marks}) ORDER BY id DESC LIMIT 1",
+            list(FAILURE_KINDS),
+        ).fetchone()
+        status["writer"]["last_error"] = None if last is None else {"at": last[0], "kind": last[1], "detail": last[2]}
+    finally:
+        db.close()
+    return status

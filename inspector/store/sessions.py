@@ -1,0 +1,173 @@
+"""Session aggregates and the hit-rate rule, once, for the CLI and the web UI.
+
+One grouped query (per session and model, so a caller can price each model's usage) gives every
+figure either side shows; ``fold_sessions`` sums the groups of a session. The CLI's
+``list_sessions`` and the UI's sessions page format the same ``SessionAggregate``
+(docs/architecture.md, "Hit rate").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import sqlite_utils
+
+from ctxscope.inspector.store.columns import call_columns, verdict_sql
+from ctxscope.vocab.kinds import CacheVerdict, RelationKind
+
+# Verdicts under which the call could have read the cache: a hit rate's denominator.
+HIT_ELIGIBLE: tuple[CacheVerdict, ...] = (
+    CacheVerdict.HIT,
+    CacheVerdict.CLIENT_BREAK,
+    CacheVerdict.TTL_EXPIRED,
+    CacheVerdict.PROVIDER_MISS,
+)
+
+
+@dataclass(frozen=True)
+class HitRate:
+    """Calls that read the cache over calls that could have (``HIT_ELIGIBLE``)."""
+
+    hits: int
+    eligible: int
+
+    @classmethod
+    def of(cls, verdicts: list[str | None]) -> HitRate:
+        return cls(sum(v == CacheVerdict.HIT for v in verdicts), sum(v in HIT_ELIGIBLE for v in verdicts))
+
+    @property
+    def ratio(self) -> float | None:
+        return self.hits / self.eligible if self.eligible else None
+
+    def as_report(self) -> dict:
+        """The CLI's shape: always there, ``rate`` rounded to 4 places (None without eligible calls)."""
+        return {"hits": self.hits, "eligible": self.eligible,
+                "rate": round(self.hits / self.eligible, 4) if self.eligible else None}  # fmt: skip
+
+    def as_view(self) -> dict | None:
+        """The UI's shape: None without eligible calls, else the exact ``ratio``."""
+        return {"hits": self.hits, "eligible": self.eligible, "ratio": self.ratio} if self.eligible else None
+
+
+def hit_rate(hits: int | None, eligible: int | None) -> HitRate:
+    return HitRate(hits or 0, eligible or 0)
+
+
+N = TypeVar("N", int, float)
+
+
+def _add(a: N | None, b: N | None) -> N | None:
+    """SQL's SUM over groups: None only while every part is None."""
+    return a if b is None else b if a is None else a + b
+
+
+@dataclass
+class ModelUsage:
+    """One model's reported usage within a session (what its cost is computed from)."""
+
+    model: str | None
+    input: int | None
+    output: int | None
+    cache_read: int | None
+    cache_write: int | None
+
+
+@dataclass
+class SessionAggregate:
+    """Every figure of one session that the CLI or the UI shows; sums are None when nothing was there."""
+
+    session: str
+    calls: int = 0
+    first_started_at: str | None = None
+    last_started_at: str | None = None
+    models: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=list)
+    session_source: str | None = None
+    usage: dict[str, int | None] = field(
+        default_factory=lambda: {"input": None, "output": None, "cache_read": None, "cache_write": None}
+    )
+    reported_calls: int = 0
+    errors: int = 0
+    breaks: int | None = None
+    diverged: int | None = None
+    compactions: int | None = None
+    tokens_estimated: int | None = None
+    hits: int | None = None
+    eligible: int | None = None
+    lost_tokens: int | None = None
+    lost_usd: float | None = None
+    by_model: list[ModelUsage] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> HitRate:
+        return hit_rate(self.hits, self.eligible)
+
+
+def session_groups(db: sqlite_utils.Database, *, limit: int | None = None) -> list[tuple]:
+    """One row per (session, model) of the ``limit`` most recently active sessions."""
+    cols = call_columns(db)
+    verdict = verdict_sql(cols)
+
+    def opt(col: str, expr: str) -> str:
+        return expr if col in cols else "NULL"
+
+    eligible = ", ".join(f"'{v}'" for v in HIT_ELIGIBLE)
+    extra = [
+        f"SUM({verdict} = '{CacheVerdict.CLIENT_BREAK}')" if verdict else "NULL",
+        opt("relation", f"SUM(c.relation = '{RelationKind.DIVERGED}')"),
+        opt("has_compaction_before", "SUM(c.has_compaction_before)"),
+        opt("tokens_estimated", "SUM(c.tokens_estimated)"),
+        f"SUM({verdict} = '{CacheVerdict.HIT}')" if verdict else "NULL",
+        f"SUM({verdict} IN ({eligible}))" if verdict else "NULL",
+        opt("cache_lost_tokens", "SUM(c.cache_lost_tokens)"),
+        opt("cache_lost_usd", "SUM(c.cache_lost_usd)"),
+        opt("session_source", "MAX(c.session_source)"),
+    ]
+    sql = f"""
+      WITH recent AS (SELECT session, MAX(started_at) AS last FROM calls GROUP BY session ORDER BY last DESC LIMIT ?)
+      SELECT c.session, c.model, COUNT(*), MIN(c.started_at), MAX(c.started_at),
+             SUM(c.usage_input), SUM(c.usage_output), SUM(c.usage_cache_read), SUM(c.usage_cache_write),
+             SUM(c.usage_input IS NOT NULL), SUM(c.outcome != 'ok' OR c.status >= 400),
+             json_group_array(DISTINCT c.provider), {", ".join(extra)}
+      FROM calls c JOIN recent r ON r.session = c.session
+      GROUP BY c.session, c.model"""
+    return db.execute(sql, [-1 if limit is None else limit]).fetchall()
+
+
+def fold_sessions(groups: list[tuple]) -> list[SessionAggregate]:
+    """Sum the (session, model) groups of each session; most recently active first."""
+    sessions: dict[str, SessionAggregate] = {}
+    for row in groups:
+        (session, model, n, first, last, inp, out, read, write, reported, errors, providers,
+         breaks, diverged, compactions, estimated, hits, eligible, lost, lost_usd, source) = row  # fmt: skip
+        s = sessions.setdefault(session, SessionAggregate(session))
+        s.calls += n
+        s.first_started_at = min(filter(None, [s.first_started_at, first]), default=None)
+        s.last_started_at = max(filter(None, [s.last_started_at, last]), default=None)
+        if model:
+            s.models.append(model)
+        s.providers = sorted({*s.providers, *(p for p in json.loads(providers) if p is not None)})
+        s.session_source = max(filter(None, [s.session_source, source]), default=None)
+        for key, value in (("input", inp), ("output", out), ("cache_read", read), ("cache_write", write)):
+            s.usage[key] = _add(s.usage[key], value)
+        s.reported_calls += reported or 0
+        s.errors += errors or 0
+        s.breaks = _add(s.breaks, breaks)
+        s.diverged = _add(s.diverged, diverged)
+        s.compactions = _add(s.compactions, compactions)
+        s.tokens_estimated = _add(s.tokens_estimated, estimated)
+        s.hits = _add(s.hits, hits)
+        s.eligible = _add(s.eligible, eligible)
+        s.lost_tokens = _add(s.lost_tokens, lost)
+        s.lost_usd = _add(s.lost_usd, lost_usd)
+        s.by_model.append(ModelUsage(model, inp, out, read, write))
+    for s in sessions.values():
+        s.models.sort()
+    return sorted(sessions.values(), key=lambda s: s.last_started_at or "", reverse=True)
+
+
+def session_aggregates(db: sqlite_utils.Database, *, limit: int | None = None) -> list[SessionAggregate]:
+    """The ``limit`` most recently active sessions with every aggregate, most recent first."""
+    return fold_sessions(session_groups(db, limit=limit))

@@ -1,0 +1,367 @@
+"""The capture writer's child process: spool what the proxy hands over, store it in a pause.
+
+Every batch is appended to a :class:`~ctxscope.inspector.writer.spool.Spool` the moment it arrives (a
+write of bytes, nothing more), and stored (parsed, analysed, written to SQLite by the ordinary
+:class:`CaptureWriter`) once the traffic pauses: the proxy says so with the batch it sends after
+a pause of QUIET_GAP, and silence longer than the proxy ever holds calls means the same. A burst
+that goes on for MAX_DEFER seconds is stored while it flows. Storing beside traffic, even in the
+idle scheduling class, cost forwarding throughput (interleaved rounds, small JSON at
+concurrency 32: 0.79x the minimal passthrough with the writer storing during the phase, 0.95x
+with it only receiving; 8 rounds): its work evicts the forwarding processes' caches. The spool keeps the
+promise that a call finished more than a second before a kill is stored, even if the proxy and
+this process die together: the next writer on the same database stores what the spool holds.
+Calls leave the spool only once stored: while the store is unavailable (full disk, unreadable
+file) they wait there, and the writer retries; the child starts even when the store cannot be
+opened. If the spool itself cannot be written, calls wait in memory, up to MEMORY_LIMIT.
+
+It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer.priority`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+import queue
+import signal
+import time
+from pathlib import Path
+
+from ctxscope.inspector.store.ingest import Analyzer
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.messages import (
+    Counters,
+    Deleted,
+    DeleteSession,
+    Failed,
+    Ready,
+    Recovered,
+    Stop,
+    ToChild,
+)
+from ctxscope.inspector.writer.priority import Priority
+from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
+from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
+
+log = logging.getLogger("ctxscope.store")
+
+STATS_INTERVAL = 0.25
+FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
+CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
+CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyond its own limit)
+MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
+MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
+MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
+SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
+
+
+def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]:
+    """'package.module:function' -> the analyzers ``function(*args)`` returns (none for None)."""
+    if not spec:
+        return []
+    module_name, _, attr = spec.partition(":")
+    return list(getattr(importlib.import_module(module_name), attr)(*args))
+
+
+class _Deferred:
+    """The spool, and the feeding of what it holds to the writer once storing may begin.
+
+    Calls leave the spool only once the writer has committed them (or given them up): the whole
+    file is emptied when everything appended has been stored. While the store is unavailable the
+    writer takes no more than CHILD_BACKLOG, so the rest waits in the spool, however long that
+    takes. When the spool itself cannot be written (a full disk), calls are held in memory, up
+    to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
+    """
+
+    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter):
+        self.spool, self.writer = spool, writer
+        self.db_path = writer.db_path
+        self.received = 0  # calls taken off the pipe (spooled, or held): what the proxy may forget
+        self.calls = self.bytes = 0  # spooled, not yet given to the writer
+        self.since: float | None = None  # when the oldest of them arrived
+        self.given = 0  # calls given to the writer
+        self.storing = False  # feeding the writer until the spool has nothing unread
+        self.dropped = 0  # calls lost: the spool could not take them and memory was full
+        self.spool_failures = 0
+        self.quarantined = 0
+        self.torn = 0
+        self._batch: collections.deque[tuple] = collections.deque()  # the rest of the batch being fed
+        self._memory: collections.deque[tuple] = collections.deque()  # calls the spool could not take
+        self._memory_bytes = 0
+        self._memory_ids: set[str] = set()  # given to the writer from memory, maybe not stored yet
+        self._spool_broken = False
+        self._reopen_at = 0.0
+
+    def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
+        """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
+        self.received += len(batch) if received else 0
+        if self._spool_usable(now):
+            try:
+                self.spool.append(batch)  # type: ignore[union-attr]
+            except OSError as exc:
+                self._spool_failed(exc)
+            else:
+                if self._spool_broken:
+                    log.warning("capture writer: its spool can be written again")
+                    self._spool_broken = False
+                self.calls += len(batch)
+                self.bytes += sum(call_size(f) for f in batch)
+                if self.since is None:
+                    self.since = now
+                return True
+        for fields in batch:
+            size = call_size(fields)
+            if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
+                              "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
+                              self.dropped)
+                continue
+            self._memory.append(fields)
+            self._memory_bytes += size
+        self.storing = True
+        return False
+
+    def _spool_usable(self, now: float) -> bool:
+        if self.spool is None and now >= self._reopen_at:
+            try:
+                self.spool = spools.Spool(self.db_path)
+                log.warning("capture writer: its spool %s could be created now", self.spool.path.name)
+            except OSError as exc:
+                self._reopen_at = now + SPOOL_RETRY
+                self._spool_failed(exc)
+        return self.spool is not None
+
+    def _spool_failed(self, exc: OSError) -> None:
+        self.spool_failures += 1
+        if not self._spool_broken:
+            log.error("capture writer: cannot write its spool (%s); calls wait in memory (up to %d MB) until "
+                      "they are stored", exc, MEMORY_LIMIT >> 20)
+        self._spool_broken = True
+
+    def due(self, now: float) -> bool:
+        """Unbroken traffic may not keep calls unstored forever, nor let the spool grow without end;
+        calls held in memory are stored as soon as possible."""
+        if self._memory:
+            return True
+        return self.since is not None and (now - self.since >= MAX_DEFER or self.bytes >= MAX_DEFER_BYTES)
+
+    def pending(self) -> bool:
+        return self.calls > 0 or bool(self._memory)
+
+    def feed(self) -> bool:
+        """Give the writer held and spooled calls, oldest first, while it has room; True when all are given.
+
+        Room is counted per call, in calls and in bytes, so the writer never has to drop one: a
+        call that would take it past CHILD_BACKLOG_BYTES waits until it is empty."""
+        s = self.writer.stats()
+        room, queued_bytes = CHILD_BACKLOG - s.queued, s.queued_bytes
+        while True:
+            fields = self._next()
+            if fields is None:
+                self.calls = self.bytes = 0
+                self.since, self.storing = None, False
+                return True
+            size = call_size(fields)
+            if room <= 0 or (queued_bytes and queued_bytes + size > CHILD_BACKLOG_BYTES):
+                return False
+            if self._memory:
+                self._memory.popleft()
+                self._memory_bytes -= size
+                self._memory_ids.add(fields[ID])
+            else:
+                self._batch.popleft()
+                self.calls -= 1
+                self.bytes -= size
+            self._give(fields)
+            room, queued_bytes = room - 1, queued_bytes + size
+
+    def _next(self) -> tuple | None:
+        """The next call to give the writer (held in memory first, then spooled), not taken yet."""
+        if self._memory:
+            return self._memory[0]
+        while not self._batch:
+            batch = self.spool.next_batch() if self.spool is not None else None
+            if batch is None:
+                return None
+            self._batch.extend(batch)
+        return self._batch[0]
+
+    def drain(self) -> None:
+        """Feed everything, waiting for the writer as needed (shutting down). Gives up while the
+        store is unavailable: spooled calls then stay in the spool for the next writer."""
+        while not self.feed():
+            s = self.writer.stats()
+            if not s.running or s.store_down_since is not None:
+                return
+            time.sleep(0.01)
+
+    def behind(self) -> bool:
+        return self.storing or self.writer.stats().queued > 0
+
+    def settle(self) -> None:
+        """Empty the spool once the writer has committed (or given up) everything it was given."""
+        s = self.writer.stats()
+        if s.written + s.failed + s.dropped + s.already_stored < self.given:
+            return
+        self._memory_ids.clear()
+        if self.spool is not None and self.spool.holds and not self.spool.unread and not self._batch:
+            self.spool.clear()
+
+    def lost_at_stop(self) -> int:
+        """Calls held in memory (the spool could not take them) that were not stored: lost now."""
+        unstored = sum(1 for ex in list(self.writer._pending) if ex.id in self._memory_ids)
+        return len(self._memory) + unstored
+
+    def stats(self) -> dict:
+        stats = dataclasses.asdict(self.writer.stats())
+        stats["queued"] += self.calls + len(self._memory)
+        stats["queued_bytes"] += self.bytes + self._memory_bytes
+        stats["dropped"] += self.dropped
+        stats["spool_failures"] = self.spool_failures
+        stats["spools_quarantined"] = self.quarantined
+        stats["spool_records_torn"] = self.torn
+        stats["in_memory"] = len(self._memory)
+        return stats
+
+    def _give(self, fields: tuple) -> None:
+        self.writer.submit(unpack(fields))
+        self.given += 1
+
+
+def _take_over(left: list[spools.Orphan], deferred: _Deferred) -> list[str]:
+    """Take over the spools of writers that died before storing them: their calls go into our
+    spool first, then their files go (a corrupt one is quarantined, after its good records). The
+    writer skips calls they had already stored. Returns the ids of all the calls taken over."""
+    ids: list[str] = []
+    for orphan in left:
+        n, kept = 0, True
+        for batch in orphan.batches():
+            ids += [fields[ID] for fields in batch]
+            n += len(batch)
+            if not deferred.add(batch, time.monotonic(), received=False):
+                kept = False  # our spool cannot take them: leave the file for the next writer
+                break
+        deferred.torn += orphan.torn
+        if not kept:
+            orphan.keep()
+            log.error(
+                "capture writer: could not copy %s into its own spool; left it for the next writer", orphan.path.name
+            )
+            continue
+        if orphan.release() is not None:
+            deferred.quarantined += 1
+        log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; the writer skips "
+                    "any it had stored already)", n, orphan.path.name)
+    return ids
+
+
+def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
+    """A deletion, done by this child's writer thread between two of its batches."""
+    try:
+        return Deleted(request.request, result=writer.delete_session(request.session, request.timeout))
+    except Exception as e:
+        return Deleted(request.request, error=str(e))
+
+
+def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
+               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=()) -> None:
+    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
+    # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+    db_path = Path(db_path)
+    try:
+        writer = CaptureWriter(
+            db_path,
+            analyzers=load_factory(factory, tuple(factory_args)),
+            batch_interval=batch_interval,
+            max_decoded_bytes=max_decoded_bytes,
+            retry_interval=retry_interval,
+            status_file=False,
+            keep_unstored=False,
+        )
+        writer.start()  # a store that cannot be opened is reported and retried, not fatal
+    except BaseException as e:  # report, do not hang the parent
+        replies.put(Failed(f"{type(e).__name__}: {e}"))
+        return
+    quarantined: list[Path] = []
+    left = spools.orphans(db_path, quarantined)
+    try:
+        spool = spools.Spool(db_path)
+    except OSError as exc:
+        log.error("capture writer: cannot create its spool next to %s (%s); calls wait in memory", db_path, exc)
+        spool = None
+    priority = Priority(idle_class)
+    priority.set_idle(True)
+    replies.put(Ready(writer.capture_epoch, writer.stats().last_error if writer.store_down else None))
+    parent = os.getppid()
+    deferred = _Deferred(spool, writer)
+    deferred.quarantined = len(quarantined)
+    if spool is None:
+        for orphan in left:
+            orphan.keep()
+        left = []
+    replies.put(Recovered(_take_over(left, deferred)))
+    deferred.storing = deferred.pending()
+    last_stats, sent, last_batch = 0.0, None, time.monotonic()
+
+    while True:
+        fed = deferred.feed() if deferred.storing else True
+        wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
+        try:
+            item: ToChild | None = inbox.get(timeout=wait)
+        except queue.Empty:
+            item = None
+        except (EOFError, OSError):
+            break
+        if isinstance(item, Stop):
+            break
+        if isinstance(item, DeleteSession):
+            replies.put(_delete(writer, item))
+            continue
+        now = time.monotonic()
+        pause = now - last_batch >= quiet_after
+        if item is not None:
+            pause = item.pause
+            deferred.add(item.batch, now)
+            last_batch = now
+            if not pause and not deferred.due(now):
+                deferred.storing = False  # traffic again: only spool (the writer finishes what it has)
+        if deferred.pending() and (pause or deferred.due(now)):
+            deferred.storing = True
+        priority.update(deferred.behind(), now)
+        deferred.settle()
+        if now - last_stats >= STATS_INTERVAL or item is not None:
+            counters = Counters(deferred.stats(), deferred.received)
+            if counters != sent:  # an idle child sends nothing: the parent may not read for hours
+                replies.put(counters)
+                sent = counters
+            last_stats = now
+        if item is None and os.getppid() != parent:
+            break  # the parent was killed: store what we received, then go
+    priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
+    deferred.drain()
+    drained = writer.stop()
+    deferred.settle()
+    spool = deferred.spool  # created late, perhaps, if it could not be at first
+    lost = deferred.lost_at_stop()
+    if lost:
+        deferred.dropped += lost
+        log.error("capture writer: %d calls held in memory (the spool could not be written) could not be stored "
+                  "before it stopped: they are lost", lost)
+    if spool is not None:
+        if spool.holds:
+            log.error("capture writer: %d calls are kept in %s until a writer can store them",
+                      deferred.stats()["queued"], spool.path.name)
+        spool.close(remove=drained and not spool.holds)
+    replies.put(Counters(deferred.stats(), deferred.received))

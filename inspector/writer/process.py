@@ -1,0 +1,468 @@
+"""The capture writer in a child process, so storing and analysing never competes with forwarding.
+
+In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
+counting tokens for one call delays the next chunk of another. Here the proxy only hands
+finished exchanges to a multiprocessing queue (its feeder thread pickles and writes the bytes);
+a child process (:mod:`ctxscope.inspector.writer.child`) spools them at once and stores them,
+at a low CPU priority, when the traffic pauses.
+
+Finished calls also wait in the proxy for a pause: ``submit`` only appends a compact tuple to a
+list, and the list goes to the queue (one pickle, one pipe write, one wake of the child) once no
+call has finished for QUIET_GAP, or the oldest has waited MAX_HOLD, or the list holds HOLD_CALLS
+calls or HOLD_BYTES bytes. An agent pauses between calls far longer than QUIET_GAP, so its calls
+are handed over 50 ms after they finish; during a burst the proxy only appends to a list. Handing over per call
+cost the proxy more than forwarding at a few thousand calls a second, and a child woken in the
+middle of back-to-back streams added 0.2-0.3 ms to their time to first byte (interleaved runs,
+10 x 100 streams: +0.70 ms vs direct with a hand-over every 5 ms, +0.48 ms with capture off; the
+minimal passthrough +0.53). Checking the child's liveness and reading its counters happen once
+per hand-over too.
+
+Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``stop`` drains
+everything held, spooled and queued; if the proxy is killed, the child stores what it received
+and exits; if both are killed, the next writer on the database stores what the spool holds. Only
+what the proxy still held dies with it: at most MAX_HOLD seconds of calls, so a call that
+finished more than a second before a SIGKILL is stored. If the child dies alone (the OOM killer,
+a crash), the proxy keeps its calls and starts a new child, which stores the old one's spool.
+
+The counters never hide a dead child: a child that dies or will not start counts as a store
+failure with its exit code as the last error, ``running`` is false until a new one runs, and
+``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer.restart` says when). ``start``
+does not fail when the child cannot start: the proxy forwards regardless, holds calls (up to
+``max_queue`` / ``max_queue_bytes``) and tries again; at stop, calls no child took are written to
+a spool for the next writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import itertools
+import logging
+import multiprocessing as mp
+import multiprocessing.queues
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+
+from ctxscope.inspector.store.db import now_iso
+from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.child import child_main
+from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
+from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
+from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
+from ctxscope.inspector.writer.spool_format import call_size, pack
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
+
+log = logging.getLogger("ctxscope.store")
+
+QUIET_GAP = 0.05  # no call finished for this long is a pause in the traffic: hand over what was held
+MAX_HOLD = 0.5  # seconds a call may be held for a pause before it is handed over anyway
+HOLD_CALLS = 2000  # ... or once this many calls are held
+HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not stall the loop)
+# Silence from the proxy this long means it holds nothing: the child may take it as a pause.
+CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
+
+class WriterProcess:
+    """ExchangeSink whose storage runs in a child process (see module docstring)."""
+
+    def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None,
+                 analyzers_args: tuple[str, ...] = (), nice: int = 10,
+                 max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
+                 max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
+                 status_file: bool = True):
+        self.db_path = Path(db_path)
+        self.max_decoded_bytes = max_decoded_bytes
+        self.retry_interval = retry_interval
+        self.status_file = status_file
+        self._publisher: StatusPublisher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the submitting loop, to hand over after a restart
+        self._error: str | None = None  # why the child is not running, when it is not
+        self._error_since: str | None = None
+        self._child_failures = 0  # children that died or would not start
+        self._seen_dead: SpawnProcess | None = None  # the dead child already counted
+        self.analyzers_factory = analyzers_factory  # "module:function", imported in the child
+        self.analyzers_args = analyzers_args  # what that function is called with
+        self.nice = nice
+        self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
+        self.batch_interval = batch_interval
+        self.capture_epoch: int | None = None
+        self._ctx = mp.get_context("spawn")
+        self._proc: SpawnProcess | None = None
+        self._queue: mp.queues.Queue | None = None
+        self._replies: mp.queues.Queue | None = None
+        self._accepting = False
+        # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
+        self._sizes: collections.deque[tuple[int, str]] = collections.deque()
+        self._lock = threading.Lock()  # submit runs on the loop thread, stop in another
+        self._held = _Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
+        self._timer = False  # a check of the held calls is scheduled on the loop
+        self._outstanding_bytes = 0
+        self._acked = 0
+        self._drops = itertools.count(1)
+        self._dropped = 0
+        self._child = WriterStats()
+        self._base = WriterStats()  # what children that died had done
+        self._restarting = False
+        self._policy = RestartPolicy()
+        self._lost = 0  # calls that died in the pipe to a child that died
+        self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
+        self.restarts = 0
+        self._requests = itertools.count(1)
+        self._deleted: dict[int, Deleted] = {}  # answers to deletions, until their caller takes them
+
+    def start(self, timeout: float = 60) -> None:
+        """Start the child; if it cannot start, say so loudly and keep trying (calls are held meanwhile)."""
+        try:
+            self._spawn(timeout)
+        except RuntimeError as exc:
+            self._start_failed(exc, "%s: calls are held in memory and a new writer is tried every %.0f s")
+        self._accepting = True
+        if self.status_file:
+            self._publisher = StatusPublisher(self.db_path, self.stats)
+
+    def _start_failed(self, exc: RuntimeError, message: str) -> None:
+        with self._lock:
+            self._count_failure(str(exc))
+        log.error(message, exc, RESTART_BACKOFF)
+        self._policy.failed_to_start(time.monotonic())
+
+    def _count_failure(self, why: str) -> None:
+        self._child_failures += 1
+        self._error = why
+        self._error_since = self._error_since or now_iso()
+        self._base = dataclasses.replace(self._base, last_error=why)  # stays the last error once a new child runs
+
+    def _note_death(self) -> None:
+        """Count a child found dead (once), and start a new one if it is time."""
+        proc = self._proc
+        if proc is None or self._restarting or not self._accepting or proc.is_alive():
+            return  # (a child ending after stop() is no failure)
+        with self._lock:  # stats() may run in several threads at once
+            if self._seen_dead is not proc and proc.exitcode is not None:
+                self._seen_dead = proc
+                if self._error is None or "could not start" not in self._error:
+                    self._count_failure(f"capture writer exited with code {proc.exitcode}")
+                self._policy.died(time.monotonic())
+        if self._accepting and self._policy.due(time.monotonic()):
+            self._begin_restart()
+
+    def _spawn(self, timeout: float) -> None:
+        """Start a child and wait until it is ready; raises RuntimeError if it cannot start."""
+        self._queue = self._ctx.Queue()
+        self._replies = self._ctx.Queue()
+        self._proc = self._ctx.Process(
+            target=child_main, name="ctxscope-writer",
+            args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
+                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args),
+        )
+        with _main_not_rerun():
+            self._proc.start()
+        reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
+        if not isinstance(reply, Ready):
+            self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.terminate()
+            for q in (self._queue, self._replies):
+                q.close()
+            why = reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first"
+            raise RuntimeError(f"capture writer could not start: {why}")
+        self._policy.started(time.monotonic())
+        self.capture_epoch, store_error = reply.capture_epoch, reply.store_error
+        self._error = self._error_since = None
+        if store_error is not None:  # until the child's first counters arrive
+            self._child = WriterStats(
+                running=True, store_failures=1, last_error=store_error, store_down_since=now_iso()
+            )
+
+    def submit(self, exchange: Exchange) -> None:
+        """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
+        try:
+            size = len(exchange.request_body) + len(exchange.response_body)
+            if not self._accepting:
+                return self._drop(exchange, "capture writer is not running")
+            if len(self._sizes) >= self.max_queue:
+                return self._drop(exchange, "capture queue is full")
+            if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
+                return self._drop(exchange, "capture queue holds too many bytes")
+            if self._loop is None:
+                with contextlib.suppress(RuntimeError):
+                    self._loop = asyncio.get_running_loop()
+            with self._lock:
+                self._sizes.append((size, exchange.id))
+                self._outstanding_bytes += size
+                self._held.add(pack(exchange), size, time.monotonic())
+                full = self._held.full()
+                if self._timer and not full:
+                    return
+            if full:
+                return self._flush(pause=False)
+            try:
+                asyncio.get_running_loop().call_later(QUIET_GAP, self._check)
+                self._timer = True
+            except RuntimeError:  # no event loop in this thread: hand it over now
+                self._flush(pause=True)
+        except Exception:  # pragma: no cover - the hot path must never raise
+            pass
+
+    def _check(self) -> None:
+        """Timer: hand over in a pause (or when held long enough), else look again when that may be."""
+        now = time.monotonic()
+        wait = self._held.wait(now)
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._check)
+            return
+        self._timer = False
+        self._flush(pause=now - self._held.last >= QUIET_GAP)
+
+    def _flush(self, pause: bool) -> None:
+        """Send what is held as one batch, saying whether the traffic paused (the child may store
+        now) or not (the child only spools it); once per batch, look at the child's state."""
+        try:
+            if self._restarting:  # the restart hands over what waits once the new child is ready
+                return
+            with self._lock:
+                batch = self._held.take()
+            if not batch:
+                return
+            assert self._proc is not None and self._queue is not None  # calls are held only once started
+            if not self._proc.is_alive():
+                self._hold_again(batch)
+                return
+            self._poll()
+            self._queue.put(Handover(pause, batch))
+        except Exception:  # pragma: no cover - a timer callback must not raise into the loop
+            log.exception("capture hand-over failed")
+
+    def _hold_again(self, batch: list[tuple]) -> None:
+        """The child is gone (killed, crashed): keep the batch, start a new child in a thread.
+
+        The new child stores what the old one had spooled; only the calls that were still in the
+        pipe to it are lost (counted as dropped)."""
+        with self._lock:
+            self._held.items[:0] = batch
+            self._held.bytes += sum(call_size(f) for f in batch)
+        self._note_death()
+
+    def _begin_restart(self) -> None:
+        with self._lock:
+            if self._restarting or not self._accepting:
+                return
+            self._restarting = True
+        threading.Thread(target=self._restart, args=(self._loop,), name="ctxscope-writer-restart", daemon=True).start()
+
+    def _restart(self, loop) -> None:
+        try:
+            old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
+            assert old_proc is not None and old_queue is not None and old_replies is not None  # it had started
+            with self._lock:
+                self._poll_from(old_replies)
+                # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
+                sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
+                self._outstanding_bytes -= sum(size for size, _ in sent)
+                sent = self._unconfirmed + sent
+                self._acked = 0
+                # Its death, counted in _base already, is newer than any error the dead child reported.
+                self._base = dataclasses.replace(add_lives(self._base, self._child),
+                                                 last_error=self._base.last_error or self._child.last_error)
+                self._child = WriterStats()
+            old_queue.cancel_join_thread()
+            for q in (old_queue, old_replies):
+                q.close()
+            try:
+                self._spawn(timeout=60)
+            except RuntimeError as exc:
+                self._start_failed(exc, "%s; trying again in %.0f s")
+                self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
+                return
+            self.restarts += 1
+            recovered = recovered_ids(
+                self._replies, self._proc, timeout=60
+            )  # the new child took over the dead one's spool
+            if recovered is None:  # it died before it said what it found: ask the next one
+                self._unconfirmed = sent
+                return
+            self._unconfirmed = []
+            lost = sum(1 for _, call_id in sent if call_id not in recovered)
+            self._lost += lost
+            log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
+                      "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
+        finally:
+            self._restarting = False
+            if loop is not None and self._held.items:  # hand over what waited meanwhile
+                loop.call_soon_threadsafe(self._flush, True)
+
+    def _drop(self, exchange: Exchange, why: str) -> None:
+        n = next(self._drops)
+        self._dropped = n
+        if n == 1 or n % 1000 == 0:
+            log.error("capture dropped call %s: %s (%d dropped so far)", exchange.id, why, n)
+
+    def _poll(self) -> None:
+        """Take the child's latest counters and forget the calls it has safely spooled."""
+        if not self._restarting:
+            with self._lock:
+                self._poll_from(self._replies)
+
+    def _poll_from(self, replies) -> None:
+        while True:
+            try:
+                reply = replies.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if isinstance(reply, Counters):
+                self._child = WriterStats(**reply.stats)
+                while self._acked < reply.received and self._sizes:
+                    self._outstanding_bytes -= self._sizes.popleft()[0]
+                    self._acked += 1
+            elif isinstance(reply, Deleted):
+                self._deleted[reply.request] = reply
+
+    def delete_session(self, session: str, timeout: float = 30.0) -> dict:
+        """Ask the child to delete a session (its writer thread does it between batches) and wait."""
+        proc, inbox = self._proc, self._queue
+        if not self._accepting or self._restarting or proc is None or inbox is None or not proc.is_alive():
+            raise WriterUnavailable("the capture writer is not running")
+        request = next(self._requests)
+        inbox.put(DeleteSession(request, session, max(0.1, timeout - 1.0)))  # it answers before we give up
+        deadline = time.monotonic() + timeout
+        while True:
+            self._poll()
+            with self._lock:
+                answer = self._deleted.pop(request, None)
+            if answer is not None:
+                if answer.result is None:
+                    raise WriterUnavailable(answer.error or "the deletion failed")
+                return answer.result
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise WriterUnavailable("the capture writer did not answer the deletion"
+                                        + ("" if proc.is_alive() else f": it exited with code {proc.exitcode}"))
+            time.sleep(0.02)
+
+    def stats(self) -> WriterStats:
+        """The child's counters, with the calls this side still holds or has in flight counted as queued,
+        and children that died or would not start counted as store failures."""
+        self._note_death()
+        self._poll()
+        c = add_lives(self._base, self._child)  # counters of children that died are kept
+        running = self._proc is not None and self._error is None and (self._restarting or self._proc.is_alive())
+        return dataclasses.replace(
+            c,
+            queued=len(self._sizes) + self._child.queued,
+            queued_bytes=max(0, self._outstanding_bytes) + self._child.queued_bytes,
+            dropped=c.dropped + self._dropped + self._lost,
+            running=running,
+            store_failures=c.store_failures + self._child_failures,
+            last_error=self._error or c.last_error,
+            store_down_since=c.store_down_since if running else (c.store_down_since or self._error_since),
+            restarts=self.restarts,
+        )
+
+    def stop(self, timeout: float = 60) -> bool:
+        """Stop accepting, let the child store everything held, spooled and queued, wait for it to exit."""
+        self._accepting = False
+        try:
+            return self._stop(timeout)
+        finally:
+            if self._publisher is not None:
+                self._publisher.publish()
+                self._publisher.close()
+                self._publisher = None
+
+    def _stop(self, timeout: float) -> bool:
+        if self._proc is None:
+            return True
+        while self._restarting:
+            time.sleep(0.05)
+        assert self._queue is not None and self._replies is not None  # made with the process
+        if self._proc.pid is not None:
+            leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
+        self._flush(pause=True)
+        if self._proc.is_alive():
+            self._queue.put(Stop())
+        deadline = time.monotonic() + timeout
+        while self._proc.is_alive() and time.monotonic() < deadline:
+            self._proc.join(0.1)
+            self._poll()
+        self._poll()
+        if self._held.items:  # the child had died and no new one could start
+            with self._lock:
+                items, self._held.items, self._held.bytes = self._held.items, [], 0
+            if spools.keep_leftovers(self.db_path, items) is None:
+                with self._lock:
+                    for _ in items:
+                        self._outstanding_bytes -= self._sizes.pop()[0]
+                self._lost += len(items)
+                log.error("capture writer had exited: %d calls could not be stored", len(items))
+            return False
+        if self._proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
+            log.error("capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
+                      "spool and are stored when a writer next opens %s", timeout, self.stats().queued, self.db_path)
+            self._proc.kill()
+            self._proc.join(5)
+            return False
+        for q in (self._queue, self._replies):
+            q.close()
+            q.join_thread()
+        return self._child.queued == 0  # else the store was unavailable: they wait in the spool
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start a spawned child without it running this process's ``__main__`` again.
+
+    A spawned child re-imports the parent's main module by default; under ``ctxscope serve`` that
+    is the CLI, which imports click, the proxy's server, the web routes and the simulator. The
+    child needs none of them (its target and analyzers are imported by name), so while it starts
+    the main module shows neither a file nor a spec (docs/architecture.md, "The writer child
+    imports only the inspector").
+    """
+    main = sys.modules["__main__"]
+    saved: dict[str, object] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+class _Held:
+    """Calls finished during a burst of traffic, handed to the child in the first pause."""
+
+    def __init__(self, quiet_gap: float, max_hold: float, max_calls: int, max_bytes: int):
+        self.quiet_gap, self.max_hold, self.max_calls, self.max_bytes = quiet_gap, max_hold, max_calls, max_bytes
+        self.items: list[tuple] = []
+        self.bytes = 0
+        self.first = self.last = 0.0
+
+    def add(self, item: tuple, size: int, now: float) -> None:
+        if not self.items:
+            self.first = now
+        self.items.append(item)
+        self.bytes += size
+        self.last = now
+
+    def full(self) -> bool:
+        return len(self.items) >= self.max_calls or self.bytes >= self.max_bytes
+
+    def wait(self, now: float) -> float:
+        """Seconds until a pause could have begun or the oldest call has waited long enough (<= 0: due)."""
+        if not self.items or self.full():
+            return 0.0
+        return min(self.last + self.quiet_gap, self.first + self.max_hold) - now
+
+    def take(self) -> list[tuple]:
+        items, self.items, self.bytes = self.items, [], 0
+        return items

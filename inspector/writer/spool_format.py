@@ -1,0 +1,192 @@
+"""The spool's record format, which cannot run code whoever wrote the file.
+
+A spool is a 16-byte header (magic and version), then records, each an 8-byte little-endian
+payload length, the payload's CRC32 (4 bytes) and the payload: a 4-byte length, a JSON list of the
+calls' fields with each body replaced by its length, then the bodies' raw bytes (no copy or base64
+of a 1 MB body on the way in). Reading is strict: a field of the wrong type, a length that does not
+add up or a checksum that does not match makes the record corrupt, and a declared length is only
+trusted (allocated) once the checksum over those bytes matched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from ctxscope.proxy.exchange import Exchange
+
+MAGIC = b"ctxscope-spool\0"
+VERSION = 2
+HEADER = MAGIC + bytes([VERSION])
+_RECORD = struct.Struct("<QI")  # payload length, CRC32 of the payload
+_JSON_LEN = struct.Struct("<I")
+_IOV_MAX = 512  # pieces per writev call (the system limit is at least 1024)
+_CHECK_PIECE = 1 << 20  # bytes read at a time to verify a record's checksum
+
+
+class SpoolCorrupt(ValueError):
+    """A record that is complete but not what a writer wrote: wrong checksum, type or length."""
+
+
+class Torn(Exception):
+    """The file ends inside a record: a crash mid-append."""
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default value, from its factory when it has one."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]  # typeshed: _MISSING_TYPE | factory
+    return factory()
+
+
+def _opt(kind):
+    return lambda v: v is None or kind(v)
+
+
+def _pairs(v) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
+
+
+_CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (other kinds: any JSON value)
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: type(v) is bool,
+    "int": lambda v: type(v) is int,
+    "str | None": _opt(lambda v: isinstance(v, str)),
+    "int | None": _opt(lambda v: type(v) is int),
+    "float": lambda v: type(v) in (int, float),
+    "float | None": _opt(lambda v: type(v) in (int, float)),
+    "dict": lambda v: isinstance(v, dict),
+    "tuple[tuple[str, str], ...]": _pairs,
+    "bytes": lambda v: type(v) is int and v >= 0,  # the body's length; its bytes follow the JSON
+}
+_FIELDS = dataclasses.fields(Exchange)
+# An Exchange crosses the process boundary and sits in the spool as a plain tuple of its fields: no
+# class reference and no field names in the pickle, less than half the time to pickle and to unpickle.
+pack = operator.attrgetter(*(f.name for f in _FIELDS))
+_NAMES = [f.name for f in _FIELDS]
+ID = _NAMES.index("id")
+_SIZED = (_NAMES.index("request_body"), _NAMES.index("response_body"))
+
+
+def unpack(fields: tuple) -> Exchange:
+    return Exchange(*fields)
+
+
+def call_size(fields: tuple) -> int:
+    """Body bytes of a packed exchange (what the queue and spool limits count)."""
+    return len(fields[_SIZED[0]]) + len(fields[_SIZED[1]])
+
+
+_KINDS = [str(f.type) for f in _FIELDS]
+_VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
+# A spool written before fields with defaults were added still reads: they take their defaults.
+_REQUIRED = sum(1 for f in _FIELDS if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+_BODIES = [i for i, kind in enumerate(_KINDS) if kind == "bytes"]
+_PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
+_FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
+
+
+def encode(batch: list[tuple]) -> list[bytes]:
+    """The pieces of one record (header first) for a batch of Exchange field tuples."""
+    heads, bodies = [], []
+    for fields in batch:
+        head = list(fields)
+        for i in _BODIES:
+            head[i] = len(fields[i])
+            bodies.append(fields[i])
+        heads.append(head)
+    text = json.dumps(heads, separators=(",", ":"), default=str).encode()
+    pieces = [_JSON_LEN.pack(len(text)), text, *bodies]
+    crc, size = 0, 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+        size += len(piece)
+    return [_RECORD.pack(size, crc), *pieces]
+
+
+def decode(payload: bytes) -> list[tuple]:
+    """The batch in a record's payload (its checksum already verified); SpoolCorrupt if malformed."""
+    if len(payload) < _JSON_LEN.size:
+        raise SpoolCorrupt("record too short")
+    (n,) = _JSON_LEN.unpack_from(payload)
+    at = _JSON_LEN.size + n
+    if at > len(payload):
+        raise SpoolCorrupt("field list longer than its record")
+    try:
+        heads = json.loads(payload[_JSON_LEN.size:at])
+    except (ValueError, RecursionError) as exc:
+        raise SpoolCorrupt(f"unreadable field list ({exc})") from None
+    if not isinstance(heads, list):
+        raise SpoolCorrupt("the field list is not a list")
+    view, batch = memoryview(payload), []
+    for head in heads:
+        if not isinstance(head, list) or not _REQUIRED <= len(head) <= len(_VALID):
+            raise SpoolCorrupt("a call with the wrong number of fields")
+        for field in _FIELDS[len(head):]:
+            head.append(_default(field))
+        for field, valid, value in zip(_FIELDS, _VALID, head, strict=False):
+            if not valid(value):
+                raise SpoolCorrupt(f"field {field.name} has the wrong type")
+        for i in _BODIES:
+            end = at + head[i]
+            if end > len(payload):
+                raise SpoolCorrupt("a body longer than its record")
+            head[i], at = bytes(view[at:end]), end
+        for i in _PAIRS:
+            head[i] = tuple((k, v) for k, v in head[i])
+        for i in _FLOATS:
+            if head[i] is not None:
+                head[i] = float(head[i])
+        batch.append(tuple(head))
+    if at != len(payload):
+        raise SpoolCorrupt("bytes left over after the last body")
+    return batch
+
+
+def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[tuple], int]:
+    """The batch of the record at ``at`` and the offset after it. ``verify=False`` skips the
+    checksum (a writer reading back what it appended itself moments ago: 0.2 ms per MB saved)."""
+    head = os.pread(fd, _RECORD.size, at)
+    if len(head) < _RECORD.size:
+        raise Torn
+    n, crc = _RECORD.unpack(head)
+    if n > size - at - _RECORD.size:
+        raise Torn
+    if verify and _checksum(fd, at + _RECORD.size, n) != crc:
+        raise SpoolCorrupt("checksum mismatch")
+    payload = os.pread(fd, n, at + _RECORD.size)
+    if len(payload) < n:
+        raise Torn
+    return decode(payload), at + _RECORD.size + n
+
+
+def _checksum(fd: int, at: int, n: int) -> int:
+    """The CRC32 of ``n`` bytes at ``at``, read a piece at a time: a hostile file's declared
+    length is only trusted, and allocated, once its checksum matched."""
+    crc, end = 0, at + n
+    while at < end:
+        piece = os.pread(fd, min(_CHECK_PIECE, end - at), at)
+        if not piece:
+            raise Torn
+        crc = zlib.crc32(piece, crc)
+        at += len(piece)
+    return crc
+
+
+def write_pieces(fd: int, pieces: list[bytes]) -> None:
+    views = [memoryview(p).cast("B") for p in pieces if len(p)]
+    while views:
+        done = os.writev(fd, views[:_IOV_MAX])
+        while done:
+            if done >= len(views[0]):
+                done -= len(views.pop(0))
+            else:
+                views[0], done = views[0][done:], 0

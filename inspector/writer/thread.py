@@ -1,0 +1,452 @@
+"""The background writer: the proxy's ExchangeSink, storing exchanges off the forwarding path.
+
+``submit`` only puts the exchange on a bounded queue: it never blocks, never raises, and never
+touches SQLite. One thread owns the connection; it takes whatever is queued, stores each exchange
+in its own savepoint and commits the batch at least every ``batch_interval`` seconds (WAL,
+``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
+fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
+
+Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.failures`):
+- the store is unavailable: nothing is lost. The calls of the batch stay first in line, and
+  storing is retried every ``retry_interval`` seconds, however long it takes; the counters say so
+  from the first failure (``store_failures``, ``store_down_since``, ``last_error``). ``start``
+  does not fail for it: the proxy forwards regardless.
+- one exchange cannot be stored (a constraint, a bug on odd input): that exchange is counted,
+  logged and recorded in ``store_events`` for ``ctxscope db status``; the others are stored.
+A queue overflow drops the exchange, which is counted the same way. Calls still unstored at stop
+(the store never came back) are written to a spool file, which the next writer on the database
+stores (``keep_unstored``; the writer child has its own spool and turns this off).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlite_utils
+
+from ctxscope.inspector import owner_only
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.deletion import delete_session
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
+from ctxscope.inspector.writer.failures import (
+    RETRY_INTERVAL,
+    Outage,
+    Unrecorded,
+    call_event,
+    describe,
+    record,
+    store_unavailable,
+)
+from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.spool import keep_leftovers
+from ctxscope.inspector.writer.spool_format import pack
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
+
+log = logging.getLogger("ctxscope.store")
+
+MAX_BATCH = 500
+_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class _Deletion:
+    """A session to delete, served by the writer thread between two batches."""
+
+    session: str
+    done: Future = field(default_factory=Future)
+
+
+class CaptureWriter:
+    """ExchangeSink that stores exchanges in the capture database from one background thread.
+
+    No locks are shared with the submitting thread: the queue is a C ``SimpleQueue`` and each
+    counter has one writing thread, so ``stop()`` is safe to call from a signal handler that
+    interrupted ``submit()``.
+    """
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        *,
+        batch_interval: float = 0.2,
+        max_queue: int = 10000,
+        max_queue_bytes: int = 256 << 20,
+        analyzers: Sequence[Analyzer] = (),
+        max_decoded_bytes: int = DEFAULT_MAX_SIZE,
+        retry_interval: float = RETRY_INTERVAL,
+        status_file: bool = True,
+        keep_unstored: bool = True,
+    ):
+        self.db_path = Path(db_path)
+        self.batch_interval = batch_interval
+        self.max_queue = max_queue
+        self.max_queue_bytes = max_queue_bytes
+        self.analyzers = tuple(analyzers)
+        self.max_decoded_bytes = max_decoded_bytes
+        self.retry_interval = retry_interval
+        self.status_file = status_file
+        self.keep_unstored = keep_unstored
+        self.capture_epoch: int | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._accepting = True
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopping = threading.Event()
+        self._publisher: StatusPublisher | None = None
+        # Written by the submitting thread only.
+        self._drop_counter = itertools.count(1)
+        self._dropped = 0
+        self._bytes_in = 0
+        # Written by the writer thread only.
+        self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
+        self._counts: collections.Counter[str] = collections.Counter()  # the tallies of WriterStats
+        self._last_error: str | None = None
+        self._bytes_out = 0
+        self._outage = Outage(self.db_path, retry_interval)
+        self._unrecorded = Unrecorded()
+
+    # -- the proxy's side -------------------------------------------------------------------
+
+    def submit(self, exchange: Exchange) -> None:
+        """Queue an exchange for storage; never blocks, never raises."""
+        try:
+            if not self._accepting:
+                self._drop(exchange, "capture writer is not running")
+            elif self._queue.qsize() >= self.max_queue:
+                self._drop(exchange, "capture queue is full")
+            else:
+                size = _size(exchange)
+                backlog = self._bytes_in - self._bytes_out
+                if backlog > 0 and backlog + size > self.max_queue_bytes:
+                    self._drop(exchange, "capture queue holds too many bytes")
+                    return
+                self._bytes_in += size
+                self._queue.put(exchange)
+        except Exception:  # pragma: no cover - the hot path must never raise
+            pass
+
+    def _drop(self, exchange: Exchange, why: str) -> None:
+        n = next(self._drop_counter)
+        self._dropped = max(self._dropped, n)
+        self._last_error = why
+        if n == 1 or n % 1000 == 0:  # a full queue drops many: do not flood the log
+            log.error("capture dropped call %s: %s (%d dropped so far)", getattr(exchange, "id", "?"), why, n)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread and wait for its first attempt to open (and migrate) the
+        database. A store that cannot be opened does not fail this: it is reported and retried."""
+        if self._thread is not None:
+            raise RuntimeError("CaptureWriter already started")
+        self._thread = threading.Thread(target=self._run, name="ctxscope-writer", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self.status_file:
+            self._publisher = StatusPublisher(self.db_path, self.stats)
+
+    def stop(self, timeout: float = 30) -> bool:
+        """Stop accepting, store everything queued, close. True when everything was stored or counted."""
+        self._accepting = False
+        thread = self._thread
+        try:
+            if thread is None or not thread.is_alive():
+                return self._queue.empty() and not self._pending
+            self._stopping.set()
+            self._queue.put(_STOP)
+            thread.join(timeout)
+            if thread.is_alive():
+                log.error(
+                    "capture writer did not drain within %.1fs; %d calls still queued", timeout, self._queue.qsize()
+                )
+                return False
+            return self._queue.empty() and not self._pending
+        finally:
+            if self._publisher is not None:
+                self._publisher.publish()
+                self._publisher.close()
+                self._publisher = None
+
+    def stats(self) -> WriterStats:
+        return WriterStats(
+            queued=self._queue.qsize() + len(self._pending),
+            queued_bytes=max(0, self._bytes_in - self._bytes_out),
+            **{k: self._counts[k] for k in _TALLIES},
+            dropped=self._dropped,
+            last_error=self._last_error,
+            running=self._thread is not None and self._thread.is_alive(),
+            store_failures=self._outage.failures,
+            store_down_since=self._outage.since,
+        )
+
+    def delete_session(self, session: str, timeout: float = 30.0) -> dict:
+        """Delete a session in the writer thread, after the batch it is storing (see ``Writer``)."""
+        if not self._accepting or self._thread is None or not self._thread.is_alive():
+            raise WriterUnavailable("the capture writer is not running")
+        request = _Deletion(session)
+        self._queue.put(request)
+        try:
+            return request.done.result(timeout)
+        except TimeoutError:
+            request.done.cancel()
+            raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
+                                    f" ({self._last_error or 'busy'})") from None
+
+    @property
+    def store_down(self) -> bool:
+        return self._outage.down
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        db: sqlite_utils.Database | None = None
+        state: IngestState | None = None
+        stopping = final = False
+        try:
+            while True:
+                if db is None:
+                    db = self._open()
+                    self._ready.set()
+                    if db is not None:
+                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes)
+                if db is not None:
+                    assert state is not None  # set with db
+                    if not self._pending:
+                        item = self._take(block=not stopping)
+                        if item is None:
+                            break  # stopping, and everything is stored
+                        if item is _STOP:
+                            stopping = True
+                            continue
+                        if isinstance(item, _Deletion):
+                            if not self._delete(db, item):
+                                _close(db)
+                                db = None
+                            continue
+                        self._pending.append(item)
+                    ok, saw_stop = self._safe_batch(db, state)
+                    stopping = stopping or saw_stop
+                    if ok:
+                        continue
+                    _close(db)  # the store is unavailable: reconnect for the next attempt
+                    db = None
+                if final:
+                    break
+                if self._stopping.wait(self.retry_interval):
+                    final = True  # asked to stop: one last attempt at once, then give up
+            if db is not None:
+                self._unrecorded.flush(db, self._dropped, self._last_error)
+        finally:
+            self._accepting = False
+            self._ready.set()
+            self._leave(db)
+
+    def _open(self) -> sqlite_utils.Database | None:
+        """Connect (creating and migrating the database if need be); None if the store is unavailable."""
+        db = None
+        try:
+            db = store.connect(self.db_path)
+            owner_only.private_store(self.db_path)
+            if self.capture_epoch is None:
+                self.capture_epoch = store.next_capture_epoch(db)
+                store.record_event(db, "writer_started", detail=f"capture_epoch {self.capture_epoch}")
+            if self._outage.down and not self._pending and self._queue.empty():
+                with db.atomic():  # nothing waits: this write alone says the store works again
+                    record(db, self._outage.events(self._last_error), 0, self._last_error)
+                self._outage.ended()
+            return db
+        except Exception as e:
+            _close(db)
+            self._store_failed(e, opening=True)
+            return None
+
+    def _leave(self, db: sqlite_utils.Database | None) -> None:
+        """The thread ends: say what could not be stored, keep it in a spool, close."""
+        unstored = list(self._pending)
+        while True:
+            item = self._take()
+            if item is None:
+                break
+            if isinstance(item, _Deletion):
+                item.done.set_exception(WriterUnavailable("the capture writer stopped"))
+            elif item is not _STOP:
+                unstored.append(item)
+        if unstored:
+            self._pending.extend(unstored[len(self._pending):])
+            log.error("capture writer stopping with %d calls unstored: the store is unavailable (%s)",
+                      len(unstored), self._last_error)
+            if self.keep_unstored:
+                keep_leftovers(self.db_path, [pack(ex) for ex in unstored])
+        if db is not None:
+            with contextlib.suppress(Exception):
+                store.record_event(db, "writer_stopped")
+            _close(db)
+
+    def _delete(self, db: sqlite_utils.Database, request: _Deletion) -> bool:
+        """Serve a deletion; False when the store failed (the caller reconnects)."""
+        if not request.done.set_running_or_notify_cancel():
+            return True  # its caller gave up waiting
+        try:
+            request.done.set_result(delete_session(db, request.session))
+        except Exception as e:
+            request.done.set_exception(WriterUnavailable(f"deleting session {request.session!r} failed: {describe(e)}"))
+            return not store_unavailable(e)
+        return True
+
+    def _take(self, block: bool = False):
+        """The next queued item (None if empty and not blocking)."""
+        try:
+            return self._queue.get(block)
+        except queue.Empty:
+            return None
+
+    def _store_failed(self, e: BaseException, *, opening: bool = False) -> None:
+        """The store is unavailable: count it, say it, keep the calls."""
+        self._last_error = describe(e)
+        self._outage.failed(self._last_error, self.stats().queued, opening=opening)
+
+    def _safe_batch(self, db: sqlite_utils.Database, state: IngestState) -> tuple[bool, bool]:
+        """Store a batch; (False if the store is unavailable, True if a stop marker was seen)."""
+        try:
+            return self._write_batch(db, state)
+        except Exception as e:  # a bug in the batch logic itself: keep the thread alive
+            log.exception("capture writer error")
+            self._last_error = describe(e)
+            with contextlib.suppress(Exception):
+                db.rollback()
+            state.bases.clear()
+            if store_unavailable(e):
+                self._store_failed(e)
+                return False, False
+            if self._pending:  # the call it was on is given up, or the thread would loop on it
+                self._done(self._pending.popleft())
+                self._counts["failed"] += 1
+            return True, False
+
+    def _write_batch(self, db: sqlite_utils.Database, state: IngestState, more: bool = True) -> tuple[bool, bool]:
+        """Store the pending calls and whatever else is queued in one transaction.
+
+        Commits when the queue is empty, after MAX_BATCH calls or after ``batch_interval``. If the
+        store is unavailable, the batch goes back to the front of the line. If the transaction
+        fails otherwise, each call of the batch is retried in its own transaction.
+        """
+        batch: list[Exchange] = []
+        stopping = False
+        outcome: collections.Counter[str] = collections.Counter()
+        events: list[dict] = []
+        down = self._outage.down
+        outage = self._outage.events(self._last_error)
+        pending = list(self._unrecorded.events)
+        drops = self._dropped - self._unrecorded.drops_recorded
+        try:
+            store.begin(db)
+            began = time.monotonic()
+            while len(batch) < MAX_BATCH and (more or not batch):
+                if self._pending:
+                    nxt = self._pending.popleft()
+                elif not batch or time.monotonic() - began < self.batch_interval:
+                    nxt = self._take()
+                    if nxt is None:
+                        break
+                    if nxt is _STOP:
+                        stopping = True
+                        break
+                    if isinstance(nxt, _Deletion):  # after this batch's commit
+                        self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
+                        break
+                else:
+                    break
+                batch.append(nxt)
+                self._write_one(db, state, nxt, outcome, events)
+            record(db, outage + pending + events, drops, self._last_error)
+            store.commit(db)
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                db.rollback()
+            state.bases.clear()
+            self._pending.extendleft(reversed(batch))  # first in line again, in order
+            if store_unavailable(e):
+                self._store_failed(e)
+                return False, stopping
+            if len(batch) > 1:
+                log.warning("capture batch of %d failed (%s); retrying call by call", len(batch), describe(e))
+                for _ in batch:
+                    ok, _saw = self._write_batch(db, state, more=False)
+                    if not ok:
+                        return False, stopping
+            elif batch:
+                self._fail(db, self._pending.popleft(), e)
+            return True, stopping
+        if down:
+            self._outage.ended()
+        self._unrecorded.recorded(len(pending), drops)
+        for ex in batch:
+            self._done(ex)
+        outcome["commits"] = 1
+        self._counts.update(outcome)
+        if events:
+            self._last_error = events[-1]["detail"]
+        return True, stopping
+
+    def _done(self, ex: Exchange) -> None:
+        self._bytes_out += _size(ex)
+
+    def _write_one(
+        self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: collections.Counter, events: list
+    ) -> None:
+        """One exchange in a savepoint: a failure rolls back only this exchange."""
+        if store.is_stored(db, ex.id):
+            outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
+            return
+        try:
+            with db.atomic():
+                result = ingest(db, ex, state, self.analyzers)
+        except Exception as e:
+            if not db.conn.in_transaction or store_unavailable(e):
+                raise  # the store failed, or the error ended the whole transaction: redo the batch
+            state.bases.clear()
+            outcome["failed"] += 1
+            events.append(call_event("write_failed", ex, describe(e)))
+            log.error("capture of call %s failed: %s", ex.id, describe(e))
+            return
+        outcome["written"] += 1
+        if result.row.get("parse_error"):
+            outcome["parse_failed"] += 1
+            events.append(call_event("parse_failed", ex, result.row["parse_error"]))
+            log.warning("response of call %s could not be parsed: %s", ex.id, result.row["parse_error"])
+        for name, err in result.analysis_errors:
+            outcome["analysis_failed"] += 1
+            events.append(call_event("analysis_failed", ex, f"{name}: {describe(err)}"))
+            log.warning("analyzer %s failed on call %s: %s", name, ex.id, describe(err))
+
+    def _fail(self, db: sqlite_utils.Database, ex: Exchange, e: BaseException) -> None:
+        """A call that could not be stored even alone: count, log, and record it when possible."""
+        log.error("capture of call %s failed: %s", ex.id, describe(e))
+        self._done(ex)
+        self._counts["failed"] += 1
+        self._last_error = describe(e)
+        self._unrecorded.add(call_event("write_failed", ex, self._last_error))
+        self._unrecorded.flush(db, self._dropped, self._last_error)
+
+
+def _close(db: sqlite_utils.Database | None) -> None:
+    if db is not None:
+        with contextlib.suppress(Exception):
+            db.close()
+
+
+def _size(ex: Exchange) -> int:
+    return len(ex.request_body) + len(ex.response_body)
