@@ -301,6 +301,7 @@ def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(t
         expect(status).to_contain_text("failure", timeout=30000)  # storing again; the failures stay counted
         down.wait_for_calls(1, session="down", timeout=30)
     finally:
+        page.goto("about:blank")  # leave first: the live feed would reconnect to the stopped daemon and log it
         down.stop()
     # The sessions list could not load while the store was unreadable (a 503 that says why): expected here.
     page.problems[:] = [p for p in page.problems if "status of 503" not in p]
