@@ -9,11 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ctxscope.vocab.kinds import Outcome
-
-# The inspector still imports this name; the store's move to the enums retires it.
-OK = Outcome.OK
-
 
 @dataclass(frozen=True)
 class Exchange:

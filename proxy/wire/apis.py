@@ -10,13 +10,6 @@ from __future__ import annotations
 
 from ctxscope.vocab.apis import Api
 
-# The inspector still imports these names; the store's move to the enums retires them.
-ANTHROPIC_MESSAGES = Api.ANTHROPIC_MESSAGES
-ANTHROPIC_COUNT_TOKENS = Api.ANTHROPIC_COUNT_TOKENS
-OPENAI_CHAT = Api.OPENAI_CHAT
-OPENAI_RESPONSES = Api.OPENAI_RESPONSES
-GEMINI_GENERATE = Api.GEMINI_GENERATE
-
 _GEMINI_METHODS = ("generateContent", "streamGenerateContent")
 
 
