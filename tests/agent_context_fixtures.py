@@ -84,14 +84,24 @@ class RoutedModel(ScriptedModel):
     """ScriptedModel whose checkpoint requests are answered by ``checkpoint(request)`` instead of the script."""
 
     def __init__(self, script: Iterable[Any] = (), *, checkpoint: Callable[[ModelRequest], Any] | None = None,
-                 usage: bool = True, **kw: Any) -> None:
+                 usage: bool = True, enforce: int | None = None, **kw: Any) -> None:
         super().__init__(script, **kw)
         self.checkpoint = checkpoint or (lambda req: summary())
         self.checkpoints: list[ModelRequest] = []
         self.realistic_usage = usage
+        self.enforce = enforce  # refuse a prompt over this many tokens, as a provider refuses one over its window
+        self.refused: list[int] = []
 
     async def send(self, call, on_delta=None):
         req = call.request
+        if self.enforce is not None:
+            from ctxscope.agent.core.estimate import estimate_request
+            from ctxscope.agent.core.model import ContextOverflowError
+
+            tokens = estimate_request(req.system, req.tools, req.messages).total
+            if tokens > self.enforce:
+                self.refused.append(tokens)
+                raise ContextOverflowError(f"prompt is too long: {tokens} tokens > {self.enforce} maximum")
         if is_checkpoint(req):
             self.checkpoints.append(req)
             item = self.checkpoint(req)
@@ -114,10 +124,11 @@ class RoutedModel(ScriptedModel):
 
 def make_rt(tmp_path, script=(), *, window: int = 128_000, output: int = 4096, settings: dict | None = None,
             tools: Iterable[Tool] = (BLOB,), hooks=None, extensions: Iterable[Extension] = (), core: bool = True,
-            checkpoint=None, model=None, **kw: Any):
+            checkpoint=None, model=None, enforce: int | None = None, **kw: Any):
     ws = tmp_path / "ws"
     ws.mkdir(parents=True, exist_ok=True)
-    model = model or RoutedModel(script, checkpoint=checkpoint, context_window=window, max_output_tokens=output)
+    model = model or RoutedModel(script, checkpoint=checkpoint, context_window=window, max_output_tokens=output,
+                                 enforce=enforce)
     st = ContextSettings.from_mapping(settings or {})
     exts = ([core_tools_extension()] if core else []) + [tools_extension(*tools), *extensions]
     manager = context_manager(settings=st, hooks=hooks)

@@ -19,7 +19,8 @@ from ctxscope.agent.providers.scripted import answer
 from ctxscope.inspector.analysis_input import parse_event
 
 SHOT = {"type": "image", "origin": "computer_use", "data": "..."}
-W, OUT = 20_000, 4096  # input limit and trigger line 3616
+W, OUT = 20_000, 4096
+LIMIT = 3616  # the input limit and the trigger line of W/OUT
 
 
 def observer(ext_id, seen, *, appends=False):
@@ -117,35 +118,82 @@ async def test_a_broken_hook_does_not_stop_compaction(tmp_path):
     assert (await s.run("go")).ok and len(model.checkpoints) == 1 and s.history.epoch == 1
 
 
+def declared(requests, kind):
+    return [q for q in requests if f"{kind};" in q.headers.get("x-ctxscope-event", "")]
+
+
 async def test_no_thrash_loop_when_compaction_cannot_make_room(tmp_path):
-    """A system prompt that fills most of the trigger line: every compaction would leave it over again at once."""
+    """A system prompt that fills most of the trigger line: the guard stops automatic compaction after the first
+    one, and every later request that would not fit the input limit is compacted anyway (the model refuses any
+    prompt over it): no step fails."""
     sys_prompt = filler("rules", 3000)
     script = [answer("", blob(f"r{i}", tokens=800)) for i in range(12)] + ["done"]
     _rt, model, s = make_rt(tmp_path, script, window=W, core=False, system_prompt=sys_prompt,
-                           settings={"checkpoint_mode": "separate"})
+                           settings={"checkpoint_mode": "separate"}, enforce=LIMIT)
     r = await s.run("work through it")
-    assert r.ok and r.steps == 13
-    assert len(model.checkpoints) == 1  # compacted once, then stopped: no loop
+    assert r.ok and r.steps == 13 and model.refused == []
     state = s.view.state.get("compaction")
     assert state["auto"] == "off" and "less than 20% below the trigger line" in state["reason"]
     guard = [e for e in context_events(s.view.dir) if e["event"] == "compaction_stopped"]
     assert len(guard) == 1 and guard[0]["auto"] == "off"
-    events = [q.headers.get("x-ctxscope-event", "") for q in model.main_requests]
-    assert sum("compaction_stopped; by=guard" in e for e in events) == 1
-    assert sum("checkpoint;" in e for e in events) == 1
+    assert len(declared(model.main_requests, "compaction_stopped")) == 1
+    forced = [e for e in context_events(s.view.dir) if e["event"] == "compaction_forced"]
+    assert forced and {(e["why"], e["over"], e["limit"]) for e in forced} == {("auto_off", "input_limit", LIMIT)}
+    # one forced compaction per step that would not have fit, each declared on the request that follows it
+    assert len(model.checkpoints) == 1 + len(forced) == 1 + len(declared(model.main_requests, "compaction_forced"))
 
 
 async def test_no_thrash_loop_when_every_turn_refills_the_window(tmp_path):
     script = []
     for turn in range(5):
         script += [answer("", blob(f"t{turn}", tokens=4000)), f"turn {turn} done"]
-    _rt, model, s = make_rt(tmp_path, script, window=W, core=False)
+    _rt, model, s = make_rt(tmp_path, script, window=W, core=False, enforce=LIMIT)
     for turn in range(5):
         assert (await s.run(f"turn {turn}")).ok
-    assert len(model.checkpoints) == 1  # each turn adds more than the room a compaction leaves: stopped at once
-    state = s.view.state.get("compaction")
+    assert model.refused == []
+    state = s.view.state.get("compaction")  # the guard still stops line-triggered compaction after the first
     assert state["auto"] == "off" and "would fire again within the next turn" in state["reason"]
-    assert all("checkpoint" not in q.headers.get("x-ctxscope-event", "") for q in model.main_requests[3:])
+    # each later turn's output alone is over the input limit: compacted anyway, once per turn, and marked
+    assert len(model.checkpoints) == 5 and len(declared(model.main_requests, "compaction_forced")) == 4
+    assert len(declared(model.main_requests, "checkpoint")) == 5
+
+
+async def test_two_automatic_compactions_and_forced_ones_in_one_session_none_fails(tmp_path):
+    """Turns that each push the request over the trigger line, against a model that refuses any prompt over the
+    input limit: the first two compactions are line-triggered (the second stops the guard), the later ones are
+    forced; no turn fails and the history's epoch counts every replacement."""
+    script = []
+    for turn in range(6):
+        script += [answer("", blob(f"a{turn}", tokens=1500)), answer("", blob(f"b{turn}", tokens=1500)),
+                   f"turn {turn} done"]
+    _rt, model, s = make_rt(tmp_path, script, window=W, core=False, enforce=LIMIT,
+                           settings={"checkpoint_mode": "separate"})
+    for turn in range(6):
+        r = await s.run(f"turn {turn}")
+        assert r.ok, (turn, r.outcome, r.reason)
+    assert model.refused == []
+    events = [e for e in context_events(s.view.dir) if e["event"] in ("checkpoint", "compaction_forced")]
+    checkpoints = [e for e in events if e["event"] == "checkpoint"]
+    assert [e["trigger"] for e in checkpoints][:2] == ["threshold", "threshold"]
+    assert {e["trigger"] for e in checkpoints[2:]} == {"limit"} and len(checkpoints) > 2
+    assert s.history.epoch == len(checkpoints) == len(model.checkpoints)
+    assert s.view.state.get("compaction")["auto"] == "off"
+
+
+async def test_a_provider_overflow_compacts_even_when_the_guard_stopped_compaction(tmp_path):
+    """The provider refuses a prompt the local estimate thought would fit: the overflow path compacts although
+    automatic compaction is off, declares it, and the turn goes on."""
+    _rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
+                                      "fits now"])
+    from ctxscope.agent.context.compaction.outcome import set_auto
+
+    set_auto(s.view, False, "stopped by the guard earlier", turn=0, step=0)
+    r = await s.run("go")
+    assert r.ok and r.text == "fits now"
+    [ev] = [e for e in context_events(s.view.dir) if e["event"] == "compaction_forced"]
+    assert (ev["why"], ev["over"]) == ("auto_off", "provider")
+    last = model.main_requests[-1].headers["x-ctxscope-event"]
+    assert "compaction_forced; why=auto_off; over=provider" in last and "checkpoint; rung=hall" in last
 
 
 async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_path):
@@ -217,3 +265,40 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     assert marked(rows[1]) == {"tool_output_externalized"}
     assert marked(rows[archived]) == {"compaction", "tool_results_archived"}
     assert marked(rows[-2]) == {"checkpoint_request"} and marked(rows[-1]) == {"compaction", "checkpoint"}
+
+
+async def test_consecutive_compacting_turns_against_the_simulator_with_its_window_enforced(tmp_path):
+    """Real HTTP to the simulator (32K window, the agent's Anthropic client): every turn's tool output crosses the
+    input limit (15,616 tokens), the guard stops line-triggered compaction after the first, and every later turn
+    is compacted anyway: no turn fails and the simulator refuses nothing."""
+    from sim_fixtures import loop_simulator
+
+    window, output, limit = 32_000, 8192, 15_616
+    async with loop_simulator() as (state, url):
+        state.context_window = window
+        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url,
+                                     context_window=window, max_output_tokens=output),
+                             retry=RetryPolicy(max_retries=0))
+        rt, _, s = make_rt(tmp_path, model=client, core=False, settings={"checkpoint_mode": "separate"})
+        try:
+            for turn in range(6):
+                steps = [{"match": "<checkpoint-request>", "text": summary()} for _ in range(3)]
+                steps += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
+                          for i in range(4)]
+                state.set_script(steps + [{"text": f"turn {turn} done"}])
+                r = await s.run(f"turn {turn}")
+                assert (r.outcome, r.text) == ("completed", f"turn {turn} done"), (turn, r.reason)
+        finally:
+            await rt.aclose()
+    assert s.view.state.get("compaction")["auto"] == "off"
+    events = context_events(s.view.dir)
+    checkpoints = [e for e in events if e["event"] == "checkpoint"]
+    forced = [e for e in events if e["event"] == "compaction_forced"]
+    assert {e["turn"] for e in checkpoints} == set(range(1, 7))  # every turn compacted
+    assert checkpoints[0]["trigger"] == "threshold" and {e["trigger"] for e in checkpoints[1:]} == {"limit"}
+    assert len(forced) == len(checkpoints) - 1 and all(e["limit"] == limit for e in forced)
+    usage = [r["message"]["meta"]["usage"] for r in s.history.file.records()
+             if r.get("type") == "message" and r["message"]["meta"].get("usage")]
+    # the simulator's own count of every prompt it answered stayed within the input limit
+    assert len(usage) == 6 * 5 and max(u["input_tokens"] for u in usage) <= limit
+    assert not [e for e in events if e["event"] == "compaction_failed"]

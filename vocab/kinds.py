@@ -80,6 +80,7 @@ class MarkerKind(StrEnum):
     COMPACTION_FAILED = "compaction_failed"
     COMPACTION_DEFERRED = "compaction_deferred"
     COMPACTION_STOPPED = "compaction_stopped"
+    COMPACTION_FORCED = "compaction_forced"
     SOURCES_AVAILABLE = "sources_available"
     CITATIONS = "citations"
     SOURCE_CITATION_RETRY = "source_citation_retry"

@@ -20,7 +20,13 @@ trigger line free, must not be predicted to fire again within the next turn (wha
 added so far would push it over again), and must not follow another one in the same or the
 previous turn. Otherwise automatic compaction stops for the session, recorded and shown by
 /context; a manual /compact turns it back on. A failed automatic compaction is not retried in the
-same turn (the provider's overflow error still gets its chance).
+same turn.
+
+Never at the price of a request that cannot fit: when the guard (or a failure this turn) holds
+compaction back and the request is over the provider's input limit or byte limit, it is compacted
+anyway (trigger ``limit``, at most once per step), and a provider "prompt too long" always goes
+through the overflow path (compact, then the loop retries). Each such decision is a
+``compaction_forced`` event in the history and a marker on the next request.
 """
 
 from __future__ import annotations
@@ -57,12 +63,14 @@ from ...core.state import SessionView
 from ..settings import settings_from
 from .archive import ArchivePlan, plan_archive
 from .checkpoint import load_system_prompt
-from .engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
+from .engine import FORCED_TRIGGER, LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
 from .events import (
     COMPACTION_DEFERRED,
+    COMPACTION_FORCED,
     COMPACTION_STOPPED,
     CompactionHooks,
     event_value,
+    record,
 )
 from .history import prune_screenshots
 from .manual import compact_session
@@ -93,6 +101,7 @@ class ContextManager:
         self._pending: dict[str, list[str]] = {}  # annotations for a session's next request (after /compact)
         self._turn_start: dict[str, tuple[int, int]] = {}  # session -> (turn, footprint at its first request)
         self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
+        self._forced: dict[str, tuple[int, int]] = {}  # session -> (turn, step) of the last forced compaction
 
     # --- wiring ---------------------------------------------------------------------------------------
     def extension(self) -> Extension:
@@ -142,11 +151,24 @@ class ContextManager:
             ctx.effects.declare(value)
         request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
         passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
-        if (self.host is None or not self.settings.auto_compact or not auto_enabled(view)
-                or self._failed.get(view.id) == ctx.turn):
+        if self.host is None or not self.settings.auto_compact:
             return passthrough
         engine = self.engine()
         fp = self.footprint(view, ctx.system, ctx.tools, request)
+        held = self._held_back(view, ctx.turn)
+        if held is not None:
+            # the guard (or a failure this turn) holds automatic compaction back, but never at the price of a
+            # request that cannot fit (docs/architecture.md, "Compaction never leaves a request to fail")
+            over = self._over_limit(engine, fp.tokens, ctx.system, ctx.tools, request)
+            if over is None or self._forced.get(view.id) == (ctx.turn, ctx.step):
+                return passthrough
+            self._forced[view.id] = (ctx.turn, ctx.step)
+            self._decide_forced(view, ctx.turn, ctx.step, ctx.effects, why=held, over=over, tokens=fp.tokens,
+                                limit=engine.lines.provider_input_limit)
+            history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
+            outcome = await self._auto(view, ctx.turn, ctx.step, FORCED_TRIGGER, tuple(history), ctx.system,
+                                       ctx.tools, fp.tokens, ctx.effects, None, engine)
+            return self._verdict(outcome, passthrough)
         start = self._turn_start.get(view.id)
         if start is None or start[0] != ctx.turn:
             self._turn_start[view.id] = (ctx.turn, fp.tokens)
@@ -163,6 +185,11 @@ class ContextManager:
             trigger = "archive_plan"
         outcome = await self._auto(view, ctx.turn, ctx.step, trigger, tuple(history), ctx.system, ctx.tools,
                                    fp.tokens, ctx.effects, plan, engine)
+        return self._verdict(outcome, passthrough)
+
+    @staticmethod
+    def _verdict(outcome: CompactionOutcome | None,
+                 passthrough: ModifyRequest | None) -> ModifyRequest | ReplaceHistory | Abort | None:
         if outcome is None:
             return passthrough
         if outcome.replaced:
@@ -171,15 +198,44 @@ class ContextManager:
             return Abort(f"{POST_ADMISSION_FAILED}: {outcome.detail}")
         return passthrough
 
+    def _held_back(self, view: SessionView, turn: int) -> str | None:
+        """Why automatic compaction would not run now (None: it may)."""
+        if not auto_enabled(view):
+            return "auto_off"
+        if self._failed.get(view.id) == turn:
+            return "failed_this_turn"
+        return None
+
+    def _over_limit(self, engine: CompactionEngine, tokens: int, system: str, tools: Sequence[ToolSpec],
+                    messages: Sequence[Message]) -> str | None:
+        """Which provider limit the request exceeds: ``input_limit``, ``bytes`` or None."""
+        if tokens > engine.lines.provider_input_limit:
+            return "input_limit"
+        if engine.body_bytes(system, tools, messages) > engine.byte_limit:
+            return "bytes"
+        return None
+
+    def _decide_forced(self, view: SessionView, turn: int, step: int, effects: Effects, *, why: str, over: str,
+                       tokens: int, limit: int) -> None:
+        """A compaction the guard would not have run: an event in the history and a marker on the next request."""
+        log.warning("session %s: compacting although %s: the request is over the %s (%d tokens, limit %d)",
+                    view.id, why, over, tokens, limit)
+        record(view, COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
+        effects.declare(event_value(COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit))
+
     async def on_overflow(self, octx: OverflowContext) -> bool:
-        """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry."""
+        """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry,
+        whatever the thrash guard said (docs/architecture.md, "Compaction never leaves a request to fail")."""
         view = octx.session
-        if self.host is None or not auto_enabled(view):
+        if self.host is None:
             return False
         history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
         fp = self.footprint(view, octx.system, octx.tools, history)
+        engine = self.engine()
+        self._decide_forced(view, octx.turn, octx.step, octx.effects, why=self._held_back(view, octx.turn) or "none",
+                            over="provider", tokens=fp.tokens, limit=engine.lines.provider_input_limit)
         outcome = await self._auto(view, octx.turn, octx.step, "overflow", tuple(history), octx.system, octx.tools,
-                                   fp.tokens, octx.effects, None, self.engine())
+                                   fp.tokens, octx.effects, None, engine)
         if outcome is None or not outcome.replaced:
             return False
         await octx.history.replace(tuple(outcome.messages or ()), f"compaction:{outcome.stage}")
@@ -203,7 +259,7 @@ class ContextManager:
         record_outcome(view, outcome, turn, step)
         for value in request_annotations(outcome):
             effects.declare(value)
-        if outcome.replaced:
+        if outcome.replaced and auto_enabled(view) and trigger != FORCED_TRIGGER:
             self._guard(view, outcome, turn, step, effects, engine)
         else:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn

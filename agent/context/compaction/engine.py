@@ -35,7 +35,8 @@ from .replace import POST_ADMISSION_FAILED, admit, build_appendix
 COMPACTION_INPUT_TOO_LARGE = "COMPACTION_INPUT_TOO_LARGE"
 CHECKPOINT_REQUEST_FAILED = "CHECKPOINT_REQUEST_FAILED"
 CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
-LINE_TRIGGERS = ("threshold", "bytes", "overflow")  # triggers that mean "we are over a line"
+FORCED_TRIGGER = "limit"  # over the input limit while the thrash guard held automatic compaction back
+LINE_TRIGGERS = ("threshold", "bytes", "overflow", FORCED_TRIGGER)  # triggers that mean "we are over a line"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class CompactionInput:
     session: SessionView
     turn: int
     step: int
-    trigger: str  # threshold, bytes, archive_plan, overflow, manual
+    trigger: str  # threshold, bytes, archive_plan, overflow, limit, manual
     history: tuple[Message, ...]
     system: str
     tools: tuple[ToolSpec, ...]

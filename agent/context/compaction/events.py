@@ -7,7 +7,8 @@ ignored by loading). Marker kinds: ``tool_output_externalized``, ``tool_results_
 ``checkpoint``, and ``compaction`` on the first request after any history replacement (the
 inspector's has_compaction_before side, so never used for anything else); ``checkpoint_request``
 on the checkpoint call itself; ``compaction_failed``, ``compaction_deferred`` and
-``compaction_stopped`` when nothing was replaced.
+``compaction_stopped`` when nothing was replaced; ``compaction_forced`` when a compaction runs
+although the thrash guard held it back, or after the provider's overflow.
 
 PreCompact / PostCompact hooks: the SPI events ``before_compact`` / ``after_compact`` (any extension
 subscribes with ``api.on``), plus hooks handed to the builtin directly (``CompactionHooks``), which
@@ -41,6 +42,7 @@ COMPACTION = "compaction"  # only on the first request after a history replaceme
 COMPACTION_FAILED = "compaction_failed"
 COMPACTION_DEFERRED = "compaction_deferred"
 COMPACTION_STOPPED = "compaction_stopped"  # automatic compaction switched off (by the guard or a hook)
+COMPACTION_FORCED = "compaction_forced"  # compacted although the guard held back: the request would not fit
 CHECKPOINT_REQUEST = "checkpoint_request"  # the checkpoint call itself
 
 _BAD_VALUE = re.compile(r"[^A-Za-z0-9_.:/+-]")
