@@ -202,3 +202,39 @@ async def test_the_guard_never_blocks_tools_or_ends_the_turn(tmp_path):
     r = await s.run("go")
     assert r.ok and r.text == "finally done" and r.steps == 13
     assert all(not t.is_error for m in s.messages if m.role == "tool" for t in m.tool_results)
+
+
+async def test_a_loop_over_a_200_kib_output_is_reminded_by_its_third_repetition(tmp_path):
+    """Against the simulator over real HTTP with the default builtins: the output goes to a new artifact every
+    time, so every receipt differs, yet the guard sees the same output and reminds after the third step."""
+    from sim_fixtures import loop_simulator
+
+    from ctxscope.agent.providers.catalog import make_client, resolve
+    from ctxscope.agent.providers.retry import RetryPolicy
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.log").write_text("".join(f"line {n:06d} the same output every time\n" for n in range(5300)))
+    assert (ws / "big.log").stat().st_size >= 200 * 1024
+    async with loop_simulator() as (state, url):
+        state.context_window = 200_000
+        steps = [{"tool_calls": [{"name": "bash", "arguments": {"command": "cat big.log"}}]} for _ in range(5)]
+        state.set_script(steps + [{"text": "done"}])
+        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
+                             retry=RetryPolicy(max_retries=0))
+        rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws)
+        try:
+            s = rt.create_session()
+            assert (await s.run("look at the log")).ok
+        finally:
+            await rt.aclose()
+        requests = [r for r in state.requests() if r["path"].endswith("/messages")]
+    receipts = {b["content"] if isinstance(b["content"], str) else json.dumps(b["content"])
+                for m in requests[-1]["body"]["messages"] if isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_result"}
+    assert len(receipts) == 5  # five different receipts (each names its own artifact)
+    events = [{k.lower(): v for k, v in r["headers"].items()}.get("x-ctxscope-event", "") for r in requests]
+    reminded = [i for i, e in enumerate(events) if "guard_reminder;" in e]
+    assert reminded == [3]  # the request after the third repetition carries the reminder
+    assert "signal=repeated_action; count=3" in events[3] or "signal=no_progress" in events[3]
+    assert all("tool_output_externalized" in events[i] for i in range(1, 6))

@@ -234,3 +234,41 @@ def test_priority_no_progress_then_error_family_then_repeated_action_then_pollin
     assert choose_reminder(everything[:1], 3).kind == POLLING
     assert choose_reminder([s(ABAB, 9), s(REPEATED_RESULT, 9)], 3) is None  # observe-only signals
     assert choose_reminder([s(NO_PROGRESS, 2), s(POLLING, 3)], 3).kind == POLLING  # under threshold: not eligible
+
+
+def test_an_externalised_output_is_fingerprinted_by_its_content_not_its_receipt():
+    fp = Fingerprinter(KEY)
+    c = call("bash", command="cat big.log")
+
+    def moved(n, sha):
+        path = f"/home/s/artifacts/t1s{n}-bash-c0.txt"
+        return res(c, f"Tool output moved to a file: {path}", externalized={"artifact": path, "bytes": 204800,
+                                                                             "wrapped": False, "sha256": sha})
+
+    a, b, other = (step(fp, n, (c, moved(n, sha))) for n, sha in ((1, "ab" * 32), (2, "ab" * 32), (3, "cd" * 32)))
+    assert a.calls[0].result == b.calls[0].result and a.calls[0].pair == b.calls[0].pair
+    assert other.calls[0].result != a.calls[0].result  # a different output behind the same kind of receipt
+    tr = SignalTracker()
+    counts = run(tr, fp, [[(c, moved(n, "ab" * 32))] for n in range(1, 4)])
+    assert [x.get(REPEATED_ACTION) for x in counts] == [1, 2, 3]
+
+
+def test_the_error_family_signal_says_whether_the_arguments_changed():
+    from ctxscope.agent.guard.reminder import reminder_text
+
+    def last_family(steps):
+        fp, tr = Fingerprinter(KEY), SignalTracker()
+        signals = []
+        for n, pairs in enumerate(steps, 1):
+            signals = tr.observe(step(fp, n, *pairs))
+        return next(s for s in signals if s.kind == SAME_ERROR_FAMILY)
+
+    same_call = call("read", path="missing.txt")
+    repeated = last_family([[(same_call, res(same_call, "Error: file not found", True))] for _ in range(3)])
+    varied_calls = [call("read", path=f"missing{n}.txt") for n in range(3)]
+    varied = last_family([[(c, res(c, f"Error: file not found: {c.arguments['path']}", True))]
+                          for c in varied_calls])
+    assert (repeated.count, repeated.varied, varied.count, varied.varied) == (3, False, 3, True)
+    assert "even though the arguments changed" not in reminder_text(repeated)
+    assert "the same call" in reminder_text(repeated) and "not found" in reminder_text(repeated)
+    assert "even though the arguments changed" in reminder_text(varied)

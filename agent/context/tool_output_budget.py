@@ -13,6 +13,7 @@ is written wrapped at 1000 characters (the exact bytes are kept next to it as ``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -159,7 +160,10 @@ class ToolOutputBudget:
             else:
                 content = receipt(result.name, art, is_error=result.is_error,
                                   why="Tool output moved to a file: it is too large for the conversation") + marker
-                details["externalized"] = {"artifact": str(art.path), "bytes": art.bytes, "wrapped": art.wrapped}
+                # the content hash lets the runaway guard see the same output behind receipts that name
+                # different files (docs/architecture.md, "The guard sees through receipts")
+                details["externalized"] = {"artifact": str(art.path), "bytes": art.bytes, "wrapped": art.wrapped,
+                                           "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
                 record(ctx.session, TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
                        bytes=art.bytes, artifact=str(art.path))
                 ctx.effects.declare(event_value(TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=art.bytes,

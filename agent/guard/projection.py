@@ -9,6 +9,10 @@ raw arguments and outputs never leave the guard.
 
 Before hashing, result text loses values that change on every run without meaning anything
 (durations, clock times, hex addresses), so "ran 3 tests in 0.41s" twice is one result.
+
+An output the tool-output budget moved to an artifact is fingerprinted by the artifact's content
+hash (``details["externalized"]["sha256"]``), not by its receipt, which names a new file each time
+(docs/architecture.md, "The guard sees through receipts").
 """
 
 from __future__ import annotations
@@ -58,8 +62,9 @@ def normalise(text: str) -> str:
     return text
 
 
-def error_family(result: ToolResult) -> str:
-    """``code:<code>``, ``class:<class>`` or ``text:<first 1024 chars>`` (hashed before it leaves)."""
+def error_family(result: ToolResult, text_key: str | None = None) -> str:
+    """``code:<code>``, ``class:<class>`` or ``text:<first 1024 chars>`` (hashed before it leaves); ``text_key``
+    replaces the text in the last form (an externalised output's content hash)."""
     d = result.details or {}
     for key in _CODE_KEYS:
         value = d.get(key)
@@ -73,7 +78,7 @@ def error_family(result: ToolResult) -> str:
     for name, rx in ERROR_CLASSES:
         if rx.search(text):
             return f"class:{name}"
-    return "text:" + normalise(text)
+    return "text:" + (text_key if text_key is not None else normalise(text))
 
 
 def family_label(family: str) -> str:
@@ -118,12 +123,23 @@ class StepView:
     batch: str  # the step's actions as one multiset fingerprint ("" for a step without tool calls)
 
 
+def result_content(result: ToolResult) -> tuple[str, dict[str, Any]]:
+    """What a result says, for fingerprinting: an externalised output by its content hash, never its receipt."""
+    details = dict((result.details or {}).items())
+    moved = details.get("externalized")
+    if isinstance(moved, Mapping) and isinstance(moved.get("sha256"), str):
+        details["externalized"] = {"sha256": moved["sha256"], "bytes": moved.get("bytes")}
+        return "externalized:" + moved["sha256"], details
+    return normalise(result.content), details
+
+
 def project_call(fp: Fingerprinter, call: ToolCall, result: ToolResult, policy: ToolPolicy) -> CallView:
     action = fp("action", call.name, policy.action_arguments(call))
-    details = dict((result.details or {}).items())
+    content, details = result_content(result)
     errored = policy.errored(call, result)
-    res = fp("result", call.name, normalise(result.content), details, errored)
-    family = error_family(result) if errored else None
+    res = fp("result", call.name, content, details, errored)
+    moved = content.startswith("externalized:") and "externalized" in details
+    family = error_family(result, content if moved else None) if errored else None
     progress = policy.progress_of(call, result)
     return CallView(
         action=action, result=res, pair=fp("pair", action, res),

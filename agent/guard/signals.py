@@ -6,7 +6,8 @@ a step without tool calls resets everything. Six signals:
 - ``repeated_action``: the same call with the same answer (action + result pair) step after step.
   Keying on the pair keeps a debugger's ``next`` or a log tail that advances from counting.
 - ``repeated_result``: the same result, whatever produced it (observe only).
-- ``same_error_family``: failures of one family in a row, even with varying arguments.
+- ``same_error_family``: failures of one family in a row, even with varying arguments (the signal
+  says whether they varied, so the reminder does not claim a change that did not happen).
 - ``abab_alternation``: the last four (or more) action batches alternate A, B, A, B (observe only);
   its count is the number of A-B repetitions.
 - ``polling_without_change``: a polling tool (task status/output) at the same status and cursor.
@@ -19,9 +20,9 @@ priority order: no progress > same error family > repeated action > polling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .projection import StepView
+from .projection import CallView, StepView
 
 REPEATED_ACTION = "repeated_action"
 REPEATED_RESULT = "repeated_result"
@@ -50,6 +51,7 @@ class Signal:
     count: int
     key: str  # a fingerprint prefix, for events; "" for whole-step signals
     label: str | None = None  # same_error_family: the family's code or class
+    varied: bool = False  # same_error_family: the failing calls' arguments changed within the run
 
 
 class SignalTracker:
@@ -62,11 +64,29 @@ class SignalTracker:
         self._positions: dict[str, str] = {}
         self._verified: str | None = None
         self._no_progress = 0
+        self._family_actions: dict[str, set[str]] = {}  # error family -> actions that failed with it in its run
 
     def reset(self) -> None:
         self._counts = {k: {} for k in _KEYED}
         self._batches = []
         self._no_progress = 0
+        self._family_actions = {}
+
+    def _families(self, calls: tuple[CallView, ...]) -> Signal | None:
+        """same_error_family, and whether the calls of the run differed (the reminder says so only then)."""
+        labels: dict[str, str | None] = {}
+        runs: dict[str, set[str]] = {}
+        for c in calls:
+            if c.error_family is not None:
+                labels[c.error_family] = c.family_label
+                runs.setdefault(c.error_family, set(self._family_actions.get(c.error_family, ()))).add(c.action)
+        self._family_actions = runs
+        signal = self._bump(SAME_ERROR_FAMILY, labels)
+        if signal is None:
+            return None
+        counts = self._counts[SAME_ERROR_FAMILY]
+        top = max(counts, key=lambda k: (counts[k], k))  # the key _bump reported
+        return replace(signal, varied=len(runs[top]) > 1)
 
     def _bump(self, kind: str, keys: dict[str, str | None]) -> Signal | None:
         old = self._counts[kind]
@@ -96,7 +116,7 @@ class SignalTracker:
         out = [
             self._bump(REPEATED_ACTION, {c.pair: None for c in calls if not c.polling}),
             self._bump(REPEATED_RESULT, {c.result: None for c in calls}),
-            self._bump(SAME_ERROR_FAMILY, {c.error_family: c.family_label for c in calls if c.error_family}),
+            self._families(calls),
             self._bump(POLLING, {c.position: None for c in calls if c.polling and c.position}),
         ]
         moved = any(c.loop is not None and self._positions.get(c.loop) != c.position for c in calls)
