@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctxscope.agent.core.events import (
     AFTER_LLM_CALL,
     AFTER_TOOL_CALL,
@@ -358,3 +360,72 @@ async def test_declared_effects_go_on_that_request_only(tmp_path):
     assert h0["x-ctxscope-event"] == "compaction" and "x-ctxscope-event" not in h1
     assert (h0["x-ctxscope-session"], h0["x-ctxscope-turn"], h0["x-ctxscope-step"]) == (s.id, "1", "1")
     assert h1["x-ctxscope-step"] == "2"
+
+
+async def test_a_prepared_call_observer_cannot_change_what_is_sent_or_stored(tmp_path):
+    """Headers, meta, arguments: each mutation attempt raises at its line; the call and the history keep theirs.
+    Logged and ignored in production, a failed turn in strict mode (the test suite's default)."""
+    from ctxscope.agent.core.loop import LoopConfig
+    from ctxscope.agent.core.readonly import ReadOnlyViolation
+
+    attempts = {
+        "header": lambda e: e.call.headers.__setitem__("x-added-by-observer", "1"),
+        "meta": lambda e: e.call.request.messages[0].meta.__setitem__("kind", "tampered"),
+        "request headers": lambda e: e.call.request.headers.update({"x-added-by-observer": "1"}),
+        "attribute": lambda e: setattr(e.call, "url", "http://elsewhere"),
+        "details": lambda e: e.call.request.tools[0].parameters["properties"].clear(),
+    }
+    for name, mutate in attempts.items():
+        failures = []
+
+        def observer(e, mutate=mutate, failures=failures):
+            try:
+                mutate(e)
+            except Exception as exc:
+                failures.append(type(exc).__name__)
+                raise
+
+        _rt, model, s = make_rt(tmp_path / name, ["ok"], ("o", ON_LLM_CALL_PREPARED, observer),
+                                config=LoopConfig(strict_views=False))
+        r = await s.run("hi")
+        assert r.ok and len(failures) == 1, name
+        assert s.errors.counts[ON_LLM_CALL_PREPARED] == 1 and "mutation attempt ignored" in s.errors.recent[-1]
+        assert "x-added-by-observer" not in model.calls[0].headers and model.calls[0].url != "http://elsewhere"
+        assert s.messages[0].meta["kind"] != "tampered" and model.calls[0].request.messages[0].meta["kind"] != \
+            "tampered"
+        assert model.calls[0].request.tools[0].parameters["properties"]
+    _rt, model, s = make_rt(tmp_path / "strict", ["ok"], ("o", ON_LLM_CALL_PREPARED, attempts["header"]),
+                            config=LoopConfig(strict_views=True))
+    with pytest.raises(ReadOnlyViolation, match="on_llm_call_prepared handler of extension 'o'"):
+        await s.run("hi")
+    assert model.calls == []  # nothing was sent
+
+
+async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_path):
+    """Real HTTP to the simulator through the agent's Anthropic client, in production mode (not strict)."""
+    from sim_fixtures import loop_simulator
+
+    from ctxscope.agent.core.loop import LoopConfig
+    from ctxscope.agent.providers.catalog import make_client, resolve
+    from ctxscope.agent.providers.retry import RetryPolicy
+
+    def add_header(e):
+        e.call.headers["x-observer-was-here"] = "1"
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with loop_simulator() as (state, url):
+        state.set_script([{"text": "ok"}])
+        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
+                             retry=RetryPolicy(max_retries=0))
+        rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
+                          extensions=[core_tools_extension(), Extension("o", lambda api: api.on(
+                              ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=False))
+        try:
+            s = rt.create_session()
+            assert (await s.run("hi")).text == "ok"
+        finally:
+            await rt.aclose()
+        [sent] = [r for r in state.requests() if r["path"].endswith("/messages")]
+    assert "x-observer-was-here" not in {k.lower() for k in sent["headers"]}
+    assert s.errors.counts[ON_LLM_CALL_PREPARED] == 1

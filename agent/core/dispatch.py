@@ -1,7 +1,9 @@
 """One small dispatcher per dispatch style, not one generic emitter.
 
 - Observers (on_llm_call_prepared, on_history_changed, on_step_end, turn_start, turn_end): every
-  handler runs; an exception is counted and logged and the next handler still runs.
+  handler runs; an exception is counted and logged and the next handler still runs. The prepared
+  call's observers get a read-only view; a mutation attempt is ignored, or fails the turn in strict
+  mode.
 - Gates fail closed: in before_llm_call an exception aborts the model call, and an AppendMessage
   ends the chain; in before_tool_call an exception blocks the tool, the first Block wins.
 - Transforms (after_llm_call, after_tool_call) are a pipeline of copies: each handler sees the
@@ -43,6 +45,7 @@ from .events import (
 )
 from .messages import Message, ToolResult, replace_text
 from .model import ModelResponse
+from .readonly import ReadOnlyViolation, is_violation
 from .spi import ErasedHandler, HandlerEntry
 
 _V = TypeVar("_V")
@@ -79,6 +82,23 @@ async def observe(entries: Sequence[HandlerEntry], event: object, errors: ErrorL
         try:
             await call(entry.fn, event)
         except Exception as exc:
+            errors.record(entry.event, entry, exc)
+
+
+async def observe_read_only(entries: Sequence[HandlerEntry], event: object, errors: ErrorLog, *,
+                            strict: bool) -> None:
+    """Observers of a read-only view (``core.readonly``): a mutation attempt is logged, counted and ignored, or,
+    when ``strict`` (tests), raised so that the turn fails loudly; other failures are an observer's errors."""
+    for entry in entries:
+        try:
+            await call(entry.fn, event)
+        except Exception as exc:
+            if is_violation(exc):
+                if strict:
+                    raise ReadOnlyViolation(f"{entry.event} handler of extension {entry.extension_id!r} tried to "
+                                            f"change a read-only view: {exc}") from exc
+                errors.record(entry.event, entry, f"mutation attempt ignored (the view is read-only): {exc}")
+                continue
             errors.record(entry.event, entry, exc)
 
 

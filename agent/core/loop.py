@@ -26,6 +26,7 @@ from .dispatch import (
     gate_before_llm_call,
     gate_before_tool_call,
     observe,
+    observe_read_only,
     transform_after_llm_call,
     transform_after_tool_call,
 )
@@ -78,6 +79,7 @@ from .model import (
     StreamDelta,
     Usage,
 )
+from .readonly import prepared_view, strict_default
 from .spi import TurnAssembly
 from .state import SessionView
 from .tools import ToolContext, run_tool
@@ -92,6 +94,8 @@ class LoopConfig:
     parallel_tools: bool = True
     max_output_tokens: int | None = None  # None: the client's limit
     max_overflow_recoveries: int = 2  # per turn, when an overflow handler is installed
+    # a read-only view's mutation attempt fails the turn (tests) instead of being logged and ignored
+    strict_views: bool = field(default_factory=strict_default)
 
 
 @dataclass
@@ -224,8 +228,9 @@ class TurnRunner:
         request = ModelRequest(system, self.assembly.specs(), tuple(messages),
                                self.config.max_output_tokens or self.client.max_output_tokens, headers)
         call = self.client.prepare(request)
-        await observe(self.assembly.handlers_for(ON_LLM_CALL_PREPARED),
-                      LlmCallPrepared(self.session, self.turn, self.step, call), self.errors)
+        await observe_read_only(self.assembly.handlers_for(ON_LLM_CALL_PREPARED),
+                                LlmCallPrepared(self.session, self.turn, self.step, prepared_view(call)), self.errors,
+                                strict=self.config.strict_views)
         step = self.step
 
         def on_delta(delta: StreamDelta) -> None:
