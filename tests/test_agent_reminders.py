@@ -207,3 +207,64 @@ async def test_default_runtime_mounts_the_reminders(tmp_path):
             "terminal-response-recovery"} <= set(rt.registry.extension_ids)
     await rt.create_session().run("hello")
     assert "<agent-context>" in model.requests[0].messages[0].text
+
+
+def test_the_per_turn_block_and_the_round_live_in_session_state_so_a_restart_does_not_count_again():
+    state = SessionState()
+    seen = []
+    r = ReminderRegistry()
+    r.append("probe", lambda d: seen.append(d.round) or f"round {d.round}")
+    v = view(state)
+    first = service(r).build_reminder(turn(v, 1))
+    restarted = service(r)  # a new process: nothing in memory, the same persisted state
+    assert restarted.build_reminder(turn(v, 1)) == first and seen == [1] and state.get(STATE_KEY)["round"] == 1
+
+
+def test_a_maintenance_assembly_previews_the_next_round_without_counting_or_delivering():
+    state = SessionState()
+    v = view(state)
+    svc = service(default_registry())
+    svc.build_reminder(turn(v, 1))
+    queue_notice(state, "the build finished")
+    for source in ("context", "compact"):  # /context and /compact assemble a turn; neither is a round
+        preview = service(default_registry()).build_reminder(turn(v, 1, source))
+        assert "the build finished" in preview
+    assert state.get(STATE_KEY)["round"] == 1 and len(state.get("pending_notices")) == 1
+    delivered = service(default_registry()).build_reminder(turn(v, 2))
+    assert "the build finished" in delivered and state.get(STATE_KEY)["round"] == 2
+    assert state.get("pending_notices") == []
+
+
+async def test_a_pending_notice_survives_a_restart_and_context_and_compact_then_reaches_the_model(tmp_path):
+    from agent_context_fixtures import RoutedModel
+
+    from ctxscope.agent.context.compaction.auto import context_management_extension
+    from ctxscope.agent.host.context_views import live_report, stored_report
+
+    def runtime_at(model):
+        return AgentRuntime(model, home=tmp_path / "home", workspace=tmp_path,
+                            extensions=[core_tools_extension()],
+                            host_builtins=[context_management_extension(), create_system_reminders(
+                                HostOptions(tmp_path / "home", {}))])
+
+    first = runtime_at(ScriptedModel(["one"]))
+    s = first.create_session()
+    await s.run("hello")
+    s.state.set("pending_notices", [{"text": "the nightly build broke", "source": "host"}])
+    await first.aclose()
+    rounds = s.state.get(STATE_KEY)["round"]
+
+    model = RoutedModel(["two"])
+    again = runtime_at(model)  # a restart: the same home, a new runtime
+    try:
+        s2 = again.open_session(s.id)
+        live_report(again, s2)  # /context in the restarted process
+        stored_report(tmp_path / "home", s.id)  # `ctxscope agent context S` from another process
+        assert (await again.conversation.maintenance.compact(s.id, None)).replaced  # /compact
+        assert s2.state.get(STATE_KEY)["round"] == rounds and len(s2.state.get("pending_notices")) == 1
+        await s2.run("and now?")
+    finally:
+        await again.aclose()
+    sent = model.main_requests[-1].messages[-1].text
+    assert "the nightly build broke" in sent and sent.endswith("and now?")
+    assert s2.state.get(STATE_KEY)["round"] == rounds + 1 and s2.state.get("pending_notices") == []

@@ -87,12 +87,22 @@ def annotation_headers(session_id: str, turn: int, step: int, effects: Iterable[
 # --- contexts -----------------------------------------------------------------------------------
 
 
+CONTEXT_SOURCE = "context"  # a turn assembled for /context (measured, never sent)
+COMPACT_SOURCE = "compact"  # a turn assembled for /compact (its prompt and tools, no user message)
+MAINTENANCE_SOURCES = frozenset({CONTEXT_SOURCE, COMPACT_SOURCE})
+
+
 @dataclass(frozen=True)
 class TurnStart:
     session: SessionView
     turn: int
     source: str
     text: str
+
+    @property
+    def maintenance(self) -> bool:
+        """Assembled for /context or /compact: what a turn would send, but no turn (reminders only preview)."""
+        return self.source in MAINTENANCE_SOURCES
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..context.compaction.outcome import ANCHOR_KEY
 from ..context.report import ContextReport, build_report
+from ..core.events import CONTEXT_SOURCE
 from ..core.model import DeltaSink, ModelRequest, ModelResponse, PreparedCall, ProviderError, dumps
 from ..core.spi import TurnContext
 from ..core.state import ModelInfo, SessionState, SessionView
@@ -23,7 +24,7 @@ from .session_store import SessionStore
 def live_report(runtime: AgentRuntime, session: AgentSession) -> ContextReport:
     """/context for a live session: system prompt and tools assembled as for a real turn."""
     view = session.view
-    assembly = runtime.registry.assemble(TurnContext(view, session.turn, "context", "/context"),
+    assembly = runtime.registry.assemble(TurnContext(view, session.turn, CONTEXT_SOURCE, "/context"),
                                          base_system_prompt=runtime.system_prompt(), disabled=session.disabled)
     return build_report(session_id=session.id, info=runtime.model_info(), base_system=runtime.system_prompt(),
                         system=assembly.system_prompt, tools=assembly.specs(), messages=session.messages,
@@ -67,7 +68,7 @@ def stored_report(home: Path, session_id: str, *, context_window: int | None = N
     d = store.dir(session_id)
     view = SessionView(session_id, d, d / "artifacts", rt.workspace, SessionState(loaded.state), info)
     turn = max((t.turn for t in loaded.turns), default=0)
-    assembly = rt.registry.assemble(TurnContext(view, turn, "context", "/context"),
+    assembly = rt.registry.assemble(TurnContext(view, turn, CONTEXT_SOURCE, "/context"),
                                     base_system_prompt=rt.system_prompt(), disabled=meta.disabled_extensions)
     return build_report(session_id=session_id, info=info, base_system=rt.system_prompt(),
                         system=assembly.system_prompt, tools=assembly.specs(), messages=loaded.messages,

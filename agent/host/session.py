@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Literal
 from ..core import activity as act
 from ..core.assembly import validate_reminder
 from ..core.dispatch import ErrorLog, observe
-from ..core.events import ON_HISTORY_CHANGED, HistoryChanged, MaintenanceCommand, MaintenanceContext
+from ..core.events import (
+    COMPACT_SOURCE,
+    ON_HISTORY_CHANGED,
+    HistoryChanged,
+    MaintenanceCommand,
+    MaintenanceContext,
+)
 from ..core.history import History
 from ..core.loop import SteeringQueue, TurnRunner
 from ..core.messages import Message, repair_history
@@ -149,7 +155,7 @@ class AgentSession:
     async def run_command(self, command: MaintenanceCommand, argument: str | None) -> object:
         """Run a maintenance command (``/compact``) on the idle session, with a turn's prompt and tools assembled."""
         rt, view, turn = self.runtime, self.view, self.turn
-        assembly = rt.registry.assemble(TurnContext(view, turn, "compact", "/compact"),
+        assembly = rt.registry.assemble(TurnContext(view, turn, COMPACT_SOURCE, "/compact"),
                                         base_system_prompt=rt.system_prompt(), disabled=self.disabled)
 
         async def history_changed(kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,

@@ -8,9 +8,12 @@ providers run (pending notices, open todos): switching reminders off for a model
 what the user or the host still needs the model to see.
 
 Bookkeeping lives in session state under ``reminders`` (round, the round each provider last
-spoke, whether the next round must repeat the full agent context), so it survives a resume and
-a compaction. Building is idempotent per turn: asking again for the same turn (the /compact
-estimate assembles a turn too) returns the same block without counting a second round.
+spoke, whether the next round must repeat the full agent context, and the last built turn and its
+block), so it survives a resume, a restart and a compaction. Building is idempotent per turn, in
+the persisted state: asking again for the same turn returns the same block without counting a
+second round. A turn assembled for ``/context`` or ``/compact`` (``TurnContext.maintenance``) only
+previews the next round's block: no round is counted and no notice is taken as delivered
+(docs/architecture.md, "Reminder rounds survive restarts").
 """
 
 from __future__ import annotations
@@ -126,7 +129,6 @@ class SystemReminderService:
         self.registry = registry
         self.disabled_models = tuple(disabled_models)
         self._today = today
-        self._built: dict[str, tuple[int, str]] = {}  # session id -> (turn, block)
 
     def collect(self, ctx: TurnContext, round_no: int, book: dict[str, Any]) -> ReminderData:
         s = ctx.session
@@ -140,12 +142,12 @@ class SystemReminderService:
         )
 
     def build_reminder(self, ctx: TurnContext) -> str:
-        """The round's block ("" when empty); counts one round per turn."""
-        cached = self._built.get(ctx.session.id)
-        if cached is not None and cached[0] == ctx.turn:
-            return cached[1]
+        """The round's block ("" when empty); counts one round per turn, none for a maintenance preview."""
         state = ctx.session.state
         book = dict(state.get(STATE_KEY) or {})
+        built = book.get("built")
+        if not ctx.maintenance and isinstance(built, dict) and built.get("turn") == ctx.turn:
+            return str(built.get("block") or "")
         round_no = int(book.get("round") or 0) + 1
         data = self.collect(ctx, round_no, book)
         only_critical = model_disabled(data.model, self.disabled_models)
@@ -169,7 +171,10 @@ class SystemReminderService:
             spoke[provider.name] = round_no
             delivered.append(provider)
         block = validate_reminder(join_blocks(parts), origin="system reminder")
-        book.update(round=round_no, last_spoke=spoke)  # full_context_due is cleared by whoever shows it
+        if ctx.maintenance:  # a preview of the next round: nothing counted, nothing delivered
+            return block
+        # full_context_due is cleared by whoever shows it
+        book.update(round=round_no, last_spoke=spoke, built={"turn": ctx.turn, "block": block})
         state.set(STATE_KEY, book)
         for provider in delivered:
             if provider.on_delivered is not None:
@@ -177,5 +182,4 @@ class SystemReminderService:
                     provider.on_delivered(state, data)
                 except Exception:
                     log.warning("reminder provider %s: on_delivered failed", provider.name, exc_info=True)
-        self._built[ctx.session.id] = (ctx.turn, block)
         return block
