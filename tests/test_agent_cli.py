@@ -131,3 +131,24 @@ def test_every_command_has_help():
         result = runner.invoke(agent_group, [*args, "--help"])
         assert result.exit_code == 0 and len(result.output) > 100
     assert agent_group.name == "agent" and set(agent_group.commands) == {"run", "chat", "report", "context"}
+
+
+def test_context_follows_the_sessions_current_model_and_its_anchor(tmp_path, sim):
+    """After a switch to another model on resume, `agent context S` measures against the new model and uses
+    the usage anchor of its last answer."""
+    state, url = sim
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    state.set_script([{"text": "first answer"}, {"text": "second answer"}])
+    assert invoke(["run", "hello", "--model", "gpt-4.1", *sim_args(url, ws)], tmp_path / "home").exit_code == 0
+    sid = next((tmp_path / "home" / "sessions").iterdir()).name
+    before = json.loads(invoke(["context", sid, "--json"], tmp_path / "home").stdout)
+    assert (before["model"], before["source"]) == ("gpt-4.1", "PROVIDER_USAGE_ANCHORED")
+    result = invoke(["run", "and now?", "--session", sid, "--model", "claude-sonnet-4-5", *sim_args(url, ws)],
+                    tmp_path / "home")
+    assert result.exit_code == 0, result.stderr
+    after = json.loads(invoke(["context", sid, "--json"], tmp_path / "home").stdout)
+    assert (after["model"], after["source"]) == ("claude-sonnet-4-5", "PROVIDER_USAGE_ANCHORED")
+    assert after["window"] == 200_000 != before["window"]
+    text = invoke(["context", sid], tmp_path / "home").stdout
+    assert "claude-sonnet-4-5" in text and "source PROVIDER_USAGE_ANCHORED" in text

@@ -7,7 +7,9 @@ model (``OfflineClient``), so nothing is ever sent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..context.compaction.outcome import ANCHOR_KEY
 from ..context.report import ContextReport, build_report
@@ -18,7 +20,7 @@ from ..core.state import ModelInfo, SessionState, SessionView
 from ..providers.catalog import default_api, model_limits
 from .runtime import AgentRuntime
 from .session import AgentSession
-from .session_store import SessionStore
+from .session_store import SessionMeta, SessionStore
 
 
 def live_report(runtime: AgentRuntime, session: AgentSession) -> ContextReport:
@@ -50,20 +52,29 @@ class OfflineClient:
         pass
 
 
+def current_model(meta: SessionMeta, state: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(provider, api, model) the session talks to now: its usage anchor's binding (the model of its last
+    answer), else the model of its last turn as ``meta.json`` keeps it (docs/architecture.md, "The stored
+    session's model")."""
+    stored = state.get(ANCHOR_KEY)
+    bound = stored.get("binding") if isinstance(stored, dict) else None
+    if isinstance(bound, dict) and all(isinstance(bound.get(k), str) and bound[k] for k in ("provider", "model")):
+        return bound["provider"], str(bound.get("api") or default_api(bound["provider"])), bound["model"]
+    provider = meta.provider or "anthropic"
+    return provider, default_api(provider), meta.model
+
+
 def stored_report(home: Path, session_id: str, *, context_window: int | None = None,
                   max_output_tokens: int | None = None) -> ContextReport:
     """``ctxscope agent context SESSION``: the stored session measured as its next request would be."""
     store = SessionStore(home)
     meta = store.get(session_id)
     loaded = store.history(session_id).load()
-    stored = loaded.state.get(ANCHOR_KEY)
-    bound = stored.get("binding") if isinstance(stored, dict) else None
-    provider = (bound or {}).get("provider") or meta.provider or "anthropic"
-    api = (bound or {}).get("api") or default_api(provider)
-    window, output = model_limits(meta.model)
-    info = ModelInfo(provider, api, meta.model, context_window or window, max_output_tokens or output)
+    provider, api, model = current_model(meta, loaded.state)
+    window, output = model_limits(model)
+    info = ModelInfo(provider, api, model, context_window or window, max_output_tokens or output)
     workspace = meta.workspace if meta.workspace and Path(meta.workspace).is_dir() else None
-    rt = AgentRuntime(OfflineClient(provider, api, meta.model, info.context_window, info.max_output_tokens),
+    rt = AgentRuntime(OfflineClient(provider, api, model, info.context_window, info.max_output_tokens),
                       home=home, workspace=workspace)
     d = store.dir(session_id)
     view = SessionView(session_id, d, d / "artifacts", rt.workspace, SessionState(loaded.state), info)

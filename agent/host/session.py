@@ -224,6 +224,7 @@ class AgentSession:
                 if "source" in meta:
                     self._queue.insert(0, QueuedInput(f"in_{next(_ids)}", text, meta["source"],
                                                       asyncio.get_running_loop().create_future()))
-        self.runtime.store.touch(self.id, turns=turn)
+        # the session's model is the one it talks to now (a resumed session may have switched)
+        self.runtime.store.touch(self.id, turns=turn, provider=rt.client.provider, model=rt.client.model)
         rt.emit(act.TurnFinished(result))
         return result
