@@ -22,10 +22,10 @@ previous turn. Otherwise automatic compaction stops for the session, recorded an
 /context; a manual /compact turns it back on. A failed automatic compaction is not retried in the
 same turn.
 
-Never at the price of a request that cannot fit: when the guard (or a failure this turn) holds
-compaction back and the request is over the provider's input limit or byte limit, it is compacted
-anyway (trigger ``limit``, at most once per step), and a provider "prompt too long" always goes
-through the overflow path (compact, then the loop retries). Each such decision is a
+Never at the price of a request that cannot fit: when the guard has stopped automatic compaction
+and the request is over the provider's input limit or byte limit, it is compacted anyway (trigger
+``limit``, at most once per step), and a provider "prompt too long" always goes through the
+overflow path (compact, then the loop retries), even after a failure this turn. Each such decision is a
 ``compaction_forced`` event in the history and a marker on the next request.
 """
 
@@ -151,19 +151,18 @@ class ContextManager:
             ctx.effects.declare(value)
         request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
         passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
-        if self.host is None or not self.settings.auto_compact:
-            return passthrough
+        if self.host is None or not self.settings.auto_compact or self._failed.get(view.id) == ctx.turn:
+            return passthrough  # a failed compaction is not retried this turn: the provider's overflow path remains
         engine = self.engine()
         fp = self.footprint(view, ctx.system, ctx.tools, request)
-        held = self._held_back(view, ctx.turn)
-        if held is not None:
-            # the guard (or a failure this turn) holds automatic compaction back, but never at the price of a
-            # request that cannot fit (docs/architecture.md, "Compaction never leaves a request to fail")
+        if not auto_enabled(view):
+            # the thrash guard holds automatic compaction back, but never at the price of a request that cannot
+            # fit (docs/architecture.md, "Compaction never leaves a request to fail")
             over = self._over_limit(engine, fp.tokens, ctx.system, ctx.tools, request)
             if over is None or self._forced.get(view.id) == (ctx.turn, ctx.step):
                 return passthrough
             self._forced[view.id] = (ctx.turn, ctx.step)
-            self._decide_forced(view, ctx.turn, ctx.step, ctx.effects, why=held, over=over, tokens=fp.tokens,
+            self._decide_forced(view, ctx.turn, ctx.step, ctx.effects, why="auto_off", over=over, tokens=fp.tokens,
                                 limit=engine.lines.provider_input_limit)
             history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
             outcome = await self._auto(view, ctx.turn, ctx.step, FORCED_TRIGGER, tuple(history), ctx.system,
@@ -198,13 +197,13 @@ class ContextManager:
             return Abort(f"{POST_ADMISSION_FAILED}: {outcome.detail}")
         return passthrough
 
-    def _held_back(self, view: SessionView, turn: int) -> str | None:
-        """Why automatic compaction would not run now (None: it may)."""
+    def _held_back(self, view: SessionView, turn: int) -> str:
+        """Why automatic compaction would not have run now, for the record (``none``: it would have)."""
         if not auto_enabled(view):
             return "auto_off"
         if self._failed.get(view.id) == turn:
             return "failed_this_turn"
-        return None
+        return "none"
 
     def _over_limit(self, engine: CompactionEngine, tokens: int, system: str, tools: Sequence[ToolSpec],
                     messages: Sequence[Message]) -> str | None:
@@ -232,7 +231,7 @@ class ContextManager:
         history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
         fp = self.footprint(view, octx.system, octx.tools, history)
         engine = self.engine()
-        self._decide_forced(view, octx.turn, octx.step, octx.effects, why=self._held_back(view, octx.turn) or "none",
+        self._decide_forced(view, octx.turn, octx.step, octx.effects, why=self._held_back(view, octx.turn),
                             over="provider", tokens=fp.tokens, limit=engine.lines.provider_input_limit)
         outcome = await self._auto(view, octx.turn, octx.step, "overflow", tuple(history), octx.system, octx.tools,
                                    fp.tokens, octx.effects, None, engine)
@@ -259,10 +258,10 @@ class ContextManager:
         record_outcome(view, outcome, turn, step)
         for value in request_annotations(outcome):
             effects.declare(value)
-        if outcome.replaced and auto_enabled(view) and trigger != FORCED_TRIGGER:
-            self._guard(view, outcome, turn, step, effects, engine)
-        else:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
+        if not outcome.replaced:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn
+        elif auto_enabled(view) and trigger != FORCED_TRIGGER:  # a forced compaction is not the guard's to judge
+            self._guard(view, outcome, turn, step, effects, engine)
         post = PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
                            outcome.tokens_before, outcome.tokens_after)
         await self.hooks.run_post(post)
