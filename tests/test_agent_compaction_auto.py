@@ -302,3 +302,35 @@ async def test_consecutive_compacting_turns_against_the_simulator_with_its_windo
     # the simulator's own count of every prompt it answered stayed within the input limit
     assert len(usage) == 6 * 5 and max(u["input_tokens"] for u in usage) <= limit
     assert not [e for e in events if e["event"] == "compaction_failed"]
+
+
+async def test_forced_compactions_are_markers_the_inspector_shows(tmp_path, proxy, sim):
+    """Through the real daemon: the guard stops automatic compaction, the next turns are compacted anyway, and
+    the inspector shows each such request's declared compaction_forced marker next to its checkpoint."""
+    window, limit = 32_000, 15_616
+    sim.state().context_window = window
+    client = make_client(resolve("sim", proxy=proxy.url, model="claude-sonnet-4-5", context_window=window,
+                                 max_output_tokens=8192), retry=RetryPolicy(max_retries=0))
+    rt, _, s = make_rt(tmp_path, model=client, core=False, settings={"checkpoint_mode": "separate"})
+    try:
+        for turn in range(3):
+            steps = [{"match": "<checkpoint-request>", "text": summary()} for _ in range(3)]
+            steps += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
+                      for i in range(4)]
+            sim.state().set_script(steps + [{"text": f"turn {turn} done"}])
+            assert (await s.run(f"turn {turn}")).text == f"turn {turn} done"
+    finally:
+        await rt.aclose()
+    n = len([q for q in sim.state().requests() if q["path"].endswith(("/messages", "/chat/completions"))])
+    assert n > 12
+    rows = proxy.wait_for_calls(n)
+    marked = [{m["kind"]: m.get("detail", {}) for m in r["markers"] if m.get("detail", {}).get("declared")}
+              for r in rows]
+    forced = [m for m in marked if "compaction_forced" in m]
+    assert len(forced) == 2  # turns 2 and 3; turn 1's compaction was line-triggered and stopped the guard
+    for m in forced:
+        assert (m["compaction_forced"]["why"], m["compaction_forced"]["over"]) == ("auto_off", "input_limit")
+        assert int(m["compaction_forced"]["limit"]) == limit and m["checkpoint"]["trigger"] == "limit"
+        assert "compaction" in m  # the has_compaction_before side
+    assert sum("compaction_stopped" in m for m in marked) == 1
+    assert {r["outcome"] for r in rows} == {"ok"}  # no request was refused on the way
