@@ -429,3 +429,25 @@ async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_p
         [sent] = [r for r in state.requests() if r["path"].endswith("/messages")]
     assert "x-observer-was-here" not in {k.lower() for k in sent["headers"]}
     assert s.errors.counts[ON_LLM_CALL_PREPARED] == 1
+
+
+def test_a_read_only_view_copies_into_ordinary_dicts():
+    import copy
+    import pickle
+
+    from ctxscope.agent.core.readonly import FrozenDict, ReadOnlyViolation, freeze
+
+    view = freeze({"a": {"b": [1, {"c": 2}]}})
+    assert isinstance(view, FrozenDict) and view == {"a": {"b": (1, {"c": 2})}}
+    for make in (copy.copy, copy.deepcopy, dict, lambda v: v.copy(), lambda v: pickle.loads(pickle.dumps(v))):
+        mine = make(view)
+        mine["x"] = 1  # a copy is the caller's own
+        assert "x" not in view
+    deep = copy.deepcopy(view)
+    deep["a"]["b"] = ()
+    assert view["a"]["b"] == (1, {"c": 2}) and json.loads(json.dumps(view)) == {"a": {"b": [1, {"c": 2}]}}
+    for mutate in (lambda: view.update(x=1), lambda: view["a"].pop("b"), lambda: view.setdefault("y", 2),
+                   lambda: view.__ior__({"z": 3}), lambda: view["a"]["b"][1].clear()):
+        with pytest.raises(ReadOnlyViolation):
+            mutate()
+    assert view == {"a": {"b": (1, {"c": 2})}}

@@ -10,6 +10,7 @@ otherwise it is logged, counted and ignored (docs/architecture.md, "Prepared cal
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from typing import Any, NoReturn
@@ -38,6 +39,16 @@ class FrozenDict(dict[str, Any]):
 
     def copy(self) -> dict[str, Any]:
         return dict(self)
+
+    # copies are ordinary, changeable dicts (copy and deepcopy would otherwise rebuild a FrozenDict item by item)
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dict, (dict(self),)
 
 
 def freeze(value: Any) -> Any:
