@@ -152,3 +152,10 @@ def test_context_follows_the_sessions_current_model_and_its_anchor(tmp_path, sim
     assert after["window"] == 200_000 != before["window"]
     text = invoke(["context", sid], tmp_path / "home").stdout
     assert "claude-sonnet-4-5" in text and "source PROVIDER_USAGE_ANCHORED" in text
+    meta_path = tmp_path / "home" / "sessions" / sid / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert (meta["provider"], meta["api"], meta["model"]) == ("sim", "openai-chat", "claude-sonnet-4-5")
+    # a session written before meta.json followed the model: the first model, no api; the anchor says which
+    meta_path.write_text(json.dumps({k: v for k, v in {**meta, "model": "gpt-4.1"}.items() if k != "api"}))
+    legacy = json.loads(invoke(["context", sid, "--json"], tmp_path / "home").stdout)
+    assert (legacy["model"], legacy["source"]) == ("claude-sonnet-4-5", "PROVIDER_USAGE_ANCHORED")

@@ -53,9 +53,11 @@ class OfflineClient:
 
 
 def current_model(meta: SessionMeta, state: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(provider, api, model) the session talks to now: its usage anchor's binding (the model of its last
-    answer), else the model of its last turn as ``meta.json`` keeps it (docs/architecture.md, "The stored
-    session's model")."""
+    """(provider, api, model) the session talks to now: its last turn's, as ``meta.json`` keeps them; for a
+    session written before meta followed the model (no ``api``), its usage anchor's binding (the model of its
+    last answer) (docs/architecture.md, "The stored session's model")."""
+    if meta.api and meta.model:
+        return meta.provider or "anthropic", meta.api, meta.model
     stored = state.get(ANCHOR_KEY)
     bound = stored.get("binding") if isinstance(stored, dict) else None
     if isinstance(bound, dict) and all(isinstance(bound.get(k), str) and bound[k] for k in ("provider", "model")):

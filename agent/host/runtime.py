@@ -81,7 +81,7 @@ class AgentRuntime:
     # --- sessions ---------------------------------------------------------------------------------
     def create_session(self, title: str = "") -> AgentSession:
         meta = self.store.create(workspace=str(self.workspace), provider=self.client.provider,
-                                 model=self.client.model, title=title)
+                                 model=self.client.model, title=title, api=self.client.api)
         return self.open_session(meta.id)
 
     def open_session(self, session_id: str) -> AgentSession:

@@ -225,6 +225,7 @@ class AgentSession:
                     self._queue.insert(0, QueuedInput(f"in_{next(_ids)}", text, meta["source"],
                                                       asyncio.get_running_loop().create_future()))
         # the session's model is the one it talks to now (a resumed session may have switched)
-        self.runtime.store.touch(self.id, turns=turn, provider=rt.client.provider, model=rt.client.model)
+        self.runtime.store.touch(self.id, turns=turn, provider=rt.client.provider, api=rt.client.api,
+                                 model=rt.client.model)
         rt.emit(act.TurnFinished(result))
         return result

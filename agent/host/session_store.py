@@ -36,11 +36,12 @@ class SessionMeta:
     title: str = ""
     workspace: str = ""
     provider: str = ""
-    model: str = ""
+    model: str = ""  # with provider and api: what the session's last turn talked to (a resume may switch)
     created_at: float = 0.0
     updated_at: float = 0.0
     turns: int = 0
     disabled_extensions: tuple[str, ...] = ()
+    api: str = ""  # "" in sessions written before the model was followed per turn
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SessionMeta:
@@ -69,12 +70,12 @@ class SessionStore:
         return self.root / session_id
 
     def create(self, *, workspace: str = "", provider: str = "", model: str = "", title: str = "",
-               session_id: str | None = None) -> SessionMeta:
+               session_id: str | None = None, api: str = "") -> SessionMeta:
         sid = session_id or new_session_id()
         d = self.dir(sid)
         (d / "artifacts").mkdir(parents=True, exist_ok=False)
         now = time.time()
-        meta = SessionMeta(sid, title, workspace, provider, model, now, now)
+        meta = SessionMeta(sid, title, workspace, provider, model, now, now, api=api)
         self.save(meta)
         (d / "history.jsonl").touch()
         return meta

@@ -25,8 +25,8 @@ same turn.
 Never at the price of a request that cannot fit: when the guard has stopped automatic compaction
 and the request is over the provider's input limit or byte limit, it is compacted anyway (trigger
 ``limit``, at most once per step), and a provider "prompt too long" always goes through the
-overflow path (compact, then the loop retries), even after a failure this turn. Each such decision is a
-``compaction_forced`` event in the history and a marker on the next request.
+overflow path (compact, then the loop retries), even after a failure this turn. Each such
+decision is a ``compaction_forced`` event in the history and a marker on the next request.
 """
 
 from __future__ import annotations
@@ -217,8 +217,8 @@ class ContextManager:
     def _decide_forced(self, view: SessionView, turn: int, step: int, effects: Effects, *, why: str, over: str,
                        tokens: int, limit: int) -> None:
         """A compaction the guard would not have run: an event in the history and a marker on the next request."""
-        log.warning("session %s: compacting although %s: the request is over the %s (%d tokens, limit %d)",
-                    view.id, why, over, tokens, limit)
+        log.warning("session %s: compaction forced (over: %s, held back: %s): %d tokens, input limit %d",
+                    view.id, over, why, tokens, limit)
         record(view, COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
         effects.declare(event_value(COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit))
 
