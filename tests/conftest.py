@@ -6,7 +6,6 @@ would, while the daemon keeps serving.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -15,9 +14,6 @@ import sdk_clients
 from aiohttp import web
 from loop_thread import LoopThread
 from web_fixtures import launch_browser
-
-# an observer that changes a read-only view (the prepared call) fails its turn in tests instead of being ignored
-os.environ.setdefault("CTXSCOPE_AGENT_STRICT", "1")
 
 
 class RecordingSimulator:

@@ -364,7 +364,7 @@ async def test_declared_effects_go_on_that_request_only(tmp_path):
 
 async def test_a_prepared_call_observer_cannot_change_what_is_sent_or_stored(tmp_path):
     """Headers, meta, arguments: each mutation attempt raises at its line; the call and the history keep theirs.
-    Logged and ignored in production, a failed turn in strict mode (the test suite's default)."""
+    Logged and ignored by default (production), a failed turn in strict mode (which tests turn on)."""
     from ctxscope.agent.core.loop import LoopConfig
     from ctxscope.agent.core.readonly import ReadOnlyViolation
 
@@ -401,11 +401,22 @@ async def test_a_prepared_call_observer_cannot_change_what_is_sent_or_stored(tmp
     assert model.calls == []  # nothing was sent
 
 
+def test_strict_mode_is_off_by_default_and_a_test_run_can_turn_it_on(monkeypatch):
+    from ctxscope.agent.core.loop import LoopConfig
+
+    monkeypatch.delenv("CTXSCOPE_AGENT_STRICT", raising=False)
+    assert LoopConfig().strict_views is False
+    monkeypatch.setenv("CTXSCOPE_AGENT_STRICT", "1")
+    assert LoopConfig().strict_views is True
+
+
 async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_path):
-    """Real HTTP to the simulator through the agent's Anthropic client, in production mode (not strict)."""
+    """Real HTTP to the simulator through the agent's Anthropic client: by default the header is dropped and the
+    turn goes on; in strict mode the turn fails before anything is sent."""
     from sim_fixtures import loop_simulator
 
     from ctxscope.agent.core.loop import LoopConfig
+    from ctxscope.agent.core.readonly import ReadOnlyViolation
     from ctxscope.agent.providers.catalog import make_client, resolve
     from ctxscope.agent.providers.retry import RetryPolicy
 
@@ -416,19 +427,23 @@ async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_p
     ws.mkdir()
     async with loop_simulator() as (state, url):
         state.set_script([{"text": "ok"}])
-        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
-                             retry=RetryPolicy(max_retries=0))
-        rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
-                          extensions=[core_tools_extension(), Extension("o", lambda api: api.on(
-                              ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=False))
-        try:
-            s = rt.create_session()
-            assert (await s.run("hi")).text == "ok"
-        finally:
-            await rt.aclose()
-        [sent] = [r for r in state.requests() if r["path"].endswith("/messages")]
-    assert "x-observer-was-here" not in {k.lower() for k in sent["headers"]}
-    assert s.errors.counts[ON_LLM_CALL_PREPARED] == 1
+        for strict in (False, True):
+            client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True,
+                                         base_url=url), retry=RetryPolicy(max_retries=0))
+            rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
+                              extensions=[core_tools_extension(), Extension("o", lambda api: api.on(
+                                  ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=strict))
+            try:
+                s = rt.create_session()
+                if strict:
+                    with pytest.raises(ReadOnlyViolation):
+                        await s.run("hi")
+                else:
+                    assert (await s.run("hi")).text == "ok" and s.errors.counts[ON_LLM_CALL_PREPARED] == 1
+            finally:
+                await rt.aclose()
+        sent = [r for r in state.requests() if r["path"].endswith("/messages")]
+    assert len(sent) == 1 and "x-observer-was-here" not in {k.lower() for k in sent[0]["headers"]}
 
 
 def test_a_read_only_view_copies_into_ordinary_dicts():

@@ -4,8 +4,9 @@ An observer sees the prepared call exactly as it will be sent, but as a frozen d
 headers, the request's messages with their meta, tool calls' arguments and tool results' details
 are ``FrozenDict``s and tuples, so a mutation raises ``ReadOnlyViolation`` (or the dataclass's
 ``FrozenInstanceError``) at the line that tried it, and what is sent and what is stored never
-change. The dispatcher decides what a violation costs: in strict mode (tests) it fails the turn,
-otherwise it is logged, counted and ignored (docs/architecture.md, "Prepared calls are read-only").
+change. The dispatcher decides what a violation costs: in strict mode (tests turn it on:
+``LoopConfig(strict_views=True)`` or ``CTXSCOPE_AGENT_STRICT=1``) it fails the turn; by default it
+is logged, counted and ignored (docs/architecture.md, "Prepared calls are read-only").
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, NoReturn
 
 from .model import PreparedCall
 
-STRICT_ENV = "CTXSCOPE_AGENT_STRICT"  # "1": a read-only violation fails the turn (the test suite sets it)
+STRICT_ENV = "CTXSCOPE_AGENT_STRICT"  # "1": a read-only violation fails the turn (a test run may set it)
 
 
 class ReadOnlyViolation(TypeError):
