@@ -178,6 +178,7 @@ const MARKER_LABEL = {
   todo_reminder: "todo", guard_signal: "guard signal", guard_reminder: "guard", empty_answer_retry: "empty retry",
   checkpoint_request: "checkpoint request", reminder_dropped: "reminder dropped", compaction_failed: "compaction failed",
   compaction_deferred: "compaction deferred", compaction_stopped: "auto-compaction off", steer: "steer",
+  compaction_forced: "compaction forced",
   sources_available: "sources", citations: "citations", source_citation_retry: "citation retry",
 };
 
