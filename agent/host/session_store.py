@@ -41,6 +41,7 @@ class SessionMeta:
     updated_at: float = 0.0
     turns: int = 0
     disabled_extensions: tuple[str, ...] = ()
+    parent_session: str = ""  # a sub-agent's session names the session that started it
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SessionMeta:
@@ -69,12 +70,12 @@ class SessionStore:
         return self.root / session_id
 
     def create(self, *, workspace: str = "", provider: str = "", model: str = "", title: str = "",
-               session_id: str | None = None) -> SessionMeta:
+               session_id: str | None = None, parent_session: str = "") -> SessionMeta:
         sid = session_id or new_session_id()
         d = self.dir(sid)
         (d / "artifacts").mkdir(parents=True, exist_ok=False)
         now = time.time()
-        meta = SessionMeta(sid, title, workspace, provider, model, now, now)
+        meta = SessionMeta(sid, title, workspace, provider, model, now, now, parent_session=parent_session)
         self.save(meta)
         (d / "history.jsonl").touch()
         return meta
@@ -104,7 +105,8 @@ class SessionStore:
         return sorted(metas, key=lambda m: (m.updated_at, m.id), reverse=True)
 
     def latest(self, workspace: str | None = None) -> SessionMeta | None:
-        metas = self.list()
+        """The latest top-level session (a sub-agent's session is never the one to continue)."""
+        metas = [m for m in self.list() if not m.parent_session]
         if workspace is not None:
             metas = [m for m in metas if m.workspace == workspace] or metas
         return metas[0] if metas else None
