@@ -23,6 +23,7 @@ from ctxscope.simulator.model.script import Reply, ToolCallSpec
 MAX_ROUNDS = 6
 MAX_READS = 2
 SNIPPET_CHARS = 160
+MAX_QUOTED_LINES = 6
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 _LINE_NUMBER = re.compile(r"^\s*\d+\t")
@@ -257,14 +258,16 @@ def _line(r: Round) -> str:
         status = f"exited with code {code.group(1)}" if code else "ran"
         return f"- `{r.arguments.get('command')}` {status}; it printed: {_snippet(result)}"
     if r.name == "task":
-        return f"- The sub-agent answered: {_snippet(result)}"
+        answer = [line.strip() for line in result.splitlines() if line.strip()][:MAX_QUOTED_LINES]
+        return "- The sub-agent answered:" + "".join(f"\n  {line[:SNIPPET_CHARS]}" for line in answer)
     return f"- {r.name} returned: {_snippet(result)}"
 
 
 def final_answer(view: AgentView) -> str:
     if not view.rounds:
         return f"sim agent: nothing to look at for \"{view.task[:60]}\"; no tool applies."
-    lines = [f"Done: {view.task[:80]}"] if view.task else ["Done."]
+    task = view.task if len(view.task) <= 100 else view.task[:100].rsplit(" ", 1)[0] + " …"
+    lines = [f"Done: {task}"] if task else ["Done."]
     lines += [_line(r) for r in view.rounds]
     return "\n".join(lines)
 
