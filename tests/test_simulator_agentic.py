@@ -130,6 +130,32 @@ def test_a_task_naming_nothing_lists_then_answers(sim_alone, workspace):
     assert answer.startswith("Done: look around") and "3 entries" in answer
 
 
+def test_a_named_file_that_is_not_there_is_tried_and_reported(sim_alone, workspace):
+    (workspace / "README.md").unlink()
+
+    def tools(root: Path, name: str, args: dict) -> str:
+        if name == "read" and not (root / args["path"]).exists():
+            return f"Error: file not found: {args['path']}"
+        return run_tool(root, name, args)
+
+    client = sdk_clients.OpenAI(base_url=sim_alone.base_url + "/v1", api_key="sk-test", max_retries=0)
+    specs = [{"type": "function", "function": {"name": n, "parameters": SCHEMA}} for n in NAMES]
+    messages: list[dict] = [{"role": "user", "content": "list the files and read the README, e.g. its title"}]
+    calls = []
+    while True:
+        message = client.chat.completions.create(model="gpt-sim", tools=specs, messages=messages).choices[0].message
+        if not message.tool_calls:
+            break
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            args = json.loads(call.function.arguments)
+            calls.append((call.function.name, args))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": tools(workspace, call.function.name,
+                                                                                         args)})
+    assert calls == [("ls", {}), ("read", {"path": "README"})]  # "e.g" is no file name
+    assert 'read {"path": "README"} failed: Error: file not found: README' in (message.content or "")
+
+
 def test_a_failed_read_is_reported_not_retried(sim_alone, workspace):
     (workspace / "README.md").unlink()
     client = sdk_clients.Anthropic(base_url=sim_alone.base_url, api_key="sk-ant-test", max_retries=0)

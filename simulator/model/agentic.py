@@ -34,7 +34,11 @@ _FIND = re.compile(r"\b(?:grep(?: for)?|search(?: for)?|look for|find|occurrence
                    r"(?:the\s+)?(?:word\s+|string\s+|pattern\s+)?([A-Za-z_][\w.-]{1,40})", re.I)
 _DELEGATE = re.compile(r"\b(?:sub-?agents?|delegate)\b", re.I)
 _RUN = re.compile(r"\b(?:run|execute)\b", re.I)
-_STOP_WORDS = frozenset({"the", "and", "for", "all", "files", "file", "what", "that", "this", "with", "read", "list"})
+_READ = re.compile(r"\b(?:read|open|show me|cat)\s+(?:the\s+|a\s+|file\s+)*([\w][\w./-]*)", re.I)
+_STOP_WORDS = frozenset({
+    "the", "and", "for", "all", "any", "files", "file", "what", "that", "this", "with", "read", "list", "out",
+    "how", "why", "where", "which", "who", "it", "them", "me", "everything", "more", "through", "about", "up",
+})
 
 
 @dataclass(frozen=True)
@@ -156,20 +160,27 @@ def _listing(view: AgentView) -> list[str]:
 
 
 def _named_files(task: str, listing: Sequence[str]) -> list[str]:
-    """Files the task names: explicit paths first, then listed files whose name or stem it mentions."""
+    """Files the task names: paths it spells out, listed files whose name or stem it mentions, and
+    whatever follows "read" or "open" that matched no listed file (tried as given, so a missing file
+    is reported rather than silently skipped)."""
+    text = _BACKTICKS.sub(" ", task)
     found: list[str] = []
-    without_commands = _BACKTICKS.sub(" ", task)
-    for path in _PATH.findall(without_commands):
-        if path not in found and not path.replace(".", "").isdigit():
+    for path in _PATH.findall(text):
+        dotted = path.rsplit(".", 1)
+        if path not in found and ("/" in path or (not listing and len(dotted[1]) >= 2 and dotted[1].isalpha())):
             found.append(path)
-    words = {w.lower() for w in re.findall(r"[\w-]+", without_commands)}
+    words = {w.lower() for w in re.findall(r"[\w-]+", text)}
     for entry in listing:
-        if entry.endswith("/"):
-            continue
         stem = entry.split(".", 1)[0].lower()
-        if entry not in found and (entry.lower() in without_commands.lower()
-                                   or (len(stem) >= 3 and stem in words and stem not in _STOP_WORDS)):
+        if not entry.endswith("/") and entry not in found and (
+                entry.lower() in text.lower() or (len(stem) >= 3 and stem in words and stem not in _STOP_WORDS)):
             found.append(entry)
+    known = {f.lower() for f in found} | {f.rsplit("/", 1)[-1].split(".", 1)[0].lower() for f in found}
+    for word in _READ.findall(text):
+        name = word.rstrip(".,;:")
+        if name and name.lower() not in known and name.lower() not in _STOP_WORDS:
+            found.append(name)
+            known.add(name.lower())
     return found[:MAX_READS]
 
 
