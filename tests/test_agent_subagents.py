@@ -30,9 +30,9 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def run_agent(proxy, home: Path, ws: Path, task: str):
+def run_agent(proxy, home: Path, ws: Path, task: str, *extra: str):
     result = CliRunner().invoke(agent_group, ["run", task, "--provider", "sim", "--proxy", proxy.url,
-                                              "--workspace", str(ws)],
+                                              "--workspace", str(ws), *extra],
                                 env={"CTXSCOPE_HOME": str(home)}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     sessions = [m for m in SessionStore(home).list() if not m.parent_session]
@@ -52,12 +52,19 @@ def analysed_calls(proxy, session: str, at_least: int) -> list[dict]:
         db.conn.close()
 
 
-def test_agent_run_on_the_simulator_is_a_multi_step_session(proxy, tmp_path, workspace):
-    result, session = run_agent(proxy, tmp_path / "home", workspace, "list the files and read the README")
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic", "openai-responses"])
+def test_agent_run_on_the_simulator_is_a_multi_step_session(proxy, tmp_path, workspace, api):
+    result, session = run_agent(proxy, tmp_path / "home", workspace, "list the files and read the README",
+                                "--api", api)
     calls = analysed_calls(proxy, session, 3)
     assert len(calls) == 3 and all(c["thread"] == calls[0]["thread"] for c in calls)
     assert [c["relation"] for c in calls] == ["EPOCH_START", "APPEND_ONLY", "APPEND_ONLY"]
-    assert [c["stop_reason"] for c in calls][:2] == ["tool_calls", "tool_calls"]
+    db = queries.open_db(proxy.db_path)
+    try:
+        last_request = json.dumps(queries.get_request_json(db, calls[-1]["id"]))
+    finally:
+        db.conn.close()
+    assert "Sells gadgets over HTTP." in last_request  # the read's result went back to the model
     assert "→ ls()" in result.stderr and "→ read(path=README.md)" in result.stderr
     assert 'README.md (3 lines shown) begins: "# Gadget store"' in result.stdout
     assert "2 entries: README.md, src/" in result.stdout
