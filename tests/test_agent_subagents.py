@@ -155,3 +155,37 @@ async def test_the_child_has_its_own_tools_budget_and_headers(tmp_path, workspac
     tool_result = model.requests[3].messages[-1].tool_results[0]
     assert tool_result.is_error and "the sub-agent stopped (max_steps" in tool_result.content
     assert s.state.get("subagents")[child_headers[0][SUBAGENT_HEADER]]["outcome"] == "max_steps"
+
+
+async def test_two_sub_agents_are_two_child_threads_of_the_main_thread(proxy, sim, tmp_path, workspace):
+    from ctxscope.agent.host.runtime import AgentRuntime
+    from ctxscope.agent.providers.catalog import make_client, resolve
+
+    def task(description: str) -> dict:
+        return {"tool_calls": [{"name": "task", "arguments": {"description": description, "prompt": description}}]}
+
+    ls = {"tool_calls": [{"name": "ls", "arguments": {}}]}
+    sim.state().set_script([task("first look"), ls, ls, {"text": "child A done"},
+                            task("second look"), ls, {"text": "child B done"}, {"text": "parent done"}])
+    client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", proxy=proxy.url))
+    rt = AgentRuntime(client, home=tmp_path / "home", workspace=workspace)
+    s = rt.create_session()
+    result = await s.run("two looks")
+    await rt.aclose()
+    assert result.ok and result.text == "parent done"
+
+    calls = analysed_calls(proxy, s.id, 8)
+    by_child: dict[str | None, list[dict]] = {}
+    for c in calls:
+        child = next((v for k, v in c["annotations"] if k == "x-ctxscope-subagent"), None)
+        by_child.setdefault(child, []).append(c)
+    parent = by_child.pop(None)
+    main = parent[0]["thread"]
+    assert [c["relation"] for c in parent] == ["EPOCH_START", "APPEND_ONLY", "APPEND_ONLY"]
+    assert all(c["thread"] == main for c in parent)
+    assert [len(v) for v in by_child.values()] == [3, 2]
+    threads = {v[0]["thread"] for v in by_child.values()}
+    assert len(threads) == 2 and main not in threads
+    assert all(v[0]["parent_thread"] == main and v[0]["relation"] == "EPOCH_START" for v in by_child.values())
+    assert all(c["relation"] == "APPEND_ONLY" for v in by_child.values() for c in v[1:])
+    assert set(s.state.get("subagents")) == set(by_child)
