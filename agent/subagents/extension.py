@@ -21,9 +21,9 @@ SUBAGENTS_ID = "subagents"
 STATE_KEY = "subagents"
 MAX_STEPS_CAP = 50
 ANSWER_KEPT_CHARS = 400
-DESCRIPTION = ("Hand a self-contained task to a sub-agent. It works with its own context, its own tools (read, ls, "
-               "grep, bash) and a step budget, and its final answer comes back as this tool's result. Give it "
-               "everything it needs in prompt: it does not see this conversation.")
+DESCRIPTION = ("Hand a self-contained task to a sub-agent. It works with its own context, its own tools ({tools}) "
+               "and a step budget, and its final answer comes back as this tool's result. Give it everything it "
+               "needs in prompt: it does not see this conversation.")
 PARAMETERS: Mapping[str, Any] = {
     "type": "object",
     "properties": {
@@ -67,7 +67,7 @@ def task_tool(*, host_client: Callable[[], Any], new_child: NewChild, tools: Seq
                               + (f"\n{result.text}" if result.text else ""), True, details)
         return ToolOutput(result.text or "(the sub-agent gave an empty answer)", False, details)
 
-    return Tool("task", DESCRIPTION, PARAMETERS, execute)
+    return Tool("task", DESCRIPTION.replace("{tools}", ", ".join(t.name for t in tools)), PARAMETERS, execute)
 
 
 def create_subagents(options: HostOptions, *, new_child: NewChild, tools: Sequence[Tool],
