@@ -200,3 +200,24 @@ def test_the_plan_reads_reminders_out_and_stops_within_its_rounds():
             for i in range(MAX_ROUNDS)]
     body["messages"] = [{"role": "user", "content": "list the files"}, *loop]
     assert decide(read_view(anthropic_prompt(body))).call is None  # out of rounds: the final answer
+
+
+def test_a_steer_while_tools_run_is_no_new_task_but_the_next_turn_is():
+    tools = [{"name": n, "input_schema": SCHEMA} for n in NAMES]
+
+    def view(*messages: dict):
+        return read_view(anthropic_prompt({"model": "claude-sim", "max_tokens": 10, "tools": tools,
+                                           "messages": list(messages)}))
+
+    user = {"role": "user", "content": "read app.py"}
+    ls = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]}
+    listed = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "app.py"},
+                                          {"type": "text", "text": "please hurry"}]}
+    steered = view(user, ls, listed)
+    assert steered.task == "read app.py" and [r.name for r in steered.rounds] == ["ls"]
+    assert decide(steered).call == decide(view(user, ls, {**listed, "content": listed["content"][:1]})).call
+    answered = {"role": "assistant", "content": [{"type": "text", "text": "app.py prints."}]}
+    nxt = view(user, ls, listed, answered, {"role": "user", "content": "now grep for print"})
+    assert nxt.task == "now grep for print" and nxt.rounds == ()
+    summary = {"role": "user", "content": "The earlier part of this conversation was compacted."}
+    assert view(summary, {"role": "user", "content": "list the files"}).task == "list the files"

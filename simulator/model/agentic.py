@@ -1,7 +1,8 @@
 """The small agent the simulated model plays when a request declares tools and no script is queued.
 
-It reads the request like a model would: the task is the last text the user typed (reminder blocks
-left out), the tools are the ones the request declares, and the tool rounds are the calls and
+It reads the request like a model would: the task is the first text the user typed after the
+last final answer (reminder blocks left out; a text sent while tools run, such as a steer, is not
+a new task), the tools are the ones the request declares, and the tool rounds are the calls and
 results after that text. From those alone it picks the next step, one tool call per answer: list
 the workspace, read the files the task names, grep what it asks to find, run the command it quotes,
 hand the task to a sub-agent when asked to delegate, then write a final answer built from what the
@@ -95,6 +96,10 @@ def _is_user_text(meta: str) -> bool:
     return meta.startswith(("msg:user|", "cont:user|")) and meta.endswith("|text")
 
 
+def _is_assistant_text(meta: str) -> bool:
+    return meta.startswith(("msg:assistant|", "cont:assistant|")) and meta.endswith("|text")
+
+
 def _call_of(meta: str) -> tuple[str, str] | None:
     """(call id, tool name) of a tool-call block: Anthropic tool_use, Chat tool_call, Responses function_call."""
     parts = meta.split("|")
@@ -128,10 +133,15 @@ def _arguments(text: str) -> dict[str, Any]:
 def read_view(prompt: Prompt) -> AgentView:
     """The task, the declared tools and the tool rounds after the task, from the linearised prompt."""
     blocks = prompt.blocks
-    start, task = 0, ""
+    start, task, open_task = 0, "", False  # open_task: tools were called for the task and no final answer yet
     for i, block in enumerate(blocks):
         if _is_user_text(block.meta) and _clean(block.text):
-            start, task = i, _clean(block.text)
+            if not open_task:  # a new task; a text sent while tools run (a steer, a reminder) is not one
+                start, task = i, _clean(block.text)
+        elif _is_assistant_text(block.meta) and block.text.strip():
+            open_task = False
+        elif _call_of(block.meta) is not None:
+            open_task = True
     calls: dict[str, tuple[str, dict[str, Any]]] = {}
     order: list[str] = []
     results: dict[str, tuple[str, bool]] = {}
