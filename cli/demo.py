@@ -95,7 +95,7 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
     try:
         for i, turn in enumerate(turns, 1):
             echo(f"[{i}/{len(turns)}] {turn.title}")
-            await asyncio.to_thread(sim.set_script, script.checkpoint_steps() + turn.steps)
+            await asyncio.to_thread(sim.set_script, [] if turn.agentic else script.checkpoint_steps() + turn.steps)
             if turn.text is None:
                 outcome = await rt.conversation.maintenance.compact(session.id, turn.compact)
                 assert isinstance(outcome, CompactionOutcome)
@@ -107,6 +107,10 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
                 raise click.ClickException(f"turn {i} ended {result.outcome}: {result.reason}")
             shown = ", ".join(effects) or "none"
             echo(f"      {calls} model call(s); effects declared: {shown}")
+            children = session.state.get("subagents") or {}
+            for child, run in children.items():
+                if run.get("turn") == session.turn:
+                    echo(f"      sub-agent session {child}: {run['steps']} model call(s), {run['outcome']}")
             missed = [k for k in turn.expect if k not in effects]
             if missed:
                 echo(f"      (this turn was meant to show {', '.join(missed)})")
@@ -187,6 +191,8 @@ async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
     echo("")
     for line in discipline_lines(discipline):
         echo(line)
+    for line in await asyncio.to_thread(thread_lines, db_path, session):
+        echo(line)
     url = f"{daemon.url}/#/session/{session}"
     echo("")
     echo(f"session {session}: {stored} calls.  Open {url}")
@@ -209,6 +215,23 @@ async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
         return result
     finally:
         await daemon.stop()
+
+
+def thread_lines(db_path: Path, session: str) -> list[str]:
+    """The session's threads: the main thread and, under it, each side thread (the sub-agent's)."""
+    from ctxscope.inspector.store.queries import open_db, session_threads
+
+    db = open_db(db_path)
+    try:
+        tree = session_threads(db, session)
+    finally:
+        db.close()
+    lines = []
+    for top in tree:
+        lines.append(f"thread {top['thread'][:12]}: {top['calls']} calls")
+        lines += [f"  side thread {t['thread'][:12]}: {t['calls']} calls, from call #{t['first_seq']}"
+                  for t in top["children"]]
+    return lines
 
 
 def discipline_lines(d: dict) -> list[str]:

@@ -12,7 +12,10 @@ one effect of the agent happen for real, by its own rules:
    (``checkpoint``; ``compaction``, the has_compaction_before side);
 4. the model runs the same failing command three times: ``guard_signal`` and ``guard_reminder``;
 5. tools succeed, then an empty answer: ``empty_answer_retry``;
-6. ``/compact``: a manual checkpoint, shown on the next turn's first request.
+6. ``/compact``: a manual checkpoint, shown on the next turn's first request;
+7. a sub-agent: no script at all, the simulator plays a small agent (it hands the task to the
+   ``task`` tool; the child lists the workspace and reads the README), and the inspector shows the
+   child's calls as a side thread of the session.
 
 The texts are ours; files are generated, deterministic and harmless.
 """
@@ -43,6 +46,7 @@ class DemoTurn:
     text: str | None  # the user's input; None: ``/compact`` with ``compact`` as instructions
     steps: list[dict] = field(default_factory=list)  # the simulator's answers, in order
     compact: str | None = None
+    agentic: bool = False  # no script: the simulator's own small agent answers (and the sub-agent's calls)
 
 
 def _words(n: int, k: int = 8) -> str:
@@ -158,6 +162,8 @@ def turns() -> list[DemoTurn]:
         DemoTurn("the first request after /compact carries the summary", ("checkpoint", "compaction"),
                  "What is still open?",
                  [{"text": "Items 2 and 3 of the todo list are open: the risky functions and the summary."}]),
+        DemoTurn("a sub-agent lists the workspace and reads the README: a child thread of the session", (),
+                 "Ask a sub-agent to list the files and read the README.", agentic=True),
     ]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ctxscope.simulator.model.agentic import agentic_reply
 from ctxscope.simulator.model.prompt import PromptError
 from ctxscope.simulator.model.script import ErrorSpec, Reply, Step, output_tokens
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
@@ -143,7 +144,10 @@ async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamRe
             return error_reply(state, wire, step.error)
 
     usage = wire.usage(state.cache, key_fingerprint(request.headers), model, prompt, state.clock())
-    reply = Reply.from_step(step, prompt.last_user_text)
+    if step is None and not state.has_steps() and (agentic := agentic_reply(prompt)) is not None:
+        reply = agentic  # docs/architecture.md, "The simulator's agentic answers"
+    else:
+        reply = Reply.from_step(step, prompt.last_user_text)
     turn = Turn(
         body=body,
         model=model,

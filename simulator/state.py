@@ -59,6 +59,11 @@ class SimulatorState:
         with self._lock:
             return [dict(step.raw) for step in self._queue]
 
+    def has_steps(self) -> bool:
+        """True while any step is queued (matching or not): the agentic answers wait for an empty queue."""
+        with self._lock:
+            return bool(self._queue)
+
     def peek(self, last_text: str) -> Step | None:
         """The first queued step eligible for a request whose last message text is `last_text`."""
         with self._lock:

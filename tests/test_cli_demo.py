@@ -38,7 +38,10 @@ def _session(runner, db, session):
 
 def test_demo_prints_progress_each_effect_and_the_ui_address(demo):
     _, _, session, output = demo
-    assert output.count("model call(s); effects declared:") == 6  # six turns; the seventh step is /compact
+    assert output.count("model call(s); effects declared:") == 7  # seven turns; the sixth step is /compact
+    # the last turn hands its task to a sub-agent: a side thread of the session in the inspector
+    assert re.search(r"sub-agent session \S+: 3 model call\(s\), completed", output)
+    assert re.search(r"^  side thread \w+: 3 calls, from call #\d+$", output, re.M)
     assert "/compact: compacted: checkpoint at rung h0 (exact" in output
     for kind in EXPECTED:
         assert re.search(rf"call #\d+\s+{kind} ", output), kind

@@ -21,8 +21,13 @@ from ..provenance.extension import source_provenance_extension
 from ..provenance.marker import split_host_marker
 from ..recovery.empty_answer import terminal_response_recovery_extension
 from ..reminders.extension import create_in_turn_reminders, create_system_reminders
+from ..subagents.child import ChildHome
+from ..subagents.extension import create_subagents
 from ..tools.core_tools import core_tools_extension
+from ..tools.fs import GREP, LS, READ
+from ..tools.shell import BASH
 from .session_report import create_session_report
+from .session_store import SessionStore
 
 
 def default_extensions() -> list[Extension]:
@@ -42,9 +47,24 @@ def _tool_output_budget(options: HostOptions) -> Extension:
 # Context management's before_llm_call (compaction) belongs before the in-turn reminders, so
 # reminders land on the compacted history (docs/architecture.md, "Built-in order"); the session
 # report stays last so it records the request as sent.
+def _subagents(options: HostOptions) -> Extension:
+    # a child's session is a sub-session of its parent on disk (the session report bundles it); it
+    # reads and runs commands, records its calls like any session, and cannot start children itself
+    store = SessionStore(options.home)
+
+    def new_child(parent_id: str, title: str) -> ChildHome:
+        parent = store.get(parent_id)
+        meta = store.create(workspace=parent.workspace, provider=parent.provider, model=parent.model,
+                            title=title, parent_session=parent_id)
+        return ChildHome(meta.id, store.dir(meta.id), store.history(meta.id))
+
+    return create_subagents(options, new_child=new_child, tools=(READ, LS, GREP, BASH),
+                            builtins=lambda: [_tool_output_budget(options), create_session_report(options)])
+
+
 HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [create_context_management, create_system_reminders,
                                                     create_in_turn_reminders, create_runaway_guard,
-                                                    _tool_output_budget, create_session_report]
+                                                    _tool_output_budget, _subagents, create_session_report]
 
 
 def default_host_builtins(options: HostOptions) -> list[Extension]:

@@ -42,6 +42,7 @@ class SessionMeta:
     turns: int = 0
     disabled_extensions: tuple[str, ...] = ()
     api: str = ""  # "" in sessions written before the model was followed per turn
+    parent_session: str = ""  # a sub-agent's session names the session that started it
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SessionMeta:
@@ -70,12 +71,12 @@ class SessionStore:
         return self.root / session_id
 
     def create(self, *, workspace: str = "", provider: str = "", model: str = "", title: str = "",
-               session_id: str | None = None, api: str = "") -> SessionMeta:
+               session_id: str | None = None, api: str = "", parent_session: str = "") -> SessionMeta:
         sid = session_id or new_session_id()
         d = self.dir(sid)
         (d / "artifacts").mkdir(parents=True, exist_ok=False)
         now = time.time()
-        meta = SessionMeta(sid, title, workspace, provider, model, now, now, api=api)
+        meta = SessionMeta(sid, title, workspace, provider, model, now, now, api=api, parent_session=parent_session)
         self.save(meta)
         (d / "history.jsonl").touch()
         return meta
@@ -105,7 +106,8 @@ class SessionStore:
         return sorted(metas, key=lambda m: (m.updated_at, m.id), reverse=True)
 
     def latest(self, workspace: str | None = None) -> SessionMeta | None:
-        metas = self.list()
+        """The latest top-level session (a sub-agent's session is never the one to continue)."""
+        metas = [m for m in self.list() if not m.parent_session]
         if workspace is not None:
             metas = [m for m in metas if m.workspace == workspace] or metas
         return metas[0] if metas else None

@@ -3,7 +3,8 @@
 A script is a JSON list of steps consumed in order by model requests of every API (Anthropic
 Messages, Chat Completions, Responses); count_tokens and /v1/models never consume a step. When the
 queue is empty (or no step matches) the reply is the default text ``"sim: <first 60 chars of the
-last user text>"`` so an agent always gets an answer.
+last user text>"`` so an agent always gets an answer; a request that declares tools while the
+queue is empty gets the small agent of ``agentic`` instead.
 
 Step keys (all optional; unknown keys are rejected so a typo fails loudly):
 

@@ -1,0 +1,304 @@
+"""The small agent the simulated model plays when a request declares tools and no script is queued.
+
+It reads the request like a model would: the task is the first text the user typed after the
+last final answer (reminder blocks left out; a text sent while tools run, such as a steer, is not
+a new task), the tools are the ones the request declares, and the tool rounds are the calls and
+results after that text. From those alone it picks the next step, one tool call per answer: list
+the workspace, read the files the task names, grep what it asks to find, run the command it quotes,
+hand the task to a sub-agent when asked to delegate, then write a final answer built from what the
+tools returned. It stops after ``MAX_ROUNDS`` tool rounds at the latest. The same task, tools and
+results always give the same answer (docs/architecture.md, "The simulator's agentic answers").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxscope.simulator.model.prompt import Block, Prompt
+from ctxscope.simulator.model.script import Reply, ToolCallSpec
+
+MAX_ROUNDS = 6
+MAX_READS = 2
+SNIPPET_CHARS = 160
+MAX_QUOTED_LINES = 6
+
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+_LINE_NUMBER = re.compile(r"^\s*\d+\t")
+_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
+_QUOTED = re.compile(r"[\"'“‘]([^\"'”’\n]{2,60})[\"'”’]")
+_BACKTICKS = re.compile(r"`([^`\n]{1,200})`")
+_FIND = re.compile(r"\b(?:grep(?: for)?|search(?: for)?|look for|find|occurrences of|where is|mentions of)\s+"
+                   r"(?:the\s+)?(?:word\s+|string\s+|pattern\s+)?([A-Za-z_][\w.-]{1,40})", re.I)
+_DELEGATE = re.compile(r"\b(?:sub-?agents?|delegate)\b", re.I)
+_RUN = re.compile(r"\b(?:run|execute)\b", re.I)
+_READ = re.compile(r"\b(?:read|open|show me|cat)\s+(?:the\s+|a\s+|file\s+)*([\w][\w./-]*)", re.I)
+_STOP_WORDS = frozenset({
+    "the", "and", "for", "all", "any", "files", "file", "what", "that", "this", "with", "read", "list", "out",
+    "how", "why", "where", "which", "who", "it", "them", "me", "everything", "more", "through", "about", "up",
+})
+
+
+@dataclass(frozen=True)
+class Round:
+    """One tool call the model made after the task, and the result the request carries for it."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str | None
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the simulated agent reads in a request."""
+
+    task: str
+    tools: tuple[str, ...]
+    rounds: tuple[Round, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next answer: one tool call, or the final text."""
+
+    call: ToolCallSpec | None = None
+    text: str = ""
+
+
+def declared_tools(blocks: Sequence[Block]) -> tuple[str, ...]:
+    """Names of the tools a request declares, in its order (all three APIs' shapes)."""
+    names = []
+    for block in blocks:
+        if block.meta != "tool":
+            continue
+        try:
+            tool = json.loads(block.text)
+        except ValueError:
+            continue
+        if not isinstance(tool, dict):
+            continue
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+        if isinstance(name, str) and name:
+            names.append(name)
+    return tuple(names)
+
+
+def _clean(text: str) -> str:
+    return " ".join(_REMINDER.sub(" ", text).split())
+
+
+def _is_user_text(meta: str) -> bool:
+    return meta.startswith(("msg:user|", "cont:user|")) and meta.endswith("|text")
+
+
+def _is_assistant_text(meta: str) -> bool:
+    return meta.startswith(("msg:assistant|", "cont:assistant|")) and meta.endswith("|text")
+
+
+def _call_of(meta: str) -> tuple[str, str] | None:
+    """(call id, tool name) of a tool-call block: Anthropic tool_use, Chat tool_call, Responses function_call."""
+    parts = meta.split("|")
+    if len(parts) >= 4 and parts[1] == "tool_use":
+        return parts[2], parts[3]
+    if len(parts) >= 3 and parts[0] in ("tool_call", "function_call"):
+        return parts[1], parts[2]
+    return None
+
+
+def _result_of(meta: str) -> tuple[str, bool] | None:
+    """(call id, is_error) of a tool-result block in any of the three shapes."""
+    parts = meta.split("|")
+    if len(parts) >= 4 and parts[1] == "tool_result":
+        return parts[2], parts[3] == "True"
+    if parts[0] == "function_call_output" and len(parts) >= 2:
+        return parts[1], False
+    if parts[0] == "msg:tool" and len(parts) >= 3:
+        return parts[2], False
+    return None
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read_view(prompt: Prompt) -> AgentView:
+    """The task, the declared tools and the tool rounds after the task, from the linearised prompt."""
+    blocks = prompt.blocks
+    start, task, open_task = 0, "", False  # open_task: tools were called for the task and no final answer yet
+    for i, block in enumerate(blocks):
+        if _is_user_text(block.meta) and _clean(block.text):
+            if not open_task:  # a new task; a text sent while tools run (a steer, a reminder) is not one
+                start, task = i, _clean(block.text)
+        elif _is_assistant_text(block.meta) and block.text.strip():
+            open_task = False
+        elif _call_of(block.meta) is not None:
+            open_task = True
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    order: list[str] = []
+    results: dict[str, tuple[str, bool]] = {}
+    for block in blocks[start:]:
+        call = _call_of(block.meta)
+        if call is not None:
+            calls[call[0]] = (call[1], _arguments(block.text))
+            order.append(call[0])
+            continue
+        result = _result_of(block.meta)
+        if result is not None:
+            results[result[0]] = (block.text, result[1] or block.text.startswith("Error:"))
+    rounds = tuple(Round(calls[i][0], calls[i][1], results.get(i, (None, False))[0], results.get(i, (None, False))[1])
+                   for i in order)
+    return AgentView(task, declared_tools(blocks), rounds)
+
+
+# ------------------------------------------------------------------------------------ planning
+
+
+def _listing(view: AgentView) -> list[str]:
+    for r in view.rounds:
+        if r.name in ("ls", "bash") and r.result and not r.is_error and r.arguments.get("command", "ls") == "ls":
+            return [line.strip() for line in r.result.splitlines() if line.strip() and not line.startswith("[")]
+    return []
+
+
+def _named_files(task: str, listing: Sequence[str]) -> list[str]:
+    """Files the task names: paths it spells out, listed files whose name or stem it mentions, and
+    whatever follows "read" or "open" that matched no listed file (tried as given, so a missing file
+    is reported rather than silently skipped)."""
+    text = _BACKTICKS.sub(" ", task)
+    found: list[str] = []
+    for path in _PATH.findall(text):
+        dotted = path.rsplit(".", 1)
+        if path not in found and ("/" in path or (not listing and len(dotted[1]) >= 2 and dotted[1].isalpha())):
+            found.append(path)
+    words = {w.lower() for w in re.findall(r"[\w-]+", text)}
+    for entry in listing:
+        stem = entry.split(".", 1)[0].lower()
+        if not entry.endswith("/") and entry not in found and (
+                entry.lower() in text.lower() or (len(stem) >= 3 and stem in words and stem not in _STOP_WORDS)):
+            found.append(entry)
+    known = {f.lower() for f in found} | {f.rsplit("/", 1)[-1].split(".", 1)[0].lower() for f in found}
+    for word in _READ.findall(text):
+        name = word.rstrip(".,;:")
+        if name and name.lower() not in known and name.lower() not in _STOP_WORDS:
+            found.append(name)
+            known.add(name.lower())
+    return found[:MAX_READS]
+
+
+def _pattern(task: str) -> str | None:
+    quoted = _QUOTED.search(task)
+    if quoted and not _PATH.fullmatch(quoted.group(1)):
+        return quoted.group(1)
+    found = _FIND.search(_BACKTICKS.sub(" ", task))
+    if found and found.group(1).lower() not in _STOP_WORDS:
+        return found.group(1)
+    return None
+
+
+def _delegated(task: str) -> str:
+    """The task as handed to a sub-agent: the request without the words asking to delegate."""
+    text = re.sub(r"^.*?\b(?:sub-?agents?|delegate)\b[\s:,-]*(?:to\s+)?", "", task, count=1, flags=re.I)
+    return text.strip() or task
+
+
+def _plan(view: AgentView) -> list[ToolCallSpec]:
+    """Every call the task asks for, in order; the first one not made yet is the next step."""
+    tools, task = set(view.tools), view.task
+    plan: list[ToolCallSpec] = []
+
+    def add(name: str, **arguments: Any) -> None:
+        plan.append(ToolCallSpec(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))))
+
+    if "task" in tools and _DELEGATE.search(task):
+        add("task", description=_delegated(task)[:60], prompt=_delegated(task))
+        return plan
+    if "ls" in tools:
+        add("ls")
+    elif "bash" in tools:
+        add("bash", command="ls")
+    if "read" in tools:
+        for path in _named_files(task, _listing(view)):
+            add("read", path=path)
+    pattern = _pattern(task)
+    if pattern and "grep" in tools:
+        add("grep", pattern=re.escape(pattern), max_results=20)
+    command = _BACKTICKS.search(task)
+    if command and _RUN.search(task) and "bash" in tools:
+        add("bash", command=command.group(1))
+    return plan
+
+
+def decide(view: AgentView) -> Decision:
+    """The next step of the simulated agent."""
+    made = [(r.name, r.arguments) for r in view.rounds]
+    if len(made) < MAX_ROUNDS:
+        for call in _plan(view):
+            if (call.name, call.input_object()) not in made:
+                return Decision(call=call)
+    return Decision(text=final_answer(view))
+
+
+# ------------------------------------------------------------------------------------ answering
+
+
+def _snippet(text: str) -> str:
+    lines = [_LINE_NUMBER.sub("", line).strip() for line in text.splitlines()]
+    first = next((line for line in lines if line and not line.startswith("[")), "")
+    return first[:SNIPPET_CHARS] + ("…" if len(first) > SNIPPET_CHARS else "")
+
+
+def _line(r: Round) -> str:
+    result = r.result or ""
+    if r.result is None:
+        return f"- {r.name}: no result came back."
+    if r.is_error:
+        return f"- {r.name} {json.dumps(r.arguments, ensure_ascii=False)} failed: {_snippet(result)}"
+    if r.name == "ls" or (r.name == "bash" and r.arguments.get("command") == "ls"):
+        entries = [e.strip() for e in result.splitlines() if e.strip() and not e.startswith("[")]
+        shown = ", ".join(entries[:12]) + (", …" if len(entries) > 12 else "")
+        return f"- The workspace holds {len(entries)} entries: {shown}."
+    if r.name == "read":
+        numbered = [line for line in result.splitlines() if _LINE_NUMBER.match(line)]
+        return f"- {r.arguments.get('path')} ({len(numbered)} lines shown) begins: \"{_snippet(result)}\""
+    if r.name == "grep":
+        hits = [line for line in result.splitlines() if line and not line.startswith("[")]
+        if result.startswith("No matches"):
+            return f"- grep {r.arguments.get('pattern')!r}: no matches."
+        return f"- grep {r.arguments.get('pattern')!r}: {len(hits)} match(es), first: {_snippet(result)}"
+    if r.name == "bash":
+        code = re.search(r"\[exit code (-?\d+)\]", result)
+        status = f"exited with code {code.group(1)}" if code else "ran"
+        return f"- `{r.arguments.get('command')}` {status}; it printed: {_snippet(result)}"
+    if r.name == "task":
+        answer = [line.strip() for line in result.splitlines() if line.strip()][:MAX_QUOTED_LINES]
+        return "- The sub-agent answered:" + "".join(f"\n  {line[:SNIPPET_CHARS]}" for line in answer)
+    return f"- {r.name} returned: {_snippet(result)}"
+
+
+def final_answer(view: AgentView) -> str:
+    if not view.rounds:
+        return f"sim agent: nothing to look at for \"{view.task[:60]}\"; no tool applies."
+    task = view.task if len(view.task) <= 100 else view.task[:100].rsplit(" ", 1)[0] + " …"
+    lines = [f"Done: {task}"] if task else ["Done."]
+    lines += [_line(r) for r in view.rounds]
+    return "\n".join(lines)
+
+
+def agentic_reply(prompt: Prompt) -> Reply | None:
+    """The agent's answer to a request that declares tools; None for a request without tools."""
+    view = read_view(prompt)
+    if not view.tools:
+        return None
+    decision = decide(view)
+    if decision.call is not None:
+        return Reply("", "", (decision.call,), False)
+    return Reply(decision.text, "", (), False)
