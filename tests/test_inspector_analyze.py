@@ -23,7 +23,7 @@ from inspector_bodies import (
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.incremental import prepare_full
 from ctxscope.inspector.analysis_input import parse_event
-from ctxscope.inspector.analyze import Analyzer, reindex
+from ctxscope.inspector.analyze import UNNAMED, Analyzer, reindex
 from ctxscope.inspector.recent import RecentMemory, Remembered
 from ctxscope.inspector.store import queries
 
@@ -51,7 +51,8 @@ def test_each_call_row_carries_its_analysis(tmp_path):
         first["id"],
         second["id"],
     )
-    assert first["session"] == "key:ffffffffffff" and first["session_source"] == "key"
+    assert first["session"] == "key:ffffffffffff:" + first["id"] and first["session_source"] == "key"
+    assert [r["grouped_by"] for r in (first, second, third)] == ["new", "lineage", "lineage"]
     assert {r["thread"] for r in (first, second, third)} == {first["id"]} and first["parent_thread"] is None
     assert second["relation_detail"] == {"detail": None, "shared_segments": 6, "marker_moves": ["/messages/0/content"]}
     assert third["tokens_estimated"] == sum(third["tokens_by_category"].values()) > second["tokens_estimated"]
@@ -71,7 +72,9 @@ def test_a_call_costs_only_its_new_segments(tmp_path):
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
         canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
     assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
-    [latest] = [r for r in analyzer.memory.calls(("key:ffffffffffff", "f" * 16)) if r.prepared.raw is not None]
+    client = rows(_db)[0]["client"]
+    scope = (UNNAMED + (client or ""), "f" * 16)
+    [latest] = [r for r in analyzer.memory.calls(scope) if r.prepared.raw is not None]
     # every message but the one whose cache marker moved was reused, not canonicalised again
     assert latest.prepared.reused_items == len(bodies[9]["messages"]) - 1
 
@@ -172,7 +175,7 @@ def test_explicit_session_ids_group_calls_and_number_them(tmp_path):
     got = [(r["session"], r["seq"], r["session_source"]) for r in rows(db)]
     assert got == [("A", 1, "header:x-claude-code-session-id"), ("B", 1, "header:x-claude-code-session-id"),
                    ("pck-1", 1, "prompt_cache_key"), ("A", 2, "header:x-claude-code-session-id"),
-                   ("key:ffffffffffff", 1, "key")]  # fmt: skip
+                   (f"key:ffffffffffff:{rows(db)[4]['id']}", 1, "key")]  # fmt: skip
     assert rows(db)[3]["relation"] == "IDENTICAL" and rows(db)[3]["predecessor"] == exchanges[0].id
 
 
@@ -210,7 +213,8 @@ def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
         None,
     )
     assert c["thread"] == c["id"] and c["cache_verdict"] is None and c["tokens_estimated"] > 0
-    assert a["predecessor"] is None and a["epoch_reason"] == "session_start"  # count_tokens is not its predecessor
+    # count_tokens is not its predecessor; the same client a moment later: a new thread of its session
+    assert a["predecessor"] is None and a["epoch_reason"] == "thread_start" and a["session"] == c["session"]
 
 
 def test_openai_chat_and_unparseable_bodies(tmp_path):

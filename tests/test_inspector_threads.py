@@ -20,6 +20,7 @@ from ctxscope.inspector.analyses.threads import (
     place_call,
     thread_key,
 )
+from ctxscope.vocab.kinds import GroupedBy
 
 A = "anthropic.messages"
 UUID = "4f9e2c1a-0b6d-4e8f-9a3b-1c2d3e4f5a6b"
@@ -198,9 +199,10 @@ def test_place_call_without_explicit_ids_infers_the_session():
     main = claude_code_turns(2)
     recent = [RecentCall("m0", cp(main[0]), "m0", "m0")]
     p = place_call("m1", cp(main[1]), None, recent)
-    assert (p.session_id, p.session_source, p.thread_id, p.predecessor) == ("m0", "inferred", "m0", "m0")
-    new = place_call("t0", cp(title_call()), None, recent)
-    assert (new.session_id, new.thread_id, new.parent_thread_id) == ("t0", "t0", None)
+    assert (p.session_id, p.session_source, p.thread_id, p.predecessor) == ("m0", "anon", "m0", "m0")
+    assert p.grouped_by == GroupedBy.LINEAGE
+    new = place_call("t0", cp(title_call()), None, recent, fallback=("key:k", "key"))
+    assert (new.session_id, new.thread_id, new.parent_thread_id, new.grouped_by) == ("key:k:t0", "t0", None, "new")
 
 
 def test_explicit_session_only_considers_its_own_calls():
@@ -220,4 +222,4 @@ def test_linked_call_wins_for_server_side_state():
 
 def test_unparseable_call_gets_its_own_thread():
     p = place_call("x", None, None, [RecentCall("m0", cp(claude_code_turns(1)[0]), "m0", "m0")])
-    assert (p.predecessor, p.thread_id, p.session_id) == (None, "x", "x")
+    assert (p.predecessor, p.thread_id, p.session_id) == (None, "x", "anon")  # the key's catch-all session

@@ -28,8 +28,8 @@ SUMMARY_COLUMNS = (
     "response_bytes, ttfb_ms, duration_ms, usage_input, usage_output, usage_cache_read, usage_cache_write, "
     "provider, attempt, retry_of, error, capture_epoch, stop_reason, "
     # the inspector's analysis (inspector/analyze.py); NULL until analysed
-    "session_source, thread, parent_thread, predecessor, relation, pointer, epoch_reason, tokens_estimated, "
-    "tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
+    "session_source, grouped_by, thread, parent_thread, predecessor, relation, pointer, epoch_reason, "
+    "tokens_estimated, tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
 )
 _JSON_COLUMNS = ("request_headers", "response_headers", "annotations", "usage_raw", "response_error", "extra")
 _ANALYSIS_JSON = ("tokens_by_category", "cache", "markers", "relation_detail")
