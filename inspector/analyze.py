@@ -22,6 +22,7 @@ gap happen without sleeping. ``reindex`` always uses the stored times.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator
@@ -181,6 +182,8 @@ class Analyzer:
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
+        if explicit is None and placement.predecessor is None:
+            placement = _after_failure(db, inp, placement)
         session, source, seq, attempt, retry_of = _session(db, inp, placement)
         prev = next((r for r in pool if r.call_id == placement.predecessor), None)
         relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
@@ -296,6 +299,19 @@ def _session(db: sqlite_utils.Database, inp: CallInput, placement: Placement) ->
         return session, source, inp.seq, inp.attempt, inp.retry_of
     seq = rows.next_seq(db, session)
     return (session, source, seq, *_relink_retry(db, inp, session))
+
+
+def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> Placement:
+    """A call without a session id that repeats a failed call's body (a retry) joins its session and
+    thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
+    if not inp.request_sha256:
+        return placement
+    found = rows.latest_unnamed_request(db, inp.key_fingerprint, inp.client, UNNAMED_GROUPS, inp.request_sha256,
+                                        inp.id, iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
+    if found is None or not is_failure(found[1], found[2], found[3]):
+        return placement
+    return dataclasses.replace(placement, session_id=found[4], thread_id=found[5] or inp.id, parent_thread_id=None,
+                               grouped_by=GroupedBy.LINEAGE, thread_start=False)  # fmt: skip
 
 
 def _response_id(response: Any) -> str | None:

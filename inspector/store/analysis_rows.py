@@ -84,6 +84,22 @@ def latest_same_request(
     ).fetchone()
 
 
+def latest_unnamed_request(
+    db: sqlite_utils.Database, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
+    request_sha256: str, not_call: str, since: str | None, until: str | None,
+) -> tuple[str, str | None, int | None, int | None, str, str | None] | None:
+    """(id, outcome, status, response_complete, session, thread) of the latest other call without a
+    session id of the key and client that sent the same request body in the window."""
+    marks = ", ".join("?" for _ in grouped_by)
+    return db.execute(
+        f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
+            WHERE key_fingerprint IS ? AND client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
+              AND id != ? AND started_at >= ? AND started_at <= ?
+            ORDER BY started_at DESC LIMIT 1""",
+        [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],
+    ).fetchone()
+
+
 def call_ids(db: sqlite_utils.Database, session: str | None = None) -> list[str]:
     """Every call id (of ``session``), in the order they were stored."""
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])

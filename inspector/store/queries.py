@@ -19,7 +19,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
-from ctxscope.inspector.store.sessions import session_aggregates
+from ctxscope.inspector.store.sessions import TOOL_ROUND_SQL, session_aggregates, thread_order
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import parse_response
 
@@ -227,12 +227,13 @@ def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> lis
 
 
 def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
-    """The session's threads as a tree: main threads on top, side threads and sub-agents as children."""
+    """The session's threads as a tree: the main thread on top (``thread_order``), every side thread
+    its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
     rows = db.query(
-        """SELECT thread, MAX(parent_thread) AS parent_thread, COUNT(*) AS calls, MIN(seq) AS first_seq,
-                  MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
-                  json_group_array(DISTINCT model) AS models
-           FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
+        f"""SELECT thread, COUNT(*) AS calls, SUM({TOOL_ROUND_SQL}) AS tool_rounds, MIN(seq) AS first_seq,
+                   MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
+                   json_group_array(DISTINCT model) AS models
+            FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
         [session],
     )
     threads = {}
@@ -240,11 +241,16 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
         row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
         row["children"] = []
         threads[row["thread"]] = row
-    top: list[dict] = []
-    for row in threads.values():
-        parent = threads.get(row["parent_thread"]) if row["parent_thread"] != row["thread"] else None
-        (parent["children"] if parent is not None else top).append(row)
-    return top
+    order = thread_order(threads.values())
+    if not order:
+        return []
+    main = threads[order[0]]
+    for index, thread in enumerate(order):
+        row = threads[thread]
+        row.update(index=index, main=row is main, parent_thread=None if row is main else main["thread"])
+        if row is not main:
+            main["children"].append(row)
+    return [main]
 
 
 _marks = ", ".join("?" * len(FAILURE_KINDS))
