@@ -290,3 +290,22 @@ def test_comma_joined_effects_become_separate_declared_markers():
     assert [m.kind for m in markers] == ["reminder", "guard_reminder", "checkpoint"]
     assert markers[1].detail == {"signal": "no_progress", "count": 3, "declared": True}
     assert markers[2].detail["rung"] == "hall, then hmid"
+
+
+def test_reindex_splits_old_captures_by_client_and_lineage(tmp_path):
+    """Captures stored before the lineage rule sat in one session per API key; reindex gives each
+    client's conversation its own session (docs/architecture.md, "Sessions and threads")."""
+    script = claude_code_turns(2, first="What is 2+2?")
+    agent = claude_code_turns(2, first="Fix the bug.")
+    exchanges = [ex(script[0], 0, client="OpenAI/Python 1.99.0"), ex(agent[0], 1, client="pi/0.9 openai-js/6.26.0"),
+                 ex(script[1], 2, client="OpenAI/Python 1.99.0"), ex(agent[1], 3, client="pi/0.9 openai-js/6.26.0")]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    live = [(r["session"], r["grouped_by"], r["seq"]) for r in rows(db)]
+    db.execute("UPDATE calls SET session = 'key:ffffffffffff', grouped_by = NULL, seq = rowid, thread = NULL")
+    db.conn.commit()
+    assert len(list(reindex(db))) == 4
+    got = rows(db)
+    assert [(r["session"], r["grouped_by"]) for r in got] == [(s, g) for s, g, _ in live]
+    assert got[0]["session"] == got[2]["session"] != got[1]["session"] == got[3]["session"]
+    assert [r["grouped_by"] for r in got] == ["new", "new", "lineage", "lineage"]
+    assert sorted(r["seq"] for r in got if r["session"] == got[0]["session"]) == [1, 2]
