@@ -159,6 +159,10 @@ def test_opencode_main_thread_carries_the_agent_loop(web):
     assert (main["thread"], main["main"], main["parent_thread"], main["calls"]) == (agent_thread, True, None, 5)
     assert [(c["thread"], c["parent_thread"], c["main"]) for c in main["children"]] == [
         (title["thread"], agent_thread, False), (summary["thread"], agent_thread, False)]
+    # Every call says so too (calls --json, show --json): not "the main thread when the thread began".
+    listed = {c["id"]: c["parent_thread"] for c in json.loads(_cli(web, "calls", "--json", "--limit", "50"))}
+    assert [listed[r["id"]] for r in rows] == [agent_thread] + [None] * 5 + [agent_thread]
+    assert json.loads(_cli(web, "show", agent[0]["id"], "--json"))["parent_thread"] is None
     # ctxscope session: the same names, and why each call landed in the session.
     text = _cli(web, "session", session["session"])
     assert "grouped by: lineage 4, client_gap 2, new 1" in text

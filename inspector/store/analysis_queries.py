@@ -55,7 +55,7 @@ def find_calls(
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
     params += [-1 if limit is None else limit, offset]
-    return [queries._summary(r) for r in db.query(sql, params)]
+    return queries.with_thread_parents(db, [queries._summary(r) for r in db.query(sql, params)])
 
 
 def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:

@@ -93,7 +93,34 @@ def list_calls(
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
     params += [-1 if limit is None else limit, offset]
-    return [_summary(r) for r in db.query(sql, params)]
+    return with_thread_parents(db, [_summary(r) for r in db.query(sql, params)])
+
+
+_SESSIONS_PER_QUERY = 500
+
+
+def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dict]:
+    """``rows`` with ``parent_thread`` as the session is read now: None on the main thread, the
+    main thread on every other (``thread_order``), not what was known when the thread began."""
+    sessions = sorted({r["session"] for r in rows if r.get("thread")})
+    parents: dict[tuple[str, str], str | None] = {}
+    for start in range(0, len(sessions), _SESSIONS_PER_QUERY):
+        chunk = sessions[start : start + _SESSIONS_PER_QUERY]
+        groups: dict[str, list[dict]] = {}
+        for session, thread, calls, rounds, first in db.execute(
+            f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq) FROM calls
+                WHERE session IN ({", ".join("?" for _ in chunk)}) AND thread IS NOT NULL GROUP BY session, thread""",
+            chunk,
+        ).fetchall():
+            groups.setdefault(session, []).append(
+                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first})
+        for session, threads in groups.items():
+            main, *_ = thread_order(threads)
+            parents.update({(session, t["thread"]): None if t["thread"] == main else main for t in threads})
+    for r in rows:
+        if r.get("thread") and (r["session"], r["thread"]) in parents:
+            r["parent_thread"] = parents[(r["session"], r["thread"])]
+    return rows
 
 
 def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
@@ -124,7 +151,7 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if all(v is None for v in row["usage"].values()):
         row["usage"] = None
     row["stream"] = None if row.get("stream") is None else bool(row["stream"])
-    return _analysis(row)
+    return with_thread_parents(db, [_analysis(row)])[0]
 
 
 def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
