@@ -309,3 +309,37 @@ def test_reindex_splits_old_captures_by_client_and_lineage(tmp_path):
     assert got[0]["session"] == got[2]["session"] != got[1]["session"] == got[3]["session"]
     assert [r["grouped_by"] for r in got] == ["new", "new", "lineage", "lineage"]
     assert sorted(r["seq"] for r in got if r["session"] == got[0]["session"]) == [1, 2]
+
+
+def _cut_stream() -> bytes:
+    """An Anthropic stream that stops before message_stop: the client got half an answer."""
+    events = [("message_start", {"type": "message_start", "message": {"id": "msg_cut", "type": "message",
+                                  "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+                                  "usage": {"input_tokens": 5, "output_tokens": 0}}}),
+              ("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}}),
+              ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": "Half an"}})]  # fmt: skip
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+def test_a_retry_follows_a_failed_or_cut_off_call_never_a_completed_answer(tmp_path):
+    """Without a session id: the same body again after a 529 or a cut stream is a retry in the failed
+    call's session; after a complete answer it is a new request."""
+    body = make_anthropic_body(messages=[user("Summarise the file.")])
+    sse = (("content-type", "text/event-stream"),)
+    exchanges = [
+        ex(body, 0, status=529, outcome="http_error"),
+        ex(body, 2),  # answered in full
+        ex(body, 4),  # the script asks again: not a retry
+        ex(dict(body, stream=True), 6, response_headers=sse, response_body=_cut_stream()),
+        ex(dict(body, stream=True), 8),
+    ]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    got = rows(db)
+    assert got[0]["response_complete"] is not False and got[3]["response_complete"] == 0
+    assert [(r["attempt"], r["retry_of"]) for r in got] == [
+        (1, None), (2, got[0]["id"]), (1, None), (1, None), (2, got[3]["id"])]
+    retries = [[m["kind"] for m in r["markers"] if m["kind"] == "retry"] for r in got]
+    assert retries == [[], ["retry"], [], [], ["retry"]]
+    assert len({r["session"] for r in got}) == 1
