@@ -285,7 +285,8 @@ def test_every_page_names_the_agent_loop_the_main_thread(web, page):
     page.goto(web.url + "/")
     session_row = page.locator("tr.session-row", has=page.locator(".session-link", has_text="roles"))
     expect(session_row).to_have_count(1)
-    threads = page.locator("tr.thread-row")
+    threads = page.locator("tr.thread-row", has=page.locator('a[href^="#/session/roles?thread="]'))
+    expect(threads).to_have_count(2)
     expect(threads.filter(has_text="main T1")).to_have_count(1)
     expect(threads.filter(has_text="main T1")).to_contain_text("#2")  # the agent's first call is the 2nd
     expect(threads.filter(has_text="side T2")).to_contain_text("#1")
