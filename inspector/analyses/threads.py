@@ -1,20 +1,23 @@
-"""Sessions, threads and predecessors.
+"""Sessions, threads and predecessors (docs/architecture.md, "Sessions and threads").
 
 A *session* is what the client calls one session: an explicit id when there is one (path label,
 ``x-ctxscope-session``, Claude Code's session header or ``metadata.user_id``, a ``session_id``
-header, ``prompt_cache_key``), else the thread's own root call. A *thread* is a chain of calls,
-each continuing its predecessor's prompt; a session holds a main thread and its side threads
-(title generation, sub-agents), which point to the session's main thread (most recent calls)
-as their parent.
+header, ``prompt_cache_key``, a captured ``previous_response_id``). Without one, the calls of one
+API key and client are grouped by lineage: a call joins the session of the call whose prompt it
+continues, else (a new thread) the session of that client's latest call if it came shortly
+before, else it opens its own. A *thread* is a chain of calls, each continuing its predecessor's
+prompt; which thread is a session's main one is decided when the session is read (the store's
+``thread_order``), since a title call may come before the agent loop it names.
 
-A call's predecessor is the recent call of the same session (or, without an explicit id, the same
-API key) that shares the longest prompt prefix with it. A candidate qualifies when it shares at
-least one segment and has the same *thread key* (same system prompt), or shares the start of the
-conversation itself (two segments, or one beside a shared tools/system prefix). So a sub-agent
-whose tool list happens to start like the main thread's does not attach to it, nor does a side
-call that quotes the user's first message, while an edit of the main system prompt keeps its
-thread (the messages still match). Ties go to the candidate the call extends (APPEND_ONLY), then
-to the latest.
+A call's predecessor is the recent call of the pool that shares the longest prompt prefix with
+it. A candidate qualifies when it shares at least one segment and has the same *thread key* (same
+system prompt), or shares the start of the conversation itself (two segments, or one beside a
+shared tools/system prefix). So a sub-agent whose tool list happens to start like the main
+thread's does not attach to it, nor does a side call that quotes the user's first message, while
+an edit of the main system prompt keeps its thread (the messages still match). A compaction that
+keeps the system/developer prefix and puts a summary next keeps its predecessor, and so does a
+conversation that moved to another API. Ties go to the candidate the call extends (APPEND_ONLY),
+then to the latest.
 """
 
 from __future__ import annotations
@@ -127,14 +130,20 @@ def _compacted_from(prev: CanonicalPrompt, cur: CanonicalPrompt, shared: int) ->
     return any(is_summary(seg) for seg in cur.segments[lead : lead + COMPACTION_SUMMARY_WITHIN])
 
 
-def lineage(prompt: CanonicalPrompt) -> tuple[str, ...]:
-    """The prompt's text as any API spells it: (kind, text) of each segment but the tool declarations.
+def shared_text(a: CanonicalPrompt, b: CanonicalPrompt) -> int:
+    """How many leading segments (tool declarations left out) two prompts share as text and kind.
 
     Segment hashes include each API's wire shape; this does not, so a conversation that moved from
-    Chat Completions to Responses still shows its shared system prompt and turns."""
-    return tuple(
-        hashlib.sha256(json.dumps([s.kind, s.text]).encode()).hexdigest() for s in prompt.segments if s.kind != "tools"
-    )
+    Chat Completions to Responses still shows its shared system prompt and turns. It stops at the
+    first difference, so an unrelated prompt costs one comparison."""
+    left = (s for s in a.segments if s.kind != "tools")
+    right = (s for s in b.segments if s.kind != "tools")
+    n = 0
+    for x, y in zip(left, right, strict=False):  # prompts of any two lengths
+        if x.kind != y.kind or x.text != y.text:
+            break
+        n += 1
+    return n
 
 
 def choose_predecessor(
@@ -174,7 +183,6 @@ def choose_predecessor(
 
 def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]) -> str | None:
     """The latest call of another API whose text this one continues past its first user turn."""
-    text = lineage(candidate)
     first_turn = next((i for i, s in enumerate(s for s in candidate.segments if s.kind != "tools")
                        if s.kind not in ("system", "reminder")), None)  # fmt: skip
     if first_turn is None:
@@ -184,7 +192,7 @@ def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, Canonic
     for index, (call_id, prompt) in enumerate(recent):
         if prompt is None or prompt.api == candidate.api or Api.ANTHROPIC_COUNT_TOKENS in (prompt.api, candidate.api):
             continue  # a token count is never a turn of the conversation
-        shared = shared_prefix(lineage(prompt), text)
+        shared = shared_text(prompt, candidate)
         if shared > first_turn and (best is None or (shared, index) > best):
             best, best_id = (shared, index), call_id
     return best_id
