@@ -343,3 +343,18 @@ def test_a_retry_follows_a_failed_or_cut_off_call_never_a_completed_answer(tmp_p
     retries = [[m["kind"] for m in r["markers"] if m["kind"] == "retry"] for r in got]
     assert retries == [[], ["retry"], [], [], ["retry"]]
     assert len({r["session"] for r in got}) == 1
+
+
+def test_a_client_without_ids_gets_a_new_session_after_a_long_idle_gap(tmp_path):
+    first = make_anthropic_body(system="You help.", messages=[user("Question one?")])
+    soon = make_anthropic_body(system="You help.", messages=[user("Question two?")])
+    later = make_anthropic_body(system="You help.", messages=[user("Question three?")])
+    resumed = make_anthropic_body(system="You help.", messages=[user("Question one?"), assistant("One."),
+                                                                user("Why?")])  # fmt: skip
+    exchanges = [ex(first, 0), ex(soon, 60), ex(later, 60 + 16 * 60), ex(resumed, 60 + 40 * 60)]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    a, b, c, d = rows(db)
+    assert [r["grouped_by"] for r in (a, b, c, d)] == ["new", "client_gap", "new", "lineage"]
+    assert a["session"] == b["session"] == d["session"] != c["session"]
+    assert (b["epoch_reason"], c["epoch_reason"]) == ("thread_start", "session_start")
+    assert d["predecessor"] == a["id"]  # resumed after 40 minutes: its lineage still finds it
