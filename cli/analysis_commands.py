@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -16,7 +17,7 @@ from .settings import home_dir
 
 TIMELINE_COLUMNS = [
     ("seq", "SEQ"), ("started_at", "TIME"), ("model", "MODEL"), ("thread_label", "THREAD"),
-    ("relation_label", "RELATION"),
+    ("grouped_by", "GROUPED_BY"), ("relation_label", "RELATION"),
     ("pointer", "POINTER"), ("tokens_estimated", "TOKENS"), ("usage.cache_read", "CACHE_R"),
     ("cache_verdict", "VERDICT"), ("lost", "LOST"), ("marker_kinds", "MARKERS"),
 ]  # fmt: skip
@@ -44,13 +45,17 @@ def _relation_label(row: dict) -> str | None:
     return f"{rel}:{row['epoch_reason']}" if rel and row.get("epoch_reason") else rel
 
 
-def _timeline_rows(calls: list[dict]) -> list[dict]:
-    names: dict[str, str] = {}
+def _thread_names(threads: list[dict]) -> dict[str, str]:
+    """"main T1", "side T2" ...: the store's thread order, as the web UI names them."""
+    flat = [t for top in threads for t in (top, *top.get("children", ()))]
+    return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
+
+
+def _timeline_rows(calls: list[dict], threads: list[dict]) -> list[dict]:
+    names = _thread_names(threads)
     out = []
     for call in calls:
         thread = call.get("thread")
-        if thread and thread not in names:
-            names[thread] = "main" if not names else f"t{len(names)}"
         cache = call.get("cache") or {}
         out.append(dict(call, thread_label=names.get(thread) if thread else None, relation_label=_relation_label(call),
                         lost=cache.get("lost_tokens") or None,
@@ -187,8 +192,10 @@ def session(session, db_path, as_json):
     if as_json:
         emit_json(timeline)
         return
-    click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'})")
-    emit_table(_timeline_rows(timeline["calls"]), TIMELINE_COLUMNS)
+    grouped = Counter(c["grouped_by"] for c in timeline["calls"] if c.get("grouped_by"))
+    why = ", ".join(f"{k} {n}" for k, n in grouped.most_common()) or "-"
+    click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'}; grouped by: {why})")
+    emit_table(_timeline_rows(timeline["calls"], timeline["threads"]), TIMELINE_COLUMNS)
     _show_effects(timeline["calls"])
     click.echo("")
     _show_stats(timeline["stats"])

@@ -36,6 +36,7 @@ class CallInput:
     seq: int
     session_label: str | None
     key_fingerprint: str | None
+    client: str | None  # the user agent: calls without a session id group per key and client
     headers: dict[str, str]  # request headers, names lowercased, secrets already redacted
     annotations: tuple[tuple[str, str], ...]  # x-ctxscope-* headers
     body: Any  # the parsed request body (None: empty, undecodable or not JSON)
@@ -86,6 +87,7 @@ def _common(row: dict, rowid: int) -> dict:
         "seq": row["seq"],
         "session_label": row.get("session_label"),
         "key_fingerprint": row.get("key_fingerprint"),
+        "client": row.get("client"),
         "usage": _usage(row),
         "capture_epoch": row.get("capture_epoch") or 0,
         "ok": _ok(row),

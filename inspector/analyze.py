@@ -10,9 +10,10 @@ content. A session it has not seen since it started (after a daemon restart, or 
 rebuilt from the latest stored call of each of the session's recent threads.
 
 ``session`` is the client's own id when it sends one (path label, session headers, Claude Code's
-metadata.user_id, prompt_cache_key, a resolvable previous_response_id), else the API key's
-fingerprint ("key:…"), else "anon"; ``thread`` splits a session into chains of continuing prompts
-(side calls and sub-agents become child threads of the main one).
+metadata.user_id, prompt_cache_key, a resolvable previous_response_id); without one the
+conversation's lineage decides, per API key and client ("key:<fingerprint>:<first call>", see
+docs/architecture.md, "Sessions and threads"); ``grouped_by`` says which rule placed the call.
+``thread`` splits a session into chains of continuing prompts.
 
 Time: cache TTLs are judged on the calls' ``started_at``. ``clock_offset`` (seconds) is added to
 the time of calls analysed live: tests shift it together with the simulator's clock to make an idle
@@ -21,6 +22,7 @@ gap happen without sleeping. ``reindex`` always uses the stored times.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator
@@ -50,9 +52,9 @@ from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import iso, record_event
-from ctxscope.inspector.store.ingest import RETRY_WINDOW_S
+from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import Api
-from ctxscope.vocab.kinds import MarkerKind, RelationKind
+from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind
 
 log = logging.getLogger("ctxscope.analysis")
 
@@ -60,6 +62,8 @@ ANALYSIS_VERSION = 1
 LLM_APIS = frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES})
 COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
+UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client
+UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Analysis:
     response_id: str | None
     attempt: int
     retry_of: str | None
+    grouped_by: GroupedBy
 
     def columns(self) -> dict:
         p, r, c = self.placement, self.relation, self.cache
@@ -100,6 +105,7 @@ class Analysis:
         return {
             "session": self.session,
             "session_source": self.session_source,
+            "grouped_by": self.grouped_by,
             "seq": self.seq,
             "thread": p.thread_id if p else None,
             "parent_thread": p.parent_thread_id if p else None,
@@ -162,24 +168,30 @@ class Analyzer:
     def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """The analysis of one stored call (nothing written), remembering it for the next calls."""
         producers = _Producers(db, inp.id)
-        session, source, seq, attempt, retry_of = _session(db, inp, producers)
-        scope: Scope = (session, inp.key_fingerprint)
-        placement, prev, prepared, base = None, None, None, None
-        relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
+        time = inp.started_at + (self.clock_offset if live else 0.0)
+        explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, producers.session)
+        fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
+        # Calls without a session id share one pool per key and client, whatever their session.
+        scope: Scope = (explicit[0], inp.key_fingerprint) if explicit else (UNNAMED + (inp.client or ""),
+                                                                            inp.key_fingerprint)  # fmt: skip
+        pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
+        prepared, base = None, None
         if inp.api in LLM_APIS:
-            pool = self._pool(db, scope, inp.rowid)
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
-            prompt = prepared.prompt if prepared is not None else None
-            placement = place_call(
-                inp.id, prompt, (session, source), [r.recent for r in pool], producers.linked(prompt)
-            )
-            prev = next((r for r in pool if r.call_id == placement.predecessor), None)
-            relation = self._relate(db, prev, inp, prompt)
         prompt = prepared.prompt if prepared is not None else None
+        placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
+                               fallback=fallback, time=time)  # fmt: skip
+        if explicit is None and placement.predecessor is None:
+            placement = _after_failure(db, inp, placement)
+        session, source, seq, attempt, retry_of = _session(db, inp, placement)
+        prev = next((r for r in pool if r.call_id == placement.predecessor), None)
+        relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
+        if inp.api in LLM_APIS:
+            first = EpochReason.THREAD_START if placement.thread_start else EpochReason.SESSION_START
+            relation = self._relate(db, prev, inp, prompt, first)
         tokens = (count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
                   if prepared else None)
-        time = inp.started_at + (self.clock_offset if live else 0.0)
 
         prediction, cache = None, None
         if prompt is not None and tokens is not None and inp.ok and inp.api != Api.ANTHROPIC_COUNT_TOKENS:
@@ -196,16 +208,19 @@ class Analyzer:
         markers = place_effects(_with_retry(markers, attempt, retry_of), declared_markers(inp.annotations),
                                 prev.prompt if prev else None, prompt, relation, inp.body)
 
-        if prepared is not None and tokens is not None and placement is not None and inp.ok:
+        if prepared is not None and tokens is not None and inp.ok:
             self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,
                                               inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
-        return Analysis(session, source, seq, placement, relation, tokens, prediction, cache, tuple(markers),
-                        _response_id(inp.response), attempt, retry_of)  # fmt: skip
+        return Analysis(session, source, seq, placement if inp.api in LLM_APIS else None, relation, tokens,
+                        prediction, cache, tuple(markers), _response_id(inp.response), attempt, retry_of,
+                        placement.grouped_by)  # fmt: skip
 
-    def _relate(self, db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None) -> Relation:
+    def _relate(
+        self, db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
+    ) -> Relation:
         cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, inp.body)
         if prev is None:
-            return classify(None, cur)
+            return classify(None, cur, first)
         before = CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, None)
         rel = classify(before, cur)
         k, n_prev = rel.shared_segments, len(prev.prompt.segments)
@@ -221,23 +236,27 @@ class Analyzer:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
 
-    def _pool(self, db: sqlite_utils.Database, scope: Scope, rowid: int) -> list[Remembered]:
+    def _pool(self, db: sqlite_utils.Database, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         calls = self.memory.calls(scope)
         if calls is not None:
             return calls
         self.memory.open(scope)
-        for rem in self._load(db, scope, rowid):
+        for rem in self._load(db, scope, rowid, client):
             self.memory.add(scope, rem)
         return self.memory.calls(scope) or []
 
-    def _load(self, db: sqlite_utils.Database, scope: Scope, rowid: int) -> list[Remembered]:
+    def _load(self, db: sqlite_utils.Database, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         """Cold start: the latest successful stored call of each recent thread of the scope, oldest first."""
         latest: dict[str, tuple] = {}
-        for row in rows.latest_thread_calls(db, scope[0], scope[1], rowid, COLD_START_CALLS):
+        if scope[0].startswith(UNNAMED):
+            found = rows.latest_unnamed_calls(db, scope[1], client, UNNAMED_GROUPS, rowid, COLD_START_CALLS)
+        else:
+            found = rows.latest_thread_calls(db, scope[0], scope[1], rowid, COLD_START_CALLS)
+        for row in found:
             if row[1] not in latest and len(latest) < COLD_START_THREADS:
                 latest[row[1]] = row
         out = []
-        for call_id, thread, started_at, epoch, provider, api in reversed(list(latest.values())):
+        for call_id, thread, started_at, epoch, provider, api, session in reversed(list(latest.values())):
             try:
                 raw = queries.get_request_body(db, call_id)
                 prepared = prepare_full(api, json.loads(raw), raw) if raw else None
@@ -246,7 +265,7 @@ class Analyzer:
                 continue
             if prepared is not None:
                 tokens = self.counter.count_prompt(prepared.prompt)
-                out.append(Remembered(call_id, scope[0], thread, prepared, tokens, unix_time(started_at),
+                out.append(Remembered(call_id, session, thread, prepared, tokens, unix_time(started_at),
                                       epoch or 0, provider, api))  # fmt: skip
         return out
 
@@ -273,15 +292,26 @@ class _Producers:
         return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
 
 
-def _session(db: sqlite_utils.Database, inp: CallInput, producers: _Producers) -> tuple[str, str, int, int, str | None]:
-    """(session, its source, seq, attempt, retry_of): explicit ids first, then the API key."""
-    explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, producers.session)
-    fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
-    session, source = explicit or fallback
+def _session(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> tuple[str, str, int, int, str | None]:
+    """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it."""
+    session, source = placement.session_id, placement.session_source
     if session == inp.session:
         return session, source, inp.seq, inp.attempt, inp.retry_of
     seq = rows.next_seq(db, session)
     return (session, source, seq, *_relink_retry(db, inp, session))
+
+
+def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> Placement:
+    """A call without a session id that repeats a failed call's body (a retry) joins its session and
+    thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
+    if not inp.request_sha256:
+        return placement
+    found = rows.latest_unnamed_request(db, inp.key_fingerprint, inp.client, UNNAMED_GROUPS, inp.request_sha256,
+                                        inp.id, iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
+    if found is None or not is_failure(found[1], found[2], found[3]):
+        return placement
+    return dataclasses.replace(placement, session_id=found[4], thread_id=found[5] or inp.id, parent_thread_id=None,
+                               grouped_by=GroupedBy.LINEAGE, thread_start=False)  # fmt: skip
 
 
 def _response_id(response: Any) -> str | None:
@@ -308,7 +338,7 @@ def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tu
         return 1, None
     prev = rows.latest_same_request(db, session, inp.request_sha256, inp.method, inp.path, inp.id,
                                     iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
-    if prev is not None and (prev[2] != "ok" or (prev[3] is not None and (prev[3] >= 500 or prev[3] == 429))):
+    if prev is not None and is_failure(prev[2], prev[3], prev[4]):
         return (prev[1] or 1) + 1, prev[0]
     return 1, None
 

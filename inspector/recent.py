@@ -21,7 +21,7 @@ from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.incremental import Prepared
 from ctxscope.inspector.analyses.threads import RecentCall
 
-Scope = tuple[str, str | None]  # (session, key fingerprint)
+Scope = tuple[str, str | None]  # (session, or the unnamed calls of one client; key fingerprint)
 SEGMENT_BYTES = 200  # rough memory of one segment beside the texts it shares with the body
 _order = itertools.count()
 
@@ -47,7 +47,7 @@ class Remembered:
 
     @property
     def recent(self) -> RecentCall:
-        return RecentCall(self.call_id, self.prompt, self.session, self.thread)
+        return RecentCall(self.call_id, self.prompt, self.session, self.thread, self.time)
 
     @property
     def size(self) -> int:

@@ -69,7 +69,8 @@ def test_session_timeline(captured):
     assert main["calls"] == 3 and [c["calls"] for c in main["children"]] == [1]
     text_out = invoke("session", session, *db)
     for needle in ("SEQ", "RELATION", "VERDICT", "MARKERS", "/system/1/text", "EPOCH_START:session_start",
-                   "tools_executed", "main", "t1", "cache hit rate: 1/2 calls"):  # fmt: skip
+                   "tools_executed", "main T1", "side T2", "GROUPED_BY",
+                       "grouped by: lineage 2", "cache hit rate: 1/2 calls"):  # fmt: skip
         assert needle in text_out, needle
     missing = CliRunner().invoke(cli, ["session", "nope", *db])
     assert missing.exit_code != 0 and "no session matches" in missing.output

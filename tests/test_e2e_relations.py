@@ -162,7 +162,7 @@ def test_parallel_side_calls_become_child_threads(proxy, sim):
         by_model[r["model"]] = r
         assert r["thread"] == r["id"] != main_thread
         assert r["parent_thread"] == main_thread
-        assert (r["relation"], r["epoch_reason"]) == ("EPOCH_START", "session_start")
+        assert (r["relation"], r["epoch_reason"]) == ("EPOCH_START", "thread_start")  # a thread inside a session
     assert set(by_model) == {"claude-haiku-4-5", MODEL}
     [session] = queries.list_sessions(queries.open_db(proxy.db_path))
     [top] = session["threads"]

@@ -168,4 +168,6 @@ def test_api_key_never_reaches_the_database(proxy, sim, tap):
     spooled = __import__("pickle").dumps(batches)
     assert sum(len(batch) for batch in batches) == 2
     assert KEY.encode() not in spooled and b"SECRET-0123" not in spooled
-    assert rows[0]["session"] == rows[1]["session"]  # same key, same fingerprint-derived session
+    # same key, but two clients (user agents): two sessions, both named after the key's fingerprint
+    assert rows[0]["session"] != rows[1]["session"]
+    assert rows[0]["session"].rsplit(":", 1)[0] == rows[1]["session"].rsplit(":", 1)[0]

@@ -23,7 +23,7 @@ from inspector_bodies import (
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.incremental import prepare_full
 from ctxscope.inspector.analysis_input import parse_event
-from ctxscope.inspector.analyze import Analyzer, reindex
+from ctxscope.inspector.analyze import UNNAMED, Analyzer, reindex
 from ctxscope.inspector.recent import RecentMemory, Remembered
 from ctxscope.inspector.store import queries
 
@@ -51,7 +51,8 @@ def test_each_call_row_carries_its_analysis(tmp_path):
         first["id"],
         second["id"],
     )
-    assert first["session"] == "key:ffffffffffff" and first["session_source"] == "key"
+    assert first["session"] == "key:ffffffffffff:" + first["id"] and first["session_source"] == "key"
+    assert [r["grouped_by"] for r in (first, second, third)] == ["new", "lineage", "lineage"]
     assert {r["thread"] for r in (first, second, third)} == {first["id"]} and first["parent_thread"] is None
     assert second["relation_detail"] == {"detail": None, "shared_segments": 6, "marker_moves": ["/messages/0/content"]}
     assert third["tokens_estimated"] == sum(third["tokens_by_category"].values()) > second["tokens_estimated"]
@@ -71,7 +72,9 @@ def test_a_call_costs_only_its_new_segments(tmp_path):
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
         canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
     assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
-    [latest] = [r for r in analyzer.memory.calls(("key:ffffffffffff", "f" * 16)) if r.prepared.raw is not None]
+    client = rows(_db)[0]["client"]
+    scope = (UNNAMED + (client or ""), "f" * 16)
+    [latest] = [r for r in analyzer.memory.calls(scope) if r.prepared.raw is not None]
     # every message but the one whose cache marker moved was reused, not canonicalised again
     assert latest.prepared.reused_items == len(bodies[9]["messages"]) - 1
 
@@ -172,7 +175,7 @@ def test_explicit_session_ids_group_calls_and_number_them(tmp_path):
     got = [(r["session"], r["seq"], r["session_source"]) for r in rows(db)]
     assert got == [("A", 1, "header:x-claude-code-session-id"), ("B", 1, "header:x-claude-code-session-id"),
                    ("pck-1", 1, "prompt_cache_key"), ("A", 2, "header:x-claude-code-session-id"),
-                   ("key:ffffffffffff", 1, "key")]  # fmt: skip
+                   (f"key:ffffffffffff:{rows(db)[4]['id']}", 1, "key")]  # fmt: skip
     assert rows(db)[3]["relation"] == "IDENTICAL" and rows(db)[3]["predecessor"] == exchanges[0].id
 
 
@@ -210,7 +213,8 @@ def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
         None,
     )
     assert c["thread"] == c["id"] and c["cache_verdict"] is None and c["tokens_estimated"] > 0
-    assert a["predecessor"] is None and a["epoch_reason"] == "session_start"  # count_tokens is not its predecessor
+    # count_tokens is not its predecessor; the same client a moment later: a new thread of its session
+    assert a["predecessor"] is None and a["epoch_reason"] == "thread_start" and a["session"] == c["session"]
 
 
 def test_openai_chat_and_unparseable_bodies(tmp_path):
@@ -286,3 +290,71 @@ def test_comma_joined_effects_become_separate_declared_markers():
     assert [m.kind for m in markers] == ["reminder", "guard_reminder", "checkpoint"]
     assert markers[1].detail == {"signal": "no_progress", "count": 3, "declared": True}
     assert markers[2].detail["rung"] == "hall, then hmid"
+
+
+def test_reindex_splits_old_captures_by_client_and_lineage(tmp_path):
+    """Captures stored before the lineage rule sat in one session per API key; reindex gives each
+    client's conversation its own session (docs/architecture.md, "Sessions and threads")."""
+    script = claude_code_turns(2, first="What is 2+2?")
+    agent = claude_code_turns(2, first="Fix the bug.")
+    exchanges = [ex(script[0], 0, client="OpenAI/Python 1.99.0"), ex(agent[0], 1, client="pi/0.9 openai-js/6.26.0"),
+                 ex(script[1], 2, client="OpenAI/Python 1.99.0"), ex(agent[1], 3, client="pi/0.9 openai-js/6.26.0")]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    live = [(r["session"], r["grouped_by"], r["seq"]) for r in rows(db)]
+    db.execute("UPDATE calls SET session = 'key:ffffffffffff', grouped_by = NULL, seq = rowid, thread = NULL")
+    db.conn.commit()
+    assert len(list(reindex(db))) == 4
+    got = rows(db)
+    assert [(r["session"], r["grouped_by"]) for r in got] == [(s, g) for s, g, _ in live]
+    assert got[0]["session"] == got[2]["session"] != got[1]["session"] == got[3]["session"]
+    assert [r["grouped_by"] for r in got] == ["new", "new", "lineage", "lineage"]
+    assert sorted(r["seq"] for r in got if r["session"] == got[0]["session"]) == [1, 2]
+
+
+def _cut_stream() -> bytes:
+    """An Anthropic stream that stops before message_stop: the client got half an answer."""
+    events = [("message_start", {"type": "message_start", "message": {"id": "msg_cut", "type": "message",
+                                  "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
+                                  "usage": {"input_tokens": 5, "output_tokens": 0}}}),
+              ("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}}),
+              ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": "Half an"}})]  # fmt: skip
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+def test_a_retry_follows_a_failed_or_cut_off_call_never_a_completed_answer(tmp_path):
+    """Without a session id: the same body again after a 529 or a cut stream is a retry in the failed
+    call's session; after a complete answer it is a new request."""
+    body = make_anthropic_body(messages=[user("Summarise the file.")])
+    sse = (("content-type", "text/event-stream"),)
+    exchanges = [
+        ex(body, 0, status=529, outcome="http_error"),
+        ex(body, 2),  # answered in full
+        ex(body, 4),  # the script asks again: not a retry
+        ex(dict(body, stream=True), 6, response_headers=sse, response_body=_cut_stream()),
+        ex(dict(body, stream=True), 8),
+    ]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    got = rows(db)
+    assert got[0]["response_complete"] is not False and got[3]["response_complete"] == 0
+    assert [(r["attempt"], r["retry_of"]) for r in got] == [
+        (1, None), (2, got[0]["id"]), (1, None), (1, None), (2, got[3]["id"])]
+    retries = [[m["kind"] for m in r["markers"] if m["kind"] == "retry"] for r in got]
+    assert retries == [[], ["retry"], [], [], ["retry"]]
+    assert len({r["session"] for r in got}) == 1
+
+
+def test_a_client_without_ids_gets_a_new_session_after_a_long_idle_gap(tmp_path):
+    first = make_anthropic_body(system="You help.", messages=[user("Question one?")])
+    soon = make_anthropic_body(system="You help.", messages=[user("Question two?")])
+    later = make_anthropic_body(system="You help.", messages=[user("Question three?")])
+    resumed = make_anthropic_body(system="You help.", messages=[user("Question one?"), assistant("One."),
+                                                                user("Why?")])  # fmt: skip
+    exchanges = [ex(first, 0), ex(soon, 60), ex(later, 60 + 16 * 60), ex(resumed, 60 + 40 * 60)]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    a, b, c, d = rows(db)
+    assert [r["grouped_by"] for r in (a, b, c, d)] == ["new", "client_gap", "new", "lineage"]
+    assert a["session"] == b["session"] == d["session"] != c["session"]
+    assert (b["epoch_reason"], c["epoch_reason"]) == ("thread_start", "session_start")
+    assert d["predecessor"] == a["id"]  # resumed after 40 minutes: its lineage still finds it

@@ -58,10 +58,12 @@ def test_first_call_reports_its_reminders_but_no_tools():
     assert [m.kind for m in ms] == ["reminder"]
 
 
-def test_identical_prompt_is_a_retry():
+def test_identical_prompt_is_no_retry_by_itself():
+    """The same prompt again after an answer is a new request (a script asking twice); only the
+    store's link to a failed call with the same body makes a retry."""
     body = claude_code_turns(2)[-1]
     ms = markers_for(body, copy.deepcopy(body))
-    assert [m.kind for m in ms] == ["retry"]
+    assert [m.kind for m in ms] == []
 
 
 def _long_conversation():

@@ -14,14 +14,19 @@ from inspector_bodies import (
 
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.threads import (
+    IDLE_GAP_S,
     RecentCall,
     choose_predecessor,
     explicit_session_id,
+    grouped_by_source,
     place_call,
     thread_key,
 )
+from ctxscope.inspector.store.sessions import thread_order
+from ctxscope.vocab.kinds import GroupedBy
 
 A = "anthropic.messages"
+R = "openai.responses"
 UUID = "4f9e2c1a-0b6d-4e8f-9a3b-1c2d3e4f5a6b"
 
 
@@ -198,9 +203,10 @@ def test_place_call_without_explicit_ids_infers_the_session():
     main = claude_code_turns(2)
     recent = [RecentCall("m0", cp(main[0]), "m0", "m0")]
     p = place_call("m1", cp(main[1]), None, recent)
-    assert (p.session_id, p.session_source, p.thread_id, p.predecessor) == ("m0", "inferred", "m0", "m0")
-    new = place_call("t0", cp(title_call()), None, recent)
-    assert (new.session_id, new.thread_id, new.parent_thread_id) == ("t0", "t0", None)
+    assert (p.session_id, p.session_source, p.thread_id, p.predecessor) == ("m0", "anon", "m0", "m0")
+    assert p.grouped_by == GroupedBy.LINEAGE
+    new = place_call("t0", cp(title_call()), None, recent, fallback=("key:k", "key"))
+    assert (new.session_id, new.thread_id, new.parent_thread_id, new.grouped_by) == ("key:k:t0", "t0", None, "new")
 
 
 def test_explicit_session_only_considers_its_own_calls():
@@ -220,4 +226,114 @@ def test_linked_call_wins_for_server_side_state():
 
 def test_unparseable_call_gets_its_own_thread():
     p = place_call("x", None, None, [RecentCall("m0", cp(claude_code_turns(1)[0]), "m0", "m0")])
-    assert (p.predecessor, p.thread_id, p.session_id) == (None, "x", "x")
+    assert (p.predecessor, p.thread_id, p.session_id) == (None, "x", "anon")  # the key's catch-all session
+
+
+# --- sessions without an id: lineage, client + gap, new (docs/architecture.md, "Sessions and threads") ---
+
+
+def _unnamed(call_id, body, session, thread, t, api=A):
+    return RecentCall(call_id, cp(body, api), session, thread, t)
+
+
+def test_a_continuing_prompt_joins_its_conversation_whatever_came_between():
+    main = claude_code_turns(3)
+    other = make_anthropic_body(system="You answer geography.", messages=[user("Capital of France?")])
+    recent = [_unnamed("m0", main[0], "S1", "m0", 0.0), _unnamed("o0", other, "S2", "o0", 5.0)]
+    p = place_call("m1", cp(main[1]), None, recent, fallback=("key:k", "key"), time=10.0)
+    assert (p.session_id, p.thread_id, p.predecessor, p.grouped_by, p.thread_start) == (
+        "S1", "m0", "m0", GroupedBy.LINEAGE, False)
+
+
+def test_a_divergence_behind_the_first_user_turn_is_lineage_a_shared_system_prompt_alone_is_not():
+    first = make_anthropic_body(system="You are a helper.", messages=[user("Question one?"), assistant("A."),
+                                                                      user("Follow-up.")])  # fmt: skip
+    edited = make_anthropic_body(system="You are a helper.", messages=[user("Question one?"), assistant("A."),
+                                                                       user("Another follow-up.")])  # fmt: skip
+    stranger = make_anthropic_body(system="You are a helper.", messages=[user("A different question?")])
+    recent = [_unnamed("a0", first, "S1", "a0", 0.0)]
+    diverged = place_call("a1", cp(edited), None, recent, fallback=("key:k", "key"), time=1.0)
+    assert (diverged.session_id, diverged.predecessor, diverged.grouped_by) == ("S1", "a0", GroupedBy.LINEAGE)
+    # Another run of the same script: same system prompt, another first question. No lineage; the same
+    # client shortly after: a new thread of the same session.
+    near = place_call("b0", cp(stranger), None, recent, fallback=("key:k", "key"), time=60.0)
+    assert (near.session_id, near.thread_id, near.predecessor, near.grouped_by, near.thread_start) == (
+        "S1", "b0", None, GroupedBy.CLIENT_GAP, True)
+    assert near.parent_thread_id == "a0"
+    # With an explicit session id the old rule stands: a shared system prompt keeps the thread.
+    named = place_call("b0", cp(stranger), ("S", "label"), [RecentCall("a0", cp(first), "S", "a0")])
+    assert named.predecessor == "a0" and named.grouped_by == GroupedBy.LABEL
+
+
+def test_after_a_long_idle_gap_without_lineage_a_new_session_begins():
+    recent = [_unnamed("a0", claude_code_turns(1)[0], "key:k:a0", "a0", 0.0)]
+    later = place_call("t0", cp(title_call("Something else.")), None, recent, fallback=("key:k", "key"),
+                       time=IDLE_GAP_S + 1)  # fmt: skip
+    assert (later.session_id, later.thread_id, later.grouped_by, later.thread_start) == (
+        "key:k:t0", "t0", GroupedBy.NEW, False)
+    # ... unless it continues the lineage: a conversation resumed after lunch is still itself.
+    resumed = place_call("a1", cp(claude_code_turns(2)[1]), None, recent, fallback=("key:k", "key"),
+                         time=IDLE_GAP_S * 4)  # fmt: skip
+    assert (resumed.session_id, resumed.predecessor, resumed.grouped_by) == ("key:k:a0", "a0", GroupedBy.LINEAGE)
+
+
+def test_explicit_sources_name_how_the_call_was_grouped():
+    assert [grouped_by_source(s) for s in ("label", "header:session_id", "metadata.user_id", "prompt_cache_key",
+                                           "previous_response_id")] == [
+        GroupedBy.LABEL, GroupedBy.HEADER, GroupedBy.METADATA, GroupedBy.PROMPT_CACHE_KEY,
+        GroupedBy.PREVIOUS_RESPONSE]  # fmt: skip
+    first = place_call("x0", cp(claude_code_turns(1)[0]), ("S", "header:session_id"), [])
+    assert (first.thread_start, first.grouped_by) == (False, GroupedBy.HEADER)
+    side = place_call("t0", cp(title_call()), ("S", "header:session_id"),
+                      [RecentCall("x0", cp(claude_code_turns(1)[0]), "S", "x0")])  # fmt: skip
+    assert (side.thread_start, side.parent_thread_id) == (True, "x0")
+
+
+def _codex(items, instructions="You are Codex."):
+    return make_responses_body(instructions=instructions, input=items, model="gpt-5-codex")
+
+
+def _msg(role, content):
+    return {"type": "message", "role": role, "content": [{"type": "input_text", "text": content}]}
+
+
+def test_a_compaction_that_drops_a_developer_message_keeps_its_predecessor():
+    dev_a, dev_b = _msg("developer", "Sandbox: workspace-write."), _msg("developer", "<env>cwd=/src</env>")
+    task = _msg("user", "Fix the parser.")
+    before = _codex([dev_a, dev_b, task, {"type": "function_call", "call_id": "c1", "name": "shell",
+                                          "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1",
+                                                               "output": "ok"}])  # fmt: skip
+    compacted = _codex([dev_a, _msg("user", "Summary of the work so far: the parser was fixed."), _msg("user", "Go.")])
+    assert thread_key(cp(before, R)) != thread_key(cp(compacted, R))  # the system/developer prefix changed
+    assert choose_predecessor(cp(compacted, R), [("b", cp(before, R))], strict=True) == ("b", 2)
+    # Without a summary next to the kept prefix it is another agent with the same permissions.
+    other = _codex([dev_a, _msg("user", "Write a poem.")])
+    assert choose_predecessor(cp(other, R), [("b", cp(before, R))], strict=True) == (None, 0)
+
+
+def test_the_same_conversation_in_another_api_is_its_predecessor():
+    chat = {"model": "gpt-4.1", "messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "Name a prime."}]}  # fmt: skip
+    responses = make_responses_body(instructions="Be brief.", input=[
+        {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "Another?"}])  # fmt: skip
+    unrelated = make_responses_body(instructions="Be brief.", input=[{"role": "user", "content": "Hello."}])
+    recent = [("c", cp(chat, "openai.chat"))]
+    assert choose_predecessor(cp(responses, R), recent, strict=True) == ("c", 0)
+    assert choose_predecessor(cp(unrelated, R), recent, strict=True) == (None, 0)  # the system prompt alone
+
+
+def test_the_main_thread_is_the_agent_loop_not_the_first_call():
+    threads = [
+        {"thread": "title", "calls": 1, "tool_rounds": 0, "first_seq": 1},
+        {"thread": "agent", "calls": 4, "tool_rounds": 3, "first_seq": 2},
+        {"thread": "summary", "calls": 1, "tool_rounds": 0, "first_seq": 6},
+    ]
+    assert thread_order(threads) == ["agent", "title", "summary"]
+    # Tool rounds outweigh call count: a chatty classifier is not the agent.
+    threads.append({"thread": "classifier", "calls": 9, "tool_rounds": 0, "first_seq": 3})
+    assert thread_order(threads)[0] == "agent"
+    # Without tool rounds: most calls, then the earliest.
+    plain = [{"thread": "a", "calls": 2, "tool_rounds": 0, "first_seq": 1},
+             {"thread": "b", "calls": 2, "tool_rounds": 0, "first_seq": 3}]  # fmt: skip
+    assert thread_order(plain) == ["a", "b"]

@@ -8,6 +8,7 @@ import json
 import urllib.request
 
 import pytest
+from inspector_bodies import claude_code_turns
 from playwright.sync_api import expect
 from web_fixtures import anthropic_client, openai_client, start_web_daemon
 
@@ -268,6 +269,38 @@ def test_filters_narrow_the_timeline(web, page):
     page.get_by_label("search calls").fill("zzz-no-such-call")
     expect(page.locator("tr.call-row")).to_have_count(0)
     expect(page.locator("#app")).to_contain_text("No calls match")
+
+
+def test_every_page_names_the_agent_loop_the_main_thread(web, page):
+    """A title call first, the agent loop (tool rounds) next: the sessions page, the session page and
+    the call page all call the agent's thread "main T1" and the title "side T2", and say why the
+    calls landed in the session (docs/architecture.md, "Sessions and threads")."""
+    client = anthropic_client(web.url, "roles")
+    client.messages.create(model="claude-haiku-4-5", max_tokens=20, system="You write titles.",
+                           messages=[{"role": "user", "content": "Title for: Fix the bug."}])  # fmt: skip
+    for body in claude_code_turns(4, model="claude-sonnet-4-6"):
+        client.messages.create(**body)
+    rows = _wait_session(web, "roles", 5)
+
+    page.goto(web.url + "/")
+    session_row = page.locator("tr.session-row", has=page.locator(".session-link", has_text="roles"))
+    expect(session_row).to_have_count(1)
+    threads = page.locator("tr.thread-row", has=page.locator('a[href^="#/session/roles?thread="]'))
+    expect(threads).to_have_count(2)
+    expect(threads.filter(has_text="main T1")).to_have_count(1)
+    expect(threads.filter(has_text="main T1")).to_contain_text("#2")  # the agent's first call is the 2nd
+    expect(threads.filter(has_text="side T2")).to_contain_text("#1")
+    page.goto(web.url + "/#/session/roles")
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(5)
+    expect(page.get_by_label("thread", exact=True).locator("option")).to_have_text(
+        ["thread: all", "main T1 (4)", "side T2 (1)"])
+    expect(page.locator(".stats")).to_contain_text("label")
+    page.goto(f"{web.url}/#/call/{rows[0]['id']}")
+    card = page.locator(".card", has_text="Prefix and cache")
+    expect(card).to_contain_text("side T2")
+    expect(card).to_contain_text("grouped by path label")
+    page.goto(f"{web.url}/#/call/{rows[1]['id']}")
+    expect(page.locator(".card", has_text="Prefix and cache")).to_contain_text("main T1")
 
 
 def test_long_conversations_fold_the_middle_and_a_pointer_unfolds_it(web, page):

@@ -22,11 +22,25 @@ class EpochReason(StrEnum):
     """Why a call starts a new epoch instead of being compared with its predecessor."""
 
     SESSION_START = "session_start"
+    THREAD_START = "thread_start"  # a new thread inside a session that already has calls
     PROVIDER_CHANGE = "provider_change"
     API_CHANGE = "api_change"
     MODEL_CHANGE = "model_change"
     CAPTURE_RESUMED = "capture_resumed"
     CACHE_POLICY_CHANGE = "cache_policy_change"
+
+
+class GroupedBy(StrEnum):
+    """Why a call landed in its session (docs/architecture.md, "Sessions and threads")."""
+
+    LABEL = "label"  # the /s/<label>/ path prefix
+    HEADER = "header"  # a session header (x-ctxscope-session, Claude Code's, session_id ...)
+    METADATA = "metadata"  # Claude Code's metadata.user_id names the session
+    PROMPT_CACHE_KEY = "prompt_cache_key"
+    PREVIOUS_RESPONSE = "previous_response"  # previous_response_id names a captured call
+    LINEAGE = "lineage"  # its prompt continues an earlier call's prompt
+    CLIENT_GAP = "client_gap"  # same key and client, a short gap after the session's last call
+    NEW = "new"  # no id, no lineage, another client or a long idle gap: a session of its own
 
 
 class CacheVerdict(StrEnum):

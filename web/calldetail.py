@@ -71,6 +71,15 @@ def _neighbours(db: sqlite_utils.Database, row: dict) -> dict:
     return {"previous": prev, "next": nxt}
 
 
+def _thread_role(db: sqlite_utils.Database, row: dict) -> None:
+    """The call's thread as the session page and the CLI name it: main or side, its number, its parent."""
+    roles = {t["thread"]: t for top in q.session_threads(db, row["session"]) for t in (top, *top["children"])}
+    role = roles.get(row.get("thread"))
+    row["thread_index"] = role["index"] if role else None
+    row["thread_main"] = role["main"] if role else None
+    row["parent_thread"] = role["parent_thread"] if role else row.get("parent_thread")
+
+
 def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     """Everything the call page shows except raw bytes; None for an unknown id."""
     row = q.get_call(db, call_id)
@@ -84,6 +93,7 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
             row.setdefault(key, None)
     row = normalise_call(row)
     row["client_name"] = client_name(row.get("client"))
+    _thread_role(db, row)
     size = row.get("request_bytes") or 0
     request, note = None, None
     if size > MAX_STRUCTURED:

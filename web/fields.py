@@ -79,7 +79,7 @@ def client_name(user_agent: str | None) -> str | None:
 ANALYSIS_COLUMNS = (
     "relation", "pointer", "epoch_reason", "predecessor", "thread", "parent_thread", "tokens_estimated",
     "tokens_by_category", "cache_verdict", "cache", "has_compaction_before", "markers", "relation_detail",
-    "session_source",
+    "session_source", "grouped_by",
 )  # fmt: skip
 
 

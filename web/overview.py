@@ -11,8 +11,7 @@ from collections import Counter
 
 import sqlite_utils
 
-from ctxscope.inspector.store.columns import call_columns
-from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates
+from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates, thread_order
 from ctxscope.inspector.store.views import client_counts, thread_groups
 from ctxscope.web.fields import client_name, usage_cost
 
@@ -77,32 +76,17 @@ def _add_clients(db: sqlite_utils.Database, sessions: dict[str, dict]) -> None:
 
 
 def _add_threads(db: sqlite_utils.Database, sessions: dict[str, dict]) -> None:
-    """Threads per session, flattened from their tree: main threads, each followed by its side
-    threads and sub-agents (``depth`` 1, 2, ...). Without ``parent_thread`` the thread with most
-    calls is the main one and the others hang under it."""
+    """Threads per session: the main thread (the store's ``thread_order``: the agent loop), then
+    its side threads (``depth`` 1), numbered as the session page and the CLI number them."""
     by_session: dict[str, list[dict]] = {}
-    for session, thread in thread_groups(db, sessions):
-        by_session.setdefault(session, []).append(thread)
-    has_parents = "parent_thread" in call_columns(db)
+    for session, group in thread_groups(db, sessions):
+        by_session.setdefault(session, []).append(group)
     for session, threads in by_session.items():
-        known = {t["thread"] for t in threads}
-        if not has_parents and len(threads) > 1:
-            main = max(threads, key=lambda t: (t["calls"], -t["first_seq"]))
-            for t in threads:
-                t["parent_thread"] = None if t is main else main["thread"]
-        children: dict[str | None, list[dict]] = {}
-        for t in threads:
-            key = t["parent_thread"] if t["parent_thread"] in known else None
-            children.setdefault(key, []).append(t)
+        by_id = {t["thread"]: t for t in threads}
         flat: list[dict] = []
-
-        def walk(t: dict, depth: int, flat: list[dict] = flat, children: dict = children) -> None:
-            t["depth"], t["main"] = depth, depth == 0
+        for index, thread_id in enumerate(thread_order(threads)):
+            t = by_id[thread_id]
+            t.update(index=index, main=index == 0, depth=0 if index == 0 else 1,
+                     parent_thread=None if index == 0 else flat[0]["thread"])  # fmt: skip
             flat.append(t)
-            for c in children.get(t["thread"], []):
-                if c not in flat:
-                    walk(c, depth + 1)
-
-        for top in children.get(None, []):
-            walk(top, 0)
         sessions[session]["threads"] = flat

@@ -8,12 +8,13 @@ call index alone, never from bodies.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
-from ctxscope.inspector.store.sessions import HitRate
+from ctxscope.inspector.store.sessions import HitRate, is_tool_round, thread_order
 from ctxscope.inspector.store.views import call_values, session_columns
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
@@ -56,7 +57,7 @@ _LIGHT = (
     "error",
 )
 _LIGHT_OPTIONAL = ("thread", "relation", "pointer", "epoch_reason", "tokens_estimated", "has_compaction_before",
-                   "cache_lost_tokens", "cache_lost_usd", "markers")  # fmt: skip
+                   "cache_lost_tokens", "cache_lost_usd", "markers", "grouped_by")  # fmt: skip
 
 
 def _light_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
@@ -148,6 +149,7 @@ def _summary(rows: list[dict]) -> dict:
         "cost_usd": round(cost, 6) if priced else None,
         "cost_estimated": guessed,
         "errors": sum(not (r["outcome"] == "ok" and (r["status"] or 0) < 400) for r in rows),
+        "grouped_by": dict(Counter(r["grouped_by"] for r in rows if r.get("grouped_by"))),
     }
 
 
@@ -176,14 +178,17 @@ def session_view(
     rows = _light_rows(db, session)
     if not rows:
         return None
-    threads: dict[str, int] = {}
-    counts: dict[str, int] = {}
+    stats: dict[str, dict] = {}
     for r in rows:
         t = r.get("thread")
         if t:
-            threads.setdefault(t, len(threads))
-            counts[t] = counts.get(t, 0) + 1
-    main = max(counts, key=lambda t: counts[t]) if counts else None
+            s = stats.setdefault(t, {"thread": t, "calls": 0, "tool_rounds": 0, "first_seq": r["seq"]})
+            s["calls"] += 1
+            s["tool_rounds"] += is_tool_round(r.get("markers"))
+    order = thread_order(stats.values())  # the main thread first: index 0, as on every page and in the CLI
+    threads = {t: i for i, t in enumerate(order)}
+    counts = {t: s["calls"] for t, s in stats.items()}
+    main = order[0] if order else None
     filters = {k: v for k, v in (filters or {}).items() if v}
     picked = [r for r in rows if _matches(r, filters)] if filters else rows
     limit = max(1, min(limit, MAX_PAGE))

@@ -3,9 +3,11 @@
 Only what the prompts themselves show: reminders the client injected since the predecessor
 (``<system-reminder>`` blocks in new segments, whole or embedded), a compaction (the history was
 replaced by something much shorter, early in the conversation, often summary-shaped; or a
-Responses ``compaction`` item appeared), a retry (the same prompt again), and the tools that ran
-between the predecessor and this call (the tool results that are new in this call). Our own agent
-declares these through annotation headers instead; the store merges both.
+Responses ``compaction`` item appeared), and the tools that ran between the predecessor and this
+call (the tool results that are new in this call). Our own agent declares these through
+annotation headers instead; the store merges both. A retry is not read from the prompt: the same
+prompt again after a completed answer is a new request. Only the store's retry link (the same body
+soon after a failed, cut-off or unanswered call) makes a retry marker (inspector/analyze.py).
 """
 
 from __future__ import annotations
@@ -55,8 +57,6 @@ def infer_markers(
         seen = set(prev.hashes)
         new = [(i, s) for i, s in new if s.hash not in seen]
     markers: list[Marker] = []
-    if prev is not None and relation.kind == RelationKind.IDENTICAL:
-        markers.append(Marker(MarkerKind.RETRY, None, {"marker_moves": len(relation.marker_moves)}))
     compaction = _compaction(prev, cur, relation, prev_tokens, cur_tokens, new)
     if compaction:
         markers.append(compaction)
@@ -92,6 +92,11 @@ def _tools_executed(
     if not tools:
         return None
     return Marker(MarkerKind.TOOLS_EXECUTED, tools[0]["pointer"], {"count": len(tools), "tools": tools})
+
+
+def is_summary(seg: Segment) -> bool:
+    """A compaction's summary: a summary-shaped message, or a Responses ``compaction`` item."""
+    return _summary_shaped(seg) or (seg.kind == "other" and '"type":"compaction' in seg.text)
 
 
 def _summary_shaped(seg: Segment) -> bool:

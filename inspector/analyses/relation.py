@@ -73,14 +73,15 @@ def shared_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     return common_prefix(a, b)
 
 
-def classify(prev: CallContext | None, cur: CallContext) -> Relation:
-    """The relation of ``cur`` to its predecessor ``prev`` (None: first call of its thread)."""
+def classify(prev: CallContext | None, cur: CallContext, first: EpochReason = EpochReason.SESSION_START) -> Relation:
+    """The relation of ``cur`` to its predecessor ``prev`` (None: first call of its thread, which
+    starts an epoch for reason ``first``: a new session, or a new thread inside one)."""
     if cur.prompt is None:
         return Relation(RelationKind.NOT_COMPARABLE, detail="request body did not parse as a known prompt shape")
     if cur.prompt.server_state:
         return Relation(RelationKind.NOT_COMPARABLE, detail=f"prefix held server-side ({cur.prompt.server_state})")
     if prev is None:
-        return Relation(RelationKind.EPOCH_START, epoch_reason=EpochReason.SESSION_START)
+        return Relation(RelationKind.EPOCH_START, epoch_reason=first)
     if prev.prompt is None:
         return Relation(RelationKind.NOT_COMPARABLE, detail="predecessor did not parse as a known prompt shape")
     reason = _epoch_reason(prev, cur)

@@ -1,20 +1,23 @@
-"""Sessions, threads and predecessors.
+"""Sessions, threads and predecessors (docs/architecture.md, "Sessions and threads").
 
 A *session* is what the client calls one session: an explicit id when there is one (path label,
 ``x-ctxscope-session``, Claude Code's session header or ``metadata.user_id``, a ``session_id``
-header, ``prompt_cache_key``), else the thread's own root call. A *thread* is a chain of calls,
-each continuing its predecessor's prompt; a session holds a main thread and its side threads
-(title generation, sub-agents), which point to the session's main thread (most recent calls)
-as their parent.
+header, ``prompt_cache_key``, a captured ``previous_response_id``). Without one, the calls of one
+API key and client are grouped by lineage: a call joins the session of the call whose prompt it
+continues, else (a new thread) the session of that client's latest call if it came shortly
+before, else it opens its own. A *thread* is a chain of calls, each continuing its predecessor's
+prompt; which thread is a session's main one is decided when the session is read (the store's
+``thread_order``), since a title call may come before the agent loop it names.
 
-A call's predecessor is the recent call of the same session (or, without an explicit id, the same
-API key) that shares the longest prompt prefix with it. A candidate qualifies when it shares at
-least one segment and has the same *thread key* (same system prompt), or shares the start of the
-conversation itself (two segments, or one beside a shared tools/system prefix). So a sub-agent
-whose tool list happens to start like the main thread's does not attach to it, nor does a side
-call that quotes the user's first message, while an edit of the main system prompt keeps its
-thread (the messages still match). Ties go to the candidate the call extends (APPEND_ONLY), then
-to the latest.
+A call's predecessor is the recent call of the pool that shares the longest prompt prefix with
+it. A candidate qualifies when it shares at least one segment and has the same *thread key* (same
+system prompt), or shares the start of the conversation itself (two segments, or one beside a
+shared tools/system prefix). So a sub-agent whose tool list happens to start like the main
+thread's does not attach to it, nor does a side call that quotes the user's first message, while
+an edit of the main system prompt keeps its thread (the messages still match). A compaction that
+keeps the system/developer prefix and puts a summary next keeps its predecessor, and so does a
+conversation that moved to another API. Ties go to the candidate the call extends (APPEND_ONLY),
+then to the latest.
 """
 
 from __future__ import annotations
@@ -26,11 +29,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.markers import is_summary
 from ctxscope.inspector.analyses.relation import shared_prefix
+from ctxscope.vocab.apis import Api
+from ctxscope.vocab.kinds import GroupedBy
 
 SESSION_HEADERS = ("x-ctxscope-session", "x-claude-code-session-id", "session_id", "session-id", "x-session-id")
 _SESSION_IN_USER_ID = re.compile(r"session_([0-9A-Za-z][0-9A-Za-z-]{7,})")
 _LEADING_AREAS = ("system", "tools")
+IDLE_GAP_S = 15 * 60.0  # without an id or lineage, a client's call after this long opens a new session
+COMPACTION_SUMMARY_WITHIN = 2  # a compaction's summary is among the first conversation segments
 
 
 def explicit_session_id(
@@ -108,13 +116,47 @@ def _conversation(prompt: CanonicalPrompt) -> Sequence[str]:
     return hashes[i:]
 
 
+def _lead(prompt: CanonicalPrompt) -> int:
+    """How many leading tools and system segments the prompt has."""
+    return len(prompt.hashes) - len(_conversation(prompt))
+
+
+def _compacted_from(prev: CanonicalPrompt, cur: CanonicalPrompt, shared: int) -> bool:
+    """``cur`` rewrote ``prev``'s history as a compaction does: it keeps all of its own system and
+    developer prefix from ``prev`` (dropping a later one is allowed) and a summary comes next."""
+    lead = _lead(cur)
+    if lead == 0 or shared < lead or not any(s.kind == "system" for s in cur.segments[:lead]):
+        return False
+    return any(is_summary(seg) for seg in cur.segments[lead : lead + COMPACTION_SUMMARY_WITHIN])
+
+
+def shared_text(a: CanonicalPrompt, b: CanonicalPrompt) -> int:
+    """How many leading segments (tool declarations left out) two prompts share as text and kind.
+
+    Segment hashes include each API's wire shape; this does not, so a conversation that moved from
+    Chat Completions to Responses still shows its shared system prompt and turns. It stops at the
+    first difference, so an unrelated prompt costs one comparison."""
+    left = (s for s in a.segments if s.kind != "tools")
+    right = (s for s in b.segments if s.kind != "tools")
+    n = 0
+    for x, y in zip(left, right, strict=False):  # prompts of any two lengths
+        if x.kind != y.kind or x.text != y.text:
+            break
+        n += 1
+    return n
+
+
 def choose_predecessor(
-    candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]
+    candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]], *, strict: bool = False
 ) -> tuple[str | None, int]:
     """(call id, shared segments) of the best predecessor among ``recent`` (oldest first), or (None, 0).
 
     A call sharing no segment with the new one can still qualify through its conversation (a
-    system edit at the very first segment); the shared count is then 0."""
+    system edit at the very first segment); the shared count is then 0. ``strict`` (calls without
+    a session id) asks for real lineage: an extension of the candidate, or a divergence behind a
+    shared first turn; a shared system prompt alone is no link between two conversations. A
+    compaction of a candidate's history qualifies either way. Without a predecessor of the same
+    API, one of another API whose text the call continues is taken (an API switch)."""
     key, convo = thread_key(candidate), _conversation(candidate)
     best: tuple[int, int, bool, int] | None = None
     best_id = None
@@ -123,15 +165,37 @@ def choose_predecessor(
             continue
         shared = shared_prefix(prompt.hashes, candidate.hashes)
         shared_convo = shared_prefix(_conversation(prompt), convo)
-        if thread_key(prompt) == key:
-            if not (shared or shared_convo):
+        extends = shared == len(prompt.hashes)
+        if _compacted_from(prompt, candidate, shared):
+            pass
+        elif thread_key(prompt) == key:
+            if not (shared or shared_convo) or (strict and not (shared_convo or extends)):
                 continue
         elif shared_convo < 2 and not (shared and shared_convo):
             continue  # another agent; one equal user message alone (a title call quoting it) is no link
-        score = (shared, shared_convo, shared == len(prompt.hashes), index)
+        score = (shared, shared_convo, extends, index)
         if best is None or score > best:
             best, best_id = score, call_id
-    return (best_id, best[0]) if best else (None, 0)
+    if best is not None:
+        return best_id, best[0]
+    return _across_apis(candidate, recent), 0
+
+
+def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]) -> str | None:
+    """The latest call of another API whose text this one continues past its first user turn."""
+    first_turn = next((i for i, s in enumerate(s for s in candidate.segments if s.kind != "tools")
+                       if s.kind not in ("system", "reminder")), None)  # fmt: skip
+    if first_turn is None:
+        return None
+    best: tuple[int, int] | None = None
+    best_id = None
+    for index, (call_id, prompt) in enumerate(recent):
+        if prompt is None or prompt.api == candidate.api or Api.ANTHROPIC_COUNT_TOKENS in (prompt.api, candidate.api):
+            continue  # a token count is never a turn of the conversation
+        shared = shared_text(prompt, candidate)
+        if shared > first_turn and (best is None or (shared, index) > best):
+            best, best_id = (shared, index), call_id
+    return best_id
 
 
 @dataclass(frozen=True)
@@ -142,16 +206,32 @@ class RecentCall:
     prompt: CanonicalPrompt | None
     session_id: str
     thread_id: str
+    time: float | None = None  # unix seconds of its start (the idle-gap rule)
 
 
 @dataclass(frozen=True)
 class Placement:
     session_id: str
-    session_source: str  # explicit source ("label", "header:...", ...) or "inferred"
+    session_source: str  # explicit source ("label", "header:...", ...) or the fallback's ("key", "anon")
     thread_id: str  # id of the thread's first call
     parent_thread_id: str | None  # for a new side thread: the session's main thread
     predecessor: str | None
     shared_segments: int
+    grouped_by: GroupedBy = GroupedBy.NEW
+    thread_start: bool = False  # a new thread in a session that already had calls
+
+
+def grouped_by_source(source: str) -> GroupedBy:
+    """The ``GroupedBy`` of an explicit session id's source."""
+    if source == "label":
+        return GroupedBy.LABEL
+    if source.startswith("header:"):
+        return GroupedBy.HEADER
+    if source == "metadata.user_id":
+        return GroupedBy.METADATA
+    if source == "prompt_cache_key":
+        return GroupedBy.PROMPT_CACHE_KEY
+    return GroupedBy.PREVIOUS_RESPONSE
 
 
 def place_call(
@@ -160,26 +240,44 @@ def place_call(
     explicit: tuple[str, str] | None,
     recent: Sequence[RecentCall],
     linked: RecentCall | None = None,
+    *,
+    fallback: tuple[str, str] = ("anon", "anon"),
+    time: float | None = None,
+    idle_gap: float = IDLE_GAP_S,
 ) -> Placement:
-    """Session, thread and predecessor of a new call.
+    """Session, thread and predecessor of a new call (docs/architecture.md, "Sessions and threads").
 
-    ``recent`` are recent calls of the same API key, oldest first; with an explicit session only
-    that session's calls are considered. ``linked`` is a captured call named by the body itself
-    (the producer of ``previous_response_id``): it is the predecessor whatever the prefix says.
+    With an explicit session, ``recent`` are that session's recent calls (others are ignored).
+    Without one, ``recent`` are the recent calls without an id of the same API key and client,
+    oldest first: the call joins the session of the call whose prompt it continues (lineage),
+    else the session of the client's latest call when it came less than ``idle_gap`` seconds
+    before ``time`` (a new thread there), else it opens a session of its own, named
+    ``fallback[0]:<call id>`` (a call that is no readable prompt: ``fallback[0]``). ``linked`` is
+    a captured call named by the body itself (the producer of ``previous_response_id``): it is
+    the predecessor whatever the prefix says.
     """
     pool = [r for r in recent if explicit is None or r.session_id == explicit[0]]
     pred, shared = None, 0
     if linked is not None:
         pred = linked
     elif prompt is not None:
-        pred_id, shared = choose_predecessor(prompt, [(r.call_id, r.prompt) for r in pool])
+        pred_id, shared = choose_predecessor(prompt, [(r.call_id, r.prompt) for r in pool], strict=explicit is None)
         pred = next((r for r in pool if r.call_id == pred_id), None)
+    if explicit is not None:
+        grouped = grouped_by_source(explicit[1])
+        if pred is not None:
+            return Placement(explicit[0], explicit[1], pred.thread_id, None, pred.call_id, shared, grouped)
+        return Placement(explicit[0], explicit[1], call_id, _main_thread(pool), None, 0, grouped, bool(pool))
     if pred is not None:
-        session = explicit or (pred.session_id, "inferred")
-        return Placement(session[0], session[1], pred.thread_id, None, pred.call_id, shared)
-    parent = _main_thread(pool) if explicit is not None else None
-    session = explicit or (call_id, "inferred")
-    return Placement(session[0], session[1], call_id, parent, None, 0)
+        return Placement(pred.session_id, fallback[1], pred.thread_id, None, pred.call_id, shared, GroupedBy.LINEAGE)
+    latest = max(pool, key=lambda r: r.time or 0.0, default=None)
+    if latest is not None and time is not None and latest.time is not None and 0 <= time - latest.time < idle_gap:
+        same = [r for r in pool if r.session_id == latest.session_id]
+        return Placement(latest.session_id, fallback[1], call_id, _main_thread(same), None, 0, GroupedBy.CLIENT_GAP,
+                         True)  # fmt: skip
+    if prompt is None:  # nothing to follow a conversation by (not a prompt): the key's catch-all session
+        return Placement(fallback[0], fallback[1], call_id, None, None, 0, GroupedBy.NEW)
+    return Placement(f"{fallback[0]}:{call_id}", fallback[1], call_id, None, None, 0, GroupedBy.NEW)
 
 
 def _main_thread(pool: Sequence[RecentCall]) -> str | None:

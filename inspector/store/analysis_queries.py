@@ -55,7 +55,7 @@ def find_calls(
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
     params += [-1 if limit is None else limit, offset]
-    return [queries._summary(r) for r in db.query(sql, params)]
+    return queries.with_thread_parents(db, [queries._summary(r) for r in db.query(sql, params)])
 
 
 def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
@@ -169,7 +169,8 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
 # Calls whose relation says nothing about the client's discipline: the first of a thread, a restart.
 _NOT_JUDGED = (
     f"relation IS NULL OR relation = '{RelationKind.NOT_COMPARABLE}'"
-    f" OR COALESCE(epoch_reason, '') IN ('{EpochReason.SESSION_START}', '{EpochReason.CAPTURE_RESUMED}')"
+    f" OR COALESCE(epoch_reason, '') IN ('{EpochReason.SESSION_START}', '{EpochReason.THREAD_START}',"
+    f" '{EpochReason.CAPTURE_RESUMED}')"
 )
 _COMPACTION = """(has_compaction_before = 1 OR instr(markers, '"kind":"checkpoint_request"') > 0)"""
 _INSIDE = "json_extract(cache, '$.before_prev_last_breakpoint') = 1"

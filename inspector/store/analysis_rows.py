@@ -24,17 +24,36 @@ def write_analysis(db: sqlite_utils.Database, call_id: str, columns: dict[str, A
     db.execute(f"UPDATE calls SET {', '.join(f'{k} = ?' for k in columns)} WHERE id = ?", [*columns.values(), call_id])
 
 
+Recent = tuple[str, str, str, int | None, str | None, str | None, str]
+
+
 def latest_thread_calls(
     db: sqlite_utils.Database, session: str, key_fingerprint: str | None, before_rowid: int, limit: int
-) -> list[tuple[str, str, str, int | None, str | None, str | None]]:
-    """(id, thread, started_at, capture_epoch, provider, api) of the scope's last successful
-    calls stored before ``before_rowid``, newest first."""
+) -> list[Recent]:
+    """(id, thread, started_at, capture_epoch, provider, api, session) of the scope's last
+    successful calls stored before ``before_rowid``, newest first."""
     return db.execute(
-        """SELECT id, thread, started_at, capture_epoch, provider, api FROM calls
+        """SELECT id, thread, started_at, capture_epoch, provider, api, session FROM calls
            WHERE session = ? AND key_fingerprint IS ? AND rowid < ? AND thread IS NOT NULL
              AND outcome = 'ok' AND status < 400
            ORDER BY seq DESC LIMIT ?""",
         [session, key_fingerprint, before_rowid, limit],
+    ).fetchall()
+
+
+def latest_unnamed_calls(
+    db: sqlite_utils.Database, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
+    before_rowid: int, limit: int,
+) -> list[Recent]:
+    """The same for the calls without a session id (``grouped_by`` one of those given) of one API
+    key and client, whatever their session."""
+    marks = ", ".join("?" for _ in grouped_by)
+    return db.execute(
+        f"""SELECT id, thread, started_at, capture_epoch, provider, api, session FROM calls
+            WHERE key_fingerprint IS ? AND client IS ? AND grouped_by IN ({marks}) AND rowid < ?
+              AND thread IS NOT NULL AND outcome = 'ok' AND status < 400
+            ORDER BY rowid DESC LIMIT ?""",
+        [key_fingerprint, client, *grouped_by, before_rowid, limit],
     ).fetchall()
 
 
@@ -53,14 +72,31 @@ def next_seq(db: sqlite_utils.Database, session: str) -> int:
 def latest_same_request(
     db: sqlite_utils.Database, session: str, request_sha256: str, method: str | None, path: str | None,
     not_call: str, since: str | None, until: str | None,
-) -> tuple[str, int | None, str | None, int | None] | None:
-    """(id, attempt, outcome, status) of the session's latest other call with the same request in the window."""
+) -> tuple[str, int | None, str | None, int | None, int | None] | None:
+    """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
+    same request in the window."""
     return db.execute(
-        """SELECT id, attempt, outcome, status FROM calls
+        """SELECT id, attempt, outcome, status, response_complete FROM calls
            WHERE session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
              AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [session, request_sha256, method, path, not_call, since, until],
+    ).fetchone()
+
+
+def latest_unnamed_request(
+    db: sqlite_utils.Database, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
+    request_sha256: str, not_call: str, since: str | None, until: str | None,
+) -> tuple[str, str | None, int | None, int | None, str, str | None] | None:
+    """(id, outcome, status, response_complete, session, thread) of the latest other call without a
+    session id of the key and client that sent the same request body in the window."""
+    marks = ", ".join("?" for _ in grouped_by)
+    return db.execute(
+        f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
+            WHERE key_fingerprint IS ? AND client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
+              AND id != ? AND started_at >= ? AND started_at <= ?
+            ORDER BY started_at DESC LIMIT 1""",
+        [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],
     ).fetchone()
 
 

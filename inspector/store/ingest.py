@@ -282,8 +282,9 @@ def store_body(
     return blob.id, recipe
 
 
-def _is_failure(outcome: str | None, status: int | None) -> bool:
-    return outcome != Outcome.OK or (status is not None and (status >= 500 or status == 429))
+def is_failure(outcome: str | None, status: int | None, complete: int | None = None) -> bool:
+    """A call a client may retry: failed, cut off or unanswered; never one answered in full."""
+    return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
 
 
 def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
@@ -292,7 +293,7 @@ def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
     if not row["request_sha256"]:
         return
     prev = db.execute(
-        """SELECT id, attempt, outcome, status FROM calls
+        """SELECT id, attempt, outcome, status, response_complete FROM calls
            WHERE session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [
@@ -304,7 +305,7 @@ def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
             row["started_at"],
         ],
     ).fetchone()
-    if prev is not None and _is_failure(prev[2], prev[3]):
+    if prev is not None and is_failure(prev[2], prev[3], prev[4]):
         row["attempt"], row["retry_of"] = (prev[1] or 1) + 1, prev[0]
 
 

@@ -147,3 +147,12 @@ def m004_add_call_analysis(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_response_id ON calls (response_id)")
     # A call's successors (the UI's "next in thread", diffs against a later call).
     db.execute("CREATE INDEX idx_calls_predecessor ON calls (predecessor)")
+
+
+@migrations()
+def m005_add_grouped_by(db: sqlite_utils.Database) -> None:
+    # Why the call landed in its session: label, header, metadata, prompt_cache_key, previous_response,
+    # lineage, client_gap or new (docs/architecture.md, "Sessions and threads").
+    db.execute("ALTER TABLE calls ADD COLUMN grouped_by TEXT")
+    # Calls without a session id, per API key and client: where the next such call may continue.
+    db.execute("CREATE INDEX idx_calls_key_client ON calls (key_fingerprint, client)")

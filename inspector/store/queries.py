@@ -19,7 +19,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
-from ctxscope.inspector.store.sessions import session_aggregates
+from ctxscope.inspector.store.sessions import TOOL_ROUND_SQL, session_aggregates, thread_order
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import parse_response
 
@@ -28,8 +28,8 @@ SUMMARY_COLUMNS = (
     "response_bytes, ttfb_ms, duration_ms, usage_input, usage_output, usage_cache_read, usage_cache_write, "
     "provider, attempt, retry_of, error, capture_epoch, stop_reason, "
     # the inspector's analysis (inspector/analyze.py); NULL until analysed
-    "session_source, thread, parent_thread, predecessor, relation, pointer, epoch_reason, tokens_estimated, "
-    "tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
+    "session_source, grouped_by, thread, parent_thread, predecessor, relation, pointer, epoch_reason, "
+    "tokens_estimated, tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
 )
 _JSON_COLUMNS = ("request_headers", "response_headers", "annotations", "usage_raw", "response_error", "extra")
 _ANALYSIS_JSON = ("tokens_by_category", "cache", "markers", "relation_detail")
@@ -93,7 +93,34 @@ def list_calls(
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
     params += [-1 if limit is None else limit, offset]
-    return [_summary(r) for r in db.query(sql, params)]
+    return with_thread_parents(db, [_summary(r) for r in db.query(sql, params)])
+
+
+_SESSIONS_PER_QUERY = 500
+
+
+def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dict]:
+    """``rows`` with ``parent_thread`` as the session is read now: None on the main thread, the
+    main thread on every other (``thread_order``), not what was known when the thread began."""
+    sessions = sorted({r["session"] for r in rows if r.get("thread")})
+    parents: dict[tuple[str, str], str | None] = {}
+    for start in range(0, len(sessions), _SESSIONS_PER_QUERY):
+        chunk = sessions[start : start + _SESSIONS_PER_QUERY]
+        groups: dict[str, list[dict]] = {}
+        for session, thread, calls, rounds, first in db.execute(
+            f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq) FROM calls
+                WHERE session IN ({", ".join("?" for _ in chunk)}) AND thread IS NOT NULL GROUP BY session, thread""",
+            chunk,
+        ).fetchall():
+            groups.setdefault(session, []).append(
+                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first})
+        for session, threads in groups.items():
+            main, *_ = thread_order(threads)
+            parents.update({(session, t["thread"]): None if t["thread"] == main else main for t in threads})
+    for r in rows:
+        if r.get("thread") and (r["session"], r["thread"]) in parents:
+            r["parent_thread"] = parents[(r["session"], r["thread"])]
+    return rows
 
 
 def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
@@ -124,7 +151,7 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if all(v is None for v in row["usage"].values()):
         row["usage"] = None
     row["stream"] = None if row.get("stream") is None else bool(row["stream"])
-    return _analysis(row)
+    return with_thread_parents(db, [_analysis(row)])[0]
 
 
 def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
@@ -227,12 +254,13 @@ def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> lis
 
 
 def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
-    """The session's threads as a tree: main threads on top, side threads and sub-agents as children."""
+    """The session's threads as a tree: the main thread on top (``thread_order``), every side thread
+    its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
     rows = db.query(
-        """SELECT thread, MAX(parent_thread) AS parent_thread, COUNT(*) AS calls, MIN(seq) AS first_seq,
-                  MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
-                  json_group_array(DISTINCT model) AS models
-           FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
+        f"""SELECT thread, COUNT(*) AS calls, SUM({TOOL_ROUND_SQL}) AS tool_rounds, MIN(seq) AS first_seq,
+                   MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
+                   json_group_array(DISTINCT model) AS models
+            FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
         [session],
     )
     threads = {}
@@ -240,11 +268,16 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
         row["models"] = sorted(m for m in json.loads(row["models"]) if m is not None)
         row["children"] = []
         threads[row["thread"]] = row
-    top: list[dict] = []
-    for row in threads.values():
-        parent = threads.get(row["parent_thread"]) if row["parent_thread"] != row["thread"] else None
-        (parent["children"] if parent is not None else top).append(row)
-    return top
+    order = thread_order(threads.values())
+    if not order:
+        return []
+    main = threads[order[0]]
+    for index, thread in enumerate(order):
+        row = threads[thread]
+        row.update(index=index, main=row is main, parent_thread=None if row is main else main["thread"])
+        if row is not main:
+            main["children"].append(row)
+    return [main]
 
 
 _marks = ", ".join("?" * len(FAILURE_KINDS))

@@ -9,13 +9,40 @@ figure either side shows; ``fold_sessions`` sums the groups of a session. The CL
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
-from ctxscope.vocab.kinds import CacheVerdict, RelationKind
+from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
+
+# A call that ran tools since its predecessor: a round of an agent loop.
+TOOL_ROUND_SQL = f"""instr(COALESCE(markers, ''), '"kind":"{MarkerKind.TOOLS_EXECUTED}"') > 0"""
+
+
+def is_tool_round(markers: Any) -> bool:
+    """``markers`` (a JSON string or its list) hold a tools_executed marker."""
+    if isinstance(markers, str):
+        return f'"kind":"{MarkerKind.TOOLS_EXECUTED}"' in markers
+    return isinstance(markers, list) and any(isinstance(m, dict) and m.get("kind") == MarkerKind.TOOLS_EXECUTED
+                                             for m in markers)  # fmt: skip
+
+
+def thread_order(threads: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Thread ids, the main thread first, then the side threads by their first call.
+
+    The main thread carries the agent loop: the most tool rounds, then the most calls, then the
+    earliest; a short side call (a title, a summary) is a side thread whatever its order
+    (docs/architecture.md, "Sessions and threads"). Each thread is a mapping with ``thread``,
+    ``tool_rounds``, ``calls`` and ``first_seq``. The CLI, the JSON and every UI page use this."""
+    threads = list(threads)
+    if not threads:
+        return []
+    main = max(threads, key=lambda t: (t.get("tool_rounds") or 0, t.get("calls") or 0, -(t.get("first_seq") or 0)))
+    rest = sorted((t for t in threads if t is not main), key=lambda t: t.get("first_seq") or 0)
+    return [main["thread"]] + [t["thread"] for t in rest]
 
 # Verdicts under which the call could have read the cache: a hit rate's denominator.
 HIT_ELIGIBLE: tuple[CacheVerdict, ...] = (

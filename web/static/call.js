@@ -1,7 +1,7 @@
 // Call page: overview (timings, outcome, usage reported vs estimated, cache verdict, prefix
 // relation, markers), then tabs: structured request, response, raw bytes, headers.
 
-import { h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
+import { groupedLabel, h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
   markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { vocab } from "./vocab.js";
@@ -119,7 +119,9 @@ export function renderCall(root, id, params, ctx) {
           ["relation", [relationBadge(c.relation), c.relation === vocab.RelationKind.DIVERGED ? [" at ", ptrLink(c.pointer)] : null]],
           c.epoch_reason ? ["epoch", String(c.epoch_reason).replace(/_/g, " ")] : null,
           ["predecessor", c.predecessor ? h("a", { href: "#/call/" + encodeURIComponent(c.predecessor) }, c.predecessor) : null],
-          c.thread ? ["thread", h("code", {}, c.thread)] : null,
+          ["session", [h("a", { href: "#/session/" + encodeURIComponent(c.session) }, c.session),
+            c.grouped_by ? h("span", { class: "muted", title: "why the call landed in this session" }, " grouped by " + groupedLabel(c.grouped_by)) : null]],
+          c.thread ? ["thread", [c.thread_index != null ? `${c.thread_main ? "main" : "side"} T${c.thread_index + 1} ` : "", h("code", {}, c.thread)]] : null,
           ["cache verdict", [verdictBadge(c.cache), cache.detail ? h("span", { class: "muted" }, " " + cache.detail) : null]],
           cache.lost_tokens ? ["lost to the break", `${fmtInt(cache.lost_tokens)} tokens` + (cache.lost_cost_usd ? ` · ${fmtCost(cache.lost_cost_usd)}` : "")] : null,
           cache.break_pointer ? ["first difference", ptrLink(cache.break_pointer)] : null,

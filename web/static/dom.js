@@ -289,3 +289,9 @@ export function outcomeBadge(call) {
 export function stat(label, value, title) {
   return h("div", { class: "stat", title: title || null }, h("div", { class: "stat-v" }, value), h("div", { class: "stat-l" }, label));
 }
+
+// Why a call landed in its session (the GroupedBy vocabulary), in words.
+const GROUPED_LABELS = { label: "path label", header: "session header", metadata: "metadata.user_id",
+  prompt_cache_key: "prompt_cache_key", previous_response: "previous_response_id", lineage: "lineage (its prompt continues an earlier call's)",
+  client_gap: "client + gap (same client, shortly after)", new: "new (no id, no lineage)" };
+export function groupedLabel(value) { return GROUPED_LABELS[value] || String(value); }

@@ -1,7 +1,7 @@
 // Session page: summary, the context/cache chart over every call, filters, and the timeline of
 // calls one page at a time (relation, pointer, markers, tokens by category, cache, latency).
 
-import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
+import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
   markerChip, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
@@ -115,6 +115,8 @@ export function renderSession(root, session, params, ctx) {
         s.lost_tokens ? stat("lost to breaks", fmtTokens(s.lost_tokens) + (s.lost_usd ? " · " + fmtCost(s.lost_usd) : ""), "tokens paid again because of cache breaks") : null,
         stat("cost", fmtCost(s.cost_usd, s.cost_estimated)), stat("errors", fmtInt(s.errors)),
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
+        s.grouped_by && Object.keys(s.grouped_by).length ? stat("grouped by", Object.keys(s.grouped_by).join(" · "),
+          "why the calls landed in this session: " + Object.entries(s.grouped_by).map(([k, n]) => `${groupedLabel(k)}: ${n}`).join("; ")) : null,
         view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")));
   }
 

@@ -79,7 +79,7 @@ export function renderSessions(root, params, ctx) {
       for (const t of threads) {
         rows.push(h("tr", { class: "thread-row" + (t.main ? " main" : "") },
           h("td", { colspan: 2 }, h("span", { class: "indent", style: { paddingLeft: 10 + 16 * (t.depth || 0) + "px" } },
-            t.main ? "└ thread " : "└ side thread "),
+            `└ ${t.main ? "main" : "side"} T${(t.index ?? 0) + 1} `),
             h("a", { href: href + "?thread=" + encodeURIComponent(t.thread) }, "#" + t.first_seq)),
           h("td", {}, (t.models || []).map((m) => h("span", { class: "tag" }, m))),
           h("td", { class: "num" }, fmtInt(t.calls)),
