@@ -22,7 +22,7 @@ from ctxscope.inspector.analyses.threads import (
     place_call,
     thread_key,
 )
-from ctxscope.inspector.store.sessions import thread_order
+from ctxscope.inspector.store.sessions import is_subagent_call, thread_order
 from ctxscope.vocab.kinds import GroupedBy
 
 A = "anthropic.messages"
@@ -337,3 +337,12 @@ def test_the_main_thread_is_the_agent_loop_not_the_first_call():
     plain = [{"thread": "a", "calls": 2, "tool_rounds": 0, "first_seq": 1},
              {"thread": "b", "calls": 2, "tool_rounds": 0, "first_seq": 3}]  # fmt: skip
     assert thread_order(plain) == ["a", "b"]
+
+
+def test_a_thread_a_sub_agent_declared_is_never_the_main_thread():
+    parent = {"thread": "parent", "calls": 2, "tool_rounds": 1, "first_seq": 1}
+    child = {"thread": "child", "calls": 3, "tool_rounds": 2, "first_seq": 2, "subagent": True}
+    assert thread_order([parent, child]) == ["parent", "child"]
+    assert thread_order([{**child, "subagent": False}, parent]) == ["child", "parent"]  # undeclared: the busier wins
+    assert is_subagent_call('[["x-ctxscope-subagent", "s1"]]') and is_subagent_call([["x-ctxscope-subagent", "s1"]])
+    assert not is_subagent_call('[["x-ctxscope-session", "s1"]]') and not is_subagent_call(None)

@@ -14,7 +14,7 @@ import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
-from ctxscope.inspector.store.sessions import HitRate, is_tool_round, thread_order
+from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
 from ctxscope.inspector.store.views import call_values, session_columns
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
@@ -57,7 +57,7 @@ _LIGHT = (
     "error",
 )
 _LIGHT_OPTIONAL = ("thread", "relation", "pointer", "epoch_reason", "tokens_estimated", "has_compaction_before",
-                   "cache_lost_tokens", "cache_lost_usd", "markers", "grouped_by")  # fmt: skip
+                   "cache_lost_tokens", "cache_lost_usd", "markers", "grouped_by", "annotations")  # fmt: skip
 
 
 def _light_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
@@ -185,6 +185,7 @@ def session_view(
             s = stats.setdefault(t, {"thread": t, "calls": 0, "tool_rounds": 0, "first_seq": r["seq"]})
             s["calls"] += 1
             s["tool_rounds"] += is_tool_round(r.get("markers"))
+            s["subagent"] = s.get("subagent") or is_subagent_call(r.pop("annotations", None))
     order = thread_order(stats.values())  # the main thread first: index 0, as on every page and in the CLI
     threads = {t: i for i, t in enumerate(order)}
     counts = {t: s["calls"] for t, s in stats.items()}

@@ -19,7 +19,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
-from ctxscope.inspector.store.sessions import TOOL_ROUND_SQL, session_aggregates, thread_order
+from ctxscope.inspector.store.sessions import SUBAGENT_SQL, TOOL_ROUND_SQL, session_aggregates, thread_order
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import parse_response
 
@@ -107,13 +107,13 @@ def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dic
     for start in range(0, len(sessions), _SESSIONS_PER_QUERY):
         chunk = sessions[start : start + _SESSIONS_PER_QUERY]
         groups: dict[str, list[dict]] = {}
-        for session, thread, calls, rounds, first in db.execute(
-            f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq) FROM calls
+        for session, thread, calls, rounds, first, subagent in db.execute(
+            f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq), MAX({SUBAGENT_SQL}) FROM calls
                 WHERE session IN ({", ".join("?" for _ in chunk)}) AND thread IS NOT NULL GROUP BY session, thread""",
             chunk,
         ).fetchall():
             groups.setdefault(session, []).append(
-                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first})
+                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first, "subagent": subagent})
         for session, threads in groups.items():
             main, *_ = thread_order(threads)
             parents.update({(session, t["thread"]): None if t["thread"] == main else main for t in threads})
@@ -258,6 +258,7 @@ def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
     its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
     rows = db.query(
         f"""SELECT thread, COUNT(*) AS calls, SUM({TOOL_ROUND_SQL}) AS tool_rounds, MIN(seq) AS first_seq,
+                   MAX({SUBAGENT_SQL}) AS subagent,
                    MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
                    json_group_array(DISTINCT model) AS models
             FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",

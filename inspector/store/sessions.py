@@ -20,6 +20,8 @@ from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 
 # A call that ran tools since its predecessor: a round of an agent loop.
 TOOL_ROUND_SQL = f"""instr(COALESCE(markers, ''), '"kind":"{MarkerKind.TOOLS_EXECUTED}"') > 0"""
+# A call our agent's sub-agent made: its thread is a declared child, never the session's main thread.
+SUBAGENT_SQL = """instr(COALESCE(annotations, ''), '"x-ctxscope-subagent"') > 0"""
 
 
 def is_tool_round(markers: Any) -> bool:
@@ -30,17 +32,27 @@ def is_tool_round(markers: Any) -> bool:
                                              for m in markers)  # fmt: skip
 
 
+def is_subagent_call(annotations: Any) -> bool:
+    """``annotations`` (a JSON string or its list of [name, value]) declare a sub-agent's call."""
+    if isinstance(annotations, str):
+        return '"x-ctxscope-subagent"' in annotations
+    return isinstance(annotations, list) and any(isinstance(a, list | tuple) and a and a[0] == "x-ctxscope-subagent"
+                                                 for a in annotations)  # fmt: skip
+
+
 def thread_order(threads: Iterable[Mapping[str, Any]]) -> list[str]:
     """Thread ids, the main thread first, then the side threads by their first call.
 
     The main thread carries the agent loop: the most tool rounds, then the most calls, then the
-    earliest; a short side call (a title, a summary) is a side thread whatever its order
-    (docs/architecture.md, "Sessions and threads"). Each thread is a mapping with ``thread``,
-    ``tool_rounds``, ``calls`` and ``first_seq``. The CLI, the JSON and every UI page use this."""
+    earliest; a short side call (a title, a summary) is a side thread whatever its order, and so is
+    a thread a sub-agent declared (docs/architecture.md, "Sessions and threads"). Each thread is a
+    mapping with ``thread``, ``tool_rounds``, ``calls``, ``first_seq`` and optionally ``subagent``.
+    The CLI, the JSON and every UI page use this."""
     threads = list(threads)
     if not threads:
         return []
-    main = max(threads, key=lambda t: (t.get("tool_rounds") or 0, t.get("calls") or 0, -(t.get("first_seq") or 0)))
+    main = max(threads, key=lambda t: (not t.get("subagent"), t.get("tool_rounds") or 0, t.get("calls") or 0,
+                                        -(t.get("first_seq") or 0)))
     rest = sorted((t for t in threads if t is not main), key=lambda t: t.get("first_seq") or 0)
     return [main["thread"]] + [t["thread"] for t in rest]
 

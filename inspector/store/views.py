@@ -14,7 +14,7 @@ import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 from ctxscope.inspector.store.queries import SUMMARY_COLUMNS
-from ctxscope.inspector.store.sessions import TOOL_ROUND_SQL
+from ctxscope.inspector.store.sessions import SUBAGENT_SQL, TOOL_ROUND_SQL
 
 
 def neighbours(db: sqlite_utils.Database, session: str, seq: int) -> tuple[str | None, str | None]:
@@ -114,9 +114,10 @@ def thread_groups(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
     marks = ",".join("?" for _ in sessions)
     parent = "MAX(parent_thread)" if "parent_thread" in cols else "NULL"
     rounds = TOOL_ROUND_SQL if "markers" in cols else "0"
+    subagent = f"MAX({SUBAGENT_SQL})" if "annotations" in cols else "0"
     rows = db.execute(
         f"""SELECT session, thread, {parent}, COUNT(*), MIN(seq), MAX(started_at), json_group_array(DISTINCT model),
-                   SUM(usage_input), SUM(usage_cache_read), SUM({rounds})
+                   SUM(usage_input), SUM(usage_cache_read), SUM({rounds}), {subagent}
             FROM calls WHERE session IN ({marks}) AND thread IS NOT NULL GROUP BY session, thread ORDER BY MIN(seq)""",
         sessions,
     ).fetchall()
@@ -124,6 +125,6 @@ def thread_groups(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
         (session, {"thread": thread, "parent_thread": parent_thread if parent_thread != thread else None, "calls": n,
                    "first_seq": first_seq, "last_started_at": last,
                    "models": sorted(m for m in json.loads(models) if m), "usage_input": inp, "usage_cache_read": read,
-                   "tool_rounds": rounds or 0})
-        for session, thread, parent_thread, n, first_seq, last, models, inp, read, rounds in rows
+                   "tool_rounds": rounds or 0, "subagent": bool(declared)})
+        for session, thread, parent_thread, n, first_seq, last, models, inp, read, rounds, declared in rows
     ]  # fmt: skip
