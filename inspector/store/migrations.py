@@ -147,3 +147,18 @@ def m004_add_call_analysis(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_response_id ON calls (response_id)")
     # A call's successors (the UI's "next in thread", diffs against a later call).
     db.execute("CREATE INDEX idx_calls_predecessor ON calls (predecessor)")
+
+
+@migrations()
+def m005_create_cache_minimums(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+CREATE TABLE cache_minimums (
+  family TEXT NOT NULL,           -- "anthropic" or "openai"
+  model TEXT NOT NULL,            -- the model id as the client sent it
+  learned_from TEXT NOT NULL,     -- the call whose reported usage showed it
+  learned_at REAL NOT NULL,       -- that call's start (unix seconds): the minimum holds from then on
+  tokens INTEGER NOT NULL,        -- o200k estimate of the prefix its provider cached, below the table's minimum
+  PRIMARY KEY (family, model, learned_from)
+)"""
+    )
