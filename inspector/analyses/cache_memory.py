@@ -29,6 +29,7 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 LOOKBACK_BLOCKS = 20
 MESSAGE_INVALIDATORS = ("tool_choice", "thinking", "output_config")  # they change every message entry
 MAX_ENTRIES_PER_SCOPE = 4096
+MAX_SCOPES = 256  # API keys remembered; the least recently written is forgotten first
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,10 @@ class CacheMemory:
         after = read_index if read_index is not None else -1
         written = [p for p in points if p > after and cumulative[p] >= minimum]
         keys = prefix_keys(prompt, [*written, *([read_index] if read_index is not None else [])])
-        live = self._entries.setdefault(scope, {})
+        live = self._entries.pop(scope, {})
+        self._entries[scope] = live  # most recently written last
+        while len(self._entries) > MAX_SCOPES:
+            del self._entries[next(iter(self._entries))]
         for p in written:
             self._store(live, keys[p], now, TTL_SECONDS.get(points[p], 300.0))
         if read_index is not None:
