@@ -53,11 +53,9 @@ def words(n: int, seed: str) -> str:
 
 
 def expected_read(row: dict) -> int | None:
-    cache, usage, estimate = row.get("cache"), row.get("usage") or {}, row.get("tokens_estimated")
-    if not isinstance(cache, dict) or cache.get("predicted_read") is None or usage.get("input") is None:
-        return None
-    scale = usage["input"] / estimate if estimate and usage["input"] else 1.0
-    return round(cache["predicted_read"] * scale)
+    """The predicted read in the provider's units, as the verdict compared it with the reported one."""
+    cache = row.get("cache")
+    return cache.get("expected_read") if isinstance(cache, dict) else None
 
 
 def measure(rows: list[dict]) -> tuple[list[float], list[str]]:
@@ -213,6 +211,11 @@ def report(name: str, rows: list[dict]) -> tuple[list[float], list[str]]:
     mean = f"{statistics.mean(errors):.1%}" if errors else "-"
     print(f"{name}: {len(rows)} calls, mean error {mean}, contradictions {len(wrong)}")
     print(f"  predicted/read verdict: {shown}")
+    scored = [(abs(e - a) / max(e, a), r) for (e, a, _), r in zip(reads, rows, strict=True) if e or a]
+    if scored and max(scored, key=lambda x: x[0])[0] > 0:
+        worst, row = max(scored, key=lambda x: x[0])
+        print(f"  worst: call #{row['seq']} {row['relation']} ({row['cache'].get('reason')}), predicted "
+              f"{expected_read(row):,}, read {(row.get('usage') or {}).get('cache_read') or 0:,}: {worst:.1%}")
     for line in wrong[:5]:
         print(f"  CONTRADICTION {line}")
     return errors, wrong

@@ -89,7 +89,7 @@ class Analysis:
                 "verdict": c.verdict, "lost_tokens": c.lost_tokens, "lost_cost_usd": c.lost_cost_usd,
                 "break_pointer": c.break_pointer, "break_segment_kind": c.break_segment_kind,
                 "before_prev_last_breakpoint": c.before_prev_last_breakpoint, "detail": c.detail,
-                "provider_diagnostics": c.provider_diagnostics,
+                "provider_diagnostics": c.provider_diagnostics, "expected_read": c.expected_read,
             }  # fmt: skip
             if pred is not None:
                 cache.update(

@@ -33,6 +33,7 @@ def prediction(family, reason, read, would, loss, ttl_expired, below, last_bp) -
         last_breakpoint_index=last_bp, prev_last_breakpoint_index=last_bp, gap_seconds=30.0,
         ttl_expired=ttl_expired, would_read=max(read, would), client_loss=loss, break_index=None,
         break_pointer=None, break_kind=None, before_prev_last_breakpoint=None, ttl="5m",
+        unrounded_read=read + 100 if family == "openai" and read else None,  # rounded again in provider units
     )  # fmt: skip
 
 

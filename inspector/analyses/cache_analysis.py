@@ -73,6 +73,9 @@ class CachePrediction:
     break_kind: str | None  # segment kind, "model", "params" or "lookback"
     before_prev_last_breakpoint: bool | None
     ttl: str | None  # TTL of the last cache point ("5m", "1h"), for pricing writes
+    # OpenAI: the readable common token prefix before rounding to the provider's steps (estimate),
+    # so the expected read is rounded in the provider's own units; None: predicted_read is final.
+    unrounded_read: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class CacheJudgement:
     before_prev_last_breakpoint: bool | None  # True: the difference lies inside the cached region
     provider_diagnostics: dict | None
     detail: str | None = None
+    expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
 
 
 def anthropic_minimum(model: str | None) -> int:
@@ -173,6 +177,7 @@ def _prediction(family, reason, cur, minimum, last_bp, **kw) -> CachePrediction:
         "break_kind": None,
         "before_prev_last_breakpoint": None,
         "ttl": None,
+        "unrounded_read": None,
     }
     base.update(kw)
     return CachePrediction(family, reason, total_tokens=cur.tokens.total, minimum=minimum,
@@ -307,6 +312,7 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
         reason = "prefix_reused" if read else "ttl_expired" if not alive else "nothing_cached"
     return _prediction(
         "openai", reason, cur, minimum, last, predicted_read=read,
+        unrounded_read=min(shared_tokens, prev.tokens.total) if read else None,
         predicted_write=max(0, cacheable - read), prev_last_breakpoint_index=prev_last, gap_seconds=gap,
         ttl_expired=would > read, would_read=would, client_loss=loss, break_index=break_index,
         break_pointer=break_pointer, break_kind=break_kind,
@@ -319,6 +325,9 @@ def expected_read(prediction: CachePrediction, usage: Any) -> int:
     got = reported(usage)
     total = got[0] if got is not None else 0
     scale = total / prediction.total_tokens if prediction.total_tokens > 0 and total > 0 else 1.0
+    if prediction.unrounded_read is not None and scale != 1.0:  # OpenAI: the provider's steps, in its units
+        minimum = OPENAI_MINIMUM if prediction.minimum >= OPENAI_MINIMUM else round(prediction.minimum * scale)
+        return _openai_round(min(total, round(prediction.unrounded_read * scale)), minimum)
     return round(prediction.predicted_read * scale)
 
 
@@ -336,15 +345,15 @@ def verdict(
     """
     got = reported(usage)
     p = prediction
+    expected = expected_read(p, usage) if got is not None else None
 
     def result(kind: CacheVerdict, lost: int = 0, detail: str | None = None) -> CacheJudgement:
         # Lost tokens are paid again as a write (or plain input) instead of a cache read.
         cost = None
         if price is not None:
             cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
-        return CacheJudgement(
-            kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint, provider_diagnostics, detail
-        )
+        return CacheJudgement(kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint,
+                              provider_diagnostics, detail, expected)  # fmt: skip
 
     if got is None:
         return result(CacheVerdict.UNKNOWN, detail="usage not reported")
@@ -353,7 +362,7 @@ def verdict(
         kind = CacheVerdict.HIT if read > 0 else CacheVerdict.EXPECTED_WRITE if write > 0 else CacheVerdict.UNKNOWN
         return result(kind, detail=relation.detail)
     scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
-    expected = expected_read(p, usage)
+    expected = expected or 0
     # A loss needs the read we saw to be one we modelled: a read where we predicted none means the
     # provider kept something we thought gone, so nothing we can name was lost.
     modelled = read == 0 or expected > 0

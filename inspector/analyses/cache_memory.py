@@ -67,24 +67,32 @@ def anthropic_points(prompt: CanonicalPrompt) -> dict[int, str]:
 
 
 def prefix_keys(prompt: CanonicalPrompt, indices: Iterable[int]) -> dict[int, bytes]:
-    """The identity of the prefix ending at each segment index: what an Anthropic entry is keyed by."""
+    """The identity of the prefix ending at each segment index: what an Anthropic entry is keyed by.
+
+    One running sha256 over the model, the segment digests and (before the first message) the
+    message-level parameters; the digests between two wanted indices go in as one slice, so a
+    prompt of thousands of segments costs a few C calls, not one per segment.
+    """
     wanted = sorted(set(indices))
     if not wanted:
         return {}
-    params = {k: prompt.params.get(k) for k in MESSAGE_INVALIDATORS}
-    running = hashlib.sha256(f"{prompt.model}\x00".encode())
     hashes = prompt.hashes
-    digests = hashes.digests if isinstance(hashes, Hashes) else None
+    digests = hashes.digests if isinstance(hashes, Hashes) else bytes.fromhex("".join(hashes))
+    width = len(digests) // len(prompt.segments) if prompt.segments else 32
+    first_message = next((i for i, seg in enumerate(prompt.segments) if seg.kind not in ("tools", "system")), None)
+    params = json.dumps({k: prompt.params.get(k) for k in MESSAGE_INVALIDATORS}, sort_keys=True, default=str)
+    running = hashlib.sha256(f"{prompt.model}\x00".encode())
     out: dict[int, bytes] = {}
-    done, in_messages = 0, False
+    done = 0  # segments hashed so far
     for j in wanted:
-        for i in range(done, j + 1):
-            if not in_messages and prompt.segments[i].kind not in ("tools", "system"):
-                in_messages = True
-                running.update(json.dumps(params, sort_keys=True, default=str).encode())
-            running.update(digests[i * 32 : (i + 1) * 32] if digests is not None else hashes[i].encode())
-        done = j + 1
-        out[j] = running.digest()
+        end = j + 1
+        if first_message is not None and done <= first_message < end:
+            running.update(digests[done * width : first_message * width])
+            running.update(params.encode())
+            done = first_message
+        running.update(digests[done * width : end * width])
+        done = end
+        out[j] = running.copy().digest()
     return out
 
 
