@@ -1,19 +1,24 @@
 """Cache prediction from prompt structure, reconciled with reported usage.
 
 ``predict_cache`` models what the provider should read from its prompt cache given the
-predecessor; ``verdict`` compares that with the reported cache read and says why they differ.
+predecessor; ``verdict`` compares that with the reported cache read and says why they differ, and
+never contradicts the reported usage (``contradiction`` states the rule: docs/architecture.md,
+"Cache verdicts"). ``judge_call`` runs both around a ``CacheMemory``: minimums learned from usage
+and the Anthropic entries earlier calls of the API key wrote.
 
 Anthropic: a cache entry exists for the prefix ending at each breakpoint (``cache_control`` on a
-block; a top-level ``cache_control`` puts one on the last block) of the predecessor whose prefix
-reaches the model's minimum length. A breakpoint of this call reads the longest such entry that is
-still identical, not expired (5m or 1h since the predecessor) and at most 20 blocks before it.
-Changing ``tool_choice``, ``thinking`` or ``output_config`` keeps only tools and system cached;
-a model change loses everything. OpenAI: automatic prefix caching from 1,024 tokens in 128-token
-steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model or service
-tier change loses everything.
+block; a top-level ``cache_control`` puts one on the last block) whose prefix reaches the model's
+minimum length (the table's, or a lower one learned from usage). A breakpoint of this call reads
+the longest such entry that is still identical, not expired (5m or 1h) and at most 20 blocks
+before it, whether the predecessor or an earlier call wrote it. Changing ``tool_choice``,
+``thinking`` or ``output_config`` keeps only tools and system cached; a model change loses
+everything. OpenAI: automatic prefix caching of the longest common token prefix from 1,024 tokens
+in 128-token steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model
+or service tier change loses everything.
 
 Token figures in a prediction are o200k estimates; ``verdict`` rescales them by the ratio of the
-reported prompt size to the estimate, so lost tokens come out in the provider's units.
+reported prompt size to the estimate (``expected_read``; OpenAI's steps are taken after rescaling),
+so lost tokens come out in the provider's units.
 """
 
 from __future__ import annotations
