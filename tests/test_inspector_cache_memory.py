@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from factories import analysed, anthropic_response, capture, exchange_at
 from inspector_bodies import EPHEMERAL, assistant, long_text, make_anthropic_body, make_chat_body, text, user
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
@@ -13,7 +14,7 @@ from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned, prefi
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.relation import CallContext, classify
 from ctxscope.inspector.store import cache_minimums
-from ctxscope.inspector.store.queries import open_db
+from ctxscope.inspector.store.queries import list_calls, open_db
 
 A, CHAT = "anthropic.messages", "openai.chat"
 COUNTER = TokenCounter()
@@ -134,3 +135,31 @@ def test_openai_predicts_the_common_token_prefix_of_an_edited_message():
     early["messages"][1]["content"] = "x " + doc
     moved = observe(early, 2.0, CHAT)
     assert predict_cache(prev, moved, relation(prev, moved, CHAT)).predicted_read == 0
+
+
+def _pi_like_call(t: float):
+    body = make_anthropic_body(cached(long_text(700, "pi")), messages=[user("hi")], model="claude-sonnet-4-6")
+    usage = {"input_tokens": 20, "output_tokens": 3, "cache_creation_input_tokens": 1400}
+    return exchange_at(body, t, response=anthropic_response(usage=usage))
+
+
+def test_the_writer_stores_what_it_learned_and_a_store_failure_costs_only_that(tmp_path, caplog):
+    db, _ = analysed(tmp_path / "ok.db", [_pi_like_call(0)])
+    try:
+        [(family, model, tokens, _at)] = cache_minimums.load(db)
+        assert (family, model) == ("anthropic", "claude-sonnet-4-6") and tokens < 2048
+    finally:
+        db.conn.close()
+    broken = tmp_path / "broken.db"
+    capture(broken, []).conn.close()
+    raw = open_db(broken)
+    raw.execute("DROP TABLE cache_minimums")
+    raw.conn.commit()
+    raw.conn.close()
+    db, _ = analysed(broken, [_pi_like_call(0)])  # asserts that no analysis failed
+    try:
+        [row] = list_calls(db, limit=None)
+        assert row["cache_verdict"] == "expected_write" and row["cache"]["minimum"] < 2048
+    finally:
+        db.conn.close()
+    assert "could not store a learned cache minimum" in caplog.text
