@@ -17,6 +17,13 @@ over estimate) like the verdict does; the error of a call that read or was predi
 
     prediction error: median X%, p95 Y%; verdicts contradicting reported usage: N
 
+On 2 shared cores it took about ten seconds and printed median 0.0%, p95 4.0%, 0 contradictions
+(117 calls; the worst are OpenAI calls one 128-token step off, where the o200k estimate's share of
+the provider's framing tokens falls on the other side of a step). The analysis before learned
+minimums, token prefixes and older entries gave median 1.0%, p95 100.0% and 6 contradictions on
+the same traffic: a `below_minimum` with a 1,400-token write, and five `client_break`s where the
+provider read what was predicted lost.
+
     .venv/bin/python bench/cache_prediction.py          # about ten seconds
 """
 
