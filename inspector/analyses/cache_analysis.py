@@ -60,7 +60,10 @@ class Observed(NamedTuple):
 @dataclass(frozen=True)
 class CachePrediction:
     family: str  # "anthropic", "openai" or "unknown"
-    reason: str  # why predicted_read is what it is (see _REASONS in the code)
+    # Why predicted_read is what it is: first_call, not_comparable, no_breakpoints, prefix_reused,
+    # older_entry (an entry an earlier call wrote), diverged, model_change, params_change,
+    # lookback_exceeded, prev_below_minimum, ttl_expired, nothing_cached, unknown_api.
+    reason: str
     predicted_read: int  # estimated tokens read from cache
     predicted_write: int  # estimated tokens written (Anthropic; OpenAI: newly cacheable)
     cacheable_prefix_tokens: int  # tokens up to this call's last cache point, 0 below the minimum
@@ -364,8 +367,7 @@ def verdict(
         return result(CacheVerdict.UNKNOWN, detail="usage not reported")
     total, read, write = got
     if relation.kind == RelationKind.NOT_COMPARABLE or p.family == "unknown":
-        kind = CacheVerdict.HIT if read > 0 else CacheVerdict.EXPECTED_WRITE if write > 0 else CacheVerdict.UNKNOWN
-        return result(kind, detail=relation.detail)
+        return result(CacheVerdict.HIT if read > 0 else CacheVerdict.UNKNOWN, detail=relation.detail)
     scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
     expected = expected or 0
     # A loss needs the read we saw to be one we modelled: a read where we predicted none means the
