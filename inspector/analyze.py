@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,10 @@ from ctxscope.inspector.analyses.cache_analysis import (
     CacheJudgement,
     CachePrediction,
     Observed,
+    judge_call,
     parse_provider_diagnostics,
-    predict_cache,
-    verdict,
 )
+from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
 from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
@@ -50,7 +51,7 @@ from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_
 from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
-from ctxscope.inspector.store import queries
+from ctxscope.inspector.store import cache_minimums, queries
 from ctxscope.inspector.store.db import iso, record_event
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import Api
@@ -93,7 +94,7 @@ class Analysis:
                 "verdict": c.verdict, "lost_tokens": c.lost_tokens, "lost_cost_usd": c.lost_cost_usd,
                 "break_pointer": c.break_pointer, "break_segment_kind": c.break_segment_kind,
                 "before_prev_last_breakpoint": c.before_prev_last_breakpoint, "detail": c.detail,
-                "provider_diagnostics": c.provider_diagnostics,
+                "provider_diagnostics": c.provider_diagnostics, "expected_read": c.expected_read,
             }  # fmt: skip
             if pred is not None:
                 cache.update(
@@ -139,7 +140,9 @@ class Analyzer:
     """Analyses calls as they are stored; one instance per writer (it is not thread-safe)."""
 
     # Its only write is the one UPDATE at the end of apply(): the writer needs no savepoint around
-    # it to undo a failure halfway (two statements less per call, ~4% of the writer's time).
+    # it to undo a failure halfway (two statements less per call, ~4% of the writer's time). A newly
+    # learned cache minimum (rare) is stored after it; if that fails it is logged, and if it is kept
+    # after a later failure it is still true.
     single_write = True
 
     def __init__(
@@ -154,6 +157,7 @@ class Analyzer:
         self.counter = counter or TokenCounter()
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
+        self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
@@ -163,6 +167,8 @@ class Analyzer:
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
         rows.write_analysis(db, inp.id, cols)
+        if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
+            _save_minimums(db, self.cache_memory, inp.id)
         return analysis
 
     def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
@@ -196,10 +202,13 @@ class Analyzer:
         prediction, cache = None, None
         if prompt is not None and tokens is not None and inp.ok and inp.api != Api.ANTHROPIC_COUNT_TOKENS:
             prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
-            prediction = predict_cache(prev_seen, Observed(prompt, tokens, time), relation)
+            if self.cache_memory is None:
+                self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
             diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
             price = self.prices.lookup(prompt.model)
-            cache = verdict(prediction, inp.usage, relation, price=price, provider_diagnostics=diagnostics)
+            prediction, cache = judge_call(prev_seen, Observed(prompt, tokens, time), relation, inp.usage,
+                                           self.cache_memory, scope=inp.key_fingerprint or "", price=price,
+                                           provider_diagnostics=diagnostics)  # fmt: skip
 
         markers: list[Marker] = []
         if prompt is not None and tokens is not None:
@@ -312,6 +321,16 @@ def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placeme
         return placement
     return dataclasses.replace(placement, session_id=found[4], thread_id=found[5] or inp.id, parent_thread_id=None,
                                grouped_by=GroupedBy.LINEAGE, thread_start=False)  # fmt: skip
+
+
+def _save_minimums(db: sqlite_utils.Database, memory: CacheMemory, call_id: str) -> None:
+    """Persist what the analysis learned of the providers' cache minimums; a failure costs only that."""
+    try:
+        for learned in memory.unsaved:
+            cache_minimums.save(db, learned.family, learned.model, learned.tokens, learned.at, call_id)
+    except sqlite3.Error as e:
+        log.warning("could not store a learned cache minimum: %s", e)
+    memory.unsaved.clear()
 
 
 def _response_id(response: Any) -> str | None:

@@ -297,7 +297,7 @@ def test_openai_below_minimum_and_breaks():
     assert oa(small[0], small[1], use=usage(40))[1].verdict == "below_minimum"
     turns = chat_turns(3)
     edited = copy.deepcopy(turns[2])
-    edited["messages"][0]["content"] = BIG + " v2"
+    edited["messages"][0]["content"] = "v2 " + BIG  # at the start: no token of the cached prefix survives
     _pred, v = oa(turns[1], edited, use=usage(3500))
     assert (v.verdict, v.break_pointer, v.break_segment_kind) == ("client_break", "/messages/0/content", "system")
     assert v.before_prev_last_breakpoint is True

@@ -1,19 +1,24 @@
 """Cache prediction from prompt structure, reconciled with reported usage.
 
 ``predict_cache`` models what the provider should read from its prompt cache given the
-predecessor; ``verdict`` compares that with the reported cache read and says why they differ.
+predecessor; ``verdict`` compares that with the reported cache read and says why they differ, and
+never contradicts the reported usage (``contradiction`` states the rule: docs/architecture.md,
+"Cache verdicts"). ``judge_call`` runs both around a ``CacheMemory``: minimums learned from usage
+and the Anthropic entries earlier calls of the API key wrote.
 
 Anthropic: a cache entry exists for the prefix ending at each breakpoint (``cache_control`` on a
-block; a top-level ``cache_control`` puts one on the last block) of the predecessor whose prefix
-reaches the model's minimum length. A breakpoint of this call reads the longest such entry that is
-still identical, not expired (5m or 1h since the predecessor) and at most 20 blocks before it.
-Changing ``tool_choice``, ``thinking`` or ``output_config`` keeps only tools and system cached;
-a model change loses everything. OpenAI: automatic prefix caching from 1,024 tokens in 128-token
-steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model or service
-tier change loses everything.
+block; a top-level ``cache_control`` puts one on the last block) whose prefix reaches the model's
+minimum length (the table's, or a lower one learned from usage). A breakpoint of this call reads
+the longest such entry that is still identical, not expired (5m or 1h) and at most 20 blocks
+before it, whether the predecessor or an earlier call wrote it. Changing ``tool_choice``,
+``thinking`` or ``output_config`` keeps only tools and system cached; a model change loses
+everything. OpenAI: automatic prefix caching of the longest common token prefix from 1,024 tokens
+in 128-token steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model
+or service tier change loses everything.
 
 Token figures in a prediction are o200k estimates; ``verdict`` rescales them by the ratio of the
-reported prompt size to the estimate, so lost tokens come out in the provider's units.
+reported prompt size to the estimate (``expected_read``; OpenAI's steps are taken after rescaling),
+so lost tokens come out in the provider's units.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
+from ctxscope.inspector.analyses.cache_memory import CacheMemory, anthropic_points, reported
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.prices import Price
 from ctxscope.inspector.analyses.relation import Relation, shared_prefix
 from ctxscope.vocab.kinds import CacheVerdict, EpochReason, RelationKind
+from ctxscope.vocab.tokens import count_tokens
 
 LOOKBACK_BLOCKS = 20
 ANTHROPIC_TTL_SECONDS = {"5m": 300, "1h": 3600}
@@ -53,7 +60,10 @@ class Observed(NamedTuple):
 @dataclass(frozen=True)
 class CachePrediction:
     family: str  # "anthropic", "openai" or "unknown"
-    reason: str  # why predicted_read is what it is (see _REASONS in the code)
+    # Why predicted_read is what it is: first_call, not_comparable, no_breakpoints, prefix_reused,
+    # older_entry (an entry an earlier call wrote), diverged, model_change, params_change,
+    # lookback_exceeded, prev_below_minimum, ttl_expired, nothing_cached, unknown_api.
+    reason: str
     predicted_read: int  # estimated tokens read from cache
     predicted_write: int  # estimated tokens written (Anthropic; OpenAI: newly cacheable)
     cacheable_prefix_tokens: int  # tokens up to this call's last cache point, 0 below the minimum
@@ -71,6 +81,9 @@ class CachePrediction:
     break_kind: str | None  # segment kind, "model", "params" or "lookback"
     before_prev_last_breakpoint: bool | None
     ttl: str | None  # TTL of the last cache point ("5m", "1h"), for pricing writes
+    # OpenAI: the readable common token prefix before rounding to the provider's steps (estimate),
+    # so the expected read is rounded in the provider's own units; None: predicted_read is final.
+    unrounded_read: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,7 @@ class CacheJudgement:
     before_prev_last_breakpoint: bool | None  # True: the difference lies inside the cached region
     provider_diagnostics: dict | None
     detail: str | None = None
+    expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
 
 
 def anthropic_minimum(model: str | None) -> int:
@@ -95,18 +109,20 @@ def _family(prompt: CanonicalPrompt) -> str:
     return prompt.api.split(".", 1)[0] if prompt.api.split(".", 1)[0] in ("anthropic", "openai") else "unknown"
 
 
-def _anthropic_points(prompt: CanonicalPrompt) -> dict[int, str]:
-    """Segment index -> TTL of every cache point, the top-level automatic one included."""
-    policy = prompt.cache_policy
-    top = policy.get("cache_control")
-    points = {b["segment"]: b.get("ttl") or "5m" for b in policy.get("breakpoints", ())}
-    if isinstance(top, dict) and prompt.segments:
-        points.setdefault(len(prompt.segments) - 1, top.get("ttl") or "5m")
-    return points
+def _openai_round(tokens: int, minimum: int = OPENAI_MINIMUM) -> int:
+    """The longest cached prefix of ``tokens``: the minimum, then whole 128-token steps."""
+    return 0 if tokens < minimum else minimum + (tokens - minimum) // OPENAI_STEP * OPENAI_STEP
 
 
-def _openai_round(tokens: int) -> int:
-    return 0 if tokens < OPENAI_MINIMUM else OPENAI_MINIMUM + (tokens - OPENAI_MINIMUM) // OPENAI_STEP * OPENAI_STEP
+def _common_tokens(a: str, b: str) -> int:
+    """Tokens of the longest common token prefix of two texts (o200k): the common characters' count,
+    less the last token, which may merge differently with what follows."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # the longest common prefix by bisection: each comparison is one memcmp
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if a[:mid] == b[:mid] else (lo, mid - 1)
+    c = lo
+    return max(0, count_tokens(b[:c]) - 1) if c else 0
 
 
 def _openai_ttl(prompt: CanonicalPrompt) -> float:
@@ -129,15 +145,27 @@ def _break_kind(prev: CanonicalPrompt, cur: CanonicalPrompt, index: int) -> str:
     return (cur.segments[index] if index < len(cur.segments) else prev.segments[index]).kind
 
 
-def predict_cache(prev: Observed | tuple | None, cur: Observed | tuple, relation: Relation) -> CachePrediction:
-    """What the provider should read from cache for ``cur`` after ``prev`` (None: first call)."""
+def predict_cache(
+    prev: Observed | tuple | None,
+    cur: Observed | tuple,
+    relation: Relation,
+    *,
+    memory: CacheMemory | None = None,
+    scope: str = "",
+) -> CachePrediction:
+    """What the provider should read from cache for ``cur`` after ``prev`` (None: first call).
+
+    ``memory`` holds the minimums learned from reported usage and the Anthropic entries earlier
+    calls of ``scope`` (the API key) wrote; without it the table and the predecessor alone decide.
+    """
     cur = Observed(*cur)
     prev = Observed(*prev) if prev is not None else None
     family = _family(cur.prompt)
+    memory = memory if memory is not None else CacheMemory()
     if family == "anthropic":
-        return _predict_anthropic(prev, cur, relation)
+        return _predict_anthropic(prev, cur, relation, memory, scope)
     if family == "openai":
-        return _predict_openai(prev, cur, relation)
+        return _predict_openai(prev, cur, relation, memory)
     return _prediction("unknown", "unknown_api", cur, 0, None)
 
 
@@ -157,15 +185,18 @@ def _prediction(family, reason, cur, minimum, last_bp, **kw) -> CachePrediction:
         "break_kind": None,
         "before_prev_last_breakpoint": None,
         "ttl": None,
+        "unrounded_read": None,
     }
     base.update(kw)
     return CachePrediction(family, reason, total_tokens=cur.tokens.total, minimum=minimum,
                            last_breakpoint_index=last_bp, **base)  # fmt: skip
 
 
-def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation) -> CachePrediction:
-    minimum = anthropic_minimum(cur.prompt.model)
-    points = _anthropic_points(cur.prompt)
+def _predict_anthropic(
+    prev: Observed | None, cur: Observed, relation: Relation, memory: CacheMemory, scope: str
+) -> CachePrediction:
+    minimum = memory.minimum("anthropic", cur.prompt.model, anthropic_minimum(cur.prompt.model), cur.started_at)
+    points = anthropic_points(cur.prompt)
     cum = cur.tokens.cumulative
     last_bp = max(points) if points else None
     cacheable = cum[last_bp] if last_bp is not None and cum[last_bp] >= minimum else 0
@@ -176,12 +207,15 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
     }
     if last_bp is None:
         return _prediction("anthropic", "no_breakpoints", cur, minimum, None, **common)
+    older = memory.best_entry(scope, cur.prompt, points, cur.started_at)
     if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
-        return _prediction("anthropic", "first_call" if prev is None else "not_comparable", cur, minimum, last_bp,
-                           predicted_write=cacheable, **common)  # fmt: skip
-    prev_points = _anthropic_points(prev.prompt)
+        read = cum[older] if older is not None else 0
+        return _prediction("anthropic", "older_entry" if read else "first_call" if prev is None else "not_comparable",
+                           cur, minimum, last_bp, predicted_read=read, would_read=read,
+                           predicted_write=max(0, cacheable - read), **common)  # fmt: skip
+    prev_points = anthropic_points(prev.prompt)
     prev_cum = prev.tokens.cumulative
-    prev_min = anthropic_minimum(prev.prompt.model)
+    prev_min = memory.minimum("anthropic", prev.prompt.model, anthropic_minimum(prev.prompt.model), prev.started_at)
     entries = {j: ttl for j, ttl in prev_points.items() if prev_cum[j] >= prev_min}
     gap = max(0.0, cur.started_at - prev.started_at)
     alive = [j for j, ttl in entries.items() if gap <= ANTHROPIC_TTL_SECONDS.get(ttl, 300)]
@@ -210,15 +244,20 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
         return max(ok) if ok else None
 
     now, no_ttl = best(alive), best(entries)
+    older_wins = older is not None and (now is None or older > now)
+    if older_wins:  # an entry that an earlier call wrote (still alive) reaches further
+        now = older
     read = cum[now] if now is not None else 0
-    would = cum[no_ttl] if no_ttl is not None else 0
+    would = max(read, cum[no_ttl] if no_ttl is not None else 0)
     potential = prev_cum[max(alive)] if alive else 0
     reason, loss = "prefix_reused" if read else "nothing_cached", 0
-    if alive and limit <= max(alive):
+    if older_wins and (not alive or read >= potential):
+        reason = "older_entry"
+    elif alive and limit <= max(alive):
         loss = max(0, potential - read)
         reason = "model_change" if break_kind == "model" else "params_change" if break_kind == "params" else "diverged"
     elif alive and (now is None or now < max(alive)):  # intact, but no breakpoint reaches back to it
-        loss, reason = potential - read, "lookback_exceeded"
+        loss, reason = max(0, potential - read), "lookback_exceeded"
         break_pointer = cur.prompt.segments[last_bp].pointer
         break_index, break_kind = None, "lookback"
     elif not entries and prev_points:
@@ -236,16 +275,18 @@ def _predict_anthropic(prev: Observed | None, cur: Observed, relation: Relation)
     )  # fmt: skip
 
 
-def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) -> CachePrediction:
+def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, memory: CacheMemory) -> CachePrediction:
     total = cur.tokens.total
-    cacheable = _openai_round(total)
+    minimum = memory.minimum("openai", cur.prompt.model, OPENAI_MINIMUM, cur.started_at)
+    cacheable = _openai_round(total, minimum)
     last = len(cur.prompt.segments) - 1 if cur.prompt.segments else None
-    common: dict[str, Any] = {"cacheable_prefix_tokens": cacheable, "below_minimum": total < OPENAI_MINIMUM}
+    common: dict[str, Any] = {"cacheable_prefix_tokens": cacheable, "below_minimum": total < minimum}
     if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
-        return _prediction("openai", "first_call" if prev is None else "not_comparable", cur, OPENAI_MINIMUM, last,
+        return _prediction("openai", "first_call" if prev is None else "not_comparable", cur, minimum, last,
                            predicted_write=cacheable, **common)  # fmt: skip
     gap = max(0.0, cur.started_at - prev.started_at)
-    prev_cached = _openai_round(prev.tokens.total)
+    prev_minimum = memory.minimum("openai", prev.prompt.model, OPENAI_MINIMUM, prev.started_at)
+    prev_cached = _openai_round(prev.tokens.total, prev_minimum)
     alive = gap <= _openai_ttl(prev.prompt)
     prev_last = len(prev.prompt.segments) - 1 if prev.prompt.segments else None
     shared = shared_prefix(prev.prompt.hashes, cur.prompt.hashes)
@@ -262,7 +303,13 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
         shared, break_index, diverged = 0, 0, True
         break_pointer, break_kind = ("/model", "model") if not param else (f"/{param}", "params")
     shared_tokens = cur.tokens.prefix_tokens(shared)
-    would = _openai_round(min(shared_tokens, prev.tokens.total)) if prev_cached else 0
+    in_both = shared < min(len(prev.prompt.segments), len(cur.prompt.segments))
+    if diverged and in_both and not param and break_kind != "model":
+        # The provider caches tokens, not items: the differing segment's common token prefix counts too.
+        a, b = prev.prompt.segments[shared], cur.prompt.segments[shared]
+        if (a.kind, a.role) == (b.kind, b.role):
+            shared_tokens += _common_tokens(a.text, b.text)
+    would = _openai_round(min(shared_tokens, prev.tokens.total), minimum) if prev_cached else 0
     read = would if alive else 0
     loss = max(0, prev_cached - read) if alive and diverged and prev_cached else 0
     if loss:
@@ -272,7 +319,8 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     else:
         reason = "prefix_reused" if read else "ttl_expired" if not alive else "nothing_cached"
     return _prediction(
-        "openai", reason, cur, OPENAI_MINIMUM, last, predicted_read=read,
+        "openai", reason, cur, minimum, last, predicted_read=read,
+        unrounded_read=min(shared_tokens, prev.tokens.total) if read else None,
         predicted_write=max(0, cacheable - read), prev_last_breakpoint_index=prev_last, gap_seconds=gap,
         ttl_expired=would > read, would_read=would, client_loss=loss, break_index=break_index,
         break_pointer=break_pointer, break_kind=break_kind,
@@ -280,12 +328,15 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation) ->
     )  # fmt: skip
 
 
-def _usage_dict(usage: Any) -> dict | None:
-    if usage is None:
-        return None
-    if hasattr(usage, "to_dict"):
-        usage = usage.to_dict()
-    return usage if isinstance(usage, dict) else None
+def expected_read(prediction: CachePrediction, usage: Any) -> int:
+    """The predicted read in the provider's units: rescaled by its reported prompt size over our estimate."""
+    got = reported(usage)
+    total = got[0] if got is not None else 0
+    scale = total / prediction.total_tokens if prediction.total_tokens > 0 and total > 0 else 1.0
+    if prediction.unrounded_read is not None and scale != 1.0:  # OpenAI: the provider's steps, in its units
+        minimum = OPENAI_MINIMUM if prediction.minimum >= OPENAI_MINIMUM else round(prediction.minimum * scale)
+        return _openai_round(min(total, round(prediction.unrounded_read * scale)), minimum)
+    return round(prediction.predicted_read * scale)
 
 
 def verdict(
@@ -296,49 +347,112 @@ def verdict(
     price: Price | None = None,
     provider_diagnostics: dict | None = None,
 ) -> CacheJudgement:
-    """Reconcile the prediction with reported usage ({input (total), output, cache_read, cache_write})."""
-    u = _usage_dict(usage)
+    """Reconcile the prediction with reported usage ({input (total), output, cache_read, cache_write}).
+
+    The usage wins: the verdict never contradicts it (docs/architecture.md, "Cache verdicts").
+    """
+    got = reported(usage)
     p = prediction
+    expected = expected_read(p, usage) if got is not None else None
 
     def result(kind: CacheVerdict, lost: int = 0, detail: str | None = None) -> CacheJudgement:
         # Lost tokens are paid again as a write (or plain input) instead of a cache read.
         cost = None
         if price is not None:
             cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
-        return CacheJudgement(
-            kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint, provider_diagnostics, detail
-        )
+        return CacheJudgement(kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint,
+                              provider_diagnostics, detail, expected)  # fmt: skip
 
-    if u is None or u.get("input") is None:
+    if got is None:
         return result(CacheVerdict.UNKNOWN, detail="usage not reported")
-    total, read = u["input"], u.get("cache_read") or 0
+    total, read, write = got
     if relation.kind == RelationKind.NOT_COMPARABLE or p.family == "unknown":
         return result(CacheVerdict.HIT if read > 0 else CacheVerdict.UNKNOWN, detail=relation.detail)
     scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
-    expected = round(p.predicted_read * scale)
+    expected = expected or 0
+    # A loss needs the read we saw to be one we modelled: a read where we predicted none means the
+    # provider kept something we thought gone, so nothing we can name was lost.
+    modelled = read == 0 or expected > 0
     # A break costs what the predecessor had cached beyond what could still be read; when the
     # provider read even that (an older entry we did not model), nothing was lost.
     lost = max(0, round(p.client_loss * scale) - max(0, read - expected)) if p.client_loss > 0 else 0
-    if lost > 0:
+    if lost > 0 and modelled:
         return result(CacheVerdict.CLIENT_BREAK, lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
     would = round(p.would_read * scale)
-    if p.ttl_expired and read < would // 2:
-        return result(
-            CacheVerdict.TTL_EXPIRED, would - max(read, expected), f"{p.gap_seconds:.0f}s since the predecessor"
-        )
+    ttl_lost = would - max(read, expected)
+    if p.ttl_expired and read < would // 2 and ttl_lost > 0 and modelled:
+        return result(CacheVerdict.TTL_EXPIRED, ttl_lost, f"{p.gap_seconds or 0:.0f}s since the predecessor")
     if read > 0:
         if expected > 0 and read < expected // 2:
             return result(
                 CacheVerdict.PROVIDER_MISS, expected - read, "read less than half the identical cached prefix"
             )
         return result(CacheVerdict.HIT, detail=p.reason)
-    if p.predicted_read > 0:
+    if expected > 0:
         return result(CacheVerdict.PROVIDER_MISS, expected, "prefix identical and alive, nothing read")
+    if write > 0:  # the provider cached this prompt: it reached the minimum and caching was asked for
+        return result(CacheVerdict.EXPECTED_WRITE, detail=p.reason)
     if p.below_minimum or (p.family == "anthropic" and p.last_breakpoint_index is not None and total < p.minimum):
         return result(CacheVerdict.BELOW_MINIMUM, detail=f"prefix below the {p.minimum}-token minimum")
     if p.reason == "no_breakpoints":
         return result(CacheVerdict.NOT_REQUESTED, detail="no cache_control in the request")
     return result(CacheVerdict.EXPECTED_WRITE, detail=p.reason)
+
+
+def judge_call(
+    prev: Observed | None,
+    cur: Observed,
+    relation: Relation,
+    usage: Any,
+    memory: CacheMemory,
+    *,
+    scope: str = "",
+    price: Price | None = None,
+    provider_diagnostics: dict | None = None,
+) -> tuple[CachePrediction, CacheJudgement]:
+    """Learn from the call's reported usage, predict, judge, and remember the entries it left.
+
+    The call's own usage first lowers its model's minimum (a write below the table proves the
+    table wrong for this call too); Anthropic entries it wrote are remembered for later calls.
+    """
+    family = _family(cur.prompt)
+    table = anthropic_minimum(cur.prompt.model) if family == "anthropic" else OPENAI_MINIMUM
+    memory.learn(cur.prompt, cur.tokens, usage, table, cur.started_at)
+    prediction = predict_cache(prev, cur, relation, memory=memory, scope=scope)
+    judgement = verdict(prediction, usage, relation, price=price, provider_diagnostics=provider_diagnostics)
+    if family == "anthropic":
+        memory.record(scope, cur.prompt, cur.tokens.cumulative, prediction.minimum, cur.started_at,
+                      prediction.predicted_read, usage)  # fmt: skip
+    return prediction, judgement
+
+
+LOSS_VERDICTS = frozenset({CacheVerdict.CLIENT_BREAK, CacheVerdict.TTL_EXPIRED, CacheVerdict.PROVIDER_MISS})
+
+
+def contradiction(judgement: CacheJudgement, usage: Any, expected: int) -> str | None:
+    """How a verdict contradicts the reported usage, None when it does not (docs/architecture.md,
+    "Cache verdicts"). ``expected`` is the predicted read in the provider's units (``expected_read``)."""
+    got = reported(usage)
+    v, lost = judgement.verdict, judgement.lost_tokens
+    if got is None:
+        return None if v == CacheVerdict.UNKNOWN else f"{v} without reported usage"
+    _total, read, write = got
+    if v in (CacheVerdict.BELOW_MINIMUM, CacheVerdict.NOT_REQUESTED) and (read or write):
+        return f"{v} but the provider reported read {read}, write {write}"
+    if v == CacheVerdict.HIT and read <= 0:
+        return "hit without a reported read"
+    if v == CacheVerdict.EXPECTED_WRITE and read > 0:
+        return f"expected_write but the provider read {read}"
+    if v in LOSS_VERDICTS:
+        if lost <= 0:
+            return f"{v} with no tokens lost"
+        if read > 0 and expected <= 0:
+            return f"{v} but the provider read {read} where none was predicted"
+        if v == CacheVerdict.PROVIDER_MISS and read >= expected:
+            return f"provider_miss but the provider read {read} of {expected} predicted"
+    elif lost:
+        return f"{v} with {lost} tokens lost"
+    return None
 
 
 def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any) -> dict | None:

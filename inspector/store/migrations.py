@@ -156,3 +156,18 @@ def m005_add_grouped_by(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE calls ADD COLUMN grouped_by TEXT")
     # Calls without a session id, per API key and client: where the next such call may continue.
     db.execute("CREATE INDEX idx_calls_key_client ON calls (key_fingerprint, client)")
+
+
+@migrations()
+def m006_create_cache_minimums(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+CREATE TABLE cache_minimums (
+  family TEXT NOT NULL,           -- "anthropic" or "openai"
+  model TEXT NOT NULL,            -- the model id as the client sent it
+  learned_from TEXT NOT NULL,     -- the call whose reported usage showed it
+  learned_at REAL NOT NULL,       -- that call's start (unix seconds): the minimum holds from then on
+  tokens INTEGER NOT NULL,        -- o200k estimate of the prefix its provider cached, below the table's minimum
+  PRIMARY KEY (family, model, learned_from)
+)"""
+    )
