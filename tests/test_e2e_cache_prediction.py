@@ -37,15 +37,18 @@ def _expected(row: dict) -> int:
 def test_openai_edit_near_the_end_of_a_long_message_reads_the_token_prefix(proxy, sim):
     client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
     document = long_text(4500, "doc")
-    first = [{"role": "system", "content": "You review documents."}, {"role": "user", "content": document}]
+    # The edit lies behind a shared system prompt and first user turn, so the two calls are one
+    # conversation (docs/architecture.md, "Sessions and threads") and the second is DIVERGED.
+    first = [{"role": "system", "content": "You review documents."}, {"role": "user", "content": "Review this:"},
+             {"role": "assistant", "content": "Send it."}, {"role": "user", "content": document}]
     client.chat.completions.create(model="gpt-4.1", messages=first)
     edited = copy.deepcopy(first)
-    edited[1]["content"] = document[:-40] + " and one correction at the very end"
+    edited[3]["content"] = document[:-40] + " and one correction at the very end"
     client.chat.completions.create(model="gpt-4.1", messages=edited)
     rows = proxy.wait_for_calls(2)
     read = rows[1]["usage"]["cache_read"]
     assert read > 8000  # ~9,000 tokens: the provider read the token prefix up to the edit
-    assert rows[1]["relation"] == "DIVERGED" and rows[1]["pointer"] == "/messages/1/content"
+    assert rows[1]["relation"] == "DIVERGED" and rows[1]["pointer"] == "/messages/3/content"
     assert abs(_expected(rows[1]) - read) <= 128  # within one of the provider's 128-token steps
     # The edit cost what lay after it: at most a step or two, not the whole message.
     assert rows[1]["cache_verdict"] in ("client_break", "hit") and rows[1]["cache"]["lost_tokens"] <= 256
