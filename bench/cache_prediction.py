@@ -118,11 +118,15 @@ async def openai_edit_near_the_end(url: str, key: str, *, responses: bool, cut: 
         doc = words(4500, "doc")
         edited = doc[:-cut] + " with one correction"
         for text in (doc, edited):
+            # The document follows a shared first turn, so the two calls are one conversation and
+            # the second is DIVERGED at the document (docs/architecture.md, "Sessions and threads").
+            turns: list[Any] = [{"role": "user", "content": "Review this:"},
+                                {"role": "assistant", "content": "Send it."}, {"role": "user", "content": text}]
             if responses:
-                await client.responses.create(model="gpt-4.1", instructions="Review the document.", input=text)
+                await client.responses.create(model="gpt-4.1", instructions="Review the document.", input=turns)
             else:
-                await client.chat.completions.create(model="gpt-4.1", messages=[
-                    {"role": "system", "content": "Review the document."}, {"role": "user", "content": text}])
+                await client.chat.completions.create(
+                    model="gpt-4.1", messages=[{"role": "system", "content": "Review the document."}, *turns])
     finally:
         await client.close()
     return 2
