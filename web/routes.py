@@ -15,6 +15,7 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
+  /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
@@ -44,6 +45,7 @@ from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
+from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
 from ctxscope.web.vocabulary import vocabulary_handler
 
@@ -213,6 +215,18 @@ class WebUI:
         result = await self.read(call_diff, call_id, base) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
+    async def search(self, request: web.Request) -> web.Response:
+        text = request.query.get("q", "")
+        if not text.strip():
+            return _error(400, "missing q")
+        areas = [a for a in request.query.getall("in", []) if a]
+        limit = _int(request, "limit", 50) or 50
+        try:
+            result = await self.read(search_view, text, request.query.get("s") or None, areas, limit)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return _json(result)
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         security.apply_headers(resp)
@@ -260,6 +274,7 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/raw.bin", ui.raw_bin),
         ("GET", f"{API}/diff", ui.diff),
         ("GET", f"{API}/events", ui.events),
+        ("GET", f"{API}/search", ui.search),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
     ]
     for method, path, handler in routes:

@@ -72,6 +72,7 @@ export function renderCall(root, id, params, ctx) {
         headersTable(c.response_headers, "response headers"), c.annotations && c.annotations.length ? headersTable(c.annotations, "ctxscope annotations") : null),
     };
     const goPtr = (ptr) => { show("request"); if (reqEl && ptr != null) reveal(reqEl, ptr); };
+    const goResponsePtr = (ptr) => { const el = show("response"); if (el && ptr != null) reveal(el, ptr); };
     const markerBox = h("div", { class: "card marker-detail", hidden: true });
     const selectMarker = (i) => {
       const m = markers[i];
@@ -137,6 +138,7 @@ export function renderCall(root, id, params, ctx) {
     const ptr = params.get("ptr");
     const mi = params.get("m");
     if (mi != null && markers[Number(mi)]) selectMarker(Number(mi));
+    else if (ptr && params.get("body") === "response") goResponsePtr(ptr);
     else if (ptr) goPtr(ptr);
   }
 

@@ -1,0 +1,135 @@
+"""Feeding the search index: the texts of each call, as the writer stores it or by ``reindex``.
+
+``SearchIndexer`` is a writer analyzer that runs after the main analysis (so the call's session is
+final). It splits the prompt into the canonical segments the analysis uses (reusing the previous
+call's segments of the session, as the analysis does) and the response into its texts, and hands
+them to ``store/search.py``, which keeps each distinct text once (docs/architecture.md, "The
+search index"). ``backfill`` rebuilds the index for calls already stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import sqlite_utils
+
+from ctxscope.inspector.analyses.canonical import canonical_json
+from ctxscope.inspector.analyses.incremental import Prepared, prepare
+from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
+from ctxscope.inspector.analyze import Analyzer
+from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.store import search
+from ctxscope.inspector.store.analysis_rows import call_ids, immediate
+from ctxscope.inspector.store.db import record_event
+from ctxscope.inspector.store.search import Piece
+
+log = logging.getLogger("ctxscope.search")
+
+AREA_OF_KIND = {
+    "system": "system", "tools": "tools", "tool_result": "tool_results",
+    "user_text": "messages", "assistant_text": "messages", "tool_call": "messages", "reminder": "messages",
+    "thinking": "messages", "other": "messages", "image": "messages",
+}  # fmt: skip
+_RESPONSE_TEXT_KEYS = frozenset({"text", "content", "thinking", "refusal", "arguments", "output"})
+_RESPONSE_JSON_KEYS = frozenset({"input"})  # a tool call's arguments as an object
+_SESSIONS_REMEMBERED = 64
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def response_pieces(response: Any) -> list[Piece]:
+    """The texts of a final response object, each with its JSON Pointer into that object."""
+    out: list[Piece] = []
+
+    def add(pointer: str, text: str) -> None:
+        if text.strip():
+            digest = hashlib.sha256(("responses\0" + text).encode()).hexdigest()
+            out.append(Piece(digest, "responses", "response", pointer, text))
+
+    def walk(value: Any, pointer: str, depth: int) -> None:
+        if depth > 64:
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                here = f"{pointer}/{_escape(str(key))}"
+                if isinstance(item, str) and key in _RESPONSE_TEXT_KEYS:
+                    add(here, item)
+                elif isinstance(item, dict) and key in _RESPONSE_JSON_KEYS:
+                    add(here, canonical_json(item))
+                else:
+                    walk(item, here, depth + 1)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{pointer}/{i}", depth + 1)
+
+    walk(response, "", 0)
+    return out
+
+
+def prompt_pieces(prepared: Prepared | None) -> list[Piece]:
+    """The prompt's canonical segments that hold text (an image alone has none to search)."""
+    if prepared is None:
+        return []
+    return [
+        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, "messages"), "request", seg.pointer, seg.text)
+        for seg in prepared.prompt.segments
+        if seg.text.strip()
+    ]
+
+
+class SearchIndexer:
+    """Indexes each stored call's texts; one instance per writer (not thread-safe)."""
+
+    def __init__(self) -> None:
+        self._last: OrderedDict[str, Prepared] = OrderedDict()  # the session's last prompt, for reuse
+
+    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+        self.index(db, from_writer(db, call))
+
+    def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
+        session = search.call_session(db, inp.id) or inp.session  # the analysis may have regrouped it
+        last = self._last.get(session)
+        prepared, _ = prepare(inp.api, inp.body, inp.raw, [last] if last is not None else [])
+        if prepared is not None and prepared.reusable:
+            self._last[session] = prepared
+            self._last.move_to_end(session)
+            while len(self._last) > _SESSIONS_REMEMBERED:
+                self._last.popitem(last=False)
+        return search.add_pieces(db, inp.id, session, prompt_pieces(prepared) + response_pieces(inp.response))
+
+
+# What the daemon's writer runs on every stored call, named so the writer's child process can import it.
+WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
+
+
+def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer]:
+    """The analysis, then the search index (which reads the session the analysis settled on)."""
+    return [*analysis_analyzers(prices_path), SearchIndexer()]
+
+
+def backfill(db: sqlite_utils.Database, *, session: str | None = None, batch: int = 200) -> Iterator[str]:
+    """Rebuild the index of stored calls (of one session) in capture order, yielding each call id.
+
+    A call that fails is logged and recorded as ``analysis_failed``; the others go on.
+    """
+    indexer = SearchIndexer()
+    ids = call_ids(db, session)
+    with immediate(db):
+        search.clear(db, session)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        with immediate(db):
+            for call_id in chunk:
+                try:
+                    with db.atomic():
+                        indexer.index(db, from_row(db, call_id))
+                except Exception as e:
+                    log.warning("search indexing of call %s failed: %s", call_id, e)
+                    record_event(db, "analysis_failed", call_id=call_id, detail=f"search: {type(e).__name__}: {e}")
+        yield from chunk
