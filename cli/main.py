@@ -12,6 +12,7 @@ from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
+from .export_commands import curl
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
 from .search_commands import search
@@ -125,7 +126,8 @@ def sim(host, port, script_file):
         asyncio.run(main())
 
 
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search):  # declared in their modules
+# declared in their modules
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl):
     cli.add_command(command)
 
 cli.add_command(agent_group)

@@ -4,6 +4,8 @@ the search box, and the JSON API behind it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import urllib.parse
 import urllib.request
 
@@ -66,3 +68,23 @@ def test_search_api_filters_by_area_and_refuses_unknown_ones(web):
         _get(web, "search", q="x", **{"in": "nowhere"})
     assert bad.value.code == 400
     bad.value.close()
+
+
+def test_copy_as_curl_shows_a_command_that_runs_through_the_daemon(web, page, tmp_path):
+    from web_fixtures import KEY
+
+    rows = _agent_loop(web, "inv-curl", "files: a b c")
+    page.goto(f"{web.url}/#/call/{rows[2]['id']}")
+    page.click("#app[data-ready='1'] #curl-button")
+    expect(page.locator("#curl-command")).to_contain_text("$ANTHROPIC_API_KEY")
+    page.check("#curl-via")
+    expect(page.locator("#curl-command")).to_contain_text(f"{web.url}/s/inv-curl/anthropic/v1/messages")
+    command = page.locator("#curl-command").text_content()
+    assert KEY not in command
+    web.sim_state().set_script([{"text": "again"}])
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")} | {"ANTHROPIC_API_KEY": KEY}
+    done = subprocess.run(["bash", "-c", command], capture_output=True, env=env, cwd=tmp_path, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["content"][0]["text"] == "again"
+    again = web.wait_for_calls(4, session="inv-curl")[3]
+    assert again["usage"] is not None and again["outcome"] == "ok"

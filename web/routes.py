@@ -16,6 +16,7 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
   /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
+  /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/curlview.py)
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
@@ -41,6 +42,7 @@ from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
+from ctxscope.web.curlview import curl_view
 from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
@@ -227,6 +229,12 @@ class WebUI:
             return _error(400, str(exc))
         return _json(result)
 
+    async def curl(self, request: web.Request) -> web.Response:
+        call_id = request.query.get("id", "")
+        via = f"{request.scheme}://{request.host}" if request.query.get("via") == "daemon" else None
+        result = await self.read(curl_view, call_id, via) if call_id else None
+        return _error(404, f"no call {call_id!r}") if result is None else _json(result)
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         security.apply_headers(resp)
@@ -275,6 +283,7 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/diff", ui.diff),
         ("GET", f"{API}/events", ui.events),
         ("GET", f"{API}/search", ui.search),
+        ("GET", f"{API}/curl", ui.curl),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
     ]
     for method, path, handler in routes:
