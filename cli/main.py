@@ -12,7 +12,7 @@ from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
-from .export_commands import curl
+from .export_commands import curl, export_session, import_file
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
 from .search_commands import search
@@ -127,7 +127,8 @@ def sim(host, port, script_file):
 
 
 # declared in their modules
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl):
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl, export_session,
+                import_file):
     cli.add_command(command)
 
 cli.add_command(agent_group)
