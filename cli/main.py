@@ -15,6 +15,7 @@ from .demo import demo
 from .export_commands import curl, export_session, import_file
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
+from .replay_commands import replay
 from .search_commands import search
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
@@ -128,7 +129,7 @@ def sim(host, port, script_file):
 
 # declared in their modules
 for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl, export_session,
-                import_file):
+                import_file, replay):
     cli.add_command(command)
 
 cli.add_command(agent_group)

@@ -22,6 +22,7 @@ from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.share.replay import ReplayLinker
 from ctxscope.inspector.store import search
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import record_event
@@ -108,9 +109,10 @@ class SearchIndexer:
 WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
 
 
-def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer]:
-    """The analysis, then the search index (which reads the session the analysis settled on)."""
-    return [*analysis_analyzers(prices_path), SearchIndexer()]
+def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer | ReplayLinker]:
+    """The analysis, then the search index (which reads the session the analysis settled on), then
+    the link from a replay to the call it re-sent."""
+    return [*analysis_analyzers(prices_path), SearchIndexer(), ReplayLinker()]
 
 
 def backfill(db: sqlite_utils.Database, *, session: str | None = None, batch: int = 200) -> Iterator[str]:

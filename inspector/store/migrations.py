@@ -197,3 +197,11 @@ WHEN NOT EXISTS (SELECT 1 FROM search_occurrences WHERE segment = old.segment) B
   DELETE FROM search_segments WHERE id = old.segment;
 END"""
     )
+
+
+@migrations()
+def m006_add_replay_of(db: sqlite_utils.Database) -> None:
+    # The call a replay re-sent (`ctxscope replay`, the UI's replay button); NULL for captured traffic.
+    db.execute("ALTER TABLE calls ADD COLUMN replay_of TEXT")
+    # An original's replays.
+    db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of)")
