@@ -88,3 +88,51 @@ def test_copy_as_curl_shows_a_command_that_runs_through_the_daemon(web, page, tm
     assert json.loads(done.stdout)["content"][0]["text"] == "again"
     again = web.wait_for_calls(4, session="inv-curl")[3]
     assert again["usage"] is not None and again["outcome"] == "ok"
+
+
+def _post(web, path: str, body: bytes, headers: dict) -> int:
+    req = urllib.request.Request(f"{web.url}/_ctxscope/api/{path}", data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
+def test_replay_button_shows_the_replay_beside_the_original(web, page, monkeypatch):
+    from web_fixtures import KEY
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)  # the daemon's environment: it runs in this process
+    client = anthropic_client(web.url, "inv-replay")
+    text = "You are a careful assistant who reads every file twice. " * 200
+    system = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
+    web.sim_state().set_script([{"text": "first"}])
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system=system,
+                           messages=[{"role": "user", "content": "go"}])
+    [orig] = web.wait_for_calls(1, session="inv-replay")
+    page.goto(f"{web.url}/#/call/{orig['id']}")
+    web.sim_state().set_script([{"text": "again"}])
+    page.click("#app[data-ready='1'] #replay-button")
+    expect(page.locator(".replay-compare")).to_be_visible(timeout=20_000)
+    read = page.locator(".replay-compare tr[data-key='cache_read'] td")
+    expect(read.nth(0)).to_have_text("0")
+    assert read.nth(1).text_content() not in ("0", "–")
+    [replay] = web.wait_for_calls(1, session=f"replay:{orig['id']}")
+    assert replay["id"] != orig["id"]
+    page.click("#replay-diff")
+    expect(page.locator("#app[data-ready='1']")).to_be_visible()
+    assert f"#/diff/{replay['id']}/{orig['id']}" in urllib.parse.unquote(page.url)
+
+
+def test_replay_needs_the_token_json_and_the_same_origin(web, page):
+    [orig] = _agent_loop(web, "inv-replay-guard", "x")[:1]
+    page.goto(web.url + "/")
+    token = page.locator('meta[name="ctxscope-token"]').get_attribute("content")
+    path = f"replay?id={orig['id']}"
+    json_type = {"Content-Type": "application/json"}
+    assert _post(web, path, b"{}", json_type) == 403
+    assert _post(web, path, b"{}", json_type | {"X-Ctxscope-Token": token, "Origin": "http://evil.example"}) == 403
+    assert _post(web, path, b"{}", {"Content-Type": "text/plain", "X-Ctxscope-Token": token}) == 415
+    assert _post(web, path, b'{"edits": 3}', json_type | {"X-Ctxscope-Token": token}) == 400
+    assert len(web.wait_for_calls(3, session="inv-replay-guard")) == 3  # nothing was replayed

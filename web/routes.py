@@ -18,6 +18,8 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
   /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/curlview.py)
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
+  (HTTP post) /_ctxscope/api/replay?id=    re-send a call through this daemon (web/replayview.py); the
+                                        same token, a JSON body ({model, edits}), a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
 built from the store is masked in its worker thread (``read``) before it is serialised, raw
@@ -47,6 +49,8 @@ from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
+from ctxscope.web.replayview import ReplayError
+from ctxscope.web.replayview import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
 from ctxscope.web.vocabulary import vocabulary_handler
@@ -257,6 +261,24 @@ class WebUI:
         self.bodies = BodyCache()
         return _json(result)
 
+    async def replay(self, request: web.Request) -> web.Response:
+        if not security.same_origin(request) or not security.token_ok(request, self.token):
+            return _error(403, "replaying needs the page's token and a same-origin request")
+        if request.content_type != "application/json":
+            return _error(415, "replaying needs a JSON body")
+        try:
+            options = await request.json()
+        except ValueError:
+            return _error(400, "the body is not JSON")
+        if not isinstance(options, dict):
+            return _error(400, "the body must be a JSON object")
+        try:
+            result = await send_replay(self.pool, request.query.get("id", ""), f"{request.scheme}://{request.host}",
+                                       options)  # fmt: skip
+        except ReplayError as exc:
+            return _error(400, str(exc))
+        return _json(mask_keys_in(result))
+
     async def on_shutdown(self, app: web.Application) -> None:
         await self.hub.close()
 
@@ -277,6 +299,7 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/sessions", ui.sessions),
         ("GET", f"{API}/session", ui.session),
         (hdrs.METH_DELETE, f"{API}/session", ui.delete),
+        (hdrs.METH_POST, f"{API}/replay", ui.replay),
         ("GET", f"{API}/call", ui.call),
         ("GET", f"{API}/raw", ui.raw),
         ("GET", f"{API}/raw.bin", ui.raw_bin),

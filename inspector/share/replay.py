@@ -45,6 +45,7 @@ class ReplayRequest:
     body: bytes
     nonce: str
     session: str
+    original: str  # the full id of the call replayed
 
 
 def parse_edit(text: str) -> tuple[str, Any]:
@@ -137,7 +138,7 @@ def build_request(
     url = daemon_url.rstrip("/") + "/" + route + (row.get("path") or "") + ("?" + query if query else "")
     nonce, session = secrets.token_hex(8), f"replay:{row['id']}"
     headers += [(SESSION, session), (REPLAY_OF, row["id"]), (REPLAY_ID, nonce)]
-    return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session)
+    return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
 
 
 def find_replay(db: sqlite_utils.Database, original: str, nonce: str) -> str | None:

@@ -9,6 +9,7 @@ import { requestView, responseView } from "./reqview.js";
 import { rawView, headersTable } from "./rawview.js";
 import { reveal, textView } from "./jsontree.js";
 import { curlButton } from "./curlview.js";
+import { replayButton } from "./replayview.js";
 
 // What the text at a marker's pointer is, by kind.
 const MARKER_CAPTION = {
@@ -98,11 +99,12 @@ export function renderCall(root, id, params, ctx) {
     const markers = callMarkers(c);
     const cache = c.cache || {};
     const curl = curlButton(c);
+    const replay = replayButton(c);
     mount(root,
       h("div", { class: "toolbar" },
         h("h1", {}, "Call #" + c.seq), h("code", { class: "muted", title: "call id" }, c.id), c.model ? h("span", { class: "tag" }, c.model) : null,
         h("span", { class: "muted" }, c.api || c.path || ""), c.relation ? relationBadge(c.relation, c.pointer || c.epoch_reason) : null, c.cache ? verdictBadge(c.cache) : null, outcomeBadge(c),
-        h("span", { class: "spacer" }), curl.button,
+        h("span", { class: "spacer" }), replay.controls, curl.button,
         h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
         h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
         d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
@@ -132,7 +134,7 @@ export function renderCall(root, id, params, ctx) {
         markers.length ? h("div", { class: "marker-list" }, markers.map((m, i) => h("div", { class: "marker-item" },
           markerChip(m, () => selectMarker(i)), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
           m.detail != null ? h("span", { class: "muted small" }, " " + markerText(m)) : null))) : null)),
-      markerBox, curl.box,
+      markerBox, curl.box, replay.box,
       h("div", { class: "tabs" }, Object.keys(builders).map((name) => (tabs[name] = h("button", { type: "button", class: "tab", onclick: () => show(name) }, name)))),
       tabsBox);
     show("request");
