@@ -136,3 +136,49 @@ def test_replay_needs_the_token_json_and_the_same_origin(web, page):
     assert _post(web, path, b"{}", {"Content-Type": "text/plain", "X-Ctxscope-Token": token}) == 415
     assert _post(web, path, b'{"edits": 3}', json_type | {"X-Ctxscope-Token": token}) == 400
     assert len(web.wait_for_calls(3, session="inv-replay-guard")) == 3  # nothing was replayed
+
+
+def _three_then(web, session: str, last_messages, headers=None) -> list[dict]:
+    """Two calls of a growing conversation, then one with ``last_messages`` (and ``headers``)."""
+    client = anthropic_client(web.url, session)
+    msgs: list = [{"role": "user", "content": "read the plan " * 50}]
+    for i in range(2):
+        web.sim_state().set_script([{"text": f"step {i}"}])
+        r = client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system="Be brief.", messages=msgs)
+        msgs = msgs + [{"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"go {i}"}]
+    web.sim_state().set_script([{"text": "after"}])
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system="Be brief.", messages=last_messages(msgs),
+                           extra_headers=headers or {})
+    return web.wait_for_calls(3, session=session)
+
+
+def test_the_diff_says_whether_a_break_was_declared_or_accidental(web):
+    def compacted(msgs):
+        return [{"role": "user", "content": "Summary of the work so far: the plan was read."}] + msgs[-1:]
+
+    def edited(msgs):
+        return [{"role": "user", "content": "read the plan " * 49 + "read the PLAN"}] + msgs[1:]
+
+    declared = _three_then(web, "inv-declared", compacted, {"x-ctxscope-event": "compaction; reason=budget"})
+    accident = _three_then(web, "inv-accident", edited)
+    d = _get(web, "diff", id=declared[2]["id"])
+    assert d["break"]["cause"] == "declared" and d["break"]["effects"][0]["kind"] == "compaction"
+    a = _get(web, "diff", id=accident[2]["id"])
+    assert (a["break"]["cause"], a["new"]["relation"]) == ("accidental", "DIVERGED")
+    assert _get(web, "diff", id=accident[1]["id"])["break"]["cause"] == "none"
+    across = _get(web, "diff", id=accident[2]["id"], base=declared[0]["id"])
+    assert (across["break"]["cause"], across["same_session"]) == ("unknown", False)
+
+
+def test_any_two_calls_of_different_sessions_can_be_compared(web, page):
+    one = _agent_loop(web, "inv-cmp-a", "alpha output")
+    two = _agent_loop(web, "inv-cmp-b", "beta output")
+    page.goto(f"{web.url}/#/call/{one[1]['id']}")
+    page.click("#app[data-ready='1'] #pick-compare")
+    expect(page.locator("#pick-compare")).to_have_text("picked for compare")
+    page.goto(f"{web.url}/#/call/{two[1]['id']}")
+    expect(page.locator("#app[data-ready='1'] #compare-picked")).to_have_text("compare with inv-cmp-a #2")
+    page.click("#compare-picked")
+    expect(page.locator("#app[data-ready='1'] #break-cause")).to_contain_text("different sessions")
+    expect(page.locator("#app h1")).to_have_text("Diff · call #2 vs #2")
+    expect(page.locator("#first-diff")).to_contain_text("beta output")

@@ -16,9 +16,9 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
   /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
-  /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/curlview.py)
+  /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/resend.py)
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
-  (HTTP post) /_ctxscope/api/replay?id=    re-send a call through this daemon (web/replayview.py); the
+  (HTTP post) /_ctxscope/api/replay?id=    re-send a call through this daemon (web/resend.py); the
                                         same token, a JSON body ({model, edits}), a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
@@ -43,14 +43,14 @@ from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
+from ctxscope.web.breakcause import with_break_cause
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
-from ctxscope.web.curlview import curl_view
 from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
-from ctxscope.web.replayview import ReplayError
-from ctxscope.web.replayview import replay as send_replay
+from ctxscope.web.resend import ReplayError, curl_view
+from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
 from ctxscope.web.vocabulary import vocabulary_handler
@@ -218,7 +218,7 @@ class WebUI:
     async def diff(self, request: web.Request) -> web.Response:
         call_id = request.query.get("id", "")
         base = request.query.get("base") or None
-        result = await self.read(call_diff, call_id, base) if call_id else None
+        result = await self.read(lambda db: with_break_cause(db, call_diff(db, call_id, base))) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
     async def search(self, request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ import { rawView, headersTable } from "./rawview.js";
 import { reveal, textView } from "./jsontree.js";
 import { curlButton } from "./curlview.js";
 import { replayButton } from "./replayview.js";
+import { compareControls } from "./comparepick.js";
 
 // What the text at a marker's pointer is, by kind.
 const MARKER_CAPTION = {
@@ -104,7 +105,7 @@ export function renderCall(root, id, params, ctx) {
       h("div", { class: "toolbar" },
         h("h1", {}, "Call #" + c.seq), h("code", { class: "muted", title: "call id" }, c.id), c.model ? h("span", { class: "tag" }, c.model) : null,
         h("span", { class: "muted" }, c.api || c.path || ""), c.relation ? relationBadge(c.relation, c.pointer || c.epoch_reason) : null, c.cache ? verdictBadge(c.cache) : null, outcomeBadge(c),
-        h("span", { class: "spacer" }), replay.controls, curl.button,
+        h("span", { class: "spacer" }), compareControls(c), replay.controls, curl.button,
         h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
         h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
         d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
