@@ -25,7 +25,7 @@ from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
 from ctxscope.inspector.share.replay import ReplayLinker
 from ctxscope.inspector.store import search
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
-from ctxscope.inspector.store.db import record_event
+from ctxscope.inspector.store.db import is_stored, record_event
 from ctxscope.inspector.store.search import Piece
 
 log = logging.getLogger("ctxscope.search")
@@ -73,22 +73,34 @@ def response_pieces(response: Any) -> list[Piece]:
     return out
 
 
-def prompt_pieces(prepared: Prepared | None) -> list[Piece]:
-    """The prompt's canonical segments that hold text (an image alone has none to search)."""
+def prompt_pieces(prepared: Prepared | None, *, reused: bool = False) -> list[Piece]:
+    """The prompt's canonical segments that hold text (an image alone has none to search); with
+    ``reused``, only those outside the leading items ``prepare`` took from the previous call."""
     if prepared is None:
         return []
+    segments = list(prepared.prompt.segments)
+    if reused and prepared.reused_items and prepared.starts:
+        first_new = prepared.head + prepared.starts[prepared.reused_items]
+        segments = segments[: prepared.head] + segments[first_new:]
     return [
         Piece(seg.hash, AREA_OF_KIND.get(seg.kind, "messages"), "request", seg.pointer, seg.text)
-        for seg in prepared.prompt.segments
+        for seg in segments
         if seg.text.strip()
     ]
 
 
 class SearchIndexer:
-    """Indexes each stored call's texts; one instance per writer (not thread-safe)."""
+    """Indexes each stored call's texts; one instance per writer (not thread-safe).
+
+    The segments a call shares with the session's previous call (the leading messages it re-sends,
+    which ``prepare`` reuses byte for byte) are in the index already, with that call: only the
+    others are offered to the store. The previous call counts only while it is still stored (a
+    rolled-back batch or a deleted session takes its occurrences with it) and is not this call
+    (a batch written again after a failure).
+    """
 
     def __init__(self) -> None:
-        self._last: OrderedDict[str, Prepared] = OrderedDict()  # the session's last prompt, for reuse
+        self._last: OrderedDict[str, tuple[str, Prepared]] = OrderedDict()  # session -> (call id, prompt)
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.index(db, from_writer(db, call))
@@ -96,13 +108,17 @@ class SearchIndexer:
     def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
         session = search.call_session(db, inp.id) or inp.session  # the analysis may have regrouped it
         last = self._last.get(session)
-        prepared, _ = prepare(inp.api, inp.body, inp.raw, [last] if last is not None else [])
-        if prepared is not None and prepared.reusable:
-            self._last[session] = prepared
+        if last is not None and (last[0] == inp.id or not is_stored(db, last[0])):
+            last = None
+        prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
+        pieces = prompt_pieces(prepared, reused=base is not None)
+        added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
+        if prepared is not None and prepared.reusable:  # only once its pieces are in
+            self._last[session] = (inp.id, prepared)
             self._last.move_to_end(session)
             while len(self._last) > _SESSIONS_REMEMBERED:
                 self._last.popitem(last=False)
-        return search.add_pieces(db, inp.id, session, prompt_pieces(prepared) + response_pieces(inp.response))
+        return added
 
 
 # What the daemon's writer runs on every stored call, named so the writer's child process can import it.

@@ -7,6 +7,7 @@ segments to the index.
 from __future__ import annotations
 
 import json
+import time
 
 import sdk_clients
 from click.testing import CliRunner
@@ -106,3 +107,57 @@ def test_query_syntax_is_taken_as_words(tmp_path):
     assert len(json.loads(invoke("search", 'NEAR(a b)" OR', "--db", str(path), "--json"))) == 1
     result = CliRunner().invoke(cli, ["search", "  ", "--db", str(path)])
     assert result.exit_code != 0 and "empty" in result.output
+
+
+def _growing(n: int, label: str = "grow") -> list:
+    """n calls of one conversation, each re-sending the last with a new turn."""
+    messages: list = [{"role": "user", "content": "first question about the anemone-trellis"}]
+    out = []
+    for i in range(n):
+        out.append(make_exchange(request=anthropic_request(list(messages)), response=anthropic_response(f"reply {i}"),
+                                 session_label=label))
+        messages += [{"role": "assistant", "content": f"reply {i}"}, {"role": "user", "content": f"turn {i}"}]
+    return out
+
+
+def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer.thread import CaptureWriter
+
+    path = tmp_path / "c.db"
+    calls = _growing(3)
+    writer = CaptureWriter(path, analyzers=writer_analyzers())
+    writer.start()
+    try:
+        for ex in calls[:2]:
+            writer.submit(ex)
+        deadline = time.monotonic() + 10
+        while writer.stats().written < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert writer.delete_session("grow")["calls_deleted"] == 2
+        writer.submit(calls[2])  # re-sends the deleted calls' history: it must be indexed with this call
+    finally:
+        assert writer.stop()
+    [hit] = json.loads(invoke("search", "anemone-trellis", "--db", str(path), "--json"))
+    assert hit["call"] == calls[2].id
+    assert json.loads(invoke("search", "reply 0", "--db", str(path), "--json"))[0]["call"] == calls[2].id
+
+
+def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer.thread import CaptureWriter
+
+    path = tmp_path / "c.db"
+    calls = _growing(5)
+    writer = CaptureWriter(path, analyzers=writer_analyzers())
+    writer.start()
+    for ex in calls:
+        writer.submit(ex)
+    assert writer.stop()
+    for i in range(4):  # "turn i" first appears in call i + 1
+        [hit] = json.loads(invoke("search", f"turn {i}", "--db", str(path), "--json", "--in", "messages"))
+        assert (hit["call"], hit["pointer"]) == (calls[i + 1].id, f"/messages/{2 * i + 2}/content")
+    rebuilt = json.loads(invoke("search", "anemone", "--db", str(path), "--json"))
+    invoke("reindex", "--db", str(path))
+    assert json.loads(invoke("search", "anemone", "--db", str(path), "--json")) == rebuilt
+    assert index_stats(open_db(path))["segments"] == 1 + 1 + 2 * 4 + 5  # system, first question, turns, replies
