@@ -142,11 +142,15 @@ def import_file(file, db_path, label, as_json):
     from ctxscope.inspector.share.har import read_har
     from ctxscope.inspector.share.importer import analysis_differences, import_calls
     from ctxscope.inspector.store.queries import open_db
+    from ctxscope.inspector.writer.status import capture_state
 
     from .analysis_commands import prices_path
     from .settings import default_db_path
 
     path = db_path or default_db_path()
+    if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's
+        raise click.ClickException(f"a ctxscope daemon is capturing into {path}: stop it, or import into another "
+                                   "database with --db")  # fmt: skip
     expected: dict[str, dict] = {}
     try:
         if is_bundle(file):

@@ -197,3 +197,17 @@ def test_a_foreign_har_is_imported_under_a_label_and_bad_files_change_nothing(ca
     (tmp_path / "junk.bin").write_bytes(b"\x28\xb5\x2f\xfdnot really")
     bad = CliRunner().invoke(cli, ["import", str(tmp_path / "junk.bin"), "--db", str(other)])
     assert bad.exit_code != 0 and "cannot import" in bad.output
+
+
+def test_import_refuses_a_database_a_daemon_is_capturing_into(proxy, sim, tmp_path):
+    sim.state().set_script([{"text": "x"}])
+    sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/busy/anthropic", max_retries=0).messages.create(
+        model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    proxy.wait_for_calls(1)
+    out = tmp_path / "busy.har"
+    invoke("export", "busy", "--db", str(proxy.db_path), "-o", str(out))
+    busy = CliRunner().invoke(cli, ["import", str(out), "--db", str(proxy.db_path)])
+    assert busy.exit_code != 0 and "daemon is capturing" in busy.output
+    proxy.stop()
+    done = json.loads(invoke("import", str(out), "--db", str(proxy.db_path), "--json"))
+    assert (done["stored"], done["skipped"]) == (0, 1)  # the same call, already there

@@ -53,6 +53,9 @@ def test_search_box_finds_a_tool_result_and_opens_the_call_at_it(web, page):
     expect(hit.locator("mark")).to_have_text(UNIQUE)
     expect(hit.locator(".snippet")).to_contain_text(XSS)  # shown as text, never run
     expect(hit.locator(".ptr")).to_have_text("/messages/2/content/0")
+    hit.locator("a.only-session").click()
+    expect(page.locator("#app[data-ready='1'] .tag")).to_contain_text("session inv-search")
+    hit = page.locator("tr.search-hit").first
     hit.locator("a.hit-link").click()
     expect(page.locator("#app[data-ready='1'] h1")).to_have_text("Call #2")
     assert page.url.endswith(urllib.parse.quote(rows[1]["id"]) + "?ptr=%2Fmessages%2F2%2Fcontent%2F0")

@@ -50,12 +50,13 @@ export function renderSearch(root, params, ctx) {
     } }, h("option", { value: "" }, "everywhere"), d.areas.map((a) => h("option", { value: a, selected: a === area }, a.replace("_", " "))));
     mount(root,
       h("div", { class: "toolbar" }, h("h1", {}, "Search"), h("span", { class: "muted" }, `“${text}”`),
-        session ? h("span", { class: "tag" }, "session " + session) : null, areaSel,
+        session ? h("span", { class: "tag" }, "session " + session, " ", h("a", { href: "#/search?" + new URLSearchParams({ q: text }).toString(), title: "search every session" }, "×")) : null, areaSel,
         h("span", { class: "muted", id: "search-count" }, `${d.hits.length} hit${d.hits.length === 1 ? "" : "s"}`)),
       d.hits.length ? h("table", { class: "calls search-hits" },
         h("thead", {}, h("tr", {}, ["session", "call", "where", "text"].map((c) => h("th", {}, c)))),
         h("tbody", {}, d.hits.map((hit) => h("tr", { class: "search-hit" },
-          h("td", {}, h("a", { href: "#/session/" + encodeURIComponent(hit.session) }, hit.session)),
+          h("td", {}, h("a", { href: "#/session/" + encodeURIComponent(hit.session) }, hit.session),
+            session ? null : h("div", {}, h("a", { class: "muted small only-session", href: "#/search?" + new URLSearchParams({ q: text, s: hit.session }).toString() }, "only this session"))),
           h("td", {}, h("a", { class: "hit-link", href: callHref(hit) }, "#" + hit.seq), h("div", { class: "muted small" }, fmtDateTime(hit.started_at))),
           h("td", {}, h("div", {}, hit.area.replace("_", " ")), h("code", { class: "ptr" }, (hit.body === "response" ? "response " : "") + hit.pointer)),
           h("td", { class: "snippet" }, snippet(hit.snippet, d.marks))))))
