@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import time
 
 import pytest
 import sdk_clients
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from ctxscope.inspector.share.bundle import zstd
 from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, list_calls, open_db
+from ctxscope.inspector.writer.status import capture_state
 from ctxscope.main import cli
 
 KEY = "sk-ant-api03-EXPORTKEY-0123456789abcdefghijklmnopqrstuvwxyz"
@@ -206,6 +208,9 @@ def test_import_refuses_a_database_a_daemon_is_capturing_into(proxy, sim, tmp_pa
     proxy.wait_for_calls(1)
     out = tmp_path / "busy.har"
     invoke("export", "busy", "--db", str(proxy.db_path), "-o", str(out))
+    deadline = time.monotonic() + 10  # the writer publishes its state every half second
+    while capture_state(proxy.db_path)["state"] == "no writer running" and time.monotonic() < deadline:
+        time.sleep(0.05)
     busy = CliRunner().invoke(cli, ["import", str(out), "--db", str(proxy.db_path)])
     assert busy.exit_code != 0 and "daemon is capturing" in busy.output
     proxy.stop()
