@@ -40,7 +40,9 @@ def search(text, db_path, session, areas, limit, as_json):
     existed are indexed by `ctxscope reindex`.
     """
     from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.analysis_rows import count_calls
     from ctxscope.inspector.store.queries import AmbiguousCallId
+    from ctxscope.inspector.store.search import index_stats
     from ctxscope.inspector.store.search import search as run
 
     if not text.strip():
@@ -60,6 +62,9 @@ def search(text, db_path, session, areas, limit, as_json):
         return
     if not hits:
         click.echo("(nothing)")
+        if not index_stats(db)["segments"] and count_calls(db):
+            click.echo("note: the search index is empty: `ctxscope reindex` builds it for calls captured before it "
+                       "existed", err=True)  # fmt: skip
         return
     for h in hits:
         where = "response" if h["body"] == "response" else "request"

@@ -78,6 +78,7 @@ def test_reindex_backfills_captures_made_without_the_index(tmp_path):
     capture(path, [make_exchange(request=body, response=anthropic_response("nowhere"))]).conn.close()
     db = ("--db", str(path))
     assert json.loads(invoke("search", UNIQUE, *db, "--json")) == []
+    assert "ctxscope reindex" in CliRunner().invoke(cli, ["search", UNIQUE, *db]).stderr
     assert json.loads(invoke("reindex", *db, "--json"))["search_indexed"] == 1
     [hit] = json.loads(invoke("search", UNIQUE, *db, "--json"))
     assert (hit["pointer"], hit["area"], hit["session"]) == ("/messages/0/content", "messages", "s1")

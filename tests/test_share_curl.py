@@ -76,3 +76,20 @@ def test_the_captured_upstream_is_the_default_target(proxy, sim, tmp_path):
     assert command.split("curl -sS -X POST ", 1)[1].startswith(f"{sim.url}/v1/messages")
     sim.state().set_script([{"text": "the same answer"}])
     assert json.loads(_run(command, tmp_path))["content"][0]["text"] == "the same answer"
+
+
+def test_an_openai_call_gets_its_bearer_key_from_openai_api_key(proxy, sim, tmp_path):
+    sim.state().set_script([{"text": "chat answer"}])
+    client = sdk_clients.OpenAI(api_key="sk-proj-CURLOPENAI-0123456789abcdefghijklmnop",
+                                base_url=proxy.url + "/s/curl-oa/openai/v1", max_retries=0)
+    client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hello"}])
+    [row] = proxy.wait_for_calls(1)
+    command = _curl(row["id"], "--db", str(proxy.db_path), "--via", proxy.url + "/s/curl-oa/openai")
+    assert ': Bearer $OPENAI_API_KEY"' in command and "CURLOPENAI" not in command
+    sim.state().set_script([{"text": "chat answer"}])
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["OPENAI_API_KEY"] = "sk-proj-CURLOPENAI-0123456789abcdefghijklmnop"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, cwd=tmp_path, env=env, timeout=30, check=False)
+    assert json.loads(done.stdout)["choices"][0]["message"]["content"] == "chat answer"
+    first, again = proxy.wait_for_calls(2)
+    assert (again["session"], again["api"]) == (first["session"], first["api"])

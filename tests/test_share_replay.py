@@ -74,3 +74,14 @@ def test_clear_errors_without_a_key_or_with_a_bad_edit(proxy, sim):
     not_json = _replay(proxy, orig["id"], "--edit", "/model=claude")
     assert not_json.exit_code != 0 and "not JSON" in not_json.output
     assert len(proxy.wait_for_calls(1)) == 1  # nothing was sent
+
+
+def test_a_replay_can_go_to_another_upstream(proxy, sim):
+    orig = _original(proxy, sim)
+    sim.state().set_script([{"text": "elsewhere"}])
+    result = _replay(proxy, orig["id"], "--upstream", "sim")
+    assert result.exit_code == 0, result.output
+    c = json.loads(result.stdout)
+    db = open_db(proxy.db_path)
+    assert get_call(db, c["replay"]["id"])["provider"] == "u/sim"
+    db.close()

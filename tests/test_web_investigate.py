@@ -63,6 +63,20 @@ def test_search_box_finds_a_tool_result_and_opens_the_call_at_it(web, page):
     assert page.evaluate("window.__pwned") is None
 
 
+def test_a_response_hit_opens_the_response_at_its_pointer(web, page):
+    web.sim_state().set_script([{"text": "the ocelot-lantern answer"}])
+    client = anthropic_client(web.url, "inv-resp")
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+    [row] = web.wait_for_calls(1, session="inv-resp")
+    page.goto(web.url + "/#/search?q=ocelot-lantern&in=responses")
+    expect(page.locator("#app[data-ready='1'] tr.search-hit .ptr")).to_have_text("response /content/0/text")
+    page.click("a.hit-link")
+    expect(page.locator("#app[data-ready='1'] h1")).to_have_text("Call #1")
+    assert row["id"] in page.url and "body=response" in page.url
+    expect(page.locator(".tab.on")).to_have_text("response")
+    expect(page.locator(".revealed")).to_contain_text("ocelot-lantern")
+
+
 def test_search_api_filters_by_area_and_refuses_unknown_ones(web):
     _agent_loop(web, "inv-api", f"see {UNIQUE}-api")
     assert [h["area"] for h in _get(web, "search", q=f"{UNIQUE}-api")["hits"]] == ["tool_results"]
