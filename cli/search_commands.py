@@ -5,11 +5,10 @@ from __future__ import annotations
 import click
 
 from ctxscope.proxy.redaction.mask import mask_key_values
+from ctxscope.vocab.kinds import SearchArea
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail
 from .output import emit_json
-
-AREAS = ("system", "tools", "messages", "tool_results", "responses")  # store/search.py's AREAS
 
 
 def _clean(text: str, start: str, end: str, *, terminal: bool = True) -> str:
@@ -27,7 +26,7 @@ def _clean(text: str, start: str, end: str, *, terminal: bool = True) -> str:
 @click.argument("text")
 @db_option
 @click.option("--session", help="Only this session (an id or a unique prefix of one).")
-@click.option("--in", "areas", multiple=True, type=click.Choice(AREAS),
+@click.option("--in", "areas", multiple=True, type=click.Choice([a.value for a in SearchArea]),
               help="Only this part of the calls (repeatable): the system prompt, tool definitions, messages, "
                    "tool results, or the responses.")  # fmt: skip
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many hits, best first.")

@@ -27,13 +27,15 @@ from ctxscope.inspector.store import search
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import is_stored, record_event
 from ctxscope.inspector.store.search import Piece
+from ctxscope.vocab.kinds import SearchArea
 
 log = logging.getLogger("ctxscope.search")
 
 AREA_OF_KIND = {
-    "system": "system", "tools": "tools", "tool_result": "tool_results",
-    "user_text": "messages", "assistant_text": "messages", "tool_call": "messages", "reminder": "messages",
-    "thinking": "messages", "other": "messages", "image": "messages",
+    "system": SearchArea.SYSTEM, "tools": SearchArea.TOOLS, "tool_result": SearchArea.TOOL_RESULTS,
+    "user_text": SearchArea.MESSAGES, "assistant_text": SearchArea.MESSAGES, "tool_call": SearchArea.MESSAGES,
+    "reminder": SearchArea.MESSAGES, "thinking": SearchArea.MESSAGES, "other": SearchArea.MESSAGES,
+    "image": SearchArea.MESSAGES,
 }  # fmt: skip
 _RESPONSE_TEXT_KEYS = frozenset({"text", "content", "thinking", "refusal", "arguments", "output"})
 _RESPONSE_JSON_KEYS = frozenset({"input"})  # a tool call's arguments as an object
@@ -51,7 +53,7 @@ def response_pieces(response: Any) -> list[Piece]:
     def add(pointer: str, text: str) -> None:
         if text.strip():
             digest = hashlib.sha256(("responses\0" + text).encode()).hexdigest()
-            out.append(Piece(digest, "responses", "response", pointer, text))
+            out.append(Piece(digest, SearchArea.RESPONSES, "response", pointer, text))
 
     def walk(value: Any, pointer: str, depth: int) -> None:
         if depth > 64:
@@ -83,7 +85,7 @@ def prompt_pieces(prepared: Prepared | None, *, reused: bool = False) -> list[Pi
         first_new = prepared.head + prepared.starts[prepared.reused_items]
         segments = segments[: prepared.head] + segments[first_new:]
     return [
-        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, "messages"), "request", seg.pointer, seg.text)
+        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
         for seg in segments
         if seg.text.strip()
     ]

@@ -16,4 +16,4 @@ def search_view(db: sqlite_utils.Database, text: str, session: str | None, areas
     if unknown:
         raise ValueError(f"unknown area {unknown[0]!r}: one of {', '.join(AREAS)}")
     hits = search(db, text, session=session, areas=areas, limit=max(1, min(limit, MAX_HITS)))
-    return {"query": text, "hits": hits, "marks": [HIT_START, HIT_END], "areas": list(AREAS)}
+    return {"query": text, "hits": hits, "marks": [HIT_START, HIT_END]}

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-AREAS = ("system", "tools", "messages", "tool_results", "responses")
+from ctxscope.vocab.kinds import SearchArea
+
+AREAS = tuple(SearchArea)
 HIT_START, HIT_END = "\x02", "\x03"  # around matched words in a snippet: never in JSON text we show
 
 
@@ -21,7 +23,7 @@ class Piece:
     """One searchable text of a call: a prompt segment or a text of the response."""
 
     hash: str
-    area: str  # one of AREAS
+    area: str  # a SearchArea
     body: str  # "request" or "response"
     pointer: str
     text: str

@@ -4,6 +4,7 @@
 
 import { h, mount, fmtDateTime } from "./dom.js";
 import { getJSON } from "./api.js";
+import { vocab } from "./vocab.js";
 
 function snippet(text, marks) {
   const [start, end] = marks;
@@ -47,7 +48,7 @@ export function renderSearch(root, params, ctx) {
       if (session) q.set("s", session);
       if (e.target.value) q.set("in", e.target.value);
       ctx.navigate("#/search?" + q.toString());
-    } }, h("option", { value: "" }, "everywhere"), d.areas.map((a) => h("option", { value: a, selected: a === area }, a.replace("_", " "))));
+    } }, h("option", { value: "" }, "everywhere"), Object.values(vocab.SearchArea || {}).map((a) => h("option", { value: a, selected: a === area }, a.replace("_", " "))));
     mount(root,
       h("div", { class: "toolbar" }, h("h1", {}, "Search"), h("span", { class: "muted" }, `“${text}”`),
         session ? h("span", { class: "tag" }, "session " + session, " ", h("a", { href: "#/search?" + new URLSearchParams({ q: text }).toString(), title: "search every session" }, "×")) : null, areaSel,
