@@ -216,3 +216,38 @@ def test_import_refuses_a_database_a_daemon_is_capturing_into(proxy, sim, tmp_pa
     proxy.stop()
     done = json.loads(invoke("import", str(out), "--db", str(proxy.db_path), "--json"))
     assert (done["stored"], done["skipped"]) == (0, 1)  # the same call, already there
+
+
+def test_compressed_and_binary_bodies_round_trip_byte_exact(tmp_path):
+    import gzip
+
+    from factories import anthropic_request, anthropic_response, capture, make_exchange
+
+    response = json.dumps(anthropic_response("squeezed")).encode()
+    gz = gzip.compress(response, mtime=0)
+    binary = bytes(range(256)) * 4
+    exchanges = [
+        make_exchange(session_label="bin", response_body=gz,
+                      response_headers=(("content-type", "application/json"), ("content-encoding", "gzip"))),
+        make_exchange(session_label="bin", request_body=binary,
+                      request_headers=(("content-type", "application/octet-stream"),),
+                      request=anthropic_request(), path="/v1/files"),
+    ]  # fmt: skip
+    path = tmp_path / "c.db"
+    capture(path, exchanges).close()
+    out = tmp_path / "bin.har"
+    invoke("export", "bin", "--db", str(path), "-o", str(out))
+    first, second = _valid_har(json.loads(out.read_text()))
+    assert first["response"]["content"]["text"].encode() == response  # HAR's text is decoded
+    assert base64.b64decode(first["response"]["content"]["_wire"]) == gz  # the bytes sent are kept
+    assert second["request"]["postData"]["_encoding"] == "base64"
+    assert base64.b64decode(second["request"]["postData"]["text"]) == binary
+    for fmt, file in (("har", out), ("bundle", tmp_path / "bin.bundle")):
+        if fmt == "bundle":
+            invoke("export", "bin", "--db", str(path), "--format", "bundle", "-o", str(file))
+        fresh = tmp_path / f"{fmt}.db"
+        invoke("import", str(file), "--db", str(fresh))
+        db = open_db(fresh)
+        assert get_response_raw(db, exchanges[0].id) == gz
+        assert get_request_raw(db, exchanges[1].id) == binary
+        db.close()
