@@ -86,8 +86,9 @@ def curl_command(
         low = name.lower()
         if low in _LEFT_OUT or (body_decoded and low == "content-encoding"):
             continue
-        if low == "accept-encoding":
+        if low == "accept-encoding":  # curl asks for the codings it can decode itself
             compressed = True
+            continue
         if value == REDACTED:
             if low in _KEY_HEADERS:
                 lines.append(f'-H "{name}: {_KEY_HEADERS[low].format("$" + env)}"')

@@ -9,7 +9,7 @@ const ROWS = [["model", "model"], ["status", "status"], ["cache verdict", "cache
 
 export function replayButton(call) {
   const box = h("div", { class: "card replay-box", hidden: true });
-  const model = h("input", { type: "text", id: "replay-model", placeholder: "same model", size: 22 });
+  const model = h("input", { type: "text", id: "replay-model", placeholder: "model (default: the same)", title: "replay with another model", size: 24 });
   const run = async () => {
     button.disabled = true;
     mount(box, h("p", { class: "muted" }, "Replaying…"));
