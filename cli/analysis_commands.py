@@ -248,5 +248,22 @@ def reindex(db_path, session, as_json):
     else:
         for _ in run(db, session=session, analyzer=analyzer):
             done += 1
-    result = {"reindexed": done, "session": session}
-    emit_json(result) if as_json else click.echo(f"reindexed {done} call(s)")
+    indexed = _backfill_search(db, session, total, show_bar=sys.stderr.isatty() and not as_json)
+    result = {"reindexed": done, "search_indexed": indexed, "session": session}
+    emit_json(result) if as_json else click.echo(f"reindexed {done} call(s), search index rebuilt")
+
+
+def _backfill_search(db, session: str | None, total: int, *, show_bar: bool) -> int:
+    """Rebuild the search index after the analysis (it reads the sessions the analysis settled on)."""
+    from ctxscope.inspector.search_index import backfill
+
+    done = 0
+    if show_bar:
+        with click.progressbar(backfill(db, session=session), length=total, label="indexing text",
+                               file=sys.stderr) as bar:  # fmt: skip
+            for _ in bar:
+                done += 1
+        return done
+    for _ in backfill(db, session=session):
+        done += 1
+    return done

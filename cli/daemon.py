@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.analyze import WRITER_ANALYZERS, writer_analyzers
+from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.inspector.writer.thread import CaptureWriter

@@ -12,8 +12,11 @@ from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
+from .export_commands import curl, export_session, import_file
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
+from .replay_commands import replay
+from .search_commands import search
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
 
@@ -124,7 +127,9 @@ def sim(host, port, script_file):
         asyncio.run(main())
 
 
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):  # declared in their modules
+# declared in their modules
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl, export_session,
+                import_file, replay):
     cli.add_command(command)
 
 cli.add_command(agent_group)

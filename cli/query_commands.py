@@ -60,8 +60,8 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
 @json_option
 def show(call, db_path, request_raw, response_raw, exact, as_json):
     """Show one call (CALL is an id or a unique prefix of one)."""
+    from ctxscope.inspector.share.bodies import export_body
     from ctxscope.inspector.store import queries
-    from ctxscope.web.bodyexport import export_body
 
     if exact and not (request_raw or response_raw):
         raise click.UsageError("--exact goes with --request-raw or --response-raw")

@@ -115,7 +115,7 @@ def test_reindex_recomputes_the_same_analysis(captured):
     conn = open_db(db[1])
     conn.execute("UPDATE calls SET relation = NULL, cache_verdict = NULL, thread = NULL")
     conn.conn.commit()
-    assert json.loads(invoke("reindex", *db, "--json")) == {"reindexed": 4, "session": None}
+    assert json.loads(invoke("reindex", *db, "--json")) == {"reindexed": 4, "search_indexed": 4, "session": None}
     after = json.loads(invoke("calls", *db, "--json", "--limit", "100"))
     assert after == before
 

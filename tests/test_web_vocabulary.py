@@ -14,9 +14,9 @@ from playwright.sync_api import expect
 from web_fixtures import anthropic_client, start_web_daemon
 
 from ctxscope.vocab.apis import Api
-from ctxscope.vocab.kinds import CacheVerdict, EpochReason, GroupedBy, MarkerKind, Outcome, RelationKind
+from ctxscope.vocab.kinds import CacheVerdict, EpochReason, GroupedBy, MarkerKind, Outcome, RelationKind, SearchArea
 
-ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy)
+ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy, SearchArea)
 
 
 @pytest.fixture(scope="module")

@@ -99,3 +99,13 @@ class MarkerKind(StrEnum):
     CITATIONS = "citations"
     SOURCE_CITATION_RETRY = "source_citation_retry"
     ANNOTATION = "annotation"  # a declared event header whose kind could not be read
+
+
+class SearchArea(StrEnum):
+    """Where in a call a search hit lies (``ctxscope search --in``, the search page's filter)."""
+
+    SYSTEM = "system"
+    TOOLS = "tools"
+    MESSAGES = "messages"
+    TOOL_RESULTS = "tool_results"
+    RESPONSES = "responses"

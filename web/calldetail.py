@@ -17,11 +17,11 @@ from collections import OrderedDict
 
 import sqlite_utils
 
+from ctxscope.inspector.share.bodies import BodyExport, export_body
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import neighbours
 from ctxscope.proxy.redaction.mask import mask_key_bytes
-from ctxscope.web.bodyexport import BodyExport, export_body
 from ctxscope.web.fields import ANALYSIS_COLUMNS, client_name, normalise_call
 
 MAX_STRUCTURED = 32 * 2**20  # bigger request bodies are shown raw only
@@ -171,6 +171,6 @@ def raw_range(
 
 
 def raw_bytes(db: sqlite_utils.Database, call_id: str, kind: str, form: str, exact: bool = False) -> BodyExport | None:
-    """A body for download: keys masked (see ``bodyexport``), or the exact bytes when asked."""
+    """A body for download: keys masked (see ``inspector/share/bodies.py``), or the exact bytes when asked."""
     full = q.resolve_call_id(db, call_id)
     return None if full is None else export_body(db, full, kind, form, exact=exact)

@@ -15,7 +15,11 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
+  /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
+  /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/resend.py)
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
+  (HTTP post) /_ctxscope/api/replay?id=    re-send a call through this daemon (web/resend.py); the
+                                        same token, a JSON body ({model, edits}), a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
 built from the store is masked in its worker thread (``read``) before it is serialised, raw
@@ -39,11 +43,15 @@ from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
+from ctxscope.web.breakcause import with_break_cause
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
+from ctxscope.web.resend import ReplayError, curl_view
+from ctxscope.web.resend import replay as send_replay
+from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
 from ctxscope.web.vocabulary import vocabulary_handler
 
@@ -210,7 +218,25 @@ class WebUI:
     async def diff(self, request: web.Request) -> web.Response:
         call_id = request.query.get("id", "")
         base = request.query.get("base") or None
-        result = await self.read(call_diff, call_id, base) if call_id else None
+        result = await self.read(lambda db: with_break_cause(db, call_diff(db, call_id, base))) if call_id else None
+        return _error(404, f"no call {call_id!r}") if result is None else _json(result)
+
+    async def search(self, request: web.Request) -> web.Response:
+        text = request.query.get("q", "")
+        if not text.strip():
+            return _error(400, "missing q")
+        areas = [a for a in request.query.getall("in", []) if a]
+        limit = _int(request, "limit", 50) or 50
+        try:
+            result = await self.read(search_view, text, request.query.get("s") or None, areas, limit)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return _json(result)
+
+    async def curl(self, request: web.Request) -> web.Response:
+        call_id = request.query.get("id", "")
+        via = f"{request.scheme}://{request.host}" if request.query.get("via") == "daemon" else None
+        result = await self.read(curl_view, call_id, via) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -235,6 +261,24 @@ class WebUI:
         self.bodies = BodyCache()
         return _json(result)
 
+    async def replay(self, request: web.Request) -> web.Response:
+        if not security.same_origin(request) or not security.token_ok(request, self.token):
+            return _error(403, "replaying needs the page's token and a same-origin request")
+        if request.content_type != "application/json":
+            return _error(415, "replaying needs a JSON body")
+        try:
+            options = await request.json()
+        except ValueError:
+            return _error(400, "the body is not JSON")
+        if not isinstance(options, dict):
+            return _error(400, "the body must be a JSON object")
+        try:
+            result = await send_replay(self.pool, request.query.get("id", ""), f"{request.scheme}://{request.host}",
+                                       options)  # fmt: skip
+        except ReplayError as exc:
+            return _error(400, str(exc))
+        return _json(mask_keys_in(result))
+
     async def on_shutdown(self, app: web.Application) -> None:
         await self.hub.close()
 
@@ -255,11 +299,14 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/sessions", ui.sessions),
         ("GET", f"{API}/session", ui.session),
         (hdrs.METH_DELETE, f"{API}/session", ui.delete),
+        (hdrs.METH_POST, f"{API}/replay", ui.replay),
         ("GET", f"{API}/call", ui.call),
         ("GET", f"{API}/raw", ui.raw),
         ("GET", f"{API}/raw.bin", ui.raw_bin),
         ("GET", f"{API}/diff", ui.diff),
         ("GET", f"{API}/events", ui.events),
+        ("GET", f"{API}/search", ui.search),
+        ("GET", f"{API}/curl", ui.curl),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
     ]
     for method, path, handler in routes:

@@ -171,3 +171,61 @@ CREATE TABLE cache_minimums (
   PRIMARY KEY (family, model, learned_from)
 )"""
     )
+
+
+@migrations()
+def m007_create_search_index(db: sqlite_utils.Database) -> None:
+    """Full-text search over prompt and response text: each distinct segment once (store/search.py)."""
+    db.execute(
+        """
+CREATE TABLE search_segments (
+  id INTEGER PRIMARY KEY,
+  hash TEXT NOT NULL UNIQUE,      -- the segment's content hash: a text seen again is not stored again
+  area TEXT NOT NULL,             -- system, tools, messages, tool_results, responses
+  text TEXT NOT NULL              -- what is searched and shown in snippets
+)"""
+    )
+    db.execute(
+        """
+CREATE TABLE search_occurrences (
+  segment INTEGER NOT NULL REFERENCES search_segments(id),
+  session TEXT NOT NULL,
+  call_id TEXT NOT NULL REFERENCES calls(id),  -- the session's first call that holds the segment
+  body TEXT NOT NULL,             -- request or response
+  pointer TEXT NOT NULL,          -- RFC 6901 pointer into that body (the final response for a stream)
+  PRIMARY KEY (segment, session)
+) WITHOUT ROWID"""
+    )
+    # Deleting a session deletes the occurrences of its calls (they reference calls).
+    db.execute("CREATE INDEX idx_search_occurrences_call ON search_occurrences (call_id)")
+    db.execute(
+        "CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_segments', content_rowid='id')"
+    )
+    db.execute(
+        """
+CREATE TRIGGER search_segments_ai AFTER INSERT ON search_segments BEGIN
+  INSERT INTO search_fts (rowid, text) VALUES (new.id, new.text);
+END"""
+    )
+    db.execute(
+        """
+CREATE TRIGGER search_segments_ad AFTER DELETE ON search_segments BEGIN
+  INSERT INTO search_fts (search_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END"""
+    )
+    # A text no session holds any more leaves the file with its last occurrence.
+    db.execute(
+        """
+CREATE TRIGGER search_occurrences_ad AFTER DELETE ON search_occurrences
+WHEN NOT EXISTS (SELECT 1 FROM search_occurrences WHERE segment = old.segment) BEGIN
+  DELETE FROM search_segments WHERE id = old.segment;
+END"""
+    )
+
+
+@migrations()
+def m008_add_replay_of(db: sqlite_utils.Database) -> None:
+    # The call a replay re-sent (`ctxscope replay`, the UI's replay button); NULL for captured traffic.
+    db.execute("ALTER TABLE calls ADD COLUMN replay_of TEXT")
+    # An original's replays.
+    db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of)")

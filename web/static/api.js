@@ -35,3 +35,15 @@ export async function deleteSession(session) {
 export function rawUrl(id, kind, form, exact) {
   return API + "/raw.bin" + qs({ id, kind, form, exact: exact ? 1 : null });
 }
+
+// Re-send a call through the daemon: a write, so it carries the page's token like a delete.
+export async function replayCall(id, options) {
+  const resp = await fetch(API + "/replay" + qs({ id }), {
+    method: "POST", credentials: "same-origin",
+    headers: { "X-Ctxscope-Token": token(), "Content-Type": "application/json" },
+    body: JSON.stringify(options || {}),
+  });
+  const data = await resp.json().catch(() => null);
+  if (!resp.ok) throw new Error((data && data.error) || `HTTP ${resp.status}`);
+  return data;
+}

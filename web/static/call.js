@@ -8,6 +8,9 @@ import { vocab } from "./vocab.js";
 import { requestView, responseView } from "./reqview.js";
 import { rawView, headersTable } from "./rawview.js";
 import { reveal, textView } from "./jsontree.js";
+import { curlButton } from "./curlview.js";
+import { replayButton } from "./replayview.js";
+import { compareControls } from "./comparepick.js";
 
 // What the text at a marker's pointer is, by kind.
 const MARKER_CAPTION = {
@@ -72,6 +75,7 @@ export function renderCall(root, id, params, ctx) {
         headersTable(c.response_headers, "response headers"), c.annotations && c.annotations.length ? headersTable(c.annotations, "ctxscope annotations") : null),
     };
     const goPtr = (ptr) => { show("request"); if (reqEl && ptr != null) reveal(reqEl, ptr); };
+    const goResponsePtr = (ptr) => { const el = show("response"); if (el && ptr != null) reveal(el, ptr); };
     const markerBox = h("div", { class: "card marker-detail", hidden: true });
     const selectMarker = (i) => {
       const m = markers[i];
@@ -95,11 +99,13 @@ export function renderCall(root, id, params, ctx) {
     const ptrLink = (ptr) => ptr ? h("a", { href: "#", class: "ptr", onclick: (e) => { e.preventDefault(); goPtr(ptr); } }, ptr) : null;
     const markers = callMarkers(c);
     const cache = c.cache || {};
+    const curl = curlButton(c);
+    const replay = replayButton(c);
     mount(root,
       h("div", { class: "toolbar" },
         h("h1", {}, "Call #" + c.seq), h("code", { class: "muted", title: "call id" }, c.id), c.model ? h("span", { class: "tag" }, c.model) : null,
         h("span", { class: "muted" }, c.api || c.path || ""), c.relation ? relationBadge(c.relation, c.pointer || c.epoch_reason) : null, c.cache ? verdictBadge(c.cache) : null, outcomeBadge(c),
-        h("span", { class: "spacer" }),
+        h("span", { class: "spacer" }), compareControls(c), replay.controls, curl.button,
         h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
         h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
         d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
@@ -131,7 +137,7 @@ export function renderCall(root, id, params, ctx) {
         markers.length ? h("div", { class: "marker-list" }, markers.map((m, i) => h("div", { class: "marker-item" },
           markerChip(m, () => selectMarker(i)), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,
           m.detail != null ? h("span", { class: "muted small" }, " " + markerText(m)) : null))) : null)),
-      markerBox,
+      markerBox, curl.box, replay.box,
       h("div", { class: "tabs" }, Object.keys(builders).map((name) => (tabs[name] = h("button", { type: "button", class: "tab", onclick: () => show(name) }, name)))),
       tabsBox);
     show("request");
@@ -139,6 +145,7 @@ export function renderCall(root, id, params, ctx) {
     const ptr = params.get("ptr");
     const mi = params.get("m");
     if (mi != null && markers[Number(mi)]) selectMarker(Number(mi));
+    else if (ptr && params.get("body") === "response") goResponsePtr(ptr);
     else if (ptr) goPtr(ptr);
   }
 

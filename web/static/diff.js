@@ -70,6 +70,25 @@ function markerMoves(m) {
     h("ul", { class: "moves" }, items.map(([op, ptr]) => h("li", {}, h("span", { class: "op op-" + op }, op), " ", h("code", { class: "ptr" }, ptr)))));
 }
 
+// Whether the break was meant: declared by the client (a compaction or an archive effect),
+// inferred from the prompts, or accidental.
+const CAUSE_TEXT = {
+  none: "No break: the later prompt continues the earlier one.",
+  declared: "The break was declared by the client: ",
+  inferred: "The break was inferred from the prompts: ",
+  accidental: "The break is accidental: nothing the client declared or that the prompts show explains it.",
+  unknown: "These calls are not a call and its predecessor, so what broke between them is not known.",
+};
+
+function breakLine(d) {
+  const b = d.break;
+  if (!b) return null;
+  const effects = b.effects.map((e) => `${e.kind.replace(/_/g, " ")}${e.declared ? "" : " (inferred)"}`).join(", ");
+  return h("p", { class: "break-cause cause-" + b.cause, id: "break-cause", dataset: { cause: b.cause } },
+    CAUSE_TEXT[b.cause] || b.cause, b.cause === "declared" || b.cause === "inferred" ? effects + "." : "",
+    d.same_session === false ? h("span", { class: "muted" }, " (the calls are from different sessions)") : null);
+}
+
 export function renderDiff(root, id, base, ctx) {
   let disposed = false;
   mount(root, h("p", { class: "muted pad" }, "Computing diff…"));
@@ -109,6 +128,7 @@ export function renderDiff(root, id, base, ctx) {
         analysed, h("span", { class: "spacer" }),
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(d.old.id) }, `open #${d.old.seq}`),
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
+      breakLine(d),
       impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", {}, t))) : null,
       h("p", { class: "muted" }, diff.identical_prompt
         ? "The prompts are identical (ignoring cache_control markers and string vs text-block re-serialisation)."

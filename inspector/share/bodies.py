@@ -4,7 +4,7 @@ Bodies are stored byte-exact, keys and all. An export masks key-shaped values le
 (``redact.mask_key_bytes``) unless the exact bytes are asked for. A compressed body cannot be
 masked in place: when its decoded form holds something to mask, the export is the decoded body,
 masked, and says so (``form``); when it holds nothing, the compressed bytes go out as they are.
-Shared by the UI's download and ``ctxscope show --request-raw/--response-raw``.
+Shared by the UI's download, `ctxscope show --request-raw/--response-raw`, copy as cURL and the exports.
 """
 
 from __future__ import annotations

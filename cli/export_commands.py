@@ -1,0 +1,200 @@
+"""Handing a capture on: `ctxscope curl`, `ctxscope export` (HAR or bundle) and `ctxscope import`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .options import CONTEXT, db_option, json_option, open_db_or_fail
+from .output import emit_json
+
+
+def _call_or_fail(db, call: str) -> dict:
+    from ctxscope.inspector.store import queries
+
+    try:
+        row = queries.get_call(db, call)
+    except queries.AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if row is None:
+        raise click.ClickException(f"no call matches {call!r}")
+    return row
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("call")
+@db_option
+@click.option("--via", metavar="URL",
+              help="Send to this base URL instead of the captured upstream, e.g. the daemon's "
+                   "http://127.0.0.1:8787/anthropic to record the answer.")  # fmt: skip
+@click.option("--api-key-env", metavar="NAME",
+              help="The environment variable the command reads the key from (default: the provider's, "
+                   "e.g. ANTHROPIC_API_KEY or OPENAI_API_KEY).")  # fmt: skip
+@click.option("--body-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the body to this file and have the command read it (default: a heredoc, or "
+                   "CALL-request.bin in the current folder for a big or binary body).")  # fmt: skip
+@click.option("--exact", is_flag=True,
+              help="Keep key-like values the client put inside the body (masked by default).")
+def curl(call, db_path, via, api_key_env, body_file, exact):
+    """Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).
+
+    The body is the exact bytes sent; the API key is read from the environment, never written.
+    """
+    from ctxscope.inspector.share.bodies import export_body
+    from ctxscope.inspector.share.curl import curl_command
+
+    db = open_db_or_fail(db_path)
+    row = _call_or_fail(db, call)
+    body = export_body(db, row["id"], "request", "wire", exact=exact)
+    data = body.data if body is not None else b""
+    if body is not None and body.masked:
+        click.echo("note: key-like values in the body are masked, length for length (--exact keeps them)", err=True)
+    cmd = curl_command(row, data, body_decoded=body is not None and body.form == "decoded", target=via,
+                       key_env=api_key_env, body_file=str(body_file) if body_file else None)  # fmt: skip
+    if cmd.body_file is not None and data:
+        path = Path(cmd.body_file)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        click.echo(f"note: the body ({len(data)} bytes) is in {path}; the command reads it from there", err=True)
+    click.echo(cmd.text, nl=False)
+
+
+def _progress(items, length: int, label: str, quiet: bool):
+    """``items`` with a progress bar on a terminal's stderr (big sessions take a while)."""
+    import sys
+
+    if quiet or not sys.stderr.isatty():
+        yield from items
+        return
+    with click.progressbar(items, length=length, label=label, file=sys.stderr) as bar:
+        yield from bar
+
+
+@click.command("export", context_settings=CONTEXT)
+@click.argument("session")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["har", "bundle"]), default="har", show_default=True,
+              help="har: HAR 1.2 (Chrome DevTools, mitmproxy); bundle: ctxscope's own file, raw bytes "
+                   "plus the analysis, compressed.")  # fmt: skip
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The file to write.")
+@json_option
+def export_session(session, db_path, fmt, output, as_json):
+    """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
+    mitmproxy can open. Keys never go in: headers were redacted when captured, and key-like values
+    in the bodies are masked."""
+    import json
+
+    from ctxscope.inspector.share.bundle import write_bundle
+    from ctxscope.inspector.share.exchanges import exported_call
+    from ctxscope.inspector.share.har import har_entry, har_log
+    from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.analysis_rows import call_ids
+    from ctxscope.inspector.store.queries import AmbiguousCallId
+
+    from . import __version__
+
+    db = open_db_or_fail(db_path)
+    try:
+        full = resolve_session(db, session)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if full is None:
+        raise click.ClickException(f"no session matches {session!r}")
+    ids = call_ids(db, full)
+    calls = (exported_call(db, call_id) for call_id in ids)
+    tmp = output.with_name(output.name + ".part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # captures are private: so is the export
+    os.close(fd)
+    try:
+        if fmt == "bundle":
+            header = {"session": full, "calls": len(ids), "ctxscope": __version__}
+            for _ in _progress(write_bundle(tmp, calls, header), len(ids), "exporting", as_json):
+                pass
+        else:
+            entries = [har_entry(e) for e in _progress(calls, len(ids), "exporting", as_json)]
+            tmp.write_text(json.dumps(har_log(entries, __version__), ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    result = {"session": full, "calls": len(ids), "format": fmt, "file": str(output)}
+    emit_json(result) if as_json else click.echo(f"exported {len(ids)} call(s) of {full} to {output} ({fmt})")
+
+
+@click.command("import", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@click.option("--session", "label",
+              help="Session label for the calls of a HAR that ctxscope did not write (default: import:FILE's name).")
+@json_option
+def import_file(file, db_path, label, as_json):
+    """Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture
+    database. The calls are stored and analysed as if captured live; a bundle's analysis is
+    checked against the new one."""
+    import json
+
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.share.bundle import is_bundle, read_bundle
+    from ctxscope.inspector.share.exchanges import BadExport
+    from ctxscope.inspector.share.har import read_har
+    from ctxscope.inspector.share.importer import analysis_differences, import_calls
+    from ctxscope.inspector.store.queries import open_db
+    from ctxscope.inspector.writer.status import capture_state
+
+    from .analysis_commands import prices_path
+    from .settings import default_db_path
+
+    path = db_path or default_db_path()
+    if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's
+        raise click.ClickException(f"a ctxscope daemon is capturing into {path}: stop it, or import into another "
+                                   "database with --db")  # fmt: skip
+    expected: dict[str, dict] = {}
+    try:
+        if is_bundle(file):
+            kind = "bundle"
+            _, items = read_bundle(file)
+            calls: list = []
+            for ex, epoch, analysis in items:
+                calls.append((ex, epoch))
+                expected[ex.id] = analysis
+        else:
+            kind = "har"
+            try:
+                data = json.loads(file.read_bytes())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise BadExport(f"neither a ctxscope bundle nor a HAR (JSON) file: {exc}") from exc
+            calls = list(read_har(data, label or f"import:{file.stem}"))
+            for (ex, _), entry in zip(calls, data["log"]["entries"], strict=True):
+                ours = entry.get("_ctxscope")
+                if isinstance(ours, dict) and isinstance(ours.get("analysis"), dict):
+                    expected[ex.id] = ours["analysis"]
+    except BadExport as exc:
+        raise click.ClickException(f"cannot import {file}: {exc}") from exc
+    prices = prices_path()
+    analyzers = writer_analyzers(str(prices) if prices else None)
+    stored = skipped = failed = 0
+    for item in _progress(import_calls(path, calls, analyzers), len(calls), "importing", as_json):
+        stored += item.stored
+        skipped += not item.stored
+        failed += bool(item.analysis_errors)
+    db = open_db(path)
+    try:
+        differences = analysis_differences(db, expected)
+    finally:
+        db.close()
+    result = {"file": str(file), "format": kind, "db": str(path), "calls": len(calls), "stored": stored,
+              "skipped": skipped, "analysis_failed": failed, "checked": len(expected),
+              "analysis_differences": differences[:50], "differences": len(differences)}  # fmt: skip
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"imported {stored} call(s) from {file} ({kind}) into {path}"
+               + (f", {skipped} already there" if skipped else "")
+               + (f", {failed} whose analysis failed" if failed else ""))  # fmt: skip
+    if expected:
+        click.echo(f"analysis checked against the file's: {len(differences)} difference(s) in {len(expected)} call(s)")
+        for d in differences[:10]:
+            click.echo(f"  {d['call']} {d['key']}: expected {d['expected']!r}, got {d['got']!r}")

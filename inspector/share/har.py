@@ -1,0 +1,177 @@
+"""HAR 1.2 for a session (DevTools and mitmproxy open it), and HAR files read back as Exchanges.
+
+Each call is one entry: the request and response headers as stored (redacted), the bodies as sent
+(masked where they held a key, ``share/bodies.py``), a stream as its raw SSE text, base64 where a
+body is not UTF-8 text. HAR wants ``content.text`` decoded: a compressed body is written decoded,
+and its exact wire bytes go in ``_wire`` (base64) so a ctxscope import is byte-exact. ``_ctxscope``
+holds what HAR has no field for (call id, provider route, session label, key fingerprint, exact
+times, outcome), so a round trip reproduces the analysis.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
+from ctxscope.proxy.exchange import Exchange
+from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
+            502: "Bad Gateway", 503: "Service Unavailable", 529: "Overloaded"}  # fmt: skip
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _header(pairs, name: str) -> str | None:
+    return next((v for k, v in pairs if k.lower() == name), None)
+
+
+def _content(wire: bytes, encoding: str | None, decoded_already: bool) -> dict:
+    """``text`` (decoded, as HAR wants; base64 when not UTF-8), and ``_wire`` when the bytes sent differ."""
+    data, wire_field = wire, None
+    if encoding and not decoded_already and wire:
+        try:
+            data = decode_body(wire, encoding, allow_truncated=True)
+            wire_field = base64.b64encode(wire).decode()
+        except BodyDecodeError:
+            data = wire  # undecodable: the bytes as they are
+    out: dict[str, Any] = {"size": len(data)}
+    try:
+        out["text"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        out["text"], out["encoding"] = base64.b64encode(data).decode(), "base64"
+    if wire_field is not None and data != wire:
+        out["_wire"] = wire_field
+    return out
+
+
+def har_entry(e: Exported) -> dict:
+    ex = e.exchange
+    url = ex.upstream.rstrip("/") + ex.path + ("?" + ex.query if ex.query else "")
+    total = max(0.0, (ex.ended_at - ex.started_at) * 1000.0)
+    wait = max(0.0, ((ex.first_byte_at or ex.ended_at) - ex.started_at) * 1000.0)
+    req = _content(ex.request_body, ex.header("content-encoding"), e.request_decoded)
+    resp = _content(ex.response_body, ex.header("content-encoding", response=True), e.response_decoded)
+    post: dict[str, Any] = {"mimeType": ex.header("content-type") or "", "text": req["text"]}
+    if req.get("encoding"):
+        post["_encoding"] = "base64"
+    if req.get("_wire"):
+        post["_wire"] = req["_wire"]
+    request: dict[str, Any] = {
+        "method": ex.method, "url": url, "httpVersion": "HTTP/1.1", "cookies": [],
+        "headers": [{"name": k, "value": v} for k, v in ex.request_headers],
+        "queryString": [{"name": k, "value": v} for k, v in parse_qsl(ex.query, keep_blank_values=True)],
+        "headersSize": -1, "bodySize": len(ex.request_body),
+    }  # fmt: skip
+    if ex.request_body:
+        request["postData"] = post
+    resp["mimeType"] = ex.header("content-type", response=True) or ""
+    status = ex.status or 0
+    fields = exchange_fields(ex)
+    for key in ("request_body", "response_body", "request_headers", "response_headers", "method", "status"):
+        fields.pop(key)  # in the HAR fields already
+    return {
+        "startedDateTime": _iso(ex.started_at),
+        "time": round(total, 3),
+        "request": request,
+        "response": {
+            "status": status, "statusText": _REASONS.get(status, ""), "httpVersion": "HTTP/1.1", "cookies": [],
+            "headers": [{"name": k, "value": v} for k, v in ex.response_headers], "content": resp,
+            "redirectURL": "", "headersSize": -1, "bodySize": len(ex.response_body),
+        },
+        "cache": {},
+        "timings": {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1, "send": 0,
+                    "wait": round(wait, 3), "receive": round(max(0.0, total - wait), 3)},
+        "_ctxscope": dict(fields, capture_epoch=e.capture_epoch, analysis=e.analysis),
+    }
+
+
+def har_log(entries: list[dict], version: str) -> dict:
+    return {"log": {"version": "1.2", "creator": {"name": "ctxscope", "version": version}, "pages": [],
+                    "entries": entries}}  # fmt: skip
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def _body(part: dict, field: str) -> tuple[bytes, bool]:
+    """(bytes, decoded): ``_wire`` when there, else ``text`` (base64 when said so)."""
+    if part.get("_wire"):
+        return base64.b64decode(part["_wire"], validate=True), False
+    text = part.get(field) or ""
+    if part.get("encoding") == "base64" or part.get("_encoding") == "base64":
+        return base64.b64decode(text, validate=True), True
+    return str(text).encode("utf-8"), True
+
+
+def _pairs(items: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((str(h["name"]), str(h["value"])) for h in items or () if isinstance(h, dict) and "name" in h)
+
+
+def _provider(url: str) -> tuple[str, str, str, str]:
+    """(provider, upstream, path, query) of a foreign entry's URL."""
+    parts = urlsplit(url)
+    host = parts.hostname or "unknown"
+    provider = "anthropic" if host.endswith("anthropic.com") else "openai" if host.endswith("openai.com") else (
+        "u/" + host)
+    return provider, f"{parts.scheme}://{parts.netloc}", parts.path, parts.query
+
+
+def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchange, int | None]:
+    """An entry as an Exchange (and its capture epoch when ctxscope wrote it); BadExport if malformed."""
+    try:
+        request, response = entry["request"], entry["response"]
+        req_body, req_decoded = _body(request.get("postData") or {}, "text")
+        resp_body, resp_decoded = _body(response.get("content") or {}, "text")
+        req_headers, resp_headers = _pairs(request.get("headers")), _pairs(response.get("headers"))
+        if req_decoded:  # the text is decoded: a Content-Encoding would now be a lie
+            req_headers = tuple(p for p in req_headers if p[0].lower() != "content-encoding")
+        if resp_decoded:
+            resp_headers = tuple(p for p in resp_headers if p[0].lower() != "content-encoding")
+        ours = entry.get("_ctxscope")
+        if isinstance(ours, dict):
+            fields = dict(ours, method=request["method"], status=response.get("status") or None,
+                          request_headers=req_headers, response_headers=resp_headers,
+                          request_body=base64.b64encode(req_body).decode(),
+                          response_body=base64.b64encode(resp_body).decode())  # fmt: skip
+            epoch = ours.get("capture_epoch")
+            return exchange_from_fields(fields), int(epoch) if epoch is not None else None
+        started = datetime.fromisoformat(str(entry["startedDateTime"]).replace("Z", "+00:00")).timestamp()
+        total = float(entry.get("time") or 0) / 1000.0
+        wait = (entry.get("timings") or {}).get("wait")
+        provider, upstream, path, query = _provider(str(request["url"]))
+        status = int(response.get("status") or 0) or None
+        return Exchange(
+            id=f"har{int(started * 1e6):016x}{n:06x}", provider=provider, upstream=upstream,
+            method=str(request["method"]), path=path, query=query, session_label=label, annotations=(),
+            request_headers=req_headers, key_fingerprint=None, request_body=req_body, status=status,
+            response_headers=resp_headers, response_body=resp_body, started_at=started,
+            first_byte_at=started + float(wait) / 1000.0 if isinstance(wait, (int, float)) and wait >= 0 else None,
+            ended_at=started + total, outcome="ok" if status else "upstream_unreachable",
+            client=_header(req_headers, "user-agent"),
+        ), None  # fmt: skip
+    except BadExport:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadExport(f"HAR entry {n}: {type(exc).__name__}: {exc}") from exc
+
+
+def read_har(data: Any, label: str | None) -> Iterator[tuple[Exchange, int | None]]:
+    """The entries of a parsed HAR file, in start order (BadExport if it is not one)."""
+    try:
+        entries = data["log"]["entries"]
+    except (KeyError, TypeError) as exc:
+        raise BadExport("not a HAR file: no log.entries") from exc
+    if not isinstance(entries, list):
+        raise BadExport("not a HAR file: log.entries is not a list")
+    for n, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise BadExport(f"HAR entry {n} is not an object")
+        yield exchange_from_entry(entry, n, label)

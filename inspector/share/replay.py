@@ -1,0 +1,189 @@
+"""Replay: a captured request re-sent through the daemon, recorded as a new call linked to it.
+
+The request is rebuilt from the store: the exact body (or, with edits, the decoded JSON changed at
+the given pointers), the headers as stored less the redacted ones, and the key from the
+environment where the key was. Annotations put the replay in a session of its own
+(``replay:<original id>``) and name the original (``x-ctxscope-replay-of``); ``ReplayLinker``, a
+writer analyzer, turns that into the ``replay_of`` column. The key is never stored: the proxy
+redacts it like any other (docs/architecture.md, "Replay").
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import sqlite_utils
+
+from ctxscope.inspector.analyses.prices import PriceTable
+from ctxscope.inspector.share.curl import key_env_for
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.replays import replays_of, set_replay_of
+from ctxscope.proxy.redaction.redact import REDACTED
+
+REPLAY_OF = "x-ctxscope-replay-of"
+REPLAY_ID = "x-ctxscope-replay-id"  # a nonce: tells this replay's call from earlier ones
+SESSION = "x-ctxscope-session"
+_QUERY_REDACTED = "%5Bredacted%5D"
+_LEFT_OUT = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
+                       "proxy-connection", "expect", "accept-encoding"})  # fmt: skip
+_KEY_HEADERS = {"x-api-key": "{}", "authorization": "Bearer {}", "x-goog-api-key": "{}", "api-key": "{}"}
+
+
+class ReplayError(ValueError):
+    """The call cannot be replayed as asked: no body, a bad edit, no key in the environment."""
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    nonce: str
+    session: str
+    original: str  # the full id of the call replayed
+
+
+def parse_edit(text: str) -> tuple[str, Any]:
+    """``POINTER=JSON`` as (pointer, value); ReplayError when it is not one."""
+    pointer, sep, value = text.partition("=")
+    if not sep or not (pointer == "" or pointer.startswith("/")):
+        raise ReplayError(f"an edit is POINTER=JSON, e.g. /model=\"claude-haiku-4-5\": {text!r}")
+    try:
+        return pointer, json.loads(value)
+    except ValueError as exc:
+        raise ReplayError(f"the value of {pointer} is not JSON: {exc}") from exc
+
+
+def _tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+
+
+def apply_edit(doc: Any, pointer: str, value: Any) -> Any:
+    """``doc`` with the value at ``pointer`` set (RFC 6901; "-" appends to an array); ReplayError if
+    the pointer's parent does not exist."""
+    if pointer == "":
+        return value
+    *parents, last = _tokens(pointer)
+    node = doc
+    for token in parents:
+        try:
+            node = node[int(token)] if isinstance(node, list) else node[token]
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ReplayError(f"{pointer}: no {token!r} in the request") from exc
+    if isinstance(node, dict):
+        node[last] = value
+    elif isinstance(node, list) and last == "-":
+        node.append(value)
+    elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    else:
+        raise ReplayError(f"{pointer}: cannot set {last!r} there")
+    return doc
+
+
+def build_request(
+    db: sqlite_utils.Database,
+    call_id: str,
+    daemon_url: str,
+    *,
+    key: str | None,
+    model: str | None = None,
+    upstream: str | None = None,
+    edits: list[tuple[str, Any]] | None = None,
+) -> ReplayRequest:
+    """The request that replays ``call_id`` through the daemon at ``daemon_url``."""
+    row = queries.get_call(db, call_id)
+    if row is None:
+        raise ReplayError(f"no call matches {call_id!r}")
+    raw = queries.get_request_raw(db, row["id"])
+    if not raw:
+        raise ReplayError(f"call {row['id']} has no request body stored")
+    body, reencoded = raw, bool(model or edits)
+    if reencoded:
+        decoded = queries.get_request_body(db, row["id"])
+        try:
+            doc = json.loads(decoded or b"")
+        except ValueError as exc:
+            raise ReplayError(f"call {row['id']}'s request is not JSON, so it cannot be edited") from exc
+        for pointer, value in edits or []:
+            doc = apply_edit(doc, pointer, value)
+        if model:
+            doc = apply_edit(doc, "/model", model)
+        body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    headers: list[tuple[str, str]] = []
+    for pair in row.get("request_headers") or []:
+        name, value = str(pair[0]), str(pair[1])
+        low = name.lower()
+        if low in _LEFT_OUT or low.startswith("x-ctxscope-") or (reencoded and low == "content-encoding"):
+            continue
+        if value == REDACTED:
+            if low not in _KEY_HEADERS:
+                continue  # a cookie or token we cannot restore: sent without it
+            if not key:
+                raise ReplayError(f"the call was sent with a key ({name}): put it in ${key_env_for(row)} "
+                                  "or name the variable with --api-key-env")  # fmt: skip
+            value = _KEY_HEADERS[low].format(key)
+        headers.append((name, value))
+    query = row.get("query") or ""
+    if _QUERY_REDACTED in query:
+        if not key:
+            raise ReplayError(f"the call's query held a key: put it in ${key_env_for(row)} or use --api-key-env")
+        query = query.replace(_QUERY_REDACTED, quote(key, safe=""))
+    route = f"u/{upstream}" if upstream else str(row.get("provider") or "")
+    url = daemon_url.rstrip("/") + "/" + route + (row.get("path") or "") + ("?" + query if query else "")
+    nonce, session = secrets.token_hex(8), f"replay:{row['id']}"
+    headers += [(SESSION, session), (REPLAY_OF, row["id"]), (REPLAY_ID, nonce)]
+    return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
+
+
+def find_replay(db: sqlite_utils.Database, original: str, nonce: str) -> str | None:
+    """The id of the call a replay with ``nonce`` produced, once the writer has stored it."""
+    for row in replays_of(db, original):
+        pairs = [tuple(p) for p in row["annotations"] if isinstance(p, list) and len(p) == 2]
+        if (REPLAY_ID, nonce) in pairs:
+            return row["id"]
+    return None
+
+
+class ReplayLinker:
+    """Writer analyzer: a call sent by a replay gets ``replay_of``, the call it re-sent."""
+
+    single_write = True  # one UPDATE: nothing to undo halfway
+
+    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+        ex = call.get("_exchange")
+        original = next((v for k, v in ex.annotations if k == REPLAY_OF), None) if ex is not None else None
+        if original:
+            set_replay_of(db, call["id"], original[:200])
+
+
+def _cost(row: dict, prices: PriceTable) -> float | None:
+    usage, price = row.get("usage") or {}, prices.lookup(row.get("model"))
+    if price is None or usage.get("input") is None:
+        return None
+    read, write = usage.get("cache_read") or 0, usage.get("cache_write") or 0
+    uncached = max(0, usage["input"] - read - write)
+    per_token = (uncached * price.input + read * price.cache_read + write * price.cache_write
+                 + (usage.get("output") or 0) * price.output)  # fmt: skip
+    return round(per_token / 1e6, 6)
+
+
+def comparison(db: sqlite_utils.Database, original: str, replay: str, prices: PriceTable) -> dict:
+    """The original and its replay side by side: what the cache read and what each cost."""
+    out = {}
+    for name, call_id in (("original", original), ("replay", replay)):
+        row = queries.get_call(db, call_id) or {}
+        usage = row.get("usage") or {}
+        out[name] = {
+            "id": row.get("id"), "session": row.get("session"), "model": row.get("model"),
+            "status": row.get("status"), "outcome": row.get("outcome"), "cache_verdict": row.get("cache_verdict"),
+            "input": usage.get("input"), "cache_read": usage.get("cache_read"),
+            "cache_write": usage.get("cache_write"), "output": usage.get("output"), "cost_usd": _cost(row, prices),
+            "replay_of": row.get("replay_of"),
+        }  # fmt: skip
+    return out

@@ -1,0 +1,117 @@
+"""The search index's SQL: distinct segments, where each session first holds them, FTS5 queries.
+
+A segment's text is stored once, whatever the number of calls that re-send it; each session
+records only the first call (and JSON Pointer) that holds it. So the index grows with new content,
+not with calls x context (docs/architecture.md, "The search index").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import sqlite_utils
+
+from ctxscope.vocab.kinds import SearchArea
+
+AREAS = tuple(SearchArea)
+HIT_START, HIT_END = "\x02", "\x03"  # around matched words in a snippet: never in JSON text we show
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One searchable text of a call: a prompt segment or a text of the response."""
+
+    hash: str
+    area: str  # a SearchArea
+    body: str  # "request" or "response"
+    pointer: str
+    text: str
+
+
+def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
+    row = db.execute("SELECT session FROM calls WHERE id = ?", [call_id]).fetchone()
+    return row[0] if row else None
+
+
+def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece]) -> int:
+    """Index a call's pieces (inside the caller's transaction); returns how many were new to the session."""
+    if not pieces:
+        return 0
+    db.conn.executemany(
+        "INSERT OR IGNORE INTO search_segments (hash, area, text) VALUES (?, ?, ?)",
+        [(p.hash, p.area, p.text) for p in pieces],
+    )
+    before = db.conn.total_changes
+    db.conn.executemany(
+        """INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer)
+           SELECT id, ?, ?, ?, ? FROM search_segments WHERE hash = ?""",
+        [(session, call_id, p.body, p.pointer, p.hash) for p in pieces],
+    )
+    return db.conn.total_changes - before
+
+
+def clear(db: sqlite_utils.Database, session: str | None = None) -> None:
+    """Forget the index (of one session): the segments no session holds go with it (a trigger)."""
+    if session is None:
+        db.execute("DELETE FROM search_occurrences")
+    else:
+        db.execute("DELETE FROM search_occurrences WHERE session = ?", [session])
+
+
+def phrase(text: str) -> str:
+    """The user's words as one FTS5 phrase: no query syntax reaches FTS5 from the command line."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+def search(
+    db: sqlite_utils.Database,
+    text: str,
+    *,
+    session: str | None = None,
+    areas: Iterable[str] = (),
+    limit: int = 50,
+    snippet_tokens: int = 16,
+) -> list[dict]:
+    """Hits, best first: session, call, seq, body, pointer, area and a snippet (matches between
+    HIT_START and HIT_END)."""
+    where = ["search_fts MATCH ?"]
+    params: list[object] = [HIT_START, HIT_END, snippet_tokens, phrase(text)]
+    if session is not None:
+        where.append("o.session = ?")
+        params.append(session)
+    areas = list(areas)
+    if areas:
+        where.append(f"s.area IN ({', '.join('?' for _ in areas)})")
+        params += areas
+    params.append(limit)
+    sql = f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
+                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area,
+                     snippet(search_fts, 0, ?, ?, '…', ?) AS snippet
+              FROM search_fts
+              JOIN search_segments s ON s.id = search_fts.rowid
+              JOIN search_occurrences o ON o.segment = s.id
+              JOIN calls c ON c.id = o.call_id
+              WHERE {" AND ".join(where)}
+              ORDER BY search_fts.rank, c.started_at, o.call_id
+              LIMIT ?"""
+    return list(db.query(sql, params))
+
+
+def index_stats(db: sqlite_utils.Database) -> dict:
+    """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it)."""
+    one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    out: dict = {
+        "segments": one("SELECT COUNT(*) FROM search_segments"),
+        "occurrences": one("SELECT COUNT(*) FROM search_occurrences"),
+        "text_bytes": one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_segments"),
+    }
+    try:
+        rows = db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+    except Exception:  # dbstat is a compile-time option
+        return out
+    sizes = dict(rows)
+    ours = ("search_", "idx_search_", "sqlite_autoindex_search_")
+    out["index_bytes"] = sum(v for k, v in sizes.items() if k.startswith(ours))
+    out["store_bytes"] = sum(sizes.values())
+    return out

@@ -1,0 +1,164 @@
+"""Full-text search: the real daemon and SDK capture, the writer child indexes, `ctxscope search` finds.
+
+Each distinct text is stored once: a conversation that re-sends its history adds only its new
+segments to the index.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import sdk_clients
+from click.testing import CliRunner
+from factories import anthropic_request, anthropic_response, capture, make_exchange
+
+from ctxscope.inspector.store.deletion import delete_session
+from ctxscope.inspector.store.queries import open_db
+from ctxscope.inspector.store.search import index_stats
+from ctxscope.main import cli
+
+KEY = "sk-ant-test-SECRET-0123456789abcdef"
+UNIQUE = "quartz-zebra-4471"
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _conversation(proxy, sim) -> list[dict]:
+    """Three calls of one agent loop; the tool result of the second holds UNIQUE."""
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    messages: list = [{"role": "user", "content": "list the files"}]
+    sim.state().set_script([{"text": "I will look."}, {"text": "Found the lighthouse keeper."}, {"text": "done"}])
+    for turn in range(3):
+        msg = client.messages.create(model="claude-sonnet-4-6", max_tokens=100, system="You are careful.",
+                                     messages=messages, extra_headers={"x-ctxscope-session": "search-e2e"})
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": msg.content[0].text}]})
+        if turn == 0:
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": f"README.md\n{UNIQUE}.txt\n"}]})
+        else:
+            messages.append({"role": "user", "content": f"next {turn}"})
+    return proxy.wait_for_calls(3)
+
+
+def test_a_tool_result_string_is_found_at_its_call_and_pointer(proxy, sim):
+    rows = _conversation(proxy, sim)
+    db = ("--db", str(proxy.db_path))
+    proxy.stop()  # the writer has stored and indexed everything
+    hits = json.loads(invoke("search", UNIQUE, *db, "--json"))
+    assert [(h["call"], h["pointer"], h["area"], h["body"]) for h in hits] == [
+        (rows[1]["id"], "/messages/2/content/0", "tool_results", "request")]
+    assert hits[0]["session"] == "search-e2e" and hits[0]["seq"] == 2
+    assert hits[0]["snippet"] == f"README.md\n[{UNIQUE}].txt\n"
+    assert json.loads(invoke("search", UNIQUE, *db, "--json", "--in", "system")) == []
+    [answer] = json.loads(invoke("search", "lighthouse keeper", *db, "--json", "--in", "responses"))
+    assert (answer["call"], answer["body"], answer["pointer"]) == (rows[1]["id"], "response", "/content/0/text")
+    assert len(json.loads(invoke("search", UNIQUE, *db, "--json", "--session", "search-e2e"))) == 1
+    missing = CliRunner().invoke(cli, ["search", UNIQUE, *db, "--session", "nope-no"])
+    assert missing.exit_code != 0 and "no session matches" in missing.output
+    assert "#2" in invoke("search", UNIQUE, *db)
+
+
+def test_the_index_holds_each_text_once(proxy, sim):
+    _conversation(proxy, sim)
+    proxy.stop()
+    stats = index_stats(open_db(proxy.db_path))
+    # call 1: system, user; call 2 adds assistant, tool result; call 3 adds assistant, user; 3 answers.
+    assert stats["segments"] == 2 + 2 + 2 + 3
+    assert stats["occurrences"] == stats["segments"]
+
+
+def test_reindex_backfills_captures_made_without_the_index(tmp_path):
+    path = tmp_path / "c.db"
+    body = anthropic_request([{"role": "user", "content": f"where is {UNIQUE}?"}])
+    capture(path, [make_exchange(request=body, response=anthropic_response("nowhere"))]).conn.close()
+    db = ("--db", str(path))
+    assert json.loads(invoke("search", UNIQUE, *db, "--json")) == []
+    assert "ctxscope reindex" in CliRunner().invoke(cli, ["search", UNIQUE, *db]).stderr
+    assert json.loads(invoke("reindex", *db, "--json"))["search_indexed"] == 1
+    [hit] = json.loads(invoke("search", UNIQUE, *db, "--json"))
+    assert (hit["pointer"], hit["area"], hit["session"]) == ("/messages/0/content", "messages", "s1")
+    assert json.loads(invoke("reindex", *db, "--json"))["search_indexed"] == 1  # a rebuild, not a second copy
+    assert len(json.loads(invoke("search", UNIQUE, *db, "--json"))) == 1
+
+
+def test_deleting_a_session_takes_its_text_out_of_the_index(tmp_path):
+    path = tmp_path / "c.db"
+    exchanges = [make_exchange(request=anthropic_request([{"role": "user", "content": f"{word} {UNIQUE}"}]),
+                               session_label=label) for word, label in (("alpha", "keep"), ("beta", "drop"))]
+    capture(path, exchanges).conn.close()
+    invoke("reindex", "--db", str(path))
+    db = open_db(path)
+    delete_session(db, "drop")
+    hits = json.loads(invoke("search", UNIQUE, "--db", str(path), "--json"))
+    assert [h["session"] for h in hits] == ["keep"]
+    assert json.loads(invoke("search", "beta", "--db", str(path), "--json")) == []
+    texts = [r[0] for r in db.execute("SELECT text FROM search_segments").fetchall()]
+    assert not any("beta" in t for t in texts)
+
+
+def test_query_syntax_is_taken_as_words(tmp_path):
+    path = tmp_path / "c.db"
+    capture(path, [make_exchange(request=anthropic_request([{"role": "user", "content": 'say "NEAR(a b)" OR *'}]))])
+    invoke("reindex", "--db", str(path))
+    assert len(json.loads(invoke("search", 'NEAR(a b)" OR', "--db", str(path), "--json"))) == 1
+    result = CliRunner().invoke(cli, ["search", "  ", "--db", str(path)])
+    assert result.exit_code != 0 and "empty" in result.output
+
+
+def _growing(n: int, label: str = "grow") -> list:
+    """n calls of one conversation, each re-sending the last with a new turn."""
+    messages: list = [{"role": "user", "content": "first question about the anemone-trellis"}]
+    out = []
+    for i in range(n):
+        out.append(make_exchange(request=anthropic_request(list(messages)), response=anthropic_response(f"reply {i}"),
+                                 session_label=label))
+        messages += [{"role": "assistant", "content": f"reply {i}"}, {"role": "user", "content": f"turn {i}"}]
+    return out
+
+
+def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer.thread import CaptureWriter
+
+    path = tmp_path / "c.db"
+    calls = _growing(3)
+    writer = CaptureWriter(path, analyzers=writer_analyzers())
+    writer.start()
+    try:
+        for ex in calls[:2]:
+            writer.submit(ex)
+        deadline = time.monotonic() + 10
+        while writer.stats().written < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert writer.delete_session("grow")["calls_deleted"] == 2
+        writer.submit(calls[2])  # re-sends the deleted calls' history: it must be indexed with this call
+    finally:
+        assert writer.stop()
+    [hit] = json.loads(invoke("search", "anemone-trellis", "--db", str(path), "--json"))
+    assert hit["call"] == calls[2].id
+    assert json.loads(invoke("search", "reply 0", "--db", str(path), "--json"))[0]["call"] == calls[2].id
+
+
+def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer.thread import CaptureWriter
+
+    path = tmp_path / "c.db"
+    calls = _growing(5)
+    writer = CaptureWriter(path, analyzers=writer_analyzers())
+    writer.start()
+    for ex in calls:
+        writer.submit(ex)
+    assert writer.stop()
+    for i in range(4):  # "turn i" first appears in call i + 1
+        [hit] = json.loads(invoke("search", f"turn {i}", "--db", str(path), "--json", "--in", "messages"))
+        assert (hit["call"], hit["pointer"]) == (calls[i + 1].id, f"/messages/{2 * i + 2}/content")
+    rebuilt = json.loads(invoke("search", "anemone", "--db", str(path), "--json"))
+    invoke("reindex", "--db", str(path))
+    assert json.loads(invoke("search", "anemone", "--db", str(path), "--json")) == rebuilt
+    assert index_stats(open_db(path))["segments"] == 1 + 1 + 2 * 4 + 5  # system, first question, turns, replies
