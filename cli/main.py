@@ -12,6 +12,7 @@ from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
+from .findings_commands import findings
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
@@ -128,6 +129,7 @@ for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):
     cli.add_command(command)
 
 cli.add_command(agent_group)
+cli.add_command(findings)
 
 
 def main() -> None:  # pragma: no cover - console entry
