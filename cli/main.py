@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .advise_commands import advise
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
@@ -130,6 +131,7 @@ for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):
 
 cli.add_command(agent_group)
 cli.add_command(findings)
+cli.add_command(advise)
 
 
 def main() -> None:  # pragma: no cover - console entry

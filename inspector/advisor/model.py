@@ -42,6 +42,7 @@ class SessionCall:
     response: Any  # the final response object (tool calls the model made)
     prompt: CanonicalPrompt
     tokens: TokenBreakdown
+    body: Any = None  # the request as sent (``--verify`` re-sends it with another placement)
 
     @property
     def family(self) -> str:
@@ -82,6 +83,7 @@ def build_session(
             id=row["id"], seq=row["seq"], started_at=float(row["started_at"]), api=row["api"],
             model=prompt.model or row.get("model"), thread=row.get("thread"), scope=row.get("key_fingerprint") or "",
             usage=row.get("usage"), response=row.get("response"), prompt=prompt, tokens=counter.count_prompt(prompt),
+            body=row.get("body"),
         ))  # fmt: skip
     return Session(session, tuple(calls), skipped, prices or load_prices())
 

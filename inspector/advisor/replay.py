@@ -30,6 +30,7 @@ OPENAI_MINIMUM, OPENAI_STEP, OPENAI_TTL = 1024, 128, 600.0
 
 # call index, the call -> {segment index: ttl}
 Placement = Callable[[int, SessionCall], Mapping[int, str]]
+Routing = Callable[[SessionCall], str]  # the call -> the prompt_cache_key it is routed by
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,11 @@ class _Entry:
     write: Write
 
 
-def replay(calls: Sequence[SessionCall], placement: Placement, prices: PriceTable) -> Replay:
-    """The session's input, cache-read and cache-write tokens and cost under ``placement``."""
+def replay(
+    calls: Sequence[SessionCall], placement: Placement, prices: PriceTable, *, route: Routing | None = None
+) -> Replay:
+    """The session's input, cache-read and cache-write tokens and cost under ``placement`` (Anthropic)
+    and ``route`` (OpenAI's ``prompt_cache_key``; default: as sent)."""
     out = Replay()
     anthropic: dict[str, dict[bytes, _Entry]] = {}
     openai: dict[tuple[str, str], list[tuple[float, SessionCall]]] = {}
@@ -88,7 +92,8 @@ def replay(calls: Sequence[SessionCall], placement: Placement, prices: PriceTabl
         if call.family == "anthropic":
             cost = _anthropic(call, dict(placement(i, call)), anthropic.setdefault(call.scope, {}), price, out)
         else:
-            cost = _openai(call, openai, price)
+            key = route(call) if route else str(call.prompt.cache_policy.get("prompt_cache_key") or "")
+            cost = _openai(call, (call.scope, key), openai, price)
         out.calls.append(cost)
         out.input += cost.input
         out.cache_read += cost.cache_read
@@ -144,9 +149,10 @@ def _anthropic(call: SessionCall, points: dict[int, str], live: dict[bytes, _Ent
     return CallCost(call.id, uncached, read, write_tokens, cost, tuple(chosen))
 
 
-def _openai(call: SessionCall, live: dict[tuple[str, str], list[tuple[float, SessionCall]]], price) -> CallCost:
+def _openai(
+    call: SessionCall, route: tuple[str, str], live: dict[tuple[str, str], list[tuple[float, SessionCall]]], price
+) -> CallCost:
     now = call.started_at
-    route = (call.scope, str(call.prompt.cache_policy.get("prompt_cache_key") or ""))
     entries = [(t, c) for t, c in live.get(route, []) if t > now and c.model == call.model]
     best = max((_common_tokens(c, call) for _, c in entries), default=0)
     read = 0 if best < OPENAI_MINIMUM else OPENAI_MINIMUM + (best - OPENAI_MINIMUM) // OPENAI_STEP * OPENAI_STEP
