@@ -85,11 +85,12 @@ def simulate(url: str, control: SimulatorControl, session: Session, alt: Alterna
     return total
 
 
-def verify_advice(url: str, session: Session, advice: Advice) -> dict[str, Any]:
-    """The predicted and the simulated saving of the best alternative over the client's placement."""
+def verify_advice(url: str, session: Session, advice: Advice, token: str | None = None) -> dict[str, Any]:
+    """The predicted and the simulated saving of the best alternative over the client's placement
+    (``token``: the simulator's, else CTXSCOPE_SIM_TOKEN or the daemon's token file)."""
     if advice.family != "anthropic":
         raise click.ClickException("--verify replays Anthropic sessions (OpenAI routing has no simulator model)")
-    control = SimulatorControl(url.rstrip("/") + "/u/sim", _token())
+    control = SimulatorControl(url.rstrip("/") + "/u/sim", token or _token())
     try:
         sent = simulate(url, control, session, advice.as_sent)
         best = sent if advice.best is advice.as_sent else simulate(url, control, session, advice.best)
