@@ -15,6 +15,8 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
+  /_ctxscope/api/findings?s=            a session's findings and their kinds per call (web/advice.py)
+  /_ctxscope/api/advice?s=              the cache advisor's alternatives for a session
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
 
 Bodies are stored byte-exact, so keys a client put inside one are in the store: every answer
@@ -39,6 +41,7 @@ from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
+from ctxscope.web.advice import advice_view, findings_view
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.diffview import call_diff
 from ctxscope.web.live import LiveHub, writer_status
@@ -213,6 +216,14 @@ class WebUI:
         result = await self.read(call_diff, call_id, base) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
+    async def advisor(self, request: web.Request) -> web.Response:
+        session = request.query.get("s")
+        if not session:
+            return _error(400, "missing s")
+        view = findings_view if request.path.endswith("/findings") else advice_view
+        result = await self.read(view, session)
+        return _error(404, f"no session {session!r}") if result is None else _json(result)
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         security.apply_headers(resp)
@@ -261,6 +272,8 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/diff", ui.diff),
         ("GET", f"{API}/events", ui.events),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
+        ("GET", f"{API}/findings", ui.advisor),
+        ("GET", f"{API}/advice", ui.advisor),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, ui.guarded(handler))

@@ -7,6 +7,7 @@ import { renderSessions } from "./sessions.js";
 import { renderSession } from "./session.js";
 import { renderCall } from "./call.js";
 import { renderDiff } from "./diff.js";
+import { renderAdvice } from "./findings.js";
 
 const app = document.getElementById("app");
 const crumbsEl = document.getElementById("crumbs");
@@ -37,6 +38,7 @@ function route() {
     if (parts[0] === "session" && parts[1]) current = renderSession(app, parts[1], params, ctx);
     else if (parts[0] === "call" && parts[1]) current = renderCall(app, parts[1], params, ctx);
     else if (parts[0] === "diff" && parts[1]) current = renderDiff(app, parts[1], parts[2] || null, ctx);
+    else if (parts[0] === "advice" && parts[1]) current = renderAdvice(app, parts[1], params, ctx);
     else current = renderSessions(app, params, ctx);
   } catch (e) {
     mount(app, h("p", { class: "error pad" }, "Error: " + e.message));
