@@ -135,3 +135,26 @@ def test_a_breakpoint_whose_writes_expire_unread_never_pays():
     unpaid = _by_kind(findings(session), "unpaid_breakpoint")
     assert len(unpaid) == 1 and unpaid[0].evidence["writes"] == 3 and unpaid[0].usd and unpaid[0].usd > 0
     assert unpaid[0].evidence["pointer"] == "/messages/0/content/0"
+
+
+def test_a_compaction_is_not_churn_and_reordered_tools_are_named_as_such():
+    tools = [_tool("a"), _tool("b"), _tool("c")]
+    first = [{"role": "user", "content": "task " + _filler(800, "t")}]
+    summary = [{"role": "user", "content": "summary of the work so far " + _filler(300, "sum")}]
+    bodies = [anthropic_request(first, tools=tools), anthropic_request(summary, tools=tools),
+              anthropic_request(summary, tools=[tools[1], tools[0], tools[2]])]
+    rows = _rows(bodies)
+    rows[1]["has_compaction_before"] = 1
+    churn = _by_kind(findings(build_session("s", rows)), "cache_churn")
+    assert len(churn) == 1 and churn[0].calls == ("c2",)
+    assert churn[0].evidence["reordered"] is True and churn[0].evidence["pointer"] == "/tools/0"
+    assert churn[0].summary.startswith("tools reordered at /tools/0")
+
+
+def test_a_session_without_a_readable_prompt_says_so(tmp_path):
+    ex = make_exchange(request={"not": "a prompt"}, started_at=T0)
+    analysed(tmp_path / "c.db", [ex])
+    found = CliRunner().invoke(cli, ["findings", "s1", "--db", str(tmp_path / "c.db"), "--json"])
+    assert found.exit_code == 0 and json.loads(found.output)["skipped"] == 1
+    advised = CliRunner().invoke(cli, ["advise", "s1", "--db", str(tmp_path / "c.db")])
+    assert advised.exit_code != 0 and "no Anthropic or OpenAI prompt to replay" in advised.output

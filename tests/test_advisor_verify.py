@@ -12,6 +12,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 from factories import T0, analysed, make_exchange
+from inspector_bodies import claude_code_turns, default_system, long_text
 
 from ctxscope.main import cli
 
@@ -86,6 +87,27 @@ def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, dae
     text = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url", daemon_url],
                               env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert text.exit_code == 0 and "verified in the simulator: predicted saving" in text.output
+
+
+def _stripped(value):
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k != "cache_control"}
+    return [_stripped(v) for v in value] if isinstance(value, list) else value
+
+
+def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_url):
+    system = default_system(" " + long_text(2500))  # a Claude Code-sized system prompt
+    bodies = [_stripped(b) for b in claude_code_turns(10, system=system, reminders=(3, 6))]
+    assert "cache_control" not in json.dumps(bodies)
+    analysed(tmp_path / "c.db", [make_exchange(request=b, started_at=T0 + 15 * i, session_label="cc")
+                                 for i, b in enumerate(bodies)])  # fmt: skip
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+                                      daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    v = data["verify"]
+    assert data["advice"].startswith("add breakpoints at")
+    assert v["best_simulated"]["cache_read"] > 0 and v["simulated_saving_pct"] > 0 and v["error_pts"] <= 5, v
 
 
 def test_verify_without_a_daemon_says_so(tmp_path):

@@ -207,7 +207,7 @@ def _churn(session: Session) -> list[Finding]:
     groups: dict[tuple[str, str], dict] = {}
     for calls in session.threads().values():
         for prev, cur in itertools.pairwise(calls):
-            if prev.model != cur.model:
+            if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
                 continue
             a, b = prev.prompt.hashes, cur.prompt.hashes
             i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)

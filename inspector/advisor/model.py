@@ -43,6 +43,7 @@ class SessionCall:
     prompt: CanonicalPrompt
     tokens: TokenBreakdown
     body: Any = None  # the request as sent (``--verify`` re-sends it with another placement)
+    compacted: bool = False  # the first call after a compaction: its early change is the compaction's
 
     @property
     def family(self) -> str:
@@ -83,7 +84,7 @@ def build_session(
             id=row["id"], seq=row["seq"], started_at=float(row["started_at"]), api=row["api"],
             model=prompt.model or row.get("model"), thread=row.get("thread"), scope=row.get("key_fingerprint") or "",
             usage=row.get("usage"), response=row.get("response"), prompt=prompt, tokens=counter.count_prompt(prompt),
-            body=row.get("body"),
+            body=row.get("body"), compacted=bool(row.get("has_compaction_before")),
         ))  # fmt: skip
     return Session(session, tuple(calls), skipped, prices or load_prices())
 

@@ -15,7 +15,7 @@ from ctxscope.inspector.store import queries
 
 _COLUMNS = (
     "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
-    "usage_cache_write, cache_verdict, cache, outcome, status"
+    "usage_cache_write, cache_verdict, cache, outcome, status, has_compaction_before"
 )
 
 
