@@ -36,22 +36,43 @@ def open_session(db_path, session: str | None):
     return found
 
 
+def call_session(db_path, name: str | None) -> tuple[str | None, str | None]:
+    """(session, None) for a session name; (its session, the call id) when ``name`` names a call instead."""
+    from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.queries import AmbiguousCallId, get_call
+
+    if name is None:
+        return None, None
+    db = open_db_or_fail(db_path)
+    try:
+        if resolve_session(db, name) is not None:
+            return name, None
+        call = get_call(db, name)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    return (call["session"], call["id"]) if call is not None else (name, None)
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("session", required=False)
 @db_option
 @json_option
 def findings(session, db_path, as_json):
-    """What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and where."""
+    """What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and where.
+
+    SESSION may also be a call id (or a unique prefix): then only the findings that concern that call."""
     from ctxscope.inspector.advisor.findings import by_call
     from ctxscope.inspector.advisor.findings import findings as compute
 
+    session, call = call_session(db_path, session)
     s = open_session(db_path, session)
-    found = compute(s)
+    found = [f for f in compute(s) if call is None or call in f.calls]
     if as_json:
-        emit_json({"session": s.id, "calls": len(s.calls), "skipped": s.skipped,
+        emit_json({"session": s.id, "call": call, "calls": len(s.calls), "skipped": s.skipped,
                    "findings": [f.as_dict() for f in found], "by_call": by_call(found)})  # fmt: skip
         return
-    click.echo(f"session {s.id}: {len(s.calls)} call(s) read, {len(found)} finding(s)")
+    about = f" concerning call {call}" if call else ""
+    click.echo(f"session {s.id}: {len(s.calls)} call(s) read, {len(found)} finding(s){about}")
     rows = [{"kind": f.kind, "tokens": f.tokens, "usd": None if f.usd is None else f"{f.usd:.4f}",
              "call": f.evidence.get("call"), "pointer": f.evidence.get("pointer") or f.evidence.get("pointers"),
              "summary": f.summary} for f in found]  # fmt: skip

@@ -61,6 +61,9 @@ def test_a_timestamp_in_the_system_prompt_is_named_by_the_pointer_of_the_changin
     churned = [f for f in data["findings"] if f["kind"] == "cache_churn"]
     assert churned[0]["evidence"]["pointer"] == "/system/1"
     assert set(data["by_call"]) >= set(found.calls)
+    first = CliRunner().invoke(cli, ["findings", session.calls[0].id, "--db", str(tmp_path / "c.db"), "--json"])
+    assert first.exit_code == 0 and json.loads(first.output)["call"] == session.calls[0].id
+    assert "cache_churn" not in {f["kind"] for f in json.loads(first.output)["findings"]}  # nothing changed yet
     text_out = CliRunner().invoke(cli, ["findings", "--db", str(tmp_path / "c.db")])  # the latest session
     assert text_out.exit_code == 0 and "cache_churn" in text_out.output and "/system/1" in text_out.output
 
