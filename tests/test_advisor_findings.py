@@ -161,3 +161,10 @@ def test_a_session_without_a_readable_prompt_says_so(tmp_path):
     assert found.exit_code == 0 and json.loads(found.output)["skipped"] == 1
     advised = CliRunner().invoke(cli, ["advise", "s1", "--db", str(tmp_path / "c.db")])
     assert advised.exit_code != 0 and "no Anthropic or OpenAI prompt to replay" in advised.output
+
+
+def test_a_prompt_continued_server_side_is_not_churn():
+    bodies = [{"model": "gpt-5", "input": [{"role": "user", "content": f"question {i} " + _filler(50, f"q{i}")}],
+               **({"previous_response_id": f"resp_{i}"} if i else {})} for i in range(3)]
+    rows = [dict(r, api="openai.responses") for r in _rows(bodies)]
+    assert _by_kind(findings(build_session("s", rows)), "cache_churn") == []

@@ -209,6 +209,8 @@ def _churn(session: Session) -> list[Finding]:
         for prev, cur in itertools.pairwise(calls):
             if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
                 continue
+            if cur.prompt.server_state or prev.prompt.server_state:  # the prefix is held server-side
+                continue
             a, b = prev.prompt.hashes, cur.prompt.hashes
             i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
             if i is None or not _early(cur, i):
