@@ -29,10 +29,11 @@ function changedBytes(ev) {
     h("code", { class: "before" }, ev.before), " → ", h("code", { class: "after" }, ev.after));
 }
 
-// The panel; ``onByCall`` receives {call id: [kinds]} once the findings are read.
+// The panel; ``box.load()`` reads the findings (the session page calls it once its first screen is
+// up: they replay every prompt of the session), then ``onByCall`` receives {call id: [kinds]}.
 export function findingsCard(session, onByCall) {
   const box = h("div", { class: "card findings" }, h("div", { class: "card-title" }, "Findings"), h("p", { class: "muted" }, "Reading…"));
-  getJSON("/findings", { s: session }).then((data) => {
+  box.load = () => getJSON("/findings", { s: session }).then((data) => {
     onByCall(data.by_call || {});
     const items = data.findings || [];
     mount(box, h("div", { class: "card-title" }, `Findings (${items.length})`,

@@ -198,7 +198,7 @@ export function renderSession(root, session, params, ctx) {
       if (first) {
         root.dataset.ready = "1";
         performance.mark("ctxscope:session-ready");
-        requestAnimationFrame(() => setTimeout(() => performance.mark("ctxscope:session-painted"), 0));
+        requestAnimationFrame(() => setTimeout(() => { performance.mark("ctxscope:session-painted"); if (!disposed) findingsBox.load(); }, 0));
       }
     } catch (e) {
       if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
