@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .advise_commands import advise
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
 from .export_commands import curl, export_session, import_file
+from .findings_commands import findings
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
 from .replay_commands import replay
@@ -133,6 +135,8 @@ for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, 
     cli.add_command(command)
 
 cli.add_command(agent_group)
+cli.add_command(findings)
+cli.add_command(advise)
 
 
 def main() -> None:  # pragma: no cover - console entry

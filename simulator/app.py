@@ -8,8 +8,9 @@ schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
 `control/requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
-({"context_window": N}). Only a loopback, same-origin caller with the token may use them
-(`control/access.py`); `control/client.py`'s `SimulatorControl` is the client.
+({"context_window": N, "clock": unix seconds the prompt cache sees, or null for real time}). Only a
+loopback, same-origin caller with the token may use them (`control/access.py`); `control/client.py`'s
+`SimulatorControl` is the client.
 
 Bodies are read and decoded here, not by aiohttp (serve the app with `make_runner`): a body over
 ``max_body`` (sent or decoded) gets a 413 and an undecodable one a 400, both in the provider's
@@ -19,7 +20,7 @@ own error shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -200,17 +201,30 @@ async def _reset(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+def _fixed(at: float) -> Callable[[], float]:
+    return lambda: at
+
+
 async def _config(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if request.method == "POST":
         body = await read_json(request)
-        if not isinstance(body, dict) or set(body) - {"context_window"}:
-            return _bad('config accepts {"context_window": N}')
+        if not isinstance(body, dict) or set(body) - {"context_window", "clock"}:
+            return _bad('config accepts {"context_window": N, "clock": SECONDS or null}')
         window = body.get("context_window", state.context_window)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             return _bad("context_window must be a positive integer")
+        clock = body.get("clock", state.fixed_clock)
+        if clock is not None and (isinstance(clock, bool) or not isinstance(clock, (int, float)) or clock < 0):
+            return _bad("clock must be unix seconds, or null for the real time")
         state.context_window = window
-    return web.json_response({"context_window": state.context_window})
+        if "clock" in body:  # a replay plays recorded calls at their own times: the cache's TTLs see those
+            state.fixed_clock = None if clock is None else float(clock)
+            state.clock = time.time if clock is None else _fixed(float(clock))
+    shown: dict[str, Any] = {"context_window": state.context_window}
+    if state.fixed_clock is not None:
+        shown["clock"] = state.fixed_clock
+    return web.json_response(shown)
 
 
 def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000,

@@ -32,6 +32,7 @@ class SimulatorState:
         self.context_window = context_window
         self.control_token = control_token or secrets.token_urlsafe(32)
         self.clock: Callable[[], float] = time.time
+        self.fixed_clock: float | None = None  # set over HTTP (/_sim/config "clock"): the time the cache sees
         self.cache = PromptCache()
         self.ids = IdMaker()
         self.responses: dict[str, tuple[Block, ...]] = {}  # Responses id -> conversation blocks

@@ -221,3 +221,21 @@ def test_load_script_file(tmp_path):
     bad.write_text(json.dumps([{"txet": "typo"}]))
     with pytest.raises(ScriptError):
         load_script_file(str(bad))
+
+
+async def test_a_fixed_clock_set_over_http_expires_cache_entries_at_replayed_times(sim):
+    session, state = sim
+    body = {"model": "claude-sim", "max_tokens": 5, "system": [
+        {"type": "text", "text": "rule " * 1500, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hi"}]}
+    reads = []
+    for at in (1_000.0, 1_200.0, 1_600.0):  # 200 s later: read; 400 s after that: the 5m entry expired
+        async with session.post("/_sim/config", json={"clock": at}) as resp:
+            assert (await resp.json())["clock"] == at
+        async with session.post("/v1/messages", json=body) as resp:
+            reads.append((await resp.json())["usage"]["cache_read_input_tokens"])
+    assert reads[0] == 0 and reads[1] > 1000 and reads[2] == 0
+    async with session.post("/_sim/config", json={"clock": None}) as resp:
+        assert await resp.json() == {"context_window": state.context_window}
+    async with session.post("/_sim/config", json={"clock": "soon"}) as resp:
+        assert resp.status == 400

@@ -17,6 +17,8 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
   /_ctxscope/api/search?q=&s=&in=&limit=  full-text search hits (web/search.py)
   /_ctxscope/api/curl?id=&via=daemon    the call's request as a curl command (web/resend.py)
+  /_ctxscope/api/findings?s=            a session's findings and their kinds per call (web/advice.py)
+  /_ctxscope/api/advice?s=              the cache advisor's alternatives for a session
   (HTTP delete) /_ctxscope/api/session?s=  needs the page's token header and a same-origin request
   (HTTP post) /_ctxscope/api/replay?id=    re-send a call through this daemon (web/resend.py); the
                                         same token, a JSON body ({model, edits}), a same-origin request
@@ -43,6 +45,7 @@ from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
+from ctxscope.web.advice import advice_view, findings_view
 from ctxscope.web.breakcause import with_break_cause
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.diffview import call_diff
@@ -239,6 +242,14 @@ class WebUI:
         result = await self.read(curl_view, call_id, via) if call_id else None
         return _error(404, f"no call {call_id!r}") if result is None else _json(result)
 
+    async def advisor(self, request: web.Request) -> web.Response:
+        session = request.query.get("s")
+        if not session:
+            return _error(400, "missing s")
+        view = findings_view if request.path.endswith("/findings") else advice_view
+        result = await self.read(view, session)
+        return _error(404, f"no session {session!r}") if result is None else _json(result)
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         security.apply_headers(resp)
@@ -308,6 +319,8 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -
         ("GET", f"{API}/search", ui.search),
         ("GET", f"{API}/curl", ui.curl),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
+        ("GET", f"{API}/findings", ui.advisor),
+        ("GET", f"{API}/advice", ui.advisor),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, ui.guarded(handler))

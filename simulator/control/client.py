@@ -72,8 +72,9 @@ class SimulatorControl:
         """The request log, oldest first (see control/requestlog.py for what an entry holds)."""
         return self._call("GET", "/_sim/requests")
 
-    def config(self, *, context_window: int | None = None) -> dict[str, Any]:
-        """The settings; sets the context window first when given."""
-        if context_window is None:
-            return self._call("GET", "/_sim/config")
-        return self._call("POST", "/_sim/config", {"context_window": context_window})
+    def config(self, *, context_window: int | None = None, clock: float | bool | None = False) -> dict[str, Any]:
+        """The settings; sets the context window and the clock (unix seconds, None: real time) when given."""
+        body: dict[str, Any] = {} if context_window is None else {"context_window": context_window}
+        if clock is not False:
+            body["clock"] = clock
+        return self._call("POST", "/_sim/config", body) if body else self._call("GET", "/_sim/config")

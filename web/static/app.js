@@ -8,6 +8,7 @@ import { renderSession } from "./session.js";
 import { renderCall } from "./call.js";
 import { renderDiff } from "./diff.js";
 import { renderSearch, bindSearchBox } from "./search.js";
+import { renderAdvice } from "./findings.js";
 
 const app = document.getElementById("app");
 const crumbsEl = document.getElementById("crumbs");
@@ -39,6 +40,7 @@ function route() {
     else if (parts[0] === "call" && parts[1]) current = renderCall(app, parts[1], params, ctx);
     else if (parts[0] === "diff" && parts[1]) current = renderDiff(app, parts[1], parts[2] || null, ctx);
     else if (parts[0] === "search") current = renderSearch(app, params, ctx);
+    else if (parts[0] === "advice" && parts[1]) current = renderAdvice(app, parts[1], params, ctx);
     else current = renderSessions(app, params, ctx);
   } catch (e) {
     mount(app, h("p", { class: "error pad" }, "Error: " + e.message));

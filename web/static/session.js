@@ -6,6 +6,7 @@ import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtM
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
 import { vocab, kinds } from "./vocab.js";
+import { findingsCard, findingBadges } from "./findings.js";
 
 function select(label, options, value, onchange) {
   return h("select", { "aria-label": label, onchange },
@@ -76,7 +77,9 @@ export function renderSession(root, session, params, ctx) {
   const filterBar = h("div", { class: "toolbar filters" });
   const tableBox = h("div", { class: "card flush" });
   const pager = h("div", { class: "pager" });
-  mount(root, head, chartBox, filterBar, tableBox, pager);
+  let byCall = {}; // call id -> the kinds of the findings that concern it (badges)
+  const findingsBox = findingsCard(session, (m) => { byCall = m; if (last && !disposed) drawTable(last); });
+  mount(root, head, chartBox, findingsBox, filterBar, tableBox, pager);
 
   const search = h("input", { type: "search", class: "search", placeholder: "search calls: id, pointer, model, marker…",
     "aria-label": "search calls", value: filters.q,
@@ -143,7 +146,8 @@ export function renderSession(root, session, params, ctx) {
         h("td", {}, h("span", { class: "model" }, c.model || c.path || "–")),
         relationCell(c),
         h("td", { class: "markers" }, markers.map((m, i) => markerChip(m,
-          () => ctx.navigate(href + "?m=" + i + (m.pointer ? "&ptr=" + encodeURIComponent(m.pointer) : ""))))),
+          () => ctx.navigate(href + "?m=" + i + (m.pointer ? "&ptr=" + encodeURIComponent(m.pointer) : "")))),
+          findingBadges(byCall[c.id])),
         h("td", {}, tokenBar(c, scale)),
         cacheCell(c),
         h("td", { class: "num mono", title: `first byte ${fmtMs(c.ttfb_ms)} · total ${fmtMs(c.duration_ms)}` },
@@ -194,7 +198,7 @@ export function renderSession(root, session, params, ctx) {
       if (first) {
         root.dataset.ready = "1";
         performance.mark("ctxscope:session-ready");
-        requestAnimationFrame(() => setTimeout(() => performance.mark("ctxscope:session-painted"), 0));
+        requestAnimationFrame(() => setTimeout(() => { performance.mark("ctxscope:session-painted"); if (!disposed) findingsBox.load(); }, 0));
       }
     } catch (e) {
       if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));

@@ -1,0 +1,47 @@
+"""`ctxscope advise`: where a session's cache breakpoints should go (docs/architecture.md, "The cache advisor")."""
+
+from __future__ import annotations
+
+import click
+
+from .findings_commands import open_session
+from .options import CONTEXT, db_option, json_option
+from .output import emit_json, emit_table
+
+COLUMNS = [("name", "ALTERNATIVE"), ("input", "INPUT"), ("cache_read", "CACHE_READ"), ("cache_write", "CACHE_WRITE"),
+           ("cost_usd", "COST_USD"), ("saving_pct", "SAVING_%"), ("description", "PLACEMENT")]  # fmt: skip
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("session")
+@db_option
+@click.option("--verify", is_flag=True,
+              help="Replay the session as sent and with the best placement through the built-in simulator "
+                   "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.")
+@click.option("--url", default="http://127.0.0.1:8787", show_default=True, help="The daemon, for --verify.")
+@json_option
+def advise(session, db_path, verify, url, as_json):
+    """Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."""
+    from ctxscope.inspector.advisor.alternatives import advise as compute
+
+    s = open_session(db_path, session)
+    advice = compute(s)
+    if advice is None:
+        raise click.ClickException(f"session {s.id} has no Anthropic or OpenAI prompt to replay")
+    result = advice.as_dict()
+    if verify:
+        from .advise_verify import verify_advice
+
+        result["verify"] = verify_advice(url, s, advice)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"session {s.id}: {result['calls']} {advice.family} call(s) replayed ({result['units']})")
+    rows = [dict(a, cost_usd=f"{a['cost_usd']:.4f}") for a in result["alternatives"]]
+    emit_table(rows, COLUMNS)
+    click.echo(f"best: {advice.best.name}")
+    click.echo(f"advice: {advice.advice}")
+    if verify:
+        v = result["verify"]
+        click.echo(f"verified in the simulator: predicted saving {v['predicted_saving_pct']:.1f}%, "
+                   f"simulated {v['simulated_saving_pct']:.1f}%, error {v['error_pts']:.1f} pts")  # fmt: skip

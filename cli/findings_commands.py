@@ -1,0 +1,80 @@
+"""`ctxscope findings`: what wastes a session's context (docs/architecture.md, "Findings")."""
+
+from __future__ import annotations
+
+import click
+
+from .options import CONTEXT, db_option, json_option, open_db_or_fail
+from .output import emit_json, emit_table
+
+
+def open_session(db_path, session: str | None):
+    """The session (an id, a unique prefix, or the latest when None), or a clear error."""
+    from ctxscope.inspector.advisor.load import load_session
+    from ctxscope.inspector.store.queries import AmbiguousCallId, list_sessions
+
+    from .analysis_commands import prices_path
+
+    db = open_db_or_fail(db_path)
+    if session is None:
+        latest = list_sessions(db, limit=1)
+        if not latest:
+            raise click.ClickException("no sessions captured yet")
+        session = latest[0]["session"]
+    try:
+        from ctxscope.inspector.analyses.prices import load_prices
+
+        prices = load_prices(prices_path())
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(f"bad price file: {exc}") from exc
+    try:
+        found = load_session(db, session, prices)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if found is None:
+        raise click.ClickException(f"no session matches {session!r}")
+    return found
+
+
+def call_session(db_path, name: str | None) -> tuple[str | None, str | None]:
+    """(session, None) for a session name; (its session, the call id) when ``name`` names a call instead."""
+    from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.queries import AmbiguousCallId, get_call
+
+    if name is None:
+        return None, None
+    db = open_db_or_fail(db_path)
+    try:
+        if resolve_session(db, name) is not None:
+            return name, None
+        call = get_call(db, name)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    return (call["session"], call["id"]) if call is not None else (name, None)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("session", required=False)
+@db_option
+@json_option
+def findings(session, db_path, as_json):
+    """What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and where.
+
+    SESSION may also be a call id (or a unique prefix): then only the findings that concern that call."""
+    from ctxscope.inspector.advisor.findings import by_call
+    from ctxscope.inspector.advisor.findings import findings as compute
+
+    session, call = call_session(db_path, session)
+    s = open_session(db_path, session)
+    found = [f for f in compute(s) if call is None or call in f.calls]
+    if as_json:
+        emit_json({"session": s.id, "call": call, "calls": len(s.calls), "skipped": s.skipped,
+                   "findings": [f.as_dict() for f in found], "by_call": by_call(found)})  # fmt: skip
+        return
+    about = f" concerning call {call}" if call else ""
+    click.echo(f"session {s.id}: {len(s.calls)} call(s) read, {len(found)} finding(s){about}")
+    rows = [{"kind": f.kind, "tokens": f.tokens, "usd": None if f.usd is None else f"{f.usd:.4f}",
+             "call": f.evidence.get("call"), "pointer": f.evidence.get("pointer") or f.evidence.get("pointers"),
+             "summary": f.summary} for f in found]  # fmt: skip
+    emit_table(rows, [("kind", "KIND"), ("tokens", "TOKENS"), ("usd", "USD"), ("call", "CALL"),
+                      ("pointer", "POINTER"), ("summary", "WHAT")])  # fmt: skip

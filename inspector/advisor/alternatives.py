@@ -1,0 +1,192 @@
+"""The cache advisor: the session replayed under other breakpoint placements, the best one named,
+and what to change in the client in one sentence (docs/architecture.md, "The cache advisor").
+
+Anthropic alternatives: the client's placement as sent; the best static placement (breakpoints at
+the end of the tools and/or of the system prompt); a moving last-message breakpoint (the
+prefix's end, the prompt's last block, and the previous call's last block when it is still there
+so the 20-block lookback cannot miss it); the cheapest of those with a 1-hour TTL where a gap
+between calls is over 5 minutes; no breakpoints. OpenAI: the routing as sent, and one
+``prompt_cache_key`` for the whole session.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ctxscope.inspector.advisor.model import Session, SessionCall
+from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
+from ctxscope.inspector.analyses.cache_memory import anthropic_points
+
+
+@dataclass(frozen=True)
+class Alternative:
+    name: str  # as_sent, static, moving, ttl_1h, none; OpenAI: as_sent, session_key
+    description: str  # the placement in words
+    result: Replay
+    placement: Placement | None  # None: OpenAI routing (no breakpoints to place)
+
+    def as_dict(self, baseline: float) -> dict:
+        cost = self.result.cost_usd
+        saving = round(100 * (baseline - cost) / baseline, 2) if baseline > 0 else 0.0
+        return {"name": self.name, "description": self.description, **self.result.as_dict(),
+                "saving_pct": saving}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Advice:
+    session: str
+    family: str
+    alternatives: tuple[Alternative, ...]  # as_sent first
+    best: Alternative
+    advice: str
+
+    @property
+    def as_sent(self) -> Alternative:
+        return self.alternatives[0]
+
+    @property
+    def predicted_saving_pct(self) -> float:
+        base = self.as_sent.result.cost_usd
+        return round(100 * (base - self.best.result.cost_usd) / base, 2) if base > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        base = self.as_sent.result.cost_usd
+        return {"session": self.session, "family": self.family, "calls": len(self.as_sent.result.calls),
+                "alternatives": [a.as_dict(base) for a in self.alternatives], "best": self.best.name,
+                "predicted_saving_pct": self.predicted_saving_pct, "advice": self.advice,
+                "units": "o200k estimate tokens; USD at the price table's rates"}  # fmt: skip
+
+
+def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
+    found = [i for i, s in enumerate(call.prompt.segments) if s.kind in kinds]
+    return found[-1] if found else None
+
+
+def _fixed(*where: str, ttl: str = "5m") -> Placement:
+    def place(_i: int, call: SessionCall) -> dict[int, str]:
+        spots = {"tools": _last(call, ("tools",)), "system": _last(call, ("system",)),
+                 "prefix": _last(call, ("tools", "system"))}  # fmt: skip
+        return {i: ttl for w in where if (i := spots[w]) is not None}
+
+    return place
+
+
+def _moving(calls: tuple[SessionCall, ...], prefix_ttl: str = "5m", ttl: str = "5m") -> Placement:
+    """The prefix's end, the last block, and the previous call's last block in the same thread."""
+    previous: dict[str, SessionCall] = {}
+    before: dict[str, SessionCall | None] = {}
+    for call in calls:
+        before[call.id] = previous.get(call.thread or call.id)
+        previous[call.thread or call.id] = call
+
+    def place(_i: int, call: SessionCall) -> dict[int, str]:
+        out: dict[int, str] = {}
+        prefix = _last(call, ("tools", "system"))
+        if prefix is not None:
+            out[prefix] = prefix_ttl
+        last = len(call.prompt.segments) - 1
+        prev = before.get(call.id)
+        if prev is not None:
+            end = len(prev.prompt.segments) - 1
+            if 0 <= end < last and tuple(prev.prompt.hashes) == tuple(call.prompt.hashes[: end + 1]):
+                out[end] = ttl
+        if last >= 0:
+            out[last] = ttl
+        return out
+
+    return place
+
+
+def _with_ttl(placement: Placement, ttl: str) -> Placement:
+    return lambda i, call: dict.fromkeys(placement(i, call), ttl)
+
+
+def _name(call: SessionCall, index: int) -> str:
+    """A segment in the words of the advice: system[1], the last tool, the last message, messages[3]."""
+    seg = call.prompt.segments[index]
+    if index == len(call.prompt.segments) - 1 and seg.kind not in ("tools", "system"):
+        return "the last message"
+    if seg.kind == "tools" and index == _last(call, ("tools",)):
+        return "the last tool"
+    if seg.kind == "system" and index == _last(call, ("system",)):
+        return "the system prompt"
+    parts = seg.pointer.strip("/").split("/")
+    return f"{parts[0]}[{parts[1]}]" if len(parts) > 1 else parts[0]
+
+
+def _describe(calls: tuple[SessionCall, ...], placement: Placement) -> str:
+    """The placement on the latest call that has one (the first may be too short to show it)."""
+    for i, call in reversed(list(enumerate(calls))):
+        points = placement(i, call)
+        if points:
+            names = [f"{_name(call, p)}{' (1h)' if t == '1h' else ''}" for p, t in sorted(points.items())]
+            return ", ".join(dict.fromkeys(names))
+    return "no breakpoints"
+
+
+def advise(session: Session) -> Advice | None:
+    """The alternatives for the session's main provider family, None when it has no prompt we can read."""
+    families = [c.family for c in session.calls if c.family != "unknown"]
+    if not families:
+        return None
+    family = max(set(families), key=families.count)
+    calls = tuple(c for c in session.calls if c.family == family)
+    if family == "openai":
+        return _openai(session, calls)
+    as_sent: Placement = lambda _i, call: anthropic_points(call.prompt)  # noqa: E731
+    alts = [_alt(session, calls, "as_sent", as_sent)]
+    statics = [_alt(session, calls, "static", _fixed(*w))
+               for n in (1, 2) for w in itertools.combinations(("tools", "system"), n)]  # fmt: skip
+    alts.append(min(statics, key=lambda a: a.result.cost_usd))
+    alts.append(_alt(session, calls, "moving", _moving(calls)))
+    gaps = [b.started_at - a.started_at for a, b in itertools.pairwise(calls)]
+    if any(TTL["5m"] < g <= TTL["1h"] for g in gaps):
+        longer = [_alt(session, calls, "ttl_1h", _with_ttl(_fixed("prefix"), "1h")),
+                  _alt(session, calls, "ttl_1h", _moving(calls, prefix_ttl="1h")),
+                  _alt(session, calls, "ttl_1h", _with_ttl(_moving(calls), "1h"))]  # fmt: skip
+        alts.append(min(longer, key=lambda a: a.result.cost_usd))
+    alts.append(_alt(session, calls, "none", lambda _i, _c: {}))
+    best = min(alts, key=lambda a: (round(a.result.cost_usd, 9), a.name != "as_sent"))
+    return Advice(session.id, family, tuple(alts), best, _sentence(alts[0], best))
+
+
+def _alt(session: Session, calls: tuple[SessionCall, ...], name: str, placement: Placement) -> Alternative:
+    bounded: Placement = lambda i, call: _at_most(placement(i, call))  # noqa: E731
+    words = _describe(calls, bounded)
+    if name in ("moving", "ttl_1h") and "the last message" in words:  # the trailing one is the previous call's end
+        head, _, _ = words.partition("the last message")
+        parts = [p for p in head.rstrip(", ").split(", ") if p and not p.startswith(("messages[", "input["))]
+        ttl = " (1h)" if words.endswith("(1h)") else ""
+        words = ", ".join([*parts, f"the last message{ttl} and the previous call's last message{ttl}"])
+    return Alternative(name, words, replay(calls, bounded, session.prices), bounded)
+
+
+def _at_most(points: Mapping[int, str]) -> dict[int, str]:
+    return dict(sorted(points.items())[-MAX_BREAKPOINTS:])
+
+
+def _openai(session: Session, calls: tuple[SessionCall, ...]) -> Advice:
+    keys = {str(c.prompt.cache_policy.get("prompt_cache_key") or "") for c in calls}
+    sent = Alternative("as_sent", f"prompt_cache_key: {len(keys)} distinct value(s)",
+                       replay(calls, lambda _i, _c: {}, session.prices), None)  # fmt: skip
+    route: Callable[[SessionCall], str] = lambda _c: session.id  # noqa: E731
+    one = Alternative("session_key", "one prompt_cache_key for the session",
+                      replay(calls, lambda _i, _c: {}, session.prices, route=route), None)  # fmt: skip
+    best = one if one.result.cost_usd < sent.result.cost_usd else sent
+    return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best))
+
+
+def _sentence(sent: Alternative, best: Alternative) -> str:
+    base = sent.result.cost_usd
+    if best is sent or base <= 0 or best.result.cost_usd >= base:
+        return "keep the client's cache placement: no alternative costs less"
+    pct = f"−{100 * (base - best.result.cost_usd) / base:.0f}% input cost"
+    if best.name == "session_key":
+        return f"send one prompt_cache_key for the whole session: {pct}"
+    if best.name == "none":
+        return f"remove the breakpoints at {sent.description}: {pct}"
+    if sent.description == "no breakpoints":
+        return f"add breakpoints at {best.description}: {pct}"
+    return f"move the breakpoints from {sent.description} to {best.description}: {pct}"

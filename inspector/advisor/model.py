@@ -1,0 +1,93 @@
+"""A session as the findings and the advisor read it: calls with canonical prompts and token counts.
+
+Pure: built from rows the store gave (``load.py``); token counts are o200k estimates
+(``analyses/accounting.py``), so every figure the advisor gives is in those units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.canonical import CanonicalPrompt, canonicalize
+from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
+
+# Context windows by model-name fragment (longest fragment wins); the default fits today's
+# mid-size models. A window only scales the overflow and oversized-result findings.
+WINDOWS = {
+    "claude": 200_000, "gpt-5": 400_000, "gpt-4.1": 1_047_576, "gpt-4o": 128_000, "o3": 200_000, "o4": 200_000,
+}  # fmt: skip
+DEFAULT_WINDOW = 200_000
+
+
+def window_of(model: str | None) -> int:
+    name = (model or "").lower()
+    keys = [k for k in WINDOWS if k in name]
+    return WINDOWS[max(keys, key=len)] if keys else DEFAULT_WINDOW
+
+
+@dataclass(frozen=True)
+class SessionCall:
+    """One captured call: the stored facts the findings need, its prompt parsed."""
+
+    id: str
+    seq: int
+    started_at: float  # unix seconds
+    api: str
+    model: str | None
+    thread: str | None
+    scope: str  # the API key's fingerprint: a provider's cache is per key
+    usage: dict | None  # {input, output, cache_read, cache_write} as reported
+    response: Any  # the final response object (tool calls the model made)
+    prompt: CanonicalPrompt
+    tokens: TokenBreakdown
+    body: Any = None  # the request as sent (``--verify`` re-sends it with another placement)
+    compacted: bool = False  # the first call after a compaction: its early change is the compaction's
+
+    @property
+    def family(self) -> str:
+        head = self.api.split(".", 1)[0]
+        return head if head in ("anthropic", "openai") else "unknown"
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    calls: tuple[SessionCall, ...]  # the calls whose prompt parsed, by seq
+    skipped: int  # calls without a prompt we could read (no body, unknown API)
+    prices: PriceTable
+
+    def price(self, model: str | None) -> Price | None:
+        return self.prices.lookup(model)
+
+    def threads(self) -> dict[str, list[SessionCall]]:
+        """Calls per thread (a call without one is its own), in order."""
+        out: dict[str, list[SessionCall]] = {}
+        for call in self.calls:
+            out.setdefault(call.thread or call.id, []).append(call)
+        return out
+
+
+def build_session(
+    session: str, rows: list[dict], *, prices: PriceTable | None = None, counter: TokenCounter | None = None
+) -> Session:
+    """A ``Session`` from the store's rows (``store/session_calls.py``); started_at as unix seconds."""
+    counter = counter or TokenCounter()
+    calls, skipped = [], 0
+    for row in rows:
+        prompt = canonicalize(row.get("api"), row.get("body"))
+        if prompt is None or row.get("api") is None or (row.get("body") or {}).get("messages") == []:
+            skipped += 1
+            continue
+        calls.append(SessionCall(
+            id=row["id"], seq=row["seq"], started_at=float(row["started_at"]), api=row["api"],
+            model=prompt.model or row.get("model"), thread=row.get("thread"), scope=row.get("key_fingerprint") or "",
+            usage=row.get("usage"), response=row.get("response"), prompt=prompt, tokens=counter.count_prompt(prompt),
+            body=row.get("body"), compacted=bool(row.get("has_compaction_before")),
+        ))  # fmt: skip
+    return Session(session, tuple(calls), skipped, prices or load_prices())
+
+
+def dollars(tokens: float, rate_per_million: float | None) -> float | None:
+    return None if rate_per_million is None else round(tokens * rate_per_million / 1e6, 6)

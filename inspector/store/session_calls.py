@@ -1,0 +1,40 @@
+"""A session's calls with their bodies, in order: what the findings and the cache advisor read.
+
+Only reads. The bodies come back parsed (the request JSON, the final response); a body that does
+not parse comes back as None, so one bad call costs its own analysis and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import sqlite_utils
+
+from ctxscope.inspector.store import queries
+
+_COLUMNS = (
+    "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
+    "usage_cache_write, cache_verdict, cache, outcome, status, has_compaction_before"
+)
+
+
+def session_calls(db: sqlite_utils.Database, session: str) -> list[dict]:
+    """Every call of ``session`` (an exact id) by seq: its columns, ``usage``, ``cache`` decoded,
+    ``body`` (the parsed request) and ``response`` (the final response object)."""
+    rows = list(db.query(f"SELECT {_COLUMNS} FROM calls WHERE session = ? ORDER BY seq", [session]))
+    out = []
+    for row in rows:
+        usage = {k: row.pop("usage_" + k) for k in ("input", "output", "cache_read", "cache_write")}
+        row["usage"] = usage if any(v is not None for v in usage.values()) else None
+        if isinstance(row.get("cache"), str):
+            with contextlib.suppress(ValueError):
+                row["cache"] = json.loads(row["cache"])
+        row["body"] = None
+        with contextlib.suppress(Exception):  # an undecodable body is analysed no further
+            row["body"] = queries.get_request_json(db, row["id"])
+        row["response"] = None
+        with contextlib.suppress(Exception):
+            row["response"] = queries.get_final_response(db, row["id"])
+        out.append(row)
+    return out

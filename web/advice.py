@@ -1,0 +1,31 @@
+"""The UI's findings panel and advisor page: a session read through the advisor, as JSON.
+
+No SQL here: the advisor reads the session through the store's functions (``inspector/advisor/load.py``).
+Prices are the built-in table (docs/architecture.md, "Findings").
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from ctxscope.inspector.advisor.alternatives import advise
+from ctxscope.inspector.advisor.findings import by_call, findings
+from ctxscope.inspector.advisor.load import load_session
+
+
+def findings_view(db: sqlite_utils.Database, session: str) -> dict | None:
+    """A session's findings and the kinds per call (for badges); None for an unknown session."""
+    s = load_session(db, session)
+    if s is None:
+        return None
+    found = findings(s)
+    return {"session": s.id, "calls": len(s.calls), "findings": [f.as_dict() for f in found], "by_call": by_call(found)}
+
+
+def advice_view(db: sqlite_utils.Database, session: str) -> dict | None:
+    """The advisor's alternatives for a session (``advice`` None when no prompt can be replayed)."""
+    s = load_session(db, session)
+    if s is None:
+        return None
+    result = advise(s)
+    return {"session": s.id, "advice": result.as_dict() if result is not None else None}
