@@ -35,7 +35,6 @@ import tempfile
 from pathlib import Path
 
 from ctxscope import demo_script as script
-from ctxscope.advise_verify import verify_advice
 from ctxscope.daemon import start_daemon
 from ctxscope.demo import count_model_requests, run_scenario, wait_for_analysis
 from ctxscope.inspector.advisor.alternatives import advise
@@ -43,6 +42,7 @@ from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.investigate.advise_verify import verify_advice
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.settings import DaemonConfig
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from ctxscope.inspector.search_index import SearchIndexer, writer_analyzers
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.derived.search import index_stats, search
 from ctxscope.inspector.store.ingest import IngestState, ingest
-from ctxscope.inspector.store.search import index_stats, search
 from ctxscope.proxy.exchange import Exchange
 
 T0 = 1_760_000_000.0

@@ -9,16 +9,16 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .advise_commands import advise
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
-from .export_commands import curl, export_session, import_file
-from .findings_commands import findings
+from .investigate.advise_commands import advise
+from .investigate.export_commands import curl, export_session, import_file
+from .investigate.findings_commands import findings
+from .investigate.replay_commands import replay
+from .investigate.search_commands import search
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
-from .replay_commands import replay
-from .search_commands import search
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
 

@@ -51,8 +51,9 @@ from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_
 from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
-from ctxscope.inspector.store import cache_minimums, queries
+from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import iso, record_event
+from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind

@@ -23,10 +23,10 @@ from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
 from ctxscope.inspector.share.replay import ReplayLinker
-from ctxscope.inspector.store import search
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import is_stored, record_event
-from ctxscope.inspector.store.search import Piece
+from ctxscope.inspector.store.derived import search
+from ctxscope.inspector.store.derived.search import Piece
 from ctxscope.vocab.kinds import SearchArea
 
 log = logging.getLogger("ctxscope.search")

@@ -17,7 +17,8 @@ import sdk_clients
 from inspector_bodies import EPHEMERAL, assistant, long_text, make_anthropic_body, text, user
 
 from ctxscope.inspector.analyze import reindex
-from ctxscope.inspector.store import cache_minimums, queries
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.derived import cache_minimums
 
 KEY = "sk-test-cacheprediction-0123456789ab"
 

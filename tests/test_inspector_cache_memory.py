@@ -13,7 +13,7 @@ from ctxscope.inspector.analyses.cache_analysis import Observed, judge_call, pre
 from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned, prefix_keys
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.relation import CallContext, classify
-from ctxscope.inspector.store import cache_minimums
+from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.queries import list_calls, open_db
 
 A, CHAT = "anthropic.messages", "openai.chat"

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from factories import anthropic_request, anthropic_response, capture, make_exchange
 
 from ctxscope.inspector.store.deletion import delete_session
+from ctxscope.inspector.store.derived.search import index_stats
 from ctxscope.inspector.store.queries import open_db
-from ctxscope.inspector.store.search import index_stats
 from ctxscope.main import cli
 
 KEY = "sk-ant-test-SECRET-0123456789abcdef"

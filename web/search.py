@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector.store.search import AREAS, HIT_END, HIT_START, search
+from ctxscope.inspector.store.derived.search import AREAS, HIT_END, HIT_START, search
 
 MAX_HITS = 200
 

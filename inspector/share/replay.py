@@ -21,7 +21,7 @@ import sqlite_utils
 from ctxscope.inspector.analyses.prices import PriceTable
 from ctxscope.inspector.share.curl import key_env_for
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.replays import replays_of, set_replay_of
+from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
 from ctxscope.proxy.redaction.redact import REDACTED
 
 REPLAY_OF = "x-ctxscope-replay-of"

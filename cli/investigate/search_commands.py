@@ -7,13 +7,13 @@ import click
 from ctxscope.proxy.redaction.mask import mask_key_values
 from ctxscope.vocab.kinds import SearchArea
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..output import emit_json
 
 
 def _clean(text: str, start: str, end: str, *, terminal: bool = True) -> str:
     """A snippet with its matches marked and keys masked; for the terminal, control characters gone."""
-    from ctxscope.inspector.store.search import HIT_END, HIT_START
+    from ctxscope.inspector.store.derived.search import HIT_END, HIT_START
 
     text = mask_key_values(text)
     if terminal:
@@ -40,9 +40,9 @@ def search(text, db_path, session, areas, limit, as_json):
     """
     from ctxscope.inspector.store.analysis_queries import resolve_session
     from ctxscope.inspector.store.analysis_rows import count_calls
+    from ctxscope.inspector.store.derived.search import index_stats
+    from ctxscope.inspector.store.derived.search import search as run
     from ctxscope.inspector.store.queries import AmbiguousCallId
-    from ctxscope.inspector.store.search import index_stats
-    from ctxscope.inspector.store.search import search as run
 
     if not text.strip():
         raise click.UsageError("TEXT is empty")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json, emit_table
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..output import emit_json, emit_table
 
 
 def open_session(db_path, session: str | None):
@@ -13,7 +13,7 @@ def open_session(db_path, session: str | None):
     from ctxscope.inspector.advisor.load import load_session
     from ctxscope.inspector.store.queries import AmbiguousCallId, list_sessions
 
-    from .analysis_commands import prices_path
+    from ..analysis_commands import prices_path
 
     db = open_db_or_fail(db_path)
     if session is None:

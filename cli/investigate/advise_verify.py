@@ -19,7 +19,7 @@ from ctxscope.inspector.advisor.rewrite import with_placement
 from ctxscope.simulator.control.client import SimulatorControl, SimulatorControlError
 from ctxscope.simulator.control.token import TOKEN_ENV, TOKEN_FILE
 
-from .settings import home_dir
+from ..settings import home_dir
 
 VERIFY_LABEL = "advisor-verify"  # the replayed calls are captured as this session
 VERIFY_KEY = "advisor-verify-key"  # one key: the simulator's cache is per key, like the provider's

@@ -9,9 +9,9 @@ import urllib.request
 
 import click
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json
-from .settings import DEFAULT_HOST, DEFAULT_PORT
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..output import emit_json
+from ..settings import DEFAULT_HOST, DEFAULT_PORT
 
 WAIT_S = 30.0  # for the daemon's writer to store the replay (it stores when traffic pauses)
 
@@ -67,7 +67,7 @@ def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeo
     from ctxscope.inspector.share.replay import ReplayError, build_request, comparison, find_replay, parse_edit
     from ctxscope.inspector.store.queries import AmbiguousCallId, get_call
 
-    from .analysis_commands import make_analyzer
+    from ..analysis_commands import make_analyzer
 
     db = open_db_or_fail(db_path)
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from ..options import CONTEXT, db_option, json_option
+from ..output import emit_json, emit_table
 from .findings_commands import open_session
-from .options import CONTEXT, db_option, json_option
-from .output import emit_json, emit_table
 
 COLUMNS = [("name", "ALTERNATIVE"), ("input", "INPUT"), ("cache_read", "CACHE_READ"), ("cache_write", "CACHE_WRITE"),
            ("cost_usd", "COST_USD"), ("saving_pct", "SAVING_%"), ("description", "PLACEMENT")]  # fmt: skip

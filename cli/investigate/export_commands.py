@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..output import emit_json
 
 
 def _call_or_fail(db, call: str) -> dict:
@@ -95,7 +95,7 @@ def export_session(session, db_path, fmt, output, as_json):
     from ctxscope.inspector.store.analysis_rows import call_ids
     from ctxscope.inspector.store.queries import AmbiguousCallId
 
-    from . import __version__
+    from .. import __version__
 
     db = open_db_or_fail(db_path)
     try:
@@ -144,8 +144,8 @@ def import_file(file, db_path, label, as_json):
     from ctxscope.inspector.store.queries import open_db
     from ctxscope.inspector.writer.status import capture_state
 
-    from .analysis_commands import prices_path
-    from .settings import default_db_path
+    from ..analysis_commands import prices_path
+    from ..settings import default_db_path
 
     path = db_path or default_db_path()
     if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's
