@@ -35,7 +35,7 @@ def cli():
 @db_option
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Add or override an upstream, reachable at /u/NAME/... "
-                   "(anthropic and openai override the built-ins).")
+                   "(anthropic, openai and gemini override the built-ins).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
@@ -62,12 +62,13 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
         click.echo(f"  Web UI:     {daemon.url}/")
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
         click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
+        click.echo(f"  Gemini:     GOOGLE_GEMINI_BASE_URL={daemon.url}/gemini")
         if daemon.sim is not None:
             where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
             click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
                        f"X-Sim-Token, {where})")
         for name, url in sorted(cfg.upstreams.items()):
-            if name not in ("anthropic", "openai"):
+            if name not in ("anthropic", "openai", "gemini"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
         click.echo("Press Ctrl-C to stop.")
 

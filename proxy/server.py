@@ -29,7 +29,7 @@ def create_proxy_app(forwarder: Forwarder) -> web.Application:
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
-    for prefix in ("/anthropic", "/openai", "/u", "/s"):
+    for prefix in ("/anthropic", "/openai", "/gemini", "/u", "/s"):
         app.router.add_route("*", prefix + "/{tail:.*}", forwarder.handle)
     return app
 

@@ -2,8 +2,9 @@
 
 Provider routes (with and without the /v1 prefix, as real providers and SDK base URLs differ):
 POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses
-(OpenAI), GET /v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is
-sent, OpenAI's otherwise). Replies come from the script queue (see `model/script.py` for the step
+(OpenAI), /v1beta/models/{model}:generateContent and :streamGenerateContent (Gemini), GET
+/v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is sent, OpenAI's
+otherwise). Replies come from the script queue (see `model/script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
@@ -41,6 +42,7 @@ from ctxscope.simulator.model.prompt import PromptError
 from ctxscope.simulator.model.script import ScriptError
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
 from ctxscope.simulator.wire.anthropic import AnthropicWire
+from ctxscope.simulator.wire.gemini import GeminiWire
 from ctxscope.simulator.wire.openai_chat import ChatWire
 from ctxscope.simulator.wire.openai_responses import ResponsesWire
 
@@ -50,6 +52,7 @@ MAX_BODY = 64 << 20  # bytes of a request body, as sent and once decoded
 MAX_BODY_KEY = web.AppKey("ctxscope_simulator_max_body", int)
 
 ANTHROPIC, CHAT, RESPONSES = AnthropicWire(), ChatWire(), ResponsesWire()
+GEMINI = {None: GeminiWire(), "sse": GeminiWire("sse"), "array": GeminiWire("array")}
 
 OPENAI_MODELS = ("gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gpt-4o-mini", "gpt-sim")
 ANTHROPIC_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-sim")
@@ -122,6 +125,18 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _responses(request: web.Request) -> web.StreamResponse:
     return await handle_model_request(request, RESPONSES)
+
+
+async def _gemini(request: web.Request) -> web.StreamResponse:
+    """``models/{model}:generateContent`` or ``:streamGenerateContent`` (SSE with ``alt=sse``, else a JSON array)."""
+    model, _, method = request.match_info["target"].partition(":")
+    if method not in ("generateContent", "streamGenerateContent"):
+        raise web.HTTPNotFound()
+    wire = GEMINI[None if method == "generateContent" else "sse" if request.query.get("alt") == "sse" else "array"]
+    body = await read_json(request)
+    if isinstance(body, dict) and model:
+        request[JSON_KEY] = {**body, "model": model}  # the wire reads the model from the body
+    return await handle_model_request(request, wire)
 
 
 async def _count_tokens(request: web.Request) -> web.Response:
@@ -227,6 +242,8 @@ def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window
         app.router.add_post(f"{prefix}/responses", _responses)
         app.router.add_get(f"{prefix}/models", _models)
         app.router.add_get(f"{prefix}/models/{{model_id}}", _model)
+    for prefix in ("/v1beta", "/v1", ""):
+        app.router.add_post(f"{prefix}/models/{{target}}", _gemini)
     app.router.add_post("/_sim/script", _set_script)
     app.router.add_get("/_sim/script", _get_script)
     app.router.add_get("/_sim/requests", _requests)

@@ -84,7 +84,8 @@ async def _stream(
     if step is not None and step.stream_error is not None:
         cut = _cut_point(events, step.stream_error)
         events = events[:cut] + [wire.stream_error(turn, step.stream_error, cut)]
-    headers = _headers(state, wire, {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"})
+    ctype = getattr(wire, "stream_content_type", "text/event-stream; charset=utf-8")  # Gemini's array form differs
+    headers = _headers(state, wire, {"content-type": ctype, "cache-control": "no-cache"})
     response = web.StreamResponse(status=200, headers=headers)
     await response.prepare(request)
     reset_after = step.reset_after_events if step is not None else None
