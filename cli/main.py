@@ -14,6 +14,7 @@ from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
+from .run_commands import run as run_command
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
 
@@ -125,7 +126,8 @@ def sim(host, port, script_file):
         asyncio.run(main())
 
 
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):  # declared in their modules
+# declared in their modules
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, run_command):
     cli.add_command(command)
 
 cli.add_command(agent_group)
