@@ -9,6 +9,7 @@ from aiohttp import web
 from ctxscope.proxy.defence.connection import ProxyRunner
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.forwarder import Forwarder
+from ctxscope.proxy.sockets.relay import WebSocketRelay
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
 
@@ -20,14 +21,23 @@ def create_proxy_app(forwarder: Forwarder) -> web.Application:
     shape); the other routes' bodies are bounded by the same max_body_bytes limit."""
     app = web.Application(client_max_size=forwarder.settings.limits.max_body_bytes)
     app[FORWARDER_KEY] = forwarder
+    settings = forwarder.settings
+    sockets = WebSocketRelay(settings.connect_timeout, settings.limits.max_body_bytes, settings.salt,
+                             lambda exchange: forwarder.sink.submit(exchange))  # fmt: skip
+    forwarder.websockets = sockets
 
     async def on_startup(app: web.Application) -> None:
         await app[FORWARDER_KEY].start()
 
+    async def on_shutdown(app: web.Application) -> None:
+        await sockets.shutdown()
+
     async def on_cleanup(app: web.Application) -> None:
         await app[FORWARDER_KEY].close()
+        await sockets.close()
 
     app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     for prefix in ("/anthropic", "/openai", "/gemini", "/u", "/s"):
         app.router.add_route("*", prefix + "/{tail:.*}", forwarder.handle)

@@ -4,7 +4,8 @@ Provider routes (with and without the /v1 prefix, as real providers and SDK base
 POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses,
 /v1/responses/compact (OpenAI), /v1beta/models/{model}:generateContent and
 :streamGenerateContent (Gemini), GET /v1/models[/{id}] (Anthropic's list shape when an
-`anthropic-version` header is sent, OpenAI's otherwise). Replies come from the script queue (see
+`anthropic-version` header is sent, OpenAI's otherwise), and the Responses WebSocket (GET
+/v1/responses, see `sockets.py`). Replies come from the script queue (see
 `model/script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
@@ -41,6 +42,7 @@ from ctxscope.simulator.exchange import (
 )
 from ctxscope.simulator.model.prompt import PromptError
 from ctxscope.simulator.model.script import ScriptError
+from ctxscope.simulator.sockets import responses_socket
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
 from ctxscope.simulator.wire.anthropic import AnthropicWire
 from ctxscope.simulator.wire.gemini import GeminiWire
@@ -248,6 +250,7 @@ def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window
         app.router.add_post(f"{prefix}/chat/completions", _chat)
         app.router.add_post(f"{prefix}/responses", _responses)
         app.router.add_post(f"{prefix}/responses/compact", _compact)
+        app.router.add_get(f"{prefix}/responses", responses_socket)  # the Responses WebSocket
         app.router.add_get(f"{prefix}/models", _models)
         app.router.add_get(f"{prefix}/models/{{model_id}}", _model)
     for prefix in ("/v1beta", "/v1", ""):

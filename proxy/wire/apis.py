@@ -15,7 +15,7 @@ _GEMINI_METHODS = ("generateContent", "streamGenerateContent")
 
 def detect_api(method: str, path: str) -> Api | None:
     """The API an LLM call speaks, or None for any other exchange."""
-    if method.upper() != "POST":
+    if method.upper() not in ("POST", "WEBSOCKET"):  # a call made over a socket (proxy/sockets) is recorded so
         return None
     path = path.split("?", 1)[0].split("#", 1)[0]
     segments = [s for s in path.split("/") if s]
