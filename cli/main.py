@@ -11,6 +11,7 @@ import click
 from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
+from .ca_commands import ca
 from .demo import demo
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
@@ -127,7 +128,7 @@ def sim(host, port, script_file):
 
 
 # declared in their modules
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, run_command):
+for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, run_command, ca):
     cli.add_command(command)
 
 cli.add_command(agent_group)

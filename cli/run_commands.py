@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import click
 
+from .ca_commands import proxy_environment
 from .options import CONTEXT, db_option
 from .settings import DaemonConfig, build_config, home_dir, is_loopback
 
@@ -133,7 +134,8 @@ def default_label(command: str) -> str:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(label, host, port, db_path, upstreams, config_file, command):
     """Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the
-    daemon (started if none runs on the port), then print the session's UI address.
+    daemon (started if none runs on the port), and HTTPS_PROXY with the CA variables of `ctxscope ca
+    env` for clients without a base URL; then print the session's UI address.
 
     Example: ctxscope run --label fix-tests -- claude -p "fix the failing test"
     """
@@ -165,7 +167,7 @@ def run(label, host, port, db_path, upstreams, config_file, command):
         click.echo(f"ctxscope: started the daemon at {url} (pid {pid}, log {log_path}); it keeps running",
                    err=True)
     label = label or default_label(command[0])
-    env = {**os.environ, **client_environment(url, label)}
+    env = {**os.environ, **proxy_environment(url), **client_environment(url, label)}
     code = _run_child(list(command), env)
     click.echo(f"ctxscope: session {label!r}: {url}/#/session/{quote(label, safe='')}", err=True)
     sys.exit(code if code >= 0 else 128 - code)

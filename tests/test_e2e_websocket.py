@@ -145,3 +145,24 @@ async def test_a_client_that_leaves_mid_answer_is_recorded_as_disconnected(sim_a
         assert call.response_body.startswith(b"data: " + first.data.encode())
     finally:
         await proxy.stop()
+
+
+async def test_the_daemons_shutdown_closes_sockets_and_records_their_calls_as_interrupted(sim_alone):
+    sim_alone.state.set_script([{"text": "one two three four five six seven eight nine ten", "chunk_delay_ms": 300}])
+    proxy = await start_proxy({"openai": sim_alone.base_url})
+    stopped = False
+    try:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"{proxy.base}/openai/v1/responses")
+            await ws.send_str(json.dumps({"type": "response.create", "model": MODEL, "input": "count"}))
+            assert json.loads((await ws.receive()).data)["type"] == "response.created"
+            await proxy.stop()
+            stopped = True
+            closing = await ws.receive()
+            assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == aiohttp.WSCloseCode.GOING_AWAY
+            await ws.close()
+        [call] = proxy.sink.items
+        assert call.outcome == "interrupted"
+    finally:
+        if not stopped:
+            await proxy.stop()

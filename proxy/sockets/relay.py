@@ -62,6 +62,7 @@ class WebSocketRelay:
         self._submit = submit
         self._session: aiohttp.ClientSession | None = None
         self._open: set[web.WebSocketResponse] = set()
+        self._stopping = False
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -73,6 +74,7 @@ class WebSocketRelay:
 
     async def shutdown(self) -> None:
         """The daemon stops: open sockets are closed (going away), their unanswered calls recorded."""
+        self._stopping = True
         for ws in list(self._open):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"ctxscope stopping"),
@@ -141,7 +143,9 @@ class WebSocketRelay:
         outcome, why = Outcome.INTERRUPTED, "cut by the daemon's shutdown"
         try:
             await asyncio.wait((to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED)
-            if ended and ended[0] == "client":
+            if self._stopping:
+                pass  # interrupted: the daemon closed it
+            elif ended and ended[0] == "client":
                 outcome, why = Outcome.CLIENT_DISCONNECTED, "the client closed the socket before the answer ended"
             elif ended:
                 outcome, why = Outcome.UPSTREAM_RESET, "the upstream closed the socket before the answer ended"
