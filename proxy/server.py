@@ -10,7 +10,6 @@ from aiohttp import web
 from ctxscope.proxy.defence.connection import ProxyRunner
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.forwarder import Forwarder
-from ctxscope.proxy.sockets.ca import LocalCA
 from ctxscope.proxy.sockets.connect import ConnectProxy
 from ctxscope.proxy.sockets.relay import WebSocketRelay
 
@@ -33,7 +32,13 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
     connect = None
     if ca_folder is not None:
         folder = ca_folder
-        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, lambda: LocalCA(folder), forwarder.handle,
+
+        def local_ca():  # made on the first intercepted CONNECT (cryptography is imported only then)
+            from ctxscope.proxy.sockets.ca import LocalCA
+
+            return LocalCA(folder)
+
+        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle,
                                                   settings.connect_timeout, settings.limits.header_timeout)
 
     async def on_startup(app: web.Application) -> None:

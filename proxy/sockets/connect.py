@@ -16,13 +16,15 @@ import ipaddress
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from ctxscope.proxy.sockets.ca import LocalCA
+if TYPE_CHECKING:
+    from ctxscope.proxy.sockets.ca import LocalCA
 
 log = logging.getLogger("ctxscope.proxy")
 
