@@ -141,7 +141,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
                   "(`ctxscope db status` and the web UI show the state)", stats.last_error)
     forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits), writer)
-    app = create_proxy_app(forwarder)
+    app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
         add_web_routes(app, cfg.db, writer)
     if extra_routes is not None:

@@ -11,6 +11,7 @@ import click
 from . import __version__
 from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
+from .ca_commands import ca
 from .demo import demo
 from .investigate.advise_commands import advise
 from .investigate.export_commands import curl, export_session, import_file
@@ -19,6 +20,7 @@ from .investigate.replay_commands import replay
 from .investigate.search_commands import search
 from .options import CONTEXT, db_option
 from .query_commands import calls, db, sessions, show
+from .run_commands import run as run_command
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
 
@@ -40,7 +42,7 @@ def cli():
 @db_option
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Add or override an upstream, reachable at /u/NAME/... "
-                   "(anthropic and openai override the built-ins).")
+                   "(anthropic, openai and gemini override the built-ins).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
@@ -67,12 +69,13 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
         click.echo(f"  Web UI:     {daemon.url}/")
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
         click.echo(f"  OpenAI:     OPENAI_BASE_URL={daemon.url}/openai/v1")
+        click.echo(f"  Gemini:     GOOGLE_GEMINI_BASE_URL={daemon.url}/gemini")
         if daemon.sim is not None:
             where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
             click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
                        f"X-Sim-Token, {where})")
         for name, url in sorted(cfg.upstreams.items()):
-            if name not in ("anthropic", "openai"):
+            if name not in ("anthropic", "openai", "gemini"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
         click.echo("Press Ctrl-C to stop.")
 
@@ -131,7 +134,7 @@ def sim(host, port, script_file):
 
 # declared in their modules
 for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl, export_session,
-                import_file, replay):
+                import_file, replay, run_command, ca):
     cli.add_command(command)
 
 cli.add_command(agent_group)

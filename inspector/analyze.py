@@ -61,7 +61,8 @@ from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKin
 log = logging.getLogger("ctxscope.analysis")
 
 ANALYSIS_VERSION = 1
-LLM_APIS = frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES})
+LLM_APIS = frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES,
+                      Api.GEMINI_GENERATE})
 COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
 UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client

@@ -15,7 +15,7 @@ class Exchange:
     """One request/response pair, raw, with secrets already removed from the headers."""
 
     id: str  # time-ordered unique id (see ids.py)
-    provider: str  # route kind: "anthropic", "openai" or "u/<name>"
+    provider: str  # route kind: "anthropic", "openai", "gemini" or "u/<name>"
     upstream: str  # base URL the request was forwarded to
     method: str
     path: str  # path below the provider prefix, e.g. "/v1/messages"

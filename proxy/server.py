@@ -3,33 +3,60 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 from aiohttp import web
 
 from ctxscope.proxy.defence.connection import ProxyRunner
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.forwarder import Forwarder
+from ctxscope.proxy.sockets.connect import ConnectProxy
+from ctxscope.proxy.sockets.relay import WebSocketRelay
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
+CONNECT_KEY = web.AppKey("connect", ConnectProxy)
 
 
-def create_proxy_app(forwarder: Forwarder) -> web.Application:
-    """An app whose provider prefixes are forwarded; add UI/API routes to it before starting.
+def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web.Application:
+    """An app whose provider prefixes are forwarded; add UI/API routes to it before starting. With
+    ``ca_folder`` its port also serves CONNECT, intercepting the upstreams' hosts with that CA.
 
     The forwarder reads provider bodies itself (and answers an oversized one in the provider's
     shape); the other routes' bodies are bounded by the same max_body_bytes limit."""
     app = web.Application(client_max_size=forwarder.settings.limits.max_body_bytes)
     app[FORWARDER_KEY] = forwarder
+    settings = forwarder.settings
+    sockets = WebSocketRelay(settings.connect_timeout, settings.limits.max_body_bytes, settings.salt,
+                             lambda exchange: forwarder.sink.submit(exchange))  # fmt: skip
+    forwarder.websockets = sockets
+    connect = None
+    if ca_folder is not None:
+        folder = ca_folder
+
+        def local_ca():  # made on the first intercepted CONNECT (cryptography is imported only then)
+            from ctxscope.proxy.sockets.ca import LocalCA
+
+            return LocalCA(folder)
+
+        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle,
+                                                  settings.connect_timeout, settings.limits.header_timeout)
 
     async def on_startup(app: web.Application) -> None:
         await app[FORWARDER_KEY].start()
 
+    async def on_shutdown(app: web.Application) -> None:
+        await sockets.shutdown()
+        if connect is not None:
+            await connect.shutdown()
+
     async def on_cleanup(app: web.Application) -> None:
         await app[FORWARDER_KEY].close()
+        await sockets.close()
 
     app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
-    for prefix in ("/anthropic", "/openai", "/u", "/s"):
+    for prefix in ("/anthropic", "/openai", "/gemini", "/u", "/s"):
         app.router.add_route("*", prefix + "/{tail:.*}", forwarder.handle)
     return app
 
@@ -43,8 +70,10 @@ def make_runner(app: web.Application, limits: Limits | None = None) -> web.AppRu
     if limits is None:
         forwarder = app.get(FORWARDER_KEY)
         limits = forwarder.settings.limits if forwarder is not None else Limits()
+    connect = app.get(CONNECT_KEY)
+    first_bytes = connect.protocol if connect is not None else None
     return ProxyRunner(
-        app, limits, auto_decompress=False, access_log=None, handler_cancellation=False,
+        app, limits, first_bytes=first_bytes, auto_decompress=False, access_log=None, handler_cancellation=False,
         keepalive_timeout=limits.keepalive_timeout, shutdown_timeout=limits.shutdown_grace,
     )
 

@@ -9,8 +9,8 @@ inspector, only ``ctxscope.vocab`` (docs/architecture.md, "The simulator is a se
   the parent's handle on it).
 - ``model/``: what the simulated model is: script steps, the prompt linearised into blocks, the
   prompt-cache model, provider-shaped ids.
-- ``wire/``: the three wire formats (Anthropic Messages, OpenAI Chat Completions and Responses),
-  the interface they implement (``turn``) and their own SSE framing.
+- ``wire/``: the four wire formats (Anthropic Messages, OpenAI Chat Completions and Responses,
+  Gemini generateContent), the interface they implement (``turn``) and their own SSE framing.
 - ``control/``: scripting it over HTTP: who may (access, token), the client, the request log and
   its redaction.
 

@@ -1,9 +1,12 @@
 """The provider simulator's aiohttp application: provider routes plus /_sim control endpoints.
 
 Provider routes (with and without the /v1 prefix, as real providers and SDK base URLs differ):
-POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses
-(OpenAI), GET /v1/models[/{id}] (Anthropic's list shape when an `anthropic-version` header is
-sent, OpenAI's otherwise). Replies come from the script queue (see `model/script.py` for the step
+POST /v1/messages, /v1/messages/count_tokens (Anthropic), /v1/chat/completions, /v1/responses,
+/v1/responses/compact (OpenAI), /v1beta/models/{model}:generateContent and
+:streamGenerateContent (Gemini), GET /v1/models[/{id}] (Anthropic's list shape when an
+`anthropic-version` header is sent, OpenAI's otherwise), and the Responses WebSocket (GET
+/v1/responses, see `sockets.py`). Replies come from the script queue (see
+`model/script.py` for the step
 schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]} extends it;
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
@@ -40,9 +43,12 @@ from ctxscope.simulator.exchange import (
 )
 from ctxscope.simulator.model.prompt import PromptError
 from ctxscope.simulator.model.script import ScriptError
+from ctxscope.simulator.sockets import responses_socket
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
 from ctxscope.simulator.wire.anthropic import AnthropicWire
+from ctxscope.simulator.wire.gemini import GeminiWire
 from ctxscope.simulator.wire.openai_chat import ChatWire
+from ctxscope.simulator.wire.openai_compact import CompactWire
 from ctxscope.simulator.wire.openai_responses import ResponsesWire
 
 __all__ = ["STATE_KEY", "SimulatorState", "create_app", "make_runner", "start_simulator"]
@@ -51,6 +57,8 @@ MAX_BODY = 64 << 20  # bytes of a request body, as sent and once decoded
 MAX_BODY_KEY = web.AppKey("ctxscope_simulator_max_body", int)
 
 ANTHROPIC, CHAT, RESPONSES = AnthropicWire(), ChatWire(), ResponsesWire()
+COMPACT = CompactWire()
+GEMINI = {None: GeminiWire(), "sse": GeminiWire("sse"), "array": GeminiWire("array")}
 
 OPENAI_MODELS = ("gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gpt-4o-mini", "gpt-sim")
 ANTHROPIC_MODELS = ("claude-opus-4-6", "claude-sonnet-4-6", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-sim")
@@ -123,6 +131,22 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _responses(request: web.Request) -> web.StreamResponse:
     return await handle_model_request(request, RESPONSES)
+
+
+async def _compact(request: web.Request) -> web.StreamResponse:
+    return await handle_model_request(request, COMPACT)
+
+
+async def _gemini(request: web.Request) -> web.StreamResponse:
+    """``models/{model}:generateContent`` or ``:streamGenerateContent`` (SSE with ``alt=sse``, else a JSON array)."""
+    model, _, method = request.match_info["target"].partition(":")
+    if method not in ("generateContent", "streamGenerateContent"):
+        raise web.HTTPNotFound()
+    wire = GEMINI[None if method == "generateContent" else "sse" if request.query.get("alt") == "sse" else "array"]
+    body = await read_json(request)
+    if isinstance(body, dict) and model:
+        request[JSON_KEY] = {**body, "model": model}  # the wire reads the model from the body
+    return await handle_model_request(request, wire)
 
 
 async def _count_tokens(request: web.Request) -> web.Response:
@@ -239,8 +263,12 @@ def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window
         app.router.add_post(f"{prefix}/messages/count_tokens", _count_tokens)
         app.router.add_post(f"{prefix}/chat/completions", _chat)
         app.router.add_post(f"{prefix}/responses", _responses)
+        app.router.add_post(f"{prefix}/responses/compact", _compact)
+        app.router.add_get(f"{prefix}/responses", responses_socket)  # the Responses WebSocket
         app.router.add_get(f"{prefix}/models", _models)
         app.router.add_get(f"{prefix}/models/{{model_id}}", _model)
+    for prefix in ("/v1beta", "/v1", ""):
+        app.router.add_post(f"{prefix}/models/{{target}}", _gemini)
     app.router.add_post("/_sim/script", _set_script)
     app.router.add_get("/_sim/script", _get_script)
     app.router.add_get("/_sim/requests", _requests)

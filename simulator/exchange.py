@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -84,7 +85,8 @@ async def _stream(
     if step is not None and step.stream_error is not None:
         cut = _cut_point(events, step.stream_error)
         events = events[:cut] + [wire.stream_error(turn, step.stream_error, cut)]
-    headers = _headers(state, wire, {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"})
+    ctype = getattr(wire, "stream_content_type", "text/event-stream; charset=utf-8")  # Gemini's array form differs
+    headers = _headers(state, wire, {"content-type": ctype, "cache-control": "no-cache"})
     response = web.StreamResponse(status=200, headers=headers)
     await response.prepare(request)
     reset_after = step.reset_after_events if step is not None else None
@@ -116,34 +118,46 @@ async def _partial_then_reset(
     return response
 
 
-async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamResponse:
-    state = request.app[STATE_KEY]
-    body = await read_json(request)
+@dataclass(frozen=True)
+class Refusal:
+    """A request answered with an error before anything is generated: HTTP status, the provider's
+    error JSON, extra response headers."""
+
+    status: int
+    payload: dict[str, Any]
+    headers: dict[str, str] | None = None
+
+
+async def resolve_turn(
+    state: SimulatorState, wire: Wire, body: Any, headers: Any
+) -> tuple[Turn, Step | None] | Refusal:
+    """Parse a request body, pick its script step, model the cache: the turn to answer, or the
+    error a provider would give first. Shared by HTTP and the Responses WebSocket."""
     if not isinstance(body, dict):
-        error = wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.", None)
-        return json_reply(state, wire, 400, error)
+        return Refusal(400, wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.",
+                                       None))  # fmt: skip
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        return json_reply(
-            state, wire, 400, wire.error(400, "invalid_request_error", "model: Field required", None, "model")
-        )
+        return Refusal(400, wire.error(400, "invalid_request_error", "model: Field required", None, "model"))
     try:
         prompt, conversation = wire.prompt(body, state.responses)
     except PromptError as exc:
-        return json_reply(state, wire, 400, wire.error(400, "invalid_request_error", str(exc), exc.code))
+        return Refusal(400, wire.error(400, "invalid_request_error", str(exc), exc.code))
 
     step = state.peek(prompt.last_text)
     window = step.context_window if step is not None and step.context_window else state.context_window
     if prompt.tokens > window:
-        return json_reply(state, wire, 400, wire.overflow(prompt.tokens, window))
+        return Refusal(400, wire.overflow(prompt.tokens, window))
     if step is not None:
         state.take(step)
         if step.delay_ms:
             await asyncio.sleep(step.delay_ms / 1000)
         if step.error is not None:
-            return error_reply(state, wire, step.error)
+            spec = step.error
+            extra = {"retry-after": f"{spec.retry_after:g}"} if spec.retry_after is not None else None
+            return Refusal(spec.status, wire.error(spec.status, spec.type, spec.message, spec.code), extra)
 
-    usage = wire.usage(state.cache, key_fingerprint(request.headers), model, prompt, state.clock())
+    usage = wire.usage(state.cache, key_fingerprint(headers), model, prompt, state.clock())
     if step is None and not state.has_steps() and (agentic := agentic_reply(prompt)) is not None:
         reply = agentic  # docs/architecture.md, "The simulator's agentic answers"
     else:
@@ -164,7 +178,16 @@ async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamRe
     remembered = wire.remember(turn)
     if remembered is not None:
         state.remember_response(turn.response_id, remembered)
-    if wire.wants_stream(body):
+    return turn, step
+
+
+async def handle_model_request(request: web.Request, wire: Wire) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    resolved = await resolve_turn(state, wire, await read_json(request), request.headers)
+    if isinstance(resolved, Refusal):
+        return json_reply(state, wire, resolved.status, resolved.payload, resolved.headers)
+    turn, step = resolved
+    if wire.wants_stream(turn.body):
         return await _stream(request, state, wire, turn, step)
     if step is not None and step.stream_error is not None:
         return error_reply(state, wire, step.stream_error)

@@ -116,14 +116,15 @@ def writer_mode():
 @pytest.fixture
 def proxy(loop_thread, sim, tmp_path, monkeypatch, writer_mode):
     """ctxscope serve on a free loopback port, with the recording simulator as upstream `sim`
-    and also as the `anthropic` and `openai` upstreams (so SDK base URLs look like real use)."""
+    and also as the `anthropic`, `openai` and `gemini` upstreams (so SDK base URLs look like real use)."""
     from ctxscope.daemon import start_daemon
     from ctxscope.settings import DaemonConfig
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     db_path = tmp_path / "captures.db"
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
-                       upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url}, writer=writer_mode)
+                       upstreams={"anthropic": sim.url, "openai": sim.url, "gemini": sim.url, "sim": sim.url},
+                       writer=writer_mode)
     daemon = loop_thread.call(start_daemon(cfg))
     running = RunningProxy(loop_thread, daemon, db_path)
     yield running

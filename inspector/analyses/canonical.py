@@ -1,7 +1,8 @@
 """The canonical view of a prompt: ordered segments as the provider caches them.
 
 A request body becomes a tuple of segments in cache order (Anthropic: tools, system, messages;
-OpenAI Chat: tools, messages; OpenAI Responses: tools, instructions, input), one per tool
+OpenAI Chat: tools, messages; OpenAI Responses: tools, instructions, input; Gemini: tools,
+systemInstruction, contents), one per tool
 definition, system block, message content block / tool call, or Responses item (one per content
 part inside message items). Each segment keeps an RFC 6901 pointer into the *actual* body, so a
 difference can always be shown where the client wrote it.
@@ -43,6 +44,7 @@ _PROMPT_KEYS: dict[str, set[str]] = {
     Api.ANTHROPIC_COUNT_TOKENS: {"model", "messages", "system", "tools"},
     Api.OPENAI_CHAT: {"model", "messages", "tools", "functions"},
     Api.OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
+    Api.GEMINI_GENERATE: {"model", "contents", "systemInstruction", "system_instruction", "tools"},
 }
 _IMAGE_TYPES = {
     "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
@@ -359,11 +361,69 @@ def _item(b: _Builder, pointer: str, item: Any, area: str):
         b.add(pointer, "other", role, canonical_json(norm), norm, area, marker)
 
 
+_GEMINI_ROLES = {"model": "assistant", "user": "user", "function": "tool", "tool": "tool"}
+
+
+def _gemini_part(b: _Builder, pointer: str, role: str | None, part: Any, area: str) -> None:
+    """One Gemini part: text, functionCall, functionResponse, inlineData / fileData (media); see
+    (docs/architecture.md, "Gemini prompts")."""
+    norm, _ = _strip(part)
+    if not isinstance(part, dict):
+        _block(b, pointer, role, part, area)
+        return
+    call = part.get("functionCall", part.get("function_call"))
+    result = part.get("functionResponse", part.get("function_response"))
+    if isinstance(part.get("text"), str) and part.get("thought") is True:
+        b.add(pointer, "thinking", role, part["text"], norm, area)
+    elif isinstance(part.get("text"), str):
+        b.text(pointer, role, part["text"], norm, area)
+    elif isinstance(call, dict):
+        b.add(pointer, "tool_call", role, canonical_json(norm), norm, area, name=call.get("name"), ref=call.get("id"))
+    elif isinstance(result, dict):
+        response = result.get("response")
+        text = response if isinstance(response, str) else canonical_json(response)
+        b.add(pointer, "tool_result", role, text, norm, area, name=result.get("name"), ref=result.get("id"))
+    elif any(k in part for k in ("inlineData", "inline_data", "fileData", "file_data")):
+        b.add(pointer, "image", role, "", norm, area, images=1)
+    else:
+        b.add(pointer, "other", role, canonical_json(norm), norm, area)
+
+
+def _gemini(body: dict, b: _Builder) -> bool:
+    """Gemini generateContent: tools, systemInstruction (a Content), contents (Contents of parts)."""
+    if not isinstance(body.get("contents"), list) or not body["contents"] or not b.tools(body, "tools"):
+        return False
+    key = "systemInstruction" if "systemInstruction" in body else "system_instruction"
+    system = body.get(key)
+    if isinstance(system, str):
+        b.add(f"/{key}", "system", "system", system, _text_block(system), "system")
+    elif isinstance(system, dict) and isinstance(system.get("parts"), list):
+        for j, part in enumerate(system["parts"]):
+            _gemini_part(b, f"/{key}/parts/{j}", "system", part, "system")
+    elif system is not None:
+        return False
+    for n, content in enumerate(body["contents"]):
+        if not isinstance(content, dict):
+            return False
+        parts = content.get("parts")
+        role = _GEMINI_ROLES.get(content.get("role") or "user", content.get("role"))
+        if any(isinstance(p, dict) and ("functionResponse" in p or "function_response" in p) for p in parts or ()):
+            role = "tool"
+        if isinstance(parts, list) and parts:
+            for k, part in enumerate(parts):
+                _gemini_part(b, f"/contents/{n}/parts/{k}", role, part, "contents")
+        else:
+            norm, _ = _strip(content)
+            b.add(f"/contents/{n}", "other", role, canonical_json(norm), norm, "contents")
+    return True
+
+
 _PARSERS: dict[str, Callable[[dict, _Builder], bool]] = {
     Api.ANTHROPIC_MESSAGES: _anthropic,
     Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
     Api.OPENAI_CHAT: _chat,
     Api.OPENAI_RESPONSES: _responses,
+    Api.GEMINI_GENERATE: _gemini,
 }
 
 

@@ -37,6 +37,7 @@ ITEMS_KEY: dict[str, str] = {
     Api.ANTHROPIC_COUNT_TOKENS: "messages",
     Api.OPENAI_CHAT: "messages",
     Api.OPENAI_RESPONSES: "input",
+    Api.GEMINI_GENERATE: "contents",
 }
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()

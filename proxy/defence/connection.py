@@ -97,8 +97,16 @@ class GuardedServer(Server):
         self.limits = limits
         self.counts = {"header_timeouts": 0, "idle_closed": 0, "body_stalls": 0, "refused": 0, "client_errors": 0}
         self.log = _OncePerSecond()
+        # Set by the server when it also serves CONNECT: given the usual protocol's factory, it returns
+        # the protocol that decides on a connection's first bytes which of the two it gets.
+        self.first_bytes: Callable[[Callable[[], RequestHandler]], asyncio.Protocol] | None = None
 
     def __call__(self) -> RequestHandler:
+        if self.first_bytes is not None:
+            return self.first_bytes(self._guarded)  # type: ignore[return-value]
+        return GuardedHandler(self, loop=self._loop, **self._kwargs)
+
+    def _guarded(self) -> RequestHandler:
         return GuardedHandler(self, loop=self._loop, **self._kwargs)
 
     @property
@@ -283,9 +291,12 @@ class GuardedHandler(RequestHandler):
 class ProxyRunner(web.AppRunner):
     """An AppRunner whose connections are guarded by ``limits``."""
 
-    def __init__(self, app: web.Application, limits: Limits, **kwargs):
+    def __init__(self, app: web.Application, limits: Limits, first_bytes=None, **kwargs):
         super().__init__(app, **kwargs)
         self._limits = limits
+        self._first_bytes = first_bytes
 
     async def _make_server(self) -> Server:
-        return GuardedServer(await super()._make_server(), self._limits)
+        server = GuardedServer(await super()._make_server(), self._limits)
+        server.first_bytes = self._first_bytes
+        return server

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -50,6 +51,13 @@ class ProxySettings:
     limits: Limits = field(default_factory=Limits)
 
 
+class UpgradeRelay(Protocol):
+    """Who takes a WebSocket upgrade on a provider route (proxy/sockets, set by the server)."""
+
+    async def relay(self, request: web.Request, route: Route, query: str, headers: list[tuple[str, str]],
+                    annotations: list[tuple[str, str]], label: str | None) -> web.StreamResponse: ...
+
+
 class _TooLarge(Exception):
     """A request body over max_body_bytes; the message says how large."""
 
@@ -63,6 +71,7 @@ class Forwarder:
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
         self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
+        self.websockets: UpgradeRelay | None = None
 
     def _env_proxy(self, base_url: str) -> str | None:
         """HTTP(S)_PROXY / NO_PROXY for an upstream, looked up once per upstream, not per request
@@ -103,6 +112,9 @@ class Forwarder:
 
         headers, annotations, present = split_request_headers(request.raw_headers)
         label = route.session_label or annotation(annotations, "x-ctxscope-session")
+        if self.websockets is not None and request.method == "GET" and "websocket" in request.headers.get(
+                "Upgrade", "").lower():  # fmt: skip
+            return await self.websockets.relay(request, route, query, headers, annotations, label)
         rec = Recorder(route, request, headers, annotations, label, query, started)
         try:
             rec.body = body = await self._read_body(request)

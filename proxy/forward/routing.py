@@ -2,6 +2,7 @@
 
     /anthropic/<rest>            -> upstream "anthropic" + /<rest>
     /openai/<rest>               -> upstream "openai" + /<rest>
+    /gemini/<rest>               -> upstream "gemini" + /<rest>
     /u/<name>/<rest>             -> upstream <name> + /<rest>
     /s/<label>/<any of the above> the same, with a session label
 
@@ -19,6 +20,7 @@ from urllib.parse import unquote
 DEFAULT_UPSTREAMS = {
     "anthropic": "https://api.anthropic.com",
     "openai": "https://api.openai.com",
+    "gemini": "https://generativelanguage.googleapis.com",
 }
 # Which error JSON shape a route's clients expect when the proxy itself must answer.
 ANTHROPIC_SHAPE = "anthropic"
@@ -33,7 +35,7 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Route:
-    provider: str  # "anthropic", "openai" or "u/<name>"
+    provider: str  # "anthropic", "openai", "gemini" or "u/<name>"
     upstream: Upstream
     path: str  # path below the prefix, starting with "/"
     session_label: str | None
@@ -112,7 +114,7 @@ def resolve(path: str, upstreams: dict[str, str]) -> Route:
     if len(parts) < 2 or not parts[1]:
         raise RouteError("no provider prefix")
     head = parts[1]
-    if head in ("anthropic", "openai"):
+    if head in DEFAULT_UPSTREAMS:
         provider, name, rest = head, head, parts[2:]
     elif head == "u" and len(parts) > 2 and parts[2]:
         name = unquote(parts[2])

@@ -15,7 +15,7 @@ _GEMINI_METHODS = ("generateContent", "streamGenerateContent")
 
 def detect_api(method: str, path: str) -> Api | None:
     """The API an LLM call speaks, or None for any other exchange."""
-    if method.upper() != "POST":
+    if method.upper() not in ("POST", "WEBSOCKET"):  # a call made over a socket (proxy/sockets) is recorded so
         return None
     path = path.split("?", 1)[0].split("#", 1)[0]
     segments = [s for s in path.split("/") if s]
@@ -28,8 +28,8 @@ def detect_api(method: str, path: str) -> Api | None:
         return Api.GEMINI_GENERATE if last.rsplit(":", 1)[1] in _GEMINI_METHODS else None
     if last == "completions" and before == "chat":
         return Api.OPENAI_CHAT
-    if last == "responses":
-        return Api.OPENAI_RESPONSES
+    if last == "responses" or (last == "compact" and before == "responses"):
+        return Api.OPENAI_RESPONSES  # the compaction endpoint takes and bills a Responses prompt
     # OpenAI Assistants also has POST ".../threads/{id}/messages": not an Anthropic call.
     if "threads" in segments:
         return None

@@ -23,7 +23,10 @@ _SHAPES = {
     "msg_": ("0123456789abcdef", 48),  # Responses message item
     "fc_": ("0123456789abcdef", 48),  # Responses function_call item
     "rs_": ("0123456789abcdef", 48),  # Responses reasoning item
+    "cmp_": ("0123456789abcdef", 48),  # Responses compaction item
     "req_": ("0123456789abcdef", 32),  # OpenAI x-request-id
+    "": (_B62, 22),  # Gemini responseId and request id (no prefix)
+    "gcall_": (_B62, 16),  # Gemini call ids (only for the simulator's own bookkeeping)
 }
 
 

@@ -1,0 +1,1 @@
+"""Transports other than one HTTP request per call: the Responses API over WebSocket."""
