@@ -66,7 +66,9 @@ def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:
         raise click.UsageError("use either --continue or --session, not both")
     try:
         if opts["session_id"]:
-            return rt.open_session(opts["session_id"])
+            from .options import resolve_agent_session
+
+            return rt.open_session(resolve_agent_session(rt.home, opts["session_id"]))
     except SessionNotFound as e:
         raise click.ClickException(str(e)) from e
     if opts["cont"]:
@@ -172,8 +174,10 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
     from ctxscope.agent.host.runtime import default_home
     from ctxscope.agent.host.session_report_bundle import bundle_session
 
+    from .options import resolve_agent_session
+
     try:
-        result = bundle_session(default_home(), session_id, output)
+        result = bundle_session(default_home(), resolve_agent_session(default_home(), session_id), output)
     except SessionNotFound as e:
         raise click.ClickException(str(e)) from e
     except OSError as e:
@@ -200,6 +204,9 @@ def context_command(session_id: str, context_window: int | None, max_output_toke
     from ctxscope.agent.host.context_views import stored_report
     from ctxscope.agent.host.runtime import default_home
 
+    from .options import resolve_agent_session
+
+    session_id = resolve_agent_session(default_home(), session_id)
     try:
         report = stored_report(default_home(), session_id, context_window=context_window,
                                max_output_tokens=max_output_tokens)

@@ -84,7 +84,9 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
     try:
         run(serve_forever(cfg, announce=announce, stopping=stopping))
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
+        from .demo import port_hint
+
+        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}{port_hint(exc)}") from exc
 
 
 @cli.command(context_settings=CONTEXT)
