@@ -24,8 +24,6 @@ from pathlib import Path
 
 import click
 
-from ctxscope.inspector.store.analysis_rows import count_analysed
-
 from . import demo_script as script
 from .analysis_commands import compaction_breaks
 from .options import CONTEXT, db_option
@@ -130,6 +128,8 @@ def count_model_requests(sim) -> int:
 
 def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float = ANALYSIS_TIMEOUT_S) -> int:
     """Block until ``expected`` calls of the session are stored and analysed; returns how many are."""
+    from ctxscope.inspector.store.analysis_rows import count_analysed
+
     deadline = time.monotonic() + timeout
     done = 0
     while time.monotonic() < deadline:

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .demo import demo
 from .options import CONTEXT, db_option
@@ -129,7 +128,28 @@ def sim(host, port, script_file):
 for command in (calls, show, sessions, db, diff, session, stats, reindex, demo):  # declared in their modules
     cli.add_command(command)
 
-cli.add_command(agent_group)
+
+
+class LazyAgentGroup(click.Group):
+    """`ctxscope agent`: its commands (and the agent runtime they import) load only when one runs or
+    its help is asked for, so `ctxscope --help` and the quick commands start fast
+    (docs/architecture.md, "Quick start-up")."""
+
+    def _real(self) -> click.Group:
+        from .agent_commands import agent_group
+
+        return agent_group
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._real().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._real().get_command(ctx, cmd_name)
+
+
+cli.add_command(LazyAgentGroup("agent", context_settings=CONTEXT,
+                               help="Run the ctxscope coding agent (its calls go through the local proxy unless "
+                                    "--direct)."))
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import sqlite_utils
 
 from .settings import default_db_path
+
+if TYPE_CHECKING:  # the import costs start-up time: the commands import it when they run
+    import sqlite_utils
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -181,3 +183,16 @@ def test_a_taken_port_gets_a_port_hint_and_the_demo_leaves_no_database(tmp_path)
         served = CliRunner().invoke(cli, ["serve", "--port", str(port), "--db", str(tmp_path / "s.db")],
                                     env={"CTXSCOPE_HOME": str(tmp_path / "home")})
         assert served.exit_code == 1 and "pick another port with --port" in served.output, served.output
+
+
+def test_the_cli_imports_no_heavy_package_before_a_command_runs():
+    """`ctxscope --help` and the quick commands start fast because nothing heavy loads at import
+    (speed itself is measured in bench/startup.py)."""
+    code = ("import sys, ctxscope.main; from click.testing import CliRunner; "
+            "r = CliRunner().invoke(ctxscope.main.cli, ['--help']); assert r.exit_code == 0, r.output; "
+            "print('\\n'.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(out.split())
+    heavy = {"aiohttp", "sqlite_utils", "tiktoken", "ctxscope.agent.host.runtime", "ctxscope.agent.providers.catalog",
+             "ctxscope.inspector.store.db", "openai", "anthropic"}
+    assert not heavy & loaded, sorted(heavy & loaded)
