@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxscope.main import cli
-from ctxscope.output import safe_text
+from ctxscope.output import fmt_rate, fmt_usd, safe_text
 
 WIDTH = {"COLUMNS": "100"}
 
@@ -120,10 +120,28 @@ def test_rates_and_dollars_print_in_their_units(demo):
     [row] = json.loads(run("sessions", *db, "--json"))
     table = run("sessions", *db)
     assert f"{row['hit_rate']['rate']:.1%}" in table
-    if row["lost_usd"]:
-        assert f"${row['lost_usd']:.4f}" in table
+    assert (fmt_rate(0.849), fmt_usd(0.0216), fmt_usd(12.5), fmt_usd(None)) == ("84.9%", "$0.0216", "$12.50", "-")
     stats = run("stats", "--session", demo["session"], *db)
-    assert not re.search(r"\s0\.0\s*$", stats, re.M)
+    assert not re.search(r"\s0\.\d\s*$", stats, re.M)
+
+
+def test_the_simulator_is_free(demo):
+    from ctxscope.inspector.store.queries import open_db
+    from ctxscope.web.overview import list_session_overviews
+    from ctxscope.web.timeline import session_view
+
+    [row] = json.loads(run("sessions", *demo["db"], "--json"))
+    assert row["providers"] == ["u/sim"] and row["lost_tokens"] > 0 and not row["lost_usd"]
+    assert all(c["cache"] is None or c["cache"]["lost_cost_usd"] is None for c in demo["calls"])
+    assert "$" not in run("sessions", *demo["db"])
+    assert "$" not in run("stats", "--session", demo["session"], *demo["db"])
+    db = open_db(demo["db"][1])
+    try:
+        [overview] = list_session_overviews(db)
+        assert overview["cost_usd"] is None and not overview["lost_usd"]
+        assert session_view(db, demo["session"])["summary"]["cost_usd"] is None
+    finally:
+        db.conn.close()
 
 
 def test_show_tells_the_story_of_a_call(demo):
