@@ -31,6 +31,7 @@ const ctx = { setCrumbs, navigate: (hash) => { location.hash = hash; } };
 function route() {
   if (current && current.dispose) current.dispose();
   current = null;
+  setCrumbs([{ label: "sessions", href: "#/" }]);  // each view sets its own; a view that fails keeps this one
   const { parts, params } = parseHash();
   window.scrollTo(0, 0);
   try {
@@ -39,6 +40,7 @@ function route() {
     else if (parts[0] === "diff" && parts[1]) current = renderDiff(app, parts[1], parts[2] || null, ctx);
     else current = renderSessions(app, params, ctx);
   } catch (e) {
+    setCrumbs([{ label: "sessions", href: "#/" }, { label: "error" }]);  // never the previous page's trail
     mount(app, h("p", { class: "error pad" }, "Error: " + e.message));
   }
 }
