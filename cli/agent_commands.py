@@ -58,7 +58,26 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
                            max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
     except ProviderConfigError as e:
         raise click.ClickException(str(e)) from e
+    if settings.via_proxy:
+        _check_daemon(settings.base_url)
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
+
+
+def _check_daemon(base_url: str) -> None:
+    """Fail at once, with what to do, when nothing listens at the daemon's address: retrying a refused
+    connection for seconds helps nobody, and no session is created for a turn that cannot run."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as e:
+        raise click.ClickException(
+            f"no ctxscope daemon answers at {parts.scheme}://{parts.netloc} ({e.strerror or e}).\n"
+            "Start it in another terminal with `ctxscope serve`, point --proxy (or $CTXSCOPE_PROXY) at a running one, "
+            "or talk to the provider itself with --direct.") from None
 
 
 def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:

@@ -148,6 +148,20 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
     emit_table(rows, cols, wide=wide)
     if rows and any(c.header in TOKEN_HEADERS for c in cols):
         click.echo(TOKENS_LEGEND)
+    storing_note(db_path)
+
+
+def storing_note(db_path) -> None:
+    """Say so when captured calls are still on their way to the store: the daemon stores them a
+    moment after they end, so a call just made may not be listed yet."""
+    from ctxscope.inspector.db_status import capture_state, spool_status
+
+    path = db_path or default_db_path()
+    capture, spool = capture_state(path), spool_status(path)
+    waiting = capture.get("waiting") or 0
+    if waiting or spool.get("bytes"):
+        click.echo(f"note: {waiting or 'some'} captured call(s) not stored yet: the daemon stores calls a moment "
+                   "after they end; run this again in a second", err=True)
 
 
 @click.command(context_settings=CONTEXT)
@@ -318,6 +332,7 @@ def sessions(db_path, columns, wide, as_json):
     for r in rows:
         r["thread_count"] = sum(1 + len(t.get("children") or ()) for t in r.get("threads") or ())
     emit_table(rows, cols, wide=wide)
+    storing_note(db_path)
 
 
 @click.group(context_settings=CONTEXT)

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -214,3 +215,32 @@ def test_the_cli_imports_no_heavy_package_before_a_command_runs():
     heavy = {"aiohttp", "sqlite_utils", "tiktoken", "ctxscope.agent.host.runtime", "ctxscope.agent.providers.catalog",
              "ctxscope.inspector.store.db", "openai", "anthropic"}
     assert not heavy & loaded, sorted(heavy & loaded)
+
+
+def test_agent_run_with_the_daemon_down_says_what_to_do_and_leaves_no_session(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = CliRunner().invoke(cli, ["agent", "run", "hello", "--provider", "sim", "--proxy", f"http://127.0.0.1:{port}",
+                                      "--workspace", str(tmp_path)], env={"CTXSCOPE_HOME": str(tmp_path / "home")})
+    assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert f"no ctxscope daemon answers at http://127.0.0.1:{port}" in result.output
+    assert "ctxscope serve" in result.output and "--direct" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "home" / "sessions").exists() or not any((tmp_path / "home" / "sessions").iterdir())
+
+
+def test_calls_say_when_captured_calls_still_wait_to_be_stored(demo):
+    from factories import make_exchange
+
+    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.spool_format import pack
+
+    db = demo["db"][1]
+    assert "not stored yet" not in CliRunner().invoke(cli, ["calls", "--db", db]).output
+    s = spools.Spool(Path(db), owner=999_001)  # a call handed over by the proxy, not stored yet
+    try:
+        s.append([pack(make_exchange(1))])
+        out = CliRunner().invoke(cli, ["calls", "--db", db]).output
+        assert "not stored yet: the daemon stores calls a moment after they end" in out
+    finally:
+        s.close(remove=True)
