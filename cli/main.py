@@ -92,9 +92,21 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=int, default=8790, show_default=True, help="Port to listen on.")
 @click.option("--script", "script_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON list of scripted replies (see the simulator docs in the README).")
+              help="JSON list of scripted replies, one per model request (the format is below).")
 def sim(host, port, script_file):
-    """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats)."""
+    """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats).
+
+    \b
+    --script FILE is a JSON list of steps, taken in order, one per model request:
+      [{"text": "Hello."},
+       {"tool_calls": [{"name": "read", "arguments": {"path": "README.md"}}]},
+       {"error": {"status": 429, "retry_after": 1}}]
+    Step keys (all optional; an unknown key is an error): text, tool_calls, thinking, empty,
+    error, stream_error (+ after_events), reset_after_events, delay_ms, chunk_delay_ms,
+    stop_reason, context_window, match (taken only by a request whose last message contains it).
+    With no step left, the answer is "sim: <the start of the last user text>", or a small agent
+    when the request declares tools.
+    """
     import asyncio
 
     from ctxscope.simulator.app import start_simulator

@@ -244,3 +244,14 @@ def test_calls_say_when_captured_calls_still_wait_to_be_stored(demo):
         assert "not stored yet: the daemon stores calls a moment after they end" in out
     finally:
         s.close(remove=True)
+
+
+def test_sim_help_documents_the_script_format_with_an_example_that_loads(tmp_path):
+    from ctxscope.simulator.model.script import load_script_file
+
+    out = run("sim", "--help")
+    assert "docs in the README" not in out and "--script FILE is a JSON list of steps" in out
+    example = re.search(r"^\s+(\[\{.*?\}\])$", out, re.M | re.S).group(1)
+    path = tmp_path / "script.json"
+    path.write_text(" ".join(line.strip() for line in example.splitlines()))
+    assert len(load_script_file(path)) == 3
