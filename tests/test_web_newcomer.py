@@ -127,3 +127,19 @@ def test_the_page_and_the_cli_share_one_table_of_words():
         body = re.search(name + r" = \{(.*?)\};", js, re.S).group(1)
         table = dict(re.findall(r'(\w+): "([^"]*)"', body))
         assert {kind(v) if v in kind._value2member_map_ else kind[v]: w for v, w in table.items()} == WORDS[kind]
+
+
+def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_difference(demo, wpage):
+    url, result, calls = demo
+    breaks = [c for c in calls if c["relation"] == "DIVERGED"]
+    wpage.goto(f"{url}/#/session/{result.session}?offset=0")  # a page that need not hold the breaks
+    links = wpage.locator("#app[data-ready='1'] .break-links a")
+    expect(links).to_have_count(min(len(breaks), 12))
+    assert links.all_inner_texts() == [f"#{c['seq']}" for c in breaks][:12]
+    brk = breaks[0]
+    wpage.goto(f"{url}/#/call/{brk['id']}")
+    expect(wpage.locator("#app[data-ready='1'] h1")).to_have_text(f"Call #{brk['seq']}")
+    revealed = wpage.locator(".revealed")
+    expect(revealed).to_have_count(1)
+    assert revealed.evaluate("e => e.dataset.ptr") in {brk["pointer"]} | {
+        "/" + "/".join(brk["pointer"].split("/")[1:i]) for i in range(2, brk["pointer"].count("/") + 1)}

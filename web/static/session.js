@@ -118,7 +118,18 @@ export function renderSession(root, session, params, ctx) {
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
         s.grouped_by && Object.keys(s.grouped_by).length ? stat("grouped by", Object.keys(s.grouped_by).join(" · "),
           "why the calls landed in this session: " + Object.entries(s.grouped_by).map(([k, n]) => `${groupedLabel(k)}: ${n}`).join("; ")) : null,
-        view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")));
+        view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")),
+      breakLinks(view.series));
+  }
+
+  // Every break of the session, wherever its page is: each links to its diff, where its story is.
+  function breakLinks(series) {
+    const at = series.relation.map((r, i) => (r === vocab.RelationKind.DIVERGED ? i : -1)).filter((i) => i >= 0);
+    if (!at.length) return null;
+    const MAX = 12;
+    return h("div", { class: "break-links" }, h("span", { class: "muted" }, `${at.length} break${at.length > 1 ? "s" : ""} (prompt changed): `),
+      at.slice(0, MAX).map((i) => h("a", { class: "btn small", href: "#/diff/" + encodeURIComponent(series.id[i]), title: "the diff of this call with its predecessor" }, "#" + series.seq[i])),
+      at.length > MAX ? h("span", { class: "muted" }, ` … and ${at.length - MAX} more (filter relation: diverged)`) : null);
   }
 
   function drawChart(view) {
