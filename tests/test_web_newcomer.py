@@ -69,6 +69,9 @@ def test_the_diff_list_names_removed_segments_by_their_old_pointer(demo, wpage):
     expect(note).to_contain_text("checkpoint")
     for ptr in wpage.locator("ol.changes li code.ptr").all():  # pointers are never cut short
         assert ptr.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+    dels = wpage.locator("mark.del")
+    if dels.count():  # removed text is coloured, not struck through
+        assert dels.first.evaluate("e => getComputedStyle(e).textDecorationLine") == "none"
 
 
 def test_filters_speak_the_words_of_the_table(demo, wpage):
