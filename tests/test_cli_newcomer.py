@@ -255,3 +255,14 @@ def test_sim_help_documents_the_script_format_with_an_example_that_loads(tmp_pat
     path = tmp_path / "script.json"
     path.write_text(" ".join(line.strip() for line in example.splitlines()))
     assert len(load_script_file(path)) == 3
+
+
+def test_a_marker_on_many_calls_gets_one_line_after_the_rarer_effects(demo):
+    out = run("session", demo["session"], *demo["db"])
+    effects = out.split("effects (declared by the client", 1)[1].split("\ncalls:", 1)[0]
+    on_many = {k for c in demo["calls"] for k in {m["kind"] for m in c["markers"] or []}
+               if sum(k in {m["kind"] for m in d["markers"] or []} for d in demo["calls"]) > 10} - {"tools_executed"}
+    assert on_many  # the demo's sources_available
+    for kind in on_many:
+        assert len(re.findall(rf"^\s+#\d+\s+{kind}\s", effects, re.M)) == 0
+        assert re.search(rf"^  {kind} on \d+ calls: #\d+", effects, re.M)

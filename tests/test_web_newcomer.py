@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,16 @@ def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_differ
     expect(revealed).to_have_count(1)
     assert revealed.evaluate("e => e.dataset.ptr") in {brk["pointer"]} | {
         "/" + "/".join(brk["pointer"].split("/")[1:i]) for i in range(2, brk["pointer"].count("/") + 1)}
+
+
+def test_pages_take_a_unique_prefix_and_list_the_candidates_of_an_ambiguous_one(demo, page):
+    url, result, calls = demo
+    page.goto(f"{url}/#/session/{result.session[:16]}")
+    expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(result.calls)
+    ids = sorted(c["id"] for c in calls)
+    prefix = next(a[:n] for a, b in pairwise(ids) for n in range(len(a), 0, -1) if b.startswith(a[:n]))
+    page.goto(f"{url}/#/call/{prefix}")
+    error = page.locator(".error")
+    expect(error).to_contain_text(f"call id prefix {prefix!r} matches more than one call")
+    expect(error).to_contain_text(next(i for i in ids if i.startswith(prefix)))
+    page.problems.clear()  # the refused fetch is logged: it is what this test asks for
