@@ -105,49 +105,52 @@ def _fit(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _show_diff(d: dict) -> None:
+def _show_diff(d: dict, width: int) -> None:
+    def echo(line: str) -> None:  # each line cut to the terminal (--wide: whole)
+        click.echo(_fit(line, width))
+
     a, b = d["a"], d["b"]
-    click.echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
+    echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
     if b is None:
-        click.echo(f"b: -  ({d['reason']})")
+        echo(f"b: -  ({d['reason']})")
         return
-    click.echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
+    echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
                + ("  (a's predecessor)" if d["b_is_predecessor"] else ""))  # fmt: skip
     rel = d["relation"] + (f" ({d['epoch_reason']})" if d.get("epoch_reason") else "")
-    click.echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
+    echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
     if d.get("reason"):
-        click.echo(d["reason"])
+        echo(d["reason"])
         return
-    click.echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
+    echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
                f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
                f"b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
     first = d.get("first_divergence")
     if first:
-        click.echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
+        echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
         text = first.get("text")
         if text:
-            click.echo(f"  at char {text['offset']}:")
-            click.echo(f"  b: {_safe(text['b_excerpt'])}")
-            click.echo(f"  a: {_safe(text['a_excerpt'])}")
+            echo(f"  at char {text['offset']}:")
+            echo(f"  b: {_safe(text['b_excerpt'])}")
+            echo(f"  a: {_safe(text['a_excerpt'])}")
         else:
-            click.echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
-            click.echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
+            echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
+            echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
     for label, key in (("added in a", "added"), ("gone from b", "removed")):
         if d[key]:
-            click.echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
+            echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
             for seg in d[key][:10]:
-                click.echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
+                echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
             if len(d[key]) > 10:
-                click.echo(f"  ... {len(d[key]) - 10} more")
+                echo(f"  ... {len(d[key]) - 10} more")
     if d["resent"]["segments"]:
-        click.echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
+        echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
                    f"~{d['resent']['tokens']} tokens")  # fmt: skip
     for move in d["markers"]["moved"]:
-        click.echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
+        echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
     for name, change in d["params_changed"].items():
-        click.echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
     for name, change in d["cache_policy_changed"].items():
-        click.echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
 
 
 def _safe(value) -> str:
@@ -195,8 +198,9 @@ def _show_stats(s: dict) -> None:
 @click.argument("b", required=False)
 @db_option
 @click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
+@wide_option
 @json_option
-def diff(a, b, db_path, max_chars, as_json):
+def diff(a, b, db_path, max_chars, wide, as_json):
     """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
     from ctxscope.inspector.calldiff import diff_calls
 
@@ -208,7 +212,7 @@ def diff(a, b, db_path, max_chars, as_json):
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0]) if exc.args else str(exc)) from exc
     result = mask_keys_in(result)  # excerpts of the prompts: keys the client put there stay out
-    emit_json(result) if as_json else _show_diff(result)
+    emit_json(result) if as_json else _show_diff(result, 10**6 if wide else terminal_width())
 
 
 @click.command(context_settings=CONTEXT)

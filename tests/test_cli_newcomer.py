@@ -102,7 +102,8 @@ def test_threads_are_chosen_by_the_names_the_views_print(demo):
 def test_human_tables_fit_100_columns_and_show_no_reprs(demo):
     db, session = demo["db"], demo["session"]
     for args in (["calls", "--limit", "500"], ["sessions"], ["session", session], ["db", "status"],
-                 ["stats", "--session", session], ["show", demo["calls"][0]["id"]]):  # fmt: skip
+                 ["stats", "--session", session], ["show", demo["calls"][0]["id"]],
+                 ["diff", next(c["id"] for c in demo["calls"] if c["relation"] == "DIVERGED")]):  # fmt: skip
         out = run(*args, *db)
         too_wide = [line for line in out.splitlines() if len(line) > 100]
         assert not too_wide, (args, too_wide[:3])
