@@ -58,7 +58,26 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
                            max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
     except ProviderConfigError as e:
         raise click.ClickException(str(e)) from e
+    if settings.via_proxy:
+        _check_daemon(settings.base_url)
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
+
+
+def _check_daemon(base_url: str) -> None:
+    """Fail at once, with what to do, when nothing listens at the daemon's address: retrying a refused
+    connection for seconds helps nobody, and no session is created for a turn that cannot run."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as e:
+        raise click.ClickException(
+            f"no ctxscope daemon answers at {parts.scheme}://{parts.netloc} ({e.strerror or e}).\n"
+            "Start it in another terminal with `ctxscope serve`, point --proxy (or $CTXSCOPE_PROXY) at a running one, "
+            "or talk to the provider itself with --direct.") from None
 
 
 def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:
@@ -66,7 +85,9 @@ def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:
         raise click.UsageError("use either --continue or --session, not both")
     try:
         if opts["session_id"]:
-            return rt.open_session(opts["session_id"])
+            from .options import resolve_agent_session
+
+            return rt.open_session(resolve_agent_session(rt.home, opts["session_id"]))
     except SessionNotFound as e:
         raise click.ClickException(str(e)) from e
     if opts["cont"]:
@@ -172,8 +193,10 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
     from ctxscope.agent.host.runtime import default_home
     from ctxscope.agent.host.session_report_bundle import bundle_session
 
+    from .options import resolve_agent_session
+
     try:
-        result = bundle_session(default_home(), session_id, output)
+        result = bundle_session(default_home(), resolve_agent_session(default_home(), session_id), output)
     except SessionNotFound as e:
         raise click.ClickException(str(e)) from e
     except OSError as e:
@@ -200,6 +223,9 @@ def context_command(session_id: str, context_window: int | None, max_output_toke
     from ctxscope.agent.host.context_views import stored_report
     from ctxscope.agent.host.runtime import default_home
 
+    from .options import resolve_agent_session
+
+    session_id = resolve_agent_session(default_home(), session_id)
     try:
         report = stored_report(default_home(), session_id, context_window=context_window,
                                max_output_tokens=max_output_tokens)

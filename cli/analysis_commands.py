@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 
 import click
 
-from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
+from ctxscope.proxy.redaction.mask import mask_keys_in
+from ctxscope.vocab.kinds import RelationKind
+from ctxscope.vocab.words import word
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json, emit_table
+from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
+from .output import Column, emit_json, emit_table, fmt_int, fmt_usd, pick_columns, safe_text, terminal_width
+from .query_commands import TOKENS_LEGEND, clock_time, columns_option, thread_names, verdict_word, wide_option
 from .settings import home_dir
 
 TIMELINE_COLUMNS = [
-    ("seq", "SEQ"), ("started_at", "TIME"), ("model", "MODEL"), ("thread_label", "THREAD"),
-    ("grouped_by", "GROUPED_BY"), ("relation_label", "RELATION"),
-    ("pointer", "POINTER"), ("tokens_estimated", "TOKENS"), ("usage.cache_read", "CACHE_R"),
-    ("cache_verdict", "VERDICT"), ("lost", "LOST"), ("marker_kinds", "MARKERS"),
+    Column("seq", "SEQ", right=True), Column("started_at", "TIME", clock_time), Column("model", "MODEL", shrink=True),
+    Column("thread_label", "THREAD"), Column("grouped_by", "GROUPED_BY"),
+    Column("relation_label", "RELATION"), Column("pointer", "POINTER", shrink=True),
+    Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
+    Column("usage.input", "REP_IN", fmt_int, right=True), Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
+    Column("cache_verdict", "VERDICT", verdict_word), Column("lost", "LOST", fmt_int, right=True),
+    Column("marker_kinds", "MARKERS", shrink=True),
 ]  # fmt: skip
+TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
 
 
 def prices_path() -> Path | None:
@@ -41,91 +49,120 @@ def make_analyzer():
 
 
 def _relation_label(row: dict) -> str | None:
-    rel = row.get("relation")
+    rel = word(RelationKind, row.get("relation"))
     return f"{rel}:{row['epoch_reason']}" if rel and row.get("epoch_reason") else rel
 
 
-def _thread_names(threads: list[dict]) -> dict[str, str]:
-    """"main T1", "side T2" ...: the store's thread order, as the web UI names them."""
-    flat = [t for top in threads for t in (top, *top.get("children", ()))]
-    return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
+def marker_counts(markers: list[dict]) -> str | None:
+    """Marker kinds once each, with a count when repeated ("guard_signal×3")."""
+    counts = Counter(str(m.get("kind")) for m in markers)
+    return ",".join(k if n == 1 else f"{k}×{n}" for k, n in counts.items()) or None
 
 
 def _timeline_rows(calls: list[dict], threads: list[dict]) -> list[dict]:
-    names = _thread_names(threads)
+    names = thread_names(threads)
     out = []
     for call in calls:
         thread = call.get("thread")
         cache = call.get("cache") or {}
         out.append(dict(call, thread_label=names.get(thread) if thread else None, relation_label=_relation_label(call),
                         lost=cache.get("lost_tokens") or None,
-                        marker_kinds=",".join(m["kind"] for m in call.get("markers") or []) or None))  # fmt: skip
+                        marker_kinds=marker_counts(call.get("markers") or [])))  # fmt: skip
     return out
 
 
-def _show_effects(calls: list[dict]) -> None:
-    """Each marker on the call where it took effect, in words (the tools that ran are in the table)."""
+FREQUENT = 10  # a kind on more calls than this is listed once, so it does not bury the rarer effects
+
+
+def _show_effects(calls: list[dict], width: int) -> None:
+    """Each marker on the call where it took effect, in words (the tools that ran are in the table);
+    a kind that recurs on many calls gets one line with its calls, after the others."""
     from ctxscope.inspector.analyses.marker_text import marker_summary
 
     lines = [(call["seq"], m) for call in calls for m in call.get("markers") or [] if m.get("kind") != "tools_executed"]
     if not lines:
         return
+    seqs: dict[str, list[int]] = {}
+    for seq, m in lines:
+        seqs.setdefault(str(m.get("kind")), []).append(seq)
+    frequent = {k: v for k, v in seqs.items() if len(set(v)) > FREQUENT}
     click.echo("")
     click.echo("effects (declared by the client, or inferred from the prompt):")
     for seq, m in lines:
+        if str(m.get("kind")) in frequent:
+            continue
         how = "declared" if (m.get("detail") or {}).get("declared") else "inferred"
-        where = f"  at {m['pointer']}" if m.get("pointer") else ""
-        click.echo(f"  #{seq:<4} {_safe(m['kind']):<25} {how:<8} {_safe(marker_summary(m))}{_safe(where)}")
+        where = f"  at {_safe(m['pointer'])}" if m.get("pointer") else ""
+        click.echo(_fit(f"  #{seq:<4} {_safe(m['kind']):<25} {how}{where}", width))
+        click.echo(textwrap.fill(_safe(marker_summary(m)), width, initial_indent=" " * 8, subsequent_indent=" " * 8))
+    for kind, on in frequent.items():
+        listed = ", ".join(f"#{n}" for n in dict.fromkeys(on))
+        click.echo(textwrap.fill(f"{_safe(kind)} on {len(set(on))} calls: {listed}", width, initial_indent="  ",
+                                 subsequent_indent=" " * 4))
 
 
-def _show_diff(d: dict) -> None:
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _show_diff(d: dict, width: int) -> None:
+    def echo(line: str) -> None:  # each line cut to the terminal (--wide: whole)
+        click.echo(_fit(line, width))
+
     a, b = d["a"], d["b"]
-    click.echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
+    echo(f"a: {a['id']}  seq {a['seq']}  {a['model']}  {a['started_at']}")
     if b is None:
-        click.echo(f"b: -  ({d['reason']})")
+        echo(f"b: -  ({d['reason']})")
         return
-    click.echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
+    echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
                + ("  (a's predecessor)" if d["b_is_predecessor"] else ""))  # fmt: skip
     rel = d["relation"] + (f" ({d['epoch_reason']})" if d.get("epoch_reason") else "")
-    click.echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
+    echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
     if d.get("reason"):
-        click.echo(d["reason"])
+        echo(d["reason"])
         return
-    click.echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
+    echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
                f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
                f"b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
     first = d.get("first_divergence")
     if first:
-        click.echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
+        echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
         text = first.get("text")
         if text:
-            click.echo(f"  at char {text['offset']}:")
-            click.echo(f"  b: {_safe(text['b_excerpt'])}")
-            click.echo(f"  a: {_safe(text['a_excerpt'])}")
+            echo(f"  at char {text['offset']}:")
+            echo(f"  b: {_safe(text['b_excerpt'])}")
+            echo(f"  a: {_safe(text['a_excerpt'])}")
         else:
-            click.echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
-            click.echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
+            echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
+            echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
     for label, key in (("added in a", "added"), ("gone from b", "removed")):
         if d[key]:
-            click.echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
+            echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
             for seg in d[key][:10]:
-                click.echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
+                echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
             if len(d[key]) > 10:
-                click.echo(f"  ... {len(d[key]) - 10} more")
+                echo(f"  ... {len(d[key]) - 10} more")
     if d["resent"]["segments"]:
-        click.echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
+        echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
                    f"~{d['resent']['tokens']} tokens")  # fmt: skip
     for move in d["markers"]["moved"]:
-        click.echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
+        echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
     for name, change in d["params_changed"].items():
-        click.echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
     for name, change in d["cache_policy_changed"].items():
-        click.echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
 
 
 def _safe(value) -> str:
-    text = "-" if value is None else mask_key_values(str(value))
-    return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", "⏎"))
+    return safe_text(value)
+
+
+def compaction_breaks(d: dict) -> str:
+    """The breaks compactions made, counted as the sessions list counts compactions: the first
+    call after each, and apart from them the checkpoint requests themselves."""
+    after, requests = d.get("breaks_after_compaction", 0), d.get("checkpoint_request_breaks", 0)
+    text = f"{after} after a compaction"
+    return text + (f", {requests} a checkpoint request" if requests else "")
 
 
 def _show_stats(s: dict) -> None:
@@ -136,7 +173,7 @@ def _show_stats(s: dict) -> None:
     click.echo(f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
                f"(tokens read from cache: {tr['cache_read']}/{tr['input']})")  # fmt: skip
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
-    click.echo(f"lost to cache misses: {s['lost_tokens']} tokens{usd}")
+    click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
     if s["by_relation"]:
         click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
     if s["by_verdict"]:
@@ -144,14 +181,16 @@ def _show_stats(s: dict) -> None:
     d = s.get("cache_discipline")
     if d and d["comparable"]:
         click.echo(f"prefix kept (APPEND_ONLY or IDENTICAL): {d['prefix_kept']}/{d['comparable']} calls = "
-                   f"{d['prefix_kept_share']:.1%}; breaks: {d['breaks']} ({d['compaction_breaks']} compactions), "
-                   f"{d['lost_tokens']} tokens lost to them ({d['lost_tokens_compactions']} to compactions)")
+                   f"{d['prefix_kept_share']:.1%}")
+        click.echo(f"breaks: {d['breaks']} ({compaction_breaks(d)})")
+        click.echo(f"tokens lost to breaks: {fmt_int(d['lost_tokens'])} "
+                   f"({fmt_int(d['lost_tokens_compactions'])} to compactions)")
         click.echo(f"breaks inside the cached prefix that are not compactions: {d['violations']}")
     if s["breaks"]:
         click.echo("breaks by cause:")
         emit_table(s["breaks"], [("cause", "CAUSE"), ("segment_kind", "SEGMENT"), ("area", "WHERE"),
                                  ("calls", "CALLS"), ("lost_tokens", "LOST_TOKENS"),
-                                 ("lost_usd", "LOST_USD")])  # fmt: skip
+                                 Column("lost_usd", "LOST_USD", fmt_usd, right=True)])  # fmt: skip
 
 
 @click.command(context_settings=CONTEXT)
@@ -159,35 +198,37 @@ def _show_stats(s: dict) -> None:
 @click.argument("b", required=False)
 @db_option
 @click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
+@wide_option
 @json_option
-def diff(a, b, db_path, max_chars, as_json):
+def diff(a, b, db_path, max_chars, wide, as_json):
     """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
     from ctxscope.inspector.calldiff import diff_calls
-    from ctxscope.inspector.store.queries import AmbiguousCallId
 
+    db = open_db_or_fail(db_path)
+    a = resolve_call(db, a)
+    b = resolve_call(db, b) if b is not None else None
     try:
-        result = diff_calls(open_db_or_fail(db_path), a, b, max_chars=max_chars)
-    except (KeyError, AmbiguousCallId) as exc:
+        result = diff_calls(db, a, b, max_chars=max_chars)
+    except KeyError as exc:
         raise click.ClickException(str(exc.args[0]) if exc.args else str(exc)) from exc
     result = mask_keys_in(result)  # excerpts of the prompts: keys the client put there stay out
-    emit_json(result) if as_json else _show_diff(result)
+    emit_json(result) if as_json else _show_diff(result, 10**6 if wide else terminal_width())
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("session")
 @db_option
+@columns_option
+@wide_option
 @json_option
-def session(session, db_path, as_json):
+def session(session, db_path, columns, wide, as_json):
     """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
     from ctxscope.inspector.store.analysis_queries import session_timeline
-    from ctxscope.inspector.store.queries import AmbiguousCallId
 
-    try:
-        timeline = session_timeline(open_db_or_fail(db_path), session)
-    except AmbiguousCallId as exc:
-        raise click.ClickException(str(exc)) from exc
-    if timeline is None:
-        raise click.ClickException(f"no session matches {session!r}")
+    cols = pick_columns(TIMELINE_COLUMNS, columns, TIMELINE_DEFAULT, wide)
+    db = open_db_or_fail(db_path)
+    timeline = session_timeline(db, resolve_session_id(db, session))
+    assert timeline is not None  # resolved above
     timeline = mask_keys_in(timeline)
     if as_json:
         emit_json(timeline)
@@ -195,8 +236,9 @@ def session(session, db_path, as_json):
     grouped = Counter(c["grouped_by"] for c in timeline["calls"] if c.get("grouped_by"))
     why = ", ".join(f"{k} {n}" for k, n in grouped.most_common()) or "-"
     click.echo(f"session {timeline['session']}  (from {timeline['session_source'] or '-'}; grouped by: {why})")
-    emit_table(_timeline_rows(timeline["calls"], timeline["threads"]), TIMELINE_COLUMNS)
-    _show_effects(timeline["calls"])
+    emit_table(_timeline_rows(timeline["calls"], timeline["threads"]), cols, wide=wide)
+    click.echo(TOKENS_LEGEND)
+    _show_effects(timeline["calls"], 10**6 if wide else terminal_width())
     click.echo("")
     _show_stats(timeline["stats"])
 
@@ -207,26 +249,18 @@ def session(session, db_path, as_json):
 @json_option
 def stats(db_path, session, as_json):
     """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
-    from ctxscope.inspector.store.analysis_queries import resolve_session
     from ctxscope.inspector.store.analysis_queries import stats as compute
-    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     db = open_db_or_fail(db_path)
     if session is not None:
-        try:
-            full = resolve_session(db, session)
-        except AmbiguousCallId as exc:
-            raise click.ClickException(str(exc)) from exc
-        if full is None:
-            raise click.ClickException(f"no session matches {session!r}")
-        session = full
+        session = resolve_session_id(db, session)
     result = compute(db, session=session)
     emit_json(result) if as_json else _show_stats(result)
 
 
 @click.command(context_settings=CONTEXT)
 @db_option
-@click.option("--session", help="Only the calls of this session.")
+@click.option("--session", help="Only the calls of this session (an id or a unique prefix of one).")
 @json_option
 def reindex(db_path, session, as_json):
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
@@ -234,6 +268,8 @@ def reindex(db_path, session, as_json):
     from ctxscope.inspector.store.analysis_rows import count_calls
 
     db = open_db_or_fail(db_path)
+    if session:
+        session = resolve_session_id(db, session)
     try:
         analyzer = make_analyzer()
     except (ValueError, OSError) as exc:

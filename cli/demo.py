@@ -11,6 +11,7 @@ until Ctrl-C (``--once``: exit instead).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import shutil
 import signal
@@ -23,9 +24,8 @@ from pathlib import Path
 
 import click
 
-from ctxscope.inspector.store.analysis_rows import count_analysed
-
 from . import demo_script as script
+from .analysis_commands import compaction_breaks
 from .options import CONTEXT, db_option
 from .settings import DaemonConfig
 
@@ -128,6 +128,8 @@ def count_model_requests(sim) -> int:
 
 def wait_for_analysis(db_path: Path, session: str, expected: int, timeout: float = ANALYSIS_TIMEOUT_S) -> int:
     """Block until ``expected`` calls of the session are stored and analysed; returns how many are."""
+    from ctxscope.inspector.store.analysis_rows import count_analysed
+
     deadline = time.monotonic() + timeout
     done = 0
     while time.monotonic() < deadline:
@@ -165,7 +167,7 @@ def _describe(marker: dict) -> str:
     return marker_summary(marker)
 
 
-async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
+async def run_demo_session(daemon, db_path: Path, echo: Echo, *, once: bool = False) -> DemoResult:
     """On a started daemon: run the scenario, wait for its analysis and print where each effect landed."""
     if daemon.sim is None:
         raise click.ClickException("the built-in simulator is not running (see the log above)")
@@ -195,8 +197,12 @@ async def run_demo_session(daemon, db_path: Path, echo: Echo) -> DemoResult:
         echo(line)
     url = f"{daemon.url}/#/session/{session}"
     echo("")
-    echo(f"session {session}: {stored} calls.  Open {url}")
-    echo(f"  or: ctxscope session {session} --db {db_path}")
+    if once:  # the daemon stops with the demo: its address would lead nowhere
+        echo(f"session {session}: {stored} calls.  See it with: ctxscope session {session} --db {db_path}")
+        echo(f"  or in the UI: ctxscope serve --db {db_path}, then open http://127.0.0.1:8787/#/session/{session}")
+    else:
+        echo(f"session {session}: {stored} calls.  Open {url}")
+        echo(f"  or: ctxscope session {session} --db {db_path}")
     return DemoResult(session, url, stored, {k: v[0] for k, v in found.items()},
                       tuple(k for k in script.EXPECTED if k not in found), discipline)
 
@@ -207,7 +213,7 @@ async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
     daemon = await start_daemon(cfg)
     try:
         echo(f"ctxscope daemon on {daemon.url}  (captures: {cfg.db}); simulator window {script.WINDOW:,} tokens")
-        result = await run_demo_session(daemon, cfg.db, echo)
+        result = await run_demo_session(daemon, cfg.db, echo, once=once)
         if not once:
             echo("The daemon keeps running (proxy, simulator and UI). Press Ctrl-C to stop.")
             await _wait_for_signal()
@@ -227,10 +233,10 @@ def thread_lines(db_path: Path, session: str) -> list[str]:
     finally:
         db.close()
     lines = []
-    for top in tree:
-        lines.append(f"thread {top['thread'][:12]}: {top['calls']} calls")
-        lines += [f"  side thread {t['thread'][:12]}: {t['calls']} calls, from call #{t['first_seq']}"
-                  for t in top["children"]]
+    for top in tree:  # named as every view names them: "main T1", "side T2" (ctxscope calls --thread T2)
+        lines.append(f"main T{top['index'] + 1} (thread {top['thread'][:12]}): {top['calls']} calls")
+        lines += [f"  side T{t['index'] + 1} (thread {t['thread'][:12]}): {t['calls']} calls, from call "
+                  f"#{t['first_seq']}" for t in top["children"]]  # fmt: skip
     return lines
 
 
@@ -238,8 +244,8 @@ def discipline_lines(d: dict) -> list[str]:
     share = f"{d['prefix_kept_share']:.1%}" if d["prefix_kept_share"] is not None else "-"
     return [
         f"cache discipline: {d['prefix_kept']}/{d['comparable']} calls after the first are APPEND_ONLY or IDENTICAL "
-        f"({share}); {d['breaks']} break(s), {d['compaction_breaks']} of them compactions; "
-        f"{d['lost_tokens']:,} tokens lost to breaks",
+        f"({share})",
+        f"  {d['breaks']} break(s): {compaction_breaks(d)}; {d['lost_tokens']:,} tokens lost to breaks",
         f"breaks inside the previous call's cached prefix that are not compactions: {d['violations']}",
     ]
 
@@ -268,14 +274,30 @@ def demo(once, port, db_path):
     ours = logging.getLogger("ctxscope")
     level = ours.level
     ours.setLevel(logging.WARNING)  # progress lines, not the agent's log
+    existed = {p for p in _db_files(cfg.db) if p.exists()}
     try:
         result = run_demo(cfg, once=once)
     except OSError as exc:
-        raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}") from exc
+        for p in _db_files(cfg.db):  # a demo that never started leaves no database behind
+            if p not in existed:
+                p.unlink(missing_ok=True)
+        raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}"
+                                   + port_hint(exc)) from exc
     finally:  # a process that runs the demo in-process (a test, an embedding) keeps its logging
         ours.setLevel(level)
     if result is not None and result.missing:
         raise click.ClickException("the demo did not produce: " + ", ".join(result.missing))
+
+
+def _db_files(db: Path) -> list[Path]:
+    return [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
+
+
+def port_hint(exc: OSError) -> str:
+    """What to do when the port is taken."""
+    if exc.errno == errno.EADDRINUSE:
+        return "\n(another program, perhaps another ctxscope, listens there: pick another port with --port)"
+    return ""
 
 
 def run_demo(cfg: DaemonConfig, *, once: bool) -> DemoResult | None:

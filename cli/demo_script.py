@@ -25,8 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN, SECTIONS
-
 WINDOW = 32_000
 OUTPUT = 8_192
 MODEL = "claude-sonnet-4-5"
@@ -113,11 +111,15 @@ def checkpoint_summary() -> str:
         "Pending User Asks": "None beyond the open todo items.",
         "Critical Context & Relevant Files": "server.log, src/module_*.py, docs/design.md",
     }
+    from ctxscope.agent.context.compaction.checkpoint import SECTIONS  # at run time: quick start-up
+
     return "\n".join(f"## {s}\n{body.get(s, '-')}" for s in SECTIONS)
 
 
 def checkpoint_steps(n: int = 2) -> list[dict]:
     """Answers reserved for checkpoint requests (taken only by a request carrying the control tag)."""
+    from ctxscope.agent.context.compaction.checkpoint import CONTROL_OPEN
+
     return [{"match": CONTROL_OPEN, "text": checkpoint_summary()} for _ in range(n)]
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .agent_commands import agent_group
 from .analysis_commands import diff, reindex, session, stats
 from .ca_commands import ca
 from .demo import demo
@@ -92,16 +91,30 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
     try:
         run(serve_forever(cfg, announce=announce, stopping=stopping))
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
+        from .demo import port_hint
+
+        raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}{port_hint(exc)}") from exc
 
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=int, default=8790, show_default=True, help="Port to listen on.")
 @click.option("--script", "script_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON list of scripted replies (see the simulator docs in the README).")
+              help="JSON list of scripted replies, one per model request (the format is below).")
 def sim(host, port, script_file):
-    """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats)."""
+    """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats).
+
+    \b
+    --script FILE is a JSON list of steps, taken in order, one per model request:
+      [{"text": "Hello."},
+       {"tool_calls": [{"name": "read", "arguments": {"path": "README.md"}}]},
+       {"error": {"status": 429, "retry_after": 1}}]
+    Step keys (all optional; an unknown key is an error): text, tool_calls, thinking, empty,
+    error, stream_error (+ after_events), reset_after_events, delay_ms, chunk_delay_ms,
+    stop_reason, context_window, match (taken only by a request whose last message contains it).
+    With no step left, the answer is "sim: <the start of the last user text>", or a small agent
+    when the request declares tools.
+    """
     import asyncio
 
     from ctxscope.simulator.app import start_simulator
@@ -137,7 +150,28 @@ for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, 
                 import_file, replay, run_command, ca):
     cli.add_command(command)
 
-cli.add_command(agent_group)
+
+
+class LazyAgentGroup(click.Group):
+    """`ctxscope agent`: its commands (and the agent runtime they import) load only when one runs or
+    its help is asked for, so `ctxscope --help` and the quick commands start fast
+    (docs/architecture.md, "Quick start-up")."""
+
+    def _real(self) -> click.Group:
+        from .agent_commands import agent_group
+
+        return agent_group
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._real().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._real().get_command(ctx, cmd_name)
+
+
+cli.add_command(LazyAgentGroup("agent", context_settings=CONTEXT,
+                               help="Run the ctxscope coding agent (its calls go through the local proxy unless "
+                                    "--direct)."))
 cli.add_command(findings)
 cli.add_command(advise)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import sqlite_utils
 
 from .settings import default_db_path
+
+if TYPE_CHECKING:  # the import costs start-up time: the commands import it when they run
+    import sqlite_utils
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -29,3 +32,54 @@ def open_db_or_fail(db_path: Path | None) -> sqlite_utils.Database:
     if not path.exists():
         raise click.ClickException(f"no capture database at {path} (run `ctxscope serve` first, or pass --db)")
     return open_db(path)
+
+
+class IdError(click.ClickException):
+    """An id no call or session has, or a prefix several share: a usage error, so exit code 2
+    (docs/architecture.md, "One id rule")."""
+
+    exit_code = 2
+
+
+def pick_id(kind: str, prefix: str, candidates: list[str] | tuple[str, ...], more: bool = False) -> str:
+    """The one id that equals ``prefix`` or starts with it; else an IdError listing the candidates."""
+    if prefix in candidates:
+        return prefix
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise IdError(f"no {kind} matches {prefix!r}")
+    listed = "\n".join(f"  {c}" for c in candidates) + ("\n  ..." if more else "")
+    raise IdError(f"{kind} id prefix {prefix!r} is ambiguous; it matches:\n{listed}\n"
+                  "give more characters of the id")
+
+
+def resolve_call(db: sqlite_utils.Database, prefix: str) -> str:
+    """A call's full id from an id or a unique prefix of one (IdError otherwise)."""
+    from ctxscope.inspector.store.queries import AmbiguousCallId, resolve_call_id
+
+    try:
+        full = resolve_call_id(db, prefix)
+    except AmbiguousCallId as exc:
+        return pick_id("call", prefix, exc.candidates, exc.more)
+    return pick_id("call", prefix, [full] if full else [])
+
+
+def resolve_session_id(db: sqlite_utils.Database, prefix: str) -> str:
+    """A session's full id from an id or a unique prefix of one (IdError otherwise)."""
+    from ctxscope.inspector.store.analysis_queries import resolve_session
+    from ctxscope.inspector.store.queries import AmbiguousCallId
+
+    try:
+        full = resolve_session(db, prefix)
+    except AmbiguousCallId as exc:
+        return pick_id("session", prefix, exc.candidates, exc.more)
+    return pick_id("session", prefix, [full] if full else [])
+
+
+def resolve_agent_session(home: Path, prefix: str) -> str:
+    """An agent session's full id (a folder under HOME/sessions) from an id or a unique prefix (IdError otherwise)."""
+    from ctxscope.agent.host.session_store import SessionStore
+
+    ids = sorted(m.id for m in SessionStore(home).list() if m.id.startswith(prefix))
+    return pick_id("agent session", prefix, ids[:10], len(ids) > 10)

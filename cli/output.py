@@ -1,22 +1,68 @@
 """Printing query results: JSON for scripts, aligned columns for people.
 
 Captured bodies are stored byte-exact, keys a client put inside them included: everything
-printed here is masked first (``redact.mask_keys_in`` / ``mask_key_values``).
+printed here is masked first (``redact.mask_keys_in`` / ``mask_key_values``). Human output fits
+the terminal and never shows a Python repr (docs/architecture.md, "Human output fits the terminal").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
+DEFAULT_WIDTH = 100
+# Control characters as visible signs: a newline is ⏎ and a tab is → everywhere (never a bare "?").
+_VISIBLE = {"\n": "⏎", "\t": "→", "\r": "␍"}
+
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(mask_keys_in(data), indent=2, ensure_ascii=False, default=str))
+
+
+def safe_text(value: Any) -> str:
+    """Captured text made safe for a terminal: keys masked, newlines and tabs shown as signs, other
+    control characters as "?" (captured text never drives the terminal)."""
+    text = "-" if value is None else mask_key_values(str(value))
+    return "".join(_VISIBLE.get(ch, ch if ch.isprintable() else "?") for ch in text)
+
+
+def fmt_int(n: Any) -> str:
+    return "-" if n is None else f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def fmt_rate(rate: Any) -> str:
+    """A share 0..1 as a percentage with one decimal ("84.9%")."""
+    return "-" if rate is None else f"{rate:.1%}"
+
+
+def fmt_usd(usd: Any) -> str:
+    """Dollars to the cent, smaller amounts to four places ("$0.0216"); "-" when unpriced."""
+    if usd is None:
+        return "-"
+    return f"${usd:,.2f}" if abs(usd) >= 1 else f"${usd:.4f}"
+
+
+def plain(value: Any) -> str:
+    """Any value in words: lists joined by commas, mappings as key=value pairs, never a repr."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(plain(v) for v in value) or "-"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={plain(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, int):
+        return fmt_int(value)
+    return safe_text(value)
 
 
 def _cell(value: Any) -> str:
@@ -26,23 +72,85 @@ def _cell(value: Any) -> str:
         return ",".join(_cell(v) for v in value) or "-"
     if isinstance(value, float):
         return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-    text = mask_key_values(str(value))
-    # Captured text is untrusted: never let it drive the terminal.
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    return safe_text(value)
 
 
-def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> None:
-    """columns: (key, header) pairs; keys may be dotted ("usage.input")."""
+def terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 100."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: the row key (dotted for nested values), its header, and how a cell is made."""
+
+    key: str
+    header: str
+    fmt: Any = None  # callable(value) -> str; default: _cell
+    shrink: bool = False  # may be cut with "…" to fit the width
+    right: bool = False  # numbers align right
+
+
+def get_path(row: Any, key: str) -> Any:
+    for part in key.split("."):
+        row = row.get(part) if isinstance(row, dict) else None
+    return row
+
+
+def pick_columns(columns: Sequence[Column], names: str | None, default: Sequence[str], wide: bool) -> list[Column]:
+    """The columns to print: --columns (a comma list of headers, any case), else all with --wide, else the defaults."""
+    by_name = {c.header.lower(): c for c in columns}
+    if names:
+        chosen = [n.strip().lower() for n in names.split(",") if n.strip()]
+        unknown = [n for n in chosen if n not in by_name]
+        if unknown:
+            raise click.UsageError(f"unknown column(s) {', '.join(unknown)}; choose from "
+                                   f"{', '.join(c.header for c in columns)}")
+        return [by_name[n] for n in chosen]
+    if wide:
+        return list(columns)
+    return [by_name[n.lower()] for n in default]
+
+
+def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column], *, width: int | None = None,
+               wide: bool = False) -> None:
+    """columns: Column or (key, header) pairs; keys may be dotted ("usage.input"). Unless ``wide``, the
+    table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns."""
     if not rows:
         click.echo("(nothing)")
         return
-
-    def get(row, key):
-        for part in key.split("."):
-            row = row.get(part) if isinstance(row, dict) else None
-        return row
-
-    table = [[h for _, h in columns]] + [[_cell(get(r, k)) for k, _ in columns] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    cols = [c if isinstance(c, Column) else Column(c[0], c[1]) for c in columns]
+    body = [[(c.fmt or _cell)(get_path(r, c.key)) for c in cols] for r in rows]
+    table = [[c.header for c in cols], *body]
+    widths = [max(len(line[i]) for line in table) for i in range(len(cols))]
+    if not wide:
+        limit = width or terminal_width()
+        over = sum(widths) + 2 * (len(cols) - 1) - limit
+        while over > 0:
+            shrinkable = [i for i, c in enumerate(cols) if c.shrink and widths[i] > max(len(c.header), 6)]
+            if not shrinkable:
+                break
+            i = max(shrinkable, key=lambda j: widths[j])
+            cut = min(over, widths[i] - max(len(cols[i].header), 6))
+            widths[i] -= cut
+            over -= cut
     for line in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        cells = [_fit(text, w).rjust(w) if c.right else _fit(text, w).ljust(w)
+                 for text, w, c in zip(line, widths, cols, strict=True)]
+        click.echo("  ".join(cells).rstrip())
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def emit_fields(pairs: Sequence[tuple[str, Any]], indent: int = 0) -> None:
+    """Aligned "name: value" lines, values in words (never a repr)."""
+    if not pairs:
+        return
+    w = max(len(k) for k, _ in pairs)
+    for k, v in pairs:
+        click.echo(f"{' ' * indent}{k:>{w}}: {v if isinstance(v, str) else plain(v)}")

@@ -2,49 +2,166 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import click
 
-from ctxscope.proxy.redaction.mask import mask_key_values
 from ctxscope.vocab.kinds import CacheVerdict, RelationKind
+from ctxscope.vocab.words import choices, value_of, word
 
-from .options import CONTEXT, db_option, json_option, open_db_or_fail
-from .output import emit_json, emit_table
+from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
+from .output import (
+    Column,
+    emit_fields,
+    emit_json,
+    emit_table,
+    fmt_int,
+    fmt_rate,
+    fmt_usd,
+    pick_columns,
+    plain,
+    safe_text,
+)
 from .settings import default_db_path
 
+
+def clock_time(value: Any) -> str:
+    text = str(value or "-")
+    return text[11:19] if len(text) >= 19 and text[10:11] == "T" else text
+
+
+def _when(value: Any) -> str:
+    """"12-01 09:39": month, day and minute, enough to tell sessions apart."""
+    text = str(value or "-")
+    return f"{text[5:10]} {text[11:16]}" if len(text) >= 16 and text[10:11] == "T" else text
+
+
+def relation_word(value: Any) -> str:
+    return word(RelationKind, value) or "-"
+
+
+def verdict_word(value: Any) -> str:
+    return word(CacheVerdict, value) or "-"
+
+
 CALL_COLUMNS = [
-    ("id", "ID"), ("session", "SESSION"), ("seq", "SEQ"), ("started_at", "STARTED"), ("api", "API"),
-    ("model", "MODEL"), ("status", "STATUS"), ("outcome", "OUTCOME"), ("usage.input", "IN"),
-    ("usage.cache_read", "CACHE_R"), ("usage.cache_write", "CACHE_W"), ("usage.output", "OUT"),
-    ("duration_ms", "MS"), ("relation", "RELATION"), ("pointer", "POINTER"), ("cache_verdict", "VERDICT"),
-]
+    Column("id", "ID"), Column("session", "SESSION"), Column("seq", "SEQ", right=True),
+    Column("started_at", "TIME", clock_time), Column("started_at", "STARTED"), Column("api", "API", shrink=True),
+    Column("model", "MODEL", shrink=True), Column("status", "STATUS", right=True), Column("outcome", "OUTCOME"),
+    Column("usage.input", "REP_IN", fmt_int, right=True), Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
+    Column("usage.cache_write", "CACHE_W", fmt_int, right=True), Column("usage.output", "OUT", fmt_int, right=True),
+    Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True), Column("duration_ms", "MS", right=True),
+    Column("relation", "RELATION", relation_word), Column("pointer", "POINTER", shrink=True),
+    Column("cache_verdict", "VERDICT", verdict_word),
+]  # fmt: skip
+CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
+TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
+TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
-    ("session", "SESSION"), ("calls", "CALLS"), ("models", "MODELS"), ("first_started_at", "FIRST"),
-    ("last_started_at", "LAST"), ("hit_rate.rate", "HIT_RATE"), ("breaks", "BREAKS"),
-]
+    Column("session", "SESSION"), Column("calls", "CALLS", right=True), Column("thread_count", "THREADS", right=True),
+    Column("models", "MODELS", shrink=True), Column("first_started_at", "FIRST", _when),
+    Column("last_started_at", "LAST", _when), Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
+    Column("breaks", "BREAKS", right=True), Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
+    Column("lost_usd", "LOST_USD", fmt_usd, right=True),
+]  # fmt: skip
+SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
+
+columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
+wide_option = click.option("--wide", is_flag=True, help="Print every column, uncut, however wide.")
+
+
+def thread_names(threads: list[dict]) -> dict[str, str]:
+    """"main T1", "side T2" ...: the store's thread order, as every view names them."""
+    flat = [t for top in threads for t in (top, *top.get("children", ()))]
+    return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
+
+
+def resolve_threads(db, label: str, session: str | None) -> list[str]:
+    """The threads a --thread value names: "main", "side", "T2", "main T1" (as the views name them), or
+    a thread id or a unique prefix of one; in ``session``, else in every session."""
+    from ctxscope.inspector.store.queries import list_sessions, session_threads
+
+    sessions = [session] if session else [s["session"] for s in list_sessions(db)]
+    want = label.strip().lower()
+    named, by_id = [], []
+    for s in sessions:
+        for thread, name in thread_names(session_threads(db, s)).items():
+            role, number = name.split()
+            if want in (name.lower(), role, number.lower()):
+                named.append(thread)
+            elif thread.startswith(label.strip()):
+                by_id.append(thread)
+    if named:
+        return named
+    if len(set(by_id)) > 1:
+        from .options import pick_id
+
+        pick_id("thread", label, sorted(set(by_id))[:10], len(set(by_id)) > 10)
+    return by_id
+
+
+def _choice(kind):
+    def convert(ctx, param, value):
+        if value is None:
+            return None
+        found = value_of(kind, value)
+        if found is None:
+            raise click.BadParameter(f"{value!r} is none of {', '.join(choices(kind))}")
+        return found
+
+    return convert
 
 
 @click.command(context_settings=CONTEXT)
 @db_option
-@click.option("--session", help="Only calls of this session.")
+@click.option("--session", help="Only calls of this session (an id or a unique prefix of one).")
 @click.option("--model", help="Only calls to this model.")
-@click.option("--relation", type=click.Choice([k.value for k in RelationKind], case_sensitive=False),
-              help="Only calls with this prefix relation to their predecessor.")
+@click.option("--relation", metavar="KIND", callback=_choice(RelationKind),
+              help=f"Only calls with this prefix relation to their predecessor: {', '.join(choices(RelationKind))}.")
 @click.option("--pointer-prefix", metavar="POINTER",
               help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).")
-@click.option("--verdict", type=click.Choice([v.value for v in CacheVerdict]),
-              help="Only calls with this cache verdict.")
-@click.option("--thread", help="Only calls of this thread.")
+@click.option("--verdict", metavar="VERDICT", callback=_choice(CacheVerdict),
+              help=f"Only calls with this cache verdict: {', '.join(choices(CacheVerdict))}.")
+@click.option("--thread", help='Only calls of this thread: "main", "side", "T2", or a thread id or prefix.')
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
+@columns_option
+@wide_option
 @json_option
-def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, as_json):
-    """List captured calls, optionally filtered by their analysis."""
+def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, columns, wide, as_json):
+    """List captured calls, optionally filtered by their analysis.
+
+    The default columns fit 100 characters; --columns picks others, --wide prints them all."""
     from ctxscope.inspector.store.analysis_queries import find_calls
 
-    rows = find_calls(open_db_or_fail(db_path), session=session, model=model, relation=relation,
-                      pointer_prefix=pointer_prefix, verdict=verdict, thread=thread, limit=limit)  # fmt: skip
-    emit_json(rows) if as_json else emit_table(rows, CALL_COLUMNS)
+    cols = pick_columns(CALL_COLUMNS, columns, CALL_DEFAULT, wide)
+    db = open_db_or_fail(db_path)
+    if session is not None:
+        session = resolve_session_id(db, session)
+    threads = resolve_threads(db, thread, session) if thread is not None else None
+    rows = find_calls(db, session=session, model=model, relation=relation, pointer_prefix=pointer_prefix,
+                      verdict=verdict, threads=threads, limit=limit)  # fmt: skip
+    if as_json:
+        emit_json(rows)
+        return
+    emit_table(rows, cols, wide=wide)
+    if rows and any(c.header in TOKEN_HEADERS for c in cols):
+        click.echo(TOKENS_LEGEND)
+    storing_note(db_path)
+
+
+def storing_note(db_path) -> None:
+    """Say so when captured calls are still on their way to the store: the daemon stores them a
+    moment after they end, so a call just made may not be listed yet."""
+    from ctxscope.inspector.db_status import capture_state, spool_status
+
+    path = db_path or default_db_path()
+    capture, spool = capture_state(path), spool_status(path)
+    waiting = capture.get("waiting") or 0
+    if waiting or spool.get("bytes"):
+        click.echo(f"note: {waiting or 'some'} captured call(s) not stored yet: the daemon stores calls a moment "
+                   "after they end; run this again in a second", err=True)
 
 
 @click.command(context_settings=CONTEXT)
@@ -57,32 +174,22 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
 @click.option("--exact", is_flag=True,
               help="With --request-raw/--response-raw: the exact bytes, unmasked. They may contain "
                    "secrets the client put in the body (API keys, tokens, passwords).")  # fmt: skip
+@click.option("--lines", type=int, default=6, show_default=True, help="How many lines of the answer to print.")
 @json_option
-def show(call, db_path, request_raw, response_raw, exact, as_json):
-    """Show one call (CALL is an id or a unique prefix of one)."""
-    from ctxscope.inspector.share.bodies import export_body
+def show(call, db_path, request_raw, response_raw, exact, lines, as_json):
+    """Show one call (CALL is an id or a unique prefix of one): its place in the session, relation,
+    cache verdict, tokens reported and estimated, markers and the answer's first lines."""
     from ctxscope.inspector.store import queries
 
     if exact and not (request_raw or response_raw):
         raise click.UsageError("--exact goes with --request-raw or --response-raw")
+    if request_raw and response_raw:
+        raise click.UsageError("--request-raw and --response-raw each write one body to stdout: give one of them")
     db = open_db_or_fail(db_path)
-    row = queries.get_call(db, call)
-    if row is None:
-        raise click.ClickException(f"no call matches {call!r}")
+    row = queries.get_call(db, resolve_call(db, call))
+    assert row is not None  # resolved above
     if request_raw or response_raw:
-        kind = "request" if request_raw else "response"
-        body = export_body(db, row["id"], kind, "wire", exact=exact)
-        if body is None:
-            raise click.ClickException(f"call {row['id']} has no {kind} body stored")
-        if body.form == "decoded":
-            click.echo(f"note: the {kind} body is compressed ({row.get(kind + '_encoding')}) and holds key-like "
-                       "values: written decoded, with them masked (--exact writes the bytes as sent)",
-                       err=True)  # fmt: skip
-        elif body.masked:
-            click.echo(f"note: key-like values in the {kind} body are masked, length for length "
-                       "(--exact writes the bytes as sent)", err=True)  # fmt: skip
-        sys.stdout.buffer.write(body.data)
-        sys.stdout.buffer.flush()
+        _write_raw(db, row, "request" if request_raw else "response", exact)
         return
     if as_json:
         row = dict(row)
@@ -90,22 +197,142 @@ def show(call, db_path, request_raw, response_raw, exact, as_json):
         row["response"] = queries.get_final_response(db, row["id"])
         emit_json(row)
         return
-    for key in ("id", "session", "seq", "started_at", "provider", "api", "model", "method", "path", "status",
-                "outcome", "error", "stream", "request_bytes", "response_bytes", "ttfb_ms", "duration_ms"):
-        click.echo(f"{key:>15}: {emit_safe(row.get(key))}")
+    _tell_story(db, row, lines)
+
+
+def _write_raw(db, row: dict, kind: str, exact: bool) -> None:
+    from ctxscope.inspector.share.bodies import export_body
+
+    body = export_body(db, row["id"], kind, "wire", exact=exact)
+    if body is None:
+        raise click.ClickException(f"call {row['id']} has no {kind} body stored")
+    if body.form == "decoded":
+        click.echo(f"note: the {kind} body is compressed ({row.get(kind + '_encoding')}) and holds key-like "
+                   "values: written decoded, with them masked (--exact writes the bytes as sent)",
+                   err=True)  # fmt: skip
+    elif body.masked:
+        click.echo(f"note: key-like values in the {kind} body are masked, length for length "
+                   "(--exact writes the bytes as sent)", err=True)  # fmt: skip
+    sys.stdout.buffer.write(body.data)
+    sys.stdout.buffer.flush()
+
+
+def _tell_story(db, row: dict, lines: int) -> None:
+    """A call in words: where it sits, how its prompt relates to the one before, what the cache did,
+    the tokens (reported by the provider and estimated here), the markers and the answer's start."""
+    from ctxscope.inspector.analyses.marker_text import marker_summary
+    from ctxscope.inspector.store import queries
+
+    names = thread_names(queries.session_threads(db, row["session"])) if row.get("thread") else {}
+    thread = names.get(row.get("thread") or "", "-")
+    click.echo(f"call {row['id']}  #{row.get('seq')} of session {row.get('session')}  ({thread} thread)"
+               if thread != "-" else f"call {row['id']}  #{row.get('seq')} of session {row.get('session')}")
+    status = f"{row.get('status') or '-'} {row.get('outcome') or ''}".strip()
+    if row.get("error"):
+        status += f" ({safe_text(row['error'])})"
+    timing = f"{_ms(row.get('ttfb_ms'))} to first byte, " if row.get("ttfb_ms") is not None else ""
+    timing += f"{_ms(row.get('duration_ms'))} in all" if row.get("duration_ms") is not None else ""
+    pred = queries.get_call(db, row["predecessor"]) if row.get("predecessor") else None
+    rel = row.get("relation")
+    relation = "not analysed yet" if rel is None else f"{relation_word(rel)} ({rel})"
+    if pred is not None:
+        relation += f" to #{pred['seq']} {pred['id']}"
+    if row.get("epoch_reason"):
+        relation += f", {row['epoch_reason']}"
+    cache = row.get("cache") or {}
+    verdict = row.get("cache_verdict")
+    verdict_text = "-" if verdict is None else f"{verdict_word(verdict)} ({verdict})"
+    if cache.get("detail"):
+        verdict_text += f": {safe_text(cache['detail'])}"
+    if cache.get("lost_tokens"):
+        verdict_text += f"; {fmt_int(cache['lost_tokens'])} tokens lost" + (
+            f" ({fmt_usd(cache['lost_cost_usd'])})" if cache.get("lost_cost_usd") else "")
     usage = row.get("usage")
-    click.echo(f"{'usage':>15}: {'not reported' if usage is None else usage}")
+    reported = "not reported" if usage is None else (
+        f"in {fmt_int(usage['input'])}, cache read {fmt_int(usage['cache_read'])}, "
+        f"cache write {fmt_int(usage['cache_write'])}, out {fmt_int(usage['output'])}")
+    emit_fields([
+        ("when", f"{row.get('started_at')}  ({'streamed' if row.get('stream') else 'not streamed'})"),
+        ("call", f"{row.get('method')} {safe_text(row.get('path'))} via {safe_text(row.get('provider'))}"
+                 f"  {safe_text(row.get('api'))}  model {safe_text(row.get('model'))}"),
+        ("status", status + (f"; {timing}" if timing else "")),
+        ("relation", relation),
+        ("pointer", safe_text(row.get("pointer")) if row.get("pointer") else "- (no difference inside the prompt)"),
+        ("cache", verdict_text),
+        ("reported", f"{reported}  (by the provider)"),
+        ("estimated", f"{fmt_int(row.get('tokens_estimated'))} prompt tokens  (counted by ctxscope)"),
+    ], indent=2)  # fmt: skip
+    markers = row.get("markers") or []
+    if markers:
+        click.echo("  markers:")
+        for m in markers:
+            click.echo(f"    {safe_text(m.get('kind'))}: {safe_text(marker_summary(m))}"[:200])
+    answer = _answer_lines(queries.get_final_response(db, row["id"]))
+    click.echo("  answer:" + ("" if answer else " -"))
+    for line in answer[:lines]:
+        click.echo(f"    {safe_text(line)[:96]}")
+    if len(answer) > lines:
+        click.echo(f"    ... {len(answer) - lines} more line(s) (--lines, or --json)")
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.1f} ms" if value < 10 else f"{value:,.0f} ms"
+
+
+def _answer_lines(resp: Any) -> list[str]:
+    """The answer's text and tool calls, line by line, for Anthropic, OpenAI Chat and Responses bodies."""
+    if not isinstance(resp, dict):
+        return []
+    parts: list[str] = []
+
+    def tool(name: Any, args: Any) -> None:
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        parts.append(f"[tool call {name} {text}]")
+
+    for block in resp.get("content") or []:  # Anthropic
+        if isinstance(block, dict):
+            if block.get("type") == "text":
+                parts.append(str(block.get("text") or ""))
+            elif block.get("type") == "tool_use":
+                tool(block.get("name"), block.get("input"))
+    for choice in resp.get("choices") or []:  # OpenAI Chat
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(msg, dict):
+            if msg.get("content"):
+                parts.append(str(msg["content"]))
+            for tc in msg.get("tool_calls") or []:
+                fn = tc.get("function") or {} if isinstance(tc, dict) else {}
+                tool(fn.get("name"), fn.get("arguments"))
+    for item in resp.get("output") or []:  # OpenAI Responses
+        if isinstance(item, dict):
+            if item.get("type") == "function_call":
+                tool(item.get("name"), item.get("arguments"))
+            for c in item.get("content") or []:
+                if isinstance(c, dict) and c.get("text"):
+                    parts.append(str(c["text"]))
+    if resp.get("error") and not parts:
+        parts.append(f"error: {json.dumps(resp['error'], ensure_ascii=False)}")
+    return [line for part in parts for line in part.splitlines() or [""]]
 
 
 @click.command(context_settings=CONTEXT)
 @db_option
+@columns_option
+@wide_option
 @json_option
-def sessions(db_path, as_json):
-    """List sessions with their call counts, models, cache hit rate and breaks."""
+def sessions(db_path, columns, wide, as_json):
+    """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost."""
     from ctxscope.inspector.store.queries import list_sessions
 
+    cols = pick_columns(SESSION_COLUMNS, columns, SESSION_DEFAULT, wide)
     rows = list_sessions(open_db_or_fail(db_path))
-    emit_json(rows) if as_json else emit_table(rows, SESSION_COLUMNS)
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        r["thread_count"] = sum(1 + len(t.get("children") or ()) for t in r.get("threads") or ())
+    emit_table(rows, cols, wide=wide)
+    storing_note(db_path)
 
 
 @click.group(context_settings=CONTEXT)
@@ -134,9 +361,34 @@ def db_status_cmd(db_path, as_json):
         raise click.ClickException(f"no capture database at {path}")
     if as_json:
         emit_json(status)
-    else:
-        for key, value in status.items():
-            click.echo(f"{key:>22}: {capture_line(value) if key == 'capture' else value}")
+        return
+    emit_fields([(key.replace("_", " "), _status_value(key, value)) for key, value in status.items()])
+
+
+def _status_value(key: str, value: Any) -> str:
+    """One db status entry in words."""
+    if key == "capture":
+        return capture_line(value)
+    if key == "spool" and isinstance(value, dict):
+        quarantined = value.get("quarantined") or []
+        return (f"{fmt_int(value.get('files'))} file(s), {fmt_int(value.get('bytes'))} bytes waiting"
+                f" ({fmt_int(value.get('left_by_stopped_writers'))} left by stopped writers)"
+                + (f"; {len(quarantined)} quarantined: {plain(quarantined)}" if quarantined else ""))
+    if key == "blobs" and isinstance(value, dict):
+        return (f"{fmt_int(value.get('count'))} stored in {fmt_int(value.get('stored_bytes'))} bytes for "
+                f"{fmt_int(value.get('content_bytes'))} bytes of content ({fmt_rate(value.get('ratio'))} of it)")
+    if key == "writer" and isinstance(value, dict):
+        counts = ", ".join(f"{k.replace('_', ' ')} {fmt_int(v)}" for k, v in value.items()
+                           if k != "last_error" and v) or "no failures recorded"
+        last = value.get("last_error")
+        return counts + (f"; last error: {safe_text(last)}" if last else "")
+    if key == "size_bytes" and isinstance(value, int):
+        return f"{fmt_int(value)} bytes"
+    if key == "migrations_applied" and isinstance(value, list) and value:
+        return f"{len(value)} (the last: {safe_text(value[-1])})"
+    if isinstance(value, list):
+        return plain(value) if value else "none"
+    return plain(value)
 
 
 def capture_line(c: dict) -> str:
@@ -151,6 +403,4 @@ def capture_line(c: dict) -> str:
 
 
 def emit_safe(value) -> str:
-    if value is None:
-        return "-"
-    return "".join(ch if ch.isprintable() else "?" for ch in mask_key_values(str(value)))
+    return safe_text(value)

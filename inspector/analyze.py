@@ -55,7 +55,7 @@ from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import iso, record_event
 from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
-from ctxscope.vocab.apis import Api
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api
 from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind
 
 log = logging.getLogger("ctxscope.analysis")
@@ -207,7 +207,7 @@ class Analyzer:
             if self.cache_memory is None:
                 self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
             diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
-            price = self.prices.lookup(prompt.model)
+            price = None if inp.provider == SIMULATOR_PROVIDER else self.prices.lookup(prompt.model)
             prediction, cache = judge_call(prev_seen, Observed(prompt, tokens, time), relation, inp.usage,
                                            self.cache_memory, scope=inp.key_fingerprint or "", price=price,
                                            provider_diagnostics=diagnostics)  # fmt: skip

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ctxscope.proxy.defence.connection import ProxyRunner
 from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.forward.answers import UNPREFIXED, unprefixed
 from ctxscope.proxy.forward.forwarder import Forwarder
 from ctxscope.proxy.sockets.connect import ConnectProxy
 from ctxscope.proxy.sockets.relay import WebSocketRelay
@@ -58,6 +59,8 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
     app.on_cleanup.append(on_cleanup)
     for prefix in ("/anthropic", "/openai", "/gemini", "/u", "/s"):
         app.router.add_route("*", prefix + "/{tail:.*}", forwarder.handle)
+    for path in UNPREFIXED:  # a base URL without a prefix gets a JSON answer that names the prefixes
+        app.router.add_route("*", path, unprefixed)
     return app
 
 

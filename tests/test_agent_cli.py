@@ -84,7 +84,7 @@ def test_continue_and_session_resume(tmp_path, sim):
     result = invoke(["run", "and again?", "--session", sid, *sim_args(url, ws)], tmp_path / "home")
     assert result.exit_code == 0 and state.requests()[-1]["headers"].get("x-ctxscope-turn") == "3"
     result = invoke(["run", "x", "--session", "nope", *sim_args(url, ws)], tmp_path / "home")
-    assert result.exit_code == 1 and "no session 'nope'" in result.stderr
+    assert result.exit_code == 2 and "no agent session matches 'nope'" in result.stderr  # the one id rule
     result = invoke(["run", "x", "--continue", "--session", sid, *sim_args(url, ws)], tmp_path / "home")
     assert result.exit_code == 2
 

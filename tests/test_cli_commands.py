@@ -62,7 +62,7 @@ def test_query_commands_read_what_the_daemon_captured(proxy, sim):
                 "stream", "request_bytes", "response_bytes", "ttfb_ms", "duration_ms", "usage"):
         assert key in calls[0], key
     assert set(calls[0]["usage"]) == {"input", "output", "cache_read", "cache_write"}
-    table = runner.invoke(cli, ["calls", *db]).output
+    table = runner.invoke(cli, ["calls", *db, "--wide"]).output
     assert "cli-test" in table and "gpt-sim" in table
     one = calls[-1]["id"]
     shown = json.loads(runner.invoke(cli, ["show", one[:12], *db, "--json"]).output)
@@ -74,7 +74,7 @@ def test_query_commands_read_what_the_daemon_captured(proxy, sim):
     status = json.loads(runner.invoke(cli, ["db", "status", *db, "--json"]).output)
     assert status["calls"] == 3
     missing = runner.invoke(cli, ["show", "ffffffff", *db])
-    assert missing.exit_code != 0 and "no call matches" in missing.output
+    assert missing.exit_code == 2 and "no call matches" in missing.output
 
 
 def test_queries_on_a_missing_database_fail_clearly(tmp_path):

@@ -41,7 +41,7 @@ def test_demo_prints_progress_each_effect_and_the_ui_address(demo):
     assert output.count("model call(s); effects declared:") == 7  # seven turns; the sixth step is /compact
     # the last turn hands its task to a sub-agent: a side thread of the session in the inspector
     assert re.search(r"sub-agent session \S+: 3 model call\(s\), completed", output)
-    assert re.search(r"^  side thread \w+: 3 calls, from call #\d+$", output, re.M)
+    assert re.search(r"^  side T2 \(thread \w+\): 3 calls, from call #\d+$", output, re.M)
     assert "/compact: compacted: checkpoint at rung h0 (exact" in output
     for kind in EXPECTED:
         assert re.search(rf"call #\d+\s+{kind} ", output), kind
@@ -119,8 +119,9 @@ def test_session_text_lists_each_effect_in_words(demo):
     runner, db, session, _ = demo
     out = runner.invoke(cli, ["session", session, "--db", str(db)]).output
     assert "effects (declared by the client, or inferred from the prompt):" in out
-    assert re.search(r"tool_output_externalized\s+declared\s+bash output, [\d,]+ bytes → artifacts/", out)
+    assert re.search(r"tool_output_externalized\s+declared\s+at \S+\s+bash output, [\d,]+ bytes → artifacts/", out)
     assert re.search(
-        r"checkpoint\s+declared\s+rung \w+, exact \(reuse mode, trigger threshold\); [\d,]+ → [\d,]+ tokens", out
+        r"checkpoint\s+declared\s+at \S+\s+rung \w+, exact \(reuse mode, trigger threshold\); [\d,]+ → [\d,]+ tokens",
+        out
     )
-    assert re.search(r"reminder\s+declared\s+round reminder from agent_context", out)
+    assert re.search(r"reminder\s+declared\s+at \S+\s+round reminder from agent_context", out)

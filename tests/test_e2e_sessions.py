@@ -166,7 +166,7 @@ def test_opencode_main_thread_carries_the_agent_loop(web):
     # ctxscope session: the same names, and why each call landed in the session.
     text = _cli(web, "session", session["session"])
     assert "grouped by: lineage 4, client_gap 2, new 1" in text
-    lines = {line.split()[0]: line for line in text.splitlines() if line[:1].isdigit()}
+    lines = {line.split()[0]: line for line in text.splitlines() if line.lstrip()[:1].isdigit()}  # SEQ is right-aligned
     assert "side T2" in lines["1"] and "main T1" in lines["2"] and "side T3" in lines["7"]
     # The UI: the sessions page, the session page and the call page agree.
     [overview] = _api(web, "sessions")["sessions"]

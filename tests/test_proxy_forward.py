@@ -372,3 +372,25 @@ async def test_headers_are_passed_on_before_any_body_arrives(rig):
         resp.release()
     await _wait_for(rig.sink)
     assert rig.sink.items[0].outcome == Outcome.OK
+
+
+async def test_a_provider_path_without_a_route_prefix_gets_a_json_404_naming_the_prefixes(rig):
+    import openai
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/v1/chat/completions", json={"model": "m", "messages": []}) as resp:
+            assert resp.status == 404 and resp.content_type == "application/json"
+            assert resp.headers["Content-Security-Policy"] == "sandbox"
+            err = (await resp.json())["error"]
+            assert err["code"] == "no_route_prefix" and "/openai/v1/chat/completions" in err["message"]
+        async with s.post(rig.base + "/v1/messages", json={}) as resp:
+            body = await resp.json()
+            assert resp.status == 404 and body["type"] == "error"
+            assert "/anthropic/v1/messages" in body["error"]["message"]
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=rig.base + "/v1", max_retries=0)
+    try:
+        with pytest.raises(openai.NotFoundError, match="provider prefix"):
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        await client.close()
+    assert rig.upstream.received == []

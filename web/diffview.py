@@ -20,7 +20,8 @@ from ctxscope.web.jsondiff import diff_bodies
 def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
     row = q.get_call(db, call_id) or {}
     keep = ("id", "session", "seq", "model", "api", "started_at", "relation", "pointer", "epoch_reason", "predecessor",
-            "cache_verdict", "cache", "cache_lost_tokens", "cache_lost_usd", "tokens_estimated")  # fmt: skip
+            "cache_verdict", "cache", "cache_lost_tokens", "cache_lost_usd", "tokens_estimated",
+            "markers")  # fmt: skip  # markers: the page says which effects the client declared
     return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
 
 

@@ -13,6 +13,7 @@ import sqlite_utils
 
 from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates, thread_order
 from ctxscope.inspector.store.views import client_counts, thread_groups
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.web.fields import client_name, usage_cost
 
 
@@ -29,7 +30,8 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
 
 def _row(a: SessionAggregate) -> dict:
     cost, guessed = None, False
-    for m in a.by_model:
+    simulated = set(a.providers) == {SIMULATOR_PROVIDER}  # the simulator is free: no price, no cost
+    for m in ([] if simulated else a.by_model):
         usd, g = usage_cost(m.model, m.input, m.output, m.cache_read, m.cache_write)
         if usd is not None:
             cost, guessed = (cost or 0.0) + usd, guessed or g

@@ -40,6 +40,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
@@ -119,8 +120,9 @@ class WebUI:
                     response = _error(exc.status, exc.text or exc.reason)
                 else:
                     response = web.Response(status=exc.status, text=exc.text or exc.reason)
-            except AmbiguousCallId as exc:
-                response = _error(400, str(exc))
+            except AmbiguousCallId as exc:  # the one id rule: say which ids the prefix matches
+                listed = ", ".join(exc.candidates) + (", ..." if exc.more else "")
+                response = _error(400, f"{exc}: {listed}" if listed else str(exc))
             except sqlite3.DatabaseError as exc:  # the store is unreadable: say so, no traceback
                 response = _error(503, f"capture store unavailable: {exc}")
             if not response.prepared:  # the event stream set its headers before it started
@@ -179,7 +181,8 @@ class WebUI:
         filters = {k: request.query[k] for k in _FILTERS if request.query.get(k)}
         offset = _int(request, "offset", None)
         limit = _int(request, "limit", PAGE) or PAGE
-        view = await self.read(lambda db: session_view(db, session, offset=offset, limit=limit, filters=filters))
+        view = await self.read(lambda db: session_view(db, resolve_session(db, session) or session, offset=offset,
+                                                        limit=limit, filters=filters))  # an id or a unique prefix
         return _error(404, f"no session {session!r}") if view is None else _json(view)
 
     async def call(self, request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
 from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
 from ctxscope.inspector.store.views import call_values, session_columns
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
 
@@ -41,6 +42,7 @@ def _with_extras(db: sqlite_utils.Database, session: str, rows: list[dict]) -> l
 
 _LIGHT = (
     "id",
+    "provider",
     "seq",
     "started_at",
     "model",
@@ -127,6 +129,8 @@ def _summary(rows: list[dict]) -> dict:
     out = sum(r["usage_output"] or 0 for r in rows)
     cost, guessed, priced = 0.0, False, False
     for r in rows:
+        if r.get("provider") == SIMULATOR_PROVIDER:  # the simulator is free: no price, no cost
+            continue
         usd, g = usage_cost(
             r["model"], r["usage_input"], r["usage_output"], r["usage_cache_read"], r["usage_cache_write"]
         )

@@ -6,6 +6,8 @@ recomputes it, so these stay index lookups and aggregates even on large capture 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlite_utils
 
 from ctxscope.inspector.store import queries
@@ -33,11 +35,12 @@ def find_calls(
     pointer_prefix: str | None = None,
     verdict: str | None = None,
     thread: str | None = None,
+    threads: Sequence[str] | None = None,
     limit: int | None = 50,
     offset: int = 0,
     newest_first: bool = True,
 ) -> list[dict]:
-    """Call summaries (as ``queries.list_calls``) filtered by any analysis field."""
+    """Call summaries (as ``queries.list_calls``) filtered by any analysis field (``threads``: any of them)."""
     where: list[str] = []
     params: list[object] = []
     for col, value in (("session", session), ("model", model), ("relation", relation and relation.upper()),
@@ -45,6 +48,9 @@ def find_calls(
         if value is not None:
             where.append(f"{col} = ?")
             params.append(value)
+    if threads is not None:  # any of these threads (an empty list matches nothing)
+        where.append(f"thread IN ({', '.join('?' for _ in threads)})" if threads else "0")
+        params += list(threads)
     if pointer_prefix is not None:
         clause, extra = _pointer_prefix(pointer_prefix)
         where.append(clause)
@@ -62,12 +68,16 @@ def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
     """A session id from an id or a unique prefix of one; None if nothing matches."""
     if db.execute("SELECT 1 FROM calls WHERE session = ? LIMIT 1", [session]).fetchone():
         return session
+    if not session:
+        return None
     rows = db.execute(
-        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? LIMIT 2",
-        [session, session + "\U0010ffff"],
+        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? ORDER BY session LIMIT ?",
+        [session, session + "\U0010ffff", queries.CANDIDATES_LISTED + 1],
     ).fetchall()
     if len(rows) > 1:
-        raise queries.AmbiguousCallId(f"session prefix {session!r} matches more than one session")
+        raise queries.AmbiguousCallId(f"session prefix {session!r} matches more than one session",
+                                      tuple(r[0] for r in rows[: queries.CANDIDATES_LISTED]),
+                                      len(rows) > queries.CANDIDATES_LISTED)
     return rows[0][0] if rows else None
 
 
@@ -190,11 +200,12 @@ def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -
                    SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND NOT {_COMPACTION} AND {_INSIDE}),
                    SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') THEN COALESCE(cache_lost_tokens, 0) END),
                    SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}
-                            THEN COALESCE(cache_lost_tokens, 0) END)
+                            THEN COALESCE(cache_lost_tokens, 0) END),
+                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND has_compaction_before = 1)
             FROM calls {where}""",
         params,
     ).fetchone()
-    comparable, kept, breaks, compactions, violations, lost, lost_compaction = (v or 0 for v in row)
+    comparable, kept, breaks, compactions, violations, lost, lost_compaction, after = (v or 0 for v in row)
     listed = db.execute(
         f"""SELECT id, session, seq, relation, epoch_reason, pointer, {_COMPACTION}, {_INSIDE}, cache_lost_tokens
             FROM calls {where} AND relation NOT IN ('APPEND_ONLY', 'IDENTICAL')
@@ -207,6 +218,10 @@ def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -
         "prefix_kept_share": round(kept / comparable, 4) if comparable else None,
         "breaks": breaks,
         "compaction_breaks": compactions,
+        # of those: the first call after a compaction (what the sessions list counts as a compaction),
+        # and the rest, the checkpoint requests themselves
+        "breaks_after_compaction": after,
+        "checkpoint_request_breaks": compactions - after,
         "violations": violations,
         "lost_tokens": lost,
         "lost_tokens_compactions": lost_compaction,

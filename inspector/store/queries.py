@@ -38,7 +38,16 @@ FAILURE_KINDS = ("write_failed", "dropped", "analysis_failed", "parse_failed", "
 
 
 class AmbiguousCallId(ValueError):
-    """A call id prefix that matches more than one call."""
+    """A call (or session) id prefix that matches more than one; ``candidates`` holds the first
+    few matches, so a caller can list them (``more``: there are others beyond those)."""
+
+    def __init__(self, message: str, candidates: tuple[str, ...] = (), more: bool = False) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+        self.more = more
+
+
+CANDIDATES_LISTED = 10
 
 
 def open_db(path: str | Path) -> sqlite_utils.Database:
@@ -130,10 +139,12 @@ def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
     if not call_id:
         return None
     rows = db.execute(
-        "SELECT id FROM calls WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", [call_id, call_id + "\U0010ffff"]
+        "SELECT id FROM calls WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+        [call_id, call_id + "\U0010ffff", CANDIDATES_LISTED + 1],
     ).fetchall()
     if len(rows) > 1:
-        raise AmbiguousCallId(f"call id prefix {call_id!r} matches more than one call")
+        raise AmbiguousCallId(f"call id prefix {call_id!r} matches more than one call",
+                              tuple(r[0] for r in rows[:CANDIDATES_LISTED]), len(rows) > CANDIDATES_LISTED)
     return rows[0][0] if rows else None
 
 

@@ -7,7 +7,7 @@ import json
 
 from aiohttp import web
 
-from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route
+from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route, Upstream
 
 # Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
 # and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
@@ -38,3 +38,20 @@ def refusal(route: Route, status: int, message: str, code: str) -> web.Response:
 def gone() -> web.Response:
     """What a handler returns when its client has left: aiohttp finds nobody to send it to."""
     return web.Response(status=499)
+
+
+# Provider paths a client sends when its base URL lacks ctxscope's route prefix (a common mistake).
+UNPREFIXED = ("/v1/{tail:.*}", "/chat/{tail:.*}", "/messages", "/responses")
+
+
+async def unprefixed(request: web.Request) -> web.Response:
+    """A provider path with no route prefix: a 404 in the provider's JSON shape that names the
+    prefixes, so the client's SDK raises its usual error with the fix in its message."""
+    path = request.path
+    route = Route("openai", Upstream("openai", ""), path, None)
+    anthropic = route.error_shape == ANTHROPIC_SHAPE
+    example = "/anthropic" + path if anthropic else "/openai" + (path if path.startswith("/v1/") else "/v1" + path)
+    message = (f"no route for {path}: ctxscope routes need a provider prefix in the base URL, e.g. {example} "
+               "(or /u/NAME/... for an upstream you added, /u/sim/... for the simulator)")
+    return web.Response(status=404, body=error_body(route, 404, message, "no_route_prefix"),
+                        content_type="application/json", headers=SANDBOX)

@@ -33,6 +33,7 @@ const ctx = { setCrumbs, navigate: (hash) => { location.hash = hash; } };
 function route() {
   if (current && current.dispose) current.dispose();
   current = null;
+  setCrumbs([{ label: "sessions", href: "#/" }]);  // each view sets its own; a view that fails keeps this one
   const { parts, params } = parseHash();
   window.scrollTo(0, 0);
   try {
@@ -43,6 +44,7 @@ function route() {
     else if (parts[0] === "advice" && parts[1]) current = renderAdvice(app, parts[1], params, ctx);
     else current = renderSessions(app, params, ctx);
   } catch (e) {
+    setCrumbs([{ label: "sessions", href: "#/" }, { label: "error" }]);  // never the previous page's trail
     mount(app, h("p", { class: "error pad" }, "Error: " + e.message));
   }
 }

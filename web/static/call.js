@@ -147,6 +147,7 @@ export function renderCall(root, id, params, ctx) {
     if (mi != null && markers[Number(mi)]) selectMarker(Number(mi));
     else if (ptr && params.get("body") === "response") goResponsePtr(ptr);
     else if (ptr) goPtr(ptr);
+    else if (c.relation === vocab.RelationKind.DIVERGED && c.pointer) goPtr(c.pointer);  // a break opens at its first difference
   }
 
   getJSON("/call", { id }).then((d) => { if (!disposed) draw(d); })

@@ -41,12 +41,25 @@ function changeDetail(ch, first, d) {
   const [left, right] = sidesOf(ch.old, ch.new);
   return h("div", { class: "change-detail", id: "first-diff" },
     h("div", { class: "toolbar" }, h("span", { class: "op op-" + ch.op }, ch.op),
-      first ? h("b", {}, "first difference") : h("b", {}, "difference"), h("code", { class: "ptr big" }, ch.pointer || "/"),
+      first ? h("b", {}, "first difference") : h("b", {}, "difference"), h("code", { class: "ptr big" }, changePointer(ch)),
       h("span", { class: "spacer" }), h("span", { class: "muted small" }, ch.area ? "area: " + ch.area : "")),
     ch.truncated ? h("p", { class: "muted small" }, "Values are cut at 200,000 characters.") : null,
     h("div", { class: "cols2 sides" },
       h("div", {}, h("div", { class: "side-title" }, `before · #${d.old.seq}`, ch.old_pointer ? h("code", { class: "ptr" }, " " + ch.old_pointer) : null), left),
       h("div", {}, h("div", { class: "side-title" }, `after · #${d.new.seq}`, h("code", { class: "ptr" }, " " + (ch.pointer || "/"))), right)));
+}
+
+function changePointer(ch) {
+  return (ch.op === "removed" ? ch.old_pointer || ch.pointer : ch.pointer) || "/";
+}
+
+// The effects the client declared on this call (x-ctxscope-event): a break it announced itself.
+function declaredNote(n) {
+  const declared = [...new Set((Array.isArray(n.markers) ? n.markers : [])
+    .filter((m) => m && m.detail && typeof m.detail === "object" && m.detail.declared).map((m) => String(m.kind)))];
+  if (!declared.length) return null;
+  return h("p", { class: "declared-note" }, h("b", {}, "Declared by the client: "), declared.join(", "),
+    n.relation === vocab.RelationKind.DIVERGED ? " — the client announced this change of its prompt." : "");
 }
 
 function pickFocus(changes, focus) {
@@ -113,8 +126,9 @@ export function renderDiff(root, id, base, ctx) {
       if (selected) selected.classList.add("on");
       mount(detail, changeDetail(diff.changes[i], i === focusIndex, d));
     };
-    diff.changes.forEach((c, i) => list.appendChild(h("li", { class: "change", onclick: () => select(i) },
-      h("span", { class: "op op-" + c.op }, c.op), " ", h("code", { class: "ptr" }, c.pointer || "/"))));
+    // A removed segment exists only on the old side: its place is the old pointer, not the new one.
+    diff.changes.forEach((c, i) => { const ptr = changePointer(c); list.appendChild(h("li", { class: "change", onclick: () => select(i) },
+      h("span", { class: "op op-" + c.op }, c.op), " ", h("code", { class: "ptr", title: ptr }, ptr))); });
     const analysed = n.pointer && n.relation === vocab.RelationKind.DIVERGED ? h("span", { class: "muted" }, "inspector: first difference at ", h("code", { class: "ptr" }, n.pointer)) : null;
     const insp = d.inspector && !d.inspector.error ? d.inspector : null;
     const cache = n.cache || null;
@@ -130,6 +144,7 @@ export function renderDiff(root, id, base, ctx) {
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
       breakLine(d),
       impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", {}, t))) : null,
+      declaredNote(n),
       h("p", { class: "muted" }, diff.identical_prompt
         ? "The prompts are identical (ignoring cache_control markers and string vs text-block re-serialisation)."
         : `${diff.changes.length}${diff.truncated ? "+" : ""} prompt change${diff.changes.length === 1 ? "" : "s"}, in cache order (tools → system → messages).`),

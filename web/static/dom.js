@@ -139,7 +139,9 @@ export function shortId(id) {
 
 // -- shared bits of UI ---------------------------------------------------------------------
 
-const RELATION_SHORT = {
+// The words of the vocabulary's values, as the CLI prints them (ctxscope.vocab.words keeps the same
+// table; tests/test_web_newcomer.py checks they agree).
+export const RELATION_SHORT = {
   IDENTICAL: "identical", APPEND_ONLY: "append", DIVERGED: "diverged",
   NOT_COMPARABLE: "n/c", EPOCH_START: "epoch",
 };
@@ -150,7 +152,7 @@ export function relationBadge(relation, extra) {
   return h("span", { class: cls, title: relation + (extra ? " · " + extra : "") }, RELATION_SHORT[relation] || relation);
 }
 
-const VERDICT_SHORT = {
+export const VERDICT_SHORT = {
   hit: "hit", expected_write: "write", client_break: "break", ttl_expired: "ttl",
   below_minimum: "small", provider_miss: "miss", not_requested: "off", unknown: "?",
 };
@@ -172,7 +174,7 @@ export const CATEGORY_LABEL = {
   tool_result: "tool results", reminder: "reminders", image: "images", thinking: "thinking", other: "other",
 };
 
-const MARKER_LABEL = {
+export const MARKER_LABEL = {
   reminder: "reminder", compaction: "compaction", retry: "retry", tools_executed: "tools",
   tool_output_externalized: "externalised", tool_results_archived: "archived", checkpoint: "checkpoint",
   todo_reminder: "todo", guard_signal: "guard signal", guard_reminder: "guard", empty_answer_retry: "empty retry",
@@ -182,7 +184,7 @@ const MARKER_LABEL = {
   sources_available: "sources", citations: "citations", source_citation_retry: "citation retry",
 };
 
-export function markerChip(m, onclick) {
+export function markerChip(m, onclick, count) {
   const kind = String((m && m.kind) || "marker");
   const declared = !!(m && m.detail && typeof m.detail === "object" && m.detail.declared);
   let title = kind + (declared ? " (declared by the client)" : m && m.detail && typeof m.detail === "object" ? " (inferred from the prompt)" : "");
@@ -196,7 +198,7 @@ export function markerChip(m, onclick) {
   return h(onclick ? "button" : "span", {
     class: "chip m-" + kind.replace(/[^a-z_]/g, "") + (declared ? " declared" : ""), title, type: onclick ? "button" : null, onclick,
     dataset: { kind },
-  }, label);
+  }, count > 1 ? `${label} ×${count}` : label);
 }
 
 // A marker's detail in one readable line: "preview" texts, tool names, key: value pairs.
@@ -267,6 +269,18 @@ export function markerContent(request, m) {
     else out.push({ pointer: ptr, text: whole, whole, range: null });
   }
   return out;
+}
+
+// Markers grouped by kind for chips: one chip per kind, with a count when it repeats ("guard signal ×3").
+export function markerGroups(markers) {
+  const groups = [];
+  const at = new Map();
+  markers.forEach((m, i) => {
+    const k = String(m.kind);
+    if (at.has(k)) groups[at.get(k)].count += 1;
+    else { at.set(k, groups.length); groups.push({ marker: m, index: i, count: 1 }); }
+  });
+  return groups;
 }
 
 export function callMarkers(call) {

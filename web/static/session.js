@@ -2,16 +2,17 @@
 // calls one page at a time (relation, pointer, markers, tokens by category, cache, latency).
 
 import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
-  markerChip, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
+  markerChip, markerGroups, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL, RELATION_SHORT, VERDICT_SHORT, MARKER_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
 import { vocab, kinds } from "./vocab.js";
 import { findingsCard, findingBadges } from "./findings.js";
 
-function select(label, options, value, onchange) {
+// A filter: each option's value is the API's value, its text the word the table shows for it.
+function select(label, options, value, onchange, words) {
   return h("select", { "aria-label": label, onchange },
     h("option", { value: "" }, label + ": all"),
-    options.map((o) => h("option", { value: o, selected: o === value ? true : null }, o)));
+    options.map((o) => h("option", { value: o, selected: o === value ? true : null }, (words && words[o]) || o)));
 }
 
 export function tokenBar(call, scale) {
@@ -88,9 +89,9 @@ export function renderSession(root, session, params, ctx) {
   const countEl = h("span", { class: "muted" });
   const threadSel = h("select", { "aria-label": "thread", hidden: true, onchange: (e) => { filters.thread = e.target.value; offset = null; load(); } });
   mount(filterBar,
-    select("relation", kinds(vocab.RelationKind), filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }),
-    select("cache", kinds(vocab.CacheVerdict), filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }),
-    select("marker", kinds(vocab.MarkerKind), filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }),
+    select("relation", kinds(vocab.RelationKind), filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }, RELATION_SHORT),
+    select("cache", kinds(vocab.CacheVerdict), filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }, VERDICT_SHORT),
+    select("marker", kinds(vocab.MarkerKind), filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }, MARKER_LABEL),
     threadSel, search, h("span", { class: "spacer" }), countEl);
 
   function drawFilters(view) {
@@ -120,7 +121,18 @@ export function renderSession(root, session, params, ctx) {
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
         s.grouped_by && Object.keys(s.grouped_by).length ? stat("grouped by", Object.keys(s.grouped_by).join(" · "),
           "why the calls landed in this session: " + Object.entries(s.grouped_by).map(([k, n]) => `${groupedLabel(k)}: ${n}`).join("; ")) : null,
-        view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")));
+        view.analysis ? null : h("div", { class: "note" }, "No prefix analysis in this capture file yet: relations, verdicts and token categories show as –.")),
+      breakLinks(view.series));
+  }
+
+  // Every break of the session, wherever its page is: each links to its diff, where its story is.
+  function breakLinks(series) {
+    const at = series.relation.map((r, i) => (r === vocab.RelationKind.DIVERGED ? i : -1)).filter((i) => i >= 0);
+    if (!at.length) return null;
+    const MAX = 12;
+    return h("div", { class: "break-links" }, h("span", { class: "muted" }, `${at.length} break${at.length > 1 ? "s" : ""} (prompt changed): `),
+      at.slice(0, MAX).map((i) => h("a", { class: "btn small", href: "#/diff/" + encodeURIComponent(series.id[i]), title: "the diff of this call with its predecessor" }, "#" + series.seq[i])),
+      at.length > MAX ? h("span", { class: "muted" }, ` … and ${at.length - MAX} more (filter relation: diverged)`) : null);
   }
 
   function drawChart(view) {
@@ -141,12 +153,12 @@ export function renderSession(root, session, params, ctx) {
       return h("tr", { class: "call-row" + (fresh ? " fresh" : "") + (c.relation === vocab.RelationKind.DIVERGED ? " diverged" : ""), dataset: { id: c.id },
         onclick: (ev) => { if (!ev.target.closest("a,button")) ctx.navigate(href); } },
         h("td", { class: "num" }, h("a", { href }, "#" + c.seq)),
-        h("td", { class: "muted mono", title: c.started_at }, fmtTime(c.started_at)),
+        h("td", { class: "muted mono col-time", title: c.started_at }, fmtTime(c.started_at)),
         threadCount > 1 ? h("td", {}, c.thread_index != null ? h("span", { class: "thread t" + (c.thread_index % 6), title: "thread " + c.thread }, "T" + (c.thread_index + 1)) : "") : null,
         h("td", {}, h("span", { class: "model" }, c.model || c.path || "–")),
         relationCell(c),
-        h("td", { class: "markers" }, markers.map((m, i) => markerChip(m,
-          () => ctx.navigate(href + "?m=" + i + (m.pointer ? "&ptr=" + encodeURIComponent(m.pointer) : "")))),
+        h("td", { class: "markers" }, markerGroups(markers).map(({ marker: m, index: i, count }) => markerChip(m,
+          () => ctx.navigate(href + "?m=" + i + (m.pointer ? "&ptr=" + encodeURIComponent(m.pointer) : "")), count)),
           findingBadges(byCall[c.id])),
         h("td", {}, tokenBar(c, scale)),
         cacheCell(c),
@@ -168,9 +180,9 @@ export function renderSession(root, session, params, ctx) {
     seen = new Set(view.series.id);
     mount(tableBox, h("table", { class: "grid calls" },
       h("thead", {}, h("tr", {},
-        h("th", { class: "num" }, "#"), h("th", {}, "time"), threadCount > 1 ? h("th", {}, "thread") : null, h("th", {}, "model"),
+        h("th", { class: "num" }, "#"), h("th", { class: "col-time" }, "time"), threadCount > 1 ? h("th", {}, "thread") : null, h("th", {}, "model"),
         h("th", {}, "prefix relation"), h("th", {}, "markers"), h("th", {}, "tokens"), h("th", {}, "cache"),
-        h("th", { class: "num" }, "latency"), h("th", {}, "status"))),
+        h("th", { class: "num wrap", title: "total time / time to the first byte" }, "latency", h("br"), h("span", { class: "sub" }, "total / first byte")), h("th", {}, "status"))),
       tbody),
       view.calls.length ? null : h("p", { class: "muted pad" }, "No calls match these filters."));
     const pages = Math.max(1, Math.ceil(view.total / view.limit));
