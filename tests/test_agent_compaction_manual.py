@@ -127,7 +127,7 @@ async def test_agent_context_command_reads_a_stored_session(tmp_path, monkeypatc
     text = CliRunner().invoke(agent_group, ["context", s.id])
     assert "used" in text.output and "SYSTEM_PROMPT" in text.output
     missing = CliRunner().invoke(agent_group, ["context", "nope"])
-    assert missing.exit_code == 1 and "no session" in missing.output
+    assert missing.exit_code == 2 and "no agent session matches" in missing.output  # the one id rule
 
 
 async def test_manual_compaction_is_announced_to_history_observers(tmp_path):

@@ -223,4 +223,4 @@ async def test_report_command(tmp_path, monkeypatch):
     data = json.loads(res.output)
     assert data["archive"] == str(out) and data["sessions"] == [s.id, child.id, grand.id] and out.exists()
     missing = CliRunner().invoke(agent_group, ["report", "no-such-session"])
-    assert missing.exit_code == 1 and "no session" in missing.output
+    assert missing.exit_code == 2 and "no agent session matches" in missing.output  # the one id rule
