@@ -136,7 +136,17 @@ def db_status_cmd(db_path, as_json):
         emit_json(status)
     else:
         for key, value in status.items():
-            click.echo(f"{key:>22}: {capture_line(value) if key == 'capture' else value}")
+            line = capture_line(value) if key == "capture" else export_line(value) if key == "export" else value
+            click.echo(f"{key:>22}: {line}")
+
+
+def export_line(lags: list[dict]) -> str:
+    """Each OTLP endpoint's lag: calls stored but not sent yet, and since when."""
+    if not lags:
+        return "no OTLP export"
+    return "; ".join(f"{x['target']}: {x['pending']} calls behind"
+                     + (f" (oldest from {x['oldest_pending_at']})" if x["pending"] else "")
+                     + f", last sent {x['updated_at'] or '-'}" for x in lags)
 
 
 def capture_line(c: dict) -> str:
