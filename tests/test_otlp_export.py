@@ -19,12 +19,13 @@ from aiohttp import web
 from click.testing import CliRunner
 from factories import capture, make_exchange
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
 
 from ctxscope.daemon import start_daemon
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.otlp.backfill import BackfillFailed, backfill
 from ctxscope.inspector.otlp.settings import ExportSettings, traces_url
-from ctxscope.inspector.otlp.spans import span_id
+from ctxscope.inspector.otlp.spans import CONTENT_CAP, call_span, span_id
 from ctxscope.inspector.store import db as store
 from ctxscope.main import cli
 from ctxscope.settings import DaemonConfig, build_config
@@ -46,6 +47,7 @@ class Receiver:
         self.loop_thread, self.port = loop_thread, port
         self.spans: list[dict] = []
         self.requests = 0
+        self.headers: list[dict[str, str]] = []
         self.runner: web.AppRunner | None = None
         self.hold: asyncio.Event | None = None  # set: answer; clear: hang (a slow collector)
 
@@ -60,6 +62,7 @@ class Receiver:
         message = ExportTraceServiceRequest()
         message.ParseFromString(await request.read())
         self.requests += 1
+        self.headers.append(dict(request.headers))
         for rs in message.resource_spans:
             resource = {a.key: _value(a.value) for a in rs.resource.attributes}
             for ss in rs.scope_spans:
@@ -224,6 +227,8 @@ def test_collector_down_then_up_and_a_restart_deliver_every_call_once(daemons, r
     spans = _settle(receiver, 3)
     assert sorted(s["attributes"]["ctxscope.call_id"] for s in spans) == sorted(r["id"] for r in rows)
     assert db_status(daemons.db_path)["export"][0]["pending"] == 0
+    text = CliRunner().invoke(cli, ["db", "status", "--db", str(daemons.db_path)]).output
+    assert f"export: {traces_url(receiver.url)}: 0 calls behind, last sent 20" in text
     loop_thread.call(daemon.stop())  # a restart resumes from the position kept in the database
     again = daemons(_settings(receiver.url))
     _anthropic_calls(again.url, "after-restart", 1)
@@ -250,7 +255,7 @@ async def _event() -> asyncio.Event:
 
 def test_content_export_is_off_by_default_and_masks_keys_when_on(daemons, receiver):
     receiver.start()
-    daemon = daemons(_settings(receiver.url, content=True))
+    daemon = daemons(_settings(receiver.url, content=True, headers={"x-team-token": "t0ken"}))
     client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
     leaked = "sk-ant-api03-" + "A" * 40
     client.messages.create(model="claude-sonnet-4-6", max_tokens=32, system="be brief",
@@ -263,6 +268,18 @@ def test_content_export_is_off_by_default_and_masks_keys_when_on(daemons, receiv
     assert json.loads(prompt["gen_ai.system_instructions"]) == "be brief"
     assert json.loads(events["gen_ai.content.completion"]["gen_ai.output.messages"])
     assert not any(leaked in json.dumps(s) for s in receiver.spans)
+    assert {h.get("x-team-token") for h in receiver.headers} == {"t0ken"}
+
+
+def test_content_longer_than_the_cap_is_cut_and_says_so():
+    row = {"id": "c1", "started_at": "2026-12-01T09:00:00.000000Z", "ended_at": "2026-12-01T09:00:01.000000Z",
+           "api": "openai.chat", "model": "m", "outcome": "ok"}
+    huge = {"messages": [{"role": "user", "content": "x" * (CONTENT_CAP * 2)}]}
+    span = call_span(row, Resource.create({}), response={"choices": []}, request=huge, content=True)
+    prompt = next(e for e in span.events if e.name == "gen_ai.content.prompt").attributes["gen_ai.input.messages"]
+    assert CONTENT_CAP < len(prompt) < CONTENT_CAP + 100 and prompt.endswith("more characters]")
+    plain = call_span(row, Resource.create({}), response={"choices": []}, request=huge)
+    assert [e.name for e in plain.events] == []  # content off, and no first byte recorded
 
 
 def _captured(tmp_path: Path) -> Path:

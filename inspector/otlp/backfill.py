@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from ctxscope.inspector.store import export_rows
 from ctxscope.inspector.store.queries import open_db
 
-from .loop import make_exporter, resource, spans_of
+from .loop import batch_size, make_exporter, resource, spans_of
 from .settings import ExportSettings
 
 
@@ -37,7 +37,7 @@ def backfill(
     db_path: str | Path, settings: ExportSettings, *, session: str | None = None, since: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BackfillResult:
-    """Send every matching call in id order, ``settings.batch`` at a time; ``progress(sent, total)``
+    """Send every matching call in id order, ``batch_size(settings)`` at a time; ``progress(sent, total)``
     after each batch. Raises BackfillFailed at the first batch the endpoint does not take."""
     exporter = make_exporter(settings)
     res = resource()
@@ -47,7 +47,7 @@ def backfill(
         sent, after = 0, ""
         while True:
             rows = export_rows.calls_for_backfill(db, session=session, since=since, after=after,
-                                                  limit=settings.batch)
+                                                  limit=batch_size(settings))
             if not rows:
                 return BackfillResult(total, sent)
             if exporter.export(spans_of(db, rows, res, settings.content)) is not SpanExportResult.SUCCESS:

@@ -26,13 +26,17 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import export_rows
 from ctxscope.inspector.store.queries import get_final_response, get_request_json
 
-from .settings import PROTOCOLS, ExportSettings
+from .settings import CONTENT_BATCH, PROTOCOLS, ExportSettings
 from .spans import call_span
 
 log = logging.getLogger("ctxscope.otlp")
 
 def resource() -> Resource:
     return Resource.create({"service.name": "ctxscope", "host.name": socket.gethostname()})
+
+
+def batch_size(settings: ExportSettings) -> int:
+    return min(settings.batch, CONTENT_BATCH) if settings.content else settings.batch
 
 
 def make_exporter(settings: ExportSettings) -> OTLPSpanExporter:
@@ -119,7 +123,7 @@ class OtlpExport:
         if at is None:
             at = 0
             export_rows.set_position(db, target, at)
-        batch = export_rows.calls_after(db, at, self.settings.batch)
+        batch = export_rows.calls_after(db, at, batch_size(self.settings))
         if not batch:
             return False
         spans = spans_of(db, [row for _seq, row in batch], self._resource, self.settings.content)

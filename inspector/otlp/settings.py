@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 PROTOCOLS = ("http/protobuf",)
+CONTENT_BATCH = 20  # calls per request when their content goes too: a request stays a few MB
 
 
 def traces_url(endpoint: str) -> str:
@@ -27,7 +28,7 @@ class ExportSettings:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. an API key the backend wants
     protocol: str = "http/protobuf"
     content: bool = False  # prompts and answers as span events (keys masked)
-    batch: int = 200  # calls per request
+    batch: int = 200  # calls per request (content on: at most CONTENT_BATCH)
     poll_s: float = 1.0  # pause when everything stored has been sent
     retry_max_s: float = 30.0  # longest pause after failures (doubling from poll_s)
     timeout_s: float = 10.0  # one request, its own retries included

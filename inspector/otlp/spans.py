@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +23,8 @@ _SYSTEMS = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"
 _OPERATIONS = {"anthropic.messages": "chat", "openai.chat": "chat", "openai.responses": "chat",
                "gemini.generate": "generate_content", "anthropic.count_tokens": "count_tokens"}
 
-# The call's content when content export is on: (request JSON, final response JSON), both may be None.
-ContentReader = Callable[[str], tuple[Any, Any]]
+# Longest content attribute: a batch of calls with huge prompts stays under what collectors accept.
+CONTENT_CAP = 128 * 1024
 
 
 def span_id(call_id: str) -> int:
@@ -85,6 +84,11 @@ def _attributes(row: dict[str, Any], response_model: str | None) -> dict[str, An
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _capped(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= CONTENT_CAP else text[:CONTENT_CAP] + f"... [{len(text) - CONTENT_CAP} more characters]"
+
+
 def _content_events(request: Any, response: Any, at: int | None) -> list[Event]:
     """The prompt and the answer as GenAI events, keys masked as every export masks them."""
     events = []
@@ -92,9 +96,9 @@ def _content_events(request: Any, response: Any, at: int | None) -> list[Event]:
         request = mask_keys_in(request)
         system = request.get("system", request.get("instructions")) if isinstance(request, dict) else None
         messages = request.get("messages", request.get("input")) if isinstance(request, dict) else request
-        attrs = {"gen_ai.input.messages": json.dumps(messages, ensure_ascii=False)}
+        attrs = {"gen_ai.input.messages": _capped(messages)}
         if system is not None:
-            attrs["gen_ai.system_instructions"] = json.dumps(system, ensure_ascii=False)
+            attrs["gen_ai.system_instructions"] = _capped(system)
         events.append(Event("gen_ai.content.prompt", attrs, at))
     if response is not None:
         response = mask_keys_in(response)
@@ -102,7 +106,7 @@ def _content_events(request: Any, response: Any, at: int | None) -> list[Event]:
         if isinstance(response, dict):
             output = response.get("content", response.get("choices", response.get("output", response)))
         events.append(Event("gen_ai.content.completion",
-                            {"gen_ai.output.messages": json.dumps(output, ensure_ascii=False)}, at))
+                            {"gen_ai.output.messages": _capped(output)}, at))
     return events
 
 
