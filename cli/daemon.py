@@ -57,10 +57,10 @@ class RunningDaemon:
     async def stop(self) -> None:
         """Stop accepting, finish open exchanges, then drain the writer so nothing is lost (what the
         export has not sent yet goes at the next start: its position is in the database)."""
-        if self.otlp is not None:
-            await asyncio.to_thread(self.otlp.stop)
         await self.runner.cleanup()
         stops: list[Awaitable[object]] = [asyncio.to_thread(self.writer.stop)]
+        if self.otlp is not None:  # (a request in flight to a hanging collector ends at its timeout)
+            stops.append(asyncio.to_thread(self.otlp.stop))
         if self.sim is not None:  # the simulator's child stops while the writer drains
             stops.append(asyncio.to_thread(self.sim.stop))
         await asyncio.gather(*stops)
@@ -177,8 +177,12 @@ def start_export(cfg: DaemonConfig) -> OtlpExport | None:
         return None
     from ctxscope.inspector.otlp.loop import OtlpExport  # the SDK loads only when export is on
 
-    export = OtlpExport(cfg.db, cfg.export)
-    export.start()
+    try:
+        export = OtlpExport(cfg.db, cfg.export)
+        export.start()
+    except Exception as exc:  # export is an add-on: it must not keep the proxy down
+        log.error("the OTLP export to %s did not start (%s): calls are stored, not exported", cfg.export.endpoint, exc)
+        return None
     log.info("exporting stored calls as OTLP spans to %s", cfg.export.endpoint)
     return export
 

@@ -30,6 +30,8 @@ from .settings import CONTENT_BATCH, PROTOCOLS, ExportSettings
 from .spans import call_span
 
 log = logging.getLogger("ctxscope.otlp")
+# The SDK logs every attempt and retry; while a collector stays down, only our own summary is logged.
+_sdk_log = logging.getLogger("opentelemetry.exporter.otlp")
 
 def resource() -> Resource:
     return Resource.create({"service.name": "ctxscope", "host.name": socket.gethostname()})
@@ -135,8 +137,12 @@ class OtlpExport:
             if self.failures == 1 or self.failures % 20 == 0:
                 log.warning("OTLP export to %s failed (%d times so far); retrying: nothing is lost", target,
                             self.failures)
+            _sdk_log.setLevel(logging.CRITICAL)  # the SDK said why the first time
             self.last_error = "export failed"
             return None
+        if self.last_error == "export failed":
+            log.info("OTLP export to %s works again after %d failures", target, self.failures)
+            _sdk_log.setLevel(logging.NOTSET)
         export_rows.set_position(db, target, batch[-1][0])
         self.exported += len(batch)
         self.last_error = None
