@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -123,11 +124,20 @@ def spawn_role(role: str, loop: str, env, log: Path, upstream: str | None = None
     return proc, int(line.split()[1])
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (just freed by the kernel): connections to it are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tuple[subprocess.Popen, int, Path]:
     """``ctxscope serve`` on a port the kernel picks (a port picked here could be taken before the
     daemon binds it); the port is read from the line the daemon prints when it listens."""
     db = work / f"{kind}-{loop}.db"
     args = ["serve", "--port", "0", "--db", str(db), "--upstream", f"fast={upstream}"]
+    if kind == "otlp-down":  # export on, to a collector that refuses every connection
+        args += ["--otlp-endpoint", f"http://127.0.0.1:{closed_port()}"]
     prelude = (_NO_UVLOOP if loop == "asyncio" else "") + (_NO_CAPTURE if kind == "nocapture" else "")
     cmd = [sys.executable, "-c", prelude + _MAIN, *args] if prelude else [str(VENV_BIN / "ctxscope"), *args]
     log = work / f"{kind}-{loop}.log"
@@ -178,7 +188,7 @@ async def capture_backlog(session, targets: list[Target]) -> int:
     """Calls every ctxscope target has answered but not yet stored (its writer's queue and spool)."""
     total = 0
     for t in targets:
-        if t.kind == "ctxscope":
+        if t.kind in ("ctxscope", "otlp-down"):
             async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status?store=0") as r:
                 total += (await r.json())["writer"]["queued"]
     return total

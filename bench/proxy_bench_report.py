@@ -122,7 +122,7 @@ def report(targets: list[Target], cfg) -> bool:
     direct = targets[0]
     for loop in dict.fromkeys(t.loop for t in targets[1:]):
         mini = next(t for t in targets if t.kind == "minimal" and t.loop == loop)
-        for ctx in (t for t in targets if t.loop == loop and t.kind in ("ctxscope", "nocapture")):
+        for ctx in (t for t in targets if t.loop == loop and t.kind in ("ctxscope", "nocapture", "otlp-down")):
             print(f"\n{ctx.name} vs {mini.name} and direct:")
             for ph, what in (("c1", "small JSON c1"), ("c32", "small JSON c32"), ("upload", "1 MB body c1")):
                 print(f"  throughput {what:<15} {paired(ctx, mini, ph, rps, _ratio):5.2f}x minimal "
@@ -137,7 +137,11 @@ def report(targets: list[Target], cfg) -> bool:
                 f"{ph} {_ratio(figure(ctx, ph, cpu_ms), figure(mini, ph, cpu_ms)):.2f}x" for ph in PHASES))
             print("  proxy + capture writer CPU per request vs minimal: " + ", ".join(
                 f"{ph} {_ratio(figure(ctx, ph, total_cpu_ms), figure(mini, ph, total_cpu_ms)):.2f}x" for ph in PHASES))
-            if ctx.kind == "ctxscope":
+            if ctx.kind == "otlp-down":  # the same daemon with export on, to a collector that is down
+                base = next(t for t in targets if t.kind == "ctxscope" and t.loop == loop)
+                print("  throughput vs ctxscope with export off: " + ", ".join(
+                    f"{ph} {paired(ctx, base, ph, rps, _ratio):.2f}x" for ph in ("c1", "c32", "upload")))
+            if ctx.kind in ("ctxscope", "otlp-down"):
                 print(f"  capture writer scheduling when idle: {ctx.sched}")
                 ok &= check_capture(ctx)
     return ok

@@ -29,6 +29,7 @@ makes the load, proxy_bench_report.py prints the figures.
     .venv/bin/python bench/proxy_overhead.py --quick          # ~20 s
     .venv/bin/python bench/proxy_overhead.py --loops both     # proxies on asyncio and on uvloop
     .venv/bin/python bench/proxy_overhead.py --with-nocapture # also the daemon with capture disabled
+    .venv/bin/python bench/proxy_overhead.py --with-otlp-down # also the daemon exporting to a down collector
 
 The last line reads ``ratio vs minimal passthrough: c1 X.XX, c32 X.XX; added TTFB p50 X.XX ms``;
 the added TTFB there is ctxscope's stream TTFB p50 minus DIRECT (what a user notices).
@@ -109,7 +110,8 @@ async def bench(cfg) -> int:
             p, port = spawn_role("passthrough", loop, env, work / f"minimal-{loop}.log", upstream)
             procs.append(p)
             targets.append(Target("minimal", loop, f"http://127.0.0.1:{port}", p, tag=tag))
-            for kind in ("ctxscope", "nocapture") if cfg.with_nocapture else ("ctxscope",):
+            kinds = ["ctxscope"] + ["nocapture"] * cfg.with_nocapture + ["otlp-down"] * cfg.with_otlp_down
+            for kind in kinds:
                 p, port, db = spawn_ctxscope(kind, loop, upstream, work, env)
                 procs.append(p)
                 targets.append(Target(kind, loop, f"http://127.0.0.1:{port}/u/fast", p, db, tag=tag))
@@ -153,7 +155,7 @@ async def bench(cfg) -> int:
                 await s.close()
     finally:
         for t in targets:
-            if t.kind == "ctxscope" and t.proc is not None:
+            if t.kind in ("ctxscope", "otlp-down") and t.proc is not None:
                 t.sched = scheduling(t.proc.pid)
         codes = {p.pid: stop(p) for p in reversed(procs)}
     ok = report(targets, cfg)
@@ -185,6 +187,11 @@ def main() -> None:
         "--with-nocapture",
         action="store_true",
         help="also run the daemon with its capture sink disabled, to split forwarding from capture cost",
+    )
+    ap.add_argument(
+        "--with-otlp-down",
+        action="store_true",
+        help="also run the daemon exporting to an OTLP endpoint that refuses connections (export must cost nothing)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, capture DBs) after a clean run")
     cfg = ap.parse_args()

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -30,6 +31,9 @@ from ctxscope.web.routes import add_web_routes
 from .analysis_commands import prices_path
 from .settings import DaemonConfig, home_dir, load_salt, secure_home
 
+if TYPE_CHECKING:
+    from ctxscope.inspector.otlp.loop import OtlpExport
+
 log = logging.getLogger("ctxscope.daemon")
 
 @dataclass
@@ -40,6 +44,7 @@ class RunningDaemon:
     writer: Writer
     runner: web.AppRunner
     sim: SimulatorProcess | None  # the built-in simulator's child process (None: `sim` is a configured upstream)
+    otlp: OtlpExport | None = None  # the OTLP export's thread (None: export is off)
 
     @property
     def sim_url(self) -> str | None:
@@ -50,9 +55,12 @@ class RunningDaemon:
         return self.sim.token if self.sim is not None else None
 
     async def stop(self) -> None:
-        """Stop accepting, finish open exchanges, then drain the writer so nothing is lost."""
+        """Stop accepting, finish open exchanges, then drain the writer so nothing is lost (what the
+        export has not sent yet goes at the next start: its position is in the database)."""
         await self.runner.cleanup()
         stops: list[Awaitable[object]] = [asyncio.to_thread(self.writer.stop)]
+        if self.otlp is not None:  # (a request in flight to a hanging collector ends at its timeout)
+            stops.append(asyncio.to_thread(self.otlp.stop))
         if self.sim is not None:  # the simulator's child stops while the writer drains
             stops.append(asyncio.to_thread(self.sim.stop))
         await asyncio.gather(*stops)
@@ -159,7 +167,24 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         raise
     port = runner.addresses[0][1] if cfg.port == 0 else cfg.port
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim)
+    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim, start_export(cfg))
+
+
+def start_export(cfg: DaemonConfig) -> OtlpExport | None:
+    """The OTLP export's thread when one is configured: it reads the store after the writer, so
+    forwarding and storing never wait on it (docs/architecture.md, "Export to OpenTelemetry")."""
+    if cfg.export is None:
+        return None
+    from ctxscope.inspector.otlp.loop import OtlpExport  # the SDK loads only when export is on
+
+    try:
+        export = OtlpExport(cfg.db, cfg.export)
+        export.start()
+    except Exception as exc:  # export is an add-on: it must not keep the proxy down
+        log.error("the OTLP export to %s did not start (%s): calls are stored, not exported", cfg.export.endpoint, exc)
+        return None
+    log.info("exporting stored calls as OTLP spans to %s", cfg.export.endpoint)
+    return export
 
 
 async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon], None],

@@ -49,13 +49,17 @@ def cli():
               help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
                    "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
                    "max_body_bytes=256MiB, max_decoded_bytes=128MiB (bytes, or with KiB/MiB/GiB).")
-def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
+@click.option("--otlp-endpoint", default=None, metavar="URL",
+              help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
+                   "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).")
+def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otlp_endpoint):
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
     from .daemon import run, serve_forever
 
     try:
         cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
-                           upstream_options=upstreams, allow_remote=allow_remote, limit_options=limits)
+                           upstream_options=upstreams, allow_remote=allow_remote, limit_options=limits,
+                           otlp_endpoint=otlp_endpoint)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not is_loopback(cfg.host) and not cfg.allow_remote:
@@ -73,6 +77,8 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits):
             where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
             click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
                        f"X-Sim-Token, {where})")
+        if cfg.export is not None:
+            click.echo(f"  Export:     stored calls as OTLP spans to {cfg.export.endpoint}")
         for name, url in sorted(cfg.upstreams.items()):
             if name not in ("anthropic", "openai", "gemini"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")

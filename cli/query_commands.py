@@ -369,6 +369,8 @@ def _status_value(key: str, value: Any) -> str:
     """One db status entry in words."""
     if key == "capture":
         return capture_line(value)
+    if key == "export" and isinstance(value, list):
+        return export_line(value)
     if key == "spool" and isinstance(value, dict):
         quarantined = value.get("quarantined") or []
         return (f"{fmt_int(value.get('files'))} file(s), {fmt_int(value.get('bytes'))} bytes waiting"
@@ -389,6 +391,15 @@ def _status_value(key: str, value: Any) -> str:
     if isinstance(value, list):
         return plain(value) if value else "none"
     return plain(value)
+
+
+def export_line(lags: list[dict]) -> str:
+    """Each OTLP endpoint's lag: calls stored but not sent yet, and since when."""
+    if not lags:
+        return "no OTLP export"
+    return "; ".join(f"{x['target']}: {x['pending']} calls behind"
+                     + (f" (oldest from {x['oldest_pending_at']})" if x["pending"] else "")
+                     + f", last sent {x['updated_at'] or '-'}" for x in lags)
 
 
 def capture_line(c: dict) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
+from ctxscope.inspector.otlp.settings import PROTOCOLS, ExportSettings, traces_url
 from ctxscope.proxy.defence.limits import Limits, parse_limit_option
 from ctxscope.proxy.forward.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option
 
@@ -73,14 +74,16 @@ class DaemonConfig:
     # waits on the GIL for it); "thread": in this process (embedding, some tests).
     writer: str = "process"
     limits: Limits = field(default_factory=Limits)  # timeouts, connection cap, body and decoded sizes
+    export: ExportSettings | None = None  # OTLP export of stored calls (None: off)
 
 
 def read_config_file(path: Path) -> dict:
-    """TOML: top-level host, port, db, allow_remote, a table [upstreams] of NAME = "URL" and a table
-    [limits] of KEY = number (sizes may be text such as "256MiB")."""
+    """TOML: top-level host, port, db, allow_remote, a table [upstreams] of NAME = "URL", a table
+    [limits] of KEY = number (sizes may be text such as "256MiB") and a table [export]
+    (otlp_endpoint, headers, protocol, content)."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "limits"}
+    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "limits", "export"}
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
     limits = data.get("limits", {})
@@ -90,15 +93,50 @@ def read_config_file(path: Path) -> dict:
         Limits().with_values(limits)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: [limits]: {exc}") from None
+    try:
+        export_settings(data.get("export"), None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: [export]: {exc}") from None
     return data
+
+
+_EXPORT_KEYS = {"otlp_endpoint", "headers", "protocol", "content"}
+
+
+def export_settings(table: object, endpoint: str | None) -> ExportSettings | None:
+    """The `[export]` table, with `--otlp-endpoint` over its endpoint; None when no endpoint is set."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ValueError("must be a table of otlp_endpoint, headers, protocol, content")
+    unknown = set(table) - _EXPORT_KEYS
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}")
+    headers = table.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ValueError('headers must be a table of NAME = "value"')
+    protocol = table.get("protocol", "http/protobuf")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not supported (use one of {list(PROTOCOLS)})")
+    content = table.get("content", False)
+    if not isinstance(content, bool):
+        raise ValueError("content must be true or false")
+    url = endpoint or table.get("otlp_endpoint")
+    if not url:
+        return None
+    if not isinstance(url, str):
+        raise ValueError("otlp_endpoint must be a URL")
+    return ExportSettings(traces_url(url), headers=dict(headers), protocol=protocol, content=content)
 
 
 def build_config(
     *, config_file: Path | None, host: str | None, port: int | None, db: Path | None,
     upstream_options: tuple[str, ...], allow_remote: bool, limit_options: tuple[str, ...] = (),
+    otlp_endpoint: str | None = None,
 ) -> DaemonConfig:
     """Defaults < config file < command line."""
     cfg = DaemonConfig()
+    data: dict = {}
     if config_file is not None:
         data = read_config_file(config_file)
         cfg.host = data.get("host", cfg.host)
@@ -121,4 +159,5 @@ def build_config(
         cfg.upstreams[name] = url
     if limit_options:
         cfg.limits = cfg.limits.with_values(dict(parse_limit_option(text) for text in limit_options))
+    cfg.export = export_settings(data.get("export"), otlp_endpoint)
     return cfg

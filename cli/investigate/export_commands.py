@@ -74,19 +74,38 @@ def _progress(items, length: int, label: str, quiet: bool):
 
 
 @click.command("export", context_settings=CONTEXT)
-@click.argument("session")
+@click.argument("session", required=False)
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["har", "bundle"]), default="har", show_default=True,
               help="har: HAR 1.2 (Chrome DevTools, mitmproxy); bundle: ctxscope's own file, raw bytes "
                    "plus the analysis, compressed.")  # fmt: skip
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The file to write.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="The file to write (with --format).")
+@click.option("--otlp", "otlp_url", metavar="URL",
+              help="Instead of a file: send the stored calls (all, or SESSION's) to the OTLP/HTTP collector "
+                   "at URL as OpenTelemetry spans.")  # fmt: skip
+@click.option("--since", default=None, metavar="TIME", help="With --otlp: only calls started at or after TIME (ISO).")
+@click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
+              help="With --otlp: a header the collector wants (repeatable).")
+@click.option("--content", is_flag=True, help="With --otlp: also send prompts and answers (keys masked).")
 @json_option
-def export_session(session, db_path, fmt, output, as_json):
+def export_session(session, db_path, fmt, output, otlp_url, since, headers, content, as_json):
     """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
-    mitmproxy can open. Keys never go in: headers were redacted when captured, and key-like values
-    in the bodies are masked."""
+    mitmproxy can open, or with --otlp URL send stored calls to an OpenTelemetry collector. Keys never
+    go in: headers were redacted when captured, and key-like values in the bodies are masked."""
     import json
+
+    if otlp_url:
+        if output is not None:
+            raise click.UsageError("--otlp sends spans to a collector: it writes no file (drop -o)")
+        from ..otlp_commands import send_to_otlp
+
+        send_to_otlp(otlp_url, db_path, session, since, headers, content)
+        return
+    if session is None or output is None:
+        raise click.UsageError("give SESSION and -o FILE (or --otlp URL to send spans to a collector)")
+    if since or headers or content:
+        raise click.UsageError("--since, --header and --content go with --otlp")
 
     from ctxscope.inspector.share.bundle import write_bundle
     from ctxscope.inspector.share.exchanges import exported_call

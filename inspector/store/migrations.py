@@ -229,3 +229,30 @@ def m008_add_replay_of(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE calls ADD COLUMN replay_of TEXT")
     # An original's replays.
     db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of)")
+
+
+@migrations()
+def m009_create_export_positions(db: sqlite_utils.Database) -> None:
+    # The order calls were stored in, numbered without reuse (AUTOINCREMENT): the OTLP export's
+    # position is a number in it, so a call stored late (a long stream) or after a deletion is
+    # never skipped (docs/architecture.md, "Export to OpenTelemetry").
+    db.execute(
+        """
+CREATE TABLE stored_order (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- increases with every stored call, never reused
+  call_id TEXT NOT NULL UNIQUE            -- the call stored
+)"""
+    )
+    db.execute("INSERT INTO stored_order (call_id) SELECT id FROM calls ORDER BY rowid")
+    db.execute("CREATE TRIGGER stored_order_insert AFTER INSERT ON calls "
+               "BEGIN INSERT INTO stored_order (call_id) VALUES (new.id); END")
+    db.execute("CREATE TRIGGER stored_order_delete AFTER DELETE ON calls "
+               "BEGIN DELETE FROM stored_order WHERE call_id = old.id; END")
+    db.execute(
+        """
+CREATE TABLE export_positions (
+  target TEXT PRIMARY KEY,        -- the OTLP endpoint exported to
+  seq INTEGER NOT NULL,           -- every stored call up to this stored_order.seq has been sent
+  updated_at TEXT NOT NULL        -- ISO 8601 UTC of the last export that moved it
+)"""
+    )
