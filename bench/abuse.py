@@ -26,6 +26,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "abuse_probe"))  # the probe's own modules
+sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the proxy bench's process helpers
 
 import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes

@@ -21,9 +21,9 @@ is reported for the proxy process and, on a line of its own, for its child proce
 writer), so the cost of capture is not hidden in another process. At the end the capture DB must
 hold every call that was answered through ctxscope.
 
-Files: this one runs the rounds; proxy_bench_wire.py has the payloads and the two servers (run as
-child processes), proxy_bench_procs.py starts processes and reads their CPU, proxy_bench_load.py
-makes the load, proxy_bench_report.py prints the figures.
+Files: this one runs the rounds; in proxy_probe/, proxy_bench_wire.py has the payloads and the two
+servers (run as child processes), proxy_bench_procs.py starts processes and reads their CPU,
+proxy_bench_load.py makes the load, proxy_bench_report.py prints the figures.
 
     .venv/bin/python bench/proxy_overhead.py                  # ~1.5 minutes on 2 cores
     .venv/bin/python bench/proxy_overhead.py --quick          # ~20 s
@@ -47,6 +47,9 @@ import time
 from pathlib import Path
 
 import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the bench's own modules
+
 from proxy_bench_load import PACED_GAP, PHASES, Phase, closed_loop, streams
 from proxy_bench_procs import (
     Target,
