@@ -109,6 +109,8 @@ def test_the_session_table_keeps_its_last_columns_and_models_stay_on_one_line(de
     expect(wpage.locator("#app[data-ready='1'] tr.call-row").first).to_be_visible()
     status = wpage.locator("table.calls th").last
     expect(status).to_have_text(re.compile("status", re.I))
+    # The findings panel loads after the first screen and redraws the table with its badges: measure after.
+    expect(wpage.locator(".findings .card-title")).to_contain_text("Findings (")
     box = status.bounding_box()
     assert box["x"] + box["width"] <= wpage.viewport_size["width"], box  # on screen, not cut off to the right
     heights = wpage.locator("table.calls td .model").evaluate_all("els => els.map((e) => e.getClientRects().length)")
