@@ -66,19 +66,7 @@ def find_calls(
 
 def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
     """A session id from an id or a unique prefix of one; None if nothing matches."""
-    if db.execute("SELECT 1 FROM calls WHERE session = ? LIMIT 1", [session]).fetchone():
-        return session
-    if not session:
-        return None
-    rows = db.execute(
-        "SELECT DISTINCT session FROM calls WHERE session >= ? AND session < ? ORDER BY session LIMIT ?",
-        [session, session + "\U0010ffff", queries.CANDIDATES_LISTED + 1],
-    ).fetchall()
-    if len(rows) > 1:
-        raise queries.AmbiguousCallId(f"session prefix {session!r} matches more than one session",
-                                      tuple(r[0] for r in rows[: queries.CANDIDATES_LISTED]),
-                                      len(rows) > queries.CANDIDATES_LISTED)
-    return rows[0][0] if rows else None
+    return queries.resolve_prefix(db, "session", session)
 
 
 def session_timeline(db: sqlite_utils.Database, session: str) -> dict | None:

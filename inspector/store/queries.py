@@ -11,7 +11,7 @@ import contextlib
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlite_utils
 
@@ -132,20 +132,29 @@ def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dic
     return rows
 
 
-def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
-    """The full id for an id or a unique prefix; None if nothing matches."""
-    if db.execute("SELECT 1 FROM calls WHERE id = ?", [call_id]).fetchone():
-        return call_id
-    if not call_id:
+def resolve_prefix(db: sqlite_utils.Database, column: Literal["id", "session"], value: str) -> str | None:
+    """The full call id or session id for an id or a unique prefix of one; None if nothing matches;
+    ``AmbiguousCallId`` (with the first candidates) if several do. One rule for every id
+    (docs/architecture.md, "One id rule")."""
+    if db.execute(f"SELECT 1 FROM calls WHERE {column} = ? LIMIT 1", [value]).fetchone():
+        return value
+    if not value:
         return None
     rows = db.execute(
-        "SELECT id FROM calls WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-        [call_id, call_id + "\U0010ffff", CANDIDATES_LISTED + 1],
+        f"SELECT DISTINCT {column} FROM calls WHERE {column} >= ? AND {column} < ? ORDER BY {column} LIMIT ?",
+        [value, value + "\U0010ffff", CANDIDATES_LISTED + 1],
     ).fetchall()
     if len(rows) > 1:
-        raise AmbiguousCallId(f"call id prefix {call_id!r} matches more than one call",
+        what = "call id prefix" if column == "id" else "session prefix"
+        noun = "call" if column == "id" else "session"
+        raise AmbiguousCallId(f"{what} {value!r} matches more than one {noun}",
                               tuple(r[0] for r in rows[:CANDIDATES_LISTED]), len(rows) > CANDIDATES_LISTED)
     return rows[0][0] if rows else None
+
+
+def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
+    """The full id for an id or a unique prefix; None if nothing matches."""
+    return resolve_prefix(db, "id", call_id)
 
 
 def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
