@@ -13,7 +13,7 @@ import pytest
 import sdk_clients
 from aiohttp import web
 from loop_thread import LoopThread
-from web_fixtures import launch_browser
+from web_fixtures import Loop, launch_browser
 
 
 class RecordingSimulator:
@@ -175,3 +175,37 @@ def page(browser):
     yield pg
     ctx.close()
     assert not problems, problems
+
+
+@pytest.fixture(scope="session")
+def demo_daemon(tmp_path_factory):
+    """One daemon holding the demo session, shared by the browser tests that only read it:
+    (url, the demo's result, the session's calls in order). The demo runs once per test run."""
+    import os
+
+    from ctxscope.daemon import start_daemon
+    from ctxscope.demo import run_demo_session
+    from ctxscope.inspector.store.queries import list_calls, open_db
+    from ctxscope.settings import DaemonConfig
+
+    tmp = tmp_path_factory.mktemp("demo")
+    old_home = os.environ.get("CTXSCOPE_HOME")
+    os.environ["CTXSCOPE_HOME"] = str(tmp / "home")  # the demo's agent keeps its sessions there
+    loop = Loop()
+    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "captures.db")
+    try:
+        daemon = loop.call(start_daemon(cfg))
+        result = loop.call(run_demo_session(daemon, cfg.db, lambda _line: None), timeout=120)
+    finally:  # only the run needs the home: other tests see the environment they had
+        if old_home is None:
+            os.environ.pop("CTXSCOPE_HOME", None)
+        else:
+            os.environ["CTXSCOPE_HOME"] = old_home
+    db = open_db(cfg.db)
+    try:
+        calls = list_calls(db, session=result.session, limit=None, newest_first=False)
+    finally:
+        db.conn.close()
+    yield daemon.url, result, calls
+    loop.call(daemon.stop())
+    loop.stop()

@@ -3,12 +3,9 @@ timeline, and clicking it opens the call with the exact text the effect added or
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from demo_fixtures import MARKER_TEXT
 from playwright.sync_api import expect
-from web_fixtures import Loop
 
 from ctxscope.demo_script import EXPECTED
 
@@ -17,26 +14,10 @@ TEXT = {**MARKER_TEXT, "compaction": "Older tool result moved to a file"}  # the
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from ctxscope.daemon import start_daemon
-    from ctxscope.demo import run_demo_session
-    from ctxscope.settings import DaemonConfig
-
-    tmp = tmp_path_factory.mktemp("webdemo")
-    old_home = os.environ.get("CTXSCOPE_HOME")
-    os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
-    loop = Loop()
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "captures.db")
-    daemon = loop.call(start_daemon(cfg))
-    lines: list[str] = []
-    result = loop.call(run_demo_session(daemon, cfg.db, lines.append), timeout=120)
-    yield daemon.url, result
-    loop.call(daemon.stop())
-    loop.stop()
-    if old_home is None:
-        os.environ.pop("CTXSCOPE_HOME", None)
-    else:
-        os.environ["CTXSCOPE_HOME"] = old_home
+def demo(demo_daemon):
+    """The shared demo session (conftest.py)."""
+    url, result, _ = demo_daemon
+    return url, result
 
 
 def test_walk_the_demo_session_and_open_each_marker(demo, page):

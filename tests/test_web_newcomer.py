@@ -5,14 +5,12 @@ model names stay on one line, and an error page does not keep the previous page'
 
 from __future__ import annotations
 
-import os
 import re
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
-from web_fixtures import Loop
 
 from ctxscope.vocab.kinds import CacheVerdict, RelationKind
 from ctxscope.vocab.words import WORDS
@@ -21,29 +19,9 @@ WIDTHS = (1024, 1440)
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from ctxscope.daemon import start_daemon
-    from ctxscope.demo import run_demo_session
-    from ctxscope.inspector.store.queries import list_calls, open_db
-    from ctxscope.settings import DaemonConfig
-
-    tmp = tmp_path_factory.mktemp("webnewcomer")
-    old_home = os.environ.get("CTXSCOPE_HOME")
-    os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
-    loop = Loop()
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "captures.db")
-    daemon = loop.call(start_daemon(cfg))
-    result = loop.call(run_demo_session(daemon, cfg.db, lambda _line: None), timeout=120)
-    db = open_db(cfg.db)
-    calls = list_calls(db, session=result.session, limit=None, newest_first=False)
-    db.conn.close()
-    yield daemon.url, result, calls
-    loop.call(daemon.stop())
-    loop.stop()
-    if old_home is None:
-        os.environ.pop("CTXSCOPE_HOME", None)
-    else:
-        os.environ["CTXSCOPE_HOME"] = old_home
+def demo(demo_daemon):
+    """The shared demo session (conftest.py)."""
+    return demo_daemon
 
 
 @pytest.fixture(params=WIDTHS, ids=lambda w: f"{w}px")
