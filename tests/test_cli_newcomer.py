@@ -57,6 +57,12 @@ def test_an_ambiguous_call_prefix_lists_the_candidates_and_exits_2(demo):
         assert len(listed) >= 2 and all(c.startswith(prefix) for c in listed if c != "...")
     unknown = run("show", "zzzz", *demo["db"], code=2)
     assert "no call matches 'zzzz'" in unknown
+    # The investigate-and-share commands follow the same rule.
+    for args in (["curl", prefix], ["replay", prefix, "--daemon", "http://127.0.0.1:9"]):
+        out = run(*args, *demo["db"], code=2)
+        assert f"call id prefix {prefix!r} is ambiguous" in out, args
+    for args in (["curl", "zzzz"], ["replay", "zzzz", "--daemon", "http://127.0.0.1:9"]):
+        assert "no call matches 'zzzz'" in run(*args, *demo["db"], code=2), args
 
 
 def test_every_session_option_takes_a_prefix_and_rejects_an_unknown_id(demo):
@@ -68,7 +74,9 @@ def test_every_session_option_takes_a_prefix_and_rejects_an_unknown_id(demo):
     assert json.loads(run("reindex", *db, "--session", prefix, "--json"))["reindexed"] == len(demo["calls"])
     assert json.loads(run("session", prefix, *db, "--json"))["session"] == session
     for args in (["calls", "--session", "nope"], ["stats", "--session", "nope"], ["reindex", "--session", "nope"],
-                 ["session", "nope"]):  # fmt: skip
+                 ["session", "nope"], ["search", "hello", "--session", "nope"],
+                 ["export", "nope", "-o", str(demo["home"] / "never.har")], ["findings", "nope"],
+                 ["advise", "nope"]):  # fmt: skip
         out = run(*args, *db, code=2)
         assert "no session matches 'nope'" in out, args
 

@@ -7,19 +7,16 @@ from pathlib import Path
 
 import click
 
-from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from ..output import emit_json
 
 
 def _call_or_fail(db, call: str) -> dict:
+    """The call an id or a unique prefix names (the one id rule: exit 2 with the candidates)."""
     from ctxscope.inspector.store import queries
 
-    try:
-        row = queries.get_call(db, call)
-    except queries.AmbiguousCallId as exc:
-        raise click.ClickException(str(exc)) from exc
-    if row is None:
-        raise click.ClickException(f"no call matches {call!r}")
+    row = queries.get_call(db, resolve_call(db, call))
+    assert row is not None  # resolved above
     return row
 
 
@@ -110,19 +107,12 @@ def export_session(session, db_path, fmt, output, otlp_url, since, headers, cont
     from ctxscope.inspector.share.bundle import write_bundle
     from ctxscope.inspector.share.exchanges import exported_call
     from ctxscope.inspector.share.har import har_entry, har_log
-    from ctxscope.inspector.store.analysis_queries import resolve_session
     from ctxscope.inspector.store.analysis_rows import call_ids
-    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     from .. import __version__
 
     db = open_db_or_fail(db_path)
-    try:
-        full = resolve_session(db, session)
-    except AmbiguousCallId as exc:
-        raise click.ClickException(str(exc)) from exc
-    if full is None:
-        raise click.ClickException(f"no session matches {session!r}")
+    full = resolve_session_id(db, session)
     ids = call_ids(db, full)
     calls = (exported_call(db, call_id) for call_id in ids)
     tmp = output.with_name(output.name + ".part")

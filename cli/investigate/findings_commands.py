@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_session_id
 from ..output import emit_json, emit_table
 
 
@@ -21,6 +21,7 @@ def open_session(db_path, session: str | None):
         if not latest:
             raise click.ClickException("no sessions captured yet")
         session = latest[0]["session"]
+    session = resolve_session_id(db, session)  # the one id rule: exit 2 with the candidates
     try:
         from ctxscope.inspector.analyses.prices import load_prices
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import click
 
-from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call
 from ..output import emit_json
 from ..settings import DEFAULT_HOST, DEFAULT_PORT
 
@@ -71,9 +71,8 @@ def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeo
 
     db = open_db_or_fail(db_path)
     try:
-        row = get_call(db, call)
-        if row is None:
-            raise click.ClickException(f"no call matches {call!r}")
+        row = get_call(db, resolve_call(db, call))
+        assert row is not None  # resolved above
         key = os.environ.get(api_key_env or key_env_for(row)) or None
         req = build_request(db, row["id"], daemon_url, key=key, model=model, upstream=upstream,
                             edits=[parse_edit(e) for e in edits])  # fmt: skip

@@ -7,7 +7,7 @@ import click
 from ctxscope.proxy.redaction.mask import mask_key_values
 from ctxscope.vocab.kinds import SearchArea
 
-from ..options import CONTEXT, db_option, json_option, open_db_or_fail
+from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_session_id
 from ..output import emit_json
 
 
@@ -38,23 +38,15 @@ def search(text, db_path, session, areas, limit, as_json):
     text in that call's request (or final response). Captures made before the search index
     existed are indexed by `ctxscope reindex`.
     """
-    from ctxscope.inspector.store.analysis_queries import resolve_session
     from ctxscope.inspector.store.analysis_rows import count_calls
     from ctxscope.inspector.store.derived.search import index_stats
     from ctxscope.inspector.store.derived.search import search as run
-    from ctxscope.inspector.store.queries import AmbiguousCallId
 
     if not text.strip():
         raise click.UsageError("TEXT is empty")
     db = open_db_or_fail(db_path)
     if session is not None:
-        try:
-            full = resolve_session(db, session)
-        except AmbiguousCallId as exc:
-            raise click.ClickException(str(exc)) from exc
-        if full is None:
-            raise click.ClickException(f"no session matches {session!r}")
-        session = full
+        session = resolve_session_id(db, session)
     hits = run(db, text, session=session, areas=areas, limit=limit)
     if as_json:
         emit_json([dict(h, snippet=_clean(h["snippet"], "[", "]", terminal=False)) for h in hits])
