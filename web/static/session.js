@@ -67,7 +67,7 @@ export function renderSession(root, session, params, ctx) {
   ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: session }]);
   const filters = { relation: params.get("relation") || "", verdict: params.get("verdict") || "", marker: params.get("marker") || "",
     thread: params.get("thread") || "", q: params.get("q") || "" };
-  let offset = params.has("offset") ? Number(params.get("offset")) : null; // null: follow the latest page
+  let offset = params.has("offset") ? Number(params.get("offset")) : null; // null: the server opens where the story is
   let disposed = false;
   let timer = null;
   let seen = null;
@@ -193,7 +193,7 @@ export function renderSession(root, session, params, ctx) {
       h("button", { type: "button", disabled: page <= 1 ? true : null, onclick: () => go(Math.max(0, view.offset - view.limit)) }, "‹ prev"),
       h("span", { class: "muted" }, `calls ${fmtInt(view.total ? view.offset + 1 : 0)}–${fmtInt(view.offset + view.calls.length)} of ${fmtInt(view.total)} · page ${page}/${pages}`),
       h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(view.offset + view.limit) }, "next ›"),
-      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(null) }, "latest »"));
+      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(-1) }, "latest »"));
   }
 
   async function load() {
