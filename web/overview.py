@@ -31,7 +31,8 @@ def session_cost(a: SessionAggregate) -> tuple[float | None, bool]:
     """The session's cost in USD (None when nothing could be priced) and whether a price was guessed.
 
     Only its non-simulator calls are priced (``by_model`` holds no simulator call): the simulator is
-    free, also in a session that mixes it with a real provider. The CLI's ``sessions`` uses it too."""
+    free, also in a session that mixes it with a real provider (docs/architecture.md, "The simulator is
+    free"). The CLI's ``sessions`` uses it too."""
     cost, guessed = None, False
     for m in a.by_model:
         usd, g = usage_cost(m.model, m.input, m.output, m.cache_read, m.cache_write)
