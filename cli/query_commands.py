@@ -64,7 +64,7 @@ SESSION_COLUMNS = [
     Column("models", "MODELS", shrink=True), Column("first_started_at", "FIRST", _when),
     Column("last_started_at", "LAST", _when), Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
     Column("breaks", "BREAKS", right=True), Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
-    Column("lost_usd", "LOST_USD", fmt_usd, right=True),
+    Column("lost_usd", "LOST_USD", fmt_usd, right=True), Column("cost_usd", "COST_USD", fmt_usd, right=True),
 ]  # fmt: skip
 SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
 
@@ -323,9 +323,10 @@ def _answer_lines(resp: Any) -> list[str]:
 def sessions(db_path, columns, wide, as_json):
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost."""
     from ctxscope.inspector.store.queries import list_sessions
+    from ctxscope.web.overview import session_cost
 
     cols = pick_columns(SESSION_COLUMNS, columns, SESSION_DEFAULT, wide)
-    rows = list_sessions(open_db_or_fail(db_path))
+    rows = list_sessions(open_db_or_fail(db_path), cost=lambda a: session_cost(a)[0])  # the UI's cost, no simulator
     if as_json:
         emit_json(rows)
         return

@@ -275,3 +275,36 @@ def test_a_marker_on_many_calls_gets_one_line_after_the_rarer_effects(demo):
     for kind in on_many:
         assert len(re.findall(rf"^\s+#\d+\s+{kind}\s", effects, re.M)) == 0
         assert re.search(rf"^  {kind} on \d+ calls: #\d+", effects, re.M)
+
+
+def test_a_mixed_session_costs_what_its_real_calls_cost(tmp_path):
+    """The simulator is free also beside a real provider: a session mixing both costs its real calls'
+    price, in the CLI's sessions and in the UI's sessions API (the same model name on both sides)."""
+    from factories import capture, make_exchange
+
+    from ctxscope.inspector.store.queries import list_calls
+    from ctxscope.web.fields import usage_cost
+    from ctxscope.web.overview import list_session_overviews
+
+    real = [make_exchange(n, session_label="mixed") for n in range(2)]
+    sim = [make_exchange(n, session_label="mixed", provider="u/sim", upstream="http://127.0.0.1:9")
+           for n in range(2, 5)]
+    db = capture(tmp_path / "captures.db", real + sim)
+    try:
+        calls = list_calls(db, session="mixed", limit=None, newest_first=False)
+        [overview] = list_session_overviews(db)
+    finally:
+        db.conn.close()
+
+    def cost(rows):
+        return sum(usage_cost(c["model"], *(c["usage"][k] for k in ("input", "output", "cache_read", "cache_write")))[0]
+                   for c in rows)
+
+    assert sorted(c["provider"] for c in calls) == ["anthropic"] * 2 + ["u/sim"] * 3
+    real_cost = cost(c for c in calls if c["provider"] != "u/sim")
+    assert real_cost > 0 and cost(calls) > real_cost  # pricing every call would give another figure
+    assert overview["cost_usd"] == pytest.approx(real_cost)
+    [row] = json.loads(run("sessions", "--db", str(tmp_path / "captures.db"), "--json"))
+    assert row["cost_usd"] == pytest.approx(real_cost)
+    table = run("sessions", "--db", str(tmp_path / "captures.db"), "--columns", "session,cost_usd")
+    assert fmt_usd(row["cost_usd"]) in table

@@ -5,9 +5,9 @@ model names stay on one line, and an error page does not keep the previous page'
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -105,12 +105,28 @@ def test_an_error_page_drops_the_previous_breadcrumb(demo, wpage):
     wpage.problems.clear()  # the failed fetch of the unknown call is logged: it is what this test asks for
 
 
-def test_the_page_and_the_cli_share_one_table_of_words():
-    js = (Path(__file__).resolve().parents[1] / "web" / "static" / "dom.js").read_text()
-    for name, kind in (("RELATION_SHORT", RelationKind), ("VERDICT_SHORT", CacheVerdict)):
-        body = re.search(name + r" = \{(.*?)\};", js, re.S).group(1)
-        table = dict(re.findall(r'(\w+): "([^"]*)"', body))
-        assert {kind(v) if v in kind._value2member_map_ else kind[v]: w for v, w in table.items()} == WORDS[kind]
+def test_the_page_prints_the_words_the_api_serves(demo, page):
+    """The badges and the filters read their words from the vocabulary API (the CLI's table): an
+    altered word on its way to the page is the word the page prints, so the script keeps no copy."""
+    url, result, calls = demo
+
+    def altered(route):
+        answer = route.fetch()
+        data = answer.json()
+        data["words"]["RelationKind"]["APPEND_ONLY"] = "grows"
+        data["words"]["CacheVerdict"]["client_break"] = "snap"
+        route.fulfill(response=answer, body=json.dumps(data))
+
+    page.route("**/_ctxscope/api/vocabulary", altered)
+    page.goto(f"{url}/#/session/{result.session}")
+    expect(page.locator("#app[data-ready='1'] tr.call-row").first).to_be_visible()
+    rel = page.get_by_label("relation", exact=True).locator("option[value='APPEND_ONLY']")
+    expect(rel).to_have_text("grows")
+    expect(page.get_by_label("cache", exact=True).locator("option[value='client_break']")).to_have_text("snap")
+    shown = set(page.locator("td.rel .badge").all_inner_texts())
+    assert "grows" in shown and "append" not in shown, shown
+    if any((c.get("cache") or {}).get("verdict") == "client_break" for c in calls):
+        expect(page.locator("tr.call-row .badge.v-client_break").first).to_have_text("snap")
 
 
 def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_difference(demo, wpage):

@@ -15,6 +15,7 @@ from web_fixtures import anthropic_client, start_web_daemon
 
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.kinds import CacheVerdict, EpochReason, GroupedBy, MarkerKind, Outcome, RelationKind, SearchArea
+from ctxscope.vocab.words import WORDS
 
 ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy, SearchArea)
 
@@ -40,7 +41,10 @@ def test_the_vocabulary_endpoint_answers_every_enum_member_by_name(web):
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     assert "default-src 'self'" in headers["Content-Security-Policy"]  # an API answer like the others
     data = json.loads(body)
+    words = data.pop("words")
     assert set(data) == {e.__name__ for e in ENUMS}
+    assert words == {kind.__name__: {str(v): w for v, w in table.items()} for kind, table in WORDS.items()}
+    assert words["RelationKind"]["APPEND_ONLY"] == "append" and words["CacheVerdict"]["client_break"] == "break"
     for enum in ENUMS:
         table = data[enum.__name__]
         assert list(table.items()) == [(m.name, m.value) for m in enum], enum.__name__  # every member, in order

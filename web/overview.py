@@ -13,7 +13,6 @@ import sqlite_utils
 
 from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates, thread_order
 from ctxscope.inspector.store.views import client_counts, thread_groups
-from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.web.fields import client_name, usage_cost
 
 
@@ -28,13 +27,22 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> li
     return list(sessions.values())
 
 
-def _row(a: SessionAggregate) -> dict:
+def session_cost(a: SessionAggregate) -> tuple[float | None, bool]:
+    """The session's cost in USD (None when nothing could be priced) and whether a price was guessed.
+
+    Only its non-simulator calls are priced (``by_model`` holds no simulator call): the simulator is
+    free, also in a session that mixes it with a real provider (docs/architecture.md, "The simulator is
+    free"). The CLI's ``sessions`` uses it too."""
     cost, guessed = None, False
-    simulated = set(a.providers) == {SIMULATOR_PROVIDER}  # the simulator is free: no price, no cost
-    for m in ([] if simulated else a.by_model):
+    for m in a.by_model:
         usd, g = usage_cost(m.model, m.input, m.output, m.cache_read, m.cache_write)
         if usd is not None:
             cost, guessed = (cost or 0.0) + usd, guessed or g
+    return (round(cost, 6) if cost is not None else None), guessed
+
+
+def _row(a: SessionAggregate) -> dict:
+    cost, guessed = session_cost(a)
     u = a.usage
     return {
         "session": a.session,
@@ -50,7 +58,7 @@ def _row(a: SessionAggregate) -> dict:
         "diverged": a.diverged,
         "compactions": a.compactions,
         "tokens_estimated": a.tokens_estimated,
-        "cost_usd": round(cost, 6) if cost is not None else None,
+        "cost_usd": cost,
         "cost_estimated": guessed,
         "threads": [],
         "lost_tokens": a.lost_tokens,

@@ -8,7 +8,9 @@ call index alone, never from bodies.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from datetime import datetime
 
 import sqlite_utils
 
@@ -22,6 +24,7 @@ from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
 
 PAGE = 100
 MAX_PAGE = 500
+LIVE_SECONDS = 60  # a session with a call this recent is live: it opens on its latest page
 
 
 def _with_extras(db: sqlite_utils.Database, session: str, rows: list[dict]) -> list[dict]:
@@ -170,6 +173,23 @@ def _page_rows(
     return _with_extras(db, session, rows)
 
 
+def opening_offset(rows: list[dict], limit: int, now: float) -> tuple[int | None, str]:
+    """The page a session opens on: while it is live (a call in the last ``LIVE_SECONDS``), the latest
+    (None); once it is quiet, the page holding its last break, where its story is; ``"latest"`` or
+    ``"last_break"`` says which (docs/architecture.md, "A session opens where its story is")."""
+    last = rows[-1].get("started_at")
+    live = last is None or now - _unix(last) < LIVE_SECONDS
+    breaks = [i for i, r in enumerate(rows) if r.get("verdict") == CacheVerdict.CLIENT_BREAK]
+    if live or not breaks:
+        return None, "latest"
+    return breaks[-1] // limit * limit, "last_break"
+
+
+def _unix(stamp: str) -> float:
+    """The store's ISO 8601 UTC text (``store.db.iso``) as Unix seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def session_view(
     db: sqlite_utils.Database,
     session: str,
@@ -177,8 +197,10 @@ def session_view(
     offset: int | None = None,
     limit: int = PAGE,
     filters: dict | None = None,
+    now: float | None = None,
 ) -> dict | None:
-    """A page of the timeline (the last page when ``offset`` is None), the series and a summary."""
+    """A page of the timeline, the series and a summary. ``offset`` None opens where the story is
+    (``opening_offset``); a negative ``offset`` is the latest page; ``now`` is the clock (Unix s)."""
     rows = _light_rows(db, session)
     if not rows:
         return None
@@ -198,8 +220,12 @@ def session_view(
     picked = [r for r in rows if _matches(r, filters)] if filters else rows
     limit = max(1, min(limit, MAX_PAGE))
     total = len(picked)
+    latest = max(0, (total - 1) // limit * limit) if total else 0
+    opened = "latest"
+    if offset is None and not filters:
+        offset, opened = opening_offset(rows, limit, time.time() if now is None else now)
     if offset is None or offset < 0:
-        offset = max(0, (total - 1) // limit * limit) if total else 0
+        offset = latest
     ids = [r["id"] for r in picked[offset : offset + limit]]
     page = _page_rows(db, session, ids, offset, limit, bool(filters)) if ids else []
     for r in page:
@@ -210,6 +236,7 @@ def session_view(
         "all": len(rows),
         "offset": offset,
         "limit": limit,
+        "opened": opened,
         "calls": page,
         "series": _series(rows, threads),
         "summary": _summary(rows),

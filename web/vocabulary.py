@@ -4,7 +4,9 @@ The answer maps each ``StrEnum`` of the vocabulary (``RelationKind``, ``EpochRea
 ``CacheVerdict``, ``Outcome``, ``MarkerKind``, ``Api``...) to its members, name -> value, in
 definition order: the page lists a filter's options from it and compares values through it. Every
 ``StrEnum`` of the modules named here is served (tests/test_web_vocabulary.py checks that no
-module of the vocabulary is missing from them).
+module of the vocabulary is missing from them). Under ``"words"`` it serves the words people read
+for some of those values (``ctxscope.vocab.words``: ``APPEND_ONLY`` -> "append"), by enum name then
+value, so the badges and the filters print the CLI's words from the one table.
 The words never change while the daemon runs: the body is built once, at import
 (docs/architecture.md, "One spelling of each word").
 """
@@ -17,6 +19,7 @@ from enum import StrEnum
 from aiohttp import web
 
 from ctxscope.vocab import apis, kinds
+from ctxscope.vocab.words import WORDS
 
 MODULES = (apis, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
 
@@ -31,7 +34,12 @@ def vocabulary() -> dict[str, dict[str, str]]:
     return found
 
 
-_BODY = json.dumps(vocabulary(), separators=(",", ":"))
+def words() -> dict[str, dict[str, str]]:
+    """The display words, by enum name: value -> word (the CLI's table, ``ctxscope.vocab.words``)."""
+    return {kind.__name__: {str(value): word for value, word in table.items()} for kind, table in WORDS.items()}
+
+
+_BODY = json.dumps({**vocabulary(), "words": words()}, separators=(",", ":"))
 
 
 async def vocabulary_handler(request: web.Request) -> web.Response:

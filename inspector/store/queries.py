@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,13 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
-from ctxscope.inspector.store.sessions import SUBAGENT_SQL, TOOL_ROUND_SQL, session_aggregates, thread_order
+from ctxscope.inspector.store.sessions import (
+    SUBAGENT_SQL,
+    TOOL_ROUND_SQL,
+    SessionAggregate,
+    session_aggregates,
+    thread_order,
+)
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import parse_response
 
@@ -254,11 +261,17 @@ def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
     return parsed.body if isinstance(parsed.body, dict) else None
 
 
-def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> list[dict]:
+def list_sessions(
+    db: sqlite_utils.Database,
+    *,
+    limit: int | None = None,
+    cost: Callable[[SessionAggregate], float | None] | None = None,
+) -> list[dict]:
     """One row per session, most recently active first, with its threads nested and cache figures.
 
     ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
-    ``breaks`` are the calls whose own prompt change broke the cache (client_break).
+    ``breaks`` are the calls whose own prompt change broke the cache (client_break). Given ``cost``
+    (the store knows no prices: the caller brings them), each row gets its ``cost_usd``.
     """
     out = []
     for a in session_aggregates(db, limit=limit):
@@ -270,6 +283,8 @@ def list_sessions(db: sqlite_utils.Database, *, limit: int | None = None) -> lis
             "lost_usd": a.lost_usd, "usage": usage if any(v is not None for v in usage.values()) else None,
             "hit_rate": a.hit_rate.as_report(), "threads": session_threads(db, a.session),
         })  # fmt: skip
+        if cost is not None:
+            out[-1]["cost_usd"] = cost(a)
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 
 # A call that ran tools since its predecessor: a round of an agent loop.
@@ -104,7 +105,8 @@ def _add(a: N | None, b: N | None) -> N | None:
 
 @dataclass
 class ModelUsage:
-    """One model's reported usage within a session (what its cost is computed from)."""
+    """One model's reported usage within a session, over its non-simulator calls only: what its cost is
+    computed from (the simulator is free: its calls are never priced)."""
 
     model: str | None
     input: int | None
@@ -137,7 +139,7 @@ class SessionAggregate:
     eligible: int | None = None
     lost_tokens: int | None = None
     lost_usd: float | None = None
-    by_model: list[ModelUsage] = field(default_factory=list)
+    by_model: list[ModelUsage] = field(default_factory=list)  # the priced calls' usage: no simulator call
 
     @property
     def hit_rate(self) -> HitRate:
@@ -145,7 +147,8 @@ class SessionAggregate:
 
 
 def session_groups(db: sqlite_utils.Database, *, limit: int | None = None) -> list[tuple]:
-    """One row per (session, model) of the ``limit`` most recently active sessions."""
+    """One row per (session, model, simulated or not) of the ``limit`` most recently active sessions:
+    the simulator's calls are kept apart so that they are never priced."""
     cols = call_columns(db)
     verdict = verdict_sql(cols)
 
@@ -169,9 +172,9 @@ def session_groups(db: sqlite_utils.Database, *, limit: int | None = None) -> li
       SELECT c.session, c.model, COUNT(*), MIN(c.started_at), MAX(c.started_at),
              SUM(c.usage_input), SUM(c.usage_output), SUM(c.usage_cache_read), SUM(c.usage_cache_write),
              SUM(c.usage_input IS NOT NULL), SUM(c.outcome != 'ok' OR c.status >= 400),
-             json_group_array(DISTINCT c.provider), {", ".join(extra)}
+             json_group_array(DISTINCT c.provider), {", ".join(extra)}, c.provider IS '{SIMULATOR_PROVIDER}'
       FROM calls c JOIN recent r ON r.session = c.session
-      GROUP BY c.session, c.model"""
+      GROUP BY c.session, c.model, c.provider IS '{SIMULATOR_PROVIDER}'"""
     return db.execute(sql, [-1 if limit is None else limit]).fetchall()
 
 
@@ -180,12 +183,12 @@ def fold_sessions(groups: list[tuple]) -> list[SessionAggregate]:
     sessions: dict[str, SessionAggregate] = {}
     for row in groups:
         (session, model, n, first, last, inp, out, read, write, reported, errors, providers,
-         breaks, diverged, compactions, estimated, hits, eligible, lost, lost_usd, source) = row  # fmt: skip
+         breaks, diverged, compactions, estimated, hits, eligible, lost, lost_usd, source, simulated) = row  # fmt: skip
         s = sessions.setdefault(session, SessionAggregate(session))
         s.calls += n
         s.first_started_at = min(filter(None, [s.first_started_at, first]), default=None)
         s.last_started_at = max(filter(None, [s.last_started_at, last]), default=None)
-        if model:
+        if model and model not in s.models:
             s.models.append(model)
         s.providers = sorted({*s.providers, *(p for p in json.loads(providers) if p is not None)})
         s.session_source = max(filter(None, [s.session_source, source]), default=None)
@@ -201,7 +204,8 @@ def fold_sessions(groups: list[tuple]) -> list[SessionAggregate]:
         s.eligible = _add(s.eligible, eligible)
         s.lost_tokens = _add(s.lost_tokens, lost)
         s.lost_usd = _add(s.lost_usd, lost_usd)
-        s.by_model.append(ModelUsage(model, inp, out, read, write))
+        if not simulated:
+            s.by_model.append(ModelUsage(model, inp, out, read, write))
     for s in sessions.values():
         s.models.sort()
     return sorted(sessions.values(), key=lambda s: s.last_started_at or "", reverse=True)

@@ -2,7 +2,7 @@
 // or an attribute value set through the DOM API. Nothing here parses HTML (and the page's
 // Trusted Types policy would make any innerHTML assignment throw).
 
-import { vocab } from "./vocab.js";
+import { vocab, words } from "./vocab.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -139,23 +139,11 @@ export function shortId(id) {
 
 // -- shared bits of UI ---------------------------------------------------------------------
 
-// The words of the vocabulary's values, as the CLI prints them (ctxscope.vocab.words keeps the same
-// table; tests/test_web_newcomer.py checks they agree).
-export const RELATION_SHORT = {
-  IDENTICAL: "identical", APPEND_ONLY: "append", DIVERGED: "diverged",
-  NOT_COMPARABLE: "n/c", EPOCH_START: "epoch",
-};
-
 export function relationBadge(relation, extra) {
   if (!relation) return h("span", { class: "badge b-none", title: "no prefix analysis for this call" }, "–");
   const cls = "badge rel-" + relation.toLowerCase().replace(/[^a-z_]/g, "");
-  return h("span", { class: cls, title: relation + (extra ? " · " + extra : "") }, RELATION_SHORT[relation] || relation);
+  return h("span", { class: cls, title: relation + (extra ? " · " + extra : "") }, words("RelationKind")[relation] || relation);
 }
-
-export const VERDICT_SHORT = {
-  hit: "hit", expected_write: "write", client_break: "break", ttl_expired: "ttl",
-  below_minimum: "small", provider_miss: "miss", not_requested: "off", unknown: "?",
-};
 
 export function verdictBadge(cache) {
   if (!cache || !cache.verdict) return h("span", { class: "badge b-none", title: "no cache verdict" }, "–");
@@ -164,7 +152,7 @@ export function verdictBadge(cache) {
   if (cache.lost_tokens) title += ` · lost ${fmtInt(cache.lost_tokens)} tokens`;
   if (cache.lost_cost_usd) title += ` (${fmtCost(cache.lost_cost_usd)})`;
   if (cache.detail) title += " · " + cache.detail;
-  return h("span", { class: "badge v-" + v.replace(/[^a-z_]/g, ""), title }, VERDICT_SHORT[v] || v);
+  return h("span", { class: "badge v-" + v.replace(/[^a-z_]/g, ""), title }, words("CacheVerdict")[v] || v);
 }
 
 // Token categories as the inspector names them (accounting.CATEGORIES).

@@ -2,17 +2,17 @@
 // calls one page at a time (relation, pointer, markers, tokens by category, cache, latency).
 
 import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
-  markerChip, markerGroups, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL, RELATION_SHORT, VERDICT_SHORT, MARKER_LABEL } from "./dom.js";
+  markerChip, markerGroups, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL, MARKER_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
-import { vocab, kinds } from "./vocab.js";
+import { vocab, kinds, words } from "./vocab.js";
 import { findingsCard, findingBadges } from "./findings.js";
 
 // A filter: each option's value is the API's value, its text the word the table shows for it.
-function select(label, options, value, onchange, words) {
+function select(label, options, value, onchange, labels) {
   return h("select", { "aria-label": label, onchange },
     h("option", { value: "" }, label + ": all"),
-    options.map((o) => h("option", { value: o, selected: o === value ? true : null }, (words && words[o]) || o)));
+    options.map((o) => h("option", { value: o, selected: o === value ? true : null }, (labels && labels[o]) || o)));
 }
 
 export function tokenBar(call, scale) {
@@ -67,7 +67,7 @@ export function renderSession(root, session, params, ctx) {
   ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: session }]);
   const filters = { relation: params.get("relation") || "", verdict: params.get("verdict") || "", marker: params.get("marker") || "",
     thread: params.get("thread") || "", q: params.get("q") || "" };
-  let offset = params.has("offset") ? Number(params.get("offset")) : null; // null: follow the latest page
+  let offset = params.has("offset") ? Number(params.get("offset")) : null; // null: the server opens where the story is
   let disposed = false;
   let timer = null;
   let seen = null;
@@ -89,8 +89,8 @@ export function renderSession(root, session, params, ctx) {
   const countEl = h("span", { class: "muted" });
   const threadSel = h("select", { "aria-label": "thread", hidden: true, onchange: (e) => { filters.thread = e.target.value; offset = null; load(); } });
   mount(filterBar,
-    select("relation", kinds(vocab.RelationKind), filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }, RELATION_SHORT),
-    select("cache", kinds(vocab.CacheVerdict), filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }, VERDICT_SHORT),
+    select("relation", kinds(vocab.RelationKind), filters.relation, (e) => { filters.relation = e.target.value; offset = null; load(); }, words("RelationKind")),
+    select("cache", kinds(vocab.CacheVerdict), filters.verdict, (e) => { filters.verdict = e.target.value; offset = null; load(); }, words("CacheVerdict")),
     select("marker", kinds(vocab.MarkerKind), filters.marker, (e) => { filters.marker = e.target.value; offset = null; load(); }, MARKER_LABEL),
     threadSel, search, h("span", { class: "spacer" }), countEl);
 
@@ -193,7 +193,7 @@ export function renderSession(root, session, params, ctx) {
       h("button", { type: "button", disabled: page <= 1 ? true : null, onclick: () => go(Math.max(0, view.offset - view.limit)) }, "‹ prev"),
       h("span", { class: "muted" }, `calls ${fmtInt(view.total ? view.offset + 1 : 0)}–${fmtInt(view.offset + view.calls.length)} of ${fmtInt(view.total)} · page ${page}/${pages}`),
       h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(view.offset + view.limit) }, "next ›"),
-      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(null) }, "latest »"));
+      h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(-1) }, "latest »"));
   }
 
   async function load() {

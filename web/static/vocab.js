@@ -5,7 +5,7 @@
 
 import { getJSON } from "./api.js";
 
-export const vocab = {}; // enum name -> { MEMBER_NAME: value }; filled by loadVocabulary()
+export const vocab = {}; // enum name -> { MEMBER_NAME: value }, and `words`; filled by loadVocabulary()
 
 let loading = null;
 
@@ -16,4 +16,10 @@ export function loadVocabulary() {
 
 export function kinds(table) {
   return Object.values(table || {});
+}
+
+// The word people read for a value ("append" for APPEND_ONLY), from the API's `words` table, the
+// CLI's own (ctxscope.vocab.words); an enum with no words gets {} and its values show as they are.
+export function words(kind) {
+  return (vocab.words && vocab.words[kind]) || {};
 }
