@@ -132,7 +132,8 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
             writer.start()
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
             writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
-                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes,
+                                   max_spool_bytes=cfg.limits.max_spool_bytes)
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from ctxscope.inspector.store.db import now_iso
 from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.child import child_main
+from ctxscope.inspector.writer.child import SPOOL_LIMIT, child_main
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
 from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
@@ -79,8 +79,9 @@ class WriterProcess:
                  analyzers_args: tuple[str, ...] = (), nice: int = 10,
                  max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
                  max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
-                 status_file: bool = True):
+                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT):
         self.db_path = Path(db_path)
+        self.max_spool_bytes = max_spool_bytes
         self.max_decoded_bytes = max_decoded_bytes
         self.retry_interval = retry_interval
         self.status_file = status_file
@@ -164,7 +165,8 @@ class WriterProcess:
         self._proc = self._ctx.Process(
             target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args),
+                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args,
+                  self.max_spool_bytes),
         )
         with _main_not_rerun():
             self._proc.start()

@@ -58,6 +58,7 @@ class WriterStats:
     spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
     spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
     in_memory: int = 0  # calls held in memory because the spool could not be written
+    dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
 
 
 def _runtime_dir(create: bool) -> Path | None:
@@ -242,6 +243,8 @@ def capture_state(db_path: Path) -> dict:
             (w.get("store_failures") or 0) + (w.get("failed") or 0) + (w.get("dropped") or 0) for w in live
         ),
         "waiting": sum(w.get("queued") or 0 for w in live),
+        "dropped": sum(w.get("dropped") or 0 for w in live),
+        "dropped_spool_full": sum(w.get("dropped_spool_full") or 0 for w in live),
         "stored": sum(w.get("written") or 0 for w in live),
         "last_error": errors[-1] if errors else None,
         "writers": live,
