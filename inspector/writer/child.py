@@ -24,6 +24,8 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -238,6 +240,14 @@ class _Deferred:
         if self.spool is not None and self.spool.holds and not self.spool.unread and not self._batch:
             self.spool.clear()
 
+    def settled(self) -> bool:
+        """Nothing held, spooled, being stored or failing: the child may sleep until the proxy sends
+        something (docs/architecture.md, "A quiet idle daemon")."""
+        if self.storing or self.pending() or self.writer.store_down:
+            return False
+        s = self.writer.stats()
+        return s.queued == 0 and s.written + s.failed + s.dropped + s.already_stored >= self.given
+
     def lost_at_stop(self) -> int:
         """Calls held in memory (the spool could not take them) that were not stored: lost now."""
         unstored = sum(1 for ex in list(self.writer._pending) if ex.id in self._memory_ids)
@@ -295,6 +305,12 @@ def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
         return Deleted(request.request, error=str(e))
 
 
+def _await_work(inbox, mother) -> bool:
+    """Block, with no timer, until the proxy sends something (True) or is gone (False)."""
+    ready = multiprocessing.connection.wait([inbox._reader, mother.sentinel])
+    return mother.sentinel not in ready
+
+
 def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
                max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=(),
                max_spool_bytes=SPOOL_LIMIT) -> None:
@@ -341,7 +357,11 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     deferred.storing = deferred.pending()
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
+    quiet = False  # nothing to do until the proxy sends something (or goes)
+    mother = multiprocessing.parent_process()
     while True:
+        if quiet and mother is not None and not _await_work(inbox, mother):
+            break  # the parent was killed: store what we received, then go
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
@@ -367,11 +387,15 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             deferred.storing = True
         priority.update(deferred.behind(), now)
         deferred.settle()
+        quiet = False
         if now - last_stats >= STATS_INTERVAL or item is not None:
+            settled = item is None and deferred.settled()  # before the counters: they are then final
             counters = Counters(deferred.stats(), deferred.received)
             if counters != sent:  # an idle child sends nothing: the parent may not read for hours
                 replies.put(counters)
                 sent = counters
+            else:
+                quiet = settled
             last_stats = now
         if item is None and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go

@@ -41,6 +41,7 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import multiprocessing.queues
 import queue
 import sys
@@ -170,6 +171,7 @@ class WriterProcess:
         )
         with _main_not_rerun():
             self._proc.start()
+        threading.Thread(target=self._watch, args=(self._proc,), name="ctxscope-writer-watch", daemon=True).start()
         reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
         if not isinstance(reply, Ready):
             self._proc.join(5)
@@ -187,9 +189,19 @@ class WriterProcess:
                 running=True, store_failures=1, last_error=store_error, store_down_since=now_iso()
             )
 
+    def _watch(self, proc: SpawnProcess) -> None:
+        """Wake the status publisher when the child ends: an idle one sleeps until something changes."""
+        mp.connection.wait([proc.sentinel])
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.wake()
+
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
         try:
+            publisher = self._publisher
+            if publisher is not None and publisher.asleep:
+                publisher.wake()
             size = len(exchange.request_body) + len(exchange.response_body)
             if not self._accepting:
                 return self._drop(exchange, "capture writer is not running")

@@ -123,6 +123,9 @@ class CaptureWriter:
     def submit(self, exchange: Exchange) -> None:
         """Queue an exchange for storage; never blocks, never raises."""
         try:
+            publisher = self._publisher
+            if publisher is not None and publisher.asleep:
+                publisher.wake()
             if not self._accepting:
                 self._drop(exchange, "capture writer is not running")
             elif self._queue.qsize() >= self.max_queue:
