@@ -47,7 +47,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
@@ -87,6 +87,7 @@ class WriterProcess:
         self.retry_interval = retry_interval
         self.status_file = status_file
         self._publisher: StatusPublisher | None = None
+        self.on_stored: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the submitting loop, to hand over after a restart
         self._error: str | None = None  # why the child is not running, when it is not
         self._error_since: str | None = None
@@ -335,7 +336,10 @@ class WriterProcess:
             except (queue.Empty, OSError, ValueError):
                 return
             if isinstance(reply, Counters):
+                stored = reply.stats.get("written", 0) > self._child.written
                 self._child = WriterStats(**reply.stats)
+                if stored and self.on_stored is not None:
+                    self.on_stored()
                 while self._acked < reply.received and self._sizes:
                     self._outstanding_bytes -= self._sizes.popleft()[0]
                     self._acked += 1
