@@ -1,7 +1,7 @@
 """CPU of an idle ``ctxscope serve``: no traffic, no page open, nothing should wake up.
 
-Run from the repository: ``.venv/bin/python bench/idle.py [--seconds 30] [--settle 5]``. Starts a real
-daemon (port 0, a temporary CTXSCOPE_HOME), lets it settle, then reads utime+stime of every process
+Run from the repository: ``.venv/bin/python bench/idle.py [--seconds 30] [--settle 5] [--otlp-endpoint URL]``.
+Starts a real daemon (port 0, a temporary CTXSCOPE_HOME), lets it settle, then reads utime+stime of every process
 in its tree from /proc at the start and the end of the window. A daemon left running all day on a
 laptop must not burn CPU while nothing happens (docs/architecture.md, "A quiet idle daemon").
 
@@ -67,11 +67,11 @@ def _label(pid: int, role: str) -> str:
     return "writer" if "sqlite" in maps else "simulator"
 
 
-def measure(seconds: float, settle: float) -> tuple[float, dict[str, float]]:
+def measure(seconds: float, settle: float, extra: tuple[str, ...] = ()) -> tuple[float, dict[str, float]]:
     """(% of one core, ms of CPU per process role) of an idle serve over ``seconds``."""
     with tempfile.TemporaryDirectory() as home:
         env = dict(os.environ, CTXSCOPE_HOME=home)
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", *extra], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(settle)
@@ -100,8 +100,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--otlp-endpoint", default=None, help="measure with the OTLP export configured too")
     args = parser.parse_args()
-    share, per = measure(args.seconds, args.settle)
+    extra = ("--otlp-endpoint", args.otlp_endpoint) if args.otlp_endpoint else ()
+    share, per = measure(args.seconds, args.settle, extra)
     for label, ms in sorted(per.items()):
         print(f"{label}: {ms:.0f} ms in {args.seconds:.0f} s ({ms * 60 / args.seconds:.0f} ms per minute)")
     print(f"idle: {share:.2f}% of one core over {args.seconds:.0f} s (daemon {per.get('daemon', 0):.0f} ms, "
