@@ -132,7 +132,8 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
             writer.start()
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
             writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
-                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
+                                   max_decoded_bytes=cfg.limits.max_decoded_bytes,
+                                   max_spool_bytes=cfg.limits.max_spool_bytes)
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:
@@ -167,10 +168,10 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         raise
     port = runner.addresses[0][1] if cfg.port == 0 else cfg.port
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim, start_export(cfg))
+    return RunningDaemon(f"http://{host}:{port}", writer, runner, sim, start_export(cfg, writer))
 
 
-def start_export(cfg: DaemonConfig) -> OtlpExport | None:
+def start_export(cfg: DaemonConfig, writer: Writer | None = None) -> OtlpExport | None:
     """The OTLP export's thread when one is configured: it reads the store after the writer, so
     forwarding and storing never wait on it (docs/architecture.md, "Export to OpenTelemetry")."""
     if cfg.export is None:
@@ -180,6 +181,8 @@ def start_export(cfg: DaemonConfig) -> OtlpExport | None:
     try:
         export = OtlpExport(cfg.db, cfg.export)
         export.start()
+        if writer is not None:
+            writer.on_stored = export.wake
     except Exception as exc:  # export is an add-on: it must not keep the proxy down
         log.error("the OTLP export to %s did not start (%s): calls are stored, not exported", cfg.export.endpoint, exc)
         return None

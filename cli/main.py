@@ -48,7 +48,8 @@ def cli():
 @click.option("--limit", "limits", multiple=True, metavar="KEY=VALUE",
               help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
                    "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
-                   "max_body_bytes=256MiB, max_decoded_bytes=128MiB (bytes, or with KiB/MiB/GiB).")
+                   "max_body_bytes=256MiB, max_decoded_bytes=128MiB, max_spool_bytes=256MiB "
+                   "(bytes, or with KiB/MiB/GiB).")
 @click.option("--otlp-endpoint", default=None, metavar="URL",
               help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
                    "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).")

@@ -407,11 +407,14 @@ def capture_line(c: dict) -> str:
     """The running writers' state in one line: storing, or failing since when, how often and why."""
     if c["state"] == "no writer running":
         return "no writer running"
+    full = c.get("dropped_spool_full") or 0
+    dropped = f"; DROPPED {full} calls: the spool was full (max_spool_bytes)" if full else ""
     if c["state"] == "storing":
-        return f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
+        return (f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
+                + dropped)
     since = f" since {c['since']}" if c.get("since") else ""
     return (f"STORE FAILING{since}: {c['failures']} failures, {c['waiting']} calls waiting; "
-            f"last error: {emit_safe(c.get('last_error'))}")
+            f"last error: {emit_safe(c.get('last_error'))}" + dropped)
 
 
 def emit_safe(value) -> str:

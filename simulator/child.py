@@ -47,6 +47,24 @@ def _watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
 
 
 async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
+    """Stop when the parent is gone: woken by a pidfd where the kernel has them (an idle simulator
+    wakes for nothing), else by looking every PARENT_CHECK_S."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # no pidfds here (or the parent is gone already): look now and then
+        pidfd = None
+    if pidfd is not None:
+        gone = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(pidfd, gone.set)
+        try:
+            if os.getppid() == parent:  # it may have gone before the pidfd was opened
+                await gone.wait()
+            stop.set()
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return
     while not stop.is_set():
         if os.getppid() != parent:
             stop.set()

@@ -33,7 +33,7 @@ def _free_port() -> int:
 class Serve:
     """`ctxscope serve` in a child process, as a user runs it."""
 
-    def __init__(self, tmp_path: Path, db: Path):
+    def __init__(self, tmp_path: Path, db: Path, *options: str):
         self.db = db
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -41,7 +41,7 @@ class Serve:
         env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(self.port),
-                                          "--db", str(db)], env=env, stdout=out, stderr=subprocess.STDOUT)
+                                          "--db", str(db), *options], env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -170,6 +170,36 @@ def _serve_through_an_unopenable_store(tmp_path, db, repair, readable_status: bo
         serve.stop()
     ids = stored_ids(db)
     assert len(ids) == len(set(ids)) == 5
+
+
+def test_a_burst_past_max_spool_bytes_is_answered_dropped_and_counted(tmp_path):
+    """The store cannot be opened, so every call waits in the spool: the spool stops at its limit
+    (one call over at most), forwarding goes on, and the calls past it are counted where users look."""
+    db = tmp_path / "c.db"
+    db.write_bytes(b"not a database at all " * 500)  # holds the writer back: nothing leaves the spool
+    limit, pad = 64 * 1024, 2000
+    serve = Serve(tmp_path, db, "--limit", f"max_spool_bytes={limit}")
+    biggest = 0
+    try:
+        for _ in range(12):
+            serve.chat(10, pad=pad)  # all answered 200 (chat asserts it)
+            biggest = max([biggest] + [p.stat().st_size for p in spools.spool_files(db)])
+        wait_for(lambda: (db_status(db)["capture"].get("dropped_spool_full") or 0) > 0,
+                 what="db status to count the dropped calls")
+        wait_for(lambda: serve.writer()["dropped_spool_full"] > 0, what="the UI's status to count them")
+        status = db_status(db)
+        capture, spool = status["capture"], status["spool"]
+        biggest = max([biggest] + [p.stat().st_size for p in spools.spool_files(db)])
+        assert capture["dropped"] >= capture["dropped_spool_full"] > 0
+        assert capture["waiting"] + capture["dropped_spool_full"] == 120
+        one_call = 2 * pad + 16 * 1024  # a call's request and response, headers and framing, generously
+        assert 0 < spool["bytes"] <= biggest <= limit + one_call
+        text = CliRunner().invoke(cli, ["db", "status", "--db", str(db)]).output
+        assert "spool was full" in text
+        assert serve.writer()["failures"] >= capture["dropped_spool_full"]
+    finally:
+        out = serve.stop()
+    assert "dropped: the spool holds" in out
 
 
 def _mount_tmpfs(path: Path, size: str, *options: str) -> bool:

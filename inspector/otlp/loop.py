@@ -67,6 +67,11 @@ def spans_of(
     return spans
 
 
+# With everything sent, the export sleeps until the daemon's writer stores calls; it still looks this
+# often for calls stored by another process (an import), which no wake announces.
+IDLE_CHECK_S = 60.0
+
+
 class OtlpExport:
     """Sends every stored call of ``db_path`` to ``settings.endpoint``, once, in storing order."""
 
@@ -76,6 +81,7 @@ class OtlpExport:
         self._exporter = make_exporter(settings)
         self._resource = resource()
         self._stop = threading.Event()
+        self._more = threading.Event()  # set by ``wake``: the writer stored calls
         self._thread = threading.Thread(target=self._run, name="ctxscope-otlp-export", daemon=True)
         self.exported = 0
         self.failures = 0
@@ -84,9 +90,14 @@ class OtlpExport:
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """New calls are stored: look now rather than at the next idle check."""
+        self._more.set()
+
     def stop(self, timeout: float = 15.0) -> None:
         """Stop now: a request in flight is cut short; what it carried is sent again next start."""
         self._stop.set()
+        self._more.set()
         self._exporter.shutdown()  # ends the exporter's own retry waits
         self._thread.join(timeout)
 
@@ -110,8 +121,11 @@ class OtlpExport:
                     self._stop.wait(pause)
                     continue
                 pause = self.settings.poll_s
-                if not sent:
-                    self._stop.wait(self.settings.poll_s)
+                if not sent:  # sleep until the writer stores more (docs/architecture.md, "A quiet idle daemon")
+                    self._more.wait(IDLE_CHECK_S)
+                    self._more.clear()
+                    if not self._stop.is_set():
+                        self._stop.wait(self.settings.poll_s)  # stored calls come in bursts: gather a few
         finally:
             if db is not None:
                 db.close()

@@ -24,6 +24,8 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -57,6 +59,7 @@ CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyo
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
+SPOOL_LIMIT = 256 << 20  # bytes the spool may hold on disk; calls past it are dropped and counted
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
 
 
@@ -78,8 +81,10 @@ class _Deferred:
     to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
     """
 
-    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter):
+    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT):
         self.spool, self.writer = spool, writer
+        self.limit = limit  # bytes the spool file may reach (docs/architecture.md, "A bounded spool")
+        self.over_limit = 0  # calls dropped because the spool was full
         self.db_path = writer.db_path
         self.received = 0  # calls taken off the pipe (spooled, or held): what the proxy may forget
         self.calls = self.bytes = 0  # spooled, not yet given to the writer
@@ -101,6 +106,9 @@ class _Deferred:
         """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
         self.received += len(batch) if received else 0
         if self._spool_usable(now):
+            batch = self._within_limit(batch)
+            if not batch:
+                return True
             try:
                 self.spool.append(batch)  # type: ignore[union-attr]
             except OSError as exc:
@@ -128,6 +136,23 @@ class _Deferred:
         self.storing = True
         return False
 
+    def _within_limit(self, batch: list[tuple]) -> list[tuple]:
+        """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
+        taken while the spool holds less than the limit, so the file passes it by one call at most."""
+        size = self.spool.size  # type: ignore[union-attr]
+        kept = []
+        for fields in batch:
+            if size >= self.limit:
+                self.dropped += 1
+                self.over_limit += 1
+                if self.over_limit == 1 or self.over_limit % 1000 == 0:
+                    log.error("capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
+                              "%d calls dropped so far while it was full", fields[ID], size >> 20, self.over_limit)
+                continue
+            kept.append(fields)
+            size += call_size(fields)
+        return kept
+
     def _spool_usable(self, now: float) -> bool:
         if self.spool is None and now >= self._reopen_at:
             try:
@@ -150,7 +175,8 @@ class _Deferred:
         calls held in memory are stored as soon as possible."""
         if self._memory:
             return True
-        return self.since is not None and (now - self.since >= MAX_DEFER or self.bytes >= MAX_DEFER_BYTES)
+        full = self.bytes >= min(MAX_DEFER_BYTES, self.limit // 2)
+        return self.since is not None and (now - self.since >= MAX_DEFER or full)
 
     def pending(self) -> bool:
         return self.calls > 0 or bool(self._memory)
@@ -214,6 +240,14 @@ class _Deferred:
         if self.spool is not None and self.spool.holds and not self.spool.unread and not self._batch:
             self.spool.clear()
 
+    def settled(self) -> bool:
+        """Nothing held, spooled, being stored or failing: the child may sleep until the proxy sends
+        something (docs/architecture.md, "A quiet idle daemon")."""
+        if self.storing or self.pending() or self.writer.store_down:
+            return False
+        s = self.writer.stats()
+        return s.queued == 0 and s.written + s.failed + s.dropped + s.already_stored >= self.given
+
     def lost_at_stop(self) -> int:
         """Calls held in memory (the spool could not take them) that were not stored: lost now."""
         unstored = sum(1 for ex in list(self.writer._pending) if ex.id in self._memory_ids)
@@ -225,6 +259,7 @@ class _Deferred:
         stats["queued_bytes"] += self.bytes + self._memory_bytes
         stats["dropped"] += self.dropped
         stats["spool_failures"] = self.spool_failures
+        stats["dropped_spool_full"] = self.over_limit
         stats["spools_quarantined"] = self.quarantined
         stats["spool_records_torn"] = self.torn
         stats["in_memory"] = len(self._memory)
@@ -270,8 +305,15 @@ def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
         return Deleted(request.request, error=str(e))
 
 
+def _await_work(inbox, mother) -> bool:
+    """Block, with no timer, until the proxy sends something (True) or is gone (False)."""
+    ready = multiprocessing.connection.wait([inbox._reader, mother.sentinel])
+    return mother.sentinel not in ready
+
+
 def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
-               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=()) -> None:
+               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=(),
+               max_spool_bytes=SPOOL_LIMIT) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -305,7 +347,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     priority.set_idle(True)
     replies.put(Ready(writer.capture_epoch, writer.stats().last_error if writer.store_down else None))
     parent = os.getppid()
-    deferred = _Deferred(spool, writer)
+    deferred = _Deferred(spool, writer, max_spool_bytes)
     deferred.quarantined = len(quarantined)
     if spool is None:
         for orphan in left:
@@ -315,7 +357,11 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     deferred.storing = deferred.pending()
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
+    quiet = False  # nothing to do until the proxy sends something (or goes)
+    mother = multiprocessing.parent_process()
     while True:
+        if quiet and mother is not None and not _await_work(inbox, mother):
+            break  # the parent was killed: store what we received, then go
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
@@ -341,11 +387,15 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             deferred.storing = True
         priority.update(deferred.behind(), now)
         deferred.settle()
+        quiet = False
         if now - last_stats >= STATS_INTERVAL or item is not None:
+            settled = item is None and deferred.settled()  # before the counters: they are then final
             counters = Counters(deferred.stats(), deferred.received)
             if counters != sent:  # an idle child sends nothing: the parent may not read for hours
                 replies.put(counters)
                 sent = counters
+            else:
+                quiet = settled
             last_stats = now
         if item is None and os.getppid() != parent:
             break  # the parent was killed: store what we received, then go

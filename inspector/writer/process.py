@@ -41,18 +41,19 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import multiprocessing.queues
 import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
 from ctxscope.inspector.store.db import now_iso
 from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.child import child_main
+from ctxscope.inspector.writer.child import SPOOL_LIMIT, child_main
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
 from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
@@ -79,12 +80,14 @@ class WriterProcess:
                  analyzers_args: tuple[str, ...] = (), nice: int = 10,
                  max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
                  max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
-                 status_file: bool = True):
+                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT):
         self.db_path = Path(db_path)
+        self.max_spool_bytes = max_spool_bytes
         self.max_decoded_bytes = max_decoded_bytes
         self.retry_interval = retry_interval
         self.status_file = status_file
         self._publisher: StatusPublisher | None = None
+        self.on_stored: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the submitting loop, to hand over after a restart
         self._error: str | None = None  # why the child is not running, when it is not
         self._error_since: str | None = None
@@ -164,10 +167,12 @@ class WriterProcess:
         self._proc = self._ctx.Process(
             target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args),
+                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args,
+                  self.max_spool_bytes),
         )
         with _main_not_rerun():
             self._proc.start()
+        threading.Thread(target=self._watch, args=(self._proc,), name="ctxscope-writer-watch", daemon=True).start()
         reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
         if not isinstance(reply, Ready):
             self._proc.join(5)
@@ -185,9 +190,19 @@ class WriterProcess:
                 running=True, store_failures=1, last_error=store_error, store_down_since=now_iso()
             )
 
+    def _watch(self, proc: SpawnProcess) -> None:
+        """Wake the status publisher when the child ends: an idle one sleeps until something changes."""
+        mp.connection.wait([proc.sentinel])
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.wake()
+
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
         try:
+            publisher = self._publisher
+            if publisher is not None and publisher.asleep:
+                publisher.wake()
             size = len(exchange.request_body) + len(exchange.response_body)
             if not self._accepting:
                 return self._drop(exchange, "capture writer is not running")
@@ -321,7 +336,10 @@ class WriterProcess:
             except (queue.Empty, OSError, ValueError):
                 return
             if isinstance(reply, Counters):
+                stored = reply.stats.get("written", 0) > self._child.written
                 self._child = WriterStats(**reply.stats)
+                if stored and self.on_stored is not None:
+                    self.on_stored()
                 while self._acked < reply.received and self._sizes:
                     self._outstanding_bytes -= self._sizes.popleft()[0]
                     self._acked += 1

@@ -7,6 +7,7 @@ writer (docs/architecture.md, "One writer").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +24,7 @@ class Writer(Protocol):
 
     db_path: Path
     capture_epoch: int | None
+    on_stored: Callable[[], None] | None  # called (from any thread) once newly stored calls are committed
 
     def start(self) -> None:
         """Start storing; a store that cannot be opened is reported and retried, not raised."""

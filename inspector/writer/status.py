@@ -58,6 +58,7 @@ class WriterStats:
     spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
     spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
     in_memory: int = 0  # calls held in memory because the spool could not be written
+    dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
 
 
 def _runtime_dir(create: bool) -> Path | None:
@@ -163,35 +164,56 @@ def _namer(folder: Path, prefix: str) -> Callable[[str], Path]:
     return lambda owner: folder / f"{prefix}{owner}"
 
 
+def settled(stats: WriterStats) -> bool:
+    """Counters that cannot change until a call comes (or the child dies): nothing waits or fails."""
+    return stats.running and stats.queued == 0 and stats.store_down_since is None
+
+
 class StatusPublisher:
-    """Publishes ``stats()`` to a status file whenever it changed, every ``interval`` seconds."""
+    """Publishes ``stats()`` to a status file whenever it changed, every ``interval`` seconds while
+    anything is under way; once the counters are settled and published, it sleeps until ``wake``
+    (a call came, the child died): an idle daemon wakes for nothing (docs/architecture.md, "A quiet
+    idle daemon")."""
 
     def __init__(self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5):
         self._stats = stats
         self._interval = interval
         self._file = StatusFile(db_path)
         self._stop = threading.Event()
+        self._woken = threading.Event()
+        self.asleep = False  # read without a lock by ``wake``'s callers, to skip it on the hot path
         self._last: dict | None = None
         self._thread = threading.Thread(target=self._run, name="ctxscope-writer-status", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            self.publish()
+            if self.publish():
+                self.asleep = True
+                self._woken.wait()
+                self._woken.clear()
+                self.asleep = False
 
-    def publish(self) -> None:
+    def wake(self) -> None:
+        self._woken.set()
+
+    def publish(self) -> bool:
+        """Publish if changed; True when the counters are settled and were already published."""
         try:
             stats = self._stats()
             status = dataclasses.asdict(stats)
         except Exception:  # pragma: no cover - a status must never take the writer down
-            return
+            return False
         status["pid"] = os.getpid()
         if status != self._last:
             self._file.publish(status)
             self._last = status
+            return False
+        return settled(stats)
 
     def close(self) -> None:
         self._stop.set()
+        self._woken.set()
         self._thread.join(5)
         self._file.close()
 
@@ -242,6 +264,8 @@ def capture_state(db_path: Path) -> dict:
             (w.get("store_failures") or 0) + (w.get("failed") or 0) + (w.get("dropped") or 0) for w in live
         ),
         "waiting": sum(w.get("queued") or 0 for w in live),
+        "dropped": sum(w.get("dropped") or 0 for w in live),
+        "dropped_spool_full": sum(w.get("dropped_spool_full") or 0 for w in live),
         "stored": sum(w.get("written") or 0 for w in live),
         "last_error": errors[-1] if errors else None,
         "writers": live,

@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +106,7 @@ class CaptureWriter:
         self._ready = threading.Event()
         self._stopping = threading.Event()
         self._publisher: StatusPublisher | None = None
+        self.on_stored: Callable[[], None] | None = None
         # Written by the submitting thread only.
         self._drop_counter = itertools.count(1)
         self._dropped = 0
@@ -123,6 +124,9 @@ class CaptureWriter:
     def submit(self, exchange: Exchange) -> None:
         """Queue an exchange for storage; never blocks, never raises."""
         try:
+            publisher = self._publisher
+            if publisher is not None and publisher.asleep:
+                publisher.wake()
             if not self._accepting:
                 self._drop(exchange, "capture writer is not running")
             elif self._queue.qsize() >= self.max_queue:
@@ -397,6 +401,8 @@ class CaptureWriter:
             self._done(ex)
         outcome["commits"] = 1
         self._counts.update(outcome)
+        if outcome.get("written") and self.on_stored is not None:
+            self.on_stored()
         if events:
             self._last_error = events[-1]["detail"]
         return True, stopping

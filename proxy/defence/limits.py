@@ -27,6 +27,7 @@ class Limits:
     max_body_bytes: int = 256 * 2**20  # a larger request body gets a provider-shaped 413
     max_decoded_bytes: int = 128 * 2**20  # a body decoding to more is stored as sent, not analysed
     shutdown_grace: float = 60.0  # how long stopping waits for open calls before cutting them
+    max_spool_bytes: int = 256 * 2**20  # calls a burst queues on disk beyond this are dropped and counted
 
     def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""

@@ -1,0 +1,80 @@
+"""An idle `ctxscope serve` (no traffic, no page open) wakes for nothing: no busy or polling loop
+in the daemon, the writer child or the simulator child (docs/architecture.md, "A quiet idle daemon").
+Not a speed target: a generous bound that any polling loop's steady cost would break."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+
+BOUND_MS = 200  # CPU of the whole tree in WINDOW_S: 2% of one core
+WINDOW_S = 10.0
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree_ticks(root: int) -> dict[int, int]:
+    """utime+stime ticks of ``root`` and every process below it, from /proc."""
+    parents, ticks = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2:].split()
+        parents[int(name)], ticks[int(name)] = int(rest[1]), int(rest[11]) + int(rest[12])
+    out, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in ticks:
+            out[pid] = ticks[pid]
+            todo.extend(p for p, parent in parents.items() if parent == pid)
+    return out
+
+
+def test_an_idle_serve_uses_next_to_no_cpu(tmp_path):
+    port = _free_port()
+    env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port),
+                                 "--db", str(tmp_path / "c.db")], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx2.get(f"http://127.0.0.1:{port}/_ctxscope/api/status?store=0", timeout=1)
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "serve did not start: " + log.read_text()
+                time.sleep(0.1)
+        time.sleep(3)  # let start-up work (imports, migrations, the first status) finish
+        before = _tree_ticks(proc.pid)
+        assert len(before) >= 3, f"expected the daemon, the writer and the simulator, got {sorted(before)}"
+        time.sleep(WINDOW_S)
+        after = _tree_ticks(proc.pid)
+        used = {pid: (after[pid] - before.get(pid, 0)) * TICK_MS for pid in after}
+        assert sum(used.values()) < BOUND_MS, f"an idle serve used {used} ms of CPU in {WINDOW_S:.0f} s"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, log.read_text()
