@@ -14,8 +14,10 @@ DOC = ROOT / "docs" / "architecture.md"
 FOLDERS = ("agent", "bench", "cli", "inspector", "proxy", "scripts", "simulator", "tests", "vocab", "web")
 SUFFIXES = {".py", ".js", ".html", ".css", ".sh"}
 CITATION = re.compile(r'docs/architecture\.md,\s*"([^"]+)"')
-# "(P4)", "(C5, G4)", "(I3/I6)", "issue 9", "issue #12": ids the repository does not define. "S3" is
-# left out: it is the agent's own source-reference id (agent/provenance/refs.py).
+# A capital letter and one or two digits in parentheses (alone or in a list), or the word "issue"
+# and a number: ids the repository does not define, so a comment must not carry them (the rule opens
+# docs/architecture.md). S and a number is left out: it is the agent's own source-reference id
+# (agent/provenance/refs.py).
 _ID = r"[A-RT-Z]\d{1,2}"
 FOREIGN_ID = re.compile(rf"\((?:{_ID})(?:\s*[,/]\s*{_ID})*\)|\b[Ii]ssue #?\d+\b")
 

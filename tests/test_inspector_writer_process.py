@@ -15,9 +15,10 @@ from pathlib import Path
 from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
+from ctxscope.inspector.writer.holding import MAX_HOLD, QUIET_GAP
 from ctxscope.inspector.writer.messages import Handover
 from ctxscope.inspector.writer.priority import can_leave_idle_class
-from ctxscope.inspector.writer.process import MAX_HOLD, QUIET_GAP, WriterProcess
+from ctxscope.inspector.writer.process import WriterProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,7 +173,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
 
 
 async def test_a_big_call_is_handed_over_at_once(tmp_path):
-    from ctxscope.inspector.writer.process import HOLD_BYTES
+    from ctxscope.inspector.writer.holding import HOLD_BYTES
 
     w = WriterProcess(tmp_path / "big.db")
     w.start()
@@ -239,9 +240,9 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
 
 
 def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
-    from ctxscope.inspector.writer.process import _Held
+    from ctxscope.inspector.writer.holding import Held
 
-    held = _Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
+    held = Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
     assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
     held.add(("a",), 10, 10.0)
     held.add(("b",), 10, 10.5)

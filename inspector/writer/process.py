@@ -44,10 +44,9 @@ import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.queues
 import queue
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
@@ -55,10 +54,12 @@ from ctxscope.inspector.store.db import now_iso
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.child import SPOOL_LIMIT, child_main
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
+from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
 from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer.protocol import WriterUnavailable
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
+from ctxscope.inspector.writer.spawn import main_not_rerun
 from ctxscope.inspector.writer.spool_format import call_size, pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
 from ctxscope.proxy.exchange import Exchange
@@ -66,10 +67,6 @@ from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
 
-QUIET_GAP = 0.05  # no call finished for this long is a pause in the traffic: hand over what was held
-MAX_HOLD = 0.5  # seconds a call may be held for a pause before it is handed over anyway
-HOLD_CALLS = 2000  # ... or once this many calls are held
-HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not stall the loop)
 # Silence from the proxy this long means it holds nothing: the child may take it as a pause.
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
 
@@ -108,7 +105,7 @@ class WriterProcess:
         # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
         self._sizes: collections.deque[tuple[int, str]] = collections.deque()
         self._lock = threading.Lock()  # submit runs on the loop thread, stop in another
-        self._held = _Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
+        self._held = Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
         self._timer = False  # a check of the held calls is scheduled on the loop
         self._outstanding_bytes = 0
         self._acked = 0
@@ -170,7 +167,7 @@ class WriterProcess:
                   IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args,
                   self.max_spool_bytes),
         )
-        with _main_not_rerun():
+        with main_not_rerun():
             self._proc.start()
         threading.Thread(target=self._watch, args=(self._proc,), name="ctxscope-writer-watch", daemon=True).start()
         reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
@@ -433,54 +430,3 @@ class WriterProcess:
             q.close()
             q.join_thread()
         return self._child.queued == 0  # else the store was unavailable: they wait in the spool
-
-
-@contextlib.contextmanager
-def _main_not_rerun() -> Iterator[None]:
-    """Start a spawned child without it running this process's ``__main__`` again.
-
-    A spawned child re-imports the parent's main module by default; under ``ctxscope serve`` that
-    is the CLI, which imports click, the proxy's server, the web routes and the simulator. The
-    child needs none of them (its target and analyzers are imported by name), so while it starts
-    the main module shows neither a file nor a spec (docs/architecture.md, "The writer child
-    imports only the inspector").
-    """
-    main = sys.modules["__main__"]
-    saved: dict[str, object] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__dict__["__spec__"] = None
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
-
-
-class _Held:
-    """Calls finished during a burst of traffic, handed to the child in the first pause."""
-
-    def __init__(self, quiet_gap: float, max_hold: float, max_calls: int, max_bytes: int):
-        self.quiet_gap, self.max_hold, self.max_calls, self.max_bytes = quiet_gap, max_hold, max_calls, max_bytes
-        self.items: list[tuple] = []
-        self.bytes = 0
-        self.first = self.last = 0.0
-
-    def add(self, item: tuple, size: int, now: float) -> None:
-        if not self.items:
-            self.first = now
-        self.items.append(item)
-        self.bytes += size
-        self.last = now
-
-    def full(self) -> bool:
-        return len(self.items) >= self.max_calls or self.bytes >= self.max_bytes
-
-    def wait(self, now: float) -> float:
-        """Seconds until a pause could have begun or the oldest call has waited long enough (<= 0: due)."""
-        if not self.items or self.full():
-            return 0.0
-        return min(self.last + self.quiet_gap, self.first + self.max_hold) - now
-
-    def take(self) -> list[tuple]:
-        items, self.items, self.bytes = self.items, [], 0
-        return items
