@@ -256,3 +256,10 @@ CREATE TABLE export_positions (
   updated_at TEXT NOT NULL        -- ISO 8601 UTC of the last export that moved it
 )"""
     )
+
+
+@migrations()
+def m010_index_unnamed_retries(db: sqlite_utils.Database) -> None:
+    # A call without a session id that repeats a failed call's body joins its session: finding that
+    # call must not scan every call of the same key and client (docs/architecture.md, "Sessions and threads").
+    db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, key_fingerprint, client, started_at)")
