@@ -1,0 +1,307 @@
+"""A request body parsed and hashed at the cost of its new bytes, by reusing a similar recent body.
+
+An agent re-sends its whole history on every call, so the next body of a thread repeats the last
+one byte for byte up to its newest messages. ``json.loads`` and SHA-256 of a 1.8 MB body (370K
+tokens of context) cost milliseconds per call although almost nothing changed. So the writer keeps
+its recent bodies (``BodyMemory``, bounded in bytes, LRU) with the byte span of every top-level
+member and of every item of a top-level array, and the SHA-256 state at every ``CHECKPOINT``
+bytes. A new body:
+
+- reuses a remembered body's value for every member, and every array item, whose bytes it repeats
+  at the same place (a JSON value is decided by its bytes and the one byte after them), found by
+  ``memcmp``: the common prefix first, then each later member or item at its own position;
+- parses only the rest, value by value (``raw_decode``), on a latin-1 view of its bytes where one
+  character is one byte; a span holding non-ASCII bytes is decoded again from UTF-8 for its value;
+- resumes SHA-256 from the last checkpoint within the common prefix.
+
+The value equals ``json.loads(raw)`` (the items are shared with the earlier body's value: nobody
+mutates a parsed body) and the digest equals ``hashlib.sha256(raw)``; anything the fast path does
+not handle (not an object, a repeated top-level name, a byte-order mark, malformed JSON) goes to
+``json.loads``, which then also raises its own error. See docs/architecture.md, "Bodies parsed at
+the cost of their new bytes". This module imports nothing of ours: the store's ``derive`` and the
+analyses may both use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CHECKPOINT = 64 * 1024  # bytes between two remembered SHA-256 states
+_WS = re.compile(r"[ \t\n\r]*")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_DECODER = json.JSONDecoder()
+_AFTER_VALUE = frozenset(b" \t\n\r,]}")  # a byte that ends a number as it ends anything else
+
+
+class _Fallback(ValueError):
+    """The fast path does not handle this body: ``json.loads`` decides."""
+
+
+@dataclass
+class Member:
+    """A top-level member: its name, its value's byte span and, for an array, its items' spans."""
+
+    name: str
+    start: int
+    end: int
+    items: tuple[array, array] | None = None  # (starts, ends) of the array's items
+
+
+@dataclass
+class ParsedBody:
+    """A body's value with the spans and hash states that let the next body reuse it."""
+
+    raw: bytes
+    value: dict
+    members: list[Member]
+    digest: str
+    states: list[Any] = field(default_factory=list)  # SHA-256 state at k * CHECKPOINT bytes, k = 0, 1, ...
+    reused: int = 0  # bytes whose value came from the earlier body
+
+    def member(self, name: str) -> Member | None:
+        return next((m for m in self.members if m.name == name), None)
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix: memcmp on zero-copy slices, bisecting on a mismatch."""
+    n = min(len(a), len(b))
+    mb = memoryview(b)
+    if a.startswith(mb[:n]):
+        return n
+    lo, hi = 0, n
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a.startswith(mb[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+def _digest(raw: bytes, base: ParsedBody | None, shared: int) -> tuple[str, list[Any]]:
+    """SHA-256 of ``raw``, resumed from ``base``'s last state within the ``shared`` prefix."""
+    known = base.states if base is not None else []
+    states = known[: min(shared // CHECKPOINT, len(known) - 1) + 1] if known else [hashlib.sha256()]
+    h = states[-1].copy()
+    view = memoryview(raw)
+    at = (len(states) - 1) * CHECKPOINT
+    while at + CHECKPOINT <= len(raw):
+        h.update(view[at : at + CHECKPOINT])
+        at += CHECKPOINT
+        states.append(h.copy())
+    h.update(view[at:])
+    return h.hexdigest(), states
+
+
+class _Reader:
+    """Parses values of ``raw`` from a latin-1 view that starts at the first byte it must read."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self.cut = -1
+        self.text = ""
+
+    def _view(self, i: int) -> None:
+        if self.cut < 0 or i < self.cut:
+            self.cut = i
+            self.text = self.raw[i:].decode("latin-1")
+
+    def skip(self, i: int) -> int:
+        self._view(i)
+        return _WS.match(self.text, i - self.cut).end() + self.cut  # type: ignore[union-attr]
+
+    def char(self, i: int) -> str:
+        self._view(i)
+        return self.text[i - self.cut : i - self.cut + 1]
+
+    def value(self, i: int) -> tuple[Any, int]:
+        """The JSON value at byte ``i`` and the offset just past it."""
+        self._view(i)
+        value, end = _DECODER.raw_decode(self.text, i - self.cut)
+        if _NON_ASCII.search(self.text, i - self.cut, end):
+            value = _DECODER.decode(self.raw[i : end + self.cut].decode("utf-8", "surrogatepass"))
+        return value, end + self.cut
+
+    def expect(self, i: int, chars: str) -> str:
+        c = self.char(i)
+        if not c or c not in chars:
+            raise _Fallback(f"expected one of {chars!r} at {i}")
+        return c
+
+
+def _same(raw: bytes, at: int, old: bytes, a: int, b: int) -> bool:
+    """``raw`` at ``at`` repeats ``old[a:b]`` and the byte after it ends a value in both."""
+    n = b - a
+    return at + n < len(raw) and raw[at + n] in _AFTER_VALUE and raw.startswith(memoryview(old)[a:b], at)
+
+
+def _array(r: _Reader, i: int, old: Member | None, base: ParsedBody | None, shared: int) -> tuple[list, int, tuple]:
+    """The array at ``i`` (its ``[``): items, the offset past its ``]``, and the items' spans.
+    Items of ``old`` (the same member of ``base``) are reused where their bytes repeat in place."""
+    raw = r.raw
+    items: list = []
+    starts, ends = array("q"), array("q")
+    old_items = old.items if old is not None and old.start == i and base is not None else None
+    old_value = base.value[old.name] if old_items is not None else None  # type: ignore[union-attr]
+    if old_items is not None:
+        o_starts, o_ends = old_items
+        # The leading items inside the common prefix (their next byte too): one bisection, no loop.
+        lo, hi = 0, len(o_ends)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if o_ends[mid] < shared:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo:
+            items = old_value[:lo]  # type: ignore[index]
+            starts, ends = o_starts[:lo], o_ends[:lo]
+            i = ends[-1]
+            if r.expect(r.skip(i), ",]") == "]":
+                return items, r.skip(i) + 1, (starts, ends)
+            i = r.skip(r.skip(i) + 1)
+        else:
+            i = r.skip(i + 1)
+            if r.char(i) == "]":
+                return items, i + 1, (starts, ends)
+    else:
+        i = r.skip(i + 1)
+        if r.char(i) == "]":
+            return items, i + 1, (starts, ends)
+    while True:
+        j = len(items)
+        if old_items is not None and j < len(old_items[1]) and _same(raw, i, base.raw, old_items[0][j],  # type: ignore[union-attr]
+                                                                      old_items[1][j]):  # fmt: skip
+            item, end = old_value[j], i + old_items[1][j] - old_items[0][j]  # type: ignore[index]
+        else:
+            item, end = r.value(i)
+        items.append(item)
+        starts.append(i)
+        ends.append(end)
+        i = r.skip(end)
+        if r.expect(i, ",]") == "]":
+            return items, i + 1, (starts, ends)
+        i = r.skip(i + 1)
+
+
+def _parse(raw: bytes, base: ParsedBody | None, shared: int) -> tuple[dict, list[Member], int]:
+    r = _Reader(raw)
+    value: dict = {}
+    members: list[Member] = []
+    reused = 0
+    old_members = base.members if base is not None else []
+    # Leading members inside the common prefix (and the byte after them) are the base's, as they are.
+    for m in old_members:
+        if m.end >= shared:
+            break
+        value[m.name] = base.value[m.name]  # type: ignore[union-attr]
+        members.append(m)
+        reused += m.end - m.start
+    i = r.skip(members[-1].end if members else 1)
+    if not members and r.char(i) == "}":
+        i += 1
+    elif not members or r.expect(i, ",}") == ",":
+        if members:
+            i = r.skip(i + 1)
+        while True:
+            r.expect(i, '"')
+            name, i = r.value(i)
+            i = r.skip(i)
+            r.expect(i, ":")
+            i = r.skip(i + 1)
+            if name in value:
+                raise _Fallback(f"{name!r} appears twice")  # json.loads keeps the last: let it
+            old = base.member(name) if base is not None else None
+            start = i
+            if r.char(i) == "[":
+                val, i, spans = _array(r, i, old, base, shared)
+                members.append(Member(name, start, i, spans))
+            elif old is not None and _same(raw, i, base.raw, old.start, old.end):  # type: ignore[union-attr]
+                val, i = base.value[name], i + old.end - old.start  # type: ignore[union-attr]
+                reused += old.end - old.start
+                members.append(Member(name, start, i))
+            else:
+                val, i = r.value(i)
+                members.append(Member(name, start, i))
+            value[name] = val
+            i = r.skip(i)
+            if r.expect(i, ",}") == "}":
+                break
+            i = r.skip(i + 1)
+        i += 1
+    else:
+        i += 1
+    if r.skip(i) != len(raw):
+        raise _Fallback("extra data after the object")
+    return value, members, reused
+
+
+def parse(raw: bytes, candidates: Sequence[ParsedBody] = ()) -> tuple[Any, ParsedBody | None]:
+    """``json.loads(raw)`` (raising as it does), and the body as the next one can reuse it (None
+    when the fast path does not apply). Reuses the candidate sharing the longest byte prefix."""
+    if len(raw) < 2 or raw[0] != 0x7B or raw[1] == 0:  # "{", and neither a BOM nor UTF-16/32
+        return json.loads(raw), None
+    base, shared = None, 0
+    for cand in candidates:
+        n = common_prefix(cand.raw, raw)
+        if n > shared:
+            base, shared = cand, n
+    try:
+        value, members, reused = _parse(raw, base, shared)
+    except (ValueError, IndexError):
+        return json.loads(raw), None
+    digest, states = _digest(raw, base, shared)
+    return value, ParsedBody(raw, value, members, digest, states, reused)
+
+
+class BodyMemory:
+    """Recent parsed bodies per key (a session), the candidates for the next body's reuse.
+
+    Bounded by bodies per key, keys and raw bytes (LRU). Losing an entry costs only a full parse.
+    """
+
+    def __init__(self, per_key: int = 4, max_keys: int = 64, max_bytes: int = 64 * 2**20):
+        self.per_key, self.max_keys, self.max_bytes = per_key, max_keys, max_bytes
+        self._entries: OrderedDict[str, list[ParsedBody]] = OrderedDict()
+        self.bytes = 0
+
+    def get(self, key: str) -> list[ParsedBody]:
+        found = self._entries.get(key)
+        if found is None:
+            return []
+        self._entries.move_to_end(key)
+        return found
+
+    def add(self, key: str, body: ParsedBody) -> None:
+        """Remember ``body`` as the key's latest; a body it extends is dropped (the new one serves)."""
+        entry = self._entries.setdefault(key, [])
+        self._entries.move_to_end(key)
+        keep = [b for b in entry if not body.raw.startswith(memoryview(b.raw)[: _head(b)])]
+        self.bytes -= sum(len(b.raw) for b in entry) - sum(len(b.raw) for b in keep)
+        keep.insert(0, body)
+        self.bytes += len(body.raw)
+        while len(keep) > self.per_key:
+            self.bytes -= len(keep.pop().raw)
+        self._entries[key] = keep
+        while self._entries and (len(self._entries) > self.max_keys or self.bytes > self.max_bytes):
+            _, old = self._entries.popitem(last=False)
+            self.bytes -= sum(len(b.raw) for b in old)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
+def _head(body: ParsedBody) -> int:
+    """Bytes of ``body`` before its last array item: a body repeating them continues it."""
+    ends = [m.items[1][-2] for m in body.members if m.items is not None and len(m.items[1]) > 1]
+    return max(ends) if ends else len(body.raw)
