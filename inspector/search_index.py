@@ -105,15 +105,25 @@ class SearchIndexer:
         self._last: OrderedDict[str, tuple[str, Prepared]] = OrderedDict()  # session -> (call id, prompt)
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
-        self.index(db, from_writer(db, call))
+        self.index(db, from_writer(db, call), call.get("_prepared"))
 
-    def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
+    def index(
+        self, db: sqlite_utils.Database, inp: CallInput, analysed: tuple[Prepared, str | None] | None = None
+    ) -> int:
+        """Index one call. ``analysed`` is the analysis's prompt of it and the call whose leading
+        items it reused: when that is this session's last indexed call (or neither has one), the
+        body is not canonicalised again."""
         session = search.call_session(db, inp.id) or inp.session  # the analysis may have regrouped it
         last = self._last.get(session)
         if last is not None and (last[0] == inp.id or not is_stored(db, last[0])):
             last = None
-        prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
-        pieces = prompt_pieces(prepared, reused=base is not None)
+        prepared: Prepared | None
+        if analysed is not None and analysed[1] == (last[0] if last is not None else None):
+            prepared, reused = analysed[0], analysed[1] is not None
+        else:
+            prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
+            reused = base is not None
+        pieces = prompt_pieces(prepared, reused=reused)
         added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
         if prepared is not None and prepared.reusable:  # only once its pieces are in
             self._last[session] = (inp.id, prepared)
