@@ -17,9 +17,9 @@ bytes. A new body:
 The value equals ``json.loads(raw)`` (the items are shared with the earlier body's value: nobody
 mutates a parsed body) and the digest equals ``hashlib.sha256(raw)``; anything the fast path does
 not handle (not an object, a repeated top-level name, a byte-order mark, malformed JSON) goes to
-``json.loads``, which then also raises its own error. See docs/architecture.md, "Bodies parsed at
-the cost of their new bytes". This module imports nothing of ours: the store's ``derive`` and the
-analyses may both use it.
+``json.loads``, which then also raises its own error. The rule is
+(docs/architecture.md, "Bodies parsed at the cost of their new bytes"). This module imports
+nothing of ours: the store's ``derive`` and the analyses may both use it.
 """
 
 from __future__ import annotations
