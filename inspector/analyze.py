@@ -244,8 +244,9 @@ class Analyzer:
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
             try:
-                raw = prev.prepared.raw
-                body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
+                raw, body = prev.prepared.raw, prev.prepared.body  # a thread's latest keeps its parsed body
+                if body is None:
+                    body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
             except Exception as e:  # a damaged body only costs pointer precision
                 log.warning("could not load the body of %s: %s", prev.call_id, e)
                 body = None

@@ -9,6 +9,7 @@ search index"). ``backfill`` rebuilds the index for calls already stored.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections import OrderedDict
@@ -126,7 +127,7 @@ class SearchIndexer:
         pieces = prompt_pieces(prepared, reused=reused)
         added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
         if prepared is not None and prepared.reusable:  # only once its pieces are in
-            self._last[session] = (inp.id, prepared)
+            self._last[session] = (inp.id, dataclasses.replace(prepared, body=None))  # its bytes are enough
             self._last.move_to_end(session)
             while len(self._last) > _SESSIONS_REMEMBERED:
                 self._last.popitem(last=False)
