@@ -10,8 +10,9 @@ bytes. A new body:
 - reuses a remembered body's value for every member, and every array item, whose bytes it repeats
   at the same place (a JSON value is decided by its bytes and the one byte after them), found by
   ``memcmp``: the common prefix first, then each later member or item at its own position;
-- parses only the rest, value by value (``raw_decode``), on a latin-1 view of its bytes where one
-  character is one byte; a span holding non-ASCII bytes is decoded again from UTF-8 for its value;
+- parses only the rest, value by value (``raw_decode``), on latin-1 views of its bytes (windows
+  from where it reads) where one character is one byte; a span holding non-ASCII bytes is decoded
+  again from UTF-8 for its value;
 - resumes SHA-256 from the last checkpoint within the common prefix.
 
 The value equals ``json.loads(raw)`` (the items are shared with the earlier body's value: nobody
@@ -35,7 +36,6 @@ from typing import Any
 
 CHECKPOINT = 64 * 1024  # bytes between two remembered SHA-256 states
 _WS = re.compile(r"[ \t\n\r]*")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _DECODER = json.JSONDecoder()
 _AFTER_VALUE = frozenset(b" \t\n\r,]}")  # a byte that ends a number as it ends anything else
 
@@ -103,31 +103,53 @@ def _digest(raw: bytes, base: ParsedBody | None, shared: int) -> tuple[str, list
 
 
 class _Reader:
-    """Parses values of ``raw`` from a latin-1 view that starts at the first byte it must read."""
+    """Parses values of ``raw`` from latin-1 views of it: a window of ``CHECKPOINT`` bytes from the
+    first byte it must read, widened to the end of the body only for a value that runs past it."""
 
     def __init__(self, raw: bytes):
         self.raw = raw
-        self.cut = -1
+        self.cut = 0
         self.text = ""
 
-    def _view(self, i: int) -> None:
-        if self.cut < 0 or i < self.cut:
-            self.cut = i
-            self.text = self.raw[i:].decode("latin-1")
+    def _at(self, i: int) -> int:
+        """``i`` in the view (a new window from ``i`` when it is outside)."""
+        if not self.cut <= i < self.cut + len(self.text):
+            self.cut, self.text = i, self.raw[i : i + CHECKPOINT].decode("latin-1")
+        return i - self.cut
+
+    def _partial(self) -> bool:
+        return self.cut + len(self.text) < len(self.raw)
+
+    def _widen(self) -> None:
+        self.text = self.raw[self.cut :].decode("latin-1")
 
     def skip(self, i: int) -> int:
-        self._view(i)
-        return _WS.match(self.text, i - self.cut).end() + self.cut  # type: ignore[union-attr]
+        if i >= len(self.raw):
+            return i
+        k = self._at(i)
+        end = _WS.match(self.text, k).end()  # type: ignore[union-attr]
+        if end == len(self.text) and self._partial():
+            self._widen()
+            end = _WS.match(self.text, k).end()  # type: ignore[union-attr]
+        return end + self.cut
 
     def char(self, i: int) -> str:
-        self._view(i)
-        return self.text[i - self.cut : i - self.cut + 1]
+        return self.text[self._at(i)] if i < len(self.raw) else ""
 
     def value(self, i: int) -> tuple[Any, int]:
         """The JSON value at byte ``i`` and the offset just past it."""
-        self._view(i)
-        value, end = _DECODER.raw_decode(self.text, i - self.cut)
-        if _NON_ASCII.search(self.text, i - self.cut, end):
+        k = self._at(i)
+        try:
+            value, end = _DECODER.raw_decode(self.text, k)
+            cut_short = end >= len(self.text) and self._partial()  # a number may go on past the window
+        except ValueError:
+            if not self._partial():
+                raise
+            cut_short = True
+        if cut_short:
+            self._widen()
+            value, end = _DECODER.raw_decode(self.text, k)
+        if not self.text.isascii() and not self.raw[i : end + self.cut].isascii():  # the first is O(1)
             value = _DECODER.decode(self.raw[i : end + self.cut].decode("utf-8", "surrogatepass"))
         return value, end + self.cut
 

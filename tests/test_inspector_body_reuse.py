@@ -125,6 +125,18 @@ def test_random_histories_parse_as_json_loads_does():
         parsed_chain(raws)
 
 
+@pytest.mark.parametrize("tail", [b"12345", b"-1.5e3", b"true", b"null", b'"h\xc3\xa9llo"', b"[1, 2]", b"{}"])
+def test_values_across_the_end_of_a_parsing_window(tail):
+    """Values are read from windows of CHECKPOINT bytes: a value or a run of blanks across a
+    window's end, first parsed or after reused bytes, reads as json.loads reads it."""
+    for shift in range(-8, 9):
+        pad = b"x" * (CHECKPOINT - 12 + shift)
+        first = b'{"a": "' + pad + b'", "n": ' + tail + b"  ,\n   " + b'"m": [' + tail + b", " + tail + b"]}"
+        second = first[:-2] + b", 7]}"  # the same, one more item: the first items are reused
+        third = b'{"a": "' + pad + b'", "n":' + b" " * 40 + tail + b"}"
+        parsed_chain([first, second, third, first])
+
+
 def test_the_digest_resumes_from_a_checkpoint_inside_the_shared_prefix():
     history = [user([text(f"message {i} " + "x" * 4000)]) for i in range(100)]  # ~400 KB: several checkpoints
     first = json.dumps(make_anthropic_body(messages=history)).encode()
