@@ -43,7 +43,7 @@ from ctxscope.inspector.analyses.cache_analysis import (
 from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
@@ -160,13 +160,9 @@ class Analyzer:
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
-        self.last_prepared: tuple[str, Prepared, str | None] | None = None  # (call, its prompt, the call it reused)
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
-        # The prompt as canonicalised, and the call it reused, for the analyzers after this one.
-        if self.last_prepared is not None and self.last_prepared[0] == call["id"]:
-            call["_prepared"] = self.last_prepared[1:]
 
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
@@ -191,8 +187,6 @@ class Analyzer:
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
-            if prepared is not None:
-                self.last_prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
@@ -227,7 +221,7 @@ class Analyzer:
 
         if prepared is not None and tokens is not None and inp.ok:
             self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,
-                                              inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
+                                              inp.capture_epoch, inp.provider, inp.api, body=inp.body))  # fmt: skip
         return Analysis(session, source, seq, placement if inp.api in LLM_APIS else None, relation, tokens,
                         prediction, cache, tuple(markers), _response_id(inp.response), attempt, retry_of,
                         placement.grouped_by)  # fmt: skip
@@ -244,7 +238,7 @@ class Analyzer:
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
             try:
-                raw, body = prev.prepared.raw, prev.prepared.body  # a thread's latest keeps its parsed body
+                raw, body = prev.prepared.raw, prev.body  # a thread's latest keeps its parsed body
                 if body is None:
                     body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
             except Exception as e:  # a damaged body only costs pointer precision

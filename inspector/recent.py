@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
@@ -40,6 +41,7 @@ class Remembered:
     provider: str
     api: str | None
     order: int = 0  # when it was remembered
+    body: Any = field(default=None, compare=False, repr=False)  # the parsed body, kept as long as the raw one
 
     @property
     def prompt(self) -> CanonicalPrompt:
@@ -90,8 +92,8 @@ class RecentMemory:
         threads[call.thread] = calls
         if calls and calls[-1].prepared.raw is not None:
             self.bytes -= calls[-1].size
-            prepared = dataclasses.replace(calls[-1].prepared, raw=None, body=None)
-            calls[-1] = dataclasses.replace(calls[-1], prepared=prepared)
+            prepared = dataclasses.replace(calls[-1].prepared, raw=None)
+            calls[-1] = dataclasses.replace(calls[-1], prepared=prepared, body=None)
             self.bytes += calls[-1].size
         calls.append(dataclasses.replace(call, order=next(_order)))
         self.bytes += calls[-1].size

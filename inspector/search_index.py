@@ -9,7 +9,6 @@ search index"). ``backfill`` rebuilds the index for calls already stored.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 from collections import OrderedDict
@@ -106,28 +105,18 @@ class SearchIndexer:
         self._last: OrderedDict[str, tuple[str, Prepared]] = OrderedDict()  # session -> (call id, prompt)
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
-        self.index(db, from_writer(db, call), call.get("_prepared"))
+        self.index(db, from_writer(db, call))
 
-    def index(
-        self, db: sqlite_utils.Database, inp: CallInput, analysed: tuple[Prepared, str | None] | None = None
-    ) -> int:
-        """Index one call. ``analysed`` is the analysis's prompt of it and the call whose leading
-        items it reused: when that is this session's last indexed call (or neither has one), the
-        body is not canonicalised again."""
+    def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
         session = search.call_session(db, inp.id) or inp.session  # the analysis may have regrouped it
         last = self._last.get(session)
         if last is not None and (last[0] == inp.id or not is_stored(db, last[0])):
             last = None
-        prepared: Prepared | None
-        if analysed is not None and analysed[1] == (last[0] if last is not None else None):
-            prepared, reused = analysed[0], analysed[1] is not None
-        else:
-            prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
-            reused = base is not None
-        pieces = prompt_pieces(prepared, reused=reused)
+        prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
+        pieces = prompt_pieces(prepared, reused=base is not None)
         added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
         if prepared is not None and prepared.reusable:  # only once its pieces are in
-            self._last[session] = (inp.id, dataclasses.replace(prepared, body=None))  # its bytes are enough
+            self._last[session] = (inp.id, prepared)
             self._last.move_to_end(session)
             while len(self._last) > _SESSIONS_REMEMBERED:
                 self._last.popitem(last=False)

@@ -21,7 +21,7 @@ import json
 import re
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate, chain
 from typing import Any
 
@@ -55,7 +55,6 @@ class Prepared:
     head: int = 0  # segments before the first item's
     starts: Sequence[int] = ()  # first segment of each item relative to ``head``, plus one past the last
     reused_items: int = 0  # how many leading items came from the base
-    body: Any = field(default=None, compare=False, repr=False)  # the parsed body, kept as long as ``raw``
 
     @property
     def reusable(self) -> bool:
@@ -305,14 +304,14 @@ def prepare(
     reused = _reuse(api, body, key, items, base, m) if base is not None else None  # type: ignore[arg-type]
     if reused is not None:
         prompt, head, starts = reused
-        return Prepared(api, prompt, raw, start, ends, head, starts, m, body), base  # type: ignore[arg-type]
+        return Prepared(api, prompt, raw, start, ends, head, starts, m), base  # type: ignore[arg-type]
     prompt = canonicalize(api, body)
     if prompt is None:
         return None, None
     layout = _layout(prompt.segments, key, len(items))
     if layout is None:
         return Prepared(prompt.api, prompt), None
-    return Prepared(prompt.api, prompt, raw, start, ends, layout[0], layout[1], body=body), None
+    return Prepared(prompt.api, prompt, raw, start, ends, layout[0], layout[1]), None
 
 
 def prepare_full(api: str | None, body: Any, raw: bytes | None = None) -> Prepared | None:
