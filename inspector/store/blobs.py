@@ -128,11 +128,9 @@ def blob_put(
     bases: Iterable[StoredBlob] = (),
     *,
     max_depth: int = MAX_DEPTH,
-    digest: str | None = None,
 ) -> StoredBlob:
-    """Store ``data`` (deduplicated by hash, else as a delta against the best base or a keyframe).
-    ``digest`` is ``data``'s SHA-256 when the caller has it already (the request's, say)."""
-    digest = digest or sha256(data)
+    """Store ``data`` (deduplicated by hash, else as a delta against the best base or a keyframe)."""
+    digest = sha256(data)
     row = db.execute("SELECT id, depth FROM blobs WHERE sha256 = ? AND size = ?", [digest, len(data)]).fetchone()
     if row is not None:
         return StoredBlob(row[0], data, row[1])

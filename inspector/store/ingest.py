@@ -277,10 +277,8 @@ def store_body(
     raw: bytes,
     encoding: str | None,
     decoded: bytes | None,
-    decoded_sha256: str | None = None,
 ) -> tuple[int | None, str | None]:
-    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw).
-    ``decoded_sha256`` (the decoded body's, when known) spares hashing the body a second time."""
+    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw)."""
     if not raw:
         return None, None
     form, recipe = raw, None
@@ -291,8 +289,7 @@ def store_body(
         state.recipes[key] = recipe or ""
         if recipe is not None:
             form = decoded
-    digest = decoded_sha256 if form is decoded else None
-    blob = blob_put(db, form, _candidates(db, state, session, kind), digest=digest)
+    blob = blob_put(db, form, _candidates(db, state, session, kind))
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 
@@ -338,7 +335,7 @@ def ingest(
     row = d.row
     session = row["session"]
     row["request_blob"], row["request_recode"] = store_body(
-        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body, row["request_sha256"]
+        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body
     )
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
