@@ -103,8 +103,10 @@ class Session:
             for block in msg["content"]:
                 block.pop("cache_control", None)
         self.messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": self.system, "tools": self.tools,
-                "messages": self.messages, "metadata": {"user_id": "bench"}, "stream": False}  # fmt: skip
+        # Claude Code's order: the messages before the system prompt and the tools.
+        body = {"model": "claude-sonnet-4-5", "messages": self.messages, "temperature": 1, "system": self.system,
+                "tools": self.tools, "metadata": {"user_id": "bench"}, "max_tokens": 32000,
+                "stream": False}  # fmt: skip
         raw = json.dumps(body).encode()
         turn, tokens = _turn(self.rng, self._next(), self.new_words)
         self.messages += turn

@@ -64,19 +64,26 @@ class ParsedBody:
     digest: str
     states: list[Any] = field(default_factory=list)  # SHA-256 state at k * CHECKPOINT bytes, k = 0, 1, ...
     reused: int = 0  # bytes whose value came from the earlier body
+    continues: int = 0  # id() of the remembered body this one continues (it serves instead), else 0
 
     def member(self, name: str) -> Member | None:
         return next((m for m in self.members if m.name == name), None)
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix: memcmp on zero-copy slices, bisecting on a mismatch."""
+    """Length of the common prefix: memcmp of zero-copy slices a window at a time, then bisection
+    inside the window that differs (about the prefix plus two windows compared)."""
     n = min(len(a), len(b))
     mb = memoryview(b)
-    if a.startswith(mb[:n]):
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + CHECKPOINT)
+        if not a.startswith(mb[lo:hi], lo):
+            break
+        lo = hi
+    else:
         return n
-    lo, hi = 0, n
-    while hi - lo > 64:
+    while hi - lo > 64:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
         mid = (lo + hi) // 2
         if a.startswith(mb[lo:mid], lo):
             lo = mid
@@ -282,7 +289,8 @@ def parse(raw: bytes, candidates: Sequence[ParsedBody] = ()) -> tuple[Any, Parse
     except (ValueError, IndexError):
         return json.loads(raw), None
     digest, states = _digest(raw, base, shared)
-    return value, ParsedBody(raw, value, members, digest, states, reused)
+    continues = id(base) if base is not None and shared >= _head(base) else 0
+    return value, ParsedBody(raw, value, members, digest, states, reused, continues)
 
 
 class BodyMemory:
@@ -307,7 +315,7 @@ class BodyMemory:
         """Remember ``body`` as the key's latest; a body it extends is dropped (the new one serves)."""
         entry = self._entries.setdefault(key, [])
         self._entries.move_to_end(key)
-        keep = [b for b in entry if not body.raw.startswith(memoryview(b.raw)[: _head(b)])]
+        keep = [b for b in entry if id(b) != body.continues]
         self.bytes -= sum(len(b.raw) for b in entry) - sum(len(b.raw) for b in keep)
         keep.insert(0, body)
         self.bytes += len(body.raw)

@@ -137,6 +137,15 @@ def test_values_across_the_end_of_a_parsing_window(tail):
         parsed_chain([first, second, third, first])
 
 
+def test_common_prefix_finds_the_first_difference_in_any_window():
+    data = bytes(random.Random(3).randrange(256) for _ in range(3 * CHECKPOINT + 100))
+    for at in (0, 1, 63, 64, 65, CHECKPOINT - 1, CHECKPOINT, CHECKPOINT + 1, 2 * CHECKPOINT + 7, len(data) - 1):
+        other = data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
+        assert body_reuse.common_prefix(data, other) == at
+    assert body_reuse.common_prefix(data, data[:CHECKPOINT]) == CHECKPOINT
+    assert body_reuse.common_prefix(data, data) == len(data) and body_reuse.common_prefix(b"", data) == 0
+
+
 def test_the_digest_resumes_from_a_checkpoint_inside_the_shared_prefix():
     history = [user([text(f"message {i} " + "x" * 4000)]) for i in range(100)]  # ~400 KB: several checkpoints
     first = json.dumps(make_anthropic_body(messages=history)).encode()
