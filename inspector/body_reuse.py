@@ -299,7 +299,7 @@ class BodyMemory:
     Bounded by bodies per key, keys and raw bytes (LRU). Losing an entry costs only a full parse.
     """
 
-    def __init__(self, per_key: int = 4, max_keys: int = 64, max_bytes: int = 64 * 2**20):
+    def __init__(self, per_key: int = 8, max_keys: int = 64, max_bytes: int = 32 * 2**20):
         self.per_key, self.max_keys, self.max_bytes = per_key, max_keys, max_bytes
         self._entries: OrderedDict[str, list[ParsedBody]] = OrderedDict()
         self.bytes = 0
