@@ -29,6 +29,7 @@ import hashlib
 import json
 import re
 from array import array
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class Member:
     name: str
     start: int
     end: int
-    items: tuple[array, array] | None = None  # (starts, ends) of the array's items
+    items: tuple[array, array] | None = None  # (starts, ends) of the array's items, relative to ``start``
 
 
 @dataclass
@@ -173,49 +174,68 @@ def _same(raw: bytes, at: int, old: bytes, a: int, b: int) -> bool:
     return at + n < len(raw) and raw[at + n] in _AFTER_VALUE and raw.startswith(memoryview(old)[a:b], at)
 
 
-def _array(r: _Reader, i: int, old: Member | None, base: ParsedBody | None, shared: int) -> tuple[list, int, tuple]:
-    """The array at ``i`` (its ``[``): items, the offset past its ``]``, and the items' spans.
-    Items of ``old`` (the same member of ``base``) are reused where their bytes repeat in place."""
+def _leading(raw: bytes, at: int, old: bytes, o_at: int, o_ends: Sequence[int]) -> int:
+    """How many leading items of the array at ``old[o_at]`` the array at ``raw[at]`` repeats byte for
+    byte (the byte after the last of them ending a value in both). ``memcmp`` without copies: all
+    but the last item first (a client re-sends them all, or all but its newest), else a bisection
+    comparing only bytes not yet known equal."""
+    n, mv = len(o_ends), memoryview(old)
+
+    def same(a: int, b: int) -> bool:  # bytes [a, b) of both arrays
+        return raw.startswith(mv[o_at + a : o_at + b], at + a)
+
+    def ends_value(k: int) -> bool:
+        return at + o_ends[k - 1] < len(raw) and raw[at + o_ends[k - 1]] in _AFTER_VALUE
+
+    if not n:
+        return 0
+    if same(0, o_ends[-2] if n > 1 else 0):
+        if same(o_ends[-2] if n > 1 else 0, o_ends[-1]) and ends_value(n):
+            return n
+        return n - 1 if n > 1 and ends_value(n - 1) else 0
+    lo, hi = 0, n - 1  # the first lo items are shared, the first hi are not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(o_ends[lo - 1] if lo else 0, o_ends[mid - 1]):
+            lo = mid
+        else:
+            hi = mid
+    return lo if lo and ends_value(lo) else 0
+
+
+def _array(r: _Reader, at: int, old: Member | None, base: ParsedBody | None, shared: int) -> tuple[list, int, tuple]:
+    """The array at ``at`` (its ``[``): items, the offset past its ``]``, and the items' spans
+    relative to ``at``. Items of ``old`` (the same member of ``base``) are reused where their bytes
+    repeat: the leading ones wherever the array now starts, later ones at their own place."""
     raw = r.raw
     items: list = []
     starts, ends = array("q"), array("q")
-    old_items = old.items if old is not None and old.start == i and base is not None else None
-    old_value = base.value[old.name] if old_items is not None else None  # type: ignore[union-attr]
+    old_items = old.items if old is not None and base is not None else None
+    i = r.skip(at + 1)
     if old_items is not None:
-        o_starts, o_ends = old_items
-        # The leading items inside the common prefix (their next byte too): one bisection, no loop.
-        lo, hi = 0, len(o_ends)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if o_ends[mid] < shared:
-                lo = mid + 1
-            else:
-                hi = mid
+        o_at, (o_starts, o_ends) = old.start, old_items  # type: ignore[union-attr]
+        old_value = base.value[old.name]  # type: ignore[union-attr]
+        # In place, the common prefix says which items are the same (with the byte after them).
+        same_place = o_at == at
+        lo = bisect_left(o_ends, shared - at) if same_place else _leading(raw, at, base.raw, o_at, o_ends)  # type: ignore[union-attr]
         if lo:
-            items = old_value[:lo]  # type: ignore[index]
-            starts, ends = o_starts[:lo], o_ends[:lo]
-            i = ends[-1]
-            if r.expect(r.skip(i), ",]") == "]":
-                return items, r.skip(i) + 1, (starts, ends)
-            i = r.skip(r.skip(i) + 1)
-        else:
-            i = r.skip(i + 1)
-            if r.char(i) == "]":
+            items, starts, ends = old_value[:lo], o_starts[:lo], o_ends[:lo]
+            i = r.skip(at + ends[-1])
+            if r.expect(i, ",]") == "]":
                 return items, i + 1, (starts, ends)
-    else:
-        i = r.skip(i + 1)
-        if r.char(i) == "]":
-            return items, i + 1, (starts, ends)
+            i = r.skip(i + 1)
+    if not items and r.char(i) == "]":
+        return items, i + 1, (starts, ends)
     while True:
         j = len(items)
-        if old_items is not None and j < len(old_items[1]) and _same(raw, i, base.raw, old_items[0][j],  # type: ignore[union-attr]
-                                                                      old_items[1][j]):  # fmt: skip
-            item, end = old_value[j], i + old_items[1][j] - old_items[0][j]  # type: ignore[index]
+        if old_items is not None and j < len(o_ends) and _same(raw, i, base.raw, o_at + o_starts[j],  # type: ignore[union-attr]
+                                                                o_at + o_ends[j]):  # fmt: skip
+            item, end = old_value[j], i + o_ends[j] - o_starts[j]
         else:
             item, end = r.value(i)
         items.append(item)
-        starts.append(i)
-        ends.append(end)
+        starts.append(i - at)
+        ends.append(end - at)
         i = r.skip(end)
         if r.expect(i, ",]") == "]":
             return items, i + 1, (starts, ends)
@@ -333,5 +353,5 @@ class BodyMemory:
 
 def _head(body: ParsedBody) -> int:
     """Bytes of ``body`` before its last array item: a body repeating them continues it."""
-    ends = [m.items[1][-2] for m in body.members if m.items is not None and len(m.items[1]) > 1]
+    ends = [m.start + m.items[1][-2] for m in body.members if m.items is not None and len(m.items[1]) > 1]
     return max(ends) if ends else len(body.raw)

@@ -79,6 +79,18 @@ def test_edits_compaction_reordered_keys_and_numbers_at_a_boundary(dump):
     parsed_chain([json.dumps(b, **dump).encode() for b in bodies])
 
 
+def test_messages_moved_by_a_longer_system_prompt_are_reused_where_they_now_start():
+    bodies = claude_code_turns(5)
+    moved = dict(bodies[4], system=bodies[4]["system"] + [text("Today is Tuesday.")])  # before the messages
+    first, second = json.dumps(bodies[3]).encode(), json.dumps(moved).encode()
+    _, a = parse(first)
+    value, b = parse(second, [a])  # type: ignore[list-item]
+    assert value == json.loads(second) and b is not None and a is not None
+    assert b.value["messages"][0] is a.value["messages"][0]  # the same objects: not parsed again
+    assert b.member("messages").start != a.member("messages").start  # type: ignore[union-attr]
+    parsed_chain([first, second, json.dumps(bodies[4]).encode(), first])
+
+
 def test_what_the_fast_path_leaves_to_json_loads():
     good = json.dumps(make_anthropic_body(messages=[user("hi"), assistant([text("yo")])])).encode()
     bodies = [
