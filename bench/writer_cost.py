@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).parent / "proxy_probe"))
 from proxy_bench_wire import CHAT_PATH, UPLOAD_REQ
 
 from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.store import ingest as ingest_module
 from ctxscope.inspector.writer import thread as thread_module
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
@@ -157,17 +158,17 @@ def exchange(session: str, i: int, raw: bytes) -> Exchange:
 
 
 class Timed:
-    """An analyzer wrapped to add up its writer-thread CPU."""
+    """An analyzer (or the store's ``store_body``) wrapped to add up its writer-thread CPU."""
 
-    def __init__(self, inner: Callable, spent: dict[str, float]):
+    def __init__(self, inner: Callable, spent: dict[str, float], name: str = ""):
         self.inner, self.spent = inner, spent
-        self.name = type(inner).__name__
+        self.name = name or type(inner).__name__
         self.single_write = getattr(inner, "single_write", False)
 
-    def __call__(self, db, call) -> None:
+    def __call__(self, *args):
         start = time.thread_time()
         try:
-            self.inner(db, call)
+            return self.inner(*args)
         finally:
             self.spent[self.name] += time.thread_time() - start
 
@@ -218,6 +219,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         spent: dict[str, float] = defaultdict(float)
         analyzers = [Timed(a, spent) for a in writer_analyzers()]
+        ingest_module.store_body = Timed(ingest_module.store_body, spent, "blob store")  # type: ignore[assignment]
         writer = CaptureWriter(Path(tmp) / "capture.db", analyzers=analyzers, status_file=False, keep_unstored=False)
         stored = threading.Event()
         writer.on_stored = stored.set
@@ -240,7 +242,7 @@ def main() -> int:
             writer.stop()
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
-    print(f"\n{'session':>8} {'context':>9} {'body':>9} {'thread ms':>10} {'process ms':>11}  per analyzer ms")
+    print(f"\n{'session':>8} {'context':>9} {'body':>9} {'thread ms':>10} {'process ms':>11}  ms per part")
     figures = {}
     for label, (thread_ms, process_ms, per_call, size, context) in results.items():
         med_t, med_p = statistics.median(thread_ms), statistics.median(process_ms)
