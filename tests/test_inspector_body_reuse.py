@@ -298,6 +298,10 @@ def test_the_writer_reusing_recent_bodies_stores_what_a_computation_from_scratch
 
     assert reused[0] == scratch[0]
     assert reused[1] == scratch[1]
-    relations = [c["relation"] for c in reused[0].values()]
-    assert {"APPEND_ONLY", "DIVERGED", "EPOCH_START", "NOT_COMPARABLE"} <= set(relations)
-    assert [c["request_json_ok"] for c in reused[0].values()].count(0) == 2
+    # The traffic reaches what the comparison is about.
+    calls = list(reused[0].values())
+    assert {"APPEND_ONLY", "IDENTICAL", "DIVERGED", "EPOCH_START", "NOT_COMPARABLE"} <= {c["relation"] for c in calls}
+    assert "/messages/3/content/0/text" in {c["pointer"] for c in calls}  # refined inside a segment
+    assert {"hit", "below_minimum", "client_break"} <= {c["cache_verdict"] for c in calls}
+    assert {"tools_executed", "reminder", "compaction"} <= {m["kind"] for c in calls for m in c["markers"] or ()}
+    assert [c["request_json_ok"] for c in calls].count(0) == 2 and reused[1]
