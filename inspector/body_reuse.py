@@ -309,7 +309,7 @@ def parse(raw: bytes, candidates: Sequence[ParsedBody] = ()) -> tuple[Any, Parse
     except (ValueError, IndexError):
         return json.loads(raw), None
     digest, states = _digest(raw, base, shared)
-    continues = id(base) if base is not None and shared >= _head(base) else 0
+    continues = id(base) if base is not None and _continues(base, shared) else 0
     return value, ParsedBody(raw, value, members, digest, states, reused, continues)
 
 
@@ -351,7 +351,11 @@ class BodyMemory:
         self.bytes = 0
 
 
-def _head(body: ParsedBody) -> int:
-    """Bytes of ``body`` before its last array item: a body repeating them continues it."""
-    ends = [m.start + m.items[1][-2] for m in body.members if m.items is not None and len(m.items[1]) > 1]
-    return max(ends) if ends else len(body.raw)
+def _continues(base: ParsedBody, shared: int) -> bool:
+    """A body sharing ``shared`` leading bytes with ``base`` continues it: they differ only from
+    the last item of an array on (the newest message, which lost its cache marker, and what came
+    after it), so the new body serves the thread from now on."""
+    for m in base.members:
+        if m.start <= shared < m.end:
+            return m.items is not None and len(m.items[0]) > 0 and shared >= m.start + m.items[0][-1]
+    return shared >= (base.members[-1].end if base.members else 0)

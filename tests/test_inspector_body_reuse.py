@@ -176,6 +176,11 @@ def test_body_memory_is_bounded_and_drops_bodies_the_latest_continues():
     for raw in raws:
         memory.add("a", parse(raw, memory.get("a"))[1])  # type: ignore[arg-type]
     assert [b.raw for b in memory.get("a")] == [raws[-1]]  # each one continued the one before
+    # Claude Code sends the messages first, then the system prompt and the tools (arrays too).
+    first = [json.dumps({"messages": b["messages"], **b}).encode() for b in claude_code_turns(4)]
+    for raw in first:
+        memory.add("first", parse(raw, memory.get("first"))[1])  # type: ignore[arg-type]
+    assert [b.raw for b in memory.get("first")] == [first[-1]]
     other = json.dumps(make_anthropic_body(messages=[user("another conversation"), user("x")])).encode()
     memory.add("a", parse(other)[1])  # type: ignore[arg-type]
     assert len(memory.get("a")) == 2
