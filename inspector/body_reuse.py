@@ -8,8 +8,9 @@ member and of every item of a top-level array, and the SHA-256 state at every ``
 bytes. A new body:
 
 - reuses a remembered body's value for every member, and every array item, whose bytes it repeats
-  at the same place (a JSON value is decided by its bytes and the one byte after them), found by
-  ``memcmp``: the common prefix first, then each later member or item at its own position;
+  (a JSON value is decided by its bytes and the one byte after them), found by ``memcmp``: the
+  members in the common prefix, the leading items of an array wherever it now starts, then each
+  later member or item at its own place;
 - parses only the rest, value by value (``raw_decode``), on latin-1 views of its bytes (windows
   from where it reads) where one character is one byte; a span holding non-ASCII bytes is decoded
   again from UTF-8 for its value;
