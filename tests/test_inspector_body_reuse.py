@@ -283,8 +283,8 @@ def stored(path, exchanges) -> tuple[dict, list]:
     try:
         calls = {ex.id: {k: queries.get_call(db, ex.id)[k] for k in ANALYSIS} for ex in exchanges}
         index = db.execute(
-            """SELECT s.hash, s.area, s.text, o.session, o.call_id, o.body, o.pointer
-               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 4, 5"""
+            """SELECT s.hash, s.area, o.session, o.call_id, o.body, o.pointer
+               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 3, 4"""
         ).fetchall()
     finally:
         db.close()
