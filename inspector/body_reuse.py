@@ -307,7 +307,7 @@ def parse(raw: bytes, candidates: Sequence[ParsedBody] = ()) -> tuple[Any, Parse
             base, shared = cand, n
     try:
         value, members, reused = _parse(raw, base, shared)
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):  # json.loads decides, and raises its own error
         return json.loads(raw), None
     digest, states = _digest(raw, base, shared)
     continues = id(base) if base is not None and _continues(base, shared) else 0
