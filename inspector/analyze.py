@@ -221,7 +221,7 @@ class Analyzer:
 
         if prepared is not None and tokens is not None and inp.ok:
             self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,
-                                              inp.capture_epoch, inp.provider, inp.api))  # fmt: skip
+                                              inp.capture_epoch, inp.provider, inp.api, body=inp.body))  # fmt: skip
         return Analysis(session, source, seq, placement if inp.api in LLM_APIS else None, relation, tokens,
                         prediction, cache, tuple(markers), _response_id(inp.response), attempt, retry_of,
                         placement.grouped_by)  # fmt: skip
@@ -238,8 +238,9 @@ class Analyzer:
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
             try:
-                raw = prev.prepared.raw
-                body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
+                raw, body = prev.prepared.raw, prev.body  # a thread's latest keeps its parsed body
+                if body is None:
+                    body = json.loads(raw) if raw is not None else queries.get_request_json(db, prev.call_id)
             except Exception as e:  # a damaged body only costs pointer precision
                 log.warning("could not load the body of %s: %s", prev.call_id, e)
                 body = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
@@ -40,6 +41,7 @@ class Remembered:
     provider: str
     api: str | None
     order: int = 0  # when it was remembered
+    body: Any = field(default=None, compare=False, repr=False)  # the parsed body, kept as long as the raw one
 
     @property
     def prompt(self) -> CanonicalPrompt:
@@ -51,7 +53,8 @@ class Remembered:
 
     @property
     def size(self) -> int:
-        # Conservative: an older call's segments are mostly the very objects its successor holds.
+        # Conservative: an older call's segments are mostly the very objects its successor holds,
+        # and a latest call's parsed body mostly the objects of the store's recent bodies.
         return 2 * len(self.prepared.raw or b"") + SEGMENT_BYTES * len(self.prompt.segments)
 
 
@@ -82,14 +85,15 @@ class RecentMemory:
         return sorted((r for calls in threads.values() for r in calls), key=lambda r: r.order)
 
     def add(self, scope: Scope, call: Remembered) -> None:
-        """Remember ``call`` as its thread's latest (the one before it keeps no raw body)."""
+        """Remember ``call`` as its thread's latest (the one before it keeps no raw or parsed body)."""
         self.open(scope)
         threads = self._scopes[scope]
         calls = threads.pop(call.thread, [])
         threads[call.thread] = calls
         if calls and calls[-1].prepared.raw is not None:
             self.bytes -= calls[-1].size
-            calls[-1] = dataclasses.replace(calls[-1], prepared=dataclasses.replace(calls[-1].prepared, raw=None))
+            prepared = dataclasses.replace(calls[-1].prepared, raw=None)
+            calls[-1] = dataclasses.replace(calls[-1], prepared=prepared, body=None)
             self.bytes += calls[-1].size
         calls.append(dataclasses.replace(call, order=next(_order)))
         self.bytes += calls[-1].size

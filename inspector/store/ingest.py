@@ -24,6 +24,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ctxscope.inspector.body_reuse import BodyMemory, parse
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import iso
 from ctxscope.inspector.store.recode import find_recipe
@@ -94,8 +95,10 @@ def _ms(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round((b - a) * 1000.0, 3)
 
 
-def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
-    """Decode and parse an exchange into the columns that need no database."""
+def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: BodyMemory | None = None) -> Derived:
+    """Decode and parse an exchange into the columns that need no database. With ``bodies`` (the
+    writer's recent request bodies), the request is parsed and hashed at the cost of its new bytes
+    (docs/architecture.md, "Bodies parsed at the cost of their new bytes")."""
     api = detect_api(ex.method, ex.path)
     req_enc = ex.header("content-encoding")
     resp_enc = ex.header("content-encoding", response=True)
@@ -105,12 +108,20 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
 
     request_json: Any = None
     json_ok: int | None = None
+    request_sha256 = None
     if request_body:
+        key = session_key(ex)
         try:
-            request_json = json.loads(request_body)
+            request_json, reusable = parse(request_body, bodies.get(key) if bodies is not None else ())
             json_ok = 1
         except (ValueError, RecursionError):
-            json_ok = 0
+            json_ok, reusable = 0, None
+        if reusable is not None:
+            request_sha256 = reusable.digest
+            if bodies is not None:
+                bodies.add(key, reusable)
+        else:
+            request_sha256 = hashlib.sha256(request_body).hexdigest()
 
     parsed: ParsedResponse | None = None
     parse_error: str | None = None
@@ -178,7 +189,7 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
         "usage_raw": _dumps(usage.raw) if usage else None,
         "usage_semantics": usage.semantics if usage else None,
         "request_json_ok": json_ok,
-        "request_sha256": hashlib.sha256(request_body).hexdigest() if request_body else None,
+        "request_sha256": request_sha256,
         "response_complete": None if parsed is None else int(parsed.complete),
         "stop_reason": parsed.stop_reason if parsed else None,
         "response_error": _dumps(parsed.error) if parsed else None,
@@ -233,6 +244,7 @@ class IngestState:
     max_decoded_bytes: int = DEFAULT_MAX_SIZE  # cap on a body's decoded size for analysis
     bases: BaseCache = field(default_factory=BaseCache)
     recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
+    bodies: BodyMemory = field(default_factory=BodyMemory)  # recent request bodies, parsed
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
@@ -319,7 +331,7 @@ def ingest(
     db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
 ) -> IngestResult:
     """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
-    d = derive(ex, state.max_decoded_bytes)
+    d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]
     row["request_blob"], row["request_recode"] = store_body(
