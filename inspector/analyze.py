@@ -43,7 +43,7 @@ from ctxscope.inspector.analyses.cache_analysis import (
 from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
@@ -160,15 +160,20 @@ class Analyzer:
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
+        self.last: Prepared_ | None = None  # what the last call written had prepared, for the search index
+        self._prepared: Prepared_ | None = None
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
+        self.last = None
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
         rows.write_analysis(db, inp.id, cols)
+        if self._prepared is not None and self._prepared.call_id == inp.id:
+            self.last = dataclasses.replace(self._prepared, session=analysis.session)
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
             _save_minimums(db, self.cache_memory, inp.id)
         return analysis
@@ -184,9 +189,11 @@ class Analyzer:
                                                                             inp.key_fingerprint)  # fmt: skip
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
+        self._prepared = None
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
+            self._prepared = Prepared_(inp.id, "", prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
@@ -279,6 +286,17 @@ class Analyzer:
                 out.append(Remembered(call_id, session, thread, prepared, tokens, unix_time(started_at),
                                       epoch or 0, provider, api))  # fmt: skip
         return out
+
+
+@dataclass(frozen=True)
+class Prepared_:
+    """A call's prompt as the analysis prepared it, and the remembered call it reused segments of:
+    the search index takes it instead of canonicalising the same body again."""
+
+    call_id: str
+    session: str  # the session the analysis placed the call in
+    prepared: Prepared | None
+    base: str | None  # the call whose leading items it reused (None: none)
 
 
 class _Producers:
