@@ -49,6 +49,7 @@ from ctxscope.inspector.writer.priority import Priority
 from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
+from ctxscope.vocab.tokens import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -358,8 +359,12 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
+    trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
     mother = multiprocessing.parent_process()
     while True:
+        if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
+            release_heap()
+            trimmed = True
         if quiet and mother is not None and not _await_work(inbox, mother):
             break  # the parent was killed: store what we received, then go
         fed = deferred.feed() if deferred.storing else True
@@ -378,6 +383,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
         if item is not None:
+            trimmed = False
             pause = item.pause
             deferred.add(item.batch, now)
             last_batch = now
