@@ -67,6 +67,9 @@ COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
 UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client
 UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
+# Segment counts kept for reuse (~350 bytes each): a long session's distinct segments, not every
+# segment a long-running daemon ever counted (docs/architecture.md, "Memory").
+COUNTED_SEGMENTS = 16_384
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ class Analyzer:
         clock_offset: float = 0.0,
     ):
         self.prices = prices if prices is not None else load_prices()
-        self.counter = counter or TokenCounter()
+        self.counter = counter or TokenCounter(max_entries=COUNTED_SEGMENTS)
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
