@@ -127,6 +127,7 @@ class _Deferred:
             size = call_size(fields)
             if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
                 self.dropped += 1
+                self.writer.count_dropped(1, "the spool could not be written and memory was full")
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
                               "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
@@ -145,6 +146,7 @@ class _Deferred:
         for fields in batch:
             if size >= self.limit:
                 self.dropped += 1
+                self.writer.count_dropped(1, "the spool reached its limit (max_spool_bytes)")
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
@@ -384,6 +386,8 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         pause = now - last_batch >= quiet_after
         if item is not None:
             trimmed = False
+            if item.dropped:  # recorded with the writer's next commit
+                writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause
             deferred.add(item.batch, now)
             last_batch = now
