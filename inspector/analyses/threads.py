@@ -137,18 +137,20 @@ class _Seen:
 
     def __init__(self, size: int = 256):
         self.size = size
-        self._by_id: dict[int, tuple[CanonicalPrompt, str, Sequence[str]]] = {}
+        self._by_id: dict[int, tuple[CanonicalPrompt, str, Sequence[str], str | None]] = {}
 
-    def of(self, prompt: CanonicalPrompt) -> tuple[str, Sequence[str]]:
+    def of(self, prompt: CanonicalPrompt) -> tuple[str, Sequence[str], str | None]:
+        """(thread key, conversation hashes, the first of them or None)."""
         found = self._by_id.get(id(prompt))
         if found is not None and found[0] is prompt:
-            return found[1], found[2]
+            return found[1:]
         if len(self._by_id) >= self.size:
             with contextlib.suppress(RuntimeError, StopIteration):  # another thread's analyzer changed it meanwhile
                 self._by_id.pop(next(iter(self._by_id)), None)  # the oldest entry (dicts keep insertion order)
         key, convo = thread_key(prompt), _conversation(prompt)
-        self._by_id[id(prompt)] = (prompt, key, convo)  # the prompt is kept, so its id is not reused
-        return key, convo
+        entry = (prompt, key, convo, convo[0] if len(convo) else None)
+        self._by_id[id(prompt)] = entry  # the prompt is kept, so its id is not reused
+        return entry[1:]
 
 
 _seen = _Seen()
@@ -183,12 +185,15 @@ def choose_predecessor(
     API, one of another API whose text the call continues is taken (an API switch)."""
     key, convo = thread_key(candidate), _conversation(candidate)
     compacts, lead = _compacts(candidate), _lead(candidate)  # the same for every candidate
+    first = convo[0] if len(convo) else None
     best: tuple[int, int, bool, int] | None = None
     best_id = None
     for index, (call_id, prompt) in enumerate(recent):
         if prompt is None or prompt.api != candidate.api:
             continue
-        its_key, its_convo = _seen.of(prompt)
+        its_key, its_convo, its_first = _seen.of(prompt)
+        if its_first != first and not compacts and (its_key != key or (strict and its_first is not None)):
+            continue  # no shared conversation, so no lineage (the rules below, without comparing prefixes)
         shared = shared_prefix(prompt.hashes, candidate.hashes)
         shared_convo = shared_prefix(its_convo, convo)
         extends = shared == len(prompt.hashes)

