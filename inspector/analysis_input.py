@@ -51,6 +51,7 @@ class CallInput:
     method: str | None
     path: str | None
     raw: bytes | None  # the request body with its Content-Encoding undone (what ``body`` was parsed from)
+    no_failed_twin: bool = False  # the writer knows no failed call with this body is in its retry window
 
 
 def _headers(pairs: Any) -> dict[str, str]:
@@ -111,6 +112,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
         raw=call.get("_request_body"),
         response=parsed.body if parsed is not None else None,
         started_at=unix_time(call["started_at"]),  # the stored time, so reindex sees the very same
+        no_failed_twin=bool(call.get("_no_failed_twin")),
         **_common(call, rowid),
     )
 

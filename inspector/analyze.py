@@ -336,7 +336,7 @@ def _session(db: sqlite_utils.Database, inp: CallInput, placement: Placement) ->
 def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> Placement:
     """A call without a session id that repeats a failed call's body (a retry) joins its session and
     thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
-    if not inp.request_sha256:
+    if not inp.request_sha256 or inp.no_failed_twin:
         return placement
     found = rows.latest_unnamed_request(db, inp.key_fingerprint, inp.client, UNNAMED_GROUPS, inp.request_sha256,
                                         inp.id, iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
@@ -376,7 +376,7 @@ def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> li
 
 def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tuple[int, str | None]:
     """attempt/retry_of within the call's own session (the store linked it within its key's)."""
-    if not inp.request_sha256:
+    if not inp.request_sha256 or inp.no_failed_twin:
         return 1, None
     prev = rows.latest_same_request(db, session, inp.request_sha256, inp.method, inp.path, inp.id,
                                     iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -225,6 +226,32 @@ class BaseCache:
         self._bytes = 0
 
 
+class RecentFailures:
+    """The request bodies (by hash) of the failed calls this writer stored, so that looking for the
+    call a new one retries costs a query only when there can be one (docs/architecture.md, "Sessions
+    and threads"). Calls stored before this writer started began before it did: a new call whose
+    retry window reaches back before that is looked up in the store whatever this says."""
+
+    def __init__(self, since: float | None = None, keep: int = 4096):
+        self.since = time.time() if since is None else since
+        self.keep = keep
+        self._latest: dict[str, float] = {}  # request hash -> latest start of a failed call with it
+
+    def may_have(self, sha: str | None, started_at: float) -> bool:
+        """Whether a failed call with this body may be stored within the retry window before ``started_at``."""
+        return bool(sha) and (started_at - RETRY_WINDOW_S < self.since or sha in self._latest)
+
+    def add(self, sha: str | None, started_at: float) -> None:
+        if not sha:
+            return
+        self._latest[sha] = max(started_at, self._latest.get(sha, started_at))
+        if len(self._latest) > self.keep:  # forget the older half: windows reaching them ask the store again
+            ordered = sorted(self._latest.items(), key=lambda kv: kv[1])
+            cut = len(ordered) // 2
+            self.since = max(self.since, ordered[cut - 1][1] + 1.0)
+            self._latest = dict(ordered[cut:])
+
+
 @dataclass
 class IngestState:
     """Writer-thread memory that keeps ingest cheap; losing it costs only compression, never data."""
@@ -233,6 +260,7 @@ class IngestState:
     max_decoded_bytes: int = DEFAULT_MAX_SIZE  # cap on a body's decoded size for analysis
     bases: BaseCache = field(default_factory=BaseCache)
     recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
+    failures: RecentFailures = field(default_factory=RecentFailures)
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
@@ -287,10 +315,10 @@ def is_failure(outcome: str | None, status: int | None, complete: int | None = N
     return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
 
 
-def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
+def link_retry(db: sqlite_utils.Database, row: dict, started_at: float, failures: RecentFailures | None = None) -> None:
     """attempt/retry_of: the same body in the same session, failed within RETRY_WINDOW_S before."""
     row["attempt"], row["retry_of"] = 1, None
-    if not row["request_sha256"]:
+    if not row["request_sha256"] or (failures is not None and not failures.may_have(row["request_sha256"], started_at)):
         return
     prev = db.execute(
         """SELECT id, attempt, outcome, status, response_complete FROM calls
@@ -334,11 +362,14 @@ def ingest(
     row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
-    link_retry(db, row, ex.started_at)
+    no_failed_twin = not state.failures.may_have(row["request_sha256"], ex.started_at)
+    link_retry(db, row, ex.started_at, state.failures)
     cols = list(row)
     rowid = db.execute(
         f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
     ).lastrowid
+    if is_failure(row["outcome"], row["status"], row["response_complete"]):
+        state.failures.add(row["request_sha256"], ex.started_at)
     errors: list[tuple[str, BaseException]] = []
     if analyzers:
         call = dict(row)
@@ -349,6 +380,7 @@ def ingest(
             _response_body=d.response_body,
             _request_json=d.request_json,
             _parsed=d.parsed,
+            _no_failed_twin=no_failed_twin,  # no failed call with this body can be in its retry window
         )
         for analyzer in analyzers:
             name = getattr(analyzer, "__qualname__", repr(analyzer))
