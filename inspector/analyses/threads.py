@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -133,24 +134,32 @@ def _compacts(cur: CanonicalPrompt) -> bool:
 
 class _Seen:
     """Each remembered prompt's thread key and conversation, computed once: a call is compared
-    with every recent call of its pool, and those prompts do not change (bounded, newest kept)."""
+    with every recent call of its pool, and those prompts do not change. An entry goes with its
+    prompt (a weak reference: this never keeps a prompt, and its texts, alive), and there are at
+    most ``size``."""
 
     def __init__(self, size: int = 256):
         self.size = size
-        self._by_id: dict[int, tuple[CanonicalPrompt, str, Sequence[str], str | None]] = {}
+        self._by_id: dict[int, tuple[weakref.ref, str, Sequence[str], str | None]] = {}
 
     def of(self, prompt: CanonicalPrompt) -> tuple[str, Sequence[str], str | None]:
         """(thread key, conversation hashes, the first of them or None)."""
         found = self._by_id.get(id(prompt))
-        if found is not None and found[0] is prompt:
-            return found[1:]
+        if found is not None and found[0]() is prompt:
+            return found[1], found[2], found[3]
         if len(self._by_id) >= self.size:
             with contextlib.suppress(RuntimeError, StopIteration):  # another thread's analyzer changed it meanwhile
                 self._by_id.pop(next(iter(self._by_id)), None)  # the oldest entry (dicts keep insertion order)
         key, convo = thread_key(prompt), _conversation(prompt)
-        entry = (prompt, key, convo, convo[0] if len(convo) else None)
-        self._by_id[id(prompt)] = entry  # the prompt is kept, so its id is not reused
-        return entry[1:]
+        first = convo[0] if len(convo) else None
+        pid, entries = id(prompt), self._by_id
+
+        def gone(ref: weakref.ref) -> None:  # the prompt was freed: its id may be reused
+            if (entry := entries.get(pid)) is not None and entry[0] is ref:
+                entries.pop(pid, None)
+
+        self._by_id[pid] = (weakref.ref(prompt, gone), key, convo, first)
+        return key, convo, first
 
 
 _seen = _Seen()
