@@ -223,6 +223,18 @@ def test_retry_linkage_of_calls_made_while_the_writer_runs(tmp_path):
     assert link == {failed.id: (1, None), retried.id: (2, failed.id), fine.id: (1, None), same_again.id: (1, None)}
 
 
+def test_a_retry_stored_by_the_next_writer_is_linked_to_the_failure_the_last_one_stored(tmp_path):
+    """A new writer knows none of the failures stored before it: windows that reach back to the
+    store's latest call are looked up there."""
+    body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "across a restart"}])).encode()
+    t = time.time() + 5
+    failed = make_exchange(request_body=body, started_at=t, status=None, outcome="upstream_reset")
+    capture(tmp_path / "c.db", [failed])
+    retried = make_exchange(request_body=body, started_at=t + 1)
+    db = capture(tmp_path / "c.db", [retried])
+    assert (queries.get_call(db, retried.id)["attempt"], queries.get_call(db, retried.id)["retry_of"]) == (2, failed.id)
+
+
 def test_the_memory_of_failed_bodies_forgets_only_by_asking_the_store_again():
     failures = RecentFailures(since=1000.0, keep=4)
     assert failures.may_have("a", 1000.0 + RETRY_WINDOW_S - 1)  # its window reaches back before the writer

@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlite_utils
@@ -229,8 +230,9 @@ class BaseCache:
 class RecentFailures:
     """The request bodies (by hash) of the failed calls this writer stored, so that looking for the
     call a new one retries costs a query only when there can be one (docs/architecture.md, "Sessions
-    and threads"). Calls stored before this writer started began before it did: a new call whose
-    retry window reaches back before that is looked up in the store whatever this says."""
+    and threads"). ``since``: the calls stored before this writer opened the store began before it
+    (``stored_failures``); a new call whose retry window reaches back before that is looked up in the
+    store whatever this says."""
 
     def __init__(self, since: float | None = None, keep: int = 4096):
         self.since = time.time() if since is None else since
@@ -250,6 +252,16 @@ class RecentFailures:
             cut = len(ordered) // 2
             self.since = max(self.since, ordered[cut - 1][1] + 1.0)
             self._latest = dict(ordered[cut:])
+
+
+def stored_failures(db: sqlite_utils.Database) -> RecentFailures:
+    """A writer's memory of failed bodies as it opens the store: the calls already stored began no
+    later than the latest of them, so windows that end before it need no look-up."""
+    row = db.execute("SELECT MAX(started_at) FROM calls").fetchone()
+    if not row or not row[0]:
+        return RecentFailures(since=float("-inf"))  # nothing stored yet
+    latest = datetime.fromisoformat(row[0])  # ours end in "Z" (3.11 reads that as UTC)
+    return RecentFailures(since=(latest if latest.tzinfo else latest.replace(tzinfo=UTC)).timestamp() + 1.0)
 
 
 @dataclass

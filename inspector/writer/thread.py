@@ -37,7 +37,7 @@ import sqlite_utils
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.deletion import delete_session
-from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, ingest, stored_failures
 from ctxscope.inspector.writer.failures import (
     RETRY_INTERVAL,
     Outage,
@@ -238,7 +238,8 @@ class CaptureWriter:
                     db = self._open()
                     self._ready.set()
                     if db is not None:
-                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes)
+                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes,
+                                            failures=self._failures(db))
                 if db is not None:
                     assert state is not None  # set with db
                     if not self._pending:
@@ -270,6 +271,13 @@ class CaptureWriter:
             self._accepting = False
             self._ready.set()
             self._leave(db)
+
+    def _failures(self, db: sqlite_utils.Database) -> RecentFailures:
+        """The memory of failed bodies for a new connection (one that cannot be read starts from now)."""
+        try:
+            return stored_failures(db)
+        except Exception:  # a store that fails here fails the batch too, and is retried
+            return RecentFailures()
 
     def _open(self) -> sqlite_utils.Database | None:
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
