@@ -101,7 +101,16 @@ def _common(row: dict, rowid: int) -> dict:
 
 
 def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
-    """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers)."""
+    """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers), made
+    once for all of them (kept in ``call``: each analyzer is given the same dict)."""
+    made = call.get("_input")
+    if isinstance(made, CallInput) and made.id == call["id"]:
+        return made
+    call["_input"] = made = _from_writer(db, call)
+    return made
+
+
+def _from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     ex = call["_exchange"]
     parsed = call.get("_parsed")
     rowid = call.get("_rowid") or rowid_of(db, call["id"])
