@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
 import time
 
 from factories import make_exchange
@@ -14,7 +13,6 @@ from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer import spool_format
 from ctxscope.inspector.writer.holding import QUIET_GAP
-from ctxscope.inspector.writer.messages import Handover
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.spool_format import pack as _pack
 from ctxscope.inspector.writer.spool_format import unpack
@@ -49,21 +47,6 @@ def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path)
     assert unpack(back) == ex
     record = b"".join(spool_format.encode([_pack(ex)]))
     assert bytes(range(256)) * 4 in record  # the body as sent: no base64, no pickle
-
-
-def test_a_handover_crosses_the_pipe_as_a_spool_record_and_is_spooled_as_it_is(tmp_path):
-    exchanges = [make_exchange(n) for n in range(3)]
-    batch = [_pack(ex) for ex in exchanges]
-    crossed = pickle.loads(pickle.dumps(Handover(True, batch, 2)))
-    assert crossed.batch is None and crossed.pause and crossed.dropped == 2 and crossed.calls == 3
-    assert crossed.sizes == tuple(spool_format.call_size(fields) for fields in batch)
-    assert [unpack(f) for f in spool_format.decode_record(crossed.record)] == exchanges
-    spool = spools.Spool(tmp_path / "c.db")
-    spool.append_record([crossed.record])  # no decoding, no encoding again
-    assert [unpack(f) for f in spool.next_batch()] == exchanges
-    spool.close(remove=True)
-    only_drops = pickle.loads(pickle.dumps(Handover(False, [], 5)))
-    assert only_drops.record is None and only_drops.calls == 0 and only_drops.dropped == 5
 
 
 def test_a_failed_append_leaves_the_spool_as_it_was(tmp_path, monkeypatch):

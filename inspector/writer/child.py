@@ -46,7 +46,7 @@ from ctxscope.inspector.writer.messages import (
     ToChild,
 )
 from ctxscope.inspector.writer.priority import Priority
-from ctxscope.inspector.writer.spool_format import ID, call_size, decode_record, unpack
+from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 from ctxscope.vocab.tokens import release_heap
@@ -137,26 +137,6 @@ class _Deferred:
             self._memory_bytes += size
         self.storing = True
         return False
-
-    def add_record(self, record: bytes, sizes: tuple[int, ...], now: float) -> bool:
-        """Spool a batch that arrived encoded as a spool record, as it is; when the spool cannot take
-        all of it (its limit, or it cannot be written), decoded and added call by call like any batch."""
-        spool = self.spool
-        if (spool is None or self._spool_broken or self._memory
-                or spool.size + sum(sizes[:-1]) >= self.limit):  # some call would be refused: decide per call
-            return self.add(decode_record(record), now)
-        self.received += len(sizes)
-        try:
-            spool.append_record([record])
-        except OSError as exc:
-            self._spool_failed(exc)
-            self.received -= len(sizes)
-            return self.add(decode_record(record), now)
-        self.calls += len(sizes)
-        self.bytes += sum(sizes)
-        if self.since is None:
-            self.since = now
-        return True
 
     def _within_limit(self, batch: list[tuple]) -> list[tuple]:
         """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
@@ -409,10 +389,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             if item.dropped:  # recorded with the writer's next commit
                 writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause
-            if item.record is not None:
-                deferred.add_record(item.record, item.sizes, now)
-            elif item.batch:
-                deferred.add(item.batch, now)
+            deferred.add(item.batch, now)
             last_batch = now
             if not pause and not deferred.due(now):
                 deferred.storing = False  # traffic again: only spool (the writer finishes what it has)

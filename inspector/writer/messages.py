@@ -11,33 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.writer.spool_format import call_size, encode
-
 
 @dataclass(frozen=True)
 class Handover:
-    """Calls the proxy held (each packed by ``spool_format.pack``); ``pause``: the traffic paused.
-
-    It crosses the pipe already in the spool's record format (``record``, with each call's body
-    bytes in ``sizes``): the proxy's queue thread encodes the batch once, where it would have pickled
-    it, and the child appends those bytes to its spool as they are, with no unpickling of the calls
-    nor encoding them again (docs/architecture.md, "Messages between the writer and its child")."""
+    """Calls the proxy held (each packed by ``spool_format.pack``); ``pause``: the traffic paused."""
 
     pause: bool
-    batch: list[tuple] | None  # None once it has crossed: the calls are in ``record``
+    batch: list[tuple]
     dropped: int = 0  # calls the proxy dropped since the last hand-over (its queue was full): recorded by the child
-    record: bytes | None = None
-    sizes: tuple[int, ...] = ()
-
-    def __reduce__(self):
-        if not self.batch:  # crossed already, or only drops to tell
-            return Handover, (self.pause, None, self.dropped, self.record, self.sizes)
-        return Handover, (self.pause, None, self.dropped, b"".join(encode(self.batch)),
-                          tuple(call_size(fields) for fields in self.batch))
-
-    @property
-    def calls(self) -> int:
-        return len(self.batch) if self.batch is not None else len(self.sizes)
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,7 @@ class Spool:
 
     def append(self, batch: list[tuple]) -> None:
         """Append one record; on failure (a full disk) the file is cut back to what it held."""
-        self.append_record(encode(batch))
-
-    def append_record(self, pieces: list[bytes]) -> None:
-        """Append one record already encoded (``spool_format.encode``), the same way."""
+        pieces = encode(batch)
         try:
             write_pieces(self._fd, pieces)
         except OSError:

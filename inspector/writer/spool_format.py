@@ -151,17 +151,6 @@ def decode(payload: bytes) -> list[tuple]:
     return batch
 
 
-def decode_record(record: bytes) -> list[tuple]:
-    """The batch of one whole record made by ``encode`` (header included); SpoolCorrupt if malformed."""
-    if len(record) < _RECORD.size:
-        raise SpoolCorrupt("record too short")
-    n, crc = _RECORD.unpack_from(record)
-    payload = memoryview(record)[_RECORD.size:]
-    if n != len(payload) or zlib.crc32(payload) != crc:
-        raise SpoolCorrupt("record length or checksum mismatch")
-    return decode(bytes(payload))
-
-
 def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[tuple], int]:
     """The batch of the record at ``at`` and the offset after it. ``verify=False`` skips the
     checksum (a writer reading back what it appended itself moments ago: 0.2 ms per MB saved)."""
