@@ -82,6 +82,9 @@ def applied_migrations(db: sqlite_utils.Database) -> list[str]:
     return [m.name for m in migrations.applied(db)]
 
 
+_FIRST_SECOND, _PAST_LAST_SECOND = -62135596800.0, 253402300800.0  # 0001-01-01 and 10000-01-01 UTC
+
+
 def iso(ts: float | None) -> str | None:
     """Unix seconds as fixed-width ISO 8601 UTC, so text order is time order.
 
@@ -95,7 +98,10 @@ def iso(ts: float | None) -> str | None:
         whole, micros = whole + 1, micros - 1_000_000
     elif micros < 0:
         whole, micros = whole - 1, micros + 1_000_000
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{micros:06d}Z"
+    utc = time.gmtime(whole)
+    if not _FIRST_SECOND <= whole < _PAST_LAST_SECOND:
+        raise ValueError(f"year out of range for {ts!r}")  # as datetime says: the text would not be fixed-width
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', utc)}.{micros:06d}Z"
 
 
 def now_iso() -> str:
