@@ -163,8 +163,8 @@ class Analyzer:
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
-        self.last: Prepared_ | None = None  # what the last call written had prepared, for the search index
-        self._prepared: Prepared_ | None = None
+        self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
+        self._prepared: SharedPrompt | None = None
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
@@ -196,7 +196,7 @@ class Analyzer:
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
-            self._prepared = Prepared_(inp.id, "", prepared, base.call_id if base is not None else None)
+            self._prepared = SharedPrompt(inp.id, "", prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
@@ -292,7 +292,7 @@ class Analyzer:
 
 
 @dataclass(frozen=True)
-class Prepared_:
+class SharedPrompt:
     """A call's prompt as the analysis prepared it, and the remembered call it reused segments of:
     the search index takes it instead of canonicalising the same body again."""
 
