@@ -112,6 +112,7 @@ async def main() -> None:
         cfg = DaemonConfig(host="127.0.0.1", port=0, db=Path(tmp) / "demo.db")
         daemon = await start_daemon(cfg)
         try:
+            await daemon.sim.start()  # it starts on its first use
             sim = daemon.sim.control()
             demo = await run_scenario(daemon.url, sim, Path(tmp) / "demo", lambda line: None,
                                       api="anthropic", model=script.MODEL)  # fmt: skip

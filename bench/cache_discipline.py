@@ -45,6 +45,7 @@ async def run_once(api: str, model: str, settings: dict | None, tmp: Path) -> di
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / f"{name}.db")
     daemon = await start_daemon(cfg)
     try:
+        await daemon.sim.start()  # it starts on its first use
         sim = daemon.sim.control()  # the built-in simulator runs in the daemon's child process
         session = await run_scenario(
             daemon.url, sim, tmp / name, lambda line: None, api=api, model=model, settings=settings

@@ -88,6 +88,7 @@ async def demo_run(api: str, model: str, tmp: Path) -> list[dict]:
     cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / f"demo-{api}.db")
     daemon = await start_daemon(cfg)
     try:
+        await daemon.sim.start()  # it starts on its first use
         sim = daemon.sim.control()  # the built-in simulator runs in the daemon's child process
         session = await run_scenario(daemon.url, sim, tmp / api, lambda line: None, api=api, model=model)
         sent = await asyncio.to_thread(count_model_requests, sim)

@@ -34,6 +34,8 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
 
 
 def _role(cmd: str) -> str:
+    if "resource_tracker" in cmd:
+        return "resource tracker"  # multiprocessing's helper beside the writer child
     if "multiprocessing" in cmd or "spawn_main" in cmd:
         return "child"
     if "simulator" in cmd:

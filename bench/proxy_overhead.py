@@ -31,8 +31,15 @@ proxy_bench_load.py makes the load, proxy_bench_report.py prints the figures.
     .venv/bin/python bench/proxy_overhead.py --with-nocapture # also the daemon with capture disabled
     .venv/bin/python bench/proxy_overhead.py --with-otlp-down # also the daemon exporting to a down collector
 
-The last line reads ``ratio vs minimal passthrough: c1 X.XX, c32 X.XX; added TTFB p50 X.XX ms``;
-the added TTFB there is ctxscope's stream TTFB p50 minus DIRECT (what a user notices).
+After the rounds, each proxy's process tree is measured at rest: its RSS (by process: the daemon,
+the writer child, multiprocessing's resource tracker, the simulator if anything started it) and
+its CPU over 5 s with no traffic (% of one core, utime+stime of the tree as bench/idle.py reads it).
+
+The line before the last reads ``added TTFB p50 X.XX ms vs direct, X.XX ms vs minimal``. The last
+line reads ``ratio vs minimal passthrough: c1 X.XX, c32 X.XX; CPU per call Z.ZZ×; RSS N MB; idle P.PP%``:
+throughput ratios at c1 and c32, the CPU of all of ctxscope's processes (proxy and capture writer,
+the drain after each phase included) per small call over the c1 and c32 phases against the
+minimal passthrough's, the RSS of the daemon's process tree after the bench, and its idle CPU.
 """
 
 from __future__ import annotations
@@ -57,14 +64,18 @@ from proxy_bench_procs import (
     child_env,
     children_cpu,
     cpu_seconds,
+    idle_share,
     scheduling,
     settle,
     spawn_ctxscope,
     spawn_role,
     stop,
+    tree_rss,
 )
 from proxy_bench_report import print_last_line, report
 from proxy_bench_wire import CHAT_PATH, SMALL_REQ, UPLOAD_REQ, have_uvloop, run_loop
+
+IDLE_SECONDS = 5.0  # the window of no traffic in which idle CPU is read (as bench/idle.py does, shorter)
 
 
 async def run_phase(phase: str, target: Target, session, cfg, pids: list[int], warm: bool, backlog) -> Phase:
@@ -153,6 +164,13 @@ async def bench(cfg) -> int:
                     f"({' > '.join(t.name for t in order)}), {time.perf_counter() - t_run:.0f} s",
                     flush=True,
                 )
+            # Memory and idle CPU of each daemon after the bench: its whole process tree, every call
+            # stored (the last phase's settle waited for that), no traffic for IDLE_SECONDS.
+            for t in targets:
+                if t.kind != "direct" and t.proc is not None:
+                    await settle(pids, backlog)
+                    t.rss = tree_rss(t.proc.pid)
+                    t.idle = await idle_share(t.proc.pid, IDLE_SECONDS)
         finally:
             for s in sessions.values():
                 await s.close()

@@ -24,6 +24,7 @@ from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
+from ctxscope.simulator.control.client import SimulatorControl
 from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
 from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.web.routes import add_web_routes
@@ -36,6 +37,65 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctxscope.daemon")
 
+class BuiltinSimulator:
+    """The built-in simulator at ``/u/sim``, started in its child process on its first request:
+    a daemon that never serves it does not carry its ~40 MB (docs/architecture.md, "Memory").
+
+    Its token is CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to
+    $CTXSCOPE_HOME/sim-token when the daemon starts, so it can be scripted before it runs. A
+    simulator that cannot start costs /u/sim (said in the log, tried again on the next request),
+    never the proxy."""
+
+    def __init__(self) -> None:
+        self.token, path = token_from_env(), sim_token_path()
+        self.token_file: Path | None = path
+        try:
+            write_token_file(path, self.token)
+        except OSError as exc:
+            log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script "
+                      "/u/sim", path, exc)
+            self.token_file = None
+        self.process: SimulatorProcess | None = None  # while it runs
+        self._starting: asyncio.Lock | None = None
+        self._stopped = False
+
+    @property
+    def url(self) -> str | None:
+        return self.process.url if self.process is not None else None
+
+    async def start(self) -> str | None:
+        """Its base URL, starting it first if it is not running; None when it cannot start."""
+        if self.process is not None and self.process.alive():
+            return self.process.url
+        self._starting = self._starting or asyncio.Lock()
+        async with self._starting:  # the first requests wait for one child, not one each
+            if self._stopped:
+                return None
+            if self.process is not None and self.process.alive():
+                return self.process.url
+            proc = SimulatorProcess(self.token, token_file=self.token_file)
+            try:
+                url = await asyncio.to_thread(proc.start)
+            except (OSError, RuntimeError) as exc:
+                log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
+                return None
+            if self._stopped:  # the daemon stopped while it started
+                await asyncio.to_thread(proc.stop)
+                return None
+            self.process = proc
+            return url
+
+    def control(self) -> SimulatorControl:
+        """Its control client (``await start()`` first)."""
+        assert self.process is not None, "the simulator is not running: await start() first"
+        return self.process.control()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self.process is not None:
+            self.process.stop()
+
+
 @dataclass
 class RunningDaemon:
     """Handles of a started daemon, for tests and embedding."""
@@ -43,7 +103,7 @@ class RunningDaemon:
     url: str
     writer: Writer
     runner: web.AppRunner
-    sim: SimulatorProcess | None  # the built-in simulator's child process (None: `sim` is a configured upstream)
+    sim: BuiltinSimulator | None  # the built-in simulator (None: `sim` is a configured upstream)
     otlp: OtlpExport | None = None  # the OTLP export's thread (None: export is off)
 
     @property
@@ -69,27 +129,6 @@ class RunningDaemon:
 def sim_token_path() -> Path:
     """Where serve and sim write the simulator's control token (owner-only)."""
     return home_dir() / TOKEN_FILE
-
-
-def spawn_builtin_simulator() -> SimulatorProcess | None:
-    """Start the built-in simulator's child (it starts while the writer does); its token is
-    CTXSCOPE_SIM_TOKEN or a new random one, written owner-only to $CTXSCOPE_HOME/sim-token.
-    None when it cannot start: a dev tool must not keep the proxy down (nor must a full disk)."""
-    token, path = token_from_env(), sim_token_path()
-    token_file: Path | None = path
-    try:
-        write_token_file(path, token)
-    except OSError as exc:
-        log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script /u/sim",
-                  path, exc)
-        token_file = None
-    sim = SimulatorProcess(token, token_file=token_file)
-    try:
-        sim.spawn()
-    except OSError as exc:
-        log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
-        return None
-    return sim
 
 
 def _prepare_files(cfg: DaemonConfig) -> bytes:
@@ -119,9 +158,11 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     """Start everything; a capture store that cannot be opened is reported, not fatal."""
     salt = _prepare_files(cfg)
     upstreams = dict(cfg.upstreams)
+    on_demand: dict[str, Callable[[], Awaitable[str | None]]] = {}
     sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
-        sim = spawn_builtin_simulator()
+        sim = BuiltinSimulator()
+        on_demand["sim"] = sim.start
     try:
         prices = prices_path()
         prices_args = (str(prices),) if prices is not None else ()
@@ -139,17 +180,12 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         if sim is not None:
             await asyncio.to_thread(sim.stop)
         raise
-    if sim is not None:
-        try:
-            upstreams["sim"] = await asyncio.to_thread(sim.wait_ready)
-        except RuntimeError as exc:  # a dev tool that will not start must not keep the proxy down
-            log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
-            sim = None
     stats = writer.stats()
     if not stats.running or stats.store_down_since is not None:
         log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
                   "(`ctxscope db status` and the web UI show the state)", stats.last_error)
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits), writer)
+    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand),
+                          writer)
     app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
         add_web_routes(app, cfg.db, writer)

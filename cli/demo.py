@@ -169,7 +169,7 @@ def _describe(marker: dict) -> str:
 
 async def run_demo_session(daemon, db_path: Path, echo: Echo, *, once: bool = False) -> DemoResult:
     """On a started daemon: run the scenario, wait for its analysis and print where each effect landed."""
-    if daemon.sim is None:
+    if daemon.sim is None or await daemon.sim.start() is None:
         raise click.ClickException("the built-in simulator is not running (see the log above)")
     sim = daemon.sim.control()
     root = Path(tempfile.mkdtemp(prefix="ctxscope-demo-"))

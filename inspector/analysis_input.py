@@ -51,6 +51,7 @@ class CallInput:
     method: str | None
     path: str | None
     raw: bytes | None  # the request body with its Content-Encoding undone (what ``body`` was parsed from)
+    no_failed_twin: bool = False  # the writer knows no failed call with this body is in its retry window
 
 
 def _headers(pairs: Any) -> dict[str, str]:
@@ -100,7 +101,16 @@ def _common(row: dict, rowid: int) -> dict:
 
 
 def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
-    """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers)."""
+    """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers), made
+    once for all of them (kept in ``call``: each analyzer is given the same dict)."""
+    made = call.get("_input")
+    if isinstance(made, CallInput) and made.id == call["id"]:
+        return made
+    call["_input"] = made = _from_writer(db, call)
+    return made
+
+
+def _from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     ex = call["_exchange"]
     parsed = call.get("_parsed")
     rowid = call.get("_rowid") or rowid_of(db, call["id"])
@@ -111,6 +121,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
         raw=call.get("_request_body"),
         response=parsed.body if parsed is not None else None,
         started_at=unix_time(call["started_at"]),  # the stored time, so reindex sees the very same
+        no_failed_twin=bool(call.get("_no_failed_twin")),
         **_common(call, rowid),
     )
 

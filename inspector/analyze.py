@@ -43,7 +43,7 @@ from ctxscope.inspector.analyses.cache_analysis import (
 from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
@@ -67,6 +67,9 @@ COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
 UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client
 UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
+# Segment counts kept for reuse (~350 bytes each): a long session's distinct segments, not every
+# segment a long-running daemon ever counted (docs/architecture.md, "Memory").
+COUNTED_SEGMENTS = 16_384
 
 
 @dataclass(frozen=True)
@@ -156,19 +159,24 @@ class Analyzer:
         clock_offset: float = 0.0,
     ):
         self.prices = prices if prices is not None else load_prices()
-        self.counter = counter or TokenCounter()
+        self.counter = counter or TokenCounter(max_entries=COUNTED_SEGMENTS)
         self.memory = memory or RecentMemory()
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
+        self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
+        self._prepared: SharedPrompt | None = None
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
+        self.last = None
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
         rows.write_analysis(db, inp.id, cols)
+        if self._prepared is not None and self._prepared.call_id == inp.id:
+            self.last = dataclasses.replace(self._prepared, session=analysis.session)
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
             _save_minimums(db, self.cache_memory, inp.id)
         return analysis
@@ -184,9 +192,11 @@ class Analyzer:
                                                                             inp.key_fingerprint)  # fmt: skip
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
+        self._prepared = None
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
+            self._prepared = SharedPrompt(inp.id, "", prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
@@ -282,6 +292,17 @@ class Analyzer:
         return out
 
 
+@dataclass(frozen=True)
+class SharedPrompt:
+    """A call's prompt as the analysis prepared it, and the remembered call it reused segments of:
+    the search index takes it instead of canonicalising the same body again."""
+
+    call_id: str
+    session: str  # the session the analysis placed the call in
+    prepared: Prepared | None
+    base: str | None  # the call whose leading items it reused (None: none)
+
+
 class _Producers:
     """Captured calls by the response id they produced (for ``previous_response_id``), looked up once."""
 
@@ -316,7 +337,7 @@ def _session(db: sqlite_utils.Database, inp: CallInput, placement: Placement) ->
 def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> Placement:
     """A call without a session id that repeats a failed call's body (a retry) joins its session and
     thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
-    if not inp.request_sha256:
+    if not inp.request_sha256 or inp.no_failed_twin:
         return placement
     found = rows.latest_unnamed_request(db, inp.key_fingerprint, inp.client, UNNAMED_GROUPS, inp.request_sha256,
                                         inp.id, iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
@@ -356,7 +377,7 @@ def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> li
 
 def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tuple[int, str | None]:
     """attempt/retry_of within the call's own session (the store linked it within its key's)."""
-    if not inp.request_sha256:
+    if not inp.request_sha256 or inp.no_failed_twin:
         return 1, None
     prev = rows.latest_same_request(db, session, inp.request_sha256, inp.method, inp.path, inp.id,
                                     iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))

@@ -101,19 +101,29 @@ class SearchIndexer:
     (a batch written again after a failure).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, analysis: Analyzer | None = None) -> None:
         self._last: OrderedDict[str, tuple[str, Prepared]] = OrderedDict()  # session -> (call id, prompt)
+        self.analysis = analysis  # the analyzer that ran before on the same call, if any
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.index(db, from_writer(db, call))
 
     def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
-        session = search.call_session(db, inp.id) or inp.session  # the analysis may have regrouped it
+        shared = self.analysis.last if self.analysis is not None else None
+        if shared is not None and shared.call_id != inp.id:
+            shared = None
+        # The analysis may have regrouped the call: its session is the one it wrote.
+        session = shared.session if shared is not None else (search.call_session(db, inp.id) or inp.session)
         last = self._last.get(session)
         if last is not None and (last[0] == inp.id or not is_stored(db, last[0])):
             last = None
-        prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
-        pieces = prompt_pieces(prepared, reused=base is not None)
+        if shared is not None:  # the analysis prepared this very body: reuse its work
+            prepared = shared.prepared
+            reused = last is not None and shared.base == last[0]  # what it reused is indexed already
+        else:
+            prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
+            reused = base is not None
+        pieces = prompt_pieces(prepared, reused=reused)
         added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
         if prepared is not None and prepared.reusable:  # only once its pieces are in
             self._last[session] = (inp.id, prepared)
@@ -130,7 +140,8 @@ WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
 def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer | ReplayLinker]:
     """The analysis, then the search index (which reads the session the analysis settled on), then
     the link from a replay to the call it re-sent."""
-    return [*analysis_analyzers(prices_path), SearchIndexer(), ReplayLinker()]
+    analysis = analysis_analyzers(prices_path)
+    return [*analysis, SearchIndexer(analysis[0]), ReplayLinker()]
 
 
 def backfill(db: sqlite_utils.Database, *, session: str | None = None, batch: int = 200) -> Iterator[str]:

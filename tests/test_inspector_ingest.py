@@ -6,11 +6,13 @@ import gzip
 import io
 import json
 import random
+import time
 
 from factories import anthropic_request, anthropic_response, anthropic_sse, capture, make_exchange
 
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, RecentFailures
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -203,6 +205,45 @@ def test_retry_linkage(tmp_path):
     assert link[late_fail.id] == (1, None)
     assert link[too_late.id] == (1, None)
     assert link[other_session.id] == (1, None)
+
+
+def test_retry_linkage_of_calls_made_while_the_writer_runs(tmp_path):
+    """Calls that start after the writer did are linked from its memory of failed bodies, with the
+    store's answer: a retry of a failed call, never of a success, a body that never failed."""
+    body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "live retry"}])).encode()
+    other = json.dumps(anthropic_request(messages=[{"role": "user", "content": "never failed"}])).encode()
+    t = time.time() + 5  # after the writer started
+    failed = make_exchange(request_body=body, started_at=t, status=500, outcome="http_error")
+    retried = make_exchange(request_body=body, started_at=t + 1)
+    fine = make_exchange(request_body=other, started_at=t + 2)
+    same_again = make_exchange(request_body=other, started_at=t + 3)
+    db = capture(tmp_path / "c.db", [failed, retried, fine, same_again])
+    link = {e.id: (queries.get_call(db, e.id)["attempt"], queries.get_call(db, e.id)["retry_of"])
+            for e in (failed, retried, fine, same_again)}  # fmt: skip
+    assert link == {failed.id: (1, None), retried.id: (2, failed.id), fine.id: (1, None), same_again.id: (1, None)}
+
+
+def test_a_retry_stored_by_the_next_writer_is_linked_to_the_failure_the_last_one_stored(tmp_path):
+    """A new writer knows none of the failures stored before it: windows that reach back to the
+    store's latest call are looked up there."""
+    body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "across a restart"}])).encode()
+    t = time.time() + 5
+    failed = make_exchange(request_body=body, started_at=t, status=None, outcome="upstream_reset")
+    capture(tmp_path / "c.db", [failed])
+    retried = make_exchange(request_body=body, started_at=t + 1)
+    db = capture(tmp_path / "c.db", [retried])
+    assert (queries.get_call(db, retried.id)["attempt"], queries.get_call(db, retried.id)["retry_of"]) == (2, failed.id)
+
+
+def test_the_memory_of_failed_bodies_forgets_only_by_asking_the_store_again():
+    failures = RecentFailures(since=1000.0, keep=4)
+    assert failures.may_have("a", 1000.0 + RETRY_WINDOW_S - 1)  # its window reaches back before the writer
+    assert not failures.may_have("a", 1000.0 + RETRY_WINDOW_S + 1) and not failures.may_have(None, 5000.0)
+    for i, sha in enumerate("abcde"):
+        failures.add(sha, 2000.0 + i)
+    # Too many: the oldest were forgotten, so a window that reaches them is looked up in the store.
+    assert all(failures.may_have(sha, 2000.0 + RETRY_WINDOW_S) for sha in "abcdez")
+    assert failures.may_have("e", 9000.0) and not failures.may_have("z", 9000.0)
 
 
 def test_model_and_api_detection(tmp_path):

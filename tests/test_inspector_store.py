@@ -100,3 +100,15 @@ def test_connect_refuses_a_file_that_is_not_a_database(tmp_path, bad):
             store.connect(path)
     else:
         store.connect(path).close()  # an empty file is a fresh database
+
+
+def test_iso_writes_the_text_datetime_writes_fixed_width_and_rounded_the_same_way():
+    from datetime import UTC, datetime
+
+    from ctxscope.inspector.store.db import iso
+
+    for ts in (0.0, 1.5, -1.25, 12.0000005, 12.0000015, 1700000000.9999996, 1760000000.123456, 253402300799.5):
+        assert iso(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert iso(None) is None
+    with pytest.raises(ValueError):
+        iso(253402300800.0)  # the year 10000 has no fixed-width text

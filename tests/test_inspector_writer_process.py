@@ -430,3 +430,41 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     alone = subprocess.run([sys.executable, "-c", "import sys, sqlite_utils; print(' '.join(sys.modules))"],
                            capture_output=True, text=True, timeout=60, check=True).stdout.split()
     assert {m for m in child if m == "click" or m.startswith("click.")} <= set(alone)
+
+
+def _recorded_drops(db_path: Path) -> int:
+    from ctxscope.inspector.db_status import db_status
+
+    return db_status(db_path)["writer"]["dropped"]
+
+
+def test_calls_the_proxy_drops_while_the_child_lags_are_recorded_in_the_store(tmp_path):
+    """A child that takes nothing (stopped here) fills the proxy's queue: the calls past it are
+    dropped, counted live, and recorded in the store, so ``db status`` still says so after the stop."""
+    w = WriterProcess(tmp_path / "q.db", max_queue=5)
+    w.start()
+    assert w._proc is not None and w._proc.pid is not None
+    os.kill(w._proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(30):
+            w.submit(make_exchange(i))
+        live = w.stats().dropped
+    finally:
+        os.kill(w._proc.pid, signal.SIGCONT)
+    assert live == 25
+    assert w.stop()
+    assert len(list_calls(open_db(tmp_path / "q.db"), limit=None)) == 5
+    assert _recorded_drops(tmp_path / "q.db") == w.stats().dropped == 25
+
+
+def test_calls_past_a_full_spool_are_recorded_as_dropped_in_the_store(tmp_path):
+    """A spool with no room (a limit below its own header) drops every call handed over: each is
+    counted as dropped_spool_full while the daemon runs and recorded in the store for afterwards."""
+    w = WriterProcess(tmp_path / "s.db", max_spool_bytes=1)
+    w.start()
+    for i in range(12):
+        w.submit(make_exchange(i))
+    assert w.stop()
+    stats = w.stats()
+    assert stats.dropped == stats.dropped_spool_full == 12 and stats.written == 0
+    assert _recorded_drops(tmp_path / "s.db") == 12

@@ -143,16 +143,25 @@ def daemon(tmp_path_factory, fast_upstream):
         yield proc, url, home, lines
 
 
-def test_serve_runs_the_simulator_in_a_child_and_says_where_its_token_is(daemon):
+def started_simulator(proc: subprocess.Popen, url: str, token: str) -> int:
+    """The daemon's simulator child, once a request to /u/sim has started it."""
+    SimulatorControl(url + "/u/sim", token).pending()
+    [child] = simulator_children(proc.pid)
+    return child
+
+
+def test_serve_runs_the_simulator_in_a_child_on_first_use_and_says_where_its_token_is(daemon):
     proc, url, home, lines = daemon
-    [_child] = simulator_children(proc.pid)
     token_file = home / "sim-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text().strip() == ENV_TOKEN
     shown = "".join(lines)
     assert f"in {token_file}" in shown and "X-Sim-Token" in shown and ENV_TOKEN not in shown
-    # The token works through the daemon's route as well as on the child's own port.
+    # Nothing asked for it yet (this is the module's first test): a daemon that never uses it does
+    # not carry it; the first request starts it, and its token works through the daemon's route.
+    assert simulator_children(proc.pid) == []
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
+    assert len(simulator_children(proc.pid)) == 1
     assert control.set_script([{"text": "scripted"}]) == 1 and control.pending() == [{"text": "scripted"}]
     body = json.dumps({"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
     status, data = _request(url, "POST", "/u/sim/v1/messages", body.encode(), {"content-type": "application/json"})
@@ -262,9 +271,10 @@ def test_a_huge_prompt_to_the_simulator_does_not_stall_other_upstreams(daemon):
 
 
 def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
-    with serve_process(tmp_path) as (proc, _url, home, lines):
-        [child] = simulator_children(proc.pid)
+    with serve_process(tmp_path) as (proc, url, home, lines):
+        assert simulator_children(proc.pid) == []  # started on first use only
         token = (home / "sim-token").read_text().strip()
+        child = started_simulator(proc, url, token)
         assert len(token) >= 40 and token not in "".join(lines) + (tmp_path / "serve.log").read_text()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
@@ -277,7 +287,7 @@ def test_kill_9_of_serve_leaves_no_simulator_behind(tmp_path):
 
 def test_stopping_serve_stops_the_simulator(tmp_path):
     with serve_process(tmp_path) as (proc, url, home, _lines):
-        [child] = simulator_children(proc.pid)
+        child = started_simulator(proc, url, (home / "sim-token").read_text().strip())
         time.sleep(0.5)  # serve installs its signal handlers just after it prints that it listens
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

@@ -9,7 +9,9 @@ inspector all may use it.
 from __future__ import annotations
 
 import base64
+import ctypes
 import functools
+import gc
 import gzip
 import hashlib
 from importlib.resources import files
@@ -46,12 +48,29 @@ def load_ranks() -> dict[bytes, int]:
 
 @functools.cache
 def encoding():
-    """The exact o200k_base encoder, built once per process (~0.3 s). Thread-safe."""
+    """The exact o200k_base encoder, built once per process (~0.3 s). Thread-safe.
+
+    Its engine keeps its own copy of the 200K ranks; the Python dict it was built from (~25 MB,
+    kept by ``Encoding`` only to pickle itself, which we never do) is let go, and so is the heap
+    the build used (docs/architecture.md, "Memory")."""
     import tiktoken
 
-    return tiktoken.Encoding(
+    enc = tiktoken.Encoding(
         name="o200k_base", pat_str=O200K_PAT, mergeable_ranks=load_ranks(), special_tokens=O200K_SPECIAL
     )
+    enc._mergeable_ranks = {}  # counting and decoding use the engine's copy
+    gc.collect()
+    release_heap()
+    return enc
+
+
+def release_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the symbols this process already loaded
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 # BPE cost grows faster than linearly with the length of one pre-token piece (50 MB of "x" takes

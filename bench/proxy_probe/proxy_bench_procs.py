@@ -41,6 +41,8 @@ class Target:
     db: Path | None = None
     tag: str = ""
     sched: str = ""  # how its capture writer child was scheduled at the end
+    rss: dict[str, float] = field(default_factory=dict)  # MB by process of its tree after the rounds
+    idle: float | None = None  # % of one core its tree used while no traffic flowed, after the rounds
     sent_ok: int = 0
     results: dict[str, list[Phase]] = field(default_factory=dict)
 
@@ -95,6 +97,41 @@ def scheduling(pid: int) -> str:
     return {0: f"ordinary scheduling, nice {nice}", 3: f"batch, nice {nice}", 5: "idle class"}.get(
         policy, f"policy {policy}"
     )
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss(pid: int) -> dict[str, float]:
+    """RSS in MB of a process and each of its descendants, by command (the daemon, its writer child,
+    multiprocessing's resource tracker, the simulator when it was started)."""
+    out: dict[str, float] = {}
+    for p in [pid, *child_pids(pid)]:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        role = ("writer child" if "spawn_main" in cmd else "resource tracker" if "resource_tracker" in cmd
+                else "simulator" if "ctxscope.simulator" in cmd else "daemon" if p == pid else "other")
+        out[role] = out.get(role, 0.0) + rss_mb(p)
+    return out
+
+
+async def idle_share(pid: int, seconds: float) -> float:
+    """% of one core the process tree used over ``seconds`` with no traffic (as bench/idle.py reads it)."""
+    before, t0 = cpu_seconds(pid) + children_cpu(pid), time.monotonic()
+    await asyncio.sleep(seconds)
+    return 100 * (cpu_seconds(pid) + children_cpu(pid) - before) / (time.monotonic() - t0)
 
 
 def children_cpu(pid: int) -> float:

@@ -22,9 +22,11 @@ then to the latest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -121,13 +123,46 @@ def _lead(prompt: CanonicalPrompt) -> int:
     return len(prompt.hashes) - len(_conversation(prompt))
 
 
-def _compacted_from(prev: CanonicalPrompt, cur: CanonicalPrompt, shared: int) -> bool:
-    """``cur`` rewrote ``prev``'s history as a compaction does: it keeps all of its own system and
-    developer prefix from ``prev`` (dropping a later one is allowed) and a summary comes next."""
+def _compacts(cur: CanonicalPrompt) -> bool:
+    """``cur`` has a system prefix and a summary right after it: the shape of a compaction, whatever
+    its predecessor (which only has to share that prefix)."""
     lead = _lead(cur)
-    if lead == 0 or shared < lead or not any(s.kind == "system" for s in cur.segments[:lead]):
+    if lead == 0 or not any(s.kind == "system" for s in cur.segments[:lead]):
         return False
     return any(is_summary(seg) for seg in cur.segments[lead : lead + COMPACTION_SUMMARY_WITHIN])
+
+
+class _Seen:
+    """Each remembered prompt's thread key and conversation, computed once: a call is compared
+    with every recent call of its pool, and those prompts do not change. An entry goes with its
+    prompt (a weak reference: this never keeps a prompt, and its texts, alive), and there are at
+    most ``size``."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._by_id: dict[int, tuple[weakref.ref, str, Sequence[str], str | None]] = {}
+
+    def of(self, prompt: CanonicalPrompt) -> tuple[str, Sequence[str], str | None]:
+        """(thread key, conversation hashes, the first of them or None)."""
+        found = self._by_id.get(id(prompt))
+        if found is not None and found[0]() is prompt:
+            return found[1], found[2], found[3]
+        if len(self._by_id) >= self.size:
+            with contextlib.suppress(RuntimeError, StopIteration):  # another thread's analyzer changed it meanwhile
+                self._by_id.pop(next(iter(self._by_id)), None)  # the oldest entry (dicts keep insertion order)
+        key, convo = thread_key(prompt), _conversation(prompt)
+        first = convo[0] if len(convo) else None
+        pid, entries = id(prompt), self._by_id
+
+        def gone(ref: weakref.ref) -> None:  # the prompt was freed: its id may be reused
+            if (entry := entries.get(pid)) is not None and entry[0] is ref:
+                entries.pop(pid, None)
+
+        self._by_id[pid] = (weakref.ref(prompt, gone), key, convo, first)
+        return key, convo, first
+
+
+_seen = _Seen()
 
 
 def shared_text(a: CanonicalPrompt, b: CanonicalPrompt) -> int:
@@ -158,17 +193,22 @@ def choose_predecessor(
     compaction of a candidate's history qualifies either way. Without a predecessor of the same
     API, one of another API whose text the call continues is taken (an API switch)."""
     key, convo = thread_key(candidate), _conversation(candidate)
+    compacts, lead = _compacts(candidate), _lead(candidate)  # the same for every candidate
+    first = convo[0] if len(convo) else None
     best: tuple[int, int, bool, int] | None = None
     best_id = None
     for index, (call_id, prompt) in enumerate(recent):
         if prompt is None or prompt.api != candidate.api:
             continue
+        its_key, its_convo, its_first = _seen.of(prompt)
+        if its_first != first and not compacts and (its_key != key or (strict and its_first is not None)):
+            continue  # no shared conversation, so no lineage (the rules below, without comparing prefixes)
         shared = shared_prefix(prompt.hashes, candidate.hashes)
-        shared_convo = shared_prefix(_conversation(prompt), convo)
+        shared_convo = shared_prefix(its_convo, convo)
         extends = shared == len(prompt.hashes)
-        if _compacted_from(prompt, candidate, shared):
+        if compacts and shared >= lead:  # it keeps this one's system prefix, then a summary: a compaction
             pass
-        elif thread_key(prompt) == key:
+        elif its_key == key:
             if not (shared or shared_convo) or (strict and not (shared_convo or extends)):
                 continue
         elif shared_convo < 2 and not (shared and shared_convo):

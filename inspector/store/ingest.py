@@ -17,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlite_utils
@@ -236,6 +238,43 @@ class BaseCache:
         self._bytes = 0
 
 
+class RecentFailures:
+    """The request bodies (by hash) of the failed calls this writer stored, so that looking for the
+    call a new one retries costs a query only when there can be one (docs/architecture.md, "Sessions
+    and threads"). ``since``: the calls stored before this writer opened the store began before it
+    (``stored_failures``); a new call whose retry window reaches back before that is looked up in the
+    store whatever this says."""
+
+    def __init__(self, since: float | None = None, keep: int = 4096):
+        self.since = time.time() if since is None else since
+        self.keep = keep
+        self._latest: dict[str, float] = {}  # request hash -> latest start of a failed call with it
+
+    def may_have(self, sha: str | None, started_at: float) -> bool:
+        """Whether a failed call with this body may be stored within the retry window before ``started_at``."""
+        return bool(sha) and (started_at - RETRY_WINDOW_S < self.since or sha in self._latest)
+
+    def add(self, sha: str | None, started_at: float) -> None:
+        if not sha:
+            return
+        self._latest[sha] = max(started_at, self._latest.get(sha, started_at))
+        if len(self._latest) > self.keep:  # forget the older half: windows reaching them ask the store again
+            ordered = sorted(self._latest.items(), key=lambda kv: kv[1])
+            cut = len(ordered) // 2
+            self.since = max(self.since, ordered[cut - 1][1] + 1.0)
+            self._latest = dict(ordered[cut:])
+
+
+def stored_failures(db: sqlite_utils.Database) -> RecentFailures:
+    """A writer's memory of failed bodies as it opens the store: the calls already stored began no
+    later than the latest of them, so windows that end before it need no look-up."""
+    row = db.execute("SELECT MAX(started_at) FROM calls").fetchone()
+    if not row or not row[0]:
+        return RecentFailures(since=float("-inf"))  # nothing stored yet
+    latest = datetime.fromisoformat(row[0])  # ours end in "Z" (3.11 reads that as UTC)
+    return RecentFailures(since=(latest if latest.tzinfo else latest.replace(tzinfo=UTC)).timestamp() + 1.0)
+
+
 @dataclass
 class IngestState:
     """Writer-thread memory that keeps ingest cheap; losing it costs only compression, never data."""
@@ -245,6 +284,7 @@ class IngestState:
     bases: BaseCache = field(default_factory=BaseCache)
     recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
     bodies: BodyMemory = field(default_factory=BodyMemory)  # recent request bodies, parsed
+    failures: RecentFailures = field(default_factory=RecentFailures)
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
@@ -299,10 +339,10 @@ def is_failure(outcome: str | None, status: int | None, complete: int | None = N
     return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
 
 
-def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
+def link_retry(db: sqlite_utils.Database, row: dict, started_at: float, failures: RecentFailures | None = None) -> None:
     """attempt/retry_of: the same body in the same session, failed within RETRY_WINDOW_S before."""
     row["attempt"], row["retry_of"] = 1, None
-    if not row["request_sha256"]:
+    if not row["request_sha256"] or (failures is not None and not failures.may_have(row["request_sha256"], started_at)):
         return
     prev = db.execute(
         """SELECT id, attempt, outcome, status, response_complete FROM calls
@@ -346,11 +386,14 @@ def ingest(
     row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
-    link_retry(db, row, ex.started_at)
+    no_failed_twin = not state.failures.may_have(row["request_sha256"], ex.started_at)
+    link_retry(db, row, ex.started_at, state.failures)
     cols = list(row)
     rowid = db.execute(
         f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
     ).lastrowid
+    if is_failure(row["outcome"], row["status"], row["response_complete"]):
+        state.failures.add(row["request_sha256"], ex.started_at)
     errors: list[tuple[str, BaseException]] = []
     if analyzers:
         call = dict(row)
@@ -361,6 +404,7 @@ def ingest(
             _response_body=d.response_body,
             _request_json=d.request_json,
             _parsed=d.parsed,
+            _no_failed_twin=no_failed_twin,  # no failed call with this body can be in its retry window
         )
         for analyzer in analyzers:
             name = getattr(analyzer, "__qualname__", repr(analyzer))

@@ -49,6 +49,7 @@ from ctxscope.inspector.writer.priority import Priority
 from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
+from ctxscope.vocab.tokens import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -126,6 +127,7 @@ class _Deferred:
             size = call_size(fields)
             if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
                 self.dropped += 1
+                self.writer.count_dropped(1, "the spool could not be written and memory was full")
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
                               "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
@@ -144,6 +146,7 @@ class _Deferred:
         for fields in batch:
             if size >= self.limit:
                 self.dropped += 1
+                self.writer.count_dropped(1, "the spool reached its limit (max_spool_bytes)")
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
                     log.error("capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
@@ -358,8 +361,12 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
     last_stats, sent, last_batch = 0.0, None, time.monotonic()
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
+    trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
     mother = multiprocessing.parent_process()
     while True:
+        if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
+            release_heap()
+            trimmed = True
         if quiet and mother is not None and not _await_work(inbox, mother):
             break  # the parent was killed: store what we received, then go
         fed = deferred.feed() if deferred.storing else True
@@ -378,6 +385,9 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
         if item is not None:
+            trimmed = False
+            if item.dropped:  # recorded with the writer's next commit
+                writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause
             deferred.add(item.batch, now)
             last_batch = now

@@ -18,6 +18,7 @@ class Handover:
 
     pause: bool
     batch: list[tuple]
+    dropped: int = 0  # calls the proxy dropped since the last hand-over (its queue was full): recorded by the child
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ class WriterProcess:
         self._acked = 0
         self._drops = itertools.count(1)
         self._dropped = 0
+        self._dropped_sent = 0  # of those, told to the child (which records them in the store)
         self._child = WriterStats()
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
@@ -245,14 +246,16 @@ class WriterProcess:
                 return
             with self._lock:
                 batch = self._held.take()
-            if not batch:
+            dropped = self._dropped - self._dropped_sent
+            if not batch and not dropped:
                 return
             assert self._proc is not None and self._queue is not None  # calls are held only once started
             if not self._proc.is_alive():
                 self._hold_again(batch)
                 return
             self._poll()
-            self._queue.put(Handover(pause, batch))
+            self._queue.put(Handover(pause, batch, dropped))  # the child records the drops in the store
+            self._dropped_sent += dropped
         except Exception:  # pragma: no cover - a timer callback must not raise into the loop
             log.exception("capture hand-over failed")
 

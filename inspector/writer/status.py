@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
+from ctxscope.vocab.tokens import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -189,6 +190,7 @@ class StatusPublisher:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             if self.publish():
+                release_heap()  # every call is stored: what the burst used goes back (docs/architecture.md, "Memory")
                 self.asleep = True
                 self._woken.wait()
                 self._woken.clear()

@@ -37,7 +37,7 @@ import sqlite_utils
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.deletion import delete_session
-from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, ingest, stored_failures
 from ctxscope.inspector.writer.failures import (
     RETRY_INTERVAL,
     Outage,
@@ -110,6 +110,7 @@ class CaptureWriter:
         # Written by the submitting thread only.
         self._drop_counter = itertools.count(1)
         self._dropped = 0
+        self._dropped_before = 0  # calls dropped before they reached this writer (count_dropped)
         self._bytes_in = 0
         # Written by the writer thread only.
         self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
@@ -141,6 +142,18 @@ class CaptureWriter:
                 self._queue.put(exchange)
         except Exception:  # pragma: no cover - the hot path must never raise
             pass
+
+    def count_dropped(self, n: int, why: str) -> None:
+        """Record ``n`` calls dropped before they reached this writer (a full spool, the proxy's full
+        queue) in ``store_events`` with the next commit, so that ``ctxscope db status`` shows them
+        after the daemon stopped too. Called by the submitting thread; they are not in ``dropped``
+        of ``stats()``, which counts the calls this writer was given."""
+        self._dropped_before += n
+        self._last_error = why
+
+    @property
+    def _drops(self) -> int:
+        return self._dropped + self._dropped_before
 
     def _drop(self, exchange: Exchange, why: str) -> None:
         n = next(self._drop_counter)
@@ -225,7 +238,8 @@ class CaptureWriter:
                     db = self._open()
                     self._ready.set()
                     if db is not None:
-                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes)
+                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes,
+                                            failures=self._failures(db))
                 if db is not None:
                     assert state is not None  # set with db
                     if not self._pending:
@@ -252,11 +266,18 @@ class CaptureWriter:
                 if self._stopping.wait(self.retry_interval):
                     final = True  # asked to stop: one last attempt at once, then give up
             if db is not None:
-                self._unrecorded.flush(db, self._dropped, self._last_error)
+                self._unrecorded.flush(db, self._drops, self._last_error)
         finally:
             self._accepting = False
             self._ready.set()
             self._leave(db)
+
+    def _failures(self, db: sqlite_utils.Database) -> RecentFailures:
+        """The memory of failed bodies for a new connection (one that cannot be read starts from now)."""
+        try:
+            return stored_failures(db)
+        except Exception:  # a store that fails here fails the batch too, and is retried
+            return RecentFailures()
 
     def _open(self) -> sqlite_utils.Database | None:
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
@@ -354,7 +375,7 @@ class CaptureWriter:
         down = self._outage.down
         outage = self._outage.events(self._last_error)
         pending = list(self._unrecorded.events)
-        drops = self._dropped - self._unrecorded.drops_recorded
+        drops = self._drops - self._unrecorded.drops_recorded
         try:
             store.begin(db)
             began = time.monotonic()
@@ -445,7 +466,7 @@ class CaptureWriter:
         self._counts["failed"] += 1
         self._last_error = describe(e)
         self._unrecorded.add(call_event("write_failed", ex, self._last_error))
-        self._unrecorded.flush(db, self._dropped, self._last_error)
+        self._unrecorded.flush(db, self._drops, self._last_error)
 
 
 def _close(db: sqlite_utils.Database | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -29,7 +30,7 @@ from ctxscope.proxy.forward.answers import SANDBOX, error_body, gone, refusal
 from ctxscope.proxy.forward.headers import annotation, skip_auto_headers, split_request_headers
 from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
-from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, resolve
+from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, named_upstream, resolve
 from ctxscope.proxy.forward.upstream import new_session
 from ctxscope.vocab.kinds import Outcome
 
@@ -49,6 +50,9 @@ class ProxySettings:
     connect_timeout: float = 30.0
     read_timeout: float = 600.0  # between two chunks: long thinking streams pause for minutes
     limits: Limits = field(default_factory=Limits)
+    # Upstreams started on their first request (the built-in simulator): name -> a start that
+    # returns the base URL, or None when it could not start (docs/architecture.md, "Memory").
+    on_demand: dict[str, Callable[[], Awaitable[str | None]]] = field(default_factory=dict)
 
 
 class UpgradeRelay(Protocol):
@@ -92,13 +96,23 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
 
+    async def _upstreams(self, raw_path: str) -> dict[str, str]:
+        """The upstreams, with the one this path names started first if it starts on demand."""
+        upstreams = self.settings.upstreams
+        if self.settings.on_demand:
+            name = named_upstream(raw_path)
+            start = self.settings.on_demand.get(name) if name is not None and name not in upstreams else None
+            if start is not None and (url := await start()) is not None:
+                upstreams[name] = url  # type: ignore[index]  # (name is set when start is)
+        return upstreams
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.time()
         raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
         route = self._routes.get(raw_path)
         if route is None:
             try:
-                route = resolve(raw_path, self.settings.upstreams)
+                route = resolve(raw_path, await self._upstreams(raw_path))
             except RouteError as exc:
                 return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
                                          headers=SANDBOX)

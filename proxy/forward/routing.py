@@ -104,6 +104,14 @@ def parse_upstream_option(text: str) -> tuple[str, str]:
     return name, normalise_base_url(url)
 
 
+def named_upstream(path: str) -> str | None:
+    """The NAME of a ``/u/NAME/...`` path (a label's ``/s/LABEL/`` before it allowed), else None."""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1] == "s":
+        parts = [""] + parts[3:]
+    return unquote(parts[2]) if len(parts) > 2 and parts[1] == "u" and parts[2] else None
+
+
 def resolve(path: str, upstreams: dict[str, str]) -> Route:
     """Resolve a raw request path (still percent-encoded) against the configured upstreams."""
     parts = path.split("/")  # ["", first, second, ...]
