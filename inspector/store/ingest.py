@@ -1,9 +1,9 @@
 """Turn one captured Exchange into a ``calls`` row: decode, parse, store bodies, link retries.
 
 Runs in the writer thread, off the hot path, inside the writer's transaction. ``derive`` is the
-pure part (no database); ``ingest`` adds what needs the store: blobs stored as deltas against
-recent bodies of the same session, the call's position in its session, retry linkage, and the
-analysis hooks.
+pure part (no database); ``ingest`` adds what needs the store: bodies laid out against recent
+bodies of the same session (or, for a session's first, of the sessions used last), header lists
+as shared sets, the call's position in its session, retry linkage, and the analysis hooks.
 
 An analyzer is ``analyzer(db, call)``: ``call`` is the row as inserted plus, under keys that
 start with "_", what the writer already computed: ``_exchange`` (the Exchange), ``_request_body``
@@ -26,6 +26,7 @@ import sqlite_utils
 
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.recode import find_recipe
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.redaction.redact import redact_headers, redact_query
@@ -190,7 +191,7 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE) -> Derived:
 
 
 class BaseCache:
-    """Recently stored bodies per (session, direction): the delta candidates for the next body.
+    """Recently stored bodies per (session, direction): the bases for the next body's layout.
 
     Bounded by keys and bytes. Cleared whenever a transaction rolls back, since the blob ids it
     holds may then no longer exist; it reseeds itself from the database.
@@ -220,6 +221,17 @@ class BaseCache:
             _, old = self._entries.popitem(last=False)
             self._bytes -= sum(len(b.data) for b in old)
 
+    def recent(self, kind: str, count: int = 3) -> list[StoredBlob]:
+        """The latest body of each of the ``count`` sessions used last: a new session's bases, so
+        the system prompt and tools it shares with them are not stored again."""
+        out: list[StoredBlob] = []
+        for (_session, k), entry in reversed(self._entries.items()):
+            if k == kind and entry:
+                out.append(entry[0])
+                if len(out) >= count:
+                    break
+        return out
+
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
@@ -242,7 +254,7 @@ def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kin
     key = (session, kind)
     cached = state.bases.get(key)
     if cached is not None:
-        return cached
+        return cached or state.bases.recent(kind)
     col = _BLOB_COLUMN[kind]
     row = db.execute(
         f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
@@ -254,7 +266,7 @@ def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kin
         except Exception as e:  # a damaged base only costs compression
             log.warning("could not load base blob %s: %s", row[0], e)
     state.bases.add(key, blob)
-    return state.bases.get(key) or []
+    return state.bases.get(key) or state.bases.recent(kind)
 
 
 def store_body(
@@ -328,16 +340,17 @@ def ingest(
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
     )
-    # Only a stream needs its final response stored: a JSON body is its own final response.
-    final = d.parsed.body if d.parsed is not None and d.parsed.stream else None
-    final_json = _dumps(final)  # None when there is no final response to keep
-    row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
+    # A stream's final response is not stored: reading it parses the stored stream again
+    # (queries.get_final_response), so the same text is not kept twice (docs/architecture.md, "Body storage").
+    row["final_response_blob"] = None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
     link_retry(db, row, ex.started_at)
-    cols = list(row)
+    stored = dict(row)
+    headers.store_pairs(db, stored)  # the header lists as shared sets (docs/architecture.md, "Body storage")
+    cols = list(stored)
     rowid = db.execute(
-        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
+        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
     ).lastrowid
     errors: list[tuple[str, BaseException]] = []
     if analyzers:

@@ -263,3 +263,55 @@ def m010_index_unnamed_retries(db: sqlite_utils.Database) -> None:
     # A call without a session id that repeats a failed call's body joins its session: finding that
     # call must not scan every call of the same key and client (docs/architecture.md, "Sessions and threads").
     db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, key_fingerprint, client, started_at)")
+
+
+@migrations()
+def m011_create_chunks(db: sqlite_utils.Database) -> None:
+    """Bodies as pieces of content-addressed chunks (store/blobs.py); rows stored before stay as they are."""
+    db.execute(
+        """
+CREATE TABLE chunks (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of the raw bytes: the same bytes are stored once
+  data BLOB NOT NULL              -- zstd of the raw bytes
+)"""
+    )
+    db.execute(
+        """
+CREATE TABLE pages (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of pieces: bodies that share their first pieces share pages
+  pieces BLOB NOT NULL            -- 16 pieces, each (chunk id, offset, length) as little-endian uint32
+)"""
+    )
+    # A body stored as pieces has hash set (sha256 '', data x'', the delta columns 0): its pieces are
+    # the pieces of its pages in order, then tail.
+    db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # BLAKE2b-128 of the body: verified on every read
+    db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as little-endian uint32
+    db.execute("ALTER TABLE blobs ADD COLUMN tail BLOB")  # the pieces after the last full page
+    # blob_put: the same body again is the same blob. Bodies stored before are not looked up.
+    db.execute("DROP INDEX idx_blobs_sha256")
+    db.execute("CREATE INDEX idx_blobs_hash ON blobs (hash) WHERE hash IS NOT NULL")
+
+
+@migrations()
+def m012_create_header_sets(db: sqlite_utils.Database) -> None:
+    """Header lists stored once (store/layout/headers.py); rows stored before keep their own lists."""
+    db.execute(
+        """
+CREATE TABLE header_sets (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of pairs
+  pairs TEXT NOT NULL             -- JSON [[name, value], ...], null where a volatile value was
+)"""
+    )
+    # A call stored from now on has request_headers and response_headers NULL and these instead.
+    db.execute("ALTER TABLE calls ADD COLUMN request_header_set INTEGER REFERENCES header_sets(id)")
+    db.execute("ALTER TABLE calls ADD COLUMN response_header_set INTEGER REFERENCES header_sets(id)")
+    db.execute("ALTER TABLE calls ADD COLUMN header_values TEXT")  # JSON [[request values], [response values]]
+    # Retry linkage finds the same body through idx_calls_request (request_sha256 first), filtering on
+    # the session: this second index on the 64-character hash did not pay for its bytes.
+    db.execute("DROP INDEX idx_calls_retry")
+    # Replays are rare: index only the calls that are one.
+    db.execute("DROP INDEX idx_calls_replay_of")
+    db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of) WHERE replay_of IS NOT NULL")
