@@ -97,7 +97,7 @@ def test_deleting_a_session_takes_its_text_out_of_the_index(tmp_path):
     hits = json.loads(invoke("search", UNIQUE, "--db", str(path), "--json"))
     assert [h["session"] for h in hits] == ["keep"]
     assert json.loads(invoke("search", "beta", "--db", str(path), "--json")) == []
-    texts = [r[0] for r in db.execute("SELECT text FROM search_segments").fetchall()]
+    texts = [r[0] for r in db.execute("SELECT text FROM search_text").fetchall()]
     assert not any("beta" in t for t in texts)
 
 

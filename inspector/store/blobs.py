@@ -18,6 +18,8 @@ earlier blob, with a SHA-256) stay readable through ``_load_legacy``.
 from __future__ import annotations
 
 import hashlib
+import random
+import sqlite3
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -127,9 +129,83 @@ def _chunk_put(db: sqlite_utils.Database, raw: bytes) -> int:
     row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
     if row is not None:
         return row[0]
-    cur = db.execute("INSERT INTO chunks (hash, data) VALUES (?, ?)", [digest, zstd.compress(raw, ZSTD_LEVEL)])
+    current = _current_dict(db)
+    data = zstd.compress(raw, ZSTD_LEVEL, zstd_dict=current[1] if current else None)
+    cur = db.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?)", [digest, current and current[0], data])
     assert cur.lastrowid is not None
+    if cur.lastrowid % DICT_TRY_EVERY == 0:
+        _maybe_train(db, cur.lastrowid, current)
     return cur.lastrowid
+
+
+# Small chunks compress poorly alone: a dictionary trained on the chunks stored so far gives zstd the
+# words and JSON shapes they share (about a third smaller on agent traffic).
+DICT_TRY_EVERY = 128  # chunks between two looks at whether a dictionary is due
+DICT_RETRAIN = 8192  # chunks stored with one dictionary before the next is trained
+DICT_SAMPLES = 256  # the latest chunks it is trained on
+DICT_SIZE = 32 * 1024
+_dict_cache: dict[int, zstd.ZstdDict] = {}  # dictionary ids are random, never reused: safe to cache by id
+
+
+def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
+    found = _dict_cache.get(dict_id)
+    if found is None:
+        row = db.execute("SELECT data FROM zstd_dicts WHERE id = ?", [dict_id]).fetchone()
+        if row is None:
+            raise BlobCorrupt(f"zstd dictionary {dict_id} is missing")
+        found = _dict_cache[dict_id] = zstd.ZstdDict(row[0])
+    return found
+
+
+def compress_text(db: sqlite_utils.Database, text: str) -> tuple[int | None, bytes]:
+    """(dictionary id or None, zstd of ``text``) with the newest chunk dictionary: a search segment's text."""
+    current = _current_dict(db)
+    return (current[0] if current else None), zstd.compress(
+        text.encode(), ZSTD_LEVEL, zstd_dict=current[1] if current else None
+    )
+
+
+def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -> str | None:
+    """SQL ``ctxscope_text(data, dict)`` (store/db.py): a search segment's text from ``compress_text``."""
+    if data is None:
+        return None
+    if dict_id is None:
+        return zstd.decompress(data).decode()
+    return zstd.decompress(data, zstd_dict=_load_dict(conn, dict_id)).decode()
+
+
+def _current_dict(db: sqlite_utils.Database) -> tuple[int, zstd.ZstdDict] | None:
+    """The newest dictionary (looked up each time: a rolled-back transaction may have taken it away)."""
+    row = db.execute("SELECT id FROM zstd_dicts ORDER BY after_chunk DESC LIMIT 1").fetchone()
+    return None if row is None else (row[0], _load_dict(db, row[0]))
+
+
+def _maybe_train(db: sqlite_utils.Database, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None) -> None:
+    if current is not None:
+        after = db.execute("SELECT after_chunk FROM zstd_dicts WHERE id = ?", [current[0]]).fetchone()[0]
+        if chunk_id - after < DICT_RETRAIN:
+            return
+    rows = db.execute("SELECT id, dict, data FROM chunks ORDER BY id DESC LIMIT ?", [DICT_SAMPLES]).fetchall()
+    try:
+        samples = [_decompress(db, cid, d, data) for cid, d, data in rows]
+        trained = zstd.train_dict(samples, DICT_SIZE)
+    except Exception:  # too few or too uniform samples: try again DICT_TRY_EVERY chunks later
+        return
+    dict_id = random.getrandbits(62) + 1
+    db.execute(
+        "INSERT INTO zstd_dicts (id, after_chunk, data) VALUES (?, ?, ?)", [dict_id, chunk_id, trained.dict_content]
+    )
+
+
+def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:
+    try:
+        if dict_id is None:
+            return zstd.decompress(data)
+        return zstd.decompress(data, zstd_dict=_load_dict(db, dict_id))
+    except BlobCorrupt:
+        raise
+    except Exception as e:  # a damaged frame
+        raise BlobCorrupt(f"chunk {chunk_id} does not decompress: {e}") from e
 
 
 def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
@@ -164,10 +240,15 @@ def _ids(packed: bytes | None) -> list[int]:
 
 def _select_in(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, bytes]:
     """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> value."""
-    out: dict[int, bytes] = {}
+    return {k: v[0] for k, v in _select_rows(db, sql, ids).items()}
+
+
+def _select_rows(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, tuple]:
+    """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> the other columns."""
+    out: dict[int, tuple] = {}
     for i in range(0, len(ids), _BATCH):
         batch = ids[i : i + _BATCH]
-        out.update(db.execute(sql.format(",".join("?" * len(batch))), batch).fetchall())
+        out.update((r[0], tuple(r[1:])) for r in db.execute(sql.format(",".join("?" * len(batch))), batch))
     return out
 
 
@@ -192,15 +273,12 @@ def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -
     page_ids = _ids(packed_pages)
     pieces = _page_pieces(db, blob_id, page_ids) + _pieces(tail)
     wanted = sorted({p[0] for p in pieces})
-    chunks = _select_in(db, "SELECT id, data FROM chunks WHERE id IN ({})", wanted)
+    chunks = _select_rows(db, "SELECT id, dict, data FROM chunks WHERE id IN ({})", wanted)
     views = {}
     for cid in wanted:
         if cid not in chunks:
             raise BlobCorrupt(f"blob {blob_id}: chunk {cid} is missing")
-        try:
-            views[cid] = memoryview(zstd.decompress(chunks[cid]))
-        except Exception as e:  # a damaged frame
-            raise BlobCorrupt(f"blob {blob_id}: chunk {cid} does not decompress: {e}") from e
+        views[cid] = memoryview(_decompress(db, cid, *chunks[cid]))
     data = b"".join(views[c][o : o + n] for c, o, n in pieces)
     if verify and (len(data) != size or body_hash(data) != digest):
         raise BlobCorrupt(f"blob {blob_id} does not match its stored hash")
@@ -243,6 +321,11 @@ def sweep(db: sqlite_utils.Database) -> int:
         for i in range(0, len(dead), _BATCH):
             batch = dead[i : i + _BATCH]
             db.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(batch))})", batch)
+    used = "SELECT dict FROM chunks WHERE dict IS NOT NULL"
+    if "search_segments" in db.table_names():
+        used += " UNION SELECT dict FROM search_segments WHERE dict IS NOT NULL"
+    db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
+               "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks
     return len(dead_pages) + len(dead_chunks)
 
 

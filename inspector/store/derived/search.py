@@ -1,17 +1,20 @@
 """The search index's SQL: distinct segments, where each session first holds them, FTS5 queries.
 
-A segment's text is stored once, whatever the number of calls that re-send it; each session
-records only the first call (and JSON Pointer) that holds it. So the index grows with new content,
-not with calls x context (docs/architecture.md, "The search index").
+A segment's text is stored once (zstd-compressed with the chunks' dictionary, under a 16-byte
+key), whatever the number of calls that re-send it; each session records only the first call (and
+JSON Pointer) that holds it. So the index grows with new content, not with calls x context
+(docs/architecture.md, "The search index"). FTS5 reads the texts through the view ``search_text``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlite_utils
 
+from ctxscope.inspector.store.blobs import compress_text
 from ctxscope.vocab.kinds import SearchArea
 
 AREAS = tuple(SearchArea)
@@ -29,6 +32,15 @@ class Piece:
     text: str
 
 
+def segment_key(digest: str) -> bytes:
+    """A segment's 16-byte key from its content hash (hex SHA-256, else any string)."""
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        raw = b""
+    return raw[:16] if len(raw) >= 16 else hashlib.blake2b(digest.encode(), digest_size=16).digest()
+
+
 def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
     row = db.execute("SELECT session FROM calls WHERE id = ?", [call_id]).fetchone()
     return row[0] if row else None
@@ -38,15 +50,18 @@ def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Se
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session."""
     if not pieces:
         return 0
+    keys = [segment_key(p.hash) for p in pieces]
+    known = {k for k in keys if db.execute("SELECT 1 FROM search_segments WHERE hash = ?", [k]).fetchone()}
+    fresh = {k: p for k, p in zip(keys, pieces, strict=True) if k not in known}
     db.conn.executemany(
-        "INSERT OR IGNORE INTO search_segments (hash, area, text) VALUES (?, ?, ?)",
-        [(p.hash, p.area, p.text) for p in pieces],
+        "INSERT OR IGNORE INTO search_segments (hash, area, dict, data) VALUES (?, ?, ?, ?)",
+        [(k, p.area, *compress_text(db, p.text)) for k, p in fresh.items()],
     )
     before = db.conn.total_changes
     db.conn.executemany(
         """INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer)
            SELECT id, ?, ?, ?, ? FROM search_segments WHERE hash = ?""",
-        [(session, call_id, p.body, p.pointer, p.hash) for p in pieces],
+        [(session, call_id, p.body, p.pointer, k) for k, p in zip(keys, pieces, strict=True)],
     )
     return db.conn.total_changes - before
 
@@ -104,7 +119,7 @@ def index_stats(db: sqlite_utils.Database) -> dict:
     out: dict = {
         "segments": one("SELECT COUNT(*) FROM search_segments"),
         "occurrences": one("SELECT COUNT(*) FROM search_occurrences"),
-        "text_bytes": one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_segments"),
+        "text_bytes": one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_text"),
     }
     try:
         rows = db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
