@@ -344,7 +344,8 @@ def _segment_key(digest: str) -> bytes:
 
 @migrations()
 def m013_compress_search_text(db: sqlite_utils.Database) -> None:
-    """Search segments keep their text zstd-compressed under a 16-byte key; FTS5 reads it through a view.
+    """Search segments keep their text zstd-compressed under a 16-byte key; FTS5 reads it through a view
+    and keeps no positions.
 
     The view calls ``ctxscope_text`` (store/db.py registers it on every connection): FTS5 needs the
     text for snippets and to delete a segment's terms (docs/architecture.md, "The search index").
@@ -371,7 +372,11 @@ CREATE TABLE search_segments (
     )
     db.execute("DROP TABLE search_segments_old")
     db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_text(data, dict) AS text FROM search_segments")
-    db.execute("CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_text', content_rowid='id')")
+    # detail=none: the index records which segments hold a word, not where (a third of its size);
+    # a phrase is checked on the text of each candidate (store/derived/search.py).
+    db.execute(
+        "CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_text', content_rowid='id', detail=none)"
+    )
     db.execute("INSERT INTO search_fts (search_fts) VALUES ('rebuild')")
     # Merge segment b-trees two at a time (the default waits for four): the same terms are kept in
     # fewer places, a smaller index for a little more work per insert.

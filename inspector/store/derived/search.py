@@ -9,6 +9,8 @@ JSON Pointer) that holds it. So the index grows with new content, not with calls
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -74,9 +76,38 @@ def clear(db: sqlite_utils.Database, session: str | None = None) -> None:
         db.execute("DELETE FROM search_occurrences WHERE session = ?", [session])
 
 
+_TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer takes for a token: letters and digits
+
+
+def _fold(text: str) -> str:
+    """Lower case without diacritics, as unicode61 compares tokens."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(_fold(text))
+
+
 def phrase(text: str) -> str:
-    """The user's words as one FTS5 phrase: no query syntax reaches FTS5 from the command line."""
-    return '"' + text.replace('"', '""') + '"'
+    """The user's words as FTS5 terms that must all occur: each token quoted, no query syntax. The
+    index keeps no positions (detail=none), so the phrase itself is checked on the text (``_holds``)."""
+    return " ".join('"' + t.replace('"', '""') + '"' for t in tokens(text))
+
+
+def _holds(text: str, words: list[str]) -> bool:
+    """Whether ``words`` occur one after the other in ``text``."""
+    found = tokens(text)
+    n = len(words)
+    first = words[0]
+    return any(found[i : i + n] == words for i, t in enumerate(found) if t == first)
+
+
+def _merge_marks(snippet: str | None) -> str | None:
+    """One mark around words matched next to each other (the phrase), not one per word."""
+    if snippet is None:
+        return None
+    return re.sub(re.escape(HIT_END) + r"([\W_]*?)" + re.escape(HIT_START), r"\1", snippet)
 
 
 def search(
@@ -89,7 +120,10 @@ def search(
     snippet_tokens: int = 16,
 ) -> list[dict]:
     """Hits, best first: session, call, seq, body, pointer, area and a snippet (matches between
-    HIT_START and HIT_END)."""
+    HIT_START and HIT_END). Every word must match; several words must also stand together."""
+    words = tokens(text)
+    if not words:
+        return []
     where = ["search_fts MATCH ?"]
     params: list[object] = [HIT_START, HIT_END, snippet_tokens, phrase(text)]
     if session is not None:
@@ -99,18 +133,30 @@ def search(
     if areas:
         where.append(f"s.area IN ({', '.join('?' for _ in areas)})")
         params += areas
-    params.append(limit)
     sql = f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
                      c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area,
-                     snippet(search_fts, 0, ?, ?, '…', ?) AS snippet
+                     snippet(search_fts, 0, ?, ?, '…', ?) AS snippet, s.id AS segment
               FROM search_fts
               JOIN search_segments s ON s.id = search_fts.rowid
               JOIN search_occurrences o ON o.segment = s.id
               JOIN calls c ON c.id = o.call_id
               WHERE {" AND ".join(where)}
-              ORDER BY search_fts.rank, c.started_at, o.call_id
-              LIMIT ?"""
-    return list(db.query(sql, params))
+              ORDER BY search_fts.rank, c.started_at, o.call_id"""
+    out: list[dict] = []
+    checked: dict[int, bool] = {}
+    for row in db.query(sql, params):
+        seg = row.pop("segment")
+        if len(words) > 1:
+            if seg not in checked:
+                found = db.execute("SELECT ctxscope_text(data, dict) FROM search_segments WHERE id = ?", [seg])
+                checked[seg] = _holds(found.fetchone()[0] or "", words)
+            if not checked[seg]:
+                continue
+        row["snippet"] = _merge_marks(row["snippet"])
+        out.append(row)
+        if len(out) >= limit:
+            break
+    return out
 
 
 def index_stats(db: sqlite_utils.Database) -> dict:
