@@ -18,6 +18,7 @@ import sqlite_utils
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get, stored_bytes
+from ctxscope.inspector.store.columns import with_defaults
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
@@ -73,7 +74,7 @@ def _analysis(row: dict) -> dict:
     for col in _ANALYSIS_JSON:
         if isinstance(row.get(col), str):
             with contextlib.suppress(ValueError):
-                row[col] = json.loads(row[col])
+                row[col] = with_defaults(col, json.loads(row[col]))
     if row.get("has_compaction_before") is not None:
         row["has_compaction_before"] = bool(row["has_compaction_before"])
     return row

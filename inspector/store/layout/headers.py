@@ -18,7 +18,7 @@ import sqlite_utils
 
 _VOLATILE = frozenset({
     "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
-    "openai-processing-ms", "set-cookie", "x-stainless-retry-count", "expires", "last-modified", "etag",
+    "openai-processing-ms", "set-cookie", "expires", "last-modified", "etag",
     "x-amzn-requestid", "x-goog-request-id", "server-timing", "age",
 })  # fmt: skip
 _VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
