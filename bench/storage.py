@@ -357,6 +357,9 @@ async def run_length(n: int, work: Path) -> float:
         proc, port, db = spawn_daemon(work, f"http://127.0.0.1:{upstream_port(runner)}")
         try:
             await send_all(traffic, port)
+            deadline = time.monotonic() + 120
+            while stored_calls(db) < n and time.monotonic() < deadline:  # the last batch committed
+                await asyncio.sleep(0.2)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -372,7 +375,10 @@ async def run_length(n: int, work: Path) -> float:
     sent = sum(len(c.body) + len(c.response) for c in traffic.calls)
     calls = stored_calls(db)
     if calls != n:
-        raise SystemExit(f"{n} calls sent, {calls} stored")
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        events = conn.execute("SELECT kind, SUM(count), MAX(detail) FROM store_events GROUP BY kind").fetchall()
+        conn.close()
+        raise SystemExit(f"{n} calls sent, {calls} stored; store events: {events}")
     ratio = stored / distinct
     print(f"\n{n} calls ({time.monotonic() - t0:.0f} s): sent {sent / 2**20:.1f} MB, "
           f"distinct {distinct / 2**20:.2f} MB, stored {stored / 2**20:.2f} MB on disk: {ratio:.2f}x; "

@@ -75,14 +75,17 @@ def body_hash(data: bytes) -> bytes:
 # ---- writing -------------------------------------------------------------------------------------
 
 
-def blob_put(db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = ()) -> StoredBlob:
-    """Store ``data`` (the same bytes again are the same blob) laid out against the best of ``bases``."""
+def blob_put(
+    db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False
+) -> StoredBlob:
+    """Store ``data`` (the same bytes again are the same blob) laid out against the best of ``bases``;
+    ``search``: they are other sessions' bodies, so look for shared runs beyond the common ends."""
     digest = body_hash(data)
     row = db.execute("SELECT id, pages, tail FROM blobs WHERE hash = ? AND size = ?", [digest, len(data)]).fetchone()
     if row is not None:
         known = _ids(row[1])
         return StoredBlob(row[0], data, 0, _page_pieces(db, row[0], known) + _pieces(row[2]), known)
-    base, segments = _choose(data, bases)
+    base, segments = _choose(data, bases, search)
     pieces: list[Piece] = []
     index = PieceIndex(base.pieces) if base is not None and base.pieces is not None else None
     for seg in segments:
@@ -109,14 +112,14 @@ def blob_put(db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob]
     return StoredBlob(cur.lastrowid, data, 0, pieces, pages)
 
 
-def _choose(data: bytes, bases: Iterable[StoredBlob]) -> tuple[StoredBlob | None, list]:
+def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[StoredBlob | None, list]:
     """The base leaving the fewest new bytes, and the segments of ``data`` against it."""
     best: tuple[int, StoredBlob, list] | None = None
     if len(data) >= MIN_DELTA_SIZE:
         for base in bases:
             if base.pieces is None or not base.data:
                 continue
-            new, segments = plan(base.data, data)
+            new, segments = plan(base.data, data, search=search)
             if best is None or new < best[0]:
                 best = (new, base, segments)
     if best is None:

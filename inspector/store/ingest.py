@@ -251,23 +251,41 @@ class IngestState:
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
 
 
-def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kind: str) -> list[StoredBlob]:
+def _candidates(
+    db: sqlite_utils.Database, state: IngestState, session: str, kind: str
+) -> tuple[list[StoredBlob], bool]:
+    """The bases for a body: the session's last bodies, else the latest of other sessions (a new
+    session re-sends the system prompt and tools they hold; True), loaded from the database after a restart."""
     key = (session, kind)
     cached = state.bases.get(key)
-    if cached is not None:
-        return cached or state.bases.recent(kind)
+    if cached is None:
+        state.bases.add(key, _latest(db, kind, session))
+        cached = state.bases.get(key) or []
+    if cached:
+        return cached, False
+    recent = state.bases.recent(kind)
+    if not recent:
+        state.bases.add(("", kind), _latest(db, kind, None))  # any session's latest body
+        recent = state.bases.recent(kind)
+    return recent, True
+
+
+def _latest(db: sqlite_utils.Database, kind: str, session: str | None) -> StoredBlob | None:
+    """The latest stored body of this kind (of ``session``, else of any session)."""
     col = _BLOB_COLUMN[kind]
-    row = db.execute(
-        f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
-    ).fetchone()
-    blob = None
-    if row is not None:
-        try:
-            blob = blob_load(db, row[0])
-        except Exception as e:  # a damaged base only costs compression
-            log.warning("could not load base blob %s: %s", row[0], e)
-    state.bases.add(key, blob)
-    return state.bases.get(key) or state.bases.recent(kind)
+    if session is None:
+        row = db.execute(f"SELECT {col} FROM calls WHERE {col} IS NOT NULL ORDER BY rowid DESC LIMIT 1").fetchone()
+    else:
+        row = db.execute(
+            f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
+        ).fetchone()
+    if row is None:
+        return None
+    try:
+        return blob_load(db, row[0])
+    except Exception as e:  # a damaged base only costs compression
+        log.warning("could not load base blob %s: %s", row[0], e)
+        return None
 
 
 def store_body(
@@ -290,7 +308,8 @@ def store_body(
         state.recipes[key] = recipe or ""
         if recipe is not None:
             form = decoded
-    blob = blob_put(db, form, _candidates(db, state, session, kind))
+    bases, foreign = _candidates(db, state, session, kind)
+    blob = blob_put(db, form, bases, search=foreign)
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 

@@ -3,10 +3,11 @@
 A body is a list of *pieces*, each ``(chunk id, offset, length)``: a run of bytes of a stored
 chunk. A new body is laid out against a base (an earlier body whose pieces are known) as
 segments: runs it shares with the base, found as the common prefix and suffix (memcmp by
-bisection) and, when the middle is long, as long runs found by searching a few sampled anchors of
-the middle in the base (``bytes.find``, C speed) and extending each hit both ways; what is left is
-new and becomes new chunks. Every step is a C-level comparison or search over the bytes, and the
-Python work is proportional to the number of pieces and anchors, never to the body's length
+bisection) and, for a base of another session or when the ends cover less than half the body,
+as long runs found by searching a few sampled anchors of the middle in the base (``bytes.find``,
+C speed) and extending each hit both ways; what is left is new and becomes new chunks. Every step
+is a C-level comparison or search over the bytes, and the Python work is proportional to the
+number of pieces and anchors, never to the body's length
 (docs/architecture.md, "Body storage").
 """
 
@@ -105,15 +106,21 @@ def find_runs(base: bytes, data: bytes, lo: int, hi: int) -> list[tuple[int, int
     return out
 
 
-def plan(base: bytes, data: bytes) -> tuple[int, list[Segment]]:
-    """``data`` as segments against ``base``; also the number of new bytes (the smaller, the better the base)."""
+def plan(base: bytes, data: bytes, *, search: bool = False) -> tuple[int, list[Segment]]:
+    """``data`` as segments against ``base``; also the number of new bytes (the smaller, the better
+    the base). The middle is searched for runs of the base when ``search`` (a base from another
+    session) or when the ends cover less than half the body (an edit near the start)."""
     p = common_prefix(base, data)
     s = common_suffix(base, data, min(len(base), len(data)) - p)
     segments: list[Segment] = []
     if p:
         segments.append(Segment(0, p, True, 0))
     at = p
-    for start, end, base_start in find_runs(base, data, p, len(data) - s):
+    # Searching the middle pays when the ends matched little (another session's body, an edit near
+    # the start); an append's middle is new bytes, and searching would cost passes over the base.
+    wide = search or (len(data) - s - p) * 2 > len(data)
+    runs = find_runs(base, data, p, len(data) - s) if wide else []
+    for start, end, base_start in runs:
         if start > at:
             segments.append(Segment(at, start, False))
         segments.append(Segment(start, end, True, base_start))
