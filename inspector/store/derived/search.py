@@ -34,13 +34,10 @@ class Piece:
     text: str
 
 
-def segment_key(digest: str) -> bytes:
-    """A segment's 16-byte key from its content hash (hex SHA-256, else any string)."""
-    try:
-        raw = bytes.fromhex(digest)
-    except ValueError:
-        raw = b""
-    return raw[:16] if len(raw) >= 16 else hashlib.blake2b(digest.encode(), digest_size=16).digest()
+def segment_key(text: str) -> bytes:
+    """A segment's key: 16 bytes of its text's hash, whatever area it is in, so an answer's text that
+    comes back as an assistant message of the next prompt is stored once, under the area it came first."""
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
@@ -52,7 +49,7 @@ def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Se
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session."""
     if not pieces:
         return 0
-    keys = [segment_key(p.hash) for p in pieces]
+    keys = [segment_key(p.text) for p in pieces]
     known = {k for k in keys if db.execute("SELECT 1 FROM search_segments WHERE hash = ?", [k]).fetchone()}
     fresh = {k: p for k, p in zip(keys, pieces, strict=True) if k not in known}
     db.conn.executemany(
