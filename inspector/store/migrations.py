@@ -287,7 +287,7 @@ CREATE TABLE zstd_dicts (
         """
 CREATE TABLE chunks (
   id INTEGER PRIMARY KEY,
-  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of the raw bytes: the same bytes are stored once
+  hash BLOB NOT NULL UNIQUE,      -- the first 16 bytes of SHA-256 of the raw bytes: the same bytes are stored once
   dict INTEGER REFERENCES zstd_dicts(id),  -- the dictionary it was compressed with, NULL for none
   data BLOB NOT NULL              -- zstd of the raw bytes
 )"""
@@ -296,13 +296,13 @@ CREATE TABLE chunks (
         """
 CREATE TABLE pages (
   id INTEGER PRIMARY KEY,
-  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of pieces: bodies that share their first pieces share pages
+  hash BLOB NOT NULL UNIQUE,      -- the same of pieces: bodies that share their first pieces share pages
   pieces BLOB NOT NULL            -- 16 pieces, each (chunk id, offset, length) as little-endian uint32
 )"""
     )
     # A body stored as pieces has hash set (sha256 '', data x'', the delta columns 0): its pieces are
     # the pieces of its pages in order, then tail.
-    db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # BLAKE2b-128 of the body: verified on every read
+    db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # the same of the body: verified on every read
     db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as little-endian uint32
     db.execute("ALTER TABLE blobs ADD COLUMN tail BLOB")  # the pieces after the last full page
     # blob_put: the same body again is the same blob. Bodies stored before are not looked up.
