@@ -144,8 +144,8 @@ def _chunk_put(db: sqlite_utils.Database, raw: bytes) -> int:
 
 # Small chunks compress poorly alone: a dictionary trained on the chunks stored so far gives zstd the
 # words and JSON shapes they share (about a third smaller on agent traffic).
-DICT_TRY_EVERY = 128  # chunks between two looks at whether a dictionary is due
-DICT_RETRAIN = 8192  # chunks stored with one dictionary before the next is trained
+DICT_TRY_EVERY = 32  # chunks between two looks at whether a dictionary is due (the first is trained then)
+DICT_RETRAIN = 2048  # chunks stored with one dictionary before the next is trained
 DICT_SAMPLES = 256  # the latest chunks it is trained on
 DICT_SIZE = 32 * 1024
 _dict_cache: dict[int, zstd.ZstdDict] = {}  # dictionary ids are random, never reused: safe to cache by id
