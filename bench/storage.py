@@ -17,7 +17,8 @@ counted once however many requests carried it, plus every response body as strea
 bodies' other members (model, max_tokens, metadata) are left out: they are a few bytes.
 
 Per length it prints stored and distinct bytes, their ratio, and where the bytes go (dbstat: each
-table and index). The last line reads
+table and index); after measuring, every 7th call and the last 20 are read back through the store
+and compared with what was sent, byte for byte. The last line reads
 ``storage vs distinct content: 300 calls A×, 1000 calls B×, 3000 calls C×``.
 
     .venv/bin/python bench/storage.py            # 300, 1,000 and 3,000 calls (a few minutes)
@@ -348,6 +349,23 @@ def stored_calls(db: Path) -> int:
         conn.close()
 
 
+def verify(db: Path, traffic: Traffic) -> int:
+    """Read every 7th call and the last 20 back through the store (after measuring) and compare."""
+    from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, open_db
+
+    conn = open_db(db)
+    try:
+        ids = [r[0] for r in conn.execute("SELECT id FROM calls ORDER BY rowid")]
+        picked = sorted(set(range(0, len(ids), 7)) | set(range(max(0, len(ids) - 20), len(ids))))
+        for i in picked:
+            call = traffic.calls[i]
+            if get_request_raw(conn, ids[i]) != call.body or get_response_raw(conn, ids[i]) != call.response:
+                raise SystemExit(f"call {i} ({ids[i]}) does not read back as sent")
+    finally:
+        conn.close()
+    return len(picked)
+
+
 async def run_length(n: int, work: Path) -> float:
     traffic = generate(n)
     answers = {hashlib.blake2b(c.body, digest_size=16).digest(): c.response for c in traffic.calls}
@@ -380,9 +398,10 @@ async def run_length(n: int, work: Path) -> float:
         conn.close()
         raise SystemExit(f"{n} calls sent, {calls} stored; store events: {events}")
     ratio = stored / distinct
+    checked = verify(db, traffic)
     print(f"\n{n} calls ({time.monotonic() - t0:.0f} s): sent {sent / 2**20:.1f} MB, "
           f"distinct {distinct / 2**20:.2f} MB, stored {stored / 2**20:.2f} MB on disk: {ratio:.2f}x; "
-          f"{stored / n:.0f} B per call")
+          f"{stored / n:.0f} B per call; {checked} calls read back byte-exact")
     for name, size in breakdown(db):
         if size >= 4096 * 4:
             print(f"  {name:<34} {size / 2**10:>9.0f} KB  {size / n:>7.0f} B/call  {size / distinct:>6.1%} of distinct")
