@@ -275,3 +275,14 @@ def test_no_recipe_for_what_cannot_be_reproduced():
     assert find_recipe(b"not zstd at all", _TEXT, "zstd") is None
     assert find_recipe(zstd.compress(_TEXT), _TEXT, "br") is None
     assert find_recipe(zstd.compress(_TEXT), _TEXT, "gzip, zstd") is None  # chains are stored raw
+
+
+def test_piece_lists_pack_as_varints_and_come_back():
+    from ctxscope.inspector.store.blobs import _pack_pieces, _pieces
+
+    rng = random.Random(9)
+    for _ in range(200):
+        pieces = [(rng.randrange(1, 2**40), rng.choice([0, rng.randrange(2**32)]), rng.randrange(1, 2**31))
+                  for _ in range(rng.randrange(0, 40))]
+        assert _pieces(_pack_pieces(pieces)) == pieces
+    assert len(_pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes

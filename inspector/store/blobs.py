@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import random
 import sqlite3
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -48,8 +47,6 @@ MIN_DELTA_SIZE = 256  # smaller bodies are one chunk: matching would not pay for
 ZSTD_LEVEL = 3
 PAGE = 16  # pieces per page
 HASH_SIZE = 16
-_PIECE = struct.Struct("<III")  # chunk id, offset, length
-_ID = struct.Struct("<I")
 _BATCH = 500  # ids per IN (...) list
 
 
@@ -223,20 +220,45 @@ def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
     return cur.lastrowid
 
 
+def _varints(numbers: Iterable[int]) -> bytes:
+    """Unsigned LEB128: most ids, offsets and lengths take one to three bytes instead of four."""
+    out = bytearray()
+    for n in numbers:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def _numbers(packed: bytes | None) -> list[int]:
+    out: list[int] = []
+    n = shift = 0
+    for byte in packed or b"":
+        n |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+        else:
+            out.append(n)
+            n = shift = 0
+    return out
+
+
 def _pack_pieces(pieces: Sequence[Piece]) -> bytes:
-    return b"".join(_PIECE.pack(*p) for p in pieces)
+    return _varints(x for p in pieces for x in p)
 
 
 def _pieces(packed: bytes | None) -> list[Piece]:
-    return list(_PIECE.iter_unpack(packed)) if packed else []
+    nums = _numbers(packed)
+    return list(zip(nums[0::3], nums[1::3], nums[2::3], strict=True))
 
 
 def _pack_ids(ids: Sequence[int]) -> bytes:
-    return struct.pack(f"<{len(ids)}I", *ids)
+    return _varints(ids)
 
 
 def _ids(packed: bytes | None) -> list[int]:
-    return [i for (i,) in _ID.iter_unpack(packed)] if packed else []
+    return _numbers(packed)
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -262,7 +284,7 @@ def _page_pieces(db: sqlite_utils.Database, blob_id: int, page_ids: Sequence[int
     for pid in page_ids:
         if pid not in found:
             raise BlobCorrupt(f"blob {blob_id}: page {pid} is missing")
-        pieces += _PIECE.iter_unpack(found[pid])
+        pieces += _pieces(found[pid])
     return pieces
 
 

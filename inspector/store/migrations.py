@@ -297,13 +297,13 @@ CREATE TABLE chunks (
 CREATE TABLE pages (
   id INTEGER PRIMARY KEY,
   hash BLOB NOT NULL UNIQUE,      -- the same of pieces: bodies that share their first pieces share pages
-  pieces BLOB NOT NULL            -- 16 pieces, each (chunk id, offset, length) as little-endian uint32
+  pieces BLOB NOT NULL            -- 16 pieces, each (chunk id, offset, length) as three unsigned LEB128 varints
 )"""
     )
     # A body stored as pieces has hash set (sha256 '', data x'', the delta columns 0): its pieces are
     # the pieces of its pages in order, then tail.
     db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # the same of the body: verified on every read
-    db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as little-endian uint32
+    db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as unsigned LEB128 varints
     db.execute("ALTER TABLE blobs ADD COLUMN tail BLOB")  # the pieces after the last full page
     # blob_put: the same body again is the same blob. Bodies stored before are not looked up.
     db.execute("DROP INDEX idx_blobs_sha256")

@@ -21,7 +21,7 @@ from itertools import accumulate
 Piece = tuple[int, int, int]  # chunk id, offset in the chunk, length
 
 ANCHOR = 48  # bytes sampled from the new middle and searched for in the base
-MIN_MATCH = 256  # a shared run shorter than this is stored again: a piece costs about 12 bytes plus a row
+MIN_MATCH = 256  # a shared run shorter than this is stored again: a piece costs a few bytes, a new chunk a row
 SEARCH_FROM = 2048  # a middle shorter than this is taken as new without searching
 MAX_ANCHORS = 64  # searches per body, so a big new body costs at most this many passes over the base
 
