@@ -46,6 +46,7 @@ MAX_DEPTH = 32  # legacy layout: deltas in a row before a fresh keyframe
 MIN_DELTA_SIZE = 256  # smaller bodies are one chunk: matching would not pay for itself
 ZSTD_LEVEL = 3
 PAGE = 16  # pieces per page
+GOOD_ENOUGH = 4096  # new bytes against a base below which the other bases are not tried
 HASH_SIZE = 16
 _BATCH = 500  # ids per IN (...) list
 
@@ -120,6 +121,8 @@ def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[Sto
             new, segments = plan(base.data, data, search=search)
             if best is None or new < best[0]:
                 best = (new, base, segments)
+            if new <= max(GOOD_ENOUGH, len(data) // 16):  # the newest base usually is: skip the passes over the others
+                break
     if best is None:
         return None, [Segment(0, len(data), False)] if data else []
     return best[1], best[2]
