@@ -162,9 +162,10 @@ def test_a_new_session_shares_the_system_prompt_and_tools_of_another(db):
 def test_identical_content_is_stored_once(db):
     body = os.urandom(5000)
     a, b = blob_put(db, body), blob_put(db, body)
-    assert a.id == b.id
-    assert db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 1
-    assert db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 1
+    assert blob_get(db, a.id) == blob_get(db, b.id) == body
+    assert db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 1  # the same chunk, by its hash
+    again = blob_put(db, body, [b])
+    assert again.pieces == b.pieces and db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 1
     c = blob_put(db, body + b"!", [a])
     assert blob_get(db, c.id) == body + b"!" and len(c.pieces) == 2
 

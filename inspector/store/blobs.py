@@ -77,13 +77,10 @@ def body_hash(data: bytes) -> bytes:
 def blob_put(
     db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False
 ) -> StoredBlob:
-    """Store ``data`` (the same bytes again are the same blob) laid out against the best of ``bases``;
-    ``search``: they are other sessions' bodies, so look for shared runs beyond the common ends."""
+    """Store ``data`` laid out against the best of ``bases`` (the same bytes again share its chunks and
+    pages: a row of a few bytes); ``search``: they are other sessions' bodies, so look for shared
+    runs beyond the common ends."""
     digest = body_hash(data)
-    row = db.execute("SELECT id, pages, tail FROM blobs WHERE hash = ? AND size = ?", [digest, len(data)]).fetchone()
-    if row is not None:
-        known = _ids(row[1])
-        return StoredBlob(row[0], data, 0, _page_pieces(db, row[0], known) + _pieces(row[2]), known)
     base, segments = _choose(data, bases, search)
     pieces: list[Piece] = []
     index = PieceIndex(base.pieces) if base is not None and base.pieces is not None else None

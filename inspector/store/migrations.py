@@ -305,9 +305,9 @@ CREATE TABLE pages (
     db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # the same of the body: verified on every read
     db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as unsigned LEB128 varints
     db.execute("ALTER TABLE blobs ADD COLUMN tail BLOB")  # the pieces after the last full page
-    # blob_put: the same body again is the same blob. Bodies stored before are not looked up.
+    # A body is no longer looked up by its hash: the same body again is laid out on its predecessor
+    # and shares all its chunks and pages, for a row of a few bytes (an index would cost more).
     db.execute("DROP INDEX idx_blobs_sha256")
-    db.execute("CREATE INDEX idx_blobs_hash ON blobs (hash) WHERE hash IS NOT NULL")
 
 
 @migrations()
