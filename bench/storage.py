@@ -5,15 +5,17 @@ Generates synthetic Claude-Code-like traffic (Anthropic Messages API, streamed):
 whose context grows call after call (assistant text and tool_use blocks, tool results from a few
 hundred bytes to tens of KB), a compaction now and then (the next context is the summary the model
 streamed), and a few subagent sessions with their own session id but the same system prompt
-(~15 KB) and 18 tool definitions. Each length (300, 1,000 and 3,000 calls) is sent through a
-real ``ctxscope serve`` (its own home and database) to a fake upstream in this process that
-streams the prepared SSE answer of each request; the bench waits until the writer has stored
-every call, stops the daemon with SIGTERM and measures the database's bytes on disk (the file and
-its -wal and -shm, which a clean stop removes).
+(~15 KB) and 18 tool definitions; the last message carries Claude Code's moving
+``cache_control`` marker. Each length (300, 1,000 and 3,000 calls) is sent through a real
+``ctxscope serve`` (its own home and database) to a fake upstream in this process that streams
+the prepared SSE answer of each request; the bench waits until the writer has stored every call,
+stops the daemon with SIGTERM and measures the database's bytes on disk (the file and its -wal and
+-shm, which a clean stop removes).
 
 Distinct content is computed here, without the store's code: the bytes of every distinct JSON
-value sent (each system block, each tool definition, each message, serialised as in the body),
-counted once however many requests carried it, plus every response body as streamed. Request
+value sent (each system block, each tool definition, each message without Claude Code's moving
+cache marker, serialised as in the body), counted once however many requests carried it, plus
+every response body as streamed. Request
 bodies' other members (model, max_tokens, metadata) are left out: they are a few bytes.
 
 Per length it prints stored and distinct bytes, their ratio, and where the bytes go (dbstat: each
@@ -181,6 +183,12 @@ class Traffic:
         return sum(len(v.encode()) for v in self.distinct) + self.response_bytes
 
 
+def _with_marker(message: dict) -> dict:
+    content = list(message["content"])
+    content[-1] = {**content[-1], "cache_control": {"type": "ephemeral"}}
+    return {**message, "content": content}
+
+
 class Agent:
     """One session: its id, its messages, and how it grows."""
 
@@ -192,7 +200,9 @@ class Agent:
 
     def send(self, blocks: list[dict]) -> None:
         """One call: the current messages go out, ``blocks`` come back (and join the messages)."""
-        body = {"model": MODEL, "messages": self.messages, "temperature": 1, "system": self.system,
+        # Claude Code's moving cache marker: on the last block of the last message only.
+        marked = self.messages[:-1] + [_with_marker(self.messages[-1])]
+        body = {"model": MODEL, "messages": marked, "temperature": 1, "system": self.system,
                 "tools": self.tools, "metadata": {"user_id": f"user_{'a' * 64}_account__session_{self.session}"},
                 "max_tokens": 32000, "stream": True}
         raw = dumps(body).encode()
