@@ -287,3 +287,26 @@ def test_piece_lists_pack_as_varints_and_come_back():
                   for _ in range(rng.randrange(0, 40))]
         assert _pieces(_pack_pieces(pieces)) == pieces
     assert len(_pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes
+
+
+def test_chunks_compressed_with_a_trained_dictionary_read_back_on_a_new_connection(tmp_path):
+    from ctxscope.inspector.store import blobs
+
+    path = tmp_path / "d.db"
+    db = store.connect(path)
+    rng = random.Random(4)
+    words = [f"word{i}" for i in range(2000)]
+    bodies = [" ".join(rng.choice(words) for _ in range(rng.randrange(200, 800))).encode() for _ in range(120)]
+    ids = [blob_put(db, body).id for body in bodies]  # unrelated bodies: a chunk each
+    db.conn.commit()
+    assert db.execute("SELECT COUNT(*) FROM zstd_dicts").fetchone()[0] == 1
+    assert db.execute("SELECT COUNT(*) FROM chunks WHERE dict IS NOT NULL").fetchone()[0] > 60
+    db.close()
+    blobs._dict_cache.clear()  # as another process would start
+    again = store.connect(path)
+    assert [blob_get(again, i) for i in ids] == bodies
+    again.execute("UPDATE zstd_dicts SET id = id + 1")  # the dictionary a chunk names is gone
+    blobs._dict_cache.clear()
+    with pytest.raises(BlobCorrupt):
+        blob_get(again, ids[-1])
+    again.close()

@@ -150,3 +150,16 @@ def test_a_database_written_before_this_layout_reads_and_grows(tmp_path):
     assert delete_session(db, "old")["calls_deleted"] == 2
     assert search(db, "lighthouse keeper") == []
     db.close()
+
+
+def test_a_phrase_matches_only_words_that_stand_together(tmp_path):
+    texts = ["the Lighthouse-Keeper of Brûlée point", "a keeper of the lighthouse", "lighthouse and then keeper"]
+    db = capture(tmp_path / "s.db", [make_exchange(request=anthropic_request([{"role": "user", "content": t}]),
+                                                   session_label=f"s{i}") for i, t in enumerate(texts)],
+                 analyzers=writer_analyzers())
+    [hit] = search(db, "lighthouse keeper")
+    assert hit["session"] == "s0" and "\x02Lighthouse-Keeper\x03" in hit["snippet"]
+    assert {h["session"] for h in search(db, "keeper")} == {"s0", "s1", "s2"}
+    assert [h["session"] for h in search(db, "BRULEE point")] == ["s0"]  # case and accents folded
+    assert search(db, "keeper lighthouse") == [] and search(db, "!!") == []
+    db.close()
