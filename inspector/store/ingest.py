@@ -326,7 +326,8 @@ def link_retry(db: sqlite_utils.Database, row: dict, started_at: float) -> None:
         return
     prev = db.execute(
         """SELECT id, attempt, outcome, status, response_complete FROM calls
-           WHERE session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ? AND started_at <= ?
+           WHERE +session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ?
+             AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [
             row["session"],

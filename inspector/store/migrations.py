@@ -325,9 +325,12 @@ CREATE TABLE header_sets (
     db.execute("ALTER TABLE calls ADD COLUMN request_header_set INTEGER REFERENCES header_sets(id)")
     db.execute("ALTER TABLE calls ADD COLUMN response_header_set INTEGER REFERENCES header_sets(id)")
     db.execute("ALTER TABLE calls ADD COLUMN header_values TEXT")  # JSON [[request values], [response values]]
-    # Retry linkage finds the same body through idx_calls_request (request_sha256 first), filtering on
-    # the session: this second index on the 64-character hash did not pay for its bytes.
+    # Retry linkage and the unnamed-call lookup both look for the same body in a time window: one
+    # index on (hash, time) serves both (the session, key and client are filters on the few rows
+    # in the window), where two indexes repeated the session, key and client in every entry.
     db.execute("DROP INDEX idx_calls_retry")
+    db.execute("DROP INDEX idx_calls_request")
+    db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, started_at)")
     # Replays are rare: index only the calls that are one.
     db.execute("DROP INDEX idx_calls_replay_of")
     db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of) WHERE replay_of IS NOT NULL")
