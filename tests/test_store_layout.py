@@ -163,3 +163,26 @@ def test_a_phrase_matches_only_words_that_stand_together(tmp_path):
     assert [h["session"] for h in search(db, "BRULEE point")] == ["s0"]  # case and accents folded
     assert search(db, "keeper lighthouse") == [] and search(db, "!!") == []
     db.close()
+
+
+def test_every_lookup_of_the_same_request_uses_the_hash_and_time_index(tmp_path):
+    """Retry linkage and the unnamed-call lookup must not walk a session's (or a key's) calls."""
+    from ctxscope.inspector.store.ingest import IngestState, ingest
+
+    db = store.connect(tmp_path / "r.db")
+    seen: list[str] = []
+    db.conn.set_trace_callback(seen.append)
+    state = IngestState(capture_epoch=1)
+    analyzers = writer_analyzers()
+    for ex in [make_exchange(i) for i in range(3)] + [make_exchange(7, session_label=None, key_fingerprint=None)]:
+        db.execute("BEGIN IMMEDIATE")
+        ingest(db, ex, state, analyzers)
+        db.execute("COMMIT")
+    db.conn.set_trace_callback(None)
+    lookups = {sql for sql in seen if "request_sha256 =" in sql and sql.lstrip().upper().startswith("SELECT")}
+    assert any("+session" in sql for sql in lookups)  # retry linkage (ingest and the analysis)
+    assert any("grouped_by IN" in sql for sql in lookups)  # a call without a session id
+    for sql in lookups:
+        plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "idx_calls_request" in plan, (sql, plan)
+    db.close()
