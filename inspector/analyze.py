@@ -119,13 +119,13 @@ class Analysis:
             "relation": r.kind,
             "pointer": r.pointer,
             "epoch_reason": r.epoch_reason,
-            "relation_detail": _dumps(
+            "relation_detail": _dumps(_compact(
                 {"detail": r.detail, "shared_segments": r.shared_segments, "marker_moves": list(r.marker_moves)}
-            ),
+            )),
             "tokens_estimated": self.tokens.total if self.tokens else None,
-            "tokens_by_category": _dumps(self.tokens.by_category) if self.tokens else None,
+            "tokens_by_category": _dumps(_compact(self.tokens.by_category, zeros=True)) if self.tokens else None,
             "cache_verdict": c.verdict if c else None,
-            "cache": _dumps(cache),
+            "cache": _dumps(_compact(cache)),
             "cache_lost_tokens": c.lost_tokens if c else None,
             "cache_lost_usd": c.lost_cost_usd if c else None,
             "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers]),
@@ -135,6 +135,15 @@ class Analysis:
             "retry_of": self.retry_of,
             "analysis_version": ANALYSIS_VERSION,
         }
+
+
+def _compact(value: dict | None, *, zeros: bool = False) -> dict | None:
+    """Without null and empty-list members (and zero counts with ``zeros``): the store's readers put
+    them back (store/columns.py, ``with_defaults``), so a call row stays small (docs/architecture.md,
+    "Body storage")."""
+    if value is None:
+        return None
+    return {k: v for k, v in value.items() if v is not None and v != [] and not (zeros and v == 0)}
 
 
 def _dumps(value: Any) -> str | None:

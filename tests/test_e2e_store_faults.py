@@ -292,7 +292,9 @@ def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_sto
     db = tmp_path / "c.db"
     from ctxscope.inspector.store import db as store
 
-    store.connect(db).close()
+    fresh = store.connect(db)
+    fresh.execute("VACUUM")  # no free page left by the migrations: the first call must not fit either
+    fresh.close()
     flag.touch()
     w = WriterProcess(db, analyzers_factory="test_e2e_store_faults:full_disk_analyzers", retry_interval=0.2)
     w.start()

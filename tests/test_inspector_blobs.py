@@ -1,4 +1,5 @@
-"""Body storage: byte-exact round trips, deltas, chain caps, dedup, corruption, recompression recipes."""
+"""Body storage: byte-exact round trips through chunks and pages, sharing, sweeping, corruption, the older
+layout, recompression recipes."""
 
 from __future__ import annotations
 
@@ -11,18 +12,18 @@ import pytest
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import (
-    MAX_DEPTH,
+    PAGE,
     BlobCorrupt,
     Delta,
-    StoredBlob,
     apply_delta,
     blob_get,
     blob_load,
     blob_put,
-    choose_base,
     common_prefix,
     common_suffix,
     make_delta,
+    sha256,
+    sweep,
 )
 from ctxscope.inspector.store.recode import apply_recipe, find_recipe
 
@@ -97,63 +98,141 @@ def test_delta_of_an_appended_history_is_only_the_new_part():
 def test_blob_round_trips_byte_exact(db, body):
     blob = blob_put(db, body)
     assert blob_get(db, blob.id) == body
-    assert blob_load(db, blob.id).depth == 0
+    assert blob_load(db, blob.id).pieces is not None
 
 
-def test_delta_chain_round_trips_and_is_capped(db):
+def _chunk_bytes(db) -> int:
+    return db.execute("SELECT COALESCE(SUM(length(data)), 0) FROM chunks").fetchone()[0]
+
+
+def _edits(rng: random.Random, body: bytes, kind: str) -> bytes:
+    if kind == "append":  # a new message before the closing bracket and the tools
+        at = len(body) - 300
+        return body[:at] + os.urandom(rng.randrange(1, 3000)) + body[at:]
+    if kind == "middle":  # an edit deep in the history
+        at = rng.randrange(len(body))
+        return body[:at] + os.urandom(rng.randrange(1, 200)) + body[at + rng.randrange(0, 300) :]
+    return body[:200] + os.urandom(2000) + body[-20_000:]  # compaction: the history replaced by a summary
+
+
+def test_appends_edits_and_compactions_round_trip_and_cost_only_new_bytes(db):
     rng = random.Random(1)
-    body = os.urandom(20_000)
-    prev: StoredBlob | None = None
-    stored = []
-    for _ in range(3 * MAX_DEPTH):
-        at = rng.randrange(0, len(body))
-        body = body[:at] + os.urandom(rng.randrange(1, 200)) + body[at:]
+    body = os.urandom(40_000)
+    prev, stored, new_bytes = None, [], len(body)
+    for _ in range(300):
+        kind = rng.choice(["append"] * 7 + ["middle"] * 2 + ["compaction"])
+        nxt = _edits(rng, body, kind)
+        new_bytes += max(0, len(nxt) - len(body)) + {"append": 0, "middle": 200, "compaction": 2000}[kind]
+        body = nxt
         prev = blob_put(db, body, [prev] if prev else [])
-        assert prev.depth <= MAX_DEPTH
         stored.append((prev.id, body))
-    depths = [r[0] for r in db.execute("SELECT depth FROM blobs ORDER BY id")]
-    assert max(depths) == MAX_DEPTH and depths.count(0) == 3  # a keyframe each time the cap is hit
     for blob_id, expected in stored:
         assert blob_get(db, blob_id) == expected
+    # Random bytes do not compress: what is stored is the new bytes, not calls x body size.
+    assert _chunk_bytes(db) < 1.2 * new_bytes
+    sizes = [len(b) for _, b in stored]
+    assert _chunk_bytes(db) < sum(sizes) / 20
+
+
+def test_a_long_session_keeps_its_piece_list_in_shared_pages(db):
+    body = b'{"messages":[' + os.urandom(5000).hex().encode()
+    tail = b'],"tools":' + os.urandom(5000).hex().encode() + b"}"
+    prev = blob_put(db, body + tail)
+    for _ in range(200):
+        body += b',"' + os.urandom(100).hex().encode() + b'"'
+        prev = blob_put(db, body + tail, [prev])
+        assert blob_get(db, prev.id) == body + tail
+    assert len(prev.pieces) > 200 and len(prev.pages) == (len(prev.pieces) - 1) // PAGE
+    # Each page is written once: a body reuses its predecessor's full pages.
+    assert db.execute("SELECT COUNT(*) FROM pages").fetchone()[0] <= 200 // PAGE + 2
+    assert db.execute("SELECT MAX(length(tail)) FROM blobs").fetchone()[0] <= 12 * PAGE
+
+
+def test_a_new_session_shares_the_system_prompt_and_tools_of_another(db):
+    system_and_tools = os.urandom(20_000).hex().encode()
+    a = b'{"messages":["first session"],"system":"' + system_and_tools + b'","metadata":"session-a"}'
+    b = b'{"messages":["second, with other words"],"system":"' + system_and_tools + b'","metadata":"session-b"}'
+    first = blob_put(db, a)
+    before = _chunk_bytes(db)
+    second = blob_put(db, b, [first])
+    assert blob_get(db, second.id) == b
+    assert _chunk_bytes(db) - before < 500  # the 40 KB shared middle is not stored again
 
 
 def test_identical_content_is_stored_once(db):
     body = os.urandom(5000)
     a, b = blob_put(db, body), blob_put(db, body)
-    assert a.id == b.id
-    assert db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 1
+    assert blob_get(db, a.id) == blob_get(db, b.id) == body
+    assert db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 1  # the same chunk, by its hash
+    again = blob_put(db, body, [b])
+    assert again.pieces == b.pieces and db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 1
+    c = blob_put(db, body + b"!", [a])
+    assert blob_get(db, c.id) == body + b"!" and len(c.pieces) == 2
 
 
-def test_unrelated_body_becomes_a_keyframe_and_best_base_wins(db):
-    main = b"main-thread system prompt " * 400
-    side = b"sub-agent other system prompt " * 400
-    m = blob_put(db, main)
-    s = blob_put(db, side, [m])
-    assert s.depth == 0  # nothing shared: a delta would not pay
-    nxt = main + b"one more message"
-    assert choose_base(nxt, [s, m])[0].id == m.id  # the base sharing the longest prefix
-    stored = blob_put(db, nxt, [s, m])
-    assert stored.depth == 1 and blob_get(db, stored.id) == nxt
-    row = db.execute("SELECT base, prefix_len, length(data) FROM blobs WHERE id = ?", [stored.id]).fetchone()
-    assert row[0] == m.id and row[1] == len(main) and row[2] < 100
+def test_tiny_and_non_json_bodies_round_trip_against_any_base(db):
+    base = blob_put(db, b"stable prefix " * 1000)
+    for body in (b"", b"x", b"stable", os.urandom(300), b"stable prefix " * 999 + b"\x00\xff", "é€".encode() * 50):
+        blob = blob_put(db, body, [base])
+        assert blob_get(db, blob.id) == body
 
 
-def test_small_bodies_are_never_deltas():
-    base = StoredBlob(1, b"a" * 100, 0)
-    assert choose_base(b"a" * 101, [base]) is None
-
-
-def test_tampered_blob_is_detected(db):
+def test_a_corrupted_chunk_is_detected_on_read(db):
     base = blob_put(db, b"stable prefix " * 1000)
     child = blob_put(db, b"stable prefix " * 1000 + b"tail", [base])
-    db.execute("UPDATE blobs SET data = ? WHERE id = ?", [zstd.compress(b"other prefix " * 1000), base.id])
+    assert blob_get(db, child.id).endswith(b"tail")
+    first_chunk = child.pieces[0][0]
+    db.execute("UPDATE chunks SET data = ? WHERE id = ?", [zstd.compress(b"other prefix " * 1000), first_chunk])
     with pytest.raises(BlobCorrupt):
         blob_get(db, child.id)
-    db.execute("DELETE FROM blobs WHERE id = ?", [base.id])
+    db.execute("UPDATE chunks SET data = x'00' WHERE id = ?", [first_chunk])
+    with pytest.raises(BlobCorrupt):
+        blob_get(db, child.id)
+    db.execute("DELETE FROM chunks WHERE id = ?", [first_chunk])
     with pytest.raises(BlobCorrupt):
         blob_get(db, child.id)
     with pytest.raises(KeyError):
         blob_get(db, 999_999)
+
+
+def test_sweep_frees_what_no_blob_uses_and_keeps_the_rest(db):
+    shared = os.urandom(8000)
+    a = blob_put(db, shared + os.urandom(3000))
+    b = blob_put(db, shared + os.urandom(3000), [a])
+    c = blob_put(db, os.urandom(4000))
+    db.execute("DELETE FROM blobs WHERE id IN (?, ?)", [a.id, c.id])
+    assert sweep(db) == 1  # c's chunk; a's chunk holds the bytes b shares, so it stays
+    assert blob_get(db, b.id) == b.data
+    db.execute("DELETE FROM blobs")
+    sweep(db)
+    assert db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
+
+
+def _legacy_put(db, data: bytes, base: tuple[int, bytes] | None) -> int:
+    """A row as the layout before chunks stored it: a keyframe or a delta against ``base``."""
+    if base is None:
+        row = [sha256(data), len(data), None, 0, 0, 0, zstd.compress(data)]
+    else:
+        d = make_delta(base[1], data)
+        row = [sha256(data), len(data), base[0], 1, d.prefix_len, d.suffix_len, zstd.compress(d.middle)]
+    return db.execute(
+        "INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) VALUES (?, ?, ?, ?, ?, ?, ?)", row
+    ).lastrowid
+
+
+def test_bodies_of_the_older_layout_still_read_and_can_be_bases(db):
+    first = b"history " * 500
+    second = first + b"and more"
+    k = _legacy_put(db, first, None)
+    d = _legacy_put(db, second, (k, first))
+    assert blob_get(db, k) == first and blob_get(db, d) == second
+    old = blob_load(db, d)
+    assert old.pieces is None  # it cannot lend pieces, so the next body is stored whole
+    nxt = blob_put(db, second + b" still", [old])
+    assert blob_get(db, nxt.id) == second + b" still"
+    db.execute("UPDATE blobs SET data = ? WHERE id = ?", [zstd.compress(b"tampered " * 500), k])
+    with pytest.raises(BlobCorrupt):
+        blob_get(db, d)
 
 
 def test_apply_delta_with_empty_suffix():
@@ -197,3 +276,37 @@ def test_no_recipe_for_what_cannot_be_reproduced():
     assert find_recipe(b"not zstd at all", _TEXT, "zstd") is None
     assert find_recipe(zstd.compress(_TEXT), _TEXT, "br") is None
     assert find_recipe(zstd.compress(_TEXT), _TEXT, "gzip, zstd") is None  # chains are stored raw
+
+
+def test_piece_lists_pack_as_varints_and_come_back():
+    from ctxscope.inspector.store.blobs import _pack_pieces, _pieces
+
+    rng = random.Random(9)
+    for _ in range(200):
+        pieces = [(rng.randrange(1, 2**40), rng.choice([0, rng.randrange(2**32)]), rng.randrange(1, 2**31))
+                  for _ in range(rng.randrange(0, 40))]
+        assert _pieces(_pack_pieces(pieces)) == pieces
+    assert len(_pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes
+
+
+def test_chunks_compressed_with_a_trained_dictionary_read_back_on_a_new_connection(tmp_path):
+    from ctxscope.inspector.store import blobs
+
+    path = tmp_path / "d.db"
+    db = store.connect(path)
+    rng = random.Random(4)
+    words = [f"word{i}" for i in range(2000)]
+    bodies = [" ".join(rng.choice(words) for _ in range(rng.randrange(200, 800))).encode() for _ in range(120)]
+    ids = [blob_put(db, body).id for body in bodies]  # unrelated bodies: a chunk each
+    db.conn.commit()
+    assert db.execute("SELECT COUNT(*) FROM zstd_dicts").fetchone()[0] == 1
+    assert db.execute("SELECT COUNT(*) FROM chunks WHERE dict IS NOT NULL").fetchone()[0] > 60
+    db.close()
+    blobs._dict_cache.clear()  # as another process would start
+    again = store.connect(path)
+    assert [blob_get(again, i) for i in ids] == bodies
+    again.execute("UPDATE zstd_dicts SET id = id + 1")  # the dictionary a chunk names is gone
+    blobs._dict_cache.clear()
+    with pytest.raises(BlobCorrupt):
+        blob_get(again, ids[-1])
+    again.close()

@@ -1,7 +1,7 @@
 """Full-text search: the real daemon and SDK capture, the writer child indexes, `ctxscope search` finds.
 
 Each distinct text is stored once: a conversation that re-sends its history adds only its new
-segments to the index.
+segments to the index, and an answer re-sent as an assistant message is the same text.
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ def test_the_index_holds_each_text_once(proxy, sim):
     _conversation(proxy, sim)
     proxy.stop()
     stats = index_stats(open_db(proxy.db_path))
-    # call 1: system, user; call 2 adds assistant, tool result; call 3 adds assistant, user; 3 answers.
-    assert stats["segments"] == 2 + 2 + 2 + 3
+    # call 1: system, user; call 2 adds a tool result; call 3 adds a user message; 3 answers. The
+    # assistant messages of calls 2 and 3 are the answers of calls 1 and 2: stored once, as answers.
+    assert stats["segments"] == 2 + 1 + 1 + 3
     assert stats["occurrences"] == stats["segments"]
 
 
@@ -97,7 +98,7 @@ def test_deleting_a_session_takes_its_text_out_of_the_index(tmp_path):
     hits = json.loads(invoke("search", UNIQUE, "--db", str(path), "--json"))
     assert [h["session"] for h in hits] == ["keep"]
     assert json.loads(invoke("search", "beta", "--db", str(path), "--json")) == []
-    texts = [r[0] for r in db.execute("SELECT text FROM search_segments").fetchall()]
+    texts = [r[0] for r in db.execute("SELECT text FROM search_text").fetchall()]
     assert not any("beta" in t for t in texts)
 
 
@@ -161,4 +162,5 @@ def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(t
     rebuilt = json.loads(invoke("search", "anemone", "--db", str(path), "--json"))
     invoke("reindex", "--db", str(path))
     assert json.loads(invoke("search", "anemone", "--db", str(path), "--json")) == rebuilt
-    assert index_stats(open_db(path))["segments"] == 1 + 1 + 2 * 4 + 5  # system, first question, turns, replies
+    # system, first question, turns, replies (each reply re-sent as an assistant message is the same text)
+    assert index_stats(open_db(path))["segments"] == 1 + 1 + 4 + 5

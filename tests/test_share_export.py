@@ -14,7 +14,7 @@ import sdk_clients
 from click.testing import CliRunner
 
 from ctxscope.inspector.share.bundle import zstd
-from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, list_calls, open_db
+from ctxscope.inspector.store.queries import get_call, get_request_raw, get_response_raw, list_calls, open_db
 from ctxscope.inspector.writer.status import capture_state
 from ctxscope.main import cli
 
@@ -187,8 +187,9 @@ def test_a_foreign_har_is_imported_under_a_label_and_bad_files_change_nothing(ca
     db = open_db(fresh)
     [row] = list_calls(db, limit=None)
     assert (row["session"], row["relation"], row["usage"]["output"]) == ("import:browser", "EPOCH_START", 1)
-    stored = db.execute("SELECT request_headers FROM calls").fetchone()[0]
-    assert KEY not in stored  # the import redacts like the proxy does
+    stored = json.dumps(get_call(db, row["id"])["request_headers"])
+    stored += str(db.execute("SELECT * FROM header_sets").fetchall())
+    assert "x-api-key" in stored and KEY not in stored  # the import redacts like the proxy does
     db.close()
     har["log"]["entries"].append({"request": "broken"})
     path.write_text(json.dumps(har))

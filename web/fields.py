@@ -10,6 +10,7 @@ import json
 import re
 
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.store.columns import with_defaults
 
 _PRICES: PriceTable | None = None
 
@@ -109,7 +110,7 @@ def normalise_call(row: dict) -> dict:
     """
     for key in ("tokens_by_category", "markers", "cache", "relation_detail"):
         if key in row:
-            row[key] = _json(row[key])
+            row[key] = with_defaults(key, _json(row[key]))
     if not isinstance(row.get("markers"), list):
         row["markers"] = []
     cats = row.get("tokens_by_category")

@@ -76,8 +76,10 @@ def latest_same_request(
     """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
     same request in the window."""
     return db.execute(
+        # idx_calls_request (hash, time): the unary + keeps the planner off the session's index,
+        # which would walk every call of the session.
         """SELECT id, attempt, outcome, status, response_complete FROM calls
-           WHERE session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
+           WHERE +session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
              AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [session, request_sha256, method, path, not_call, since, until],
@@ -93,7 +95,7 @@ def latest_unnamed_request(
     marks = ", ".join("?" for _ in grouped_by)
     return db.execute(
         f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
-            WHERE key_fingerprint IS ? AND client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
+            WHERE +key_fingerprint IS ? AND +client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
               AND id != ? AND started_at >= ? AND started_at <= ?
             ORDER BY started_at DESC LIMIT 1""",
         [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],

@@ -1,32 +1,54 @@
-"""Body storage that grows with new content, not with calls x context size.
+"""Bodies stored as content-addressed chunks, so the store grows with new bytes only.
 
-An agent re-sends its whole history on every call, so consecutive request bodies of a session
-share a long byte prefix (and usually a suffix: tools, parameters). Each body is stored either as
-a *keyframe* (the whole body, zstd-compressed) or as a *delta* against an earlier body: the
-lengths of the prefix and suffix it shares with that base, plus the zstd-compressed middle.
-Chains are capped (``MAX_DEPTH``) so reading a body back costs at most that many small
-decompressions; a SHA-256 per blob lets every read verify the bytes are exactly the ones stored.
+An agent re-sends its whole history on every call, and every session re-sends the same system
+prompt and tools. A body is stored as a list of pieces, each a run of bytes of a *chunk*
+(``chunks``: zstd-compressed, addressed by a 16-byte hash, so the same bytes are stored
+once). A new body is laid out against the best of a few recent bodies (``layout/pieces.plan``): the
+runs it shares with that base become cuts of the base's pieces, the rest one new chunk per run. A
+piece list grows by about one piece per call, so it is kept in *pages* of ``PAGE`` pieces from
+the start (``pages``, content-addressed too): a body row holds its page ids and the pieces after
+the last full page, and the pages it shares with its base are reused, never rewritten. Reading a
+body is a few SELECTs and one decompression per chunk; its hash is verified on every read
+(docs/architecture.md, "Body storage").
 
-Pure helpers (``common_prefix``, ``make_delta``, ``apply_delta``) plus thin SQLite I/O
-(``blob_put``, ``blob_get``, ``blob_load``) on the ``blobs`` table created by migrations.py.
+Bodies stored before this layout (rows with ``hash`` NULL: a keyframe or a delta against an
+earlier blob, with a SHA-256) stay readable through ``_load_legacy``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+import random
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import sqlite_utils
+
+from ctxscope.inspector.store.layout.pieces import (
+    Piece,
+    PieceIndex,
+    Segment,
+    append,
+    common_prefix,
+    common_suffix,
+    plan,
+)
 
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
     from backports import zstd
 
-MAX_DEPTH = 32  # deltas in a row before a fresh keyframe
-MIN_DELTA_SIZE = 256  # smaller bodies are always keyframes: a chain would not pay for itself
+__all__ = ["BlobCorrupt", "StoredBlob", "blob_get", "blob_load", "blob_put", "common_prefix", "common_suffix"]
+
+MAX_DEPTH = 32  # legacy layout: deltas in a row before a fresh keyframe
+MIN_DELTA_SIZE = 256  # smaller bodies are one chunk: matching would not pay for itself
 ZSTD_LEVEL = 3
+PAGE = 16  # pieces per page
+GOOD_ENOUGH = 4096  # new bytes against a base below which the other bases are not tried
+HASH_SIZE = 16
+_BATCH = 500  # ids per IN (...) list
 
 
 class BlobCorrupt(RuntimeError):
@@ -35,11 +57,305 @@ class BlobCorrupt(RuntimeError):
 
 @dataclass(frozen=True)
 class StoredBlob:
-    """A blob as the writer remembers it, so the next body can be stored as a delta against it."""
+    """A body as the writer remembers it, so the next body can be laid out against it."""
 
     id: int
     data: bytes
-    depth: int  # 0 for a keyframe, else 1 + the base's depth
+    depth: int = 0  # legacy layout: 0 for a keyframe, else 1 + the base's depth
+    pieces: Sequence[Piece] | None = None  # None: a legacy blob, which cannot be a base
+    pages: Sequence[int] = field(default=(), repr=False)  # the ids of its full pages
+
+
+def body_hash(data: bytes) -> bytes:
+    """The first 16 bytes of SHA-256 (faster than BLAKE2b here: the CPU computes SHA-256)."""
+    return hashlib.sha256(data).digest()[:HASH_SIZE]
+
+
+# ---- writing -------------------------------------------------------------------------------------
+
+
+def blob_put(
+    db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False
+) -> StoredBlob:
+    """Store ``data`` laid out against the best of ``bases`` (the same bytes again share its chunks and
+    pages: a row of a few bytes); ``search``: they are other sessions' bodies, so look for shared
+    runs beyond the common ends."""
+    digest = body_hash(data)
+    base, segments = _choose(data, bases, search)
+    pieces: list[Piece] = []
+    index = PieceIndex(base.pieces) if base is not None and base.pieces is not None else None
+    for seg in segments:
+        if seg.shared and index is not None:
+            append(pieces, index.cut(seg.base_start, seg.base_start + seg.end - seg.start))
+        else:
+            append(pieces, [(_chunk_put(db, data[seg.start : seg.end]), 0, seg.end - seg.start)])
+    # The last piece stays in the row: it is usually the shared suffix, which the next body moves on.
+    full = max(len(pieces) - 1, 0) // PAGE
+    pages: list[int] = []
+    if base is not None and base.pieces is not None:  # the leading pages it shares with its base
+        for k in range(min(full, len(base.pages))):
+            if pieces[k * PAGE : (k + 1) * PAGE] != list(base.pieces[k * PAGE : (k + 1) * PAGE]):
+                break
+            pages.append(base.pages[k])
+    for k in range(len(pages), full):
+        pages.append(_page_put(db, pieces[k * PAGE : (k + 1) * PAGE]))
+    cur = db.execute(
+        "INSERT INTO blobs (sha256, size, depth, prefix_len, suffix_len, data, hash, pages, tail)"
+        " VALUES ('', ?, 0, 0, 0, x'', ?, ?, ?)",
+        [len(data), digest, _pack_ids(pages), _pack_pieces(pieces[full * PAGE :])],
+    )
+    assert cur.lastrowid is not None  # an INSERT sets it
+    return StoredBlob(cur.lastrowid, data, 0, pieces, pages)
+
+
+def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[StoredBlob | None, list]:
+    """The base leaving the fewest new bytes, and the segments of ``data`` against it."""
+    best: tuple[int, StoredBlob, list] | None = None
+    if len(data) >= MIN_DELTA_SIZE:
+        for base in bases:
+            if base.pieces is None or not base.data:
+                continue
+            new, segments = plan(base.data, data, search=search)
+            if best is None or new < best[0]:
+                best = (new, base, segments)
+            if new <= max(GOOD_ENOUGH, len(data) // 16):  # the newest base usually is: skip the passes over the others
+                break
+    if best is None:
+        return None, [Segment(0, len(data), False)] if data else []
+    return best[1], best[2]
+
+
+def _chunk_put(db: sqlite_utils.Database, raw: bytes) -> int:
+    digest = body_hash(raw)
+    row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
+    if row is not None:
+        return row[0]
+    current = _current_dict(db)
+    data = zstd.compress(raw, ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None)
+    cur = db.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?)", [digest, current and current[0], data])
+    assert cur.lastrowid is not None
+    if cur.lastrowid % DICT_TRY_EVERY == 0:
+        _maybe_train(db, cur.lastrowid, current)
+    return cur.lastrowid
+
+
+# Small chunks compress poorly alone: a dictionary trained on the chunks stored so far gives zstd the
+# words and JSON shapes they share (about a third smaller on agent traffic).
+DICT_TRY_EVERY = 32  # chunks between two looks at whether a dictionary is due (the first is trained then)
+DICT_RETRAIN = 2048  # chunks stored with one dictionary before the next is trained
+DICT_SAMPLES = 256  # the latest chunks it is trained on
+DICT_SIZE = 32 * 1024
+_dict_cache: dict[int, zstd.ZstdDict] = {}  # dictionary ids are random, never reused: safe to cache by id
+
+
+def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
+    found = _dict_cache.get(dict_id)
+    if found is None:
+        row = db.execute("SELECT data FROM zstd_dicts WHERE id = ?", [dict_id]).fetchone()
+        if row is None:
+            raise BlobCorrupt(f"zstd dictionary {dict_id} is missing")
+        found = _dict_cache[dict_id] = zstd.ZstdDict(row[0])
+    return found
+
+
+def compress_text(db: sqlite_utils.Database, text: str) -> tuple[int | None, bytes]:
+    """(dictionary id or None, zstd of ``text``) with the newest chunk dictionary: a search segment's text."""
+    current = _current_dict(db)
+    return (current[0] if current else None), zstd.compress(
+        text.encode(), ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None
+    )
+
+
+def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -> str | None:
+    """SQL ``ctxscope_text(data, dict)`` (store/db.py): a search segment's text from ``compress_text``."""
+    if data is None:
+        return None
+    if dict_id is None:
+        return zstd.decompress(data).decode()
+    return zstd.decompress(data, zstd_dict=_load_dict(conn, dict_id)).decode()
+
+
+def _current_dict(db: sqlite_utils.Database) -> tuple[int, zstd.ZstdDict] | None:
+    """The newest dictionary (looked up each time: a rolled-back transaction may have taken it away)."""
+    row = db.execute("SELECT id FROM zstd_dicts ORDER BY after_chunk DESC LIMIT 1").fetchone()
+    return None if row is None else (row[0], _load_dict(db, row[0]))
+
+
+def _maybe_train(db: sqlite_utils.Database, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None) -> None:
+    if current is not None:
+        after = db.execute("SELECT after_chunk FROM zstd_dicts WHERE id = ?", [current[0]]).fetchone()[0]
+        if chunk_id - after < DICT_RETRAIN:
+            return
+    rows = db.execute("SELECT id, dict, data FROM chunks ORDER BY id DESC LIMIT ?", [DICT_SAMPLES]).fetchall()
+    try:
+        samples = [_decompress(db, cid, d, data) for cid, d, data in rows]
+        trained = zstd.train_dict(samples, DICT_SIZE)
+    except Exception:  # too few or too uniform samples: try again DICT_TRY_EVERY chunks later
+        return
+    dict_id = random.getrandbits(62) + 1
+    db.execute(
+        "INSERT INTO zstd_dicts (id, after_chunk, data) VALUES (?, ?, ?)", [dict_id, chunk_id, trained.dict_content]
+    )
+
+
+def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:
+    try:
+        if dict_id is None:
+            return zstd.decompress(data)
+        return zstd.decompress(data, zstd_dict=_load_dict(db, dict_id))
+    except BlobCorrupt:
+        raise
+    except Exception as e:  # a damaged frame
+        raise BlobCorrupt(f"chunk {chunk_id} does not decompress: {e}") from e
+
+
+def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
+    packed = _pack_pieces(pieces)
+    digest = body_hash(packed)
+    row = db.execute("SELECT id FROM pages WHERE hash = ?", [digest]).fetchone()
+    if row is not None:
+        return row[0]
+    cur = db.execute("INSERT INTO pages (hash, pieces) VALUES (?, ?)", [digest, packed])
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _varints(numbers: Iterable[int]) -> bytes:
+    """Unsigned LEB128: most ids, offsets and lengths take one to three bytes instead of four."""
+    out = bytearray()
+    for n in numbers:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def _numbers(packed: bytes | None) -> list[int]:
+    out: list[int] = []
+    n = shift = 0
+    for byte in packed or b"":
+        n |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+        else:
+            out.append(n)
+            n = shift = 0
+    return out
+
+
+def _pack_pieces(pieces: Sequence[Piece]) -> bytes:
+    return _varints(x for p in pieces for x in p)
+
+
+def _pieces(packed: bytes | None) -> list[Piece]:
+    nums = _numbers(packed)
+    return list(zip(nums[0::3], nums[1::3], nums[2::3], strict=True))
+
+
+def _pack_ids(ids: Sequence[int]) -> bytes:
+    return _varints(ids)
+
+
+def _ids(packed: bytes | None) -> list[int]:
+    return _numbers(packed)
+
+
+# ---- reading -------------------------------------------------------------------------------------
+
+
+def _select_in(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, bytes]:
+    """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> value."""
+    return {k: v[0] for k, v in _select_rows(db, sql, ids).items()}
+
+
+def _select_rows(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, tuple]:
+    """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> the other columns."""
+    out: dict[int, tuple] = {}
+    for i in range(0, len(ids), _BATCH):
+        batch = ids[i : i + _BATCH]
+        out.update((r[0], tuple(r[1:])) for r in db.execute(sql.format(",".join("?" * len(batch))), batch))
+    return out
+
+
+def _page_pieces(db: sqlite_utils.Database, blob_id: int, page_ids: Sequence[int]) -> list[Piece]:
+    found = _select_in(db, "SELECT id, pieces FROM pages WHERE id IN ({})", sorted(set(page_ids)))
+    pieces: list[Piece] = []
+    for pid in page_ids:
+        if pid not in found:
+            raise BlobCorrupt(f"blob {blob_id}: page {pid} is missing")
+        pieces += _pieces(found[pid])
+    return pieces
+
+
+def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> StoredBlob:
+    """The blob's exact bytes; raises KeyError if absent, BlobCorrupt if it does not verify."""
+    row = db.execute("SELECT hash, size, pages, tail FROM blobs WHERE id = ?", [blob_id]).fetchone()
+    if row is None:
+        raise KeyError(f"no blob {blob_id}")
+    digest, size, packed_pages, tail = row
+    if digest is None:
+        return _load_legacy(db, blob_id, verify=verify)
+    page_ids = _ids(packed_pages)
+    pieces = _page_pieces(db, blob_id, page_ids) + _pieces(tail)
+    wanted = sorted({p[0] for p in pieces})
+    chunks = _select_rows(db, "SELECT id, dict, data FROM chunks WHERE id IN ({})", wanted)
+    views = {}
+    for cid in wanted:
+        if cid not in chunks:
+            raise BlobCorrupt(f"blob {blob_id}: chunk {cid} is missing")
+        views[cid] = memoryview(_decompress(db, cid, *chunks[cid]))
+    data = b"".join(views[c][o : o + n] for c, o, n in pieces)
+    if verify and (len(data) != size or body_hash(data) != digest):
+        raise BlobCorrupt(f"blob {blob_id} does not match its stored hash")
+    return StoredBlob(blob_id, data, 0, pieces, page_ids)
+
+
+def blob_get(db: sqlite_utils.Database, blob_id: int) -> bytes:
+    """The exact bytes stored as ``blob_id``."""
+    return blob_load(db, blob_id).data
+
+
+def stored_bytes(db: sqlite_utils.Database) -> int:
+    """Bytes the bodies take in the file's tables (compressed chunks, piece lists, legacy blobs)."""
+    one = lambda sql: db.execute(sql).fetchone()[0] or 0  # noqa: E731
+    return (
+        one("SELECT SUM(length(data)) + SUM(COALESCE(length(pages), 0) + COALESCE(length(tail), 0)) FROM blobs")
+        + one("SELECT SUM(length(data)) FROM chunks")
+        + one("SELECT SUM(length(pieces)) FROM pages")
+    )
+
+
+# ---- deleting ------------------------------------------------------------------------------------
+
+
+def sweep(db: sqlite_utils.Database) -> int:
+    """Delete the pages and chunks no blob uses any more (after blobs were deleted); returns how many."""
+    used_pages: set[int] = set()
+    used_chunks: set[int] = set()
+    for packed_pages, tail in db.execute("SELECT pages, tail FROM blobs WHERE hash IS NOT NULL"):
+        used_pages.update(_ids(packed_pages))
+        used_chunks.update(p[0] for p in _pieces(tail))
+    dead_pages = []
+    for pid, packed in db.execute("SELECT id, pieces FROM pages"):
+        if pid in used_pages:
+            used_chunks.update(p[0] for p in _pieces(packed))
+        else:
+            dead_pages.append(pid)
+    dead_chunks = [cid for (cid,) in db.execute("SELECT id FROM chunks") if cid not in used_chunks]
+    for table, dead in (("pages", dead_pages), ("chunks", dead_chunks)):
+        for i in range(0, len(dead), _BATCH):
+            batch = dead[i : i + _BATCH]
+            db.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(batch))})", batch)
+    used = "SELECT dict FROM chunks WHERE dict IS NOT NULL"
+    if "search_segments" in db.table_names():
+        used += " UNION SELECT dict FROM search_segments WHERE dict IS NOT NULL"
+    db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
+               "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks
+    return len(dead_pages) + len(dead_chunks)
+
+
+# ---- the layout before chunks: a keyframe or a delta against an earlier blob --------------------
 
 
 @dataclass(frozen=True)
@@ -47,44 +363,6 @@ class Delta:
     prefix_len: int
     suffix_len: int
     middle: bytes
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix: bisection with memcmp on zero-copy slices (about 2n bytes compared)."""
-    n = min(len(a), len(b))
-    mb = memoryview(b)
-    if a.startswith(mb[:n]):
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 64:
-        mid = (lo + hi) // 2
-        if a.startswith(mb[lo:mid], lo):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[lo] == b[lo]:
-        lo += 1
-    return lo
-
-
-def common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the common suffix, at most ``limit`` (the same bisection from the end)."""
-    n = min(len(a), len(b), limit)
-    if n <= 0:
-        return 0
-    la, lb, mb = len(a), len(b), memoryview(b)
-    if a.startswith(mb[lb - n :], la - n):
-        return n
-    lo, hi = 0, n  # the last lo bytes agree, the last hi do not
-    while hi - lo > 64:
-        mid = (lo + hi) // 2
-        if a.startswith(mb[lb - mid : lb - lo], la - mid):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[la - lo - 1] == b[lb - lo - 1]:
-        lo += 1
-    return lo
 
 
 def make_delta(base: bytes, new: bytes) -> Delta:
@@ -103,52 +381,6 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def choose_base(
-    data: bytes, bases: Iterable[StoredBlob], max_depth: int = MAX_DEPTH
-) -> tuple[StoredBlob, Delta] | None:
-    """The candidate base giving the smallest middle, or None when a keyframe is the better deal."""
-    if len(data) < MIN_DELTA_SIZE:
-        return None
-    best: tuple[StoredBlob, Delta] | None = None
-    for base in bases:
-        if base.depth >= max_depth:
-            continue
-        delta = make_delta(base.data, data)
-        if best is None or len(delta.middle) < len(best[1].middle):
-            best = (base, delta)
-    # A delta must save at least half the body, else a keyframe costs little more and resets the chain.
-    if best is None or len(best[1].middle) * 2 > len(data):
-        return None
-    return best
-
-
-def blob_put(
-    db: sqlite_utils.Database,
-    data: bytes,
-    bases: Iterable[StoredBlob] = (),
-    *,
-    max_depth: int = MAX_DEPTH,
-) -> StoredBlob:
-    """Store ``data`` (deduplicated by hash, else as a delta against the best base or a keyframe)."""
-    digest = sha256(data)
-    row = db.execute("SELECT id, depth FROM blobs WHERE sha256 = ? AND size = ?", [digest, len(data)]).fetchone()
-    if row is not None:
-        return StoredBlob(row[0], data, row[1])
-    choice = choose_base(data, bases, max_depth)
-    if choice is None:
-        base_id, depth, prefix_len, suffix_len, payload = None, 0, 0, 0, data
-    else:
-        base, delta = choice
-        base_id, depth = base.id, base.depth + 1
-        prefix_len, suffix_len, payload = delta.prefix_len, delta.suffix_len, delta.middle
-    cur = db.execute(
-        "INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [digest, len(data), base_id, depth, prefix_len, suffix_len, zstd.compress(payload, ZSTD_LEVEL)],
-    )
-    assert cur.lastrowid is not None  # an INSERT sets it
-    return StoredBlob(cur.lastrowid, data, depth)
-
-
 _CHAIN_SQL = """
 WITH RECURSIVE chain(id, base, prefix_len, suffix_len, data, sha256, size, depth, n) AS (
   SELECT id, base, prefix_len, suffix_len, data, sha256, size, depth, 0 FROM blobs WHERE id = ?
@@ -161,8 +393,7 @@ SELECT id, base, prefix_len, suffix_len, data, sha256, size, depth FROM chain OR
 """
 
 
-def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> StoredBlob:
-    """The blob's exact bytes and depth; raises KeyError if absent, BlobCorrupt if it does not verify."""
+def _load_legacy(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> StoredBlob:
     rows = db.execute(_CHAIN_SQL, [blob_id]).fetchall()
     if not rows:
         raise KeyError(f"no blob {blob_id}")
@@ -179,8 +410,3 @@ def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -
     if verify and (len(data) != size or sha256(data) != digest):
         raise BlobCorrupt(f"blob {blob_id} does not match its stored hash")
     return StoredBlob(blob_id, data, depth)
-
-
-def blob_get(db: sqlite_utils.Database, blob_id: int) -> bytes:
-    """The exact bytes stored as ``blob_id``."""
-    return blob_load(db, blob_id).data

@@ -1,17 +1,21 @@
 """Deleting a session from the capture store: its calls, then bodies nobody needs any more.
 
-Bodies are deltas against earlier bodies and identical bodies are shared between calls (and
-sessions), so a blob may only go when nothing refers to it: no call, no other blob (as a delta
-base), no row of any other table that declares a reference to ``blobs``. Rows of other tables
+Identical bodies are shared between calls (and sessions), and bodies of the older layout are
+deltas against earlier bodies, so a blob may only go when nothing refers to it: no call, no other
+blob (as a delta base), no row of any other table that declares a reference to ``blobs``. Then
+the chunks and pages no remaining blob uses go too (``blobs.sweep``). Rows of other tables
 that reference the deleted calls go with them. The writer also remembers the last few bodies of
 each session as delta bases for the next call: if the same session label sends again it would
-store a delta against a blob we just removed, so the bodies of the session's last ``KEEP_TAIL``
+lay its next body out on pieces of a blob we just removed, so the bodies of the session's last ``KEEP_TAIL``
 calls (and their chains) are kept; they cost little and keep every later body recoverable.
 """
 
 from __future__ import annotations
 
 import sqlite_utils
+
+from ctxscope.inspector.store.blobs import sweep
+from ctxscope.inspector.store.layout import headers
 
 KEEP_TAIL = 8
 
@@ -44,6 +48,10 @@ def delete_session(db: sqlite_utils.Database, session: str) -> dict:
             db.execute(f"DELETE FROM [{table}] WHERE [{col}] IN (SELECT id FROM calls WHERE session = ?)", [session])
         calls = db.execute("DELETE FROM calls WHERE session = ?", [session]).rowcount
         blobs = _collect(db, blob_refs, keep) if calls else 0
+        if blobs:
+            sweep(db)  # the chunks and pages only those blobs used
+        if calls and "header_sets" in db.table_names():
+            headers.sweep(db)
         db.execute("COMMIT")
     except BaseException:
         db.rollback()

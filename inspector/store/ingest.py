@@ -1,9 +1,9 @@
 """Turn one captured Exchange into a ``calls`` row: decode, parse, store bodies, link retries.
 
 Runs in the writer thread, off the hot path, inside the writer's transaction. ``derive`` is the
-pure part (no database); ``ingest`` adds what needs the store: blobs stored as deltas against
-recent bodies of the same session, the call's position in its session, retry linkage, and the
-analysis hooks.
+pure part (no database); ``ingest`` adds what needs the store: bodies laid out against recent
+bodies of the same session (or, for a session's first, of the sessions used last), header lists
+as shared sets, the call's position in its session, retry linkage, and the analysis hooks.
 
 An analyzer is ``analyzer(db, call)``: ``call`` is the row as inserted plus, under keys that
 start with "_", what the writer already computed: ``_exchange`` (the Exchange), ``_request_body``
@@ -29,6 +29,7 @@ import sqlite_utils
 from ctxscope.inspector.body_reuse import BodyMemory, parse
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.recode import find_recipe
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.redaction.redact import redact_headers, redact_query
@@ -191,7 +192,8 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: Body
         "usage_raw": _dumps(usage.raw) if usage else None,
         "usage_semantics": usage.semantics if usage else None,
         "request_json_ok": json_ok,
-        "request_sha256": request_sha256,
+        # 128 bits are plenty to find the same body again, and the row and its index stay smaller.
+        "request_sha256": request_sha256[:32] if request_sha256 else None,
         "response_complete": None if parsed is None else int(parsed.complete),
         "stop_reason": parsed.stop_reason if parsed else None,
         "response_error": _dumps(parsed.error) if parsed else None,
@@ -203,7 +205,7 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: Body
 
 
 class BaseCache:
-    """Recently stored bodies per (session, direction): the delta candidates for the next body.
+    """Recently stored bodies per (session, direction): the bases for the next body's layout.
 
     Bounded by keys and bytes. Cleared whenever a transaction rolls back, since the blob ids it
     holds may then no longer exist; it reseeds itself from the database.
@@ -232,6 +234,17 @@ class BaseCache:
         while self._entries and (len(self._entries) > self.max_keys or self._bytes > self.max_bytes):
             _, old = self._entries.popitem(last=False)
             self._bytes -= sum(len(b.data) for b in old)
+
+    def recent(self, kind: str, count: int = 3) -> list[StoredBlob]:
+        """The latest body of each of the ``count`` sessions used last: a new session's bases, so
+        the system prompt and tools it shares with them are not stored again."""
+        out: list[StoredBlob] = []
+        for (_session, k), entry in reversed(self._entries.items()):
+            if k == kind and entry:
+                out.append(entry[0])
+                if len(out) >= count:
+                    break
+        return out
 
     def clear(self) -> None:
         self._entries.clear()
@@ -290,23 +303,41 @@ class IngestState:
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
 
 
-def _candidates(db: sqlite_utils.Database, state: IngestState, session: str, kind: str) -> list[StoredBlob]:
+def _candidates(
+    db: sqlite_utils.Database, state: IngestState, session: str, kind: str
+) -> tuple[list[StoredBlob], bool]:
+    """The bases for a body: the session's last bodies, else the latest of other sessions (a new
+    session re-sends the system prompt and tools they hold; True), loaded from the database after a restart."""
     key = (session, kind)
     cached = state.bases.get(key)
-    if cached is not None:
-        return cached
+    if cached is None:
+        state.bases.add(key, _latest(db, kind, session))
+        cached = state.bases.get(key) or []
+    if cached:
+        return cached, False
+    recent = state.bases.recent(kind)
+    if not recent:
+        state.bases.add(("", kind), _latest(db, kind, None))  # any session's latest body
+        recent = state.bases.recent(kind)
+    return recent, True
+
+
+def _latest(db: sqlite_utils.Database, kind: str, session: str | None) -> StoredBlob | None:
+    """The latest stored body of this kind (of ``session``, else of any session)."""
     col = _BLOB_COLUMN[kind]
-    row = db.execute(
-        f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
-    ).fetchone()
-    blob = None
-    if row is not None:
-        try:
-            blob = blob_load(db, row[0])
-        except Exception as e:  # a damaged base only costs compression
-            log.warning("could not load base blob %s: %s", row[0], e)
-    state.bases.add(key, blob)
-    return state.bases.get(key) or []
+    if session is None:
+        row = db.execute(f"SELECT {col} FROM calls WHERE {col} IS NOT NULL ORDER BY rowid DESC LIMIT 1").fetchone()
+    else:
+        row = db.execute(
+            f"SELECT {col} FROM calls WHERE session = ? AND {col} IS NOT NULL ORDER BY seq DESC LIMIT 1", [session]
+        ).fetchone()
+    if row is None:
+        return None
+    try:
+        return blob_load(db, row[0])
+    except Exception as e:  # a damaged base only costs compression
+        log.warning("could not load base blob %s: %s", row[0], e)
+        return None
 
 
 def store_body(
@@ -329,7 +360,8 @@ def store_body(
         state.recipes[key] = recipe or ""
         if recipe is not None:
             form = decoded
-    blob = blob_put(db, form, _candidates(db, state, session, kind))
+    bases, foreign = _candidates(db, state, session, kind)
+    blob = blob_put(db, form, bases, search=foreign)
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 
@@ -346,7 +378,8 @@ def link_retry(db: sqlite_utils.Database, row: dict, started_at: float, failures
         return
     prev = db.execute(
         """SELECT id, attempt, outcome, status, response_complete FROM calls
-           WHERE session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ? AND started_at <= ?
+           WHERE +session = ? AND request_sha256 = ? AND method = ? AND path = ? AND started_at >= ?
+             AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [
             row["session"],
@@ -380,17 +413,18 @@ def ingest(
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
     )
-    # Only a stream needs its final response stored: a JSON body is its own final response.
-    final = d.parsed.body if d.parsed is not None and d.parsed.stream else None
-    final_json = _dumps(final)  # None when there is no final response to keep
-    row["final_response_blob"] = blob_put(db, final_json.encode()).id if final_json is not None else None
+    # A stream's final response is not stored: reading it parses the stored stream again
+    # (queries.get_final_response), so the same text is not kept twice (docs/architecture.md, "Body storage").
+    row["final_response_blob"] = None
     row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
     no_failed_twin = not state.failures.may_have(row["request_sha256"], ex.started_at)
     link_retry(db, row, ex.started_at, state.failures)
-    cols = list(row)
+    stored = dict(row)
+    headers.store_pairs(db, stored)  # the header lists as shared sets (docs/architecture.md, "Body storage")
+    cols = list(stored)
     rowid = db.execute(
-        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols]
+        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
     ).lastrowid
     if is_failure(row["outcome"], row["status"], row["response_complete"]):
         state.failures.add(row["request_sha256"], ex.started_at)

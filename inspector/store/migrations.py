@@ -8,8 +8,15 @@ statement to whoever opens the file.
 
 from __future__ import annotations
 
+import hashlib
+
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
+
+try:  # Python 3.14+
+    from compression import zstd  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the interpreter
+    from backports import zstd
 
 migrations = Migrations("ctxscope")
 
@@ -263,3 +270,136 @@ def m010_index_unnamed_retries(db: sqlite_utils.Database) -> None:
     # A call without a session id that repeats a failed call's body joins its session: finding that
     # call must not scan every call of the same key and client (docs/architecture.md, "Sessions and threads").
     db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, key_fingerprint, client, started_at)")
+
+
+@migrations()
+def m011_create_chunks(db: sqlite_utils.Database) -> None:
+    """Bodies as pieces of content-addressed chunks (store/blobs.py); rows stored before stay as they are."""
+    db.execute(
+        """
+CREATE TABLE zstd_dicts (
+  id INTEGER PRIMARY KEY,         -- random, never reused: a reader may cache a dictionary by its id
+  after_chunk INTEGER NOT NULL,   -- trained once this chunk was stored: the newest compresses new chunks
+  data BLOB NOT NULL              -- a zstd dictionary trained on the chunks stored before it
+)"""
+    )
+    db.execute(
+        """
+CREATE TABLE chunks (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- the first 16 bytes of SHA-256 of the raw bytes: the same bytes are stored once
+  dict INTEGER REFERENCES zstd_dicts(id),  -- the dictionary it was compressed with, NULL for none
+  data BLOB NOT NULL              -- zstd of the raw bytes
+)"""
+    )
+    db.execute(
+        """
+CREATE TABLE pages (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- the same of pieces: bodies that share their first pieces share pages
+  pieces BLOB NOT NULL            -- 16 pieces, each (chunk id, offset, length) as three unsigned LEB128 varints
+)"""
+    )
+    # A body stored as pieces has hash set (sha256 '', data x'', the delta columns 0): its pieces are
+    # the pieces of its pages in order, then tail.
+    db.execute("ALTER TABLE blobs ADD COLUMN hash BLOB")  # the same of the body: verified on every read
+    db.execute("ALTER TABLE blobs ADD COLUMN pages BLOB")  # page ids as unsigned LEB128 varints
+    db.execute("ALTER TABLE blobs ADD COLUMN tail BLOB")  # the pieces after the last full page
+    # A body is no longer looked up by its hash: the same body again is laid out on its predecessor
+    # and shares all its chunks and pages, for a row of a few bytes (an index would cost more).
+    db.execute("DROP INDEX idx_blobs_sha256")
+
+
+@migrations()
+def m012_create_header_sets(db: sqlite_utils.Database) -> None:
+    """Header lists stored once (store/layout/headers.py); rows stored before keep their own lists."""
+    db.execute(
+        """
+CREATE TABLE header_sets (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- BLAKE2b-128 of pairs
+  pairs TEXT NOT NULL             -- JSON [[name, value], ...], null where a volatile value was
+)"""
+    )
+    # A call stored from now on has request_headers and response_headers NULL and these instead.
+    db.execute("ALTER TABLE calls ADD COLUMN request_header_set INTEGER REFERENCES header_sets(id)")
+    db.execute("ALTER TABLE calls ADD COLUMN response_header_set INTEGER REFERENCES header_sets(id)")
+    db.execute("ALTER TABLE calls ADD COLUMN header_values TEXT")  # JSON [[request values], [response values]]
+    # Retry linkage and the unnamed-call lookup both look for the same body in a time window: one
+    # index on (hash, time) serves both (the session, key and client are filters on the few rows
+    # in the window), where two indexes repeated the session, key and client in every entry.
+    db.execute("DROP INDEX idx_calls_retry")
+    db.execute("DROP INDEX idx_calls_request")
+    db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, started_at)")
+    # Replays are rare: index only the calls that are one.
+    db.execute("DROP INDEX idx_calls_replay_of")
+    db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of) WHERE replay_of IS NOT NULL")
+
+
+def _segment_key(digest: str) -> bytes:
+    """A segment's 16-byte key from the content hash the indexer gives (hex SHA-256, else any string)."""
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        raw = b""
+    return raw[:16] if len(raw) >= 16 else hashlib.blake2b(digest.encode(), digest_size=16).digest()
+
+
+@migrations()
+def m013_compress_search_text(db: sqlite_utils.Database) -> None:
+    """Search segments keep their text zstd-compressed under a 16-byte key; FTS5 reads it through a view
+    and keeps no positions.
+
+    The view calls ``ctxscope_text`` (store/db.py registers it on every connection): FTS5 needs the
+    text for snippets and to delete a segment's terms (docs/architecture.md, "The search index").
+    """
+    old = db.execute("SELECT id, hash, area, text FROM search_segments").fetchall()
+    for name in ("search_segments_ai", "search_segments_ad", "search_occurrences_ad"):
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute("DROP TABLE search_fts")
+    db.execute("DROP INDEX idx_search_occurrences_call")  # deleting a session scans the occurrences instead
+    db.execute("ALTER TABLE search_segments RENAME TO search_segments_old")
+    db.execute(
+        """
+CREATE TABLE search_segments (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- 16 bytes of the segment's content hash: a text seen again is not stored again
+  area TEXT NOT NULL,             -- system, tools, messages, tool_results, responses
+  dict INTEGER REFERENCES zstd_dicts(id),  -- the dictionary data was compressed with, NULL for none
+  data BLOB NOT NULL              -- zstd of the text that is searched and shown in snippets
+)"""
+    )
+    db.conn.executemany(
+        "INSERT INTO search_segments (id, hash, area, data) VALUES (?, ?, ?, ?)",
+        [(i, _segment_key(h), a, zstd.compress(t.encode(), 3)) for i, h, a, t in old],
+    )
+    db.execute("DROP TABLE search_segments_old")
+    db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_text(data, dict) AS text FROM search_segments")
+    # detail=none: the index records which segments hold a word, not where (a third of its size);
+    # a phrase is checked on the text of each candidate (store/derived/search.py).
+    db.execute(
+        "CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_text', content_rowid='id', detail=none)"
+    )
+    db.execute("INSERT INTO search_fts (search_fts) VALUES ('rebuild')")
+    # Merge segment b-trees two at a time (the default waits for four): the same terms are kept in
+    # fewer places, a smaller index for a little more work per insert.
+    db.execute("INSERT INTO search_fts (search_fts, rank) VALUES ('automerge', 2)")
+    db.execute(
+        """
+CREATE TRIGGER search_segments_ai AFTER INSERT ON search_segments BEGIN
+  INSERT INTO search_fts (rowid, text) VALUES (new.id, ctxscope_text(new.data, new.dict));
+END"""
+    )
+    db.execute(
+        """
+CREATE TRIGGER search_segments_ad AFTER DELETE ON search_segments BEGIN
+  INSERT INTO search_fts (search_fts, rowid, text) VALUES ('delete', old.id, ctxscope_text(old.data, old.dict));
+END"""
+    )
+    db.execute(
+        """
+CREATE TRIGGER search_occurrences_ad AFTER DELETE ON search_occurrences
+WHEN NOT EXISTS (SELECT 1 FROM search_occurrences WHERE segment = old.segment) BEGIN
+  DELETE FROM search_segments WHERE id = old.segment;
+END"""
+    )

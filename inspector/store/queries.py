@@ -17,7 +17,9 @@ from typing import Any, Literal
 import sqlite_utils
 
 from ctxscope.inspector.store import db as store
-from ctxscope.inspector.store.blobs import blob_get
+from ctxscope.inspector.store.blobs import blob_get, stored_bytes
+from ctxscope.inspector.store.columns import with_defaults
+from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
 from ctxscope.inspector.store.sessions import (
@@ -72,7 +74,7 @@ def _analysis(row: dict) -> dict:
     for col in _ANALYSIS_JSON:
         if isinstance(row.get(col), str):
             with contextlib.suppress(ValueError):
-                row[col] = json.loads(row[col])
+                row[col] = with_defaults(col, json.loads(row[col]))
     if row.get("has_compaction_before") is not None:
         row["has_compaction_before"] = bool(row["has_compaction_before"])
     return row
@@ -170,6 +172,7 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if full is None:
         return None
     row = next(db.query("SELECT * FROM calls WHERE id = ?", [full]))
+    headers.load_pairs(db, row)
     for col in _JSON_COLUMNS:
         if row.get(col) is not None:
             with contextlib.suppress(ValueError):
@@ -345,9 +348,8 @@ def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
         status["sessions"] = one("SELECT COUNT(DISTINCT session) FROM calls")[0]
         status["last_capture_at"] = one("SELECT MAX(started_at) FROM calls")[0]
         status["capture_epoch"] = int(store.get_meta(db, "capture_epoch", "0") or 0)
-        blobs, stored, content = one(
-            "SELECT COUNT(*), COALESCE(SUM(length(data)), 0), COALESCE(SUM(size), 0) FROM blobs"
-        )
+        blobs, content = one("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs")
+        stored = stored_bytes(db) if "chunks" in tables else one("SELECT COALESCE(SUM(length(data)), 0) FROM blobs")[0]
         raw = one("SELECT COALESCE(SUM(request_bytes), 0) + COALESCE(SUM(response_bytes), 0) FROM calls")[0]
         status["blobs"] = {
             "count": blobs,

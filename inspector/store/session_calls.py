@@ -12,6 +12,7 @@ import json
 import sqlite_utils
 
 from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.columns import with_defaults
 
 _COLUMNS = (
     "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
@@ -29,7 +30,7 @@ def session_calls(db: sqlite_utils.Database, session: str) -> list[dict]:
         row["usage"] = usage if any(v is not None for v in usage.values()) else None
         if isinstance(row.get("cache"), str):
             with contextlib.suppress(ValueError):
-                row["cache"] = json.loads(row["cache"])
+                row["cache"] = with_defaults("cache", json.loads(row["cache"]))
         row["body"] = None
         with contextlib.suppress(Exception):  # an undecodable body is analysed no further
             row["body"] = queries.get_request_json(db, row["id"])

@@ -1,0 +1,1 @@
+"""How bodies and header lists are laid out in the file so each distinct byte is stored once."""

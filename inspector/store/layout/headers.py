@@ -1,0 +1,98 @@
+"""Header lists stored once: a call row points at a shared header set and keeps only what varies.
+
+A client sends the same request headers on every call, and a provider's responses differ only in
+a few values (date, request id, rate-limit counters, content length). A header list is split into
+a *set* (the names and the stable values, with ``null`` where a volatile value was), stored once
+in ``header_sets`` by its hash, and the volatile values in order, kept in the call row. Joining
+them gives back the exact list (docs/architecture.md, "Body storage").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlite_utils
+
+_VOLATILE = frozenset({
+    "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
+    "openai-processing-ms", "set-cookie", "expires", "last-modified", "etag",
+    "x-amzn-requestid", "x-goog-request-id", "server-timing", "age",
+})  # fmt: skip
+_VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
+
+
+def _volatile(name: str) -> bool:
+    low = name.lower()
+    return low in _VOLATILE or low.startswith(_VOLATILE_PREFIXES)
+
+
+def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """The set (compact JSON, volatile values as null) and the volatile values in order."""
+    shape: list[list[Any]] = []
+    values: list[str] = []
+    for name, value in pairs:
+        if _volatile(name):
+            shape.append([name, None])
+            values.append(value)
+        else:
+            shape.append([name, value])
+    return json.dumps(shape, ensure_ascii=False, separators=(",", ":")), values
+
+
+def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
+    """The exact header list back from its set and volatile values."""
+    it = iter(values)
+    return [[name, next(it, "") if value is None else value] for name, value in json.loads(shape_json)]
+
+
+def put(db: sqlite_utils.Database, shape_json: str) -> int:
+    """The id of the header set (stored now if new)."""
+    digest = hashlib.blake2b(shape_json.encode(), digest_size=16).digest()
+    row = db.execute("SELECT id FROM header_sets WHERE hash = ?", [digest]).fetchone()
+    if row is not None:
+        return row[0]
+    cur = db.execute("INSERT INTO header_sets (hash, pairs) VALUES (?, ?)", [digest, shape_json])
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def store_pairs(db: sqlite_utils.Database, row: dict) -> None:
+    """Move a row's ``request_headers``/``response_headers`` (JSON text) into header sets."""
+    values: list[list[str]] = []
+    for kind in ("request", "response"):
+        text = row.pop(f"{kind}_headers", None)
+        if text is None:
+            row[f"{kind}_header_set"] = None
+            values.append([])
+            continue
+        shape, volatile = split(json.loads(text))
+        row[f"{kind}_header_set"] = put(db, shape)
+        values.append(volatile)
+    row["header_values"] = json.dumps(values, ensure_ascii=False, separators=(",", ":")) if any(values) else None
+
+
+def load_pairs(db: sqlite_utils.Database, row: dict) -> None:
+    """Fill a read row's ``request_headers``/``response_headers`` (JSON text) from its header sets."""
+    sets = {k: row.pop(f"{k}_header_set", None) for k in ("request", "response")}
+    packed = row.pop("header_values", None)
+    if sets["request"] is None and sets["response"] is None:
+        return
+    values = json.loads(packed) if packed else [[], []]
+    for i, kind in enumerate(("request", "response")):
+        if sets[kind] is None:
+            continue
+        found = db.execute("SELECT pairs FROM header_sets WHERE id = ?", [sets[kind]]).fetchone()
+        pairs = join(found[0], values[i]) if found else []
+        row[f"{kind}_headers"] = json.dumps(pairs, ensure_ascii=False)
+
+
+def sweep(db: sqlite_utils.Database) -> int:
+    """Delete the header sets no call uses any more."""
+    return db.execute(
+        """DELETE FROM header_sets WHERE id NOT IN (
+             SELECT request_header_set FROM calls WHERE request_header_set IS NOT NULL
+             UNION SELECT response_header_set FROM calls WHERE response_header_set IS NOT NULL)"""
+    ).rowcount
