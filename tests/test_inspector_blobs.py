@@ -14,17 +14,15 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import (
     PAGE,
     BlobCorrupt,
-    Delta,
-    apply_delta,
     blob_get,
     blob_load,
     blob_put,
     common_prefix,
     common_suffix,
-    make_delta,
-    sha256,
     sweep,
 )
+from ctxscope.inspector.store.layout.legacy import Delta, apply_delta, make_delta, sha256
+from ctxscope.inspector.store.layout.packing import pack_pieces, unpack_pieces
 from ctxscope.inspector.store.recode import apply_recipe, find_recipe
 
 try:
@@ -279,14 +277,12 @@ def test_no_recipe_for_what_cannot_be_reproduced():
 
 
 def test_piece_lists_pack_as_varints_and_come_back():
-    from ctxscope.inspector.store.blobs import _pack_pieces, _pieces
-
     rng = random.Random(9)
     for _ in range(200):
         pieces = [(rng.randrange(1, 2**40), rng.choice([0, rng.randrange(2**32)]), rng.randrange(1, 2**31))
                   for _ in range(rng.randrange(0, 40))]
-        assert _pieces(_pack_pieces(pieces)) == pieces
-    assert len(_pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes
+        assert unpack_pieces(pack_pieces(pieces)) == pieces
+    assert len(pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes
 
 
 def test_chunks_compressed_with_a_trained_dictionary_read_back_on_a_new_connection(tmp_path):

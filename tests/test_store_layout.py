@@ -11,10 +11,11 @@ from factories import anthropic_request, anthropic_response, capture, make_excha
 
 from ctxscope.inspector.search_index import writer_analyzers
 from ctxscope.inspector.store import db as store
-from ctxscope.inspector.store.blobs import make_delta, sha256, sweep
+from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived.search import search
 from ctxscope.inspector.store.layout.headers import join, split
+from ctxscope.inspector.store.layout.legacy import make_delta, sha256
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.queries import get_call, get_request_raw, get_response_raw, open_db
 

@@ -12,7 +12,7 @@ body is a few SELECTs and one decompression per chunk; its hash is verified on e
 (docs/architecture.md, "Body storage").
 
 Bodies stored before this layout (rows with ``hash`` NULL: a keyframe or a delta against an
-earlier blob, with a SHA-256) stay readable through ``_load_legacy``.
+earlier blob, with a SHA-256) stay readable through ``layout/legacy.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
+from ctxscope.inspector.store.layout import legacy
+from ctxscope.inspector.store.layout.packing import pack_ids, pack_pieces, unpack_ids, unpack_pieces
 from ctxscope.inspector.store.layout.pieces import (
     Piece,
     PieceIndex,
@@ -102,7 +104,7 @@ def blob_put(
     cur = db.execute(
         "INSERT INTO blobs (sha256, size, depth, prefix_len, suffix_len, data, hash, pages, tail)"
         " VALUES ('', ?, 0, 0, 0, x'', ?, ?, ?)",
-        [len(data), digest, _pack_ids(pages), _pack_pieces(pieces[full * PAGE :])],
+        [len(data), digest, pack_ids(pages), pack_pieces(pieces[full * PAGE :])],
     )
     assert cur.lastrowid is not None  # an INSERT sets it
     return StoredBlob(cur.lastrowid, data, 0, pieces, pages)
@@ -210,7 +212,7 @@ def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, d
 
 
 def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
-    packed = _pack_pieces(pieces)
+    packed = pack_pieces(pieces)
     digest = body_hash(packed)
     row = db.execute("SELECT id FROM pages WHERE hash = ?", [digest]).fetchone()
     if row is not None:
@@ -218,47 +220,6 @@ def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
     cur = db.execute("INSERT INTO pages (hash, pieces) VALUES (?, ?)", [digest, packed])
     assert cur.lastrowid is not None
     return cur.lastrowid
-
-
-def _varints(numbers: Iterable[int]) -> bytes:
-    """Unsigned LEB128: most ids, offsets and lengths take one to three bytes instead of four."""
-    out = bytearray()
-    for n in numbers:
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-    return bytes(out)
-
-
-def _numbers(packed: bytes | None) -> list[int]:
-    out: list[int] = []
-    n = shift = 0
-    for byte in packed or b"":
-        n |= (byte & 0x7F) << shift
-        if byte & 0x80:
-            shift += 7
-        else:
-            out.append(n)
-            n = shift = 0
-    return out
-
-
-def _pack_pieces(pieces: Sequence[Piece]) -> bytes:
-    return _varints(x for p in pieces for x in p)
-
-
-def _pieces(packed: bytes | None) -> list[Piece]:
-    nums = _numbers(packed)
-    return list(zip(nums[0::3], nums[1::3], nums[2::3], strict=True))
-
-
-def _pack_ids(ids: Sequence[int]) -> bytes:
-    return _varints(ids)
-
-
-def _ids(packed: bytes | None) -> list[int]:
-    return _numbers(packed)
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -284,7 +245,7 @@ def _page_pieces(db: sqlite_utils.Database, blob_id: int, page_ids: Sequence[int
     for pid in page_ids:
         if pid not in found:
             raise BlobCorrupt(f"blob {blob_id}: page {pid} is missing")
-        pieces += _pieces(found[pid])
+        pieces += unpack_pieces(found[pid])
     return pieces
 
 
@@ -295,9 +256,13 @@ def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -
         raise KeyError(f"no blob {blob_id}")
     digest, size, packed_pages, tail = row
     if digest is None:
-        return _load_legacy(db, blob_id, verify=verify)
-    page_ids = _ids(packed_pages)
-    pieces = _page_pieces(db, blob_id, page_ids) + _pieces(tail)
+        try:
+            data, depth = legacy.load(db, blob_id, verify=verify)
+        except legacy.BrokenChain as e:
+            raise BlobCorrupt(str(e)) from e
+        return StoredBlob(blob_id, data, depth)
+    page_ids = unpack_ids(packed_pages)
+    pieces = _page_pieces(db, blob_id, page_ids) + unpack_pieces(tail)
     wanted = sorted({p[0] for p in pieces})
     chunks = _select_rows(db, "SELECT id, dict, data FROM chunks WHERE id IN ({})", wanted)
     views = {}
@@ -334,12 +299,12 @@ def sweep(db: sqlite_utils.Database) -> int:
     used_pages: set[int] = set()
     used_chunks: set[int] = set()
     for packed_pages, tail in db.execute("SELECT pages, tail FROM blobs WHERE hash IS NOT NULL"):
-        used_pages.update(_ids(packed_pages))
-        used_chunks.update(p[0] for p in _pieces(tail))
+        used_pages.update(unpack_ids(packed_pages))
+        used_chunks.update(p[0] for p in unpack_pieces(tail))
     dead_pages = []
     for pid, packed in db.execute("SELECT id, pieces FROM pages"):
         if pid in used_pages:
-            used_chunks.update(p[0] for p in _pieces(packed))
+            used_chunks.update(p[0] for p in unpack_pieces(packed))
         else:
             dead_pages.append(pid)
     dead_chunks = [cid for (cid,) in db.execute("SELECT id FROM chunks") if cid not in used_chunks]
@@ -353,60 +318,3 @@ def sweep(db: sqlite_utils.Database) -> int:
     db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
                "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks
     return len(dead_pages) + len(dead_chunks)
-
-
-# ---- the layout before chunks: a keyframe or a delta against an earlier blob --------------------
-
-
-@dataclass(frozen=True)
-class Delta:
-    prefix_len: int
-    suffix_len: int
-    middle: bytes
-
-
-def make_delta(base: bytes, new: bytes) -> Delta:
-    """``new`` as the prefix and suffix it shares with ``base`` plus the bytes in between."""
-    p = common_prefix(base, new)
-    s = common_suffix(base, new, min(len(base), len(new)) - p)
-    return Delta(p, s, new[p : len(new) - s])
-
-
-def apply_delta(base: bytes, delta: Delta) -> bytes:
-    tail = base[len(base) - delta.suffix_len :] if delta.suffix_len else b""
-    return base[: delta.prefix_len] + delta.middle + tail
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-_CHAIN_SQL = """
-WITH RECURSIVE chain(id, base, prefix_len, suffix_len, data, sha256, size, depth, n) AS (
-  SELECT id, base, prefix_len, suffix_len, data, sha256, size, depth, 0 FROM blobs WHERE id = ?
-  UNION ALL
-  SELECT b.id, b.base, b.prefix_len, b.suffix_len, b.data, b.sha256, b.size, b.depth, c.n + 1
-  FROM blobs b JOIN chain c ON b.id = c.base
-  WHERE c.n < 10000
-)
-SELECT id, base, prefix_len, suffix_len, data, sha256, size, depth FROM chain ORDER BY n DESC
-"""
-
-
-def _load_legacy(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> StoredBlob:
-    rows = db.execute(_CHAIN_SQL, [blob_id]).fetchall()
-    if not rows:
-        raise KeyError(f"no blob {blob_id}")
-    data = b""
-    for i, (_id, base, prefix_len, suffix_len, payload, _digest, _size, _depth) in enumerate(rows):
-        middle = zstd.decompress(payload)
-        if i == 0:
-            if base is not None:
-                raise BlobCorrupt(f"blob {blob_id}: chain ends at delta {_id} whose base is missing")
-            data = middle
-        else:
-            data = apply_delta(data, Delta(prefix_len, suffix_len, middle))
-    _id, _base, _p, _s, _payload, digest, size, depth = rows[-1]
-    if verify and (len(data) != size or sha256(data) != digest):
-        raise BlobCorrupt(f"blob {blob_id} does not match its stored hash")
-    return StoredBlob(blob_id, data, depth)
