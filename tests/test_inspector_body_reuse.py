@@ -26,7 +26,7 @@ from ctxscope.inspector import analyze, body_reuse, search_index
 from ctxscope.inspector.analyses import incremental
 from ctxscope.inspector.body_reuse import CHECKPOINT, BodyMemory, parse
 from ctxscope.inspector.search_index import writer_analyzers
-from ctxscope.inspector.store import ingest, queries
+from ctxscope.inspector.store import exchange_row, queries
 from ctxscope.inspector.writer.thread import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
@@ -296,7 +296,7 @@ def test_the_writer_reusing_recent_bodies_stores_what_a_computation_from_scratch
     reused = stored(tmp_path / "reused.db", exchanges)
 
     # From scratch: every body parsed and hashed whole, every prompt canonicalised and counted whole.
-    monkeypatch.setattr(ingest, "parse", lambda raw, candidates=(): body_reuse.parse(raw, ()))
+    monkeypatch.setattr(exchange_row, "parse", lambda raw, candidates=(): body_reuse.parse(raw, ()))
     monkeypatch.setattr(analyze, "prepare", lambda api, body, raw, candidates: incremental.prepare(api, body, raw, []))
     monkeypatch.setattr(search_index, "prepare", lambda api, body, raw, c: incremental.prepare(api, body, raw, []))
     scratch = stored(tmp_path / "scratch.db", exchanges)

@@ -17,8 +17,7 @@ from factories import make_exchange
 
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import db as store
-from ctxscope.inspector.store import ingest as ingest_mod
-from ctxscope.inspector.store import queries
+from ctxscope.inspector.store import exchange_row, queries
 from ctxscope.inspector.writer.thread import CaptureWriter
 
 TESTS = Path(__file__).resolve().parent
@@ -166,7 +165,7 @@ def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
     def broken(*args):
         raise ZeroDivisionError("parser bug")
 
-    monkeypatch.setattr(ingest_mod, "parse_response", broken)
+    monkeypatch.setattr(exchange_row, "parse_response", broken)
     ex = make_exchange()
     w = CaptureWriter(tmp_path / "c.db")
     w.start()
