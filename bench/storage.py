@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import signal
 import sqlite3
 import subprocess
@@ -53,7 +52,10 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-VENV_BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the benches' shared helpers
+
+from proxy_bench_procs import VENV_BIN, listening_port
+
 MODEL = "claude-sonnet-4-5-20250929"
 HEADERS = {
     "accept": "application/json",
@@ -304,16 +306,7 @@ def spawn_daemon(work: Path, upstream: str) -> tuple[subprocess.Popen, int, Path
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(VENV_BIN / "ctxscope"), "serve", "--port", "0", "--db", str(db),
                                  "--upstream", f"fake={upstream}"], stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"ctxscope serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
-        if found:
-            return proc, int(found.group(1)), db
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("ctxscope serve did not listen within 60 s")
+    return proc, listening_port(proc, log), db
 
 
 async def drained(session: aiohttp.ClientSession, port: int, most: int) -> None:

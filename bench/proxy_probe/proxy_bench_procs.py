@@ -180,13 +180,19 @@ def spawn_ctxscope(kind: str, loop: str, upstream: str, work: Path, env) -> tupl
     log = work / f"{kind}-{loop}.log"
     with open(log, "wb") as output:  # the child keeps its own copy
         proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, env=env)
+    return proc, listening_port(proc, log), db
+
+
+def listening_port(proc: subprocess.Popen, log: Path) -> int:
+    """The port ``ctxscope serve`` says it listens on, read from its log (it exits the bench if the
+    daemon dies or says nothing within 60 s)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"ctxscope serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
         if listening:
-            return proc, int(listening.group(1)), db
+            return int(listening.group(1))
         time.sleep(0.05)
     proc.kill()
     raise SystemExit(f"ctxscope serve did not listen within 60 s:\n{log.read_text()[-4000:]}")
