@@ -45,7 +45,7 @@ import openai
 
 from ctxscope.daemon import start_daemon
 from ctxscope.demo import count_model_requests, run_scenario, wait_for_analysis
-from ctxscope.inspector.analyses.cache_analysis import CacheJudgement, contradiction
+from ctxscope.inspector.analyses.cache.verdicts import CacheJudgement, contradiction
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.settings import DaemonConfig
 from ctxscope.simulator.app import STATE_KEY, start_simulator

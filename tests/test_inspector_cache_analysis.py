@@ -17,13 +17,8 @@ from inspector_bodies import (
 )
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
-from ctxscope.inspector.analyses.cache_analysis import (
-    Observed,
-    anthropic_minimum,
-    parse_provider_diagnostics,
-    predict_cache,
-    verdict,
-)
+from ctxscope.inspector.analyses.cache.prediction import Observed, anthropic_minimum, predict_cache
+from ctxscope.inspector.analyses.cache.verdicts import parse_provider_diagnostics, verdict
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.analyses.relation import CallContext, classify

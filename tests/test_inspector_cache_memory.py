@@ -9,8 +9,9 @@ from factories import analysed, anthropic_response, capture, exchange_at
 from inspector_bodies import EPHEMERAL, assistant, long_text, make_anthropic_body, make_chat_body, text, user
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
-from ctxscope.inspector.analyses.cache_analysis import Observed, judge_call, predict_cache
-from ctxscope.inspector.analyses.cache_memory import CacheMemory, Learned, prefix_keys
+from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned, prefix_keys
+from ctxscope.inspector.analyses.cache.prediction import Observed, predict_cache
+from ctxscope.inspector.analyses.cache.verdicts import judge_call
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.relation import CallContext, classify
 from ctxscope.inspector.store.derived import cache_minimums

@@ -11,13 +11,8 @@ import itertools
 
 import pytest
 
-from ctxscope.inspector.analyses.cache_analysis import (
-    CacheJudgement,
-    CachePrediction,
-    contradiction,
-    expected_read,
-    verdict,
-)
+from ctxscope.inspector.analyses.cache.prediction import CachePrediction
+from ctxscope.inspector.analyses.cache.verdicts import CacheJudgement, contradiction, expected_read, verdict
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.vocab.kinds import CacheVerdict, RelationKind

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ctxscope.inspector.advisor.model import Session, SessionCall
 from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
-from ctxscope.inspector.analyses.cache_memory import anthropic_points
+from ctxscope.inspector.analyses.cache.memory import anthropic_points
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxscope.inspector.advisor.model import SessionCall, dollars
-from ctxscope.inspector.analyses.cache_analysis import anthropic_minimum
-from ctxscope.inspector.analyses.cache_memory import prefix_keys
+from ctxscope.inspector.analyses.cache.memory import prefix_keys
+from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
 from ctxscope.inspector.analyses.prices import PriceTable
 
 MAX_BREAKPOINTS = 4

@@ -2,7 +2,7 @@
 
 Every call of an agent re-sends its history, so every analysis compares a prompt of thousands of
 segments with the few recent prompts it continues (inspector/analyses/threads.py, relation.py,
-cache_analysis.py). ``Hashes`` keeps the sha256 digests of a prompt's segments back to back in one
+cache/prediction.py). ``Hashes`` keeps the sha256 digests of a prompt's segments back to back in one
 ``bytes`` object: slicing and concatenating them is one ``memcpy``, comparing them one ``memcmp``,
 where a tuple of strings touches one object per segment. It reads as a sequence of hex strings,
 like the segments' own ``hash``.

@@ -1,10 +1,8 @@
-"""Cache prediction from prompt structure, reconciled with reported usage.
+"""Cache prediction from prompt structure: what the provider should read from its prompt cache.
 
-``predict_cache`` models what the provider should read from its prompt cache given the
-predecessor; ``verdict`` compares that with the reported cache read and says why they differ, and
-never contradicts the reported usage (``contradiction`` states the rule: docs/architecture.md,
-"Cache verdicts"). ``judge_call`` runs both around a ``CacheMemory``: minimums learned from usage
-and the Anthropic entries earlier calls of the API key wrote.
+``predict_cache`` models the read given the predecessor and a ``CacheMemory`` (minimums learned
+from usage, the Anthropic entries earlier calls of the API key wrote); ``verdicts.py`` compares it
+with the reported read (docs/architecture.md, "Cache verdicts").
 
 Anthropic: a cache entry exists for the prefix ending at each breakpoint (``cache_control`` on a
 block; a top-level ``cache_control`` puts one on the last block) whose prefix reaches the model's
@@ -15,10 +13,7 @@ before it, whether the predecessor or an earlier call wrote it. Changing ``tool_
 everything. OpenAI: automatic prefix caching of the longest common token prefix from 1,024 tokens
 in 128-token steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model
 or service tier change loses everything.
-
-Token figures in a prediction are o200k estimates; ``verdict`` rescales them by the ratio of the
-reported prompt size to the estimate (``expected_read``; OpenAI's steps are taken after rescaling),
-so lost tokens come out in the provider's units.
+Token figures here are o200k estimates.
 """
 
 from __future__ import annotations
@@ -27,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
-from ctxscope.inspector.analyses.cache_memory import CacheMemory, anthropic_points, reported
+from ctxscope.inspector.analyses.cache.memory import CacheMemory, anthropic_points
 from ctxscope.inspector.analyses.canonical import CanonicalPrompt
-from ctxscope.inspector.analyses.prices import Price
 from ctxscope.inspector.analyses.relation import Relation, shared_prefix
-from ctxscope.vocab.kinds import CacheVerdict, EpochReason, RelationKind
+from ctxscope.vocab.kinds import EpochReason, RelationKind
 from ctxscope.vocab.tokens import count_tokens
 
 LOOKBACK_BLOCKS = 20
@@ -86,30 +80,17 @@ class CachePrediction:
     unrounded_read: int | None = None
 
 
-@dataclass(frozen=True)
-class CacheJudgement:
-    verdict: CacheVerdict
-    lost_tokens: int
-    lost_cost_usd: float | None
-    break_pointer: str | None  # first difference vs the predecessor, also when harmless
-    break_segment_kind: str | None
-    before_prev_last_breakpoint: bool | None  # True: the difference lies inside the cached region
-    provider_diagnostics: dict | None
-    detail: str | None = None
-    expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
-
-
 def anthropic_minimum(model: str | None) -> int:
     name = (model or "").lower()
     keys = [k for k in ANTHROPIC_MINIMUMS if k in name]
     return ANTHROPIC_MINIMUMS[max(keys, key=len)] if keys else ANTHROPIC_DEFAULT_MINIMUM
 
 
-def _family(prompt: CanonicalPrompt) -> str:
+def cache_family(prompt: CanonicalPrompt) -> str:
     return prompt.api.split(".", 1)[0] if prompt.api.split(".", 1)[0] in ("anthropic", "openai") else "unknown"
 
 
-def _openai_round(tokens: int, minimum: int = OPENAI_MINIMUM) -> int:
+def openai_round(tokens: int, minimum: int = OPENAI_MINIMUM) -> int:
     """The longest cached prefix of ``tokens``: the minimum, then whole 128-token steps."""
     return 0 if tokens < minimum else minimum + (tokens - minimum) // OPENAI_STEP * OPENAI_STEP
 
@@ -160,7 +141,7 @@ def predict_cache(
     """
     cur = Observed(*cur)
     prev = Observed(*prev) if prev is not None else None
-    family = _family(cur.prompt)
+    family = cache_family(cur.prompt)
     memory = memory if memory is not None else CacheMemory()
     if family == "anthropic":
         return _predict_anthropic(prev, cur, relation, memory, scope)
@@ -278,7 +259,7 @@ def _predict_anthropic(
 def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, memory: CacheMemory) -> CachePrediction:
     total = cur.tokens.total
     minimum = memory.minimum("openai", cur.prompt.model, OPENAI_MINIMUM, cur.started_at)
-    cacheable = _openai_round(total, minimum)
+    cacheable = openai_round(total, minimum)
     last = len(cur.prompt.segments) - 1 if cur.prompt.segments else None
     common: dict[str, Any] = {"cacheable_prefix_tokens": cacheable, "below_minimum": total < minimum}
     if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
@@ -286,7 +267,7 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
                            predicted_write=cacheable, **common)  # fmt: skip
     gap = max(0.0, cur.started_at - prev.started_at)
     prev_minimum = memory.minimum("openai", prev.prompt.model, OPENAI_MINIMUM, prev.started_at)
-    prev_cached = _openai_round(prev.tokens.total, prev_minimum)
+    prev_cached = openai_round(prev.tokens.total, prev_minimum)
     alive = gap <= _openai_ttl(prev.prompt)
     prev_last = len(prev.prompt.segments) - 1 if prev.prompt.segments else None
     shared = shared_prefix(prev.prompt.hashes, cur.prompt.hashes)
@@ -309,7 +290,7 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
         a, b = prev.prompt.segments[shared], cur.prompt.segments[shared]
         if (a.kind, a.role) == (b.kind, b.role):
             shared_tokens += _common_tokens(a.text, b.text)
-    would = _openai_round(min(shared_tokens, prev.tokens.total), minimum) if prev_cached else 0
+    would = openai_round(min(shared_tokens, prev.tokens.total), minimum) if prev_cached else 0
     read = would if alive else 0
     loss = max(0, prev_cached - read) if alive and diverged and prev_cached else 0
     if loss:
@@ -328,171 +309,3 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
     )  # fmt: skip
 
 
-def expected_read(prediction: CachePrediction, usage: Any) -> int:
-    """The predicted read in the provider's units: rescaled by its reported prompt size over our estimate."""
-    got = reported(usage)
-    total = got[0] if got is not None else 0
-    scale = total / prediction.total_tokens if prediction.total_tokens > 0 and total > 0 else 1.0
-    if prediction.unrounded_read is not None and scale != 1.0:  # OpenAI: the provider's steps, in its units
-        minimum = OPENAI_MINIMUM if prediction.minimum >= OPENAI_MINIMUM else round(prediction.minimum * scale)
-        return _openai_round(min(total, round(prediction.unrounded_read * scale)), minimum)
-    return round(prediction.predicted_read * scale)
-
-
-def verdict(
-    prediction: CachePrediction,
-    usage: Any,
-    relation: Relation,
-    *,
-    price: Price | None = None,
-    provider_diagnostics: dict | None = None,
-) -> CacheJudgement:
-    """Reconcile the prediction with reported usage ({input (total), output, cache_read, cache_write}).
-
-    The usage wins: the verdict never contradicts it (docs/architecture.md, "Cache verdicts").
-    """
-    got = reported(usage)
-    p = prediction
-    expected = expected_read(p, usage) if got is not None else None
-
-    def result(kind: CacheVerdict, lost: int = 0, detail: str | None = None) -> CacheJudgement:
-        # Lost tokens are paid again as a write (or plain input) instead of a cache read.
-        cost = None
-        if price is not None:
-            cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
-        return CacheJudgement(kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint,
-                              provider_diagnostics, detail, expected)  # fmt: skip
-
-    if got is None:
-        return result(CacheVerdict.UNKNOWN, detail="usage not reported")
-    total, read, write = got
-    if relation.kind == RelationKind.NOT_COMPARABLE or p.family == "unknown":
-        return result(CacheVerdict.HIT if read > 0 else CacheVerdict.UNKNOWN, detail=relation.detail)
-    scale = total / p.total_tokens if p.total_tokens > 0 and total > 0 else 1.0
-    expected = expected or 0
-    # A loss needs the read we saw to be one we modelled: a read where we predicted none means the
-    # provider kept something we thought gone, so nothing we can name was lost.
-    modelled = read == 0 or expected > 0
-    # A break costs what the predecessor had cached beyond what could still be read; when the
-    # provider read even that (an older entry we did not model), nothing was lost.
-    lost = max(0, round(p.client_loss * scale) - max(0, read - expected)) if p.client_loss > 0 else 0
-    if lost > 0 and modelled:
-        return result(CacheVerdict.CLIENT_BREAK, lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
-    would = round(p.would_read * scale)
-    ttl_lost = would - max(read, expected)
-    if p.ttl_expired and read < would // 2 and ttl_lost > 0 and modelled:
-        return result(CacheVerdict.TTL_EXPIRED, ttl_lost, f"{p.gap_seconds or 0:.0f}s since the predecessor")
-    if read > 0:
-        if expected > 0 and read < expected // 2:
-            return result(
-                CacheVerdict.PROVIDER_MISS, expected - read, "read less than half the identical cached prefix"
-            )
-        return result(CacheVerdict.HIT, detail=p.reason)
-    if expected > 0:
-        return result(CacheVerdict.PROVIDER_MISS, expected, "prefix identical and alive, nothing read")
-    if write > 0:  # the provider cached this prompt: it reached the minimum and caching was asked for
-        return result(CacheVerdict.EXPECTED_WRITE, detail=p.reason)
-    if p.below_minimum or (p.family == "anthropic" and p.last_breakpoint_index is not None and total < p.minimum):
-        return result(CacheVerdict.BELOW_MINIMUM, detail=f"prefix below the {p.minimum}-token minimum")
-    if p.reason == "no_breakpoints":
-        return result(CacheVerdict.NOT_REQUESTED, detail="no cache_control in the request")
-    return result(CacheVerdict.EXPECTED_WRITE, detail=p.reason)
-
-
-def judge_call(
-    prev: Observed | None,
-    cur: Observed,
-    relation: Relation,
-    usage: Any,
-    memory: CacheMemory,
-    *,
-    scope: str = "",
-    price: Price | None = None,
-    provider_diagnostics: dict | None = None,
-) -> tuple[CachePrediction, CacheJudgement]:
-    """Learn from the call's reported usage, predict, judge, and remember the entries it left.
-
-    The call's own usage first lowers its model's minimum (a write below the table proves the
-    table wrong for this call too); Anthropic entries it wrote are remembered for later calls.
-    """
-    family = _family(cur.prompt)
-    table = anthropic_minimum(cur.prompt.model) if family == "anthropic" else OPENAI_MINIMUM
-    memory.learn(cur.prompt, cur.tokens, usage, table, cur.started_at)
-    prediction = predict_cache(prev, cur, relation, memory=memory, scope=scope)
-    judgement = verdict(prediction, usage, relation, price=price, provider_diagnostics=provider_diagnostics)
-    if family == "anthropic":
-        memory.record(scope, cur.prompt, cur.tokens.cumulative, prediction.minimum, cur.started_at,
-                      prediction.predicted_read, usage)  # fmt: skip
-    return prediction, judgement
-
-
-LOSS_VERDICTS = frozenset({CacheVerdict.CLIENT_BREAK, CacheVerdict.TTL_EXPIRED, CacheVerdict.PROVIDER_MISS})
-
-
-def contradiction(judgement: CacheJudgement, usage: Any, expected: int) -> str | None:
-    """How a verdict contradicts the reported usage, None when it does not (docs/architecture.md,
-    "Cache verdicts"). ``expected`` is the predicted read in the provider's units (``expected_read``)."""
-    got = reported(usage)
-    v, lost = judgement.verdict, judgement.lost_tokens
-    if got is None:
-        return None if v == CacheVerdict.UNKNOWN else f"{v} without reported usage"
-    _total, read, write = got
-    if v in (CacheVerdict.BELOW_MINIMUM, CacheVerdict.NOT_REQUESTED) and (read or write):
-        return f"{v} but the provider reported read {read}, write {write}"
-    if v == CacheVerdict.HIT and read <= 0:
-        return "hit without a reported read"
-    if v == CacheVerdict.EXPECTED_WRITE and read > 0:
-        return f"expected_write but the provider read {read}"
-    if v in LOSS_VERDICTS:
-        if lost <= 0:
-            return f"{v} with no tokens lost"
-        if read > 0 and expected <= 0:
-            return f"{v} but the provider read {read} where none was predicted"
-        if v == CacheVerdict.PROVIDER_MISS and read >= expected:
-            return f"provider_miss but the provider read {read} of {expected} predicted"
-    elif lost:
-        return f"{v} with {lost} tokens lost"
-    return None
-
-
-def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any) -> dict | None:
-    """The provider's own cache verdict, when the client asked for one; None otherwise.
-
-    Anthropic: request ``diagnostics.previous_message_id``, response ``diagnostics.cache_miss_reason``
-    (absent: no divergence; null reason: comparison still pending). OpenAI Responses: request
-    ``prompt_cache_options.comparison_response_id``, response ``prompt_cache_diagnostics``.
-    """
-    if not isinstance(request_body, dict):
-        return None
-    resp = response if isinstance(response, dict) else {}
-    if (api or "").startswith("anthropic"):
-        req = request_body.get("diagnostics")
-        if not isinstance(req, dict):
-            return None
-        comparison = req.get("previous_message_id")
-        diag = resp.get("diagnostics")
-        out = {"provider": "anthropic", "comparison_id": comparison, "reason": None, "missed_tokens": None,
-               "reusable_tokens": None, "raw": diag}  # fmt: skip
-        if not isinstance(diag, dict):
-            out["status"] = "baseline" if comparison is None else "no_divergence"
-            return out
-        reason = diag.get("cache_miss_reason")
-        if not isinstance(reason, dict):
-            out["status"] = "pending"
-            return out
-        missed = reason.get("cache_missed_input_tokens", diag.get("cache_missed_input_tokens"))
-        out.update(status=reason.get("type"), reason=reason.get("type"), missed_tokens=missed)
-        return out
-    options = request_body.get("prompt_cache_options")
-    comparison = options.get("comparison_response_id") if isinstance(options, dict) else None
-    if not comparison:
-        return None
-    diag = resp.get("prompt_cache_diagnostics")
-    if not isinstance(diag, dict):
-        return {"provider": "openai", "comparison_id": comparison, "status": "not_reported", "reason": None,
-                "missed_tokens": None, "reusable_tokens": None, "raw": diag}  # fmt: skip
-    return {
-        "provider": "openai", "comparison_id": comparison, "status": diag.get("type"), "reason": diag.get("reason"),
-        "missed_tokens": diag.get("cache_missed_tokens"), "reusable_tokens": diag.get("comparison_reusable_tokens"),
-        "raw": diag,
-    }  # fmt: skip
