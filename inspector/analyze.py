@@ -36,7 +36,7 @@ from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.cache.prediction import CachePrediction, Observed
 from ctxscope.inspector.analyses.cache.verdicts import CacheJudgement, judge_call, parse_provider_diagnostics
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
 from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before, infer_markers

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.incremental import Prepared
 from ctxscope.inspector.analyses.threads import RecentCall
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector.analyses.canonical import canonical_json
+from ctxscope.inspector.analyses.canonical_prompt import canonical_json
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.analyze import Analyzer

@@ -20,7 +20,8 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.analyses.canonical import canonicalize, escape, is_reminder, split_reminders
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.canonical_prompt import escape, is_reminder, split_reminders
 from ctxscope.inspector.analyses.hashes import Hashes
 
 A = "anthropic.messages"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from ctxscope.inspector.analyses.canonical import Segment
+from ctxscope.inspector.analyses.canonical_prompt import Segment
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
 
 

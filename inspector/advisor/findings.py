@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, window_of
 from ctxscope.inspector.advisor.replay import replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
-from ctxscope.inspector.analyses.canonical import split_reminders
+from ctxscope.inspector.analyses.canonical_prompt import split_reminders
 from ctxscope.vocab.tokens import count_tokens
 
 OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...

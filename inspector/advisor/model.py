@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt, canonicalize
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 
 # Context windows by model-name fragment (longest fragment wins); the default fits today's

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, split_reminders
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment, split_reminders
 from ctxscope.vocab.tokens import count_tokens
 
 IMAGE_TOKENS = 1600

@@ -19,25 +19,19 @@ other parameters into ``params``: neither is hashed into segments.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from ctxscope.inspector.analyses.hashes import Hashes
-from ctxscope.inspector.analyses.tool_refs import ToolRefs
+from ctxscope.inspector.analyses.canonical_prompt import (
+    MARKER_KEYS,
+    POLICY_KEYS,
+    CanonicalPrompt,
+    Segment,
+    canonical_json,
+    is_reminder,
+)
 from ctxscope.vocab.apis import Api
-
-KINDS = (
-    "system", "tools", "user_text", "assistant_text", "tool_call",
-    "tool_result", "reminder", "image", "thinking", "other",
-)  # fmt: skip
-MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
-POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
-REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 _PROMPT_KEYS: dict[str, set[str]] = {
     Api.ANTHROPIC_MESSAGES: {"model", "messages", "system", "tools"},
@@ -50,82 +44,6 @@ _IMAGE_TYPES = {
     "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
 }  # fmt: skip
 _TEXT_TYPES = {"text", "input_text", "output_text"}
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One cacheable unit of the prompt."""
-
-    pointer: str  # RFC 6901 pointer into the actual request body
-    kind: str  # one of KINDS
-    role: str | None
-    text: str  # what tokens are counted on; canonical JSON for structured things
-    hash: str  # sha256 hex of the normalised content (markers excluded)
-    breakpoint: dict | None = None  # the cache marker on this segment, if any
-    name: str | None = None  # tool name (definitions and calls)
-    ref: str | None = None  # tool call id linking a call and its result
-    images: int = 0  # images/documents inside this segment (counted by estimate)
-
-
-@dataclass(frozen=True)
-class CanonicalPrompt:
-    """A prompt as segments in cache order, plus what steers caching and the other parameters.
-
-    ``hashes`` and ``tool_refs`` are derived from the segments; a builder that already has them for
-    most segments (incremental.py, from the previous call) passes them in, so a prompt costs about
-    its new segments; otherwise they are computed here.
-    """
-
-    api: str
-    model: str | None
-    segments: Sequence[Segment]  # a tuple, or a Chunked one sharing an earlier prompt's (incremental.py)
-    cache_policy: dict  # breakpoints (segment index, pointer, ttl), top-level marker, prompt_cache_*
-    params: dict  # everything else that is not prompt content (max_tokens, stream, tool_choice ...)
-    previous_response_id: str | None = None
-    hashes: Hashes | tuple[str, ...] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
-    tool_refs: ToolRefs = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
-
-    def __post_init__(self):
-        if self.hashes is None:
-            hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
-            with contextlib.suppress(ValueError):  # not sha256 digests (hand-made segments): a plain tuple does too
-                hashes = Hashes(hashes)
-            object.__setattr__(self, "hashes", hashes)
-        elif len(self.hashes) != len(self.segments):
-            raise ValueError("hashes do not match the segments")
-        if self.tool_refs is None:
-            object.__setattr__(self, "tool_refs", ToolRefs.of(self.segments))
-
-    @property
-    def server_state(self) -> str | None:
-        """Id of server-held context this prompt continues (previous_response_id / conversation)."""
-        if self.previous_response_id:
-            return self.previous_response_id
-        conv = self.params.get("conversation")
-        if isinstance(conv, dict):
-            conv = conv.get("id")
-        return conv if isinstance(conv, str) and conv else None
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def escape(token: Any) -> str:
-    """One RFC 6901 reference token."""
-    return str(token).replace("~", "~0").replace("/", "~1")
-
-
-def split_reminders(text: str) -> tuple[list[str], str]:
-    """The ``<system-reminder>`` blocks in ``text`` and the text left around them."""
-    found = REMINDER_RE.findall(text)
-    return found, (REMINDER_RE.sub("", text) if found else text)
-
-
-def is_reminder(text: str) -> bool:
-    """True when ``text`` is nothing but reminder blocks."""
-    found, rest = split_reminders(text)
-    return bool(found) and not rest.strip()
 
 
 def _strip(value: Any) -> tuple[Any, dict | None]:

@@ -16,7 +16,8 @@ from typing import Any
 from jsonpointer import JsonPointer, JsonPointerException
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, canonicalize, escape
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment, escape
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify, compare, policy_signature
 from ctxscope.vocab.kinds import RelationKind
 

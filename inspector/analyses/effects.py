@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.analyses.canonical import REMINDER_RE, CanonicalPrompt, Segment
+from ctxscope.inspector.analyses.canonical_prompt import REMINDER_RE, CanonicalPrompt, Segment
 from ctxscope.inspector.analyses.markers import Marker
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.vocab.kinds import MarkerKind, RelationKind

@@ -26,7 +26,8 @@ from itertools import accumulate, chain
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, canonicalize
+from ctxscope.inspector.analyses.canonical import canonicalize
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment
 from ctxscope.inspector.analyses.chunked import Chunked
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs

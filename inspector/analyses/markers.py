@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt, Segment, split_reminders
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment, split_reminders
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.vocab.kinds import MarkerKind, RelationKind
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonpointer import JsonPointer, JsonPointerException
 
-from ctxscope.inspector.analyses.canonical import MARKER_KEYS, CanonicalPrompt, escape
+from ctxscope.inspector.analyses.canonical_prompt import MARKER_KEYS, CanonicalPrompt, escape
 from ctxscope.inspector.analyses.hashes import common_prefix
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 

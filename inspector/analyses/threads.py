@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.markers import is_summary
 from ctxscope.inspector.analyses.relation import shared_prefix
 from ctxscope.vocab.apis import Api

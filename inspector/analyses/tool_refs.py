@@ -13,7 +13,7 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxscope.inspector.analyses.canonical import Segment
+    from ctxscope.inspector.analyses.canonical_prompt import Segment
 
 
 class ToolRefs:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.hashes import Hashes
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}

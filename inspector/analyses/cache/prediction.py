@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, anthropic_points
-from ctxscope.inspector.analyses.canonical import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.relation import Relation, shared_prefix
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 from ctxscope.vocab.tokens import count_tokens
