@@ -205,14 +205,16 @@ def search(
     return out
 
 
-def index_stats(db: sqlite_utils.Database) -> dict:
-    """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it)."""
+def index_stats(db: sqlite_utils.Database, *, text_bytes: bool = False) -> dict:
+    """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it); with ``text_bytes``,
+    the bytes of the texts indexed (each read back from its body: a pass over the store)."""
     one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
     out: dict = {
         "segments": one("SELECT COUNT(*) FROM search_segments"),
         "occurrences": one("SELECT COUNT(*) FROM search_occurrences"),
-        "text_bytes": one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_text"),
     }
+    if text_bytes:
+        out["text_bytes"] = one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_text")
     try:
         rows = db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
     except Exception:  # dbstat is a compile-time option
