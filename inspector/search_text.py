@@ -28,6 +28,7 @@ from ctxscope.vocab.kinds import SearchArea
 log = logging.getLogger("ctxscope.search")
 
 CALLS_CACHED = 64  # a search page shows 50 hits: its calls' texts are extracted once
+TEXT_CACHED = 8 << 20  # ... unless they hold more than this many characters (a 370K-token prompt is ~1.5M)
 
 AREA_OF_KIND = {
     "system": SearchArea.SYSTEM, "tools": SearchArea.TOOLS, "tool_result": SearchArea.TOOL_RESULTS,
@@ -92,15 +93,18 @@ class SegmentTexts:
     """One connection's reader of segment texts (not thread-safe: a connection is used by one thread).
 
     A segment is read from one of its occurrences: the call's body is loaded and split as the indexer
-    split it, and all that body's texts are kept (the last ``CALLS_CACHED`` bodies), so the hits of
-    one call cost one load. A text whose key does not match the segment's (a body that changed
-    meaning, say a newer canonicalisation) reads as NULL rather than as another text.
+    split it, and all that body's texts are kept (the last ``CALLS_CACHED`` bodies, at most
+    ``TEXT_CACHED`` characters but always the last one), so the hits of one call cost one load. A
+    text whose key does not match the segment's (a body that changed meaning, say a newer
+    canonicalisation) reads as NULL rather than as another text.
     """
 
-    def __init__(self, db: sqlite_utils.Database, calls: int = CALLS_CACHED) -> None:
+    def __init__(self, db: sqlite_utils.Database, calls: int = CALLS_CACHED, chars: int = TEXT_CACHED) -> None:
         self.db = db
         self.calls = calls
-        self._texts: OrderedDict[tuple[str, str], dict[str, str]] = OrderedDict()
+        self.chars = chars
+        self._texts: OrderedDict[tuple[str, str], tuple[dict[str, str], int]] = OrderedDict()
+        self._held = 0  # characters in _texts
 
     def __call__(self, segment: int) -> str | None:
         where = occurrence_of(self.db, segment)
@@ -115,15 +119,19 @@ class SegmentTexts:
 
     def texts(self, call_id: str, api: str | None, body: str) -> dict[str, str]:
         """Pointer -> text of a call's request or final response, as indexed."""
-        found = self._texts.get((call_id, body))
-        if found is None:
-            pieces = _request_pieces(self.db, call_id, api) if body == "request" else _response(self.db, call_id)
-            found = self._texts[(call_id, body)] = {p.pointer: p.text for p in pieces}
-            while len(self._texts) > self.calls:
-                self._texts.popitem(last=False)
-        else:
-            self._texts.move_to_end((call_id, body))
-        return found
+        key = (call_id, body)
+        found = self._texts.get(key)
+        if found is not None:
+            self._texts.move_to_end(key)
+            return found[0]
+        pieces = _request_pieces(self.db, call_id, api) if body == "request" else _response(self.db, call_id)
+        texts = {p.pointer: p.text for p in pieces}
+        size = sum(len(t) for t in texts.values())
+        self._texts[key] = (texts, size)
+        self._held += size
+        while len(self._texts) > 1 and (len(self._texts) > self.calls or self._held > self.chars):
+            self._held -= self._texts.popitem(last=False)[1][1]
+        return texts
 
 
 def _request_pieces(db: sqlite_utils.Database, call_id: str, api: str | None) -> list[Piece]:

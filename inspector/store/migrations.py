@@ -424,7 +424,8 @@ def m014_search_text_from_bodies(db: sqlite_utils.Database) -> None:
 CREATE TABLE search_segments_new (
   id INTEGER PRIMARY KEY,
   hash BLOB NOT NULL UNIQUE,      -- 16 bytes of the segment's content hash: a text seen again is not recorded again
-  area TEXT NOT NULL              -- system, tools, messages, tool_results, responses
+  area TEXT NOT NULL,             -- system, tools, messages, tool_results, responses
+  size INTEGER NOT NULL           -- the text's length in characters: the shortest match ranks first
 )"""
     )
     # Segments indexed before m013 are keyed by the indexer's hash; the text is read back and checked
@@ -436,7 +437,8 @@ CREATE TABLE search_segments_new (
         key = segment_key(text)
         if key not in kept:
             kept[key] = seg
-            db.execute("INSERT INTO search_segments_new (id, hash, area) VALUES (?, ?, ?)", [seg, key, area])
+            db.execute("INSERT INTO search_segments_new (id, hash, area, size) VALUES (?, ?, ?, ?)",
+                       [seg, key, area, len(text)])
             continue
         db.execute("UPDATE OR IGNORE search_occurrences SET segment = ? WHERE segment = ?", [kept[key], seg])
         db.execute("DELETE FROM search_occurrences WHERE segment = ?", [seg])

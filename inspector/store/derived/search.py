@@ -62,7 +62,8 @@ def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Se
             continue
         row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
         if row is None:
-            row = (db.conn.execute("INSERT INTO search_segments (hash, area) VALUES (?, ?)", [k, p.area]).lastrowid,)
+            row = (db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
+                                   [k, p.area, len(p.text)]).lastrowid,)
             db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
         ids[k] = row[0]
     before = db.conn.total_changes
@@ -171,7 +172,7 @@ def search(
     if not words:
         return []
     where = ["search_fts MATCH ?"]
-    params: list[object] = [HIT_START, HIT_END, snippet_tokens, phrase(text)]
+    params: list[object] = [phrase(text)]
     if session is not None:
         where.append("o.session = ?")
         params.append(session)
@@ -180,14 +181,19 @@ def search(
         where.append(f"s.area IN ({', '.join('?' for _ in areas)})")
         params += areas
     sql = f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
-                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area,
-                     snippet(search_fts, 0, ?, ?, '…', ?) AS snippet, s.id AS segment
+                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area, s.id AS segment
               FROM search_fts
               JOIN search_segments s ON s.id = search_fts.rowid
               JOIN search_occurrences o ON o.segment = s.id
               JOIN calls c ON c.id = o.call_id
               WHERE {" AND ".join(where)}
-              ORDER BY search_fts.rank, c.started_at, o.call_id"""
+              ORDER BY s.size, c.started_at, o.call_id"""
+    # Nothing in the sorted query reads a text (each is read back from a body): the shortest segment
+    # ranks first, which is FTS5's bm25 with each word counted once (the index keeps no counts, and
+    # bm25 itself would read every match's text); the snippet is made for the hits kept only
+    # (docs/architecture.md, "The search index").
+    snippet_sql = "SELECT snippet(search_fts, 0, ?, ?, '…', ?) FROM search_fts WHERE search_fts MATCH ? AND rowid = ?"
+    snippets: dict[int, str | None] = {}
     out: list[dict] = []
     checked: dict[int, bool] = {}
     for row in db.query(sql, params):
@@ -198,7 +204,10 @@ def search(
                 checked[seg] = _holds(found.fetchone()[0] or "", words)
             if not checked[seg]:
                 continue
-        row["snippet"] = _merge_marks(row["snippet"])
+        if seg not in snippets:
+            found = db.execute(snippet_sql, [HIT_START, HIT_END, snippet_tokens, params[0], seg]).fetchone()
+            snippets[seg] = _merge_marks(found[0] if found else None)
+        row["snippet"] = snippets[seg]
         out.append(row)
         if len(out) >= limit:
             break
