@@ -13,6 +13,7 @@ import sdk_clients
 from click.testing import CliRunner
 from factories import anthropic_request, anthropic_response, capture, make_exchange
 
+from ctxscope.inspector import search_text  # gives connections the reader of segment texts
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived.search import HIT_END, HIT_START, index_stats
 from ctxscope.inspector.store.derived.search import search as search_in
@@ -251,7 +252,6 @@ def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tm
 
 
 def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
-    from ctxscope.inspector import search_text
     from ctxscope.inspector.search_index import writer_analyzers
 
     path = tmp_path / "c.db"
@@ -265,4 +265,41 @@ def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
     hits = search_in(db, UNIQUE)
     assert len(hits) == 12 and all(HIT_START in h["snippet"] for h in hits)
     assert len(loads) == 1
+    db.close()
+
+
+def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_path):
+    """A file indexed before m014 (compressed copies; one text under two keys, as the indexer's hash
+    once keyed it) opens with one segment per text, no copies, and the same hits."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]
+    except ImportError:
+        from backports import zstd  # type: ignore[no-redef]
+
+    from ctxscope.inspector.store import db as store
+    from ctxscope.inspector.store.ingest import IngestState, ingest
+    from ctxscope.inspector.store.migrations import migrations
+
+    path = tmp_path / "c.db"
+    text = f"the old lighthouse keeper {UNIQUE}"
+    ex = make_exchange(request=anthropic_request([{"role": "user", "content": text}]))
+    db = store.connect(path, migrate=False)
+    migrations.apply(db, stop_before="m014_search_text_from_bodies")
+    with db.atomic():
+        ingest(db, ex, IngestState(capture_epoch=1))
+        session = db.execute("SELECT session FROM calls WHERE id = ?", [ex.id]).fetchone()[0]
+        for key, holder in ((b"a" * 16, session), (b"b" * 16, "other")):  # the triggers of m013 feed FTS5
+            seg = db.execute("INSERT INTO search_segments (hash, area, data) VALUES (?, 'messages', ?)",
+                             [key, zstd.compress(text.encode())]).lastrowid
+            db.execute("INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
+                       "VALUES (?, ?, ?, 'request', '/messages/0/content')", [seg, holder, ex.id])
+    db.close()
+    db = open_db(path)  # migrates
+    assert set(db["search_segments"].columns_dict) == {"id", "hash", "area", "size"}
+    [(seg,)] = db.execute("SELECT id FROM search_segments").fetchall()
+    assert _fts_rows(db, "lighthouse") == [seg]
+    hits = search_in(db, "lighthouse keeper")
+    assert sorted(h["session"] for h in hits) == sorted([session, "other"])
+    assert all(h["snippet"] == f"the old {HIT_START}lighthouse keeper{HIT_END} {UNIQUE}" for h in hits)
+    _fts_consistent(db)
     db.close()
