@@ -105,6 +105,7 @@ class SegmentTexts:
         self.chars = chars
         self._texts: OrderedDict[tuple[str, str], tuple[dict[str, str], int]] = OrderedDict()
         self._held = 0  # characters in _texts
+        self._last: Prepared | None = None  # the last prompt split: the next call's re-sends its leading items
 
     def __call__(self, segment: int) -> str | None:
         where = occurrence_of(self.db, segment)
@@ -124,7 +125,7 @@ class SegmentTexts:
         if found is not None:
             self._texts.move_to_end(key)
             return found[0]
-        pieces = _request_pieces(self.db, call_id, api) if body == "request" else _response(self.db, call_id)
+        pieces = self._request(call_id, api) if body == "request" else _response(self.db, call_id)
         texts = {p.pointer: p.text for p in pieces}
         size = sum(len(t) for t in texts.values())
         self._texts[key] = (texts, size)
@@ -134,13 +135,19 @@ class SegmentTexts:
         return texts
 
 
-def _request_pieces(db: sqlite_utils.Database, call_id: str, api: str | None) -> list[Piece]:
-    raw = queries.get_request_body(db, call_id)
-    try:
-        parsed = json.loads(raw) if raw else None
-    except (ValueError, RecursionError):
-        return []
-    return prompt_pieces(prepare(api, parsed, raw, [])[0])
+    def _request(self, call_id: str, api: str | None) -> list[Piece]:
+        """The prompt's segments, split as the indexer split them; the leading items the last prompt
+        split holds byte for byte are reused, as the analysis does (a session read call after call,
+        when its index is cleared, splits each body's new items only)."""
+        raw = queries.get_request_body(self.db, call_id)
+        try:
+            parsed = json.loads(raw) if raw else None
+        except (ValueError, RecursionError):
+            return []
+        prepared = prepare(api, parsed, raw, [self._last] if self._last is not None else [])[0]
+        if prepared is not None and prepared.reusable:
+            self._last = prepared
+        return prompt_pieces(prepared)
 
 
 def _response(db: sqlite_utils.Database, call_id: str) -> list[Piece]:

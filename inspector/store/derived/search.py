@@ -103,7 +103,8 @@ def clear(db: sqlite_utils.Database, session: str | None = None) -> None:
         r[0]
         for r in db.execute(
             """SELECT o.segment FROM search_occurrences o WHERE o.session = ? AND NOT EXISTS
-               (SELECT 1 FROM search_occurrences p WHERE p.segment = o.segment AND p.session != ?)""",
+               (SELECT 1 FROM search_occurrences p WHERE p.segment = o.segment AND p.session != ?)
+               ORDER BY o.segment""",  # in the order they were indexed: a body's texts are split once
             [session, session],
         ).fetchall()
     ]
