@@ -113,7 +113,7 @@ def main() -> None:
         plain.close()  # type: ignore[attr-defined]
         db, stored_s = store_all(Path(tmp) / "bench.db", exchanges, writer_analyzers())
         context = sum(len(ex.request_body) for ex in exchanges)
-        stats = index_stats(db)
+        stats = index_stats(db, text_bytes=True)
         print(f"{args.calls} calls stored and analysed: {plain_s:.1f} s CPU without the search index, {stored_s:.1f} s "
               f"with it ({(stored_s - plain_s) / args.calls * 1000:.2f} ms per call); request bytes over all calls "
               f"(calls x context): {context / 2**20:.1f} MiB")  # fmt: skip

@@ -3,92 +3,32 @@
 ``SearchIndexer`` is a writer analyzer that runs after the main analysis (so the call's session is
 final). It splits the prompt into the canonical segments the analysis uses (reusing the previous
 call's segments of the session, as the analysis does) and the response into its texts, and hands
-them to ``store/search.py``, which keeps each distinct text once (docs/architecture.md, "The
-search index"). ``backfill`` rebuilds the index for calls already stored.
+them to ``store/search.py``, which records each distinct text once (docs/architecture.md, "The
+search index"); ``search_text.py`` extracts the texts (and reads them back from the stored bodies).
+``backfill`` rebuilds the index for calls already stored.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector.analyses.canonical_prompt import canonical_json
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.search_text import prompt_pieces, response_pieces
 from ctxscope.inspector.share.replay import ReplayLinker
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import is_stored, record_event
 from ctxscope.inspector.store.derived import search
-from ctxscope.inspector.store.derived.search import Piece
-from ctxscope.vocab.kinds import SearchArea
 
 log = logging.getLogger("ctxscope.search")
 
-AREA_OF_KIND = {
-    "system": SearchArea.SYSTEM, "tools": SearchArea.TOOLS, "tool_result": SearchArea.TOOL_RESULTS,
-    "user_text": SearchArea.MESSAGES, "assistant_text": SearchArea.MESSAGES, "tool_call": SearchArea.MESSAGES,
-    "reminder": SearchArea.MESSAGES, "thinking": SearchArea.MESSAGES, "other": SearchArea.MESSAGES,
-    "image": SearchArea.MESSAGES,
-}  # fmt: skip
-_RESPONSE_TEXT_KEYS = frozenset({"text", "content", "thinking", "refusal", "arguments", "output"})
-_RESPONSE_JSON_KEYS = frozenset({"input"})  # a tool call's arguments as an object
 _SESSIONS_REMEMBERED = 64
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def response_pieces(response: Any) -> list[Piece]:
-    """The texts of a final response object, each with its JSON Pointer into that object."""
-    out: list[Piece] = []
-
-    def add(pointer: str, text: str) -> None:
-        if text.strip():
-            digest = hashlib.sha256(("responses\0" + text).encode()).hexdigest()
-            out.append(Piece(digest, SearchArea.RESPONSES, "response", pointer, text))
-
-    def walk(value: Any, pointer: str, depth: int) -> None:
-        if depth > 64:
-            return
-        if isinstance(value, dict):
-            for key, item in value.items():
-                here = f"{pointer}/{_escape(str(key))}"
-                if isinstance(item, str) and key in _RESPONSE_TEXT_KEYS:
-                    add(here, item)
-                elif isinstance(item, dict) and key in _RESPONSE_JSON_KEYS:
-                    add(here, canonical_json(item))
-                else:
-                    walk(item, here, depth + 1)
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                walk(item, f"{pointer}/{i}", depth + 1)
-
-    walk(response, "", 0)
-    return out
-
-
-def prompt_pieces(prepared: Prepared | None, *, reused: bool = False) -> list[Piece]:
-    """The prompt's canonical segments that hold text (an image alone has none to search); with
-    ``reused``, only those outside the leading items ``prepare`` took from the previous call."""
-    if prepared is None:
-        return []
-    segments = list(prepared.prompt.segments)
-    if reused and prepared.reused_items and prepared.starts:
-        first_new = prepared.head + prepared.starts[prepared.reused_items]
-        segments = segments[: prepared.head] + segments[first_new:]
-    return [
-        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
-        for seg in segments
-        if seg.text.strip()
-    ]
 
 
 class SearchIndexer:

@@ -13,8 +13,10 @@ import sdk_clients
 from click.testing import CliRunner
 from factories import anthropic_request, anthropic_response, capture, make_exchange
 
+from ctxscope.inspector import search_text  # gives connections the reader of segment texts
 from ctxscope.inspector.store.deletion import delete_session
-from ctxscope.inspector.store.derived.search import index_stats
+from ctxscope.inspector.store.derived.search import HIT_END, HIT_START, index_stats
+from ctxscope.inspector.store.derived.search import search as search_in
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.main import cli
 
@@ -164,3 +166,140 @@ def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(t
     assert json.loads(invoke("search", "anemone", "--db", str(path), "--json")) == rebuilt
     # system, first question, turns, replies (each reply re-sent as an assistant message is the same text)
     assert index_stats(open_db(path))["segments"] == 1 + 1 + 4 + 5
+
+
+def _words(seed: int, n: int) -> str:
+    """n pseudo-random lowercase words: a text no other test holds, that compresses little."""
+    import random
+
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(rng.randint(2, 5)))
+                    for _ in range(n))
+
+
+def _fts_rows(db, word: str) -> list[int]:
+    """The segments FTS5 itself lists for a word (its index, not the texts read back)."""
+    return [r[0] for r in db.execute("SELECT rowid FROM search_fts WHERE search_fts MATCH ?", [f'"{word}"'])]
+
+
+def _fts_consistent(db) -> None:
+    """FTS5's index holds one document per segment, and each segment's text, read back from the bodies,
+    is found by FTS5 under each of its words. (FTS5's own 'integrity-check' is a write statement, inside
+    which the reader's queries cannot open their savepoint.)"""
+    from ctxscope.inspector.store.derived.search import tokens
+
+    segments = db.execute("SELECT COUNT(*) FROM search_segments").fetchone()[0]
+    assert db.execute("SELECT COUNT(*) FROM search_fts_docsize").fetchone()[0] == segments
+    for seg, text in db.execute("SELECT id, text FROM search_text").fetchall():
+        assert text is not None, seg
+        for word in sorted(set(tokens(text)))[:40]:
+            assert seg in _fts_rows(db, word), (seg, word)
+
+
+def test_the_store_holds_no_second_copy_of_a_text(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+
+    path = tmp_path / "c.db"
+    long_text = _words(22, 6000)  # ~40 KB
+    body = anthropic_request([{"role": "user", "content": long_text}])
+    capture(path, [make_exchange(request=body, response=anthropic_response("noted"))],
+            analyzers=writer_analyzers()).conn.close()
+    db = open_db(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("c.db"))
+    assert long_text[1000:1400].encode() not in stored  # nowhere in plain bytes: only compressed, in chunks
+    assert "data" not in db["search_segments"].columns_dict and "text" not in db["search_segments"].columns_dict
+    sizes = dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
+    chunks = sizes["chunks"]
+    assert chunks > 8192  # the text, compressed once
+    assert sizes["search_segments"] <= 8192  # a key and an area per segment: one page, no copy of the text
+    phrase = " ".join(long_text.split()[3000:3003])
+    [hit] = search_in(db, phrase)
+    assert (hit["pointer"], hit["area"]) == ("/messages/0/content", "messages")
+    assert HIT_START + phrase + HIT_END in hit["snippet"]
+    _fts_consistent(db)
+    db.close()
+
+
+def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tmp_path):
+    from ctxscope.inspector.search_index import writer_analyzers
+
+    path = tmp_path / "c.db"
+    shared = f"You are the {UNIQUE} assistant."
+    exchanges = [make_exchange(request=anthropic_request([{"role": "user", "content": f"{word} question"}],
+                                                         system=shared),
+                               response=anthropic_response(f"{word} answer"), session_label=label)
+                 for word, label in (("zirconwordalpha", "first"), ("zirconwordbeta", "second"))]
+    capture(path, exchanges, analyzers=writer_analyzers()).conn.close()
+    db = open_db(path)
+    _fts_consistent(db)
+    # one segment, an occurrence in each session; its text is read back from the first one's body
+    assert [h["session"] for h in search_in(db, UNIQUE)] == ["first", "second"]
+    assert db.execute("SELECT COUNT(*) FROM search_segments").fetchone()[0] == 1 + 2 + 2
+    assert len(_fts_rows(db, "zirconwordalpha")) == 2  # its question and its answer
+    delete_session(db, "first")
+    assert _fts_rows(db, "zirconwordalpha") == []  # gone from FTS5's own index, not only from the results
+    assert len(_fts_rows(db, "zirconwordbeta")) == 2
+    # the shared system prompt stays, now read back from the session that still holds it
+    [system_hit] = search_in(db, UNIQUE)
+    assert system_hit["session"] == "second" and HIT_START + UNIQUE in system_hit["snippet"]
+    _fts_consistent(db)
+    delete_session(db, "second")
+    assert _fts_rows(db, "quartz") == [] and _fts_rows(db, "zirconwordbeta") == []
+    assert index_stats(db)["segments"] == 0
+    _fts_consistent(db)
+    db.close()
+
+
+def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
+    from ctxscope.inspector.search_index import writer_analyzers
+
+    path = tmp_path / "c.db"
+    parts = [f"{UNIQUE} part {i}" for i in range(12)]
+    body = anthropic_request([{"role": "user", "content": [{"type": "text", "text": p} for p in parts]}])
+    capture(path, [make_exchange(request=body)], analyzers=writer_analyzers()).conn.close()
+    loads: list[str] = []
+    real = search_text.queries.get_request_body
+    monkeypatch.setattr(search_text.queries, "get_request_body", lambda db, cid: loads.append(cid) or real(db, cid))
+    db = open_db(path)
+    hits = search_in(db, UNIQUE)
+    assert len(hits) == 12 and all(HIT_START in h["snippet"] for h in hits)
+    assert len(loads) == 1
+    db.close()
+
+
+def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_path):
+    """A file indexed before m014 (compressed copies; one text under two keys, as the indexer's hash
+    once keyed it) opens with one segment per text, no copies, and the same hits."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]
+    except ImportError:
+        from backports import zstd  # type: ignore[no-redef]
+
+    from ctxscope.inspector.store import db as store
+    from ctxscope.inspector.store.ingest import IngestState, ingest
+    from ctxscope.inspector.store.migrations import migrations
+
+    path = tmp_path / "c.db"
+    text = f"the old lighthouse keeper {UNIQUE}"
+    ex = make_exchange(request=anthropic_request([{"role": "user", "content": text}]))
+    db = store.connect(path, migrate=False)
+    migrations.apply(db, stop_before="m014_search_text_from_bodies")
+    with db.atomic():
+        ingest(db, ex, IngestState(capture_epoch=1))
+        session = db.execute("SELECT session FROM calls WHERE id = ?", [ex.id]).fetchone()[0]
+        for key, holder in ((b"a" * 16, session), (b"b" * 16, "other")):  # the triggers of m013 feed FTS5
+            seg = db.execute("INSERT INTO search_segments (hash, area, data) VALUES (?, 'messages', ?)",
+                             [key, zstd.compress(text.encode())]).lastrowid
+            db.execute("INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
+                       "VALUES (?, ?, ?, 'request', '/messages/0/content')", [seg, holder, ex.id])
+    db.close()
+    db = open_db(path)  # migrates
+    assert set(db["search_segments"].columns_dict) == {"id", "hash", "area", "size"}
+    [(seg,)] = db.execute("SELECT id FROM search_segments").fetchall()
+    assert _fts_rows(db, "lighthouse") == [seg]
+    hits = search_in(db, "lighthouse keeper")
+    assert sorted(h["session"] for h in hits) == sorted([session, "other"])
+    assert all(h["snippet"] == f"the old {HIT_START}lighthouse keeper{HIT_END} {UNIQUE}" for h in hits)
+    _fts_consistent(db)
+    db.close()

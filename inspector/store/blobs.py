@@ -160,16 +160,9 @@ def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> 
     return found
 
 
-def compress_text(db: sqlite_utils.Database, text: str) -> tuple[int | None, bytes]:
-    """(dictionary id or None, zstd of ``text``) with the newest chunk dictionary: a search segment's text."""
-    current = _current_dict(db)
-    return (current[0] if current else None), zstd.compress(
-        text.encode(), ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None
-    )
-
-
 def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -> str | None:
-    """SQL ``ctxscope_text(data, dict)`` (store/db.py): a search segment's text from ``compress_text``."""
+    """SQL ``ctxscope_text(data, dict)`` (store/db.py): a search segment's compressed text, as
+    migration m013 stored it (m014 reads it for the last time)."""
     if data is None:
         return None
     if dict_id is None:
@@ -313,7 +306,7 @@ def sweep(db: sqlite_utils.Database) -> int:
             batch = dead[i : i + _BATCH]
             db.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(batch))})", batch)
     used = "SELECT dict FROM chunks WHERE dict IS NOT NULL"
-    if "search_segments" in db.table_names():
+    if "search_segments" in db.table_names() and "dict" in db["search_segments"].columns_dict:  # before m014
         used += " UNION SELECT dict FROM search_segments WHERE dict IS NOT NULL"
     db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
                "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks

@@ -4,8 +4,9 @@ The database is created owner-only (0600; SQLite gives its -wal and -shm files t
 WAL lets the CLI and the web UI read while the writer thread writes; ``synchronous=NORMAL`` means
 a commit is a write to the WAL without fsync, so batching is cheap and a killed process loses
 nothing that was committed (only a power loss could). Both the writer and readers go through
-``connect``, which also gives the connection the SQL function ``ctxscope_text(data, dict)`` the search
-index reads its texts with.
+``connect``, which also gives the connection the SQL functions ``ctxscope_text(data, dict)`` (a
+compressed text) and ``ctxscope_segment_text(id)`` (a search segment's text, read back from the stored
+body that holds it by the resolver the inspector registers with ``set_segment_texts``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlite_utils
@@ -24,6 +26,30 @@ from ctxscope.inspector.store.migrations import migrations
 BUSY_TIMEOUT_S = 5.0
 PAGE_SIZE = 8192
 
+# Given a connection, the function that reads a search segment's text back from the bodies
+# (docs/architecture.md, "The search index"). The store knows rows, not prompts: the inspector
+# registers it (``ctxscope.inspector.search_text``); each connection makes its own on first use.
+SegmentTexts = Callable[[sqlite_utils.Database], Callable[[int], "str | None"]]
+_segment_texts: list[SegmentTexts] = []
+
+
+def set_segment_texts(factory: SegmentTexts) -> None:
+    """Register how a connection resolves a search segment's text (the last registration wins)."""
+    _segment_texts[:] = [factory]
+
+
+def _segment_text_function(db: sqlite_utils.Database) -> Callable[[int], str | None]:
+    made: list[Callable[[int], str | None]] = []
+
+    def segment_text(segment: int) -> str | None:
+        if not made:
+            if not _segment_texts:  # an error, not an empty text: FTS5 would delete the wrong terms
+                raise RuntimeError("no search text resolver registered (import ctxscope.inspector.search_text)")
+            made.append(_segment_texts[0](db))
+        return made[0](segment)
+
+    return segment_text
+
 
 def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool = True) -> sqlite_utils.Database:
     """A Database on ``path`` in WAL mode, migrated to the current schema unless ``migrate=False``."""
@@ -34,6 +60,7 @@ def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool =
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=check_same_thread)
     conn.create_function("ctxscope_text", 2, lambda data, d: text_of(conn, data, d), deterministic=True)
     db = sqlite_utils.Database(conn, execute_plugins=False)
+    conn.create_function("ctxscope_segment_text", 1, _segment_text_function(db))
     # A new file gets 8 KB pages: a call row (~1.4 KB) and the mid-sized chunks then waste less of
     # each page (6% smaller at 3,000 calls). A file that exists keeps its page size.
     db.execute(f"PRAGMA page_size={PAGE_SIZE}")

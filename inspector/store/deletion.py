@@ -8,6 +8,11 @@ that reference the deleted calls go with them. The writer also remembers the las
 each session as delta bases for the next call: if the same session label sends again it would
 lay its next body out on pieces of a blob we just removed, so the bodies of the session's last ``KEEP_TAIL``
 calls (and their chains) are kept; they cost little and keep every later body recoverable.
+
+The search index goes first, while the session's bodies are still stored: a segment only this
+session holds leaves FTS5 with its text, which is read back from those bodies; a segment another
+session holds stays, read back from that session's occurrence (docs/architecture.md, "The search
+index").
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from ctxscope.inspector.store.blobs import sweep
+from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.layout import headers
 
 KEEP_TAIL = 8
@@ -44,6 +50,8 @@ def delete_session(db: sqlite_utils.Database, session: str) -> dict:
                 [session, KEEP_TAIL],
             ).fetchall()
             keep = {b for row in tail for b in row if b is not None}
+        if "search_occurrences" in db.table_names():
+            search.clear(db, session)  # before the calls and bodies it reads the texts from
         for table, col in call_refs:
             db.execute(f"DELETE FROM [{table}] WHERE [{col}] IN (SELECT id FROM calls WHERE session = ?)", [session])
         calls = db.execute("DELETE FROM calls WHERE session = ?", [session]).rowcount

@@ -13,6 +13,8 @@ import hashlib
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
+from ctxscope.inspector.store.derived.search import segment_key
+
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
@@ -403,3 +405,45 @@ WHEN NOT EXISTS (SELECT 1 FROM search_occurrences WHERE segment = old.segment) B
   DELETE FROM search_segments WHERE id = old.segment;
 END"""
     )
+
+
+@migrations()
+def m014_search_text_from_bodies(db: sqlite_utils.Database) -> None:
+    """Search segments stop holding a copy of their text: it is read back from a body that holds it.
+
+    The view ``search_text`` now calls ``ctxscope_segment_text(id)`` (store/db.py); the FTS5 index
+    keeps the terms it has (the texts are the same). The triggers go: the writer gives FTS5 the
+    text it has in hand, and ``store/derived/search.py`` tells FTS5 the old text before a segment's
+    last occurrence goes (docs/architecture.md, "The search index").
+    """
+    for name in ("search_segments_ai", "search_segments_ad", "search_occurrences_ad"):
+        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+    # A new table rather than DROP COLUMN: SQLite cannot drop a last column followed by a comment.
+    db.execute(
+        """
+CREATE TABLE search_segments_new (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,      -- 16 bytes of the segment's content hash: a text seen again is not recorded again
+  area TEXT NOT NULL,             -- system, tools, messages, tool_results, responses
+  size INTEGER NOT NULL           -- the text's length in characters: the shortest match ranks first
+)"""
+    )
+    # Segments indexed before m013 are keyed by the indexer's hash; the text is read back and checked
+    # against its own key now, so each gets that key (one text under two keys becomes one segment).
+    kept: dict[bytes, int] = {}
+    for seg, area, text in db.execute(
+        "SELECT id, area, ctxscope_text(data, dict) FROM search_segments ORDER BY id"
+    ).fetchall():
+        key = segment_key(text)
+        if key not in kept:
+            kept[key] = seg
+            db.execute("INSERT INTO search_segments_new (id, hash, area, size) VALUES (?, ?, ?, ?)",
+                       [seg, key, area, len(text)])
+            continue
+        db.execute("UPDATE OR IGNORE search_occurrences SET segment = ? WHERE segment = ?", [kept[key], seg])
+        db.execute("DELETE FROM search_occurrences WHERE segment = ?", [seg])
+        db.execute("INSERT INTO search_fts (search_fts, rowid, text) VALUES ('delete', ?, ?)", [seg, text])
+    db.execute("DROP VIEW search_text")
+    db.execute("DROP TABLE search_segments")
+    db.execute("ALTER TABLE search_segments_new RENAME TO search_segments")
+    db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_segment_text(id) AS text FROM search_segments")

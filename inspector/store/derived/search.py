@@ -1,14 +1,16 @@
 """The search index's SQL: distinct segments, where each session first holds them, FTS5 queries.
 
-A segment's text is stored once (zstd-compressed with the chunks' dictionary, under a 16-byte
-key), whatever the number of calls that re-send it; each session records only the first call (and
-JSON Pointer) that holds it. So the index grows with new content, not with calls x context
-(docs/architecture.md, "The search index"). FTS5 reads the texts through the view ``search_text``.
+A segment is recorded once (under a 16-byte key of its text), whatever the number of calls that
+re-send it; each session records only the first call (and JSON Pointer) that holds it. The text
+itself is not stored a second time: it is read back from a body that holds it, through the view
+``search_text`` (``ctxscope_segment_text``, store/db.py). FTS5 is fed the text the writer has in
+hand, and told the old text before a segment goes (docs/architecture.md, "The search index").
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-from ctxscope.inspector.store.blobs import compress_text
 from ctxscope.vocab.kinds import SearchArea
+
+log = logging.getLogger("ctxscope.search")
 
 AREAS = tuple(SearchArea)
 HIT_START, HIT_END = "\x02", "\x03"  # around matched words in a snippet: never in JSON text we show
@@ -46,31 +49,79 @@ def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
 
 
 def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece]) -> int:
-    """Index a call's pieces (inside the caller's transaction); returns how many were new to the session."""
+    """Index a call's pieces (inside the caller's transaction); returns how many were new to the session.
+
+    A text new to the store gets a segment row (key and area, no text) and its FTS5 terms from the
+    text in hand; nothing reads it back here."""
     if not pieces:
         return 0
     keys = [segment_key(p.text) for p in pieces]
-    known = {k for k in keys if db.execute("SELECT 1 FROM search_segments WHERE hash = ?", [k]).fetchone()}
-    fresh = {k: p for k, p in zip(keys, pieces, strict=True) if k not in known}
-    db.conn.executemany(
-        "INSERT OR IGNORE INTO search_segments (hash, area, dict, data) VALUES (?, ?, ?, ?)",
-        [(k, p.area, *compress_text(db, p.text)) for k, p in fresh.items()],
-    )
+    ids: dict[bytes, int] = {}
+    for k, p in zip(keys, pieces, strict=True):
+        if k in ids:
+            continue
+        row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
+        if row is None:
+            row = (db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
+                                   [k, p.area, len(p.text)]).lastrowid,)
+            db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
+        ids[k] = row[0]
     before = db.conn.total_changes
     db.conn.executemany(
-        """INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer)
-           SELECT id, ?, ?, ?, ? FROM search_segments WHERE hash = ?""",
-        [(session, call_id, p.body, p.pointer, k) for k, p in zip(keys, pieces, strict=True)],
+        "INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer) VALUES (?, ?, ?, ?, ?)",
+        [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)],
     )
     return db.conn.total_changes - before
 
 
+def occurrence_of(db: sqlite_utils.Database, segment: int) -> tuple[bytes, str, str | None, str, str] | None:
+    """Where a segment's text can be read back: (key, call id, the call's api, body, pointer) of one of
+    its occurrences (the earliest call's), None when no session holds it."""
+    row = db.execute(
+        """SELECT s.hash, o.call_id, c.api, o.body, o.pointer
+           FROM search_occurrences o JOIN search_segments s ON s.id = o.segment JOIN calls c ON c.id = o.call_id
+           WHERE o.segment = ? ORDER BY c.rowid LIMIT 1""",
+        [segment],
+    ).fetchone()
+    return (row[0], row[1], row[2], row[3], row[4]) if row is not None else None
+
+
 def clear(db: sqlite_utils.Database, session: str | None = None) -> None:
-    """Forget the index (of one session): the segments no session holds go with it (a trigger)."""
+    """Forget the index (of one session), while the session's bodies are still stored.
+
+    The segments only this session holds leave FTS5 with their text, read back from its bodies
+    first (an external-content index must be told the terms it deletes); the segments another
+    session holds stay, and are read back from that session's occurrence from then on. A text
+    that cannot be read back any more keeps its (text-less) segment row, so its id is never
+    given to another text whose terms would then mix with its own; a full ``reindex`` clears it."""
     if session is None:
+        db.execute("INSERT INTO search_fts (search_fts) VALUES ('delete-all')")
         db.execute("DELETE FROM search_occurrences")
-    else:
-        db.execute("DELETE FROM search_occurrences WHERE session = ?", [session])
+        db.execute("DELETE FROM search_segments")
+        return
+    only_here = [
+        r[0]
+        for r in db.execute(
+            """SELECT o.segment FROM search_occurrences o WHERE o.session = ? AND NOT EXISTS
+               (SELECT 1 FROM search_occurrences p WHERE p.segment = o.segment AND p.session != ?)
+               ORDER BY o.segment""",  # in the order they were indexed: a body's texts are split once
+            [session, session],
+        ).fetchall()
+    ]
+    gone: list[int] = []
+    for seg in only_here:
+        try:
+            text = db.execute("SELECT text FROM search_text WHERE id = ?", [seg]).fetchone()[0]
+        except Exception as e:  # a body that no longer reads back: its terms stay, harmless
+            log.warning("search segment %s: text not readable (%s); kept out of results", seg, e)
+            text = None
+        if text is not None:
+            db.execute("INSERT INTO search_fts (search_fts, rowid, text) VALUES ('delete', ?, ?)", [seg, text])
+            gone.append(seg)
+    db.execute("DELETE FROM search_occurrences WHERE session = ?", [session])
+    for i in range(0, len(gone), 500):
+        batch = gone[i : i + 500]
+        db.execute(f"DELETE FROM search_segments WHERE id IN ({','.join('?' * len(batch))})", batch)
 
 
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer takes for a token: letters and digits
@@ -122,7 +173,7 @@ def search(
     if not words:
         return []
     where = ["search_fts MATCH ?"]
-    params: list[object] = [HIT_START, HIT_END, snippet_tokens, phrase(text)]
+    params: list[object] = [phrase(text)]
     if session is not None:
         where.append("o.session = ?")
         params.append(session)
@@ -131,39 +182,49 @@ def search(
         where.append(f"s.area IN ({', '.join('?' for _ in areas)})")
         params += areas
     sql = f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
-                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area,
-                     snippet(search_fts, 0, ?, ?, '…', ?) AS snippet, s.id AS segment
+                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area, s.id AS segment
               FROM search_fts
               JOIN search_segments s ON s.id = search_fts.rowid
               JOIN search_occurrences o ON o.segment = s.id
               JOIN calls c ON c.id = o.call_id
               WHERE {" AND ".join(where)}
-              ORDER BY search_fts.rank, c.started_at, o.call_id"""
+              ORDER BY s.size, c.started_at, o.call_id"""
+    # Nothing in the sorted query reads a text (each is read back from a body): the shortest segment
+    # ranks first, which is FTS5's bm25 with each word counted once (the index keeps no counts, and
+    # bm25 itself would read every match's text); the snippet is made for the hits kept only
+    # (docs/architecture.md, "The search index").
+    snippet_sql = "SELECT snippet(search_fts, 0, ?, ?, '…', ?) FROM search_fts WHERE search_fts MATCH ? AND rowid = ?"
+    snippets: dict[int, str | None] = {}
     out: list[dict] = []
     checked: dict[int, bool] = {}
     for row in db.query(sql, params):
         seg = row.pop("segment")
         if len(words) > 1:
             if seg not in checked:
-                found = db.execute("SELECT ctxscope_text(data, dict) FROM search_segments WHERE id = ?", [seg])
+                found = db.execute("SELECT text FROM search_text WHERE id = ?", [seg])
                 checked[seg] = _holds(found.fetchone()[0] or "", words)
             if not checked[seg]:
                 continue
-        row["snippet"] = _merge_marks(row["snippet"])
+        if seg not in snippets:
+            found = db.execute(snippet_sql, [HIT_START, HIT_END, snippet_tokens, params[0], seg]).fetchone()
+            snippets[seg] = _merge_marks(found[0] if found else None)
+        row["snippet"] = snippets[seg]
         out.append(row)
         if len(out) >= limit:
             break
     return out
 
 
-def index_stats(db: sqlite_utils.Database) -> dict:
-    """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it)."""
+def index_stats(db: sqlite_utils.Database, *, text_bytes: bool = False) -> dict:
+    """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it); with ``text_bytes``,
+    the bytes of the texts indexed (each read back from its body: a pass over the store)."""
     one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
     out: dict = {
         "segments": one("SELECT COUNT(*) FROM search_segments"),
         "occurrences": one("SELECT COUNT(*) FROM search_occurrences"),
-        "text_bytes": one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_text"),
     }
+    if text_bytes:
+        out["text_bytes"] = one("SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM search_text")
     try:
         rows = db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
     except Exception:  # dbstat is a compile-time option
