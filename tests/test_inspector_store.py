@@ -36,11 +36,10 @@ def test_each_migration_applies_on_top_of_the_previous_schema(tmp_path):
     names = [m.name for m in migrations._migrations]
     for i, name in enumerate(names):
         path = tmp_path / f"{i}.db"
-        conn = sqlite3.connect(path)
-        db = store.sqlite_utils.Database(conn)
+        db = store.connect(path, migrate=False)  # with the SQL functions the search migrations call
         migrations.apply(db, stop_before=name)  # a DB of the schema before `name`
         assert [m.name for m in migrations.applied(db)] == names[:i]
-        conn.close()
+        db.close()
         db = store.connect(path)
         assert store.applied_migrations(db) == names
         db.close()
