@@ -100,7 +100,7 @@ def test_memory_held_for_an_unwritable_spool_is_bounded_and_drops_are_counted(tm
 
 def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path, monkeypatch):
     """A store failing for a while (here: every write fails) keeps the calls in the spool."""
-    from ctxscope.inspector.writer import thread as writer_module
+    from ctxscope.inspector.writer import work as writer_module
 
     failing = {"on": True}
     real = writer_module.ingest

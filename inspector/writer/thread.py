@@ -28,16 +28,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
 
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.store import db as store
-from ctxscope.inspector.store.deletion import delete_session
-from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, ingest, stored_failures
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.failures import (
     RETRY_INTERVAL,
     Outage,
@@ -51,6 +48,7 @@ from ctxscope.inspector.writer.protocol import WriterUnavailable
 from ctxscope.inspector.writer.spool import keep_leftovers
 from ctxscope.inspector.writer.spool_format import pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.work import Deletion, serve_deletion, store_one
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
@@ -59,14 +57,6 @@ log = logging.getLogger("ctxscope.store")
 MAX_BATCH = 500
 _TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
 _STOP = object()
-
-
-@dataclass(frozen=True)
-class _Deletion:
-    """A session to delete, served by the writer thread between two batches."""
-
-    session: str
-    done: Future = field(default_factory=Future)
 
 
 class CaptureWriter:
@@ -213,7 +203,7 @@ class CaptureWriter:
         """Delete a session in the writer thread, after the batch it is storing (see ``Writer``)."""
         if not self._accepting or self._thread is None or not self._thread.is_alive():
             raise WriterUnavailable("the capture writer is not running")
-        request = _Deletion(session)
+        request = Deletion(session)
         self._queue.put(request)
         try:
             return request.done.result(timeout)
@@ -249,8 +239,8 @@ class CaptureWriter:
                         if item is _STOP:
                             stopping = True
                             continue
-                        if isinstance(item, _Deletion):
-                            if not self._delete(db, item):
+                        if isinstance(item, Deletion):
+                            if not serve_deletion(db, item):
                                 _close(db)
                                 db = None
                             continue
@@ -305,7 +295,7 @@ class CaptureWriter:
             item = self._take()
             if item is None:
                 break
-            if isinstance(item, _Deletion):
+            if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
             elif item is not _STOP:
                 unstored.append(item)
@@ -319,17 +309,6 @@ class CaptureWriter:
             with contextlib.suppress(Exception):
                 store.record_event(db, "writer_stopped")
             _close(db)
-
-    def _delete(self, db: sqlite_utils.Database, request: _Deletion) -> bool:
-        """Serve a deletion; False when the store failed (the caller reconnects)."""
-        if not request.done.set_running_or_notify_cancel():
-            return True  # its caller gave up waiting
-        try:
-            request.done.set_result(delete_session(db, request.session))
-        except Exception as e:
-            request.done.set_exception(WriterUnavailable(f"deleting session {request.session!r} failed: {describe(e)}"))
-            return not store_unavailable(e)
-        return True
 
     def _take(self, block: bool = False):
         """The next queued item (None if empty and not blocking)."""
@@ -389,13 +368,13 @@ class CaptureWriter:
                     if nxt is _STOP:
                         stopping = True
                         break
-                    if isinstance(nxt, _Deletion):  # after this batch's commit
+                    if isinstance(nxt, Deletion):  # after this batch's commit
                         self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
                         break
                 else:
                     break
                 batch.append(nxt)
-                self._write_one(db, state, nxt, outcome, events)
+                store_one(db, state, nxt, self.analyzers, outcome, events)
             record(db, outage + pending + events, drops, self._last_error)
             store.commit(db)
         except Exception as e:
@@ -430,34 +409,6 @@ class CaptureWriter:
 
     def _done(self, ex: Exchange) -> None:
         self._bytes_out += _size(ex)
-
-    def _write_one(
-        self, db: sqlite_utils.Database, state: IngestState, ex: Exchange, outcome: collections.Counter, events: list
-    ) -> None:
-        """One exchange in a savepoint: a failure rolls back only this exchange."""
-        if store.is_stored(db, ex.id):
-            outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
-            return
-        try:
-            with db.atomic():
-                result = ingest(db, ex, state, self.analyzers)
-        except Exception as e:
-            if not db.conn.in_transaction or store_unavailable(e):
-                raise  # the store failed, or the error ended the whole transaction: redo the batch
-            state.bases.clear()
-            outcome["failed"] += 1
-            events.append(call_event("write_failed", ex, describe(e)))
-            log.error("capture of call %s failed: %s", ex.id, describe(e))
-            return
-        outcome["written"] += 1
-        if result.row.get("parse_error"):
-            outcome["parse_failed"] += 1
-            events.append(call_event("parse_failed", ex, result.row["parse_error"]))
-            log.warning("response of call %s could not be parsed: %s", ex.id, result.row["parse_error"])
-        for name, err in result.analysis_errors:
-            outcome["analysis_failed"] += 1
-            events.append(call_event("analysis_failed", ex, f"{name}: {describe(err)}"))
-            log.warning("analyzer %s failed on call %s: %s", name, ex.id, describe(err))
 
     def _fail(self, db: sqlite_utils.Database, ex: Exchange, e: BaseException) -> None:
         """A call that could not be stored even alone: count, log, and record it when possible."""

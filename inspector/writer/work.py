@@ -1,0 +1,77 @@
+"""What the writer thread does with one queued item, inside its open transaction.
+
+An exchange is stored in a savepoint of its own (``store_one``): a failure that leaves the
+transaction usable rolls back that exchange alone, is counted and recorded, and the batch goes on;
+a failure of the store itself is raised so the whole batch is retried. A session deletion
+(``Deletion``) is served between two batches and answers its waiting caller (``serve_deletion``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import sqlite_utils
+
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.deletion import delete_session
+from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
+from ctxscope.inspector.writer.failures import call_event, describe, store_unavailable
+from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.proxy.exchange import Exchange
+
+log = logging.getLogger("ctxscope.store")
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A session to delete, served by the writer thread between two batches."""
+
+    session: str
+    done: Future = field(default_factory=Future)
+
+
+def serve_deletion(db: sqlite_utils.Database, request: Deletion) -> bool:
+    """Serve a deletion; False when the store failed (the caller reconnects)."""
+    if not request.done.set_running_or_notify_cancel():
+        return True  # its caller gave up waiting
+    try:
+        request.done.set_result(delete_session(db, request.session))
+    except Exception as e:
+        request.done.set_exception(WriterUnavailable(f"deleting session {request.session!r} failed: {describe(e)}"))
+        return not store_unavailable(e)
+    return True
+
+
+def store_one(
+    db: sqlite_utils.Database, state: IngestState, ex: Exchange, analyzers: Sequence[Analyzer],
+    outcome: collections.Counter, events: list,
+) -> None:
+    """One exchange in a savepoint: a failure rolls back only this exchange (tallied in ``outcome``,
+    its store event appended to ``events``)."""
+    if store.is_stored(db, ex.id):
+        outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
+        return
+    try:
+        with db.atomic():
+            result = ingest(db, ex, state, analyzers)
+    except Exception as e:
+        if not db.conn.in_transaction or store_unavailable(e):
+            raise  # the store failed, or the error ended the whole transaction: redo the batch
+        state.bases.clear()
+        outcome["failed"] += 1
+        events.append(call_event("write_failed", ex, describe(e)))
+        log.error("capture of call %s failed: %s", ex.id, describe(e))
+        return
+    outcome["written"] += 1
+    if result.row.get("parse_error"):
+        outcome["parse_failed"] += 1
+        events.append(call_event("parse_failed", ex, result.row["parse_error"]))
+        log.warning("response of call %s could not be parsed: %s", ex.id, result.row["parse_error"])
+    for name, err in result.analysis_errors:
+        outcome["analysis_failed"] += 1
+        events.append(call_event("analysis_failed", ex, f"{name}: {describe(err)}"))
+        log.warning("analyzer %s failed on call %s: %s", name, ex.id, describe(err))
