@@ -85,9 +85,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
             time.sleep(60)
     """)
     (tmp_path / "parent.py").write_text(script)
-    # The killed parent's resource tracker rightly reports the queues it never closed: keep that quiet.
-    env = dict(os.environ, PYTHONWARNINGS="ignore::UserWarning")
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
@@ -389,7 +387,7 @@ def report(out):
 '''
 
 _DAEMON_LIKE_MAIN = '''
-import json, sys, time
+import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
 from ctxscope.inspector.analyze import writer_analyzers
@@ -401,8 +399,11 @@ if __name__ == "__main__":
     w.start()
     try:
         assert w.stats().running, w.stats().last_error
+        kids = [k for t in os.listdir("/proc/self/task") for k in open(f"/proc/self/task/{t}/children").read().split()]
+        commands = [open(f"/proc/{k}/cmdline", "rb").read().replace(b"\\0", b" ").decode() for k in kids]
     finally:
         w.stop()
+    print(json.dumps(commands))
     print(json.dumps(sorted(sys.modules)))
 '''
 
@@ -422,6 +423,9 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     assert done.returncode == 0, done.stderr
     parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
     child = set(json.loads(out.read_text()))
+    [command] = json.loads(done.stdout.strip().splitlines()[-2])  # one process: no resource tracker beside it
+    assert "-m ctxscope.inspector.writer.child_entry" in command
+    assert not {m for m in parent | child if m == "multiprocessing" or m.startswith("multiprocessing.")}
     assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
     assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child
     leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
