@@ -472,3 +472,25 @@ def test_calls_past_a_full_spool_are_recorded_as_dropped_in_the_store(tmp_path):
     stats = w.stats()
     assert stats.dropped == stats.dropped_spool_full == 12 and stats.written == 0
     assert _recorded_drops(tmp_path / "s.db") == 12
+
+
+def test_submit_never_waits_for_a_child_that_does_not_read(tmp_path):
+    """Hand-overs far past the pipe's 64 KB buffer, to a stopped child: the feeder thread waits for
+    the pipe, submit does not; once the child reads again, every call is stored."""
+    import threading
+
+    w = WriterProcess(tmp_path / "p.db")
+    w.start()
+    os.kill(w._proc.pid, signal.SIGSTOP)
+    exs = [make_exchange(i, response_body=os.urandom(1 << 20)) for i in range(8)]
+    try:
+        submitting = threading.Thread(target=lambda: [w.submit(ex) for ex in exs])  # no loop: each handed over now
+        submitting.start()
+        submitting.join(60)
+        returned = not submitting.is_alive()
+        live = w.stats()
+    finally:
+        os.kill(w._proc.pid, signal.SIGCONT)
+    assert returned and live.queued == 8 and live.dropped == 0
+    assert w.stop()
+    assert {r["id"] for r in list_calls(open_db(tmp_path / "p.db"), limit=None)} == {ex.id for ex in exs}
