@@ -25,8 +25,8 @@ everything held, spooled and queued; if the proxy is killed, the child stores wh
 and exits (its inbox pipe ends: only the proxy held the other end); if both are killed, the next
 writer on the database stores what the spool holds. Only what the proxy still held dies with it:
 at most MAX_HOLD seconds of calls, so a call that finished more than a second before a SIGKILL is
-stored. If the child dies alone (the OOM killer,
-a crash), the proxy keeps its calls and starts a new child, which stores the old one's spool.
+stored. If the child dies alone (the OOM killer, a crash), the proxy keeps its calls and starts a
+new child, which stores the old one's spool.
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
