@@ -80,6 +80,7 @@ class Outbox:
                         return
                     message = self._items.popleft()
                 send(fd, message)
+                del message  # an idle feeder must not keep the last hand-over's bodies alive
         except OSError:  # the child is gone (EPIPE): what was queued dies with it
             pass
         except Exception:  # pragma: no cover - a message that cannot be encoded: the child is cut off
