@@ -7,11 +7,12 @@ main module, and no resource tracker process or semaphore comes with it (docs/ar
 the parent closes its copies of them, so the end of a pipe means the other side is gone.
 
 Sending never makes the proxy wait: ``put`` appends a message to a list and a feeder thread
-writes it, as multiprocessing's queues did. A 1 MB hand-over is sixteen times a pipe's 64 KB
-buffer, so a write may wait for the child to read; the feeder waits in ``writev`` with the GIL
-released, which costs the proxy nothing. Non-blocking writes from the event loop would have to
-keep each half-written message's place between callbacks, and ``stop`` and ``delete_session``
-send from other threads. The feeder encodes too, so the loop only appends to a list.
+writes it, as multiprocessing's queues did. A hand-over may hold HOLD_BYTES (4 MB) of bodies, more
+than the pipe holds (64 KB by default, raised to PIPE_BYTES), so a write may wait for the child to
+read; the feeder waits in ``writev`` with the GIL released, which costs the proxy nothing.
+Non-blocking writes from the event loop would have to keep each half-written message's place
+between callbacks, and ``stop`` and ``delete_session`` send from other threads. The feeder
+encodes too, so the loop only appends to a list.
 
 Replies are read by a thread as they come, so a child that sends counters while nobody asks
 never blocks on a full pipe; they wait in a ``queue.Queue`` until the writer polls. The end of
