@@ -35,9 +35,9 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
 
 def _role(cmd: str) -> str:
     if "resource_tracker" in cmd:
-        return "resource tracker"  # multiprocessing's helper beside the writer child
-    if "multiprocessing" in cmd or "spawn_main" in cmd:
-        return "child"
+        return "resource tracker"  # multiprocessing's helper: none since the writer child is started without it
+    if "ctxscope.inspector.writer.child_entry" in cmd:
+        return "writer"
     if "simulator" in cmd:
         return "simulator"
     return "daemon"
@@ -58,17 +58,6 @@ def tree(root: int) -> dict[int, tuple[int, str]]:
     return out
 
 
-def _label(pid: int, role: str) -> str:
-    """The writer and the simulator are both spawned children: tell them apart by what they loaded."""
-    if role != "child":
-        return role
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return "child"
-    return "writer" if "sqlite" in maps else "simulator"
-
-
 def measure(seconds: float, settle: float, extra: tuple[str, ...] = ()) -> tuple[float, dict[str, float]]:
     """(% of one core, ms of CPU per process role) of an idle serve over ``seconds``."""
     with tempfile.TemporaryDirectory() as home:
@@ -82,7 +71,7 @@ def measure(seconds: float, settle: float, extra: tuple[str, ...] = ()) -> tuple
             time.sleep(seconds)
             after = tree(proc.pid)
             took = time.monotonic() - began
-            labels = {pid: _label(pid, role) for pid, (_, role) in after.items()}
+            labels = {pid: role for pid, (_, role) in after.items()}
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -32,7 +32,7 @@ proxy_bench_load.py makes the load, proxy_bench_report.py prints the figures.
     .venv/bin/python bench/proxy_overhead.py --with-otlp-down # also the daemon exporting to a down collector
 
 After the rounds, each proxy's process tree is measured at rest: its RSS (by process: the daemon,
-the writer child, multiprocessing's resource tracker, the simulator if anything started it) and
+the writer child, the simulator if anything started it) and
 its CPU over 5 s with no traffic (% of one core, utime+stime of the tree as bench/idle.py reads it).
 
 The line before the last reads ``added TTFB p50 X.XX ms vs direct, X.XX ms vs minimal``. The last

@@ -184,8 +184,12 @@ def test_a_burst_past_max_spool_bytes_is_answered_dropped_and_counted(tmp_path):
         for _ in range(12):
             serve.chat(10, pad=pad)  # all answered 200 (chat asserts it)
             biggest = max([biggest] + [p.stat().st_size for p in spools.spool_files(db)])
-        wait_for(lambda: (db_status(db)["capture"].get("dropped_spool_full") or 0) > 0,
-                 what="db status to count the dropped calls")
+
+        def all_counted() -> bool:  # the status file is published every 0.5 s: wait for one after the burst
+            c = db_status(db)["capture"]
+            return bool(c.get("dropped_spool_full")) and c.get("waiting", 0) + c["dropped_spool_full"] == 120
+
+        wait_for(all_counted, what="db status to count every call, the dropped ones too")
         wait_for(lambda: serve.writer()["dropped_spool_full"] > 0, what="the UI's status to count them")
         status = db_status(db)
         capture, spool = status["capture"], status["spool"]

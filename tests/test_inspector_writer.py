@@ -27,6 +27,30 @@ def _ids(db) -> set[str]:
     return {r[0] for r in db.execute("SELECT id FROM calls")}
 
 
+def test_a_call_being_stored_still_counts_as_queued(tmp_path):
+    """A status read while the writer stores a call must not look settled (nothing queued, nothing
+    written): a status publisher would go to sleep and nobody would hear that the call was stored."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_analyzer(db, call):
+        inside.set()
+        assert release.wait(30)
+
+    w = CaptureWriter(tmp_path / "c.db", analyzers=[slow_analyzer], status_file=False)
+    w.start()
+    try:
+        w.submit(make_exchange(1))
+        assert inside.wait(30)
+        during = w.stats()
+    finally:
+        release.set()
+        assert w.stop()
+    assert during.queued == 1 and during.written == 0
+    assert w.stats().queued == 0 and w.stats().written == 1
+
+
 def test_queued_calls_are_committed_in_batches(tmp_path):
     w = CaptureWriter(tmp_path / "c.db")
     exs = [make_exchange(session_label=f"s{i % 4}") for i in range(60)]

@@ -9,7 +9,9 @@ from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer import child as wc
+from ctxscope.inspector.writer.messages import HandoverRecord
 from ctxscope.inspector.writer.spool import Spool
+from ctxscope.inspector.writer.spool_format import ID, call_size, payload_pieces
 from ctxscope.inspector.writer.spool_format import pack as _pack
 from ctxscope.inspector.writer.status import WriterStats
 from ctxscope.inspector.writer.thread import CaptureWriter
@@ -150,3 +152,27 @@ def test_calls_held_in_memory_are_fed_within_the_writer_byte_limit(tmp_path, mon
         assert 0 < d.given < 10 and d.stats()["in_memory"] == 10 - d.given
     finally:
         writer.stop(timeout=5)
+
+
+def _record(batch, pause=False):
+    """A hand-over as the child reads it off its pipe."""
+    return HandoverRecord(pause, bytearray(b"".join(payload_pieces(batch))), len(batch),
+                          sum(call_size(f) for f in batch))
+
+
+def test_a_handover_is_spooled_as_it_came_and_near_the_limit_call_by_call(tmp_path):
+    d, writer = _deferred(tmp_path)
+    try:
+        first = [_pack(make_exchange(i, request_body=b"a" * 3000)) for i in range(3)]
+        d.add_record(_record(first), now=0.0)  # far from the limit: appended as it is
+        assert d.calls == 3 and d.received == 3 and d.bytes == sum(call_size(f) for f in first)
+        d.limit = d.spool.size + 5000  # reached inside the next hand-over: its calls are taken one by one
+        second = [_pack(make_exchange(i, request_body=b"b" * 3000)) for i in range(3, 6)]
+        d.add_record(_record(second), now=1.0)
+        assert d.received == 6 and d.calls == 5 and d.over_limit == 1 and d.stats()["dropped_spool_full"] == 1
+        assert d.feed() and d.given == 5
+        _wait_written(writer, 5)
+    finally:
+        writer.stop()
+    stored = {r["id"] for r in list_calls(open_db(tmp_path / "c.db"), limit=None)}
+    assert stored == {f[ID] for f in first + second[:2]}

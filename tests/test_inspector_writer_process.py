@@ -85,9 +85,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
             time.sleep(60)
     """)
     (tmp_path / "parent.py").write_text(script)
-    # The killed parent's resource tracker rightly reports the queues it never closed: keep that quiet.
-    env = dict(os.environ, PYTHONWARNINGS="ignore::UserWarning")
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
@@ -389,7 +387,7 @@ def report(out):
 '''
 
 _DAEMON_LIKE_MAIN = '''
-import json, sys, time
+import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
 from ctxscope.inspector.analyze import writer_analyzers
@@ -401,8 +399,11 @@ if __name__ == "__main__":
     w.start()
     try:
         assert w.stats().running, w.stats().last_error
+        kids = [k for t in os.listdir("/proc/self/task") for k in open(f"/proc/self/task/{t}/children").read().split()]
+        commands = [open(f"/proc/{k}/cmdline", "rb").read().replace(b"\\0", b" ").decode() for k in kids]
     finally:
         w.stop()
+    print(json.dumps(commands))
     print(json.dumps(sorted(sys.modules)))
 '''
 
@@ -422,6 +423,9 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     assert done.returncode == 0, done.stderr
     parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
     child = set(json.loads(out.read_text()))
+    [command] = json.loads(done.stdout.strip().splitlines()[-2])  # one process: no resource tracker beside it
+    assert "-m ctxscope.inspector.writer.child_entry" in command
+    assert not {m for m in parent | child if m == "multiprocessing" or m.startswith("multiprocessing.")}
     assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
     assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child
     leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
@@ -468,3 +472,25 @@ def test_calls_past_a_full_spool_are_recorded_as_dropped_in_the_store(tmp_path):
     stats = w.stats()
     assert stats.dropped == stats.dropped_spool_full == 12 and stats.written == 0
     assert _recorded_drops(tmp_path / "s.db") == 12
+
+
+def test_submit_never_waits_for_a_child_that_does_not_read(tmp_path):
+    """Hand-overs far past the pipe's 64 KB buffer, to a stopped child: the feeder thread waits for
+    the pipe, submit does not; once the child reads again, every call is stored."""
+    import threading
+
+    w = WriterProcess(tmp_path / "p.db")
+    w.start()
+    os.kill(w._proc.pid, signal.SIGSTOP)
+    exs = [make_exchange(i, response_body=os.urandom(1 << 20)) for i in range(8)]
+    try:
+        submitting = threading.Thread(target=lambda: [w.submit(ex) for ex in exs])  # no loop: each handed over now
+        submitting.start()
+        submitting.join(60)
+        returned = not submitting.is_alive()
+        live = w.stats()
+    finally:
+        os.kill(w._proc.pid, signal.SIGCONT)
+    assert returned and live.queued == 8 and live.dropped == 0
+    assert w.stop()
+    assert {r["id"] for r in list_calls(open_db(tmp_path / "p.db"), limit=None)} == {ex.id for ex in exs}

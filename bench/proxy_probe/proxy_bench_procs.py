@@ -60,7 +60,7 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
 
 
 def child_pids(pid: int) -> list[int]:
-    """Every descendant of a process (ctxscope's capture writer and multiprocessing's helper)."""
+    """Every descendant of a process (ctxscope's capture writer child, its simulator child)."""
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
@@ -113,7 +113,8 @@ def rss_mb(pid: int) -> float:
 
 def tree_rss(pid: int) -> dict[str, float]:
     """RSS in MB of a process and each of its descendants, by command (the daemon, its writer child,
-    multiprocessing's resource tracker, the simulator when it was started)."""
+    the simulator when it was started; a resource tracker would be multiprocessing's, which ctxscope
+    no longer uses)."""
     out: dict[str, float] = {}
     for p in [pid, *child_pids(pid)]:
         try:
@@ -121,7 +122,8 @@ def tree_rss(pid: int) -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        role = ("writer child" if "spawn_main" in cmd else "resource tracker" if "resource_tracker" in cmd
+        role = ("writer child" if "ctxscope.inspector.writer.child_entry" in cmd
+                else "resource tracker" if "resource_tracker" in cmd
                 else "simulator" if "ctxscope.simulator" in cmd else "daemon" if p == pid else "other")
         out[role] = out.get(role, 0.0) + rss_mb(p)
     return out

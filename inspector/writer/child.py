@@ -24,13 +24,11 @@ import contextlib
 import dataclasses
 import importlib
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
-import queue
 import signal
 import time
 from pathlib import Path
+from typing import Protocol
 
 from ctxscope.inspector.store.ingest import Analyzer
 from ctxscope.inspector.writer import spool as spools
@@ -40,13 +38,16 @@ from ctxscope.inspector.writer.messages import (
     Deleted,
     DeleteSession,
     Failed,
+    FromChild,
+    HandoverRecord,
     Ready,
+    Received,
     Recovered,
     Stop,
-    ToChild,
 )
 from ctxscope.inspector.writer.priority import Priority
-from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
+from ctxscope.inspector.writer.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 from ctxscope.vocab.tokens import release_heap
@@ -60,7 +61,6 @@ CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyo
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
-SPOOL_LIMIT = 256 << 20  # bytes the spool may hold on disk; calls past it are dropped and counted
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
 
 
@@ -103,6 +103,24 @@ class _Deferred:
         self._spool_broken = False
         self._reopen_at = 0.0
 
+    def add_record(self, record: HandoverRecord, now: float) -> None:
+        """Spool a hand-over as the proxy encoded it, its payload appended as it is. Only near the
+        spool's limit, or when the spool cannot be written, are its calls decoded, to be taken
+        one by one (as ``add``)."""
+        self.received += record.calls
+        if not record.calls:
+            return
+        if self._spool_usable(now) and self.spool.size + record.body_bytes < self.limit:  # type: ignore[union-attr]
+            try:
+                self.spool.append_payload(record.payload)  # type: ignore[union-attr]
+            except OSError as exc:
+                self._spool_failed(exc)
+                self._hold(decode(record.payload))
+            else:
+                self._spooled(record.calls, record.body_bytes, now)
+            return
+        self.add(decode(record.payload), now, received=False)
+
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
         """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
         self.received += len(batch) if received else 0
@@ -115,14 +133,22 @@ class _Deferred:
             except OSError as exc:
                 self._spool_failed(exc)
             else:
-                if self._spool_broken:
-                    log.warning("capture writer: its spool can be written again")
-                    self._spool_broken = False
-                self.calls += len(batch)
-                self.bytes += sum(call_size(f) for f in batch)
-                if self.since is None:
-                    self.since = now
+                self._spooled(len(batch), sum(call_size(f) for f in batch), now)
                 return True
+        self._hold(batch)
+        return False
+
+    def _spooled(self, calls: int, size: int, now: float) -> None:
+        if self._spool_broken:
+            log.warning("capture writer: its spool can be written again")
+            self._spool_broken = False
+        self.calls += calls
+        self.bytes += size
+        if self.since is None:
+            self.since = now
+
+    def _hold(self, batch: list[tuple]) -> None:
+        """Keep calls the spool could not take in memory, up to MEMORY_LIMIT; the rest are dropped."""
         for fields in batch:
             size = call_size(fields)
             if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
@@ -136,7 +162,6 @@ class _Deferred:
             self._memory.append(fields)
             self._memory_bytes += size
         self.storing = True
-        return False
 
     def _within_limit(self, batch: list[tuple]) -> list[tuple]:
         """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
@@ -308,15 +333,24 @@ def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
         return Deleted(request.request, error=str(e))
 
 
-def _await_work(inbox, mother) -> bool:
-    """Block, with no timer, until the proxy sends something (True) or is gone (False)."""
-    ready = multiprocessing.connection.wait([inbox._reader, mother.sentinel])
-    return mother.sentinel not in ready
+class Inbox(Protocol):
+    """What the proxy sends (``child_entry.PipeInbox``); ``get`` raises EOFError once the proxy is gone."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def get(self, timeout: float | None = None) -> Received | None: ...
 
 
-def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
-               max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=(),
-               max_spool_bytes=SPOOL_LIMIT) -> None:
+class Replies(Protocol):
+    """What the child says to the proxy (``child_entry.PipeReplies``); never raises."""
+
+    def put(self, message: FromChild) -> None: ...
+
+
+def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: str | None = None,
+               factory_args: tuple[str, ...] | list[str] = (), nice: int = 10, batch_interval: float = 0.2,
+               idle_class: bool = True, quiet_after: float = 1.0, max_decoded_bytes: int = DEFAULT_MAX_SIZE,
+               retry_interval: float = RETRY_INTERVAL, max_spool_bytes: int = SPOOL_LIMIT) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -362,21 +396,18 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
     trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
-    mother = multiprocessing.parent_process()
     while True:
         if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
             release_heap()
             trimmed = True
-        if quiet and mother is not None and not _await_work(inbox, mother):
-            break  # the parent was killed: store what we received, then go
+        if quiet:
+            inbox.wait(None)  # no timer: a message, or the end of the pipe when the proxy is gone
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
-            item: ToChild | None = inbox.get(timeout=wait)
-        except queue.Empty:
-            item = None
+            item = inbox.get(timeout=wait)
         except (EOFError, OSError):
-            break
+            break  # the proxy was killed (or stops us by closing the pipe): store what we received, then go
         if isinstance(item, Stop):
             break
         if isinstance(item, DeleteSession):
@@ -389,7 +420,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
             if item.dropped:  # recorded with the writer's next commit
                 writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause
-            deferred.add(item.batch, now)
+            deferred.add_record(item, now)
             last_batch = now
             if not pause and not deferred.due(now):
                 deferred.storing = False  # traffic again: only spool (the writer finishes what it has)

@@ -11,7 +11,7 @@ from __future__ import annotations
 QUIET_GAP = 0.05  # no call finished for this long is a pause in the traffic: hand over what was held
 MAX_HOLD = 0.5  # seconds a call may be held for a pause before it is handed over anyway
 HOLD_CALLS = 2000  # ... or once this many calls are held
-HOLD_BYTES = 4 << 20  # ... or this many body bytes (one pickle of them must not stall the loop)
+HOLD_BYTES = 4 << 20  # ... or this many body bytes (a hand-over must not keep bodies alive for long)
 
 
 class Held:

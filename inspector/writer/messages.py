@@ -1,15 +1,29 @@
-"""What the writer process and its child say to each other over their two queues, as typed messages.
+"""What the writer process and its child say to each other over their two pipes, as typed messages,
+and how each is framed on a pipe (docs/architecture.md, "Messages between the writer and its child").
 
 Parent to child (the inbox): ``Handover`` (a batch of packed calls, and whether the traffic paused),
 ``DeleteSession`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed`` once at
 start, ``Recovered`` right after, then ``Counters`` whenever they change and ``Deleted`` for each
-``DeleteSession``. All are frozen dataclasses, pickled by the multiprocessing queues.
+``DeleteSession``. All are frozen dataclasses.
+
+A frame is a kind byte and an 8-byte little-endian length, then the message. Every message but a
+hand-over is a JSON object named by its ``type``: nothing read from a pipe is unpickled. A
+``Handover`` travels as its counts and the payload of one spool record (``spool_format``): the
+JSON list of the calls' fields, then their bodies' raw bytes, written from the proxy's own buffers
+with ``writev``. The child reads it as a ``HandoverRecord`` and appends that payload to its spool
+as it is, never decoding and encoding the calls on the way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import struct
 from dataclasses import dataclass
 from typing import Any
+
+from ctxscope.inspector.writer.spool_format import call_size, payload_pieces, write_pieces
 
 
 @dataclass(frozen=True)
@@ -74,5 +88,76 @@ class Deleted:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class HandoverRecord:
+    """A ``Handover`` as the child reads it: its calls as one spool record's payload, unread."""
+
+    pause: bool
+    payload: bytearray  # a spool record's payload (spool_format), empty when no call came
+    calls: int
+    body_bytes: int  # the calls' body bytes (what the spool's limit counts)
+    dropped: int = 0
+
+
 ToChild = Handover | DeleteSession | Stop
+Received = HandoverRecord | DeleteSession | Stop  # what the child reads of a ToChild
 FromChild = Ready | Failed | Recovered | Counters | Deleted
+
+_FRAME = struct.Struct("<BQ")  # kind, length of what follows
+_JSON, _HANDOVER = 1, 2
+_COUNTS = struct.Struct("<?QIQ")  # a hand-over's pause, dropped, calls and body bytes, before its payload
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (DeleteSession, Stop, Ready, Failed, Recovered, Counters,
+                                                          Deleted)}
+MAX_JSON = 64 << 20  # a JSON message longer than this is no message of ours
+
+
+class Torn(EOFError):
+    """The pipe ended inside a message: its writer died while writing it."""
+
+
+def frame(message: ToChild | FromChild) -> list[bytes]:
+    """The bytes of one message on a pipe, as pieces for ``writev`` (bodies are not copied)."""
+    if isinstance(message, Handover):
+        pieces = payload_pieces(message.batch) if message.batch else []
+        counts = _COUNTS.pack(message.pause, message.dropped, len(message.batch),
+                              sum(call_size(fields) for fields in message.batch))
+        return [_FRAME.pack(_HANDOVER, len(counts) + sum(len(p) for p in pieces)), counts, *pieces]
+    fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    text = json.dumps({"type": type(message).__name__, **fields}, separators=(",", ":")).encode()
+    return [_FRAME.pack(_JSON, len(text)), text]
+
+
+def send(fd: int, message: ToChild | FromChild) -> None:
+    """Write one message whole (blocking; OSError, e.g. BrokenPipeError, if the reader is gone)."""
+    write_pieces(fd, frame(message))
+
+
+def receive(fd: int) -> Received | FromChild | None:
+    """Read one message (blocking); None at the end of the pipe, ``Torn`` if it ends inside one."""
+    first = os.read(fd, _FRAME.size)
+    if not first:
+        return None
+    head = first + _read_exact(fd, _FRAME.size - len(first))
+    kind, size = _FRAME.unpack(head)
+    if kind == _HANDOVER and size >= _COUNTS.size:
+        pause, dropped, calls, body_bytes = _COUNTS.unpack(_read_exact(fd, _COUNTS.size))
+        return HandoverRecord(pause, _read_exact(fd, size - _COUNTS.size), calls, body_bytes, dropped)
+    if kind != _JSON or size > MAX_JSON:
+        raise ValueError(f"not a writer message (kind {kind}, {size} bytes)")
+    data = json.loads(_read_exact(fd, size))
+    cls = _TYPES.get(data.pop("type", None)) if isinstance(data, dict) else None
+    if cls is None:
+        raise ValueError("a JSON message of no known type")
+    return cls(**data)
+
+
+def _read_exact(fd: int, n: int) -> bytearray:
+    """``n`` bytes from a pipe, read into one buffer (a 1 MB body: one allocation, no joins)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise Torn(f"the pipe ended {got} bytes into a {n}-byte read")
+        got += k
+    return buf

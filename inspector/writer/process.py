@@ -2,13 +2,16 @@
 
 In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
 counting tokens for one call delays the next chunk of another. Here the proxy only hands
-finished exchanges to a multiprocessing queue (its feeder thread pickles and writes the bytes);
-a child process (:mod:`ctxscope.inspector.writer.child`) spools them at once and stores them,
-at a low CPU priority, when the traffic pauses.
+finished exchanges to a pipe: a feeder thread writes them in the spool's own record format, the
+bodies straight from the proxy's buffers (:mod:`~ctxscope.inspector.writer.launch`, which also says
+why a thread). A child process (``python -m ctxscope.inspector.writer.child_entry``, running
+:mod:`~ctxscope.inspector.writer.child`) appends each hand-over to its spool as it came and stores
+the calls, at a low CPU priority, when the traffic pauses. No multiprocessing: no resource tracker
+process, no pickles (docs/architecture.md, "Messages between the writer and its child").
 
 Finished calls also wait in the proxy for a pause: ``submit`` only appends a compact tuple to a
-list, and the list goes to the queue (one pickle, one pipe write, one wake of the child) once no
-call has finished for QUIET_GAP, or the oldest has waited MAX_HOLD, or the list holds HOLD_CALLS
+list, and the list goes to the pipe (one encoding of the calls' fields, one ``writev``, one wake of
+the child) once no call has finished for QUIET_GAP, or the oldest has waited MAX_HOLD, or the list holds HOLD_CALLS
 calls or HOLD_BYTES bytes. An agent pauses between calls far longer than QUIET_GAP, so its calls
 are handed over 50 ms after they finish; during a burst the proxy only appends to a list. Handing over per call
 cost the proxy more than forwarding at a few thousand calls a second, and a child woken in the
@@ -19,10 +22,11 @@ per hand-over too.
 
 Promises kept from the in-thread writer: ``submit`` never blocks or raises; ``stop`` drains
 everything held, spooled and queued; if the proxy is killed, the child stores what it received
-and exits; if both are killed, the next writer on the database stores what the spool holds. Only
-what the proxy still held dies with it: at most MAX_HOLD seconds of calls, so a call that
-finished more than a second before a SIGKILL is stored. If the child dies alone (the OOM killer,
-a crash), the proxy keeps its calls and starts a new child, which stores the old one's spool.
+and exits (its inbox pipe ends: only the proxy held the other end); if both are killed, the next
+writer on the database stores what the spool holds. Only what the proxy still held dies with it:
+at most MAX_HOLD seconds of calls, so a call that finished more than a second before a SIGKILL is
+stored. If the child dies alone (the OOM killer, a crash), the proxy keeps its calls and starts a
+new child, which stores the old one's spool.
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
@@ -40,26 +44,31 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import multiprocessing as mp
-import multiprocessing.connection
-import multiprocessing.queues
 import queue
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.context import SpawnProcess
 from pathlib import Path
 
 from ctxscope.inspector.store.db import now_iso
 from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.child import SPOOL_LIMIT, child_main
 from ctxscope.inspector.writer.failures import RETRY_INTERVAL
 from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
-from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
+from ctxscope.inspector.writer.launch import ChildProcess, Outbox
+from ctxscope.inspector.writer.messages import (
+    Counters,
+    Deleted,
+    DeleteSession,
+    Failed,
+    FromChild,
+    Handover,
+    Ready,
+    Stop,
+)
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer.protocol import WriterUnavailable
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
-from ctxscope.inspector.writer.spawn import main_not_rerun
+from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import call_size, pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
 from ctxscope.proxy.exchange import Exchange
@@ -89,7 +98,7 @@ class WriterProcess:
         self._error: str | None = None  # why the child is not running, when it is not
         self._error_since: str | None = None
         self._child_failures = 0  # children that died or would not start
-        self._seen_dead: SpawnProcess | None = None  # the dead child already counted
+        self._seen_dead: ChildProcess | None = None  # the dead child already counted
         self.analyzers_factory = analyzers_factory  # "module:function", imported in the child
         self.analyzers_args = analyzers_args  # what that function is called with
         self.nice = nice
@@ -97,10 +106,9 @@ class WriterProcess:
         self.max_queue_bytes = max_queue_bytes
         self.batch_interval = batch_interval
         self.capture_epoch: int | None = None
-        self._ctx = mp.get_context("spawn")
-        self._proc: SpawnProcess | None = None
-        self._queue: mp.queues.Queue | None = None
-        self._replies: mp.queues.Queue | None = None
+        self._proc: ChildProcess | None = None
+        self._queue: Outbox | None = None  # to the child (written by a feeder thread)
+        self._replies: queue.Queue[FromChild] | None = None  # from the child (read by a thread)
         self._accepting = False
         # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
         self._sizes: collections.deque[tuple[int, str]] = collections.deque()
@@ -160,24 +168,21 @@ class WriterProcess:
 
     def _spawn(self, timeout: float) -> None:
         """Start a child and wait until it is ready; raises RuntimeError if it cannot start."""
-        self._queue = self._ctx.Queue()
-        self._replies = self._ctx.Queue()
-        self._proc = self._ctx.Process(
-            target=child_main, name="ctxscope-writer",
-            args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
-                  IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args,
-                  self.max_spool_bytes),
-        )
-        with main_not_rerun():
-            self._proc.start()
-        threading.Thread(target=self._watch, args=(self._proc,), name="ctxscope-writer-watch", daemon=True).start()
+        config = {"factory": self.analyzers_factory, "factory_args": list(self.analyzers_args), "nice": self.nice,
+                  "batch_interval": self.batch_interval, "idle_class": IDLE_CLASS, "quiet_after": CHILD_QUIET_AFTER,
+                  "max_decoded_bytes": self.max_decoded_bytes, "retry_interval": self.retry_interval,
+                  "max_spool_bytes": self.max_spool_bytes}
+        try:
+            self._proc = ChildProcess(str(self.db_path), config, on_exit=self._child_exited)
+        except OSError as exc:  # no process could be made (no memory, too many processes)
+            raise RuntimeError(f"capture writer could not start: {exc}") from exc
+        self._queue, self._replies = self._proc.inbox, self._proc.replies
         reply = child_reply(self._replies, self._proc, timeout)  # a child that dies starting costs no timeout
         if not isinstance(reply, Ready):
             self._proc.join(5)
             if self._proc.is_alive():
-                self._proc.terminate()
-            for q in (self._queue, self._replies):
-                q.close()
+                self._proc.kill()
+            self._proc.close()
             why = reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first"
             raise RuntimeError(f"capture writer could not start: {why}")
         self._policy.started(time.monotonic())
@@ -188,9 +193,8 @@ class WriterProcess:
                 running=True, store_failures=1, last_error=store_error, store_down_since=now_iso()
             )
 
-    def _watch(self, proc: SpawnProcess) -> None:
+    def _child_exited(self) -> None:
         """Wake the status publisher when the child ends: an idle one sleeps until something changes."""
-        mp.connection.wait([proc.sentinel])
         publisher = self._publisher
         if publisher is not None:
             publisher.wake()
@@ -280,6 +284,7 @@ class WriterProcess:
         try:
             old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
             assert old_proc is not None and old_queue is not None and old_replies is not None  # it had started
+            old_proc.close()  # its last replies are read (its pipe has ended), its feeder gone
             with self._lock:
                 self._poll_from(old_replies)
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
@@ -291,9 +296,6 @@ class WriterProcess:
                 self._base = dataclasses.replace(add_lives(self._base, self._child),
                                                  last_error=self._base.last_error or self._child.last_error)
                 self._child = WriterStats()
-            old_queue.cancel_join_thread()
-            for q in (old_queue, old_replies):
-                q.close()
             try:
                 self._spawn(timeout=60)
             except RuntimeError as exc:
@@ -403,8 +405,7 @@ class WriterProcess:
         while self._restarting:
             time.sleep(0.05)
         assert self._queue is not None and self._replies is not None  # made with the process
-        if self._proc.pid is not None:
-            leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
+        leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)
         if self._proc.is_alive():
             self._queue.put(Stop())
@@ -412,6 +413,8 @@ class WriterProcess:
         while self._proc.is_alive() and time.monotonic() < deadline:
             self._proc.join(0.1)
             self._poll()
+        if not self._proc.is_alive():
+            self._proc.close()  # its pipes are done with: its last counters are read
         self._poll()
         if self._held.items:  # the child had died and no new one could start
             with self._lock:
@@ -428,8 +431,6 @@ class WriterProcess:
                       "spool and are stored when a writer next opens %s", timeout, self.stats().queued, self.db_path)
             self._proc.kill()
             self._proc.join(5)
+            self._proc.close()
             return False
-        for q in (self._queue, self._replies):
-            q.close()
-            q.join_thread()
         return self._child.queued == 0  # else the store was unavailable: they wait in the spool

@@ -34,9 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer.spool_format import HEADER, MAGIC, SpoolCorrupt, Torn, encode, read_record, write_pieces
+from ctxscope.inspector.writer.spool_format import (
+    HEADER,
+    MAGIC,
+    SpoolCorrupt,
+    Torn,
+    encode,
+    read_record,
+    record_head,
+    write_pieces,
+)
 
 log = logging.getLogger("ctxscope.store")
+
+SPOOL_LIMIT = 256 << 20  # bytes the spool may hold on disk; calls past it are dropped and counted
 
 SUFFIX = ".spool-"
 QUARANTINED = ".quarantined-"
@@ -105,7 +116,14 @@ class Spool:
 
     def append(self, batch: list[tuple]) -> None:
         """Append one record; on failure (a full disk) the file is cut back to what it held."""
-        pieces = encode(batch)
+        self._write(encode(batch))
+
+    def append_payload(self, payload: bytes | bytearray) -> None:
+        """Append one record whose payload the proxy encoded already (a hand-over as it came off
+        the pipe): only its header is made here, the bytes are written as they are."""
+        self._write([record_head([payload]), payload])
+
+    def _write(self, pieces: list) -> None:
         try:
             write_pieces(self._fd, pieces)
         except OSError:

@@ -16,7 +16,7 @@ import operator
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ctxscope.proxy.exchange import Exchange
@@ -94,8 +94,9 @@ _PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
 _FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
 
 
-def encode(batch: list[tuple]) -> list[bytes]:
-    """The pieces of one record (header first) for a batch of Exchange field tuples."""
+def payload_pieces(batch: list[tuple]) -> list[bytes]:
+    """The pieces of one record's payload for a batch of Exchange field tuples: the field list's
+    length, the list (each body replaced by its length), then the bodies themselves, not copied."""
     heads, bodies = [], []
     for fields in batch:
         head = list(fields)
@@ -104,15 +105,25 @@ def encode(batch: list[tuple]) -> list[bytes]:
             bodies.append(fields[i])
         heads.append(head)
     text = json.dumps(heads, separators=(",", ":"), default=str).encode()
-    pieces = [_JSON_LEN.pack(len(text)), text, *bodies]
+    return [_JSON_LEN.pack(len(text)), text, *bodies]
+
+
+def record_head(pieces: Sequence[bytes | bytearray]) -> bytes:
+    """A record's header (payload length and CRC32) for the pieces of its payload."""
     crc, size = 0, 0
     for piece in pieces:
         crc = zlib.crc32(piece, crc)
         size += len(piece)
-    return [_RECORD.pack(size, crc), *pieces]
+    return _RECORD.pack(size, crc)
 
 
-def decode(payload: bytes) -> list[tuple]:
+def encode(batch: list[tuple]) -> list[bytes]:
+    """The pieces of one record (header first) for a batch of Exchange field tuples."""
+    pieces = payload_pieces(batch)
+    return [record_head(pieces), *pieces]
+
+
+def decode(payload: bytes | bytearray) -> list[tuple]:
     """The batch in a record's payload (its checksum already verified); SpoolCorrupt if malformed."""
     if len(payload) < _JSON_LEN.size:
         raise SpoolCorrupt("record too short")

@@ -104,6 +104,7 @@ class CaptureWriter:
         self._bytes_in = 0
         # Written by the writer thread only.
         self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
+        self._storing = 0  # calls of the batch being written: off the queue and _pending, not counted yet
         self._counts: collections.Counter[str] = collections.Counter()  # the tallies of WriterStats
         self._last_error: str | None = None
         self._bytes_out = 0
@@ -189,7 +190,7 @@ class CaptureWriter:
 
     def stats(self) -> WriterStats:
         return WriterStats(
-            queued=self._queue.qsize() + len(self._pending),
+            queued=self._queue.qsize() + len(self._pending) + self._storing,  # never 0 while a call is stored
             queued_bytes=max(0, self._bytes_in - self._bytes_out),
             **{k: self._counts[k] for k in _TALLIES},
             dropped=self._dropped,
@@ -374,6 +375,7 @@ class CaptureWriter:
                 else:
                     break
                 batch.append(nxt)
+                self._storing = len(batch)
                 store_one(db, state, nxt, self.analyzers, outcome, events)
             record(db, outage + pending + events, drops, self._last_error)
             store.commit(db)
@@ -382,6 +384,7 @@ class CaptureWriter:
                 db.rollback()
             state.bases.clear()
             self._pending.extendleft(reversed(batch))  # first in line again, in order
+            self._storing = 0
             if store_unavailable(e):
                 self._store_failed(e)
                 return False, stopping
@@ -401,6 +404,7 @@ class CaptureWriter:
             self._done(ex)
         outcome["commits"] = 1
         self._counts.update(outcome)
+        self._storing = 0  # after the tallies: a status read between them counts the calls twice, never not at all
         if outcome.get("written") and self.on_stored is not None:
             self.on_stored()
         if events:

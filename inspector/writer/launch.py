@@ -1,0 +1,157 @@
+"""Starting the writer child and talking to it over two pipes, without multiprocessing.
+
+The child is ``python -m ctxscope.inspector.writer.child_entry DB ...``: a fresh interpreter that
+imports only the inspector and says in its command line what it is. Nothing re-runs the daemon's
+main module, and no resource tracker process or semaphore comes with it (docs/architecture.md,
+"The writer child imports only the inspector"). It gets its ends of two pipes with ``pass_fds``;
+the parent closes its copies of them, so the end of a pipe means the other side is gone.
+
+Sending never makes the proxy wait: ``put`` appends a message to a list and a feeder thread
+writes it, as multiprocessing's queues did. A hand-over may hold HOLD_BYTES (4 MB) of bodies, more
+than the pipe holds (64 KB by default, raised to PIPE_BYTES), so a write may wait for the child to
+read; the feeder waits in ``writev`` with the GIL released, which costs the proxy nothing.
+Non-blocking writes from the event loop would have to keep each half-written message's place
+between callbacks, and ``stop`` and ``delete_session`` send from other threads. The feeder
+encodes too, so the loop only appends to a list.
+
+Replies are read by a thread as they come, so a child that sends counters while nobody asks
+never blocks on a full pipe; they wait in a ``queue.Queue`` until the writer polls. The end of
+the replies pipe is the child's exit: the thread reaps it, then calls ``on_exit``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ctxscope.inspector.writer.messages import FromChild, ToChild, receive, send
+
+log = logging.getLogger("ctxscope.store")
+
+ENTRY = "ctxscope.inspector.writer.child_entry"
+PIPE_BYTES = 1 << 20  # the inbox pipe's buffer (Linux's limit for a user, by default); pages are taken as used
+
+
+class Outbox:
+    """Messages to the child, written by a feeder thread in the order they were put."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._items: collections.deque[ToChild] = collections.deque()
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._feed, name="ctxscope-writer-feed", daemon=True)
+        self._thread.start()
+
+    def put(self, message: ToChild) -> None:
+        """Queue a message; never blocks. Messages put after the child is gone are dropped (the
+        writer counts what was in flight from what the next child recovers)."""
+        with self._wake:
+            if self._fd >= 0:
+                self._items.append(message)
+                self._wake.notify()
+
+    def close(self) -> None:
+        """Send what is queued, then close the pipe (the child reads its end after the last message)."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+
+    def join_thread(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _feed(self) -> None:
+        fd = self._fd
+        try:
+            while True:
+                with self._wake:
+                    while not self._items and not self._closing:
+                        self._wake.wait()  # no timeout: an idle daemon's feeder never wakes
+                    if not self._items:
+                        return
+                    message = self._items.popleft()
+                send(fd, message)
+                del message  # an idle feeder must not keep the last hand-over's bodies alive
+        except OSError:  # the child is gone (EPIPE): what was queued dies with it
+            pass
+        except Exception:  # pragma: no cover - a message that cannot be encoded: the child is cut off
+            log.exception("capture writer: a message to the child could not be sent")
+        finally:
+            with self._wake:
+                self._items.clear()
+                self._fd = -1
+            os.close(fd)
+
+
+class ChildProcess:
+    """The running writer child: its process, its inbox (``Outbox``) and its replies (a queue)."""
+
+    def __init__(self, db_path: str, config: dict[str, Any], on_exit: Callable[[], None] | None = None):
+        inbox_r, inbox_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        with contextlib.suppress(OSError):  # a bigger pipe: a 1 MB hand-over in one write, not 16 wakes
+            fcntl.fcntl(inbox_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        argv = [sys.executable, "-m", ENTRY, db_path, str(inbox_r), str(replies_w),
+                json.dumps({**config, "sys_path": sys.path})]
+        try:
+            self._popen = subprocess.Popen(argv, pass_fds=(inbox_r, replies_w), stdin=subprocess.DEVNULL)
+        except BaseException:
+            for fd in (inbox_w, replies_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (inbox_r, replies_w):  # the child's ends: only the child may hold them
+                os.close(fd)
+        self.pid = self._popen.pid
+        self.on_exit = on_exit
+        self.inbox = Outbox(inbox_w)
+        self.replies: queue.Queue[FromChild] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(replies_r,), name="ctxscope-writer-replies",
+                                        daemon=True)
+        self._reader.start()
+
+    def _read(self, fd: int) -> None:
+        try:
+            while (message := receive(fd)) is not None:
+                self.replies.put(message)  # type: ignore[arg-type]  # the child sends only FromChild
+        except (OSError, ValueError) as exc:  # torn by its death, or garbled: it is as good as gone
+            if self._popen.poll() is None:
+                log.error("capture writer: unreadable reply (%s); stopping the child", exc)
+                self._popen.kill()
+        finally:
+            os.close(fd)
+            self._popen.wait()  # it closed its end: it is exiting
+            if self.on_exit is not None:
+                self.on_exit()
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self._popen.kill()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Let go of a child that has exited (or is told to by the end of its inbox): close the
+        inbox, wait for both threads, which close the pipes and reap the child."""
+        self.inbox.close()
+        self.inbox.join_thread(timeout)
+        self._reader.join(timeout)
