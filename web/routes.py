@@ -47,9 +47,8 @@ from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web import security
 from ctxscope.web.advice import advice_view, findings_view
-from ctxscope.web.breakcause import with_break_cause
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
-from ctxscope.web.diffview import call_diff
+from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub, writer_status
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
