@@ -99,6 +99,7 @@ ctypes.CDLL(None).malloc_stats()  # glibc: one "Arena N:" block per arena, on st
 
 
 def test_limit_heap_arenas_keeps_every_thread_in_as_many_arenas(tmp_path):
+    """What the daemon sets at start (docs/architecture.md, "Memory"): threads share the arenas it allows."""
     libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else None
     require((libc or "").startswith("glibc"), "glibc's malloc (elsewhere limit_heap_arenas does nothing)")
     probe = tmp_path / "arenas.py"
