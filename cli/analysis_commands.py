@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections import Counter
-from pathlib import Path
 
 import click
 
@@ -17,7 +15,7 @@ from ctxscope.vocab.words import word
 from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from .output import Column, emit_json, emit_table, fmt_int, fmt_usd, pick_columns, safe_text, terminal_width
 from .query_commands import TOKENS_LEGEND, clock_time, columns_option, thread_names, verdict_word, wide_option
-from .settings import home_dir
+from .settings import prices_path
 
 TIMELINE_COLUMNS = [
     Column("seq", "SEQ", right=True), Column("started_at", "TIME", clock_time), Column("model", "MODEL", shrink=True),
@@ -29,15 +27,6 @@ TIMELINE_COLUMNS = [
     Column("marker_kinds", "MARKERS", shrink=True),
 ]  # fmt: skip
 TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
-
-
-def prices_path() -> Path | None:
-    """CTXSCOPE_PRICES, else $CTXSCOPE_HOME/prices.json when it exists."""
-    env = os.environ.get("CTXSCOPE_PRICES")
-    if env:
-        return Path(env).expanduser()
-    path = home_dir() / "prices.json"
-    return path if path.exists() else None
 
 
 def make_analyzer():

@@ -18,24 +18,27 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.protocol import Writer
-from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.control.client import SimulatorControl
 from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
 from ctxscope.simulator.process import SimulatorProcess
+from ctxscope.vocab.tokens import limit_heap_arenas
 from ctxscope.web.routes import add_web_routes
 
-from .analysis_commands import prices_path
-from .settings import DaemonConfig, home_dir, load_salt, secure_home
+from .settings import DaemonConfig, home_dir, load_salt, prices_path, secure_home
 
 if TYPE_CHECKING:
     from ctxscope.inspector.otlp.loop import OtlpExport
 
 log = logging.getLogger("ctxscope.daemon")
+
+# The writer's analyses, named for its child, which imports them: this process never does
+# (docs/architecture.md, "Memory").
+WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
+HEAP_ARENAS = 1  # malloc arenas of the daemon's C heap (``run``)
 
 class BuiltinSimulator:
     """The built-in simulator at ``/u/sim``, started in its child process on its first request:
@@ -168,9 +171,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
         prices_args = (str(prices),) if prices is not None else ()
         writer: Writer
         if cfg.writer == "thread":
-            writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
-                                   max_decoded_bytes=cfg.limits.max_decoded_bytes)
-            writer.start()
+            writer = _thread_writer(cfg, prices_args)
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
             writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
                                    max_decoded_bytes=cfg.limits.max_decoded_bytes,
@@ -205,6 +206,18 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     port = runner.addresses[0][1] if cfg.port == 0 else cfg.port
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     return RunningDaemon(f"http://{host}:{port}", writer, runner, sim, start_export(cfg, writer))
+
+
+def _thread_writer(cfg: DaemonConfig, prices_args: tuple[str, ...]) -> Writer:
+    """The writer in a thread of this process (tests and embedding): it stores and analyses here,
+    so it imports the store and the analyses, which the default child spares this process."""
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer.thread import CaptureWriter
+
+    writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
+                           max_decoded_bytes=cfg.limits.max_decoded_bytes)
+    writer.start()
+    return writer
 
 
 def start_export(cfg: DaemonConfig, writer: Writer | None = None) -> OtlpExport | None:
@@ -250,7 +263,10 @@ async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon]
 
 
 def run(coro) -> None:
-    """asyncio.run, on uvloop when it is installed."""
+    """asyncio.run, on uvloop when it is installed, with the C heap in one arena: the daemon's hot
+    path runs on the loop's thread, and its other threads' allocations are few, so one arena costs
+    no throughput and keeps a burst's fragments in one place (docs/architecture.md, "Memory")."""
+    limit_heap_arenas(HEAP_ARENAS)
     try:
         import uvloop
 

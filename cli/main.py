@@ -3,27 +3,94 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from pathlib import Path
 
 import click
 
 from . import __version__
-from .analysis_commands import diff, reindex, session, stats
-from .ca_commands import ca
-from .demo import demo
-from .investigate.advise_commands import advise
-from .investigate.export_commands import curl, export_session, import_file
-from .investigate.findings_commands import findings
-from .investigate.replay_commands import replay
-from .investigate.search_commands import search
 from .options import CONTEXT, db_option
-from .query_commands import calls, db, sessions, show
-from .run_commands import run as run_command
 from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 
+# Every command but serve and sim, loaded when it runs: (where it is declared, its help's first sentence,
+# which `ctxscope --help` lists without importing it; a test keeps the two the same).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "advise": ("ctxscope.investigate.advise_commands:advise",
+               "Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."),
+    "agent": ("ctxscope.agent_commands:agent_group",
+              "Run the ctxscope coding agent (its calls go through the local proxy unless --direct)."),
+    "ca": ("ctxscope.ca_commands:ca", "The local certificate authority of the forward proxy (created on first use)."),
+    "calls": ("ctxscope.query_commands:calls", "List captured calls, optionally filtered by their analysis."),
+    "curl": ("ctxscope.investigate.export_commands:curl",
+             "Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix)."),
+    "db": ("ctxscope.query_commands:db", "The capture database: where it is and how it is doing."),
+    "demo": ("ctxscope.demo:demo",
+             "Start the daemon and run a scripted agent session that shows every effect in the inspector."),
+    "diff": ("ctxscope.analysis_commands:diff",
+             "Compare call A's prompt with call B's (default: A's predecessor): first difference first."),
+    "export": ("ctxscope.investigate.export_commands:export_session",
+               "Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or mitmproxy "
+               "can open, or with --otlp URL send stored calls to an OpenTelemetry collector."),
+    "findings": ("ctxscope.investigate.findings_commands:findings",
+                 "What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and "
+                 "where."),
+    "import": ("ctxscope.investigate.export_commands:import_file",
+               "Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture database."),
+    "reindex": ("ctxscope.analysis_commands:reindex",
+                "Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."),
+    "replay": ("ctxscope.investigate.replay_commands:replay",
+               "Re-send CALL's request through the daemon (CALL is an id or a unique prefix)."),
+    "run": ("ctxscope.run_commands:run",
+            "Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the daemon "
+            "(started if none runs on the port), and HTTPS_PROXY with the CA variables of `ctxscope ca env` for "
+            "clients without a base URL; then print the session's UI address."),
+    "search": ("ctxscope.investigate.search_commands:search",
+               "Find TEXT (words, as one phrase) in captured prompts and responses."),
+    "session": ("ctxscope.analysis_commands:session",
+                "Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."),
+    "sessions": ("ctxscope.query_commands:sessions",
+                 "List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost."),
+    "show": ("ctxscope.query_commands:show",
+             "Show one call (CALL is an id or a unique prefix of one): its place in the session, relation, cache "
+             "verdict, tokens reported and estimated, markers and the answer's first lines."),
+    "stats": ("ctxscope.analysis_commands:stats",
+              "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."),
+}
 
-@click.group(context_settings=CONTEXT)
+
+class LazyGroup(click.Group):
+    """A group whose commands (``LAZY_COMMANDS``) import their module only when they run or their own
+    help is asked for (click's lazy-group pattern), so `ctxscope --help` starts fast and `ctxscope
+    serve` carries none of the other commands' modules (docs/architecture.md, "Quick start-up")."""
+
+    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = self.lazy[cmd_name][0].split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command), f"{module}:{attribute} is not a click command"
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The list of commands, each with its help's first sentence, without loading the lazy ones."""
+        listed = [(name, self.commands.get(name) or click.Command(name, help=self.lazy[name][1]))
+                  for name in self.list_commands(ctx)]
+        listed = [(name, cmd) for name, cmd in listed if not cmd.hidden]
+        if listed:
+            limit = formatter.width - 6 - max(len(name) for name, _ in listed)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in listed])
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="ctxscope")
 def cli():
     """ctxscope: see exactly what your LLM agent sends to the model.
@@ -150,37 +217,6 @@ def sim(host, port, script_file):
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-
-
-# declared in their modules
-for command in (calls, show, sessions, db, diff, session, stats, reindex, demo, search, curl, export_session,
-                import_file, replay, run_command, ca):
-    cli.add_command(command)
-
-
-
-class LazyAgentGroup(click.Group):
-    """`ctxscope agent`: its commands (and the agent runtime they import) load only when one runs or
-    its help is asked for, so `ctxscope --help` and the quick commands start fast
-    (docs/architecture.md, "Quick start-up")."""
-
-    def _real(self) -> click.Group:
-        from .agent_commands import agent_group
-
-        return agent_group
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return self._real().list_commands(ctx)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return self._real().get_command(ctx, cmd_name)
-
-
-cli.add_command(LazyAgentGroup("agent", context_settings=CONTEXT,
-                               help="Run the ctxscope coding agent (its calls go through the local proxy unless "
-                                    "--direct)."))
-cli.add_command(findings)
-cli.add_command(advise)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -24,6 +24,15 @@ def home_dir() -> Path:
     return Path(os.environ.get("CTXSCOPE_HOME") or Path.home() / ".ctxscope").expanduser()
 
 
+def prices_path() -> Path | None:
+    """CTXSCOPE_PRICES, else $CTXSCOPE_HOME/prices.json when it exists."""
+    env = os.environ.get("CTXSCOPE_PRICES")
+    if env:
+        return Path(env).expanduser()
+    path = home_dir() / "prices.json"
+    return path if path.exists() else None
+
+
 def default_db_path() -> Path:
     env = os.environ.get("CTXSCOPE_DB")
     return Path(env).expanduser() if env else home_dir() / "captures.db"

@@ -11,19 +11,23 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import httpx2
 from click.testing import CliRunner
 
-from ctxscope.main import cli
+from ctxscope.main import LAZY_COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _all_commands(group, prefix=()):
-    for name, cmd in group.commands.items():
+    """Every command, through click's own listing (the lazy ones load here)."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
         path = prefix + (name,)
         yield path, cmd
-        if hasattr(cmd, "commands"):
+        if isinstance(cmd, click.Group):
             yield from _all_commands(cmd, path)
 
 
@@ -35,6 +39,19 @@ def test_every_command_has_help_and_is_in_the_readme():
         result = runner.invoke(cli, [*path, "--help"])
         assert result.exit_code == 0, result.output
         assert f"ctxscope {' '.join(path)}" in readme, f"`ctxscope {' '.join(path)}` is not in the README"
+
+
+def test_help_lists_each_lazy_command_with_the_first_sentence_of_its_own_help():
+    """`ctxscope --help` lists the commands without loading them: what it says of each is its help."""
+    ctx = click.Context(cli)
+    assert set(cli.list_commands(ctx)) == {"serve", "sim", *LAZY_COMMANDS}
+    listing = CliRunner().invoke(cli, ["--help"], terminal_width=200).output
+    for name, (_, summary) in LAZY_COMMANDS.items():
+        real = cli.get_command(ctx, name)
+        assert real is not None and real.name == name
+        for limit in (30, 45, 80, 400):
+            assert click.Command(name, help=summary).get_short_help_str(limit) == real.get_short_help_str(limit), name
+        assert f"{name} " in listing and real.get_short_help_str(194 - len(name))[:40] in listing, name
 
 
 def test_serve_refuses_a_non_loopback_address(tmp_path):

@@ -222,7 +222,7 @@ def test_the_cli_imports_no_heavy_package_before_a_command_runs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split())
     heavy = {"aiohttp", "sqlite_utils", "tiktoken", "ctxscope.agent.host.runtime", "ctxscope.agent.providers.catalog",
-             "ctxscope.inspector.store.db", "openai", "anthropic"}
+             "ctxscope.inspector.store.db", "openai", "anthropic", "ctxscope.query_commands", "ctxscope.demo"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
 

@@ -73,6 +73,22 @@ def release_heap() -> None:
     trim(0)
 
 
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def limit_heap_arenas(count: int) -> None:
+    """Let the C heap grow at most ``count`` malloc arenas (glibc's ``mallopt(M_ARENA_MAX)``; elsewhere
+    nothing). glibc gives threads that meet on the heap arenas of their own, up to eight per core, and
+    each keeps its own free pages, which ``release_heap`` gives back only in part: a long-running
+    process whose threads (the event loop's workers, a queue's feeder) touch a burst's buffers keeps
+    the burst's fragments in every arena. Call it before the threads start."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_ARENA_MAX, count)
+
+
 # BPE cost grows faster than linearly with the length of one pre-token piece (50 MB of "x" takes
 # tens of seconds), so long texts are counted in windows cut after a newline that starts a new
 # piece. That is exact for text with line breaks; only a single line longer than a window is cut

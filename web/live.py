@@ -13,14 +13,13 @@ import asyncio
 import contextlib
 import json
 import logging
-from dataclasses import asdict
+from collections.abc import Callable
 from typing import Any
 
 import sqlite_utils
 from aiohttp import web
 
 from ctxscope.inspector.store.views import calls_after, max_rowid
-from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.web.pool import ReadPool
 
@@ -38,22 +37,11 @@ def _new_calls(db: sqlite_utils.Database, after: int) -> tuple[int, list[dict]]:
     return last, mask_keys_in(brief)  # the model name is the client's text
 
 
-def writer_status(writer: Writer | None) -> dict | None:
-    if writer is None:
-        return None
-    try:
-        stats = asdict(writer.stats())
-    except Exception:  # a writer without stats: nothing to show
-        return None
-    stats["failures"] = sum(stats.get(k) or 0 for k in ("failed", "dropped", "store_failures"))
-    return stats
-
-
 class LiveHub:
     """Subscribers (one asyncio.Queue per open page) and the poller task that feeds them."""
 
-    def __init__(self, pool: ReadPool, writer: Writer | None, interval: float = 0.3):
-        self.pool, self.writer, self.interval = pool, writer, interval
+    def __init__(self, pool: ReadPool, status: Callable[[], dict | None], interval: float = 0.3):
+        self.pool, self.status, self.interval = pool, status, interval  # status: the writer's, for the pages
         self._subscribers: set[asyncio.Queue] = set()
         self._task: asyncio.Task | None = None
         self._last_rowid: int | None = None
@@ -99,7 +87,7 @@ class LiveHub:
                 if store_error is None:
                     log.warning("live poller: %s", e)
                 store_error = str(e)
-            status = writer_status(self.writer)
+            status = self.status()
             text = json.dumps(status, sort_keys=True, default=str)
             if text != self._last_status:
                 self._last_status = text

@@ -153,8 +153,7 @@ def import_file(file, db_path, label, as_json):
     from ctxscope.inspector.store.queries import open_db
     from ctxscope.inspector.writer.status import capture_state
 
-    from ..analysis_commands import prices_path
-    from ..settings import default_db_path
+    from ..settings import default_db_path, prices_path
 
     path = db_path or default_db_path()
     if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's

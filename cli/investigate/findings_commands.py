@@ -13,7 +13,7 @@ def open_session(db_path, session: str | None):
     from ctxscope.inspector.advisor.load import load_session
     from ctxscope.inspector.store.queries import AmbiguousCallId, list_sessions
 
-    from ..analysis_commands import prices_path
+    from ..settings import prices_path
 
     db = open_db_or_fail(db_path)
     if session is None:

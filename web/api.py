@@ -1,0 +1,213 @@
+"""The UI's answers that read the capture store: the JSON API's store-backed routes and the live feed.
+
+This module, and with it sqlite-utils, the store's queries and the analyses behind the pages, is
+loaded by the first request that needs the store (``routes.py`` mounts every route and loads it
+then), so a daemon whose UI nobody opens does not carry them (docs/architecture.md, "Memory").
+Every read runs in a worker thread (``pool.py``) so the proxy's event loop never waits on SQLite,
+and every answer built from the store is masked in that thread before it is serialised; raw
+ranges come from bodies masked length for length (``calldetail``), and a download is masked
+unless ``exact=1`` asks for the bytes as they were sent.
+
+A handler returns the answer's data (``routes.py`` serialises it) or a response of its own (a
+download, the event stream), and says a bad request with an ``HTTPException``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ctxscope.inspector.store.analysis_queries import resolve_session
+from ctxscope.inspector.store.queries import AmbiguousCallId
+from ctxscope.inspector.store.views import store_totals
+from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
+from ctxscope.proxy.redaction.mask import mask_keys_in
+from ctxscope.web import security
+from ctxscope.web.advice import advice_view, findings_view
+from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
+from ctxscope.web.diffview import call_diff, with_break_cause
+from ctxscope.web.live import LiveHub
+from ctxscope.web.overview import list_session_overviews
+from ctxscope.web.pool import ReadPool
+from ctxscope.web.resend import ReplayError, curl_view
+from ctxscope.web.resend import replay as send_replay
+from ctxscope.web.search import search_view
+from ctxscope.web.timeline import PAGE, session_view
+
+_FILTERS = ("relation", "verdict", "model", "marker", "thread", "q")
+
+Answer = dict | list | web.StreamResponse
+
+
+def _masked(db, fn, *args):
+    return mask_keys_in(fn(db, *args))
+
+
+def _int(request: web.Request, name: str, default: int | None) -> int | None:
+    value = request.query.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+
+
+def _found(answer: Any, what: str) -> Any:
+    if answer is None:
+        raise web.HTTPNotFound(text=what)
+    return answer
+
+
+class StoreAPI:
+    """The store-backed handlers of one daemon's UI, with their read pool, body cache and live feed."""
+
+    def __init__(self, db_path: Path, writer: Writer | None, status: Callable[[], dict | None]):
+        self.pool = ReadPool(db_path)
+        self.writer = writer
+        self.bodies = BodyCache()
+        self.hub = LiveHub(self.pool, status)
+
+    async def answer(self, handler: Callable[[web.Request], Awaitable[Answer]], request: web.Request) -> Answer:
+        """``handler``'s answer, with the store's own failures said as HTTP errors."""
+        try:
+            return await handler(request)
+        except AmbiguousCallId as exc:  # the one id rule: say which ids the prefix matches
+            listed = ", ".join(exc.candidates) + (", ..." if exc.more else "")
+            raise web.HTTPBadRequest(text=f"{exc}: {listed}" if listed else str(exc)) from None
+        except sqlite3.DatabaseError as exc:  # the store is unreadable: say so, no traceback
+            raise web.HTTPServiceUnavailable(text=f"capture store unavailable: {exc}") from None
+
+    async def read(self, fn, *args):
+        """``fn(db, *args)`` in a worker thread, with every key-like value in its answer masked."""
+        return await self.pool.run(_masked, fn, *args)
+
+    async def totals(self) -> dict:
+        return await self.pool.run(store_totals)
+
+    async def sessions(self, request: web.Request) -> Answer:
+        limit = _int(request, "limit", 500) or 500
+        return {"sessions": await self.read(lambda db: list_session_overviews(db, limit=limit))}
+
+    async def session(self, request: web.Request) -> Answer:
+        session = request.query.get("s")
+        if not session:
+            raise web.HTTPBadRequest(text="missing s")
+        filters = {k: request.query[k] for k in _FILTERS if request.query.get(k)}
+        offset = _int(request, "offset", None)
+        limit = _int(request, "limit", PAGE) or PAGE
+        view = await self.read(lambda db: session_view(db, resolve_session(db, session) or session, offset=offset,
+                                                        limit=limit, filters=filters))  # an id or a unique prefix
+        return _found(view, f"no session {session!r}")
+
+    async def call(self, request: web.Request) -> Answer:
+        call_id = request.query.get("id", "")
+        return _found(await self.read(call_detail, call_id) if call_id else None, f"no call {call_id!r}")
+
+    def _body_args(self, request: web.Request) -> tuple[str, str, str]:
+        kind = request.query.get("kind", "request")
+        form = request.query.get("form", "decoded")
+        if kind not in ("request", "response") or form not in ("decoded", "wire"):
+            raise web.HTTPBadRequest(text="kind must be request|response, form decoded|wire")
+        return request.query.get("id", ""), kind, form
+
+    async def raw(self, request: web.Request) -> Answer:
+        call_id, kind, form = self._body_args(request)
+        offset = _int(request, "offset", 0) or 0
+        length = _int(request, "length", RANGE_DEFAULT) or RANGE_DEFAULT
+        # not ``read``: the cached bodies are masked already, length for length, so offsets hold
+        result = await self.pool.run(raw_range, self.bodies, call_id, kind, form, offset, length)
+        return _found(result, f"no call {call_id!r}")
+
+    async def raw_bin(self, request: web.Request) -> Answer:
+        call_id, kind, form = self._body_args(request)
+        exact = request.query.get("exact") in ("1", "true")
+        body = _found(await self.pool.run(raw_bytes, call_id, kind, form, exact), f"no body for {call_id!r}")
+        resp = web.Response(body=body.data, content_type="application/octet-stream")
+        safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
+        name = f"{safe_id}-{kind}-{body.form}" + ("-exact" if exact else "-masked" if body.masked else "")
+        resp.headers["Content-Disposition"] = f'attachment; filename="{name}.bin"'
+        resp.headers["X-Ctxscope-Body"] = (
+            "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
+        )
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def diff(self, request: web.Request) -> Answer:
+        call_id = request.query.get("id", "")
+        base = request.query.get("base") or None
+        result = await self.read(lambda db: with_break_cause(db, call_diff(db, call_id, base))) if call_id else None
+        return _found(result, f"no call {call_id!r}")
+
+    async def search(self, request: web.Request) -> Answer:
+        text = request.query.get("q", "")
+        if not text.strip():
+            raise web.HTTPBadRequest(text="missing q")
+        areas = [a for a in request.query.getall("in", []) if a]
+        limit = _int(request, "limit", 50) or 50
+        try:
+            return await self.read(search_view, text, request.query.get("s") or None, areas, limit)
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+
+    async def curl(self, request: web.Request) -> Answer:
+        call_id = request.query.get("id", "")
+        via = f"{request.scheme}://{request.host}" if request.query.get("via") == "daemon" else None
+        return _found(await self.read(curl_view, call_id, via) if call_id else None, f"no call {call_id!r}")
+
+    async def advisor(self, request: web.Request) -> Answer:
+        session = request.query.get("s")
+        if not session:
+            raise web.HTTPBadRequest(text="missing s")
+        view = findings_view if request.path.endswith("/findings") else advice_view
+        return _found(await self.read(view, session), f"no session {session!r}")
+
+    async def events(self, request: web.Request) -> Answer:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
+        security.apply_headers(resp)  # before the stream starts
+        return await self.hub.stream(request, resp)
+
+    async def delete(self, request: web.Request) -> Answer:
+        """Delete a session (the caller checked the page's token)."""
+        session = request.query.get("s")
+        if not session:
+            raise web.HTTPBadRequest(text="missing s")
+        if self.writer is None:
+            raise web.HTTPServiceUnavailable(text="deleting needs the capture writer, and this UI runs without one")
+        try:  # the writer deletes, between two of its batches: the store has one writer
+            result = await asyncio.to_thread(self.writer.delete_session, session)
+        except WriterUnavailable as exc:
+            raise web.HTTPServiceUnavailable(text=str(exc)) from None
+        if not result["calls_deleted"]:
+            raise web.HTTPNotFound(text=f"no session {session!r}")
+        self.bodies = BodyCache()
+        return result
+
+    async def replay(self, request: web.Request) -> Answer:
+        """Re-send a call through this daemon (the caller checked the page's token)."""
+        if request.content_type != "application/json":
+            raise web.HTTPUnsupportedMediaType(text="replaying needs a JSON body")
+        try:
+            options = await request.json()
+        except ValueError:
+            raise web.HTTPBadRequest(text="the body is not JSON") from None
+        if not isinstance(options, dict):
+            raise web.HTTPBadRequest(text="the body must be a JSON object")
+        try:
+            result = await send_replay(self.pool, request.query.get("id", ""), f"{request.scheme}://{request.host}",
+                                       options)  # fmt: skip
+        except ReplayError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        return mask_keys_in(result)
+
+    async def close(self) -> None:
+        """The live feed's streams end (on the daemon's shutdown)."""
+        await self.hub.close()
+
+    def cleanup(self) -> None:
+        self.pool.close()
