@@ -11,7 +11,6 @@ body that holds it by the resolver the inspector registers with ``set_segment_te
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -20,8 +19,11 @@ from pathlib import Path
 import sqlite_utils
 
 from ctxscope.inspector import owner_only
+from ctxscope.inspector.clock import iso, now_iso
 from ctxscope.inspector.store.blobs import text_of
 from ctxscope.inspector.store.migrations import migrations
+
+__all__ = ["iso", "now_iso"]  # at home in inspector/clock.py; many callers import them from here
 
 BUSY_TIMEOUT_S = 5.0
 PAGE_SIZE = 8192
@@ -114,32 +116,6 @@ def is_stored(db: sqlite_utils.Database, call_id: str) -> bool:
 
 def applied_migrations(db: sqlite_utils.Database) -> list[str]:
     return [m.name for m in migrations.applied(db)]
-
-
-_FIRST_SECOND, _PAST_LAST_SECOND = -62135596800.0, 253402300800.0  # 0001-01-01 and 10000-01-01 UTC
-
-
-def iso(ts: float | None) -> str | None:
-    """Unix seconds as fixed-width ISO 8601 UTC, so text order is time order.
-
-    The text ``datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` gives (the same
-    rounding of microseconds, half to even), in half its time: the writer writes several per call."""
-    if ts is None:
-        return None
-    frac, whole = math.modf(ts)
-    micros = round(frac * 1e6)
-    if micros >= 1_000_000:
-        whole, micros = whole + 1, micros - 1_000_000
-    elif micros < 0:
-        whole, micros = whole - 1, micros + 1_000_000
-    utc = time.gmtime(whole)
-    if not _FIRST_SECOND <= whole < _PAST_LAST_SECOND:
-        raise ValueError(f"year out of range for {ts!r}")  # as datetime says: the text would not be fixed-width
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', utc)}.{micros:06d}Z"
-
-
-def now_iso() -> str:
-    return iso(time.time())  # type: ignore[return-value]
 
 
 def get_meta(db: sqlite_utils.Database, key: str, default: str | None = None) -> str | None:

@@ -32,7 +32,6 @@ from typing import Protocol
 
 from ctxscope.inspector.store.ingest import Analyzer
 from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.failures import RETRY_INTERVAL
 from ctxscope.inspector.writer.messages import (
     Counters,
     Deleted,
@@ -46,6 +45,7 @@ from ctxscope.inspector.writer.messages import (
     Stop,
 )
 from ctxscope.inspector.writer.priority import Priority
+from ctxscope.inspector.writer.protocol import RETRY_INTERVAL
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter

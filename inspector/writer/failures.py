@@ -21,7 +21,6 @@ from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
 
-RETRY_INTERVAL = 2.0  # seconds between attempts to store while the store is unavailable
 REMIND_INTERVAL = 60.0  # an outage is logged at once, then again this often
 MAX_PENDING_EVENTS = 1000
 

@@ -50,9 +50,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ctxscope.inspector.store.db import now_iso
+from ctxscope.inspector.clock import now_iso
 from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.failures import RETRY_INTERVAL
 from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
 from ctxscope.inspector.writer.launch import ChildProcess, Outbox
 from ctxscope.inspector.writer.messages import (
@@ -66,7 +65,7 @@ from ctxscope.inspector.writer.messages import (
     Stop,
 )
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
-from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import call_size, pack

@@ -14,6 +14,8 @@ from typing import Protocol
 from ctxscope.inspector.writer.status import WriterStats
 from ctxscope.proxy.exchange import Exchange
 
+RETRY_INTERVAL = 2.0  # seconds between attempts to store while the store is unavailable (both writers)
+
 
 class WriterUnavailable(RuntimeError):
     """The writer cannot do what was asked now: it is not running, or its store is unavailable."""

@@ -36,7 +36,6 @@ from ctxscope.inspector import owner_only
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.failures import (
-    RETRY_INTERVAL,
     Outage,
     Unrecorded,
     call_event,
@@ -44,7 +43,7 @@ from ctxscope.inspector.writer.failures import (
     record,
     store_unavailable,
 )
-from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
 from ctxscope.inspector.writer.spool import keep_leftovers
 from ctxscope.inspector.writer.spool_format import pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
