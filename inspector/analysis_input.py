@@ -8,6 +8,7 @@ kind with parameters (``compaction; tokens_before=81234; reason=budget``) or a J
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,8 +33,8 @@ class CallInput:
     rowid: int
     provider: str
     api: str | None
-    session: str  # as stored now
-    seq: int
+    session: str  # as stored now (the writer's first guess when not inserted yet)
+    seq: int | None  # None: not inserted yet
     session_label: str | None
     key_fingerprint: str | None
     client: str | None  # the user agent: calls without a session id group per key and client
@@ -105,6 +106,11 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     once for all of them (kept in ``call``: each analyzer is given the same dict)."""
     made = call.get("_input")
     if isinstance(made, CallInput) and made.id == call["id"]:
+        if made.rowid != call.get("_rowid"):  # made before the insert: now it has its row and final session
+            call["_input"] = made = dataclasses.replace(
+                made, rowid=call["_rowid"], session=call["session"], seq=call.get("seq"),
+                attempt=call.get("attempt") or 1, retry_of=call.get("retry_of"),
+            )
         return made
     call["_input"] = made = _from_writer(db, call)
     return made

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
+from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.vocab.kinds import SearchArea
 
 log = logging.getLogger("ctxscope.search")
@@ -48,17 +49,24 @@ def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
     return row[0] if row else None
 
 
-def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece]) -> int:
+def add_pieces(
+    db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None
+) -> int:
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session.
 
     A text new to the store gets a segment row (key and area, no text) and its FTS5 terms from the
-    text in hand; nothing reads it back here."""
+    text in hand; nothing reads it back here. ``known``: the writer's segment ids, asked before the
+    store and told the new ones once the call's rows are all written."""
     if not pieces:
         return 0
     keys = [segment_key(p.text) for p in pieces]
     ids: dict[bytes, int] = {}
     for k, p in zip(keys, pieces, strict=True):
         if k in ids:
+            continue
+        found = known.segments.get(k) if known is not None else None
+        if found is not None:
+            ids[k] = found
             continue
         row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
         if row is None:
@@ -71,6 +79,9 @@ def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Se
         "INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer) VALUES (?, ?, ?, ?, ?)",
         [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)],
     )
+    if known is not None:
+        for k, segment in ids.items():
+            known.keep(known.segments, k, segment)
     return db.conn.total_changes - before
 
 

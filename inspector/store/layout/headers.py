@@ -16,6 +16,8 @@ from typing import Any
 
 import sqlite_utils
 
+from ctxscope.inspector.store.layout.known import KnownIds
+
 _VOLATILE = frozenset({
     "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
     "openai-processing-ms", "set-cookie", "expires", "last-modified", "etag",
@@ -48,8 +50,15 @@ def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
     return [[name, next(it, "") if value is None else value] for name, value in json.loads(shape_json)]
 
 
-def put(db: sqlite_utils.Database, shape_json: str) -> int:
-    """The id of the header set (stored now if new)."""
+def put(db: sqlite_utils.Database, shape_json: str, known: KnownIds | None = None) -> int:
+    """The id of the header set (stored now if new); ``known``: the writer's ids, asked first."""
+    if known is not None:
+        found = known.header_sets.get(shape_json)
+        if found is not None:
+            return found
+        set_id = put(db, shape_json)
+        known.keep(known.header_sets, shape_json, set_id)
+        return set_id
     digest = hashlib.blake2b(shape_json.encode(), digest_size=16).digest()
     row = db.execute("SELECT id FROM header_sets WHERE hash = ?", [digest]).fetchone()
     if row is not None:
@@ -59,7 +68,7 @@ def put(db: sqlite_utils.Database, shape_json: str) -> int:
     return cur.lastrowid
 
 
-def store_pairs(db: sqlite_utils.Database, row: dict) -> None:
+def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = None) -> None:
     """Move a row's ``request_headers``/``response_headers`` (JSON text) into header sets."""
     values: list[list[str]] = []
     for kind in ("request", "response"):
@@ -69,7 +78,7 @@ def store_pairs(db: sqlite_utils.Database, row: dict) -> None:
             values.append([])
             continue
         shape, volatile = split(json.loads(text))
-        row[f"{kind}_header_set"] = put(db, shape)
+        row[f"{kind}_header_set"] = put(db, shape, known)
         values.append(volatile)
     row["header_values"] = json.dumps(values, ensure_ascii=False, separators=(",", ":")) if any(values) else None
 
