@@ -32,7 +32,7 @@ import sqlite_utils
 
 from ctxscope.inspector.body_reuse import BodyMemory
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.db import Savepoint, iso
 from ctxscope.inspector.store.exchange_row import derive
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.layout.known import KnownIds
@@ -314,7 +314,7 @@ def ingest(
                 if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
                     analyzer(db, call)
                     continue
-                with db.atomic():  # a savepoint: a failing analyzer's writes are undone, the call stays
+                with Savepoint(db):  # a failing analyzer's writes are undone, the call stays
                     analyzer(db, call)
             except Exception as e:
                 if not db.conn.in_transaction:

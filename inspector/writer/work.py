@@ -59,7 +59,7 @@ def store_one(
         outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
         return
     try:
-        with db.atomic():
+        with store.Savepoint(db):
             result = ingest(db, ex, state, analyzers)
     except Exception as e:
         if not db.conn.in_transaction or store_unavailable(e):
