@@ -169,7 +169,7 @@ class Analyzer:
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
         self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
-        self._prepared: SharedPrompt | None = None
+        self._prepared: tuple[str, Prepared | None, str | None] | None = None  # a SharedPrompt without its session
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
@@ -189,8 +189,8 @@ class Analyzer:
         self.last = None
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
-        if self._prepared is not None and self._prepared.call_id == inp.id:
-            self.last = dataclasses.replace(self._prepared, session=analysis.session)
+        if self._prepared is not None and self._prepared[0] == inp.id:
+            self.last = SharedPrompt(inp.id, analysis.session, *self._prepared[1:])
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
             _save_minimums(db, self.cache_memory, inp.id)
         return analysis, cols
@@ -210,7 +210,7 @@ class Analyzer:
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
-            self._prepared = SharedPrompt(inp.id, "", prepared, base.call_id if base is not None else None)
+            self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
