@@ -142,8 +142,11 @@ def _compact(value: dict | None, *, zeros: bool = False) -> dict | None:
     return {k: v for k, v in value.items() if v is not None and v != [] and not (zeros and v == 0)}
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode  # built once
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return None if value is None else _COMPACT(value)
 
 
 class Analyzer:

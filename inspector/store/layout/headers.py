@@ -26,6 +26,9 @@ _VOLATILE = frozenset({
 _VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per call
+
+
 def _volatile(name: str) -> bool:
     low = name.lower()
     return low in _VOLATILE or low.startswith(_VOLATILE_PREFIXES)
@@ -41,7 +44,7 @@ def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
             values.append(value)
         else:
             shape.append([name, value])
-    return json.dumps(shape, ensure_ascii=False, separators=(",", ":")), values
+    return _COMPACT(shape), values
 
 
 def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
@@ -69,18 +72,18 @@ def put(db: sqlite_utils.Database, shape_json: str, known: KnownIds | None = Non
 
 
 def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = None) -> None:
-    """Move a row's ``request_headers``/``response_headers`` (JSON text) into header sets."""
+    """Move a row's ``request_headers``/``response_headers`` (pair lists, or their JSON text) into header sets."""
     values: list[list[str]] = []
     for kind in ("request", "response"):
-        text = row.pop(f"{kind}_headers", None)
-        if text is None:
+        pairs = row.pop(f"{kind}_headers", None)
+        if pairs is None:
             row[f"{kind}_header_set"] = None
             values.append([])
             continue
-        shape, volatile = split(json.loads(text))
+        shape, volatile = split(json.loads(pairs) if isinstance(pairs, str) else pairs)
         row[f"{kind}_header_set"] = put(db, shape, known)
         values.append(volatile)
-    row["header_values"] = json.dumps(values, ensure_ascii=False, separators=(",", ":")) if any(values) else None
+    row["header_values"] = _COMPACT(values) if any(values) else None
 
 
 def load_pairs(db: sqlite_utils.Database, row: dict) -> None:
