@@ -198,8 +198,10 @@ def store_body(
     raw: bytes,
     encoding: str | None,
     decoded: bytes | None,
+    decoded_hash: bytes | None = None,
 ) -> tuple[int | None, str | None]:
-    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw)."""
+    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw).
+    ``decoded_hash``: the store's hash of ``decoded``, when known (derive hashed the request)."""
     if not raw:
         return None, None
     form, recipe = raw, None
@@ -211,7 +213,8 @@ def store_body(
         if recipe is not None:
             form = decoded
     bases, foreign = _candidates(db, state, session, kind)
-    blob = blob_put(db, form, bases, search=foreign, known=state.ids)
+    blob = blob_put(db, form, bases, search=foreign, known=state.ids,
+                    digest=decoded_hash if form is decoded else None)
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 
@@ -257,8 +260,10 @@ def ingest(
     d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]
+    # derive hashed the request (resuming from a recent body's state): the blob's hash is its first 16 bytes.
+    request_hash = bytes.fromhex(row["request_sha256"]) if row["request_sha256"] else None
     row["request_blob"], row["request_recode"] = store_body(
-        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body
+        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body, request_hash
     )
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
