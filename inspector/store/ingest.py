@@ -324,6 +324,7 @@ def ingest(
             except Exception as e:
                 if not db.conn.in_transaction:
                     raise  # it destroyed the whole transaction: let the writer redo the batch
+                state.ids.clear()  # ids it noted of the rows undone with it
                 errors.append((_name(analyzer), e))
     return IngestResult(row, errors)
 

@@ -74,14 +74,22 @@ def add_pieces(
                                    [k, p.area, len(p.text)]).lastrowid,)
             db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
         ids[k] = row[0]
-    before = db.conn.total_changes
-    db.conn.executemany(
-        "INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer) VALUES (?, ?, ?, ?, ?)",
-        [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)],
-    )
+    rows = [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)]
     if known is not None:
         for k, segment in ids.items():
             known.keep(known.segments, k, segment)
+        # The session holds these already: INSERT OR IGNORE would leave them as they are.
+        rows = [r for r in rows if (r[0], session) not in known.occurrences]
+    if not rows:
+        return 0
+    before = db.conn.total_changes
+    db.conn.executemany(
+        "INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer) VALUES (?, ?, ?, ?, ?)",
+        rows,
+    )
+    if known is not None:
+        for r in rows:
+            known.keep(known.occurrences, (r[0], session), 1)
     return db.conn.total_changes - before
 
 

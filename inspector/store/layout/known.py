@@ -16,7 +16,8 @@ _generations = itertools.count(1)  # unique across instances: a writer that reco
 
 class KnownIds:
     """Ids this writer stored or looked up, so the next call need not ask the store again: header
-    sets (by their JSON), chunks and search segments (by hash), each session's last seq.
+    sets (by their JSON), chunks and search segments (by hash), the segments each session's search
+    index holds, each session's last seq.
 
     Only the writer adds rows, so they stay true until one of its calls or batches rolls back, it
     deletes a session, or another connection commits (``PRAGMA data_version``): each of those
@@ -31,6 +32,7 @@ class KnownIds:
         self.header_sets: dict[str, int] = {}
         self.chunks: dict[bytes, int] = {}
         self.segments: dict[bytes, int] = {}
+        self.occurrences: dict[tuple[int, str], int] = {}  # (segment, session) the search index holds
         self._seqs: dict[str, int] = {}
         self._data_version: int | None = None
 
@@ -59,5 +61,5 @@ class KnownIds:
 
     def clear(self) -> None:
         self.generation = next(_generations)
-        for known in (self.header_sets, self.chunks, self.segments, self._seqs):
+        for known in (self.header_sets, self.chunks, self.segments, self.occurrences, self._seqs):
             known.clear()
