@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import sqlite_utils
 
@@ -34,16 +33,24 @@ def _volatile(name: str) -> bool:
     return low in _VOLATILE or low.startswith(_VOLATILE_PREFIXES)
 
 
-def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
-    """The set (compact JSON, volatile values as null) and the volatile values in order."""
-    shape: list[list[Any]] = []
+Shape = tuple[tuple[str, str | None], ...]
+
+
+def _split(pairs: Sequence[Sequence[str]]) -> tuple[Shape, list[str]]:
+    shape: list[tuple[str, str | None]] = []
     values: list[str] = []
     for name, value in pairs:
         if _volatile(name):
-            shape.append([name, None])
+            shape.append((name, None))
             values.append(value)
         else:
-            shape.append([name, value])
+            shape.append((name, value))
+    return tuple(shape), values
+
+
+def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """The set (compact JSON, volatile values as null) and the volatile values in order."""
+    shape, values = _split(pairs)
     return _COMPACT(shape), values
 
 
@@ -53,15 +60,19 @@ def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
     return [[name, next(it, "") if value is None else value] for name, value in json.loads(shape_json)]
 
 
-def put(db: sqlite_utils.Database, shape_json: str, known: KnownIds | None = None) -> int:
-    """The id of the header set (stored now if new); ``known``: the writer's ids, asked first."""
-    if known is not None:
-        found = known.header_sets.get(shape_json)
-        if found is not None:
-            return found
-        set_id = put(db, shape_json)
-        known.keep(known.header_sets, shape_json, set_id)
-        return set_id
+def _put_shape(db: sqlite_utils.Database, shape: Shape, known: KnownIds | None) -> int:
+    """The id of the header set ``shape``; ``known``: the writer's ids, asked before its JSON is made."""
+    if known is None:
+        return put(db, _COMPACT(shape))
+    found = known.header_sets.get(shape)
+    if found is None:
+        found = put(db, _COMPACT(shape))
+        known.keep(known.header_sets, shape, found)
+    return found
+
+
+def put(db: sqlite_utils.Database, shape_json: str) -> int:
+    """The id of the header set (stored now if new)."""
     digest = hashlib.blake2b(shape_json.encode(), digest_size=16).digest()
     row = db.execute("SELECT id FROM header_sets WHERE hash = ?", [digest]).fetchone()
     if row is not None:
@@ -80,8 +91,8 @@ def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = N
             row[f"{kind}_header_set"] = None
             values.append([])
             continue
-        shape, volatile = split(json.loads(pairs) if isinstance(pairs, str) else pairs)
-        row[f"{kind}_header_set"] = put(db, shape, known)
+        shape, volatile = _split(json.loads(pairs) if isinstance(pairs, str) else pairs)
+        row[f"{kind}_header_set"] = _put_shape(db, shape, known)
         values.append(volatile)
     row["header_values"] = _COMPACT(values) if any(values) else None
 

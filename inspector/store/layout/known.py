@@ -16,7 +16,7 @@ _generations = itertools.count(1)  # unique across instances: a writer that reco
 
 class KnownIds:
     """Ids this writer stored or looked up, so the next call need not ask the store again: header
-    sets (by their JSON), chunks and search segments (by hash), the segments each session's search
+    sets (by their pairs), chunks and search segments (by hash), the segments each session's search
     index holds, each session's last seq.
 
     Only the writer adds rows, so they stay true until one of its calls or batches rolls back, it
@@ -29,7 +29,7 @@ class KnownIds:
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self.generation = next(_generations)
-        self.header_sets: dict[str, int] = {}
+        self.header_sets: dict[tuple, int] = {}  # by their (name, value or None) pairs
         self.chunks: dict[bytes, int] = {}
         self.segments: dict[bytes, int] = {}
         self.occurrences: dict[tuple[int, str], int] = {}  # (segment, session) the search index holds
