@@ -32,8 +32,8 @@ class CallInput:
     rowid: int
     provider: str
     api: str | None
-    session: str  # as stored now
-    seq: int
+    session: str  # as stored now (the writer's first guess when not inserted yet)
+    seq: int | None  # None: not inserted yet
     session_label: str | None
     key_fingerprint: str | None
     client: str | None  # the user agent: calls without a session id group per key and client
@@ -52,6 +52,13 @@ class CallInput:
     path: str | None
     raw: bytes | None  # the request body with its Content-Encoding undone (what ``body`` was parsed from)
     no_failed_twin: bool = False  # the writer knows no failed call with this body is in its retry window
+
+    def inserted(self, rowid: int, session: str, seq: int | None, attempt: int, retry_of: str | None) -> CallInput:
+        """A copy with the row the writer inserted (analysed before its insert, the call had none). Made
+        without ``dataclasses.replace``, which costs more than the rest of the copy: it runs on every call."""
+        new = object.__new__(CallInput)
+        new.__dict__.update(self.__dict__, rowid=rowid, session=session, seq=seq, attempt=attempt, retry_of=retry_of)
+        return new
 
 
 def _headers(pairs: Any) -> dict[str, str]:
@@ -105,6 +112,9 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     once for all of them (kept in ``call``: each analyzer is given the same dict)."""
     made = call.get("_input")
     if isinstance(made, CallInput) and made.id == call["id"]:
+        if made.rowid != call.get("_rowid"):  # made before the insert: now it has its row and final session
+            call["_input"] = made = made.inserted(call["_rowid"], call["session"], call.get("seq"),
+                                                  call.get("attempt") or 1, call.get("retry_of"))
         return made
     call["_input"] = made = _from_writer(db, call)
     return made

@@ -1,8 +1,9 @@
 """The analysis of every stored call: session, thread, relation, tokens, cache verdict, markers.
 
-``Analyzer`` is a CaptureWriter analyzer (``analyzer(db, call)``): it runs in the writer thread,
-inside the transaction that stores the call, and writes its results onto the call row, so every
-call is analysed once, when it is stored. For the process lifetime it keeps a TokenCounter (counts
+``Analyzer`` is a CaptureWriter analyzer: it runs in the writer thread, inside the transaction
+that stores the call, just before the call's row is inserted, and its results are inserted with the
+row (``row_columns``; docs/architecture.md, "One INSERT per call"), so every call is analysed once,
+when it is stored. For the process lifetime it keeps a TokenCounter (counts
 by segment hash) and the last calls of each recent thread per session and key (``RecentMemory``):
 a new body reuses the canonical segments of the messages it shares byte for byte with one of them
 (inspector/analyses/incremental.py) and only new segments are counted, so a call costs about its new
@@ -73,7 +74,7 @@ class Analysis:
 
     session: str
     session_source: str
-    seq: int
+    seq: int | None  # None: the writer numbers the call as it inserts it
     placement: Placement | None  # None for exchanges that are not LLM calls
     relation: Relation
     tokens: TokenBreakdown | None
@@ -141,17 +142,20 @@ def _compact(value: dict | None, *, zeros: bool = False) -> dict | None:
     return {k: v for k, v in value.items() if v is not None and v != [] and not (zeros and v == 0)}
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode  # built once
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return None if value is None else _COMPACT(value)
 
 
 class Analyzer:
     """Analyses calls as they are stored; one instance per writer (it is not thread-safe)."""
 
-    # Its only write is the one UPDATE at the end of apply(): the writer needs no savepoint around
-    # it to undo a failure halfway (two statements less per call, ~4% of the writer's time). A newly
-    # learned cache minimum (rare) is stored after it; if that fails it is logged, and if it is kept
-    # after a later failure it is still true.
+    # In the writer it writes nothing but (rarely) a newly learned cache minimum: its columns go into
+    # the call's INSERT. Called after the insert (``__call__``), its only write is the one UPDATE at
+    # the end of apply(). Either way it needs no savepoint to undo a failure halfway; a learned
+    # minimum that fails to be stored is logged, and if it is kept after a later failure it is still true.
     single_write = True
 
     def __init__(
@@ -168,22 +172,31 @@ class Analyzer:
         self.clock_offset = clock_offset
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
         self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
-        self._prepared: SharedPrompt | None = None
+        self._prepared: tuple[str, Prepared | None, str | None] | None = None  # a SharedPrompt without its session
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
+    def row_columns(self, db: sqlite_utils.Database, call: dict) -> dict:
+        """The analysis of a call the writer is about to insert: its columns go into the INSERT
+        (docs/architecture.md, "One INSERT per call")."""
+        return self._columns(db, from_writer(db, call), live=True)[1]
+
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
+        analysis, cols = self._columns(db, inp, live=live)
+        rows.write_analysis(db, inp.id, cols)
+        return analysis
+
+    def _columns(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool) -> tuple[Analysis, dict]:
         self.last = None
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
-        rows.write_analysis(db, inp.id, cols)
-        if self._prepared is not None and self._prepared.call_id == inp.id:
-            self.last = dataclasses.replace(self._prepared, session=analysis.session)
+        if self._prepared is not None and self._prepared[0] == inp.id:
+            self.last = SharedPrompt(inp.id, analysis.session, *self._prepared[1:])
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
             _save_minimums(db, self.cache_memory, inp.id)
-        return analysis
+        return analysis, cols
 
     def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """The analysis of one stored call (nothing written), remembering it for the next calls."""
@@ -200,7 +213,7 @@ class Analyzer:
         if inp.api in LLM_APIS:
             prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
             base = next((r for r in pool if r.prepared is used), None)
-            self._prepared = SharedPrompt(inp.id, "", prepared, base.call_id if base is not None else None)
+            self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
                                fallback=fallback, time=time)  # fmt: skip
@@ -329,9 +342,14 @@ class _Producers:
         return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
 
 
-def _session(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> tuple[str, str, int, int, str | None]:
-    """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it."""
+def _session(
+    db: sqlite_utils.Database, inp: CallInput, placement: Placement
+) -> tuple[str, str, int | None, int, str | None]:
+    """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it (seq
+    None for a call not inserted yet: the writer numbers it as it inserts it)."""
     session, source = placement.session_id, placement.session_source
+    if inp.seq is None:
+        return (session, source, None, *_relink_retry(db, inp, session))
     if session == inp.session:
         return session, source, inp.seq, inp.attempt, inp.retry_of
     seq = rows.next_seq(db, session)

@@ -25,6 +25,7 @@ from ctxscope.inspector.share.replay import ReplayLinker
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import is_stored, record_event
 from ctxscope.inspector.store.derived import search
+from ctxscope.inspector.store.layout.known import KnownIds
 
 log = logging.getLogger("ctxscope.search")
 
@@ -42,20 +43,26 @@ class SearchIndexer:
     """
 
     def __init__(self, analysis: Analyzer | None = None) -> None:
-        self._last: OrderedDict[str, tuple[str, Prepared]] = OrderedDict()  # session -> (call id, prompt)
+        # session -> (call id, prompt, the writer's KnownIds generation when it was indexed)
+        self._last: OrderedDict[str, tuple[str, Prepared, int | None]] = OrderedDict()
         self.analysis = analysis  # the analyzer that ran before on the same call, if any
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
-        self.index(db, from_writer(db, call))
+        known = call.get("_known")
+        self.index(db, from_writer(db, call), known if isinstance(known, KnownIds) else None)
 
-    def index(self, db: sqlite_utils.Database, inp: CallInput) -> int:
+    def index(self, db: sqlite_utils.Database, inp: CallInput, known: KnownIds | None = None) -> int:
+        """Index one call; ``known``: the writer's ids (with them, a previous call indexed since
+        nothing was rolled back or deleted is known to be stored without asking)."""
         shared = self.analysis.last if self.analysis is not None else None
         if shared is not None and shared.call_id != inp.id:
             shared = None
         # The analysis may have regrouped the call: its session is the one it wrote.
         session = shared.session if shared is not None else (search.call_session(db, inp.id) or inp.session)
+        generation = known.generation if known is not None else None
         last = self._last.get(session)
-        if last is not None and (last[0] == inp.id or not is_stored(db, last[0])):
+        unchanged = generation is not None and last is not None and last[2] == generation
+        if last is not None and (last[0] == inp.id or not (unchanged or is_stored(db, last[0]))):
             last = None
         if shared is not None:  # the analysis prepared this very body: reuse its work
             prepared = shared.prepared
@@ -64,9 +71,9 @@ class SearchIndexer:
             prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
             reused = base is not None
         pieces = prompt_pieces(prepared, reused=reused)
-        added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response))
+        added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response), known)
         if prepared is not None and prepared.reusable:  # only once its pieces are in
-            self._last[session] = (inp.id, prepared)
+            self._last[session] = (inp.id, prepared, generation)
             self._last.move_to_end(session)
             while len(self._last) > _SESSIONS_REMEMBERED:
                 self._last.popitem(last=False)

@@ -4,6 +4,8 @@ this layout still reads (and keeps growing)."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import random
 
@@ -187,3 +189,30 @@ def test_every_lookup_of_the_same_request_uses_the_hash_and_time_index(tmp_path)
         plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "idx_calls_request" in plan, (sql, plan)
     db.close()
+
+
+def test_a_request_blob_takes_its_hash_from_the_request_digest_and_reads_back_verified(tmp_path):
+    """The writer hashes a request once (resuming from a recent body's state when it continues one)
+    and gives that digest to the blob: every body, plain or gzip-encoded, new or continuing the last,
+    reads back byte for byte, and its blob's hash is the first 16 bytes of its SHA-256."""
+    rng = random.Random(7)
+    messages: list = [{"role": "user", "content": _text(rng, 200_000)}]
+    exs = []
+    for i in range(4):
+        messages = messages + [{"role": "assistant", "content": _text(rng, 300)},
+                               {"role": "user", "content": f"next {i}"}]  # fmt: skip
+        exs.append(make_exchange(request=anthropic_request(list(messages))))
+    body = json.dumps(anthropic_request(messages + [{"role": "user", "content": "zipped"}])).encode()
+    exs.append(make_exchange(request_body=gzip.compress(body, mtime=0),
+                             request_headers=(("content-type", "application/json"), ("content-encoding", "gzip"))))
+    db = capture(tmp_path / "h.db", exs, analyzers=writer_analyzers())
+    try:
+        for ex in exs:
+            assert get_request_raw(db, ex.id) == ex.request_body  # the read verifies the blob's hash
+            blob_hash, sha = db.execute(
+                "SELECT b.hash, c.request_sha256 FROM calls c JOIN blobs b ON b.id = c.request_blob WHERE c.id = ?",
+                [ex.id]).fetchone()  # fmt: skip
+            stored = body if ex is exs[-1] else ex.request_body  # the gzip body is kept decoded, with its recipe
+            assert blob_hash == hashlib.sha256(stored).digest()[:16] and sha == blob_hash.hex()
+    finally:
+        db.close()

@@ -123,10 +123,10 @@ def _lead(prompt: CanonicalPrompt) -> int:
     return len(prompt.hashes) - len(_conversation(prompt))
 
 
-def _compacts(cur: CanonicalPrompt) -> bool:
+def _compacts(cur: CanonicalPrompt, lead: int | None = None) -> bool:
     """``cur`` has a system prefix and a summary right after it: the shape of a compaction, whatever
-    its predecessor (which only has to share that prefix)."""
-    lead = _lead(cur)
+    its predecessor (which only has to share that prefix). ``lead``: ``_lead(cur)``, when known."""
+    lead = _lead(cur) if lead is None else lead
     if lead == 0 or not any(s.kind == "system" for s in cur.segments[:lead]):
         return False
     return any(is_summary(seg) for seg in cur.segments[lead : lead + COMPACTION_SUMMARY_WITHIN])
@@ -192,9 +192,10 @@ def choose_predecessor(
     shared first turn; a shared system prompt alone is no link between two conversations. A
     compaction of a candidate's history qualifies either way. Without a predecessor of the same
     API, one of another API whose text the call continues is taken (an API switch)."""
-    key, convo = thread_key(candidate), _conversation(candidate)
-    compacts, lead = _compacts(candidate), _lead(candidate)  # the same for every candidate
-    first = convo[0] if len(convo) else None
+    # Through the cache: this prompt is a candidate of the next calls' pools.
+    key, convo, first = _seen.of(candidate)
+    lead = len(candidate.hashes) - len(convo)  # _lead(candidate)
+    compacts = _compacts(candidate, lead)  # the same for every candidate
     best: tuple[int, int, bool, int] | None = None
     best_id = None
     for index, (call_id, prompt) in enumerate(recent):

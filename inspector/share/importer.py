@@ -44,6 +44,7 @@ def import_calls(
         for start in range(0, len(ordered), batch):
             done: list[Imported] = []
             store.begin(db)
+            state.ids.check(db)
             try:
                 for ex, epoch in ordered[start : start + batch]:
                     if store.is_stored(db, ex.id):
@@ -60,7 +61,7 @@ def import_calls(
                 store.commit(db)
             except BaseException:
                 db.rollback()
-                state.bases.clear()
+                state.forget()
                 raise
             yield from done
     finally:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import sqlite_utils
 
 from ctxscope.inspector.store.layout import legacy
+from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.inspector.store.layout.packing import pack_ids, pack_pieces, unpack_ids, unpack_pieces
 from ctxscope.inspector.store.layout.pieces import (
     Piece,
@@ -77,12 +78,15 @@ def body_hash(data: bytes) -> bytes:
 
 
 def blob_put(
-    db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False
+    db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False,
+    known: KnownIds | None = None, digest: bytes | None = None,
 ) -> StoredBlob:
     """Store ``data`` laid out against the best of ``bases`` (the same bytes again share its chunks and
     pages: a row of a few bytes); ``search``: they are other sessions' bodies, so look for shared
-    runs beyond the common ends."""
-    digest = body_hash(data)
+    runs beyond the common ends; ``known``: the writer's chunk ids, asked before the store;
+    ``digest``: ``body_hash(data)`` when the caller has it already (hashing a 1 MB body costs ~0.5 ms)."""
+    if digest is None or len(digest) != HASH_SIZE:
+        digest = body_hash(data)
     base, segments = _choose(data, bases, search)
     pieces: list[Piece] = []
     index = PieceIndex(base.pieces) if base is not None and base.pieces is not None else None
@@ -90,7 +94,7 @@ def blob_put(
         if seg.shared and index is not None:
             append(pieces, index.cut(seg.base_start, seg.base_start + seg.end - seg.start))
         else:
-            append(pieces, [(_chunk_put(db, data[seg.start : seg.end]), 0, seg.end - seg.start)])
+            append(pieces, [(_chunk_put(db, data[seg.start : seg.end], known), 0, seg.end - seg.start)])
     # The last piece stays in the row: it is usually the shared suffix, which the next body moves on.
     full = max(len(pieces) - 1, 0) // PAGE
     pages: list[int] = []
@@ -127,8 +131,18 @@ def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[Sto
     return best[1], best[2]
 
 
-def _chunk_put(db: sqlite_utils.Database, raw: bytes) -> int:
+def _chunk_put(db: sqlite_utils.Database, raw: bytes, known: KnownIds | None = None) -> int:
     digest = body_hash(raw)
+    if known is not None:
+        found = known.chunks.get(digest)
+        if found is None:
+            found = _chunk_store(db, raw, digest)
+            known.keep(known.chunks, digest, found)
+        return found
+    return _chunk_store(db, raw, digest)
+
+
+def _chunk_store(db: sqlite_utils.Database, raw: bytes, digest: bytes) -> int:
     row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
     if row is not None:
         return row[0]

@@ -110,6 +110,31 @@ def commit(db: sqlite_utils.Database) -> None:
     db.execute("COMMIT")
 
 
+class Savepoint:
+    """A savepoint inside the open transaction: its statements are undone if the block raises.
+
+    sqlite_utils' ``atomic()`` does the same under a random name (os.urandom, a generator-based
+    context manager): a cost on every stored call. SQLite allows one name for nested savepoints
+    (RELEASE and ROLLBACK TO take the innermost), so this one has a fixed name.
+    """
+
+    __slots__ = ("conn",)
+
+    def __init__(self, db: sqlite_utils.Database):
+        self.conn = db.conn
+
+    def __enter__(self) -> Savepoint:
+        self.conn.execute("SAVEPOINT ctxscope")
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        if kind is None:
+            self.conn.execute("RELEASE ctxscope")
+        elif self.conn.in_transaction:  # an error may have ended the whole transaction: nothing to undo then
+            self.conn.execute("ROLLBACK TO ctxscope")
+            self.conn.execute("RELEASE ctxscope")
+
+
 def is_stored(db: sqlite_utils.Database, call_id: str) -> bool:
     return db.execute("SELECT 1 FROM calls WHERE id = ?", [call_id]).fetchone() is not None
 

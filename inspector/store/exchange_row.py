@@ -45,14 +45,19 @@ class Derived:
     parsed: ParsedResponse | None
 
 
+# json.dumps with arguments builds an encoder on every call: these are built once.
+_PAIRS = json.JSONEncoder(ensure_ascii=False).encode
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
 def _pairs_json(pairs: Sequence[tuple[str, str]]) -> str:
-    return json.dumps([[k, v] for k, v in pairs], ensure_ascii=False)
+    return _PAIRS([[k, v] for k, v in pairs])
 
 
 def _dumps(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _COMPACT(value)
 
 
 def _decode(data: bytes, encoding: str | None, truncated_ok: bool, max_size: int) -> tuple[bytes | None, str | None]:
@@ -159,8 +164,9 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: Body
         "request_content_type": ex.header("content-type"),
         "response_content_type": resp_ctype,
         # The proxy already redacted them; doing it again here keeps a key out of the file regardless.
-        "request_headers": _pairs_json(redact_headers(list(ex.request_headers))),
-        "response_headers": _pairs_json(redact_headers(list(ex.response_headers))),
+        # As lists: the store keeps them as header sets (store/layout/headers.py), not as this JSON.
+        "request_headers": [[k, v] for k, v in redact_headers(list(ex.request_headers))],
+        "response_headers": [[k, v] for k, v in redact_headers(list(ex.response_headers))],
         "annotations": _pairs_json(ex.annotations),
         "key_fingerprint": ex.key_fingerprint,
         "session_label": ex.session_label,

@@ -10,6 +10,13 @@ start with "_", what the writer already computed: ``_exchange`` (the Exchange), 
 and ``_response_body`` (decoded bytes or None), ``_request_json`` (parsed or None) and
 ``_parsed`` (ParsedResponse or None). It may add rows or update the call row; it runs in a
 savepoint, so if it raises, its writes are undone and the call is kept.
+
+An analyzer with a ``row_columns(db, call)`` method runs before the row is inserted instead (``call``
+as above, with ``_rowid`` = ``NOT_INSERTED``): the columns it returns are inserted with the row, so
+the call is written once, in its final session, instead of inserted and then moved by an UPDATE
+(docs/architecture.md, "One INSERT per call"). Such an analyzer links retries in the session it
+chooses; ingest numbers the call there (unless the columns hold a ``seq``). If it raises, the call
+is inserted as ingest alone would, and the error reported.
 """
 
 from __future__ import annotations
@@ -25,9 +32,10 @@ import sqlite_utils
 
 from ctxscope.inspector.body_reuse import BodyMemory
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.store.db import Savepoint, iso
 from ctxscope.inspector.store.exchange_row import derive
 from ctxscope.inspector.store.layout import headers
+from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.inspector.store.recode import find_recipe
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
@@ -37,6 +45,7 @@ log = logging.getLogger("ctxscope.store")
 
 Analyzer = Callable[[sqlite_utils.Database, dict], None]
 RETRY_WINDOW_S = 120.0
+NOT_INSERTED = 2**63 - 1  # the rowid a call has before it is inserted: every stored row comes before it
 
 
 class BaseCache:
@@ -133,6 +142,12 @@ class IngestState:
     recipes: dict[tuple[str, str], str] = field(default_factory=dict)  # "" = last search failed
     bodies: BodyMemory = field(default_factory=BodyMemory)  # recent request bodies, parsed
     failures: RecentFailures = field(default_factory=RecentFailures)
+    ids: KnownIds = field(default_factory=KnownIds)
+
+    def forget(self) -> None:
+        """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows."""
+        self.bases.clear()
+        self.ids.clear()
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
@@ -183,8 +198,10 @@ def store_body(
     raw: bytes,
     encoding: str | None,
     decoded: bytes | None,
+    decoded_hash: bytes | None = None,
 ) -> tuple[int | None, str | None]:
-    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw)."""
+    """Store a body; returns (blob id or None for empty, recode recipe or None when the blob is raw).
+    ``decoded_hash``: the store's hash of ``decoded``, when known (derive hashed the request)."""
     if not raw:
         return None, None
     form, recipe = raw, None
@@ -196,7 +213,8 @@ def store_body(
         if recipe is not None:
             form = decoded
     bases, foreign = _candidates(db, state, session, kind)
-    blob = blob_put(db, form, bases, search=foreign)
+    blob = blob_put(db, form, bases, search=foreign, known=state.ids,
+                    digest=decoded_hash if form is decoded else None)
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 
@@ -242,8 +260,10 @@ def ingest(
     d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]
+    # derive hashed the request (resuming from a recent body's state): the blob's hash is its first 16 bytes.
+    request_hash = bytes.fromhex(row["request_sha256"]) if row["request_sha256"] else None
     row["request_blob"], row["request_recode"] = store_body(
-        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body
+        db, state, session, "request", ex.request_body, row["request_encoding"], d.request_body, request_hash
     )
     row["response_blob"], row["response_recode"] = store_body(
         db, state, session, "response", ex.response_body, row["response_encoding"], d.response_body
@@ -251,40 +271,63 @@ def ingest(
     # A stream's final response is not stored: reading it parses the stored stream again
     # (queries.get_final_response), so the same text is not kept twice (docs/architecture.md, "Body storage").
     row["final_response_blob"] = None
-    row["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
     row["capture_epoch"] = state.capture_epoch
     no_failed_twin = not state.failures.may_have(row["request_sha256"], ex.started_at)
-    link_retry(db, row, ex.started_at, state.failures)
-    stored = dict(row)
-    headers.store_pairs(db, stored)  # the header lists as shared sets (docs/architecture.md, "Body storage")
-    cols = list(stored)
-    rowid = db.execute(
-        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
-    ).lastrowid
-    if is_failure(row["outcome"], row["status"], row["response_complete"]):
-        state.failures.add(row["request_sha256"], ex.started_at)
     errors: list[tuple[str, BaseException]] = []
+    call: dict = {}
     if analyzers:
-        call = dict(row)
+        call = dict(row, seq=None, attempt=None, retry_of=None)
         call.update(
-            _rowid=rowid,
+            _rowid=NOT_INSERTED,
             _exchange=ex,
             _request_body=d.request_body,
             _response_body=d.response_body,
             _request_json=d.request_json,
             _parsed=d.parsed,
             _no_failed_twin=no_failed_twin,  # no failed call with this body can be in its retry window
+            _known=state.ids,
         )
-        for analyzer in analyzers:
-            name = getattr(analyzer, "__qualname__", repr(analyzer))
+    after, placed = [], False
+    for analyzer in analyzers:
+        columns = getattr(analyzer, "row_columns", None)
+        if columns is None:
+            after.append(analyzer)
+            continue
+        try:
+            row.update(columns(db, call))
+            placed = True
+        except Exception as e:
+            if not db.conn.in_transaction:
+                raise  # it destroyed the whole transaction: let the writer redo the batch
+            errors.append((_name(analyzer), e))
+    if not placed:  # no analyzer placed it: its retry link in the session it was given
+        link_retry(db, row, ex.started_at, state.failures)
+    if row.get("seq") is None:  # the next in its session
+        row["seq"] = state.ids.next_seq(db, row["session"])
+    stored = dict(row)
+    headers.store_pairs(db, stored, state.ids)  # the header lists as shared sets (docs/architecture.md, "Body storage")
+    cols = list(stored)
+    rowid = db.execute(
+        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
+    ).lastrowid
+    if is_failure(row["outcome"], row["status"], row["response_complete"]):
+        state.failures.add(row["request_sha256"], ex.started_at)
+    if after:
+        call.update(row, _rowid=rowid)
+        for analyzer in after:
             try:
                 if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
                     analyzer(db, call)
                     continue
-                with db.atomic():  # a savepoint: a failing analyzer's writes are undone, the call stays
+                with Savepoint(db):  # a failing analyzer's writes are undone, the call stays
                     analyzer(db, call)
             except Exception as e:
                 if not db.conn.in_transaction:
                     raise  # it destroyed the whole transaction: let the writer redo the batch
-                errors.append((name, e))
+                state.ids.clear()  # ids it noted of the rows undone with it
+                errors.append((_name(analyzer), e))
     return IngestResult(row, errors)
+
+
+def _name(analyzer: object) -> str:
+    return getattr(analyzer, "__qualname__", repr(analyzer))

@@ -240,7 +240,7 @@ class CaptureWriter:
                             stopping = True
                             continue
                         if isinstance(item, Deletion):
-                            if not serve_deletion(db, item):
+                            if not serve_deletion(db, item, state):
                                 _close(db)
                                 db = None
                             continue
@@ -331,7 +331,7 @@ class CaptureWriter:
             self._last_error = describe(e)
             with contextlib.suppress(Exception):
                 db.rollback()
-            state.bases.clear()
+            state.forget()
             if store_unavailable(e):
                 self._store_failed(e)
                 return False, False
@@ -357,6 +357,7 @@ class CaptureWriter:
         drops = self._drops - self._unrecorded.drops_recorded
         try:
             store.begin(db)
+            state.ids.check(db)  # another connection committed: what the writer knew may be gone
             began = time.monotonic()
             while len(batch) < MAX_BATCH and (more or not batch):
                 if self._pending:
@@ -381,7 +382,7 @@ class CaptureWriter:
         except Exception as e:
             with contextlib.suppress(Exception):
                 db.rollback()
-            state.bases.clear()
+            state.forget()
             self._pending.extendleft(reversed(batch))  # first in line again, in order
             self._storing = 0
             if store_unavailable(e):

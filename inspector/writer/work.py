@@ -34,10 +34,13 @@ class Deletion:
     done: Future = field(default_factory=Future)
 
 
-def serve_deletion(db: sqlite_utils.Database, request: Deletion) -> bool:
-    """Serve a deletion; False when the store failed (the caller reconnects)."""
+def serve_deletion(db: sqlite_utils.Database, request: Deletion, state: IngestState | None = None) -> bool:
+    """Serve a deletion; False when the store failed (the caller reconnects). ``state`` forgets the
+    ids it knew: the deletion may have removed their rows."""
     if not request.done.set_running_or_notify_cancel():
         return True  # its caller gave up waiting
+    if state is not None:
+        state.forget()
     try:
         request.done.set_result(delete_session(db, request.session))
     except Exception as e:
@@ -56,12 +59,12 @@ def store_one(
         outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
         return
     try:
-        with db.atomic():
+        with store.Savepoint(db):
             result = ingest(db, ex, state, analyzers)
     except Exception as e:
         if not db.conn.in_transaction or store_unavailable(e):
             raise  # the store failed, or the error ended the whole transaction: redo the batch
-        state.bases.clear()
+        state.forget()  # its savepoint rolled back: the ids it stored are gone
         outcome["failed"] += 1
         events.append(call_event("write_failed", ex, describe(e)))
         log.error("capture of call %s failed: %s", ex.id, describe(e))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
+from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.vocab.kinds import SearchArea
 
 log = logging.getLogger("ctxscope.search")
@@ -48,11 +49,14 @@ def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
     return row[0] if row else None
 
 
-def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece]) -> int:
+def add_pieces(
+    db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None
+) -> int:
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session.
 
     A text new to the store gets a segment row (key and area, no text) and its FTS5 terms from the
-    text in hand; nothing reads it back here."""
+    text in hand; nothing reads it back here. ``known``: the writer's segment ids, asked before the
+    store and told the new ones once the call's rows are all written."""
     if not pieces:
         return 0
     keys = [segment_key(p.text) for p in pieces]
@@ -60,17 +64,32 @@ def add_pieces(db: sqlite_utils.Database, call_id: str, session: str, pieces: Se
     for k, p in zip(keys, pieces, strict=True):
         if k in ids:
             continue
+        found = known.segments.get(k) if known is not None else None
+        if found is not None:
+            ids[k] = found
+            continue
         row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
         if row is None:
             row = (db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
                                    [k, p.area, len(p.text)]).lastrowid,)
             db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
         ids[k] = row[0]
+    rows = [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)]
+    if known is not None:
+        for k, segment in ids.items():
+            known.keep(known.segments, k, segment)
+        # The session holds these already: INSERT OR IGNORE would leave them as they are.
+        rows = [r for r in rows if (r[0], session) not in known.occurrences]
+    if not rows:
+        return 0
     before = db.conn.total_changes
     db.conn.executemany(
         "INSERT OR IGNORE INTO search_occurrences (segment, session, call_id, body, pointer) VALUES (?, ?, ?, ?, ?)",
-        [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)],
+        rows,
     )
+    if known is not None:
+        for r in rows:
+            known.keep(known.occurrences, (r[0], session), 1)
     return db.conn.total_changes - before
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import sqlite_utils
+
+from ctxscope.inspector.store.layout.known import KnownIds
 
 _VOLATILE = frozenset({
     "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
@@ -24,28 +25,50 @@ _VOLATILE = frozenset({
 _VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per call
+
+
 def _volatile(name: str) -> bool:
     low = name.lower()
     return low in _VOLATILE or low.startswith(_VOLATILE_PREFIXES)
 
 
-def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
-    """The set (compact JSON, volatile values as null) and the volatile values in order."""
-    shape: list[list[Any]] = []
+Shape = tuple[tuple[str, str | None], ...]
+
+
+def _split(pairs: Sequence[Sequence[str]]) -> tuple[Shape, list[str]]:
+    shape: list[tuple[str, str | None]] = []
     values: list[str] = []
     for name, value in pairs:
         if _volatile(name):
-            shape.append([name, None])
+            shape.append((name, None))
             values.append(value)
         else:
-            shape.append([name, value])
-    return json.dumps(shape, ensure_ascii=False, separators=(",", ":")), values
+            shape.append((name, value))
+    return tuple(shape), values
+
+
+def split(pairs: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """The set (compact JSON, volatile values as null) and the volatile values in order."""
+    shape, values = _split(pairs)
+    return _COMPACT(shape), values
 
 
 def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
     """The exact header list back from its set and volatile values."""
     it = iter(values)
     return [[name, next(it, "") if value is None else value] for name, value in json.loads(shape_json)]
+
+
+def _put_shape(db: sqlite_utils.Database, shape: Shape, known: KnownIds | None) -> int:
+    """The id of the header set ``shape``; ``known``: the writer's ids, asked before its JSON is made."""
+    if known is None:
+        return put(db, _COMPACT(shape))
+    found = known.header_sets.get(shape)
+    if found is None:
+        found = put(db, _COMPACT(shape))
+        known.keep(known.header_sets, shape, found)
+    return found
 
 
 def put(db: sqlite_utils.Database, shape_json: str) -> int:
@@ -59,19 +82,19 @@ def put(db: sqlite_utils.Database, shape_json: str) -> int:
     return cur.lastrowid
 
 
-def store_pairs(db: sqlite_utils.Database, row: dict) -> None:
-    """Move a row's ``request_headers``/``response_headers`` (JSON text) into header sets."""
+def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = None) -> None:
+    """Move a row's ``request_headers``/``response_headers`` (pair lists, or their JSON text) into header sets."""
     values: list[list[str]] = []
     for kind in ("request", "response"):
-        text = row.pop(f"{kind}_headers", None)
-        if text is None:
+        pairs = row.pop(f"{kind}_headers", None)
+        if pairs is None:
             row[f"{kind}_header_set"] = None
             values.append([])
             continue
-        shape, volatile = split(json.loads(text))
-        row[f"{kind}_header_set"] = put(db, shape)
+        shape, volatile = _split(json.loads(pairs) if isinstance(pairs, str) else pairs)
+        row[f"{kind}_header_set"] = _put_shape(db, shape, known)
         values.append(volatile)
-    row["header_values"] = json.dumps(values, ensure_ascii=False, separators=(",", ":")) if any(values) else None
+    row["header_values"] = _COMPACT(values) if any(values) else None
 
 
 def load_pairs(db: sqlite_utils.Database, row: dict) -> None:
