@@ -173,6 +173,14 @@ class Analyzer:
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
+    def release(self) -> None:
+        """Forget recent calls, counts and learned minimums (an idle writer): a session that comes
+        back is rebuilt from the store, as after a restart (docs/architecture.md, "Memory")."""
+        self.memory.clear()
+        self.counter.clear()
+        self.cache_memory = None
+        self.last = self._prepared = None
+
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
         self.last = None

@@ -90,6 +90,9 @@ class TokenCounter:
             self._cache.popitem(last=False)
         return result
 
+    def clear(self) -> None:
+        self._cache.clear()
+
     def _count(self, seg: Segment) -> SegmentCount:
         text_tokens = count_tokens(seg.text)
         image_tokens = seg.images * self.image_tokens

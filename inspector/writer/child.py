@@ -46,6 +46,7 @@ from ctxscope.inspector.writer.messages import (
     ToChild,
 )
 from ctxscope.inspector.writer.priority import Priority
+from ctxscope.inspector.writer.release import IDLE_RELEASE, one_arena
 from ctxscope.inspector.writer.spool_format import ID, call_size, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
@@ -308,16 +309,19 @@ def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
         return Deleted(request.request, error=str(e))
 
 
-def _await_work(inbox, mother) -> bool:
-    """Block, with no timer, until the proxy sends something (True) or is gone (False)."""
-    ready = multiprocessing.connection.wait([inbox._reader, mother.sentinel])
-    return mother.sentinel not in ready
+def _await_work(inbox, mother, timeout: float | None = None) -> bool | None:
+    """Block until the proxy sends something (True) or is gone (False); None after ``timeout``
+    seconds of silence (no timer when it is None)."""
+    ready = multiprocessing.connection.wait([inbox._reader, mother.sentinel], timeout)
+    return None if not ready else mother.sentinel not in ready
 
 
 def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_class=True, quiet_after=1.0,
                max_decoded_bytes=DEFAULT_MAX_SIZE, retry_interval=RETRY_INTERVAL, factory_args=(),
-               max_spool_bytes=SPOOL_LIMIT) -> None:
-    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
+               max_spool_bytes=SPOOL_LIMIT, idle_release=IDLE_RELEASE) -> None:
+    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls;
+    ``idle_release``: silence, everything stored, before it lets go of its caches."""
+    one_arena()  # before any thread starts (docs/architecture.md, "Memory")
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -362,13 +366,19 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
     trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
+    released = True  # the caches were let go of since the last work (idle_release)
     mother = multiprocessing.parent_process()
     while True:
         if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
             release_heap()
             trimmed = True
-        if quiet and mother is not None and not _await_work(inbox, mother):
-            break  # the parent was killed: store what we received, then go
+        if quiet and mother is not None:
+            awaited = _await_work(inbox, mother, None if released else idle_release)
+            if awaited is False:
+                break  # the parent was killed: store what we received, then go
+            if awaited is None:  # idle for idle_release: the writer lets go of its caches, once
+                writer.release_memory()
+                released = True
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
@@ -385,7 +395,7 @@ def child_main(db_path, factory, nice, batch_interval, inbox, replies, idle_clas
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
         if item is not None:
-            trimmed = False
+            trimmed = released = False
             if item.dropped:  # recorded with the writer's next commit
                 writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause

@@ -58,6 +58,7 @@ from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, 
 from ctxscope.inspector.writer.messages import Counters, Deleted, DeleteSession, Failed, Handover, Ready, Stop
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.release import IDLE_RELEASE
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
 from ctxscope.inspector.writer.spawn import main_not_rerun
 from ctxscope.inspector.writer.spool_format import call_size, pack
@@ -77,8 +78,9 @@ class WriterProcess:
                  analyzers_args: tuple[str, ...] = (), nice: int = 10,
                  max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
                  max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
-                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT):
+                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT, idle_release: float = IDLE_RELEASE):
         self.db_path = Path(db_path)
+        self.idle_release = idle_release  # idle seconds before the child lets go of its caches
         self.max_spool_bytes = max_spool_bytes
         self.max_decoded_bytes = max_decoded_bytes
         self.retry_interval = retry_interval
@@ -166,7 +168,7 @@ class WriterProcess:
             target=child_main, name="ctxscope-writer",
             args=(str(self.db_path), self.analyzers_factory, self.nice, self.batch_interval, self._queue, self._replies,
                   IDLE_CLASS, CHILD_QUIET_AFTER, self.max_decoded_bytes, self.retry_interval, self.analyzers_args,
-                  self.max_spool_bytes),
+                  self.max_spool_bytes, self.idle_release),
         )
         with main_not_rerun():
             self._proc.start()

@@ -45,6 +45,7 @@ from ctxscope.inspector.writer.failures import (
     store_unavailable,
 )
 from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.release import release
 from ctxscope.inspector.writer.spool import keep_leftovers
 from ctxscope.inspector.writer.spool_format import pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
@@ -55,8 +56,9 @@ from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 log = logging.getLogger("ctxscope.store")
 
 MAX_BATCH = 500
-_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
+_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits", "idle_releases")
 _STOP = object()
+_RELEASE = object()  # let go of the caches, if nothing else is queued (release_memory)
 
 
 class CaptureWriter:
@@ -212,6 +214,11 @@ class CaptureWriter:
             raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
                                     f" ({self._last_error or 'busy'})") from None
 
+    def release_memory(self) -> None:
+        """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
+        after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory")."""
+        self._queue.put(_RELEASE)
+
     @property
     def store_down(self) -> bool:
         return self._outage.down
@@ -243,6 +250,11 @@ class CaptureWriter:
                             if not serve_deletion(db, item):
                                 _close(db)
                                 db = None
+                            continue
+                        if item is _RELEASE:
+                            if self._queue.empty():  # calls behind it need what it would let go of
+                                release(db, state, self.analyzers)
+                                self._counts["idle_releases"] += 1
                             continue
                         self._pending.append(item)
                     ok, saw_stop = self._safe_batch(db, state)
@@ -297,7 +309,7 @@ class CaptureWriter:
                 break
             if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
-            elif item is not _STOP:
+            elif item is not _STOP and item is not _RELEASE:
                 unstored.append(item)
         if unstored:
             self._pending.extend(unstored[len(self._pending):])
@@ -368,6 +380,8 @@ class CaptureWriter:
                     if nxt is _STOP:
                         stopping = True
                         break
+                    if nxt is _RELEASE:  # calls came after it: they need the caches
+                        continue
                     if isinstance(nxt, Deletion):  # after this batch's commit
                         self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
                         break
