@@ -252,9 +252,7 @@ class CaptureWriter:
                                 db = None
                             continue
                         if item is _RELEASE:
-                            if self._queue.empty():  # calls behind it need what it would let go of
-                                release(db, state, self.analyzers)
-                                self._counts["idle_releases"] += 1
+                            self._release(db, state)
                             continue
                         self._pending.append(item)
                     ok, saw_stop = self._safe_batch(db, state)
@@ -273,6 +271,18 @@ class CaptureWriter:
             self._accepting = False
             self._ready.set()
             self._leave(db)
+
+    def _release(self, db: sqlite_utils.Database, state: IngestState | None) -> None:
+        """Let go of the caches (``release_memory``), unless calls are queued behind the request:
+        they need them. A failure costs only the memory it would have given back."""
+        if not self._queue.empty():
+            return
+        try:
+            release(db, state, self.analyzers)
+        except Exception as e:
+            log.warning("capture writer: letting go of its caches failed: %s", describe(e))
+            return
+        self._counts["idle_releases"] += 1
 
     def _failures(self, db: sqlite_utils.Database) -> RecentFailures:
         """The memory of failed bodies for a new connection (one that cannot be read starts from now)."""
