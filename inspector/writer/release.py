@@ -29,8 +29,9 @@ def one_arena() -> None:
     """One malloc arena for the process (glibc's ``mallopt(M_ARENA_MAX, 1)``; elsewhere nothing).
 
     glibc gives each thread that allocates its own arena; the writer thread's kept ~11 MB of free
-    but fragmented heap that ``malloc_trim`` could not give back. The threads of the child take
-    turns on the GIL anyway, so sharing one arena costs no waiting. Call it before threads start."""
+    but fragmented heap that ``malloc_trim`` could not give back. The child's threads mostly take
+    turns on the GIL, so sharing one arena costs next to no waiting (the CPU per call did not
+    change within the noise). Call it before threads start."""
     try:
         os.confstr("CS_GNU_LIBC_VERSION")
         mallopt = ctypes.CDLL(None).mallopt
