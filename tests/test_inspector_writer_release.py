@@ -91,19 +91,16 @@ def test_calls_stored_after_a_release_are_analysed_and_indexed_as_without_it(tmp
 
 def test_a_release_queued_before_calls_is_skipped_for_them(tmp_path):
     writer = CaptureWriter(tmp_path / "c.db", analyzers=writer_analyzers(), status_file=False)
-    writer.start()
-    exchanges = traffic()[:4]
-    writer.submit(exchanges[0])
     writer.release_memory()
-    for ex in exchanges[1:]:
+    for ex in traffic()[:4]:  # queued behind the release before the thread starts
         writer.submit(ex)
+    writer.start()
     assert writer.stop()
     stats = writer.stats()
-    assert stats.written == 4 and stats.queued == 0
-    assert stats.idle_releases <= 1  # done only if the writer took it before the calls behind it were queued
+    assert stats.written == 4 and stats.queued == 0 and stats.idle_releases == 0
 
 
-def test_the_idle_child_releases_once_per_idle_spell_and_stores_the_same(tmp_path):
+def test_the_idle_child_releases_after_each_idle_spell_and_stores_the_same(tmp_path):
     exchanges = traffic()
     half = len(exchanges) // 2
     plain = store_in_process(tmp_path / "plain.db", exchanges, None)
@@ -113,10 +110,11 @@ def test_the_idle_child_releases_once_per_idle_spell_and_stores_the_same(tmp_pat
     try:
         for ex in exchanges[:half]:
             w.submit(ex)
-        until(lambda: w.stats().written == half and w.stats().idle_releases == 1, "the child's first release")
+        until(lambda: w.stats().written == half and w.stats().idle_releases >= 1, "the child's release")
+        first = w.stats().idle_releases  # one per idle spell: a slow hand-over may have made two
         for ex in exchanges[half:]:
             w.submit(ex)
-        until(lambda: w.stats().written == len(exchanges) and w.stats().idle_releases == 2, "the second release")
+        until(lambda: w.stats().written == len(exchanges) and w.stats().idle_releases > first, "the next release")
     finally:
         assert w.stop()
     stats = w.stats()
