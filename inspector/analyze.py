@@ -182,6 +182,14 @@ class Analyzer:
         (docs/architecture.md, "One INSERT per call")."""
         return self._columns(db, from_writer(db, call), live=True)[1]
 
+    def release(self) -> None:
+        """Forget recent calls, counts and learned minimums (an idle writer): a session that comes
+        back is rebuilt from the store, as after a restart (docs/architecture.md, "Memory")."""
+        self.memory.clear()
+        self.counter.clear()
+        self.cache_memory = None
+        self.last = self._prepared = None
+
     def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
         analysis, cols = self._columns(db, inp, live=live)

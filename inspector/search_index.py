@@ -43,13 +43,20 @@ class SearchIndexer:
     """
 
     def __init__(self, analysis: Analyzer | None = None) -> None:
-        # session -> (call id, prompt, the writer's KnownIds generation when it was indexed)
-        self._last: OrderedDict[str, tuple[str, Prepared, int | None]] = OrderedDict()
+        # session -> (call id, prompt, the writer's KnownIds generation when it was indexed); the prompt
+        # is let go of by release(), the id is kept
+        self._last: OrderedDict[str, tuple[str, Prepared | None, int | None]] = OrderedDict()
         self.analysis = analysis  # the analyzer that ran before on the same call, if any
 
     def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
         known = call.get("_known")
         self.index(db, from_writer(db, call), known if isinstance(known, KnownIds) else None)
+
+    def release(self) -> None:
+        """Let go of the remembered prompts (an idle writer), keeping each session's last indexed
+        call: a call the analysis bases on it still offers only its new pieces."""
+        for session, (call_id, _prompt, generation) in self._last.items():
+            self._last[session] = (call_id, None, generation)
 
     def index(self, db: sqlite_utils.Database, inp: CallInput, known: KnownIds | None = None) -> int:
         """Index one call; ``known``: the writer's ids (with them, a previous call indexed since
@@ -68,7 +75,7 @@ class SearchIndexer:
             prepared = shared.prepared
             reused = last is not None and shared.base == last[0]  # what it reused is indexed already
         else:
-            prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None else [])
+            prepared, base = prepare(inp.api, inp.body, inp.raw, [last[1]] if last is not None and last[1] else [])
             reused = base is not None
         pieces = prompt_pieces(prepared, reused=reused)
         added = search.add_pieces(db, inp.id, session, pieces + response_pieces(inp.response), known)

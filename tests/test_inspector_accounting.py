@@ -14,7 +14,14 @@ from inspector_bodies import (
     user,
 )
 
-from ctxscope.inspector.analyses.accounting import CATEGORIES, IMAGE_TOKENS, TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.accounting import (
+    CATEGORIES,
+    IMAGE_TOKENS,
+    LONG_TEXT,
+    SHORT_ENTRIES,
+    TokenBreakdown,
+    TokenCounter,
+)
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.vocab.tokens import count_tokens
 
@@ -110,11 +117,24 @@ def test_a_call_only_pays_for_its_new_segments():
 
 def test_cache_is_bounded_lru():
     counter = TokenCounter(max_entries=3)
-    prompt = canonicalize(A, make_anthropic_body(messages=[user(f"message {i}") for i in range(5)]))
+    prompt = canonicalize(A, make_anthropic_body(messages=[user(f"message {i} " + "word " * (LONG_TEXT // 5))
+                                                           for i in range(5)]))  # fmt: skip
     counter.count_prompt(prompt)
     assert len(counter._cache) == 3
     misses = counter.misses
     counter.count_segment(prompt.segments[4])  # recent: still cached
+    assert counter.misses == misses
+    counter.count_segment(prompt.segments[0])  # evicted: counted again
+    assert counter.misses == misses + 1
+
+
+def test_short_texts_have_their_own_small_lru():
+    counter = TokenCounter(max_entries=3)
+    prompt = canonicalize(A, make_anthropic_body(messages=[user(f"message {i}") for i in range(SHORT_ENTRIES + 1)]))
+    counter.count_prompt(prompt)
+    assert len(counter._cache) == 0 and len(counter._short) == SHORT_ENTRIES  # they do not crowd out long texts
+    misses = counter.misses
+    counter.count_segment(prompt.segments[-1])  # recent: still remembered
     assert counter.misses == misses
     counter.count_segment(prompt.segments[0])  # evicted: counted again
     assert counter.misses == misses + 1

@@ -64,6 +64,15 @@ def encoding():
     return enc
 
 
+def release_encoding() -> None:
+    """Let go of the encoder (its engine holds ~44 MB): an idle writer child falls back to its
+    start-up size, and the next count builds it again (docs/architecture.md, "Memory")."""
+    if encoding.cache_info().currsize:
+        encoding.cache_clear()
+        gc.collect()
+        release_heap()
+
+
 def release_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
     try:

@@ -61,6 +61,15 @@ class TokenBreakdown:
         return self.cumulative[min(n, len(self.cumulative)) - 1]
 
 
+# A count costs ~360 bytes to remember and o200k counts ~25 characters a microsecond: a long text's
+# count is worth keeping for a long session's whole history (a prompt that diverged is counted
+# again from its segments), a short one's only while it comes back call after call (a system
+# prompt, a tool). Short texts have their own small LRU, so the one-line prompts of small traffic,
+# counted once, do not fill the cache (docs/architecture.md, "Memory").
+LONG_TEXT = 256  # characters (~10 us to count)
+SHORT_ENTRIES = 2048
+
+
 @dataclass(frozen=True)
 class SegmentCount:
     total: int
@@ -73,22 +82,27 @@ class TokenCounter:
     def __init__(self, max_entries: int = 200_000, image_tokens: int = IMAGE_TOKENS):
         self.max_entries = max_entries
         self.image_tokens = image_tokens
-        self._cache: OrderedDict[str, SegmentCount] = OrderedDict()
+        self._cache: OrderedDict[str, SegmentCount] = OrderedDict()  # texts of LONG_TEXT characters or more
+        self._short: OrderedDict[str, SegmentCount] = OrderedDict()  # the others, SHORT_ENTRIES at most
         self.hits = 0
         self.misses = 0
 
     def count_segment(self, seg: Segment) -> SegmentCount:
-        cached = self._cache.get(seg.hash)
+        cache, limit = (self._cache, self.max_entries) if len(seg.text) >= LONG_TEXT else (self._short, SHORT_ENTRIES)
+        cached = cache.get(seg.hash)
         if cached is not None:
             self.hits += 1
-            self._cache.move_to_end(seg.hash)
+            cache.move_to_end(seg.hash)
             return cached
         self.misses += 1
-        result = self._count(seg)
-        self._cache[seg.hash] = result
-        if len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
+        result = cache[seg.hash] = self._count(seg)
+        if len(cache) > limit:
+            cache.popitem(last=False)
         return result
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._short.clear()
 
     def _count(self, seg: Segment) -> SegmentCount:
         text_tokens = count_tokens(seg.text)

@@ -174,6 +174,11 @@ def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> 
     return found
 
 
+def forget_dictionaries() -> None:
+    """Drop the dictionaries loaded so far (an idle writer child); they are loaded again by id."""
+    _dict_cache.clear()
+
+
 def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -> str | None:
     """SQL ``ctxscope_text(data, dict)`` (store/db.py): a search segment's compressed text, as
     migration m013 stored it (m014 reads it for the last time)."""

@@ -73,6 +73,11 @@ def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool =
     return db
 
 
+def shrink_memory(db: sqlite_utils.Database) -> None:
+    """Give back the connection's page cache (an idle writer child); it fills again from the file."""
+    db.execute("PRAGMA shrink_memory")
+
+
 def _enable_wal(db: sqlite_utils.Database) -> None:
     """WAL mode, waiting out another connection switching it at the same moment: SQLite answers
     that race with "database is locked" at once, without its busy timeout (5 in 300 races of six

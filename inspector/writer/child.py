@@ -45,12 +45,12 @@ from ctxscope.inspector.writer.messages import (
     Stop,
 )
 from ctxscope.inspector.writer.priority import Priority
-from ctxscope.inspector.writer.protocol import RETRY_INTERVAL
+from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
-from ctxscope.vocab.tokens import release_heap
+from ctxscope.vocab.tokens import limit_heap_arenas, release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -350,8 +350,11 @@ class Replies(Protocol):
 def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: str | None = None,
                factory_args: tuple[str, ...] | list[str] = (), nice: int = 10, batch_interval: float = 0.2,
                idle_class: bool = True, quiet_after: float = 1.0, max_decoded_bytes: int = DEFAULT_MAX_SIZE,
-               retry_interval: float = RETRY_INTERVAL, max_spool_bytes: int = SPOOL_LIMIT) -> None:
-    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls."""
+               retry_interval: float = RETRY_INTERVAL, max_spool_bytes: int = SPOOL_LIMIT,
+               idle_release: float = IDLE_RELEASE) -> None:
+    """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls;
+    ``idle_release``: silence, everything stored, before it lets go of its caches."""
+    limit_heap_arenas(1)  # before any thread starts (docs/architecture.md, "Memory")
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -396,12 +399,15 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
     trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
+    released = True  # the caches were let go of since the last work (idle_release)
     while True:
         if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
             release_heap()
             trimmed = True
-        if quiet:
-            inbox.wait(None)  # no timer: a message, or the end of the pipe when the proxy is gone
+        if quiet and not inbox.wait(None if released else idle_release):
+            # no timer but this one, once: idle for idle_release, the writer lets go of its caches
+            writer.release_memory()
+            released = True
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
         try:
@@ -416,7 +422,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
         if item is not None:
-            trimmed = False
+            trimmed = released = False
             if item.dropped:  # recorded with the writer's next commit
                 writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause

@@ -65,7 +65,7 @@ from ctxscope.inspector.writer.messages import (
     Stop,
 )
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
-from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
+from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL, WriterUnavailable
 from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import call_size, pack
@@ -85,8 +85,9 @@ class WriterProcess:
                  analyzers_args: tuple[str, ...] = (), nice: int = 10,
                  max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
                  max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
-                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT):
+                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT, idle_release: float = IDLE_RELEASE):
         self.db_path = Path(db_path)
+        self.idle_release = idle_release  # idle seconds before the child lets go of its caches
         self.max_spool_bytes = max_spool_bytes
         self.max_decoded_bytes = max_decoded_bytes
         self.retry_interval = retry_interval
@@ -170,7 +171,7 @@ class WriterProcess:
         config = {"factory": self.analyzers_factory, "factory_args": list(self.analyzers_args), "nice": self.nice,
                   "batch_interval": self.batch_interval, "idle_class": IDLE_CLASS, "quiet_after": CHILD_QUIET_AFTER,
                   "max_decoded_bytes": self.max_decoded_bytes, "retry_interval": self.retry_interval,
-                  "max_spool_bytes": self.max_spool_bytes}
+                  "max_spool_bytes": self.max_spool_bytes, "idle_release": self.idle_release}
         try:
             self._proc = ChildProcess(str(self.db_path), config, on_exit=self._child_exited)
         except OSError as exc:  # no process could be made (no memory, too many processes)

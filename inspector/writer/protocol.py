@@ -15,6 +15,7 @@ from ctxscope.inspector.writer.status import WriterStats
 from ctxscope.proxy.exchange import Exchange
 
 RETRY_INTERVAL = 2.0  # seconds between attempts to store while the store is unavailable (both writers)
+IDLE_RELEASE = 60.0  # seconds of silence, everything stored, before the child lets go of its caches
 
 
 class WriterUnavailable(RuntimeError):

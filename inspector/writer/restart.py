@@ -26,7 +26,8 @@ QUICK_DEATH = 30.0  # a child that dies younger than this may die again: wait be
 FIRST_BACKOFF = 0.5  # ... 0.5 s after the first quick death, doubling up to RESTART_BACKOFF
 
 _TALLIES = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits", "already_stored",
-            "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures", "dropped_spool_full")
+            "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures", "dropped_spool_full",
+            "idle_releases")
 
 
 class RestartPolicy:

@@ -60,6 +60,7 @@ class WriterStats:
     spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
     in_memory: int = 0  # calls held in memory because the spool could not be written
     dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
+    idle_releases: int = 0  # times the idle child let go of its caches (docs/architecture.md, "Memory")
 
 
 def _runtime_dir(create: bool) -> Path | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ctxscope.inspector import owner_only
+from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.failures import (
@@ -54,8 +55,9 @@ from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 log = logging.getLogger("ctxscope.store")
 
 MAX_BATCH = 500
-_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits")
+_TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits", "idle_releases")
 _STOP = object()
+_RELEASE = object()  # let go of the caches, if nothing else is queued (release_memory)
 
 
 class CaptureWriter:
@@ -212,6 +214,11 @@ class CaptureWriter:
             raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
                                     f" ({self._last_error or 'busy'})") from None
 
+    def release_memory(self) -> None:
+        """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
+        after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory")."""
+        self._queue.put(_RELEASE)
+
     @property
     def store_down(self) -> bool:
         return self._outage.down
@@ -244,6 +251,9 @@ class CaptureWriter:
                                 _close(db)
                                 db = None
                             continue
+                        if item is _RELEASE:
+                            self._release(db, state)
+                            continue
                         self._pending.append(item)
                     ok, saw_stop = self._safe_batch(db, state)
                     stopping = stopping or saw_stop
@@ -261,6 +271,18 @@ class CaptureWriter:
             self._accepting = False
             self._ready.set()
             self._leave(db)
+
+    def _release(self, db: sqlite_utils.Database, state: IngestState | None) -> None:
+        """Let go of the caches (``release_memory``), unless calls are queued behind the request:
+        they need them. A failure costs only the memory it would have given back."""
+        if not self._queue.empty():
+            return
+        try:
+            release(db, state, self.analyzers)
+        except Exception as e:
+            log.warning("capture writer: letting go of its caches failed: %s", describe(e))
+            return
+        self._counts["idle_releases"] += 1
 
     def _failures(self, db: sqlite_utils.Database) -> RecentFailures:
         """The memory of failed bodies for a new connection (one that cannot be read starts from now)."""
@@ -297,7 +319,7 @@ class CaptureWriter:
                 break
             if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
-            elif item is not _STOP:
+            elif item is not _STOP and item is not _RELEASE:
                 unstored.append(item)
         if unstored:
             self._pending.extend(unstored[len(self._pending):])
@@ -369,6 +391,8 @@ class CaptureWriter:
                     if nxt is _STOP:
                         stopping = True
                         break
+                    if nxt is _RELEASE:  # calls came after it: they need the caches
+                        continue
                     if isinstance(nxt, Deletion):  # after this batch's commit
                         self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
                         break

@@ -1,0 +1,42 @@
+"""What the writer child lets go of once it has been idle.
+
+A daemon left running all day should not hold what a burst of traffic made it build: once the
+child has stored everything and no call came for ``IDLE_RELEASE`` seconds (``writer/protocol.py``),
+its writer thread drops the token engine, the per-session caches and the analyzers' memory of
+recent calls, all of which the next call rebuilds from the store, and gives the heap back to the
+system (docs/architecture.md, "Memory").
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+
+import sqlite_utils
+
+from ctxscope.inspector.store import blobs
+from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.ingest import IngestState
+from ctxscope.vocab.tokens import release_encoding, release_heap
+
+
+def release(db: sqlite_utils.Database | None, state: IngestState | None, analyzers: Sequence[object]) -> None:
+    """Let go of everything the next calls can rebuild; run by the writer thread between batches.
+
+    Analyzers with a ``release()`` method forget what they keep of recent calls (they reload a
+    session's latest calls from the store when it comes back); the store's bases and parsed bodies
+    are reloaded the same way, its zstd dictionaries by id, and the token engine is built again
+    (~0.3 s of CPU) by the next count."""
+    for analyzer in analyzers:
+        forget = getattr(analyzer, "release", None)
+        if callable(forget):
+            forget()
+    if state is not None:
+        state.bases.clear()
+        state.bodies.clear()
+    blobs.forget_dictionaries()
+    if db is not None:
+        store.shrink_memory(db)
+    release_encoding()
+    gc.collect()
+    release_heap()

@@ -1,0 +1,122 @@
+"""An idle writer lets go of its caches and token engine, and the calls it stores afterwards are
+analysed and indexed exactly as without the release (docs/architecture.md, "Memory")."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from factories import T0, make_exchange
+from inspector_bodies import claude_code_turns, make_chat_body
+
+from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
+from ctxscope.inspector.store import queries
+from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.vocab import tokens
+
+ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
+            "pointer", "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict",
+            "cache", "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id",
+            "attempt", "retry_of", "request_sha256", "model")  # fmt: skip
+CHAT_RESPONSE = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 30, "completion_tokens": 1}}  # fmt: skip
+
+
+def traffic() -> list:
+    """Two sessions going on side by side: a labelled Claude-Code-like loop and an unlabelled chat."""
+    out = []
+    chat = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Fix it."}]
+    for i, body in enumerate(claude_code_turns(10, reminders=(3, 7))):
+        out.append(make_exchange(request_body=json.dumps(body).encode(), session_label="loop", started_at=T0 + 9 * i))
+        out.append(make_exchange(request_body=json.dumps(make_chat_body(list(chat))).encode(), session_label=None,
+                                 provider="openai", path="/v1/chat/completions", client="chat-agent/1",
+                                 response_body=json.dumps(CHAT_RESPONSE).encode(), started_at=T0 + 9 * i + 4))
+        chat += [{"role": "assistant", "content": f"Step {i}"}, {"role": "user", "content": f"More {i}."}]
+    return out
+
+
+def stored(path) -> tuple[dict, list]:
+    db = queries.open_db(path)
+    try:
+        calls = {r[0]: {k: queries.get_call(db, r[0])[k] for k in ANALYSIS} for r in db.execute("SELECT id FROM calls")}
+        index = db.execute(
+            """SELECT s.hash, s.area, o.session, o.call_id, o.body, o.pointer
+               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 3, 4"""
+        ).fetchall()
+    finally:
+        db.close()
+    return calls, index
+
+
+def until(predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.02)
+
+
+def store_in_process(path, exchanges, release_after: int | None) -> tuple[dict, list]:
+    analyzers = writer_analyzers()
+    writer = CaptureWriter(path, analyzers=analyzers, status_file=False)
+    writer.start()
+    for n, ex in enumerate(exchanges):
+        if n == release_after:
+            until(lambda n=n: writer.stats().written == n, "the first calls to be stored")
+            writer.release_memory()
+            until(lambda: writer.stats().idle_releases == 1, "the release")
+            # What it let go of: the token engine, the recent calls and counts, the parsed bodies.
+            assert tokens.encoding.cache_info().currsize == 0
+            assert analyzers[0].memory.bytes == 0 and analyzers[0].memory.calls(("loop", None)) is None
+        writer.submit(ex)
+    assert writer.stop()
+    stats = writer.stats()
+    assert stats.written == len(exchanges) and stats.failed == stats.analysis_failed == 0, stats.last_error
+    assert stats.idle_releases == (0 if release_after is None else 1)
+    return stored(path)
+
+
+def test_calls_stored_after_a_release_are_analysed_and_indexed_as_without_it(tmp_path):
+    exchanges = traffic()
+    plain = store_in_process(tmp_path / "plain.db", exchanges, None)
+    released = store_in_process(tmp_path / "released.db", exchanges, len(exchanges) // 2)
+    assert released[0] == plain[0]
+    assert released[1] == plain[1]
+    # The traffic reaches what the comparison is about: sessions continued across the release.
+    calls = list(plain[0].values())
+    assert {"APPEND_ONLY", "EPOCH_START"} <= {c["relation"] for c in calls}
+    assert len({c["session"] for c in calls}) == 2 and all(c["tokens_estimated"] for c in calls)
+
+
+def test_a_release_queued_before_calls_is_skipped_for_them(tmp_path):
+    writer = CaptureWriter(tmp_path / "c.db", analyzers=writer_analyzers(), status_file=False)
+    writer.release_memory()
+    for ex in traffic()[:4]:  # queued behind the release before the thread starts
+        writer.submit(ex)
+    writer.start()
+    assert writer.stop()
+    stats = writer.stats()
+    assert stats.written == 4 and stats.queued == 0 and stats.idle_releases == 0
+
+
+def test_the_idle_child_releases_after_each_idle_spell_and_stores_the_same(tmp_path):
+    exchanges = traffic()
+    half = len(exchanges) // 2
+    plain = store_in_process(tmp_path / "plain.db", exchanges, None)
+
+    w = WriterProcess(tmp_path / "child.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.2, status_file=False)
+    w.start()
+    try:
+        for ex in exchanges[:half]:
+            w.submit(ex)
+        until(lambda: w.stats().written == half and w.stats().idle_releases >= 1, "the child's release")
+        first = w.stats().idle_releases  # one per idle spell: a slow hand-over may have made two
+        for ex in exchanges[half:]:
+            w.submit(ex)
+        until(lambda: w.stats().written == len(exchanges) and w.stats().idle_releases > first, "the next release")
+    finally:
+        assert w.stop()
+    stats = w.stats()
+    assert stats.failed == stats.analysis_failed == 0, stats.last_error
+    assert stored(tmp_path / "child.db") == plain
