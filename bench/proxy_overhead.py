@@ -33,7 +33,9 @@ proxy_bench_load.py makes the load, proxy_bench_report.py prints the figures.
 
 After the rounds, each proxy's process tree is measured at rest: its RSS (by process: the daemon,
 the writer child, the simulator if anything started it) and
-its CPU over 5 s with no traffic (% of one core, utime+stime of the tree as bench/idle.py reads it).
+its CPU over 5 s with no traffic (% of one core, utime+stime of the tree as bench/idle.py reads it);
+then, once the writer child has let go of its caches after a minute without calls (its idle
+release), the tree's RSS again.
 
 The line before the last reads ``added TTFB p50 X.XX ms vs direct, X.XX ms vs minimal``. The last
 line reads ``ratio vs minimal passthrough: c1 X.XX, c32 X.XX; CPU per call Z.ZZ×; RSS N MB; idle P.PP%``:
@@ -60,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the 
 from proxy_bench_load import PACED_GAP, PHASES, Phase, closed_loop, streams
 from proxy_bench_procs import (
     Target,
+    after_idle_release,
     capture_backlog,
     child_env,
     children_cpu,
@@ -171,6 +174,9 @@ async def bench(cfg) -> int:
                     await settle(pids, backlog)
                     t.rss = tree_rss(t.proc.pid)
                     t.idle = await idle_share(t.proc.pid, IDLE_SECONDS)
+            for t in targets:  # a daemon left running: its writer child lets go of its caches after a minute
+                if t.kind == "ctxscope" and t.proc is not None:
+                    t.rss_released = await after_idle_release(status, t, cap=120.0)
         finally:
             for s in sessions.values():
                 await s.close()

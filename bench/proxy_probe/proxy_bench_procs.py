@@ -42,6 +42,7 @@ class Target:
     tag: str = ""
     sched: str = ""  # how its capture writer child was scheduled at the end
     rss: dict[str, float] = field(default_factory=dict)  # MB by process of its tree after the rounds
+    rss_released: dict[str, float] = field(default_factory=dict)  # ... once its writer child's idle release ran
     idle: float | None = None  # % of one core its tree used while no traffic flowed, after the rounds
     sent_ok: int = 0
     results: dict[str, list[Phase]] = field(default_factory=dict)
@@ -227,6 +228,19 @@ async def settle(pids: list[int], backlog=None, cap: float = 600.0) -> float:
         if still >= 3 and (backlog is None or await backlog() == 0):
             break
     return time.perf_counter() - t0
+
+
+async def after_idle_release(session, t: Target, cap: float) -> dict[str, float]:
+    """The tree's RSS once ctxscope's writer child has let go of its caches (it does after a minute
+    without calls: docs/architecture.md, "Memory"); empty if that did not happen within ``cap`` s."""
+    deadline = time.monotonic() + cap
+    while time.monotonic() < deadline:
+        async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status?store=0") as r:
+            if (await r.json())["writer"].get("idle_releases", 0) > 0:
+                await asyncio.sleep(0.5)  # its heap is given back right after the count is sent
+                return tree_rss(t.proc.pid) if t.proc is not None else {}
+        await asyncio.sleep(1.0)
+    return {}
 
 
 async def capture_backlog(session, targets: list[Target]) -> int:
