@@ -36,7 +36,7 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
 def _role(cmd: str) -> str:
     if "resource_tracker" in cmd:
         return "resource tracker"  # multiprocessing's helper: none since the writer child is started without it
-    if "ctxscope.inspector.writer.child_entry" in cmd:
+    if "ctxscope.inspector.writer.child.entry" in cmd:
         return "writer"
     if "simulator" in cmd:
         return "simulator"

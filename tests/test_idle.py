@@ -69,7 +69,7 @@ def test_an_idle_serve_uses_next_to_no_cpu(tmp_path):
         time.sleep(3)  # let start-up work (imports, migrations, the first status) finish
         before = _tree_ticks(proc.pid)
         commands = sorted(_command(pid) for pid in before)  # the simulator starts on its first request
-        assert len(before) == 2 and any("ctxscope.inspector.writer.child_entry" in c for c in commands), commands
+        assert len(before) == 2 and any("ctxscope.inspector.writer.child.entry" in c for c in commands), commands
         assert not any("multiprocessing" in c or "resource_tracker" in c for c in commands), commands
         time.sleep(WINDOW_S)
         after = _tree_ticks(proc.pid)

@@ -8,7 +8,7 @@ import time
 from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer import child as wc
+from ctxscope.inspector.writer.child import deferred as wc
 from ctxscope.inspector.writer.messages import HandoverRecord
 from ctxscope.inspector.writer.spool import Spool
 from ctxscope.inspector.writer.spool_format import ID, call_size, payload_pieces
@@ -20,7 +20,7 @@ from ctxscope.inspector.writer.thread import CaptureWriter
 def _deferred(tmp_path):
     writer = CaptureWriter(tmp_path / "c.db")
     writer.start()
-    return wc._Deferred(Spool(tmp_path / "c.db"), writer), writer
+    return wc.Deferred(Spool(tmp_path / "c.db"), writer), writer
 
 
 def _wait_written(writer: CaptureWriter, n: int) -> None:
@@ -115,7 +115,7 @@ def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path,
     monkeypatch.setattr(writer_module, "ingest", ingest)
     writer = CaptureWriter(tmp_path / "c.db", retry_interval=0.05, status_file=False)
     writer.start()
-    d = wc._Deferred(Spool(tmp_path / "c.db"), writer)
+    d = wc.Deferred(Spool(tmp_path / "c.db"), writer)
     try:
         d.add([_pack(make_exchange(i)) for i in range(5)], now=0.0)
         assert d.feed()
@@ -142,7 +142,7 @@ def test_calls_held_in_memory_are_fed_within_the_writer_byte_limit(tmp_path, mon
     db = tmp_path / "not-a-folder" / "c.db"  # cannot be opened: the writer holds what it gets
     writer = CaptureWriter(db, max_queue_bytes=100_000, retry_interval=30, status_file=False, keep_unstored=False)
     writer.start()
-    d = wc._Deferred(None, writer)
+    d = wc.Deferred(None, writer)
     d._reopen_at = float("inf")  # the spool cannot be created either
     try:
         d.add([_pack(make_exchange(i, request_body=b"m" * 20_000)) for i in range(10)], now=0.0)

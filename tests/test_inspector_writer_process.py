@@ -424,7 +424,7 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
     child = set(json.loads(out.read_text()))
     [command] = json.loads(done.stdout.strip().splitlines()[-2])  # one process: no resource tracker beside it
-    assert "-m ctxscope.inspector.writer.child_entry" in command
+    assert "-m ctxscope.inspector.writer.child.entry" in command
     assert not {m for m in parent | child if m == "multiprocessing" or m.startswith("multiprocessing.")}
     assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
     assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child

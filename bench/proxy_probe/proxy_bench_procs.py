@@ -123,7 +123,7 @@ def tree_rss(pid: int) -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        role = ("writer child" if "ctxscope.inspector.writer.child_entry" in cmd
+        role = ("writer child" if "ctxscope.inspector.writer.child.entry" in cmd
                 else "resource tracker" if "resource_tracker" in cmd
                 else "simulator" if "ctxscope.simulator" in cmd else "daemon" if p == pid else "other")
         out[role] = out.get(role, 0.0) + rss_mb(p)

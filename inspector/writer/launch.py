@@ -1,6 +1,6 @@
 """Starting the writer child and talking to it over two pipes, without multiprocessing.
 
-The child is ``python -m ctxscope.inspector.writer.child_entry DB ...``: a fresh interpreter that
+The child is ``python -m ctxscope.inspector.writer.child.entry DB ...``: a fresh interpreter that
 imports only the inspector and says in its command line what it is. Nothing re-runs the daemon's
 main module, and no resource tracker process or semaphore comes with it (docs/architecture.md,
 "The writer child imports only the inspector"). It gets its ends of two pipes with ``pass_fds``;
@@ -38,7 +38,7 @@ from ctxscope.inspector.writer.messages import FromChild, ToChild, receive, send
 
 log = logging.getLogger("ctxscope.store")
 
-ENTRY = "ctxscope.inspector.writer.child_entry"
+ENTRY = "ctxscope.inspector.writer.child.entry"
 PIPE_BYTES = 1 << 20  # the inbox pipe's buffer (Linux's limit for a user, by default); pages are taken as used
 
 

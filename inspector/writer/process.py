@@ -4,8 +4,8 @@ In one process the writer thread shares the GIL with the proxy's event loop: par
 counting tokens for one call delays the next chunk of another. Here the proxy only hands
 finished exchanges to a pipe: a feeder thread writes them in the spool's own record format, the
 bodies straight from the proxy's buffers (:mod:`~ctxscope.inspector.writer.launch`, which also says
-why a thread). A child process (``python -m ctxscope.inspector.writer.child_entry``, running
-:mod:`~ctxscope.inspector.writer.child`) appends each hand-over to its spool as it came and stores
+why a thread). A child process (``python -m ctxscope.inspector.writer.child.entry``, running
+:mod:`~ctxscope.inspector.writer.child.life`) appends each hand-over to its spool as it came and stores
 the calls, at a low CPU priority, when the traffic pauses. No multiprocessing: no resource tracker
 process, no pickles (docs/architecture.md, "Messages between the writer and its child").
 

@@ -1,8 +1,8 @@
-"""The writer child's entry point: ``python -m ctxscope.inspector.writer.child_entry DB IN OUT CONFIG``.
+"""The writer child's entry point: ``python -m ctxscope.inspector.writer.child.entry DB IN OUT CONFIG``.
 
 The parent (:mod:`~ctxscope.inspector.writer.launch`) passes the database's path, the file
 descriptors of the child's ends of its two pipes and the writer's settings as JSON. This module
-adapts the pipes to what :func:`~ctxscope.inspector.writer.child.child_main` reads and writes;
+adapts the pipes to what :func:`~ctxscope.inspector.writer.child.life.child_main` reads and writes;
 the end of the inbox pipe means the parent is gone (or stops it), and a reply the parent can no
 longer read is dropped: the child then only stores what it received and exits.
 """
@@ -14,7 +14,7 @@ import os
 import select
 import sys
 
-from ctxscope.inspector.writer.child import child_main
+from ctxscope.inspector.writer.child.life import child_main
 from ctxscope.inspector.writer.messages import FromChild, Received, receive, send
 
 
