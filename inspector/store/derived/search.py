@@ -70,12 +70,14 @@ def add_pieces(
             continue
         row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
         if row is None:
-            row = (db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
-                                   [k, p.area, len(p.text)]).lastrowid,)
+            new_id = db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
+                                     [k, p.area, len(p.text)]).lastrowid
+            assert new_id is not None  # an INSERT sets it
+            row = (new_id,)
             if known is not None and known.defer_terms:
-                known.terms.append((row[0], p.text))
+                known.terms.append((new_id, p.text))
             else:
-                db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
+                db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [new_id, p.text])
         ids[k] = row[0]
     rows = [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)]
     if known is not None:
