@@ -34,6 +34,7 @@ class KnownIds:
         self.segments: dict[bytes, int] = {}
         self.occurrences: dict[tuple[int, str], int] = {}  # (segment, session) the search index holds
         self._seqs: dict[str, int] = {}
+        self.zstd_dict: tuple[int | None] | None = None  # (the newest dictionary's id, or None: none yet); None: ask
         self._data_version: int | None = None
         # (segment id, text) for FTS5, inserted all at once before the commit (``defer_terms``): FTS5
         # writes an index segment at every savepoint, so inserting call by call costs a segment per call
@@ -72,3 +73,4 @@ class KnownIds:
         self.generation = next(_generations)
         for known in (self.header_sets, self.chunks, self.segments, self.occurrences, self._seqs):
             known.clear()
+        self.zstd_dict = None
