@@ -177,6 +177,12 @@ def scan_items(
         start = _array_start(text, key)
     best, m = None, 0
     for cand in usable:
+        # Past the first, a candidate counts only if it shares more than m items: its first m + 1
+        # (one comparison, where a pool of many threads would cost a full look at each).
+        if m and (len(cand.ends) <= m or not raw.startswith(
+            memoryview(cand.raw)[cand.start : cand.start + cand.ends[m]], start  # type: ignore[arg-type]
+        )):
+            continue
         n = shared_items(raw, start, cand)
         if n > m:
             best, m = cand, n
