@@ -209,3 +209,21 @@ def test_the_candidate_sharing_the_most_items_is_chosen_in_a_pool_of_many():
             assert m == want, (size, k)
             assert best is (cands[shared.index(want)] if want else None), (size, k)
             assert list(ends) == list(item_ends(raw, "messages") or ())
+
+
+def test_a_few_shared_bytes_are_canonicalised_again_not_joined_to_the_base():
+    # Joining a prompt to its base costs more than canonicalising a few hundred bytes again: below
+    # min_reuse shared bytes the base is not used, and the prompt is the same either way.
+    system = {"role": "system", "content": "Be brief. " * 20}
+    first = encode({"model": "m", "messages": [system, {"role": "user", "content": "one"}]})
+    second = encode({"model": "m", "messages": [system, {"role": "user", "content": "two"}]})
+    base = prepare_full(CHAT, json.loads(first), first)
+    shared = len(encode(system)) + 1  # the system message and the "[" before it
+    want = canonicalize(CHAT, json.loads(second))
+    for min_reuse, reused in ((0, True), (shared, True), (shared + 1, False), (10_000, False)):
+        got, used = prepare(CHAT, json.loads(second), second, [base], min_reuse=min_reuse)
+        assert (used is base) == reused and got.reused_items == (1 if reused else 0), min_reuse
+        assert got.prompt == want and got.prompt.hashes == want.hashes
+        assert got.prompt.cache_policy == want.cache_policy
+        counted = count(TokenCounter(), got, used, TokenCounter().count_prompt(base.prompt) if used else None)
+        assert counted == TokenCounter().count_prompt(want)
