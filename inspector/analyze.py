@@ -66,6 +66,9 @@ UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
 # Segment counts kept for reuse (~350 bytes each): a long session's distinct segments, not every
 # segment a long-running daemon ever counted (docs/architecture.md, "Memory").
 COUNTED_SEGMENTS = 16_384
+# Shared leading items below this many bytes are canonicalised again: joining a new prompt to its
+# base costs more than that (a small call re-sending only its system prompt).
+MIN_REUSE = 1024
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ class Analyzer:
         prepared, base = None, None
         self._prepared = None
         if inp.api in LLM_APIS:
-            prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool])
+            prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool], min_reuse=MIN_REUSE)
             base = next((r for r in pool if r.prepared is used), None)
             self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None

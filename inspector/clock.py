@@ -25,10 +25,19 @@ def iso(ts: float | None) -> str | None:
         whole, micros = whole + 1, micros - 1_000_000
     elif micros < 0:
         whole, micros = whole - 1, micros + 1_000_000
-    utc = time.gmtime(whole)
-    if not _FIRST_SECOND <= whole < _PAST_LAST_SECOND:
-        raise ValueError(f"year out of range for {ts!r}")  # as datetime says: the text would not be fixed-width
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', utc)}.{micros:06d}Z"
+    global _last_second
+    last = _last_second
+    if last[0] != whole:
+        utc = time.gmtime(whole)
+        if not _FIRST_SECOND <= whole < _PAST_LAST_SECOND:
+            raise ValueError(f"year out of range for {ts!r}")  # as datetime says: the text would not be fixed-width
+        last = _last_second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", utc))
+    return f"{last[1]}.{micros:06d}Z"
+
+
+# The last second formatted: a call's timestamps mostly fall in one second (one tuple, replaced whole,
+# so threads see either the old one or the new one).
+_last_second: tuple[float, str] = (math.nan, "")
 
 
 def now_iso() -> str:

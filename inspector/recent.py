@@ -11,6 +11,7 @@ it returns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -47,8 +48,9 @@ class Remembered:
     def prompt(self) -> CanonicalPrompt:
         return self.prepared.prompt
 
-    @property
+    @functools.cached_property
     def recent(self) -> RecentCall:
+        """Made once: a call is in the pool of every call placed after it while it is remembered."""
         return RecentCall(self.call_id, self.prompt, self.session, self.thread, self.time)
 
     @property
@@ -63,6 +65,7 @@ def _copy(value: T, **changes: Any) -> T:
     fraction of its cost: three copies per stored call."""
     new = object.__new__(type(value))
     new.__dict__.update(value.__dict__, **changes)
+    new.__dict__.pop("recent", None)  # a cached_property of the original: made again from the copy's fields
     return new
 
 

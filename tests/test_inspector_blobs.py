@@ -306,3 +306,26 @@ def test_chunks_compressed_with_a_trained_dictionary_read_back_on_a_new_connecti
     with pytest.raises(BlobCorrupt):
         blob_get(again, ids[-1])
     again.close()
+
+
+def test_a_writer_that_keeps_its_ids_compresses_with_the_dictionary_trained_meanwhile(tmp_path):
+    # The writer's KnownIds hold the newest dictionary's id: the chunks after its training use it,
+    # as they do when the store is asked each time, and a cleared KnownIds asks again.
+    from ctxscope.inspector.store.layout.known import KnownIds
+
+    rng = random.Random(5)
+    words = [f"word{i}" for i in range(2000)]
+    bodies = [" ".join(rng.choice(words) for _ in range(rng.randrange(200, 800))).encode() for _ in range(120)]
+    dicts = {}
+    for name, known in (("asked", None), ("kept", KnownIds())):
+        db = store.connect(tmp_path / f"{name}.db")
+        ids = [blob_put(db, body, known=known).id for body in bodies[:80]]
+        if known is not None:
+            known.clear()
+        ids += [blob_put(db, body, known=known).id for body in bodies[80:]]
+        db.conn.commit()
+        assert [blob_get(db, i) for i in ids] == bodies
+        dicts[name] = db.execute("SELECT COUNT(*), MIN(id) FROM chunks WHERE dict IS NOT NULL").fetchone()
+        assert db.execute("SELECT COUNT(DISTINCT dict) FROM chunks WHERE dict IS NOT NULL").fetchone()[0] == 1
+        db.close()
+    assert dicts["kept"] == dicts["asked"] and dicts["kept"][0] > 60

@@ -297,7 +297,8 @@ def test_the_writer_reusing_recent_bodies_stores_what_a_computation_from_scratch
 
     # From scratch: every body parsed and hashed whole, every prompt canonicalised and counted whole.
     monkeypatch.setattr(exchange_row, "parse", lambda raw, candidates=(): body_reuse.parse(raw, ()))
-    monkeypatch.setattr(analyze, "prepare", lambda api, body, raw, candidates: incremental.prepare(api, body, raw, []))
+    monkeypatch.setattr(analyze, "prepare",
+                        lambda api, body, raw, candidates, **kw: incremental.prepare(api, body, raw, []))
     monkeypatch.setattr(search_index, "prepare", lambda api, body, raw, c: incremental.prepare(api, body, raw, []))
     scratch = stored(tmp_path / "scratch.db", exchanges)
 

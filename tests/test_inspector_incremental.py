@@ -23,7 +23,15 @@ from inspector_bodies import (
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.hashes import known_common
-from ctxscope.inspector.analyses.incremental import Prepared, count, item_ends, prepare, prepare_full, shared_items
+from ctxscope.inspector.analyses.incremental import (
+    Prepared,
+    count,
+    item_ends,
+    prepare,
+    prepare_full,
+    scan_items,
+    shared_items,
+)
 
 A, CHAT, RESP = "anthropic.messages", "openai.chat", "openai.responses"
 
@@ -178,3 +186,44 @@ def test_shared_items_counts_byte_equal_leading_items():
             start = body.index(b"[")
             want = k if change == "edit" and k < 30 else min(k, 30) if change == "cut" else 30
             assert shared_items(body, start, base) == want, (k, change)
+
+
+def test_the_candidate_sharing_the_most_items_is_chosen_in_a_pool_of_many():
+    # A pool of many threads (each call of a client without a session id may start one): a candidate
+    # is looked at fully only if it shares more than the best so far; the choice is the one a full
+    # look at each makes (the first of those sharing the most).
+    items = [{"n": i, "text": "y" * (i % 5)} for i in range(12)]
+    pool = []
+    for kept, extra in [(0, 1), (3, 2), (3, 0), (7, 3), (2, 4), (7, 1), (12, 0), (12, 5), (5, 0)]:
+        body = {"model": "m", "messages": items[:kept] + [{"n": 100 + j} for j in range(extra)]}
+        raw = encode(body)
+        pool.append(prepare_full(A, json.loads(raw), raw))
+    for size in range(13):
+        raw = encode({"model": "m", "messages": items[:size] + [{"n": 999}]})
+        start = raw.index(b"[")
+        for k in range(len(pool) + 1):
+            cands = pool[k:] + pool[:k]
+            shared = [shared_items(raw, start, c) for c in cands]
+            want = max(shared)
+            _start, ends, m, best = scan_items(raw, "messages", cands)
+            assert m == want, (size, k)
+            assert best is (cands[shared.index(want)] if want else None), (size, k)
+            assert list(ends) == list(item_ends(raw, "messages") or ())
+
+
+def test_a_few_shared_bytes_are_canonicalised_again_not_joined_to_the_base():
+    # Joining a prompt to its base costs more than canonicalising a few hundred bytes again: below
+    # min_reuse shared bytes the base is not used, and the prompt is the same either way.
+    system = {"role": "system", "content": "Be brief. " * 20}
+    first = encode({"model": "m", "messages": [system, {"role": "user", "content": "one"}]})
+    second = encode({"model": "m", "messages": [system, {"role": "user", "content": "two"}]})
+    base = prepare_full(CHAT, json.loads(first), first)
+    shared = len(encode(system)) + 1  # the system message and the "[" before it
+    want = canonicalize(CHAT, json.loads(second))
+    for min_reuse, reused in ((0, True), (shared, True), (shared + 1, False), (10_000, False)):
+        got, used = prepare(CHAT, json.loads(second), second, [base], min_reuse=min_reuse)
+        assert (used is base) == reused and got.reused_items == (1 if reused else 0), min_reuse
+        assert got.prompt == want and got.prompt.hashes == want.hashes
+        assert got.prompt.cache_policy == want.cache_policy
+        counted = count(TokenCounter(), got, used, TokenCounter().count_prompt(base.prompt) if used else None)
+        assert counted == TokenCounter().count_prompt(want)

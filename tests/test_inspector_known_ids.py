@@ -163,3 +163,74 @@ def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(
         assert db.execute("SELECT COUNT(*) FROM stored_order").fetchone()[0] == 2  # inserted once each
     finally:
         db.close()
+
+
+def _fts_terms(path) -> dict[str, int]:
+    """FTS5's terms and how many documents hold each (a text given twice would count twice)."""
+    db = queries.open_db(path)
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, search_fts, 'row')")
+        return dict(db.execute("SELECT term, doc FROM temp.terms").fetchall())
+    finally:
+        db.close()
+
+
+def test_the_texts_of_a_rolled_back_call_never_reach_fts5(tmp_path):
+    # The writer gives FTS5 a batch's texts at its commit: a call rolled back in between gives none,
+    # and the next calls, whose segments take the ids its segments had, give theirs once.
+    path = tmp_path / "k.db"
+    store.connect(path).execute(
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    )
+    w = _writer(path)
+    try:
+        bad = make_exchange(request=anthropic_request([{"role": "user", "content": "please kraken"}]), path="/boom",
+                            session_label="s")
+        good = make_exchange(request=anthropic_request([{"role": "user", "content": "please squid"}]),
+                             session_label="s")
+        again = make_exchange(request=anthropic_request([{"role": "user", "content": "please squid"}]),
+                              session_label="t")
+        _store(w, [bad, good, again])
+        _wait(w, 3)
+    finally:
+        assert w.stop()
+    assert w.stats().failed == 1
+    _check_all(path, [good, again])
+    assert _found(path, "kraken") == set()
+    assert _found(path, "squid") == {good.id, again.id}
+    terms = _fts_terms(path)
+    assert "kraken" not in terms
+    assert terms["squid"] == 1
+
+
+def test_a_failed_indexing_leaves_no_texts_for_fts5(tmp_path, monkeypatch):
+    # The indexer fails after it added the call's segments: they are undone with its savepoint, the
+    # call stays, and the texts it held back for FTS5 go too.
+    original = search.add_pieces
+    failing: set[str] = set()
+
+    def add_then_fail(db, call_id, *args, **kw):
+        added = original(db, call_id, *args, **kw)
+        if call_id in failing:
+            raise RuntimeError("indexer bug")
+        return added
+
+    monkeypatch.setattr(search, "add_pieces", add_then_fail)
+    path = tmp_path / "k.db"
+    w = _writer(path)
+    try:
+        first = _call("lemur", session_label="a")
+        second = _call("gecko", session_label="b")  # its segments take the ids the first one's had
+        failing.add(first.id)
+        _store(w, [first, second])
+        _wait(w, 2)
+    finally:
+        assert w.stop()
+    assert w.stats().analysis_failed == 1
+    _check_all(path, [first, second])
+    assert _found(path, "lemur") == set()
+    assert _found(path, "gecko") == {second.id}
+    terms = _fts_terms(path)
+    assert "lemur" not in terms
+    assert terms["gecko"] == 1

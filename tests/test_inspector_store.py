@@ -111,3 +111,16 @@ def test_iso_writes_the_text_datetime_writes_fixed_width_and_rounded_the_same_wa
     assert iso(None) is None
     with pytest.raises(ValueError):
         iso(253402300800.0)  # the year 10000 has no fixed-width text
+
+
+def test_iso_of_timestamps_in_the_same_and_in_other_seconds_in_any_order():
+    # iso keeps the last second it formatted: each text must still be datetime's.
+    import random
+    from datetime import UTC, datetime
+
+    from ctxscope.inspector.store.db import iso
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        ts = rng.choice((1_760_000_000, 1_760_000_001, 59, -2, 0)) + rng.choice((0.0, 0.4999996, 0.9999996, 0.25))
+        assert iso(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), ts

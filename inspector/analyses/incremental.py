@@ -177,6 +177,12 @@ def scan_items(
         start = _array_start(text, key)
     best, m = None, 0
     for cand in usable:
+        # Past the first, a candidate counts only if it shares more than m items: its first m + 1
+        # (one comparison, where a pool of many threads would cost a full look at each).
+        if m and (len(cand.ends) <= m or not raw.startswith(
+            memoryview(cand.raw)[cand.start : cand.start + cand.ends[m]], start  # type: ignore[arg-type]
+        )):
+            continue
         n = shared_items(raw, start, cand)
         if n > m:
             best, m = cand, n
@@ -284,10 +290,11 @@ def _reuse(
 
 
 def prepare(
-    api: str | None, body: Any, raw: bytes | None, candidates: list[Prepared]
+    api: str | None, body: Any, raw: bytes | None, candidates: list[Prepared], *, min_reuse: int = 0
 ) -> tuple[Prepared | None, Prepared | None]:
     """The prompt of ``body`` and the candidate it reused: the one sharing the most leading items
-    byte for byte (None when nothing was reused). The prompt is None when the body does not parse."""
+    byte for byte (None when nothing was reused). The prompt is None when the body does not parse.
+    ``min_reuse``: fewer shared bytes are canonicalised again (cheaper than joining to the base)."""
     found = _items(api, body)
     scanned = None
     if found is not None and raw is not None:
@@ -302,6 +309,8 @@ def prepare(
         return (Prepared(prompt.api, prompt) if prompt is not None else None), None
     key, items = found  # type: ignore[misc]
     start, ends, m, base = scanned
+    if base is not None and ends[m - 1] < min_reuse:
+        base = None
     reused = _reuse(api, body, key, items, base, m) if base is not None else None  # type: ignore[arg-type]
     if reused is not None:
         prompt, head, starts = reused

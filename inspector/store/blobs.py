@@ -136,22 +136,30 @@ def _chunk_put(db: sqlite_utils.Database, raw: bytes, known: KnownIds | None = N
     if known is not None:
         found = known.chunks.get(digest)
         if found is None:
-            found = _chunk_store(db, raw, digest)
+            found = _chunk_store(db, raw, digest, known)
             known.keep(known.chunks, digest, found)
         return found
     return _chunk_store(db, raw, digest)
 
 
-def _chunk_store(db: sqlite_utils.Database, raw: bytes, digest: bytes) -> int:
+def _chunk_store(db: sqlite_utils.Database, raw: bytes, digest: bytes, known: KnownIds | None = None) -> int:
     row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
     if row is not None:
         return row[0]
-    current = _current_dict(db)
-    data = zstd.compress(raw, ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None)
+    if known is not None and known.zstd_dict is not None:
+        dict_id = known.zstd_dict[0]
+        current = None if dict_id is None else (dict_id, _load_dict(db, dict_id))
+    else:
+        current = _current_dict(db)
+        if known is not None:
+            known.zstd_dict = (current[0] if current else None,)
+    data = _compressor(current).compress(raw, zstd.ZstdCompressor.FLUSH_FRAME)
     cur = db.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?)", [digest, current and current[0], data])
     assert cur.lastrowid is not None
     if cur.lastrowid % DICT_TRY_EVERY == 0:
-        _maybe_train(db, cur.lastrowid, current)
+        trained = _maybe_train(db, cur.lastrowid, current)
+        if trained is not None and known is not None:
+            known.zstd_dict = (trained,)
     return cur.lastrowid
 
 
@@ -162,6 +170,21 @@ DICT_RETRAIN = 2048  # chunks stored with one dictionary before the next is trai
 DICT_SAMPLES = 256  # the latest chunks it is trained on
 DICT_SIZE = 32 * 1024
 _dict_cache: dict[int, zstd.ZstdDict] = {}  # dictionary ids are random, never reused: safe to cache by id
+# One compressor per dictionary, kept: a new one loads the dictionary's tables again (~9 µs), which
+# was most of the cost of a small chunk. Each call makes one whole frame: the bytes zstd.compress makes.
+_compressors: dict[int | None, zstd.ZstdCompressor] = {}
+
+
+def _compressor(current: tuple[int, zstd.ZstdDict] | None) -> zstd.ZstdCompressor:
+    key = current[0] if current else None
+    found = _compressors.get(key)
+    if found is None:
+        if len(_compressors) >= 4:  # an old dictionary's compressor is not used again
+            _compressors.clear()
+        found = _compressors[key] = zstd.ZstdCompressor(
+            ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None
+        )
+    return found
 
 
 def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
@@ -177,6 +200,7 @@ def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> 
 def forget_dictionaries() -> None:
     """Drop the dictionaries loaded so far (an idle writer child); they are loaded again by id."""
     _dict_cache.clear()
+    _compressors.clear()
 
 
 def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -> str | None:
@@ -190,26 +214,31 @@ def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -
 
 
 def _current_dict(db: sqlite_utils.Database) -> tuple[int, zstd.ZstdDict] | None:
-    """The newest dictionary (looked up each time: a rolled-back transaction may have taken it away)."""
+    """The newest dictionary (looked up each time unless the writer's ``KnownIds`` holds it: a rolled-back
+    transaction may have taken it away, and a rollback clears those)."""
     row = db.execute("SELECT id FROM zstd_dicts ORDER BY after_chunk DESC LIMIT 1").fetchone()
     return None if row is None else (row[0], _load_dict(db, row[0]))
 
 
-def _maybe_train(db: sqlite_utils.Database, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None) -> None:
+def _maybe_train(
+    db: sqlite_utils.Database, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None
+) -> int | None:
+    """The id of a dictionary trained now, if one is due and the samples allow it."""
     if current is not None:
         after = db.execute("SELECT after_chunk FROM zstd_dicts WHERE id = ?", [current[0]]).fetchone()[0]
         if chunk_id - after < DICT_RETRAIN:
-            return
+            return None
     rows = db.execute("SELECT id, dict, data FROM chunks ORDER BY id DESC LIMIT ?", [DICT_SAMPLES]).fetchall()
     try:
         samples = [_decompress(db, cid, d, data) for cid, d, data in rows]
         trained = zstd.train_dict(samples, DICT_SIZE)
     except Exception:  # too few or too uniform samples: try again DICT_TRY_EVERY chunks later
-        return
+        return None
     dict_id = random.getrandbits(62) + 1
     db.execute(
         "INSERT INTO zstd_dicts (id, after_chunk, data) VALUES (?, ?, ?)", [dict_id, chunk_id, trained.dict_content]
     )
+    return dict_id
 
 
 def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:

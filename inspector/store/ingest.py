@@ -315,6 +315,7 @@ def ingest(
     if after:
         call.update(row, _rowid=rowid)
         for analyzer in after:
+            mark = len(state.ids.terms)
             try:
                 if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
                     analyzer(db, call)
@@ -325,6 +326,7 @@ def ingest(
                 if not db.conn.in_transaction:
                     raise  # it destroyed the whole transaction: let the writer redo the batch
                 state.ids.clear()  # ids it noted of the rows undone with it
+                state.ids.drop_terms(mark)  # and the search texts it held back for them
                 errors.append((_name(analyzer), e))
     return IngestResult(row, errors)
 

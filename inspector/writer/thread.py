@@ -35,6 +35,7 @@ import sqlite_utils
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.failures import (
     Outage,
@@ -380,6 +381,8 @@ class CaptureWriter:
         try:
             store.begin(db)
             state.ids.check(db)  # another connection committed: what the writer knew may be gone
+            state.ids.defer_terms = True  # given to FTS5 once, before the commit
+            state.ids.terms.clear()  # held back by a batch that rolled back: their segments are gone
             began = time.monotonic()
             while len(batch) < MAX_BATCH and (more or not batch):
                 if self._pending:
@@ -401,6 +404,7 @@ class CaptureWriter:
                 batch.append(nxt)
                 self._storing = len(batch)
                 store_one(db, state, nxt, self.analyzers, outcome, events)
+            search.flush_terms(db, state.ids)
             record(db, outage + pending + events, drops, self._last_error)
             store.commit(db)
         except Exception as e:

@@ -58,12 +58,14 @@ def store_one(
     if store.is_stored(db, ex.id):
         outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
         return
+    mark = len(state.ids.terms)
     try:
         with store.Savepoint(db):
             result = ingest(db, ex, state, analyzers)
     except Exception as e:
         if not db.conn.in_transaction or store_unavailable(e):
             raise  # the store failed, or the error ended the whole transaction: redo the batch
+        state.ids.drop_terms(mark)  # the search segments they were for are rolled back
         state.forget()  # its savepoint rolled back: the ids it stored are gone
         outcome["failed"] += 1
         events.append(call_event("write_failed", ex, describe(e)))

@@ -70,9 +70,14 @@ def add_pieces(
             continue
         row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
         if row is None:
-            row = (db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
-                                   [k, p.area, len(p.text)]).lastrowid,)
-            db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [row[0], p.text])
+            new_id = db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
+                                     [k, p.area, len(p.text)]).lastrowid
+            assert new_id is not None  # an INSERT sets it
+            row = (new_id,)
+            if known is not None and known.defer_terms:
+                known.terms.append((new_id, p.text))
+            else:
+                db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [new_id, p.text])
         ids[k] = row[0]
     rows = [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)]
     if known is not None:
@@ -91,6 +96,14 @@ def add_pieces(
         for r in rows:
             known.keep(known.occurrences, (r[0], session), 1)
     return db.conn.total_changes - before
+
+
+def flush_terms(db: sqlite_utils.Database, known: KnownIds) -> None:
+    """Give FTS5 the texts ``add_pieces`` held back, all at once, before the transaction commits: one
+    FTS5 index segment per batch, not one per call (docs/architecture.md, "The search index")."""
+    if known.terms:
+        db.conn.executemany("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", known.terms)
+        known.terms.clear()
 
 
 def occurrence_of(db: sqlite_utils.Database, segment: int) -> tuple[bytes, str, str | None, str, str] | None:

@@ -34,7 +34,12 @@ class KnownIds:
         self.segments: dict[bytes, int] = {}
         self.occurrences: dict[tuple[int, str], int] = {}  # (segment, session) the search index holds
         self._seqs: dict[str, int] = {}
+        self.zstd_dict: tuple[int | None] | None = None  # (the newest dictionary's id, or None: none yet); None: ask
         self._data_version: int | None = None
+        # (segment id, text) for FTS5, inserted all at once before the commit (``defer_terms``): FTS5
+        # writes an index segment at every savepoint, so inserting call by call costs a segment per call
+        self.defer_terms = False
+        self.terms: list[tuple[int, str]] = []
 
     def next_seq(self, db: sqlite_utils.Database, session: str) -> int:
         """The seq of the session's next call, which the caller inserts."""
@@ -59,7 +64,13 @@ class KnownIds:
             self.clear()
             self._data_version = version
 
+    def drop_terms(self, mark: int) -> None:
+        """Forget the terms held back since ``len(self.terms)`` was ``mark`` (their savepoint rolled back)."""
+        del self.terms[mark:]
+
     def clear(self) -> None:
+        """Forget the ids (the terms held back stay: the calls before a rolled-back one keep theirs)."""
         self.generation = next(_generations)
         for known in (self.header_sets, self.chunks, self.segments, self.occurrences, self._seqs):
             known.clear()
+        self.zstd_dict = None
