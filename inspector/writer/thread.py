@@ -58,7 +58,13 @@ log = logging.getLogger("ctxscope.store")
 MAX_BATCH = 500
 _TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits", "idle_releases")
 _STOP = object()
-_RELEASE = object()  # let go of the caches, if nothing else is queued (release_memory)
+
+
+class _Release:
+    """Let go of the caches, if nothing else is queued (``release_memory``); ``done`` is set after."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class CaptureWriter:
@@ -215,10 +221,13 @@ class CaptureWriter:
             raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
                                     f" ({self._last_error or 'busy'})") from None
 
-    def release_memory(self) -> None:
+    def release_memory(self) -> threading.Event:
         """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
-        after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory")."""
-        self._queue.put(_RELEASE)
+        after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory").
+        The event is set once it is done or skipped (its count is in the counters by then)."""
+        request = _Release()
+        self._queue.put(request)
+        return request.done
 
     @property
     def store_down(self) -> bool:
@@ -252,8 +261,11 @@ class CaptureWriter:
                                 _close(db)
                                 db = None
                             continue
-                        if item is _RELEASE:
-                            self._release(db, state)
+                        if isinstance(item, _Release):
+                            try:
+                                self._release(db, state)
+                            finally:
+                                item.done.set()
                             continue
                         self._pending.append(item)
                     ok, saw_stop = self._safe_batch(db, state)
@@ -320,7 +332,9 @@ class CaptureWriter:
                 break
             if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
-            elif item is not _STOP and item is not _RELEASE:
+            elif isinstance(item, _Release):
+                item.done.set()
+            elif item is not _STOP:
                 unstored.append(item)
         if unstored:
             self._pending.extend(unstored[len(self._pending):])
@@ -394,7 +408,8 @@ class CaptureWriter:
                     if nxt is _STOP:
                         stopping = True
                         break
-                    if nxt is _RELEASE:  # calls came after it: they need the caches
+                    if isinstance(nxt, _Release):  # calls came after it: they need the caches
+                        nxt.done.set()
                         continue
                     if isinstance(nxt, Deletion):  # after this batch's commit
                         self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)

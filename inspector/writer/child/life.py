@@ -52,6 +52,7 @@ from ctxscope.vocab.tokens import limit_heap_arenas, release_heap
 log = logging.getLogger("ctxscope.store")
 
 STATS_INTERVAL = 0.25
+RELEASE_WAIT = 30.0  # seconds the idle child waits for its writer to let go of its caches
 FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
 
 
@@ -144,7 +145,8 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
             trimmed = True
         if quiet and not inbox.wait(None if released else idle_release):
             # no timer but this one, once: idle for idle_release, the writer lets go of its caches
-            writer.release_memory()
+            # The counters sent next must hold its count: an idle child sends none after them.
+            writer.release_memory().wait(RELEASE_WAIT)
             released = True
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
