@@ -189,7 +189,7 @@ def redact_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...
 # lookup replaces redacting each header, finding the key and fingerprinting it (a few microseconds
 # of every call's loop time). Only redacted values are kept; the key is not, nor a plain hash of it
 # (as for ``_fingerprints``: a collision, about 1 in 2**64, would give a call another header set of
-# this process, redacted too).
+# this process, redacted too). (docs/architecture.md, "A request's secrets are worked out once per header set")
 _requests: dict[int, RedactedRequest] = {}
 _MAX_REQUESTS = 256
 
