@@ -252,6 +252,22 @@ async def test_fifty_megabyte_body(rig):
     assert rig.sink.items[0].request_body == big
 
 
+async def test_a_chunked_request_body_in_many_http_chunks_is_forwarded_and_recorded_whole(rig):
+    pieces = [bytes([65 + i % 26]) * (1000 + 37 * i) for i in range(300)]  # many HTTP chunks, some sent together
+
+    async def body():
+        for i, piece in enumerate(pieces):
+            yield piece
+            if i % 7 == 0:
+                await asyncio.sleep(0)
+
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=body()) as resp:
+        assert (await resp.json())["echo_len"] == sum(map(len, pieces))
+    assert rig.upstream.received[-1][1] == b"".join(pieces)
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].request_body == b"".join(pieces)
+
+
 def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://corp-proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "api.internal.example")

@@ -216,8 +216,12 @@ class Forwarder:
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = await content.readany()
+            # One piece as the parser gave it, not copied (readany joins all the pieces waiting, and
+            # they are joined again below); an empty piece ending an HTTP chunk is no end of the body.
+            chunk, chunk_end = await content.readchunk()
             if not chunk:
+                if chunk_end:
+                    continue
                 break
             size += len(chunk)
             if size > limit:
