@@ -268,6 +268,15 @@ async def test_a_chunked_request_body_in_many_http_chunks_is_forwarded_and_recor
     assert rig.sink.items[0].request_body == b"".join(pieces)
 
 
+async def test_requests_without_a_body_one_after_another_are_forwarded_and_recorded(rig):
+    async with aiohttp.ClientSession() as s:
+        for _ in range(3):  # (aiohttp gives every bodiless request the same empty reader)
+            async with s.get(rig.base + "/u/up/v1/models") as resp:
+                assert (await resp.json())["echo_len"] == 0
+    await _wait_for(rig.sink, 3)
+    assert [e.request_body for e in rig.sink.items] == [b"", b"", b""]
+
+
 def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://corp-proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "api.internal.example")

@@ -217,12 +217,13 @@ class Forwarder:
         size = 0
         while True:
             # One piece as the parser gave it, not copied (readany joins all the pieces waiting, and
-            # they are joined again below); an empty piece ending an HTTP chunk is no end of the body.
-            chunk, chunk_end = await content.readchunk()
+            # they are joined again below). An empty piece ends the body only at its end: one may end
+            # an HTTP chunk, and aiohttp's shared reader of bodiless requests says (b"", True) for ever.
+            chunk, _ = await content.readchunk()
             if not chunk:
-                if chunk_end:
-                    continue
-                break
+                if content.at_eof():
+                    break
+                continue
             size += len(chunk)
             if size > limit:
                 raise _TooLarge(f"request body of more than {limit} bytes is over the max_body_bytes limit")
