@@ -62,6 +62,15 @@ class Upstream:
                 await asyncio.sleep(0.1)
             await resp.write_eof()
             return resp
+        if self.mode == "slow_then_silent":  # pauses shorter than the read timeout, then silent until let go
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(6):
+                self.sent.append(f"data: {i}\n\n".encode())
+                await resp.write(self.sent[-1])
+                await asyncio.sleep(0.1)
+            await self.release.wait()
+            return resp
         if self.mode == "headers_then_wait":  # headers alone, the body only when the test lets go
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -243,6 +252,31 @@ async def test_fifty_megabyte_body(rig):
     assert rig.sink.items[0].request_body == big
 
 
+async def test_a_chunked_request_body_in_many_http_chunks_is_forwarded_and_recorded_whole(rig):
+    pieces = [bytes([65 + i % 26]) * (1000 + 37 * i) for i in range(300)]  # many HTTP chunks, some sent together
+
+    async def body():
+        for i, piece in enumerate(pieces):
+            yield piece
+            if i % 7 == 0:
+                await asyncio.sleep(0)
+
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=body()) as resp:
+        assert (await resp.json())["echo_len"] == sum(map(len, pieces))
+    assert rig.upstream.received[-1][1] == b"".join(pieces)
+    await _wait_for(rig.sink)
+    assert rig.sink.items[0].request_body == b"".join(pieces)
+
+
+async def test_requests_without_a_body_one_after_another_are_forwarded_and_recorded(rig):
+    async with aiohttp.ClientSession() as s:
+        for _ in range(3):  # (aiohttp gives every bodiless request the same empty reader)
+            async with s.get(rig.base + "/u/up/v1/models") as resp:
+                assert (await resp.json())["echo_len"] == 0
+    await _wait_for(rig.sink, 3)
+    assert [e.request_body for e in rig.sink.items] == [b"", b"", b""]
+
+
 def test_environment_proxy_is_honoured_for_remote_upstreams_only(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://corp-proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "api.internal.example")
@@ -334,6 +368,18 @@ async def test_a_slow_stream_that_keeps_sending_is_not_timed_out(rig):
     assert got == b"".join(rig.upstream.sent)
     await _wait_for(rig.sink)
     assert rig.sink.items[0].outcome == Outcome.OK
+
+
+@pytest.mark.parametrize("rig", [0.3], indirect=True)
+async def test_a_stream_that_goes_silent_after_reads_times_out_with_everything_it_sent(rig):
+    rig.upstream.mode = "slow_then_silent"
+    async with aiohttp.ClientSession() as s, s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    await _wait_for(rig.sink)
+    e = rig.sink.items[0]
+    assert e.outcome == Outcome.TIMEOUT and "0.3s" in e.error
+    assert e.response_body == b"".join(rig.upstream.sent) and len(rig.upstream.sent) == 6
 
 
 async def test_no_header_is_invented_and_none_is_lost(rig):

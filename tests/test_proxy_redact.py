@@ -144,3 +144,24 @@ def test_no_secret_is_remembered_by_the_caches():
     remembered = repr(redact._harmless_values) + repr(redact._harmless_queries)
     assert SECRET not in remembered and "hunter2" not in remembered
     assert redact_query("beta=true") == "beta=true" and "beta=true" in redact._harmless_queries
+
+
+def test_a_request_redacted_once_per_header_set_gives_what_each_step_gives_and_keeps_no_key():
+    from ctxscope.proxy.redaction import redact
+    from ctxscope.proxy.redaction.redact import redact_request
+
+    key = "sk-proj-RequestCacheKey1234567890"
+    headers = [("User-Agent", "AsyncOpenAI/Python 1.50.0"), ("Authorization", f"Bearer {key}"),
+               ("X-Stainless-Lang", "python"), ("Content-Type", "application/json")]
+    query = "alt=sse&key=AIzaSyA-1234567890abcdefghij"
+    for _ in range(2):  # worked out, then remembered: the same answer both times
+        got = redact_request(list(headers), query, b"salt1")
+        assert got.headers == redact_headers(headers)
+        assert got.query == redact_query(query)
+        assert got.key_fingerprint == fingerprint(extract_api_key(headers, query), b"salt1")
+        assert got.user_agent == "AsyncOpenAI/Python 1.50.0"
+    assert key not in repr(redact._requests) and "AIzaSyA" not in repr(redact._requests)
+    other_key = redact_request([("Authorization", "Bearer sk-proj-AnotherKey1234567890ab")], query, b"salt1")
+    assert other_key.key_fingerprint != got.key_fingerprint  # another key, another fingerprint
+    assert redact_request(headers, query, b"salt2").key_fingerprint != got.key_fingerprint  # another salt too
+    assert redact_request([("Content-Type", "x")], "", b"salt1").user_agent is None

@@ -216,9 +216,14 @@ class Forwarder:
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = await content.readany()
+            # One piece as the parser gave it, not copied (readany joins all the pieces waiting, and
+            # they are joined again below). An empty piece ends the body only at its end: one may end
+            # an HTTP chunk, and aiohttp's shared reader of bodiless requests says (b"", True) for ever.
+            chunk, _ = await content.readchunk()
             if not chunk:
-                break
+                if content.at_eof():
+                    break
+                continue
             size += len(chunk)
             if size > limit:
                 raise _TooLarge(f"request body of more than {limit} bytes is over the max_body_bytes limit")

@@ -15,7 +15,7 @@ from aiohttp import web
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward.routing import Route
 from ctxscope.proxy.ids import new_call_id
-from ctxscope.proxy.redaction.redact import extract_api_key, fingerprint, redact_headers, redact_query
+from ctxscope.proxy.redaction.redact import redact_request
 from ctxscope.vocab.kinds import Outcome
 
 
@@ -60,7 +60,7 @@ class Recorder:
     def to_exchange(self, salt: bytes) -> ex.Exchange:
         """Built after the response is done: secrets are removed here, off the forwarding path."""
         ended_at = self.finish(self.outcome, self.error)
-        user_agent = next((v for k, v in self.headers if k.lower() == "user-agent"), None)
+        request = redact_request(self.headers, self.query, salt)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
         return ex.Exchange(
             id=new_call_id(),
@@ -68,11 +68,11 @@ class Recorder:
             upstream=self.route.upstream.base_url,
             method=self.method,
             path=self.route.path,
-            query=redact_query(self.query),
+            query=request.query,
             session_label=self.label,
             annotations=tuple(self.annotations),
-            request_headers=redact_headers(self.headers),
-            key_fingerprint=fingerprint(extract_api_key(self.headers, self.query), salt),
+            request_headers=request.headers,
+            key_fingerprint=request.key_fingerprint,
             request_body=self.body,
             status=self.status,
             response_headers=self.response_headers,
@@ -82,6 +82,6 @@ class Recorder:
             ended_at=ended_at,
             outcome=self.outcome.value,
             error=self.error,
-            client=user_agent,
+            client=request.user_agent,
             extra=extra,
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import re
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_plus
 
 REDACTED = "[redacted]"
@@ -181,6 +182,44 @@ def redact_headers(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...
     return tuple(
         [(n, REDACTED) if _secret_name(n) or _looks_like_key(v, not _plain_name(n)) else (n, v) for n, v in headers]
     )
+
+
+# What a request's headers and query come to, by a hash of (salt, query, headers): a client sends the
+# same header set on every call (Content-Length is not among the forwarded ones), so one dictionary
+# lookup replaces redacting each header, finding the key and fingerprinting it (a few microseconds
+# of every call's loop time). Only redacted values are kept; the key is not, nor a plain hash of it
+# (as for ``_fingerprints``: a collision, about 1 in 2**64, would give a call another header set of
+# this process, redacted too). (docs/architecture.md, "A request's secrets are worked out once per header set")
+_requests: dict[int, RedactedRequest] = {}
+_MAX_REQUESTS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedRequest:
+    """A request's headers and query with their secrets removed, its key's fingerprint and user agent."""
+
+    headers: tuple[tuple[str, str], ...]
+    query: str
+    key_fingerprint: str | None
+    user_agent: str | None
+
+
+def redact_request(headers: list[tuple[str, str]], query: str, salt: bytes) -> RedactedRequest:
+    """``redact_headers``, ``redact_query``, the key's ``fingerprint`` and the User-Agent of a request,
+    worked out once per distinct header set and query."""
+    seen = hash((salt, query, *headers))
+    found = _requests.get(seen)
+    if found is None:
+        found = RedactedRequest(
+            redact_headers(headers),
+            redact_query(query),
+            fingerprint(extract_api_key(headers, query), salt),
+            next((v for k, v in headers if k.lower() == "user-agent"), None),
+        )
+        if len(_requests) >= _MAX_REQUESTS:
+            _requests.clear()
+        _requests[seen] = found
+    return found
 
 
 def _secret_query_name(name: str) -> bool:
