@@ -136,6 +136,20 @@ def analysed(path: Path, exchanges, analyzer: Analyzer | None = None):
     return queries.open_db(path), analyzer
 
 
+def analysis_and_index(path: Path, columns: tuple[str, ...]) -> tuple[dict, list]:
+    """What the analyzers left in a store: each call's ``columns`` by id, and the search index's rows."""
+    db = queries.open_db(path)
+    try:
+        calls = {r[0]: {k: queries.get_call(db, r[0])[k] for k in columns} for r in db.execute("SELECT id FROM calls")}
+        index = db.execute(
+            """SELECT s.hash, s.area, o.session, o.call_id, o.body, o.pointer
+               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 3, 4"""
+        ).fetchall()
+    finally:
+        db.close()
+    return calls, index
+
+
 class _Payload:
     """Unpickling this makes a folder: proof that the unpickler ran the file's code."""
 

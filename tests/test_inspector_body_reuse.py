@@ -9,7 +9,7 @@ import json
 import random
 
 import pytest
-from factories import T0, make_exchange
+from factories import T0, analysis_and_index, make_exchange
 from inspector_bodies import (
     EPHEMERAL,
     assistant,
@@ -26,7 +26,7 @@ from ctxscope.inspector import analyze, body_reuse, search_index
 from ctxscope.inspector.analyses import incremental
 from ctxscope.inspector.body_reuse import CHECKPOINT, BodyMemory, parse
 from ctxscope.inspector.search_index import writer_analyzers
-from ctxscope.inspector.store import exchange_row, queries
+from ctxscope.inspector.store import exchange_row
 from ctxscope.inspector.writer.thread import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
@@ -279,15 +279,8 @@ def stored(path, exchanges) -> tuple[dict, list]:
     assert writer.stop()
     stats = writer.stats()
     assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
-    db = queries.open_db(path)
-    try:
-        calls = {ex.id: {k: queries.get_call(db, ex.id)[k] for k in ANALYSIS} for ex in exchanges}
-        index = db.execute(
-            """SELECT s.hash, s.area, o.session, o.call_id, o.body, o.pointer
-               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 3, 4"""
-        ).fetchall()
-    finally:
-        db.close()
+    calls, index = analysis_and_index(path, ANALYSIS)
+    assert set(calls) == {ex.id for ex in exchanges}
     return calls, index
 
 

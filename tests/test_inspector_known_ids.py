@@ -73,6 +73,14 @@ def _found(path, word: str) -> set[str]:
         db.close()
 
 
+def _fail_boom_inserts(path) -> None:
+    """Calls to /boom fail at their INSERT, rolling back their savepoint."""
+    store.connect(path).execute(
+        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    )
+
+
 def test_a_deleted_session_leaves_no_stale_id(tmp_path):
     path = tmp_path / "k.db"
     w = _writer(path)
@@ -93,10 +101,7 @@ def test_a_deleted_session_leaves_no_stale_id(tmp_path):
 
 def test_a_rolled_back_call_leaves_no_stale_id(tmp_path):
     path = tmp_path / "k.db"
-    store.connect(path).execute(
-        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
-        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
-    )
+    _fail_boom_inserts(path)
     w = _writer(path)
     try:
         before = _call("walrus", session_label="s")
@@ -179,10 +184,7 @@ def test_the_texts_of_a_rolled_back_call_never_reach_fts5(tmp_path):
     # The writer gives FTS5 a batch's texts at its commit: a call rolled back in between gives none,
     # and the next calls, whose segments take the ids its segments had, give theirs once.
     path = tmp_path / "k.db"
-    store.connect(path).execute(
-        "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.path = '/boom' "
-        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
-    )
+    _fail_boom_inserts(path)
     w = _writer(path)
     try:
         bad = make_exchange(request=anthropic_request([{"role": "user", "content": "please kraken"}]), path="/boom",

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import time
 
-from factories import T0, make_exchange
+from factories import T0, analysis_and_index, make_exchange
 from inspector_bodies import claude_code_turns, make_chat_body
 
 from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
-from ctxscope.inspector.store import queries
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.vocab import tokens
@@ -38,16 +37,7 @@ def traffic() -> list:
 
 
 def stored(path) -> tuple[dict, list]:
-    db = queries.open_db(path)
-    try:
-        calls = {r[0]: {k: queries.get_call(db, r[0])[k] for k in ANALYSIS} for r in db.execute("SELECT id FROM calls")}
-        index = db.execute(
-            """SELECT s.hash, s.area, o.session, o.call_id, o.body, o.pointer
-               FROM search_occurrences o JOIN search_segments s ON s.id = o.segment ORDER BY 1, 3, 4"""
-        ).fetchall()
-    finally:
-        db.close()
-    return calls, index
+    return analysis_and_index(path, ANALYSIS)
 
 
 def until(predicate, what: str, timeout: float = 60.0) -> None:
