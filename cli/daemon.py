@@ -25,7 +25,7 @@ from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
 from ctxscope.simulator.control.client import SimulatorControl
 from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
 from ctxscope.simulator.process import SimulatorProcess
-from ctxscope.vocab.tokens import limit_heap_arenas
+from ctxscope.vocab.heap import tune_heap
 from ctxscope.web.routes import add_web_routes
 
 from .settings import DaemonConfig, home_dir, load_salt, prices_path, secure_home
@@ -266,7 +266,7 @@ def run(coro) -> None:
     """asyncio.run, on uvloop when it is installed, with the C heap in one arena: the daemon's hot
     path runs on the loop's thread, and its other threads' allocations are few, so one arena costs
     no throughput and keeps a burst's fragments in one place (docs/architecture.md, "Memory")."""
-    limit_heap_arenas(HEAP_ARENAS)
+    tune_heap(HEAP_ARENAS)
     try:
         import uvloop
 

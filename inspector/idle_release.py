@@ -17,7 +17,8 @@ import sqlite_utils
 from ctxscope.inspector.store import blobs
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import IngestState
-from ctxscope.vocab.tokens import release_encoding, release_heap
+from ctxscope.vocab.heap import release_heap
+from ctxscope.vocab.tokens import release_encoding
 
 
 def release(db: sqlite_utils.Database | None, state: IngestState | None, analyzers: Sequence[object]) -> None:

@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import tiktoken_ext.openai_public as openai_public
-from environment import require
 
 from ctxscope.vocab import tokens
 
@@ -72,44 +71,3 @@ def test_counting_works_with_no_network_and_writes_no_cache(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2"
     assert list(cache.iterdir()) == []
-
-
-_ARENAS = r'''
-import ctypes, sys, threading
-from ctxscope.vocab.tokens import limit_heap_arenas
-
-if sys.argv[1] != "default":
-    limit_heap_arenas(int(sys.argv[1]))
-together = threading.Barrier(6)
-held = []
-
-
-def work():
-    together.wait()  # every thread is alive when it first takes from the heap
-    held.append([bytes(50_000 + i) for i in range(20)])
-
-
-threads = [threading.Thread(target=work) for _ in range(6)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-ctypes.CDLL(None).malloc_stats()  # glibc: one "Arena N:" block per arena, on stderr
-'''
-
-
-def test_limit_heap_arenas_keeps_every_thread_in_as_many_arenas(tmp_path):
-    """What the daemon sets at start (docs/architecture.md, "Memory"): threads share the arenas it allows."""
-    libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else None
-    require((libc or "").startswith("glibc"), "glibc's malloc (elsewhere limit_heap_arenas does nothing)")
-    probe = tmp_path / "arenas.py"
-    probe.write_text(_ARENAS)
-
-    def arenas(limit: str) -> int:
-        done = subprocess.run([sys.executable, str(probe), limit], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
-
-    assert arenas("default") > 2  # glibc's default: an arena for each thread that meets the others
-    assert arenas("1") == 1
-    assert arenas("2") == 2

@@ -2,19 +2,20 @@
 
 ``tiktoken.get_encoding("o200k_base")`` downloads its ranks file at run time; we ship that file
 (gzipped, from tiktoken's published source, MIT) and check its sha256 before use, so counting
-never touches the network. It imports nothing else of ours, so the agent, the simulator and the
+never touches the network. It imports nothing of ours outside vocab/, so the agent, the simulator and the
 inspector all may use it.
 """
 
 from __future__ import annotations
 
 import base64
-import ctypes
 import functools
 import gc
 import gzip
 import hashlib
 from importlib.resources import files
+
+from ctxscope.vocab.heap import release_heap
 
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
@@ -71,31 +72,6 @@ def release_encoding() -> None:
         encoding.cache_clear()
         gc.collect()
         release_heap()
-
-
-def release_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # the symbols this process already loaded
-    except (OSError, AttributeError):
-        return
-    trim(0)
-
-
-_M_ARENA_MAX = -8  # glibc's mallopt parameter
-
-
-def limit_heap_arenas(count: int) -> None:
-    """Let the C heap grow at most ``count`` malloc arenas (glibc's ``mallopt(M_ARENA_MAX)``; elsewhere
-    nothing). glibc gives threads that meet on the heap arenas of their own, up to eight per core, and
-    each keeps its own free pages, which ``release_heap`` gives back only in part: a long-running
-    process whose threads (the event loop's workers, a queue's feeder) touch a burst's buffers keeps
-    the burst's fragments in every arena. Call it before the threads start."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_ARENA_MAX, count)
 
 
 # BPE cost grows faster than linearly with the length of one pre-token piece (50 MB of "x" takes

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.vocab.tokens import release_heap
+from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")
 

@@ -47,7 +47,7 @@ from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
-from ctxscope.vocab.tokens import limit_heap_arenas, release_heap
+from ctxscope.vocab.heap import release_heap, tune_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -93,7 +93,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
                idle_release: float = IDLE_RELEASE) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls;
     ``idle_release``: silence, everything stored, before it lets go of its caches."""
-    limit_heap_arenas(1)  # before any thread starts (docs/architecture.md, "Memory")
+    tune_heap(1)  # before any thread starts (docs/architecture.md, "Memory")
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
