@@ -45,6 +45,8 @@ def _through(pipe, message):
     m.Counters({"written": 3, "last_error": None, "store_down_since": "2026-01-01T00:00:00Z", "running": True}, 5),
     m.Deleted(2, result={"calls": 4, "bodies": 1}),
     m.Deleted(3, error="the writer is busy"),
+    m.Taken(0),
+    m.Taken(2**40),
 ])
 def test_every_control_message_comes_out_as_it_went_in(pipe, message):
     assert _through(pipe, message) == message
@@ -97,3 +99,9 @@ def test_a_json_message_names_only_a_control_message(pipe):
     os.write(w, struct.pack("<BQ", 1, len(text)) + text)
     with pytest.raises(ValueError):
         m.receive(r)
+
+
+def test_taken_is_sent_as_its_count_alone():
+    """Sent for every hand-over the child takes: 8 bytes after the frame, no JSON."""
+    frame = b"".join(m.frame(m.Taken(12)))
+    assert len(frame) == 9 + 8 and b"{" not in frame

@@ -3,15 +3,18 @@ and how each is framed on a pipe (docs/architecture.md, "Messages between the wr
 
 Parent to child (the inbox): ``Handover`` (a batch of packed calls, and whether the traffic paused),
 ``DeleteSession`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed`` once at
-start, ``Recovered`` right after, then ``Counters`` whenever they change and ``Deleted`` for each
-``DeleteSession``. All are frozen dataclasses.
+start, ``Recovered`` right after, then ``Taken`` for each hand-over it took off the pipe,
+``Counters`` when they change (at most every quarter second while calls flow) and ``Deleted`` for
+each ``DeleteSession``. All are frozen dataclasses.
 
 A frame is a kind byte and an 8-byte little-endian length, then the message. Every message but a
 hand-over is a JSON object named by its ``type``: nothing read from a pipe is unpickled. A
 ``Handover`` travels as its counts and the payload of one spool record (``spool_format``): the
 JSON list of the calls' fields, then their bodies' raw bytes, written from the proxy's own buffers
 with ``writev``. The child reads it as a ``HandoverRecord`` and appends that payload to its spool
-as it is, never decoding and encoding the calls on the way.
+as it is, never decoding and encoding the calls on the way. ``Taken`` travels as its count alone
+(8 bytes): it is sent for every hand-over, and a JSON encoding of the counters each time cost the
+child about a third of its work on a 1 MB upload.
 """
 
 from __future__ import annotations
@@ -80,6 +83,13 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class Taken:
+    """The calls the child has taken off the pipe so far (spooled, or held): what the proxy may forget."""
+
+    received: int
+
+
+@dataclass(frozen=True)
 class Deleted:
     """The answer to ``DeleteSession``: the deletion's figures, or why it failed."""
 
@@ -101,10 +111,11 @@ class HandoverRecord:
 
 ToChild = Handover | DeleteSession | Stop
 Received = HandoverRecord | DeleteSession | Stop  # what the child reads of a ToChild
-FromChild = Ready | Failed | Recovered | Counters | Deleted
+FromChild = Ready | Failed | Recovered | Counters | Taken | Deleted
 
 _FRAME = struct.Struct("<BQ")  # kind, length of what follows
-_JSON, _HANDOVER = 1, 2
+_JSON, _HANDOVER, _TAKEN = 1, 2, 3
+_TAKEN_COUNT = struct.Struct("<Q")
 _COUNTS = struct.Struct("<?QIQ")  # a hand-over's pause, dropped, calls and body bytes, before its payload
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (DeleteSession, Stop, Ready, Failed, Recovered, Counters,
                                                           Deleted)}
@@ -122,6 +133,8 @@ def frame(message: ToChild | FromChild) -> list[bytes]:
         counts = _COUNTS.pack(message.pause, message.dropped, len(message.batch),
                               sum(call_size(fields) for fields in message.batch))
         return [_FRAME.pack(_HANDOVER, len(counts) + sum(len(p) for p in pieces)), counts, *pieces]
+    if isinstance(message, Taken):
+        return [_FRAME.pack(_TAKEN, _TAKEN_COUNT.size), _TAKEN_COUNT.pack(message.received)]
     fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
     text = json.dumps({"type": type(message).__name__, **fields}, separators=(",", ":")).encode()
     return [_FRAME.pack(_JSON, len(text)), text]
@@ -142,6 +155,8 @@ def receive(fd: int) -> Received | FromChild | None:
     if kind == _HANDOVER and size >= _COUNTS.size:
         pause, dropped, calls, body_bytes = _COUNTS.unpack(_read_exact(fd, _COUNTS.size))
         return HandoverRecord(pause, _read_exact(fd, size - _COUNTS.size), calls, body_bytes, dropped)
+    if kind == _TAKEN and size == _TAKEN_COUNT.size:
+        return Taken(*_TAKEN_COUNT.unpack(_read_exact(fd, size)))
     if kind != _JSON or size > MAX_JSON:
         raise ValueError(f"not a writer message (kind {kind}, {size} bytes)")
     data = json.loads(_read_exact(fd, size))

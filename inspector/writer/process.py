@@ -63,6 +63,7 @@ from ctxscope.inspector.writer.messages import (
     Handover,
     Ready,
     Stop,
+    Taken,
 )
 from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL, WriterUnavailable
@@ -117,6 +118,10 @@ class WriterProcess:
         self._timer = False  # a check of the held calls is scheduled on the loop
         self._outstanding_bytes = 0
         self._acked = 0
+        # Bytes of each call the child took (``Taken``) that its last ``Counters`` do not count yet
+        self._taken: collections.deque[int] = collections.deque()
+        self._taken_bytes = 0
+        self._counted = 0  # calls received by the child, as its last ``Counters`` said
         self._drops = itertools.count(1)
         self._dropped = 0
         self._dropped_sent = 0  # of those, told to the child (which records them in the store)
@@ -291,7 +296,8 @@ class WriterProcess:
                 sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
                 self._outstanding_bytes -= sum(size for size, _ in sent)
                 sent = self._unconfirmed + sent
-                self._acked = 0
+                self._acked = self._counted = self._taken_bytes = 0
+                self._taken.clear()  # the dead child's spool is the next one's to count
                 # Its death, counted in _base already, is newer than any error the dead child reported.
                 self._base = dataclasses.replace(add_lives(self._base, self._child),
                                                  last_error=self._base.last_error or self._child.last_error)
@@ -342,11 +348,23 @@ class WriterProcess:
                 self._child = WriterStats(**reply.stats)
                 if stored and self.on_stored is not None:
                     self.on_stored()
-                while self._acked < reply.received and self._sizes:
-                    self._outstanding_bytes -= self._sizes.popleft()[0]
-                    self._acked += 1
+                self._forget_taken(reply.received)
+                for _ in range(min(reply.received - self._counted, len(self._taken))):  # counted now
+                    self._taken_bytes -= self._taken.popleft()
+                self._counted = reply.received
+            elif isinstance(reply, Taken):
+                self._forget_taken(reply.received)
             elif isinstance(reply, Deleted):
                 self._deleted[reply.request] = reply
+
+    def _forget_taken(self, received: int) -> None:
+        """The child has taken ``received`` calls off the pipe: they no longer count against our queue."""
+        while self._acked < received and self._sizes:
+            size = self._sizes.popleft()[0]
+            self._outstanding_bytes -= size
+            self._acked += 1
+            self._taken.append(size)  # queued in the child, which its next counters say
+            self._taken_bytes += size
 
     def delete_session(self, session: str, timeout: float = 30.0) -> dict:
         """Ask the child to delete a session (its writer thread does it between batches) and wait."""
@@ -378,8 +396,8 @@ class WriterProcess:
         running = self._proc is not None and self._error is None and (self._restarting or self._proc.is_alive())
         return dataclasses.replace(
             c,
-            queued=len(self._sizes) + self._child.queued,
-            queued_bytes=max(0, self._outstanding_bytes) + self._child.queued_bytes,
+            queued=len(self._sizes) + len(self._taken) + self._child.queued,
+            queued_bytes=max(0, self._outstanding_bytes) + self._taken_bytes + self._child.queued_bytes,
             dropped=c.dropped + self._dropped + self._lost,
             running=running,
             store_failures=c.store_failures + self._child_failures,

@@ -41,6 +41,7 @@ from ctxscope.inspector.writer.messages import (
     Received,
     Recovered,
     Stop,
+    Taken,
 )
 from ctxscope.inspector.writer.priority import Priority
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL
@@ -167,6 +168,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
                 writer.count_dropped(item.dropped, "the proxy's capture queue was full")
             pause = item.pause
             deferred.add_record(item, now)
+            replies.put(Taken(deferred.received))
             last_batch = now
             if not pause and not deferred.due(now):
                 deferred.storing = False  # traffic again: only spool (the writer finishes what it has)
@@ -175,7 +177,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
         priority.update(deferred.behind(), now)
         deferred.settle()
         quiet = False
-        if now - last_stats >= STATS_INTERVAL or item is not None:
+        if now - last_stats >= STATS_INTERVAL:  # not per hand-over: ``Taken`` acknowledges each
             settled = item is None and deferred.settled()  # before the counters: they are then final
             counters = Counters(deferred.stats(), deferred.received)
             if counters != sent:  # an idle child sends nothing: the parent may not read for hours
