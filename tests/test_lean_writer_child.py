@@ -1,11 +1,14 @@
-"""The writer child opens a current store without sqlite-utils (nor click, dateutil, pluggy), through
-the store's own small handle; a store that needs a migration loads it then, migrates and stores
+"""The writer child never loads sqlite-utils (nor click, dateutil, pluggy): it stores through the
+store's own small handle, and a file that needs a migration is migrated by a short-lived process
+before it opens it; the handle itself loads sqlite-utils only when a migration must run
 (docs/architecture.md, "Memory")."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 import sqlite_utils
@@ -14,6 +17,7 @@ from factories import make_exchange
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.migrations import NAMES, migrations
 from ctxscope.inspector.store.queries import open_db
+from ctxscope.inspector.writer.child.life import migrate_apart
 from ctxscope.inspector.writer.process import WriterProcess
 
 # The child imports this by name: the daemon's analyzers, then one that writes down every module the
@@ -71,26 +75,64 @@ def test_a_writer_child_on_a_current_store_never_imports_sqlite_utils(tmp_path, 
     assert _stored(db_path) == set(ids)
 
 
-def test_a_writer_child_on_a_new_file_migrates_it_with_sqlite_utils_and_stores(tmp_path, monkeypatch):
-    db_path = tmp_path / "new.db"
-    ids, modules = _store_in_a_child(tmp_path, monkeypatch, db_path)
-    assert "sqlite_utils" in modules  # loaded to run the migrations
-    assert _stored(db_path) == set(ids)
-
-
-def test_a_writer_child_on_an_older_file_migrates_it_and_stores(tmp_path, monkeypatch):
-    db_path = tmp_path / "old.db"
-    old = store.connect(db_path, migrate=False)
-    migrations.apply(old, stop_before=NAMES[-1])  # the schema before the last migration
+def _older_file(path) -> None:
+    """A store at the schema before the last migration."""
+    old = store.connect(path, migrate=False)
+    migrations.apply(old, stop_before=NAMES[-1])
     old.close()
-    ids, modules = _store_in_a_child(tmp_path, monkeypatch, db_path)
-    assert "sqlite_utils" in modules
-    db = open_db(db_path)
+
+
+def _migrated(path) -> bool:
+    db = store.connect(path, migrate=False)
     try:
-        assert store.pending_migrations(db) == [] and store.applied_migrations(db) == list(NAMES)
+        return store.pending_migrations(db) == [] and store.applied_migrations(db) == list(NAMES)
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("kind", ["new", "older"])
+def test_a_writer_child_on_a_file_that_needs_migrations_migrates_it_apart_and_stores(tmp_path, monkeypatch, kind):
+    db_path = tmp_path / f"{kind}.db"
+    if kind == "older":
+        _older_file(db_path)
+    ids, modules = _store_in_a_child(tmp_path, monkeypatch, db_path)
+    assert not _heavy(modules), f"the writer child imported {_heavy(modules)}"
+    assert _migrated(db_path)
     assert _stored(db_path) == set(ids)
+
+
+_OPEN = """
+import json, sys
+from ctxscope.inspector.store import db
+import ctxscope.inspector.search_text
+handle = db.open_handle(sys.argv[1])
+print(json.dumps({"pending": db.pending_migrations(handle), "sqlite_utils": "sqlite_utils" in sys.modules}))
+handle.close()
+"""
+
+
+def test_the_handle_loads_sqlite_utils_only_to_run_a_migration(tmp_path):
+    """In the writer's own process (an in-process writer, or the child if its migration process failed)."""
+    current, older = tmp_path / "current.db", tmp_path / "older.db"
+    store.connect(current).close()
+    _older_file(older)
+    seen = {}
+    for path in (current, older):
+        done = subprocess.run([sys.executable, "-c", _OPEN, str(path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        seen[path] = json.loads(done.stdout)
+    assert seen[current] == {"pending": [], "sqlite_utils": False}
+    assert seen[older] == {"pending": [], "sqlite_utils": True}
+
+
+def test_migrating_apart_leaves_a_store_it_cannot_open_to_the_writer(tmp_path):
+    older, broken = tmp_path / "older.db", tmp_path / "broken.db"
+    _older_file(older)
+    broken.write_bytes(b"not a database" * 100)
+    migrate_apart(older)
+    assert _migrated(older)
+    migrate_apart(broken)  # no error: the writer reports it, and retries
+    assert broken.read_bytes() == b"not a database" * 100
 
 
 def test_pending_migrations_read_without_sqlite_utils_agree_with_its_own_at_every_step(tmp_path):
