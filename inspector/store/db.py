@@ -3,15 +3,15 @@
 The database is created owner-only (0600; SQLite gives its -wal and -shm files the same mode).
 WAL lets the CLI and the web UI read while the writer thread writes; ``synchronous=NORMAL`` means
 a commit is a write to the WAL without fsync, so batching is cheap and a killed process loses
-nothing that was committed (only a power loss could). Both the writer and readers go through
-``connect``, which also gives the connection the SQL functions ``ctxscope_text(data, dict)`` (a
-compressed text) and ``ctxscope_segment_text(id)`` (a search segment's text, read back from the stored
-body that holds it by the resolver the inspector registers with ``set_segment_texts``).
+nothing that was committed (only a power loss could). Every connection, the writer's and the
+readers', gets the SQL functions ``ctxscope_text(data, dict)`` (a compressed text) and
+``ctxscope_segment_text(id)`` (a search segment's text, read back from the stored body that holds
+it by the resolver the inspector registers with ``set_segment_texts``).
 
-Readers (the CLI, the web UI) get a ``Db`` from ``connect``; the writer gets a
+Readers (the CLI, the web UI) get a ``sqlite_utils.Database`` from ``connect``; the writer gets a
 :class:`Handle` from ``open_handle``, the few calls the write path makes over a bare ``sqlite3``
-connection, so the writer child never loads sqlite-utils unless a migration must run
-(docs/architecture.md, "Memory"). The store's functions take either, typed :class:`Db`.
+connection, so it loads sqlite-utils only when a migration must run (and the writer child not even
+then: docs/architecture.md, "Memory"). The store's functions take either, typed :class:`Db`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ Params = Sequence[Any] | dict[str, Any] | None
 
 class Db(Protocol):
     """A connection as the store's functions use it: the writer's :class:`Handle`, or the
-    ``Db`` of ``connect`` (readers)."""
+    ``sqlite_utils.Database`` of ``connect`` (readers)."""
 
     @property
     def conn(self) -> sqlite3.Connection: ...
@@ -62,7 +62,7 @@ class Db(Protocol):
 class Handle:
     """The writer's connection: what :class:`Db` offers, over ``sqlite3`` alone (no ORM).
 
-    It behaves as ``Db`` does for these calls: a statement outside a transaction
+    It behaves as ``sqlite_utils.Database`` does for these calls: a statement outside a transaction
     commits at once (the connection is in autocommit mode, so Python opens no transaction of its
     own), ``atomic`` is a transaction, or a savepoint inside one, recursive triggers are on.
     """
