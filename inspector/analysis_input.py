@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlite_utils
-
 from ctxscope.inspector.analyses.markers import Marker
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.analysis_rows import rowid_of
+from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.kinds import MarkerKind
 
 EVENT_HEADER = "x-ctxscope-event"
@@ -107,7 +106,7 @@ def _common(row: dict, rowid: int) -> dict:
     }
 
 
-def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
+def from_writer(db: Db, call: dict) -> CallInput:
     """The input of a call the CaptureWriter just inserted (``call`` as given to analyzers), made
     once for all of them (kept in ``call``: each analyzer is given the same dict)."""
     made = call.get("_input")
@@ -120,7 +119,7 @@ def from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     return made
 
 
-def _from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
+def _from_writer(db: Db, call: dict) -> CallInput:
     ex = call["_exchange"]
     parsed = call.get("_parsed")
     rowid = call.get("_rowid") or rowid_of(db, call["id"])
@@ -136,7 +135,7 @@ def _from_writer(db: sqlite_utils.Database, call: dict) -> CallInput:
     )
 
 
-def from_row(db: sqlite_utils.Database, call_id: str) -> CallInput:
+def from_row(db: Db, call_id: str) -> CallInput:
     """The input of a stored call, read back from the database (for reindex)."""
     row = queries.get_call(db, call_id)
     if row is None:

@@ -31,8 +31,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import sqlite_utils
-
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.cache.prediction import CachePrediction, Observed
@@ -48,7 +46,7 @@ from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import iso, record_event
+from ctxscope.inspector.store.db import Db, iso, record_event
 from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api
@@ -177,10 +175,10 @@ class Analyzer:
         self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
         self._prepared: tuple[str, Prepared | None, str | None] | None = None  # a SharedPrompt without its session
 
-    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+    def __call__(self, db: Db, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
-    def row_columns(self, db: sqlite_utils.Database, call: dict) -> dict:
+    def row_columns(self, db: Db, call: dict) -> dict:
         """The analysis of a call the writer is about to insert: its columns go into the INSERT
         (docs/architecture.md, "One INSERT per call")."""
         return self._columns(db, from_writer(db, call), live=True)[1]
@@ -193,13 +191,13 @@ class Analyzer:
         self.cache_memory = None
         self.last = self._prepared = None
 
-    def apply(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
+    def apply(self, db: Db, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
         analysis, cols = self._columns(db, inp, live=live)
         rows.write_analysis(db, inp.id, cols)
         return analysis
 
-    def _columns(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool) -> tuple[Analysis, dict]:
+    def _columns(self, db: Db, inp: CallInput, *, live: bool) -> tuple[Analysis, dict]:
         self.last = None
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
@@ -209,7 +207,7 @@ class Analyzer:
             _save_minimums(db, self.cache_memory, inp.id)
         return analysis, cols
 
-    def analyze(self, db: sqlite_utils.Database, inp: CallInput, *, live: bool = True) -> Analysis:
+    def analyze(self, db: Db, inp: CallInput, *, live: bool = True) -> Analysis:
         """The analysis of one stored call (nothing written), remembering it for the next calls."""
         producers = _Producers(db, inp.id)
         time = inp.started_at + (self.clock_offset if live else 0.0)
@@ -286,7 +284,7 @@ class Analyzer:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
 
-    def _pool(self, db: sqlite_utils.Database, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
+    def _pool(self, db: Db, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         calls = self.memory.calls(scope)
         if calls is not None:
             return calls
@@ -295,7 +293,7 @@ class Analyzer:
             self.memory.add(scope, rem)
         return self.memory.calls(scope) or []
 
-    def _load(self, db: sqlite_utils.Database, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
+    def _load(self, db: Db, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         """Cold start: the latest successful stored call of each recent thread of the scope, oldest first."""
         latest: dict[str, tuple] = {}
         if scope[0].startswith(UNNAMED):
@@ -334,7 +332,7 @@ class SharedPrompt:
 class _Producers:
     """Captured calls by the response id they produced (for ``previous_response_id``), looked up once."""
 
-    def __init__(self, db: sqlite_utils.Database, call_id: str):
+    def __init__(self, db: Db, call_id: str):
         self.db, self.call_id = db, call_id
         self._found: dict[str, tuple | None] = {}
 
@@ -354,7 +352,7 @@ class _Producers:
 
 
 def _session(
-    db: sqlite_utils.Database, inp: CallInput, placement: Placement
+    db: Db, inp: CallInput, placement: Placement
 ) -> tuple[str, str, int | None, int, str | None]:
     """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it (seq
     None for a call not inserted yet: the writer numbers it as it inserts it)."""
@@ -367,7 +365,7 @@ def _session(
     return (session, source, seq, *_relink_retry(db, inp, session))
 
 
-def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placement) -> Placement:
+def _after_failure(db: Db, inp: CallInput, placement: Placement) -> Placement:
     """A call without a session id that repeats a failed call's body (a retry) joins its session and
     thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
     if not inp.request_sha256 or inp.no_failed_twin:
@@ -380,7 +378,7 @@ def _after_failure(db: sqlite_utils.Database, inp: CallInput, placement: Placeme
                                grouped_by=GroupedBy.LINEAGE, thread_start=False)  # fmt: skip
 
 
-def _save_minimums(db: sqlite_utils.Database, memory: CacheMemory, call_id: str) -> None:
+def _save_minimums(db: Db, memory: CacheMemory, call_id: str) -> None:
     """Persist what the analysis learned of the providers' cache minimums; a failure costs only that."""
     try:
         for learned in memory.unsaved:
@@ -408,7 +406,7 @@ def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> li
     return out if found else out + [Marker(MarkerKind.RETRY, None, {"attempt": attempt, "retry_of": retry_of})]
 
 
-def _relink_retry(db: sqlite_utils.Database, inp: CallInput, session: str) -> tuple[int, str | None]:
+def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None]:
     """attempt/retry_of within the call's own session (the store linked it within its key's)."""
     if not inp.request_sha256 or inp.no_failed_twin:
         return 1, None
@@ -435,7 +433,7 @@ def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:
 
 
 def reindex(
-    db: sqlite_utils.Database, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200
+    db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200
 ) -> Iterator[str]:
     """Recompute the analysis of stored calls in capture order, yielding each call id when done.
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 
-import sqlite_utils
-
 from ctxscope.inspector.store import blobs
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.ingest import IngestState
 from ctxscope.vocab.heap import release_heap
 from ctxscope.vocab.tokens import release_encoding
 
 
-def release(db: sqlite_utils.Database | None, state: IngestState | None, analyzers: Sequence[object]) -> None:
+def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object]) -> None:
     """Let go of everything the next calls can rebuild; run by the writer thread between batches.
 
     Analyzers with a ``release()`` method forget what they keep of recent calls (they reload a

@@ -14,8 +14,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 
-import sqlite_utils
-
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.analyze import Analyzer
@@ -23,7 +21,7 @@ from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
 from ctxscope.inspector.search_text import prompt_pieces, response_pieces
 from ctxscope.inspector.share.replay import ReplayLinker
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
-from ctxscope.inspector.store.db import is_stored, record_event
+from ctxscope.inspector.store.db import Db, is_stored, record_event
 from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.layout.known import KnownIds
 
@@ -48,7 +46,7 @@ class SearchIndexer:
         self._last: OrderedDict[str, tuple[str, Prepared | None, int | None]] = OrderedDict()
         self.analysis = analysis  # the analyzer that ran before on the same call, if any
 
-    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+    def __call__(self, db: Db, call: dict) -> None:
         known = call.get("_known")
         self.index(db, from_writer(db, call), known if isinstance(known, KnownIds) else None)
 
@@ -58,7 +56,7 @@ class SearchIndexer:
         for session, (call_id, _prompt, generation) in self._last.items():
             self._last[session] = (call_id, None, generation)
 
-    def index(self, db: sqlite_utils.Database, inp: CallInput, known: KnownIds | None = None) -> int:
+    def index(self, db: Db, inp: CallInput, known: KnownIds | None = None) -> int:
         """Index one call; ``known``: the writer's ids (with them, a previous call indexed since
         nothing was rolled back or deleted is known to be stored without asking)."""
         shared = self.analysis.last if self.analysis is not None else None
@@ -98,7 +96,7 @@ def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIn
     return [*analysis, SearchIndexer(analysis[0]), ReplayLinker()]
 
 
-def backfill(db: sqlite_utils.Database, *, session: str | None = None, batch: int = 200) -> Iterator[str]:
+def backfill(db: Db, *, session: str | None = None, batch: int = 200) -> Iterator[str]:
     """Rebuild the index of stored calls (of one session) in capture order, yielding each call id.
 
     A call that fails is logged and recorded as ``analysis_failed``; the others go on.

@@ -16,12 +16,10 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-import sqlite_utils
-
 from ctxscope.inspector.analyses.canonical_prompt import canonical_json
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import set_segment_texts
+from ctxscope.inspector.store.db import Db, set_segment_texts
 from ctxscope.inspector.store.derived.search import Piece, occurrence_of, segment_key
 from ctxscope.vocab.kinds import SearchArea
 
@@ -99,7 +97,7 @@ class SegmentTexts:
     canonicalisation) reads as NULL rather than as another text.
     """
 
-    def __init__(self, db: sqlite_utils.Database, calls: int = CALLS_CACHED, chars: int = TEXT_CACHED) -> None:
+    def __init__(self, db: Db, calls: int = CALLS_CACHED, chars: int = TEXT_CACHED) -> None:
         self.db = db
         self.calls = calls
         self.chars = chars
@@ -150,7 +148,7 @@ class SegmentTexts:
         return prompt_pieces(prepared)
 
 
-def _response(db: sqlite_utils.Database, call_id: str) -> list[Piece]:
+def _response(db: Db, call_id: str) -> list[Piece]:
     try:
         return response_pieces(queries.get_final_response(db, call_id))
     except Exception:  # an unparseable response was indexed as nothing

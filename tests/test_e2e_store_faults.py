@@ -273,16 +273,16 @@ def full_disk_analyzers():
     from ctxscope.inspector.analyze import writer_analyzers
     from ctxscope.inspector.store import db as store
 
-    real = store.connect
+    real = store.open_handle  # the writer's connections
     flag = Path(os.environ["CTXSCOPE_TEST_FULL_FLAG"])
 
-    def connect(path, **kw):
+    def open_handle(path, **kw):
         db = real(path, **kw)
         if flag.exists():
             db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
         return db
 
-    store.connect = connect
+    store.open_handle = open_handle
     return writer_analyzers()
 
 

@@ -267,18 +267,18 @@ def test_a_store_that_cannot_be_opened_keeps_the_calls_says_so_and_stores_them_o
 
 
 def _full_disk(monkeypatch) -> dict:
-    """SQLITE_FULL, as from a full disk: each new connection may not grow the database (SQLite's
-    max_page_count) while the switch is on."""
-    real = store.connect
+    """SQLITE_FULL, as from a full disk: each new connection of the writer may not grow the database
+    (SQLite's max_page_count) while the switch is on."""
+    real = store.open_handle
     switch = {"full": True}
 
-    def connect(path, **kw):
+    def open_handle(path, **kw):
         db = real(path, **kw)
         if switch["full"]:
             db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
         return db
 
-    monkeypatch.setattr(store, "connect", connect)
+    monkeypatch.setattr(store, "open_handle", open_handle)
     return switch
 
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import sqlite_utils
-
 from ctxscope.inspector.analyses.prices import PriceTable
 from ctxscope.inspector.share.curl import key_env_for
 from ctxscope.inspector.store import queries
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
 from ctxscope.proxy.redaction.redact import REDACTED
 
@@ -87,7 +86,7 @@ def apply_edit(doc: Any, pointer: str, value: Any) -> Any:
 
 
 def build_request(
-    db: sqlite_utils.Database,
+    db: Db,
     call_id: str,
     daemon_url: str,
     *,
@@ -141,7 +140,7 @@ def build_request(
     return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
 
 
-def find_replay(db: sqlite_utils.Database, original: str, nonce: str) -> str | None:
+def find_replay(db: Db, original: str, nonce: str) -> str | None:
     """The id of the call a replay with ``nonce`` produced, once the writer has stored it."""
     for row in replays_of(db, original):
         pairs = [tuple(p) for p in row["annotations"] if isinstance(p, list) and len(p) == 2]
@@ -155,7 +154,7 @@ class ReplayLinker:
 
     single_write = True  # one UPDATE: nothing to undo halfway
 
-    def __call__(self, db: sqlite_utils.Database, call: dict) -> None:
+    def __call__(self, db: Db, call: dict) -> None:
         ex = call.get("_exchange")
         original = next((v for k, v in ex.annotations if k == REPLAY_OF), None) if ex is not None else None
         if original:
@@ -173,7 +172,7 @@ def _cost(row: dict, prices: PriceTable) -> float | None:
     return round(per_token / 1e6, 6)
 
 
-def comparison(db: sqlite_utils.Database, original: str, replay: str, prices: PriceTable) -> dict:
+def comparison(db: Db, original: str, replay: str, prices: PriceTable) -> dict:
     """The original and its replay side by side: what the cache read and what each cost."""
     out = {}
     for name, call_id in (("original", original), ("replay", replay)):

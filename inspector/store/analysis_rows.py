@@ -12,14 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
+from ctxscope.inspector.store.db import Db
 
 
-def rowid_of(db: sqlite_utils.Database, call_id: str) -> int:
+def rowid_of(db: Db, call_id: str) -> int:
     return db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0]
 
 
-def write_analysis(db: sqlite_utils.Database, call_id: str, columns: dict[str, Any]) -> None:
+def write_analysis(db: Db, call_id: str, columns: dict[str, Any]) -> None:
     """The analysis's columns onto the call's row (one UPDATE)."""
     db.execute(f"UPDATE calls SET {', '.join(f'{k} = ?' for k in columns)} WHERE id = ?", [*columns.values(), call_id])
 
@@ -28,7 +28,7 @@ Recent = tuple[str, str, str, int | None, str | None, str | None, str]
 
 
 def latest_thread_calls(
-    db: sqlite_utils.Database, session: str, key_fingerprint: str | None, before_rowid: int, limit: int
+    db: Db, session: str, key_fingerprint: str | None, before_rowid: int, limit: int
 ) -> list[Recent]:
     """(id, thread, started_at, capture_epoch, provider, api, session) of the scope's last
     successful calls stored before ``before_rowid``, newest first."""
@@ -42,7 +42,7 @@ def latest_thread_calls(
 
 
 def latest_unnamed_calls(
-    db: sqlite_utils.Database, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
+    db: Db, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
     before_rowid: int, limit: int,
 ) -> list[Recent]:
     """The same for the calls without a session id (``grouped_by`` one of those given) of one API
@@ -57,7 +57,7 @@ def latest_unnamed_calls(
     ).fetchall()
 
 
-def producer_of(db: sqlite_utils.Database, response_id: str, not_call: str) -> tuple[str, str, str | None] | None:
+def producer_of(db: Db, response_id: str, not_call: str) -> tuple[str, str, str | None] | None:
     """(id, session, thread) of the latest other call whose response had ``response_id``."""
     return db.execute(
         "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
@@ -65,12 +65,12 @@ def producer_of(db: sqlite_utils.Database, response_id: str, not_call: str) -> t
     ).fetchone()
 
 
-def next_seq(db: sqlite_utils.Database, session: str) -> int:
+def next_seq(db: Db, session: str) -> int:
     return db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
 
 
 def latest_same_request(
-    db: sqlite_utils.Database, session: str, request_sha256: str, method: str | None, path: str | None,
+    db: Db, session: str, request_sha256: str, method: str | None, path: str | None,
     not_call: str, since: str | None, until: str | None,
 ) -> tuple[str, int | None, str | None, int | None, int | None] | None:
     """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
@@ -87,7 +87,7 @@ def latest_same_request(
 
 
 def latest_unnamed_request(
-    db: sqlite_utils.Database, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
+    db: Db, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
     request_sha256: str, not_call: str, since: str | None, until: str | None,
 ) -> tuple[str, str | None, int | None, int | None, str, str | None] | None:
     """(id, outcome, status, response_complete, session, thread) of the latest other call without a
@@ -102,13 +102,13 @@ def latest_unnamed_request(
     ).fetchone()
 
 
-def call_ids(db: sqlite_utils.Database, session: str | None = None) -> list[str]:
+def call_ids(db: Db, session: str | None = None) -> list[str]:
     """Every call id (of ``session``), in the order they were stored."""
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
     return [r[0] for r in db.execute(f"SELECT id FROM calls {where} ORDER BY rowid", params).fetchall()]
 
 
-def count_calls(db: sqlite_utils.Database, session: str | None = None) -> int:
+def count_calls(db: Db, session: str | None = None) -> int:
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
     return db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
 
@@ -125,7 +125,7 @@ def count_analysed(db_path: str | Path, session: str) -> int:
 
 
 @contextmanager
-def immediate(db: sqlite_utils.Database) -> Iterator[None]:
+def immediate(db: Db) -> Iterator[None]:
     """One write transaction, the lock taken at once (waiting out another writer); rolled back on any error."""
     db.execute("BEGIN IMMEDIATE")
     try:

@@ -22,8 +22,7 @@ import random
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from ctxscope.inspector.store.layout import legacy
 from ctxscope.inspector.store.layout.known import KnownIds
@@ -37,6 +36,9 @@ from ctxscope.inspector.store.layout.pieces import (
     common_suffix,
     plan,
 )
+
+if TYPE_CHECKING:
+    from ctxscope.inspector.store.db import Db
 
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
@@ -78,7 +80,7 @@ def body_hash(data: bytes) -> bytes:
 
 
 def blob_put(
-    db: sqlite_utils.Database, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False,
+    db: Db, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False,
     known: KnownIds | None = None, digest: bytes | None = None,
 ) -> StoredBlob:
     """Store ``data`` laid out against the best of ``bases`` (the same bytes again share its chunks and
@@ -131,7 +133,7 @@ def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[Sto
     return best[1], best[2]
 
 
-def _chunk_put(db: sqlite_utils.Database, raw: bytes, known: KnownIds | None = None) -> int:
+def _chunk_put(db: Db, raw: bytes, known: KnownIds | None = None) -> int:
     digest = body_hash(raw)
     if known is not None:
         found = known.chunks.get(digest)
@@ -142,7 +144,7 @@ def _chunk_put(db: sqlite_utils.Database, raw: bytes, known: KnownIds | None = N
     return _chunk_store(db, raw, digest)
 
 
-def _chunk_store(db: sqlite_utils.Database, raw: bytes, digest: bytes, known: KnownIds | None = None) -> int:
+def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = None) -> int:
     row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
     if row is not None:
         return row[0]
@@ -187,7 +189,7 @@ def _compressor(current: tuple[int, zstd.ZstdDict] | None) -> zstd.ZstdCompresso
     return found
 
 
-def _load_dict(db: sqlite_utils.Database | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
+def _load_dict(db: Db | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
     found = _dict_cache.get(dict_id)
     if found is None:
         row = db.execute("SELECT data FROM zstd_dicts WHERE id = ?", [dict_id]).fetchone()
@@ -213,7 +215,7 @@ def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -
     return zstd.decompress(data, zstd_dict=_load_dict(conn, dict_id)).decode()
 
 
-def _current_dict(db: sqlite_utils.Database) -> tuple[int, zstd.ZstdDict] | None:
+def _current_dict(db: Db) -> tuple[int, zstd.ZstdDict] | None:
     """The newest dictionary (looked up each time unless the writer's ``KnownIds`` holds it: a rolled-back
     transaction may have taken it away, and a rollback clears those)."""
     row = db.execute("SELECT id FROM zstd_dicts ORDER BY after_chunk DESC LIMIT 1").fetchone()
@@ -221,7 +223,7 @@ def _current_dict(db: sqlite_utils.Database) -> tuple[int, zstd.ZstdDict] | None
 
 
 def _maybe_train(
-    db: sqlite_utils.Database, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None
+    db: Db, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None
 ) -> int | None:
     """The id of a dictionary trained now, if one is due and the samples allow it."""
     if current is not None:
@@ -241,7 +243,7 @@ def _maybe_train(
     return dict_id
 
 
-def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:
+def _decompress(db: Db, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:
     try:
         if dict_id is None:
             return zstd.decompress(data)
@@ -252,7 +254,7 @@ def _decompress(db: sqlite_utils.Database, chunk_id: int, dict_id: int | None, d
         raise BlobCorrupt(f"chunk {chunk_id} does not decompress: {e}") from e
 
 
-def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
+def _page_put(db: Db, pieces: Sequence[Piece]) -> int:
     packed = pack_pieces(pieces)
     digest = body_hash(packed)
     row = db.execute("SELECT id FROM pages WHERE hash = ?", [digest]).fetchone()
@@ -266,12 +268,12 @@ def _page_put(db: sqlite_utils.Database, pieces: Sequence[Piece]) -> int:
 # ---- reading -------------------------------------------------------------------------------------
 
 
-def _select_in(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, bytes]:
+def _select_in(db: Db, sql: str, ids: Sequence[int]) -> dict[int, bytes]:
     """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> value."""
     return {k: v[0] for k, v in _select_rows(db, sql, ids).items()}
 
 
-def _select_rows(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dict[int, tuple]:
+def _select_rows(db: Db, sql: str, ids: Sequence[int]) -> dict[int, tuple]:
     """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> the other columns."""
     out: dict[int, tuple] = {}
     for i in range(0, len(ids), _BATCH):
@@ -280,7 +282,7 @@ def _select_rows(db: sqlite_utils.Database, sql: str, ids: Sequence[int]) -> dic
     return out
 
 
-def _page_pieces(db: sqlite_utils.Database, blob_id: int, page_ids: Sequence[int]) -> list[Piece]:
+def _page_pieces(db: Db, blob_id: int, page_ids: Sequence[int]) -> list[Piece]:
     found = _select_in(db, "SELECT id, pieces FROM pages WHERE id IN ({})", sorted(set(page_ids)))
     pieces: list[Piece] = []
     for pid in page_ids:
@@ -290,7 +292,7 @@ def _page_pieces(db: sqlite_utils.Database, blob_id: int, page_ids: Sequence[int
     return pieces
 
 
-def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> StoredBlob:
+def blob_load(db: Db, blob_id: int, *, verify: bool = True) -> StoredBlob:
     """The blob's exact bytes; raises KeyError if absent, BlobCorrupt if it does not verify."""
     row = db.execute("SELECT hash, size, pages, tail FROM blobs WHERE id = ?", [blob_id]).fetchone()
     if row is None:
@@ -317,12 +319,12 @@ def blob_load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -
     return StoredBlob(blob_id, data, 0, pieces, page_ids)
 
 
-def blob_get(db: sqlite_utils.Database, blob_id: int) -> bytes:
+def blob_get(db: Db, blob_id: int) -> bytes:
     """The exact bytes stored as ``blob_id``."""
     return blob_load(db, blob_id).data
 
 
-def stored_bytes(db: sqlite_utils.Database) -> int:
+def stored_bytes(db: Db) -> int:
     """Bytes the bodies take in the file's tables (compressed chunks, piece lists, legacy blobs)."""
     one = lambda sql: db.execute(sql).fetchone()[0] or 0  # noqa: E731
     return (
@@ -335,7 +337,7 @@ def stored_bytes(db: sqlite_utils.Database) -> int:
 # ---- deleting ------------------------------------------------------------------------------------
 
 
-def sweep(db: sqlite_utils.Database) -> int:
+def sweep(db: Db) -> int:
     """Delete the pages and chunks no blob uses any more (after blobs were deleted); returns how many."""
     used_pages: set[int] = set()
     used_chunks: set[int] = set()
@@ -354,7 +356,7 @@ def sweep(db: sqlite_utils.Database) -> int:
             batch = dead[i : i + _BATCH]
             db.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(batch))})", batch)
     used = "SELECT dict FROM chunks WHERE dict IS NOT NULL"
-    if "search_segments" in db.table_names() and "dict" in db["search_segments"].columns_dict:  # before m014
+    if "dict" in {column for _, column, *_ in db.execute("PRAGMA table_info(search_segments)")}:  # before m014
         used += " UNION SELECT dict FROM search_segments WHERE dict IS NOT NULL"
     db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
                "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlite_utils
+from ctxscope.inspector.store.db import Db
 
 # The members the analysis leaves out of its JSON columns when they are null, empty or (token
 # counts) zero, and what they stand for (docs/architecture.md, "Body storage").
@@ -35,7 +35,7 @@ def with_defaults(column: str, value: Any) -> Any:
     return value
 
 
-def call_columns(db: sqlite_utils.Database) -> frozenset[str]:
+def call_columns(db: Db) -> frozenset[str]:
     return frozenset(r[1] for r in db.execute("PRAGMA table_info(calls)").fetchall())
 
 

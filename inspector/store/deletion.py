@@ -17,16 +17,15 @@ index").
 
 from __future__ import annotations
 
-import sqlite_utils
-
 from ctxscope.inspector.store.blobs import sweep
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.layout import headers
 
 KEEP_TAIL = 8
 
 
-def _references(db: sqlite_utils.Database, target: str) -> list[tuple[str, str]]:
+def _references(db: Db, target: str) -> list[tuple[str, str]]:
     """(table, column) pairs whose schema declares REFERENCES ``target``."""
     out = []
     for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
@@ -36,7 +35,7 @@ def _references(db: sqlite_utils.Database, target: str) -> list[tuple[str, str]]
     return out
 
 
-def delete_session(db: sqlite_utils.Database, session: str) -> dict:
+def delete_session(db: Db, session: str) -> dict:
     """Delete a session's calls (and rows referring to them) and unreferenced blobs, in one transaction."""
     blob_refs = _references(db, "blobs")
     call_refs = [(t, c) for t, c in _references(db, "calls") if t != "calls"]
@@ -67,7 +66,7 @@ def delete_session(db: sqlite_utils.Database, session: str) -> dict:
     return {"session": session, "calls_deleted": calls, "blobs_deleted": blobs}
 
 
-def _collect(db: sqlite_utils.Database, refs: list[tuple[str, str]], keep: set[int]) -> int:
+def _collect(db: Db, refs: list[tuple[str, str]], keep: set[int]) -> int:
     """Remove blobs nothing refers to (repeated: removing a delta can free its base)."""
     keep_sql = ",".join(str(int(b)) for b in keep) or "NULL"
     used = " UNION ".join(f"SELECT [{c}] FROM [{t}] WHERE [{c}] IS NOT NULL" for t, c in refs) or "SELECT NULL"

@@ -28,11 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import sqlite_utils
-
 from ctxscope.inspector.body_reuse import BodyMemory
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.store.db import Savepoint, iso
+from ctxscope.inspector.store.db import Db, Savepoint, iso
 from ctxscope.inspector.store.exchange_row import derive
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.layout.known import KnownIds
@@ -43,7 +41,7 @@ from ctxscope.vocab.kinds import Outcome
 
 log = logging.getLogger("ctxscope.store")
 
-Analyzer = Callable[[sqlite_utils.Database, dict], None]
+Analyzer = Callable[[Db, dict], None]
 RETRY_WINDOW_S = 120.0
 NOT_INSERTED = 2**63 - 1  # the rowid a call has before it is inserted: every stored row comes before it
 
@@ -122,7 +120,7 @@ class RecentFailures:
             self._latest = dict(ordered[cut:])
 
 
-def stored_failures(db: sqlite_utils.Database) -> RecentFailures:
+def stored_failures(db: Db) -> RecentFailures:
     """A writer's memory of failed bodies as it opens the store: the calls already stored began no
     later than the latest of them, so windows that end before it need no look-up."""
     row = db.execute("SELECT MAX(started_at) FROM calls").fetchone()
@@ -154,7 +152,7 @@ _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
 
 
 def _candidates(
-    db: sqlite_utils.Database, state: IngestState, session: str, kind: str
+    db: Db, state: IngestState, session: str, kind: str
 ) -> tuple[list[StoredBlob], bool]:
     """The bases for a body: the session's last bodies, else the latest of other sessions (a new
     session re-sends the system prompt and tools they hold; True), loaded from the database after a restart."""
@@ -172,7 +170,7 @@ def _candidates(
     return recent, True
 
 
-def _latest(db: sqlite_utils.Database, kind: str, session: str | None) -> StoredBlob | None:
+def _latest(db: Db, kind: str, session: str | None) -> StoredBlob | None:
     """The latest stored body of this kind (of ``session``, else of any session)."""
     col = _BLOB_COLUMN[kind]
     if session is None:
@@ -191,7 +189,7 @@ def _latest(db: sqlite_utils.Database, kind: str, session: str | None) -> Stored
 
 
 def store_body(
-    db: sqlite_utils.Database,
+    db: Db,
     state: IngestState,
     session: str,
     kind: str,
@@ -224,7 +222,7 @@ def is_failure(outcome: str | None, status: int | None, complete: int | None = N
     return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
 
 
-def link_retry(db: sqlite_utils.Database, row: dict, started_at: float, failures: RecentFailures | None = None) -> None:
+def link_retry(db: Db, row: dict, started_at: float, failures: RecentFailures | None = None) -> None:
     """attempt/retry_of: the same body in the same session, failed within RETRY_WINDOW_S before."""
     row["attempt"], row["retry_of"] = 1, None
     if not row["request_sha256"] or (failures is not None and not failures.may_have(row["request_sha256"], started_at)):
@@ -254,7 +252,7 @@ class IngestResult:
 
 
 def ingest(
-    db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
+    db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
 ) -> IngestResult:
     """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
     d = derive(ex, state.max_decoded_bytes, state.bodies)

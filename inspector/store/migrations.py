@@ -9,21 +9,34 @@ statement to whoever opens the file.
 from __future__ import annotations
 
 import hashlib
-
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ctxscope.inspector.store.derived.search import segment_key
+
+if TYPE_CHECKING:
+    import sqlite_utils
+    from sqlite_utils.migrations import Migrations
 
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the interpreter
     from backports import zstd
 
-migrations = Migrations("ctxscope")
+MIGRATION_SET = "ctxscope"
+Migration = Callable[["sqlite_utils.Database"], None]
+_steps: list[Migration] = []
 
 
-@migrations()
+def migration(step: Migration) -> Migration:
+    """Register the next migration. They are handed to sqlite-utils only when one must run or be
+    listed (``migration_set``): the writer opens a current file without loading it
+    (docs/architecture.md, "Memory")."""
+    _steps.append(step)
+    return step
+
+
+@migration
 def m001_create_blobs(db: sqlite_utils.Database) -> None:
     db.execute(
         """
@@ -42,7 +55,7 @@ CREATE TABLE blobs (
     db.execute("CREATE INDEX idx_blobs_sha256 ON blobs (sha256)")
 
 
-@migrations()
+@migration
 def m002_create_calls(db: sqlite_utils.Database) -> None:
     db.execute(
         """
@@ -95,7 +108,7 @@ CREATE TABLE calls (
     db.execute("CREATE INDEX idx_calls_retry ON calls (session, request_sha256, started_at)")
 
 
-@migrations()
+@migration
 def m003_create_meta(db: sqlite_utils.Database) -> None:
     db.execute(
         """
@@ -142,7 +155,7 @@ _ANALYSIS_COLUMNS = (
 )
 
 
-@migrations()
+@migration
 def m004_add_call_analysis(db: sqlite_utils.Database) -> None:
     for name, kind in _ANALYSIS_COLUMNS:
         db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
@@ -158,7 +171,7 @@ def m004_add_call_analysis(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_predecessor ON calls (predecessor)")
 
 
-@migrations()
+@migration
 def m005_add_grouped_by(db: sqlite_utils.Database) -> None:
     # Why the call landed in its session: label, header, metadata, prompt_cache_key, previous_response,
     # lineage, client_gap or new (docs/architecture.md, "Sessions and threads").
@@ -167,7 +180,7 @@ def m005_add_grouped_by(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_key_client ON calls (key_fingerprint, client)")
 
 
-@migrations()
+@migration
 def m006_create_cache_minimums(db: sqlite_utils.Database) -> None:
     db.execute(
         """
@@ -182,7 +195,7 @@ CREATE TABLE cache_minimums (
     )
 
 
-@migrations()
+@migration
 def m007_create_search_index(db: sqlite_utils.Database) -> None:
     """Full-text search over prompt and response text: each distinct segment once (store/search.py)."""
     db.execute(
@@ -232,7 +245,7 @@ END"""
     )
 
 
-@migrations()
+@migration
 def m008_add_replay_of(db: sqlite_utils.Database) -> None:
     # The call a replay re-sent (`ctxscope replay`, the UI's replay button); NULL for captured traffic.
     db.execute("ALTER TABLE calls ADD COLUMN replay_of TEXT")
@@ -240,7 +253,7 @@ def m008_add_replay_of(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_replay_of ON calls (replay_of)")
 
 
-@migrations()
+@migration
 def m009_create_export_positions(db: sqlite_utils.Database) -> None:
     # The order calls were stored in, numbered without reuse (AUTOINCREMENT): the OTLP export's
     # position is a number in it, so a call stored late (a long stream) or after a deletion is
@@ -267,14 +280,14 @@ CREATE TABLE export_positions (
     )
 
 
-@migrations()
+@migration
 def m010_index_unnamed_retries(db: sqlite_utils.Database) -> None:
     # A call without a session id that repeats a failed call's body joins its session: finding that
     # call must not scan every call of the same key and client (docs/architecture.md, "Sessions and threads").
     db.execute("CREATE INDEX idx_calls_request ON calls (request_sha256, key_fingerprint, client, started_at)")
 
 
-@migrations()
+@migration
 def m011_create_chunks(db: sqlite_utils.Database) -> None:
     """Bodies as pieces of content-addressed chunks (store/blobs.py); rows stored before stay as they are."""
     db.execute(
@@ -312,7 +325,7 @@ CREATE TABLE pages (
     db.execute("DROP INDEX idx_blobs_sha256")
 
 
-@migrations()
+@migration
 def m012_create_header_sets(db: sqlite_utils.Database) -> None:
     """Header lists stored once (store/layout/headers.py); rows stored before keep their own lists."""
     db.execute(
@@ -347,7 +360,7 @@ def _segment_key(digest: str) -> bytes:
     return raw[:16] if len(raw) >= 16 else hashlib.blake2b(digest.encode(), digest_size=16).digest()
 
 
-@migrations()
+@migration
 def m013_compress_search_text(db: sqlite_utils.Database) -> None:
     """Search segments keep their text zstd-compressed under a 16-byte key; FTS5 reads it through a view
     and keeps no positions.
@@ -407,7 +420,7 @@ END"""
     )
 
 
-@migrations()
+@migration
 def m014_search_text_from_bodies(db: sqlite_utils.Database) -> None:
     """Search segments stop holding a copy of their text: it is read back from a body that holds it.
 
@@ -447,3 +460,26 @@ CREATE TABLE search_segments_new (
     db.execute("DROP TABLE search_segments")
     db.execute("ALTER TABLE search_segments_new RENAME TO search_segments")
     db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_segment_text(id) AS text FROM search_segments")
+
+
+NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
+_built: list[Migrations] = []
+
+
+def migration_set() -> Migrations:
+    """The migrations as sqlite-utils' ``Migrations`` (which imports sqlite-utils), made once."""
+    if not _built:
+        from sqlite_utils.migrations import Migrations
+
+        built = Migrations(MIGRATION_SET)
+        for step in _steps:
+            built()(step)
+        _built.append(built)
+    return _built[0]
+
+
+def __getattr__(name: str) -> Migrations:
+    """``migrations``: the same, made on first use."""
+    if name == "migrations":
+        return migration_set()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,15 +12,13 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, Literal
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get, stored_bytes
 from ctxscope.inspector.store.columns import with_defaults
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout import headers
-from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.recode import apply_recipe
 from ctxscope.inspector.store.sessions import (
     SUBAGENT_SQL,
@@ -31,6 +29,9 @@ from ctxscope.inspector.store.sessions import (
 )
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import parse_response
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 SUMMARY_COLUMNS = (
     "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "
@@ -88,7 +89,7 @@ def _summary(row: dict) -> dict:
 
 
 def list_calls(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     session: str | None = None,
     model: str | None = None,
@@ -117,7 +118,7 @@ def list_calls(
 _SESSIONS_PER_QUERY = 500
 
 
-def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dict]:
+def with_thread_parents(db: Db, rows: list[dict]) -> list[dict]:
     """``rows`` with ``parent_thread`` as the session is read now: None on the main thread, the
     main thread on every other (``thread_order``), not what was known when the thread began."""
     sessions = sorted({r["session"] for r in rows if r.get("thread")})
@@ -141,7 +142,7 @@ def with_thread_parents(db: sqlite_utils.Database, rows: list[dict]) -> list[dic
     return rows
 
 
-def resolve_prefix(db: sqlite_utils.Database, column: Literal["id", "session"], value: str) -> str | None:
+def resolve_prefix(db: Db, column: Literal["id", "session"], value: str) -> str | None:
     """The full call id or session id for an id or a unique prefix of one; None if nothing matches;
     ``AmbiguousCallId`` (with the first candidates) if several do. One rule for every id
     (docs/architecture.md, "One id rule")."""
@@ -161,12 +162,12 @@ def resolve_prefix(db: sqlite_utils.Database, column: Literal["id", "session"], 
     return rows[0][0] if rows else None
 
 
-def resolve_call_id(db: sqlite_utils.Database, call_id: str) -> str | None:
+def resolve_call_id(db: Db, call_id: str) -> str | None:
     """The full id for an id or a unique prefix; None if nothing matches."""
     return resolve_prefix(db, "id", call_id)
 
 
-def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
+def get_call(db: Db, call_id: str) -> dict | None:
     """Every stored column of a call (JSON decoded) plus ``usage``; None if unknown."""
     full = resolve_call_id(db, call_id)
     if full is None:
@@ -184,7 +185,7 @@ def get_call(db: sqlite_utils.Database, call_id: str) -> dict | None:
     return with_thread_parents(db, [_analysis(row)])[0]
 
 
-def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
+def _body_row(db: Db, call_id: str, kind: str) -> dict:
     full = resolve_call_id(db, call_id)
     if full is None:
         raise KeyError(f"no call {call_id!r}")
@@ -196,7 +197,7 @@ def _body_row(db: sqlite_utils.Database, call_id: str, kind: str) -> dict:
     )
 
 
-def _raw(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes:
+def _raw(db: Db, call_id: str, kind: str) -> bytes:
     row = _body_row(db, call_id, kind)
     if row["blob"] is None:
         return b""
@@ -204,7 +205,7 @@ def _raw(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes:
     return apply_recipe(data, row["recode"]) if row["recode"] else data
 
 
-def _decoded(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes | None:
+def _decoded(db: Db, call_id: str, kind: str) -> bytes | None:
     row = _body_row(db, call_id, kind)
     if row["blob"] is None:
         return b""
@@ -217,26 +218,26 @@ def _decoded(db: sqlite_utils.Database, call_id: str, kind: str) -> bytes | None
         return None
 
 
-def get_request_raw(db: sqlite_utils.Database, call_id: str) -> bytes:
+def get_request_raw(db: Db, call_id: str) -> bytes:
     """The request body exactly as forwarded upstream (possibly compressed). KeyError if unknown."""
     return _raw(db, call_id, "request")
 
 
-def get_response_raw(db: sqlite_utils.Database, call_id: str) -> bytes:
+def get_response_raw(db: Db, call_id: str) -> bytes:
     """The response body exactly as sent to the client (the full SSE text for streams)."""
     return _raw(db, call_id, "response")
 
 
-def get_request_body(db: sqlite_utils.Database, call_id: str) -> bytes | None:
+def get_request_body(db: Db, call_id: str) -> bytes | None:
     """The request body with its Content-Encoding undone; None if it cannot be decoded."""
     return _decoded(db, call_id, "request")
 
 
-def get_response_body(db: sqlite_utils.Database, call_id: str) -> bytes | None:
+def get_response_body(db: Db, call_id: str) -> bytes | None:
     return _decoded(db, call_id, "response")
 
 
-def get_request_json(db: sqlite_utils.Database, call_id: str) -> Any | None:
+def get_request_json(db: Db, call_id: str) -> Any | None:
     """The parsed request body; None when empty, undecodable or not JSON."""
     body = get_request_body(db, call_id)
     if not body:
@@ -247,7 +248,7 @@ def get_request_json(db: sqlite_utils.Database, call_id: str) -> Any | None:
         return None
 
 
-def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
+def get_final_response(db: Db, call_id: str) -> dict | None:
     """The final response object (reassembled from the stream for streamed calls); KeyError if unknown."""
     full = resolve_call_id(db, call_id)
     if full is None:
@@ -265,7 +266,7 @@ def get_final_response(db: sqlite_utils.Database, call_id: str) -> dict | None:
 
 
 def list_sessions(
-    db: sqlite_utils.Database,
+    db: Db,
     *,
     limit: int | None = None,
     cost: Callable[[SessionAggregate], float | None] | None = None,
@@ -291,7 +292,7 @@ def list_sessions(
     return out
 
 
-def session_threads(db: sqlite_utils.Database, session: str) -> list[dict]:
+def session_threads(db: Db, session: str) -> list[dict]:
     """The session's threads as a tree: the main thread on top (``thread_order``), every side thread
     its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
     rows = db.query(
@@ -340,7 +341,7 @@ def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
         tables = set(db.table_names())
         status["journal_mode"] = db.journal_mode
         status["migrations_applied"] = store.applied_migrations(db)
-        status["migrations_pending"] = [m.name for m in migrations.pending(db)]
+        status["migrations_pending"] = store.pending_migrations(db)
         if not {"calls", "blobs", "store_events", "meta"} <= tables:
             return status
         one = lambda sql: db.execute(sql).fetchone()  # noqa: E731

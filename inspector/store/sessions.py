@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import sqlite_utils
-
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
+from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 
@@ -146,7 +145,7 @@ class SessionAggregate:
         return hit_rate(self.hits, self.eligible)
 
 
-def session_groups(db: sqlite_utils.Database, *, limit: int | None = None) -> list[tuple]:
+def session_groups(db: Db, *, limit: int | None = None) -> list[tuple]:
     """One row per (session, model, simulated or not) of the ``limit`` most recently active sessions:
     the simulator's calls are kept apart so that they are never priced."""
     cols = call_columns(db)
@@ -211,6 +210,6 @@ def fold_sessions(groups: list[tuple]) -> list[SessionAggregate]:
     return sorted(sessions.values(), key=lambda s: s.last_started_at or "", reverse=True)
 
 
-def session_aggregates(db: sqlite_utils.Database, *, limit: int | None = None) -> list[SessionAggregate]:
+def session_aggregates(db: Db, *, limit: int | None = None) -> list[SessionAggregate]:
     """The ``limit`` most recently active sessions with every aggregate, most recent first."""
     return fold_sessions(session_groups(db, limit=limit))

@@ -14,9 +14,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-import sqlite_utils
-
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.db import Db
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")
@@ -101,7 +100,7 @@ class Unrecorded:
         del self.events[:n_events]
         self.drops_recorded += drops
 
-    def flush(self, db: sqlite_utils.Database, dropped: int, last_error: str | None) -> None:
+    def flush(self, db: Db, dropped: int, last_error: str | None) -> None:
         """Record them in their own transaction (best effort)."""
         pending = list(self.events)
         drops = dropped - self.drops_recorded
@@ -116,7 +115,7 @@ class Unrecorded:
         self.recorded(len(pending), drops)
 
 
-def record(db: sqlite_utils.Database, events: list[dict], drops: int, last_error: str | None) -> None:
+def record(db: Db, events: list[dict], drops: int, last_error: str | None) -> None:
     """Write events (and a count of dropped calls) into ``store_events``, in the caller's transaction."""
     for ev in events:
         store.record_event(db, ev["kind"], call_id=ev["call_id"], detail=ev["detail"], at=ev["at"],

@@ -30,11 +30,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import sqlite_utils
-
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.failures import (
@@ -236,7 +235,7 @@ class CaptureWriter:
     # -- the writer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        db: sqlite_utils.Database | None = None
+        db: Db | None = None
         state: IngestState | None = None
         stopping = final = False
         try:
@@ -285,7 +284,7 @@ class CaptureWriter:
             self._ready.set()
             self._leave(db)
 
-    def _release(self, db: sqlite_utils.Database, state: IngestState | None) -> None:
+    def _release(self, db: Db, state: IngestState | None) -> None:
         """Let go of the caches (``release_memory``), unless calls are queued behind the request:
         they need them. A failure costs only the memory it would have given back."""
         if not self._queue.empty():
@@ -297,18 +296,18 @@ class CaptureWriter:
             return
         self._counts["idle_releases"] += 1
 
-    def _failures(self, db: sqlite_utils.Database) -> RecentFailures:
+    def _failures(self, db: Db) -> RecentFailures:
         """The memory of failed bodies for a new connection (one that cannot be read starts from now)."""
         try:
             return stored_failures(db)
         except Exception:  # a store that fails here fails the batch too, and is retried
             return RecentFailures()
 
-    def _open(self) -> sqlite_utils.Database | None:
+    def _open(self) -> Db | None:
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
         db = None
         try:
-            db = store.connect(self.db_path)
+            db = store.open_handle(self.db_path)
             owner_only.private_store(self.db_path)
             if self.capture_epoch is None:
                 self.capture_epoch = store.next_capture_epoch(db)
@@ -323,7 +322,7 @@ class CaptureWriter:
             self._store_failed(e, opening=True)
             return None
 
-    def _leave(self, db: sqlite_utils.Database | None) -> None:
+    def _leave(self, db: Db | None) -> None:
         """The thread ends: say what could not be stored, keep it in a spool, close."""
         unstored = list(self._pending)
         while True:
@@ -359,7 +358,7 @@ class CaptureWriter:
         self._last_error = describe(e)
         self._outage.failed(self._last_error, self.stats().queued, opening=opening)
 
-    def _safe_batch(self, db: sqlite_utils.Database, state: IngestState) -> tuple[bool, bool]:
+    def _safe_batch(self, db: Db, state: IngestState) -> tuple[bool, bool]:
         """Store a batch; (False if the store is unavailable, True if a stop marker was seen)."""
         try:
             return self._write_batch(db, state)
@@ -377,7 +376,7 @@ class CaptureWriter:
                 self._counts["failed"] += 1
             return True, False
 
-    def _write_batch(self, db: sqlite_utils.Database, state: IngestState, more: bool = True) -> tuple[bool, bool]:
+    def _write_batch(self, db: Db, state: IngestState, more: bool = True) -> tuple[bool, bool]:
         """Store the pending calls and whatever else is queued in one transaction.
 
         Commits when the queue is empty, after MAX_BATCH calls or after ``batch_interval``. If the
@@ -457,7 +456,7 @@ class CaptureWriter:
     def _done(self, ex: Exchange) -> None:
         self._bytes_out += _size(ex)
 
-    def _fail(self, db: sqlite_utils.Database, ex: Exchange, e: BaseException) -> None:
+    def _fail(self, db: Db, ex: Exchange, e: BaseException) -> None:
         """A call that could not be stored even alone: count, log, and record it when possible."""
         log.error("capture of call %s failed: %s", ex.id, describe(e))
         self._done(ex)
@@ -467,7 +466,7 @@ class CaptureWriter:
         self._unrecorded.flush(db, self._drops, self._last_error)
 
 
-def _close(db: sqlite_utils.Database | None) -> None:
+def _close(db: Db | None) -> None:
     if db is not None:
         with contextlib.suppress(Exception):
             db.close()

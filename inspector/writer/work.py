@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import sqlite_utils
-
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
 from ctxscope.inspector.writer.failures import call_event, describe, store_unavailable
@@ -34,7 +33,7 @@ class Deletion:
     done: Future = field(default_factory=Future)
 
 
-def serve_deletion(db: sqlite_utils.Database, request: Deletion, state: IngestState | None = None) -> bool:
+def serve_deletion(db: Db, request: Deletion, state: IngestState | None = None) -> bool:
     """Serve a deletion; False when the store failed (the caller reconnects). ``state`` forgets the
     ids it knew: the deletion may have removed their rows."""
     if not request.done.set_running_or_notify_cancel():
@@ -50,7 +49,7 @@ def serve_deletion(db: sqlite_utils.Database, request: Deletion, state: IngestSt
 
 
 def store_one(
-    db: sqlite_utils.Database, state: IngestState, ex: Exchange, analyzers: Sequence[Analyzer],
+    db: Db, state: IngestState, ex: Exchange, analyzers: Sequence[Analyzer],
     outcome: collections.Counter, events: list,
 ) -> None:
     """One exchange in a savepoint: a failure rolls back only this exchange (tallied in ``outcome``,

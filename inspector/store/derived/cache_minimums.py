@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sqlite3
 
-import sqlite_utils
+from ctxscope.inspector.store.db import Db
 
 
-def load(db: sqlite_utils.Database) -> list[tuple[str, str, int, float]]:
+def load(db: Db) -> list[tuple[str, str, int, float]]:
     """Every learned minimum as (family, model, tokens, learned_at); none in a file older than the table."""
     try:
         rows = db.execute("SELECT family, model, tokens, learned_at FROM cache_minimums").fetchall()
@@ -21,7 +21,7 @@ def load(db: sqlite_utils.Database) -> list[tuple[str, str, int, float]]:
     return [(family, model, tokens, at) for family, model, tokens, at in rows]
 
 
-def save(db: sqlite_utils.Database, family: str, model: str, tokens: int, learned_at: float, call_id: str) -> None:
+def save(db: Db, family: str, model: str, tokens: int, learned_at: float, call_id: str) -> None:
     """Keep a minimum learned from ``call_id``'s usage (a reanalysis of that call replaces it)."""
     db.execute(
         """INSERT OR REPLACE INTO cache_minimums (family, model, learned_from, learned_at, tokens)

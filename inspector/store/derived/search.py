@@ -15,11 +15,13 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.vocab.kinds import SearchArea
+
+if TYPE_CHECKING:
+    from ctxscope.inspector.store.db import Db
 
 log = logging.getLogger("ctxscope.search")
 
@@ -44,13 +46,13 @@ def segment_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def call_session(db: sqlite_utils.Database, call_id: str) -> str | None:
+def call_session(db: Db, call_id: str) -> str | None:
     row = db.execute("SELECT session FROM calls WHERE id = ?", [call_id]).fetchone()
     return row[0] if row else None
 
 
 def add_pieces(
-    db: sqlite_utils.Database, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None
+    db: Db, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None
 ) -> int:
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session.
 
@@ -98,7 +100,7 @@ def add_pieces(
     return db.conn.total_changes - before
 
 
-def flush_terms(db: sqlite_utils.Database, known: KnownIds) -> None:
+def flush_terms(db: Db, known: KnownIds) -> None:
     """Give FTS5 the texts ``add_pieces`` held back, all at once, before the transaction commits: one
     FTS5 index segment per batch, not one per call (docs/architecture.md, "The search index")."""
     if known.terms:
@@ -106,7 +108,7 @@ def flush_terms(db: sqlite_utils.Database, known: KnownIds) -> None:
         known.terms.clear()
 
 
-def occurrence_of(db: sqlite_utils.Database, segment: int) -> tuple[bytes, str, str | None, str, str] | None:
+def occurrence_of(db: Db, segment: int) -> tuple[bytes, str, str | None, str, str] | None:
     """Where a segment's text can be read back: (key, call id, the call's api, body, pointer) of one of
     its occurrences (the earliest call's), None when no session holds it."""
     row = db.execute(
@@ -118,7 +120,7 @@ def occurrence_of(db: sqlite_utils.Database, segment: int) -> tuple[bytes, str, 
     return (row[0], row[1], row[2], row[3], row[4]) if row is not None else None
 
 
-def clear(db: sqlite_utils.Database, session: str | None = None) -> None:
+def clear(db: Db, session: str | None = None) -> None:
     """Forget the index (of one session), while the session's bodies are still stored.
 
     The segments only this session holds leave FTS5 with their text, read back from its bodies
@@ -191,7 +193,7 @@ def _merge_marks(snippet: str | None) -> str | None:
 
 
 def search(
-    db: sqlite_utils.Database,
+    db: Db,
     text: str,
     *,
     session: str | None = None,
@@ -247,7 +249,7 @@ def search(
     return out
 
 
-def index_stats(db: sqlite_utils.Database, *, text_bytes: bool = False) -> dict:
+def index_stats(db: Db, *, text_bytes: bool = False) -> dict:
     """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it); with ``text_bytes``,
     the bytes of the texts indexed (each read back from its body: a pass over the store)."""
     one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731

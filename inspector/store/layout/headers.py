@@ -13,8 +13,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-import sqlite_utils
-
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout.known import KnownIds
 
 _VOLATILE = frozenset({
@@ -60,7 +59,7 @@ def join(shape_json: str, values: Sequence[str]) -> list[list[str]]:
     return [[name, next(it, "") if value is None else value] for name, value in json.loads(shape_json)]
 
 
-def _put_shape(db: sqlite_utils.Database, shape: Shape, known: KnownIds | None) -> int:
+def _put_shape(db: Db, shape: Shape, known: KnownIds | None) -> int:
     """The id of the header set ``shape``; ``known``: the writer's ids, asked before its JSON is made."""
     if known is None:
         return put(db, _COMPACT(shape))
@@ -71,7 +70,7 @@ def _put_shape(db: sqlite_utils.Database, shape: Shape, known: KnownIds | None) 
     return found
 
 
-def put(db: sqlite_utils.Database, shape_json: str) -> int:
+def put(db: Db, shape_json: str) -> int:
     """The id of the header set (stored now if new)."""
     digest = hashlib.blake2b(shape_json.encode(), digest_size=16).digest()
     row = db.execute("SELECT id FROM header_sets WHERE hash = ?", [digest]).fetchone()
@@ -82,7 +81,7 @@ def put(db: sqlite_utils.Database, shape_json: str) -> int:
     return cur.lastrowid
 
 
-def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = None) -> None:
+def store_pairs(db: Db, row: dict, known: KnownIds | None = None) -> None:
     """Move a row's ``request_headers``/``response_headers`` (pair lists, or their JSON text) into header sets."""
     values: list[list[str]] = []
     for kind in ("request", "response"):
@@ -97,7 +96,7 @@ def store_pairs(db: sqlite_utils.Database, row: dict, known: KnownIds | None = N
     row["header_values"] = _COMPACT(values) if any(values) else None
 
 
-def load_pairs(db: sqlite_utils.Database, row: dict) -> None:
+def load_pairs(db: Db, row: dict) -> None:
     """Fill a read row's ``request_headers``/``response_headers`` (JSON text) from its header sets."""
     sets = {k: row.pop(f"{k}_header_set", None) for k in ("request", "response")}
     packed = row.pop("header_values", None)
@@ -112,7 +111,7 @@ def load_pairs(db: sqlite_utils.Database, row: dict) -> None:
         row[f"{kind}_headers"] = json.dumps(pairs, ensure_ascii=False)
 
 
-def sweep(db: sqlite_utils.Database) -> int:
+def sweep(db: Db) -> int:
     """Delete the header sets no call uses any more."""
     return db.execute(
         """DELETE FROM header_sets WHERE id NOT IN (

@@ -8,8 +8,11 @@ doing, so it keeps them (docs/architecture.md, "One INSERT per call").
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:
+    from ctxscope.inspector.store.db import Db
+
 
 _generations = itertools.count(1)  # unique across instances: a writer that reconnects starts a new one
 
@@ -41,7 +44,7 @@ class KnownIds:
         self.defer_terms = False
         self.terms: list[tuple[int, str]] = []
 
-    def next_seq(self, db: sqlite_utils.Database, session: str) -> int:
+    def next_seq(self, db: Db, session: str) -> int:
         """The seq of the session's next call, which the caller inserts."""
         last = self._seqs.get(session)
         if last is None:
@@ -57,7 +60,7 @@ class KnownIds:
             known.clear()
         known[key] = value
 
-    def check(self, db: sqlite_utils.Database) -> None:
+    def check(self, db: Db) -> None:
         """At the start of a write transaction: forget everything if another connection committed."""
         version = db.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from ctxscope.inspector.store.layout.pieces import common_prefix, common_suffix
+
+if TYPE_CHECKING:
+    from ctxscope.inspector.store.db import Db
 
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
@@ -58,7 +60,7 @@ SELECT id, base, prefix_len, suffix_len, data, sha256, size, depth FROM chain OR
 """
 
 
-def load(db: sqlite_utils.Database, blob_id: int, *, verify: bool = True) -> tuple[bytes, int]:
+def load(db: Db, blob_id: int, *, verify: bool = True) -> tuple[bytes, int]:
     """The blob's bytes and chain depth; KeyError if absent, BrokenChain if it does not verify."""
     rows = db.execute(_CHAIN_SQL, [blob_id]).fetchall()
     if not rows:

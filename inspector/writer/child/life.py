@@ -24,10 +24,13 @@ import importlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Protocol
 
+from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import Analyzer
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.child.deferred import Deferred, take_over
@@ -63,6 +66,28 @@ def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]
         return []
     module_name, _, attr = spec.partition(":")
     return list(getattr(importlib.import_module(module_name), attr)(*args))
+
+
+# Run by migrate_apart: the migrations' own process, with the search text resolver m014 reads through.
+_MIGRATE = ("import sys, ctxscope.inspector.search_text; from ctxscope.inspector.store import db; "
+            "db.open_handle(sys.argv[1]).close()")
+
+
+def migrate_apart(db_path: Path) -> None:
+    """Bring the store's schema up to date in a short-lived process of its own when a migration is due
+    (a new file, an upgrade): migrating loads sqlite-utils, which this process would then hold for its
+    whole life (docs/architecture.md, "Memory"). What fails here is left to the writer, which opens
+    (and migrates) the store itself, or reports it unavailable and retries."""
+    try:
+        db = store.open_handle(db_path, migrate=False)
+        try:
+            due = bool(store.pending_migrations(db))
+        finally:
+            db.close()
+    except Exception:
+        return
+    if due:
+        subprocess.run([sys.executable, "-c", _MIGRATE, str(db_path)], stdin=subprocess.DEVNULL, check=False)
 
 
 def _delete(writer: CaptureWriter, request: DeleteSession) -> Deleted:
@@ -103,6 +128,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
         os.nice(nice)
     db_path = Path(db_path)
     try:
+        migrate_apart(db_path)
         writer = CaptureWriter(
             db_path,
             analyzers=load_factory(factory, tuple(factory_args)),
