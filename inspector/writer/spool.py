@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
+from ctxscope.inspector.writer.spool_delta import RecentBodies
 from ctxscope.inspector.writer.spool_format import (
     HEADER,
     MAGIC,
+    READABLE,
     SpoolCorrupt,
     Torn,
     encode,
@@ -113,6 +115,7 @@ class Spool:
             raise
         self.size = self.read_at = len(HEADER)
         self.corrupt = 0  # records of our own that did not read back (a damaged disk)
+        self._recent = RecentBodies()  # large request bodies later ones may refer to
 
     def append(self, batch: list[tuple]) -> None:
         """Append one record; on failure (a full disk) the file is cut back to what it held."""
@@ -120,8 +123,11 @@ class Spool:
 
     def append_payload(self, payload: bytes | bytearray) -> None:
         """Append one record whose payload the proxy encoded already (a hand-over as it came off
-        the pipe): only its header is made here, the bytes are written as they are."""
-        self._write([record_head([payload]), payload])
+        the pipe): written as it is, but for a large request body that repeats one spooled before
+        it, of which only the new bytes are written (docs/architecture.md, "A spool of new bytes")."""
+        plan = self._recent.plan(payload, self.size)
+        self._write([record_head(plan.pieces), *plan.pieces])
+        self._recent.written(plan)
 
     def _write(self, pieces: list) -> None:
         try:
@@ -159,6 +165,7 @@ class Spool:
         """Everything appended is stored: start again from the header alone."""
         os.ftruncate(self._fd, len(HEADER))
         self.size = self.read_at = len(HEADER)
+        self._recent.clear()
 
     def close(self, *, remove: bool) -> None:
         os.close(self._fd)
@@ -239,7 +246,7 @@ def _foreign(fd: int) -> str | None:
     if st.st_mode & 0o022:
         return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     head = os.pread(fd, len(HEADER), 0)
-    if head == HEADER or (len(head) < len(HEADER) and HEADER.startswith(head) and st.st_size == len(head)):
+    if head in READABLE or (len(head) < len(HEADER) and HEADER.startswith(head) and st.st_size == len(head)):
         return None  # a spool, or one whose creator died before its header was written
     if head.startswith(MAGIC):
         return f"a spool of another format version ({head[len(MAGIC)]})"

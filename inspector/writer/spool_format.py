@@ -6,6 +6,11 @@ calls' fields with each body replaced by its length, then the bodies' raw bytes 
 of a 1 MB body on the way in). Reading is strict: a field of the wrong type, a length that does not
 add up or a checksum that does not match makes the record corrupt, and a declared length is only
 trusted (allocated) once the checksum over those bytes matched.
+
+Since version 3 a body may also be written as pieces of the file before its record, then its own
+bytes: ``[n, offset, length, ...]`` in place of its length ``n`` (docs/architecture.md, "A spool
+of new bytes"). The pieces must lie between the header and the record, in order, without overlap,
+so a body can never be longer than the file before it. Version 2 files read the same way.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any
 from ctxscope.proxy.exchange import Exchange
 
 MAGIC = b"ctxscope-spool\0"
-VERSION = 2
+VERSION = 3
 HEADER = MAGIC + bytes([VERSION])
+READABLE = (HEADER, MAGIC + bytes([2]))  # version 2 has no pieces; it reads as version 3 does
+MAX_PIECES = 64  # pieces of earlier records one body may be made of
 _RECORD = struct.Struct("<QI")  # payload length, CRC32 of the payload
 _JSON_LEN = struct.Struct("<I")
 _IOV_MAX = 512  # pieces per writev call (the system limit is at least 1024)
@@ -65,7 +72,8 @@ _CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (othe
     "float | None": _opt(lambda v: type(v) in (int, float)),
     "dict": lambda v: isinstance(v, dict),
     "tuple[tuple[str, str], ...]": _pairs,
-    "bytes": lambda v: type(v) is int and v >= 0,  # the body's length; its bytes follow the JSON
+    # the body's length (its bytes follow the JSON), or its pieces then that length (checked by _pieces)
+    "bytes": lambda v: (type(v) is int and v >= 0) or type(v) is list,
 }
 _FIELDS = dataclasses.fields(Exchange)
 # An Exchange crosses the process boundary and sits in the spool as a plain tuple of its fields: no
@@ -113,6 +121,23 @@ def payload_pieces(batch: list[tuple]) -> list[bytes]:
     return [_JSON_LEN.pack(len(text)), text, *bodies]
 
 
+REQUEST_BODY = _NAMES.index("request_body")
+BODY_FIELDS = tuple(_BODIES)
+RECORD_HEAD = _RECORD.size  # bytes of a record before its payload
+
+
+def heads_of(payload: bytes | bytearray) -> tuple[list, int]:
+    """The field lists of a payload this process's proxy encoded, and where its bodies begin."""
+    (n,) = _JSON_LEN.unpack_from(payload)
+    return json.loads(payload[_JSON_LEN.size:_JSON_LEN.size + n]), _JSON_LEN.size + n
+
+
+def payload_parts(heads: list, bodies: Sequence[bytes | bytearray | memoryview]) -> list:
+    """A payload's pieces for field lists whose bodies (or their own bytes) are ``bodies``."""
+    text = _ENCODER.encode(heads).encode()
+    return [_JSON_LEN.pack(len(text)), text, *bodies]
+
+
 def record_head(pieces: Sequence[bytes | bytearray]) -> bytes:
     """A record's header (payload length and CRC32) for the pieces of its payload."""
     crc, size = 0, 0
@@ -128,14 +153,19 @@ def encode(batch: list[tuple]) -> list[bytes]:
     return [record_head(pieces), *pieces]
 
 
+Read = Callable[[int, int], bytes]  # (offset, length) -> those bytes
+
+
 def decode(payload: bytes | bytearray) -> list[tuple]:
-    """The batch in a record's payload (its checksum already verified); SpoolCorrupt if malformed."""
+    """The batch in a record's payload (its checksum already verified), outside any file: a body
+    made of pieces is corrupt here; SpoolCorrupt if malformed."""
     view = memoryview(payload)
     return _decode(lambda at, n: bytes(view[at:at + n]), len(payload))
 
 
-def _decode(read: Callable[[int, int], bytes], size: int) -> list[tuple]:
-    """The batch of a ``size``-byte payload whose bytes ``read(offset, length)`` gives."""
+def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0) -> list[tuple]:
+    """The batch of a ``size``-byte payload whose bytes ``read(offset, length)`` gives; ``file``
+    reads the spool itself, for bodies made of pieces of the records before ``record_at``."""
     if size < _JSON_LEN.size:
         raise SpoolCorrupt("record too short")
     (n,) = _JSON_LEN.unpack(read(0, _JSON_LEN.size))
@@ -158,10 +188,16 @@ def _decode(read: Callable[[int, int], bytes], size: int) -> list[tuple]:
             if not valid(value):
                 raise SpoolCorrupt(f"field {field.name} has the wrong type")
         for i in _BODIES:
-            end = at + head[i]
+            pieces = _pieces(head[i], file, record_at) if isinstance(head[i], list) else ()
+            own = head[i][0] if pieces else head[i]
+            end = at + own
             if end > size:
                 raise SpoolCorrupt("a body longer than its record")
-            head[i], at = read(at, head[i]), end
+            if pieces:
+                head[i] = b"".join([*(file(o, n) for o, n in pieces), read(at, own)])  # type: ignore[misc]
+            else:
+                head[i] = read(at, own)
+            at = end
         for i in _PAIRS:
             head[i] = tuple((k, v) for k, v in head[i])
         for i in _FLOATS:
@@ -171,6 +207,23 @@ def _decode(read: Callable[[int, int], bytes], size: int) -> list[tuple]:
     if at != size:
         raise SpoolCorrupt("bytes left over after the last body")
     return batch
+
+
+def _pieces(field: list, file: Read | None, record_at: int) -> list[tuple[int, int]]:
+    """The (offset, length) pieces of a body written as ``[n, offset, length, ...]``, checked."""
+    if file is None:
+        raise SpoolCorrupt("a body made of pieces of a spool, outside a spool")
+    if len(field) < 3 or len(field) % 2 == 0 or len(field) > 1 + 2 * MAX_PIECES:
+        raise SpoolCorrupt("a body's pieces are not offset and length pairs")
+    if not all(type(v) is int and v >= 0 for v in field):
+        raise SpoolCorrupt("a body's pieces are not offsets and lengths")
+    pieces, end = [], len(HEADER)
+    for offset, length in zip(field[1::2], field[2::2], strict=True):
+        if offset < end or length == 0 or offset + length > record_at:
+            raise SpoolCorrupt("a body's pieces are not in order within the records before it")
+        pieces.append((offset, length))
+        end = offset + length
+    return pieces
 
 
 def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[tuple], int]:
@@ -184,14 +237,19 @@ def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[
     if n > size - at - _RECORD.size:
         raise Torn
     start = at + _RECORD.size
+
+    def file(offset: int, length: int) -> bytes:
+        return _pread_exact(fd, length, offset)
+
     if not verify:
-        return _decode(lambda offset, length: _pread_exact(fd, length, start + offset), n), start + n
+        return _decode(lambda offset, length: file(start + offset, length), n, file, at), start + n
     if _checksum(fd, start, n) != crc:
         raise SpoolCorrupt("checksum mismatch")
     payload = os.pread(fd, n, start)
     if len(payload) < n:
         raise Torn
-    return decode(payload), start + n
+    view = memoryview(payload)
+    return _decode(lambda offset, length: bytes(view[offset:offset + length]), n, file, at), start + n
 
 
 def _pread_exact(fd: int, n: int, at: int) -> bytes:
