@@ -142,6 +142,39 @@ def test_another_connections_deletion_leaves_no_stale_id(tmp_path):
     assert _found(path, "okapi") == {again[0].id}
 
 
+def test_a_restarted_writer_reuses_the_chunks_and_segments_stored_before_it(tmp_path):
+    """A new chunk or search segment is inserted without a look-up first: one the store already holds
+    (stored by an earlier writer, unknown to this one) keeps its row and its id."""
+    path = tmp_path / "k.db"
+    w = _writer(path)
+    try:
+        first = [_call("ibex", session_label="a")]
+        _store(w, first)
+        _wait(w, 1)
+    finally:
+        assert w.stop()
+    db = queries.open_db(path)
+    try:
+        counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")]
+    finally:
+        db.close()
+    w = _writer(path)  # knows no id: the same bodies and texts meet the rows the first writer stored
+    try:
+        again = [_call("ibex", session_label="b")]
+        _store(w, again)
+        _wait(w, 1)
+    finally:
+        assert w.stop()
+    assert w.stats().failed == 0
+    _check_all(path, first + again)
+    db = queries.open_db(path)
+    try:
+        assert [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")] == counts
+    finally:
+        db.close()
+    assert _found(path, "ibex") == {first[0].id, again[0].id}  # each session's first call holding it
+
+
 def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(tmp_path):
     """A call without a session id is placed by its lineage: its row is inserted there, numbered
     there, and the search index names that session."""
