@@ -127,7 +127,8 @@ class Analysis:
             "cache": _dumps(_compact(cache)),
             "cache_lost_tokens": c.lost_tokens if c else None,
             "cache_lost_usd": c.lost_cost_usd if c else None,
-            "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers]),
+            "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers])
+            if self.markers else "[]",
             "has_compaction_before": int(has_compaction_before(self.markers)),
             "response_id": self.response_id,
             "attempt": self.attempt,
