@@ -54,20 +54,23 @@ def response_pieces(response: Any) -> list[Piece]:
             out.append(Piece(digest, SearchArea.RESPONSES, "response", pointer, text))
 
     def walk(value: Any, pointer: str, depth: int) -> None:
+        # Only containers are walked into: a scalar holds no text but a text key's (every stored call
+        # goes through here, and most of a response's values are scalars).
         if depth > 64:
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                here = f"{pointer}/{_escape(str(key))}"
-                if isinstance(item, str) and key in _RESPONSE_TEXT_KEYS:
-                    add(here, item)
+                if isinstance(item, str):
+                    if key in _RESPONSE_TEXT_KEYS:
+                        add(f"{pointer}/{_escape(str(key))}", item)
                 elif isinstance(item, dict) and key in _RESPONSE_JSON_KEYS:
-                    add(here, canonical_json(item))
-                else:
-                    walk(item, here, depth + 1)
+                    add(f"{pointer}/{_escape(str(key))}", canonical_json(item))
+                elif isinstance(item, (dict, list)):
+                    walk(item, f"{pointer}/{_escape(str(key))}", depth + 1)
         elif isinstance(value, list):
             for i, item in enumerate(value):
-                walk(item, f"{pointer}/{i}", depth + 1)
+                if isinstance(item, (dict, list)):
+                    walk(item, f"{pointer}/{i}", depth + 1)
 
     walk(response, "", 0)
     return out
