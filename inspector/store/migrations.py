@@ -447,3 +447,10 @@ CREATE TABLE search_segments_new (
     db.execute("DROP TABLE search_segments")
     db.execute("ALTER TABLE search_segments_new RENAME TO search_segments")
     db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_segment_text(id) AS text FROM search_segments")
+
+
+@migrations()
+def m015_drop_predecessor_index(db: sqlite_utils.Database) -> None:
+    """No query looks a call up by its predecessor (a call's predecessor is read from its own row, by
+    id), and every call's INSERT paid for the index: it goes (docs/architecture.md, "One INSERT per call")."""
+    db.execute("DROP INDEX IF EXISTS idx_calls_predecessor")
