@@ -175,6 +175,31 @@ def test_a_restarted_writer_reuses_the_chunks_and_segments_stored_before_it(tmp_
     assert _found(path, "ibex") == {first[0].id, again[0].id}  # each session's first call holding it
 
 
+def test_every_stored_call_is_numbered_once_in_storing_order_and_a_rolled_back_one_never(tmp_path):
+    """``ingest`` numbers each call in ``stored_order`` itself (no trigger on a call's INSERT), in the
+    call's savepoint: a call that fails at its INSERT takes no number."""
+    path = tmp_path / "k.db"
+    _fail_boom_inserts(path)
+    w = _writer(path)
+    try:
+        calls = [_call("lynx", session_label="s"), _call("puma", session_label="s", path="/boom"),
+                 _call("lynx", session_label="t")]
+        _store(w, calls)
+        _wait(w, 3)
+    finally:
+        assert w.stop()
+    assert w.stats().failed == 1
+    db = queries.open_db(path)
+    try:
+        numbered = db.execute("SELECT call_id FROM stored_order ORDER BY seq").fetchall()
+        triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'calls' "
+                              "AND sql LIKE '%INSERT ON calls%' AND name != 'boom'").fetchall()
+    finally:
+        db.close()
+    assert [r[0] for r in numbered] == [calls[0].id, calls[2].id]
+    assert triggers == []
+
+
 def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(tmp_path):
     """A call without a session id is placed by its lineage: its row is inserted there, numbered
     there, and the search index names that session."""
