@@ -143,6 +143,9 @@ class IngestState:
     bodies: BodyMemory = field(default_factory=BodyMemory)  # recent request bodies, parsed
     failures: RecentFailures = field(default_factory=RecentFailures)
     ids: KnownIds = field(default_factory=KnownIds)
+    # The calls of a batch the writer rolled back and stores again: their analysis is taken as it was
+    # (docs/architecture.md, "A savepoint only after a failure").
+    redo: set[str] = field(default_factory=set)
 
     def forget(self) -> None:
         """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows."""
@@ -286,6 +289,7 @@ def ingest(
             _parsed=d.parsed,
             _no_failed_twin=no_failed_twin,  # no failed call with this body can be in its retry window
             _known=state.ids,
+            _redo=ex.id in state.redo,  # stored again after its batch rolled back: analysed already
         )
     after, placed = [], False
     for analyzer in analyzers:
