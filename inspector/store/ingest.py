@@ -257,9 +257,15 @@ class IngestResult:
 
 
 def ingest(
-    db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
+    db: sqlite_utils.Database, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = (),
+    *, isolated: bool = True,
 ) -> IngestResult:
-    """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
+    """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored.
+
+    ``isolated``: the call is in a savepoint of its own, and so is each analyzer that writes more than
+    one statement, whose failure is then undone and reported. Not isolated (the writer's first attempt
+    at a batch), such an analyzer runs without one and its failure is raised: the writer stores the
+    batch again, isolated (docs/architecture.md, "A savepoint only after a failure")."""
     d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]
@@ -324,8 +330,12 @@ def ingest(
         call.update(row, _rowid=rowid)
         for analyzer in after:
             mark = len(state.ids.terms)
+            single = getattr(analyzer, "single_write", False)  # one statement: it cannot half-fail
+            if not (single or isolated):
+                analyzer(db, call)  # a failure fails the call: stored again, isolated
+                continue
             try:
-                if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
+                if single:
                     analyzer(db, call)
                     continue
                 with Savepoint(db):  # a failing analyzer's writes are undone, the call stays

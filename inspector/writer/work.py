@@ -76,7 +76,7 @@ def store_one(
             with store.Savepoint(db):
                 result = ingest(db, ex, state, analyzers)
         else:
-            result = ingest(db, ex, state, analyzers)
+            result = ingest(db, ex, state, analyzers, isolated=False)
     except Exception as e:
         if not db.conn.in_transaction or store_unavailable(e):
             raise  # the store failed, or the error ended the whole transaction: redo the batch
