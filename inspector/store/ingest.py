@@ -322,8 +322,9 @@ def ingest(
     ).lastrowid
     # Its number in the storing order (the OTLP export's position), in the call's savepoint. Not a
     # trigger on calls: a statement with a trigger journals every page it changes, ~30 us per call
-    # with the row's indexes (docs/architecture.md, "One INSERT per call").
-    db.execute("INSERT INTO stored_order (call_id) VALUES (?)", [row["id"]])
+    # with the row's indexes (docs/architecture.md, "One INSERT per call"). OR IGNORE: a file migrated
+    # only part of the way (before m016) still has the trigger, which numbered it already.
+    db.execute("INSERT OR IGNORE INTO stored_order (call_id) VALUES (?)", [row["id"]])
     if is_failure(row["outcome"], row["status"], row["response_complete"]):
         state.failures.add(row["request_sha256"], ex.started_at)
     if after:
