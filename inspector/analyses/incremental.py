@@ -298,8 +298,10 @@ def prepare(
     found = _items(api, body)
     scanned = None
     if found is not None and raw is not None:
+        # A body of at most min_reuse bytes shares fewer with any candidate: none is compared.
+        usable = [c for c in candidates if c.api == api] if len(raw) > min_reuse else []
         try:
-            scanned = scan_items(raw, found[0], [c for c in candidates if c.api == api])
+            scanned = scan_items(raw, found[0], usable)
         except (ValueError, IndexError):
             scanned = None
         if scanned is not None and len(scanned[1]) != len(found[1]):
