@@ -10,7 +10,6 @@ Importing this module registers it with the store (``store/db.py``: ``set_segmen
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -50,8 +49,7 @@ def response_pieces(response: Any) -> list[Piece]:
 
     def add(pointer: str, text: str) -> None:
         if text.strip():
-            digest = hashlib.sha256(("responses\0" + text).encode()).hexdigest()
-            out.append(Piece(digest, SearchArea.RESPONSES, "response", pointer, text))
+            out.append(Piece(SearchArea.RESPONSES, "response", pointer, text))
 
     def walk(value: Any, pointer: str, depth: int) -> None:
         # Only containers are walked into: a scalar holds no text but a text key's (every stored call
@@ -86,7 +84,7 @@ def prompt_pieces(prepared: Prepared | None, *, reused: bool = False) -> list[Pi
         first_new = prepared.head + prepared.starts[prepared.reused_items]
         segments = segments[: prepared.head] + segments[first_new:]
     return [
-        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
+        Piece(AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
         for seg in segments
         if seg.text.strip()
     ]

@@ -29,9 +29,9 @@ HIT_START, HIT_END = "\x02", "\x03"  # around matched words in a snippet: never 
 
 @dataclass(frozen=True)
 class Piece:
-    """One searchable text of a call: a prompt segment or a text of the response."""
+    """One searchable text of a call: a prompt segment or a text of the response (keyed by
+    ``segment_key`` of its text)."""
 
-    hash: str
     area: str  # a SearchArea
     body: str  # "request" or "response"
     pointer: str
