@@ -297,11 +297,14 @@ def prepare(
     ``min_reuse``: fewer shared bytes are canonicalised again (cheaper than joining to the base)."""
     found = _items(api, body)
     scanned = None
+    if found is not None and raw is not None and len(raw) <= min_reuse:
+        # It shares fewer than min_reuse bytes with any candidate, and a later body would share as few
+        # with it: nothing to compare, and no item ends to find (it is not reusable).
+        prompt = canonicalize(api, body)
+        return (Prepared(prompt.api, prompt, raw) if prompt is not None else None), None
     if found is not None and raw is not None:
-        # A body of at most min_reuse bytes shares fewer with any candidate: none is compared.
-        usable = [c for c in candidates if c.api == api] if len(raw) > min_reuse else []
         try:
-            scanned = scan_items(raw, found[0], usable)
+            scanned = scan_items(raw, found[0], [c for c in candidates if c.api == api])
         except (ValueError, IndexError):
             scanned = None
         if scanned is not None and len(scanned[1]) != len(found[1]):
