@@ -46,9 +46,9 @@ class Derived:
 
 
 # A body smaller than this is parsed by ``json.loads`` and hashed whole: reusing a recent body costs more
-# than that below about 10 KB (its bookkeeping is a few dozen microseconds), and what the next body could
+# than that for a small body (its bookkeeping is ten microseconds or more), and what the next body could
 # reuse of it is as small (docs/architecture.md, "Bodies parsed at the cost of their new bytes").
-SMALL_BODY = 4096
+SMALL_BODY = 1024
 
 # json.dumps with arguments builds an encoder on every call: these are built once.
 _PAIRS = json.JSONEncoder(ensure_ascii=False).encode
