@@ -148,9 +148,11 @@ class IngestState:
     redo: set[str] = field(default_factory=set)
 
     def forget(self) -> None:
-        """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows."""
+        """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows,
+        and analyse again what is stored from now on (a deletion may change the analysis)."""
         self.bases.clear()
         self.ids.clear()
+        self.redo.clear()
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}

@@ -444,7 +444,6 @@ class CaptureWriter:
             with contextlib.suppress(Exception):
                 db.rollback()
             state.forget()
-            state.redo.clear()
             self._pending.extendleft(reversed(batch))  # first in line again, in order
             self._storing = 0
             if store_unavailable(e):
