@@ -156,6 +156,7 @@ class IngestState:
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
+_INSERTS: dict[tuple[str, ...], str] = {}  # a call row's columns -> its INSERT statement
 
 
 def _candidates(
@@ -318,10 +319,13 @@ def ingest(
         row["seq"] = state.ids.next_seq(db, row["session"])
     stored = dict(row)
     headers.store_pairs(db, stored, state.ids)  # the header lists as shared sets (docs/architecture.md, "Body storage")
-    cols = list(stored)
-    rowid = db.execute(
-        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
-    ).lastrowid
+    cols = tuple(stored)
+    sql = _INSERTS.get(cols)
+    if sql is None:  # the same few column lists come back call after call: their statement text is kept
+        if len(_INSERTS) >= 64:
+            _INSERTS.clear()
+        sql = _INSERTS[cols] = f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    rowid = db.execute(sql, list(stored.values())).lastrowid
     # Its number in the storing order (the OTLP export's position), in the call's savepoint. Not a
     # trigger on calls: a statement with a trigger journals every page it changes, ~30 us per call
     # with the row's indexes (docs/architecture.md, "One INSERT per call"). OR IGNORE: a file migrated
