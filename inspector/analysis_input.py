@@ -123,7 +123,8 @@ def _from_writer(db: Db, call: dict) -> CallInput:
     ex = call["_exchange"]
     parsed = call.get("_parsed")
     rowid = call.get("_rowid") or rowid_of(db, call["id"])
-    return CallInput(
+    fields = _common(call, rowid)
+    fields.update(
         headers=_headers(ex.request_headers),
         annotations=tuple(ex.annotations),
         body=call.get("_request_json"),
@@ -131,8 +132,12 @@ def _from_writer(db: Db, call: dict) -> CallInput:
         response=parsed.body if parsed is not None else None,
         started_at=unix_time(call["started_at"]),  # the stored time, so reindex sees the very same
         no_failed_twin=bool(call.get("_no_failed_twin")),
-        **_common(call, rowid),
     )
+    # Every field given: made without the frozen dataclass's __init__ (a setattr per field), as
+    # ``inserted`` makes its copy, since it runs for every stored call.
+    made = object.__new__(CallInput)
+    made.__dict__.update(fields)
+    return made
 
 
 def from_row(db: Db, call_id: str) -> CallInput:

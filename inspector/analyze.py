@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,8 @@ UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
 # Segment counts kept for reuse (~350 bytes each): a long session's distinct segments, not every
 # segment a long-running daemon ever counted (docs/architecture.md, "Memory").
 COUNTED_SEGMENTS = 16_384
+# Calls whose columns are kept for a batch the writer stores again after a failure: at least a batch's.
+REDO_KEPT = 512
 # Shared leading items below this many bytes are canonicalised again: joining a new prompt to its
 # base costs more than that (a small call re-sending only its system prompt).
 MIN_REUSE = 1024
@@ -125,7 +128,8 @@ class Analysis:
             "cache": _dumps(_compact(cache)),
             "cache_lost_tokens": c.lost_tokens if c else None,
             "cache_lost_usd": c.lost_cost_usd if c else None,
-            "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers]),
+            "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers])
+            if self.markers else "[]",
             "has_compaction_before": int(has_compaction_before(self.markers)),
             "response_id": self.response_id,
             "attempt": self.attempt,
@@ -174,14 +178,33 @@ class Analyzer:
         self.cache_memory: CacheMemory | None = None  # learned minimums are loaded from the store on first use
         self.last: SharedPrompt | None = None  # what the last call written had prepared, for the search index
         self._prepared: tuple[str, Prepared | None, str | None] | None = None  # a SharedPrompt without its session
+        # call id -> (its columns, the minimums it learned) for the writer's calls analysed last: a batch
+        # rolled back and stored again takes them as they were, since this memory already holds the
+        # calls (docs/architecture.md, "A savepoint only after a failure")
+        self._analysed: OrderedDict[str, tuple[dict, list[Learned]]] = OrderedDict()
+        self._learned: list[Learned] = []  # what the last _columns saved
 
     def __call__(self, db: Db, call: dict) -> None:
         self.apply(db, from_writer(db, call))
 
     def row_columns(self, db: Db, call: dict) -> dict:
         """The analysis of a call the writer is about to insert: its columns go into the INSERT
-        (docs/architecture.md, "One INSERT per call")."""
-        return self._columns(db, from_writer(db, call), live=True)[1]
+        (docs/architecture.md, "One INSERT per call"). A call stored again (``_redo``: its batch
+        rolled back) gets the columns it got the first time, and its learned minimums saved again."""
+        if call.get("_redo"):
+            found = self._analysed.get(call["id"])
+            if found is not None:
+                self.last = None  # the search index prepares the prompt itself
+                cols, learned = found
+                if learned:
+                    _save_learned(db, learned, call["id"])
+                return dict(cols)
+        cols = self._columns(db, from_writer(db, call), live=True)[1]
+        self._analysed[call["id"]] = (cols, self._learned)
+        self._analysed.move_to_end(call["id"])
+        if len(self._analysed) > REDO_KEPT:
+            self._analysed.popitem(last=False)
+        return cols
 
     def release(self) -> None:
         """Forget recent calls, counts and learned minimums (an idle writer): a session that comes
@@ -190,6 +213,7 @@ class Analyzer:
         self.counter.clear()
         self.cache_memory = None
         self.last = self._prepared = None
+        self._analysed.clear()
 
     def apply(self, db: Db, inp: CallInput, *, live: bool = True) -> Analysis:
         """Analyse one stored call and write the result onto its row."""
@@ -203,7 +227,9 @@ class Analyzer:
         cols = analysis.columns()
         if self._prepared is not None and self._prepared[0] == inp.id:
             self.last = SharedPrompt(inp.id, analysis.session, *self._prepared[1:])
+        self._learned = []
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
+            self._learned = list(self.cache_memory.unsaved)
             _save_minimums(db, self.cache_memory, inp.id)
         return analysis, cols
 
@@ -380,12 +406,16 @@ def _after_failure(db: Db, inp: CallInput, placement: Placement) -> Placement:
 
 def _save_minimums(db: Db, memory: CacheMemory, call_id: str) -> None:
     """Persist what the analysis learned of the providers' cache minimums; a failure costs only that."""
+    _save_learned(db, memory.unsaved, call_id)
+    memory.unsaved.clear()
+
+
+def _save_learned(db: Db, learned: list[Learned], call_id: str) -> None:
     try:
-        for learned in memory.unsaved:
-            cache_minimums.save(db, learned.family, learned.model, learned.tokens, learned.at, call_id)
+        for one in learned:
+            cache_minimums.save(db, one.family, one.model, one.tokens, one.at, call_id)
     except sqlite3.Error as e:
         log.warning("could not store a learned cache minimum: %s", e)
-    memory.unsaved.clear()
 
 
 def _response_id(response: Any) -> str | None:

@@ -10,7 +10,6 @@ Importing this module registers it with the store (``store/db.py``: ``set_segmen
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -48,24 +47,26 @@ def response_pieces(response: Any) -> list[Piece]:
 
     def add(pointer: str, text: str) -> None:
         if text.strip():
-            digest = hashlib.sha256(("responses\0" + text).encode()).hexdigest()
-            out.append(Piece(digest, SearchArea.RESPONSES, "response", pointer, text))
+            out.append(Piece(SearchArea.RESPONSES, "response", pointer, text))
 
     def walk(value: Any, pointer: str, depth: int) -> None:
+        # Only containers are walked into: a scalar holds no text but a text key's (every stored call
+        # goes through here, and most of a response's values are scalars).
         if depth > 64:
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                here = f"{pointer}/{_escape(str(key))}"
-                if isinstance(item, str) and key in _RESPONSE_TEXT_KEYS:
-                    add(here, item)
+                if isinstance(item, str):
+                    if key in _RESPONSE_TEXT_KEYS:
+                        add(f"{pointer}/{_escape(str(key))}", item)
                 elif isinstance(item, dict) and key in _RESPONSE_JSON_KEYS:
-                    add(here, canonical_json(item))
-                else:
-                    walk(item, here, depth + 1)
+                    add(f"{pointer}/{_escape(str(key))}", canonical_json(item))
+                elif isinstance(item, (dict, list)):
+                    walk(item, f"{pointer}/{_escape(str(key))}", depth + 1)
         elif isinstance(value, list):
             for i, item in enumerate(value):
-                walk(item, f"{pointer}/{i}", depth + 1)
+                if isinstance(item, (dict, list)):
+                    walk(item, f"{pointer}/{i}", depth + 1)
 
     walk(response, "", 0)
     return out
@@ -81,7 +82,7 @@ def prompt_pieces(prepared: Prepared | None, *, reused: bool = False) -> list[Pi
         first_new = prepared.head + prepared.starts[prepared.reused_items]
         segments = segments[: prepared.head] + segments[first_new:]
     return [
-        Piece(seg.hash, AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
+        Piece(AREA_OF_KIND.get(seg.kind, SearchArea.MESSAGES), "request", seg.pointer, seg.text)
         for seg in segments
         if seg.text.strip()
     ]

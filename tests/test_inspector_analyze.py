@@ -358,3 +358,24 @@ def test_a_client_without_ids_gets_a_new_session_after_a_long_idle_gap(tmp_path)
     assert a["session"] == b["session"] == d["session"] != c["session"]
     assert (b["epoch_reason"], c["epoch_reason"]) == ("thread_start", "session_start")
     assert d["predecessor"] == a["id"]  # resumed after 40 minutes: its lineage still finds it
+
+
+def test_the_writers_call_input_has_every_field_and_equals_the_one_read_back(tmp_path):
+    """``from_writer`` makes its CallInput without the dataclass's __init__: it must still set every
+    field, and read the call as ``from_row`` reads it back from the store."""
+    import dataclasses
+
+    from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
+    from ctxscope.inspector.store import db as store
+    from ctxscope.inspector.store.ingest import IngestState, ingest
+
+    seen: list[CallInput] = []
+    db = store.connect(tmp_path / "c.db")
+    with db.atomic():
+        ingest(db, make_exchange(1), IngestState(capture_epoch=1),
+               [lambda db, call: seen.append(from_writer(db, call))])
+    [live] = seen
+    assert set(vars(live)) == {f.name for f in dataclasses.fields(CallInput)}
+    stored = from_row(db, live.id)
+    db.close()
+    assert dataclasses.replace(live, no_failed_twin=False) == stored

@@ -142,6 +142,64 @@ def test_another_connections_deletion_leaves_no_stale_id(tmp_path):
     assert _found(path, "okapi") == {again[0].id}
 
 
+def test_a_restarted_writer_reuses_the_chunks_and_segments_stored_before_it(tmp_path):
+    """A new chunk or search segment is inserted without a look-up first: one the store already holds
+    (stored by an earlier writer, unknown to this one) keeps its row and its id."""
+    path = tmp_path / "k.db"
+    w = _writer(path)
+    try:
+        first = [_call("ibex", session_label="a")]
+        _store(w, first)
+        _wait(w, 1)
+    finally:
+        assert w.stop()
+    db = queries.open_db(path)
+    try:
+        counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")]
+    finally:
+        db.close()
+    w = _writer(path)  # knows no id: the same bodies and texts meet the rows the first writer stored
+    try:
+        again = [_call("ibex", session_label="b")]
+        _store(w, again)
+        _wait(w, 1)
+    finally:
+        assert w.stop()
+    assert w.stats().failed == 0
+    _check_all(path, first + again)
+    db = queries.open_db(path)
+    try:
+        assert [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")] == counts
+    finally:
+        db.close()
+    assert _found(path, "ibex") == {first[0].id, again[0].id}  # each session's first call holding it
+
+
+def test_every_stored_call_is_numbered_once_in_storing_order_and_a_rolled_back_one_never(tmp_path):
+    """``ingest`` numbers each call in ``stored_order`` itself (no trigger on a call's INSERT), in the
+    call's savepoint: a call that fails at its INSERT takes no number."""
+    path = tmp_path / "k.db"
+    _fail_boom_inserts(path)
+    w = _writer(path)
+    try:
+        calls = [_call("lynx", session_label="s"), _call("puma", session_label="s", path="/boom"),
+                 _call("lynx", session_label="t")]
+        _store(w, calls)
+        _wait(w, 3)
+    finally:
+        assert w.stop()
+    assert w.stats().failed == 1
+    db = queries.open_db(path)
+    try:
+        numbered = db.execute("SELECT call_id FROM stored_order ORDER BY seq").fetchall()
+        triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'calls' "
+                              "AND sql LIKE '%INSERT ON calls%' AND name != 'boom'").fetchall()
+    finally:
+        db.close()
+    assert [r[0] for r in numbered] == [calls[0].id, calls[2].id]
+    assert triggers == []
+
+
 def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(tmp_path):
     """A call without a session id is placed by its lineage: its row is inserted there, numbered
     there, and the search index names that session."""

@@ -164,6 +164,69 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
     assert status["write_failed"] == 1 and "disk on fire" in status["last_error"]["detail"]
 
 
+def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_had_its_savepoint(
+    tmp_path, monkeypatch, caplog
+):
+    """Calls are stored without a savepoint each; one that fails sends its batch back, stored again
+    with a savepoint per call, and every other call gets the analysis it gets when each call is
+    isolated from the start (the calls before the failure are not analysed a second time)."""
+    from factories import anthropic_request
+
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.writer import thread, work
+
+    turns = [[{"role": "user", "content": "first question"}]]
+    turns.append(turns[-1] + [{"role": "assistant", "content": "first answer"},
+                              {"role": "user", "content": "second question"}])
+    turns.append(turns[-1] + [{"role": "assistant", "content": "second answer"},
+                              {"role": "user", "content": "third question"}])
+
+    def traffic():
+        return [make_exchange(request=anthropic_request(turns[0]), session_label="s"),
+                make_exchange(request=anthropic_request(turns[1]), session_label="s", client="boom"),
+                make_exchange(request=anthropic_request(turns[1]), session_label="s"),
+                make_exchange(request=anthropic_request(turns[2]), session_label="s")]
+
+    def run(path, isolated: bool):
+        store.connect(path).execute("CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.client = 'boom' "
+                                    "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+        if isolated:  # the reference: each call in its savepoint from the start
+            monkeypatch.setattr(thread, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
+        exs = traffic()
+        w = CaptureWriter(path, analyzers=writer_analyzers(), status_file=False, batch_interval=60)
+        for ex in exs:  # queued before the writer starts: one batch
+            w.submit(ex)
+        w.start()
+        assert w.stop()
+        monkeypatch.undo()
+        assert (w.stats().written, w.stats().failed) == (3, 1)
+        db = queries.open_db(path)
+        try:
+            cols = ("seq", "thread", "predecessor", "relation", "epoch_reason", "relation_detail", "tokens_estimated",
+                    "tokens_by_category", "cache_verdict", "cache", "markers", "attempt", "retry_of", "grouped_by")
+            ids = {ex.id: n for n, ex in enumerate(exs)}  # ids differ between the runs: compare positions
+            rows = []
+            for row in db.execute(f"SELECT id, {', '.join(cols)} FROM calls ORDER BY rowid").fetchall():
+                rows.append([ids[row[0]]] + [ids.get(v, v) for v in row[1:]])
+            numbered = [ids[r[0]] for r in db.execute("SELECT call_id FROM stored_order ORDER BY seq")]
+            hits = sorted(ids[h["call"]] for h in search_hits(db))
+            return rows, numbered, hits
+        finally:
+            db.close()
+
+    from ctxscope.inspector.store.derived.search import search
+
+    def search_hits(db):
+        return search(db, "question") + search(db, "answer")
+
+    with caplog.at_level(logging.INFO, logger="ctxscope.store"):
+        again = run(tmp_path / "again.db", isolated=False)
+    assert "storing the batch again" in caplog.text
+    reference = run(tmp_path / "isolated.db", isolated=True)
+    assert again == reference
+    assert [r[0] for r in again[0]] == [0, 2, 3] and again[1] == [0, 2, 3]
+
+
 def test_a_failure_that_kills_the_transaction_costs_only_that_call(tmp_path):
     """RAISE(ROLLBACK) ends the whole transaction, like SQLITE_FULL can: the batch is redone call by call."""
     path = tmp_path / "c.db"

@@ -31,6 +31,7 @@ from ctxscope.inspector.analyses.canonical_prompt import (
     canonical_json,
     is_reminder,
 )
+from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.vocab.apis import Api
 
 _PROMPT_KEYS: dict[str, set[str]] = {
@@ -98,10 +99,12 @@ def _nested_text(content: Any) -> tuple[str, int]:
 class _Builder:
     def __init__(self):
         self.segments: list[Segment] = []
+        self.digests: list[bytes] = []  # the segments' hashes as bytes: the prompt's Hashes without a hex round trip
 
     def add(self, pointer, kind, role, text, norm, area, marker=None, *, name=None, ref=None, images=0, extras=None):
-        digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).hexdigest()
-        self.segments.append(Segment(pointer, kind, role, text, digest, marker, name, ref, images))
+        digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).digest()
+        self.digests.append(digest)
+        self.segments.append(Segment(pointer, kind, role, text, digest.hex(), marker, name, ref, images))
 
     def text(self, pointer, role, text, norm, area, marker=None, extras=None):
         self.add(pointer, _text_kind(role, text), role, text, norm, area, marker, extras=extras)
@@ -369,4 +372,5 @@ def canonicalize(api: str | None, body: Any) -> CanonicalPrompt | None:
     params = {k: v for k, v in body.items() if k not in prompt_keys and k not in POLICY_KEYS}
     model = body.get("model") if isinstance(body.get("model"), str) else None
     prev = body.get("previous_response_id") if api == Api.OPENAI_RESPONSES else None
-    return CanonicalPrompt(api, model, segments, policy, params, prev if isinstance(prev, str) else None)
+    return CanonicalPrompt(api, model, segments, policy, params, prev if isinstance(prev, str) else None,
+                           hashes=Hashes.from_digests(b"".join(b.digests)))

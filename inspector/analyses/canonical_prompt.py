@@ -80,8 +80,12 @@ class CanonicalPrompt:
         return conv if isinstance(conv, str) and conv else None
 
 
+# json.dumps with arguments builds an encoder on every call: this one is built once.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _CANONICAL(value)
 
 
 def escape(token: Any) -> str:

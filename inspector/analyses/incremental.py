@@ -297,6 +297,11 @@ def prepare(
     ``min_reuse``: fewer shared bytes are canonicalised again (cheaper than joining to the base)."""
     found = _items(api, body)
     scanned = None
+    if found is not None and raw is not None and len(raw) <= min_reuse:
+        # It shares fewer than min_reuse bytes with any candidate, and a later body would share as few
+        # with it: nothing to compare, and no item ends to find (it is not reusable).
+        prompt = canonicalize(api, body)
+        return (Prepared(prompt.api, prompt, raw) if prompt is not None else None), None
     if found is not None and raw is not None:
         try:
             scanned = scan_items(raw, found[0], [c for c in candidates if c.api == api])

@@ -22,11 +22,9 @@ then to the latest.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -132,37 +130,23 @@ def _compacts(cur: CanonicalPrompt, lead: int | None = None) -> bool:
     return any(is_summary(seg) for seg in cur.segments[lead : lead + COMPACTION_SUMMARY_WITHIN])
 
 
-class _Seen:
-    """Each remembered prompt's thread key and conversation, computed once: a call is compared
-    with every recent call of its pool, and those prompts do not change. An entry goes with its
-    prompt (a weak reference: this never keeps a prompt, and its texts, alive), and there are at
-    most ``size``."""
-
-    def __init__(self, size: int = 256):
-        self.size = size
-        self._by_id: dict[int, tuple[weakref.ref, str, Sequence[str], str | None]] = {}
-
-    def of(self, prompt: CanonicalPrompt) -> tuple[str, Sequence[str], str | None]:
-        """(thread key, conversation hashes, the first of them or None)."""
-        found = self._by_id.get(id(prompt))
-        if found is not None and found[0]() is prompt:
-            return found[1], found[2], found[3]
-        if len(self._by_id) >= self.size:
-            with contextlib.suppress(RuntimeError, StopIteration):  # another thread's analyzer changed it meanwhile
-                self._by_id.pop(next(iter(self._by_id)), None)  # the oldest entry (dicts keep insertion order)
-        key, convo = thread_key(prompt), _conversation(prompt)
-        first = convo[0] if len(convo) else None
-        pid, entries = id(prompt), self._by_id
-
-        def gone(ref: weakref.ref) -> None:  # the prompt was freed: its id may be reused
-            if (entry := entries.get(pid)) is not None and entry[0] is ref:
-                entries.pop(pid, None)
-
-        self._by_id[pid] = (weakref.ref(prompt, gone), key, convo, first)
-        return key, convo, first
+_SEEN = "_thread_seen"  # where a prompt keeps what ``_seen`` computed of it
 
 
-_seen = _Seen()
+def _seen(prompt: CanonicalPrompt) -> tuple[str, int, str | None]:
+    """(thread key, how many leading tools and system segments, the first conversation hash or None),
+    computed once per prompt and kept on it, as ``functools.cached_property`` keeps a value: a call is
+    compared with every recent call of its pool, and those prompts do not change (they are frozen).
+    Kept on the prompt, it lives as long as the prompt and no longer, and costs no look-up."""
+    found = prompt.__dict__.get(_SEEN)
+    if found is None:
+        hashes = prompt.hashes
+        lead = 0
+        while lead < len(hashes) and prompt.segments[lead].kind in _LEADING_AREAS:
+            lead += 1
+        found = (thread_key(prompt), lead, hashes[lead] if lead < len(hashes) else None)
+        prompt.__dict__[_SEEN] = found
+    return found
 
 
 def shared_text(a: CanonicalPrompt, b: CanonicalPrompt) -> int:
@@ -192,20 +176,22 @@ def choose_predecessor(
     shared first turn; a shared system prompt alone is no link between two conversations. A
     compaction of a candidate's history qualifies either way. Without a predecessor of the same
     API, one of another API whose text the call continues is taken (an API switch)."""
-    # Through the cache: this prompt is a candidate of the next calls' pools.
-    key, convo, first = _seen.of(candidate)
-    lead = len(candidate.hashes) - len(convo)  # _lead(candidate)
+    # Kept on the prompt: it is a candidate of the next calls' pools.
+    key, lead, first = _seen(candidate)
+    convo: Sequence[str] | None = None  # its conversation's hashes, sliced once a candidate needs them
     compacts = _compacts(candidate, lead)  # the same for every candidate
     best: tuple[int, int, bool, int] | None = None
     best_id = None
     for index, (call_id, prompt) in enumerate(recent):
         if prompt is None or prompt.api != candidate.api:
             continue
-        its_key, its_convo, its_first = _seen.of(prompt)
+        its_key, its_lead, its_first = _seen(prompt)
         if its_first != first and not compacts and (its_key != key or (strict and its_first is not None)):
             continue  # no shared conversation, so no lineage (the rules below, without comparing prefixes)
         shared = shared_prefix(prompt.hashes, candidate.hashes)
-        shared_convo = shared_prefix(its_convo, convo)
+        if convo is None:
+            convo = candidate.hashes[lead:]
+        shared_convo = shared_prefix(prompt.hashes[its_lead:], convo)
         extends = shared == len(prompt.hashes)
         if compacts and shared >= lead:  # it keeps this one's system prefix, then a summary: a compaction
             pass

@@ -145,9 +145,13 @@ def _chunk_put(db: Db, raw: bytes, known: KnownIds | None = None) -> int:
 
 
 def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = None) -> int:
-    row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
-    if row is not None:
-        return row[0]
+    """The chunk's id, inserted when new. The writer asks its ``KnownIds`` first, so a chunk that gets
+    here is mostly new: it is inserted at once, and looked up only when the store already had it
+    (one statement per new chunk, not two; docs/architecture.md, "One INSERT per call")."""
+    if known is None:
+        row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
+        if row is not None:
+            return row[0]
     if known is not None and known.zstd_dict is not None:
         dict_id = known.zstd_dict[0]
         current = None if dict_id is None else (dict_id, _load_dict(db, dict_id))
@@ -156,7 +160,10 @@ def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = Non
         if known is not None:
             known.zstd_dict = (current[0] if current else None,)
     data = _compressor(current).compress(raw, zstd.ZstdCompressor.FLUSH_FRAME)
-    cur = db.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?)", [digest, current and current[0], data])
+    cur = db.conn.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+                          [digest, current and current[0], data])
+    if cur.rowcount != 1:  # stored already (before this writer knew it): its id
+        return db.conn.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()[0]
     assert cur.lastrowid is not None
     if cur.lastrowid % DICT_TRY_EVERY == 0:
         trained = _maybe_train(db, cur.lastrowid, current)

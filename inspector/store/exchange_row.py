@@ -45,13 +45,18 @@ class Derived:
     parsed: ParsedResponse | None
 
 
+# A body smaller than this is parsed by ``json.loads`` and hashed whole: reusing a recent body costs more
+# than that for a small body (its bookkeeping is ten microseconds or more), and what the next body could
+# reuse of it is as small (docs/architecture.md, "Bodies parsed at the cost of their new bytes").
+SMALL_BODY = 1024
+
 # json.dumps with arguments builds an encoder on every call: these are built once.
 _PAIRS = json.JSONEncoder(ensure_ascii=False).encode
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
 def _pairs_json(pairs: Sequence[tuple[str, str]]) -> str:
-    return _PAIRS([[k, v] for k, v in pairs])
+    return _PAIRS([[k, v] for k, v in pairs]) if pairs else "[]"
 
 
 def _dumps(value: Any) -> str | None:
@@ -97,17 +102,20 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: Body
     request_json: Any = None
     json_ok: int | None = None
     request_sha256 = None
+    session = session_key(ex)
     if request_body:
-        key = session_key(ex)
         try:
-            request_json, reusable = parse(request_body, bodies.get(key) if bodies is not None else ())
+            if len(request_body) < SMALL_BODY:
+                request_json, reusable = json.loads(request_body), None
+            else:
+                request_json, reusable = parse(request_body, bodies.get(session) if bodies is not None else ())
             json_ok = 1
         except (ValueError, RecursionError):
             json_ok, reusable = 0, None
         if reusable is not None:
             request_sha256 = reusable.digest
             if bodies is not None:
-                bodies.add(key, reusable)
+                bodies.add(session, reusable)
         else:
             request_sha256 = hashlib.sha256(request_body).hexdigest()
 
@@ -138,7 +146,7 @@ def derive(ex: Exchange, max_decoded_bytes: int = DEFAULT_MAX_SIZE, bodies: Body
 
     row = {
         "id": ex.id,
-        "session": session_key(ex),
+        "session": session,
         "provider": ex.provider,
         "upstream": ex.upstream,
         "api": api,

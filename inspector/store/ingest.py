@@ -141,14 +141,20 @@ class IngestState:
     bodies: BodyMemory = field(default_factory=BodyMemory)  # recent request bodies, parsed
     failures: RecentFailures = field(default_factory=RecentFailures)
     ids: KnownIds = field(default_factory=KnownIds)
+    # The calls of a batch the writer rolled back and stores again: their analysis is taken as it was
+    # (docs/architecture.md, "A savepoint only after a failure").
+    redo: set[str] = field(default_factory=set)
 
     def forget(self) -> None:
-        """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows."""
+        """What the store held may be gone (a rollback, a deletion): keep nothing that names its rows,
+        and analyse again what is stored from now on (a deletion may change the analysis)."""
         self.bases.clear()
         self.ids.clear()
+        self.redo.clear()
 
 
 _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
+_INSERTS: dict[tuple[str, ...], str] = {}  # a call row's columns -> its INSERT statement
 
 
 def _candidates(
@@ -252,9 +258,15 @@ class IngestResult:
 
 
 def ingest(
-    db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = ()
+    db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = (),
+    *, isolated: bool = True,
 ) -> IngestResult:
-    """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored."""
+    """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored.
+
+    ``isolated``: the call is in a savepoint of its own, and so is each analyzer that writes more than
+    one statement, whose failure is then undone and reported. Not isolated (the writer's first attempt
+    at a batch), such an analyzer runs without one and its failure is raised: the writer stores the
+    batch again, isolated (docs/architecture.md, "A savepoint only after a failure")."""
     d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]
@@ -284,6 +296,7 @@ def ingest(
             _parsed=d.parsed,
             _no_failed_twin=no_failed_twin,  # no failed call with this body can be in its retry window
             _known=state.ids,
+            _redo=ex.id in state.redo,  # stored again after its batch rolled back: analysed already
         )
     after, placed = [], False
     for analyzer in analyzers:
@@ -304,18 +317,30 @@ def ingest(
         row["seq"] = state.ids.next_seq(db, row["session"])
     stored = dict(row)
     headers.store_pairs(db, stored, state.ids)  # the header lists as shared sets (docs/architecture.md, "Body storage")
-    cols = list(stored)
-    rowid = db.execute(
-        f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [stored[c] for c in cols]
-    ).lastrowid
+    cols = tuple(stored)
+    sql = _INSERTS.get(cols)
+    if sql is None:  # the same few column lists come back call after call: their statement text is kept
+        if len(_INSERTS) >= 64:
+            _INSERTS.clear()
+        sql = _INSERTS[cols] = f"INSERT INTO calls ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    rowid = db.execute(sql, list(stored.values())).lastrowid
+    # Its number in the storing order (the OTLP export's position), in the call's savepoint. Not a
+    # trigger on calls: a statement with a trigger journals every page it changes, ~30 us per call
+    # with the row's indexes (docs/architecture.md, "One INSERT per call"). OR IGNORE: a file migrated
+    # only part of the way (before m016) still has the trigger, which numbered it already.
+    db.execute("INSERT OR IGNORE INTO stored_order (call_id) VALUES (?)", [row["id"]])
     if is_failure(row["outcome"], row["status"], row["response_complete"]):
         state.failures.add(row["request_sha256"], ex.started_at)
     if after:
         call.update(row, _rowid=rowid)
         for analyzer in after:
             mark = len(state.ids.terms)
+            single = getattr(analyzer, "single_write", False)  # one statement: it cannot half-fail
+            if not (single or isolated):
+                analyzer(db, call)  # a failure fails the call: stored again, isolated
+                continue
             try:
-                if getattr(analyzer, "single_write", False):  # one statement: it cannot half-fail
+                if single:
                     analyzer(db, call)
                     continue
                 with Savepoint(db):  # a failing analyzer's writes are undone, the call stays

@@ -462,6 +462,21 @@ CREATE TABLE search_segments_new (
     db.execute("CREATE VIEW search_text AS SELECT id, ctxscope_segment_text(id) AS text FROM search_segments")
 
 
+@migration
+def m015_drop_predecessor_index(db: sqlite_utils.Database) -> None:
+    """No query looks a call up by its predecessor (a call's predecessor is read from its own row, by
+    id), and every call's INSERT paid for the index: it goes (docs/architecture.md, "One INSERT per call")."""
+    db.execute("DROP INDEX IF EXISTS idx_calls_predecessor")
+
+
+@migration
+def m016_stored_order_from_the_writer(db: sqlite_utils.Database) -> None:
+    """``ingest`` numbers each call it inserts in ``stored_order`` itself: the trigger made every INSERT
+    of a call a statement with a trigger, which journals each page it changes (docs/architecture.md,
+    "One INSERT per call"). The trigger that deletes the number with its call stays."""
+    db.execute("DROP TRIGGER IF EXISTS stored_order_insert")
+
+
 NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
 _built: list[Migrations] = []
 

@@ -1,8 +1,9 @@
 """The background writer: the proxy's ExchangeSink, storing exchanges off the forwarding path.
 
 ``submit`` only puts the exchange on a bounded queue: it never blocks, never raises, and never
-touches SQLite. One thread owns the connection; it takes whatever is queued, stores each exchange
-in its own savepoint and commits the batch at least every ``batch_interval`` seconds (WAL,
+touches SQLite. One thread owns the connection; it takes whatever is queued, stores the exchanges
+(a failing one sends the batch back, to be stored again with a savepoint per exchange: see
+``work.py``) and commits the batch at least every ``batch_interval`` seconds (WAL,
 ``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
 fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
 
@@ -48,7 +49,7 @@ from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
 from ctxscope.inspector.writer.spool import keep_leftovers
 from ctxscope.inspector.writer.spool_format import pack
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
-from ctxscope.inspector.writer.work import Deletion, serve_deletion, store_one
+from ctxscope.inspector.writer.work import CallFailed, Deletion, serve_deletion, store_one
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
@@ -112,6 +113,7 @@ class CaptureWriter:
         # Written by the writer thread only.
         self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
         self._storing = 0  # calls of the batch being written: off the queue and _pending, not counted yet
+        self._isolate = 0  # the next this many calls are stored each in a savepoint (a batch stored again)
         self._counts: collections.Counter[str] = collections.Counter()  # the tallies of WriterStats
         self._last_error: str | None = None
         self._bytes_out = 0
@@ -393,7 +395,8 @@ class CaptureWriter:
         drops = self._drops - self._unrecorded.drops_recorded
         try:
             store.begin(db)
-            state.ids.check(db)  # another connection committed: what the writer knew may be gone
+            if state.ids.check(db):  # another connection committed: what the writer knew may be gone
+                state.redo.clear()  # ... and the analysis of a call stored again may have changed
             state.ids.defer_terms = True  # given to FTS5 once, before the commit
             state.ids.terms.clear()  # held back by a batch that rolled back: their segments are gone
             began = time.monotonic()
@@ -417,10 +420,25 @@ class CaptureWriter:
                     break
                 batch.append(nxt)
                 self._storing = len(batch)
-                store_one(db, state, nxt, self.analyzers, outcome, events)
+                isolated = self._isolate > 0
+                self._isolate -= isolated
+                store_one(db, state, nxt, self.analyzers, outcome, events, isolated=isolated)
             search.flush_terms(db, state.ids)
             record(db, outage + pending + events, drops, self._last_error)
             store.commit(db)
+        except CallFailed as e:
+            # A call failed with no savepoint of its own: the batch goes back, first in line, and is
+            # stored again with a savepoint per call; the analysis of each call it held is taken as it
+            # was (docs/architecture.md, "A savepoint only after a failure").
+            with contextlib.suppress(Exception):
+                db.rollback()
+            state.forget()
+            state.redo = {ex.id for ex in batch}
+            self._pending.extendleft(reversed(batch))
+            self._storing = 0
+            self._isolate = len(batch)
+            log.info("call %s failed in a batch of %d: storing the batch again, call by call", e.call_id, len(batch))
+            return True, stopping
         except Exception as e:
             with contextlib.suppress(Exception):
                 db.rollback()
@@ -439,6 +457,7 @@ class CaptureWriter:
             elif batch:
                 self._fail(db, self._pending.popleft(), e)
             return True, stopping
+        state.redo.clear()
         if down:
             self._outage.ended()
         self._unrecorded.recorded(len(pending), drops)

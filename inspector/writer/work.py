@@ -1,8 +1,11 @@
 """What the writer thread does with one queued item, inside its open transaction.
 
-An exchange is stored in a savepoint of its own (``store_one``): a failure that leaves the
-transaction usable rolls back that exchange alone, is counted and recorded, and the batch goes on;
-a failure of the store itself is raised so the whole batch is retried. A session deletion
+An exchange is stored without a savepoint of its own (``store_one``): a savepoint journals every
+page the call changes, which cost more than anything else of a small call. A failure that leaves
+the transaction usable raises ``CallFailed``: the writer rolls the batch back and stores it again,
+each call in a savepoint (``isolated``), so the failing one is rolled back alone, counted and
+recorded, and the others are stored (docs/architecture.md, "A savepoint only after a failure"). A
+failure of the store itself is raised so the whole batch is retried. A session deletion
 (``Deletion``) is served between two batches and answers its waiting caller (``serve_deletion``).
 """
 
@@ -48,22 +51,36 @@ def serve_deletion(db: Db, request: Deletion, state: IngestState | None = None) 
     return True
 
 
+class CallFailed(Exception):
+    """A call failed outside a savepoint of its own: its batch must be rolled back and stored again."""
+
+    def __init__(self, call_id: str):
+        super().__init__(call_id)
+        self.call_id = call_id
+
+
 def store_one(
     db: Db, state: IngestState, ex: Exchange, analyzers: Sequence[Analyzer],
-    outcome: collections.Counter, events: list,
+    outcome: collections.Counter, events: list, *, isolated: bool = True,
 ) -> None:
-    """One exchange in a savepoint: a failure rolls back only this exchange (tallied in ``outcome``,
-    its store event appended to ``events``)."""
+    """One exchange; ``isolated``: in a savepoint, so a failure rolls back only this exchange (tallied
+    in ``outcome``, its store event appended to ``events``). Not isolated, a failure that leaves the
+    transaction usable raises ``CallFailed`` (the caller rolls back and stores the batch again)."""
     if store.is_stored(db, ex.id):
         outcome["already_stored"] += 1  # a recovered spool held a call a killed writer had committed
         return
     mark = len(state.ids.terms)
     try:
-        with store.Savepoint(db):
-            result = ingest(db, ex, state, analyzers)
+        if isolated:
+            with store.Savepoint(db):
+                result = ingest(db, ex, state, analyzers)
+        else:
+            result = ingest(db, ex, state, analyzers, isolated=False)
     except Exception as e:
         if not db.conn.in_transaction or store_unavailable(e):
             raise  # the store failed, or the error ended the whole transaction: redo the batch
+        if not isolated:
+            raise CallFailed(ex.id) from e  # what it wrote cannot be undone alone: redo the batch, isolated
         state.ids.drop_terms(mark)  # the search segments they were for are rolled back
         state.forget()  # its savepoint rolled back: the ids it stored are gone
         outcome["failed"] += 1

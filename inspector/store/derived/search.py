@@ -31,9 +31,9 @@ HIT_START, HIT_END = "\x02", "\x03"  # around matched words in a snippet: never 
 
 @dataclass(frozen=True)
 class Piece:
-    """One searchable text of a call: a prompt segment or a text of the response."""
+    """One searchable text of a call: a prompt segment or a text of the response (keyed by
+    ``segment_key`` of its text)."""
 
-    hash: str
     area: str  # a SearchArea
     body: str  # "request" or "response"
     pointer: str
@@ -70,17 +70,20 @@ def add_pieces(
         if found is not None:
             ids[k] = found
             continue
-        row = db.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()
-        if row is None:
-            new_id = db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)",
-                                     [k, p.area, len(p.text)]).lastrowid
-            assert new_id is not None  # an INSERT sets it
-            row = (new_id,)
-            if known is not None and known.defer_terms:
-                known.terms.append((new_id, p.text))
-            else:
-                db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [new_id, p.text])
-        ids[k] = row[0]
+        # Asked in the writer's known ids first, a segment is mostly new: it is inserted at once, and
+        # looked up only when the store had it already (one statement per new segment, not two).
+        cur = db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)"
+                              " ON CONFLICT (hash) DO NOTHING", [k, p.area, len(p.text)])
+        if cur.rowcount != 1:  # stored already: its id (its terms are in FTS5)
+            ids[k] = db.conn.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()[0]
+            continue
+        new_id = cur.lastrowid
+        assert new_id is not None  # an INSERT sets it
+        if known is not None and known.defer_terms:
+            known.terms.append((new_id, p.text))
+        else:
+            db.conn.execute("INSERT INTO search_fts (rowid, text) VALUES (?, ?)", [new_id, p.text])
+        ids[k] = new_id
     rows = [(ids[k], session, call_id, p.body, p.pointer) for k, p in zip(keys, pieces, strict=True)]
     if known is not None:
         for k, segment in ids.items():

@@ -60,12 +60,16 @@ class KnownIds:
             known.clear()
         known[key] = value
 
-    def check(self, db: Db) -> None:
-        """At the start of a write transaction: forget everything if another connection committed."""
+    def check(self, db: Db) -> bool:
+        """At the start of a write transaction: forget everything if another connection committed
+        (True: it did)."""
         version = db.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self.clear()
+            changed = self._data_version is not None
             self._data_version = version
+            return changed
+        return False
 
     def drop_terms(self, mark: int) -> None:
         """Forget the terms held back since ``len(self.terms)`` was ``mark`` (their savepoint rolled back)."""
