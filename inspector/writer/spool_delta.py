@@ -21,6 +21,7 @@ from ctxscope.inspector.writer.spool_format import (
     MAX_PIECES,
     RECORD_HEAD,
     REQUEST_BODY,
+    bodies_start,
     heads_of,
     payload_parts,
 )
@@ -65,8 +66,8 @@ class RecentBodies:
         """The payload to write in a record at ``record_at`` for a hand-over's payload (as the
         proxy encoded it): as it came, unless a large request body in it shares enough with a
         remembered one."""
-        if len(payload) < DELTA_MIN:
-            return Plan([payload], [])
+        if len(payload) < DELTA_MIN or len(payload) - bodies_start(payload) < DELTA_MIN:
+            return Plan([payload], [])  # no body can be large: its field lists are not even parsed
         heads, at = heads_of(payload)
         bodies_at = at  # where the bodies begin in the payload as it came
         view = memoryview(payload)

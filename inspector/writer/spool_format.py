@@ -126,6 +126,11 @@ BODY_FIELDS = tuple(_BODIES)
 RECORD_HEAD = _RECORD.size  # bytes of a record before its payload
 
 
+def bodies_start(payload: bytes | bytearray) -> int:
+    """Where the bodies begin in a payload (after its field lists)."""
+    return _JSON_LEN.size + _JSON_LEN.unpack_from(payload)[0]
+
+
 def heads_of(payload: bytes | bytearray) -> tuple[list, int]:
     """The field lists of a payload this process's proxy encoded, and where its bodies begin."""
     (n,) = _JSON_LEN.unpack_from(payload)
