@@ -73,25 +73,32 @@ class ParsedBody:
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix: memcmp of zero-copy slices a window at a time, then bisection
-    inside the window that differs (about the prefix plus two windows compared)."""
-    n = min(len(a), len(b))
+    """Length of the common prefix (``match_forward`` from the start of both)."""
+    return match_forward(a, 0, b, 0, min(len(a), len(b)))
+
+
+def match_forward(a: bytes, ai: int, b: bytes, bi: int, limit: int) -> int:
+    """How many bytes ``a[ai:]`` and ``b[bi:]`` share from the start, at most ``limit``: memcmp of
+    zero-copy slices a window at a time, then bisection inside the window that differs (about the
+    shared bytes plus two windows compared)."""
+    if limit <= 0:
+        return 0
     mb = memoryview(b)
     lo = 0
-    while lo < n:
-        hi = min(n, lo + CHECKPOINT)
-        if not a.startswith(mb[lo:hi], lo):
+    while lo < limit:
+        hi = min(limit, lo + CHECKPOINT)
+        if not a.startswith(mb[bi + lo : bi + hi], ai + lo):
             break
         lo = hi
     else:
-        return n
-    while hi - lo > 64:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        return limit
+    while hi - lo > 64:  # the first lo bytes agree, the first hi do not
         mid = (lo + hi) // 2
-        if a.startswith(mb[lo:mid], lo):
+        if a.startswith(mb[bi + lo : bi + mid], ai + lo):
             lo = mid
         else:
             hi = mid
-    while lo < hi and a[lo] == b[lo]:
+    while lo < hi and a[ai + lo] == b[bi + lo]:
         lo += 1
     return lo
 

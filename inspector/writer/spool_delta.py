@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from ctxscope.inspector.store.layout.pieces import match_forward
+from ctxscope.inspector.body_reuse import match_forward
 from ctxscope.inspector.writer.spool_format import (
     BODY_FIELDS,
     MAX_PIECES,

@@ -133,8 +133,8 @@ def bodies_start(payload: bytes | bytearray) -> int:
 
 def heads_of(payload: bytes | bytearray) -> tuple[list, int]:
     """The field lists of a payload this process's proxy encoded, and where its bodies begin."""
-    (n,) = _JSON_LEN.unpack_from(payload)
-    return json.loads(payload[_JSON_LEN.size:_JSON_LEN.size + n]), _JSON_LEN.size + n
+    at = bodies_start(payload)
+    return json.loads(payload[_JSON_LEN.size:at]), at
 
 
 def payload_parts(heads: list, bodies: Sequence[bytes | bytearray | memoryview]) -> list:

@@ -18,13 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+# The byte matching the writer's body reuse does too; re-exported for blobs.py and legacy.py.
+from ctxscope.inspector.body_reuse import common_prefix as common_prefix
+from ctxscope.inspector.body_reuse import match_forward as match_forward
+
 Piece = tuple[int, int, int]  # chunk id, offset in the chunk, length
 
 ANCHOR = 48  # bytes sampled from the new middle and searched for in the base
 MIN_MATCH = 256  # a shared run shorter than this is stored again: a piece costs a few bytes, a new chunk a row
 SEARCH_FROM = 2048  # a middle shorter than this is taken as new without searching
 MAX_ANCHORS = 64  # searches per body, so a big new body costs at most this many passes over the base
-_WINDOW = 64 * 1024  # bytes compared at once while looking for where two runs first differ
 
 
 @dataclass(frozen=True)
@@ -37,39 +40,9 @@ class Segment:
     base_start: int = 0
 
 
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix: memcmp of zero-copy slices a window at a time, then bisection
-    inside the window that differs (about the prefix plus two windows compared)."""
-    return match_forward(a, 0, b, 0, min(len(a), len(b)))
-
-
 def common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the common suffix, at most ``limit`` (the same bisection from the end)."""
     return match_backward(a, len(a), b, len(b), min(len(a), len(b), limit))
-
-
-def match_forward(a: bytes, ai: int, b: bytes, bi: int, limit: int) -> int:
-    """How many bytes ``a[ai:]`` and ``b[bi:]`` share from the start, at most ``limit``."""
-    if limit <= 0:
-        return 0
-    mb = memoryview(b)
-    lo = 0
-    while lo < limit:  # a window at a time: the bytes up to the first difference are compared once
-        hi = min(limit, lo + _WINDOW)
-        if not a.startswith(mb[bi + lo : bi + hi], ai + lo):
-            break
-        lo = hi
-    else:
-        return limit
-    while hi - lo > 64:  # the first lo bytes agree, the first hi do not
-        mid = (lo + hi) // 2
-        if a.startswith(mb[bi + lo : bi + mid], ai + lo):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[ai + lo] == b[bi + lo]:
-        lo += 1
-    return lo
 
 
 def match_backward(a: bytes, ai: int, b: bytes, bi: int, limit: int) -> int:
