@@ -12,6 +12,7 @@ import pytest
 from factories import make_exchange
 
 from ctxscope.inspector.writer import messages as m
+from ctxscope.inspector.writer.body_delta import ReceivedBodies
 from ctxscope.inspector.writer.spool import Spool
 from ctxscope.inspector.writer.spool_format import call_size, decode, pack
 
@@ -38,6 +39,7 @@ def _through(pipe, message):
 @pytest.mark.parametrize("message", [
     m.DeleteSession(7, "label:abc", 29.0),
     m.Stop(),
+    m.Forget(),
     m.Ready(3, None),
     m.Ready(None, "unable to open database file"),
     m.Failed("ImportError: no module"),
@@ -61,7 +63,7 @@ def test_a_handover_arrives_as_the_payload_of_a_spool_record_the_child_appends_a
     assert decode(record.payload) == batch
     encoded, verbatim = Spool(tmp_path / "a.db"), Spool(tmp_path / "b.db")
     encoded.append(batch)
-    verbatim.append_payload(record.payload)
+    verbatim.append_incoming(ReceivedBodies().take(record.payload, record.large))
     try:  # the same file as the child's own encoding would have made
         assert encoded.path.read_bytes() == verbatim.path.read_bytes()
         assert verbatim.next_batch() == batch

@@ -34,7 +34,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ctxscope.inspector.writer.messages import FromChild, ToChild, receive, send
+from ctxscope.inspector.writer.body_delta import SentBodies
+from ctxscope.inspector.writer.messages import Forget, FromChild, ToChild, receive, send
+from ctxscope.inspector.writer.protocol import IDLE_RELEASE
 
 log = logging.getLogger("ctxscope.store")
 
@@ -45,8 +47,9 @@ PIPE_BYTES = 1 << 20  # the inbox pipe's buffer (Linux's limit for a user, by de
 class Outbox:
     """Messages to the child, written by a feeder thread in the order they were put."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, forget_after: float = IDLE_RELEASE):
         self._fd = fd
+        self.forget_after = forget_after  # idle seconds before the bodies kept for the next hand-over go
         self._items: collections.deque[ToChild] = collections.deque()
         self._wake = threading.Condition()
         self._closing = False
@@ -70,17 +73,23 @@ class Outbox:
     def join_thread(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def _next(self, sent: SentBodies) -> ToChild | None:
+        """The next message to send; None once closing with nothing left. Idle for
+        ``forget_after`` while it remembers bodies, it lets go of them and says so (``Forget``):
+        that one timeout, then none (an idle daemon's feeder never wakes)."""
+        with self._wake:
+            while not self._items and not self._closing:
+                if not self._wake.wait(self.forget_after if sent.holds else None):
+                    sent.clear()
+                    return Forget()
+            return self._items.popleft() if self._items else None
+
     def _feed(self) -> None:
         fd = self._fd
+        sent = SentBodies()  # what this pipe carried: a repeated request goes as its new bytes
         try:
-            while True:
-                with self._wake:
-                    while not self._items and not self._closing:
-                        self._wake.wait()  # no timeout: an idle daemon's feeder never wakes
-                    if not self._items:
-                        return
-                    message = self._items.popleft()
-                send(fd, message)
+            while (message := self._next(sent)) is not None:
+                send(fd, message, sent)
                 del message  # an idle feeder must not keep the last hand-over's bodies alive
         except OSError:  # the child is gone (EPIPE): what was queued dies with it
             pass
@@ -114,7 +123,7 @@ class ChildProcess:
                 os.close(fd)
         self.pid = self._popen.pid
         self.on_exit = on_exit
-        self.inbox = Outbox(inbox_w)
+        self.inbox = Outbox(inbox_w, config.get("idle_release", IDLE_RELEASE))
         self.replies: queue.Queue[FromChild] = queue.Queue()
         self._reader = threading.Thread(target=self._read, args=(replies_r,), name="ctxscope-writer-replies",
                                         daemon=True)

@@ -2,7 +2,7 @@
 and how each is framed on a pipe (docs/architecture.md, "Messages between the writer and its child").
 
 Parent to child (the inbox): ``Handover`` (a batch of packed calls, and whether the traffic paused),
-``DeleteSession`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed`` once at
+``DeleteSession``, ``Forget`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed`` once at
 start, ``Recovered`` right after, then ``Taken`` for each hand-over it took off the pipe,
 ``Counters`` when they change (at most every quarter second while calls flow) and ``Deleted`` for
 each ``DeleteSession``. All are frozen dataclasses.
@@ -11,8 +11,10 @@ A frame is a kind byte and an 8-byte little-endian length, then the message. Eve
 hand-over is a JSON object named by its ``type``: nothing read from a pipe is unpickled. A
 ``Handover`` travels as its counts and the payload of one spool record (``spool_format``): the
 JSON list of the calls' fields, then their bodies' raw bytes, written from the proxy's own buffers
-with ``writev``. The child reads it as a ``HandoverRecord`` and appends that payload to its spool
-as it is, never decoding and encoding the calls on the way. ``Taken`` travels as its count alone
+with ``writev``; a large request body that repeats one sent before goes as its new bytes
+(``body_delta``), and the counts say how many large ones the child must number. The child reads
+it as a ``HandoverRecord`` and appends that payload to its spool as it is (but for those new
+bytes), never decoding and encoding the calls on the way. ``Taken`` travels as its count alone
 (8 bytes): it is sent for every hand-over, and a JSON encoding of the counters each time cost the
 child about a third of its work on a 1 MB upload.
 """
@@ -26,6 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ctxscope.inspector.writer.body_delta import SentBodies
 from ctxscope.inspector.writer.spool_format import call_size, payload_pieces, write_pieces
 
 
@@ -45,6 +48,11 @@ class DeleteSession:
     request: int
     session: str
     timeout: float  # seconds the child's writer may take before it answers with an error
+
+
+@dataclass(frozen=True)
+class Forget:
+    """The proxy let go of the large request bodies it sent (it was idle): none is referred to again."""
 
 
 @dataclass(frozen=True)
@@ -105,20 +113,21 @@ class HandoverRecord:
     pause: bool
     payload: bytearray  # a spool record's payload (spool_format), empty when no call came
     calls: int
-    body_bytes: int  # the calls' body bytes (what the spool's limit counts)
+    body_bytes: int  # the calls' body bytes, whole
     dropped: int = 0
+    large: int = 0  # large request bodies in it, which ``body_delta.ReceivedBodies`` numbers
 
 
-ToChild = Handover | DeleteSession | Stop
-Received = HandoverRecord | DeleteSession | Stop  # what the child reads of a ToChild
+ToChild = Handover | DeleteSession | Forget | Stop
+Received = HandoverRecord | DeleteSession | Forget | Stop  # what the child reads of a ToChild
 FromChild = Ready | Failed | Recovered | Counters | Taken | Deleted
 
 _FRAME = struct.Struct("<BQ")  # kind, length of what follows
 _JSON, _HANDOVER, _TAKEN = 1, 2, 3
 _TAKEN_COUNT = struct.Struct("<Q")
-_COUNTS = struct.Struct("<?QIQ")  # a hand-over's pause, dropped, calls and body bytes, before its payload
-_TYPES: dict[str, type] = {cls.__name__: cls for cls in (DeleteSession, Stop, Ready, Failed, Recovered, Counters,
-                                                          Deleted)}
+_COUNTS = struct.Struct("<?QIQI")  # a hand-over's pause, dropped, calls, body bytes and large bodies
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (DeleteSession, Forget, Stop, Ready, Failed, Recovered,
+                                                          Counters, Deleted)}
 MAX_JSON = 64 << 20  # a JSON message longer than this is no message of ours
 
 
@@ -126,12 +135,15 @@ class Torn(EOFError):
     """The pipe ended inside a message: its writer died while writing it."""
 
 
-def frame(message: ToChild | FromChild) -> list[bytes]:
-    """The bytes of one message on a pipe, as pieces for ``writev`` (bodies are not copied)."""
+def frame(message: ToChild | FromChild, sent: SentBodies | None = None) -> list:
+    """The bytes of one message on a pipe, as pieces for ``writev`` (bodies are not copied);
+    ``sent``: what this pipe's sender remembers of the large request bodies it sent."""
     if isinstance(message, Handover):
-        pieces = payload_pieces(message.batch) if message.batch else []
+        before = sent.sent if sent is not None else 0
+        pieces = payload_pieces(message.batch, sent) if message.batch else []
+        large = sent.sent - before if sent is not None else 0
         counts = _COUNTS.pack(message.pause, message.dropped, len(message.batch),
-                              sum(call_size(fields) for fields in message.batch))
+                              sum(call_size(fields) for fields in message.batch), large)
         return [_FRAME.pack(_HANDOVER, len(counts) + sum(len(p) for p in pieces)), counts, *pieces]
     if isinstance(message, Taken):
         return [_FRAME.pack(_TAKEN, _TAKEN_COUNT.size), _TAKEN_COUNT.pack(message.received)]
@@ -140,9 +152,9 @@ def frame(message: ToChild | FromChild) -> list[bytes]:
     return [_FRAME.pack(_JSON, len(text)), text]
 
 
-def send(fd: int, message: ToChild | FromChild) -> None:
+def send(fd: int, message: ToChild | FromChild, sent: SentBodies | None = None) -> None:
     """Write one message whole (blocking; OSError, e.g. BrokenPipeError, if the reader is gone)."""
-    write_pieces(fd, frame(message))
+    write_pieces(fd, frame(message, sent))
 
 
 def receive(fd: int) -> Received | FromChild | None:
@@ -153,8 +165,8 @@ def receive(fd: int) -> Received | FromChild | None:
     head = first + _read_exact(fd, _FRAME.size - len(first))
     kind, size = _FRAME.unpack(head)
     if kind == _HANDOVER and size >= _COUNTS.size:
-        pause, dropped, calls, body_bytes = _COUNTS.unpack(_read_exact(fd, _COUNTS.size))
-        return HandoverRecord(pause, _read_exact(fd, size - _COUNTS.size), calls, body_bytes, dropped)
+        pause, dropped, calls, body_bytes, large = _COUNTS.unpack(_read_exact(fd, _COUNTS.size))
+        return HandoverRecord(pause, _read_exact(fd, size - _COUNTS.size), calls, body_bytes, dropped, large)
     if kind == _TAKEN and size == _TAKEN_COUNT.size:
         return Taken(*_TAKEN_COUNT.unpack(_read_exact(fd, size)))
     if kind != _JSON or size > MAX_JSON:

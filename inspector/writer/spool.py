@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer.spool_delta import RecentBodies
+from ctxscope.inspector.writer.body_delta import Incoming, SpooledBodies
 from ctxscope.inspector.writer.spool_format import (
     HEADER,
     MAGIC,
@@ -43,7 +43,6 @@ from ctxscope.inspector.writer.spool_format import (
     Torn,
     encode,
     read_record,
-    record_head,
     write_pieces,
 )
 
@@ -115,18 +114,18 @@ class Spool:
             raise
         self.size = self.read_at = len(HEADER)
         self.corrupt = 0  # records of our own that did not read back (a damaged disk)
-        self._recent = RecentBodies()  # large request bodies later ones may refer to
+        self._recent = SpooledBodies()  # where large request bodies lie, for later ones to refer to
 
     def append(self, batch: list[tuple]) -> None:
         """Append one record; on failure (a full disk) the file is cut back to what it held."""
         self._write(encode(batch))
 
-    def append_payload(self, payload: bytes | bytearray) -> None:
-        """Append one record whose payload the proxy encoded already (a hand-over as it came off
-        the pipe): written as it is, but for a large request body that repeats one spooled before
-        it, of which only the new bytes are written (docs/architecture.md, "A spool of new bytes")."""
-        plan = self._recent.plan(payload, self.size)
-        self._write([record_head(plan.pieces), *plan.pieces])
+    def append_incoming(self, incoming: Incoming) -> None:
+        """Append one record for a hand-over as it came off the pipe: its payload as the proxy
+        encoded it, but for a large request body that repeats one this file holds, of which only the
+        new bytes are written (docs/architecture.md, "New bytes only")."""
+        plan = self._recent.plan(incoming, self.size)
+        self._write([piece for record in plan.records for piece in record])
         self._recent.written(plan)
 
     def _write(self, pieces: list) -> None:

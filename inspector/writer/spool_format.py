@@ -8,8 +8,8 @@ add up or a checksum that does not match makes the record corrupt, and a declare
 trusted (allocated) once the checksum over those bytes matched.
 
 Since version 3 a body may also be written as pieces of the file before its record, then its own
-bytes: ``[n, offset, length, ...]`` in place of its length ``n`` (docs/architecture.md, "A spool
-of new bytes"). The pieces must lie between the header and the record, in order, without overlap,
+bytes: ``[n, offset, length, ...]`` in place of its length ``n`` (docs/architecture.md, "New
+bytes only"). The pieces must lie between the header and the record, in order, without overlap,
 so a body can never be longer than the file before it. Version 2 files read the same way.
 """
 
@@ -22,7 +22,7 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ctxscope.proxy.exchange import Exchange
 
@@ -98,6 +98,8 @@ _VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
 # A spool written before fields with defaults were added still reads: they take their defaults.
 _REQUIRED = sum(1 for f in _FIELDS if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 _BODIES = [i for i, kind in enumerate(_KINDS) if kind == "bytes"]
+REQUEST_BODY = _NAMES.index("request_body")
+BODY_FIELDS = tuple(_BODIES)
 _PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
 _FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
 
@@ -107,22 +109,35 @@ _FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, check_circular=False)
 
 
-def payload_pieces(batch: list[tuple]) -> list[bytes]:
+class Referrer(Protocol):
+    """What the proxy remembers of the large request bodies it sent (``body_delta.SentBodies``)."""
+
+    def refer(self, body: bytes) -> tuple[int, int] | None: ...
+
+
+def payload_pieces(batch: list[tuple], sent: Referrer | None = None) -> list:
     """The pieces of one record's payload for a batch of Exchange field tuples: the field list's
-    length, the list (each body replaced by its length), then the bodies themselves, not copied."""
+    length, the list (each body replaced by its length), then the bodies themselves, not copied.
+    With ``sent`` (a hand-over on the pipe), a request body that repeats one sent before is
+    ``[own, number, shared]`` and only its own bytes follow (docs/architecture.md, "New bytes only")."""
     heads, bodies = [], []
     for fields in batch:
         head = list(fields)
         for i in _BODIES:
-            head[i] = len(fields[i])
-            bodies.append(fields[i])
+            body = fields[i]
+            ref = sent.refer(body) if sent is not None and i == REQUEST_BODY else None
+            if ref is None:
+                head[i] = len(body)
+                bodies.append(body)
+            else:
+                number, shared = ref
+                head[i] = [len(body) - shared, number, shared]
+                bodies.append(memoryview(body)[shared:])
         heads.append(head)
     text = _ENCODER.encode(heads).encode()
     return [_JSON_LEN.pack(len(text)), text, *bodies]
 
 
-REQUEST_BODY = _NAMES.index("request_body")
-BODY_FIELDS = tuple(_BODIES)
 RECORD_HEAD = _RECORD.size  # bytes of a record before its payload
 
 

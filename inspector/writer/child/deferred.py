@@ -13,6 +13,7 @@ import logging
 import time
 
 from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.body_delta import ReceivedBodies
 from ctxscope.inspector.writer.messages import HandoverRecord
 from ctxscope.inspector.writer.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
@@ -58,6 +59,7 @@ class Deferred:
         self._memory_ids: set[str] = set()  # given to the writer from memory, maybe not stored yet
         self._spool_broken = False
         self._reopen_at = 0.0
+        self.bodies = ReceivedBodies()  # the large request bodies the proxy may send the new bytes of
 
     def add_record(self, record: HandoverRecord, now: float) -> None:
         """Spool a hand-over as the proxy encoded it, its payload appended as it is. Only near the
@@ -66,16 +68,17 @@ class Deferred:
         self.received += record.calls
         if not record.calls:
             return
+        incoming = self.bodies.take(record.payload, record.large)  # every hand-over: the numbering must not skip
         if self._spool_usable(now) and self.spool.size + record.body_bytes < self.limit:  # type: ignore[union-attr]
             try:
-                self.spool.append_payload(record.payload)  # type: ignore[union-attr]
+                self.spool.append_incoming(incoming)  # type: ignore[union-attr]
             except OSError as exc:
                 self._spool_failed(exc)
-                self._hold(decode(record.payload))
+                self._hold(decode(incoming.plain()))
             else:
                 self._spooled(record.calls, record.body_bytes, now)
             return
-        self.add(decode(record.payload), now, received=False)
+        self.add(decode(incoming.plain()), now, received=False)
 
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
         """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""

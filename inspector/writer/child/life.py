@@ -39,6 +39,7 @@ from ctxscope.inspector.writer.messages import (
     Deleted,
     DeleteSession,
     Failed,
+    Forget,
     FromChild,
     Ready,
     Received,
@@ -185,6 +186,10 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
             break
         if isinstance(item, DeleteSession):
             replies.put(_delete(writer, item))
+            continue
+        if isinstance(item, Forget):  # the proxy was idle: the buffers of the bodies it sent can go
+            deferred.bodies.clear()
+            trimmed = False
             continue
         now = time.monotonic()
         pause = now - last_batch >= quiet_after
