@@ -138,6 +138,21 @@ def test_a_long_chain_of_repeats_is_joined_and_still_reads_back(tmp_path):
     spool.close(remove=True)
 
 
+def test_bodies_that_repeat_a_sliver_of_large_handovers_do_not_keep_them_all_alive(tmp_path):
+    """Each body repeats the one before up to 1 KiB into its newest 200 KB, then adds 200 KB: a rope
+    of pieces would keep every earlier hand-over alive for 1 KiB of each."""
+    spool, pipe = spools.Spool(tmp_path / "c.db"), _Pipe()
+    body = b"x" * DELTA_MIN
+    sent = []
+    for k in range(40):
+        body = body[:len(body) - 199_000 if k else len(body)] + bytes([65 + k % 26]) * 200_000
+        sent.append(body)
+        pipe.into(spool, make_exchange(request_body=body))
+        assert pipe.received.held() <= 4 * (2 * len(body) + DELTA_MIN)  # four remembered bodies at most
+    assert _read_back(spool) == sent
+    spool.close(remove=True)
+
+
 def test_the_child_refuses_a_reference_to_a_body_it_never_received():
     pipe = _Pipe()
     record = pipe.carry(make_exchange(request_body=_conversation(5)))

@@ -10,7 +10,8 @@ else either did on it. Three parts, one per place a body is:
   bytes it sent down one pipe, numbered in the order sent. A new one that shares at least
   DELTA_MIN leading bytes with one of them goes as ``[own, number, shared]`` and its own bytes.
 - ``ReceivedBodies`` (the child): the same bodies, numbered the same way, each as the pieces of
-  the hand-overs its bytes came in (a rope, joined once it has MAX_ROPE pieces). It turns a
+  the hand-overs its bytes came in (a rope, joined once it has MAX_ROPE pieces or would keep
+  alive more than twice its own length of them). It turns a
   hand-over into an ``Incoming``: what each body is made of, nothing copied.
 - ``SpooledBodies`` (one spool file): where in the file each remembered body lies. A body that
   repeats one of them is written as those pieces of the file, then its own bytes; one whose
@@ -125,6 +126,10 @@ class ReceivedBodies:
         """The proxy let go of its bodies (``Forget``): so do we, and their hand-overs' buffers."""
         self._recent.clear()
 
+    def held(self) -> int:
+        """Bytes of hand-overs the remembered bodies keep alive."""
+        return sum({id(p.obj): memoryview(p.obj).nbytes for body in self._recent for p in body.rope}.values())
+
     def take(self, payload: bytes | bytearray, large: int) -> Incoming:
         """The ``Incoming`` for a hand-over's payload that the proxy says holds ``large`` large
         request bodies. ValueError if the payload refers to what was never sent: the two sides
@@ -153,7 +158,7 @@ class ReceivedBodies:
                 own.append(part)
                 if i == REQUEST_BODY and shared + n >= DELTA_MIN:
                     rope = (*_cut_rope(base.rope, shared), part) if base is not None else (part,)
-                    if len(rope) > MAX_ROPE:
+                    if len(rope) > MAX_ROPE or _held(rope) > 2 * (shared + n) + DELTA_MIN:
                         rope = (memoryview(b"".join(rope)),)
                     body = Large(self.received, rope, shared + n, None if base is None else base.number, shared)
                     self._recent.append(body)
@@ -170,6 +175,12 @@ class ReceivedBodies:
             if body.number == number:
                 return body
         raise ValueError(f"a reference to body {number}, which is not remembered")
+
+
+def _held(rope: Rope) -> int:
+    """Bytes of the hand-overs a rope keeps alive: a body that repeats a few KiB of each of many
+    large hand-overs must not keep them all (it is joined instead)."""
+    return sum({id(p.obj): memoryview(p.obj).nbytes for p in rope}.values())
 
 
 def _cut_rope(rope: Rope, length: int) -> Rope:
