@@ -72,9 +72,31 @@ class ParsedBody:
         return next((m for m in self.members if m.name == name), None)
 
 
+MEMO_MIN = CHECKPOINT  # a shorter common prefix is cheaper to find again than to remember
+_last: tuple[bytes, bytes, int] | None = None  # the last long answer of ``common_prefix``, with its two bodies
+
+
 def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix (``match_forward`` from the start of both)."""
-    return match_forward(a, 0, b, 0, min(len(a), len(b)))
+    """Length of the common prefix (``match_forward`` from the start of both).
+
+    The writer asks it three times of the same two bodies: parsing the new one, finding the items
+    the analyses can reuse, and laying out its blob against the same predecessor. The last long
+    answer is kept with the two objects it was for (held, so their ids stay theirs) and given again
+    when asked of them, by identity."""
+    global _last
+    last = _last
+    if last is not None and last[0] is a and last[1] is b:
+        return last[2]
+    n = match_forward(a, 0, b, 0, min(len(a), len(b)))
+    if n >= MEMO_MIN and type(a) is bytes and type(b) is bytes:  # immutable only; a short answer keeps it
+        _last = (a, b, n)
+    return n
+
+
+def forget_last() -> None:
+    """Let go of the two bodies the last answer holds (an idle writer gives its memory back)."""
+    global _last
+    _last = None
 
 
 def match_forward(a: bytes, ai: int, b: bytes, bi: int, limit: int) -> int:

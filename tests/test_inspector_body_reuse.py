@@ -304,3 +304,20 @@ def test_the_writer_reusing_recent_bodies_stores_what_a_computation_from_scratch
     assert {"hit", "below_minimum", "client_break"} <= {c["cache_verdict"] for c in calls}
     assert {"tools_executed", "reminder", "compaction"} <= {m["kind"] for c in calls for m in c["markers"] or ()}
     assert [c["request_json_ok"] for c in calls].count(0) == 2 and reused[1]
+
+
+def test_common_prefix_answers_again_only_for_the_same_two_bodies():
+    """The writer asks it twice per call of the same two bodies; the memo must never answer for others."""
+    base = b"x" * (body_reuse.MEMO_MIN * 2)
+    longer = base + b"y"
+    other = base[:100] + b"z" + base[101:]
+    assert body_reuse.common_prefix(base, longer) == len(base)
+    assert body_reuse.common_prefix(base, other) == 100  # same length, other bytes
+    assert body_reuse.common_prefix(base, bytes(longer)) == len(base)  # equal bytes, another object
+    mutable = bytearray(longer)
+    assert body_reuse.common_prefix(base, mutable) == len(base)
+    mutable[5] = 0
+    assert body_reuse.common_prefix(base, mutable) == 5  # a mutable body is never remembered
+    body_reuse.common_prefix(base, longer)
+    body_reuse.forget_last()
+    assert body_reuse._last is None  # an idle writer holds neither body

@@ -170,9 +170,12 @@ def test_tool_refs_follow_calls_results_and_history_edits():
     assert refs.names["t1"] == "renamed" and refs.names.get("t15") is None and "t8" in refs.results
 
 
-def test_shared_items_counts_byte_equal_leading_items():
+@pytest.mark.parametrize("model", ["m", "a-longer-model"], ids=["array-at-the-same-offset", "array-moved"])
+def test_shared_items_counts_byte_equal_leading_items(model):
+    """At the same offset the shared items are read off the bodies' common prefix; elsewhere they
+    are compared item by item: the counts are the same."""
     items = [{"n": i, "text": "x" * (i % 7)} for i in range(30)]
-    raw = encode({"model": "m", "messages": items})
+    raw = encode({"model": model, "messages": items})
     base = prepare_full(A, json.loads(raw), raw)
     assert isinstance(base, Prepared) and len(base.ends) == 30
     for k in range(31):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
@@ -31,6 +32,7 @@ from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segmen
 from ctxscope.inspector.analyses.chunked import Chunked
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
+from ctxscope.inspector.body_reuse import common_prefix
 from ctxscope.vocab.apis import Api
 
 ITEMS_KEY: dict[str, str] = {
@@ -136,11 +138,16 @@ def _no_repeat(text: str, i: int, key: str) -> None:
 def shared_items(raw: bytes, start: int, cand: Prepared) -> int:
     """How many leading items of ``cand``'s array the array at ``raw[start]`` repeats byte for byte.
 
-    Compared without copies (``memcmp``). The last item is looked at first: a client usually
-    re-sends all of them, or all but the last (its cache marker moved on), so the bytes before it
-    are then compared once; otherwise a binary search over the item ends compares only bytes not
-    yet known equal.
+    Where both arrays start at the same offset (the bytes before them are the same), these are the
+    items inside the two bodies' common prefix: ``common_prefix``, which the store asks of the same
+    two bodies for parsing and for the blob layout, so a 1 MB history is compared once per call.
+    Elsewhere compared without copies (``memcmp``). The last item is looked at first: a client
+    usually re-sends all of them, or all but the last (its cache marker moved on), so the bytes
+    before it are then compared once; otherwise a binary search over the item ends compares only
+    bytes not yet known equal.
     """
+    if cand.start == start and cand.raw is not None:
+        return bisect_right(cand.ends, common_prefix(cand.raw, raw) - start)
     other, at, ends = memoryview(cand.raw), cand.start, cand.ends  # type: ignore[arg-type]
 
     def same(a: int, b: int) -> bool:  # bytes [a, b) of both arrays
