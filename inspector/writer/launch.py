@@ -37,6 +37,7 @@ from typing import Any
 from ctxscope.inspector.writer.body_delta import SentBodies
 from ctxscope.inspector.writer.messages import Forget, FromChild, ToChild, receive, send
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
+from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -90,6 +91,8 @@ class Outbox:
         try:
             while (message := self._next(sent)) is not None:
                 send(fd, message, sent)
+                if isinstance(message, Forget):  # outside the lock: ``put`` must never wait for it
+                    release_heap()  # what the bodies held goes back to the system, not only to malloc
                 del message  # an idle feeder must not keep the last hand-over's bodies alive
         except OSError:  # the child is gone (EPIPE): what was queued dies with it
             pass
