@@ -94,7 +94,7 @@ def common_prefix(a: bytes, b: bytes) -> int:
 
 
 def forget_last() -> None:
-    """Let go of the two bodies the last answer holds (an idle writer gives its memory back)."""
+    """Let go of the two bodies the last answer holds (the store does after each call)."""
     global _last
     _last = None
 

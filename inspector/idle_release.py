@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 
-from ctxscope.inspector import body_reuse
 from ctxscope.inspector.store import blobs
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
@@ -36,7 +35,6 @@ def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object
         state.bases.clear()
         state.bodies.clear()
     blobs.forget_dictionaries()
-    body_reuse.forget_last()
     if db is not None:
         store.shrink_memory(db)
     release_encoding()

@@ -19,7 +19,7 @@ from ctxscope.inspector.store.queries import get_call, get_request_body, open_db
 from ctxscope.inspector.writer import messages as m
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.body_delta import MAX_ROPE, ReceivedBodies, SentBodies
+from ctxscope.inspector.writer.body_delta import MAX_ROPE, REMEMBER_BYTES, REMEMBER_MAX, ReceivedBodies, SentBodies
 from ctxscope.inspector.writer.launch import Outbox
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.spool_format import pack, payload_pieces, unpack
@@ -43,16 +43,21 @@ class _Pipe:
         self.wire = 0  # bytes that crossed
 
     def carry(self, *exchanges) -> m.HandoverRecord:
+        frame = m.frame(m.Handover(False, [pack(ex) for ex in exchanges]), self.sent)
+        data = b"".join(bytes(p) for p in frame)
+        self.wire += len(data)
         r, w = os.pipe()
+
+        def write() -> None:  # from a thread: a large hand-over does not fit the pipe's buffer
+            with open(w, "wb") as out:
+                out.write(data)
+
+        sender = threading.Thread(target=write)
+        sender.start()
         try:
-            frame = m.frame(m.Handover(False, [pack(ex) for ex in exchanges]), self.sent)
-            data = b"".join(bytes(p) for p in frame)
-            self.wire += len(data)
-            sender = threading.Thread(target=lambda: (os.write(w, data) and None, os.close(w)))
-            sender.start()
             record = m.receive(r)
-            sender.join()
         finally:
+            sender.join()
             os.close(r)
         assert isinstance(record, m.HandoverRecord)
         return record
@@ -150,6 +155,31 @@ def test_bodies_that_repeat_a_sliver_of_large_handovers_do_not_keep_them_all_ali
         pipe.into(spool, make_exchange(request_body=body))
         assert pipe.received.held() <= 4 * (2 * len(body) + DELTA_MIN)  # four remembered bodies at most
     assert _read_back(spool) == sent
+    spool.close(remove=True)
+
+
+def test_both_sides_remember_the_same_bodies_within_their_byte_budget(tmp_path):
+    """A body over REMEMBER_MAX crosses whole and is not remembered; past REMEMBER_BYTES the oldest
+    are forgotten, on both sides alike: a body repeating a forgotten one crosses whole, and the
+    child, which forgot it too, is not surprised."""
+    spool, pipe = spools.Spool(tmp_path / "c.db"), _Pipe()
+    size = REMEMBER_BYTES // 2 - DELTA_MIN  # two fit in the budget, three do not
+    first, second, third = (bytes([65 + k]) * size for k in range(3))
+    huge = b"h" * (REMEMBER_MAX + 1)
+    for body in (first, huge, second, third):
+        record = pipe.carry(make_exchange(request_body=body))
+        assert record.large == (0 if body is huge else 1)
+        spool.append_incoming(pipe.received.take(record.payload, record.large))
+    before = pipe.wire
+    pipe.into(spool, make_exchange(request_body=first + b"more"))  # its predecessor was forgotten
+    assert pipe.wire - before > size
+    before = pipe.wire
+    pipe.into(spool, make_exchange(request_body=huge + b"more"))  # too large to have been remembered
+    assert pipe.wire - before > REMEMBER_MAX
+    before = pipe.wire
+    pipe.into(spool, make_exchange(request_body=third + b"more"))  # still remembered
+    assert pipe.wire - before < 10_000
+    assert _read_back(spool) == [first, huge, second, third, first + b"more", huge + b"more", third + b"more"]
     spool.close(remove=True)
 
 

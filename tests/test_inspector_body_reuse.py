@@ -320,4 +320,18 @@ def test_common_prefix_answers_again_only_for_the_same_two_bodies():
     assert body_reuse.common_prefix(base, mutable) == 5  # a mutable body is never remembered
     body_reuse.common_prefix(base, longer)
     body_reuse.forget_last()
-    assert body_reuse._last is None  # an idle writer holds neither body
+    assert body_reuse._last is None  # what the store calls once a call is stored: it holds neither body
+
+
+def test_no_body_outlives_its_call_in_the_common_prefix_memo(tmp_path):
+    from ctxscope.inspector.store import db as store
+    from ctxscope.inspector.store.ingest import IngestState, ingest
+
+    handle = store.open_handle(tmp_path / "m.db")
+    state = IngestState(capture_epoch=1)
+    big = [{"role": "user", "content": "x" * (2 * body_reuse.MEMO_MIN)}]
+    for k in range(2):
+        request = {"model": "m", "max_tokens": 9, "messages": big + [{"role": "user", "content": str(k)}]}
+        ingest(handle, make_exchange(request=request), state)
+    assert body_reuse._last is None
+    handle.close()

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ctxscope.inspector import body_reuse
 from ctxscope.inspector.body_reuse import BodyMemory
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import Db, Savepoint, iso
@@ -267,6 +268,15 @@ def ingest(
     one statement, whose failure is then undone and reported. Not isolated (the writer's first attempt
     at a batch), such an analyzer runs without one and its failure is raised: the writer stores the
     batch again, isolated (docs/architecture.md, "A savepoint only after a failure")."""
+    try:
+        return _ingest(db, ex, state, analyzers, isolated)
+    finally:
+        # parsing, the blob layout and the analyses asked for the same common prefix; its memo
+        # holds the call's two bodies, which may be large: not past the call
+        body_reuse.forget_last()
+
+
+def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer], isolated: bool) -> IngestResult:
     d = derive(ex, state.max_decoded_bytes, state.bodies)
     row = d.row
     session = row["session"]

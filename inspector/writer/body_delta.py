@@ -6,13 +6,14 @@ all their bytes. Sent and spooled whole, a 1 MB request cost the proxy a 1 MB wr
 and the child a 1 MB read, a fresh 1 MB buffer and a copy into the page cache: more than anything
 else either did on it. Three parts, one per place a body is:
 
-- ``SentBodies`` (the proxy's feeder): the last REMEMBERED request bodies of at least DELTA_MIN
-  bytes it sent down one pipe, numbered in the order sent. A new one that shares at least
+- ``SentBodies`` (the proxy's feeder): the last REMEMBERED request bodies of DELTA_MIN to
+  REMEMBER_MAX bytes it sent down one pipe (at most REMEMBER_BYTES of them), numbered in the order
+  sent. A new one that shares at least
   DELTA_MIN leading bytes with one of them goes as ``[own, number, shared]`` and its own bytes.
 - ``ReceivedBodies`` (the child): the same bodies, numbered the same way, each as the pieces of
   the hand-overs its bytes came in (a rope, joined once it has MAX_ROPE pieces or would keep
-  alive more than twice its own length of them). It turns a
-  hand-over into an ``Incoming``: what each body is made of, nothing copied.
+  alive more than twice its own length of them). It turns a hand-over into an ``Incoming``: what
+  each body is made of, nothing copied.
 - ``SpooledBodies`` (one spool file): where in the file each remembered body lies. A body that
   repeats one of them is written as those pieces of the file, then its own bytes; one whose
   predecessor is not in this file (it was emptied since) is written whole, from its rope.
@@ -21,7 +22,9 @@ else either did on it. Three parts, one per place a body is:
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxscope.inspector.body_reuse import match_forward
 from ctxscope.inspector.writer.spool_format import (
@@ -35,7 +38,9 @@ from ctxscope.inspector.writer.spool_format import (
 )
 
 DELTA_MIN = 16 << 10  # a shorter shared prefix is sent again (and smaller bodies are not compared)
+REMEMBER_MAX = 8 << 20  # a larger body is sent whole and not remembered (a 1M-token context is ~5 MB)
 REMEMBERED = 4  # large request bodies compared with each new one (several agents may interleave)
+REMEMBER_BYTES = 16 << 20  # ... and the most bytes of them each side keeps (the newest is always kept)
 MAX_ROPE = 64  # pieces of earlier hand-overs a remembered body may be made of before it is joined
 
 Pieces = tuple[tuple[int, int], ...]  # (offset in the spool file, length)
@@ -46,7 +51,7 @@ class SentBodies:
     """The proxy's side: the last REMEMBERED large request bodies sent down one pipe."""
 
     def __init__(self) -> None:
-        self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=REMEMBERED)
+        self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
         self.sent = 0  # large request bodies sent so far: the next one's number
 
     @property
@@ -61,7 +66,7 @@ class SentBodies:
         """For a request body: ``(number, shared)`` of the remembered body it shares the longest
         prefix with, when that is at least DELTA_MIN bytes, else None. A large body is remembered
         either way."""
-        if len(body) < DELTA_MIN:
+        if not DELTA_MIN <= len(body) <= REMEMBER_MAX:
             return None
         best, ref = DELTA_MIN - 1, None
         for number, old in reversed(self._recent):  # the newest first: usually the one it repeats
@@ -74,8 +79,17 @@ class SentBodies:
             if shared > best:
                 best, ref = shared, number
         self._recent.append((self.sent, body))
+        _forget_oldest(self._recent, lambda sent: len(sent[1]))
         self.sent += 1
         return None if ref is None else (ref, best)
+
+
+def _forget_oldest(recent: collections.deque, length: Callable[[Any], int]) -> None:
+    """Keep at most REMEMBERED bodies and REMEMBER_BYTES of them, the newest always: the same rule
+    on both sides of the pipe, on the same lengths, so they remember the same bodies."""
+    total = sum(length(item) for item in recent)
+    while len(recent) > REMEMBERED or (len(recent) > 1 and total > REMEMBER_BYTES):
+        total -= length(recent.popleft())
 
 
 @dataclass(frozen=True)
@@ -119,7 +133,7 @@ class ReceivedBodies:
     """The child's side: the large request bodies received, numbered as the proxy numbered them."""
 
     def __init__(self) -> None:
-        self._recent: collections.deque[Large] = collections.deque(maxlen=REMEMBERED)
+        self._recent: collections.deque[Large] = collections.deque()
         self.received = 0
 
     def clear(self) -> None:
@@ -128,7 +142,7 @@ class ReceivedBodies:
 
     def held(self) -> int:
         """Bytes of hand-overs the remembered bodies keep alive."""
-        return sum({id(p.obj): memoryview(p.obj).nbytes for body in self._recent for p in body.rope}.values())
+        return _held(tuple(piece for body in self._recent for piece in body.rope))
 
     def take(self, payload: bytes | bytearray, large: int) -> Incoming:
         """The ``Incoming`` for a hand-over's payload that the proxy says holds ``large`` large
@@ -147,7 +161,7 @@ class ReceivedBodies:
                 if isinstance(value, list):
                     n, number, shared = value
                     base = self._get(number)
-                    if not DELTA_MIN <= shared <= base.length:
+                    if type(shared) is not int or not DELTA_MIN <= shared <= base.length:
                         raise ValueError(f"a body repeats {shared} bytes of one of {base.length}")
                 if type(n) is not int or n < 0:
                     raise ValueError("a body's length is not a length")
@@ -156,12 +170,13 @@ class ReceivedBodies:
                     raise ValueError("a body longer than its hand-over")
                 at += n
                 own.append(part)
-                if i == REQUEST_BODY and shared + n >= DELTA_MIN:
+                if i == REQUEST_BODY and DELTA_MIN <= shared + n <= REMEMBER_MAX:
                     rope = (*_cut_rope(base.rope, shared), part) if base is not None else (part,)
                     if len(rope) > MAX_ROPE or _held(rope) > 2 * (shared + n) + DELTA_MIN:
                         rope = (memoryview(b"".join(rope)),)
                     body = Large(self.received, rope, shared + n, None if base is None else base.number, shared)
                     self._recent.append(body)
+                    _forget_oldest(self._recent, lambda large: large.length)
                     self.received += 1
                     found[len(own) - 1] = body
                 elif base is not None:

@@ -2,8 +2,8 @@
 and how each is framed on a pipe (docs/architecture.md, "Messages between the writer and its child").
 
 Parent to child (the inbox): ``Handover`` (a batch of packed calls, and whether the traffic paused),
-``DeleteSession``, ``Forget`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed`` once at
-start, ``Recovered`` right after, then ``Taken`` for each hand-over it took off the pipe,
+``DeleteSession``, ``Forget`` and ``Stop``. Child to parent (the replies): ``Ready`` or ``Failed``
+once at start, ``Recovered`` right after, then ``Taken`` for each hand-over it took off the pipe,
 ``Counters`` when they change (at most every quarter second while calls flow) and ``Deleted`` for
 each ``DeleteSession``. All are frozen dataclasses.
 

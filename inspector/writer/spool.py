@@ -121,9 +121,10 @@ class Spool:
         self._write(encode(batch))
 
     def append_incoming(self, incoming: Incoming) -> None:
-        """Append one record for a hand-over as it came off the pipe: its payload as the proxy
-        encoded it, but for a large request body that repeats one this file holds, of which only the
-        new bytes are written (docs/architecture.md, "New bytes only")."""
+        """Append a hand-over as it came off the pipe: its payload as the proxy encoded it, but for
+        a large request body that repeats one this file holds, of which only the new bytes are
+        written (then in records of its own when it repeats one of the same hand-over: a record
+        refers only to those before it; docs/architecture.md, "New bytes only")."""
         plan = self._recent.plan(incoming, self.size)
         self._write([piece for record in plan.records for piece in record])
         self._recent.written(plan)
