@@ -183,6 +183,21 @@ def test_both_sides_remember_the_same_bodies_within_their_byte_budget(tmp_path):
     spool.close(remove=True)
 
 
+def test_a_body_its_successor_continues_gives_its_room_to_another_agents_body(tmp_path):
+    """An agent's burst of calls keeps only its latest body, so another agent's body, sent before
+    the burst, is still there to repeat (with four places and no such rule, the burst took them all)."""
+    spool, pipe = spools.Spool(tmp_path / "c.db"), _Pipe()
+    other = _conversation(4, size=9000).replace(b'"m"', b'"other"')
+    pipe.into(spool, make_exchange(request_body=other))
+    for turns in range(3, 9):
+        pipe.into(spool, make_exchange(request_body=_conversation(turns)))
+    before = pipe.wire
+    pipe.into(spool, make_exchange(request_body=other[:-2] + b',{"role":"user","content":"next"}]}'))
+    assert pipe.wire - before < 2000
+    assert len(_read_back(spool)) == 8
+    spool.close(remove=True)
+
+
 def test_the_child_refuses_a_reference_to_a_body_it_never_received():
     pipe = _Pipe()
     record = pipe.carry(make_exchange(request_body=_conversation(5)))

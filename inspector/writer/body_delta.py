@@ -7,8 +7,8 @@ and the child a 1 MB read, a fresh 1 MB buffer and a copy into the page cache: m
 else either did on it. Three parts, one per place a body is:
 
 - ``SentBodies`` (the proxy's feeder): the last REMEMBERED request bodies of DELTA_MIN to
-  REMEMBER_MAX bytes it sent down one pipe (at most REMEMBER_BYTES of them), numbered in the order
-  sent. A new one that shares at least
+  REMEMBER_MAX bytes it sent down one pipe (at most REMEMBER_BYTES of them, and not a body that a
+  later one continues), numbered in the order sent. A new one that shares at least
   DELTA_MIN leading bytes with one of them goes as ``[own, number, shared]`` and its own bytes.
 - ``ReceivedBodies`` (the child): the same bodies, numbered the same way, each as the pieces of
   the hand-overs its bytes came in (a rope, joined once it has MAX_ROPE pieces or would keep
@@ -68,7 +68,7 @@ class SentBodies:
         either way."""
         if not DELTA_MIN <= len(body) <= REMEMBER_MAX:
             return None
-        best, ref = DELTA_MIN - 1, None
+        best, ref, base = DELTA_MIN - 1, None, 0
         for number, old in reversed(self._recent):  # the newest first: usually the one it repeats
             limit = min(len(old), len(body))
             # a longer shared prefix than ``best`` needs the byte at ``best`` to agree: one byte
@@ -77,11 +77,28 @@ class SentBodies:
                 continue
             shared = match_forward(old, 0, body, 0, limit)
             if shared > best:
-                best, ref = shared, number
+                best, ref, base = shared, number, len(old)
+        if ref is not None and _continues(best, base):
+            _drop(self._recent, next(item for item in self._recent if item[0] == ref))
         self._recent.append((self.sent, body))
         _forget_oldest(self._recent, lambda sent: len(sent[1]))
         self.sent += 1
         return None if ref is None else (ref, best)
+
+
+def _continues(shared: int, base: int) -> bool:
+    """A body that repeats all of a ``base``-byte body but (at most) its last DELTA_MIN bytes
+    continues it: the next request extends the new one, so the base is forgotten and its room
+    goes to other agents' bodies (the same rule on both sides of the pipe)."""
+    return shared >= base - DELTA_MIN
+
+
+def _drop(recent: collections.deque, item: object) -> None:
+    """Remove ``item`` itself (``deque.remove`` would compare bodies byte by byte on the way)."""
+    for k, other in enumerate(recent):
+        if other is item:
+            del recent[k]
+            return
 
 
 def _forget_oldest(recent: collections.deque, length: Callable[[Any], int]) -> None:
@@ -175,6 +192,8 @@ class ReceivedBodies:
                     if len(rope) > MAX_ROPE or _held(rope) > 2 * (shared + n) + DELTA_MIN:
                         rope = (memoryview(b"".join(rope)),)
                     body = Large(self.received, rope, shared + n, None if base is None else base.number, shared)
+                    if base is not None and _continues(shared, base.length):
+                        _drop(self._recent, base)
                     self._recent.append(body)
                     _forget_oldest(self._recent, lambda large: large.length)
                     self.received += 1
