@@ -48,7 +48,8 @@ Rope = tuple[memoryview, ...]
 
 
 class SentBodies:
-    """The proxy's side: the last REMEMBERED large request bodies sent down one pipe."""
+    """The proxy's side: the last REMEMBERED large request bodies sent down one pipe (not those a
+    later one continues)."""
 
     def __init__(self) -> None:
         self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
@@ -68,8 +69,9 @@ class SentBodies:
         either way."""
         if not DELTA_MIN <= len(body) <= REMEMBER_MAX:
             return None
-        best, ref, base = DELTA_MIN - 1, None, 0
-        for number, old in reversed(self._recent):  # the newest first: usually the one it repeats
+        best, found = DELTA_MIN - 1, None
+        for item in reversed(self._recent):  # the newest first: usually the one it repeats
+            old = item[1]
             limit = min(len(old), len(body))
             # a longer shared prefix than ``best`` needs the byte at ``best`` to agree: one byte
             # rules out the bodies that cannot win before any bulk comparison
@@ -77,13 +79,13 @@ class SentBodies:
                 continue
             shared = match_forward(old, 0, body, 0, limit)
             if shared > best:
-                best, ref, base = shared, number, len(old)
-        if ref is not None and _continues(best, base):
-            _drop(self._recent, next(item for item in self._recent if item[0] == ref))
+                best, found = shared, item
+        if found is not None and _continues(best, len(found[1])):
+            _drop(self._recent, found)
         self._recent.append((self.sent, body))
         _forget_oldest(self._recent, lambda sent: len(sent[1]))
         self.sent += 1
-        return None if ref is None else (ref, best)
+        return None if found is None else (found[0], best)
 
 
 def _continues(shared: int, base: int) -> bool:
