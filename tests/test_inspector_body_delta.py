@@ -265,6 +265,33 @@ def test_the_writer_child_stores_repeated_bodies_byte_exact_across_an_idle_forge
         assert get_request_body(db_, ex.id) == ex.request_body
 
 
+def test_an_agents_calls_after_pauses_are_spooled_as_their_new_bytes(tmp_path):
+    """An agent pauses after each call, so each is stored before the next comes: the spool keeps
+    the stored records (marked) instead of emptying itself, and every later body is written as the
+    new bytes it adds, not whole again."""
+    db = tmp_path / "c.db"
+    w = WriterProcess(db)
+    w.start()
+    calls = [make_exchange(request_body=_conversation(t, size=20_000)) for t in range(10, 16)]
+    try:
+        spool_file = next(tmp_path.glob("c.db.spool-*"))
+        for ex in calls:
+            w.submit(ex)
+            deadline = time.monotonic() + 20
+            while w.stats().written < calls.index(ex) + 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            while not spool_file.read_bytes().endswith(spool_format.STORED_MARK) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        data = spool_file.read_bytes()
+        assert data.count(spool_format.STORED_MARK) == len(calls)  # all kept, each marked stored
+        assert len(data) < len(calls[-1].request_body) * 1.5  # the first body, then new bytes only
+    finally:
+        assert w.stop()
+    db_ = open_db(db)
+    for ex in calls:
+        assert get_request_body(db_, ex.id) == ex.request_body
+
+
 def test_a_spool_of_new_bytes_left_by_a_killed_writer_is_stored_by_the_next(tmp_path):
     db = tmp_path / "c.db"
     left, pipe = spools.Spool(db, owner=999_997), _Pipe()

@@ -137,9 +137,53 @@ def test_a_new_writer_stores_an_orphaned_spool_once_skipping_calls_already_store
     assert not list(tmp_path.glob("c.db.spool-*"))
 
 
+def test_records_marked_stored_are_kept_but_neither_waiting_nor_taken_over(tmp_path):
+    """A writer keeps its stored records after a pause (marked, not emptied): ``db status`` counts
+    only what follows the last mark, and a writer taking the file over after a crash stores only
+    that, never reading the calls before the mark (not in the store here: they would show up)."""
+    db = tmp_path / "c.db"
+    left = spools.Spool(db, owner=999_995)
+    left.append(_calls(1, 2))
+    left.mark_stored()
+    left.append(_calls(3))
+    left.mark_stored()
+    assert not left.holds and spools.spool_status(db)["bytes"] == 0
+    after = left.size
+    later = _calls(4, 5)
+    left.append(later)
+    assert left.holds and spools.spool_status(db)["bytes"] == left.size - after
+    left.close(remove=False)
+    w = WriterProcess(db)
+    w.start()
+    assert w.stop()
+    assert sorted(r["id"] for r in list_calls(open_db(db), limit=None)) == sorted(f[spool_format.ID] for f in later)
+    assert not list(tmp_path.glob("c.db.spool-*"))
+
+
+def test_a_file_of_many_tiny_records_is_scanned_for_marks_only_so_far(tmp_path, monkeypatch):
+    """``db status`` reads record headers looking for the last mark, and stops after _MAX_SCAN of
+    them: what follows counts as waiting (read again, never skipped)."""
+    monkeypatch.setattr(spool_format, "_MAX_SCAN", 3)
+    s = spools.Spool(tmp_path / "c.db")
+    try:
+        s.append(_calls(1))
+        s.mark_stored()
+        first_mark = s.size
+        s.append(_calls(2))
+        s.mark_stored()
+        assert spool_format.stored_up_to(s._fd, s.size) == first_mark
+        s.append(_calls(3))
+        cut = s.size
+        with open(s.path, "ab") as f:
+            f.write(spool_format.STORED_MARK[:5])  # a mark torn by a crash marks nothing
+        assert spool_format.stored_up_to(s._fd, cut + 5) == first_mark
+    finally:
+        s.close(remove=True)
+
+
 async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the_pause(tmp_path):
     db = tmp_path / "b.db"
-    w = WriterProcess(db)
+    w = WriterProcess(db, idle_release=2.0)
     w.start()
     try:
         spool_file = next(tmp_path.glob("b.db.spool-*"))
@@ -154,10 +198,15 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
         assert w.stats().queued == i  # but counted as waiting (proxy + spool)
         deadline = time.monotonic() + 20
         while len(list_calls(open_db(db), limit=None)) < i and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # the pause: everything is stored and the spool emptied
+            await asyncio.sleep(0.05)  # the pause: everything is stored
         assert len(list_calls(open_db(db), limit=None)) == i
-        while os.path.getsize(spool_file) > len(spools.HEADER) and time.monotonic() < deadline:
+        while not spool_file.read_bytes().endswith(spool_format.STORED_MARK) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        # kept, marked stored (the next calls' large bodies may be spooled as their new bytes): nothing waits
+        assert spool_file.stat().st_size > len(spools.HEADER) + len(spool_format.STORED_MARK)
+        assert db_status(db)["spool"]["bytes"] == 0
+        while os.path.getsize(spool_file) > len(spools.HEADER) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # idle for idle_release: emptied
         assert spool_file.read_bytes() == spools.HEADER
     finally:
         assert w.stop()

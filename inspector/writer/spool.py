@@ -39,10 +39,12 @@ from ctxscope.inspector.writer.spool_format import (
     HEADER,
     MAGIC,
     READABLE,
+    STORED_MARK,
     SpoolCorrupt,
     Torn,
     encode,
     read_record,
+    stored_up_to,
     write_pieces,
 )
 
@@ -112,7 +114,7 @@ class Spool:
             os.close(self._fd)
             self.path.unlink(missing_ok=True)
             raise
-        self.size = self.read_at = len(HEADER)
+        self.size = self.read_at = self.stored_to = len(HEADER)  # ``stored_to``: the records before are stored
         self.corrupt = 0  # records of our own that did not read back (a damaged disk)
         self._recent = SpooledBodies()  # where large request bodies lie, for later ones to refer to
 
@@ -140,8 +142,20 @@ class Spool:
 
     @property
     def holds(self) -> bool:
-        """Whether any record was appended since the spool was last emptied."""
-        return self.size > len(HEADER)
+        """Whether it holds records not stored yet (appended since it was last emptied or marked)."""
+        return self.size > self.stored_to
+
+    @property
+    def unstored_size(self) -> int:
+        """The file's size without the stored records it keeps: what the spool's limit counts."""
+        return self.size - self.stored_to + len(HEADER)
+
+    def mark_stored(self) -> None:
+        """Everything appended is stored, but the file is kept, so the next large request bodies
+        can still be written as the new bytes they add to those in it; a marker record says so to
+        anyone who reads the file (``db status``, a writer taking it over after a crash)."""
+        self._write([STORED_MARK])
+        self.stored_to = self.read_at = self.size
 
     @property
     def unread(self) -> bool:
@@ -164,7 +178,7 @@ class Spool:
     def clear(self) -> None:
         """Everything appended is stored: start again from the header alone."""
         os.ftruncate(self._fd, len(HEADER))
-        self.size = self.read_at = len(HEADER)
+        self.size = self.read_at = self.stored_to = len(HEADER)
         self._recent.clear()
 
     def close(self, *, remove: bool) -> None:
@@ -205,8 +219,9 @@ class Orphan:
     corrupt: str | None = None  # why reading stopped early, if a record was corrupt
 
     def batches(self) -> Iterator[list[tuple]]:
-        """Its batches, oldest first, one at a time; stops at a torn or corrupt record."""
-        at = len(HEADER)
+        """Its batches not stored yet (after its last ``STORED_MARK``), oldest first, one at a time;
+        stops at a torn or corrupt record."""
+        at = stored_up_to(self.fd, self.size)
         while at < self.size:
             try:
                 batch, at = read_record(self.fd, at, self.size)
@@ -310,7 +325,8 @@ def spool_status(db_path: Path) -> dict:
             continue
         try:
             status["files"] += 1
-            status["bytes"] += max(0, os.fstat(fd).st_size - len(HEADER))
+            size = os.fstat(fd).st_size
+            status["bytes"] += max(0, size - stored_up_to(fd, size))
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # only a live writer holds its lock
             status["left_by_stopped_writers"] += 1
         except OSError:

@@ -173,6 +173,36 @@ def encode(batch: list[tuple]) -> list[bytes]:
     return [record_head(pieces), *pieces]
 
 
+# A record of no calls: everything before it is stored. A writer appends it instead of emptying
+# its spool after a pause, so the next large bodies can still be written as the new bytes they add
+# to those in it (docs/architecture.md, "New bytes only"). Its header alone tells it apart.
+STORED_MARK = b"".join(encode([]))
+_MARK_HEAD = STORED_MARK[:_RECORD.size]
+
+
+_MAX_SCAN = 1 << 17  # record headers read looking for the last mark (a planted file of tiny records stops there)
+
+
+def stored_up_to(fd: int, size: int) -> int:
+    """The offset after the last ``STORED_MARK`` of a spool of ``size`` bytes (after its header
+    when there is none): the records before it are stored. Reads only the records' headers, at
+    most _MAX_SCAN of them (past that, what follows counts as not stored: read again, never lost)."""
+    at = last = len(HEADER)
+    for _ in range(_MAX_SCAN):
+        if at + _RECORD.size > size:
+            break
+        head = os.pread(fd, _RECORD.size, at)
+        if len(head) < _RECORD.size:
+            break
+        n, _ = _RECORD.unpack(head)
+        if n > size - at - _RECORD.size:
+            break  # torn: the readers say so
+        at += _RECORD.size + n
+        if head == _MARK_HEAD:
+            last = at
+    return last
+
+
 Read = Callable[[int, int], bytes]  # (offset, length) -> those bytes
 
 

@@ -26,14 +26,16 @@ CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyo
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
 MEMORY_LIMIT = 256 << 20  # body bytes held in memory while the spool cannot be written
+KEEP_STORED = 32 << 20  # a spool this large is emptied once stored, not kept for the new bytes of the next calls
 SPOOL_RETRY = 5.0  # seconds between attempts to create a spool that could not be created
 
 
 class Deferred:
     """The spool, and the feeding of what it holds to the writer once storing may begin.
 
-    Calls leave the spool only once the writer has committed them (or given them up): the whole
-    file is emptied when everything appended has been stored. While the store is unavailable the
+    Calls leave the spool only once the writer has committed them (or given them up): when
+    everything appended has been stored, the file is marked so (and kept for the next calls' new
+    bytes), or emptied (docs/architecture.md, "New bytes only"). While the store is unavailable the
     writer takes no more than CHILD_BACKLOG, so the rest waits in the spool, however long that
     takes. When the spool itself cannot be written (a full disk), calls are held in memory, up
     to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
@@ -69,7 +71,7 @@ class Deferred:
         if not record.calls:
             return
         incoming = self.bodies.take(record.payload, record.large)  # every hand-over: the numbering must not skip
-        if self._spool_usable(now) and self.spool.size + record.body_bytes < self.limit:  # type: ignore[union-attr]
+        if self._spool_usable(now) and self.spool.unstored_size + record.body_bytes < self.limit:  # type: ignore[union-attr]
             try:
                 self.spool.append_incoming(incoming)  # type: ignore[union-attr]
             except OSError as exc:
@@ -125,7 +127,7 @@ class Deferred:
     def _within_limit(self, batch: list[tuple]) -> list[tuple]:
         """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
         taken while the spool holds less than the limit, so the file passes it by one call at most."""
-        size = self.spool.size  # type: ignore[union-attr]
+        size = self.spool.unstored_size  # type: ignore[union-attr]
         kept = []
         for fields in batch:
             if size >= self.limit:
@@ -218,14 +220,26 @@ class Deferred:
     def behind(self) -> bool:
         return self.storing or self.writer.stats().queued > 0
 
-    def settle(self) -> None:
-        """Empty the spool once the writer has committed (or given up) everything it was given."""
+    def settle(self, *, empty: bool = False) -> None:
+        """Once the writer has committed (or given up) everything it was given, mark the spool's
+        records stored, keeping them, so the next large bodies may be spooled as the new bytes they
+        add to them; empty it instead once it holds KEEP_STORED (or an eighth of its limit), or when
+        ``empty`` (the child is idle, or stops)."""
         s = self.writer.stats()
         if s.written + s.failed + s.dropped + s.already_stored < self.given:
             return
         self._memory_ids.clear()
-        if self.spool is not None and self.spool.holds and not self.spool.unread and not self._batch:
-            self.spool.clear()
+        spool = self.spool
+        if spool is None or spool.unread or self._batch:
+            return
+        if empty or spool.size >= min(KEEP_STORED, self.limit // 8):
+            if spool.size > len(spools.HEADER):
+                spool.clear()
+        elif spool.holds:
+            try:
+                spool.mark_stored()
+            except OSError:  # a full disk: emptying it needs no space
+                spool.clear()
 
     def settled(self) -> bool:
         """Nothing held, spooled, being stored or failing: the child may sleep until the proxy sends

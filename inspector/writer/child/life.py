@@ -175,6 +175,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
             # no timer but this one, once: idle for idle_release, the writer lets go of its caches
             # The counters sent next must hold its count: an idle child sends none after them.
             writer.release_memory().wait(RELEASE_WAIT)
+            deferred.settle(empty=True)  # the stored records kept for the next calls' new bytes go too
             released = True
         fed = deferred.feed() if deferred.storing else True
         wait = FEED_INTERVAL if not fed and not writer.store_down else STATS_INTERVAL
@@ -222,7 +223,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
     priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
     deferred.drain()
     drained = writer.stop()
-    deferred.settle()
+    deferred.settle(empty=True)
     spool = deferred.spool  # created late, perhaps, if it could not be at first
     lost = deferred.lost_at_stop()
     if lost:
