@@ -67,6 +67,13 @@ class _Pipe:
         spool.append_incoming(self.received.take(record.payload, record.large))
 
 
+def _assert_stored(db, calls) -> None:
+    """Every call's request body is in the store, byte-exact."""
+    stored = open_db(db)
+    for ex in calls:
+        assert get_request_body(stored, ex.id) == ex.request_body
+
+
 def _read_back(spool: spools.Spool) -> list[bytes]:
     bodies = []
     while (batch := spool.next_batch()) is not None:
@@ -260,9 +267,7 @@ def test_the_writer_child_stores_repeated_bodies_byte_exact_across_an_idle_forge
             time.sleep(0.6 if k == 5 else 0.01)  # past idle_release once: both sides forget
     finally:
         assert w.stop()
-    db_ = open_db(db)
-    for ex in calls:
-        assert get_request_body(db_, ex.id) == ex.request_body
+    _assert_stored(db, calls)
 
 
 def test_an_agents_calls_after_pauses_are_spooled_as_their_new_bytes(tmp_path):
@@ -287,9 +292,7 @@ def test_an_agents_calls_after_pauses_are_spooled_as_their_new_bytes(tmp_path):
         assert len(data) < len(calls[-1].request_body) * 1.5  # the first body, then new bytes only
     finally:
         assert w.stop()
-    db_ = open_db(db)
-    for ex in calls:
-        assert get_request_body(db_, ex.id) == ex.request_body
+    _assert_stored(db, calls)
 
 
 def test_a_spool_of_new_bytes_left_by_a_killed_writer_is_stored_by_the_next(tmp_path):
@@ -303,9 +306,7 @@ def test_a_spool_of_new_bytes_left_by_a_killed_writer_is_stored_by_the_next(tmp_
     w = WriterProcess(db)
     w.start()
     assert w.stop()
-    db_ = open_db(db)
-    for ex in calls:
-        assert get_request_body(db_, ex.id) == ex.request_body
+    _assert_stored(db, calls)
     assert spools.spool_files(db) == []
 
 

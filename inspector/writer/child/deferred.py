@@ -233,8 +233,7 @@ class Deferred:
         if spool is None or spool.unread or self._batch:
             return
         if empty or spool.size >= min(KEEP_STORED, self.limit // 8):
-            if spool.size > len(spools.HEADER):
-                spool.clear()
+            spool.clear()
         elif spool.holds:
             try:
                 spool.mark_stored()
