@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxscope.inspector.writer.body_delta import SentBodies
-from ctxscope.inspector.writer.messages import Forget, FromChild, ToChild, receive, send
+from ctxscope.inspector.writer.messages import Counters, Forget, FromChild, ToChild, receive, send
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
 from ctxscope.vocab.heap import release_heap
 
@@ -133,8 +133,14 @@ class ChildProcess:
         self._reader.start()
 
     def _read(self, fd: int) -> None:
+        was: tuple[int, int] = (0, 0)  # queued and written, as the last counters said
         try:
             while (message := receive(fd)) is not None:
+                if isinstance(message, Counters):
+                    now = (message.stats.get("queued", 0), message.stats.get("written", 0))
+                    if not now[0] and now != was:  # all stored: the burst's free heap goes back first,
+                        release_heap()  # before anyone reads these counters (docs/architecture.md, "Memory")
+                    was = now
                 self.replies.put(message)  # type: ignore[arg-type]  # the child sends only FromChild
         except (OSError, ValueError) as exc:  # torn by its death, or garbled: it is as good as gone
             if self._popen.poll() is None:

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -190,8 +189,7 @@ class StatusPublisher:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            if self.publish():
-                release_heap()  # every call is stored: what the burst used goes back (docs/architecture.md, "Memory")
+            if self.publish():  # every call is stored (the heap went back then: writer/launch.py's reader)
                 self.asleep = True
                 self._woken.wait()
                 self._woken.clear()
@@ -201,7 +199,7 @@ class StatusPublisher:
         self._woken.set()
 
     def publish(self) -> bool:
-        """Publish if changed; True when the counters are settled and were already published."""
+        """Publish if changed; True when the counters are settled: nothing changes until a call comes."""
         try:
             stats = self._stats()
             status = dataclasses.asdict(stats)
@@ -211,7 +209,6 @@ class StatusPublisher:
         if status != self._last:
             self._file.publish(status)
             self._last = status
-            return False
         return settled(stats)
 
     def close(self) -> None:

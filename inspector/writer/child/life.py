@@ -211,6 +211,9 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
         quiet = False
         if now - last_stats >= STATS_INTERVAL:  # not per hand-over: ``Taken`` acknowledges each
             settled = item is None and deferred.settled()  # before the counters: they are then final
+            if settled and not trimmed:  # the heap goes back before the counters say all is stored
+                release_heap()
+                trimmed = True
             counters = Counters(deferred.stats(), deferred.received)
             if counters != sent:  # an idle child sends nothing: the parent may not read for hours
                 replies.put(counters)
