@@ -25,8 +25,8 @@ def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object
 
     Analyzers with a ``release()`` method forget what they keep of recent calls (they reload a
     session's latest calls from the store when it comes back); the store's bases and parsed bodies
-    are reloaded the same way, its zstd dictionaries by id, and the token engine is built again
-    (~0.3 s of CPU) by the next count."""
+    are reloaded the same way, the ids it knows are looked up again, its zstd dictionaries are
+    read by id, and the token engine is built again (~0.3 s of CPU) by the next count."""
     for analyzer in analyzers:
         forget = getattr(analyzer, "release", None)
         if callable(forget):
@@ -34,6 +34,7 @@ def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object
     if state is not None:
         state.bases.clear()
         state.bodies.clear()
+        state.ids.clear()
     blobs.forget_dictionaries()
     if db is not None:
         store.shrink_memory(db)
