@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from factories import T0, analysis_and_index, make_exchange
 from inspector_bodies import claude_code_turns, make_chat_body
 
+from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
-from ctxscope.inspector.writer.launch import child_environment
+from ctxscope.inspector.store.ingest import IngestState
 from ctxscope.inspector.writer.process import WriterProcess
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.vocab import tokens
@@ -114,37 +114,12 @@ def test_the_idle_child_releases_after_each_idle_spell_and_stores_the_same(tmp_p
     assert stored(tmp_path / "child.db") == plain
 
 
-def _rss_mb(pid: int) -> float:
-    return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
-
-
-def test_the_idle_child_falls_back_to_its_size_after_a_burst(tmp_path):
-    """What a burst leaves behind (the ids the store keeps, caches) would pin pymalloc's arenas;
-    the child takes small objects from glibc's heap, whose free pages its release gives back."""
-    w = WriterProcess(tmp_path / "c.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.3, status_file=False)
-    w.start()
-    try:
-        child = w._proc.pid  # type: ignore[union-attr]
-        assert b"PYTHONMALLOC=malloc" in Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        w.submit(make_exchange(request_body=json.dumps(make_chat_body([{"role": "user", "content": "hi"}])).encode()))
-        until(lambda: w.stats().written == 1 and w.stats().idle_releases >= 1, "the first release")
-        before = _rss_mb(child)
-        exchanges = [make_exchange(request_body=json.dumps(make_chat_body(
-            [{"role": "user", "content": f"call {i} " + "lorem ipsum " * (20 if i % 50 else 40_000)}])).encode(),
-            session_label=f"s{i % 7}", started_at=T0 + i) for i in range(1500)]  # fmt: skip
-        releases = w.stats().idle_releases
-        for ex in exchanges:
-            w.submit(ex)
-        until(lambda: w.stats().written == 1 + len(exchanges), "the burst to be stored", timeout=120)
-        until(lambda: w.stats().idle_releases > releases, "the release after the burst")
-        time.sleep(0.3)  # its heap is given back right after the count is sent
-        assert _rss_mb(child) - before < 8, (before, _rss_mb(child))
-    finally:
-        assert w.stop()
-
-
-def test_a_user_s_choice_of_allocator_is_kept_for_the_child(monkeypatch):
-    monkeypatch.setenv("PYTHONMALLOC", "pymalloc_debug")
-    assert child_environment()["PYTHONMALLOC"] == "pymalloc_debug"
-    monkeypatch.delenv("PYTHONMALLOC")
-    assert child_environment()["PYTHONMALLOC"] == "malloc"
+def test_a_release_forgets_the_ids_the_store_knows():
+    """What outlives a burst pins the heap it sits in: the ids go too, and are looked up again."""
+    state = IngestState(1)
+    state.ids.keep(state.ids.chunks, b"c" * 32, 7)
+    state.ids.keep(state.ids.segments, b"s" * 32, 8)
+    generation = state.ids.generation
+    release(None, state, [])
+    assert not state.ids.chunks and not state.ids.segments
+    assert state.ids.generation != generation  # what an analyzer noted under the old one is checked again

@@ -105,18 +105,6 @@ class Outbox:
             os.close(fd)
 
 
-def child_environment() -> dict[str, str]:
-    """The child's environment: ours, with Python's small objects taken from glibc's heap rather
-    than pymalloc's 1 MiB arenas (unless the user chose an allocator). An arena goes back to the
-    system only once every object in it is freed, and the few that outlive a burst (the ids the
-    store keeps, caches) pinned ~16 MB of them in the child for good; from the heap, ``release_heap``
-    gives back every free page around them. The writer's CPU per call did not move
-    (docs/architecture.md, "Memory")."""
-    env = dict(os.environ)
-    env.setdefault("PYTHONMALLOC", "malloc")
-    return env
-
-
 class ChildProcess:
     """The running writer child: its process, its inbox (``Outbox``) and its replies (a queue)."""
 
@@ -128,8 +116,7 @@ class ChildProcess:
         argv = [sys.executable, "-m", ENTRY, db_path, str(inbox_r), str(replies_w),
                 json.dumps({**config, "sys_path": sys.path})]
         try:
-            self._popen = subprocess.Popen(argv, pass_fds=(inbox_r, replies_w), stdin=subprocess.DEVNULL,
-                                           env=child_environment())
+            self._popen = subprocess.Popen(argv, pass_fds=(inbox_r, replies_w), stdin=subprocess.DEVNULL)
         except BaseException:
             for fd in (inbox_w, replies_r):
                 os.close(fd)
