@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from factories import make_exchange
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import exchange_row, queries
+from ctxscope.inspector.writer import status
 from ctxscope.inspector.writer.thread import CaptureWriter
 
 TESTS = Path(__file__).resolve().parent
@@ -544,3 +546,24 @@ def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_st
         assert w.stop()
     with pytest.raises(WriterUnavailable):
         w.delete_session("kept")
+
+
+@pytest.mark.parametrize("give_back", [True, False])
+def test_the_publisher_sleeps_once_all_is_stored_giving_the_heap_back_only_for_a_writer_here(
+        tmp_path, monkeypatch, give_back):
+    """A writer child's heap and the daemon's go back before its counters are read (writer/launch.py);
+    a writer in this process has only its publisher to do it, once everything is stored."""
+    trims = []
+    monkeypatch.setattr(status, "release_heap", lambda: trims.append(time.monotonic()))
+    publisher = status.StatusPublisher(tmp_path / "c.db", lambda: status.WriterStats(written=3, running=True),
+                                       interval=0.01, give_back_heap=give_back)
+    try:
+        deadline = time.monotonic() + 10
+        while not publisher.asleep:
+            assert time.monotonic() < deadline, "the publisher never went to sleep"
+            time.sleep(0.01)
+        time.sleep(0.1)  # asleep: it wakes for nothing
+        assert len(trims) == (1 if give_back else 0)
+        assert publisher.asleep and json.loads(publisher._file.path.read_text())["written"] == 3
+    finally:
+        publisher.close()

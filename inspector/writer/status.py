@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
+from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")
 
@@ -176,9 +177,11 @@ class StatusPublisher:
     (a call came, the child died): an idle daemon wakes for nothing (docs/architecture.md, "A quiet
     idle daemon")."""
 
-    def __init__(self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5):
+    def __init__(self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5,
+                 give_back_heap: bool = False):
         self._stats = stats
         self._interval = interval
+        self._give_back_heap = give_back_heap  # a writer in this process: nothing else trims after a burst
         self._file = StatusFile(db_path)
         self._stop = threading.Event()
         self._woken = threading.Event()
@@ -189,7 +192,9 @@ class StatusPublisher:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            if self.publish():  # every call is stored (the heap went back then: writer/launch.py's reader)
+            if self.publish():  # every call is stored (a writer child's heap, and ours, went back then)
+                if self._give_back_heap:
+                    release_heap()  # docs/architecture.md, "Memory"
                 self.asleep = True
                 self._woken.wait()
                 self._woken.clear()

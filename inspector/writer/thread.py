@@ -173,7 +173,7 @@ class CaptureWriter:
         self._thread.start()
         self._ready.wait()
         if self.status_file:
-            self._publisher = StatusPublisher(self.db_path, self.stats)
+            self._publisher = StatusPublisher(self.db_path, self.stats, give_back_heap=True)
 
     def stop(self, timeout: float = 30) -> bool:
         """Stop accepting, store everything queued, close. True when everything was stored or counted."""
