@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,18 +13,13 @@ import httpx2
 from aiohttp import web
 from environment import require
 from proxy_rig import serve_app
+from serve_process import running_serve
 
 CALLS = 24
 SLACK_MB = 4  # what a process may still give back after it said all is stored (page cache, a late free)
 ANSWER = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 250000, "completion_tokens": 1}}).encode()  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss_mb(pid: int) -> float:
@@ -66,48 +57,25 @@ def test_the_heap_is_given_back_before_the_daemon_says_a_burst_is_stored(tmp_pat
     app = web.Application(client_max_size=8 << 20)
     app.router.add_post("/v1/chat/completions", answer)
     runner, upstream = loop_thread.call(serve_app(app))
-    port = _free_port()
-    env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port), "--db",
-                                 str(tmp_path / "c.db"), "--upstream", f"fast={upstream}"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx2.get(f"{base}/_ctxscope/api/status?store=0", timeout=1)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "serve did not start: " + log.read_text()
-                time.sleep(0.1)
-        with httpx2.Client(timeout=60) as client:
-            for i in range(CALLS):
-                sent = client.post(f"{base}/u/fast/v1/chat/completions", content=_body(i),
-                                   headers={"Content-Type": "application/json"})
-                assert sent.status_code == 200, sent.text
-            deadline = time.monotonic() + 120
-            while True:  # as a user (or the bench) sees it: the moment the daemon says all is stored
-                writer = client.get(f"{base}/_ctxscope/api/status?store=0").json()["writer"]
-                if writer["written"] == CALLS and writer["queued"] == 0:
-                    break
-                assert time.monotonic() < deadline, writer
-                time.sleep(0.02)
-        child = _writer_child(proc.pid)
-        at_stored = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}
-        time.sleep(2.0)  # the writer child's and the status publisher's next ticks have passed
-        later = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}
-        for who in at_stored:
-            assert at_stored[who] - later[who] <= SLACK_MB, (who, at_stored, later)
+        with running_serve(tmp_path, "--upstream", f"fast={upstream}") as (proc, base):
+            with httpx2.Client(timeout=60) as client:
+                for i in range(CALLS):
+                    sent = client.post(f"{base}/u/fast/v1/chat/completions", content=_body(i),
+                                       headers={"Content-Type": "application/json"})
+                    assert sent.status_code == 200, sent.text
+                deadline = time.monotonic() + 120
+                while True:  # as a user (or the bench) sees it: the moment the daemon says all is stored
+                    writer = client.get(f"{base}/_ctxscope/api/status?store=0").json()["writer"]
+                    if writer["written"] == CALLS and writer["queued"] == 0:
+                        break
+                    assert time.monotonic() < deadline, writer
+                    time.sleep(0.02)
+            child = _writer_child(proc.pid)
+            at_stored = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}
+            time.sleep(2.0)  # the writer child's and the status publisher's next ticks have passed
+            later = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}
+            for who in at_stored:
+                assert at_stored[who] - later[who] <= SLACK_MB, (who, at_stored, later)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
         loop_thread.call(runner.cleanup())
-    assert proc.returncode == 0, log.read_text()

@@ -5,24 +5,14 @@ Not a speed target: a generous bound that any polling loop's steady cost would b
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx2
+from serve_process import running_serve
 
 BOUND_MS = 200  # CPU of the whole tree in WINDOW_S: 2% of one core
 WINDOW_S = 10.0
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tree_ticks(root: int) -> dict[int, int]:
@@ -51,21 +41,7 @@ def _command(pid: int) -> str:
 
 
 def test_an_idle_serve_uses_next_to_no_cpu(tmp_path):
-    port = _free_port()
-    env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port),
-                                 "--db", str(tmp_path / "c.db")], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx2.get(f"http://127.0.0.1:{port}/_ctxscope/api/status?store=0", timeout=1)
-                break
-            except httpx2.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "serve did not start: " + log.read_text()
-                time.sleep(0.1)
+    with running_serve(tmp_path) as (proc, _):
         time.sleep(3)  # let start-up work (imports, migrations, the first status) finish
         before = _tree_ticks(proc.pid)
         commands = sorted(_command(pid) for pid in before)  # the simulator starts on its first request
@@ -75,12 +51,3 @@ def test_an_idle_serve_uses_next_to_no_cpu(tmp_path):
         after = _tree_ticks(proc.pid)
         used = {pid: (after[pid] - before.get(pid, 0)) * TICK_MS for pid in after}
         assert sum(used.values()) < BOUND_MS, f"an idle serve used {used} ms of CPU in {WINDOW_S:.0f} s"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-    assert proc.returncode == 0, log.read_text()

@@ -1,0 +1,53 @@
+"""A real `ctxscope serve` in a process of its own, for tests that read its processes from /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_serve(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`serve --port P --db tmp_path/c.db *args` with its own home, once it answers its status; it
+    is stopped with SIGTERM on the way out and must exit 0 (its log is the failure's message)."""
+    port = free_port()
+    env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port),
+                                 "--db", str(tmp_path / "c.db"), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx2.get(f"{base}/_ctxscope/api/status?store=0", timeout=1)
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "serve did not start: " + log.read_text()
+                time.sleep(0.1)
+        yield proc, base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, log.read_text()
