@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -71,3 +72,11 @@ def test_counting_works_with_no_network_and_writes_no_cache(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2"
     assert list(cache.iterdir()) == []
+
+
+def test_the_ranks_are_read_as_tiktoken_parses_its_file():
+    """load_ranks takes each token's position as its rank; tiktoken parses each line's rank."""
+    reference = {base64.b64decode(token): int(rank)
+                 for token, rank in (line.split() for line in tokens.ranks_file_bytes().splitlines() if line)}
+    assert tokens.load_ranks() == reference
+    assert len(reference) == 199_998
