@@ -26,7 +26,7 @@ def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object
     Analyzers with a ``release()`` method forget what they keep of recent calls (they reload a
     session's latest calls from the store when it comes back); the store's bases and parsed bodies
     are reloaded the same way, the ids it knows are looked up again, its zstd dictionaries are
-    read by id, and the token engine is built again (~0.3 s of CPU) by the next count."""
+    read by id, and the token engine is built again (~0.2 s of CPU) by the next count."""
     for analyzer in analyzers:
         forget = getattr(analyzer, "release", None)
         if callable(forget):

@@ -51,7 +51,7 @@ def load_ranks() -> dict[bytes, int]:
 
 @functools.cache
 def encoding():
-    """The exact o200k_base encoder, built once per process (~0.3 s). Thread-safe.
+    """The exact o200k_base encoder, built once per process (~0.2 s). Thread-safe.
 
     Its engine keeps its own copy of the 200K ranks; the Python dict it was built from (~25 MB,
     kept by ``Encoding`` only to pickle itself, which we never do) is let go, and so is the heap
