@@ -410,8 +410,9 @@ def capture_line(c: dict) -> str:
     full = c.get("dropped_spool_full") or 0
     dropped = f"; DROPPED {full} calls: the spool was full (max_spool_bytes)" if full else ""
     if c["state"] == "storing":
+        asleep = "; idle: its process starts again with the next call" if c.get("asleep") else ""
         return (f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
-                + dropped)
+                + asleep + dropped)
     since = f" since {c['since']}" if c.get("since") else ""
     return (f"STORE FAILING{since}: {c['failures']} failures, {c['waiting']} calls waiting; "
             f"last error: {emit_safe(c.get('last_error'))}" + dropped)

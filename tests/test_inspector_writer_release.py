@@ -3,7 +3,9 @@ analysed and indexed exactly as without the release (docs/architecture.md, "Memo
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import time
 
 from factories import T0, analysis_and_index, make_exchange
@@ -12,8 +14,11 @@ from inspector_bodies import claude_code_turns, make_chat_body
 from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.store.ingest import IngestState
+from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.status import capture_state
 from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.query_commands import capture_line
 from ctxscope.vocab import tokens
 
 ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
@@ -123,3 +128,82 @@ def test_a_release_forgets_the_ids_the_store_knows():
     release(None, state, [])
     assert not state.ids.chunks and not state.ids.segments
     assert state.ids.generation != generation  # what an analyzer noted under the old one is checked again
+
+
+def _epochs_and_starts(path) -> tuple[list, list, int]:
+    db = open_db(path)
+    try:
+        rows = db.execute("SELECT capture_epoch, epoch_reason FROM calls ORDER BY rowid").fetchall()
+        starts = db.execute("SELECT COUNT(*) FROM store_events WHERE kind = 'writer_started'").fetchone()[0]
+    finally:
+        db.close()
+    return [r[0] for r in rows], [r[1] for r in rows], starts
+
+
+def _asleep_after(w: WriterProcess, exchanges) -> int:
+    """Submit, wait until the child that stored them has been let go and has exited; its pid."""
+    pid = w._proc.pid
+    for ex in exchanges:
+        w.submit(ex)
+    until(lambda: w.stats().asleep, "the idle child to be let go")
+    until(lambda: not os.path.exists(f"/proc/{pid}"), "the idle child to exit")
+    return pid
+
+
+def test_an_idle_child_goes_and_the_next_call_starts_one_that_continues_its_epoch(tmp_path):
+    """An idle daemon holds no writer child; the capture did not pause, so no call says it resumed."""
+    exchanges = traffic()[:8]
+    w = WriterProcess(tmp_path / "c.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.2, status_file=False)
+    w.start()
+    try:
+        first = _asleep_after(w, exchanges[:4])
+        st = w.stats()
+        assert st.running and st.written == 4 and st.queued == 0 and st.idle_releases >= 1
+        assert st.restarts == st.store_failures == st.dropped == 0 and st.last_error is None
+        for ex in exchanges[4:]:
+            w.submit(ex)
+        until(lambda: w.stats().written == 8, "the calls after the idle spell")
+        assert w._proc.pid != first
+        st = w.stats()
+        assert st.restarts == st.store_failures == st.dropped == st.failed == 0 and st.last_error is None
+    finally:
+        assert w.stop()
+    epochs, reasons, starts = _epochs_and_starts(tmp_path / "c.db")
+    assert epochs == [1] * 8 and starts == 1
+    assert "capture_resumed" not in reasons and reasons.count("session_start") == 2  # the two sessions' first calls
+
+
+def test_a_deletion_wakes_the_sleeping_writer_and_db_status_says_it_sleeps(tmp_path):
+    exchanges = traffic()[:6]
+    w = WriterProcess(tmp_path / "d.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.2)
+    w.start()
+    try:
+        _asleep_after(w, exchanges)
+        until(lambda: capture_state(tmp_path / "d.db").get("asleep"), "the published status to say so")
+        line = capture_line(capture_state(tmp_path / "d.db"))
+        assert line.startswith("storing (6 stored since start, 0 waiting, 0 failures)") and "idle" in line
+        result = w.delete_session("loop")
+        assert result["session"] == "loop" and result["calls_deleted"] == 3
+        assert not w.stats().store_failures
+    finally:
+        assert w.stop()
+    epochs, _, _ = _epochs_and_starts(tmp_path / "d.db")
+    assert len(epochs) == 3
+
+
+async def test_a_call_held_while_the_writer_sleeps_is_stored_at_stop(tmp_path):
+    """Stopping with a call still held (its hand-over timer has not fired): a child starts to store it."""
+    exchanges = traffic()[:3]
+    w = WriterProcess(tmp_path / "s.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.2, status_file=False)
+    w.start()
+    pid = w._proc.pid
+    w.submit(exchanges[0])
+    while not (w.stats().asleep and not os.path.exists(f"/proc/{pid}")):
+        await asyncio.sleep(0.02)
+    w.submit(exchanges[1])
+    w.submit(exchanges[2])  # held: the loop is blocked in stop() below before the hand-over's timer
+    assert w.stop()
+    st = w.stats()
+    assert st.written == 3 and st.queued == 0 and st.restarts == 0
+    epochs, _, starts = _epochs_and_starts(tmp_path / "s.db")
+    assert epochs == [1, 1, 1] and starts == 1

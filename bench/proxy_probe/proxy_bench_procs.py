@@ -231,14 +231,17 @@ async def settle(pids: list[int], backlog=None, cap: float = 600.0) -> float:
 
 
 async def after_idle_release(session, t: Target, cap: float) -> dict[str, float]:
-    """The tree's RSS once ctxscope's writer child has let go of its caches (it does after a minute
-    without calls: docs/architecture.md, "Memory"); empty if that did not happen within ``cap`` s."""
+    """The tree's RSS once ctxscope's writer child has let go of its caches and exited (it does
+    after a minute without calls; the next call starts a new one: docs/architecture.md, "Memory");
+    empty if that did not happen within ``cap`` s."""
     deadline = time.monotonic() + cap
     while time.monotonic() < deadline:
         async with session.get(t.base.split("/u/")[0] + "/_ctxscope/api/status?store=0") as r:
-            if (await r.json())["writer"].get("idle_releases", 0) > 0:
-                await asyncio.sleep(0.5)  # its heap is given back right after the count is sent
-                return tree_rss(t.proc.pid) if t.proc is not None else {}
+            writer = (await r.json())["writer"]
+        if writer.get("idle_releases", 0) > 0 and writer.get("asleep"):
+            while t.proc is not None and "writer child" in tree_rss(t.proc.pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # told to stop: it exits in a moment
+            return tree_rss(t.proc.pid) if t.proc is not None else {}
         await asyncio.sleep(1.0)
     return {}
 

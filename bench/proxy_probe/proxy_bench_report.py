@@ -149,12 +149,12 @@ def report(targets: list[Target], cfg) -> bool:
                       + f"; minimal passthrough {sum(mini.rss.values()):.0f} MB); idle CPU {ctx.idle:.2f}% of one "
                       f"core (minimal {mini.idle:.2f}%)")
             if ctx.rss_released:
-                print(f"  after the writer child's idle release (a minute without calls): RSS of the process tree "
+                print(f"  after a minute without calls (the writer child let go and exited): RSS of the process tree "
                       f"{sum(ctx.rss_released.values()):.0f} MB ("
                       + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ctx.rss_released.items(), key=lambda kv: -kv[1]))
-                      + ")")
+                      + ("" if "writer child" in ctx.rss_released else "; no writer child") + ")")
             elif ctx.kind == "ctxscope":
-                print("  the writer child's idle release did not happen within 120 s")
+                print("  the writer child did not let go and exit within 120 s without calls")
             if ctx.kind in ("ctxscope", "otlp-down"):
                 print(f"  capture writer scheduling when idle: {ctx.sched}")
                 ok &= check_capture(ctx)

@@ -15,8 +15,9 @@ between callbacks, and ``stop`` and ``delete_session`` send from other threads. 
 encodes too, so the loop only appends to a list.
 
 Replies are read by a thread as they come, so a child that sends counters while nobody asks
-never blocks on a full pipe; they wait in a ``queue.Queue`` until the writer polls. The end of
-the replies pipe is the child's exit: the thread reaps it, then calls ``on_exit``.
+never blocks on a full pipe; they wait in a ``queue.Queue`` until the writer polls. Counters that
+count one more idle release go to ``on_idle`` too (the writer may then let the child go). The end
+of the replies pipe is the child's exit: the thread reaps it, then calls ``on_exit``.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class Outbox:
 class ChildProcess:
     """The running writer child: its process, its inbox (``Outbox``) and its replies (a queue)."""
 
-    def __init__(self, db_path: str, config: dict[str, Any], on_exit: Callable[[], None] | None = None):
+    def __init__(self, db_path: str, config: dict[str, Any], on_exit: Callable[[], None] | None = None,
+                 on_idle: Callable[[ChildProcess, Counters], None] | None = None):
         inbox_r, inbox_w = os.pipe()
         replies_r, replies_w = os.pipe()
         with contextlib.suppress(OSError):  # a bigger pipe: a 1 MB hand-over in one write, not 16 wakes
@@ -126,6 +128,7 @@ class ChildProcess:
                 os.close(fd)
         self.pid = self._popen.pid
         self.on_exit = on_exit
+        self.on_idle = on_idle
         self.inbox = Outbox(inbox_w, config.get("idle_release", IDLE_RELEASE))
         self.replies: queue.Queue[FromChild] = queue.Queue()
         self._reader = threading.Thread(target=self._read, args=(replies_r,), name="ctxscope-writer-replies",
@@ -134,6 +137,7 @@ class ChildProcess:
 
     def _read(self, fd: int) -> None:
         was: tuple[int, int] = (0, 0)  # queued and written, as the last counters said
+        releases = 0  # idle releases, as the last counters said
         try:
             while (message := receive(fd)) is not None:
                 if isinstance(message, Counters):
@@ -142,6 +146,9 @@ class ChildProcess:
                         release_heap()  # before anyone reads these counters (docs/architecture.md, "Memory")
                     was = now
                 self.replies.put(message)  # type: ignore[arg-type]  # the child sends only FromChild
+                if isinstance(message, Counters) and message.stats.get("idle_releases", 0) > releases:
+                    releases = message.stats["idle_releases"]
+                    self._idle(message)
         except (OSError, ValueError) as exc:  # torn by its death, or garbled: it is as good as gone
             if self._popen.poll() is None:
                 log.error("capture writer: unreadable reply (%s); stopping the child", exc)
@@ -151,6 +158,13 @@ class ChildProcess:
             self._popen.wait()  # it closed its end: it is exiting
             if self.on_exit is not None:
                 self.on_exit()
+
+    def _idle(self, counters: Counters) -> None:
+        if self.on_idle is not None:
+            try:
+                self.on_idle(self, counters)
+            except Exception:  # pragma: no cover - the replies must still be read
+                log.exception("capture writer: handling the child's idle release failed")
 
     def is_alive(self) -> bool:
         return self._popen.poll() is None

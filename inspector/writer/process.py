@@ -28,6 +28,14 @@ at most MAX_HOLD seconds of calls, so a call that finished more than a second be
 stored. If the child dies alone (the OOM killer, a crash), the proxy keeps its calls and starts a
 new child, which stores the old one's spool.
 
+A child that has stored everything and heard nothing for ``idle_release`` seconds lets go of its
+caches and says so in its counters; if nothing is on its way to it then, the writer tells it to
+stop (it exits like at ``stop``: nothing is left to store) and is *asleep*: an idle daemon holds
+no child process at all. The next call held for a hand-over starts a new child, which continues
+the same capture epoch (the capture never paused: no call sees a ``capture_resumed`` epoch), and
+the hand-over waits for it as it waits during a restart. A deletion or ``stop`` that finds it
+asleep starts one too when it has something to do (docs/architecture.md, "Memory").
+
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
 ``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer.restart` says when). ``start``
@@ -78,6 +86,7 @@ log = logging.getLogger("ctxscope.store")
 
 # Silence from the proxy this long means it holds nothing: the child may take it as a pause.
 CHILD_QUIET_AFTER = MAX_HOLD + QUIET_GAP + 0.2
+RETIRE_WAIT = 30.0  # seconds a child told to stop after an idle spell may take to exit
 
 class WriterProcess:
     """ExchangeSink whose storage runs in a child process (see module docstring)."""
@@ -128,6 +137,8 @@ class WriterProcess:
         self._child = WriterStats()
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
+        self._asleep = False  # the child stopped after an idle spell; the next hand-over starts one
+        self._deleting = 0  # deletions waiting for the child's answer: it is not let go meanwhile
         self._policy = RestartPolicy()
         self._lost = 0  # calls that died in the pipe to a child that died
         self._unconfirmed: list[tuple[int, str]] = []  # sent to children that died before a successor said
@@ -160,7 +171,7 @@ class WriterProcess:
     def _note_death(self) -> None:
         """Count a child found dead (once), and start a new one if it is time."""
         proc = self._proc
-        if proc is None or self._restarting or not self._accepting or proc.is_alive():
+        if proc is None or self._restarting or self._asleep or not self._accepting or proc.is_alive():
             return  # (a child ending after stop() is no failure)
         with self._lock:  # stats() may run in several threads at once
             if self._seen_dead is not proc and proc.exitcode is not None:
@@ -171,14 +182,16 @@ class WriterProcess:
         if self._accepting and self._policy.due(time.monotonic()):
             self._begin_restart()
 
-    def _spawn(self, timeout: float) -> None:
-        """Start a child and wait until it is ready; raises RuntimeError if it cannot start."""
+    def _spawn(self, timeout: float, capture_epoch: int | None = None) -> None:
+        """Start a child and wait until it is ready; raises RuntimeError if it cannot start.
+        ``capture_epoch``: the epoch it continues (after an idle spell); None: it takes a new one."""
         config = {"factory": self.analyzers_factory, "factory_args": list(self.analyzers_args), "nice": self.nice,
                   "batch_interval": self.batch_interval, "idle_class": IDLE_CLASS, "quiet_after": CHILD_QUIET_AFTER,
                   "max_decoded_bytes": self.max_decoded_bytes, "retry_interval": self.retry_interval,
-                  "max_spool_bytes": self.max_spool_bytes, "idle_release": self.idle_release}
+                  "max_spool_bytes": self.max_spool_bytes, "idle_release": self.idle_release,
+                  "capture_epoch": capture_epoch}
         try:
-            self._proc = ChildProcess(str(self.db_path), config, on_exit=self._child_exited)
+            self._proc = ChildProcess(str(self.db_path), config, on_exit=self._child_exited, on_idle=self._child_idle)
         except OSError as exc:  # no process could be made (no memory, too many processes)
             raise RuntimeError(f"capture writer could not start: {exc}") from exc
         self._queue, self._replies = self._proc.inbox, self._proc.replies
@@ -203,6 +216,22 @@ class WriterProcess:
         publisher = self._publisher
         if publisher is not None:
             publisher.wake()
+
+    def _child_idle(self, proc: ChildProcess, counters: Counters) -> None:
+        """The child let go of its caches after an idle spell (its reader thread says so): if all
+        it took is stored and nothing is on its way to it, tell it to stop. Stopping behind every
+        message already sent, it loses nothing; what is submitted from now on is held until
+        ``_flush`` starts a new child."""
+        with self._lock:
+            if proc is not self._proc or self._asleep or self._restarting or not self._accepting or self._deleting:
+                return
+            self._poll_from(proc.replies)  # its acknowledgements: what it took is no longer on its way
+            if (self._sizes or self._held.items or counters.stats.get("queued", 0)
+                    or self._dropped != self._dropped_sent or not proc.is_alive()):
+                return
+            self._asleep = True
+            self._seen_dead = proc  # its exit is no failure
+            proc.inbox.put(Stop())
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -253,6 +282,10 @@ class WriterProcess:
         try:
             if self._restarting:  # the restart hands over what waits once the new child is ready
                 return
+            if self._asleep:  # a new child first; it is handed what waits once it is ready
+                if self._held.items or self._dropped != self._dropped_sent:
+                    self._begin_restart(wake=True)
+                return
             with self._lock:
                 batch = self._held.take()
             dropped = self._dropped - self._dropped_sent
@@ -278,19 +311,24 @@ class WriterProcess:
             self._held.bytes += sum(call_size(f) for f in batch)
         self._note_death()
 
-    def _begin_restart(self) -> None:
+    def _begin_restart(self, wake: bool = False) -> None:
         with self._lock:
             if self._restarting or not self._accepting:
                 return
             self._restarting = True
-        threading.Thread(target=self._restart, args=(self._loop,), name="ctxscope-writer-restart", daemon=True).start()
+        threading.Thread(target=self._restart, args=(self._loop, wake), name="ctxscope-writer-restart",
+                         daemon=True).start()
 
-    def _restart(self, loop) -> None:
+    def _restart(self, loop, wake: bool = False) -> None:
+        """A new child after one died, or (``wake``) after one was let go in an idle spell."""
         try:
             old_proc, old_queue, old_replies = self._proc, self._queue, self._replies
             assert old_proc is not None and old_queue is not None and old_replies is not None  # it had started
+            if wake:
+                old_proc.join(RETIRE_WAIT)  # it had nothing left to store: it is exiting, if not gone
             old_proc.close()  # its last replies are read (its pipe has ended), its feeder gone
             with self._lock:
+                self._asleep = False
                 self._poll_from(old_replies)
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
                 sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
@@ -303,12 +341,12 @@ class WriterProcess:
                                                  last_error=self._base.last_error or self._child.last_error)
                 self._child = WriterStats()
             try:
-                self._spawn(timeout=60)
+                self._spawn(timeout=60, capture_epoch=self.capture_epoch if wake else None)
             except RuntimeError as exc:
                 self._start_failed(exc, "%s; trying again in %.0f s")
                 self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
                 return
-            self.restarts += 1
+            self.restarts += 0 if wake else 1
             recovered = recovered_ids(
                 self._replies, self._proc, timeout=60
             )  # the new child took over the dead one's spool
@@ -318,12 +356,17 @@ class WriterProcess:
             self._unconfirmed = []
             lost = sum(1 for _, call_id in sent if call_id not in recovered)
             self._lost += lost
+            if wake and not lost:
+                return
             log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
                       "(%d calls were lost on the way to it)", old_proc.exitcode, lost)
         finally:
             self._restarting = False
-            if loop is not None and self._held.items:  # hand over what waited meanwhile
-                loop.call_soon_threadsafe(self._flush, True)
+            if self._held.items:  # hand over what waited meanwhile (on the loop that submits, if any)
+                if loop is not None:
+                    loop.call_soon_threadsafe(self._flush, True)
+                else:
+                    self._flush(True)
 
     def _drop(self, exchange: Exchange, why: str) -> None:
         n = next(self._drops)
@@ -368,12 +411,26 @@ class WriterProcess:
 
     def delete_session(self, session: str, timeout: float = 30.0) -> dict:
         """Ask the child to delete a session (its writer thread does it between batches) and wait."""
+        with self._lock:
+            self._deleting += 1
+        try:
+            return self._delete_session(session, timeout)
+        finally:
+            with self._lock:
+                self._deleting -= 1
+
+    def _delete_session(self, session: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        if self._asleep:  # the child that stores the deletion starts now
+            self._begin_restart(wake=True)
+        while self._restarting and self._accepting and time.monotonic() < deadline:
+            time.sleep(0.02)
         proc, inbox = self._proc, self._queue
         if not self._accepting or self._restarting or proc is None or inbox is None or not proc.is_alive():
             raise WriterUnavailable("the capture writer is not running")
         request = next(self._requests)
-        inbox.put(DeleteSession(request, session, max(0.1, timeout - 1.0)))  # it answers before we give up
-        deadline = time.monotonic() + timeout
+        left = deadline - time.monotonic()
+        inbox.put(DeleteSession(request, session, max(0.1, left - 1.0)))  # it answers before we give up
         while True:
             self._poll()
             with self._lock:
@@ -393,7 +450,8 @@ class WriterProcess:
         self._note_death()
         self._poll()
         c = add_lives(self._base, self._child)  # counters of children that died are kept
-        running = self._proc is not None and self._error is None and (self._restarting or self._proc.is_alive())
+        running = self._proc is not None and self._error is None and (
+            self._restarting or self._asleep or self._proc.is_alive())
         return dataclasses.replace(
             c,
             queued=len(self._sizes) + len(self._taken) + self._child.queued,
@@ -404,6 +462,7 @@ class WriterProcess:
             last_error=self._error or c.last_error,
             store_down_since=c.store_down_since if running else (c.store_down_since or self._error_since),
             restarts=self.restarts,
+            asleep=self._asleep,
         )
 
     def stop(self, timeout: float = 60) -> bool:
@@ -422,6 +481,13 @@ class WriterProcess:
             return True
         while self._restarting:
             time.sleep(0.05)
+        if self._asleep:
+            if not self._held.items and self._dropped == self._dropped_sent:  # nothing came since it stopped
+                self._proc.join(RETIRE_WAIT)
+                self._proc.close()
+                self._poll()
+                return self._child.queued == 0
+            self._restart(None, wake=True)  # a child to store what came since
         assert self._queue is not None and self._replies is not None  # made with the process
         leave_idle_class(self._proc.pid)  # draining is all that is left: a busy machine must not starve it
         self._flush(pause=True)

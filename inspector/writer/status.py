@@ -61,6 +61,7 @@ class WriterStats:
     in_memory: int = 0  # calls held in memory because the spool could not be written
     dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
     idle_releases: int = 0  # times the idle child let go of its caches (docs/architecture.md, "Memory")
+    asleep: bool = False  # no child runs: it stopped after an idle spell, and the next call starts one
 
 
 def _runtime_dir(create: bool) -> Path | None:
@@ -272,6 +273,7 @@ def capture_state(db_path: Path) -> dict:
         "dropped": sum(w.get("dropped") or 0 for w in live),
         "dropped_spool_full": sum(w.get("dropped_spool_full") or 0 for w in live),
         "stored": sum(w.get("written") or 0 for w in live),
+        "asleep": all(w.get("asleep") for w in live),  # no writer process runs until the next call
         "last_error": errors[-1] if errors else None,
         "writers": live,
     }

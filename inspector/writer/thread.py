@@ -87,6 +87,7 @@ class CaptureWriter:
         retry_interval: float = RETRY_INTERVAL,
         status_file: bool = True,
         keep_unstored: bool = True,
+        capture_epoch: int | None = None,
     ):
         self.db_path = Path(db_path)
         self.batch_interval = batch_interval
@@ -97,7 +98,9 @@ class CaptureWriter:
         self.retry_interval = retry_interval
         self.status_file = status_file
         self.keep_unstored = keep_unstored
-        self.capture_epoch: int | None = None
+        # None: a new capture epoch, taken when the store opens; a number: this writer continues
+        # that epoch's capture (a writer child started again after an idle spell)
+        self.capture_epoch: int | None = capture_epoch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._accepting = True
         self._thread: threading.Thread | None = None
@@ -207,6 +210,7 @@ class CaptureWriter:
             running=self._thread is not None and self._thread.is_alive(),
             store_failures=self._outage.failures,
             store_down_since=self._outage.since,
+            asleep=False,  # a thread of this process: nothing to let go of between calls
         )
 
     def delete_session(self, session: str, timeout: float = 30.0) -> dict:

@@ -117,9 +117,10 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
                factory_args: tuple[str, ...] | list[str] = (), nice: int = 10, batch_interval: float = 0.2,
                idle_class: bool = True, quiet_after: float = 1.0, max_decoded_bytes: int = DEFAULT_MAX_SIZE,
                retry_interval: float = RETRY_INTERVAL, max_spool_bytes: int = SPOOL_LIMIT,
-               idle_release: float = IDLE_RELEASE) -> None:
+               idle_release: float = IDLE_RELEASE, capture_epoch: int | None = None) -> None:
     """The child's whole life; ``quiet_after``: silence that means the proxy holds no calls;
-    ``idle_release``: silence, everything stored, before it lets go of its caches."""
+    ``idle_release``: silence, everything stored, before it lets go of its caches;
+    ``capture_epoch``: the epoch a child started after an idle spell continues (None: a new one)."""
     tune_heap(1)  # before any thread starts (docs/architecture.md, "Memory")
     # Ctrl-C and a closed terminal's SIGHUP reach the whole process group; the parent decides when we stop.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -138,6 +139,7 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
             retry_interval=retry_interval,
             status_file=False,
             keep_unstored=False,
+            capture_epoch=capture_epoch,
         )
         writer.start()  # a store that cannot be opened is reported and retried, not fatal
     except BaseException as e:  # report, do not hang the parent
