@@ -7,7 +7,7 @@ derived (decoded bodies, SSE events, usage, relations) is computed later by the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -49,3 +49,11 @@ class ExchangeSink(Protocol):
     """Where the proxy hands finished exchanges. ``submit`` must never block or raise."""
 
     def submit(self, exchange: Exchange) -> None: ...
+
+
+@runtime_checkable
+class ExpectingSink(Protocol):
+    """A sink that wants word when a call begins, so it is ready to store the call when it ends (a
+    writer whose process goes when idle starts it then). ``expect`` must never block or raise."""
+
+    def expect(self) -> None: ...

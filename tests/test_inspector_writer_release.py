@@ -207,3 +207,33 @@ async def test_a_call_held_while_the_writer_sleeps_is_stored_at_stop(tmp_path):
     assert st.written == 3 and st.queued == 0 and st.restarts == 0
     epochs, _, starts = _epochs_and_starts(tmp_path / "s.db")
     assert epochs == [1, 1, 1] and starts == 1
+
+
+def test_a_call_that_begins_wakes_the_writer_before_it_ends(tmp_path):
+    """``expect`` (the proxy calls it as each request arrives) starts the child at once, so the
+    call is handed over as soon as it ends; a child that then gets no work goes again."""
+    w = WriterProcess(tmp_path / "e.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.2, status_file=False)
+    w.start()
+    try:
+        first = _asleep_after(w, traffic()[:2])
+        w.expect()
+        until(lambda: w._proc.pid != first, "a new child, with no call submitted")
+        second = w._proc.pid
+        until(lambda: w.stats().asleep and not os.path.exists(f"/proc/{second}"), "the unused child to go")
+        st = w.stats()
+        assert st.written == 2 and st.restarts == st.store_failures == 0 and st.running
+    finally:
+        assert w.stop()
+
+
+def test_a_new_child_that_gets_no_work_goes_after_an_idle_spell(tmp_path):
+    w = WriterProcess(tmp_path / "n.db", idle_release=0.2, status_file=False)
+    w.start()
+    try:
+        pid = w._proc.pid
+        until(lambda: w.stats().asleep and not os.path.exists(f"/proc/{pid}"), "the unused child to go")
+        w.submit(make_exchange(1))
+        until(lambda: w.stats().written == 1, "the call, stored by a new child")
+    finally:
+        assert w.stop()
+    assert w.capture_epoch == 1

@@ -440,3 +440,47 @@ async def test_a_provider_path_without_a_route_prefix_gets_a_json_404_naming_the
     finally:
         await client.close()
     assert rig.upstream.received == []
+
+
+class ExpectingSink(ListSink):
+    """A sink that wants word when each call begins (as the writer whose child sleeps when idle)."""
+
+    def __init__(self, events: list[str]):
+        super().__init__()
+        self.events = events
+
+    def expect(self):
+        self.events.append("expect")
+
+    def submit(self, exchange):
+        self.events.append("submit")
+        super().submit(exchange)
+
+
+async def test_a_sink_that_expects_calls_hears_of_each_before_it_goes_upstream():
+    events: list[str] = []
+
+    async def upstream(request):
+        await request.read()
+        events.append("upstream")
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", upstream)
+    up_runner, up_url = await _serve(app)
+    sink = ExpectingSink(events)
+    runner = make_runner(create_proxy_app(Forwarder(ProxySettings(upstreams={"up": up_url}, salt=b"s" * 32), sink)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            for n in (1, 2):
+                async with s.post(base + "/u/up/v1/chat/completions", data=b'{"model": "m"}') as resp:
+                    assert resp.status == 200
+                await sink.wait(n)
+    finally:
+        await runner.cleanup()
+        await up_runner.cleanup()
+    assert events == ["expect", "upstream", "submit"] * 2

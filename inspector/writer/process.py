@@ -31,9 +31,10 @@ new child, which stores the old one's spool.
 A child that has stored everything and heard nothing for ``idle_release`` seconds lets go of its
 caches and says so in its counters; if nothing is on its way to it then, the writer tells it to
 stop (it exits like at ``stop``: nothing is left to store) and is *asleep*: an idle daemon holds
-no child process at all. The next call held for a hand-over starts a new child, which continues
-the same capture epoch (the capture never paused: no call sees a ``capture_resumed`` epoch), and
-the hand-over waits for it as it waits during a restart. A deletion or ``stop`` that finds it
+no child process at all. The next call starts a new child as it begins (``expect``, which the
+proxy calls with each request), or else as it is held for a hand-over, and the hand-over waits
+for it as it waits during a restart; the new child continues the same capture epoch (the capture
+never paused: no call sees a ``capture_resumed`` epoch). A deletion or ``stop`` that finds it
 asleep starts one too when it has something to do (docs/architecture.md, "Memory").
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
@@ -233,6 +234,12 @@ class WriterProcess:
             self._seen_dead = proc  # its exit is no failure
             proc.inbox.put(Stop())
 
+    def expect(self) -> None:
+        """A call has begun (the proxy says so): an asleep writer starts its child now, so the child
+        is ready by the time the call ends and is handed over. Never blocks, never raises."""
+        if self._asleep and not self._restarting and self._accepting:
+            self._begin_restart(wake=True)
+
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
         try:
@@ -316,8 +323,12 @@ class WriterProcess:
             if self._restarting or not self._accepting:
                 return
             self._restarting = True
-        threading.Thread(target=self._restart, args=(self._loop, wake), name="ctxscope-writer-restart",
-                         daemon=True).start()
+        try:
+            threading.Thread(target=self._restart, args=(self._loop, wake), name="ctxscope-writer-restart",
+                             daemon=True).start()
+        except RuntimeError as exc:  # no thread could be started (a process at its limit): the next hand-over tries
+            self._restarting = False
+            log.error("capture writer: could not start a thread to start its child: %s", exc)
 
     def _restart(self, loop, wake: bool = False) -> None:
         """A new child after one died, or (``wake``) after one was let go in an idle spell."""

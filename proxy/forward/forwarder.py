@@ -72,6 +72,7 @@ class Forwarder:
     def __init__(self, settings: ProxySettings, sink: ex.ExchangeSink):
         self.settings = settings
         self.sink = sink
+        self._expect = sink.expect if isinstance(sink, ex.ExpectingSink) else None
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
         self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
@@ -130,6 +131,8 @@ class Forwarder:
                 "Upgrade", "").lower():  # fmt: skip
             return await self.websockets.relay(request, route, query, headers, annotations, label)
         rec = Recorder(route, request, headers, annotations, label, query, started)
+        if self._expect is not None:
+            self._expect()
         try:
             rec.body = body = await self._read_body(request)
         except _TooLarge as exc:

@@ -168,7 +168,9 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
 
     quiet = False  # nothing to do until the proxy sends something (or goes)
     trimmed = True  # the heap was given back since the last work (docs/architecture.md, "Memory")
-    released = True  # the caches were let go of since the last work (idle_release)
+    # The caches were let go of since the last work (idle_release). A new child has none yet, but
+    # its first idle spell counts too: the proxy then lets a child that got no work go as well.
+    released = False
     while True:
         if quiet and not trimmed:  # everything is stored: what the burst used goes back to the system
             release_heap()
