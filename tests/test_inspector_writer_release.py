@@ -135,8 +135,11 @@ def _epochs_and_starts(path) -> tuple[list, list, int]:
     try:
         rows = db.execute("SELECT capture_epoch, epoch_reason FROM calls ORDER BY rowid").fetchall()
         starts = db.execute("SELECT COUNT(*) FROM store_events WHERE kind = 'writer_started'").fetchone()[0]
+        wakes = db.execute("SELECT COUNT(*) FROM store_events WHERE kind = 'writer_woke'").fetchone()[0]
+        stops = db.execute("SELECT COUNT(*) FROM store_events WHERE kind = 'writer_stopped'").fetchone()[0]
     finally:
         db.close()
+    assert stops == starts + wakes  # every child that started or woke says it stopped
     return [r[0] for r in rows], [r[1] for r in rows], starts
 
 

@@ -101,6 +101,7 @@ class CaptureWriter:
         # None: a new capture epoch, taken when the store opens; a number: this writer continues
         # that epoch's capture (a writer child started again after an idle spell)
         self.capture_epoch: int | None = capture_epoch
+        self._started_recorded = False  # store_events says when a writer started (or woke) and stopped
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._accepting = True
         self._thread: threading.Thread | None = None
@@ -315,9 +316,13 @@ class CaptureWriter:
         try:
             db = store.open_handle(self.db_path)
             owner_only.private_store(self.db_path)
-            if self.capture_epoch is None:
-                self.capture_epoch = store.next_capture_epoch(db)
-                store.record_event(db, "writer_started", detail=f"capture_epoch {self.capture_epoch}")
+            if not self._started_recorded:
+                woke = self.capture_epoch is not None
+                if not woke:
+                    self.capture_epoch = store.next_capture_epoch(db)
+                store.record_event(db, "writer_woke" if woke else "writer_started",
+                                   detail=f"capture_epoch {self.capture_epoch}")
+                self._started_recorded = True
             if self._outage.down and not self._pending and self._queue.empty():
                 with db.atomic():  # nothing waits: this write alone says the store works again
                     record(db, self._outage.events(self._last_error), 0, self._last_error)
