@@ -263,7 +263,8 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
     w.start()
     n = 0
     try:
-        while not w._acked:  # a burst: past MAX_HOLD one hand-over without a pause, which the child only spools
+        # a burst: past MAX_HOLD one hand-over without a pause, which the child only spools
+        while not w._in_flight.acked:
             w.submit(make_exchange(n))
             n += 1
             await asyncio.sleep(QUIET_GAP / 5)

@@ -48,7 +48,6 @@ a spool for the next writer.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import itertools
@@ -62,6 +61,7 @@ from pathlib import Path
 from ctxscope.inspector.clock import now_iso
 from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
+from ctxscope.inspector.writer.in_flight import InFlight
 from ctxscope.inspector.writer.launch import ChildProcess, Outbox
 from ctxscope.inspector.writer.messages import (
     Counters,
@@ -121,17 +121,10 @@ class WriterProcess:
         self._queue: Outbox | None = None  # to the child (written by a feeder thread)
         self._replies: queue.Queue[FromChild] | None = None  # from the child (read by a thread)
         self._accepting = False
-        # (bytes, id) of each call the child has not acknowledged yet (held here, in the pipe, or not yet acked)
-        self._sizes: collections.deque[tuple[int, str]] = collections.deque()
+        self._in_flight = InFlight()  # calls the child has not counted yet
         self._lock = threading.Lock()  # submit runs on the loop thread, stop in another
         self._held = Held(QUIET_GAP, MAX_HOLD, HOLD_CALLS, HOLD_BYTES)
         self._timer = False  # a check of the held calls is scheduled on the loop
-        self._outstanding_bytes = 0
-        self._acked = 0
-        # Bytes of each call the child took (``Taken``) that its last ``Counters`` do not count yet
-        self._taken: collections.deque[int] = collections.deque()
-        self._taken_bytes = 0
-        self._counted = 0  # calls received by the child, as its last ``Counters`` said
         self._drops = itertools.count(1)
         self._dropped = 0
         self._dropped_sent = 0  # of those, told to the child (which records them in the store)
@@ -227,7 +220,7 @@ class WriterProcess:
             if proc is not self._proc or self._asleep or self._restarting or not self._accepting or self._deleting:
                 return
             self._poll_from(proc.replies)  # its acknowledgements: what it took is no longer on its way
-            if (self._sizes or self._held.items or counters.stats.get("queued", 0)
+            if (self._in_flight.unacked or self._held.items or counters.stats.get("queued", 0)
                     or self._dropped != self._dropped_sent or not proc.is_alive()):
                 return
             self._asleep = True
@@ -249,16 +242,16 @@ class WriterProcess:
             size = len(exchange.request_body) + len(exchange.response_body)
             if not self._accepting:
                 return self._drop(exchange, "capture writer is not running")
-            if len(self._sizes) >= self.max_queue:
+            in_flight = self._in_flight
+            if len(in_flight.unacked) >= self.max_queue:
                 return self._drop(exchange, "capture queue is full")
-            if self._sizes and self._outstanding_bytes + size > self.max_queue_bytes:
+            if in_flight.unacked and in_flight.unacked_bytes + size > self.max_queue_bytes:
                 return self._drop(exchange, "capture queue holds too many bytes")
             if self._loop is None:
                 with contextlib.suppress(RuntimeError):
                     self._loop = asyncio.get_running_loop()
             with self._lock:
-                self._sizes.append((size, exchange.id))
-                self._outstanding_bytes += size
+                in_flight.add(size, exchange.id)
                 self._held.add(pack(exchange), size, time.monotonic())
                 full = self._held.full()
                 if self._timer and not full:
@@ -342,11 +335,7 @@ class WriterProcess:
                 self._asleep = False
                 self._poll_from(old_replies)
                 # The oldest unacknowledged calls went to the dead child: spooled, or lost in the pipe.
-                sent = [self._sizes.popleft() for _ in range(max(0, len(self._sizes) - len(self._held.items)))]
-                self._outstanding_bytes -= sum(size for size, _ in sent)
-                sent = self._unconfirmed + sent
-                self._acked = self._counted = self._taken_bytes = 0
-                self._taken.clear()  # the dead child's spool is the next one's to count
+                sent = self._unconfirmed + self._in_flight.sent_to_child(held=len(self._held.items))
                 # Its death, counted in _base already, is newer than any error the dead child reported.
                 self._base = dataclasses.replace(add_lives(self._base, self._child),
                                                  last_error=self._base.last_error or self._child.last_error)
@@ -402,23 +391,11 @@ class WriterProcess:
                 self._child = WriterStats(**reply.stats)
                 if stored and self.on_stored is not None:
                     self.on_stored()
-                self._forget_taken(reply.received)
-                for _ in range(min(reply.received - self._counted, len(self._taken))):  # counted now
-                    self._taken_bytes -= self._taken.popleft()
-                self._counted = reply.received
+                self._in_flight.counted(reply.received)
             elif isinstance(reply, Taken):
-                self._forget_taken(reply.received)
+                self._in_flight.acknowledged(reply.received)
             elif isinstance(reply, Deleted):
                 self._deleted[reply.request] = reply
-
-    def _forget_taken(self, received: int) -> None:
-        """The child has taken ``received`` calls off the pipe: they no longer count against our queue."""
-        while self._acked < received and self._sizes:
-            size = self._sizes.popleft()[0]
-            self._outstanding_bytes -= size
-            self._acked += 1
-            self._taken.append(size)  # queued in the child, which its next counters say
-            self._taken_bytes += size
 
     def delete_session(self, session: str, timeout: float = 30.0) -> dict:
         """Ask the child to delete a session (its writer thread does it between batches) and wait."""
@@ -465,8 +442,8 @@ class WriterProcess:
             self._restarting or self._asleep or self._proc.is_alive())
         return dataclasses.replace(
             c,
-            queued=len(self._sizes) + len(self._taken) + self._child.queued,
-            queued_bytes=max(0, self._outstanding_bytes) + self._taken_bytes + self._child.queued_bytes,
+            queued=self._in_flight.queued + self._child.queued,
+            queued_bytes=self._in_flight.queued_bytes + self._child.queued_bytes,
             dropped=c.dropped + self._dropped + self._lost,
             running=running,
             store_failures=c.store_failures + self._child_failures,
@@ -516,8 +493,7 @@ class WriterProcess:
                 items, self._held.items, self._held.bytes = self._held.items, [], 0
             if spools.keep_leftovers(self.db_path, items) is None:
                 with self._lock:
-                    for _ in items:
-                        self._outstanding_bytes -= self._sizes.pop()[0]
+                    self._in_flight.forget_newest(len(items))
                 self._lost += len(items)
                 log.error("capture writer had exited: %d calls could not be stored", len(items))
             return False
