@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import time
 
 from factories import T0, analysis_and_index, make_exchange
@@ -240,3 +241,35 @@ def test_a_new_child_that_gets_no_work_goes_after_an_idle_spell(tmp_path):
     finally:
         assert w.stop()
     assert w.capture_epoch == 1
+
+
+async def test_calls_that_arrive_as_the_idle_child_goes_are_all_stored_in_one_epoch(tmp_path):
+    """Bursts of calls (some with ``expect`` first) right after the writer fell asleep, while its
+    child exits, or after pauses of about the length that lets it go, which race with the decision:
+    every call is stored once, in one epoch, with no failure, drop or restart."""
+    rnd = random.Random(7)
+    w = WriterProcess(tmp_path / "r.db", idle_release=0.05, status_file=False)
+    w.start()
+    n, children, woken = 0, {w._proc.pid}, 0
+    for cycle in range(6):
+        for _ in range(rnd.randint(1, 20)):
+            if rnd.random() < 0.3:
+                w.expect()
+            w.submit(make_exchange(n))
+            n += 1
+            if rnd.random() < 0.2:
+                await asyncio.sleep(rnd.random() * 0.01)
+        children.add(w._proc.pid)
+        if cycle % 2:  # the next burst as soon as the writer is asleep
+            while not w.stats().asleep:
+                await asyncio.sleep(0.005)
+            woken += 1
+        else:  # about when the child would be let go
+            await asyncio.sleep(0.7 + rnd.random() * 0.6)
+    assert w.stop()
+    children.add(w._proc.pid)
+    st = w.stats()
+    assert st.written == n and st.dropped == st.store_failures == st.restarts == st.failed == 0, st
+    assert len(children) > woken  # a new child after each time it slept
+    epochs, _, starts = _epochs_and_starts(tmp_path / "r.db")
+    assert len(epochs) == n and set(epochs) == {1} and starts == 1
