@@ -101,6 +101,7 @@ class CaptureWriter:
         # None: a new capture epoch, taken when the store opens; a number: this writer continues
         # that epoch's capture (a writer child started again after an idle spell)
         self.capture_epoch: int | None = capture_epoch
+        self._woke = capture_epoch is not None
         self._started_recorded = False  # store_events says when a writer started (or woke) and stopped
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._accepting = True
@@ -317,10 +318,9 @@ class CaptureWriter:
             db = store.open_handle(self.db_path)
             owner_only.private_store(self.db_path)
             if not self._started_recorded:
-                woke = self.capture_epoch is not None
-                if not woke:
+                if self.capture_epoch is None:
                     self.capture_epoch = store.next_capture_epoch(db)
-                store.record_event(db, "writer_woke" if woke else "writer_started",
+                store.record_event(db, "writer_woke" if self._woke else "writer_started",
                                    detail=f"capture_epoch {self.capture_epoch}")
                 self._started_recorded = True
             if self._outage.down and not self._pending and self._queue.empty():
