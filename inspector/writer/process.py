@@ -131,7 +131,7 @@ class WriterProcess:
         self._child = WriterStats()
         self._base = WriterStats()  # what children that died had done
         self._restarting = False
-        self._asleep = False  # the child stopped after an idle spell; the next hand-over starts one
+        self._asleep = False  # the child stopped after an idle spell; the next request or hand-over starts one
         self._deleting = 0  # deletions waiting for the child's answer: it is not let go meanwhile
         self._policy = RestartPolicy()
         self._lost = 0  # calls that died in the pipe to a child that died
