@@ -179,7 +179,7 @@ def test_an_idle_child_goes_and_the_next_call_starts_one_that_continues_its_epoc
 
 def test_a_deletion_wakes_the_sleeping_writer_and_db_status_says_it_sleeps(tmp_path):
     exchanges = traffic()[:6]
-    w = WriterProcess(tmp_path / "d.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.05)
+    w = WriterProcess(tmp_path / "d.db", idle_release=0.05)
     w.start()
     try:
         _asleep_after(w, exchanges)
@@ -198,7 +198,7 @@ def test_a_deletion_wakes_the_sleeping_writer_and_db_status_says_it_sleeps(tmp_p
 async def test_a_call_held_while_the_writer_sleeps_is_stored_at_stop(tmp_path):
     """Stopping with a call still held (its hand-over timer has not fired): a child starts to store it."""
     exchanges = traffic()[:3]
-    w = WriterProcess(tmp_path / "s.db", analyzers_factory=WRITER_ANALYZERS, idle_release=0.05, status_file=False)
+    w = WriterProcess(tmp_path / "s.db", idle_release=0.05, status_file=False)
     w.start()
     pid = w._proc.pid
     w.submit(exchanges[0])
