@@ -94,6 +94,26 @@ def _fit(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _around(excerpts: tuple[str, str], at: int, room: int) -> tuple[str, str]:
+    """Both excerpts in ``room`` characters from one start, so they stay aligned, with their
+    character ``at`` (the first that differs) in view: a third of the room before it, the rest
+    after; "…" marks a cut. Cut from the right only, an excerpt in a narrow terminal showed the
+    shared text and hid the difference."""
+    longest = max(len(e) for e in excerpts)
+    start = max(0, min(at - room // 3, longest - room))
+
+    def cut(excerpt: str) -> str:
+        part = excerpt[start : start + room]
+        if start > 0:
+            part = "…" + part[1:]
+        if start + room < len(excerpt):
+            part = part[:-1] + "…"
+        return part
+
+    a, b = excerpts
+    return cut(a), cut(b)
+
+
 def _show_diff(d: dict, width: int) -> None:
     def echo(line: str) -> None:  # each line cut to the terminal (--wide: whole)
         click.echo(_fit(line, width))
@@ -119,8 +139,12 @@ def _show_diff(d: dict, width: int) -> None:
         text = first.get("text")
         if text:
             echo(f"  at char {text['offset']}:")
-            echo(f"  b: {_safe(text['b_excerpt'])}")
-            echo(f"  a: {_safe(text['a_excerpt'])}")
+            a_text, b_text = text["a_excerpt"], text["b_excerpt"]
+            at = next((k for k, (x, y) in enumerate(zip(a_text, b_text, strict=False)) if x != y),
+                      min(len(a_text), len(b_text)))
+            a_text, b_text = _around((a_text, b_text), at, room=max(20, width - len("  b: ")))
+            echo(f"  b: {_safe(b_text)}")
+            echo(f"  a: {_safe(a_text)}")
         else:
             echo(f"  b: {'(missing)' if first['b_missing'] else _safe(first['b'])}")
             echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")

@@ -30,8 +30,8 @@ def captured(proxy, sim):
     return ["--db", str(proxy.db_path)], rows
 
 
-def invoke(*args):
-    result = CliRunner().invoke(cli, list(args))
+def invoke(*args, columns: int = 100):
+    result = CliRunner().invoke(cli, list(args), env={"COLUMNS": str(columns)})  # the same width everywhere
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -99,8 +99,10 @@ def test_diff(captured):
     d = json.loads(invoke("diff", rows[2]["id"], *db, "--json"))
     assert d["b"]["id"] == rows[1]["id"] and d["pointer"] == "/system/1/text"
     assert d["first_divergence"]["text"]["a_excerpt"].endswith("Be terse.")
-    out = invoke("diff", rows[2]["id"], *db)
-    assert "first difference at /system/1/text" in out and "Be terse." in out
+    for columns in (100, 80, 60):  # the differing text stays in view in a narrow terminal
+        out = invoke("diff", rows[2]["id"], *db, columns=columns)
+        assert "first difference at /system/1/text" in out and "Be terse." in out, out
+        assert max(len(line) for line in out.splitlines()) <= columns
     moved = invoke("diff", rows[1]["id"], rows[0]["id"], *db)
     assert "relation: APPEND_ONLY" in moved and "cache marker moved at /messages/0/content" in moved
     bad = CliRunner().invoke(cli, ["diff", "nope", *db])
@@ -139,3 +141,13 @@ def test_price_overrides_change_the_lost_cost(captured, tmp_path, monkeypatch):
     monkeypatch.setenv("CTXSCOPE_PRICES", str(cheap))
     invoke("reindex", *db)
     assert json.loads(invoke("stats", *db, "--json"))["lost_usd"] == 0.0
+
+
+def test_diff_excerpts_keep_the_difference_in_view_and_aligned():
+    from ctxscope.analysis_commands import _around
+
+    a, b = "x" * 80 + "AAAA" + "y" * 80, "x" * 80 + "BBBB" + "y" * 80
+    cut_a, cut_b = _around((a, b), 80, room=40)
+    assert len(cut_a) == len(cut_b) == 40 and cut_a.index("AAAA") == cut_b.index("BBBB") == 13
+    assert cut_a[0] == cut_b[0] == cut_a[-1] == cut_b[-1] == "…"
+    assert _around(("short", "shore"), 4, room=40) == ("short", "shore")  # what fits is left whole
