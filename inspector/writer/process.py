@@ -220,8 +220,8 @@ class WriterProcess:
             if proc is not self._proc or self._asleep or self._restarting or not self._accepting or self._deleting:
                 return
             self._poll_from(proc.replies)  # its acknowledgements: what it took is no longer on its way
-            if (self._in_flight.unacked or self._held.items or counters.stats.get("queued", 0)
-                    or self._dropped != self._dropped_sent or not proc.is_alive()):
+            busy = self._in_flight.unacked or self._to_hand_over() or counters.stats.get("queued", 0)
+            if busy or not proc.is_alive():
                 return
             self._asleep = True
             self._seen_dead = proc  # its exit is no failure
@@ -230,8 +230,17 @@ class WriterProcess:
     def expect(self) -> None:
         """A call has begun (the proxy says so): an asleep writer starts its child now, so the child
         is ready by the time the call ends and is handed over. Never blocks, never raises."""
-        if self._asleep and not self._restarting and self._accepting:
+        if self._asleep and not self._restarting:  # (one attribute read per request while awake)
+            self._wake()
+
+    def _wake(self) -> None:
+        """Start a new child if the writer is asleep (in a thread: this returns at once)."""
+        if self._asleep:
             self._begin_restart(wake=True)
+
+    def _to_hand_over(self) -> bool:
+        """Calls held, or drops not yet told to the child: a child has something to do."""
+        return bool(self._held.items) or self._dropped != self._dropped_sent
 
     def submit(self, exchange: Exchange) -> None:
         """Hold the exchange for the next hand-over (see module docstring); never blocks, never raises."""
@@ -283,8 +292,8 @@ class WriterProcess:
             if self._restarting:  # the restart hands over what waits once the new child is ready
                 return
             if self._asleep:  # a new child first; it is handed what waits once it is ready
-                if self._held.items or self._dropped != self._dropped_sent:
-                    self._begin_restart(wake=True)
+                if self._to_hand_over():
+                    self._wake()
                 return
             with self._lock:
                 batch = self._held.take()
@@ -346,7 +355,8 @@ class WriterProcess:
                 self._start_failed(exc, "%s; trying again in %.0f s")
                 self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
                 return
-            self.restarts += 0 if wake else 1
+            if not wake:
+                self.restarts += 1
             recovered = recovered_ids(
                 self._replies, self._proc, timeout=60
             )  # the new child took over the dead one's spool
@@ -409,8 +419,7 @@ class WriterProcess:
 
     def _delete_session(self, session: str, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
-        if self._asleep:  # the child that stores the deletion starts now
-            self._begin_restart(wake=True)
+        self._wake()  # if asleep, the child that does the deletion starts now
         while self._restarting and self._accepting and time.monotonic() < deadline:
             time.sleep(0.02)
         proc, inbox = self._proc, self._queue
@@ -470,7 +479,7 @@ class WriterProcess:
         while self._restarting:
             time.sleep(0.05)
         if self._asleep:
-            if not self._held.items and self._dropped == self._dropped_sent:  # nothing came since it stopped
+            if not self._to_hand_over():  # nothing came since it stopped
                 self._proc.join(RETIRE_WAIT)
                 self._proc.close()
                 self._poll()
