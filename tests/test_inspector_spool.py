@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 
+import pytest
 from factories import make_exchange
 
 from ctxscope.inspector.db_status import db_status
@@ -47,6 +48,36 @@ def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path)
     assert unpack(back) == ex
     record = b"".join(spool_format.encode([_pack(ex)]))
     assert bytes(range(256)) * 4 in record  # the body as sent: no base64, no pickle
+
+
+def test_a_small_record_reads_back_in_one_read_and_a_large_one_still_whole(tmp_path, monkeypatch):
+    """A record that fits the first read comes back from it alone, checked or not; one past it is
+    read piece by piece as before. A changed byte in a small record fails its checksum."""
+    small, large = _calls(1), [_pack(make_exchange(2, request_body=b"x" * (spool_format._ONE_READ + 1)))]
+    s = spools.Spool(tmp_path / "c.db")
+    try:
+        s.append(small)
+        s.append(large)
+        reads: list[int] = []
+        real_pread = os.pread
+        monkeypatch.setattr(spool_format.os, "pread", lambda fd, n, at: reads.append(n) or real_pread(fd, n, at))
+        for verify in (False, True):
+            reads.clear()
+            batch, after = spool_format.read_record(s._fd, len(spools.HEADER), s.size, verify=verify)
+            assert batch == small and len(reads) == 1
+            reads.clear()
+            batch, end = spool_format.read_record(s._fd, after, s.size, verify=verify)
+            assert batch == large and end == s.size and len(reads) > 1
+        monkeypatch.undo()
+        with open(s.path, "r+b") as f:
+            f.seek(after - 3)
+            last = f.read(1)
+            f.seek(after - 3)
+            f.write(bytes([last[0] ^ 1]))
+        with pytest.raises(spool_format.SpoolCorrupt, match="checksum"):
+            spool_format.read_record(s._fd, len(spools.HEADER), s.size)
+    finally:
+        s.close(remove=True)
 
 
 def test_a_failed_append_leaves_the_spool_as_it_was(tmp_path, monkeypatch):
