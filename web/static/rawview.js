@@ -25,13 +25,16 @@ export function rawView(call, kind) {
   const formSel = encoding ? h("select", { "aria-label": "byte form", onchange: (e) => { form = e.target.value; reset(); } },
     h("option", { value: "decoded" }, `decoded (${encoding} undone)`), h("option", { value: "wire" }, `as on the wire (${encoding})`)) : null;
 
-  function reset() { next = 0; chunks = []; mount(pre); dropped.hidden = true; load(); }
+  let formGen = 0; // bumped when the byte form changes: a range asked for in the old form is dropped
+  function reset() { formGen += 1; next = 0; chunks = []; mount(pre); dropped.hidden = true; load(); }
 
   async function load() {
     if (next == null) return;
+    const mine = formGen;
     more.disabled = true;
     try {
       const r = await getJSON("/raw", { id: call.id, kind, form, offset: next, length: CHUNK });
+      if (mine !== formGen) return;
       if (r.undecodable) { mount(pre, "(the body could not be decoded; download the bytes)"); info.textContent = ""; more.hidden = true; return; }
       const span = h("span", { class: "chunk", dataset: { offset: r.offset } }, r.text);
       pre.appendChild(span);

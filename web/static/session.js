@@ -196,10 +196,12 @@ export function renderSession(root, session, params, ctx) {
       h("button", { type: "button", disabled: page >= pages ? true : null, onclick: () => go(-1) }, "latest »"));
   }
 
+  let loads = 0; // the latest load: an answer to an earlier one (filters changed since) is dropped
   async function load() {
+    const mine = ++loads;
     try {
       const view = await getJSON("/session", { s: session, offset: offset == null ? "" : offset, ...filters });
-      if (disposed) return;
+      if (disposed || mine !== loads) return;
       if (last == null) performance.mark("ctxscope:session-data");
       const first = last == null;
       last = view;
@@ -213,7 +215,7 @@ export function renderSession(root, session, params, ctx) {
         requestAnimationFrame(() => setTimeout(() => { performance.mark("ctxscope:session-painted"); if (!disposed) findingsBox.load(); }, 0));
       }
     } catch (e) {
-      if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
+      if (!disposed && mine === loads) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
     }
   }
 
