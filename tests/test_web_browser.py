@@ -4,6 +4,7 @@ each test uses its own session labels."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import urllib.request
 
@@ -218,6 +219,30 @@ def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
     expect(page.locator(".change-detail .ptr.big")).to_have_text("/system")
     expect(page.locator(".change-detail")).to_contain_text(XSS[0])
     check("diff")
+
+
+def test_raw_view_shows_only_the_byte_form_last_chosen(web, page):
+    """A range asked for in the decoded form that answers after the switch to the wire form is
+    dropped, not appended to the wire form's text."""
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "zipped " * 50}]}).encode()
+    urllib.request.urlopen(urllib.request.Request(
+        f"{web.url}/s/rawform/openai/v1/chat/completions", data=gzip.compress(body), method="POST",
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": "Bearer sk-test"}))
+    [row] = _wait_session(web, "rawform", 1)
+    held: list = []
+    decoded = lambda url: "/api/raw?" in url and "form=decoded" in url  # noqa: E731
+    page.route(decoded, lambda route: route.continue_() if held else held.append(route))
+    page.goto(f"{web.url}/#/call/{row['id']}")
+    page.get_by_role("button", name="raw request", exact=True).click()
+    raw = page.locator("pre.raw")
+    page.get_by_label("byte form").select_option("wire")
+    expect(raw.locator("span.chunk")).to_have_count(1)
+    assert len(held) == 1
+    with page.expect_response(lambda r: decoded(r.url)):
+        held[0].continue_()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
+    expect(raw.locator("span.chunk")).to_have_count(1)
+    expect(raw).not_to_contain_text("zipped")
 
 
 def test_raw_bytes_load_in_ranges_not_all_at_once(web, page):
