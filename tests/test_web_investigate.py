@@ -107,6 +107,28 @@ def test_copy_as_curl_shows_a_command_that_runs_through_the_daemon(web, page, tm
     assert again["usage"] is not None and again["outcome"] == "ok"
 
 
+def test_copy_as_curl_shows_the_command_for_the_box_as_it_is_now(web, page):
+    """Ticked then unticked quickly: the answer for the ticked box, arriving last, is dropped."""
+    rows = _agent_loop(web, "inv-curl-race", "files: d e f")
+    page.goto(f"{web.url}/#/call/{rows[2]['id']}")
+    page.click("#app[data-ready='1'] #curl-button")
+    through = f"{web.url}/s/inv-curl-race/"
+    expect(page.locator("#curl-command")).to_contain_text("$ANTHROPIC_API_KEY")
+    expect(page.locator("#curl-command")).not_to_contain_text(through)
+    held: list = []
+    via = lambda url: "/api/curl?" in url and "via=daemon" in url  # noqa: E731
+    page.route(via, lambda route: route.continue_() if held else held.append(route))
+    page.check("#curl-via")
+    with page.expect_response(lambda r: "/api/curl?" in r.url and "via=" not in r.url):
+        page.uncheck("#curl-via")
+    assert len(held) == 1
+    with page.expect_response(lambda r: via(r.url)):
+        held[0].continue_()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
+    expect(page.locator("#curl-command")).to_contain_text("$ANTHROPIC_API_KEY")
+    expect(page.locator("#curl-command")).not_to_contain_text(through)
+
+
 def _post(web, path: str, body: bytes, headers: dict) -> int:
     req = urllib.request.Request(f"{web.url}/_ctxscope/api/{path}", data=body, method="POST", headers=headers)
     try:

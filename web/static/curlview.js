@@ -7,10 +7,16 @@ import { getJSON, rawUrl } from "./api.js";
 export function curlButton(call) {
   const box = h("div", { class: "card curl-box", hidden: true });
   const viaDaemon = h("input", { type: "checkbox", id: "curl-via" });
+  let asked = 0; // the latest request: an answer to an earlier one (the box was ticked since) is dropped
   const load = async () => {
+    const mine = ++asked;
     let d;
     try { d = await getJSON("/curl", { id: call.id, via: viaDaemon.checked ? "daemon" : null }); }
-    catch (e) { mount(box, h("p", { class: "error" }, "Could not build the command: " + e.message)); box.hidden = false; return; }
+    catch (e) {
+      if (mine === asked) { mount(box, h("p", { class: "error" }, "Could not build the command: " + e.message)); box.hidden = false; }
+      return;
+    }
+    if (mine !== asked) return;
     let copied = "";
     try { await navigator.clipboard.writeText(d.command); copied = " (copied)"; } catch (e) { copied = ""; }
     mount(box,
