@@ -49,9 +49,9 @@ export function rawView(call, kind) {
       info.textContent = r.total === 0 ? "empty body" : `${fmtBytes(shown)} of ${fmtBytes(r.total)}${r.binary ? " · hex dump (not UTF-8)" : ""}`;
       more.hidden = next == null;
     } catch (e) {
-      info.textContent = "could not load: " + e.message;
+      if (mine === formGen) info.textContent = "could not load: " + e.message;
     } finally {
-      more.disabled = false;
+      if (mine === formGen) more.disabled = false; // else the new form's first range is on its way
     }
   }
 
