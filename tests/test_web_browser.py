@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from inspector_bodies import claude_code_turns
 from playwright.sync_api import expect
-from web_fixtures import anthropic_client, openai_client, start_web_daemon
+from web_fixtures import AnswerLast, anthropic_client, openai_client, start_web_daemon
 
 SYSTEM = "You are a careful coding assistant. " * 600
 XSS = [
@@ -229,18 +229,13 @@ def test_raw_view_shows_only_the_byte_form_last_chosen(web, page):
         f"{web.url}/s/rawform/openai/v1/chat/completions", data=gzip.compress(body), method="POST",
         headers={"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": "Bearer sk-test"}))
     [row] = _wait_session(web, "rawform", 1)
-    held: list = []
-    decoded = lambda url: "/api/raw?" in url and "form=decoded" in url  # noqa: E731
-    page.route(decoded, lambda route: route.continue_() if held else held.append(route))
+    decoded = AnswerLast(page, lambda url: "/api/raw?" in url and "form=decoded" in url)
     page.goto(f"{web.url}/#/call/{row['id']}")
     page.get_by_role("button", name="raw request", exact=True).click()
     raw = page.locator("pre.raw")
     page.get_by_label("byte form").select_option("wire")
     expect(raw.locator("span.chunk")).to_have_count(1)
-    assert len(held) == 1
-    with page.expect_response(lambda r: decoded(r.url)):
-        held[0].continue_()
-    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
+    decoded.release()
     expect(raw.locator("span.chunk")).to_have_count(1)
     expect(raw).not_to_contain_text("zipped")
 
@@ -289,16 +284,12 @@ def test_filters_narrow_the_timeline(web, page):
     expect(page.locator("tr.call-row")).to_have_count(1)
     expect(page.locator("tr.call-row .rel")).to_contain_text("session start")
     # The answer to the first of two quick filter changes comes last; the page keeps the second's.
-    held: list = []
-    unfiltered = lambda url: "/api/session?" in url and "relation=" not in url and "verdict=" not in url  # noqa: E731
-    page.route(unfiltered, lambda route: route.continue_() if held else held.append(route))
+    unfiltered = AnswerLast(
+        page, lambda url: "/api/session?" in url and "relation=" not in url and "verdict=" not in url)
     page.get_by_label("relation", exact=True).select_option("")
     page.get_by_label("cache", exact=True).select_option("hit")
     expect(page.locator("tr.call-row")).to_have_count(3)
-    assert len(held) == 1
-    with page.expect_response(lambda r: unfiltered(r.url)):
-        held[0].continue_()
-    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
+    unfiltered.release()
     expect(page.locator("tr.call-row")).to_have_count(3)
     expect(page.get_by_label("cache", exact=True)).to_have_value("hit")
     page.get_by_label("search calls").fill("zzz-no-such-call")

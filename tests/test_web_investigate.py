@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 from playwright.sync_api import expect
-from web_fixtures import anthropic_client, start_web_daemon
+from web_fixtures import AnswerLast, anthropic_client, start_web_daemon
 
 UNIQUE = "obsidian-marmot-9182"
 XSS = '<img src=x onerror="window.__pwned=1">'
@@ -115,16 +115,11 @@ def test_copy_as_curl_shows_the_command_for_the_box_as_it_is_now(web, page):
     through = f"{web.url}/s/inv-curl-race/"
     expect(page.locator("#curl-command")).to_contain_text("$ANTHROPIC_API_KEY")
     expect(page.locator("#curl-command")).not_to_contain_text(through)
-    held: list = []
-    via = lambda url: "/api/curl?" in url and "via=daemon" in url  # noqa: E731
-    page.route(via, lambda route: route.continue_() if held else held.append(route))
+    via = AnswerLast(page, lambda url: "/api/curl?" in url and "via=daemon" in url)
     page.check("#curl-via")
     with page.expect_response(lambda r: "/api/curl?" in r.url and "via=" not in r.url):
         page.uncheck("#curl-via")
-    assert len(held) == 1
-    with page.expect_response(lambda r: via(r.url)):
-        held[0].continue_()
-    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
+    via.release()
     expect(page.locator("#curl-command")).to_contain_text("$ANTHROPIC_API_KEY")
     expect(page.locator("#curl-command")).not_to_contain_text(through)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,20 @@ def anthropic_client(url: str, session: str | None = None):
 def openai_client(url: str, session: str | None = None):
     base = f"{url}/s/{session}/openai/v1" if session else f"{url}/openai/v1"
     return sdk_clients.OpenAI(api_key=KEY, base_url=base, max_retries=0)
+
+
+class AnswerLast:
+    """Holds back the first request whose URL ``matches`` until ``release``, so its answer reaches
+    the page after those asked for later: how a slow answer to an earlier request behaves."""
+
+    def __init__(self, page, matches: Callable[[str], bool]):
+        self.page, self.matches = page, matches
+        self.held: list = []
+        page.route(matches, lambda route: route.continue_() if self.held else self.held.append(route))
+
+    def release(self) -> None:
+        """Let the held request through and wait until the page has had its answer."""
+        assert len(self.held) == 1, "the request to hold back was never sent"
+        with self.page.expect_response(lambda r: self.matches(r.url)):
+            self.held[0].continue_()
+        self.page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # let the page handle it
