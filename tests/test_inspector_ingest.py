@@ -309,3 +309,32 @@ def test_analyzer_sees_the_row_and_what_was_parsed(tmp_path):
     assert call["_request_json"]["model"] == "claude-sonnet-4-5"
     assert call["_parsed"].usage.output == 3 and call["_request_body"] == ex.request_body
     assert queries.get_call(db, ex.id)["error"] == "analyzed"  # in the same transaction as the insert
+
+
+def test_calls_that_leave_different_columns_empty_are_each_stored_whole(tmp_path):
+    """A call's empty columns are left out of its INSERT (NULL is their default): answered, unanswered
+    and refused calls, in turns, each keep exactly their own values, and the retry of the unanswered
+    one is numbered as before (``attempt`` has a default of its own)."""
+    ok = make_exchange(1)
+    unanswered = make_exchange(2, status=None, response_headers=(), response_body=b"", first_byte_at=None,
+                               outcome="upstream_unreachable", error="connection refused")  # fmt: skip
+    retry = make_exchange(2, started_at=unanswered.started_at + 1)
+    refused = make_exchange(3, status=413, response_body=b"", outcome="request_too_large", error="too large")
+    db = capture(tmp_path / "c.db", [ok, unanswered, refused, retry, make_exchange(4)])
+    columns = ("stream", "status", "outcome", "error", "ttfb_ms", "response_blob", "response_content_type",
+               "usage_input", "usage_output", "stop_reason", "response_complete", "attempt", "retry_of")  # fmt: skip
+    rows = {r["id"]: r for r in db.query(f"SELECT id, {', '.join(columns)} FROM calls")}
+    assert {k: rows[ok.id][k] for k in ("status", "outcome", "error", "ttfb_ms", "attempt", "retry_of")} == {
+        "status": 200, "outcome": "ok", "error": None, "ttfb_ms": 250.0, "attempt": 1, "retry_of": None}  # fmt: skip
+    assert rows[ok.id]["response_blob"] is not None and rows[ok.id]["usage_input"] is not None
+    assert rows[ok.id]["stream"] == 0  # a zero is a value, not an empty column
+    gone = rows[unanswered.id]
+    assert gone["status"] is None and gone["ttfb_ms"] is None and gone["response_blob"] is None
+    assert gone["usage_input"] is None and gone["usage_output"] is None and gone["stop_reason"] is None
+    assert (gone["outcome"], gone["error"], gone["attempt"]) == ("upstream_unreachable", "connection refused", 1)
+    assert (rows[refused.id]["status"], rows[refused.id]["outcome"]) == (413, "request_too_large")
+    assert rows[refused.id]["response_blob"] is None
+    assert (rows[retry.id]["attempt"], rows[retry.id]["retry_of"]) == (2, unanswered.id)
+    for ex in (ok, unanswered, refused, retry):
+        assert queries.get_request_raw(db, ex.id) == ex.request_body
+        assert queries.get_response_raw(db, ex.id) == ex.response_body
