@@ -4,7 +4,6 @@ the store's readers put them back (``store/columns.with_defaults``), so a call r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +13,7 @@ from ctxscope.inspector.analyses.cache.verdicts import CacheJudgement
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.inspector.analyses.threads import Placement
+from ctxscope.vocab import json_text
 from ctxscope.vocab.kinds import GroupedBy
 
 ANALYSIS_VERSION = 1
@@ -94,7 +94,7 @@ def _compact(value: dict | None, *, zeros: bool = False) -> dict | None:
     return {k: v for k, v in value.items() if v is not None and v != [] and not (zeros and v == 0)}
 
 
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode  # built once
+_COMPACT = json_text.encoder(default=str)  # built once
 
 
 def _dumps(value: Any) -> str | None:

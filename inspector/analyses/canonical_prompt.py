@@ -7,7 +7,6 @@ compares prompts (relations, diffs, tokens, cache analysis, markers) reads these
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
+from ctxscope.vocab import json_text
 
 KINDS = (
     "system", "tools", "user_text", "assistant_text", "tool_call",
@@ -81,7 +81,7 @@ class CanonicalPrompt:
 
 
 # json.dumps with arguments builds an encoder on every call: this one is built once.
-_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+_CANONICAL = json_text.encoder(sort_keys=True)
 
 
 def canonical_json(value: Any) -> str:

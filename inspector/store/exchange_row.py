@@ -21,6 +21,7 @@ from ctxscope.proxy.redaction.redact import redact_headers, redact_query
 from ctxscope.proxy.wire.apis import detect_api
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import ParsedResponse, parse_response
+from ctxscope.vocab import json_text
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.kinds import Outcome
 
@@ -51,8 +52,8 @@ class Derived:
 SMALL_BODY = 1024
 
 # json.dumps with arguments builds an encoder on every call: these are built once.
-_PAIRS = json.JSONEncoder(ensure_ascii=False).encode
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+_PAIRS = json_text.encoder(separators=(", ", ": "))
+_COMPACT = json_text.encoder(default=str)
 
 
 def _pairs_json(pairs: Sequence[tuple[str, str]]) -> str:

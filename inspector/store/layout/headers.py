@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout.known import KnownIds
+from ctxscope.vocab import json_text
 
 _VOLATILE = frozenset({
     "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
@@ -24,7 +25,7 @@ _VOLATILE = frozenset({
 _VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
 
 
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per call
+_COMPACT = json_text.encoder()  # built once, not per call
 
 
 def _volatile(name: str) -> bool:
