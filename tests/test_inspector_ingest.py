@@ -224,8 +224,8 @@ def test_retry_linkage_of_calls_made_while_the_writer_runs(tmp_path):
 
 
 def test_a_retry_stored_by_the_next_writer_is_linked_to_the_failure_the_last_one_stored(tmp_path):
-    """A new writer knows none of the failures stored before it: windows that reach back to the
-    store's latest call are looked up there."""
+    """A new writer learns the failures stored in the retry window before the store's latest call,
+    and links a retry of one of them as the writer that stored it would have."""
     body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "across a restart"}])).encode()
     t = time.time() + 5
     failed = make_exchange(request_body=body, started_at=t, status=None, outcome="upstream_reset")
@@ -338,3 +338,37 @@ def test_calls_that_leave_different_columns_empty_are_each_stored_whole(tmp_path
     for ex in (ok, unanswered, refused, retry):
         assert queries.get_request_raw(db, ex.id) == ex.request_body
         assert queries.get_response_raw(db, ex.id) == ex.response_body
+
+
+def test_a_new_writer_looks_up_only_the_bodies_it_knows_failed(tmp_path):
+    """After a restart, the failures of the last retry window come from the store once: a new call
+    whose body never failed asks the store nothing, a retry of a stored failure is linked, and a call
+    that began before that window (a long stream that ends now) is still looked up."""
+    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.store import db as store
+    from ctxscope.inspector.store.ingest import IngestState, ingest, stored_failures
+
+    t = time.time()
+    body = json.dumps(anthropic_request(messages=[{"role": "user", "content": "failed once"}])).encode()
+    failed = make_exchange(request_body=body, started_at=t - 30, status=429, outcome="http_error")
+    capture(tmp_path / "c.db", [make_exchange(i, started_at=t - 60 + i) for i in range(20)] + [failed])
+    db = store.connect(tmp_path / "c.db")
+    state = IngestState(capture_epoch=2, failures=stored_failures(db))
+    seen: list[str] = []
+    db.conn.set_trace_callback(seen.append)
+    fresh = [make_exchange(100 + i, started_at=t + i) for i in range(5)]
+    retried = make_exchange(request_body=body, started_at=t + 6)
+    long_stream = make_exchange(200, started_at=t - 600)
+    for ex in [*fresh, retried, long_stream]:
+        db.execute("BEGIN IMMEDIATE")
+        row = ingest(db, ex, state, writer_analyzers()).row
+        db.execute("COMMIT")
+        asked = [sql for sql in seen if "request_sha256 =" in sql]
+        seen.clear()
+        if ex in fresh:
+            assert asked == [] and (row["attempt"], row["retry_of"]) == (1, None)
+        elif ex is retried:
+            assert asked and (row["attempt"], row["retry_of"]) == (2, failed.id)
+        else:
+            assert asked and (row["attempt"], row["retry_of"]) == (1, None)
+    db.conn.close()

@@ -21,7 +21,10 @@ def test_connect_creates_schema_in_wal_with_synchronous_normal(tmp_path):
     assert store.applied_migrations(db) == [m.name for m in migrations._migrations]
     assert all(m.name.startswith(("m0", "m1")) and m.name[1:4].isdigit() for m in migrations._migrations)
     indexes = {i.name for i in db["calls"].indexes}
-    assert {"idx_calls_session_seq", "idx_calls_started_at", "idx_calls_model", "idx_calls_request"} <= indexes
+    assert {"idx_calls_session_seq", "idx_calls_started_at", "idx_calls_model"} <= indexes
+    assert "idx_calls_request" not in indexes  # the time index carries the hash (m017)
+    [by_time] = [i for i in db["calls"].indexes if i.name == "idx_calls_started_at"]
+    assert by_time.columns == ["started_at", "request_sha256"]
 
 
 def test_connect_is_idempotent_and_applies_nothing_twice(tmp_path):

@@ -168,8 +168,9 @@ def test_a_phrase_matches_only_words_that_stand_together(tmp_path):
     db.close()
 
 
-def test_every_lookup_of_the_same_request_uses_the_hash_and_time_index(tmp_path):
-    """Retry linkage and the unnamed-call lookup must not walk a session's (or a key's) calls."""
+def test_every_lookup_of_the_same_request_reads_only_the_window_of_the_time_index(tmp_path):
+    """Retry linkage and the unnamed-call lookup must not walk a session's (or a key's) calls, nor the
+    whole table: they read the window's entries of the time index, which carries the request hash."""
     from ctxscope.inspector.store.ingest import IngestState, ingest
 
     db = store.connect(tmp_path / "r.db")
@@ -187,7 +188,7 @@ def test_every_lookup_of_the_same_request_uses_the_hash_and_time_index(tmp_path)
     assert any("grouped_by IN" in sql for sql in lookups)  # a call without a session id
     for sql in lookups:
         plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql))
-        assert "idx_calls_request" in plan, (sql, plan)
+        assert "USING INDEX idx_calls_started_at (started_at>? AND started_at<?)" in plan, (sql, plan)
     db.close()
 
 

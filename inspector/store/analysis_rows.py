@@ -76,8 +76,8 @@ def latest_same_request(
     """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
     same request in the window."""
     return db.execute(
-        # idx_calls_request (hash, time): the unary + keeps the planner off the session's index,
-        # which would walk every call of the session.
+        # idx_calls_started_at (time, hash): the window's entries, their hashes read from the index;
+        # the unary + keeps the planner off the session's index, which would walk the whole session.
         """SELECT id, attempt, outcome, status, response_complete FROM calls
            WHERE +session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
              AND started_at >= ? AND started_at <= ?

@@ -97,9 +97,9 @@ class BaseCache:
 class RecentFailures:
     """The request bodies (by hash) of the failed calls this writer stored, so that looking for the
     call a new one retries costs a query only when there can be one (docs/architecture.md, "Sessions
-    and threads"). ``since``: the calls stored before this writer opened the store began before it
-    (``stored_failures``); a new call whose retry window reaches back before that is looked up in the
-    store whatever this says."""
+    and threads"). ``since``: a failed call that began before it may be stored without being known
+    here (``stored_failures`` learns those after it); a new call whose retry window reaches back
+    before that is looked up in the store whatever this says."""
 
     def __init__(self, since: float | None = None, keep: int = 4096):
         self.since = time.time() if since is None else since
@@ -122,13 +122,30 @@ class RecentFailures:
 
 
 def stored_failures(db: Db) -> RecentFailures:
-    """A writer's memory of failed bodies as it opens the store: the calls already stored began no
-    later than the latest of them, so windows that end before it need no look-up."""
+    """A writer's memory of failed bodies as it opens the store: the failed calls among those that
+    began within the retry window before the latest stored one. A new call's window reaches back no
+    further than that (it begins after the latest call), so it is looked up in the store only when a
+    failure with its body is known (a call that began long before and ended now is looked up too).
+    The look-up walks the window of the time index (docs/architecture.md, "One INSERT per call"):
+    for a call whose body never failed, that would be every call of the last two minutes."""
     row = db.execute("SELECT MAX(started_at) FROM calls").fetchone()
     if not row or not row[0]:
         return RecentFailures(since=float("-inf"))  # nothing stored yet
-    latest = datetime.fromisoformat(row[0])  # ours end in "Z" (3.11 reads that as UTC)
-    return RecentFailures(since=(latest if latest.tzinfo else latest.replace(tzinfo=UTC)).timestamp() + 1.0)
+    since = _unix(row[0]) - RETRY_WINDOW_S
+    failures = RecentFailures(since=since)
+    for sha, started, outcome, status, complete in db.execute(
+        """SELECT request_sha256, started_at, outcome, status, response_complete FROM calls
+           WHERE started_at >= ? AND request_sha256 IS NOT NULL""",
+        [iso(since)],
+    ):
+        if is_failure(outcome, status, complete):
+            failures.add(sha, _unix(started))
+    return failures
+
+
+def _unix(stamp: str) -> float:
+    moment = datetime.fromisoformat(stamp)  # ours end in "Z" (3.11 reads that as UTC)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 @dataclass
