@@ -18,6 +18,8 @@ from ctxscope.proxy.ids import new_call_id
 from ctxscope.proxy.redaction.redact import redact_request
 from ctxscope.vocab.kinds import Outcome
 
+_TEXT = {outcome: outcome.value for outcome in Outcome}  # (an enum's .value is a descriptor call)
+
 
 class Recorder:
     """One call in flight; ``finish`` sets its outcome once (docs/architecture.md, "An outcome is set once")."""
@@ -62,7 +64,7 @@ class Recorder:
         ended_at = self.finish(self.outcome, self.error)
         request = redact_request(self.headers, self.query, salt)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
-        return ex.Exchange(
+        return ex.Exchange.of(
             id=new_call_id(),
             provider=self.route.provider,
             upstream=self.route.upstream.base_url,
@@ -80,7 +82,7 @@ class Recorder:
             started_at=self.started,
             first_byte_at=self.first_byte_at,
             ended_at=ended_at,
-            outcome=self.outcome.value,
+            outcome=_TEXT[self.outcome],
             error=self.error,
             client=request.user_agent,
             extra=extra,
