@@ -75,7 +75,9 @@ class Forwarder:
         self._expect = sink.expect if isinstance(sink, ex.ExpectingSink) else None
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
-        self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
+        # Agents call the same few paths over and over: each one's route, and its upstream URL
+        # without a query (made once: yarl's URL costs more than the lookup).
+        self._routes: dict[str, tuple[Route, URL | str]] = {}
         self.websockets: UpgradeRelay | None = None
 
     def _env_proxy(self, base_url: str) -> str | None:
@@ -110,8 +112,8 @@ class Forwarder:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.time()
         raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
-        route = self._routes.get(raw_path)
-        if route is None:
+        known = self._routes.get(raw_path)
+        if known is None:
             try:
                 route = resolve(raw_path, await self._upstreams(raw_path))
             except RouteError as exc:
@@ -119,8 +121,10 @@ class Forwarder:
                                          headers=SANDBOX)
             except UnsafePath as exc:
                 return refusal(exc.route, 400, str(exc), "invalid_path")
+            known = (route, self._target(route, ""))
             if len(self._routes) < _MAX_ROUTES:
-                self._routes[raw_path] = route
+                self._routes[raw_path] = known
+        route, target = known
         if route.control and not host_allowed(request.headers.get("Host")):
             return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
                                        "this machine", "forbidden")
@@ -167,7 +171,7 @@ class Forwarder:
             try:
                 upstream = await session.request(
                     request.method,
-                    self._target(route, query),
+                    self._target(route, query) if query else target,
                     headers=headers,
                     data=body if body else None,
                     skip_auto_headers=skip_auto_headers(present, bool(body)),
