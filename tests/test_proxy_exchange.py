@@ -13,7 +13,7 @@ FIELDS = {f.name for f in dataclasses.fields(Exchange)}
 
 def test_of_makes_the_same_frozen_exchange_as_the_dataclass():
     made = make_exchange()
-    fast = Exchange.of(**{name: getattr(made, name) for name in FIELDS})
+    fast = Exchange.of({name: getattr(made, name) for name in FIELDS})
     assert fast == made and type(fast) is Exchange and repr(fast) == repr(made)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.status = 500  # type: ignore[misc]
