@@ -74,6 +74,7 @@ class Forwarder:
         self.sink = sink
         self._expect = sink.expect if isinstance(sink, ex.ExpectingSink) else None
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._proxies: dict[str, str | None] = {}
         # Agents call the same few paths over and over: each one's route, and its upstream URL
         # without a query (made once: yarl's URL costs more than the lookup).
@@ -93,6 +94,7 @@ class Forwarder:
         return self._proxies[base_url]
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._session = new_session(self.settings.connect_timeout, self.settings.read_timeout)
 
     async def close(self) -> None:
@@ -130,7 +132,7 @@ class Forwarder:
                                        "this machine", "forbidden")
 
         headers, annotations, present = split_request_headers(request.raw_headers)
-        label = route.session_label or annotation(annotations, "x-ctxscope-session")
+        label = route.session_label or (annotation(annotations, "x-ctxscope-session") if annotations else None)
         if self.websockets is not None and request.method == "GET" and "websocket" in request.headers.get(
                 "Upgrade", "").lower():  # fmt: skip
             return await self.websockets.relay(request, route, query, headers, annotations, label)
@@ -162,7 +164,7 @@ class Forwarder:
                 rec.finish(Outcome.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
                 self._submit(rec)
                 return gone()
-            rec.task = asyncio.current_task()
+            rec.task = asyncio.current_task(self._loop)  # (given the loop, it makes no getpid system call)
             watch(rec.client_left)
         session = self._session
         if session is None:

@@ -60,8 +60,9 @@ def split_request_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tupl
     """Headers to forward (original case and order), the x-ctxscope-* annotations to strip (name
     lowercased), and a bit set of the headers aiohttp would otherwise add that are present."""
     forward, annotations, present = [], [], 0
+    names = _request_names
     for k, v in raw_headers:
-        name, lname, kind, bit = _request_name(k)
+        name, lname, kind, bit = names.get(k) or _request_name(k)
         if kind == _FORWARD:
             forward.append((name, v.decode("latin-1")))
             present |= bit
@@ -98,8 +99,9 @@ def split_response_headers(raw_headers) -> tuple[tuple[tuple[str, str], ...], li
     without hop-by-hop ones, and sandboxed (see "Upstream content is sandboxed" in
     docs/architecture.md). A list, so aiohttp's response builds its header dict once."""
     received, forward = [], []
+    names = _response_names
     for k, v in raw_headers:
-        name, drop = _response_name(k)
+        name, drop = names.get(k) or _response_name(k)
         pair = (name, v.decode("latin-1"))
         received.append(pair)
         if not drop:
