@@ -26,4 +26,4 @@ def new_call_id() -> str:
         if ns <= _last_ns:
             ns = _last_ns + 1
         _last_ns = ns
-    return f"{ns:016x}{_random.getrandbits(24):06x}"
+    return f"{(ns << 24) | _random.getrandbits(24):022x}"  # (one format, not two: the same digits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import time
 
 import aiohttp
 import pytest
@@ -380,6 +381,29 @@ async def test_a_stream_that_goes_silent_after_reads_times_out_with_everything_i
     e = rig.sink.items[0]
     assert e.outcome == Outcome.TIMEOUT and "0.3s" in e.error
     assert e.response_body == b"".join(rig.upstream.sent) and len(rig.upstream.sent) == 6
+
+
+@pytest.mark.parametrize("rig", [0.3], indirect=True)
+async def test_the_read_timeout_left_armed_by_a_finished_call_times_the_next_call_on_its_connection(rig):
+    """The timer outlives a finished answer on a kept-alive upstream connection: idle, it fires
+    without effect; the next call's silence is timed from that call's own start."""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert resp.status == 200
+        await asyncio.sleep(0.45)  # idle past one read_timeout: the timer fired with no call waiting
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert resp.status == 200
+        await asyncio.sleep(0.2)  # then armed by that call; the next one starts before it is due
+        rig.upstream.mode, rig.upstream.sent = "slow_ok", []  # 0.1 s pauses: never a read_timeout of silence
+        async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
+            assert await resp.read() == b"".join(rig.upstream.sent)
+        rig.upstream.mode = "stall_head"
+        started = time.monotonic()
+        async with s.post(rig.base + "/u/up/v1/messages", data=b"{}") as resp:
+            assert resp.status == 504
+        assert 0.28 <= time.monotonic() - started < 1.5
+    await _wait_for(rig.sink, 4)
+    assert [e.outcome for e in rig.sink.items] == [Outcome.OK, Outcome.OK, Outcome.OK, Outcome.TIMEOUT]
 
 
 async def test_no_header_is_invented_and_none_is_lost(rig):

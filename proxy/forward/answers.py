@@ -7,11 +7,8 @@ import json
 
 from aiohttp import web
 
+from ctxscope.proxy.forward.headers import SANDBOX
 from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route, Upstream
-
-# Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
-# and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
-SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 403: "permission_error", 413: "request_too_large",
                     504: "timeout_error"}

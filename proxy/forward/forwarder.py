@@ -74,8 +74,11 @@ class Forwarder:
         self.sink = sink
         self._expect = sink.expect if isinstance(sink, ex.ExpectingSink) else None
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._proxies: dict[str, str | None] = {}
-        self._routes: dict[str, Route] = {}  # agents call the same few paths over and over
+        # Agents call the same few paths over and over: each one's route, and its upstream URL
+        # without a query (made once: yarl's URL costs more than the lookup).
+        self._routes: dict[str, tuple[Route, URL | str]] = {}
         self.websockets: UpgradeRelay | None = None
 
     def _env_proxy(self, base_url: str) -> str | None:
@@ -91,6 +94,7 @@ class Forwarder:
         return self._proxies[base_url]
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._session = new_session(self.settings.connect_timeout, self.settings.read_timeout)
 
     async def close(self) -> None:
@@ -110,8 +114,8 @@ class Forwarder:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.time()
         raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
-        route = self._routes.get(raw_path)
-        if route is None:
+        known = self._routes.get(raw_path)
+        if known is None:
             try:
                 route = resolve(raw_path, await self._upstreams(raw_path))
             except RouteError as exc:
@@ -119,14 +123,16 @@ class Forwarder:
                                          headers=SANDBOX)
             except UnsafePath as exc:
                 return refusal(exc.route, 400, str(exc), "invalid_path")
+            known = (route, self._target(route, ""))
             if len(self._routes) < _MAX_ROUTES:
-                self._routes[raw_path] = route
+                self._routes[raw_path] = known
+        route, target = known
         if route.control and not host_allowed(request.headers.get("Host")):
             return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
                                        "this machine", "forbidden")
 
         headers, annotations, present = split_request_headers(request.raw_headers)
-        label = route.session_label or annotation(annotations, "x-ctxscope-session")
+        label = route.session_label or (annotation(annotations, "x-ctxscope-session") if annotations else None)
         if self.websockets is not None and request.method == "GET" and "websocket" in request.headers.get(
                 "Upgrade", "").lower():  # fmt: skip
             return await self.websockets.relay(request, route, query, headers, annotations, label)
@@ -158,7 +164,7 @@ class Forwarder:
                 rec.finish(Outcome.CLIENT_DISCONNECTED, "client disconnected before the request was forwarded")
                 self._submit(rec)
                 return gone()
-            rec.task = asyncio.current_task()
+            rec.task = asyncio.current_task(self._loop)  # (given the loop, it makes no getpid system call)
             watch(rec.client_left)
         session = self._session
         if session is None:
@@ -167,7 +173,7 @@ class Forwarder:
             try:
                 upstream = await session.request(
                     request.method,
-                    self._target(route, query),
+                    self._target(route, query) if query else target,
                     headers=headers,
                     data=body if body else None,
                     skip_auto_headers=skip_auto_headers(present, bool(body)),

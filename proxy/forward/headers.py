@@ -8,8 +8,6 @@ call, so what each spelling of a name means is remembered rather than worked out
 
 from __future__ import annotations
 
-from multidict import CIMultiDict
-
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -27,6 +25,10 @@ HOP_BY_HOP = frozenset(
 # aiohttp sets these itself for the upstream request (Host from the URL, length from the body).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 ANNOTATION_PREFIX = "x-ctxscope-"
+# Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
+# and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
+SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))
+_RESPONSE_DROP = HOP_BY_HOP | {"x-content-type-options"}
 
 # Never let aiohttp invent headers the client did not send. Telling aiohttp so costs it a few
 # copies per request, so it is only told when one of them is missing (clients rarely omit any).
@@ -39,7 +41,7 @@ _AUTO_WITHOUT_BODY, _AUTO_WITH_BODY = 7, 15  # aiohttp adds Content-Type only to
 MAX_CACHED = 4096
 _FORWARD, _DROP, _ANNOTATION = 0, 1, 2
 _request_names: dict[bytes, tuple[str, str, int, int]] = {}  # -> (name, lowercase name, kind, auto bit)
-_response_drops: dict[str, bool] = {}
+_response_names: dict[bytes, tuple[str, bool]] = {}  # -> (name, left out of the client's copy)
 
 
 def _request_name(raw: bytes) -> tuple[str, str, int, int]:
@@ -58,8 +60,9 @@ def split_request_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tupl
     """Headers to forward (original case and order), the x-ctxscope-* annotations to strip (name
     lowercased), and a bit set of the headers aiohttp would otherwise add that are present."""
     forward, annotations, present = [], [], 0
+    names = _request_names
     for k, v in raw_headers:
-        name, lname, kind, bit = _request_name(k)
+        name, lname, kind, bit = names.get(k) or _request_name(k)
         if kind == _FORWARD:
             forward.append((name, v.decode("latin-1")))
             present |= bit
@@ -79,19 +82,34 @@ def annotation(annotations: list[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in annotations if k == name), None)
 
 
-def _response_drop(name: str) -> bool:
-    drop = _response_drops.get(name)
-    if drop is None:
-        drop = name.lower() in HOP_BY_HOP
-        if len(_response_drops) < MAX_CACHED:
-            _response_drops[name] = drop
-    return drop
+def _response_name(raw: bytes) -> tuple[str, bool]:
+    """A response header name as text, and whether the client's copy leaves it out: hop-by-hop
+    ones, and X-Content-Type-Options, which the sandbox sets itself."""
+    known = _response_names.get(raw)
+    if known is None:
+        name = raw.decode("latin-1")
+        known = (name, name.lower() in _RESPONSE_DROP)
+        if len(_response_names) < MAX_CACHED:
+            _response_names[raw] = known
+    return known
 
 
-def client_response_headers(received: tuple[tuple[str, str], ...]) -> CIMultiDict[str]:
-    """The upstream's response headers as the client gets them: without hop-by-hop ones, and
-    sandboxed (see "Upstream content is sandboxed" in docs/architecture.md)."""
-    headers = CIMultiDict([(n, v) for n, v in received if not _response_drop(n)])
-    headers.add("Content-Security-Policy", "sandbox")  # beside any policy of the upstream's own
-    headers["X-Content-Type-Options"] = "nosniff"
-    return headers
+def split_response_headers(raw_headers) -> tuple[tuple[tuple[str, str], ...], list[tuple[str, str]]]:
+    """The upstream's response headers as received (for the capture), and as the client gets them:
+    without hop-by-hop ones, and sandboxed (see "Upstream content is sandboxed" in
+    docs/architecture.md). A list, so aiohttp's response builds its header dict once."""
+    received, forward = [], []
+    names = _response_names
+    for k, v in raw_headers:
+        name, drop = names.get(k) or _response_name(k)
+        pair = (name, v.decode("latin-1"))
+        received.append(pair)
+        if not drop:
+            forward.append(pair)
+    forward += SANDBOX  # its policy beside any of the upstream's own
+    return tuple(received), forward
+
+
+def client_response_headers(received: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """Response headers already decoded (``received``) as the client gets them (as above)."""
+    return [(n, v) for n, v in received if n.lower() not in _RESPONSE_DROP] + list(SANDBOX)

@@ -18,9 +18,15 @@ from ctxscope.proxy.ids import new_call_id
 from ctxscope.proxy.redaction.redact import redact_request
 from ctxscope.vocab.kinds import Outcome
 
+_TEXT = {outcome: outcome.value for outcome in Outcome}  # (an enum's .value is a descriptor call)
+
 
 class Recorder:
     """One call in flight; ``finish`` sets its outcome once (docs/architecture.md, "An outcome is set once")."""
+
+    __slots__ = ("annotations", "body", "chunks", "ended_at", "error", "first_byte_at", "headers", "label", "left",
+                 "method", "outcome", "query", "response_headers", "route", "started", "status", "synthetic_body",
+                 "task")
 
     def __init__(self, route: Route, request: web.Request, headers: list[tuple[str, str]],
                  annotations: list[tuple[str, str]], label: str | None, query: str, started: float):
@@ -62,26 +68,27 @@ class Recorder:
         ended_at = self.finish(self.outcome, self.error)
         request = redact_request(self.headers, self.query, salt)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
-        return ex.Exchange(
-            id=new_call_id(),
-            provider=self.route.provider,
-            upstream=self.route.upstream.base_url,
-            method=self.method,
-            path=self.route.path,
-            query=request.query,
-            session_label=self.label,
-            annotations=tuple(self.annotations),
-            request_headers=request.headers,
-            key_fingerprint=request.key_fingerprint,
-            request_body=self.body,
-            status=self.status,
-            response_headers=self.response_headers,
-            response_body=b"".join(self.chunks),
-            started_at=self.started,
-            first_byte_at=self.first_byte_at,
-            ended_at=ended_at,
-            outcome=self.outcome.value,
-            error=self.error,
-            client=request.user_agent,
-            extra=extra,
-        )
+        route = self.route
+        return ex.Exchange.of({
+            "id": new_call_id(),
+            "provider": route.provider,
+            "upstream": route.upstream.base_url,
+            "method": self.method,
+            "path": route.path,
+            "query": request.query,
+            "session_label": self.label,
+            "annotations": tuple(self.annotations),
+            "request_headers": request.headers,
+            "key_fingerprint": request.key_fingerprint,
+            "request_body": self.body,
+            "status": self.status,
+            "response_headers": self.response_headers,
+            "response_body": b"".join(self.chunks),
+            "started_at": self.started,
+            "first_byte_at": self.first_byte_at,
+            "ended_at": ended_at,
+            "outcome": _TEXT[self.outcome],
+            "error": self.error,
+            "client": request.user_agent,
+            "extra": extra,
+        })

@@ -13,7 +13,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from ctxscope.proxy.forward.headers import client_response_headers
+from ctxscope.proxy.forward.headers import split_response_headers
 from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.vocab.kinds import Outcome
 
@@ -24,10 +24,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
                          read_timeout: float) -> web.StreamResponse:
     """Send ``upstream``'s answer to the client; ``rec`` gets its status, headers, chunks and outcome."""
     rec.status = status = upstream.status
-    rec.response_headers = received = tuple(
-        [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
-    )
-    headers = client_response_headers(received)
+    rec.response_headers, headers = split_response_headers(upstream.raw_headers)
     rec.outcome = Outcome.OK if status < 400 else Outcome.HTTP_ERROR
     content = upstream.content
     if _complete(request, upstream, content):
