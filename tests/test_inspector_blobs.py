@@ -329,3 +329,26 @@ def test_a_writer_that_keeps_its_ids_compresses_with_the_dictionary_trained_mean
         assert db.execute("SELECT COUNT(DISTINCT dict) FROM chunks WHERE dict IS NOT NULL").fetchone()[0] == 1
         db.close()
     assert dicts["kept"] == dicts["asked"] and dicts["kept"][0] > 60
+
+
+def test_a_long_lived_process_keeps_a_few_dictionaries_and_reads_every_chunk(tmp_path, monkeypatch):
+    # A store trains a dictionary every DICT_RETRAIN chunks and keeps them all for their chunks; a
+    # process holds only the latest few it used, and loads an older one again when a chunk needs it.
+    from ctxscope.inspector.store import blobs
+
+    monkeypatch.setattr(blobs, "DICT_RETRAIN", 32)
+    blobs.forget_dictionaries()
+    db = store.connect(tmp_path / "d.db")
+    rng = random.Random(6)
+    words = [f"word{i}" for i in range(2000)]
+    bodies = [" ".join(rng.choice(words) for _ in range(rng.randrange(200, 400))).encode() for _ in range(320)]
+    ids = [blob_put(db, body).id for body in bodies]
+    db.conn.commit()
+    trained = db.execute("SELECT COUNT(*) FROM zstd_dicts").fetchone()[0]
+    used = db.execute("SELECT COUNT(DISTINCT dict) FROM chunks").fetchone()[0]
+    assert trained >= blobs.DICTS_KEPT + 3 and used >= blobs.DICTS_KEPT + 3
+    assert len(blobs._dict_cache) <= blobs.DICTS_KEPT
+    assert [blob_get(db, i) for i in ids] == bodies  # the oldest chunks' dictionaries load again
+    assert len(blobs._dict_cache) <= blobs.DICTS_KEPT
+    db.close()
+    blobs.forget_dictionaries()

@@ -159,7 +159,7 @@ def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = Non
         current = _current_dict(db)
         if known is not None:
             known.zstd_dict = (current[0] if current else None,)
-    data = _compressor(current).compress(raw, zstd.ZstdCompressor.FLUSH_FRAME)
+    data = _compressor(current, len(raw)).compress(raw, zstd.ZstdCompressor.FLUSH_FRAME)
     cur = db.conn.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
                           [digest, current and current[0], data])
     if cur.rowcount != 1:  # stored already (before this writer knew it): its id
@@ -178,13 +178,23 @@ DICT_TRY_EVERY = 32  # chunks between two looks at whether a dictionary is due (
 DICT_RETRAIN = 2048  # chunks stored with one dictionary before the next is trained
 DICT_SAMPLES = 256  # the latest chunks it is trained on
 DICT_SIZE = 32 * 1024
-_dict_cache: dict[int, zstd.ZstdDict] = {}  # dictionary ids are random, never reused: safe to cache by id
+# Dictionary ids are random, never reused: safe to cache by id. The store trains a new one every
+# DICT_RETRAIN chunks and keeps the old ones for their chunks, so the cache keeps the latest used
+# (most recent last): with its digested tables each holds ~160 KB, and a writer that kept them all
+# grew by ~0.8 MB per 10,000 small calls (docs/architecture.md, "Memory").
+DICTS_KEPT = 4
+_dict_cache: dict[int, zstd.ZstdDict] = {}
 # One compressor per dictionary, kept: a new one loads the dictionary's tables again (~9 µs), which
 # was most of the cost of a small chunk. Each call makes one whole frame: the bytes zstd.compress makes.
+# A compressor keeps the working memory its largest input needed (~1.5 MB after a 1 MB chunk), so a
+# chunk over KEEP_COMPRESSOR_BELOW gets one of its own, let go after (+0.02 ms on a 1 MB chunk).
 _compressors: dict[int | None, zstd.ZstdCompressor] = {}
+KEEP_COMPRESSOR_BELOW = 64 << 10
 
 
-def _compressor(current: tuple[int, zstd.ZstdDict] | None) -> zstd.ZstdCompressor:
+def _compressor(current: tuple[int, zstd.ZstdDict] | None, size: int) -> zstd.ZstdCompressor:
+    if size > KEEP_COMPRESSOR_BELOW:
+        return zstd.ZstdCompressor(ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None)
     key = current[0] if current else None
     found = _compressors.get(key)
     if found is None:
@@ -197,12 +207,16 @@ def _compressor(current: tuple[int, zstd.ZstdDict] | None) -> zstd.ZstdCompresso
 
 
 def _load_dict(db: Db | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
-    found = _dict_cache.get(dict_id)
+    found = _dict_cache.pop(dict_id, None)  # put back last: the most recently used
     if found is None:
         row = db.execute("SELECT data FROM zstd_dicts WHERE id = ?", [dict_id]).fetchone()
         if row is None:
             raise BlobCorrupt(f"zstd dictionary {dict_id} is missing")
-        found = _dict_cache[dict_id] = zstd.ZstdDict(row[0])
+        found = zstd.ZstdDict(row[0])
+    _dict_cache[dict_id] = found
+    if len(_dict_cache) > DICTS_KEPT:  # readers' threads share the cache: list() and pop() each hold the GIL
+        for stale in list(_dict_cache)[:-DICTS_KEPT]:
+            _dict_cache.pop(stale, None)
     return found
 
 
