@@ -21,7 +21,7 @@ from ctxscope.inspector.writer.thread import CaptureWriter
 
 log = logging.getLogger("ctxscope.store")
 
-CHILD_BACKLOG = 2000  # calls waiting inside the writer before the child stops handing it more
+CHILD_BACKLOG = 600  # calls waiting inside the writer before the child stops handing it more (a batch and some)
 CHILD_BACKLOG_BYTES = 64 << 20  # ... or bytes (the writer would drop calls beyond its own limit)
 MAX_DEFER = 5.0  # seconds calls may wait in the spool for a pause before they are stored anyway
 MAX_DEFER_BYTES = 256 << 20  # ... or body bytes the spool may hold before they are stored anyway
