@@ -277,6 +277,20 @@ def test_after_a_long_idle_gap_without_lineage_a_new_session_begins():
     assert (resumed.session_id, resumed.predecessor, resumed.grouped_by) == ("key:k:a0", "a0", GroupedBy.LINEAGE)
 
 
+def test_a_side_call_that_started_before_the_latest_call_but_ended_after_it_joins_its_session():
+    # A title call sent beside the main thread's second call, which ends first: the writer places the
+    # main call first, then the title call, whose start is earlier than the latest call's.
+    recent = [_unnamed("a0", claude_code_turns(1)[0], "key:k:a0", "a0", 100.0),
+              _unnamed("a1", claude_code_turns(2)[1], "key:k:a0", "a0", 110.0)]  # fmt: skip
+    side = place_call("t0", cp(title_call("Fix the bug.")), None, recent, fallback=("key:k", "key"), time=109.5)
+    assert (side.session_id, side.thread_id, side.parent_thread_id, side.grouped_by, side.thread_start) == (
+        "key:k:a0", "t0", "a0", GroupedBy.CLIENT_GAP, True)
+    # Long before the latest call is no longer the same activity.
+    old = place_call("t1", cp(title_call("Fix the bug.")), None, recent, fallback=("key:k", "key"),
+                     time=110.0 - IDLE_GAP_S - 1)  # fmt: skip
+    assert (old.session_id, old.grouped_by) == ("key:k:t1", GroupedBy.NEW)
+
+
 def test_explicit_sources_name_how_the_call_was_grouped():
     assert [grouped_by_source(s) for s in ("label", "header:session_id", "metadata.user_id", "prompt_cache_key",
                                            "previous_response_id")] == [

@@ -277,8 +277,8 @@ def place_call(
     With an explicit session, ``recent`` are that session's recent calls (others are ignored).
     Without one, ``recent`` are the recent calls without an id of the same API key and client,
     oldest first: the call joins the session of the call whose prompt it continues (lineage),
-    else the session of the client's latest call when it came less than ``idle_gap`` seconds
-    before ``time`` (a new thread there), else it opens a session of its own, named
+    else the session of the client's latest call when it started less than ``idle_gap`` seconds
+    from ``time``, before or after (a new thread there), else it opens a session of its own, named
     ``fallback[0]:<call id>`` (a call that is no readable prompt: ``fallback[0]``). ``linked`` is
     a captured call named by the body itself (the producer of ``previous_response_id``): it is
     the predecessor whatever the prefix says.
@@ -298,7 +298,9 @@ def place_call(
     if pred is not None:
         return Placement(pred.session_id, fallback[1], pred.thread_id, None, pred.call_id, shared, GroupedBy.LINEAGE)
     latest = max(pool, key=lambda r: r.time or 0.0, default=None)
-    if latest is not None and time is not None and latest.time is not None and 0 <= time - latest.time < idle_gap:
+    # A parallel call that started before the latest one but ended after it (the writer places calls
+    # as they end) is as much that client's activity as one that starts after it.
+    if latest is not None and time is not None and latest.time is not None and abs(time - latest.time) < idle_gap:
         same = [r for r in pool if r.session_id == latest.session_id]
         return Placement(latest.session_id, fallback[1], call_id, _main_thread(same), None, 0, GroupedBy.CLIENT_GAP,
                          True)  # fmt: skip
