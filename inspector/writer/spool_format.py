@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab import json_text
+from ctxscope.vocab.json_splice import MARK, RepeatedTexts, splice
 
 MAGIC = b"ctxscope-spool\0"
 VERSION = 4
@@ -113,6 +114,7 @@ BODY_FIELDS = tuple(_BODIES)
 _PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
 _FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
 _RESPONSE_BODY = _NAMES.index("response_body")
+_REQUEST_HEADERS, _RESPONSE_HEADERS = _NAMES.index("request_headers"), _NAMES.index("response_headers")
 _STARTED, _FIRST_BYTE, _ENDED = (_NAMES.index(name) for name in ("started_at", "first_byte_at", "ended_at"))
 assert BODY_FIELDS == (REQUEST_BODY, _RESPONSE_BODY) and _FLOATS == [_STARTED, _FIRST_BYTE, _ENDED]  # unrolled below
 
@@ -138,8 +140,10 @@ def payload_pieces(batch: list[tuple], sent: Referrer | None = None) -> list:
     return payload_and_size(batch, sent)[0]
 
 
-def payload_and_size(batch: list[tuple], sent: Referrer | None = None) -> tuple[list, int]:
-    """``payload_pieces`` and the batch's body bytes, whole (``call_size`` summed), in one pass.
+def payload_and_size(batch: list[tuple], sent: Referrer | None = None,
+                     headers: RepeatedTexts | None = None) -> tuple[list, int]:
+    """``payload_pieces`` and the batch's body bytes, whole (``call_size`` summed), in one pass;
+    with ``headers``, the header lists the batch repeats are spliced in as the texts it remembers.
 
     This is the feeder's work per call, on the daemon's interpreter lock: the loop is unrolled
     over the two bodies and the three times, and a body outside the sizes ``sent`` compares is
@@ -150,9 +154,25 @@ def payload_and_size(batch: list[tuple], sent: Referrer | None = None) -> tuple[
     refer = sent.refer if sent is not None else None
     compared = sent.compared if sent is not None else ()
     bits = _TIME.pack
+    texts: list[str] = []
+    add_text = texts.append
+    requests = responses = False
+    if headers is not None:
+        requests, responses = headers.worth(batch, _REQUEST_HEADERS), headers.worth(batch, _RESPONSE_HEADERS)
+        get, add = headers.get, headers.add
     size = 0
     for fields in batch:
         head = list(fields)
+        if requests:
+            listed = fields[_REQUEST_HEADERS]
+            known = get(listed)
+            add_text(known if known is not None else add(listed, _ENCODE(listed)))
+            head[_REQUEST_HEADERS] = MARK
+        if responses:
+            listed = fields[_RESPONSE_HEADERS]
+            known = get(listed)
+            add_text(known if known is not None else add(listed, _ENCODE(listed)))
+            head[_RESPONSE_HEADERS] = MARK
         body = fields[REQUEST_BODY]
         n = len(body)
         size += n
@@ -179,8 +199,16 @@ def payload_and_size(batch: list[tuple], sent: Referrer | None = None) -> tuple[
         if t.__class__ is float:
             head[_ENDED] = bits(t).hex()
         add_head(head)
-    text = _ENCODE(heads).encode()
-    return [_JSON_LEN.pack(len(text)), text, *bodies], size
+    text = _ENCODE(heads)
+    if texts:
+        spliced = splice(text, texts)
+        if spliced is None:  # a field list held MARK itself: the lists go in place after all
+            for head, fields in zip(heads, batch, strict=True):
+                head[_REQUEST_HEADERS], head[_RESPONSE_HEADERS] = fields[_REQUEST_HEADERS], fields[_RESPONSE_HEADERS]
+            spliced = _ENCODE(heads)
+        text = spliced
+    data = text.encode()
+    return [_JSON_LEN.pack(len(data)), data, *bodies], size
 
 
 RECORD_HEAD = _RECORD.size  # bytes of a record before its payload
