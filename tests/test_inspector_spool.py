@@ -50,6 +50,46 @@ def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path)
     assert bytes(range(256)) * 4 in record  # the body as sent: no base64, no pickle
 
 
+def test_times_are_written_as_their_bytes_in_hex_and_read_back_as_the_same_floats():
+    """Version 4 writes a time as the hex of its 8 bytes, not as a decimal (whose shortest form
+    cost the feeder most of a small call); it reads back bit for bit, and a time that is no
+    float (None, or an int from a caller) is written as it is."""
+    import dataclasses
+    import json
+    import struct
+
+    ex = make_exchange(3, started_at=1796210516.4069738, first_byte_at=None, ended_at=1796210516.4210358)
+    odd = make_exchange(4, started_at=1_750_000_000, first_byte_at=0.1 + 0.2)
+    record = b"".join(spool_format.encode([_pack(ex), _pack(odd)]))[12:]
+    (n,) = struct.unpack_from("<I", record)
+    head, other = json.loads(record[4:4 + n])
+    names = [f.name for f in dataclasses.fields(type(ex))]
+    assert head[names.index("started_at")] == struct.pack("<d", 1796210516.4069738).hex()
+    assert head[names.index("first_byte_at")] is None and other[names.index("started_at")] == 1_750_000_000
+    back, back_odd = (unpack(fields) for fields in spool_format.decode(record))
+    assert back == ex and back.started_at.hex() == ex.started_at.hex() and back_odd.first_byte_at == 0.1 + 0.2
+    assert type(back_odd.started_at) is float  # read as every time is, as before
+
+
+def test_a_record_of_version_3_with_its_times_as_numbers_still_reads():
+    import dataclasses
+    import json
+    import struct
+
+    ex = make_exchange(5, started_at=1796210516.4069738, first_byte_at=1796210516.5, ended_at=1796210517.25)
+    record = b"".join(spool_format.encode([_pack(ex)]))[12:]
+    (n,) = struct.unpack_from("<I", record)
+    heads = json.loads(record[4:4 + n])
+    names = [f.name for f in dataclasses.fields(type(ex))]
+    for name in ("started_at", "first_byte_at", "ended_at"):  # as version 3 wrote them: numbers
+        heads[0][names.index(name)] = getattr(ex, name)
+    text = json.dumps(heads).encode()
+    assert b"1796210516.4069738" in text
+    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    assert unpack(back) == ex
+    assert spool_format.MAGIC + bytes([3]) in spool_format.READABLE
+
+
 def test_a_small_record_reads_back_in_one_read_and_a_large_one_still_whole(tmp_path, monkeypatch):
     """A record that fits the first read comes back from it alone, checked or not; one past it is
     read piece by piece as before. A changed byte in a small record fails its checksum."""

@@ -118,7 +118,8 @@ def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp
     assert spools.spool_files(db) == [] and db_status(db)["spool"]["quarantined"] == []
 
 
-@pytest.mark.parametrize("field, value", [("status", "200"), ("request_body", -1), ("extra", []), ("id", None)])
+@pytest.mark.parametrize("field, value", [("status", "200"), ("request_body", -1), ("extra", []), ("id", None),
+                                          ("started_at", "soon"), ("ended_at", "00ff"), ("first_byte_at", [1])])
 def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     import dataclasses
     import json

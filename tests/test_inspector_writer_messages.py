@@ -107,3 +107,27 @@ def test_taken_is_sent_as_its_count_alone():
     """Sent for every hand-over the child takes: 8 bytes after the frame, no JSON."""
     frame = b"".join(m.frame(m.Taken(12)))
     assert len(frame) == 9 + 8 and b"{" not in frame
+
+
+def test_thousands_of_pieces_go_through_a_pipe_whole_and_in_order_however_it_takes_them(pipe):
+    """A hand-over of 2,000 small calls is ~4,000 pieces, more than one ``writev`` takes, into a
+    pipe that takes a part of them at a time: every byte arrives once, in order (empty pieces and
+    views included)."""
+    from ctxscope.inspector.writer.spool_format import write_pieces
+
+    r, w = pipe
+    pieces: list = [bytes([k % 251]) * (k % 701) for k in range(4000)]
+    pieces[7] = memoryview(b"0123456789")[3:]
+    pieces[8] = bytearray(b"ab")
+    got = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(r, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    write_pieces(w, pieces)
+    os.close(w)
+    reader.join()
+    assert got == b"".join(pieces) and len(got) > 1 << 20  # more than the pipe holds: written in parts

@@ -51,6 +51,8 @@ class SentBodies:
     """The proxy's side: the last REMEMBERED large request bodies sent down one pipe (not those a
     later one continues)."""
 
+    compared = range(DELTA_MIN, REMEMBER_MAX + 1)  # the lengths ``refer`` looks at: the feeder offers no other
+
     def __init__(self) -> None:
         self._recent: collections.deque[tuple[int, bytes]] = collections.deque()
         self.sent = 0  # large request bodies sent so far: the next one's number

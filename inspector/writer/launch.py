@@ -39,6 +39,7 @@ from ctxscope.inspector.writer.body_delta import SentBodies
 from ctxscope.inspector.writer.messages import Counters, Forget, FromChild, ToChild, receive, send
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
 from ctxscope.vocab.heap import release_heap
+from ctxscope.vocab.json_splice import RepeatedTexts
 
 log = logging.getLogger("ctxscope.store")
 
@@ -75,23 +76,26 @@ class Outbox:
     def join_thread(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def _next(self, sent: SentBodies) -> ToChild | None:
+    def _next(self, sent: SentBodies, headers: RepeatedTexts) -> ToChild | None:
         """The next message to send; None once closing with nothing left. Idle for
-        ``forget_after`` while it remembers bodies, it lets go of them and says so (``Forget``):
-        that one timeout, then none (an idle daemon's feeder never wakes)."""
+        ``forget_after`` while it remembers bodies, it lets go of them (and of the header lists'
+        texts) and says so (``Forget``): that one timeout, then none (an idle daemon's feeder
+        never wakes)."""
         with self._wake:
             while not self._items and not self._closing:
                 if not self._wake.wait(self.forget_after if sent.holds else None):
                     sent.clear()
+                    headers.clear()
                     return Forget()
             return self._items.popleft() if self._items else None
 
     def _feed(self) -> None:
         fd = self._fd
         sent = SentBodies()  # what this pipe carried: a repeated request goes as its new bytes
+        headers = RepeatedTexts()  # ... and a repeated header list as the text it had
         try:
-            while (message := self._next(sent)) is not None:
-                send(fd, message, sent)
+            while (message := self._next(sent, headers)) is not None:
+                send(fd, message, sent, headers)
                 if isinstance(message, Forget):  # outside the lock: ``put`` must never wait for it
                     release_heap()  # what the bodies held goes back to the system, not only to malloc
                 del message  # an idle feeder must not keep the last hand-over's bodies alive

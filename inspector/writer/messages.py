@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.writer.body_delta import SentBodies
-from ctxscope.inspector.writer.spool_format import call_size, payload_pieces, write_pieces
+from ctxscope.inspector.writer.spool_format import payload_and_size, write_pieces
+from ctxscope.vocab.json_splice import RepeatedTexts
 
 
 @dataclass(frozen=True)
@@ -135,16 +136,16 @@ class Torn(EOFError):
     """The pipe ended inside a message: its writer died while writing it."""
 
 
-def frame(message: ToChild | FromChild, sent: SentBodies | None = None) -> list:
+def frame(message: ToChild | FromChild, sent: SentBodies | None = None, headers: RepeatedTexts | None = None) -> list:
     """The bytes of one message on a pipe, as pieces for ``writev`` (bodies are not copied);
-    ``sent``: what this pipe's sender remembers of the large request bodies it sent."""
+    ``sent``: what this pipe's sender remembers of the large request bodies it sent; ``headers``:
+    the texts of the header lists it encoded lately."""
     if isinstance(message, Handover):
         before = sent.sent if sent is not None else 0
-        pieces = payload_pieces(message.batch, sent) if message.batch else []
+        pieces, body_bytes = payload_and_size(message.batch, sent, headers) if message.batch else ([], 0)
         large = sent.sent - before if sent is not None else 0
-        counts = _COUNTS.pack(message.pause, message.dropped, len(message.batch),
-                              sum(call_size(fields) for fields in message.batch), large)
-        return [_FRAME.pack(_HANDOVER, len(counts) + sum(len(p) for p in pieces)), counts, *pieces]
+        counts = _COUNTS.pack(message.pause, message.dropped, len(message.batch), body_bytes, large)
+        return [_FRAME.pack(_HANDOVER, len(counts) + sum(map(len, pieces))), counts, *pieces]
     if isinstance(message, Taken):
         return [_FRAME.pack(_TAKEN, _TAKEN_COUNT.size), _TAKEN_COUNT.pack(message.received)]
     fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
@@ -152,9 +153,10 @@ def frame(message: ToChild | FromChild, sent: SentBodies | None = None) -> list:
     return [_FRAME.pack(_JSON, len(text)), text]
 
 
-def send(fd: int, message: ToChild | FromChild, sent: SentBodies | None = None) -> None:
+def send(fd: int, message: ToChild | FromChild, sent: SentBodies | None = None,
+         headers: RepeatedTexts | None = None) -> None:
     """Write one message whole (blocking; OSError, e.g. BrokenPipeError, if the reader is gone)."""
-    write_pieces(fd, frame(message, sent))
+    write_pieces(fd, frame(message, sent, headers))
 
 
 def receive(fd: int) -> Received | FromChild | None:
