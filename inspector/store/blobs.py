@@ -194,16 +194,18 @@ KEEP_COMPRESSOR_BELOW = 64 << 10
 
 def _compressor(current: tuple[int, zstd.ZstdDict] | None, size: int) -> zstd.ZstdCompressor:
     if size > KEEP_COMPRESSOR_BELOW:
-        return zstd.ZstdCompressor(ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None)
+        return _new_compressor(current)
     key = current[0] if current else None
     found = _compressors.get(key)
     if found is None:
         if len(_compressors) >= 4:  # an old dictionary's compressor is not used again
             _compressors.clear()
-        found = _compressors[key] = zstd.ZstdCompressor(
-            ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None
-        )
+        found = _compressors[key] = _new_compressor(current)
     return found
+
+
+def _new_compressor(current: tuple[int, zstd.ZstdDict] | None) -> zstd.ZstdCompressor:
+    return zstd.ZstdCompressor(ZSTD_LEVEL, zstd_dict=current[1].as_digested_dict if current else None)
 
 
 def _load_dict(db: Db | sqlite3.Connection, dict_id: int) -> zstd.ZstdDict:
