@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the 
 import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes
 import abuse_cases_plane as plane
+import abuse_cases_remote as remote
 from abuse_ctx import Case, Ctx, Limits, Result, Stored, read_calls, row_tag
 from abuse_procs import Background, RssSampler, env_for, start_daemon, stop_daemon
 from abuse_upstreams import Upstreams
@@ -54,6 +55,11 @@ CASES = [
     Case("credential_redaction", plane.credential_redaction, 20),
     Case("client_disconnect_mid_body", outcomes.client_disconnect_mid_body, 15),
     Case("disk_full", outcomes.disk_full, 150),
+    Case("remote_without_key", remote.remote_without_key, 60),
+    Case("rebinding_provider_route", remote.rebinding_provider_route, 40),
+    Case("cross_site_simple_post", remote.cross_site_simple_post, 40),
+    Case("escape_label", remote.escape_label, 90),
+    Case("otlp_huge_error_body", remote.otlp_huge_error_body, 120),
 ]
 RUN_BUDGET = 420.0  # seconds for all cases together: what is left after it is not run
 

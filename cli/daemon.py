@@ -185,11 +185,11 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
     if not stats.running or stats.store_down_since is not None:
         log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
                   "(`ctxscope db status` and the web UI show the state)", stats.last_error)
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand),
-                          writer)
+    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand,
+                                        allow_remote=cfg.allow_remote), writer)
     app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
-        add_web_routes(app, cfg.db, writer)
+        add_web_routes(app, cfg.db, writer, cfg.remote_key if cfg.allow_remote else None)
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
     runner = make_runner(app, cfg.limits)

@@ -98,7 +98,17 @@ def cli():
     Run `ctxscope serve`, point your agent's base URL at http://127.0.0.1:8787/anthropic
     (or /openai/v1, or /u/NAME/...), and every call is recorded for inspection.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from ctxscope.proxy.defence.printable import PrintableFormatter
+
+    from .output import guard_stdout
+
+    root = logging.getLogger()
+    if not root.handlers:  # (logging.basicConfig, with a formatter that lets no control character through)
+        handler = logging.StreamHandler()
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+    click.get_current_context().call_on_close(guard_stdout())
 
 
 @cli.command(context_settings=CONTEXT)
@@ -111,7 +121,9 @@ def cli():
                    "(anthropic, openai and gemini override the built-ins).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
-@click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (captures hold prompts!).")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow binding a non-loopback address (captures hold prompts!); the web UI and its API then "
+                   "need a key, printed at start (or remote_key in --config).")
 @click.option("--limit", "limits", multiple=True, metavar="KEY=VALUE",
               help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
                    "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
@@ -150,6 +162,8 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otl
         for name, url in sorted(cfg.upstreams.items()):
             if name not in ("anthropic", "openai", "gemini"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")
+        if cfg.allow_remote:
+            _announce_remote(daemon.url, cfg.remote_key or "", cfg.host)
         click.echo("Press Ctrl-C to stop.")
 
     def stopping(waiting: int, store_down: bool) -> None:
@@ -168,6 +182,17 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otl
         from .demo import port_hint
 
         raise click.ClickException(f"cannot listen on {cfg.host}:{cfg.port}: {exc}{port_hint(exc)}") from exc
+
+
+def _announce_remote(url: str, key: str, host: str) -> None:
+    """What remote mode exposes, said once at start (docs/architecture.md, "Remote mode needs a key")."""
+    where = "every address of this machine" if host in ("0.0.0.0", "::", "") else host
+    click.echo(f"REMOTE MODE: listening on {where}, reachable by other machines.")
+    click.echo(f"  The web UI and its API need this key (it is shown only now): {key}")
+    click.echo(f"    in a browser: open {url}/?key={key} once (it sets a cookie);")
+    click.echo("    from scripts: the header X-Ctxscope-Key or Authorization: Bearer with it.")
+    click.echo("  The provider routes need no key: any peer that reaches this port can send calls through the")
+    click.echo("  configured upstreams (with its own API keys) and they are recorded. The traffic is plain HTTP.")
 
 
 @cli.command(context_settings=CONTEXT)

@@ -40,6 +40,11 @@ class IdError(click.ClickException):
 
     exit_code = 2
 
+    def __init__(self, message: str):  # the candidates are stored labels: no control character reaches stderr
+        from ctxscope.proxy.defence.printable import printable
+
+        super().__init__(printable(message, multiline=True))
+
 
 def pick_id(kind: str, prefix: str, candidates: list[str] | tuple[str, ...], more: bool = False) -> str:
     """The one id that equals ``prefix`` or starts with it; else an IdError listing the candidates."""

@@ -2,36 +2,103 @@
 
 Captured bodies are stored byte-exact, keys a client put inside them included: everything
 printed here is masked first (``redact.mask_keys_in`` / ``mask_key_values``). Human output fits
-the terminal and never shows a Python repr (docs/architecture.md, "Human output fits the terminal").
+the terminal and never shows a Python repr (docs/architecture.md, "Human output fits the terminal"),
+and no control character a client chose reaches it (``guard_stdout``; docs/architecture.md,
+"Captured text never drives a terminal").
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from ctxscope.proxy.defence.printable import printable
 from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 DEFAULT_WIDTH = 100
-# Control characters as visible signs: a newline is ⏎ and a tab is → everywhere (never a bare "?").
-_VISIBLE = {"\n": "⏎", "\t": "→", "\r": "␍"}
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented JSON whose every non-printable character is a \\u escape (json leaves
+    DEL, C1 controls and the like raw with ensure_ascii=False): the same data, safe on a terminal."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    if text.replace("\n", "").isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == "\n" else _json_escape(ch) for ch in text)
+
+
+def _json_escape(ch: str) -> str:
+    return json.dumps(ch, ensure_ascii=True)[1:-1]  # (a surrogate pair beyond the BMP)
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(mask_keys_in(data), indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(mask_keys_in(data)))
 
 
 def safe_text(value: Any) -> str:
     """Captured text made safe for a terminal: keys masked, newlines and tabs shown as signs, other
     control characters as "?" (captured text never drives the terminal)."""
-    text = "-" if value is None else mask_key_values(str(value))
-    return "".join(_VISIBLE.get(ch, ch if ch.isprintable() else "?") for ch in text)
+    return printable("-" if value is None else mask_key_values(str(value)))
+
+
+class GuardedStdout(io.TextIOBase):
+    """Standard output through ``printable``: whatever a command prints, no control character
+    other than a newline or a tab reaches the terminal. Bytes written to ``buffer`` (a raw body
+    sent to a file or a pipe on purpose) pass as they are."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(printable(text, multiline=True))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (click checks it to use this stream as is)
+        return getattr(self.inner, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.inner, "errors", None)
+
+    @property
+    def buffer(self) -> Any:
+        return self.inner.buffer
+
+
+def guard_stdout() -> Callable[[], None]:
+    """Put ``GuardedStdout`` in front of sys.stdout; returns what puts the old one back."""
+    inner = sys.stdout
+    if isinstance(inner, GuardedStdout) or inner is None:
+        return lambda: None
+    sys.stdout = GuardedStdout(inner)
+
+    def restore() -> None:
+        if isinstance(sys.stdout, GuardedStdout) and sys.stdout.inner is inner:
+            sys.stdout.flush()
+            sys.stdout = inner
+
+    return restore
 
 
 def fmt_int(n: Any) -> str:

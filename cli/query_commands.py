@@ -213,6 +213,9 @@ def _write_raw(db, row: dict, kind: str, exact: bool) -> None:
     elif body.masked:
         click.echo(f"note: key-like values in the {kind} body are masked, length for length "
                    "(--exact writes the bytes as sent)", err=True)  # fmt: skip
+    if sys.stdout.isatty():  # bytes as sent go to a file or a pipe; a terminal gets them as harmless text
+        click.echo(body.data.decode("utf-8", "replace"))
+        return
     sys.stdout.buffer.write(body.data)
     sys.stdout.buffer.flush()
 
@@ -225,8 +228,8 @@ def _tell_story(db, row: dict, lines: int) -> None:
 
     names = thread_names(queries.session_threads(db, row["session"])) if row.get("thread") else {}
     thread = names.get(row.get("thread") or "", "-")
-    click.echo(f"call {row['id']}  #{row.get('seq')} of session {row.get('session')}  ({thread} thread)"
-               if thread != "-" else f"call {row['id']}  #{row.get('seq')} of session {row.get('session')}")
+    where = f"call {row['id']}  #{row.get('seq')} of session {safe_text(row.get('session'))}"
+    click.echo(f"{where}  ({safe_text(thread)} thread)" if thread != "-" else where)
     status = f"{row.get('status') or '-'} {row.get('outcome') or ''}".strip()
     if row.get("error"):
         status += f" ({safe_text(row['error'])})"

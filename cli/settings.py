@@ -79,6 +79,9 @@ class DaemonConfig:
     db: Path = field(default_factory=default_db_path)
     upstreams: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
     allow_remote: bool = False
+    # The key the UI and its API need in remote mode (docs/architecture.md, "Remote mode needs a
+    # key"): `remote_key` in the config file, else a new random one each start.
+    remote_key: str | None = None
     # "process": store and analyse in a low-priority child process (default: forwarding never
     # waits on the GIL for it); "thread": in this process (embedding, some tests).
     writer: str = "process"
@@ -92,9 +95,14 @@ def read_config_file(path: Path) -> dict:
     (otlp_endpoint, headers, protocol, content)."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "limits", "export"}
+    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "remote_key", "limits", "export"}
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
+    key = data.get("remote_key")
+    if key is not None and not (isinstance(key, str) and len(key) >= 16 and key.isascii() and key.isprintable()
+                                and " " not in key and ";" not in key):  # fmt: skip
+        raise ValueError(f"{path}: remote_key must be at least 16 printable ASCII characters, without spaces "
+                         "or semicolons")
     limits = data.get("limits", {})
     if not isinstance(limits, dict):
         raise ValueError(f"{path}: [limits] must be a table of KEY = value")
@@ -153,6 +161,7 @@ def build_config(
         if "db" in data:
             cfg.db = Path(data["db"]).expanduser()
         cfg.allow_remote = bool(data.get("allow_remote", False))
+        cfg.remote_key = data.get("remote_key")
         for name, url in (data.get("upstreams") or {}).items():
             cfg.upstreams[name] = normalise_base_url(url)
         cfg.limits = cfg.limits.with_values(data.get("limits") or {})
@@ -163,6 +172,8 @@ def build_config(
     if db is not None:
         cfg.db = db
     cfg.allow_remote = cfg.allow_remote or allow_remote
+    if cfg.allow_remote and cfg.remote_key is None:
+        cfg.remote_key = secrets.token_urlsafe(24)
     for text in upstream_options:
         name, url = parse_upstream_option(text)
         cfg.upstreams[name] = url

@@ -39,7 +39,7 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
 
             return LocalCA(folder)
 
-        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle,
+        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle_intercepted,
                                                   settings.connect_timeout, settings.limits.header_timeout)
 
     async def on_startup(app: web.Application) -> None:

@@ -1,4 +1,4 @@
-"""A real `ctxscope serve` in a process of its own, for tests that read its processes from /proc."""
+"""A real `ctxscope serve` in a process of its own: the installed command, on uvloop as in production."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
+
+CTXSCOPE = Path(sys.executable).parent / "ctxscope"  # the installed command
 
 
 def free_port() -> int:
@@ -29,7 +31,7 @@ def running_serve(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port),
+        proc = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(port),
                                  "--db", str(tmp_path / "c.db"), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -82,9 +82,10 @@ def writer_status(writer: Writer | None) -> dict | None:
 class WebUI:
     """The UI's handlers and state for one daemon; the store-backed ones are ``StoreAPI``'s."""
 
-    def __init__(self, db_path: Path, writer: Writer | None):
+    def __init__(self, db_path: Path, writer: Writer | None, remote_key: str | None = None):
         self.db_path = db_path
         self.writer = writer
+        self.remote_key = remote_key  # remote mode: every route needs it (security.py)
         self.token = security.new_token()
         self._api: StoreAPI | None = None
         self._loading: asyncio.Lock | None = None
@@ -107,8 +108,9 @@ class WebUI:
 
     def guarded(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         async def wrapped(request: web.Request) -> web.StreamResponse:
-            if not security.host_allowed(request.host):
-                return security.apply_headers(web.Response(status=421, text="unknown host"))
+            refused = self._refusal(request)
+            if refused is not None:
+                return security.apply_headers(refused)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:
@@ -123,6 +125,21 @@ class WebUI:
             return response
 
         return wrapped
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Who may not have this route: locally, a foreign Host (DNS rebinding); in remote mode,
+        whoever lacks the key (its cookie is bound to the name it was set under, so a rebinding
+        page has none), which ``/?key=KEY`` sets."""
+        if self.remote_key is None:
+            if not security.host_allowed(request.host):
+                return web.Response(status=421, text="unknown host")
+            return None
+        if security.key_ok(request, self.remote_key):
+            return None
+        sent = request.query.get(security.KEY_QUERY) if request.path == "/" else None
+        if sent is not None and security.secret_matches(sent, self.remote_key):
+            return security.login_page(self.remote_key)
+        return security.unauthorised(request.path.startswith(API))
 
     def from_store(self, name: str, *, token: bool = False):
         """The handler of route ``name``, answered by ``StoreAPI``; ``token``: a change, which needs
@@ -180,9 +197,10 @@ class WebUI:
             self._api.cleanup()
 
 
-def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None) -> None:
-    """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts)."""
-    ui = WebUI(Path(db_path), writer)
+def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, remote_key: str | None = None) -> None:
+    """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts);
+    with ``remote_key`` (remote mode) every one of its routes needs that key."""
+    ui = WebUI(Path(db_path), writer, remote_key)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)
     routes = [

@@ -26,6 +26,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import export_rows
 from ctxscope.inspector.store.queries import get_final_response, get_request_json
 
+from .bounded import BoundedSession
 from .settings import CONTENT_BATCH, PROTOCOLS, ExportSettings
 from .spans import call_span
 
@@ -44,7 +45,8 @@ def batch_size(settings: ExportSettings) -> int:
 def make_exporter(settings: ExportSettings) -> OTLPSpanExporter:
     if settings.protocol not in PROTOCOLS:
         raise ValueError(f"OTLP protocol {settings.protocol!r} is not supported (use one of {PROTOCOLS})")
-    return OTLPSpanExporter(endpoint=settings.endpoint, headers=dict(settings.headers), timeout=settings.timeout_s)
+    return OTLPSpanExporter(endpoint=settings.endpoint, headers=dict(settings.headers), timeout=settings.timeout_s,
+                            session=BoundedSession())
 
 
 def spans_of(

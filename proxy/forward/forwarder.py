@@ -24,7 +24,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from yarl import URL
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.defence.hosts import host_allowed
+from ctxscope.proxy.defence.hosts import cross_site, host_allowed
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.answers import SANDBOX, error_body, gone, refusal
 from ctxscope.proxy.forward.headers import annotation, skip_auto_headers, split_request_headers
@@ -53,6 +53,9 @@ class ProxySettings:
     # Upstreams started on their first request (the built-in simulator): name -> a start that
     # returns the base URL, or None when it could not start (docs/architecture.md, "Memory").
     on_demand: dict[str, Callable[[], Awaitable[str | None]]] = field(default_factory=dict)
+    # Remote mode (`serve --allow-remote`): provider routes answer any Host (peers name this
+    # machine as they know it); a foreign page's Origin is refused all the same.
+    allow_remote: bool = False
 
 
 class UpgradeRelay(Protocol):
@@ -112,6 +115,33 @@ class Forwarder:
         return upstreams
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """A request to a provider route from a client of the daemon's own port."""
+        return await self._handle(request, intercepted=False)
+
+    async def handle_intercepted(self, request: web.Request) -> web.StreamResponse:
+        """A request inside an intercepted CONNECT tunnel: its Host is the provider's, as it must be,
+        and no page can open such a tunnel, so the Host and Origin checks do not apply."""
+        return await self._handle(request, intercepted=True)
+
+    def _foreign(self, request: web.Request, route: Route) -> web.Response | None:
+        """The refusal of a request a foreign page may have sent: a Host that does not name this
+        machine (DNS rebinding; any Host in remote mode) or a cross-site Origin (a simple POST, a
+        WebSocket), answered in the provider's shape, neither forwarded nor recorded
+        (docs/architecture.md, "Provider routes refuse foreign pages")."""
+        headers = request.headers
+        host = headers.get("Host")
+        if not self.settings.allow_remote and not host_allowed(host):
+            refused = refusal(route, 403, "this daemon answers only requests whose Host names this machine "
+                                          "(a DNS-rebinding page names another)", "forbidden_host")
+        elif cross_site(headers.get("Origin"), headers.get("Sec-Fetch-Site"), request.scheme, host):
+            refused = refusal(route, 403, "requests from another site's page are refused (the browser's Origin "
+                                          "is not this daemon's)", "forbidden_origin")
+        else:
+            return None
+        refused.force_close()  # (its body, if any, is not read)
+        return refused
+
+    async def _handle(self, request: web.Request, intercepted: bool) -> web.StreamResponse:
         started = time.time()
         raw_path, _, query = request.raw_path.partition("?")  # the query as sent, still percent-encoded
         known = self._routes.get(raw_path)
@@ -127,6 +157,8 @@ class Forwarder:
             if len(self._routes) < _MAX_ROUTES:
                 self._routes[raw_path] = known
         route, target = known
+        if not intercepted and (refused := self._foreign(request, route)) is not None:
+            return refused
         if route.control and not host_allowed(request.headers.get("Host")):
             return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
                                        "this machine", "forbidden")
