@@ -19,6 +19,7 @@ import secrets
 from aiohttp import web
 
 from ctxscope.proxy.defence.hosts import host_allowed  # noqa: F401  (the UI's API and the proxy share one rule)
+from ctxscope.vocab import headers
 
 CSP = "; ".join(
     [
@@ -47,7 +48,7 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 
-TOKEN_HEADER = "X-Ctxscope-Token"
+TOKEN_HEADER = headers.TOKEN
 
 
 def new_token() -> str:
