@@ -11,8 +11,6 @@ import re
 from typing import Any
 from urllib.parse import unquote_plus
 
-from ctxscope.vocab.headers import Annotation
-
 REDACTED = "<redacted>"
 
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
@@ -20,7 +18,7 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key",
 # Words that make a header or query parameter name a credential's, wherever they appear in it.
 _SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|auth|credential|cookie|signature|session-?id|^sig$", re.I)
 # Names with one of those words that carry no secret and that tests and readers rely on.
-_HARMLESS_NAMES = frozenset({Annotation.SESSION.value, "x-claude-code-session-id", "anthropic-beta", "openai-beta",
+_HARMLESS_NAMES = frozenset({"x-ctxscope-session", "x-claude-code-session-id", "anthropic-beta", "openai-beta",
                              "x-stainless-retry-count"})  # fmt: skip
 # Values shaped like a credential under any name: provider and forge key prefixes, JWTs, auth schemes.
 _SECRET_VALUE = re.compile(
