@@ -24,6 +24,9 @@ from pathlib import Path
 
 import click
 
+from ctxscope.vocab.effects import parse_effect, split_effects
+from ctxscope.vocab.headers import Annotation
+
 from . import demo_script as script
 from .analysis_commands import compaction_breaks
 from .options import CONTEXT, db_option
@@ -56,8 +59,8 @@ class _EffectLog:
 
         def prepared(ev) -> None:
             self.calls += 1
-            value = ev.call.headers.get("x-ctxscope-event") or ""
-            self.effects += [v.split(";", 1)[0].strip() for v in value.split(",") if v.strip()]
+            value = ev.call.headers.get(Annotation.EVENT) or ""
+            self.effects += [e.kind for v in split_effects(value) if (e := parse_effect(v)) is not None]
 
         return Extension("demo-progress", lambda api: api.on(ON_LLM_CALL_PREPARED, prepared),
                          "records which effects each request declared, for the demo's progress lines")

@@ -17,10 +17,8 @@ from ctxscope.inspector.analyses.markers import Marker
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.analysis_rows import rowid_of
 from ctxscope.inspector.store.db import Db
-from ctxscope.vocab.kinds import MarkerKind
-
-EVENT_HEADER = "x-ctxscope-event"
-_MAX_RAW = 500
+from ctxscope.vocab.effects import parse_effect, split_effects
+from ctxscope.vocab.headers import Annotation
 
 
 @dataclass(frozen=True)
@@ -169,47 +167,23 @@ def from_row(db: Db, call_id: str) -> CallInput:
     )
 
 
-def _value(text: str) -> Any:
-    return int(text) if text.lstrip("-").isdigit() and len(text) < 19 else text
-
-
 def parse_event(value: str) -> Marker | None:
-    """One ``x-ctxscope-event`` value as a declared marker; None for an empty value."""
-    value = value.strip()
-    if not value:
+    """One ``x-ctxscope-event`` effect as a declared marker; None for an empty value."""
+    effect = parse_effect(value)
+    if effect is None:
         return None
-    if value.startswith("{"):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("kind"), str) and data["kind"].strip():
-            pointer = data.get("pointer") if isinstance(data.get("pointer"), str) else None
-            given = {k: v for k, v in data.items() if k not in ("kind", "pointer")}
-            return Marker(data["kind"].strip(), pointer, {**given, "declared": True})
-        return Marker(MarkerKind.ANNOTATION, None, {"declared": True, "raw": value[:_MAX_RAW]})
-    kind, *params = (p.strip() for p in value.split(";"))
-    detail: dict[str, Any] = {}
-    for param in params:
-        if not param:
-            continue
-        key, sep, val = param.partition("=")
-        detail[key.strip()] = _value(val.strip()) if sep else True
+    detail = dict(effect.params)
     pointer = detail.pop("pointer", None)
-    return Marker(
-        kind or MarkerKind.ANNOTATION, pointer if isinstance(pointer, str) else None, {**detail, "declared": True}
-    )
+    return Marker(effect.kind, pointer if isinstance(pointer, str) else None, {**detail, "declared": True})
 
 
 def declared_markers(annotations: tuple[tuple[str, str], ...] | list) -> list[Marker]:
     """The markers our agent declared in its ``x-ctxscope-event`` headers, in header order."""
     out = []
     for name, value in annotations:
-        if str(name).lower() != EVENT_HEADER or not isinstance(value, str):
+        if str(name).lower() != Annotation.EVENT or not isinstance(value, str):
             continue
-        # Several effects on one request arrive comma-joined, as HTTP joins repeated headers.
-        parts = [value] if value.lstrip().startswith("{") else value.split(",")
-        for part in parts:
+        for part in split_effects(value):
             marker = parse_event(part)
             if marker is not None:
                 out.append(marker)

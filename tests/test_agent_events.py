@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from ctxscope.agent.core.events import (
     Answer,
     AppendMessage,
     Block,
+    Effects,
     Fail,
     ModifyRequest,
     ReplaceHistory,
@@ -33,6 +35,7 @@ from ctxscope.agent.core.spi import Extension
 from ctxscope.agent.host.runtime import AgentRuntime
 from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
 from ctxscope.agent.tools.core_tools import core_tools_extension
+from ctxscope.vocab.kinds import MarkerKind
 
 
 def make_rt(tmp_path, script=(), *handlers, host=(), **kw):
@@ -316,13 +319,13 @@ async def test_step_end_steering_is_delivered_before_the_next_request(tmp_path):
     def guard(e):
         if e.step == 1:
             e.steer("<system-reminder>do not repeat the same call</system-reminder>", kind="guard", hidden=True)
-            e.effects.declare("guard")
+            e.effects.declare(MarkerKind.GUARD_SIGNAL)
 
     _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("guard", ON_STEP_END, guard))
     await s.run("hi")
     last = model.requests[1].messages[-1]
     assert last.role == "user" and "do not repeat" in last.text and last.meta["kind"] == "guard"
-    assert model.requests[1].headers["x-ctxscope-event"] == "guard, steer"
+    assert model.requests[1].headers["x-ctxscope-event"] == "guard_signal, steer"
     assert "x-ctxscope-event" not in model.requests[0].headers
 
 
@@ -352,7 +355,7 @@ async def test_turn_start_and_end_are_called_around_the_turn(tmp_path):
 async def test_declared_effects_go_on_that_request_only(tmp_path):
     def declare(c):
         if c.step == 1:
-            c.effects.declare("compaction")
+            c.effects.declare(MarkerKind.COMPACTION)
 
     _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, declare))
     await s.run("hi")
@@ -466,3 +469,14 @@ def test_a_read_only_view_copies_into_ordinary_dicts():
         with pytest.raises(ReadOnlyViolation):
             mutate()
     assert view == {"a": {"b": (1, {"c": 2})}}
+
+
+def test_an_effect_is_declared_by_its_marker_kind_only():
+    effects = Effects()
+    plain: Any = "compaction; tokens=1"  # what an untyped extension might pass
+    with pytest.raises(TypeError):
+        effects.declare(plain)
+    effects.declare(MarkerKind.CHECKPOINT, rung="hall", validation=None, note="a b;c=d")
+    effects.declare(MarkerKind.CHECKPOINT, rung="hall", note="a b;c=d")  # the same effect again: sent once
+    effects.declare(MarkerKind.STEER)
+    assert effects.take() == ["checkpoint; rung=hall; note=a_b_c_d", "steer"]

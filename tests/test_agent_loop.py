@@ -14,6 +14,7 @@ from ctxscope.agent.core.tools import Tool
 from ctxscope.agent.host.runtime import AgentRuntime
 from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
 from ctxscope.agent.tools.core_tools import core_tools_extension
+from ctxscope.vocab.kinds import MarkerKind
 
 OBJ = {"type": "object", "properties": {"me": {"type": "string"}, "other": {"type": "string"}}}
 
@@ -238,7 +239,7 @@ async def test_overflow_handler_can_shrink_history_and_retry(tmp_path):
 
     async def compact(ctx):
         seen.append((ctx.attempt, ctx.error.kind, len(ctx.history.messages)))
-        ctx.effects.declare("compaction")
+        ctx.effects.declare(MarkerKind.COMPACTION)
         await ctx.history.replace([ctx.history.messages[-1].with_meta(kind="kept")], "overflow")
         return True
 

@@ -128,12 +128,12 @@ def test_a_sub_agents_session_is_never_the_one_to_continue(proxy, tmp_path, work
 
 
 async def test_the_child_has_its_own_tools_budget_and_headers(tmp_path, workspace):
-    from ctxscope.agent.core.events import SESSION
     from ctxscope.agent.core.settings import HostOptions
     from ctxscope.agent.host.builtins import default_host_builtins
     from ctxscope.agent.host.runtime import AgentRuntime
     from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
-    from ctxscope.agent.subagents.child import SUBAGENT_HEADER
+    from ctxscope.vocab.headers import Annotation
+    SESSION, SUBAGENT_HEADER = Annotation.SESSION, Annotation.SUBAGENT
 
     home = tmp_path / "home"
     loop = [answer("", tool_call("ls", {})) for _ in range(2)]  # the child never gets to answer

@@ -14,10 +14,21 @@ from playwright.sync_api import expect
 from web_fixtures import anthropic_client, start_web_daemon
 
 from ctxscope.vocab.apis import Api
-from ctxscope.vocab.kinds import CacheVerdict, EpochReason, GroupedBy, MarkerKind, Outcome, RelationKind, SearchArea
+from ctxscope.vocab.headers import Annotation
+from ctxscope.vocab.kinds import (
+    CacheVerdict,
+    CompactionTrigger,
+    EpochReason,
+    GroupedBy,
+    MarkerKind,
+    Outcome,
+    RelationKind,
+    SearchArea,
+)
 from ctxscope.vocab.words import WORDS
 
-ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy, SearchArea)
+ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy, SearchArea, CompactionTrigger,
+         Annotation)
 
 
 @pytest.fixture(scope="module")

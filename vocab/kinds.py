@@ -109,3 +109,14 @@ class SearchArea(StrEnum):
     MESSAGES = "messages"
     TOOL_RESULTS = "tool_results"
     RESPONSES = "responses"
+
+
+class CompactionTrigger(StrEnum):
+    """Why our agent compacted its context: the ``trigger`` of its compaction effects, hooks and records."""
+
+    THRESHOLD = "threshold"  # the request's footprint is over the trigger line
+    BYTES = "bytes"  # the request's bytes are over the provider's limit
+    ARCHIVE_PLAN = "archive_plan"  # old tool results can be archived cheaply before the line
+    OVERFLOW = "overflow"  # the provider refused the prompt as too long
+    LIMIT = "limit"  # over the input limit while the thrash guard held automatic compaction back
+    MANUAL = "manual"  # /compact

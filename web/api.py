@@ -27,6 +27,7 @@ from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
+from ctxscope.vocab import headers
 from ctxscope.web import security
 from ctxscope.web.advice import advice_view, findings_view
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
@@ -132,7 +133,7 @@ class StoreAPI:
         safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
         name = f"{safe_id}-{kind}-{body.form}" + ("-exact" if exact else "-masked" if body.masked else "")
         resp.headers["Content-Disposition"] = f'attachment; filename="{name}.bin"'
-        resp.headers["X-Ctxscope-Body"] = (
+        resp.headers[headers.BODY] = (
             "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
         )
         resp.headers["Cache-Control"] = "no-store"

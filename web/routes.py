@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from ctxscope.inspector.writer.protocol import Writer
+from ctxscope.proxy.defence.hosts import host_allowed
 from ctxscope.web import security
 from ctxscope.web.vocabulary import vocabulary_handler
 
@@ -131,7 +132,7 @@ class WebUI:
         whoever lacks the key (its cookie is bound to the name it was set under, so a rebinding
         page has none), which ``/?key=KEY`` sets."""
         if self.remote_key is None:
-            if not security.host_allowed(request.host):
+            if not host_allowed(request.host):
                 return web.Response(status=421, text="unknown host")
             return None
         if security.key_ok(request, self.remote_key):

@@ -23,7 +23,8 @@ import secrets
 
 from aiohttp import web
 
-from ctxscope.proxy.defence.hosts import cross_site, host_allowed  # noqa: F401  (the UI and the proxy share these rules)
+from ctxscope.proxy.defence.hosts import cross_site
+from ctxscope.vocab import headers
 
 CSP = "; ".join(
     [
@@ -52,8 +53,8 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 
-TOKEN_HEADER = "X-Ctxscope-Token"
-KEY_HEADER = "X-Ctxscope-Key"
+TOKEN_HEADER = headers.TOKEN
+KEY_HEADER = headers.REMOTE_KEY
 KEY_COOKIE = "ctxscope_key"
 KEY_QUERY = "key"
 

@@ -18,10 +18,10 @@ from enum import StrEnum
 
 from aiohttp import web
 
-from ctxscope.vocab import apis, kinds
+from ctxscope.vocab import apis, headers, kinds
 from ctxscope.vocab.words import WORDS
 
-MODULES = (apis, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
+MODULES = (apis, headers, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
 
 
 def vocabulary() -> dict[str, dict[str, str]]:

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxscope.vocab.kinds import MarkerKind
+
 from ..core.budget import ContextSettings
 from ..core.events import AFTER_TOOL_CALL, RewriteResult, ToolResultContext
 from ..core.messages import ToolResult
 from ..core.settings import HostOptions
 from ..core.spi import Extension, ExtensionAPI
 from ..core.state import SessionView
-from .compaction.events import TOOL_OUTPUT_EXTERNALIZED, event_value, record
+from .compaction.events import record
 from .settings import settings_from
 
 EXTENSION_ID = "tool-output-budget"
@@ -153,10 +155,10 @@ class ToolOutputBudget:
             except OSError as e:
                 content = head_and_tail(body) + marker
                 details["externalized"] = {"failed": f"{type(e).__name__}: {e}", "bytes": size}
-                record(ctx.session, TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
+                record(ctx.session, MarkerKind.TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
                        bytes=size, artifact=None, error=str(e))
-                ctx.effects.declare(event_value(TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=size,
-                                                artifact="none", fallback="head_tail"))
+                ctx.effects.declare(MarkerKind.TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=size,
+                                    artifact="none", fallback="head_tail")
             else:
                 content = receipt(result.name, art, is_error=result.is_error,
                                   why="Tool output moved to a file: it is too large for the conversation") + marker
@@ -164,10 +166,10 @@ class ToolOutputBudget:
                 # different files (docs/architecture.md, "The guard sees through receipts")
                 details["externalized"] = {"artifact": str(art.path), "bytes": art.bytes, "wrapped": art.wrapped,
                                            "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
-                record(ctx.session, TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
+                record(ctx.session, MarkerKind.TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
                        bytes=art.bytes, artifact=str(art.path))
-                ctx.effects.declare(event_value(TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=art.bytes,
-                                                artifact=art.relative))
+                ctx.effects.declare(MarkerKind.TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=art.bytes,
+                                    artifact=art.relative)
         moved_details = self._mcp_details(ctx, details)
         if content is None and moved_details is None:
             return None

@@ -8,23 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from .messages import ToolCall, ToolResult
 from .model import StreamDelta, Usage
 
-COMPLETED = "completed"
-FAILED = "failed"
-ABORTED = "aborted"  # a before_llm_call handler aborted the call
-CANCELLED = "cancelled"  # the user (or the API) cancelled the turn
-SKIPPED = "skipped"
-MAX_STEPS = "max_steps"
+TurnOutcome = Literal["completed", "failed", "aborted", "cancelled", "skipped", "max_steps"]
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+ABORTED: Final = "aborted"  # a before_llm_call handler aborted the call
+CANCELLED: Final = "cancelled"  # the user (or the API) cancelled the turn
+SKIPPED: Final = "skipped"
+MAX_STEPS: Final = "max_steps"
 
 
 @dataclass(frozen=True)
 class TurnResult:
     session_id: str
     turn: int
-    outcome: str
+    outcome: TurnOutcome
     reason: str | None = None
     text: str = ""  # the final answer's text
     steps: int = 0

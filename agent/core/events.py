@@ -12,11 +12,15 @@ runs while the session is idle).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar
 
+from ctxscope.vocab.effects import Effect, format_effect, join_effects
+from ctxscope.vocab.headers import Annotation
+from ctxscope.vocab.kinds import CompactionTrigger, MarkerKind
+
+from .activity import TurnOutcome
 from .messages import Message, ToolCall, ToolResult
 from .model import ContextOverflowError, ModelResponse, PreparedCall, ToolSpec
 from .state import SessionView
@@ -40,22 +44,24 @@ EVENT_NAMES = STEP_EVENTS + TURN_EVENTS + COMPACT_EVENTS
 EventName = Literal["before_llm_call", "on_llm_call_prepared", "after_llm_call", "before_tool_call", "after_tool_call",
                     "on_history_changed", "on_step_end", "turn_start", "turn_end", "before_compact", "after_compact"]
 
-# A kind, optionally with parameters, as the inspector parses them: "guard_reminder; signal=no_progress; count=3".
-_EFFECT = re.compile(r"^[a-z0-9][a-z0-9_.:=-]{0,63}(; [a-z0-9_]{1,32}=[A-Za-z0-9_.:/+-]{1,64}){0,8}$")
-
-
 class Effects:
-    """Effects declared for the next model request; sent as ``x-ctxscope-event`` so the inspector sees them."""
+    """Effects declared for the next model request; sent as ``x-ctxscope-event`` so the inspector
+    sees them (the grammar is ``ctxscope.vocab.effects``)."""
 
     def __init__(self) -> None:
         self._pending: list[str] = []
 
-    def declare(self, effect: str) -> None:
-        if not _EFFECT.match(effect):
-            raise ValueError("effects are lowercase tokens like 'compaction', optionally with parameters like "
-                             f"'reminder; blocks=2', not {effect!r}")
-        if effect not in self._pending:
-            self._pending.append(effect)
+    def declare(self, kind: MarkerKind, /, **params: object) -> None:
+        """Declare one effect: a marker kind with parameters (``None`` ones are left out)."""
+        if not isinstance(kind, MarkerKind):
+            raise TypeError(f"an effect's kind is a MarkerKind, not {kind!r}")
+        text = format_effect(kind, **params)
+        if text not in self._pending:
+            self._pending.append(text)
+
+    def declare_all(self, effects: Iterable[Effect]) -> None:
+        for effect in effects:
+            self.declare(effect.kind, **effect.params)
 
     def take(self) -> list[str]:
         out, self._pending = self._pending, []
@@ -68,20 +74,20 @@ class Effects:
 
 # --- annotation headers -------------------------------------------------------------------------
 # The proxy strips every ``x-ctxscope-*`` header before forwarding and records them, so the inspector
-# shows our agent's effects exactly instead of guessing. Names are lowercase (HTTP/2 style).
-SESSION = "x-ctxscope-session"
-TURN = "x-ctxscope-turn"
-STEP = "x-ctxscope-step"
-EVENT = "x-ctxscope-event"  # comma-separated effect names, e.g. "reminder, compaction"
-ATTEMPT = "x-ctxscope-attempt"  # set by the HTTP client on retries (2, 3, ...)
+# shows our agent's effects exactly instead of guessing (ctxscope.vocab.headers).
 
 
 def annotation_headers(session_id: str, turn: int, step: int, effects: Iterable[str] = ()) -> dict[str, str]:
-    headers = {SESSION: session_id, TURN: str(turn), STEP: str(step)}
-    effects = list(dict.fromkeys(effects))
-    if effects:
-        headers[EVENT] = ", ".join(effects)
+    """The annotation headers of one request; ``effects`` as ``format_effect`` wrote them."""
+    headers = {Annotation.SESSION.value: session_id, Annotation.TURN.value: str(turn), Annotation.STEP.value: str(step)}
+    value = join_effects(effects)
+    if value:
+        headers[Annotation.EVENT.value] = value
     return headers
+
+
+CompactionStage = Literal["archive", "checkpoint", "none"]  # none: nothing ran (a hook deferred it)
+CompactionStatus = Literal["replaced", "failed"]
 
 
 # --- contexts -----------------------------------------------------------------------------------
@@ -110,7 +116,7 @@ class TurnEnd:
     session: SessionView
     turn: int
     source: str
-    outcome: str  # completed, failed, aborted, cancelled, skipped, max_steps
+    outcome: TurnOutcome
     reason: str | None
     steps: int
 
@@ -228,7 +234,7 @@ class PreCompact:
     session: SessionView
     turn: int
     step: int
-    trigger: str  # threshold, bytes, archive_plan, overflow
+    trigger: CompactionTrigger
     tokens: int  # footprint before
     trigger_at: int
     input_limit: int
@@ -240,9 +246,9 @@ class PostCompact:
 
     session: SessionView
     turn: int
-    trigger: str
-    stage: str  # archive, checkpoint, none
-    status: str  # replaced, failed
+    trigger: CompactionTrigger
+    stage: CompactionStage
+    status: CompactionStatus
     error: str | None
     tokens_before: int
     tokens_after: int | None

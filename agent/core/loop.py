@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxscope.vocab.kinds import MarkerKind
+
 from . import activity as act
 from .assembly import assemble_user_message
 from .dispatch import (
@@ -147,7 +149,7 @@ class TurnRunner:
             user = assemble_user_message(self.assembly.user_prefixes, self.assembly.reminders, self.host_reminders,
                                          text, source=self.source, turn=self.turn)
             if self.assembly.reminders or any(r.strip() for r in self.host_reminders):
-                self.effects.declare("reminder")
+                self.effects.declare(MarkerKind.REMINDER)
             await self.history.append(user)
             outcome, reason, final, kind = await self._steps()
             return await self._end(outcome, reason, final, kind)
@@ -157,7 +159,7 @@ class TurnRunner:
         finally:
             self.history.notify = None
 
-    async def _steps(self) -> tuple[str, str | None, str, str | None]:
+    async def _steps(self) -> tuple[act.TurnOutcome, str | None, str, str | None]:
         retries = 0
         while True:
             if self.step >= self.config.max_steps:
@@ -220,7 +222,7 @@ class TurnRunner:
     # --- pieces -----------------------------------------------------------------------------------
     async def _deliver_steering(self) -> None:
         for text, meta in self.steering.take():
-            self.effects.declare("steer")
+            self.effects.declare(MarkerKind.STEER)
             await self.history.append(user_message(text, **{"kind": "steer", **meta, "turn": self.turn}))
 
     async def _call_model(self, messages: tuple[Message, ...], system: str) -> ModelResponse:
@@ -255,7 +257,7 @@ class TurnRunner:
             await self.history.append(kept.with_meta(kind="rejected_answer", turn=self.turn, step=self.step))
         await self.history.append(user_message(verdict.follow_up, kind="retry", reason=verdict.reason, hidden=True,
                                                turn=self.turn))
-        self.effects.declare("retry")
+        self.effects.declare(MarkerKind.RETRY)
 
     async def _run_tools(self, calls: tuple[ToolCall, ...]) -> tuple[ToolResult, ...]:
         """Gate in source order, run concurrently, transform in source order (results keyed by position)."""
@@ -311,7 +313,7 @@ class TurnRunner:
         return lambda r: LlmCallResult(self.session, self.turn, self.step, r, self.history.messages, self.effects,
                                        retries)
 
-    async def _end(self, outcome: str, reason: str | None, text: str, kind: str | None) -> act.TurnResult:
+    async def _end(self, outcome: act.TurnOutcome, reason: str | None, text: str, kind: str | None) -> act.TurnResult:
         self.history.file.append_turn_end(self.turn, outcome, reason)
         self.result = act.TurnResult(self.session.id, self.turn, outcome, reason, text, self.step, self.usage, kind)
         await observe(self.assembly.handlers_for(TURN_END), TurnEnd(self.session, self.turn, self.source, outcome,

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxscope.vocab.kinds import MarkerKind
+
 from ..core.events import ON_STEP_END, TURN_END, TURN_START, StepEnd, TurnEnd, TurnStart
 from ..core.settings import HostOptions, host_settings
 from ..core.spi import Extension, ExtensionAPI
@@ -173,7 +175,7 @@ class RunawayGuard:
         for s in signals:
             t.max_counts[s.kind] = max(t.max_counts.get(s.kind, 0), s.count)
             if s.count in (OBSERVE_AT, cfg.reminder_threshold):
-                e.effects.declare(f"guard_signal; kind={s.kind}; count={s.count}")
+                e.effects.declare(MarkerKind.GUARD_SIGNAL, kind=s.kind, count=s.count)
                 self._emit(self.on_signal, GuardSignalEvent(e.session.id, e.turn, e.step, s.kind, s.count, s.key,
                                                             s.label))
         choice = choose_reminder(signals, cfg.reminder_threshold)
@@ -181,7 +183,7 @@ class RunawayGuard:
             return
         text = reminder_text(choice)
         e.steer(text, kind="guard_reminder", hidden=True, signal=choice.kind, count=choice.count)
-        e.effects.declare(f"guard_reminder; signal={choice.kind}; count={choice.count}")
+        e.effects.declare(MarkerKind.GUARD_REMINDER, signal=choice.kind, count=choice.count)
         t.reminded, t.reminder_step = choice.kind, e.step
         self._emit(self.on_reminder, GuardReminderEvent(e.session.id, e.turn, e.step, choice.kind, choice.count,
                                                         len(text)))

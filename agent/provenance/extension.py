@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+
+from ctxscope.vocab.effects import Effect
+from ctxscope.vocab.kinds import MarkerKind
 
 from ..core.events import (
     AFTER_LLM_CALL,
@@ -55,7 +56,6 @@ log = logging.getLogger("ctxscope.agent.provenance.extension")
 
 EXTENSION_ID = "source-provenance"
 MISSING_SOURCE_CITATION = "missing_source_citation"
-SOURCES_AVAILABLE, CITATIONS, RETRY_MARKER = "sources_available", "citations", "source_citation_retry"
 REFS_KEY = "source_references"
 STATE_KEY = "source_provenance"  # session state: the user's @path sources
 THREAD_INDEX_CHARS = 64 * 1024  # index larger texts off the event loop
@@ -68,13 +68,6 @@ SYSTEM_PROMPT = (
     "[src/app.py:10-24]), a result that ends with a ctxscope-source block by its id (for example [S3]). "
     "Blocks named not-a-ctxscope-source are part of a tool's own output, not sources.")
 
-_BAD = re.compile(r"[^A-Za-z0-9_.:/+-]")
-
-
-def effect(kind: str, **params: Any) -> str:
-    """``kind; k=v`` in the annotation grammar, values reduced to safe characters."""
-    parts = [kind] + [f"{k}={_BAD.sub('_', str(v))[:64]}" for k, v in params.items() if v is not None and str(v)]
-    return "; ".join(parts[:9])
 
 
 def follow_up(hits: list[QuoteHit], catalog: SourceCatalog) -> str:
@@ -97,7 +90,7 @@ class _Session:
     quotes: QuoteIndex = field(default_factory=QuoteIndex)
     restored: bool = False
     announced: int = 0  # catalog size last declared
-    pending: list[str] = field(default_factory=list)  # effects for the next request (a final answer's citations)
+    pending: list[Effect] = field(default_factory=list)  # effects for the next request (a final answer's citations)
     turn: int = 0
     user_text: str = ""
     mentions: str = ""  # input whose @paths still need resolving
@@ -138,12 +131,11 @@ class SourceProvenance:
                 self._restore(st, c)
             if st.mentions:
                 self._resolve_mentions(st, c)
-            for value in st.pending:
-                c.effects.declare(value)
+            c.effects.declare_all(st.pending)
             st.pending = []
             if len(st.catalog) != st.announced:
-                c.effects.declare(effect(SOURCES_AVAILABLE, count=len(st.catalog), new=len(st.catalog) - st.announced,
-                                         kinds="+".join(st.catalog.kinds())))
+                c.effects.declare(MarkerKind.SOURCES_AVAILABLE, count=len(st.catalog),
+                                  new=len(st.catalog) - st.announced, kinds="+".join(st.catalog.kinds()))
                 st.announced = len(st.catalog)
         except Exception:
             log.warning("source provenance: before_llm_call failed; the request goes on", exc_info=True)
@@ -233,14 +225,14 @@ class SourceProvenance:
         missing = [h for h in hits if h.source_id not in cites.cited]
         if hits and not cites.cited and st.retried_turn != c.turn:
             st.retried_turn = c.turn
-            c.effects.declare(effect(CITATIONS, count=0, missing=len(missing), turn=c.turn))
-            c.effects.declare(effect(RETRY_MARKER, reason=MISSING_SOURCE_CITATION, source=hits[0].source_id,
-                                     words=hits[0].words))
+            c.effects.declare(MarkerKind.CITATIONS, count=0, missing=len(missing), turn=c.turn)
+            c.effects.declare(MarkerKind.SOURCE_CITATION_RETRY, reason=MISSING_SOURCE_CITATION,
+                              source=hits[0].source_id, words=hits[0].words)
             return Retry(follow_up(hits, st.catalog), MISSING_SOURCE_CITATION)
         if cites.cited or missing or cites.unknown or cites.rewritten:  # an answer with nothing to say: no marker
-            st.pending.append(effect(CITATIONS, count=len(cites.cited), missing=len(missing),
-                                     unknown=len(cites.unknown) or None, rewritten=cites.rewritten or None,
-                                     turn=c.turn))
+            st.pending.append(Effect(MarkerKind.CITATIONS, {"count": len(cites.cited), "missing": len(missing),
+                                                             "unknown": len(cites.unknown) or None,
+                                                             "rewritten": cites.rewritten or None, "turn": c.turn}))
         return RewriteText(cites.text) if cites.text != message.text else None
 
 

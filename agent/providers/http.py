@@ -12,7 +12,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from ..core.events import ATTEMPT
+from ctxscope.vocab.headers import Annotation
+
 from ..core.model import DeltaSink, ModelRequest, ModelResponse, PreparedCall, ProviderError, RetryNotice, dumps
 from .retry import RetryPolicy, classify, parse_retry_after
 from .sse import SSEDecoder, SSEEvent
@@ -117,7 +118,7 @@ class HttpModelClient:
     async def _attempt(self, call: PreparedCall, emit: DeltaSink, attempt: int) -> ModelResponse:
         headers = {**call.headers, **self.auth_headers()}
         if attempt > 1:
-            headers[ATTEMPT] = str(attempt)
+            headers[Annotation.ATTEMPT.value] = str(attempt)
         http = await self._session()
         try:
             async with http.post(call.url, data=call.body, headers=headers, allow_redirects=False) as resp:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctxscope.vocab.kinds import MarkerKind
+
 from ..core.events import AFTER_LLM_CALL, ON_STEP_END, TURN_START, Fail, LlmCallResult, Retry, StepEnd, TurnStart
 from ..core.messages import is_empty_answer
 from ..core.spi import Extension, ExtensionAPI
@@ -51,7 +53,7 @@ class TerminalResponseRecovery:
         if w.retried:
             return Fail(TERMINAL_EMPTY)
         w.retried = True
-        c.effects.declare("empty_answer_retry; attempt=1")
+        c.effects.declare(MarkerKind.EMPTY_ANSWER_RETRY, attempt=1)
         return Retry(FOLLOW_UP, "empty_answer")
 
 

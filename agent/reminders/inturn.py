@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ctxscope.vocab.kinds import MarkerKind
+
 from ..core.assembly import reminder_block
 from ..core.events import AppendMessage, LlmCallContext, ModifyRequest, StepEnd, TurnStart
 from ..core.messages import user_message
@@ -126,7 +128,7 @@ class InTurnReminders:
         if fits_reminder_in_final_request(tokens, text, self.input_limit(ctx.session.model)):
             return True
         self.dropped.append(source)
-        ctx.effects.declare(f"reminder_dropped; source={source}")
+        ctx.effects.declare(MarkerKind.REMINDER_DROPPED, source=source)
         log.info("%s reminder dropped: the request would exceed the provider input limit", source)
         return False
 
@@ -139,7 +141,7 @@ class InTurnReminders:
         if not self._admit(ctx, text, "deadline"):
             return None
         msg = user_message(text, kind="deadline_reminder", hidden=True, request_only=True, turn=ctx.turn)
-        ctx.effects.declare(f"reminder; source=deadline; remaining_s={max(0, int(remaining))}")
+        ctx.effects.declare(MarkerKind.REMINDER, source="deadline", remaining_s=max(0, int(remaining)))
         return ModifyRequest(messages=tuple(ctx.request_messages) + (msg,))
 
     def cadence(self, ctx: LlmCallContext) -> AppendMessage | None:
@@ -151,14 +153,14 @@ class InTurnReminders:
             text = todo_cadence_text(todos, counters["since_todowrite"])
             if self._admit(ctx, text, "todo_cadence"):
                 write_counters(state, {**counters, "since_todo_reminder": 0})
-                ctx.effects.declare(f"todo_reminder; since_todowrite={counters['since_todowrite']}; "
-                                    f"open={len(open_todos(todos))}")
+                ctx.effects.declare(MarkerKind.TODO_REMINDER, since_todowrite=counters["since_todowrite"],
+                                    open=len(open_todos(todos)))
                 return AppendMessage(user_message(text, kind="todo_reminder", hidden=True, turn=ctx.turn))
         running = [t for t in state.get(BACKGROUND_KEY) or [] if isinstance(t, dict) and t.get("status") == "running"]
         if running and counters["since_background_reminder"] >= self.background_every:
             text = background_text(running, counters["since_background_reminder"])
             if self._admit(ctx, text, "background_tasks"):
                 write_counters(state, {**counters, "since_background_reminder": 0})
-                ctx.effects.declare(f"reminder; source=background_tasks; running={len(running)}")
+                ctx.effects.declare(MarkerKind.REMINDER, source="background_tasks", running=len(running))
                 return AppendMessage(user_message(text, kind="background_reminder", hidden=True, turn=ctx.turn))
         return None

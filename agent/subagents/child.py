@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxscope.vocab.headers import Annotation
+
 from ..core import activity as act
 from ..core.dispatch import ErrorLog
-from ..core.events import SESSION, TurnStart
+from ..core.events import TurnStart
 from ..core.history import History, HistoryFile
 from ..core.loop import LoopConfig, SteeringQueue, TurnRunner
 from ..core.model import DeltaSink, ModelClient, ModelRequest, ModelResponse, PreparedCall
@@ -23,7 +25,6 @@ from ..core.spi import Extension, ExtensionAPI, Registry
 from ..core.state import SessionState, SessionView
 from ..core.tools import Tool
 
-SUBAGENT_HEADER = "x-ctxscope-subagent"
 SOURCE = "task"
 CHILD_PROMPT = """\
 You are sub-agent {child} of ctxscope-agent, working in the directory {workspace}.
@@ -74,7 +75,7 @@ class ChildClient:
         self.context_window, self.max_output_tokens = inner.context_window, inner.max_output_tokens
 
     def prepare(self, request: ModelRequest) -> PreparedCall:
-        headers = {**request.headers, SESSION: self._parent, SUBAGENT_HEADER: self._child}
+        headers = {**request.headers, Annotation.SESSION.value: self._parent, Annotation.SUBAGENT.value: self._child}
         return self._inner.prepare(dataclasses.replace(request, headers=headers))
 
     async def send(self, call: PreparedCall, on_delta: DeltaSink | None = None) -> ModelResponse:

@@ -14,15 +14,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ctxscope.inspector.advisor.model import Session, SessionCall
 from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 
+AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
+
 
 @dataclass(frozen=True)
 class Alternative:
-    name: str  # as_sent, static, moving, ttl_1h, none; OpenAI: as_sent, session_key
+    name: AlternativeName  # OpenAI: as_sent, session_key
     description: str  # the placement in words
     result: Replay
     placement: Placement | None  # None: OpenAI routing (no breakpoints to place)
@@ -152,7 +155,7 @@ def advise(session: Session) -> Advice | None:
     return Advice(session.id, family, tuple(alts), best, _sentence(alts[0], best))
 
 
-def _alt(session: Session, calls: tuple[SessionCall, ...], name: str, placement: Placement) -> Alternative:
+def _alt(session: Session, calls: tuple[SessionCall, ...], name: AlternativeName, placement: Placement) -> Alternative:
     bounded: Placement = lambda i, call: _at_most(placement(i, call))  # noqa: E731
     words = _describe(calls, bounded)
     if name in ("moving", "ttl_1h") and "the last message" in words:  # the trailing one is the previous call's end

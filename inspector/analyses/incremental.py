@@ -69,7 +69,13 @@ class _Malformed(ValueError):
 
 
 def _skip(text: str, i: int) -> int:
-    return _WS.match(text, i).end()  # type: ignore[union-attr]
+    blanks = _WS.match(text, i)  # always matches (maybe nothing)
+    return blanks.end() if blanks is not None else i
+
+
+def _ints(values: Sequence[int]) -> array[int]:
+    """``values`` as an int array (ours are arrays already: slicing and joining them is a memcpy)."""
+    return values if isinstance(values, array) else array("q", values)
 
 
 def _expect(text: str, i: int, chars: str) -> str:
@@ -148,7 +154,7 @@ def shared_items(raw: bytes, start: int, cand: Prepared) -> int:
     """
     if cand.start == start and cand.raw is not None:
         return bisect_right(cand.ends, common_prefix(cand.raw, raw) - start)
-    other, at, ends = memoryview(cand.raw), cand.start, cand.ends  # type: ignore[arg-type]
+    other, at, ends = memoryview(cand.raw or b""), cand.start, cand.ends
 
     def same(a: int, b: int) -> bool:  # bytes [a, b) of both arrays
         return raw.startswith(other[at + a : at + b], start + a)
@@ -177,7 +183,7 @@ def scan_items(
     Raises ValueError when the body is not a JSON object holding one ``key`` array."""
     usable = [c for c in candidates if c.reusable]
     # Same bytes up to and including the "[": the head parses the same, so the array starts there too.
-    start = next((c.start for c in usable if raw.startswith(memoryview(c.raw)[: c.start + 1])), None)  # type: ignore[arg-type]
+    start = next((c.start for c in usable if raw.startswith(memoryview(c.raw or b"")[: c.start + 1])), None)
     text = None
     if start is None:
         text = raw.decode("latin-1")
@@ -187,7 +193,7 @@ def scan_items(
         # Past the first, a candidate counts only if it shares more than m items: its first m + 1
         # (one comparison, where a pool of many threads would cost a full look at each).
         if m and (len(cand.ends) <= m or not raw.startswith(
-            memoryview(cand.raw)[cand.start : cand.start + cand.ends[m]], start  # type: ignore[arg-type]
+            memoryview(cand.raw or b"")[cand.start : cand.start + cand.ends[m]], start
         )):
             continue
         n = shared_items(raw, start, cand)
@@ -201,7 +207,7 @@ def scan_items(
     new: list[int] = []
     i = _items_from(text, start - cut, resume - cut, new, best is not None)
     _no_repeat(text, i, key)
-    ends = best.ends[:m] + array("q", new) if best is not None else array("q", new)  # type: ignore[operator]
+    ends = _ints(best.ends)[:m] + array("q", new) if best is not None else array("q", new)
     return start, ends, m, best
 
 
@@ -252,48 +258,49 @@ def _shift(seg: Segment, key: str, by: int) -> Segment:
 
 
 def _reuse(
-    api: str, body: dict, key: str, items: list, base: Prepared, m: int
-) -> tuple[CanonicalPrompt, int, tuple] | None:
+    api: str | None, body: dict, key: str, items: list, base: Prepared, m: int
+) -> tuple[CanonicalPrompt, int, array[int]] | None:
     """(prompt, head, starts) of ``body`` with ``base``'s segments for its first ``m`` items."""
     stub = dict(body)
     stub[key] = items[m:]
     part = canonicalize(api, stub)
     layout = _layout(part.segments, key, len(items) - m) if part is not None else None
-    if layout is None:
+    if part is None or layout is None:
         return None
     head, tail_starts = layout
     lo, hi = base.head, base.head + base.starts[m]
     extra = hi - lo  # segments reused
-    tail = tuple(_shift(s, key, m) for s in part.segments[head:])  # type: ignore[union-attr]
+    tail = tuple(_shift(s, key, m) for s in part.segments[head:])
     # The base's chunks are shared, not copied (chunked.py): the head and the tail are the new chunks.
-    segments = Chunked.of(part.segments[:head], base.prompt.segments[lo:hi], tail)  # type: ignore[union-attr]
+    segments = Chunked.of(part.segments[:head], base.prompt.segments[lo:hi], tail)
     # Breakpoints as canonicalize lists them (segment index, pointer, ttl), without a pass over all segments.
-    policy = dict(part.cache_policy)  # type: ignore[union-attr]
+    policy = dict(part.cache_policy)
     policy["breakpoints"] = (
-        [bp for bp in part.cache_policy["breakpoints"] if bp["segment"] < head]  # type: ignore[union-attr]
+        [bp for bp in part.cache_policy["breakpoints"] if bp["segment"] < head]
         + [dict(bp, segment=bp["segment"] - lo + head) for bp in base.prompt.cache_policy["breakpoints"]
            if lo <= bp["segment"] < hi]
         + [dict(bp, segment=bp["segment"] + extra, pointer=segments[bp["segment"] + extra].pointer)
-           for bp in part.cache_policy["breakpoints"] if bp["segment"] >= head]  # type: ignore[union-attr]
+           for bp in part.cache_policy["breakpoints"] if bp["segment"] >= head]
     )  # fmt: skip
     # Hashes and tool refs from the base's too: the new prompt costs about its new segments.
-    base_hashes, part_hashes = base.prompt.hashes, part.hashes  # type: ignore[union-attr]
+    base_hashes, part_hashes = base.prompt.hashes, part.hashes
     if isinstance(base_hashes, Hashes) and isinstance(part_hashes, Hashes):
-        hashes: Sequence[str] = Hashes.join(
+        hashes: Hashes | tuple[str, ...] = Hashes.join(
             [(part_hashes, 0, head), (base_hashes, lo, hi), (part_hashes, head, len(part_hashes))]
         )
     else:
         hashes = (*part_hashes[:head], *base_hashes[lo:hi], *part_hashes[head:])
-    refs = None
     if hashes[:head] == base_hashes[:lo]:  # base = this head + the reused segments + what it drops
         refs = ToolRefs.of(tail, base.prompt.tool_refs, base.prompt.segments[hi:])
         if isinstance(hashes, Hashes) and isinstance(base_hashes, Hashes):
             hashes = base_hashes.derive(hashes, hi)  # the first hi are the base's
+    else:
+        refs = ToolRefs.of(segments)  # what CanonicalPrompt would work out without them
     prompt = CanonicalPrompt(
-        part.api, part.model, segments, policy, part.params, part.previous_response_id,  # type: ignore[union-attr]
-        hashes=hashes, tool_refs=refs,  # type: ignore[arg-type]
+        part.api, part.model, segments, policy, part.params, part.previous_response_id,
+        hashes=hashes, tool_refs=refs,
     )  # fmt: skip
-    return prompt, head, base.starts[:m] + array("q", (base.starts[m] + t for t in tail_starts))  # type: ignore[operator]
+    return prompt, head, _ints(base.starts)[:m] + array("q", (base.starts[m] + t for t in tail_starts))
 
 
 def prepare(
@@ -316,17 +323,17 @@ def prepare(
             scanned = None
         if scanned is not None and len(scanned[1]) != len(found[1]):
             scanned = None
-    if scanned is None:
+    if scanned is None or found is None:
         prompt = canonicalize(api, body)
         return (Prepared(prompt.api, prompt) if prompt is not None else None), None
-    key, items = found  # type: ignore[misc]
+    key, items = found
     start, ends, m, base = scanned
     if base is not None and ends[m - 1] < min_reuse:
         base = None
-    reused = _reuse(api, body, key, items, base, m) if base is not None else None  # type: ignore[arg-type]
+    reused = _reuse(api, body, key, items, base, m) if base is not None else None
     if reused is not None:
         prompt, head, starts = reused
-        return Prepared(api, prompt, raw, start, ends, head, starts, m), base  # type: ignore[arg-type]
+        return Prepared(prompt.api, prompt, raw, start, ends, head, starts, m), base
     prompt = canonicalize(api, body)
     if prompt is None:
         return None, None
@@ -360,10 +367,10 @@ def count(counter: TokenCounter, prepared: Prepared, base: Prepared | None, base
         for category, tokens in counted.parts:
             by_category[category] += tokens
     head, tail = array("q", fresh[:lo]), fresh[lo:]
-    per_segment = head + base_tokens.per_segment[b_lo:b_hi] + array("q", tail)  # type: ignore[operator]
+    per_segment = head + _ints(base_tokens.per_segment)[b_lo:b_hi] + array("q", tail)
     if head == base_tokens.per_segment[:b_lo]:  # the same sums up to the end of the reused range
         upto = base_tokens.cumulative[b_hi - 1] if b_hi else 0
-        cumulative = base_tokens.cumulative[:b_hi] + array("q", accumulate(tail, initial=upto))[1:]  # type: ignore[operator]
+        cumulative = _ints(base_tokens.cumulative)[:b_hi] + array("q", accumulate(tail, initial=upto))[1:]
     else:
         cumulative = array("q", accumulate(per_segment))
     return TokenBreakdown(cumulative[-1] if cumulative else 0, by_category, per_segment, cumulative=cumulative)

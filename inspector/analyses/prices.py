@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 PRICES_AS_OF = "2026-11-30"
 # A key matches as a whole name part: "gpt-5" finds "openai/gpt-5-2026-04-01" but not "gpt-5.5".
@@ -29,7 +30,7 @@ class Price:
     cache_read: float
     cache_write: float  # 5-minute write (Anthropic) / write surcharge rate (OpenAI: = input)
     cache_write_1h: float | None = None
-    source: str = "builtin"  # "builtin", "override" or "default"
+    source: Literal["builtin", "override", "default"] = "builtin"
 
     def write_rate(self, ttl: str | None) -> float:
         return self.cache_write_1h if ttl == "1h" and self.cache_write_1h is not None else self.cache_write

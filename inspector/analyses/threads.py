@@ -32,9 +32,10 @@ from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.markers import is_summary
 from ctxscope.inspector.analyses.relation import shared_prefix
 from ctxscope.vocab.apis import Api
+from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import GroupedBy
 
-SESSION_HEADERS = ("x-ctxscope-session", "x-claude-code-session-id", "session_id", "session-id", "x-session-id")
+SESSION_HEADERS = (Annotation.SESSION.value, "x-claude-code-session-id", "session_id", "session-id", "x-session-id")
 _SESSION_IN_USER_ID = re.compile(r"session_([0-9A-Za-z][0-9A-Za-z-]{7,})")
 _LEADING_AREAS = ("system", "tools")
 IDLE_GAP_S = 15 * 60.0  # without an id or lineage, a client's call after this long opens a new session

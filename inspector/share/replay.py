@@ -22,10 +22,11 @@ from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
 from ctxscope.proxy.redaction.redact import REDACTED
+from ctxscope.vocab.headers import ANNOTATION_PREFIX, Annotation
 
-REPLAY_OF = "x-ctxscope-replay-of"
-REPLAY_ID = "x-ctxscope-replay-id"  # a nonce: tells this replay's call from earlier ones
-SESSION = "x-ctxscope-session"
+REPLAY_OF = Annotation.REPLAY_OF.value
+REPLAY_ID = Annotation.REPLAY_ID.value  # a nonce: tells this replay's call from earlier ones
+SESSION = Annotation.SESSION.value
 _QUERY_REDACTED = "%5Bredacted%5D"
 _LEFT_OUT = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
                        "proxy-connection", "expect", "accept-encoding"})  # fmt: skip
@@ -118,7 +119,7 @@ def build_request(
     for pair in row.get("request_headers") or []:
         name, value = str(pair[0]), str(pair[1])
         low = name.lower()
-        if low in _LEFT_OUT or low.startswith("x-ctxscope-") or (reencoded and low == "content-encoding"):
+        if low in _LEFT_OUT or low.startswith(ANNOTATION_PREFIX) or (reencoded and low == "content-encoding"):
             continue
         if value == REDACTED:
             if low not in _KEY_HEADERS:

@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
+from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 
 # A call that ran tools since its predecessor: a round of an agent loop.
 TOOL_ROUND_SQL = f"""instr(COALESCE(markers, ''), '"kind":"{MarkerKind.TOOLS_EXECUTED}"') > 0"""
 # A call our agent's sub-agent made: its thread is a declared child, never the session's main thread.
-SUBAGENT_SQL = """instr(COALESCE(annotations, ''), '"x-ctxscope-subagent"') > 0"""
+SUBAGENT_SQL = f"""instr(COALESCE(annotations, ''), '"{Annotation.SUBAGENT}"') > 0"""
 
 
 def is_tool_round(markers: Any) -> bool:
@@ -35,8 +36,8 @@ def is_tool_round(markers: Any) -> bool:
 def is_subagent_call(annotations: Any) -> bool:
     """``annotations`` (a JSON string or its list of [name, value]) declare a sub-agent's call."""
     if isinstance(annotations, str):
-        return '"x-ctxscope-subagent"' in annotations
-    return isinstance(annotations, list) and any(isinstance(a, list | tuple) and a and a[0] == "x-ctxscope-subagent"
+        return f'"{Annotation.SUBAGENT}"' in annotations
+    return isinstance(annotations, list) and any(isinstance(a, list | tuple) and a and a[0] == Annotation.SUBAGENT
                                                  for a in annotations)  # fmt: skip
 
 

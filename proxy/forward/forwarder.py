@@ -32,6 +32,7 @@ from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
 from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, named_upstream, resolve
 from ctxscope.proxy.forward.upstream import new_session
+from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import Outcome
 
 log = logging.getLogger("ctxscope.proxy")
@@ -164,7 +165,7 @@ class Forwarder:
                                        "this machine", "forbidden")
 
         headers, annotations, present = split_request_headers(request.raw_headers)
-        label = route.session_label or (annotation(annotations, "x-ctxscope-session") if annotations else None)
+        label = route.session_label or (annotation(annotations, Annotation.SESSION) if annotations else None)
         if self.websockets is not None and request.method == "GET" and "websocket" in request.headers.get(
                 "Upgrade", "").lower():  # fmt: skip
             return await self.websockets.relay(request, route, query, headers, annotations, label)

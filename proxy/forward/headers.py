@@ -8,6 +8,8 @@ call, so what each spelling of a name means is remembered rather than worked out
 
 from __future__ import annotations
 
+from ctxscope.vocab.headers import ANNOTATION_PREFIX
+
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -24,7 +26,6 @@ HOP_BY_HOP = frozenset(
 )
 # aiohttp sets these itself for the upstream request (Host from the URL, length from the body).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
-ANNOTATION_PREFIX = "x-ctxscope-"
 # Whatever an upstream returns is served on the UI's origin: a sandboxed document runs no script
 # and has an origin of its own, so an upstream's HTML cannot read the UI's token or call its API.
 SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))

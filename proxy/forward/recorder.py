@@ -69,26 +69,26 @@ class Recorder:
         request = redact_request(self.headers, self.query, salt)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
         route = self.route
-        return ex.Exchange.of({
-            "id": new_call_id(),
-            "provider": route.provider,
-            "upstream": route.upstream.base_url,
-            "method": self.method,
-            "path": route.path,
-            "query": request.query,
-            "session_label": self.label,
-            "annotations": tuple(self.annotations),
-            "request_headers": request.headers,
-            "key_fingerprint": request.key_fingerprint,
-            "request_body": self.body,
-            "status": self.status,
-            "response_headers": self.response_headers,
-            "response_body": b"".join(self.chunks),
-            "started_at": self.started,
-            "first_byte_at": self.first_byte_at,
-            "ended_at": ended_at,
-            "outcome": _TEXT[self.outcome],
-            "error": self.error,
-            "client": request.user_agent,
-            "extra": extra,
-        })
+        return ex.Exchange(  # positional, in the fields' order (tests/test_proxy_exchange.py checks it)
+            new_call_id(),  # id
+            route.provider,  # provider
+            route.upstream.base_url,  # upstream
+            self.method,  # method
+            route.path,  # path
+            request.query,  # query
+            self.label,  # session_label
+            tuple(self.annotations),  # annotations
+            request.headers,  # request_headers
+            request.key_fingerprint,  # key_fingerprint
+            self.body,  # request_body
+            self.status,  # status
+            self.response_headers,  # response_headers
+            b"".join(self.chunks),  # response_body
+            self.started,  # started_at
+            self.first_byte_at,  # first_byte_at
+            ended_at,  # ended_at
+            _TEXT[self.outcome],  # outcome
+            self.error,  # error
+            request.user_agent,  # client
+            extra,  # extra
+        )

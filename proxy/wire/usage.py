@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from ctxscope.vocab.apis import Api
 
-ADDITIVE = "additive"
-INCLUSIVE = "inclusive"
+Semantics = Literal["additive", "inclusive"]
+ADDITIVE: Final = "additive"
+INCLUSIVE: Final = "inclusive"
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class Usage:
     cache_read: int | None
     cache_write: int | None
     raw: dict
-    semantics: str  # ADDITIVE or INCLUSIVE: how the provider's own input count relates to caching
+    semantics: Semantics  # how the provider's own input count relates to caching
 
     @property
     def uncached(self) -> int | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final, Literal
 
 from ...core.budget import ContextSettings
 from ...core.messages import Message, ToolResult
@@ -24,8 +25,8 @@ from .history import map_results, result_bytes, tool_result_bytes, tool_rounds
 CONTROL_TOOLS = frozenset({"skill", "ask_user", "todowrite", "todoread", "goal", "plan", "update_plan",
                            "enter_plan_mode", "exit_plan_mode", "set_goal", "update_goal", "complete_goal"})
 RECEIPT_BYTES = 1100  # what a receipt costs, for planning before the artifact paths exist
-TOOL_ARCHIVE = "tool_archive"
-TOOL_TRIM = "tool_trim"
+TOOL_ARCHIVE: Final = "tool_archive"
+TOOL_TRIM: Final = "tool_trim"
 
 
 def is_control_tool(name: str) -> bool:
@@ -110,7 +111,7 @@ def _skip_reason(res: ToolResult, settings: ContextSettings) -> str | None:
 
 @dataclass(frozen=True)
 class ArchiveResult:
-    mode: str  # tool_archive or tool_trim
+    mode: Literal["tool_archive", "tool_trim"]
     messages: tuple[Message, ...]
     archived: int
     saved_bytes: int
@@ -156,5 +157,5 @@ def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionV
         return replace(res, content=text, details={**res.details, **mark})
 
     out = map_results(messages, swap)
-    mode = TOOL_ARCHIVE if has_read and artifacts else TOOL_TRIM
-    return ArchiveResult(mode, tuple(out), len(wanted), saved, tuple(artifacts), tuple(items))
+    return ArchiveResult(TOOL_ARCHIVE if has_read and artifacts else TOOL_TRIM, tuple(out), len(wanted), saved,
+                         tuple(artifacts), tuple(items))

@@ -36,9 +36,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ctxscope.vocab.effects import Effect
+from ctxscope.vocab.kinds import CompactionTrigger, MarkerKind
+
 from ...core.budget import ContextSettings
 from ...core.estimate import AnchorBinding, Footprint, UsageAnchor, footprint, prefix_hash
 from ...core.events import (
+    BEFORE_LLM_CALL,
     Abort,
     BeforeCompactHandler,
     Defer,
@@ -63,15 +67,8 @@ from ...core.state import SessionView
 from ..settings import settings_from
 from .archive import ArchivePlan, plan_archive
 from .checkpoint import load_system_prompt
-from .engine import FORCED_TRIGGER, LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
-from .events import (
-    COMPACTION_DEFERRED,
-    COMPACTION_FORCED,
-    COMPACTION_STOPPED,
-    CompactionHooks,
-    event_value,
-    record,
-)
+from .engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
+from .events import CompactionHooks, record
 from .history import prune_screenshots
 from .manual import compact_session
 from .outcome import (
@@ -80,7 +77,7 @@ from .outcome import (
     compaction_state,
     invalidate_anchor,
     record_outcome,
-    request_annotations,
+    request_effects,
     set_auto,
 )
 from .replace import POST_ADMISSION_FAILED
@@ -98,7 +95,7 @@ class ContextManager:
         self.host: AgentHost | None = None  # set when the extension is loaded (api.host)
         self.checkpoint_system = load_system_prompt(settings.checkpoint_system_prompt_file, home)
         self._bindings: dict[str, tuple[AnchorBinding, int | None]] = {}
-        self._pending: dict[str, list[str]] = {}  # annotations for a session's next request (after /compact)
+        self._pending: dict[str, list[Effect]] = {}  # effects for a session's next request (after /compact)
         self._turn_start: dict[str, tuple[int, int]] = {}  # session -> (turn, footprint at its first request)
         self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
         self._forced: dict[str, tuple[int, int]] = {}  # session -> (turn, step) of the last forced compaction
@@ -108,7 +105,7 @@ class ContextManager:
         """This manager as the ``context-management`` extension: handlers, overflow handler and /compact."""
         def init(api: ExtensionAPI) -> None:
             self.host = api.host
-            api.on("before_llm_call", self.before_llm_call)
+            api.on(BEFORE_LLM_CALL, self.before_llm_call)
             api.on("on_llm_call_prepared", self.on_prepared)
             api.on("after_llm_call", self.after_llm_call)
             api.on("on_history_changed", self.on_history_changed)
@@ -141,14 +138,13 @@ class ContextManager:
         anchor = UsageAnchor.from_dict(view.state.get(ANCHOR_KEY))
         return footprint(system, tools, messages, anchor, self.binding(system, tools), self.epoch(view.id))
 
-    def queue_annotations(self, session_id: str, values: list[str]) -> None:
-        self._pending.setdefault(session_id, []).extend(values)
+    def queue_effects(self, session_id: str, effects: list[Effect]) -> None:
+        self._pending.setdefault(session_id, []).extend(effects)
 
     # --- step handlers --------------------------------------------------------------------------------
     async def before_llm_call(self, ctx: LlmCallContext) -> ModifyRequest | ReplaceHistory | Abort | None:
         view = ctx.session
-        for value in self._pending.pop(view.id, []):
-            ctx.effects.declare(value)
+        ctx.effects.declare_all(self._pending.pop(view.id, []))
         request, dropped = prune_screenshots(ctx.request_messages, self.settings.keep_screenshots)
         passthrough = ModifyRequest(messages=tuple(request)) if dropped else None
         if self.host is None or not self.settings.auto_compact or self._failed.get(view.id) == ctx.turn:
@@ -165,7 +161,7 @@ class ContextManager:
             self._decide_forced(view, ctx.turn, ctx.step, ctx.effects, why="auto_off", over=over, tokens=fp.tokens,
                                 limit=engine.lines.provider_input_limit)
             history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
-            outcome = await self._auto(view, ctx.turn, ctx.step, FORCED_TRIGGER, tuple(history), ctx.system,
+            outcome = await self._auto(view, ctx.turn, ctx.step, CompactionTrigger.LIMIT, tuple(history), ctx.system,
                                        ctx.tools, fp.tokens, ctx.effects, None, engine)
             return self._verdict(outcome, passthrough)
         start = self._turn_start.get(view.id)
@@ -174,14 +170,14 @@ class ContextManager:
         history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
         plan: ArchivePlan | None = None
         if fp.tokens > engine.lines.automatic_trigger_at:
-            trigger = "threshold"
+            trigger = CompactionTrigger.THRESHOLD
         elif engine.body_bytes(ctx.system, ctx.tools, request) > engine.byte_limit:
-            trigger = "bytes"
+            trigger = CompactionTrigger.BYTES
         else:
             plan = plan_archive(history, self.settings)
             if not plan.holds:
                 return passthrough
-            trigger = "archive_plan"
+            trigger = CompactionTrigger.ARCHIVE_PLAN
         outcome = await self._auto(view, ctx.turn, ctx.step, trigger, tuple(history), ctx.system, ctx.tools,
                                    fp.tokens, ctx.effects, plan, engine)
         return self._verdict(outcome, passthrough)
@@ -219,8 +215,8 @@ class ContextManager:
         """A compaction the guard would not have run: an event in the history and a marker on the next request."""
         log.warning("session %s: compaction forced (over: %s, held back: %s): %d tokens, input limit %d",
                     view.id, over, why, tokens, limit)
-        record(view, COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
-        effects.declare(event_value(COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit))
+        record(view, MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
+        effects.declare(MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit)
 
     async def on_overflow(self, octx: OverflowContext) -> bool:
         """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry,
@@ -233,34 +229,33 @@ class ContextManager:
         engine = self.engine()
         self._decide_forced(view, octx.turn, octx.step, octx.effects, why=self._held_back(view, octx.turn),
                             over="provider", tokens=fp.tokens, limit=engine.lines.provider_input_limit)
-        outcome = await self._auto(view, octx.turn, octx.step, "overflow", tuple(history), octx.system, octx.tools,
-                                   fp.tokens, octx.effects, None, engine)
+        outcome = await self._auto(view, octx.turn, octx.step, CompactionTrigger.OVERFLOW, tuple(history),
+                                   octx.system, octx.tools, fp.tokens, octx.effects, None, engine)
         if outcome is None or not outcome.replaced:
             return False
         await octx.history.replace(tuple(outcome.messages or ()), f"compaction:{outcome.stage}")
         return True
 
-    async def _auto(self, view: SessionView, turn: int, step: int, trigger: str, history: tuple[Message, ...],
-                    system: str, tools: Sequence[ToolSpec], tokens: int, effects: Effects,
+    async def _auto(self, view: SessionView, turn: int, step: int, trigger: CompactionTrigger,
+                    history: tuple[Message, ...], system: str, tools: Sequence[ToolSpec], tokens: int, effects: Effects,
                     plan: ArchivePlan | None, engine: CompactionEngine) -> CompactionOutcome | None:
         pre = PreCompact(view, turn, step, trigger, tokens, engine.lines.automatic_trigger_at,
                          engine.lines.provider_input_limit)
         verdict = await self.hooks.run_pre(pre) or await self._host().before_compact(pre)
         if isinstance(verdict, StopAuto):
             set_auto(view, False, verdict.reason, turn=turn, step=step)
-            effects.declare(event_value(COMPACTION_STOPPED, by="hook", trigger=trigger))
+            effects.declare(MarkerKind.COMPACTION_STOPPED, by="hook", trigger=trigger)
             return None
         if isinstance(verdict, Defer):
-            effects.declare(event_value(COMPACTION_DEFERRED, by="hook", trigger=trigger))
+            effects.declare(MarkerKind.COMPACTION_DEFERRED, by="hook", trigger=trigger)
             return None
         outcome = await engine.run(CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens,
                                                    plan=plan))
         record_outcome(view, outcome, turn, step)
-        for value in request_annotations(outcome):
-            effects.declare(value)
+        effects.declare_all(request_effects(outcome))
         if not outcome.replaced:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn
-        elif auto_enabled(view) and trigger != FORCED_TRIGGER:  # a forced compaction is not the guard's to judge
+        elif auto_enabled(view) and trigger != CompactionTrigger.LIMIT:  # a forced one is not the guard's to judge
             self._guard(view, outcome, turn, step, effects, engine)
         post = PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
                            outcome.tokens_before, outcome.tokens_after)
@@ -294,7 +289,7 @@ class ContextManager:
         if reason is not None:
             log.warning("session %s: automatic compaction stopped: %s", view.id, reason)
             set_auto(view, False, reason, turn=turn, step=step)
-            effects.declare(event_value(COMPACTION_STOPPED, by="guard", trigger=outcome.trigger))
+            effects.declare(MarkerKind.COMPACTION_STOPPED, by="guard", trigger=outcome.trigger)
 
     # --- the usage anchor ------------------------------------------------------------------------------
     def on_prepared(self, ev: LlmCallPrepared) -> None:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal
 
 from ctxscope.vocab.tokens import count_tokens
 
@@ -27,8 +28,8 @@ from ...core.model import LENGTH, STOP, ModelRequest, ModelResponse, ToolSpec
 
 SECTIONS = ("Goal", "Constraints & Preferences", "Completed Work", "Current State", "Blockers", "Key Decisions",
             "Pending User Asks", "Critical Context & Relevant Files")
-EXACT = "exact"
-SOFT_FALLBACK = "soft_fallback"
+EXACT: Final = "exact"
+SOFT_FALLBACK: Final = "soft_fallback"
 CONTROL_KIND = "checkpoint_control"
 CONTROL_OPEN = "<checkpoint-request>"
 CONTROL_CLOSE = "</checkpoint-request>"
@@ -128,7 +129,7 @@ def build_request(*, mode: str, candidate: Sequence[Message], live_system: str, 
 @dataclass(frozen=True)
 class Validation:
     ok: bool
-    verdict: str | None  # exact, soft_fallback, or None when rejected
+    verdict: Literal["exact", "soft_fallback"] | None  # None when rejected
     reason: str | None  # why it was rejected
     missing: tuple[str, ...] = ()
     output_tokens: int = 0

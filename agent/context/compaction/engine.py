@@ -18,25 +18,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from ctxscope.vocab.effects import format_effect
+from ctxscope.vocab.kinds import CompactionTrigger, MarkerKind
 
 from ...core.budget import BudgetLines, ContextSettings, budget_lines, byte_limit, checkpoint_output_limit
 from ...core.estimate import estimate_request, rough_bytes
-from ...core.events import annotation_headers
+from ...core.events import CompactionStage, CompactionStatus, annotation_headers
 from ...core.messages import Message
 from ...core.model import ContextOverflowError, ModelClient, ModelRequest, ProviderError, ToolSpec
 from ...core.state import SessionView
 from .archive import ArchivePlan, apply_archive, plan_archive
 from .checkpoint import build_request, validate
-from .events import CHECKPOINT_REQUEST, event_value
 from .history import has_media, last_input_only, placeholder_all, reduce_middle, strip_media
 from .replace import POST_ADMISSION_FAILED, admit, build_appendix
 
+# the triggers that mean "the request is over a line": an archive must also clear the trigger line
+LINE_TRIGGERS = frozenset({CompactionTrigger.THRESHOLD, CompactionTrigger.BYTES, CompactionTrigger.OVERFLOW,
+                           CompactionTrigger.LIMIT})
+AttemptOutcome = Literal["skipped_local", "skipped_refused", "provider_overflow", "invalid", "error", "accepted"]
 COMPACTION_INPUT_TOO_LARGE = "COMPACTION_INPUT_TOO_LARGE"
 CHECKPOINT_REQUEST_FAILED = "CHECKPOINT_REQUEST_FAILED"
 CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
-FORCED_TRIGGER = "limit"  # over the input limit while the thrash guard held automatic compaction back
-LINE_TRIGGERS = ("threshold", "bytes", "overflow", FORCED_TRIGGER)  # triggers that mean "we are over a line"
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class CompactionInput:
     session: SessionView
     turn: int
     step: int
-    trigger: str  # threshold, bytes, archive_plan, overflow, limit, manual
+    trigger: CompactionTrigger
     history: tuple[Message, ...]
     system: str
     tools: tuple[ToolSpec, ...]
@@ -58,7 +62,7 @@ class CompactionInput:
 class Attempt:
     rung: str
     mode: str
-    outcome: str  # skipped_local, skipped_refused, provider_overflow, invalid, error, accepted
+    outcome: AttemptOutcome
     tokens: int  # local estimate of the checkpoint request
     input_tokens: int = 0  # provider usage, when sent
     cache_read_tokens: int = 0
@@ -68,9 +72,9 @@ class Attempt:
 
 @dataclass(frozen=True)
 class CompactionOutcome:
-    trigger: str
-    stage: str  # archive, checkpoint
-    status: str  # replaced, failed
+    trigger: CompactionTrigger
+    stage: CompactionStage
+    status: CompactionStatus
     tokens_before: int
     messages: tuple[Message, ...] | None = None
     tokens_after: int | None = None
@@ -160,7 +164,7 @@ class CompactionEngine:
 
         def request(messages: Sequence[Message], m: str, rung: str) -> ModelRequest:
             headers = annotation_headers(inp.session.id, inp.turn, inp.step, [
-                event_value(CHECKPOINT_REQUEST, rung=rung, mode=m, trigger=inp.trigger)])
+                format_effect(MarkerKind.CHECKPOINT_REQUEST, rung=rung, mode=m, trigger=inp.trigger)])
             return build_request(mode=m, candidate=messages, live_system=inp.system, live_tools=inp.tools,
                                  checkpoint_system=self.checkpoint_system, instructions=inp.instructions,
                                  output_limit=self.checkpoint_output, headers=headers)
@@ -177,7 +181,7 @@ class CompactionEngine:
             if not messages or messages == previous:
                 continue
             previous = messages
-            if rung == "h0" and inp.trigger == "overflow":
+            if rung == "h0" and inp.trigger == CompactionTrigger.OVERFLOW:
                 attempts.append(Attempt(rung, mode, "skipped_refused", 0, detail="the provider just refused it"))
                 continue
             m = mode

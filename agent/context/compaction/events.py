@@ -1,10 +1,10 @@
 """How context management tells the world what it did, and lets extensions weigh in.
 
-Every stage leaves two traces: an annotation on the next model request (``x-ctxscope-event:
-checkpoint; rung=hall; validation=exact; ...``) that the proxy records and the inspector shows as
-a declared marker, and a ``context_event`` record in the session's history.jsonl (kept forever,
-ignored by loading). Marker kinds: ``tool_output_externalized``, ``tool_results_archived``,
-``checkpoint``, and ``compaction`` on the first request after any history replacement (the
+Every stage leaves two traces: an effect declared on the next model request (``x-ctxscope-event:
+checkpoint; rung=hall; validation=exact; ...``, written by ``ctxscope.vocab.effects``) that the
+proxy records and the inspector shows as a declared marker, and a ``context_event`` record in the
+session's history.jsonl (kept forever, ignored by loading). Marker kinds: ``tool_output_externalized``,
+``tool_results_archived``, ``checkpoint``, and ``compaction`` on the first request after any history replacement (the
 inspector's has_compaction_before side, so never used for anything else); ``checkpoint_request``
 on the checkpoint call itself; ``compaction_failed``, ``compaction_deferred`` and
 ``compaction_stopped`` when nothing was replaced; ``compaction_forced`` when a compaction runs
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,38 +33,6 @@ from ...core.history import HistoryFile
 from ...core.state import SessionView
 
 log = logging.getLogger("ctxscope.agent.compaction")
-
-TOOL_OUTPUT_EXTERNALIZED = "tool_output_externalized"
-TOOL_RESULTS_ARCHIVED = "tool_results_archived"
-CHECKPOINT = "checkpoint"
-COMPACTION = "compaction"  # only on the first request after a history replacement
-COMPACTION_FAILED = "compaction_failed"
-COMPACTION_DEFERRED = "compaction_deferred"
-COMPACTION_STOPPED = "compaction_stopped"  # automatic compaction switched off (by the guard or a hook)
-COMPACTION_FORCED = "compaction_forced"  # compacted although the guard held back: the request would not fit
-CHECKPOINT_REQUEST = "checkpoint_request"  # the checkpoint call itself
-
-_BAD_VALUE = re.compile(r"[^A-Za-z0-9_.:/+-]")
-_MAX_PARAMS = 8
-
-
-def _value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return _BAD_VALUE.sub("_", str(v))[:64]
-
-
-def event_value(kind: str, **params: Any) -> str:
-    """``kind; k=v; ...`` in the annotation grammar (values reduced to safe characters, at most 8)."""
-    parts = [kind]
-    for k, v in params.items():
-        if v is None or len(parts) > _MAX_PARAMS:
-            continue
-        text = _value(v)
-        if text:
-            parts.append(f"{k}={text}")
-    return "; ".join(parts)
-
 
 def record(view: SessionView, event: str, **data: Any) -> dict[str, Any]:
     """Append a ``context_event`` record to the session history (best effort: never fails the turn)."""

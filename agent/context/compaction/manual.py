@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ctxscope.vocab.kinds import CompactionTrigger
+
 from ...core.events import MaintenanceContext
 from .engine import CompactionInput, CompactionOutcome
 from .history import prune_screenshots
-from .outcome import auto_enabled, invalidate_anchor, record_outcome, request_annotations, set_auto
+from .outcome import auto_enabled, invalidate_anchor, record_outcome, request_effects, set_auto
 
 if TYPE_CHECKING:
     from .auto import ContextManager
@@ -32,15 +34,16 @@ async def compact_session(manager: ContextManager, ctx: MaintenanceContext,
     before = ctx.history.messages
     history, _ = prune_screenshots(before, manager.settings.keep_screenshots)
     fp = manager.footprint(view, system, tools, history)
-    outcome = await manager.engine().run(CompactionInput(view, turn, 0, "manual", tuple(history), system, tools,
-                                                         fp.tokens, instructions=instructions, allow_archive=False))
+    outcome = await manager.engine().run(CompactionInput(view, turn, 0, CompactionTrigger.MANUAL, tuple(history),
+                                                         system, tools, fp.tokens, instructions=instructions,
+                                                         allow_archive=False))
     if outcome.replaced and (ctx.busy() or ctx.history.messages != before):
         # a turn started while the checkpoint was written: its history wins, the summary is dropped
         outcome = replace(outcome, status="failed", messages=None,
                           error=SESSION_BUSY if ctx.busy() else HISTORY_CHANGED,
                           detail="the session changed while the checkpoint was being written")
     record_outcome(view, outcome, turn, 0)
-    manager.queue_annotations(view.id, request_annotations(outcome))
+    manager.queue_effects(view.id, request_effects(outcome))
     if outcome.replaced:
         messages = tuple(outcome.messages or ())
         await ctx.history.replace(messages, "compaction:manual")

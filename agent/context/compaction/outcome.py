@@ -10,37 +10,31 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ctxscope.vocab.effects import Effect
+from ctxscope.vocab.kinds import MarkerKind
+
 from ...core.state import SessionView
 from .engine import CompactionOutcome
-from .events import (
-    CHECKPOINT,
-    COMPACTION,
-    COMPACTION_FAILED,
-    COMPACTION_STOPPED,
-    TOOL_RESULTS_ARCHIVED,
-    event_value,
-    record,
-)
+from .events import record
 
 STATE_KEY = "compaction"
 ANCHOR_KEY = "context_anchor"
 
 
-def request_annotations(outcome: CompactionOutcome) -> list[str]:
-    """The x-ctxscope-event values for the first request after this outcome."""
+def request_effects(outcome: CompactionOutcome) -> list[Effect]:
+    """The effects to declare on the first request after this outcome."""
     o = outcome
+    sizes = {"tokens_before": o.tokens_before, "tokens_after": o.tokens_after}
     if o.replaced and o.stage == "archive":
-        return [event_value(COMPACTION, stage="archive", mode=o.mode, trigger=o.trigger, tokens_before=o.tokens_before,
-                            tokens_after=o.tokens_after),
-                event_value(TOOL_RESULTS_ARCHIVED, mode=o.mode, archived=o.archived, saved_bytes=o.saved_bytes,
-                            tokens_before=o.tokens_before, tokens_after=o.tokens_after)]
+        return [Effect(MarkerKind.COMPACTION, {"stage": "archive", "mode": o.mode, "trigger": o.trigger, **sizes}),
+                Effect(MarkerKind.TOOL_RESULTS_ARCHIVED, {"mode": o.mode, "archived": o.archived,
+                                                          "saved_bytes": o.saved_bytes, **sizes})]
     if o.replaced:
-        return [event_value(COMPACTION, stage="checkpoint", trigger=o.trigger, rung=o.rung,
-                            tokens_before=o.tokens_before, tokens_after=o.tokens_after),
-                event_value(CHECKPOINT, rung=o.rung, validation=o.validation, mode=o.mode, trigger=o.trigger,
-                            tokens_before=o.tokens_before, tokens_after=o.tokens_after)]
-    return [event_value(COMPACTION_FAILED, stage=o.stage, error=o.error, trigger=o.trigger,
-                        tokens_before=o.tokens_before)]
+        return [Effect(MarkerKind.COMPACTION, {"stage": "checkpoint", "trigger": o.trigger, "rung": o.rung, **sizes}),
+                Effect(MarkerKind.CHECKPOINT, {"rung": o.rung, "validation": o.validation, "mode": o.mode,
+                                               "trigger": o.trigger, **sizes})]
+    return [Effect(MarkerKind.COMPACTION_FAILED, {"stage": o.stage, "error": o.error, "trigger": o.trigger,
+                                                  "tokens_before": o.tokens_before})]
 
 
 def brief(outcome: CompactionOutcome, turn: int, step: int) -> dict[str, Any]:
@@ -59,9 +53,9 @@ def record_outcome(view: SessionView, outcome: CompactionOutcome, turn: int, ste
     attempts = [{"rung": a.rung, "mode": a.mode, "outcome": a.outcome, "tokens": a.tokens,
                  "input_tokens": a.input_tokens, "cache_read_tokens": a.cache_read_tokens,
                  "seconds": round(a.seconds, 4), "detail": a.detail} for a in outcome.attempts]
-    kind = COMPACTION_FAILED
+    kind = MarkerKind.COMPACTION_FAILED
     if outcome.replaced:
-        kind = TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else CHECKPOINT
+        kind = MarkerKind.TOOL_RESULTS_ARCHIVED if outcome.stage == "archive" else MarkerKind.CHECKPOINT
     record(view, kind, **info, attempts=attempts or None, items=[dict(i) for i in outcome.items] or None,
            timings={k: round(v, 4) for k, v in outcome.timings.items()} or None)
     state = compaction_state(view)
@@ -88,8 +82,8 @@ def set_auto(view: SessionView, on: bool, reason: str | None, *, turn: int, step
     else:
         state["reason"] = reason
     view.state.set(STATE_KEY, state)
-    record(view, COMPACTION_STOPPED if not on else "compaction_resumed", auto="on" if on else "off", reason=reason,
-           turn=turn, step=step)
+    record(view, MarkerKind.COMPACTION_STOPPED if not on else "compaction_resumed", auto="on" if on else "off",
+           reason=reason, turn=turn, step=step)
 
 
 def invalidate_anchor(view: SessionView) -> None:

@@ -36,7 +36,7 @@ MAX_SCOPES = 256  # API keys remembered; the least recently written is forgotten
 class Learned:
     """A model's observed minimum, as the store keeps it."""
 
-    family: str  # "anthropic" or "openai"
+    family: str  # "anthropic" or "openai" (as the store keeps it)
     model: str
     tokens: int  # o200k estimate of the smallest prefix the provider cached
     at: float  # started_at (unix seconds) of the call whose usage showed it: it holds from then on

@@ -19,7 +19,7 @@ Token figures here are o200k estimates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, anthropic_points
@@ -27,6 +27,8 @@ from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.relation import Relation, shared_prefix
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 from ctxscope.vocab.tokens import count_tokens
+
+CacheFamily = Literal["anthropic", "openai", "unknown"]
 
 LOOKBACK_BLOCKS = 20
 ANTHROPIC_TTL_SECONDS = {"5m": 300, "1h": 3600}
@@ -53,7 +55,7 @@ class Observed(NamedTuple):
 
 @dataclass(frozen=True)
 class CachePrediction:
-    family: str  # "anthropic", "openai" or "unknown"
+    family: CacheFamily
     # Why predicted_read is what it is: first_call, not_comparable, no_breakpoints, prefix_reused,
     # older_entry (an entry an earlier call wrote), diverged, model_change, params_change,
     # lookback_exceeded, prev_below_minimum, ttl_expired, nothing_cached, unknown_api.
@@ -86,8 +88,9 @@ def anthropic_minimum(model: str | None) -> int:
     return ANTHROPIC_MINIMUMS[max(keys, key=len)] if keys else ANTHROPIC_DEFAULT_MINIMUM
 
 
-def cache_family(prompt: CanonicalPrompt) -> str:
-    return prompt.api.split(".", 1)[0] if prompt.api.split(".", 1)[0] in ("anthropic", "openai") else "unknown"
+def cache_family(prompt: CanonicalPrompt) -> CacheFamily:
+    head = prompt.api.split(".", 1)[0]
+    return "anthropic" if head == "anthropic" else "openai" if head == "openai" else "unknown"
 
 
 def openai_round(tokens: int, minimum: int = OPENAI_MINIMUM) -> int:

@@ -15,7 +15,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.vocab.kinds import SearchArea
@@ -34,8 +34,8 @@ class Piece:
     """One searchable text of a call: a prompt segment or a text of the response (keyed by
     ``segment_key`` of its text)."""
 
-    area: str  # a SearchArea
-    body: str  # "request" or "response"
+    area: SearchArea
+    body: Literal["request", "response"]
     pointer: str
     text: str
 
