@@ -5,7 +5,6 @@ environment, then the original and the replay side by side: docs/architecture.md
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route, k
 from ctxscope.inspector.share.imported import is_imported
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
+from ctxscope.web.identity import address
 from ctxscope.web.pool import ReadPool
 
 __all__ = ["NoRoute", "ReplayError", "curl_view", "download_name", "own_url", "replay"]
@@ -29,17 +29,11 @@ def own_url(sockname: object) -> str | None:
     (``transport.get_extra_info("sockname")``), which the daemon listens on. Never the request's
     ``Host``, which the client writes: a key sent there could go anywhere (docs/architecture.md,
     "Replay"). None when the socket has no IP address (closed, or not TCP)."""
-    if not isinstance(sockname, tuple) or len(sockname) < 2:
+    own = address(sockname)
+    if own is None:
         return None
-    try:
-        ip = ipaddress.ip_address(str(sockname[0]).split("%", 1)[0])
-        port = int(sockname[1])
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    host = f"[{ip}]" if ip.version == 6 else str(ip)
-    return f"http://{host}:{port}"
+    ip, port = own
+    return f"http://[{ip}]:{port}" if ":" in ip else f"http://{ip}:{port}"
 
 
 def download_name(call_id: str, form: str, masked: bool) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
-from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, CappedStream, mib, parse_json
+from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, CappedStream, line_cap, mib, parse_json
 from ctxscope.inspector.share.imported import mark_imported
 from ctxscope.proxy.exchange import Exchange
 
@@ -46,14 +46,16 @@ def is_bundle(path: Path) -> bool:
 def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, Iterator[tuple[Exchange, int, dict]]]:
     """(header, calls): each call as (Exchange, capture epoch, analysis), checked and marked as
     imported (``share/imported.py``). BadExport when the file is not a bundle of this version, a
-    line is malformed, or it decodes to more than ``max_bytes`` (decompressed as a stream that
-    stops there: a bomb costs no more than that)."""
+    line is malformed or over ``line_cap(max_bytes)``, or it decodes to more than ``max_bytes``
+    (decompressed as a stream that stops there: a bomb costs no more than a line)."""
     stream = io.BufferedReader(CappedStream(zstd.open(path, "rb"), max_bytes, "the bundle"))
 
+    max_line = line_cap(max_bytes)
+
     def line() -> bytes:
-        data = stream.readline(max_bytes + 1)
-        if data and not data.endswith(b"\n") and stream.peek(1):
-            raise BadExport(f"a line of the bundle is over {mib(max_bytes)}")
+        data = stream.readline(max_line + 1)
+        if len(data) > max_line:
+            raise BadExport(f"a line of the bundle is over {mib(max_line)} (--max-size raises the limit)")
         return data
 
     try:

@@ -19,6 +19,12 @@ MAX_IMPORT_BYTES = 256 << 20  # a file's decoded size (``ctxscope import --max-s
 MAX_DEPTH = 64  # an export's JSON is a dozen levels deep; a body inside one is text, not nesting
 
 
+def line_cap(max_bytes: int) -> int:
+    """The longest line a bundle of ``max_bytes`` may have: a quarter of it (64 MiB by default), so
+    a bomb that is one endless line holds no more than that in memory while it is read."""
+    return max(1 << 20, max_bytes // 4)
+
+
 def mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
