@@ -74,11 +74,11 @@ def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, It
         with stream:
             n = 0
             while True:
+                n += 1
                 try:
                     text = line()
                     if not text:
                         return
-                    n += 1
                     item = parse_json(text, "the line")
                     yield mark_imported(exchange_from_fields(item["exchange"]), FORMAT), int(
                         item.get("capture_epoch") or 0), dict(item.get("analysis") or {})
