@@ -44,9 +44,9 @@ def daemon_url(cfg: DaemonConfig) -> str:
 
 def probe(url: str, secret: bytes, timeout: float = 2.0) -> bool:
     """True when this user's ctxscope daemon answers at ``url`` (it proved it knows the home's
-    secret: ``ctxscope.web.identity``), False when nothing listens; raises NotCtxscope for anything
+    secret: ``ctxscope.proxy.defence.identity``), False when nothing listens; raises NotCtxscope for anything
     else. Plain ``http.client``: no proxy variables, no redirects followed."""
-    from ctxscope.web.identity import address, new_nonce, proof
+    from ctxscope.proxy.defence.identity import address, new_nonce, proof
 
     parts = urlsplit(url)
     own = address((parts.hostname or "", parts.port or 80))
@@ -160,7 +160,7 @@ def run(label, host, port, db_path, upstreams, config_file, command):
         raise click.ClickException(f"refusing {cfg.host}: `ctxscope run` uses a loopback daemon only")
     url = daemon_url(cfg)
     try:
-        from ctxscope.web.identity import load_secret
+        from ctxscope.proxy.defence.identity import load_secret
 
         home = ensure_home()
         secret = load_secret(home)

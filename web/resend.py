@@ -18,7 +18,7 @@ from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route, k
 from ctxscope.inspector.share.imported import is_imported
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
-from ctxscope.web.identity import address
+from ctxscope.proxy.defence.identity import address
 from ctxscope.web.pool import ReadPool
 
 __all__ = ["NoRoute", "ReplayError", "curl_view", "download_name", "own_url", "replay"]

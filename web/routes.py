@@ -10,7 +10,7 @@ the vocabulary and ``status?store=0`` (the launcher's probe) need none of them.
 
 API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/status?nonce=           writer counters (store failures) and store totals; with a
-                                        nonce, the proof that this is the user's daemon (identity.py)
+                                        nonce, the proof that this is the user's daemon (proxy/defence/identity.py)
   /_ctxscope/api/sessions               sessions with aggregates and nested threads
   /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
   /_ctxscope/api/call?id=               one call: row, parsed request, final response
@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from ctxscope.inspector.writer.protocol import Writer
-from ctxscope.web import identity, security
+from ctxscope.proxy.defence import identity
+from ctxscope.web import security
 from ctxscope.web.vocabulary import vocabulary_handler
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class WebUI:
 
     def identity(self, request: web.Request, nonce: str) -> dict:
         """``{"identity": HMAC}`` over the nonce and the address the question came in on (see
-        ``identity.py``); 400 for a malformed nonce, 503 when the daemon has no secret."""
+        ``proxy/defence/identity.py``); 400 for a malformed nonce, 503 when the daemon has no secret."""
         if not identity.NONCE.fullmatch(nonce):
             raise web.HTTPBadRequest(text="nonce must be 32 to 128 lowercase hex digits")
         transport = request.transport
