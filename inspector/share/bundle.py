@@ -16,7 +16,7 @@ from typing import Any
 
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
 from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, CappedStream, line_cap, mib, parse_json
-from ctxscope.inspector.share.imported import mark_imported
+from ctxscope.inspector.share.imported import BadImport, mark_imported
 from ctxscope.proxy.exchange import Exchange
 
 try:  # Python 3.14+
@@ -82,7 +82,7 @@ def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, It
                     item = parse_json(text, "the line")
                     yield mark_imported(exchange_from_fields(item["exchange"]), FORMAT), int(
                         item.get("capture_epoch") or 0), dict(item.get("analysis") or {})
-                except BadExport as exc:
+                except (BadExport, BadImport) as exc:
                     raise BadExport(f"bundle call {n}: {exc}") from None
                 except (ValueError, KeyError, TypeError, zstd.ZstdError, OSError, EOFError) as exc:
                     raise BadExport(f"bundle call {n}: {type(exc).__name__}: {exc}") from None

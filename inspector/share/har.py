@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
 from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, mib, parse_json
-from ctxscope.inspector.share.imported import UNKNOWN, check_label, mark_imported
+from ctxscope.inspector.share.imported import UNKNOWN, BadImport, check_label, mark_imported
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 
@@ -158,7 +158,7 @@ def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchang
             ended_at=started + total, outcome="ok" if status else "upstream_unreachable",
             client=_header(req_headers, "user-agent"),
         ), "har"), None  # fmt: skip
-    except BadExport as exc:
+    except (BadExport, BadImport) as exc:
         raise BadExport(f"HAR entry {n}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadExport(f"HAR entry {n}: {type(exc).__name__}: {exc}") from exc
@@ -180,7 +180,10 @@ def read_har(data: Any, label: str | None) -> Iterator[tuple[Exchange, int | Non
         raise BadExport("not a HAR file: no log.entries") from exc
     if not isinstance(entries, list):
         raise BadExport("not a HAR file: log.entries is not a list")
-    check_label(label)
+    try:
+        check_label(label)
+    except BadImport as exc:
+        raise BadExport(str(exc)) from None
     for n, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise BadExport(f"HAR entry {n} is not an object")

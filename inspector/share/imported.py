@@ -14,7 +14,6 @@ import json
 import re
 from dataclasses import replace
 
-from ctxscope.inspector.share.exchanges import BadExport
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.apis import detect_api
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
@@ -28,8 +27,10 @@ MAX_LABEL = 200
 _SHAPE_MAX = 64 << 20  # a compressed request body is decoded to look at its shape up to this size
 
 
-class BadImport(BadExport):
-    """An imported call that names something ctxscope will not store (an id, a label)."""
+class BadImport(ValueError):
+    """An imported call that names something ctxscope will not store (an id, a label). Not a
+    ``BadExport``: this module stays light, for the writer child imports it (through ``curl``);
+    the readers turn it into one."""
 
 
 def _fields(body: bytes, encoding: str | None) -> dict:
