@@ -28,6 +28,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent / "abuse_probe"))  # the probe's own modules
 sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy_probe"))  # the proxy bench's process helpers
 
+import abuse_cases_keys as keys
 import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes
 import abuse_cases_plane as plane
@@ -60,6 +61,11 @@ CASES = [
     Case("cross_site_simple_post", remote.cross_site_simple_post, 40),
     Case("escape_label", remote.escape_label, 90),
     Case("otlp_huge_error_body", remote.otlp_huge_error_body, 120),
+    Case("replay_host_key", keys.replay_host_key, 90),
+    Case("launcher_impostor", keys.launcher_impostor, 60),
+    Case("import_foreign_host", keys.import_foreign_host, 60),
+    Case("import_zstd_bomb", keys.import_zstd_bomb, 120),
+    Case("home_mode", keys.home_mode, 30),
 ]
 RUN_BUDGET = 420.0  # seconds for all cases together: what is left after it is not run
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .options import CONTEXT
-from .settings import build_config, home_dir
+from .settings import build_config, ensure_home
 
 if TYPE_CHECKING:
     from ctxscope.proxy.sockets.ca import LocalCA
@@ -19,7 +19,11 @@ def local_ca() -> LocalCA:
     """The CA in $CTXSCOPE_HOME/ca/, made now if there is none (cryptography is imported only here)."""
     from ctxscope.proxy.sockets.ca import LocalCA
 
-    return LocalCA(home_dir() / "ca")
+    try:
+        home = ensure_home()
+    except OSError as exc:
+        raise click.ClickException(f"cannot create ctxscope's home: {exc}") from None
+    return LocalCA(home / "ca")
 
 
 def proxy_environment(url: str) -> dict[str, str]:

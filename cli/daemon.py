@@ -189,7 +189,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
                                         allow_remote=cfg.allow_remote), writer)
     app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
-        add_web_routes(app, cfg.db, writer, cfg.remote_key if cfg.allow_remote else None)
+        add_web_routes(app, cfg.db, writer, cfg.remote_key if cfg.allow_remote else None, home=home_dir())
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
     runner = make_runner(app, cfg.limits)

@@ -220,7 +220,7 @@ def sim(host, port, script_file):
     from ctxscope.simulator.control.token import TOKEN_FILE, token_from_env, write_token_file
     from ctxscope.simulator.model.script import ScriptError, load_script_file
 
-    from .settings import home_dir
+    from .settings import ensure_home
 
     if not is_loopback(host):
         raise click.ClickException("the simulator binds loopback addresses only")
@@ -228,7 +228,7 @@ def sim(host, port, script_file):
         script = load_script_file(script_file) if script_file else None
     except (ScriptError, ValueError, OSError) as exc:
         raise click.ClickException(f"bad script {script_file}: {exc}") from exc
-    token, token_path = token_from_env(), home_dir() / TOKEN_FILE
+    token, token_path = token_from_env(), ensure_home() / TOKEN_FILE
     write_token_file(token_path, token)
 
     async def main():

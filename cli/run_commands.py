@@ -8,6 +8,8 @@ their path (docs/architecture.md, "The launcher").
 
 from __future__ import annotations
 
+import hmac
+import http.client
 import json
 import os
 import re
@@ -15,57 +17,67 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import click
 
 from .ca_commands import proxy_environment
 from .options import CONTEXT, db_option
-from .settings import DaemonConfig, build_config, home_dir, is_loopback
+from .settings import DaemonConfig, build_config, ensure_home, is_loopback
 
 START_TIMEOUT = 30.0  # seconds a fresh daemon may take to answer
 STATUS_PATH = "/_ctxscope/api/status?store=0"
+MAX_STATUS_BYTES = 64 * 1024  # a status is a few hundred bytes: a listener cannot make us read more
 
 
 class NotCtxscope(RuntimeError):
-    """Something that is not a ctxscope daemon answers on the port."""
+    """Something that is not this user's ctxscope daemon answers on the port."""
 
 
 def daemon_url(cfg: DaemonConfig) -> str:
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else "[::1]" if cfg.host == "::" else cfg.host
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "", "localhost") else "[::1]" if cfg.host == "::" else cfg.host
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"http://{host}:{cfg.port}"
 
 
-def probe(url: str, timeout: float = 2.0) -> bool:
-    """True when a ctxscope daemon answers at ``url``, False when nothing listens; raises NotCtxscope."""
+def probe(url: str, secret: bytes, timeout: float = 2.0) -> bool:
+    """True when this user's ctxscope daemon answers at ``url`` (it proved it knows the home's
+    secret: ``ctxscope.proxy.defence.identity``), False when nothing listens; raises NotCtxscope for anything
+    else. Plain ``http.client``: no proxy variables, no redirects followed."""
+    from ctxscope.proxy.defence.identity import address, new_nonce, proof
+
+    parts = urlsplit(url)
+    own = address((parts.hostname or "", parts.port or 80))
+    if own is None:
+        raise NotCtxscope(f"{url} is not an IP address and port")
+    nonce = new_nonce()
+    conn = http.client.HTTPConnection(own[0], own[1], timeout=timeout)
     try:
-        with urllib.request.urlopen(url + STATUS_PATH, timeout=timeout) as resp:
-            data = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise NotCtxscope(f"{url} answers, but not as ctxscope (HTTP {exc.code})") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ConnectionRefusedError):
-            return False  # nothing listens: the caller may start a daemon there
-        raise NotCtxscope(f"{url}: {exc.reason}") from None
-    except OSError as exc:  # a reset or a timeout: something listens, but does not answer like us
-        raise NotCtxscope(f"{url}: {exc}") from None
-    except ValueError:
-        raise NotCtxscope(f"{url} answers, but not as ctxscope") from None
-    if not isinstance(data, dict) or "writer" not in data:
-        raise NotCtxscope(f"{url} answers, but not as ctxscope")
+        conn.request("GET", f"{STATUS_PATH}&nonce={nonce}")
+        resp = conn.getresponse()
+        body = resp.read(MAX_STATUS_BYTES)
+        status = resp.status
+    except ConnectionRefusedError:
+        return False  # nothing listens: the caller may start a daemon there
+    except (OSError, http.client.HTTPException) as exc:  # a reset, a timeout, not HTTP: something listens
+        raise NotCtxscope(f"{url} answers, but not as ctxscope ({type(exc).__name__})") from None
+    finally:
+        conn.close()
+    try:
+        data = json.loads(body) if status == 200 else None
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    answer = data.get("identity") if isinstance(data, dict) else None
+    if not isinstance(answer, str) or not hmac.compare_digest(answer, proof(secret, nonce, *own)):
+        raise NotCtxscope(f"{url} answers (HTTP {status}), but does not prove it is your ctxscope daemon "
+                          f"(an HMAC with the secret in your ctxscope home)")  # fmt: skip
     return True
 
 
-def start_daemon_process(serve_args: list[str], url: str) -> tuple[int, Path]:
-    """Start `ctxscope serve` detached and wait until it answers; (pid, log file)."""
-    home = home_dir()
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+def start_daemon_process(serve_args: list[str], url: str, home: Path, secret: bytes) -> tuple[int, Path]:
+    """Start `ctxscope serve` detached and wait until it proves it answers; (pid, log file)."""
     log_path = home / "daemon.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as log:
@@ -78,7 +90,7 @@ def start_daemon_process(serve_args: list[str], url: str) -> tuple[int, Path]:
         if proc.poll() is not None:
             raise click.ClickException(f"the daemon exited with {proc.returncode} at start; see {log_path}")
         try:
-            if probe(url, timeout=1.0):
+            if probe(url, secret, timeout=1.0):
                 proc.returncode = 0  # it lives on by design: no "still running" warning when this object goes
                 return proc.pid, log_path
         except NotCtxscope:
@@ -148,9 +160,16 @@ def run(label, host, port, db_path, upstreams, config_file, command):
         raise click.ClickException(f"refusing {cfg.host}: `ctxscope run` uses a loopback daemon only")
     url = daemon_url(cfg)
     try:
-        running = probe(url)
-    except NotCtxscope as exc:
-        raise click.ClickException(f"{exc}; pick another --port") from exc
+        from ctxscope.proxy.defence.identity import load_secret
+
+        home = ensure_home()
+        secret = load_secret(home)
+    except OSError as exc:
+        raise click.ClickException(f"cannot prepare ctxscope's home: {exc}") from None
+    try:
+        running = probe(url, secret)
+    except NotCtxscope as exc:  # before anything starts: the command's keys never go there
+        raise click.ClickException(f"{exc}; not running the command: pick another --port") from None
     if running:
         if upstreams or config_file or db_path:
             click.echo(f"ctxscope: a daemon already runs at {url}; --upstream, --config and --db are not applied",
@@ -163,7 +182,7 @@ def run(label, host, port, db_path, upstreams, config_file, command):
             serve_args += ["--config", str(config_file)]
         for text in upstreams:
             serve_args += ["--upstream", text]
-        pid, log_path = start_daemon_process(serve_args, url)
+        pid, log_path = start_daemon_process(serve_args, url, home, secret)
         click.echo(f"ctxscope: started the daemon at {url} (pid {pid}, log {log_path}); it keeps running",
                    err=True)
     label = label or default_label(command[0])

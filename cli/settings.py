@@ -42,9 +42,18 @@ def secure_home(home: Path) -> list[str]:
     """Create the home folder owner-only (0700), or tighten it and the private files in it (logged
     as warnings); returns the changes made. Raises OSError if it cannot be created."""
     changes = owner_only.private_dir(home)
-    for name in ("salt", "sim-token"):
+    for name in ("salt", "sim-token", "daemon-secret"):
         changes += owner_only.private_file(home / name)
     return changes
+
+
+def ensure_home() -> Path:
+    """$CTXSCOPE_HOME, created owner-only (0700) or tightened: every command that puts something in
+    the home calls this first, so none creates it open to other users (docs/architecture.md,
+    "Files are owner-only"). Raises OSError if it cannot be created."""
+    home = home_dir()
+    secure_home(home)
+    return home
 
 
 def load_salt(home: Path) -> bytes:

@@ -35,7 +35,7 @@ from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
-from ctxscope.web.resend import ReplayError, curl_view
+from ctxscope.web.resend import NoRoute, ReplayError, curl_view, own_url
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
@@ -57,6 +57,15 @@ def _int(request: web.Request, name: str, default: int | None) -> int | None:
         return int(value)
     except ValueError:
         raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+
+
+def _own_url(request: web.Request) -> str:
+    """This daemon's base URL, from the socket the request came in on, never from its Host."""
+    transport = request.transport
+    url = own_url(transport.get_extra_info("sockname") if transport is not None else None)
+    if url is None:
+        raise web.HTTPServiceUnavailable(text="the daemon's own address is not known on this connection")
+    return url
 
 
 def _found(answer: Any, what: str) -> Any:
@@ -158,8 +167,12 @@ class StoreAPI:
 
     async def curl(self, request: web.Request) -> Answer:
         call_id = request.query.get("id", "")
-        via = f"{request.scheme}://{request.host}" if request.query.get("via") == "daemon" else None
-        return _found(await self.read(curl_view, call_id, via) if call_id else None, f"no call {call_id!r}")
+        via_daemon = request.query.get("via") == "daemon"
+        try:
+            view = await self.read(curl_view, call_id, _own_url(request), via_daemon) if call_id else None
+        except NoRoute as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        return _found(view, f"no call {call_id!r}")
 
     async def advisor(self, request: web.Request) -> Answer:
         session = request.query.get("s")
@@ -200,8 +213,7 @@ class StoreAPI:
         if not isinstance(options, dict):
             raise web.HTTPBadRequest(text="the body must be a JSON object")
         try:
-            result = await send_replay(self.pool, request.query.get("id", ""), f"{request.scheme}://{request.host}",
-                                       options)  # fmt: skip
+            result = await send_replay(self.pool, request.query.get("id", ""), _own_url(request), options)
         except ReplayError as exc:
             raise web.HTTPBadRequest(text=str(exc)) from None
         return mask_keys_in(result)

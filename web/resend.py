@@ -14,12 +14,26 @@ import sqlite_utils
 
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.share.bodies import export_body
-from ctxscope.inspector.share.curl import curl_command, key_env_for
+from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route, key_env_for
+from ctxscope.inspector.share.imported import is_imported
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
+from ctxscope.proxy.defence.identity import address
 from ctxscope.web.pool import ReadPool
 
-__all__ = ["ReplayError", "curl_view", "download_name", "replay"]
+__all__ = ["NoRoute", "ReplayError", "curl_view", "download_name", "own_url", "replay"]
+
+
+def own_url(sockname: object) -> str | None:
+    """The daemon's own base URL: the address and port of the socket that accepted this request
+    (``transport.get_extra_info("sockname")``), which the daemon listens on. Never the request's
+    ``Host``, which the client writes: a key sent there could go anywhere (docs/architecture.md,
+    "Replay"). None when the socket has no IP address (closed, or not TCP)."""
+    own = address(sockname)
+    if own is None:
+        return None
+    ip, port = own
+    return f"http://[{ip}]:{port}" if ":" in ip else f"http://{ip}:{port}"
 
 
 def download_name(call_id: str, form: str, masked: bool) -> str:
@@ -28,15 +42,14 @@ def download_name(call_id: str, form: str, masked: bool) -> str:
     return f"{safe_id}-request-{form}" + ("-masked" if masked else "") + ".bin"
 
 
-def curl_view(db: sqlite_utils.Database, call_id: str, via: str | None) -> dict | None:
-    """``{command, body_file, key_env, masked}``; None for an unknown call. ``via``: a base URL to
-    send to instead of the captured upstream (the daemon's provider route, to record the answer)."""
+def curl_view(db: sqlite_utils.Database, call_id: str, daemon_url: str, via_daemon: bool) -> dict | None:
+    """``{command, body_file, key_env, masked}``; None for an unknown call. ``via_daemon``: send to
+    this daemon's provider route (at ``daemon_url``, its own address) instead of the captured
+    upstream, to record the answer; an imported call always goes there (NoRoute when it has none)."""
     row = queries.get_call(db, call_id)
     if row is None:
         return None
-    if via is not None:
-        label = row.get("session_label")
-        via = via.rstrip("/") + (f"/s/{label}" if label else "") + "/" + str(row.get("provider") or "")
+    via = daemon_route(row, daemon_url) if via_daemon or is_imported(row) else None
     body = export_body(db, row["id"], "request", "wire")
     data = body.data if body is not None else b""
     masked = body is not None and body.masked
@@ -63,7 +76,8 @@ def _build(db, call_id: str, daemon_url: str, options: dict) -> ReplayRequest:
     if not isinstance(edits, list) or not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
                                               for e in edits):  # fmt: skip
         raise ReplayError("edits must be a list of [pointer, value] pairs")
-    key = os.environ.get(key_env_for(row)) or None
+    env = key_env_for(row)
+    key = (os.environ.get(env) or None) if env else None
     return build_request(db, row["id"], daemon_url, key=key, model=model or None,
                          edits=[(p, v) for p, v in edits])  # fmt: skip
 

@@ -9,7 +9,8 @@ nor the analyses behind the pages (docs/architecture.md, "Memory"). The page, it
 the vocabulary and ``status?store=0`` (the launcher's probe) need none of them.
 
 API (all GET, JSON, read-only, except deleting a session):
-  /_ctxscope/api/status                 writer counters (store failures) and store totals
+  /_ctxscope/api/status?nonce=           writer counters (store failures) and store totals; with a
+                                        nonce, the proof that this is the user's daemon (proxy/defence/identity.py)
   /_ctxscope/api/sessions               sessions with aggregates and nested threads
   /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
   /_ctxscope/api/call?id=               one call: row, parsed request, final response
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import mimetypes
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from ctxscope.inspector.writer.protocol import Writer
+from ctxscope.proxy.defence import identity
 from ctxscope.proxy.defence.hosts import host_allowed
 from ctxscope.web import security
 from ctxscope.web.vocabulary import vocabulary_handler
@@ -55,6 +58,7 @@ STATIC_DIR = Path(__file__).with_name("static")
 API = "/_ctxscope/api"
 STATIC = "/_ctxscope/static"
 _TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
+log = logging.getLogger("ctxscope.web")
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -83,10 +87,12 @@ def writer_status(writer: Writer | None) -> dict | None:
 class WebUI:
     """The UI's handlers and state for one daemon; the store-backed ones are ``StoreAPI``'s."""
 
-    def __init__(self, db_path: Path, writer: Writer | None, remote_key: str | None = None):
+    def __init__(self, db_path: Path, writer: Writer | None, remote_key: str | None = None,
+                 secret: bytes | None = None):
         self.db_path = db_path
         self.writer = writer
         self.remote_key = remote_key  # remote mode: every route needs it (security.py)
+        self.secret = secret  # the home's daemon secret, by which the launcher knows its daemon
         self.token = security.new_token()
         self._api: StoreAPI | None = None
         self._loading: asyncio.Lock | None = None
@@ -181,13 +187,27 @@ class WebUI:
     async def status(self, request: web.Request) -> web.Response:
         """The writer's live counters and the store's totals; ``?store=0`` leaves out the totals
         (a query over every call, which loads the store's side) for monitors that poll often."""
+        nonce = request.query.get("nonce")
+        proof = self.identity(request, nonce) if nonce is not None else None
         if request.query.get("store") == "0":
-            return _json({"writer": writer_status(self.writer)})
+            return _json({"writer": writer_status(self.writer), **proof} if proof else
+                         {"writer": writer_status(self.writer)})  # fmt: skip
         try:
             store = await (await self.api()).totals()
         except Exception as exc:  # an unreadable store is what this route must be able to say
             store = {"error": f"{type(exc).__name__}: {exc}"}
-        return _json({"writer": writer_status(self.writer), "store": store})
+        return _json({"writer": writer_status(self.writer), "store": store, **(proof or {})})
+
+    def identity(self, request: web.Request, nonce: str) -> dict:
+        """``{"identity": HMAC}`` over the nonce and the address the question came in on (see
+        ``proxy/defence/identity.py``); 400 for a malformed nonce, 503 when the daemon has no secret."""
+        if not identity.NONCE.fullmatch(nonce):
+            raise web.HTTPBadRequest(text="nonce must be 32 to 128 lowercase hex digits")
+        transport = request.transport
+        own = identity.address(transport.get_extra_info("sockname") if transport is not None else None)
+        if self.secret is None or own is None:
+            raise web.HTTPServiceUnavailable(text="this daemon cannot prove who it is (no secret in its home)")
+        return {"identity": identity.proof(self.secret, nonce, *own)}
 
     async def on_shutdown(self, app: web.Application) -> None:
         if self._api is not None:
@@ -198,10 +218,19 @@ class WebUI:
             self._api.cleanup()
 
 
-def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, remote_key: str | None = None) -> None:
+def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, remote_key: str | None = None, *,
+                   home: Path | None = None) -> None:
     """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts);
-    with ``remote_key`` (remote mode) every one of its routes needs that key."""
-    ui = WebUI(Path(db_path), writer, remote_key)
+    with ``remote_key`` (remote mode) every one of its routes needs that key. ``home``: the
+    owner-only folder whose daemon secret the status proves this daemon by."""
+    secret = None
+    if home is not None:
+        try:
+            secret = identity.load_secret(home)
+        except OSError as exc:  # the UI works; `ctxscope run` will not use this daemon, and says why
+            log.error("cannot read or create the daemon secret in %s (%s): `ctxscope run` cannot use this daemon",
+                      home, exc)
+    ui = WebUI(Path(db_path), writer, remote_key, secret)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)
     routes = [

@@ -40,10 +40,19 @@ def curl(call, db_path, via, api_key_env, body_file, exact):
     The body is the exact bytes sent; the API key is read from the environment, never written.
     """
     from ctxscope.inspector.share.bodies import export_body
-    from ctxscope.inspector.share.curl import curl_command
+    from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route
+    from ctxscope.inspector.share.imported import is_imported
+
+    from ..settings import DEFAULT_HOST, DEFAULT_PORT
 
     db = open_db_or_fail(db_path)
     row = _call_or_fail(db, call)
+    if via is None and is_imported(row):  # its file chose its upstream: it goes through the daemon's route
+        try:
+            via = daemon_route(row, f"http://{DEFAULT_HOST}:{DEFAULT_PORT}")
+        except NoRoute as exc:
+            raise click.ClickException(f"{exc} (give --via URL to choose where it goes)") from None
+        click.echo(f"note: call {row['id']} was imported: the command goes through the daemon at {via}", err=True)
     body = export_body(db, row["id"], "request", "wire", exact=exact)
     data = body.data if body is not None else b""
     if body is not None and body.masked:
@@ -138,20 +147,22 @@ def export_session(session, db_path, fmt, output, otlp_url, since, headers, cont
 @db_option
 @click.option("--session", "label",
               help="Session label for the calls of a HAR that ctxscope did not write (default: import:FILE's name).")
+@click.option("--max-size", "max_size", default="256MiB", show_default=True, metavar="SIZE",
+              help="Refuse a file whose decoded content is bigger (a compression bomb stops there).")
 @json_option
-def import_file(file, db_path, label, as_json):
+def import_file(file, db_path, label, max_size, as_json):
     """Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture
     database. The calls are stored and analysed as if captured live; a bundle's analysis is
     checked against the new one."""
-    import json
 
     from ctxscope.inspector.search_index import writer_analyzers
     from ctxscope.inspector.share.bundle import is_bundle, read_bundle
     from ctxscope.inspector.share.exchanges import BadExport
-    from ctxscope.inspector.share.har import read_har
+    from ctxscope.inspector.share.har import load_har, read_har
     from ctxscope.inspector.share.importer import analysis_differences, import_calls
     from ctxscope.inspector.store.queries import open_db
     from ctxscope.inspector.writer.status import capture_state
+    from ctxscope.proxy.defence.limits import parse_value
 
     from ..settings import default_db_path, prices_path
 
@@ -159,21 +170,22 @@ def import_file(file, db_path, label, as_json):
     if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's
         raise click.ClickException(f"a ctxscope daemon is capturing into {path}: stop it, or import into another "
                                    "database with --db")  # fmt: skip
+    try:
+        max_bytes = int(parse_value("max_body_bytes", max_size))  # (a size, read as the limits' sizes are)
+    except ValueError:
+        raise click.BadParameter(f"{max_size!r} is not a size such as 256MiB", param_hint="--max-size") from None
     expected: dict[str, dict] = {}
     try:
         if is_bundle(file):
             kind = "bundle"
-            _, items = read_bundle(file)
+            _, items = read_bundle(file, max_bytes)
             calls: list = []
             for ex, epoch, analysis in items:
                 calls.append((ex, epoch))
                 expected[ex.id] = analysis
         else:
             kind = "har"
-            try:
-                data = json.loads(file.read_bytes())
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise BadExport(f"neither a ctxscope bundle nor a HAR (JSON) file: {exc}") from exc
+            data = load_har(file, max_bytes)
             calls = list(read_har(data, label or f"import:{file.stem}"))
             for (ex, _), entry in zip(calls, data["log"]["entries"], strict=True):
                 ours = entry.get("_ctxscope")

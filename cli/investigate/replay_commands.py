@@ -73,7 +73,8 @@ def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeo
     try:
         row = get_call(db, resolve_call(db, call))
         assert row is not None  # resolved above
-        key = os.environ.get(api_key_env or key_env_for(row)) or None
+        env = api_key_env or key_env_for(row)  # none for an imported call of no known API: it gets no key
+        key = (os.environ.get(env) or None) if env else None
         req = build_request(db, row["id"], daemon_url, key=key, model=model, upstream=upstream,
                             edits=[parse_edit(e) for e in edits])  # fmt: skip
     except (ReplayError, AmbiguousCallId) as exc:

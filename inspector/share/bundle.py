@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
+from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, CappedStream, line_cap, mib, parse_json
+from ctxscope.inspector.share.imported import BadImport, mark_imported
 from ctxscope.proxy.exchange import Exchange
 
 try:  # Python 3.14+
@@ -24,7 +26,6 @@ except ImportError:  # pragma: no cover - depends on the interpreter
 
 FORMAT, VERSION = "ctxscope-bundle", 1
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-MAX_LINE = 1 << 31  # a call line longer than this is not ours
 
 
 def write_bundle(path: Path, calls: Iterable[Exported], header: dict[str, Any]) -> Iterator[str]:
@@ -42,33 +43,48 @@ def is_bundle(path: Path) -> bool:
         return f.read(4) == ZSTD_MAGIC
 
 
-def read_bundle(path: Path) -> tuple[dict, Iterator[tuple[Exchange, int, dict]]]:
-    """(header, calls): each call as (Exchange, capture epoch, analysis). BadExport when the file is
-    not a bundle of this version or a line is malformed."""
-    raw = zstd.open(path, "rb")
-    text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, Iterator[tuple[Exchange, int, dict]]]:
+    """(header, calls): each call as (Exchange, capture epoch, analysis), checked and marked as
+    imported (``share/imported.py``). BadExport when the file is not a bundle of this version, a
+    line is malformed or over ``line_cap(max_bytes)``, or it decodes to more than ``max_bytes``
+    (decompressed as a stream that stops there: a bomb costs no more than a line)."""
+    stream = io.BufferedReader(CappedStream(zstd.open(path, "rb"), max_bytes, "the bundle"))
+
+    max_line = line_cap(max_bytes)
+
+    def line() -> bytes:
+        data = stream.readline(max_line + 1)
+        if len(data) > max_line:
+            raise BadExport(f"a line of the bundle is over {mib(max_line)} (--max-size raises the limit)")
+        return data
+
     try:
-        header = json.loads(text.readline(MAX_LINE) or "null")
-    except (ValueError, zstd.ZstdError, UnicodeDecodeError) as exc:
-        text.close()
-        raise BadExport(f"not a ctxscope bundle: {exc}") from exc
+        header = parse_json(line() or b"null", "the bundle's header")
+    except (BadExport, zstd.ZstdError, OSError, EOFError) as exc:
+        stream.close()
+        raise BadExport(f"not a ctxscope bundle: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        text.close()
+        stream.close()
         raise BadExport("not a ctxscope bundle")
     if header.get("version") != VERSION:
-        text.close()
+        stream.close()
         raise BadExport(f"bundle version {header.get('version')!r}; this ctxscope reads version {VERSION}")
 
     def calls() -> Iterator[tuple[Exchange, int, dict]]:
-        with text:
-            for n, line in enumerate(text, 1):
+        with stream:
+            n = 0
+            while True:
+                n += 1
                 try:
-                    item = json.loads(line)
-                    yield exchange_from_fields(item["exchange"]), int(item.get("capture_epoch") or 0), dict(
-                        item.get("analysis") or {})
-                except BadExport as exc:
-                    raise BadExport(f"bundle call {n}: {exc}") from exc
-                except (ValueError, KeyError, TypeError, zstd.ZstdError) as exc:
-                    raise BadExport(f"bundle call {n}: {type(exc).__name__}: {exc}") from exc
+                    text = line()
+                    if not text:
+                        return
+                    item = parse_json(text, "the line")
+                    yield mark_imported(exchange_from_fields(item["exchange"]), FORMAT), int(
+                        item.get("capture_epoch") or 0), dict(item.get("analysis") or {})
+                except (BadExport, BadImport) as exc:
+                    raise BadExport(f"bundle call {n}: {exc}") from None
+                except (ValueError, KeyError, TypeError, zstd.ZstdError, OSError, EOFError) as exc:
+                    raise BadExport(f"bundle call {n}: {type(exc).__name__}: {exc}") from None
 
     return header, calls()

@@ -4,7 +4,9 @@ The stored headers had their secrets redacted; the command puts ``$ANTHROPIC_API
 variable the provider's SDK reads) where the key went, so running it needs the key in the
 environment and the command itself never holds one (docs/architecture.md, "Exports never carry a
 key"). The body goes byte for byte through ``head -c`` from a heredoc, or from a file when it is
-large, not text, or holds the heredoc's end line.
+large, not text, or holds the heredoc's end line. An imported call's command targets the daemon's
+route for its API, never the host its file named, and one of no known API gets no key at all
+(docs/architecture.md, "Imported calls choose no host").
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import secrets
 import shlex
 from dataclasses import dataclass
+from urllib.parse import quote
 
+from ctxscope.inspector.share.imported import ROUTES, UNKNOWN, is_imported
 from ctxscope.proxy.redaction.redact import REDACTED
 
 HEREDOC_MAX = 64 * 1024  # bigger bodies go to a file
@@ -23,28 +27,51 @@ _LEFT_OUT = frozenset({"host", "content-length", "connection", "keep-alive", "tr
 _KEY_HEADERS = {"x-api-key": "{}", "authorization": "Bearer {}", "x-goog-api-key": "{}", "api-key": "{}"}
 
 
+class NoRoute(ValueError):
+    """The call has no daemon route a key may be sent through (an imported call of no known API)."""
+
+
 @dataclass(frozen=True)
 class CurlCommand:
     text: str  # the shell command (a comment line first when something was left out)
     body_file: str | None  # the file the command reads the body from, when it needs one
-    key_env: str  # the environment variable holding the key
+    key_env: str | None  # the environment variable holding the key (None: the call gets no key)
 
 
-def key_env_for(call: dict) -> str:
-    """The variable the provider's own SDK reads its key from."""
-    where = f"{call.get('api') or ''} {call.get('provider') or ''}".lower()
-    if "anthropic" in where:
+def key_env_for(call: dict) -> str | None:
+    """The variable the provider's own SDK reads its key from, by the call's route and API (never a
+    host name); None for an imported call of no known API, which gets no key."""
+    provider, api = str(call.get("provider") or ""), str(call.get("api") or "")
+    if provider == UNKNOWN:
+        return None
+    if provider == "anthropic" or api.startswith("anthropic."):
         return "ANTHROPIC_API_KEY"
-    if "gemini" in where or "google" in where:
+    if provider == "gemini" or api.startswith("gemini."):
         return "GEMINI_API_KEY"
     return "OPENAI_API_KEY"
 
 
-def _url(call: dict, target: str | None, env: str) -> str:
+def daemon_route(call: dict, daemon_url: str) -> str:
+    """The base URL of the daemon's route for ``call`` (with its session label), e.g.
+    ``http://127.0.0.1:8787/s/LABEL/anthropic``. An imported call may only use the provider
+    routes; NoRoute when the call has none."""
+    provider = str(call.get("provider") or "")
+    if provider in ROUTES:
+        route = provider
+    elif provider.startswith("u/") and len(provider) > 2 and not is_imported(call):  # a configured upstream
+        route = "u/" + quote(provider[2:], safe="")
+    else:
+        raise NoRoute(f"call {call.get('id')} speaks no API ctxscope knows ({provider or 'no route'}): "
+                      "there is no daemon route to send it through with a key")  # fmt: skip
+    label = call.get("session_label")
+    return daemon_url.rstrip("/") + (f"/s/{quote(str(label), safe='')}" if label else "") + "/" + route
+
+
+def _url(call: dict, target: str | None, env: str | None) -> str:
     base = (target or call.get("upstream") or "").rstrip("/")
     query = call.get("query") or ""
     pieces = [shlex.quote(base + (call.get("path") or "") + ("?" if query else ""))]
-    for i, part in enumerate(query.split(_QUERY_REDACTED) if query else []):
+    for i, part in enumerate(query.split(_QUERY_REDACTED) if query and env else [query] if query else []):
         if i:
             pieces.append(f'"${{{env}}}"')
         if part:
@@ -75,8 +102,11 @@ def curl_command(
 
     ``body_decoded``: the body is the decoded form of a compressed one, so Content-Encoding is left
     out. ``target``: a base URL to send to instead of the captured upstream (the daemon's route, to
-    record the answer). ``body_file``: read the body from this file (the caller writes it) even
-    when a heredoc would do."""
+    record the answer); an imported call needs one (NoRoute without: its file chose the upstream).
+    ``body_file``: read the body from this file (the caller writes it) even when a heredoc would do."""
+    if target is None and is_imported(call):
+        raise NoRoute(f"call {call.get('id')} was imported: its command goes through the daemon's route, "
+                      "never the upstream its file named")  # fmt: skip
     env = key_env or key_env_for(call)
     left_out: list[str] = []
     lines = [f"curl -sS -X {shlex.quote(call.get('method') or 'POST')} {_url(call, target, env)}"]
@@ -90,7 +120,7 @@ def curl_command(
             compressed = True
             continue
         if value == REDACTED:
-            if low in _KEY_HEADERS:
+            if low in _KEY_HEADERS and env:
                 lines.append(f'-H "{name}: {_KEY_HEADERS[low].format("$" + env)}"')
             else:
                 left_out.append(name)

@@ -13,10 +13,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
+from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, mib, parse_json
+from ctxscope.inspector.share.imported import UNKNOWN, BadImport, check_label, mark_imported
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 
@@ -115,13 +118,11 @@ def _pairs(items: Any) -> tuple[tuple[str, str], ...]:
     return tuple((str(h["name"]), str(h["value"])) for h in items or () if isinstance(h, dict) and "name" in h)
 
 
-def _provider(url: str) -> tuple[str, str, str, str]:
-    """(provider, upstream, path, query) of a foreign entry's URL."""
+def _upstream(url: str) -> tuple[str, str, str]:
+    """(upstream, path, query) of a foreign entry's URL: the upstream is only what the file said
+    (an imported call's route comes from its path and body: ``share/imported.py``)."""
     parts = urlsplit(url)
-    host = parts.hostname or "unknown"
-    provider = "anthropic" if host.endswith("anthropic.com") else "openai" if host.endswith("openai.com") else (
-        "u/" + host)
-    return provider, f"{parts.scheme}://{parts.netloc}", parts.path, parts.query
+    return f"{parts.scheme}://{parts.netloc}", parts.path, parts.query
 
 
 def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchange, int | None]:
@@ -142,25 +143,33 @@ def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchang
                           request_body=base64.b64encode(req_body).decode(),
                           response_body=base64.b64encode(resp_body).decode())  # fmt: skip
             epoch = ours.get("capture_epoch")
-            return exchange_from_fields(fields), int(epoch) if epoch is not None else None
+            return mark_imported(exchange_from_fields(fields), "har"), int(epoch) if epoch is not None else None
         started = datetime.fromisoformat(str(entry["startedDateTime"]).replace("Z", "+00:00")).timestamp()
         total = float(entry.get("time") or 0) / 1000.0
         wait = (entry.get("timings") or {}).get("wait")
-        provider, upstream, path, query = _provider(str(request["url"]))
+        upstream, path, query = _upstream(str(request["url"]))
         status = int(response.get("status") or 0) or None
-        return Exchange(
-            id=f"har{int(started * 1e6):016x}{n:06x}", provider=provider, upstream=upstream,
+        return mark_imported(Exchange(
+            id=f"har{int(started * 1e6):016x}{n:06x}", provider=UNKNOWN, upstream=upstream,
             method=str(request["method"]), path=path, query=query, session_label=label, annotations=(),
             request_headers=req_headers, key_fingerprint=None, request_body=req_body, status=status,
             response_headers=resp_headers, response_body=resp_body, started_at=started,
             first_byte_at=started + float(wait) / 1000.0 if isinstance(wait, (int, float)) and wait >= 0 else None,
             ended_at=started + total, outcome="ok" if status else "upstream_unreachable",
             client=_header(req_headers, "user-agent"),
-        ), None  # fmt: skip
-    except BadExport:
-        raise
+        ), "har"), None  # fmt: skip
+    except (BadExport, BadImport) as exc:
+        raise BadExport(f"HAR entry {n}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadExport(f"HAR entry {n}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_har(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> Any:
+    """A HAR file parsed, refused (BadExport, one line) above ``max_bytes`` or nested too deep."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise BadExport(f"the file is {mib(size)}, over {mib(max_bytes)} (--max-size raises the limit)")
+    return parse_json(path.read_bytes(), "the file")
 
 
 def read_har(data: Any, label: str | None) -> Iterator[tuple[Exchange, int | None]]:
@@ -171,6 +180,10 @@ def read_har(data: Any, label: str | None) -> Iterator[tuple[Exchange, int | Non
         raise BadExport("not a HAR file: no log.entries") from exc
     if not isinstance(entries, list):
         raise BadExport("not a HAR file: log.entries is not a list")
+    try:
+        check_label(label)
+    except BadImport as exc:
+        raise BadExport(str(exc)) from None
     for n, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise BadExport(f"HAR entry {n} is not an object")

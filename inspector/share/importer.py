@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ctxscope.inspector.share.exchanges import ANALYSIS_KEYS
+from ctxscope.inspector.share.imported import is_marked, mark_imported
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
@@ -33,7 +34,9 @@ def import_calls(
     db_path: Path, calls: Sequence[tuple[Exchange, int | None]], analyzers: Sequence[Analyzer], *, batch: int = 100
 ) -> Iterator[Imported]:
     """Store and analyse ``calls`` ((exchange, capture epoch or None)), yielding each as it is done."""
-    ordered = sorted(calls, key=lambda c: (c[0].started_at, c[0].id))
+    # Every imported call carries the mark (the readers set it; a caller that did not gets it here).
+    ordered = sorted(((ex if is_marked(ex) else mark_imported(ex, "file"), epoch) for ex, epoch in calls),
+                     key=lambda c: (c[0].started_at, c[0].id))  # fmt: skip
     db = store.connect(db_path)
     try:
         base = store.next_capture_epoch(db)

@@ -5,7 +5,9 @@ the given pointers), the headers as stored less the redacted ones, and the key f
 environment where the key was. Annotations put the replay in a session of its own
 (``replay:<original id>``) and name the original (``x-ctxscope-replay-of``); ``ReplayLinker``, a
 writer analyzer, turns that into the ``replay_of`` column. The key is never stored: the proxy
-redacts it like any other (docs/architecture.md, "Replay").
+redacts it like any other (docs/architecture.md, "Replay"). The request goes to the daemon's URL
+the caller gives (its own socket's address in the UI, ``--daemon`` in the CLI), to the route of
+the call's provider, never to a host the store names ("Imported calls choose no host").
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ctxscope.inspector.analyses.prices import PriceTable
-from ctxscope.inspector.share.curl import key_env_for
+from ctxscope.inspector.share.curl import NoRoute, daemon_route, key_env_for
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
@@ -35,6 +37,15 @@ _KEY_HEADERS = {"x-api-key": "{}", "authorization": "Bearer {}", "x-goog-api-key
 
 class ReplayError(ValueError):
     """The call cannot be replayed as asked: no body, a bad edit, no key in the environment."""
+
+
+def _missing_key(row: dict, where: str) -> ReplayError:
+    env = key_env_for(row)
+    if env is None:
+        return ReplayError(f"the call was sent with a key ({where}), but it was imported and speaks no API "
+                           "ctxscope knows: no key is sent for it")  # fmt: skip
+    return ReplayError(f"the call was sent with a key ({where}): put it in ${env} "
+                       "or name the variable with --api-key-env")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,17 +136,25 @@ def build_request(
             if low not in _KEY_HEADERS:
                 continue  # a cookie or token we cannot restore: sent without it
             if not key:
-                raise ReplayError(f"the call was sent with a key ({name}): put it in ${key_env_for(row)} "
-                                  "or name the variable with --api-key-env")  # fmt: skip
+                raise _missing_key(row, name)
             value = _KEY_HEADERS[low].format(key)
         headers.append((name, value))
     query = row.get("query") or ""
     if _QUERY_REDACTED in query:
         if not key:
-            raise ReplayError(f"the call's query held a key: put it in ${key_env_for(row)} or use --api-key-env")
+            raise _missing_key(row, "in the query")
         query = query.replace(_QUERY_REDACTED, quote(key, safe=""))
-    route = f"u/{upstream}" if upstream else str(row.get("provider") or "")
-    url = daemon_url.rstrip("/") + "/" + route + (row.get("path") or "") + ("?" + query if query else "")
+    if upstream is not None:  # the user's choice: one of the daemon's configured upstreams
+        base = daemon_url.rstrip("/") + "/u/" + quote(upstream, safe="")
+    else:
+        try:  # (no label in the route: the replay has a session of its own, by its header)
+            base = daemon_route({**row, "session_label": None}, daemon_url)
+        except NoRoute as exc:
+            raise ReplayError(str(exc)) from None
+    path = str(row.get("path") or "/")
+    url = base + (path if path.startswith("/") else "/" + path) + ("?" + query if query else "")
+    if urlsplit(url).netloc != urlsplit(daemon_url).netloc:  # a stored path can never move the host
+        raise ReplayError(f"call {row['id']}'s stored path would leave the daemon at {daemon_url}")
     nonce, session = secrets.token_hex(8), f"replay:{row['id']}"
     headers += [(SESSION, session), (REPLAY_OF, row["id"]), (REPLAY_ID, nonce)]
     return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
