@@ -10,10 +10,25 @@ import time
 from pathlib import Path
 
 import pytest
-import sdk_clients
 from aiohttp import web
-from loop_thread import LoopThread
-from web_fixtures import Loop, launch_browser
+
+from support import sdk_clients
+from support.loop_thread import LoopThread
+from support.web_fixtures import Loop, launch_browser
+
+TESTS = Path(__file__).resolve().parent
+BROWSER_FIXTURES = frozenset({"browser", "page"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The folder and the fixtures say what a test is: ``e2e`` under tests/e2e/, ``browser`` when
+    it opens a page (CONTRIBUTING.md); ``slow`` is marked where the test is defined."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        if folder == "browser" or BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
 
 
 class RecordingSimulator:

@@ -3,7 +3,7 @@
 The answer maps each ``StrEnum`` of the vocabulary (``RelationKind``, ``EpochReason``,
 ``CacheVerdict``, ``Outcome``, ``MarkerKind``, ``Api``...) to its members, name -> value, in
 definition order: the page lists a filter's options from it and compares values through it. Every
-``StrEnum`` of the modules named here is served (tests/test_web_vocabulary.py checks that no
+``StrEnum`` of the modules named here is served (tests/browser/test_web_vocabulary.py checks that no
 module of the vocabulary is missing from them). Under ``"words"`` it serves the words people read
 for some of those values (``ctxscope.vocab.words``: ``APPEND_ONLY`` -> "append"), by enum name then
 value, so the badges and the filters print the CLI's words from the one table.

@@ -69,7 +69,7 @@ class Recorder:
         request = redact_request(self.headers, self.query, salt)
         extra = {"proxy_error_body": self.synthetic_body.decode()} if self.synthetic_body else {}
         route = self.route
-        return ex.Exchange(  # positional, in the fields' order (tests/test_proxy_exchange.py checks it)
+        return ex.Exchange(  # positional, in the fields' order (tests/proxy/test_proxy_exchange.py checks it)
             new_call_id(),  # id
             route.provider,  # provider
             route.upstream.base_url,  # upstream

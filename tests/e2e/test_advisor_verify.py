@@ -1,0 +1,118 @@
+"""`advise --verify`: the advice replayed through the simulator of a running `ctxscope serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ctxscope.main import cli
+
+from support.factories import T0, analysed, make_exchange
+from support.inspector_bodies import claude_code_turns, default_system, long_text
+
+TOKEN = "advisor-verify-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def daemon_url(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    env = dict(os.environ, CTXSCOPE_HOME=str(tmp / "home"), CTXSCOPE_SIM_TOKEN=TOKEN)
+    with open(tmp / "serve.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db",
+                                 str(tmp / "serve.db")], stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        found = re.search(r"listening on (http://\S+)", "".join(lines))
+        assert found, "".join(lines)
+        yield found.group(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _filler(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def _claude_code_like(calls: int, gaps: list[float]) -> list:
+    """A Claude Code-shaped session (many tools, a system prompt in blocks, tool rounds) with its
+    breakpoints stripped: no cache_control anywhere."""
+    tools = [{"name": n, "description": _filler(180, n), "input_schema": {"type": "object", "properties": {
+        "path": {"type": "string"}}}} for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")]
+    system = [{"type": "text", "text": "You are Claude Code, a coding agent."},
+              {"type": "text", "text": _filler(2200, "policy")}]
+    messages: list = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
+    out, t = [], 0.0
+    for i in range(calls):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "tools": tools,
+                "messages": json.loads(json.dumps(messages))}
+        out.append(make_exchange(request=body, started_at=T0 + t, session_label="cc"))
+        t += gaps[i] if i < len(gaps) else 20.0
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}
+        messages += [{"role": "assistant", "content": [use]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                   "content": _filler(400, f"line{i}x")}]}]
+    return out
+
+
+@pytest.mark.parametrize("gaps", [[20.0] * 7, [20.0, 400.0, 20.0, 700.0, 20.0, 20.0, 20.0]])
+def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, daemon_url, gaps):
+    analysed(tmp_path / "c.db", _claude_code_like(8, gaps))
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+                                      daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    v = data["verify"]
+    assert data["best"] != "as_sent" and v["best"] == data["best"]
+    assert v["as_sent"]["cache_read"] == 0 and v["best_simulated"]["cache_read"] > 0  # the simulator read the cache
+    assert v["simulated_saving_pct"] > 20 and v["error_pts"] <= 5, v
+
+    text = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url", daemon_url],
+                              env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    assert text.exit_code == 0 and "verified in the simulator: predicted saving" in text.output
+
+
+def _stripped(value):
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k != "cache_control"}
+    return [_stripped(v) for v in value] if isinstance(value, list) else value
+
+
+def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_url):
+    system = default_system(" " + long_text(2500))  # a Claude Code-sized system prompt
+    bodies = [_stripped(b) for b in claude_code_turns(10, system=system, reminders=(3, 6))]
+    assert "cache_control" not in json.dumps(bodies)
+    analysed(tmp_path / "c.db", [make_exchange(request=b, started_at=T0 + 15 * i, session_label="cc")
+                                 for i, b in enumerate(bodies)])  # fmt: skip
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+                                      daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    v = data["verify"]
+    assert data["advice"].startswith("add breakpoints at")
+    assert v["best_simulated"]["cache_read"] > 0 and v["simulated_saving_pct"] > 0 and v["error_pts"] <= 5, v
+
+
+def test_verify_without_a_daemon_says_so(tmp_path):
+    analysed(tmp_path / "c.db", _claude_code_like(3, []))
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+                                      "http://127.0.0.1:9"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    assert result.exit_code != 0 and "cannot replay through the simulator" in result.output

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fixtures' building blocks, clients, a real `ctxscope serve`."""
