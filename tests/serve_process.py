@@ -1,4 +1,7 @@
-"""A real `ctxscope serve` in a process of its own, for tests that read its processes from /proc."""
+"""A real `ctxscope serve` in a process of its own, for tests that read its processes from /proc.
+
+It is started by the installed `ctxscope` command (next to this Python), as a user starts it: that
+entry point runs on uvloop, which `python -m ctxscope.main` would not show."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
+
+CTXSCOPE = Path(sys.executable).parent / "ctxscope"
 
 
 def free_port() -> int:
@@ -29,7 +34,7 @@ def running_serve(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port),
+        proc = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(port),
                                  "--db", str(tmp_path / "c.db"), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
