@@ -182,7 +182,15 @@ class ConnectProxy:
 
     def _tunnel(self, transport: asyncio.Transport, host: str, port: int, rest: bytes) -> None:
         """A blind tunnel to the CONNECT target: bytes both ways, nothing recorded."""
-        tunnel = BlindTunnel(transport, self.limits.tunnel_idle_timeout, self._released(transport))
+        released = self._released(transport)
+        task: asyncio.Task | None = None
+
+        def closed() -> None:  # a client that left while the connect is pending stops it
+            released()
+            if task is not None and not task.done():
+                task.cancel()
+
+        tunnel = BlindTunnel(transport, self.limits.tunnel_idle_timeout, closed)
         self._open[transport] = tunnel.abort
         tunnel.client.connection_made(transport)
         if rest:
