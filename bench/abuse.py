@@ -33,6 +33,7 @@ import abuse_cases_limits as limits
 import abuse_cases_outcomes as outcomes
 import abuse_cases_plane as plane
 import abuse_cases_remote as remote
+import abuse_cases_tunnels as tunnels
 from abuse_ctx import Case, Ctx, Limits, Result, Stored, read_calls, row_tag
 from abuse_procs import Background, RssSampler, env_for, start_daemon, stop_daemon
 from abuse_upstreams import Upstreams
@@ -66,8 +67,14 @@ CASES = [
     Case("import_foreign_host", keys.import_foreign_host, 60),
     Case("import_zstd_bomb", keys.import_zstd_bomb, 120),
     Case("home_mode", keys.home_mode, 30),
+    Case("tls_handshake_race", tunnels.tls_handshake_race, 90),
+    Case("tunnel_fd_leak", tunnels.tunnel_fd_leak, 90),
+    Case("tunnel_max_connections", tunnels.tunnel_max_connections, 90),
+    Case("tunnel_idle_and_trickle", tunnels.tunnel_idle_and_trickle, 40),
+    Case("pending_tunnel_500mb", tunnels.pending_tunnel_500mb, 60),
+    Case("ca_rotation_bundle", tunnels.ca_rotation_bundle, 90),
 ]
-RUN_BUDGET = 420.0  # seconds for all cases together: what is left after it is not run
+RUN_BUDGET = 600.0  # seconds for all cases together: what is left after it is not run
 
 
 def log(text: str) -> None:

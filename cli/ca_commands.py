@@ -15,22 +15,26 @@ if TYPE_CHECKING:
     from ctxscope.proxy.sockets.ca import LocalCA
 
 
-def local_ca() -> LocalCA:
-    """The CA in $CTXSCOPE_HOME/ca/, made now if there is none (cryptography is imported only here)."""
+def local_ca(upstreams: dict[str, str] | None = None) -> LocalCA:
+    """The CA in $CTXSCOPE_HOME/ca/, made now if there is none or if it may not vouch for the hosts of
+    ``upstreams`` (default: the built-in ones); its bundle rebuilt if stale (cryptography is
+    imported only here)."""
+    from ctxscope.proxy.forward.routing import DEFAULT_UPSTREAMS
     from ctxscope.proxy.sockets.ca import LocalCA
+    from ctxscope.proxy.sockets.intercepted import intercepted_hosts
 
     try:
         home = ensure_home()
     except OSError as exc:
         raise click.ClickException(f"cannot create ctxscope's home: {exc}") from None
-    return LocalCA(home / "ca")
+    return LocalCA(home / "ca", tuple(intercepted_hosts(upstreams or DEFAULT_UPSTREAMS)))
 
 
-def proxy_environment(url: str) -> dict[str, str]:
+def proxy_environment(url: str, upstreams: dict[str, str] | None = None) -> dict[str, str]:
     """What makes clients without a base-URL setting use the daemon as their HTTPS proxy and trust
     its CA: the bundle (system roots plus ours) where a variable replaces the roots, our CA alone
     where it adds to them; the daemon itself is reached directly."""
-    ca = local_ca()
+    ca = local_ca(upstreams)
     return {
         "HTTPS_PROXY": url,
         "NO_PROXY": "127.0.0.1,localhost,::1",
@@ -64,5 +68,5 @@ def env(port, config_file):
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else cfg.host
-    for name, value in proxy_environment(f"http://{host}:{cfg.port}").items():
+    for name, value in proxy_environment(f"http://{host}:{cfg.port}", cfg.upstreams).items():
         click.echo(f"export {name}={value}")

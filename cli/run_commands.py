@@ -186,7 +186,7 @@ def run(label, host, port, db_path, upstreams, config_file, command):
         click.echo(f"ctxscope: started the daemon at {url} (pid {pid}, log {log_path}); it keeps running",
                    err=True)
     label = label or default_label(command[0])
-    env = {**os.environ, **proxy_environment(url), **client_environment(url, label)}
+    env = {**os.environ, **proxy_environment(url, cfg.upstreams), **client_environment(url, label)}
     code = _run_child(list(command), env)
     click.echo(f"ctxscope: session {label!r}: {url}/#/session/{quote(label, safe='')}", err=True)
     sys.exit(code if code >= 0 else 128 - code)

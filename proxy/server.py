@@ -34,13 +34,13 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
     if ca_folder is not None:
         folder = ca_folder
 
-        def local_ca():  # made on the first intercepted CONNECT (cryptography is imported only then)
+        def local_ca(hosts):  # made on the first intercepted CONNECT (cryptography is imported only then)
             from ctxscope.proxy.sockets.ca import LocalCA
 
-            return LocalCA(folder)
+            return LocalCA(folder, hosts)
 
         connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle_intercepted,
-                                                  settings.connect_timeout, settings.limits.header_timeout)
+                                                  settings.limits, settings.connect_timeout)
 
     async def on_startup(app: web.Application) -> None:
         await app[FORWARDER_KEY].start()
@@ -73,10 +73,8 @@ def make_runner(app: web.Application, limits: Limits | None = None) -> web.AppRu
     if limits is None:
         forwarder = app.get(FORWARDER_KEY)
         limits = forwarder.settings.limits if forwarder is not None else Limits()
-    connect = app.get(CONNECT_KEY)
-    first_bytes = connect.protocol if connect is not None else None
     return ProxyRunner(
-        app, limits, first_bytes=first_bytes, auto_decompress=False, access_log=None, handler_cancellation=False,
+        app, limits, tunnels=app.get(CONNECT_KEY), auto_decompress=False, access_log=None, handler_cancellation=False,
         keepalive_timeout=limits.keepalive_timeout, shutdown_timeout=limits.shutdown_grace,
     )
 

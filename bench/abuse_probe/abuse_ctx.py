@@ -45,6 +45,7 @@ class Limits:
     max_connections: int = 64
     max_body_bytes: int = 64 << 20
     max_decoded_bytes: int = 32 << 20
+    tunnel_idle_timeout: float = 3.0
 
     def toml(self) -> str:
         lines = ["[limits]"] + [f"{k} = {v}" for k, v in vars(self).items()]

@@ -30,6 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
@@ -86,6 +87,19 @@ class _OncePerSecond:
         log.info("%s%s", message, f" (and {quiet} more like it in the last second)" if quiet else "")
 
 
+class Tunnels(Protocol):
+    """The forward proxy as the guard sees it (proxy/sockets/connect.py): it decides on a
+    connection's first bytes whether it is a CONNECT or aiohttp's, and its open tunnels (and the
+    connections still being sniffed) count against ``max_connections`` with aiohttp's own."""
+
+    def protocol(self, fallback: Callable[[], RequestHandler]) -> asyncio.Protocol: ...
+
+    def attach(self, guard: GuardedServer) -> None: ...
+
+    @property
+    def open_count(self) -> int: ...
+
+
 class GuardedServer(Server):
     """aiohttp's Server, making guarded connections; ``counts`` says what the guards did."""
 
@@ -97,14 +111,17 @@ class GuardedServer(Server):
         self.limits = limits
         self.counts = {"header_timeouts": 0, "idle_closed": 0, "body_stalls": 0, "refused": 0, "client_errors": 0}
         self.log = _OncePerSecond()
-        # Set by the server when it also serves CONNECT: given the usual protocol's factory, it returns
-        # the protocol that decides on a connection's first bytes which of the two it gets.
-        self.first_bytes: Callable[[Callable[[], RequestHandler]], asyncio.Protocol] | None = None
+        self.tunnels: Tunnels | None = None  # set by the runner when the port also serves CONNECT
 
     def __call__(self) -> RequestHandler:
-        if self.first_bytes is not None:
-            return self.first_bytes(self._guarded)  # type: ignore[return-value]
+        if self.tunnels is not None:
+            return self.tunnels.protocol(self._guarded)  # type: ignore[return-value]
         return GuardedHandler(self, loop=self._loop, **self._kwargs)
+
+    def load(self) -> int:
+        """Connections that count against ``max_connections``: aiohttp's and the forward proxy's."""
+        tunnels = self.tunnels
+        return len(self._connections) + (tunnels.open_count if tunnels is not None else 0)
 
     def _guarded(self) -> RequestHandler:
         return GuardedHandler(self, loop=self._loop, **self._kwargs)
@@ -151,7 +168,7 @@ class GuardedHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
-        if len(guard._connections) >= guard.limits.max_connections:
+        if guard.load() >= guard.limits.max_connections:
             self._refuse(transport)
             return
         super().connection_made(transport)
@@ -291,12 +308,14 @@ class GuardedHandler(RequestHandler):
 class ProxyRunner(web.AppRunner):
     """An AppRunner whose connections are guarded by ``limits``."""
 
-    def __init__(self, app: web.Application, limits: Limits, first_bytes=None, **kwargs):
+    def __init__(self, app: web.Application, limits: Limits, tunnels: Tunnels | None = None, **kwargs):
         super().__init__(app, **kwargs)
         self._limits = limits
-        self._first_bytes = first_bytes
+        self._tunnels = tunnels
 
     async def _make_server(self) -> Server:
         server = GuardedServer(await super()._make_server(), self._limits)
-        server.first_bytes = self._first_bytes
+        if self._tunnels is not None:
+            server.tunnels = self._tunnels
+            self._tunnels.attach(server)
         return server

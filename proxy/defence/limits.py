@@ -23,7 +23,8 @@ class Limits:
     header_timeout: float = 15.0  # from a connection's first byte (or its opening) to a complete request head
     body_timeout: float = 30.0  # a request body that brings less than BODY_PROGRESS bytes in this long is cut
     keepalive_timeout: float = 75.0  # an idle keep-alive connection is closed after this long
-    max_connections: int = 512  # client connections at once; more are answered 503 and closed
+    max_connections: int = 512  # client connections at once, CONNECT tunnels included; more are answered 503
+    tunnel_idle_timeout: float = 300.0  # a blind CONNECT tunnel with no byte either way for this long is closed
     max_body_bytes: int = 256 * 2**20  # a larger request body gets a provider-shaped 413
     max_decoded_bytes: int = 128 * 2**20  # a body decoding to more is stored as sent, not analysed
     shutdown_grace: float = 60.0  # how long stopping waits for open calls before cutting them

@@ -6,6 +6,12 @@ with TLS under a certificate of the local CA, and the HTTP inside is handed to t
 it had come to that upstream's route (``/openai/...``, ``/u/NAME/...``): so it goes to the
 upstream's configured URL and is recorded like base-URL traffic. Every other CONNECT is a blind
 tunnel to its target, never recorded. Nothing goes anywhere else.
+
+The protocol that reads the CONNECT head gives the connection away in the same call that finds the
+head's end, with the bytes that came after it: nothing after the head is parsed as a second head or
+lost (``tls.py`` says why ``loop.start_tls`` is not used). Every tunnel counts against
+``max_connections`` like a direct connection; the HTTP inside an intercepted one runs under the
+same guard (header, body and keep-alive timeouts) as direct connections.
 """
 
 from __future__ import annotations
@@ -14,22 +20,27 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
+
+from ctxscope.proxy.defence.connection import BUSY_RESPONSE, GuardedHandler, GuardedServer
+from ctxscope.proxy.defence.limits import Limits
+from ctxscope.proxy.sockets.intercepted import intercepted_hosts
+from ctxscope.proxy.sockets.tls import TLSServer
+from ctxscope.proxy.sockets.tunnel import BlindTunnel
 
 if TYPE_CHECKING:
     from ctxscope.proxy.sockets.ca import LocalCA
 
 log = logging.getLogger("ctxscope.proxy")
 
-PROVIDER_HOSTS = {"anthropic": "api.anthropic.com", "openai": "api.openai.com",
-                  "gemini": "generativelanguage.googleapis.com"}  # fmt: skip
 MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"CONNECT ([^\s]+) HTTP/1\.[01]\r\n", re.IGNORECASE)
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -37,20 +48,7 @@ _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: cl
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _FORBIDDEN = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def intercepted_hosts(upstreams: dict[str, str]) -> dict[str, str]:
-    """Host -> the route prefix its traffic takes: the provider hosts of the built-in names, and the
-    hosts of the other upstreams' https URLs."""
-    hosts: dict[str, str] = {}
-    for name, url in upstreams.items():
-        prefix = f"/{name}" if name in PROVIDER_HOSTS else f"/u/{quote(name, safe='')}"
-        if name in PROVIDER_HOSTS:
-            hosts[PROVIDER_HOSTS[name]] = prefix
-        parts = urlsplit(url)
-        if parts.scheme == "https" and parts.hostname:
-            hosts.setdefault(parts.hostname.lower(), prefix)
-    return hosts
+CAFactory = Callable[[Collection[str]], "LocalCA"]
 
 
 def split_target(target: str) -> tuple[str, int]:
@@ -58,35 +56,80 @@ def split_target(target: str) -> tuple[str, int]:
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
         raise ValueError(f"bad CONNECT target {target!r}")
-    return host.strip("[]").lower(), int(port)
+    return host.strip("[]").lower().rstrip("."), int(port)
 
 
 def _loopback_peer(transport: asyncio.BaseTransport) -> bool:
     peer = transport.get_extra_info("peername")
     try:
         return bool(peer) and ipaddress.ip_address(peer[0]).is_loopback
-    except ValueError:
+    except (ValueError, TypeError, IndexError):
         return False
+
+
+def _answer(transport: asyncio.BaseTransport, response: bytes) -> None:
+    if not transport.is_closing():
+        transport.write(response)  # type: ignore[attr-defined]
+        transport.close()
 
 
 class ConnectProxy:
     """Serves CONNECT requests; ``handler`` is the forwarder's (it gets the rewritten requests)."""
 
-    def __init__(self, upstreams: dict[str, str], ca: Callable[[], LocalCA], handler: Handler,
-                 connect_timeout: float = 30.0, head_timeout: float = 15.0):
+    def __init__(self, upstreams: dict[str, str], ca: CAFactory, handler: Handler, limits: Limits,
+                 connect_timeout: float = 30.0):
         self.hosts = intercepted_hosts(upstreams)
-        self._ca_factory: Callable[[], LocalCA] = ca
+        self._ca_factory = ca
         self._ca: LocalCA | None = None
-        self.handler, self.connect_timeout, self.head_timeout = handler, connect_timeout, head_timeout
-        self._server = web.Server(self._inside, access_log=None, auto_decompress=False)
-        self._tasks: set[asyncio.Task] = set()
-        self._transports: set[asyncio.BaseTransport] = set()
+        self._ca_stamp: tuple[int, int, int] | None = None
+        self.handler, self.limits, self.connect_timeout = handler, limits, connect_timeout
+        self.head_timeout = limits.header_timeout
+        self._guard: GuardedServer | None = None  # the daemon's own connections (attach)
+        self._inner: GuardedServer | None = None  # the HTTP inside intercepted tunnels
+        self.sniffing = 0  # connections whose first bytes have not said what they are yet
+        self._open: dict[asyncio.BaseTransport, Callable[[], None]] = {}  # client socket -> how to abort it
         self._prefixes: dict[asyncio.BaseTransport, str] = {}  # intercepted TLS transport -> route prefix
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- what the connection guard sees (proxy/defence/connection.py, Tunnels)
+
+    def attach(self, guard: GuardedServer) -> None:
+        """Called by the runner: tunnels count against ``guard``'s limit and report through it."""
+        self._guard = guard
+        self.limits, self.head_timeout = guard.limits, guard.limits.header_timeout
+        base = web.Server(self._inside, access_log=None, auto_decompress=False, handler_cancellation=False,
+                          keepalive_timeout=self.limits.keepalive_timeout)  # fmt: skip
+        # The tunnel itself was counted when it opened: its HTTP is never refused for the count.
+        self._inner = GuardedServer(base, replace(self.limits, max_connections=2**31 - 1))
+        self._inner.counts, self._inner.log = guard.counts, guard.log
+
+    @property
+    def open_count(self) -> int:
+        return self.sniffing + len(self._open)
+
+    def protocol(self, fallback: Callable[[], RequestHandler]) -> asyncio.Protocol:
+        """The protocol of a new connection: sniffs for CONNECT, else becomes ``fallback()``'s."""
+        return _FirstBytes(self, fallback)
+
+    def _info(self, kind: str, message: str) -> None:
+        if self._guard is not None:
+            self._guard.log.info(kind, message)
+        else:
+            log.info("%s", message)
 
     @property
     def ca(self) -> LocalCA:
-        if self._ca is None:
-            self._ca = self._ca_factory()
+        """The local CA, loaded again when its certificate on disk changed (it was rotated)."""
+        stamp = None
+        if self._ca is not None:
+            with contextlib.suppress(OSError):
+                st = os.stat(self._ca.cert_path)
+                stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._ca is None or stamp != self._ca_stamp:
+            self._ca = self._ca_factory(tuple(self.hosts))
+            with contextlib.suppress(OSError):
+                st = os.stat(self._ca.cert_path)
+                self._ca_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         return self._ca
 
     async def _inside(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -94,200 +137,175 @@ class ConnectProxy:
         prefix = self._prefixes.get(request.transport) if request.transport is not None else None
         if prefix is None:  # the tunnel closed under it
             return web.Response(status=502)
-        cloned = request.clone(rel_url=URL(prefix + request.raw_path, encoded=True))
+        raw = request.raw_path
+        if not raw.startswith("/"):  # absolute-form or '*': not a request for this host's paths
+            return web.Response(status=400, text="ctxscope: a request inside a tunnel must be for a path\n")
+        try:
+            cloned = request.clone(rel_url=URL(prefix + raw, encoded=True))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"ctxscope: bad request target: {exc}\n"[:300])
         return await self.handler(cloned)  # type: ignore[arg-type]
 
-    def protocol(self, fallback: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
-        """The protocol of a new connection: sniffs for CONNECT, else becomes ``fallback()``'s."""
-        return _FirstBytes(self, fallback)
+    # -- a CONNECT head has arrived
 
-    def start(self, transport: asyncio.Transport, head: bytes, rest: bytes) -> None:
-        task = asyncio.ensure_future(self._serve(transport, head, rest))
+    def accept(self, transport: asyncio.Transport, head: bytes, rest: bytes) -> None:
+        """Decide now, before any more bytes are read: refuse, tunnel blind or intercept."""
+        found = _REQUEST_LINE.match(head)
+        try:
+            host, port = split_target(found.group(1).decode("latin-1")) if found else ("", 0)
+        except ValueError:
+            found = None
+        if not found or not host:
+            self._info("connect_bad", "refused a malformed CONNECT request (400)")
+            _answer(transport, _BAD_REQUEST)
+            return
+        guard = self._guard
+        if guard is not None and guard.load() >= self.limits.max_connections:
+            guard.counts["refused"] += 1
+            self._info("refused", f"refused a CONNECT: {self.limits.max_connections} connections are open "
+                                  "(the max_connections limit); answered 503")  # fmt: skip
+            _answer(transport, BUSY_RESPONSE)
+            return
+        prefix = self.hosts.get(host) if port == 443 else None
+        if prefix is None and not _loopback_peer(transport):  # never an open proxy for other machines
+            _answer(transport, _FORBIDDEN)
+        elif prefix is None:
+            self._tunnel(transport, host, port, rest)
+        else:
+            self._intercept(transport, host, prefix, rest)
+
+    def _released(self, transport: asyncio.BaseTransport) -> Callable[[], None]:
+        def release() -> None:
+            self._open.pop(transport, None)
+
+        return release
+
+    def _tunnel(self, transport: asyncio.Transport, host: str, port: int, rest: bytes) -> None:
+        """A blind tunnel to the CONNECT target: bytes both ways, nothing recorded."""
+        released = self._released(transport)
+        task: asyncio.Task | None = None
+
+        def closed() -> None:  # a client that left while the connect is pending stops it
+            released()
+            if task is not None and not task.done():
+                task.cancel()
+
+        tunnel = BlindTunnel(transport, self.limits.tunnel_idle_timeout, closed)
+        self._open[transport] = tunnel.abort
+        tunnel.client.connection_made(transport)
+        if rest:
+            tunnel.client.data_received(rest)
+        task = asyncio.ensure_future(self._reach(tunnel, host, port))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _reach(self, tunnel: BlindTunnel, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            there, side = await asyncio.wait_for(loop.create_connection(tunnel.target_side, host, port),
+                                                 self.connect_timeout)  # fmt: skip
+        except (OSError, TimeoutError, ValueError, UnicodeError) as exc:  # unreachable, or a name that is none
+            self._info("connect_failed", f"CONNECT {host}:{port} failed: {' '.join(str(exc).split())[:200]} (502)")
+            _answer(tunnel.client.transport, _BAD_GATEWAY)
+            tunnel.close()
+            return
+        except asyncio.CancelledError:
+            tunnel.abort()
+            raise
+        tunnel.connected(there, side, _ESTABLISHED)
+
+    def _intercept(self, transport: asyncio.Transport, host: str, prefix: str, rest: bytes) -> None:
+        """TLS as ``host`` under the local CA; the HTTP inside goes to the forwarder under ``prefix``."""
+        inner_server = self._inner
+        try:
+            context = self.ca.server_context(host)
+        except (OSError, ValueError) as exc:  # an unreadable or foreign CA on disk
+            self._info("ca_failed", f"cannot intercept {host}: the local CA failed: {exc} (502)")
+            _answer(transport, _BAD_GATEWAY)
+            return
+        if inner_server is None:
+            raise RuntimeError("ConnectProxy.attach was not called")
+        inner = GuardedHandler(inner_server, loop=asyncio.get_running_loop(), **inner_server._kwargs)
+        released = self._released(transport)
+
+        def lost() -> None:
+            self._prefixes.pop(tls.inner, None)
+            released()
+
+        tls = TLSServer(context, inner, self.limits.header_timeout,
+                        lambda why: self._info("tls_failed", f"TLS for intercepted {host} failed: {why}"), lost)
+        self._open[transport] = transport.abort
+        self._prefixes[tls.inner] = prefix
+        transport.write(_ESTABLISHED)
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+        if rest:  # a ClientHello sent in the same write as the CONNECT
+            tls.data_received(rest)
+
     async def shutdown(self) -> None:
-        for transport in list(self._transports):
-            transport.close()
-        await self._server.shutdown(1.0)
+        """The daemon stops: the HTTP inside tunnels ends as aiohttp ends it, then every socket goes."""
+        if self._inner is not None:
+            await self._inner.shutdown(1.0)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
-
-    async def _serve(self, transport: asyncio.Transport, head: bytes, rest: bytes) -> None:
-        self._transports.add(transport)
-        try:
-            found = _REQUEST_LINE.match(head)
-            try:
-                host, port = split_target(found.group(1).decode("latin-1")) if found else ("", 0)
-            except ValueError:
-                found = None
-            if not found:
-                transport.write(_BAD_REQUEST)
-                transport.close()
-                return
-            prefix = self.hosts.get(host) if port == 443 else None
-            if prefix is None and not _loopback_peer(transport):  # never an open proxy for other machines
-                transport.write(_FORBIDDEN)
-                transport.close()
-            elif prefix is None:
-                await self._tunnel(transport, host, port, rest)
-            else:
-                await self._intercept(transport, host, prefix)
-        finally:
-            self._transports.discard(transport)
-
-    async def _tunnel(self, transport: asyncio.Transport, host: str, port: int, rest: bytes) -> None:
-        """A blind tunnel to the CONNECT target: bytes both ways, nothing recorded."""
-        loop = asyncio.get_running_loop()
-        here = _Pipe()
-        transport.set_protocol(here)
-        here.connection_made(transport)
-        try:
-            there_transport, there = await asyncio.wait_for(
-                loop.create_connection(_Pipe, host, port), self.connect_timeout)
-        except (OSError, TimeoutError) as exc:
-            log.info("CONNECT %s:%s failed: %s", host, port, exc)
-            transport.write(_BAD_GATEWAY)
-            transport.close()
-            return
-        here.peer, there.peer = there_transport, transport
-        transport.write(_ESTABLISHED)
-        if rest:
-            there_transport.write(rest)
-        here.flush_to(there_transport)
-        await asyncio.wait([asyncio.ensure_future(here.closed), asyncio.ensure_future(there.closed)],
-                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        transport.close()
-        there_transport.close()
-
-    async def _intercept(self, transport: asyncio.Transport, host: str, prefix: str) -> None:
-        """TLS as ``host`` under the local CA; the HTTP inside goes to the forwarder under ``prefix``."""
-        loop = asyncio.get_running_loop()
-        inner = _TunnelHandler(self._server, loop=loop, **self._server._kwargs)
-        transport.write(_ESTABLISHED)
-        try:
-            tls = await asyncio.wait_for(
-                loop.start_tls(transport, inner, self.ca.server_context(host), server_side=True), self.head_timeout)
-        except (OSError, TimeoutError, ConnectionError) as exc:  # the client did not trust us, or left
-            log.info("TLS for intercepted %s failed: %s", host, exc)
-            transport.close()
-            return
-        if tls is None:
-            return
-        self._transports.add(tls)
-        self._prefixes[tls] = prefix
-        try:
-            inner.connection_made(tls)
-            await inner.ended
-        finally:
-            self._transports.discard(tls)
-            self._prefixes.pop(tls, None)
-
-
-class _TunnelHandler(RequestHandler):
-    """aiohttp's protocol for the HTTP inside one intercepted tunnel; ``ended`` when it closes."""
-
-    __slots__ = ("ended",)
-
-    def __init__(self, manager: web.Server, **kwargs):
-        super().__init__(manager, **kwargs)
-        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        super().connection_lost(exc)
-        if not self.ended.done():
-            self.ended.set_result(None)
+        for abort in list(self._open.values()):
+            abort()
+        self._open.clear()
 
 
 class _FirstBytes(asyncio.Protocol):
     """A connection until its first bytes say what it is (bounded in size and time)."""
 
-    def __init__(self, proxy: ConnectProxy, fallback: Callable[[], asyncio.Protocol]):
+    def __init__(self, proxy: ConnectProxy, fallback: Callable[[], RequestHandler]):
         self.proxy, self.fallback = proxy, fallback
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.timer: asyncio.TimerHandle | None = None
+        self.decided = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.proxy.sniffing += 1
         self.timer = asyncio.get_running_loop().call_later(self.proxy.head_timeout, transport.close)
 
-    def _hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        assert self.transport is not None
-        self.transport.set_protocol(protocol)
-        protocol.connection_made(self.transport)
-        if data:
-            protocol.data_received(data)
+    def _decide(self) -> None:
+        """This connection is no longer sniffed: it is the proxy's, aiohttp's, or gone."""
+        if not self.decided:
+            self.decided = True
+            self.proxy.sniffing -= 1
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
 
     def data_received(self, data: bytes) -> None:
+        transport = self.transport
+        if self.decided or transport is None:
+            return
         self.buffer += data
         head = self.buffer[:8].upper()
         if not b"CONNECT ".startswith(head) and not head.startswith(b"CONNECT "):
-            self._hand_over(self.fallback(), self.buffer)  # HTTP for aiohttp, as before
+            self._decide()  # HTTP for aiohttp, as before
+            protocol = self.fallback()
+            transport.set_protocol(protocol)
+            protocol.connection_made(transport)
+            if not transport.is_closing():
+                protocol.data_received(self.buffer)
+            self.buffer = b""
             return
         if len(head) < 8:
             return
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(self.buffer) > MAX_HEAD:
-                assert self.transport is not None
-                self.transport.write(_BAD_REQUEST)
-                self.transport.close()
+                self._decide()
+                _answer(transport, _BAD_REQUEST)
             return
-        if self.timer is not None:
-            self.timer.cancel()
-        assert self.transport is not None
-        self.proxy.start(self.transport, self.buffer[: end + 4], self.buffer[end + 4 :])
+        self._decide()
+        head_bytes, rest, self.buffer = self.buffer[: end + 4], self.buffer[end + 4 :], b""
+        self.proxy.accept(transport, head_bytes, rest)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-
-
-class _Pipe(asyncio.Protocol):
-    """One side of a blind tunnel: what arrives is written to the peer, with back-pressure."""
-
-    def __init__(self) -> None:
-        self.peer: asyncio.Transport | None = None
-        self.transport: asyncio.Transport | None = None
-        self.pending: list[bytes] = []
-        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def flush_to(self, peer: asyncio.Transport) -> None:
-        for chunk in self.pending:
-            peer.write(chunk)
-        self.pending.clear()
-
-    def data_received(self, data: bytes) -> None:
-        if self.peer is None:
-            self.pending.append(data)
-        else:
-            self.peer.write(data)
-
-    def eof_received(self) -> bool:
-        if self.peer is not None and self.peer.can_write_eof():
-            self.peer.write_eof()
-            return True
-        return False
-
-    def pause_writing(self) -> None:
-        if self.peer is not None:
-            self.peer.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.peer is not None:
-            self.peer.resume_reading()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-        if self.peer is not None:
-            self.peer.close()
+        self._decide()

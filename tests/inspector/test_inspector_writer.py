@@ -24,7 +24,7 @@ from ctxscope.inspector.writer.thread import CaptureWriter
 
 from support.factories import make_exchange
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 
 
 def _ids(db) -> set[str]:

@@ -1,4 +1,7 @@
-"""A real `ctxscope serve` in a process of its own: the installed command, on uvloop as in production."""
+"""A real `ctxscope serve` in a process of its own, for tests that read its processes from /proc.
+
+It is started by the installed `ctxscope` command (next to this Python), as a user starts it: that
+entry point runs on uvloop, which `python -m ctxscope.main` would not show."""
 
 from __future__ import annotations
 
