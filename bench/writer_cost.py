@@ -44,8 +44,8 @@ from proxy_bench_wire import CHAT_PATH, UPLOAD_REQ
 
 from ctxscope.inspector.search_index import writer_analyzers
 from ctxscope.inspector.store import ingest as ingest_module
-from ctxscope.inspector.writer import thread as thread_module
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing import thread as thread_module
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab.tokens import count_tokens
 

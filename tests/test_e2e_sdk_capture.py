@@ -13,7 +13,7 @@ import pytest
 from sdk_taps import AsyncRecordingTransport, RecordingTransport
 
 from ctxscope.inspector.store.queries import get_call, get_response_raw, open_db
-from ctxscope.inspector.writer.messages import Handover
+from ctxscope.inspector.writer.wire.messages import Handover
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 

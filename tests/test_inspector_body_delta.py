@@ -16,13 +16,13 @@ import pytest
 from factories import make_exchange
 
 from ctxscope.inspector.store.queries import get_call, get_request_body, open_db
-from ctxscope.inspector.writer import messages as m
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.body_delta import MAX_ROPE, REMEMBER_BYTES, REMEMBER_MAX, ReceivedBodies, SentBodies
-from ctxscope.inspector.writer.launch import Outbox
-from ctxscope.inspector.writer.process import WriterProcess
-from ctxscope.inspector.writer.spool_format import pack, payload_pieces, unpack
+from ctxscope.inspector.writer.daemon_side.launch import Outbox
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+from ctxscope.inspector.writer.wire import messages as m
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire import spool_format
+from ctxscope.inspector.writer.wire.body_delta import MAX_ROPE, REMEMBER_BYTES, REMEMBER_MAX, ReceivedBodies, SentBodies
+from ctxscope.inspector.writer.wire.spool_format import pack, payload_pieces, unpack
 
 DELTA_MIN = 16 << 10
 

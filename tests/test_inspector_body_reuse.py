@@ -27,7 +27,7 @@ from ctxscope.inspector.analyses import incremental
 from ctxscope.inspector.body_reuse import CHECKPOINT, BodyMemory, parse
 from ctxscope.inspector.search_index import writer_analyzers
 from ctxscope.inspector.store import exchange_row
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
             "pointer", "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict",

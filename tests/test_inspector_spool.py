@@ -11,12 +11,12 @@ from factories import make_exchange
 
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.holding import QUIET_GAP
-from ctxscope.inspector.writer.process import WriterProcess
-from ctxscope.inspector.writer.spool_format import pack as _pack
-from ctxscope.inspector.writer.spool_format import unpack
+from ctxscope.inspector.writer.daemon_side.holding import QUIET_GAP
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire import spool_format
+from ctxscope.inspector.writer.wire.spool_format import pack as _pack
+from ctxscope.inspector.writer.wire.spool_format import unpack
 
 
 def _calls(*numbers: int) -> list[tuple]:

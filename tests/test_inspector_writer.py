@@ -21,7 +21,7 @@ from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import exchange_row, queries
 from ctxscope.inspector.writer import status
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 TESTS = Path(__file__).resolve().parent
 
@@ -176,7 +176,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
     from factories import anthropic_request
 
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer import thread, work
+    from ctxscope.inspector.writer.storing import thread, work
 
     turns = [[{"role": "user", "content": "first question"}]]
     turns.append(turns[-1] + [{"role": "assistant", "content": "first answer"},
@@ -376,8 +376,8 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
 
 
 def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
-    from ctxscope.inspector.writer.process import WriterProcess
+    from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+    from ctxscope.inspector.writer.wire import spool as spools
 
     path, repair = _unopenable(tmp_path, "corrupt file")
     w = CaptureWriter(path, retry_interval=0.05, status_file=False)
@@ -410,7 +410,7 @@ _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from factories import make_exchange
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
 for i in range({n}):
@@ -460,7 +460,7 @@ _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
 from factories import make_exchange
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
     time.sleep(0.001)

@@ -9,12 +9,12 @@ from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.child import deferred as wc
-from ctxscope.inspector.writer.messages import HandoverRecord
-from ctxscope.inspector.writer.spool import Spool
-from ctxscope.inspector.writer.spool_format import ID, call_size, payload_pieces
-from ctxscope.inspector.writer.spool_format import pack as _pack
 from ctxscope.inspector.writer.status import WriterStats
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire.messages import HandoverRecord
+from ctxscope.inspector.writer.wire.spool import Spool
+from ctxscope.inspector.writer.wire.spool_format import ID, call_size, payload_pieces
+from ctxscope.inspector.writer.wire.spool_format import pack as _pack
 
 
 def _deferred(tmp_path):
@@ -102,7 +102,7 @@ def test_memory_held_for_an_unwritable_spool_is_bounded_and_drops_are_counted(tm
 
 def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path, monkeypatch):
     """A store failing for a while (here: every write fails) keeps the calls in the spool."""
-    from ctxscope.inspector.writer import work as writer_module
+    from ctxscope.inspector.writer.storing import work as writer_module
 
     failing = {"on": True}
     real = writer_module.ingest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxscope.inspector.writer.in_flight import InFlight
+from ctxscope.inspector.writer.daemon_side.in_flight import InFlight
 
 
 def test_a_call_is_unacknowledged_then_taken_then_counted():

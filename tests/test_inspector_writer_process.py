@@ -15,10 +15,10 @@ from pathlib import Path
 from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer.holding import MAX_HOLD, QUIET_GAP
-from ctxscope.inspector.writer.messages import Handover
+from ctxscope.inspector.writer.daemon_side.holding import MAX_HOLD, QUIET_GAP
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.priority import can_leave_idle_class
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.wire.messages import Handover
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
 
 
 def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.wire import spool as spools
 
     (tmp_path / "dir.db").mkdir()  # a folder where the database should be
     w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
@@ -74,7 +74,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from factories import make_exchange
-        from ctxscope.inspector.writer.process import WriterProcess
+        from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -171,7 +171,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
 
 
 async def test_a_big_call_is_handed_over_at_once(tmp_path):
-    from ctxscope.inspector.writer.holding import HOLD_BYTES
+    from ctxscope.inspector.writer.daemon_side.holding import HOLD_BYTES
 
     w = WriterProcess(tmp_path / "big.db")
     w.start()
@@ -189,7 +189,7 @@ def crash_on_start():
 
 
 def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.wire import spool as spools
 
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
     began = time.monotonic()
@@ -238,7 +238,7 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
 
 
 def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
-    from ctxscope.inspector.writer.holding import Held
+    from ctxscope.inspector.writer.daemon_side.holding import Held
 
     held = Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
     assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
@@ -300,8 +300,8 @@ def crash_on_store():
 
 
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer.restart as wp
-    from ctxscope.inspector.writer import spool as spools
+    import ctxscope.inspector.writer.daemon_side.restart as wp
+    from ctxscope.inspector.writer.wire import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
     monkeypatch.setattr(wp, "RESTART_BACKOFF", 0.5)  # a child killed before its "ready" left the pipe
@@ -392,7 +392,7 @@ import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
 from ctxscope.inspector.analyze import writer_analyzers
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
 if __name__ == "__main__":
     db, out = sys.argv[1], sys.argv[2]

@@ -18,7 +18,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.migrations import NAMES, migrations
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.child.life import migrate_apart
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
 # The child imports this by name: the daemon's analyzers, then one that writes down every module the
 # child holds after each call it stored (so what storing and analysing imported is there too).

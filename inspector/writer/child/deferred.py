@@ -12,12 +12,12 @@ import dataclasses
 import logging
 import time
 
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.body_delta import ReceivedBodies
-from ctxscope.inspector.writer.messages import HandoverRecord
-from ctxscope.inspector.writer.spool import SPOOL_LIMIT
-from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.body_delta import ReceivedBodies
+from ctxscope.inspector.writer.wire.messages import HandoverRecord
+from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.wire.spool_format import ID, call_size, decode, unpack
 
 log = logging.getLogger("ctxscope.store")
 

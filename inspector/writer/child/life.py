@@ -1,6 +1,6 @@
 """The capture writer's child process: spool what the proxy hands over, store it in a pause.
 
-Every batch is appended to a :class:`~ctxscope.inspector.writer.spool.Spool` the moment it arrives (a
+Every batch is appended to a :class:`~ctxscope.inspector.writer.wire.spool.Spool` the moment it arrives (a
 write of bytes, nothing more), and stored (parsed, analysed, written to SQLite by the ordinary
 :class:`CaptureWriter`) once the traffic pauses: the proxy says so with the batch it sends after
 a pause of QUIET_GAP, and silence longer than the proxy ever holds calls means the same. A burst
@@ -32,9 +32,12 @@ from typing import Protocol
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import Analyzer
-from ctxscope.inspector.writer import spool as spools
 from ctxscope.inspector.writer.child.deferred import Deferred, take_over
-from ctxscope.inspector.writer.messages import (
+from ctxscope.inspector.writer.priority import Priority
+from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.messages import (
     Counters,
     Deleted,
     DeleteSession,
@@ -47,10 +50,7 @@ from ctxscope.inspector.writer.messages import (
     Stop,
     Taken,
 )
-from ctxscope.inspector.writer.priority import Priority
-from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL
-from ctxscope.inspector.writer.spool import SPOOL_LIMIT
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 from ctxscope.vocab.heap import release_heap, tune_heap
 

@@ -3,7 +3,7 @@
 In one process the writer thread shares the GIL with the proxy's event loop: parsing a stream or
 counting tokens for one call delays the next chunk of another. Here the proxy only hands
 finished exchanges to a pipe: a feeder thread writes them in the spool's own record format, the
-bodies straight from the proxy's buffers (:mod:`~ctxscope.inspector.writer.launch`, which also says
+bodies straight from the proxy's buffers (:mod:`~ctxscope.inspector.writer.daemon_side.launch`, which also says
 why a thread). A child process (``python -m ctxscope.inspector.writer.child.entry``, running
 :mod:`~ctxscope.inspector.writer.child.life`) appends each hand-over to its spool as it came and stores
 the calls, at a low CPU priority, when the traffic pauses. No multiprocessing: no resource tracker
@@ -39,7 +39,7 @@ asleep starts one too when it has something to do (docs/architecture.md, "Memory
 
 The counters never hide a dead child: a child that dies or will not start counts as a store
 failure with its exit code as the last error, ``running`` is false until a new one runs, and
-``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer.restart` says when). ``start``
+``restarts`` counts the new ones (:mod:`~ctxscope.inspector.writer.daemon_side.restart` says when). ``start``
 does not fail when the child cannot start: the proxy forwards regardless, holds calls (up to
 ``max_queue`` / ``max_queue_bytes``) and tries again; at stop, calls no child took are written to
 a spool for the next writer.
@@ -59,11 +59,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ctxscope.inspector.clock import now_iso
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
-from ctxscope.inspector.writer.in_flight import InFlight
-from ctxscope.inspector.writer.launch import ChildProcess, Outbox
-from ctxscope.inspector.writer.messages import (
+from ctxscope.inspector.writer.daemon_side.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
+from ctxscope.inspector.writer.daemon_side.in_flight import InFlight
+from ctxscope.inspector.writer.daemon_side.launch import ChildProcess, Outbox
+from ctxscope.inspector.writer.daemon_side.restart import (
+    RESTART_BACKOFF,
+    RestartPolicy,
+    add_lives,
+    child_reply,
+    recovered_ids,
+)
+from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
+from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL, WriterUnavailable
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.messages import (
     Counters,
     Deleted,
     DeleteSession,
@@ -74,12 +84,8 @@ from ctxscope.inspector.writer.messages import (
     Stop,
     Taken,
 )
-from ctxscope.inspector.writer.priority import IDLE_CLASS, leave_idle_class
-from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL, WriterUnavailable
-from ctxscope.inspector.writer.restart import RESTART_BACKOFF, RestartPolicy, add_lives, child_reply, recovered_ids
-from ctxscope.inspector.writer.spool import SPOOL_LIMIT
-from ctxscope.inspector.writer.spool_format import call_size, pack
-from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.wire.spool_format import call_size, pack
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 

@@ -7,7 +7,7 @@ touches SQLite. One thread owns the connection; it takes whatever is queued, sto
 ``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
 fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
 
-Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.failures`):
+Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.storing.failures`):
 - the store is unavailable: nothing is lost. The calls of the batch stay first in line, and
   storing is retried every ``retry_interval`` seconds, however long it takes; the counters say so
   from the first failure (``store_failures``, ``store_down_since``, ``last_error``). ``start``
@@ -37,7 +37,9 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
-from ctxscope.inspector.writer.failures import (
+from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.storing.failures import (
     Outage,
     Unrecorded,
     call_event,
@@ -45,11 +47,9 @@ from ctxscope.inspector.writer.failures import (
     record,
     store_unavailable,
 )
-from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
-from ctxscope.inspector.writer.spool import keep_leftovers
-from ctxscope.inspector.writer.spool_format import pack
-from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
-from ctxscope.inspector.writer.work import CallFailed, Deletion, serve_deletion, store_one
+from ctxscope.inspector.writer.storing.work import CallFailed, Deletion, serve_deletion, store_one
+from ctxscope.inspector.writer.wire.spool import keep_leftovers
+from ctxscope.inspector.writer.wire.spool_format import pack
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 

@@ -28,8 +28,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.writer.body_delta import SentBodies
-from ctxscope.inspector.writer.spool_format import payload_and_size, write_pieces
+from ctxscope.inspector.writer.wire.body_delta import SentBodies
+from ctxscope.inspector.writer.wire.spool_format import payload_and_size, write_pieces
 from ctxscope.vocab.json_splice import RepeatedTexts
 
 

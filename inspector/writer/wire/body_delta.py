@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.body_reuse import match_forward
-from ctxscope.inspector.writer.spool_format import (
+from ctxscope.inspector.writer.wire.spool_format import (
     BODY_FIELDS,
     MAX_PIECES,
     RECORD_HEAD,

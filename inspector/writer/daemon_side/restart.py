@@ -16,8 +16,8 @@ import logging
 import queue
 import time
 
-from ctxscope.inspector.writer.messages import Failed, FromChild, Recovered
 from ctxscope.inspector.writer.status import WriterStats
+from ctxscope.inspector.writer.wire.messages import Failed, FromChild, Recovered
 
 log = logging.getLogger("ctxscope.store")
 
