@@ -16,6 +16,7 @@ from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.daemon_side.holding import MAX_HOLD, QUIET_GAP
+from ctxscope.inspector.writer.daemon_side.phase import Phase
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.priority import can_leave_idle_class
 from ctxscope.inspector.writer.wire.messages import Handover
@@ -264,7 +265,7 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
     n = 0
     try:
         # a burst: past MAX_HOLD one hand-over without a pause, which the child only spools
-        while not w._in_flight.acked:
+        while not w._handover.in_flight.acked:
             w.submit(make_exchange(n))
             n += 1
             await asyncio.sleep(QUIET_GAP / 5)
@@ -279,7 +280,7 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
             n += 1
             await asyncio.sleep(0.005)
         deadline = time.monotonic() + 60
-        while (w._proc is first or w._restarting) and time.monotonic() < deadline:
+        while (w._proc is first or w.phase is Phase.RESTARTING) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert w._proc is not first and w._proc.is_alive() and w.restarts == 1
     finally:
