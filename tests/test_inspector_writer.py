@@ -176,7 +176,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
     from factories import anthropic_request
 
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer.storing import thread, work
+    from ctxscope.inspector.writer.storing import batches, work
 
     turns = [[{"role": "user", "content": "first question"}]]
     turns.append(turns[-1] + [{"role": "assistant", "content": "first answer"},
@@ -194,7 +194,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
         store.connect(path).execute("CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.client = 'boom' "
                                     "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
         if isolated:  # the reference: each call in its savepoint from the start
-            monkeypatch.setattr(thread, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
+            monkeypatch.setattr(batches, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
         exs = traffic()
         w = CaptureWriter(path, analyzers=writer_analyzers(), status_file=False, batch_interval=60)
         for ex in exs:  # queued before the writer starts: one batch
@@ -288,6 +288,30 @@ def test_submit_after_stop_is_a_counted_drop(tmp_path):
     assert w.stop()
     w.submit(make_exchange())
     assert w.stats().dropped == 1 and w.stats().running is False
+
+
+def test_a_call_submit_fails_on_is_counted_logged_once_and_shown_by_the_status_api(tmp_path, caplog):
+    """A call ``submit`` itself cannot take (a body that is no bytes: a defect upstream) is dropped
+    and counted, never silently lost, and the count reaches the status API's writer figures."""
+    import dataclasses
+
+    from ctxscope.web.routes import writer_status
+
+    w = CaptureWriter(tmp_path / "c.db", status_file=False)
+    w.start()
+    broken = dataclasses.replace(make_exchange(), request_body=None)
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.submit(broken)  # never raises
+        w.submit(broken)
+    w.submit(make_exchange())
+    assert w.stop()
+    stats = w.stats()
+    assert (stats.submit_failed, stats.dropped, stats.written) == (2, 2, 1)
+    lines = [r for r in caplog.records if "submitting it failed" in r.getMessage()]
+    assert len(lines) == 1 and "TypeError" in lines[0].getMessage() and not lines[0].exc_info
+    shown = writer_status(w)
+    assert shown is not None and shown["submit_failed"] == 2 and shown["failures"] == 2
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 2  # recorded in the store too
 
 
 def _wait(predicate, timeout: float = 20.0) -> bool:

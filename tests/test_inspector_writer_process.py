@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -46,6 +47,26 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
     assert stats.written == 300 and stats.queued == 0 and not stats.running
     w.submit(make_exchange(999))  # after stop: counted, not raised
     assert w.stats().dropped == 1
+
+
+def test_a_call_submit_fails_on_is_counted_told_to_the_child_and_recorded(tmp_path, caplog):
+    """``submit`` failing on a call (a body that is no bytes) loses that call only: it is counted as
+    dropped and submit_failed, said in one log line, and the child records the drop in the store;
+    the ledger of calls in flight is not left holding it."""
+    import dataclasses
+
+    from ctxscope.inspector.db_status import db_status
+
+    w = WriterProcess(tmp_path / "c.db", status_file=False)
+    w.start()
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.submit(dataclasses.replace(make_exchange(1), response_body=None))  # never raises
+    w.submit(make_exchange(2))
+    assert w.stop()
+    stats = w.stats()
+    assert (stats.submit_failed, stats.dropped, stats.written, stats.queued) == (1, 1, 1, 0)
+    assert sum("submitting it failed" in r.getMessage() and not r.exc_info for r in caplog.records) == 1
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 1
 
 
 def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
