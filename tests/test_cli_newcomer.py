@@ -242,7 +242,7 @@ def test_calls_say_when_captured_calls_still_wait_to_be_stored(demo):
     from factories import make_exchange
 
     from ctxscope.inspector.writer.wire import spool as spools
-    from ctxscope.inspector.writer.wire.spool_format import pack
+    from ctxscope.inspector.writer.wire.call_fields import pack
 
     db = demo["db"][1]
     assert "not stored yet" not in CliRunner().invoke(cli, ["calls", "--db", db]).output

@@ -16,7 +16,7 @@ from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.wire import spool as spools
 from ctxscope.inspector.writer.wire import spool_format
-from ctxscope.inspector.writer.wire.spool_format import pack
+from ctxscope.inspector.writer.wire.call_fields import pack
 
 
 def _stored_ids(db) -> list[str]:
@@ -143,7 +143,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.writer.wire.spool_format import unpack
+    from ctxscope.inspector.writer.wire.call_fields import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING

@@ -11,10 +11,11 @@ from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.child import deferred as wc
 from ctxscope.inspector.writer.status import WriterStats
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire.call_fields import ID, call_size
+from ctxscope.inspector.writer.wire.call_fields import pack as _pack
 from ctxscope.inspector.writer.wire.messages import HandoverRecord
 from ctxscope.inspector.writer.wire.spool import Spool
-from ctxscope.inspector.writer.wire.spool_format import ID, call_size, payload_pieces
-from ctxscope.inspector.writer.wire.spool_format import pack as _pack
+from ctxscope.inspector.writer.wire.spool_format import payload_pieces
 
 
 def _deferred(tmp_path):

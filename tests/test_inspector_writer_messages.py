@@ -13,8 +13,9 @@ from factories import make_exchange
 
 from ctxscope.inspector.writer.wire import messages as m
 from ctxscope.inspector.writer.wire.body_delta import ReceivedBodies
+from ctxscope.inspector.writer.wire.call_fields import call_size, pack
 from ctxscope.inspector.writer.wire.spool import Spool
-from ctxscope.inspector.writer.wire.spool_format import call_size, decode, pack
+from ctxscope.inspector.writer.wire.spool_format import decode
 
 
 @pytest.fixture

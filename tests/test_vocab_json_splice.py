@@ -7,7 +7,8 @@ import dataclasses
 
 from factories import make_exchange
 
-from ctxscope.inspector.writer.wire.spool_format import decode, pack, payload_and_size
+from ctxscope.inspector.writer.wire.call_fields import pack
+from ctxscope.inspector.writer.wire.spool_format import decode, payload_and_size
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab import json_splice
 from ctxscope.vocab.json_splice import MARK, RepeatedTexts

@@ -15,9 +15,10 @@ import time
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.inspector.writer.wire import spool as spools
 from ctxscope.inspector.writer.wire.body_delta import ReceivedBodies
+from ctxscope.inspector.writer.wire.call_fields import ID, call_size, unpack
 from ctxscope.inspector.writer.wire.messages import HandoverRecord
 from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
-from ctxscope.inspector.writer.wire.spool_format import ID, call_size, decode, unpack
+from ctxscope.inspector.writer.wire.spool_format import decode
 
 log = logging.getLogger("ctxscope.store")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from ctxscope.inspector.writer.daemon_side.holding import HOLD_BYTES, HOLD_CALLS, MAX_HOLD, QUIET_GAP, Held
 from ctxscope.inspector.writer.daemon_side.in_flight import InFlight
 from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.call_fields import call_size, pack
 from ctxscope.inspector.writer.wire.messages import Handover
-from ctxscope.inspector.writer.wire.spool_format import call_size, pack
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")

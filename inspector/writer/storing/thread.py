@@ -45,8 +45,8 @@ from ctxscope.inspector.writer.storing.failures import (
     record,
 )
 from ctxscope.inspector.writer.storing.work import Deletion, serve_deletion
+from ctxscope.inspector.writer.wire.call_fields import pack
 from ctxscope.inspector.writer.wire.spool import keep_leftovers
-from ctxscope.inspector.writer.wire.spool_format import pack
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 

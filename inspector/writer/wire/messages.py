@@ -35,7 +35,7 @@ from ctxscope.vocab.json_splice import RepeatedTexts
 
 @dataclass(frozen=True)
 class Handover:
-    """Calls the proxy held (each packed by ``spool_format.pack``); ``pause``: the traffic paused."""
+    """Calls the proxy held (each packed by ``call_fields.pack``); ``pause``: the traffic paused."""
 
     pause: bool
     batch: list[tuple]
