@@ -577,7 +577,7 @@ def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_st
 @pytest.mark.parametrize("give_back", [True, False])
 def test_the_publisher_sleeps_once_all_is_stored_giving_the_heap_back_only_for_a_writer_here(
         tmp_path, monkeypatch, give_back):
-    """A writer child's heap and the daemon's go back before its counters are read (writer/launch.py);
+    """A writer child's heap and the daemon's go back before its counters are read (writer/daemon_side/launch.py);
     a writer in this process has only its publisher to do it, once everything is stored."""
     trims = []
     monkeypatch.setattr(status, "release_heap", lambda: trims.append(time.monotonic()))

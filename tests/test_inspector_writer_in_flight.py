@@ -1,4 +1,4 @@
-"""The proxy's ledger of what its writer child has taken and counted (writer/in_flight.py)."""
+"""The proxy's ledger of what its writer child has taken and counted (writer/daemon_side/in_flight.py)."""
 
 from __future__ import annotations
 
