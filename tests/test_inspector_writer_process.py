@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from factories import make_exchange
 
 from ctxscope.inspector.store.queries import list_calls, open_db
@@ -517,3 +518,18 @@ def test_submit_never_waits_for_a_child_that_does_not_read(tmp_path):
     assert returned and live.queued == 8 and live.dropped == 0
     assert w.stop()
     assert {r["id"] for r in list_calls(open_db(tmp_path / "p.db"), limit=None)} == {ex.id for ex in exs}
+
+
+def test_the_supervisor_phase_moves_only_from_the_phases_a_move_starts_from():
+    from ctxscope.inspector.writer.daemon_side.phase import MOVES, SupervisorPhase
+
+    phase = SupervisorPhase()
+    for name in ("started", "fell_asleep", "restarting", "restarted", "died", "restarting", "start_failed"):
+        phase.move(name)
+    assert phase.now is Phase.DOWN
+    with pytest.raises(AssertionError, match="died from DOWN"):
+        phase.move("died")  # a death is counted once: from RUNNING only
+    with pytest.raises(AssertionError, match="fell_asleep from DOWN"):
+        phase.move("fell_asleep")
+    assert phase.now is Phase.DOWN and phase.move("stopped") is Phase.DOWN and phase.now is Phase.STOPPED
+    assert {to for _, to in MOVES.values()} | {Phase.NEW} == set(Phase)  # every phase is reached by a move
