@@ -1,11 +1,15 @@
 """The daemon's side of the hand-over: what the proxy has finished and the writer child not taken.
 
-Finished calls wait in ``Held`` for a pause in the traffic (:mod:`holding` says why and how
-long); ``take`` makes them one ``Batch``, the calls and the drops the child has not been told of,
-which becomes one ``Handover`` message. The ledger of what the child took (``InFlight``) bounds
-the queue. A call refused (the queue is full, the writer stopped) or lost to a defect in
-``submit`` itself is dropped and counted, never silently: the child records the drops in the
-store with its next commit (docs/architecture.md, "A bounded spool").
+Finished calls wait in ``Held`` for a pause in the traffic (:mod:`holding` says how long).
+Handing over per call cost the proxy more than forwarding at a few thousand calls a second, and
+a child woken in the middle of back-to-back streams added 0.2-0.3 ms to their time to first byte
+(interleaved runs, 10 x 100 streams: +0.70 ms vs direct with a hand-over every 5 ms, +0.48 ms
+with capture off; the minimal passthrough +0.53). ``take`` makes the held calls one ``Batch``,
+the calls and the drops the child has not been told of, which becomes one ``Handover`` message.
+The ledger of what the child took (``InFlight``) bounds the queue. A call refused (the queue is
+full, the writer stopped) or lost to a defect in ``submit`` itself is dropped and counted, never
+silently: the child records the drops in the store with its next commit (docs/architecture.md,
+"A bounded spool").
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ proxy's buffers (:mod:`~ctxscope.inspector.writer.daemon_side.launch`, which als
 thread). A child process (``python -m ctxscope.inspector.writer.child.entry``) appends each
 hand-over to its spool as it came and stores the calls, at a low CPU priority, when the traffic
 pauses. No multiprocessing: no resource tracker process, no pickles (docs/architecture.md,
-"Messages between the writer and its child"). Handing over per call cost the proxy more than
-forwarding at a few thousand calls a second, and a child woken in the middle of back-to-back
-streams added 0.2-0.3 ms to their time to first byte (interleaved runs, 10 x 100 streams: +0.70 ms
-vs direct with a hand-over every 5 ms, +0.48 ms with capture off; the minimal passthrough +0.53).
+"Messages between the writer and its child").
 
 Promises kept from the in-thread writer: ``submit`` never blocks or raises (a call it fails on
 is counted as dropped); ``stop`` drains everything held, spooled and queued; if the proxy is
@@ -231,9 +228,11 @@ class WriterProcess:
             self._count_lost(sent, recovered_ids(self._replies, self._proc, timeout=60), wake,
                              old_proc.exitcode if old_proc is not None else None)
         finally:
-            if ok:
-                with self._lock:
+            with self._lock:
+                if ok:
                     self._phase.move("restarted")
+                elif self.phase is Phase.RESTARTING:  # an unforeseen error: tried again when the policy says
+                    self._phase.move("start_failed")
             if len(self._handover.held):  # hand over what waited meanwhile (on the loop that submits, if any)
                 if loop is not None:
                     loop.call_soon_threadsafe(self._flush, True)
