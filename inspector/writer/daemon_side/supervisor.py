@@ -271,6 +271,7 @@ class WriterProcess:
                 if self._handover.pending():
                     self._begin_restart()
                 return
+            self._poll()  # before the batch is taken: nothing between taking and sending it can fail
             with self._lock:
                 batch = self._handover.take()
             if batch is None:
@@ -278,7 +279,6 @@ class WriterProcess:
             if self._proc is None or self._queue is None or not self._proc.is_alive():
                 self._hold_again(batch)
                 return
-            self._poll()
             self._queue.put(batch.message(pause))  # the child records the drops in the store
             self._handover.sent(batch)
         except Exception:  # pragma: no cover - a timer callback must not raise into the loop
