@@ -41,7 +41,7 @@ from ctxscope.inspector.advisor.alternatives import advise
 from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.store.queries import open_db
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.investigate.advise_verify import verify_advice
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.settings import DaemonConfig

@@ -44,8 +44,8 @@ from proxy_bench_wire import CHAT_PATH, UPLOAD_REQ
 
 from ctxscope.inspector.search_index import writer_analyzers
 from ctxscope.inspector.store import ingest as ingest_module
-from ctxscope.inspector.writer import thread as thread_module
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing import work as work_module
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab.tokens import count_tokens
 
@@ -229,7 +229,7 @@ def main() -> int:
         profiler = cProfile.Profile() if args.profile else None
         try:
             if profiler is not None:
-                thread_module.ingest = profiled(thread_module.ingest, profiler)  # type: ignore[attr-defined]
+                work_module.ingest = profiled(work_module.ingest, profiler)  # store_one calls it from there
             runs = [("small", args.small), ("large", args.large), ("upload", 0)]
             for rep, (label, tokens) in itertools.product(range(args.reps), runs):
                 session = Session(rep, tokens - args.calls * 150) if tokens else Uploads()  # the target mid-window

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
 from ctxscope.proxy.server import create_proxy_app, make_runner, settle_gc
@@ -212,7 +212,7 @@ def _thread_writer(cfg: DaemonConfig, prices_args: tuple[str, ...]) -> Writer:
     """The writer in a thread of this process (tests and embedding): it stores and analyses here,
     so it imports the store and the analyses, which the default child spares this process."""
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer.thread import CaptureWriter
+    from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
                            max_decoded_bytes=cfg.limits.max_decoded_bytes)

@@ -10,8 +10,8 @@ from typing import Any
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.export_rows import export_lags
 from ctxscope.inspector.store.queries import store_status
-from ctxscope.inspector.writer.spool import spool_status
 from ctxscope.inspector.writer.status import capture_state
+from ctxscope.inspector.writer.wire.spool import spool_status
 
 
 def db_status(db_path: str | Path) -> dict:

@@ -28,7 +28,8 @@ _NO_UVLOOP = "import sys; sys.modules['uvloop'] = None\n"
 # --with-nocapture: the same daemon with the capture sink's submit made a no-op (forwarding alone),
 # whichever sink it uses (the writer thread or the writer's child process). Its ``expect`` too: a
 # child that gets no work goes after a minute, and each request would start a new one.
-_NO_CAPTURE = ("import ctxscope.inspector.writer.thread as w, ctxscope.inspector.writer.process as wp\n"
+_NO_CAPTURE = ("import ctxscope.inspector.writer.storing.thread as w\n"
+               "import ctxscope.inspector.writer.daemon_side.supervisor as wp\n"
                "w.CaptureWriter.submit = wp.WriterProcess.submit = lambda self, exchange: None\n"
                "wp.WriterProcess.expect = lambda self: None\n")
 _MAIN = "import sys; from ctxscope.main import main; sys.argv[0] = 'ctxscope'; main()"

@@ -62,6 +62,7 @@ class WriterStats:
     dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
     idle_releases: int = 0  # times the idle child let go of its caches (docs/architecture.md, "Memory")
     asleep: bool = False  # no child runs: it stopped after an idle spell, and the next call starts one
+    submit_failed: int = 0  # of the dropped: calls lost because ``submit`` itself failed (a defect, logged)
 
 
 def _runtime_dir(create: bool) -> Path | None:

@@ -241,10 +241,11 @@ def test_agent_run_with_the_daemon_down_says_what_to_do_and_leaves_no_session(tm
 
 
 def test_calls_say_when_captured_calls_still_wait_to_be_stored(demo):
-    from ctxscope.inspector.writer import spool as spools
-    from ctxscope.inspector.writer.spool_format import pack
+    from ctxscope.inspector.writer.wire import spool as spools
+    from ctxscope.inspector.writer.wire.call_fields import pack
 
     from support.factories import make_exchange
+
 
     db = demo["db"][1]
     assert "not stored yet" not in CliRunner().invoke(cli, ["calls", "--db", db]).output

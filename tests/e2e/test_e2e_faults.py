@@ -141,7 +141,7 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
 def test_store_failure_never_breaks_traffic_is_reported_and_loses_nothing(writer_mode, proxy, sim, monkeypatch, caplog):
     import sqlite3
 
-    from ctxscope.inspector.writer import work as writer_module
+    from ctxscope.inspector.writer.storing import work as writer_module
 
     real = writer_module.ingest
     broken = {"on": True}

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from ctxscope.inspector.store.queries import get_call, get_response_raw, open_db
-from ctxscope.inspector.writer.messages import Handover
+from ctxscope.inspector.writer.wire.messages import Handover
 
 from support.sdk_taps import AsyncRecordingTransport, RecordingTransport
 

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.inspector.writer import spool as spools
+from ctxscope.inspector.writer.wire import spool as spools
 from ctxscope.main import cli
 
 from support.environment import require
@@ -290,7 +290,7 @@ def full_disk_analyzers():
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
 
     from ctxscope.inspector.db_status import db_status as read_status
-    from ctxscope.inspector.writer.process import WriterProcess
+    from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
     flag = tmp_path / "full"
     monkeypatch.setenv("CTXSCOPE_TEST_FULL_FLAG", str(flag))

@@ -15,13 +15,14 @@ import time
 import pytest
 
 from ctxscope.inspector.store.queries import get_call, get_request_body, open_db
-from ctxscope.inspector.writer import messages as m
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.body_delta import MAX_ROPE, REMEMBER_BYTES, REMEMBER_MAX, ReceivedBodies, SentBodies
-from ctxscope.inspector.writer.launch import Outbox
-from ctxscope.inspector.writer.process import WriterProcess
-from ctxscope.inspector.writer.spool_format import pack, payload_pieces, unpack
+from ctxscope.inspector.writer.daemon_side.launch import Outbox
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+from ctxscope.inspector.writer.wire import call_fields, spool_format
+from ctxscope.inspector.writer.wire import messages as m
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.body_delta import MAX_ROPE, REMEMBER_BYTES, REMEMBER_MAX, ReceivedBodies, SentBodies
+from ctxscope.inspector.writer.wire.call_fields import pack, unpack
+from ctxscope.inspector.writer.wire.spool_format import payload_pieces
 
 from support.factories import make_exchange
 
@@ -325,7 +326,7 @@ def _forged(tmp_path, field) -> spools.Orphan:
     payload = _handover(make_exchange(request_body=b"tail"))
     (n,) = struct.unpack_from("<I", payload)
     heads = json.loads(payload[4:4 + n])
-    heads[0][spool_format.REQUEST_BODY] = field(record_at)
+    heads[0][call_fields.REQUEST_BODY] = field(record_at)
     forged = spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4:]])
     spool._write([spool_format.record_head(forged), *forged])
     spool.close(remove=False)
@@ -365,7 +366,7 @@ def test_a_body_made_of_pieces_is_corrupt_outside_a_spool():
     payload = _handover(make_exchange(request_body=b"tail"))
     (n,) = struct.unpack_from("<I", payload)
     heads = json.loads(payload[4:4 + n])
-    heads[0][spool_format.REQUEST_BODY] = [4, 100, 10]
+    heads[0][call_fields.REQUEST_BODY] = [4, 100, 10]
     forged = b"".join(spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4:]]))
     with pytest.raises(spool_format.SpoolCorrupt):
         spool_format.decode(forged)

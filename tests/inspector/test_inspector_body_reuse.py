@@ -15,7 +15,7 @@ from ctxscope.inspector.analyses import incremental
 from ctxscope.inspector.body_reuse import CHECKPOINT, BodyMemory, parse
 from ctxscope.inspector.search_index import writer_analyzers
 from ctxscope.inspector.store import exchange_row
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 from support.factories import T0, analysis_and_index, make_exchange
 from support.inspector_bodies import (

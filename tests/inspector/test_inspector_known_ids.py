@@ -15,7 +15,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived import search
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 from support.factories import anthropic_request, make_exchange
 

@@ -10,12 +10,12 @@ import pytest
 
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.holding import QUIET_GAP
-from ctxscope.inspector.writer.process import WriterProcess
-from ctxscope.inspector.writer.spool_format import pack as _pack
-from ctxscope.inspector.writer.spool_format import unpack
+from ctxscope.inspector.writer.daemon_side.holding import QUIET_GAP
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+from ctxscope.inspector.writer.wire import call_fields, spool_format
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.call_fields import pack as _pack
+from ctxscope.inspector.writer.wire.call_fields import unpack
 
 from support.factories import make_exchange
 
@@ -228,7 +228,7 @@ def test_records_marked_stored_are_kept_but_neither_waiting_nor_taken_over(tmp_p
     w = WriterProcess(db)
     w.start()
     assert w.stop()
-    assert sorted(r["id"] for r in list_calls(open_db(db), limit=None)) == sorted(f[spool_format.ID] for f in later)
+    assert sorted(r["id"] for r in list_calls(open_db(db), limit=None)) == sorted(f[call_fields.ID] for f in later)
     assert not list(tmp_path.glob("c.db.spool-*"))
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer import spool_format
-from ctxscope.inspector.writer.process import WriterProcess
-from ctxscope.inspector.writer.spool_format import pack
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire import spool_format
+from ctxscope.inspector.writer.wire.call_fields import pack
 
 from support.environment import require
 from support.factories import make_exchange, plant_pickle_spool
@@ -144,7 +144,7 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     import dataclasses
     import json
 
-    from ctxscope.inspector.writer.spool_format import unpack
+    from ctxscope.inspector.writer.wire.call_fields import unpack
     from ctxscope.proxy.exchange import Exchange
 
     optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING

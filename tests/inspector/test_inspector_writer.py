@@ -20,7 +20,7 @@ from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import exchange_row, queries
 from ctxscope.inspector.writer import status
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 from support.factories import make_exchange
 
@@ -175,7 +175,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
     with a savepoint per call, and every other call gets the analysis it gets when each call is
     isolated from the start (the calls before the failure are not analysed a second time)."""
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer import thread, work
+    from ctxscope.inspector.writer.storing import batches, work
 
     from support.factories import anthropic_request
 
@@ -195,7 +195,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
         store.connect(path).execute("CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.client = 'boom' "
                                     "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
         if isolated:  # the reference: each call in its savepoint from the start
-            monkeypatch.setattr(thread, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
+            monkeypatch.setattr(batches, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
         exs = traffic()
         w = CaptureWriter(path, analyzers=writer_analyzers(), status_file=False, batch_interval=60)
         for ex in exs:  # queued before the writer starts: one batch
@@ -291,6 +291,30 @@ def test_submit_after_stop_is_a_counted_drop(tmp_path):
     assert w.stats().dropped == 1 and w.stats().running is False
 
 
+def test_a_call_submit_fails_on_is_counted_logged_once_and_shown_by_the_status_api(tmp_path, caplog):
+    """A call ``submit`` itself cannot take (a body that is no bytes: a defect upstream) is dropped
+    and counted, never silently lost, and the count reaches the status API's writer figures."""
+    import dataclasses
+
+    from ctxscope.web.routes import writer_status
+
+    w = CaptureWriter(tmp_path / "c.db", status_file=False)
+    w.start()
+    broken = dataclasses.replace(make_exchange(), request_body=None)
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.submit(broken)  # never raises
+        w.submit(broken)
+    w.submit(make_exchange())
+    assert w.stop()
+    stats = w.stats()
+    assert (stats.submit_failed, stats.dropped, stats.written) == (2, 2, 1)
+    lines = [r for r in caplog.records if "submitting it failed" in r.getMessage()]
+    assert len(lines) == 1 and "TypeError" in lines[0].getMessage() and not lines[0].exc_info
+    shown = writer_status(w)
+    assert shown is not None and shown["submit_failed"] == 2 and shown["failures"] == 2
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 2  # recorded in the store too
+
+
 def _wait(predicate, timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
@@ -378,8 +402,8 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
 
 @pytest.mark.slow
 def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
-    from ctxscope.inspector.writer.process import WriterProcess
+    from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
+    from ctxscope.inspector.writer.wire import spool as spools
 
     path, repair = _unopenable(tmp_path, "corrupt file")
     w = CaptureWriter(path, retry_interval=0.05, status_file=False)
@@ -412,7 +436,7 @@ _KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from support.factories import make_exchange
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 w = CaptureWriter({db!r})
 w.start()
 for i in range({n}):
@@ -462,7 +486,7 @@ _TERM_SCRIPT = """
 import signal, sys, time
 sys.path.insert(0, {tests!r})
 from support.factories import make_exchange
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 def slow(db, call):  # a slow analysis keeps a backlog queued when SIGTERM arrives
     time.sleep(0.001)
@@ -556,7 +580,7 @@ def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_st
 @pytest.mark.parametrize("give_back", [True, False])
 def test_the_publisher_sleeps_once_all_is_stored_giving_the_heap_back_only_for_a_writer_here(
         tmp_path, monkeypatch, give_back):
-    """A writer child's heap and the daemon's go back before its counters are read (writer/launch.py);
+    """A writer child's heap and the daemon's go back before its counters are read (writer/daemon_side/launch.py);
     a writer in this process has only its publisher to do it, once everything is stored."""
     trims = []
     monkeypatch.setattr(status, "release_heap", lambda: trims.append(time.monotonic()))

@@ -5,14 +5,17 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import pytest
+
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.child import deferred as wc
-from ctxscope.inspector.writer.messages import HandoverRecord
-from ctxscope.inspector.writer.spool import Spool
-from ctxscope.inspector.writer.spool_format import ID, call_size, payload_pieces
-from ctxscope.inspector.writer.spool_format import pack as _pack
 from ctxscope.inspector.writer.status import WriterStats
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire.call_fields import ID, call_size
+from ctxscope.inspector.writer.wire.call_fields import pack as _pack
+from ctxscope.inspector.writer.wire.messages import HandoverRecord
+from ctxscope.inspector.writer.wire.spool import Spool
+from ctxscope.inspector.writer.wire.spool_format import payload_pieces
 
 from support.factories import make_exchange
 
@@ -102,7 +105,7 @@ def test_memory_held_for_an_unwritable_spool_is_bounded_and_drops_are_counted(tm
 
 def test_the_spool_is_emptied_only_after_the_store_committed_its_calls(tmp_path, monkeypatch):
     """A store failing for a while (here: every write fails) keeps the calls in the spool."""
-    from ctxscope.inspector.writer import work as writer_module
+    from ctxscope.inspector.writer.storing import work as writer_module
 
     failing = {"on": True}
     real = writer_module.ingest
@@ -176,3 +179,49 @@ def test_a_handover_is_spooled_as_it_came_and_near_the_limit_call_by_call(tmp_pa
         writer.stop()
     stored = {r["id"] for r in list_calls(open_db(tmp_path / "c.db"), limit=None)}
     assert stored == {f[ID] for f in first + second[:2]}
+
+
+def test_the_child_loop_goes_quiet_lets_go_then_sleeps_without_a_timer_and_refuses_a_move_from_elsewhere(tmp_path):
+    """A silent proxy: the loop sends its counters, goes QUIET once they are final, lets go of its
+    caches after idle_release (RELEASED), says so, then waits with no timer (DORMANT) until the
+    proxy stops it. A move from a state it does not start from fails loudly."""
+    from ctxscope.inspector.writer.child.loop import ChildLoop, ChildState
+    from ctxscope.inspector.writer.priority import Priority
+    from ctxscope.inspector.writer.wire.messages import Counters, Stop
+
+    d, writer = _deferred(tmp_path)
+    seen: list[ChildState] = []
+    waits: list[float | None] = []
+    said: list = []
+
+    class SilentProxy:  # an inbox whose proxy sends nothing, then Stop once the child sleeps
+        def wait(self, timeout=None):
+            seen.append(loop.state)
+            waits.append(timeout)
+            return timeout is None  # idle_release passes in silence; with no timer, Stop is there
+
+        def get(self, timeout=None):
+            seen.append(loop.state)
+            if loop.state is ChildState.DORMANT:
+                return Stop()
+            time.sleep(timeout)
+            return None
+
+    class Replies:
+        def put(self, message):
+            said.append(message)
+
+    loop = ChildLoop(SilentProxy(), Replies(), writer, d, Priority(False), quiet_after=1.0, idle_release=0.5)
+    try:
+        loop.run()
+        order = [s for i, s in enumerate(seen) if i == 0 or seen[i - 1] is not s]
+        assert order == [ChildState.WORKING, ChildState.QUIET, ChildState.RELEASED, ChildState.DORMANT]
+        assert loop.state is ChildState.DRAINING and waits == [0.5, None]  # one timer, then none
+        counters = [m for m in said if isinstance(m, Counters)]
+        assert counters[-1].stats["idle_releases"] == 1  # the release was said before it slept
+        with pytest.raises(AssertionError, match="DRAINING -> RELEASED"):
+            loop._idle_spell()
+        loop.stopped()
+        assert loop.state is ChildState.STOPPED
+    finally:
+        writer.stop()

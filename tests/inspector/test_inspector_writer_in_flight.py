@@ -1,8 +1,8 @@
-"""The proxy's ledger of what its writer child has taken and counted (writer/in_flight.py)."""
+"""The proxy's ledger of what its writer child has taken and counted (writer/daemon_side/in_flight.py)."""
 
 from __future__ import annotations
 
-from ctxscope.inspector.writer.in_flight import InFlight
+from ctxscope.inspector.writer.daemon_side.in_flight import InFlight
 
 
 def test_a_call_is_unacknowledged_then_taken_then_counted():

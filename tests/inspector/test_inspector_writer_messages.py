@@ -10,10 +10,11 @@ import threading
 
 import pytest
 
-from ctxscope.inspector.writer import messages as m
-from ctxscope.inspector.writer.body_delta import ReceivedBodies
-from ctxscope.inspector.writer.spool import Spool
-from ctxscope.inspector.writer.spool_format import call_size, decode, pack
+from ctxscope.inspector.writer.wire import messages as m
+from ctxscope.inspector.writer.wire.body_delta import ReceivedBodies
+from ctxscope.inspector.writer.wire.call_fields import call_size, pack
+from ctxscope.inspector.writer.wire.spool import Spool
+from ctxscope.inspector.writer.wire.spool_format import decode
 
 from support.factories import make_exchange
 
@@ -114,7 +115,7 @@ def test_thousands_of_pieces_go_through_a_pipe_whole_and_in_order_however_it_tak
     """A hand-over of 2,000 small calls is ~4,000 pieces, more than one ``writev`` takes, into a
     pipe that takes a part of them at a time: every byte arrives once, in order (empty pieces and
     views included)."""
-    from ctxscope.inspector.writer.spool_format import write_pieces
+    from ctxscope.inspector.writer.wire.spool_format import write_pieces
 
     r, w = pipe
     pieces: list = [bytes([k % 251]) * (k % 701) for k in range(4000)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer.holding import MAX_HOLD, QUIET_GAP
-from ctxscope.inspector.writer.messages import Handover
+from ctxscope.inspector.writer.daemon_side.holding import MAX_HOLD, QUIET_GAP
+from ctxscope.inspector.writer.daemon_side.phase import Phase
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.priority import can_leave_idle_class
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.wire.messages import Handover
 
 from support.factories import make_exchange
 
@@ -50,8 +52,28 @@ def test_submitted_calls_are_stored_and_analyzed_in_the_child(tmp_path):
     assert w.stats().dropped == 1
 
 
+def test_a_call_submit_fails_on_is_counted_told_to_the_child_and_recorded(tmp_path, caplog):
+    """``submit`` failing on a call (a body that is no bytes) loses that call only: it is counted as
+    dropped and submit_failed, said in one log line, and the child records the drop in the store;
+    the ledger of calls in flight is not left holding it."""
+    import dataclasses
+
+    from ctxscope.inspector.db_status import db_status
+
+    w = WriterProcess(tmp_path / "c.db", status_file=False)
+    w.start()
+    with caplog.at_level(logging.ERROR, logger="ctxscope.store"):
+        w.submit(dataclasses.replace(make_exchange(1), response_body=None))  # never raises
+    w.submit(make_exchange(2))
+    assert w.stop()
+    stats = w.stats()
+    assert (stats.submit_failed, stats.dropped, stats.written, stats.queued) == (1, 1, 1, 0)
+    assert sum("submitting it failed" in r.getMessage() and not r.exc_info for r in caplog.records) == 1
+    assert db_status(tmp_path / "c.db")["writer"]["dropped"] == 1
+
+
 def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.wire import spool as spools
 
     (tmp_path / "dir.db").mkdir()  # a folder where the database should be
     w = WriterProcess(tmp_path / "dir.db", retry_interval=0.05)
@@ -77,7 +99,7 @@ def test_parent_killed_child_keeps_what_it_received(tmp_path):
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from support.factories import make_exchange
-        from ctxscope.inspector.writer.process import WriterProcess
+        from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
         if __name__ == "__main__":
             w = WriterProcess({str(tmp_path / 'k.db')!r})
             w.start()
@@ -175,7 +197,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
 
 
 async def test_a_big_call_is_handed_over_at_once(tmp_path):
-    from ctxscope.inspector.writer.holding import HOLD_BYTES
+    from ctxscope.inspector.writer.daemon_side.holding import HOLD_BYTES
 
     w = WriterProcess(tmp_path / "big.db")
     w.start()
@@ -194,7 +216,7 @@ def crash_on_start():
 
 @pytest.mark.slow
 def test_a_child_that_dies_while_starting_is_reported_at_once_and_its_calls_kept(tmp_path):
-    from ctxscope.inspector.writer import spool as spools
+    from ctxscope.inspector.writer.wire import spool as spools
 
     w = WriterProcess(tmp_path / "d.db", analyzers_factory="test_inspector_writer_process:crash_on_start")
     began = time.monotonic()
@@ -243,7 +265,7 @@ def test_the_child_competes_again_when_it_stays_behind(monkeypatch):
 
 
 def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
-    from ctxscope.inspector.writer.holding import Held
+    from ctxscope.inspector.writer.daemon_side.holding import Held
 
     held = Held(quiet_gap=0.05, max_hold=2.0, max_calls=10, max_bytes=100)
     assert held.wait(0.0) <= 0 and held.take() == []  # nothing held: nothing to wait for
@@ -270,7 +292,7 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
     n = 0
     try:
         # a burst: past MAX_HOLD one hand-over without a pause, which the child only spools
-        while not w._in_flight.acked:
+        while not w._handover.in_flight.acked:
             w.submit(make_exchange(n))
             n += 1
             await asyncio.sleep(QUIET_GAP / 5)
@@ -285,7 +307,7 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
             n += 1
             await asyncio.sleep(0.005)
         deadline = time.monotonic() + 60
-        while (w._proc is first or w._restarting) and time.monotonic() < deadline:
+        while (w._proc is first or w.phase is Phase.RESTARTING) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert w._proc is not first and w._proc.is_alive() and w.restarts == 1
     finally:
@@ -307,8 +329,8 @@ def crash_on_store():
 
 @pytest.mark.slow
 async def test_a_child_that_crashes_in_a_loop_is_counted_honestly_and_its_call_kept(tmp_path, monkeypatch):
-    import ctxscope.inspector.writer.restart as wp
-    from ctxscope.inspector.writer import spool as spools
+    import ctxscope.inspector.writer.daemon_side.restart as wp
+    from ctxscope.inspector.writer.wire import spool as spools
 
     monkeypatch.setattr(wp, "FIRST_BACKOFF", 0.1)
     monkeypatch.setattr(wp, "RESTART_BACKOFF", 0.5)  # a child killed before its "ready" left the pipe
@@ -400,7 +422,7 @@ import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
 from ctxscope.inspector.analyze import writer_analyzers
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
 if __name__ == "__main__":
     db, out = sys.argv[1], sys.argv[2]
@@ -507,3 +529,18 @@ def test_submit_never_waits_for_a_child_that_does_not_read(tmp_path):
     assert returned and live.queued == 8 and live.dropped == 0
     assert w.stop()
     assert {r["id"] for r in list_calls(open_db(tmp_path / "p.db"), limit=None)} == {ex.id for ex in exs}
+
+
+def test_the_supervisor_phase_moves_only_from_the_phases_a_move_starts_from():
+    from ctxscope.inspector.writer.daemon_side.phase import MOVES, SupervisorPhase
+
+    phase = SupervisorPhase()
+    for name in ("started", "fell_asleep", "restarting", "restarted", "died", "restarting", "start_failed"):
+        phase.move(name)
+    assert phase.now is Phase.DOWN
+    with pytest.raises(AssertionError, match="died from DOWN"):
+        phase.move("died")  # a death is counted once: from RUNNING only
+    with pytest.raises(AssertionError, match="fell_asleep from DOWN"):
+        phase.move("fell_asleep")
+    assert phase.now is Phase.DOWN and phase.move("stopped") is Phase.DOWN and phase.now is Phase.STOPPED
+    assert {to for _, to in MOVES.values()} | {Phase.NEW} == set(Phase)  # every phase is reached by a move

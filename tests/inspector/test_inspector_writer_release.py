@@ -15,9 +15,9 @@ from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.store.ingest import IngestState
 from ctxscope.inspector.store.queries import open_db
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.status import capture_state
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.query_commands import capture_line
 from ctxscope.vocab import tokens
 

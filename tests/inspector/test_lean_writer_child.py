@@ -17,7 +17,7 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.migrations import NAMES, migrations
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.child.life import migrate_apart
-from ctxscope.inspector.writer.process import WriterProcess
+from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
 from support.factories import make_exchange
 

@@ -129,7 +129,7 @@ def _growing(n: int, label: str = "grow") -> list:
 
 def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer.thread import CaptureWriter
+    from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     path = tmp_path / "c.db"
     calls = _growing(3)
@@ -152,7 +152,7 @@ def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
 
 def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(tmp_path):
     from ctxscope.inspector.search_index import writer_analyzers
-    from ctxscope.inspector.writer.thread import CaptureWriter
+    from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     path = tmp_path / "c.db"
     calls = _growing(5)

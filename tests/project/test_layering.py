@@ -34,6 +34,18 @@ MAX_MODULES_PER_FOLDER = 16
 # Inside agent/: the core imports no other part of the agent; `host` may import everything;
 # every other subpackage is a feature, which imports only the core and itself.
 AGENT_CORE, AGENT_HOST = "core", "host"
+# Inside inspector/writer/: the daemon's side and the child's side meet only through the wire
+# (and the neutral room: the modules at writer/'s root). The daemon's side does not load the
+# storing thread either: what it stores with runs in the child (docs/architecture.md, "The writer's
+# rooms"). Room -> the other rooms of the writer it may import.
+WRITER = "ctxscope.inspector.writer"
+WRITER_ROOMS: dict[str, set[str]] = {
+    "": set(),  # the neutral room: protocol, status, priority
+    "wire": {""},
+    "storing": {"", "wire"},
+    "daemon_side": {"", "wire"},
+    "child": {"", "wire", "storing"},
+}
 ENTRY_POINT = re.compile(r"^ctxscope(\.\w+)*:\w+(\.\w+)*$")
 SQL = re.compile(
     # SELECT ... FROM within one string (f-string fields included), or across implicitly
@@ -265,6 +277,31 @@ def agent_violations(t: Tree) -> list[str]:
     return bad
 
 
+def _writer_room(name: str) -> str | None:
+    """The room of inspector/writer/ a dotted name is in ("" for its root modules); None: outside it."""
+    if name != WRITER and not name.startswith(WRITER + "."):
+        return None
+    rest = name[len(WRITER) + 1:].split(".") if name != WRITER else []
+    return rest[0] if len(rest) > 1 else ""
+
+
+def writer_violations(t: Tree) -> list[str]:
+    """The daemon's side and the child's side of the writer import the wire, never each other."""
+    bad = []
+    for m in t.modules.values():
+        room = _writer_room(m.name)
+        if room is not None and room not in WRITER_ROOMS and not m.is_package:
+            bad.append(f"{m.where}: in no room of the writer ({sorted(WRITER_ROOMS)})")
+    for e in _ours(t.edges):
+        mine, theirs = _writer_room(e.source.name), _writer_room(e.target)
+        if mine is None or theirs is None or mine == theirs or mine not in WRITER_ROOMS:
+            continue
+        if theirs not in WRITER_ROOMS[mine]:
+            allowed = sorted(r or "writer's root" for r in WRITER_ROOMS[mine])
+            bad.append(f"{_say(e)}: writer/{mine or '(root)'} may import only {allowed}")
+    return bad
+
+
 def _cycles(t: Tree) -> list[list[str]]:
     """Strongly connected groups of ctxscope modules (Tarjan), each as one readable cycle through them."""
     graph: dict[str, set[str]] = {n: set() for n in t.modules if n.startswith("ctxscope")}
@@ -328,6 +365,24 @@ def test_packages_import_only_the_packages_below_them():
 def test_inside_the_agent_the_core_imports_no_feature_and_features_only_the_core():
     bad = agent_violations(tree())
     assert not bad, f"{len(bad)} agent core/feature violations:\n" + "\n".join(bad)
+
+
+def test_the_writers_daemon_side_and_child_side_meet_only_through_the_wire():
+    bad = writer_violations(tree())
+    assert not bad, f"{len(bad)} writer room violations:\n" + "\n".join(bad)
+
+
+def test_the_writer_room_rule_catches_a_crossing():
+    """The rule itself: a child module importing the daemon's side, and the daemon's side importing
+    the storing thread, are both reported."""
+    t = tree()
+    child = t.modules[f"{WRITER}.child.life"]
+    daemon = t.modules[f"{WRITER}.daemon_side.supervisor"]
+    planted = Tree(t.modules, [Edge(child, f"{WRITER}.daemon_side.launch", 1),
+                               Edge(daemon, f"{WRITER}.storing.thread", 2),
+                               Edge(daemon, f"{WRITER}.wire.messages", 3)])
+    bad = writer_violations(planted)
+    assert len(bad) == 2 and "child may import only" in bad[0] and "daemon_side may import only" in bad[1], bad
 
 
 def test_no_import_cycle_among_our_modules():

@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxscope.inspector.analyze import Analyzer
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
 
 _ids = itertools.count(1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ctxscope.inspector.writer.spool_format import decode, pack, payload_and_size
+from ctxscope.inspector.writer.wire.call_fields import pack
+from ctxscope.inspector.writer.wire.spool_format import decode, payload_and_size
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.vocab import json_splice
 from ctxscope.vocab.json_splice import MARK, RepeatedTexts

@@ -12,12 +12,13 @@ import dataclasses
 import logging
 import time
 
-from ctxscope.inspector.writer import spool as spools
-from ctxscope.inspector.writer.body_delta import ReceivedBodies
-from ctxscope.inspector.writer.messages import HandoverRecord
-from ctxscope.inspector.writer.spool import SPOOL_LIMIT
-from ctxscope.inspector.writer.spool_format import ID, call_size, decode, unpack
-from ctxscope.inspector.writer.thread import CaptureWriter
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+from ctxscope.inspector.writer.wire import spool as spools
+from ctxscope.inspector.writer.wire.body_delta import ReceivedBodies
+from ctxscope.inspector.writer.wire.call_fields import ID, call_size, unpack
+from ctxscope.inspector.writer.wire.messages import HandoverRecord
+from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.wire.spool_format import decode
 
 log = logging.getLogger("ctxscope.store")
 
@@ -41,7 +42,8 @@ class Deferred:
     to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
     """
 
-    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT):
+    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT, *,
+                 quarantined: int = 0):
         self.spool, self.writer = spool, writer
         self.limit = limit  # bytes the spool file may reach (docs/architecture.md, "A bounded spool")
         self.over_limit = 0  # calls dropped because the spool was full
@@ -53,7 +55,7 @@ class Deferred:
         self.storing = False  # feeding the writer until the spool has nothing unread
         self.dropped = 0  # calls lost: the spool could not take them and memory was full
         self.spool_failures = 0
-        self.quarantined = 0
+        self.quarantined = quarantined  # spool files of dead writers renamed aside as unsafe to read
         self.torn = 0
         self._batch: collections.deque[tuple] = collections.deque()  # the rest of the batch being fed
         self._memory: collections.deque[tuple] = collections.deque()  # calls the spool could not take
@@ -159,6 +161,19 @@ class Deferred:
                       "they are stored", exc, MEMORY_LIMIT >> 20)
         self._spool_broken = True
 
+    def start_storing(self) -> None:
+        """Feed the writer until the spool has nothing unread (the traffic paused, or calls are due)."""
+        self.storing = True
+
+    def only_spool(self) -> None:
+        """Traffic again: spool what comes, feed the writer nothing more (it finishes what it has)."""
+        self.storing = False
+
+    def took_over(self, torn: int, quarantined: bool) -> None:
+        """A dead writer's spool was copied into this one: its torn records, and whether it was set aside."""
+        self.torn += torn
+        self.quarantined += quarantined
+
     def due(self, now: float) -> bool:
         """Unbroken traffic may not keep calls unstored forever, nor let the spool grow without end;
         calls held in memory are stored as soon as possible."""
@@ -249,9 +264,12 @@ class Deferred:
         return s.queued == 0 and s.written + s.failed + s.dropped + s.already_stored >= self.given
 
     def lost_at_stop(self) -> int:
-        """Calls held in memory (the spool could not take them) that were not stored: lost now."""
+        """Calls held in memory (the spool could not take them) that were not stored: lost now, and
+        counted as dropped."""
         unstored = sum(1 for ex in list(self.writer._pending) if ex.id in self._memory_ids)
-        return len(self._memory) + unstored
+        lost = len(self._memory) + unstored
+        self.dropped += lost
+        return lost
 
     def stats(self) -> dict:
         stats = dataclasses.asdict(self.writer.stats())
@@ -283,15 +301,14 @@ def take_over(left: list[spools.Orphan], deferred: Deferred) -> list[str]:
             if not deferred.add(batch, time.monotonic(), received=False):
                 kept = False  # our spool cannot take them: leave the file for the next writer
                 break
-        deferred.torn += orphan.torn
         if not kept:
+            deferred.took_over(orphan.torn, quarantined=False)
             orphan.keep()
             log.error(
                 "capture writer: could not copy %s into its own spool; left it for the next writer", orphan.path.name
             )
             continue
-        if orphan.release() is not None:
-            deferred.quarantined += 1
+        deferred.took_over(orphan.torn, quarantined=orphan.release() is not None)
         log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; the writer skips "
                     "any it had stored already)", n, orphan.path.name)
     return ids

@@ -1,6 +1,6 @@
 """The writer child's entry point: ``python -m ctxscope.inspector.writer.child.entry DB IN OUT CONFIG``.
 
-The parent (:mod:`~ctxscope.inspector.writer.launch`) passes the database's path, the file
+The parent (:mod:`~ctxscope.inspector.writer.daemon_side.launch`) passes the database's path, the file
 descriptors of the child's ends of its two pipes and the writer's settings as JSON. This module
 adapts the pipes to what :func:`~ctxscope.inspector.writer.child.life.child_main` reads and writes;
 the end of the inbox pipe means the parent is gone (or stops it), and a reply the parent can no
@@ -15,7 +15,7 @@ import select
 import sys
 
 from ctxscope.inspector.writer.child.life import child_main
-from ctxscope.inspector.writer.messages import FromChild, Received, receive, send
+from ctxscope.inspector.writer.wire.messages import FromChild, Received, receive, send
 
 
 class PipeInbox:

@@ -21,16 +21,30 @@ between the writer and its child"). Older files, with JSON numbers there, read a
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import operator
 import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-from ctxscope.proxy.exchange import Exchange
+from ctxscope.inspector.writer.wire.call_fields import (
+    BODIES,
+    ENDED,
+    FIELDS,
+    FIRST_BYTE,
+    FLOATS,
+    NAMES,
+    PAIRS,
+    REQUEST_BODY,
+    REQUEST_HEADERS,
+    REQUIRED,
+    RESPONSE_BODY,
+    RESPONSE_HEADERS,
+    STARTED,
+    VALID,
+    default_of,
+)
 from ctxscope.vocab import json_text
 from ctxscope.vocab.json_splice import MARK, RepeatedTexts, splice
 
@@ -54,69 +68,6 @@ class SpoolCorrupt(ValueError):
 
 class Torn(Exception):
     """The file ends inside a record: a crash mid-append."""
-
-
-def _default(f: dataclasses.Field) -> Any:
-    """A field's default value, from its factory when it has one."""
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]  # typeshed: _MISSING_TYPE | factory
-    return factory()
-
-
-def _opt(kind):
-    return lambda v: v is None or kind(v)
-
-
-def _pairs(v) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
-
-
-_CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (other kinds: any JSON value)
-    "str": lambda v: isinstance(v, str),
-    "bool": lambda v: type(v) is bool,
-    "int": lambda v: type(v) is int,
-    "str | None": _opt(lambda v: isinstance(v, str)),
-    "int | None": _opt(lambda v: type(v) is int),
-    "float": lambda v: type(v) in (int, float, str),  # a number, or (since version 4) its bytes in hex
-    "float | None": _opt(lambda v: type(v) in (int, float, str)),
-    "dict": lambda v: isinstance(v, dict),
-    "tuple[tuple[str, str], ...]": _pairs,
-    # the body's length (its bytes follow the JSON), or its pieces then that length (checked by _pieces)
-    "bytes": lambda v: (type(v) is int and v >= 0) or type(v) is list,
-}
-_FIELDS = dataclasses.fields(Exchange)
-# An Exchange crosses the process boundary and sits in the spool as a plain tuple of its fields: no
-# class reference and no field names in the pickle, less than half the time to pickle and to unpickle.
-pack = operator.attrgetter(*(f.name for f in _FIELDS))
-_NAMES = [f.name for f in _FIELDS]
-ID = _NAMES.index("id")
-_SIZED = (_NAMES.index("request_body"), _NAMES.index("response_body"))
-
-
-def unpack(fields: tuple) -> Exchange:
-    return Exchange(*fields)
-
-
-def call_size(fields: tuple) -> int:
-    """Body bytes of a packed exchange (what the queue and spool limits count)."""
-    return len(fields[_SIZED[0]]) + len(fields[_SIZED[1]])
-
-
-_KINDS = [str(f.type) for f in _FIELDS]
-_VALID = [_CHECKS.get(kind, lambda v: True) for kind in _KINDS]
-# A spool written before fields with defaults were added still reads: they take their defaults.
-_REQUIRED = sum(1 for f in _FIELDS if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-_BODIES = [i for i, kind in enumerate(_KINDS) if kind == "bytes"]
-REQUEST_BODY = _NAMES.index("request_body")
-BODY_FIELDS = tuple(_BODIES)
-_PAIRS = [i for i, kind in enumerate(_KINDS) if kind.startswith("tuple[")]
-_FLOATS = [i for i, kind in enumerate(_KINDS) if kind.startswith("float")]
-_RESPONSE_BODY = _NAMES.index("response_body")
-_REQUEST_HEADERS, _RESPONSE_HEADERS = _NAMES.index("request_headers"), _NAMES.index("response_headers")
-_STARTED, _FIRST_BYTE, _ENDED = (_NAMES.index(name) for name in ("started_at", "first_byte_at", "ended_at"))
-assert BODY_FIELDS == (REQUEST_BODY, _RESPONSE_BODY) and _FLOATS == [_STARTED, _FIRST_BYTE, _ENDED]  # unrolled below
 
 
 # The calls' fields are plain values and tuples of them, which cannot form a cycle: the encoder's
@@ -158,21 +109,21 @@ def payload_and_size(batch: list[tuple], sent: Referrer | None = None,
     add_text = texts.append
     requests = responses = False
     if headers is not None:
-        requests, responses = headers.worth(batch, _REQUEST_HEADERS), headers.worth(batch, _RESPONSE_HEADERS)
+        requests, responses = headers.worth(batch, REQUEST_HEADERS), headers.worth(batch, RESPONSE_HEADERS)
         get, add = headers.get, headers.add
     size = 0
     for fields in batch:
         head = list(fields)
         if requests:
-            listed = fields[_REQUEST_HEADERS]
+            listed = fields[REQUEST_HEADERS]
             known = get(listed)
             add_text(known if known is not None else add(listed, _ENCODE(listed)))
-            head[_REQUEST_HEADERS] = MARK
+            head[REQUEST_HEADERS] = MARK
         if responses:
-            listed = fields[_RESPONSE_HEADERS]
+            listed = fields[RESPONSE_HEADERS]
             known = get(listed)
             add_text(known if known is not None else add(listed, _ENCODE(listed)))
-            head[_RESPONSE_HEADERS] = MARK
+            head[RESPONSE_HEADERS] = MARK
         body = fields[REQUEST_BODY]
         n = len(body)
         size += n
@@ -184,27 +135,27 @@ def payload_and_size(batch: list[tuple], sent: Referrer | None = None,
             number, shared = ref
             head[REQUEST_BODY] = [n - shared, number, shared]
             add_body(memoryview(body)[shared:])
-        body = fields[_RESPONSE_BODY]
+        body = fields[RESPONSE_BODY]
         n = len(body)
         size += n
-        head[_RESPONSE_BODY] = n
+        head[RESPONSE_BODY] = n
         add_body(body)
-        t = head[_STARTED]
+        t = head[STARTED]
         if t.__class__ is float:
-            head[_STARTED] = bits(t).hex()
-        t = head[_FIRST_BYTE]
+            head[STARTED] = bits(t).hex()
+        t = head[FIRST_BYTE]
         if t.__class__ is float:
-            head[_FIRST_BYTE] = bits(t).hex()
-        t = head[_ENDED]
+            head[FIRST_BYTE] = bits(t).hex()
+        t = head[ENDED]
         if t.__class__ is float:
-            head[_ENDED] = bits(t).hex()
+            head[ENDED] = bits(t).hex()
         add_head(head)
     text = _ENCODE(heads)
     if texts:
         spliced = splice(text, texts)
         if spliced is None:  # a field list held MARK itself: the lists go in place after all
             for head, fields in zip(heads, batch, strict=True):
-                head[_REQUEST_HEADERS], head[_RESPONSE_HEADERS] = fields[_REQUEST_HEADERS], fields[_RESPONSE_HEADERS]
+                head[REQUEST_HEADERS], head[RESPONSE_HEADERS] = fields[REQUEST_HEADERS], fields[RESPONSE_HEADERS]
             spliced = _ENCODE(heads)
         text = spliced
     data = text.encode()
@@ -303,14 +254,14 @@ def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0)
         raise SpoolCorrupt("the field list is not a list")
     batch = []
     for head in heads:
-        if not isinstance(head, list) or not _REQUIRED <= len(head) <= len(_VALID):
+        if not isinstance(head, list) or not REQUIRED <= len(head) <= len(VALID):
             raise SpoolCorrupt("a call with the wrong number of fields")
-        for field in _FIELDS[len(head):]:
-            head.append(_default(field))
-        for field, valid, value in zip(_FIELDS, _VALID, head, strict=False):
+        for field in FIELDS[len(head):]:
+            head.append(default_of(field))
+        for field, valid, value in zip(FIELDS, VALID, head, strict=False):
             if not valid(value):
                 raise SpoolCorrupt(f"field {field.name} has the wrong type")
-        for i in _BODIES:
+        for i in BODIES:
             pieces = _pieces(head[i], file, record_at) if isinstance(head[i], list) else ()
             own = head[i][0] if pieces else head[i]
             end = at + own
@@ -321,15 +272,15 @@ def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0)
             else:
                 head[i] = read(at, own)
             at = end
-        for i in _PAIRS:
+        for i in PAIRS:
             head[i] = tuple((k, v) for k, v in head[i])
-        for i in _FLOATS:
+        for i in FLOATS:
             value = head[i]
             if value.__class__ is str:
                 try:
                     (head[i],) = _TIME.unpack(bytes.fromhex(value))
                 except (ValueError, struct.error):
-                    raise SpoolCorrupt(f"field {_NAMES[i]} is not a time") from None
+                    raise SpoolCorrupt(f"field {NAMES[i]} is not a time") from None
             elif value is not None:
                 head[i] = float(value)
         batch.append(tuple(head))

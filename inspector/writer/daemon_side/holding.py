@@ -15,13 +15,17 @@ HOLD_BYTES = 4 << 20  # ... or this many body bytes (a hand-over must not keep b
 
 
 class Held:
-    """Calls finished during a burst of traffic, handed to the child in the first pause."""
+    """Calls finished during a burst of traffic, handed to the child in the first pause. Its fields
+    are read by its owner and changed only by its methods."""
 
     def __init__(self, quiet_gap: float, max_hold: float, max_calls: int, max_bytes: int):
         self.quiet_gap, self.max_hold, self.max_calls, self.max_bytes = quiet_gap, max_hold, max_calls, max_bytes
         self.items: list[tuple] = []
         self.bytes = 0
         self.first = self.last = 0.0
+
+    def __len__(self) -> int:
+        return len(self.items)
 
     def add(self, item: tuple, size: int, now: float) -> None:
         if not self.items:
@@ -42,3 +46,8 @@ class Held:
     def take(self) -> list[tuple]:
         items, self.items, self.bytes = self.items, [], 0
         return items
+
+    def put_back(self, items: list[tuple], size: int) -> None:
+        """Calls taken for a hand-over that could not go (the child was gone): first in line again."""
+        self.items[:0] = items
+        self.bytes += size

@@ -27,15 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.body_reuse import match_forward
-from ctxscope.inspector.writer.spool_format import (
-    BODY_FIELDS,
-    MAX_PIECES,
-    RECORD_HEAD,
-    REQUEST_BODY,
-    heads_of,
-    payload_parts,
-    record_head,
-)
+from ctxscope.inspector.writer.wire.call_fields import BODY_FIELDS, REQUEST_BODY
+from ctxscope.inspector.writer.wire.spool_format import MAX_PIECES, RECORD_HEAD, heads_of, payload_parts, record_head
 
 DELTA_MIN = 16 << 10  # a shorter shared prefix is sent again (and smaller bodies are not compared)
 REMEMBER_MAX = 8 << 20  # a larger body is sent whole and not remembered (a 1M-token context is ~5 MB)

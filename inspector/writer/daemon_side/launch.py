@@ -35,9 +35,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ctxscope.inspector.writer.body_delta import SentBodies
-from ctxscope.inspector.writer.messages import Counters, Forget, FromChild, ToChild, receive, send
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
+from ctxscope.inspector.writer.wire.body_delta import SentBodies
+from ctxscope.inspector.writer.wire.messages import Counters, Forget, FromChild, ToChild, receive, send
 from ctxscope.vocab.heap import release_heap
 from ctxscope.vocab.json_splice import RepeatedTexts
 

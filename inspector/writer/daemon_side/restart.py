@@ -16,8 +16,8 @@ import logging
 import queue
 import time
 
-from ctxscope.inspector.writer.messages import Failed, FromChild, Recovered
 from ctxscope.inspector.writer.status import WriterStats
+from ctxscope.inspector.writer.wire.messages import Failed, FromChild, Ready, Recovered
 
 log = logging.getLogger("ctxscope.store")
 
@@ -74,6 +74,20 @@ def child_reply(replies, proc, timeout: float) -> FromChild:
             return replies.get(timeout=0.5)
         except queue.Empty:
             return Failed("timed out" if proc.is_alive() else f"exited with code {proc.exitcode}")
+
+
+def await_ready(proc, timeout: float) -> Ready:
+    """A just-started child's ``Ready``; RuntimeError if it failed, died or said something else
+    first (it is then reaped). A child that dies starting costs no timeout."""
+    reply = child_reply(proc.replies, proc, timeout)
+    if isinstance(reply, Ready):
+        return reply
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+    proc.close()
+    why = reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first"
+    raise RuntimeError(f"capture writer could not start: {why}")
 
 
 def recovered_ids(replies, proc, timeout: float) -> set[str] | None:

@@ -7,7 +7,7 @@ touches SQLite. One thread owns the connection; it takes whatever is queued, sto
 ``synchronous=NORMAL``: a commit is a write, not an fsync). So a SIGKILL loses at most the last
 fraction of a second, and ``stop()`` (wire it to SIGINT/SIGTERM) drains the queue first.
 
-Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.failures`):
+Two kinds of failure are told apart (:mod:`~ctxscope.inspector.writer.storing.failures`):
 - the store is unavailable: nothing is lost. The calls of the batch stay first in line, and
   storing is retried every ``retry_interval`` seconds, however long it takes; the counters say so
   from the first failure (``store_failures``, ``store_down_since``, ``last_error``). ``start``
@@ -27,7 +27,6 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -35,39 +34,28 @@ from ctxscope.inspector import owner_only
 from ctxscope.inspector.idle_release import release
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
-from ctxscope.inspector.store.derived import search
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
-from ctxscope.inspector.writer.failures import (
+from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
+from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
+from ctxscope.inspector.writer.storing.batches import STOP_MARK, BatchStoring, Release, close_quietly, exchange_size
+from ctxscope.inspector.writer.storing.failures import (
     Outage,
     Unrecorded,
-    call_event,
     describe,
     record,
-    store_unavailable,
 )
-from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
-from ctxscope.inspector.writer.spool import keep_leftovers
-from ctxscope.inspector.writer.spool_format import pack
-from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
-from ctxscope.inspector.writer.work import CallFailed, Deletion, serve_deletion, store_one
+from ctxscope.inspector.writer.storing.work import Deletion, serve_deletion
+from ctxscope.inspector.writer.wire.call_fields import pack
+from ctxscope.inspector.writer.wire.spool import keep_leftovers
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
 log = logging.getLogger("ctxscope.store")
 
-MAX_BATCH = 500
 _TALLIES = ("written", "failed", "analysis_failed", "parse_failed", "already_stored", "commits", "idle_releases")
-_STOP = object()
 
 
-class _Release:
-    """Let go of the caches, if nothing else is queued (``release_memory``); ``done`` is set after."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-class CaptureWriter:
+class CaptureWriter(BatchStoring):
     """ExchangeSink that stores exchanges in the capture database from one background thread.
 
     No locks are shared with the submitting thread: the queue is a C ``SimpleQueue`` and each
@@ -114,6 +102,7 @@ class CaptureWriter:
         self._drop_counter = itertools.count(1)
         self._dropped = 0
         self._dropped_before = 0  # calls dropped before they reached this writer (count_dropped)
+        self._submit_failed = 0  # of the dropped: calls submit itself failed on
         self._bytes_in = 0
         # Written by the writer thread only.
         self._pending: collections.deque[Exchange] = collections.deque()  # taken, not committed yet
@@ -128,7 +117,8 @@ class CaptureWriter:
     # -- the proxy's side -------------------------------------------------------------------
 
     def submit(self, exchange: Exchange) -> None:
-        """Queue an exchange for storage; never blocks, never raises."""
+        """Queue an exchange for storage; never blocks, never raises: a call it fails on is dropped
+        and counted (``submit_failed``), with one line in the log."""
         try:
             publisher = self._publisher
             if publisher is not None and publisher.asleep:
@@ -138,15 +128,19 @@ class CaptureWriter:
             elif self._queue.qsize() >= self.max_queue:
                 self._drop(exchange, "capture queue is full")
             else:
-                size = _size(exchange)
+                size = exchange_size(exchange)
                 backlog = self._bytes_in - self._bytes_out
                 if backlog > 0 and backlog + size > self.max_queue_bytes:
                     self._drop(exchange, "capture queue holds too many bytes")
                     return
                 self._bytes_in += size
                 self._queue.put(exchange)
-        except Exception:  # pragma: no cover - the hot path must never raise
-            pass
+        except Exception as exc:  # the hot path must never raise: the call is lost, so it is counted
+            self._submit_failed += 1
+            if self._submit_failed == 1 or self._submit_failed % 1000 == 0:  # a defect must not flood the log
+                log.error("capture dropped call %s: submitting it failed (%s: %s); %d calls lost so",
+                          getattr(exchange, "id", "?"), type(exc).__name__, exc, self._submit_failed)
+            self._drop(exchange, "submitting it failed", quiet=True)
 
     def count_dropped(self, n: int, why: str) -> None:
         """Record ``n`` calls dropped before they reached this writer (a full spool, the proxy's full
@@ -160,11 +154,11 @@ class CaptureWriter:
     def _drops(self) -> int:
         return self._dropped + self._dropped_before
 
-    def _drop(self, exchange: Exchange, why: str) -> None:
+    def _drop(self, exchange: Exchange, why: str, *, quiet: bool = False) -> None:
         n = next(self._drop_counter)
         self._dropped = max(self._dropped, n)
         self._last_error = why
-        if n == 1 or n % 1000 == 0:  # a full queue drops many: do not flood the log
+        if not quiet and (n == 1 or n % 1000 == 0):  # a full queue drops many: do not flood the log
             log.error("capture dropped call %s: %s (%d dropped so far)", getattr(exchange, "id", "?"), why, n)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -188,7 +182,7 @@ class CaptureWriter:
             if thread is None or not thread.is_alive():
                 return self._queue.empty() and not self._pending
             self._stopping.set()
-            self._queue.put(_STOP)
+            self._queue.put(STOP_MARK)
             thread.join(timeout)
             if thread.is_alive():
                 log.error(
@@ -208,6 +202,7 @@ class CaptureWriter:
             queued_bytes=max(0, self._bytes_in - self._bytes_out),
             **{k: self._counts[k] for k in _TALLIES},
             dropped=self._dropped,
+            submit_failed=self._submit_failed,
             last_error=self._last_error,
             running=self._thread is not None and self._thread.is_alive(),
             store_failures=self._outage.failures,
@@ -232,7 +227,7 @@ class CaptureWriter:
         """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
         after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory").
         The event is set once it is done or skipped (its count is in the counters by then)."""
-        request = _Release()
+        request = Release()
         self._queue.put(request)
         return request.done
 
@@ -260,15 +255,15 @@ class CaptureWriter:
                         item = self._take(block=not stopping)
                         if item is None:
                             break  # stopping, and everything is stored
-                        if item is _STOP:
+                        if item is STOP_MARK:
                             stopping = True
                             continue
                         if isinstance(item, Deletion):
                             if not serve_deletion(db, item, state):
-                                _close(db)
+                                close_quietly(db)
                                 db = None
                             continue
-                        if isinstance(item, _Release):
+                        if isinstance(item, Release):
                             try:
                                 self._release(db, state)
                             finally:
@@ -279,7 +274,7 @@ class CaptureWriter:
                     stopping = stopping or saw_stop
                     if ok:
                         continue
-                    _close(db)  # the store is unavailable: reconnect for the next attempt
+                    close_quietly(db)  # the store is unavailable: reconnect for the next attempt
                     db = None
                 if final:
                     break
@@ -329,7 +324,7 @@ class CaptureWriter:
                 self._outage.ended()
             return db
         except Exception as e:
-            _close(db)
+            close_quietly(db)
             self._store_failed(e, opening=True)
             return None
 
@@ -342,9 +337,9 @@ class CaptureWriter:
                 break
             if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
-            elif isinstance(item, _Release):
+            elif isinstance(item, Release):
                 item.done.set()
-            elif item is not _STOP:
+            elif item is not STOP_MARK:
                 unstored.append(item)
         if unstored:
             self._pending.extend(unstored[len(self._pending):])
@@ -355,7 +350,7 @@ class CaptureWriter:
         if db is not None:
             with contextlib.suppress(Exception):
                 store.record_event(db, "writer_stopped")
-            _close(db)
+            close_quietly(db)
 
     def _take(self, block: bool = False):
         """The next queued item (None if empty and not blocking)."""
@@ -368,137 +363,3 @@ class CaptureWriter:
         """The store is unavailable: count it, say it, keep the calls."""
         self._last_error = describe(e)
         self._outage.failed(self._last_error, self.stats().queued, opening=opening)
-
-    def _safe_batch(self, db: Db, state: IngestState) -> tuple[bool, bool]:
-        """Store a batch; (False if the store is unavailable, True if a stop marker was seen)."""
-        try:
-            return self._write_batch(db, state)
-        except Exception as e:  # a bug in the batch logic itself: keep the thread alive
-            log.exception("capture writer error")
-            self._last_error = describe(e)
-            with contextlib.suppress(Exception):
-                db.rollback()
-            state.forget()
-            if store_unavailable(e):
-                self._store_failed(e)
-                return False, False
-            if self._pending:  # the call it was on is given up, or the thread would loop on it
-                self._done(self._pending.popleft())
-                self._counts["failed"] += 1
-            return True, False
-
-    def _write_batch(self, db: Db, state: IngestState, more: bool = True) -> tuple[bool, bool]:
-        """Store the pending calls and whatever else is queued in one transaction.
-
-        Commits when the queue is empty, after MAX_BATCH calls or after ``batch_interval``. If the
-        store is unavailable, the batch goes back to the front of the line. If the transaction
-        fails otherwise, each call of the batch is retried in its own transaction.
-        """
-        batch: list[Exchange] = []
-        stopping = False
-        outcome: collections.Counter[str] = collections.Counter()
-        events: list[dict] = []
-        down = self._outage.down
-        outage = self._outage.events(self._last_error)
-        pending = list(self._unrecorded.events)
-        drops = self._drops - self._unrecorded.drops_recorded
-        try:
-            store.begin(db)
-            if state.ids.check(db):  # another connection committed: what the writer knew may be gone
-                state.redo.clear()  # ... and the analysis of a call stored again may have changed
-            state.ids.defer_terms = True  # given to FTS5 once, before the commit
-            state.ids.terms.clear()  # held back by a batch that rolled back: their segments are gone
-            began = time.monotonic()
-            while len(batch) < MAX_BATCH and (more or not batch):
-                if self._pending:
-                    nxt = self._pending.popleft()
-                elif not batch or time.monotonic() - began < self.batch_interval:
-                    nxt = self._take()
-                    if nxt is None:
-                        break
-                    if nxt is _STOP:
-                        stopping = True
-                        break
-                    if isinstance(nxt, _Release):  # calls came after it: they need the caches
-                        nxt.done.set()
-                        continue
-                    if isinstance(nxt, Deletion):  # after this batch's commit
-                        self._queue.put(nxt)  # (behind what was queued meanwhile: a deletion is rare)
-                        break
-                else:
-                    break
-                batch.append(nxt)
-                self._storing = len(batch)
-                isolated = self._isolate > 0
-                self._isolate -= isolated
-                store_one(db, state, nxt, self.analyzers, outcome, events, isolated=isolated)
-            search.flush_terms(db, state.ids)
-            record(db, outage + pending + events, drops, self._last_error)
-            store.commit(db)
-        except CallFailed as e:
-            # A call failed with no savepoint of its own: the batch goes back, first in line, and is
-            # stored again with a savepoint per call; the analysis of each call it held is taken as it
-            # was (docs/architecture.md, "A savepoint only after a failure").
-            with contextlib.suppress(Exception):
-                db.rollback()
-            state.forget()
-            state.redo = {ex.id for ex in batch}
-            self._pending.extendleft(reversed(batch))
-            self._storing = 0
-            self._isolate = len(batch)
-            log.info("call %s failed in a batch of %d: storing the batch again, call by call", e.call_id, len(batch))
-            return True, stopping
-        except Exception as e:
-            with contextlib.suppress(Exception):
-                db.rollback()
-            state.forget()
-            self._pending.extendleft(reversed(batch))  # first in line again, in order
-            self._storing = 0
-            if store_unavailable(e):
-                self._store_failed(e)
-                return False, stopping
-            if len(batch) > 1:
-                log.warning("capture batch of %d failed (%s); retrying call by call", len(batch), describe(e))
-                for _ in batch:
-                    ok, _saw = self._write_batch(db, state, more=False)
-                    if not ok:
-                        return False, stopping
-            elif batch:
-                self._fail(db, self._pending.popleft(), e)
-            return True, stopping
-        state.redo.clear()
-        if down:
-            self._outage.ended()
-        self._unrecorded.recorded(len(pending), drops)
-        for ex in batch:
-            self._done(ex)
-        outcome["commits"] = 1
-        self._counts.update(outcome)
-        self._storing = 0  # after the tallies: a status read between them counts the calls twice, never not at all
-        if outcome.get("written") and self.on_stored is not None:
-            self.on_stored()
-        if events:
-            self._last_error = events[-1]["detail"]
-        return True, stopping
-
-    def _done(self, ex: Exchange) -> None:
-        self._bytes_out += _size(ex)
-
-    def _fail(self, db: Db, ex: Exchange, e: BaseException) -> None:
-        """A call that could not be stored even alone: count, log, and record it when possible."""
-        log.error("capture of call %s failed: %s", ex.id, describe(e))
-        self._done(ex)
-        self._counts["failed"] += 1
-        self._last_error = describe(e)
-        self._unrecorded.add(call_event("write_failed", ex, self._last_error))
-        self._unrecorded.flush(db, self._drops, self._last_error)
-
-
-def _close(db: Db | None) -> None:
-    if db is not None:
-        with contextlib.suppress(Exception):
-            db.close()
-
-
-def _size(ex: Exchange) -> int:
-    return len(ex.request_body) + len(ex.response_body)

@@ -28,14 +28,14 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.writer.body_delta import SentBodies
-from ctxscope.inspector.writer.spool_format import payload_and_size, write_pieces
+from ctxscope.inspector.writer.wire.body_delta import SentBodies
+from ctxscope.inspector.writer.wire.spool_format import payload_and_size, write_pieces
 from ctxscope.vocab.json_splice import RepeatedTexts
 
 
 @dataclass(frozen=True)
 class Handover:
-    """Calls the proxy held (each packed by ``spool_format.pack``); ``pause``: the traffic paused."""
+    """Calls the proxy held (each packed by ``call_fields.pack``); ``pause``: the traffic paused."""
 
     pause: bool
     batch: list[tuple]

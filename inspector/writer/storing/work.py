@@ -21,8 +21,8 @@ from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, ingest
-from ctxscope.inspector.writer.failures import call_event, describe, store_unavailable
 from ctxscope.inspector.writer.protocol import WriterUnavailable
+from ctxscope.inspector.writer.storing.failures import call_event, describe, store_unavailable
 from ctxscope.proxy.exchange import Exchange
 
 log = logging.getLogger("ctxscope.store")

@@ -9,7 +9,7 @@ committed. Each spool is named after the database and the process that owns it a
 exclusive ``flock``, so a spool is only ever recovered from a writer that is gone, and by one new
 writer only.
 
-The records' format is in :mod:`~ctxscope.inspector.writer.spool_format`; it cannot run code, whoever
+The records' format is in :mod:`~ctxscope.inspector.writer.wire.spool_format`; it cannot run code, whoever
 wrote the file.
 
 A spool left by another writer is only read when it is a regular file of this user, writable by
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxscope.inspector import owner_only
-from ctxscope.inspector.writer.body_delta import Incoming, SpooledBodies
-from ctxscope.inspector.writer.spool_format import (
+from ctxscope.inspector.writer.wire.body_delta import Incoming, SpooledBodies
+from ctxscope.inspector.writer.wire.spool_format import (
     HEADER,
     MAGIC,
     READABLE,
