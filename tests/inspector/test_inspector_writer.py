@@ -24,7 +24,7 @@ from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
 from support.factories import make_exchange
 
-TESTS = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where the support package is
 
 
 def _ids(db) -> set[str]:
