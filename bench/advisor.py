@@ -39,7 +39,7 @@ from ctxscope.daemon import start_daemon
 from ctxscope.demo import count_model_requests, run_scenario, wait_for_analysis
 from ctxscope.inspector.advisor.alternatives import advise
 from ctxscope.inspector.advisor.load import load_session
-from ctxscope.inspector.analyze import Analyzer
+from ctxscope.inspector.pipeline.analyze import Analyzer
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.investigate.advise_verify import verify_advice

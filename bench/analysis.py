@@ -32,10 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxscope.inspector import analyze as analyze_module
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize
-from ctxscope.inspector.analyze import Analyzer
+from ctxscope.inspector.pipeline import analyze as analyze_module
+from ctxscope.inspector.pipeline.analyze import Analyzer
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.ingest import IngestState, ingest
 from ctxscope.proxy.exchange import Exchange

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxscope.inspector.search_index import SearchIndexer, writer_analyzers
+from ctxscope.inspector.pipeline.search_index import SearchIndexer, writer_analyzers
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.derived.search import index_stats, search
 from ctxscope.inspector.store.ingest import IngestState, ingest

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "proxy_probe"))
 from proxy_bench_wire import CHAT_PATH, UPLOAD_REQ
 
-from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
 from ctxscope.inspector.store import ingest as ingest_module
 from ctxscope.inspector.writer.storing import work as work_module
 from ctxscope.inspector.writer.storing.thread import CaptureWriter

@@ -32,7 +32,7 @@ TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDI
 def make_analyzer():
     """The analyzer the daemon and reindex use, with the user's price overrides (ValueError if bad)."""
     from ctxscope.inspector.analyses.prices import load_prices
-    from ctxscope.inspector.analyze import Analyzer
+    from ctxscope.inspector.pipeline.analyze import Analyzer
 
     return Analyzer(prices=load_prices(prices_path()))
 
@@ -215,7 +215,7 @@ def _show_stats(s: dict) -> None:
 @json_option
 def diff(a, b, db_path, max_chars, wide, as_json):
     """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
-    from ctxscope.inspector.calldiff import diff_calls
+    from ctxscope.inspector.reading.calldiff import diff_calls
 
     db = open_db_or_fail(db_path)
     a = resolve_call(db, a)
@@ -277,7 +277,7 @@ def stats(db_path, session, as_json):
 @json_option
 def reindex(db_path, session, as_json):
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
-    from ctxscope.inspector.analyze import reindex as run
+    from ctxscope.inspector.pipeline.analyze import reindex as run
     from ctxscope.inspector.store.analysis_rows import count_calls
 
     db = open_db_or_fail(db_path)
@@ -304,7 +304,7 @@ def reindex(db_path, session, as_json):
 
 def _backfill_search(db, session: str | None, total: int, *, show_bar: bool) -> int:
     """Rebuild the search index after the analysis (it reads the sessions the analysis settled on)."""
-    from ctxscope.inspector.search_index import backfill
+    from ctxscope.inspector.pipeline.search_index import backfill
 
     done = 0
     if show_bar:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ctxscope.inspector import owner_only
+from ctxscope.inspector.base import owner_only
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.forward.forwarder import Forwarder, ProxySettings
@@ -37,7 +37,7 @@ log = logging.getLogger("ctxscope.daemon")
 
 # The writer's analyses, named for its child, which imports them: this process never does
 # (docs/architecture.md, "Memory").
-WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
+WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 HEAP_ARENAS = 1  # malloc arenas of the daemon's C heap (``run``)
 
 class BuiltinSimulator:
@@ -211,7 +211,7 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = T
 def _thread_writer(cfg: DaemonConfig, prices_args: tuple[str, ...]) -> Writer:
     """The writer in a thread of this process (tests and embedding): it stores and analyses here,
     so it imports the store and the analyses, which the default child spares this process."""
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),

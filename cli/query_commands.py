@@ -154,7 +154,7 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
 def storing_note(db_path) -> None:
     """Say so when captured calls are still on their way to the store: the daemon stores them a
     moment after they end, so a call just made may not be listed yet."""
-    from ctxscope.inspector.db_status import capture_state, spool_status
+    from ctxscope.inspector.reading.db_status import capture_state, spool_status
 
     path = db_path or default_db_path()
     capture, spool = capture_state(path), spool_status(path)
@@ -355,7 +355,7 @@ def db_path_cmd(db_path):
 def db_status_cmd(db_path, as_json):
     """Size, counts, storage savings, recorded writer failures, and the running writer's state
     (true from the first failure, even while the database cannot be written)."""
-    from ctxscope.inspector.db_status import db_status
+    from ctxscope.inspector.reading.db_status import db_status
 
     path = db_path or default_db_path()
     status = db_status(path)

@@ -10,7 +10,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxscope.inspector import owner_only
+from ctxscope.inspector.base import owner_only
 from ctxscope.inspector.otlp.settings import PROTOCOLS, ExportSettings, traces_url
 from ctxscope.proxy.defence.limits import Limits, parse_limit_option
 from ctxscope.proxy.forward.routing import DEFAULT_UPSTREAMS, normalise_base_url, parse_upstream_option

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector.calldiff import diff_calls
+from ctxscope.inspector.reading.calldiff import diff_calls
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import diff_base

@@ -155,7 +155,7 @@ def import_file(file, db_path, label, max_size, as_json):
     database. The calls are stored and analysed as if captured live; a bundle's analysis is
     checked against the new one."""
 
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.share.bundle import is_bundle, read_bundle
     from ctxscope.inspector.share.exchanges import BadExport
     from ctxscope.inspector.share.har import load_har, read_har

@@ -38,7 +38,7 @@ def search(text, db_path, session, areas, limit, as_json):
     text in that call's request (or final response). Captures made before the search index
     existed are indexed by `ctxscope reindex`.
     """
-    from ctxscope.inspector import search_text  # noqa: F401  (snippets read texts back from the bodies through it)
+    from ctxscope.inspector.pipeline import search_text  # noqa: F401  (snippets read texts back from the bodies through it)
     from ctxscope.inspector.store.analysis_rows import count_calls
     from ctxscope.inspector.store.derived.search import index_stats
     from ctxscope.inspector.store.derived.search import search as run

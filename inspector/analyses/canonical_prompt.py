@@ -14,7 +14,7 @@ from typing import Any
 
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
-from ctxscope.vocab import json_text
+from ctxscope.inspector.base import json_text
 
 KINDS = (
     "system", "tools", "user_text", "assistant_text", "tool_call",

@@ -32,7 +32,7 @@ from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segmen
 from ctxscope.inspector.analyses.chunked import Chunked
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
-from ctxscope.inspector.body_reuse import common_prefix
+from ctxscope.inspector.base.body_reuse import common_prefix
 from ctxscope.vocab.apis import Api
 
 ITEMS_KEY: dict[str, str] = {

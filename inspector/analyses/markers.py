@@ -7,7 +7,7 @@ Responses ``compaction`` item appeared), and the tools that ran between the pred
 call (the tool results that are new in this call). Our own agent declares these through
 annotation headers instead; the store merges both. A retry is not read from the prompt: the same
 prompt again after a completed answer is a new request. Only the store's retry link (the same body
-soon after a failed, cut-off or unanswered call) makes a retry marker (inspector/analyze.py).
+soon after a failed, cut-off or unanswered call) makes a retry marker (inspector/pipeline/analyze.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The request is rebuilt from the store: the exact body (or, with edits, the decoded JSON changed at
 the given pointers), the headers as stored less the redacted ones, and the key from the
 environment where the key was. Annotations put the replay in a session of its own
-(``replay:<original id>``) and name the original (``x-ctxscope-replay-of``); ``ReplayLinker``, a
-writer analyzer, turns that into the ``replay_of`` column. The key is never stored: the proxy
+(``replay:<original id>``) and name the original (``x-ctxscope-replay-of``); a writer analyzer
+(``pipeline/replay_links.py``) turns that into the ``replay_of`` column. The key is never stored: the proxy
 redacts it like any other (docs/architecture.md, "Replay"). The request goes to the daemon's URL
 the caller gives (its own socket's address in the UI, ``--daemon`` in the CLI), to the route of
 the call's provider, never to a host the store names ("Imported calls choose no host").
@@ -22,7 +22,7 @@ from ctxscope.inspector.analyses.prices import PriceTable
 from ctxscope.inspector.share.curl import NoRoute, daemon_route, key_env_for
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
-from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
+from ctxscope.inspector.store.derived.replays import replays_of
 from ctxscope.proxy.redaction.redact import REDACTED
 from ctxscope.vocab.headers import ANNOTATION_PREFIX, Annotation
 
@@ -167,18 +167,6 @@ def find_replay(db: Db, original: str, nonce: str) -> str | None:
         if (REPLAY_ID, nonce) in pairs:
             return row["id"]
     return None
-
-
-class ReplayLinker:
-    """Writer analyzer: a call sent by a replay gets ``replay_of``, the call it re-sent."""
-
-    single_write = True  # one UPDATE: nothing to undo halfway
-
-    def __call__(self, db: Db, call: dict) -> None:
-        ex = call.get("_exchange")
-        original = next((v for k, v in ex.annotations if k == REPLAY_OF), None) if ex is not None else None
-        if original:
-            set_replay_of(db, call["id"], original[:200])
 
 
 def _cost(row: dict, prices: PriceTable) -> float | None:

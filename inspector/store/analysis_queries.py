@@ -1,6 +1,6 @@
 """Read-side queries over the analysis: filtered call listings, a session's timeline, cache stats.
 
-Everything here reads the analysis columns the writer stored (see inspector/analyze.py); nothing
+Everything here reads the analysis columns the writer stored (see inspector/pipeline/analyze.py); nothing
 recomputes it, so these stay index lookups and aggregates even on large capture files.
 """
 

@@ -1,6 +1,6 @@
 """The analysis's reads and its one write: what it needs of stored calls, and its columns on a call row.
 
-The analyzer (``inspector/analyze.py``) runs inside the writer's transaction; these are the only
+The analyzer (``inspector/pipeline/analyze.py``) runs inside the writer's transaction; these are the only
 statements it issues, so its SQL stays in the store like every other statement.
 """
 

@@ -24,15 +24,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxscope.inspector import owner_only
-from ctxscope.inspector.clock import iso, now_iso
+from ctxscope.inspector.base import owner_only
+from ctxscope.inspector.base.clock import iso, now_iso
 from ctxscope.inspector.store.blobs import text_of
 from ctxscope.inspector.store.migrations import MIGRATION_SET, NAMES, migration_set
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-__all__ = ["iso", "now_iso"]  # at home in inspector/clock.py; many callers import them from here
+__all__ = ["iso", "now_iso"]  # at home in inspector/base/clock.py; many callers import them from here
 
 BUSY_TIMEOUT_S = 5.0
 PAGE_SIZE = 8192
@@ -110,7 +110,7 @@ class Handle:
 
 # Given a connection, the function that reads a search segment's text back from the bodies
 # (docs/architecture.md, "The search index"). The store knows rows, not prompts: the inspector
-# registers it (``ctxscope.inspector.search_text``); each connection makes its own on first use.
+# registers it (``ctxscope.inspector.pipeline.search_text``); each connection makes its own on first use.
 SegmentTexts = Callable[[Db], Callable[[int], "str | None"]]
 _segment_texts: list[SegmentTexts] = []
 
@@ -126,7 +126,8 @@ def _segment_text_function(db: Db) -> Callable[[int], str | None]:
     def segment_text(segment: int) -> str | None:
         if not made:
             if not _segment_texts:  # an error, not an empty text: FTS5 would delete the wrong terms
-                raise RuntimeError("no search text resolver registered (import ctxscope.inspector.search_text)")
+                raise RuntimeError("no search text resolver registered "
+                                   "(import ctxscope.inspector.pipeline.search_text)")
             made.append(_segment_texts[0](db))
         return made[0](segment)
 

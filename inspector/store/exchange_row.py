@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.body_reuse import BodyMemory, parse
+from ctxscope.inspector.base import json_text
+from ctxscope.inspector.base.body_reuse import BodyMemory, parse
 from ctxscope.inspector.store.db import iso
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.redaction.redact import redact_headers, redact_query
 from ctxscope.proxy.wire.apis import detect_api
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE, BodyDecodeError, decode_body
 from ctxscope.proxy.wire.responses import ParsedResponse, parse_response
-from ctxscope.vocab import json_text
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.kinds import Outcome
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ctxscope.inspector import body_reuse
-from ctxscope.inspector.body_reuse import BodyMemory
+from ctxscope.inspector.base import body_reuse
+from ctxscope.inspector.base.body_reuse import BodyMemory
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import Db, Savepoint, iso
 from ctxscope.inspector.store.exchange_row import derive

@@ -132,7 +132,7 @@ CREATE TABLE store_events (
     db.execute("CREATE INDEX idx_store_events_kind ON store_events (kind)")
 
 
-# The inspector's analysis of each call (inspector/analyze.py), recomputable with `ctxscope reindex`.
+# The inspector's analysis of each call (inspector/pipeline/analyze.py), recomputable with `ctxscope reindex`.
 _ANALYSIS_COLUMNS = (
     ("session_source", "TEXT"),  # where `session` came from: label, header:<name>, metadata.user_id, ..., key, anon
     ("thread", "TEXT"),  # id of the first call of this call's thread (a chain of prompt continuations)

@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = (
     "id, session, seq, started_at, api, model, method, path, status, outcome, stream, request_bytes, "
     "response_bytes, ttfb_ms, duration_ms, usage_input, usage_output, usage_cache_read, usage_cache_write, "
     "provider, attempt, retry_of, error, capture_epoch, stop_reason, "
-    # the inspector's analysis (inspector/analyze.py); NULL until analysed
+    # the inspector's analysis (inspector/pipeline/analyze.py); NULL until analysed
     "session_source, grouped_by, thread, parent_thread, predecessor, relation, pointer, epoch_reason, "
     "tokens_estimated, tokens_by_category, cache_verdict, cache, has_compaction_before, markers"
 )

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxscope.inspector import owner_only
+from ctxscope.inspector.base import owner_only
 from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")

@@ -16,7 +16,7 @@ from ctxscope.agent.host.runtime import AgentRuntime
 from ctxscope.agent.providers.catalog import make_client, resolve
 from ctxscope.agent.providers.retry import RetryPolicy
 from ctxscope.agent.providers.scripted import answer
-from ctxscope.inspector.analysis_input import parse_event
+from ctxscope.inspector.pipeline.analysis_input import parse_event
 
 from support.agent_context_fixtures import BLOB, blob, filler, make_rt, summary, tools_extension
 

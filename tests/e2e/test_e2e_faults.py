@@ -16,7 +16,7 @@ import pytest
 from backports import zstd
 
 from ctxscope.daemon import start_daemon
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import queries
 from ctxscope.settings import DaemonConfig
 

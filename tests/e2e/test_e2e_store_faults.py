@@ -271,7 +271,7 @@ def test_a_full_disk_under_serve_loses_no_call_and_db_status_says_so(tmp_path):
 def full_disk_analyzers():
     """The daemon's analyzers, in a writer child whose database connections may not grow the file
     while a flag file exists: SQLITE_FULL, from SQLite's max_page_count."""
-    from ctxscope.inspector.analyze import writer_analyzers
+    from ctxscope.inspector.pipeline.analyze import writer_analyzers
     from ctxscope.inspector.store import db as store
 
     real = store.open_handle  # the writer's connections
@@ -289,7 +289,7 @@ def full_disk_analyzers():
 
 def test_sqlite_full_in_the_writer_child_keeps_every_call_in_the_spool_until_stored(tmp_path, monkeypatch):
 
-    from ctxscope.inspector.db_status import db_status as read_status
+    from ctxscope.inspector.reading.db_status import db_status as read_status
     from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
     flag = tmp_path / "full"

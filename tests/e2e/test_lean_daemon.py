@@ -47,8 +47,8 @@ main()
 
 # Loaded only when a command or a page needs them.
 NOT_AT_START = (
-    "ctxscope.web.api", "ctxscope.inspector.store.queries", "ctxscope.inspector.analyze",
-    "ctxscope.inspector.analyses", "ctxscope.inspector.search_index", "ctxscope.inspector.advisor",
+    "ctxscope.web.api", "ctxscope.inspector.store.queries", "ctxscope.inspector.pipeline.analyze",
+    "ctxscope.inspector.analyses", "ctxscope.inspector.pipeline.search_index", "ctxscope.inspector.advisor",
     "ctxscope.demo", "ctxscope.query_commands", "ctxscope.analysis_commands", "ctxscope.investigate",
     "ctxscope.agent", "tiktoken", "sqlite_utils", "ctxscope.inspector.store.db", "ctxscope.inspector.writer.child",
 )  # fmt: skip

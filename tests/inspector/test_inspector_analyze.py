@@ -9,9 +9,9 @@ import pytest
 
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.incremental import prepare_full
-from ctxscope.inspector.analysis_input import parse_event
-from ctxscope.inspector.analyze import UNNAMED, Analyzer, reindex
-from ctxscope.inspector.recent import RecentMemory, Remembered
+from ctxscope.inspector.pipeline.analysis_input import parse_event
+from ctxscope.inspector.pipeline.analyze import UNNAMED, Analyzer, reindex
+from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered
 from ctxscope.inspector.store import queries
 
 from support.factories import T0, anthropic_response, make_exchange
@@ -280,7 +280,7 @@ def test_the_providers_own_cache_diagnostics_are_kept_beside_ours(tmp_path):
 
 
 def test_comma_joined_effects_become_separate_declared_markers():
-    from ctxscope.inspector.analysis_input import declared_markers
+    from ctxscope.inspector.pipeline.analysis_input import declared_markers
 
     markers = declared_markers(
         [
@@ -366,7 +366,7 @@ def test_the_writers_call_input_has_every_field_and_equals_the_one_read_back(tmp
     field, and read the call as ``from_row`` reads it back from the store."""
     import dataclasses
 
-    from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
+    from ctxscope.inspector.pipeline.analysis_input import CallInput, from_row, from_writer
     from ctxscope.inspector.store import db as store
     from ctxscope.inspector.store.ingest import IngestState, ingest
 

@@ -10,10 +10,11 @@ import random
 
 import pytest
 
-from ctxscope.inspector import analyze, body_reuse, search_index
 from ctxscope.inspector.analyses import incremental
-from ctxscope.inspector.body_reuse import CHECKPOINT, BodyMemory, parse
-from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.base import body_reuse
+from ctxscope.inspector.base.body_reuse import CHECKPOINT, BodyMemory, parse
+from ctxscope.inspector.pipeline import analyze, search_index
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
 from ctxscope.inspector.store import exchange_row
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ctxscope.inspector.calldiff import diff_calls
+from ctxscope.inspector.reading.calldiff import diff_calls
 
 from support.factories import analysed as run
 from support.factories import exchange_at as ex

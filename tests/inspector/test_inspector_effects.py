@@ -7,7 +7,7 @@ import copy
 
 from ctxscope.inspector.analyses.effects import block_text, place_effects, sections
 from ctxscope.inspector.analyses.marker_text import marker_summary
-from ctxscope.inspector.analysis_input import declared_markers
+from ctxscope.inspector.pipeline.analysis_input import declared_markers
 
 from support.inspector_bodies import (
     assistant,

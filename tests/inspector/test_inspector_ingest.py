@@ -8,7 +8,7 @@ import json
 import random
 import time
 
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, RecentFailures
 
@@ -344,7 +344,7 @@ def test_a_new_writer_looks_up_only_the_bodies_it_knows_failed(tmp_path):
     """After a restart, the failures of the last retry window come from the store once: a new call
     whose body never failed asks the store nothing, a retry of a stored failure is linked, and a call
     that began before that window (a long stream that ends now) is still looked up."""
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.store import db as store
     from ctxscope.inspector.store.ingest import IngestState, ingest, stored_failures
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.deletion import delete_session

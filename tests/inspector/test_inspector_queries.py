@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import queries
 
 from support.factories import anthropic_request, anthropic_response, capture, make_exchange

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.daemon_side.holding import QUIET_GAP
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess

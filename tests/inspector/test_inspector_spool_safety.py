@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.wire import spool as spools

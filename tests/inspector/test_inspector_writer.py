@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxscope.inspector.db_status import db_status
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import exchange_row, queries
 from ctxscope.inspector.writer import status
@@ -112,7 +112,7 @@ def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
 
 
 def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_savepoint(tmp_path, monkeypatch):
-    from ctxscope.inspector.analyze import Analyzer
+    from ctxscope.inspector.pipeline.analyze import Analyzer
 
     analyzer = Analyzer()
     assert analyzer.single_write  # so the writer runs it without a savepoint
@@ -174,7 +174,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
     """Calls are stored without a savepoint each; one that fails sends its batch back, stored again
     with a savepoint per call, and every other call gets the analysis it gets when each call is
     isolated from the start (the calls before the failure are not analysed a second time)."""
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.writer.storing import batches, work
 
     from support.factories import anthropic_request

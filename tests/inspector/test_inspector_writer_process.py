@@ -58,7 +58,7 @@ def test_a_call_submit_fails_on_is_counted_told_to_the_child_and_recorded(tmp_pa
     the ledger of calls in flight is not left holding it."""
     import dataclasses
 
-    from ctxscope.inspector.db_status import db_status
+    from ctxscope.inspector.reading.db_status import db_status
 
     w = WriterProcess(tmp_path / "c.db", status_file=False)
     w.start()
@@ -364,7 +364,7 @@ def test_a_gzip_bomb_is_stored_as_sent_analysed_no_further_and_the_writer_stays_
     bomb = b"".join(c.compress(zeros) for _ in range(75)) + c.flush()  # 600 MB once inflated
     assert len(bomb) < 700_000
     gz = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
-    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.inspector.analyze:writer_analyzers")
+    w = WriterProcess(tmp_path / "b.db", analyzers_factory="ctxscope.inspector.pipeline.analyze:writer_analyzers")
     w.start()
     try:
         pid = w._proc.pid
@@ -407,7 +407,7 @@ def test_the_decoded_size_cap_is_a_writer_setting(tmp_path):
 
 _PROBE = '''
 import json, sys
-from ctxscope.inspector.analyze import writer_analyzers
+from ctxscope.inspector.pipeline.analyze import writer_analyzers
 
 def report(out):
     """Analyzers for the child, after writing down every module the child has imported."""
@@ -421,7 +421,7 @@ _DAEMON_LIKE_MAIN = '''
 import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
-from ctxscope.inspector.analyze import writer_analyzers
+from ctxscope.inspector.pipeline.analyze import writer_analyzers
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 
 if __name__ == "__main__":
@@ -459,7 +459,7 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     assert "-m ctxscope.inspector.writer.child.entry" in command
     assert not {m for m in parent | child if m == "multiprocessing" or m.startswith("multiprocessing.")}
     assert {"click", "ctxscope.web.routes", "ctxscope.proxy.server"} <= parent  # the main module did import them
-    assert "ctxscope.inspector.analyze" in child and "ctxscope.inspector.writer.child" in child
+    assert "ctxscope.inspector.pipeline.analyze" in child and "ctxscope.inspector.writer.child" in child
     leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
     assert not leaked, f"the writer child imported {leaked}"
     # click: only what the store's SQLite library (sqlite_utils) imports itself, none of the CLI's use of it
@@ -469,7 +469,7 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
 
 
 def _recorded_drops(db_path: Path) -> int:
-    from ctxscope.inspector.db_status import db_status
+    from ctxscope.inspector.reading.db_status import db_status
 
     return db_status(db_path)["writer"]["dropped"]
 

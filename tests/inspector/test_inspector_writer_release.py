@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from ctxscope.inspector.idle_release import release
-from ctxscope.inspector.search_index import WRITER_ANALYZERS, writer_analyzers
+from ctxscope.inspector.pipeline.idle_release import release
+from ctxscope.inspector.pipeline.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.store.ingest import IngestState
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess

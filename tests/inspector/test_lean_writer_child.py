@@ -25,7 +25,7 @@ from support.factories import make_exchange
 # child holds after each call it stored (so what storing and analysing imported is there too).
 _PROBE = '''
 import json, sys
-from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
 
 def report(out):
     def modules(db, call):
@@ -71,7 +71,7 @@ def test_a_writer_child_on_a_current_store_never_imports_sqlite_utils(tmp_path, 
     db_path = tmp_path / "c.db"
     store.connect(db_path).close()  # a current store, as the daemon's is after its first start
     ids, modules = _store_in_a_child(tmp_path, monkeypatch, db_path)
-    assert "ctxscope.inspector.analyze" in modules and "ctxscope.inspector.store.ingest" in modules
+    assert "ctxscope.inspector.pipeline.analyze" in modules and "ctxscope.inspector.store.ingest" in modules
     assert not _heavy(modules), f"the writer child imported {_heavy(modules)}"
     assert _stored(db_path) == set(ids)
 
@@ -105,7 +105,7 @@ def test_a_writer_child_on_a_file_that_needs_migrations_migrates_it_apart_and_st
 _OPEN = """
 import json, sys
 from ctxscope.inspector.store import db
-import ctxscope.inspector.search_text
+import ctxscope.inspector.pipeline.search_text
 handle = db.open_handle(sys.argv[1])
 print(json.dumps({"pending": db.pending_migrations(handle), "sqlite_utils": "sqlite_utils" in sys.modules}))
 handle.close()

@@ -20,10 +20,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 
 from ctxscope.daemon import start_daemon
-from ctxscope.inspector.db_status import db_status
 from ctxscope.inspector.otlp.backfill import BackfillFailed, backfill
 from ctxscope.inspector.otlp.settings import ExportSettings, traces_url
 from ctxscope.inspector.otlp.spans import CONTENT_CAP, call_span, span_id
+from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.main import cli
 from ctxscope.settings import DaemonConfig, build_config

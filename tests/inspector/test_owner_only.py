@@ -87,7 +87,7 @@ def test_loose_permissions_are_tightened_on_start_with_a_warning(loop_thread, tm
 def test_tightening_never_changes_a_file_swapped_in_through_a_symlink(tmp_path, monkeypatch):
     """Between looking at a loose file and changing its mode, the file is replaced by a symlink to
     another file of this user: that other file's mode must stay as it is."""
-    from ctxscope.inspector import owner_only
+    from ctxscope.inspector.base import owner_only
 
     loose = tmp_path / "captures.db"
     loose.write_bytes(b"x")
@@ -122,7 +122,7 @@ def test_tightening_a_live_database_keeps_sqlites_locks(tmp_path):
     import subprocess
     import sys
 
-    from ctxscope.inspector import owner_only
+    from ctxscope.inspector.base import owner_only
 
     db = tmp_path / "captures.db"
     conn = sqlite3.connect(db, isolation_level=None)

@@ -12,7 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.inspector import search_text  # gives connections the reader of segment texts
+from ctxscope.inspector.pipeline import search_text  # gives connections the reader of segment texts
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived.search import HIT_END, HIT_START, index_stats
 from ctxscope.inspector.store.derived.search import search as search_in
@@ -128,7 +128,7 @@ def _growing(n: int, label: str = "grow") -> list:
 
 
 def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     path = tmp_path / "c.db"
@@ -151,7 +151,7 @@ def test_a_session_deleted_and_sent_again_is_indexed_again(tmp_path):
 
 
 def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(tmp_path):
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
     path = tmp_path / "c.db"
@@ -200,7 +200,7 @@ def _fts_consistent(db) -> None:
 
 
 def test_the_store_holds_no_second_copy_of_a_text(tmp_path):
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
 
     path = tmp_path / "c.db"
     long_text = _words(22, 6000)  # ~40 KB
@@ -225,7 +225,7 @@ def test_the_store_holds_no_second_copy_of_a_text(tmp_path):
 
 
 def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tmp_path):
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
 
     path = tmp_path / "c.db"
     shared = f"You are the {UNIQUE} assistant."
@@ -255,7 +255,7 @@ def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tm
 
 
 def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
-    from ctxscope.inspector.search_index import writer_analyzers
+    from ctxscope.inspector.pipeline.search_index import writer_analyzers
 
     path = tmp_path / "c.db"
     parts = [f"{UNIQUE} part {i}" for i in range(12)]

@@ -9,7 +9,7 @@ import hashlib
 import json
 import random
 
-from ctxscope.inspector.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.deletion import delete_session

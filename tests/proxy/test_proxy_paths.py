@@ -106,7 +106,11 @@ async def test_simulator_control_paths_need_a_local_host(rig, path):
     assert len(upstream.paths) == 3
 
 
-async def test_other_paths_do_not_care_about_host(rig):
+async def test_every_provider_route_needs_a_local_host(rig):
+    """A rebound DNS name reaches no upstream on any path (docs/architecture.md, "Provider routes
+    refuse foreign pages"); a local Host goes through."""
     proxy, upstream = rig
     status, _, _ = await _raw(proxy.port, "/u/pref/v1/sim/requests", host="evil.example")
+    assert status == 403 and upstream.paths == []
+    status, _, _ = await _raw(proxy.port, "/u/pref/v1/sim/requests", host="localhost:8787")
     assert status == 200 and upstream.paths == ["/base/v1/sim/requests"]

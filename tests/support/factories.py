@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxscope.inspector.analyze import Analyzer
+from ctxscope.inspector.pipeline.analyze import Analyzer
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange

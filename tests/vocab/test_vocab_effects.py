@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.inspector.analysis_input import declared_markers
+from ctxscope.inspector.pipeline.analysis_input import declared_markers
 from ctxscope.vocab.effects import MAX_PARAMS, format_effect, join_effects, parse_effect, split_effects
 from ctxscope.vocab.headers import ANNOTATION_PREFIX, Annotation
 from ctxscope.vocab.kinds import MarkerKind

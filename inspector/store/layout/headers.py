@@ -13,9 +13,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+from ctxscope.inspector.base import json_text
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout.known import KnownIds
-from ctxscope.vocab import json_text
 
 _VOLATILE = frozenset({
     "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",

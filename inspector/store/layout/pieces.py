@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 # The byte matching the writer's body reuse does too; re-exported for blobs.py and legacy.py.
-from ctxscope.inspector.body_reuse import common_prefix as common_prefix
-from ctxscope.inspector.body_reuse import match_forward as match_forward
+from ctxscope.inspector.base.body_reuse import common_prefix as common_prefix
+from ctxscope.inspector.base.body_reuse import match_forward as match_forward
 
 Piece = tuple[int, int, int]  # chunk id, offset in the chunk, length
 

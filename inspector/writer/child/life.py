@@ -58,7 +58,7 @@ def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]
 
 
 # Run by migrate_apart: the migrations' own process, with the search text resolver m014 reads through.
-_MIGRATE = ("import sys, ctxscope.inspector.search_text; from ctxscope.inspector.store import db; "
+_MIGRATE = ("import sys, ctxscope.inspector.pipeline.search_text; from ctxscope.inspector.store import db; "
             "db.open_handle(sys.argv[1]).close()")
 
 

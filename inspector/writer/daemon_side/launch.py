@@ -35,11 +35,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ctxscope.inspector.base.json_splice import RepeatedTexts
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
 from ctxscope.inspector.writer.wire.body_delta import SentBodies
 from ctxscope.inspector.writer.wire.messages import Counters, Forget, FromChild, ToChild, receive, send
 from ctxscope.vocab.heap import release_heap
-from ctxscope.vocab.json_splice import RepeatedTexts
 
 log = logging.getLogger("ctxscope.store")
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ctxscope.inspector.clock import now_iso
+from ctxscope.inspector.base.clock import now_iso
 from ctxscope.inspector.writer.daemon_side.in_flight import InFlight
 from ctxscope.inspector.writer.daemon_side.launch import ChildProcess, Outbox
 from ctxscope.inspector.writer.daemon_side.restart import add_lives

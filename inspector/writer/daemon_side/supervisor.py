@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ctxscope.inspector.clock import now_iso
+from ctxscope.inspector.base.clock import now_iso
 from ctxscope.inspector.writer.daemon_side.handover import Batch, HandOver
 from ctxscope.inspector.writer.daemon_side.holding import MAX_HOLD, QUIET_GAP
 from ctxscope.inspector.writer.daemon_side.launch import ChildProcess, Outbox

@@ -30,8 +30,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ctxscope.inspector import owner_only
-from ctxscope.inspector.idle_release import release
+from ctxscope.inspector.base import owner_only
+from ctxscope.inspector.pipeline.idle_release import release
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxscope.inspector.body_reuse import match_forward
+from ctxscope.inspector.base.body_reuse import match_forward
 from ctxscope.inspector.writer.wire.call_fields import BODY_FIELDS, REQUEST_BODY
 from ctxscope.inspector.writer.wire.spool_format import MAX_PIECES, RECORD_HEAD, heads_of, payload_parts, record_head
 

@@ -28,9 +28,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ctxscope.inspector.base.json_splice import RepeatedTexts
 from ctxscope.inspector.writer.wire.body_delta import SentBodies
 from ctxscope.inspector.writer.wire.spool_format import payload_and_size, write_pieces
-from ctxscope.vocab.json_splice import RepeatedTexts
 
 
 @dataclass(frozen=True)

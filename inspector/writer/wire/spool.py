@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxscope.inspector import owner_only
+from ctxscope.inspector.base import owner_only
 from ctxscope.inspector.writer.wire.body_delta import Incoming, SpooledBodies
 from ctxscope.inspector.writer.wire.spool_format import (
     HEADER,

@@ -28,6 +28,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from ctxscope.inspector.base import json_text
+from ctxscope.inspector.base.json_splice import MARK, RepeatedTexts, splice
 from ctxscope.inspector.writer.wire.call_fields import (
     BODIES,
     ENDED,
@@ -45,8 +47,6 @@ from ctxscope.inspector.writer.wire.call_fields import (
     VALID,
     default_of,
 )
-from ctxscope.vocab import json_text
-from ctxscope.vocab.json_splice import MARK, RepeatedTexts, splice
 
 MAGIC = b"ctxscope-spool\0"
 VERSION = 4

@@ -15,11 +15,11 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
-from ctxscope.inspector.analysis_input import CallInput, from_row, from_writer
-from ctxscope.inspector.analyze import Analyzer
-from ctxscope.inspector.analyze import writer_analyzers as analysis_analyzers
-from ctxscope.inspector.search_text import prompt_pieces, response_pieces
-from ctxscope.inspector.share.replay import ReplayLinker
+from ctxscope.inspector.pipeline.analysis_input import CallInput, from_row, from_writer
+from ctxscope.inspector.pipeline.analyze import Analyzer
+from ctxscope.inspector.pipeline.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.pipeline.replay_links import ReplayLinker
+from ctxscope.inspector.pipeline.search_text import prompt_pieces, response_pieces
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import Db, is_stored, record_event
 from ctxscope.inspector.store.derived import search
@@ -86,7 +86,7 @@ class SearchIndexer:
 
 
 # What the daemon's writer runs on every stored call, named so the writer's child process can import it.
-WRITER_ANALYZERS = "ctxscope.inspector.search_index:writer_analyzers"
+WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 
 
 def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer | ReplayLinker]:

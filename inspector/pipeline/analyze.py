@@ -43,9 +43,9 @@ from ctxscope.inspector.analyses.markers import Marker, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
-from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
-from ctxscope.inspector.analysis_row import Analysis
-from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
+from ctxscope.inspector.pipeline.analysis_columns import Analysis
+from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
+from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db, iso, record_event
@@ -366,7 +366,7 @@ def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None
 
 
 # What the daemon's writer runs on every stored call, named so the writer's child process can import it.
-WRITER_ANALYZERS = "ctxscope.inspector.analyze:writer_analyzers"
+WRITER_ANALYZERS = "ctxscope.inspector.pipeline.analyze:writer_analyzers"
 
 
 def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:

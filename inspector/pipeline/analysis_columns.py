@@ -13,7 +13,7 @@ from ctxscope.inspector.analyses.cache.verdicts import CacheJudgement
 from ctxscope.inspector.analyses.markers import Marker, has_compaction_before
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.inspector.analyses.threads import Placement
-from ctxscope.vocab import json_text
+from ctxscope.inspector.base import json_text
 from ctxscope.vocab.kinds import GroupedBy
 
 ANALYSIS_VERSION = 1

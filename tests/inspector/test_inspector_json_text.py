@@ -1,4 +1,4 @@
-"""vocab/json_text.py: the encoder made once writes the text json.JSONEncoder(...).encode writes."""
+"""inspector/base/json_text.py: the encoder made once writes the text json.JSONEncoder(...).encode writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from ctxscope.vocab import json_text
+from ctxscope.inspector.base import json_text
 
 
 class Colour(enum.StrEnum):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from ctxscope.inspector.base import json_splice
+from ctxscope.inspector.base.json_splice import MARK, RepeatedTexts
 from ctxscope.inspector.writer.wire.call_fields import pack
 from ctxscope.inspector.writer.wire.spool_format import decode, payload_and_size
 from ctxscope.proxy.exchange import Exchange
-from ctxscope.vocab import json_splice
-from ctxscope.vocab.json_splice import MARK, RepeatedTexts
 
 from support.factories import make_exchange
 

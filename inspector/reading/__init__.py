@@ -1,0 +1,1 @@
+"""ctxscope.inspector.reading"""
