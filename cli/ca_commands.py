@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from .daemon_address import daemon_option
 from .options import CONTEXT
-from .settings import build_config, ensure_home
+from .settings import ensure_home
 
 if TYPE_CHECKING:
     from ctxscope.proxy.sockets.ca import LocalCA
@@ -53,16 +53,17 @@ def path():
 
 
 @ca.command(context_settings=CONTEXT)
-@click.option("--port", type=int, default=None, help="The daemon's port (default 8787).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The daemon's config file (for its port).")
-def env(port, config_file):
-    """Print the environment that sends HTTPS through the daemon and trusts its CA (eval it in a shell)."""
-    try:
-        cfg = build_config(config_file=config_file, host=None, port=port, db=None, upstream_options=(),
-                           allow_remote=False)
-    except (ValueError, OSError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else cfg.host
-    for name, value in proxy_environment(f"http://{host}:{cfg.port}").items():
-        click.echo(f"export {name}={value}")
+@daemon_option
+def env(daemon):
+    """Print the environment that sends HTTPS through the daemon and trusts its CA (eval it in a shell).
+
+    The daemon need not run yet: with none recorded, the default address is printed."""
+    import shlex
+
+    from .daemon_address import daemon_address
+
+    url = daemon_address(daemon).url
+    if not url.startswith("http://"):
+        raise click.ClickException(f"--daemon {url!r} is not an http:// URL of the daemon")
+    for name, value in proxy_environment(url).items():
+        click.echo(f"export {name}={shlex.quote(value)}")
