@@ -49,8 +49,7 @@ def find_daemon(given: str | None, also: str = "") -> str:
     try:
         return _find(given)
     except click.ClickException as exc:
-        exc.message += also
-        raise
+        raise click.ClickException(exc.message + also) from None
 
 
 def _find(given: str | None) -> str:
