@@ -115,4 +115,5 @@ def test_verify_without_a_daemon_says_so(tmp_path):
     analysed(tmp_path / "c.db", _claude_code_like(3, []))
     result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       "http://127.0.0.1:9"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
-    assert result.exit_code != 0 and "cannot replay through the simulator" in result.output
+    assert result.exit_code != 0 and "no ctxscope daemon answers at http://127.0.0.1:9" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "--daemon URL" in result.output
