@@ -1,8 +1,9 @@
 """``ctxscope agent run|chat``: the click group the composition root adds with ``cli.add_command(agent_group)``.
 
 Both commands go through the conversation API with source ``cli``. Home is $CTXSCOPE_HOME
-(default ~/.ctxscope); calls go through the local proxy ($CTXSCOPE_PROXY, default
-http://127.0.0.1:8787) unless ``--direct``. Ctrl-C during a turn cancels that turn cleanly.
+(default ~/.ctxscope); calls go through the running daemon (``--daemon``, else the one this
+home's ``ctxscope serve`` recorded: ``cli/daemon_address.py``) unless ``--direct``. Ctrl-C during
+a turn cancels that turn cleanly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ctxscope.agent.host.session import AgentSession, SessionBusy
 from ctxscope.agent.host.session_store import SessionNotFound
 from ctxscope.agent.providers.catalog import APIS, PROVIDERS, ProviderConfigError, make_client, resolve
 from ctxscope.agent_render import TerminalRenderer
+from ctxscope.daemon_address import daemon_option, find_daemon
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -36,8 +38,7 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", default=None, envvar="CTXSCOPE_AGENT_MODEL", help="Model name."),
         click.option("--base-url", default=None, help="Base URL of the API (overrides the proxy route)."),
         click.option("--direct", is_flag=True, help="Talk to --base-url or the provider itself, not the proxy."),
-        click.option("--proxy", "proxy", default=None, envvar="CTXSCOPE_PROXY",
-                     help="ctxscope daemon address (default http://127.0.0.1:8787)."),
+        daemon_option,
         click.option("--context-window", type=int, default=None, help="Context window in tokens."),
         click.option("--max-output-tokens", type=int, default=None, help="Output limit per model call."),
         click.option("--thinking-budget", type=int, default=None, help="Anthropic extended thinking budget (tokens)."),
@@ -52,32 +53,16 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _runtime(opts: dict[str, Any]) -> AgentRuntime:
+    proxy = None
+    if not opts["direct"] and opts["base_url"] is None:  # the calls go through the daemon: find it first
+        proxy = find_daemon(opts["daemon"], also=", or talk to the provider itself with --direct")
     try:
         settings = resolve(opts["provider"], api=opts["api"], model=opts["model"], base_url=opts["base_url"],
-                           direct=opts["direct"], proxy=opts["proxy"], context_window=opts["context_window"],
+                           direct=opts["direct"], proxy=proxy, context_window=opts["context_window"],
                            max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
     except ProviderConfigError as e:
         raise click.ClickException(str(e)) from e
-    if settings.via_proxy:
-        _check_daemon(settings.base_url)
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
-
-
-def _check_daemon(base_url: str) -> None:
-    """Fail at once, with what to do, when nothing listens at the daemon's address: retrying a refused
-    connection for seconds helps nobody, and no session is created for a turn that cannot run."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(base_url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=3).close()
-    except OSError as e:
-        raise click.ClickException(
-            f"no ctxscope daemon answers at {parts.scheme}://{parts.netloc} ({e.strerror or e}).\n"
-            "Start it in another terminal with `ctxscope serve`, point --proxy (or $CTXSCOPE_PROXY) at a running one, "
-            "or talk to the provider itself with --direct.") from None
 
 
 def _session(rt: AgentRuntime, opts: dict[str, Any]) -> AgentSession:

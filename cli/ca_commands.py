@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from .daemon_address import daemon_option
 from .options import CONTEXT
 from .settings import build_config, ensure_home
 
@@ -57,16 +57,22 @@ def path():
 
 
 @ca.command(context_settings=CONTEXT)
-@click.option("--port", type=int, default=None, help="The daemon's port (default 8787).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The daemon's config file (for its port).")
-def env(port, config_file):
-    """Print the environment that sends HTTPS through the daemon and trusts its CA (eval it in a shell)."""
-    try:
-        cfg = build_config(config_file=config_file, host=None, port=port, db=None, upstream_options=(),
-                           allow_remote=False)
+@daemon_option
+def env(daemon):
+    """Print the environment that sends HTTPS through the daemon and trusts its CA (eval it in a shell).
+
+    The daemon need not run yet: with none recorded, the default address is printed."""
+    import shlex
+
+    from .daemon_address import daemon_address
+
+    url = daemon_address(daemon).url
+    if not url.startswith("http://"):
+        raise click.ClickException(f"--daemon {url!r} is not an http:// URL of the daemon")
+    try:  # the upstreams of the user's config: the CA is name-constrained to their hosts
+        upstreams = build_config(config_file=None, host=None, port=None, db=None, upstream_options=(),
+                                 allow_remote=False).upstreams
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else cfg.host
-    for name, value in proxy_environment(f"http://{host}:{cfg.port}", cfg.upstreams).items():
-        click.echo(f"export {name}={value}")
+    for name, value in proxy_environment(url, upstreams).items():
+        click.echo(f"export {name}={shlex.quote(value)}")

@@ -28,6 +28,7 @@ from ctxscope.simulator.process import SimulatorProcess
 from ctxscope.vocab.heap import tune_heap
 from ctxscope.web.routes import add_web_routes
 
+from .daemon_lock import DaemonLock, LockError, acquire
 from .settings import DaemonConfig, home_dir, load_salt, prices_path, secure_home
 
 if TYPE_CHECKING:
@@ -250,16 +251,38 @@ async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    daemon = await start_daemon(cfg, extra_routes=extra_routes)
-    settle_gc()  # this process serves until it ends: start-up objects need no more collecting
-    announce(daemon)
+    lock = lock_home_and_db(cfg)  # before the simulator's token or the database is touched
     try:
-        await stop.wait()
+        daemon = await start_daemon(cfg, extra_routes=extra_routes)
+        try:
+            lock.record(daemon.url, cfg.db)
+        except OSError as exc:
+            log.error("cannot record the daemon's address in %s (%s): other commands need --daemon %s",
+                      lock.home, exc, daemon.url)
+        settle_gc()  # this process serves until it ends: start-up objects need no more collecting
+        announce(daemon)
+        try:
+            await stop.wait()
+        finally:
+            if stopping is not None:  # (calls waiting to be stored, whether the store is failing)
+                stats = daemon.writer.stats()
+                stopping(stats.queued, stats.store_down_since is not None)
+            await daemon.stop()
     finally:
-        if stopping is not None:  # (calls waiting to be stored, whether the store is failing)
-            stats = daemon.writer.stats()
-            stopping(stats.queued, stats.store_down_since is not None)
-        await daemon.stop()
+        lock.release()
+
+
+def lock_home_and_db(cfg: DaemonConfig) -> DaemonLock:
+    """This daemon's hold on its home and its database (docs/architecture.md, "One daemon per
+    home"); AlreadyRunning when another daemon has either, OSError when they cannot be made."""
+    home = home_dir()
+    try:
+        secure_home(home)
+        if not cfg.db.parent.exists():
+            owner_only.private_dir(cfg.db.parent)
+        return acquire(home, cfg.db)
+    except OSError as exc:
+        raise LockError(f"cannot lock ctxscope's home {home} or the database {cfg.db} for this daemon: {exc}") from None
 
 
 def run(coro) -> None:

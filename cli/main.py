@@ -135,6 +135,7 @@ def cli():
 def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otlp_endpoint):
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
     from .daemon import run, serve_forever
+    from .daemon_lock import LockError
 
     try:
         cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
@@ -178,6 +179,8 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otl
 
     try:
         run(serve_forever(cfg, announce=announce, stopping=stopping))
+    except LockError as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         from .demo import port_hint
 

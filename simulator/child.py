@@ -38,8 +38,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Unbuffered reads of fd 0: a daemon thread blocked in a buffered read holds that buffer's lock,
+    and an interpreter finalizing beside it dies of ``_enter_buffered_busy``."""
     try:
-        while sys.stdin.buffer.read(4096):
+        while os.read(0, 4096):
             pass
     except (OSError, ValueError):
         pass
@@ -79,8 +81,8 @@ async def serve(args: argparse.Namespace, token: str, parent: int) -> None:
     await web.TCPSite(runner, args.host, args.port).start()
     host, port = runner.addresses[0][:2]
     shown = f"[{host}]" if ":" in host else host
-    sys.stdout.write(json.dumps({"url": f"http://{shown}:{port}", "pid": os.getpid()}) + "\n")
-    sys.stdout.flush()
+    os.write(1, (json.dumps({"url": f"http://{shown}:{port}", "pid": os.getpid()}) + "\n").encode())
+    _quiet_stdout()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -91,6 +93,14 @@ async def serve(args: argparse.Namespace, token: str, parent: int) -> None:
     finally:
         watcher.cancel()
         await runner.cleanup()
+
+
+def _quiet_stdout() -> None:
+    """The parent reads nothing after the address and closes its end: stdout goes to /dev/null, so
+    nothing written or flushed there later (at exit) meets a broken pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,7 +45,10 @@ class SimulatorProcess:
                 "--context-window", str(self.context_window)]  # fmt: skip
         if self.max_body is not None:
             argv += ["--max-body", str(self.max_body)]
-        proc = self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        # Its own process group: a Ctrl-C at the terminal reaches the daemon, which stops it in order,
+        # never the child in the middle of its start-up imports (a KeyboardInterrupt traceback).
+        proc = self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+                                             process_group=0)
         assert proc.stdin is not None  # stdin=PIPE
         proc.stdin.write(self.token.encode() + b"\n")
         proc.stdin.flush()  # the pipe stays open: its end of file tells the child we are gone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..daemon_address import daemon_option, find_daemon
 from ..options import CONTEXT, db_option, json_option
 from ..output import emit_json, emit_table
 from .findings_commands import open_session
@@ -18,9 +19,9 @@ COLUMNS = [("name", "ALTERNATIVE"), ("input", "INPUT"), ("cache_read", "CACHE_RE
 @click.option("--verify", is_flag=True,
               help="Replay the session as sent and with the best placement through the built-in simulator "
                    "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.")
-@click.option("--url", default="http://127.0.0.1:8787", show_default=True, help="The daemon, for --verify.")
+@daemon_option
 @json_option
-def advise(session, db_path, verify, url, as_json):
+def advise(session, db_path, verify, daemon, as_json):
     """Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."""
     from ctxscope.inspector.advisor.alternatives import advise as compute
 
@@ -32,7 +33,7 @@ def advise(session, db_path, verify, url, as_json):
     if verify:
         from .advise_verify import verify_advice
 
-        result["verify"] = verify_advice(url, s, advice)
+        result["verify"] = verify_advice(find_daemon(daemon), s, advice)
     if as_json:
         emit_json(result)
         return

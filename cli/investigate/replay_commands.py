@@ -9,9 +9,9 @@ import urllib.request
 
 import click
 
+from ..daemon_address import daemon_option, find_daemon
 from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call
 from ..output import emit_json
-from ..settings import DEFAULT_HOST, DEFAULT_PORT
 
 WAIT_S = 30.0  # for the daemon's writer to store the replay (it stores when traffic pauses)
 
@@ -52,11 +52,10 @@ def _show(c: dict) -> None:
                    "'/system/0/cache_control={\"type\":\"ephemeral\"}' to move a cache breakpoint.")  # fmt: skip
 @click.option("--api-key-env", metavar="NAME",
               help="The environment variable holding the key (default: the provider's, e.g. ANTHROPIC_API_KEY).")
-@click.option("--daemon", "daemon_url", default=f"http://{DEFAULT_HOST}:{DEFAULT_PORT}", show_default=True,
-              help="The running ctxscope daemon that records the replay.")
+@daemon_option
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the answer.")
 @json_option
-def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeout, as_json):
+def replay(call, db_path, model, upstream, edits, api_key_env, daemon, timeout, as_json):
     """Re-send CALL's request through the daemon (CALL is an id or a unique prefix).
 
     The answer is recorded as a new call, in a session of its own (replay:CALL) and linked to CALL
@@ -73,6 +72,7 @@ def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeo
     try:
         row = get_call(db, resolve_call(db, call))
         assert row is not None  # resolved above
+        daemon_url = find_daemon(daemon)  # (after the id: a wrong id is the first thing to say)
         env = api_key_env or key_env_for(row)  # none for an imported call of no known API: it gets no key
         key = (os.environ.get(env) or None) if env else None
         req = build_request(db, row["id"], daemon_url, key=key, model=model, upstream=upstream,
@@ -82,8 +82,8 @@ def replay(call, db_path, model, upstream, edits, api_key_env, daemon_url, timeo
     try:
         status, _ = send(req.method, req.url, req.headers, req.body, timeout)
     except OSError as exc:
-        raise click.ClickException(
-            f"cannot reach the daemon at {daemon_url}: {exc} (is `ctxscope serve` running?)") from exc
+        raise click.ClickException(f"cannot reach the daemon at {daemon_url}: "
+                                   f"{getattr(exc, 'reason', None) or exc}; is `ctxscope serve` running?") from None
     deadline = time.monotonic() + WAIT_S
     found = find_replay(db, row["id"], req.nonce)
     while found is None and time.monotonic() < deadline:

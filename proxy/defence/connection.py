@@ -298,9 +298,8 @@ class GuardedHandler(RequestHandler):
         exc = kw.get("exc_info")
         if isinstance(exc, EXPECTED_CLIENT_ERRORS):
             self._guard.counts["client_errors"] += 1
-            what = args[0] % args[1:] if len(args) > 1 else (args[0] if args else "client error")
-            text = " ".join(str(exc).split())[:300]
-            self._guard.log.info(type(exc).__name__, f"{what}: {type(exc).__name__}: {text}")
+            text = " ".join(str(exc).split())[:300]  # (aiohttp's own words, "Unhandled exception", say nothing)
+            self._guard.log.info(type(exc).__name__, f"a request from {self._peer()} ended early: {text}")
             return
         super().log_exception(*args, **kw)
 

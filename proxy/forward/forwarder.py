@@ -275,7 +275,9 @@ class Forwarder:
         return b"".join(chunks)
 
     def _too_large(self, rec: Recorder, message: str) -> web.Response:
-        """A provider-shaped 413, recorded without the body; the connection closes after it."""
+        """A provider-shaped 413, recorded without the body and with the status the client got; the
+        connection closes after it."""
+        rec.status = 413
         response = self._fail(rec, Outcome.REQUEST_TOO_LARGE, 413, message, code="request_too_large")
         response.force_close()
         return response
@@ -290,7 +292,7 @@ class Forwarder:
             where = "while the upstream was still answering" if rec.status is None else "mid-response"
             rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected {where}; the upstream request was cancelled")
         else:
-            rec.finish(Outcome.INTERRUPTED, "cut by the daemon's shutdown")
+            rec.cut(Outcome.INTERRUPTED, "cut by the daemon's shutdown")
             abort_client(request)
         if submit:
             self._submit(rec)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward.routing import Route
+from ctxscope.proxy.forward.whole import answered_whole
 from ctxscope.proxy.ids import new_call_id
 from ctxscope.proxy.redaction.redact import redact_request
 from ctxscope.vocab.kinds import Outcome
@@ -53,7 +54,21 @@ class Recorder:
         """The client closed its connection: stop waiting for (and paying for) the upstream's answer."""
         if self.ended_at is None and self.task is not None:
             self.left = True
+            if self.whole(len(self.chunks)):  # it left after the last event: nothing was cut
+                self.finish(self.outcome, None)
             self.task.cancel()
+
+    def whole(self, sent: int) -> bool:
+        """True when the answer's first ``sent`` chunks, already handed to the client, are all of it."""
+        return self.status is not None and answered_whole(self.response_headers, self.chunks[:sent])
+
+    def cut(self, outcome: Outcome, error: str, sent: int | None = None) -> None:
+        """Finish as ``outcome`` (a cut), unless the ``sent`` chunks (default: all) already made the
+        answer whole: then as the answer's own outcome (docs/architecture.md, "Honest outcomes")."""
+        if self.whole(len(self.chunks) if sent is None else sent):
+            self.finish(self.outcome, None)
+        else:
+            self.finish(outcome, error)
 
     def finish(self, outcome: Outcome, error: str | None) -> float:
         """Set the outcome unless one is set already; the call's end time either way."""

@@ -43,7 +43,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
             chunks.append(chunk)
             await response.write(chunk)
     except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:  # (writing to the client)
-        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected: {exc}")
+        rec.cut(Outcome.CLIENT_DISCONNECTED, f"client disconnected: {exc}", sent=len(chunks) - 1)
         return response
     except TimeoutError:
         rec.finish(Outcome.TIMEOUT, f"no data from upstream for {read_timeout:g}s")
@@ -56,7 +56,7 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
     try:
         await response.write_eof()
     except (ConnectionError, RuntimeError) as exc:
-        rec.finish(Outcome.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
+        rec.cut(Outcome.CLIENT_DISCONNECTED, f"client disconnected at the end: {exc}")
         return response
     rec.finish(rec.outcome, None)
     return response

@@ -232,8 +232,9 @@ def test_agent_run_with_the_daemon_down_says_what_to_do_and_leaves_no_session(tm
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = CliRunner().invoke(cli, ["agent", "run", "hello", "--provider", "sim", "--proxy", f"http://127.0.0.1:{port}",
-                                      "--workspace", str(tmp_path)], env={"CTXSCOPE_HOME": str(tmp_path / "home")})
+    result = CliRunner().invoke(cli, ["agent", "run", "hello", "--provider", "sim", "--daemon",
+                                      f"http://127.0.0.1:{port}", "--workspace", str(tmp_path)],
+                                env={"CTXSCOPE_HOME": str(tmp_path / "home")})
     assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
     assert f"no ctxscope daemon answers at http://127.0.0.1:{port}" in result.output
     assert "ctxscope serve" in result.output and "--direct" in result.output and "Traceback" not in result.output

@@ -76,7 +76,7 @@ def _claude_code_like(calls: int, gaps: list[float]) -> list:
 @pytest.mark.parametrize("gaps", [[20.0] * 7, [20.0, 400.0, 20.0, 700.0, 20.0, 20.0, 20.0]])
 def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, daemon_url, gaps):
     analysed(tmp_path / "c.db", _claude_code_like(8, gaps))
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -85,7 +85,7 @@ def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, dae
     assert v["as_sent"]["cache_read"] == 0 and v["best_simulated"]["cache_read"] > 0  # the simulator read the cache
     assert v["simulated_saving_pct"] > 20 and v["error_pts"] <= 5, v
 
-    text = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url", daemon_url],
+    text = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", daemon_url],
                               env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert text.exit_code == 0 and "verified in the simulator: predicted saving" in text.output
 
@@ -102,7 +102,7 @@ def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_ur
     assert "cache_control" not in json.dumps(bodies)
     analysed(tmp_path / "c.db", [make_exchange(request=b, started_at=T0 + 15 * i, session_label="cc")
                                  for i, b in enumerate(bodies)])  # fmt: skip
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -113,6 +113,7 @@ def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_ur
 
 def test_verify_without_a_daemon_says_so(tmp_path):
     analysed(tmp_path / "c.db", _claude_code_like(3, []))
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--url",
+    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       "http://127.0.0.1:9"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
-    assert result.exit_code != 0 and "cannot replay through the simulator" in result.output
+    assert result.exit_code != 0 and "no ctxscope daemon answers at http://127.0.0.1:9" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "--daemon URL" in result.output

@@ -31,7 +31,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def run_agent(proxy, home: Path, ws: Path, task: str, *extra: str):
-    result = CliRunner().invoke(agent_group, ["run", task, "--provider", "sim", "--proxy", proxy.url,
+    result = CliRunner().invoke(agent_group, ["run", task, "--provider", "sim", "--daemon", proxy.url,
                                               "--workspace", str(ws), *extra],
                                 env={"CTXSCOPE_HOME": str(home)}, catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -58,7 +58,7 @@ def test_intercepted_call_is_recorded_and_other_hosts_are_tunnelled(proxy, sim, 
         server.close()
         thread.join(5)
 
-    env = CliRunner().invoke(cli, ["ca", "env", "--port", str(port)])
+    env = CliRunner().invoke(cli, ["ca", "env", "--daemon", f"http://127.0.0.1:{port}"])
     assert env.exit_code == 0, env.output
     variables = dict(line.removeprefix("export ").split("=", 1) for line in env.output.splitlines())
     assert set(variables) >= {"HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
