@@ -24,6 +24,7 @@ class Annotation(StrEnum):
     SUBAGENT = "x-ctxscope-subagent"  # the id of the sub-agent that sent the call
     REPLAY_OF = "x-ctxscope-replay-of"  # the id of the call a replay repeats
     REPLAY_ID = "x-ctxscope-replay-id"  # a nonce telling this replay's call from earlier ones
+    IMPORTED = "x-ctxscope-imported"  # set by an import on every call it stores: the file's format
 
 
 TOKEN = "X-Ctxscope-Token"  # the web UI's control token, on every state-changing API request

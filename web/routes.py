@@ -58,6 +58,7 @@ STATIC_DIR = Path(__file__).with_name("static")
 API = "/_ctxscope/api"
 STATIC = "/_ctxscope/static"
 _TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
+_TOKEN_HEADER_PLACEHOLDER = "__CTXSCOPE_TOKEN_HEADER__"  # the page learns the header's name from vocab
 log = logging.getLogger("ctxscope.web")
 
 
@@ -99,7 +100,9 @@ class WebUI:
         # Read once: serving them must not touch the disk on the proxy's event loop.
         files = [p for p in STATIC_DIR.iterdir() if p.is_file()] if STATIC_DIR.is_dir() else []
         self.static = {p.name: p.read_bytes() for p in files}
-        self.page = self.static.pop("index.html", b"").decode("utf-8").replace(_TOKEN_PLACEHOLDER, self.token)
+        page = self.static.pop("index.html", b"").decode("utf-8")
+        page = page.replace(_TOKEN_HEADER_PLACEHOLDER, security.TOKEN_HEADER)
+        self.page = page.replace(_TOKEN_PLACEHOLDER, self.token)
 
     async def api(self) -> StoreAPI:
         """The store-backed handlers, loaded by the first request that needs them."""

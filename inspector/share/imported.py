@@ -18,8 +18,9 @@ from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.apis import detect_api
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 from ctxscope.vocab.apis import Api
+from ctxscope.vocab.headers import Annotation
 
-IMPORTED = "x-ctxscope-imported"  # the annotation every imported call carries: its file's format
+IMPORTED = Annotation.IMPORTED.value  # the annotation every imported call carries: its file's format
 UNKNOWN = "unknown"
 ROUTES = ("anthropic", "openai", "gemini")  # the daemon's provider routes an imported call may target
 CALL_ID = re.compile(r"[A-Za-z0-9_-]{8,128}")

@@ -17,14 +17,15 @@ export async function getJSON(path, params) {
   return data;
 }
 
-function token() {
+// The page's token, under the header name the daemon wrote beside it (one spelling: vocab/headers.py).
+function tokenHeader() {
   const m = document.querySelector('meta[name="ctxscope-token"]');
-  return m ? m.getAttribute("content") : "";
+  return m ? { [m.getAttribute("data-header")]: m.getAttribute("content") } : {};
 }
 
 export async function deleteSession(session) {
   const resp = await fetch(API + "/session" + qs({ s: session }), {
-    method: "DELETE", credentials: "same-origin", headers: { "X-Ctxscope-Token": token() },
+    method: "DELETE", credentials: "same-origin", headers: tokenHeader(),
   });
   const data = await resp.json().catch(() => null);
   if (!resp.ok) throw new Error((data && data.error) || `HTTP ${resp.status}`);
@@ -40,7 +41,7 @@ export function rawUrl(id, kind, form, exact) {
 export async function replayCall(id, options) {
   const resp = await fetch(API + "/replay" + qs({ id }), {
     method: "POST", credentials: "same-origin",
-    headers: { "X-Ctxscope-Token": token(), "Content-Type": "application/json" },
+    headers: { ...tokenHeader(), "Content-Type": "application/json" },
     body: JSON.stringify(options || {}),
   });
   const data = await resp.json().catch(() => null);
