@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxscope.vocab.kinds import MarkerKind
 
-from ..core.events import ON_STEP_END, TURN_END, TURN_START, StepEnd, TurnEnd, TurnStart
+from ..core.events import Event, StepEnd, TurnEnd, TurnStart
 from ..core.settings import HostOptions, host_settings
 from ..core.spi import Extension, ExtensionAPI
 from .policy import ToolPolicy, default_policies
@@ -198,9 +198,9 @@ class RunawayGuard:
 
 def runaway_guard_extension(guard: RunawayGuard) -> Extension:
     def init(api: ExtensionAPI) -> None:
-        api.on(TURN_START, guard.turn_start)
-        api.on(ON_STEP_END, guard.step_end)
-        api.on(TURN_END, guard.turn_end)
+        api.on(Event.TURN_START, guard.turn_start)
+        api.on(Event.ON_STEP_END, guard.step_end)
+        api.on(Event.TURN_END, guard.turn_end)
 
     return Extension(GUARD_ID, init, "notices the model circling within a turn and says so once")
 
