@@ -45,10 +45,11 @@ from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
 from ctxscope.inspector.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.analysis_row import Analysis
+from ctxscope.inspector.clock import iso
 from ctxscope.inspector.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import Db, iso, record_event
+from ctxscope.inspector.store.db import Db, record_event
 from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api

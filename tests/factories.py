@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxscope.inspector.analyze import Analyzer
+from ctxscope.inspector.search_text import SegmentTexts
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.writer.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
@@ -120,7 +121,7 @@ def capture(path: Path, exchanges, **writer_options: Any):
         writer.submit(ex)
     assert writer.stop()
     assert writer.stats().failed == 0
-    return queries.open_db(path)
+    return queries.open_db(path, segment_texts=SegmentTexts)
 
 
 def analysed(path: Path, exchanges, analyzer: Analyzer | None = None):
@@ -133,12 +134,12 @@ def analysed(path: Path, exchanges, analyzer: Analyzer | None = None):
     assert writer.stop()
     stats = writer.stats()
     assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
-    return queries.open_db(path), analyzer
+    return queries.open_db(path, segment_texts=SegmentTexts), analyzer
 
 
 def analysis_and_index(path: Path, columns: tuple[str, ...]) -> tuple[dict, list]:
     """What the analyzers left in a store: each call's ``columns`` by id, and the search index's rows."""
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         calls = {r[0]: {k: queries.get_call(db, r[0])[k] for k in columns} for r in db.execute("SELECT id FROM calls")}
         index = db.execute(

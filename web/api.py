@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ctxscope.inspector.search_text import SegmentTexts
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.inspector.store.views import store_totals
@@ -69,7 +70,7 @@ class StoreAPI:
     """The store-backed handlers of one daemon's UI, with their read pool, body cache and live feed."""
 
     def __init__(self, db_path: Path, writer: Writer | None, status: Callable[[], dict | None]):
-        self.pool = ReadPool(db_path)
+        self.pool = ReadPool(db_path, SegmentTexts)
         self.writer = writer
         self.bodies = BodyCache()
         self.hub = LiveHub(self.pool, status)

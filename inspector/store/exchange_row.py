@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.body_reuse import BodyMemory, parse
-from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.clock import iso
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.redaction.redact import redact_headers, redact_query
 from ctxscope.proxy.wire.apis import detect_api

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector.store import db as store
+from ctxscope.inspector.clock import now_iso
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 
 # Columns a span is made of (besides the verdict, read through verdict_sql).
@@ -65,7 +65,7 @@ def set_position(db: sqlite_utils.Database, target: str, seq: int) -> None:
         db.execute(
             """INSERT INTO export_positions (target, seq, updated_at) VALUES (?, ?, ?)
                ON CONFLICT(target) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at""",
-            [target, seq, store.now_iso()],
+            [target, seq, now_iso()],
         )
 
 

@@ -30,8 +30,9 @@ from datetime import UTC, datetime
 
 from ctxscope.inspector import body_reuse
 from ctxscope.inspector.body_reuse import BodyMemory
+from ctxscope.inspector.clock import iso
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.store.db import Db, Savepoint, iso
+from ctxscope.inspector.store.db import Db, Savepoint
 from ctxscope.inspector.store.exchange_row import derive
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.layout.known import KnownIds

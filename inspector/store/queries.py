@@ -60,9 +60,10 @@ class AmbiguousCallId(ValueError):
 CANDIDATES_LISTED = 10
 
 
-def open_db(path: str | Path) -> sqlite_utils.Database:
-    """A read connection (usable from any thread), with the schema brought up to date."""
-    return store.connect(path, check_same_thread=False)
+def open_db(path: str | Path, *, segment_texts: store.SegmentReader | None = None) -> sqlite_utils.Database:
+    """A read connection (usable from any thread), with the schema brought up to date; ``segment_texts``
+    for a reader of search texts (``store/db.py``)."""
+    return store.connect(path, check_same_thread=False, segment_texts=segment_texts)
 
 
 def _usage(row: dict) -> dict | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ctxscope.inspector import owner_only
 from ctxscope.inspector.idle_release import release
+from ctxscope.inspector.search_text import SegmentTexts
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
@@ -315,7 +316,7 @@ class CaptureWriter:
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
         db = None
         try:
-            db = store.open_handle(self.db_path)
+            db = store.open_handle(self.db_path, segment_texts=SegmentTexts)
             owner_only.private_store(self.db_path)
             if not self._started_recorded:
                 if self.capture_epoch is None:
