@@ -46,7 +46,7 @@ class Db(Protocol):
 
     def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor: ...
 
-    def query(self, sql: str, params: Params = None) -> Iterator[dict]: ...
+    def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]: ...
 
     def table_names(self) -> list[str]: ...
 
@@ -75,7 +75,7 @@ class Handle:
     def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor:
         return self.conn.execute(sql) if parameters is None else self.conn.execute(sql, parameters)
 
-    def query(self, sql: str, params: Params = None) -> Iterator[dict]:
+    def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]:
         """The rows of a SELECT as dicts."""
         cursor = self.execute(sql, params)
         keys = [d[0] for d in cursor.description or ()]

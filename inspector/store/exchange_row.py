@@ -39,7 +39,7 @@ def session_key(ex: Exchange) -> str:
 class Derived:
     """What one exchange says, computed without the database."""
 
-    row: dict
+    row: dict[str, Any]
     request_body: bytes | None  # decoded; None when it could not be decoded
     response_body: bytes | None
     request_json: Any

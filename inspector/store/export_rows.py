@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlite_utils
 
@@ -50,7 +50,7 @@ def has_export_tables(db: sqlite_utils.Database) -> bool:
 
 def end_seq(db: sqlite_utils.Database) -> int:
     """The newest stored call's number (0: none stored)."""
-    return db.execute("SELECT COALESCE(MAX(seq), 0) FROM stored_order").fetchone()[0]
+    return cast("int", db.execute("SELECT COALESCE(MAX(seq), 0) FROM stored_order").fetchone()[0])
 
 
 def position(db: sqlite_utils.Database, target: str) -> int | None:
@@ -107,7 +107,7 @@ def count_for_backfill(db: sqlite_utils.Database, *, session: str | None, since:
     if since is not None:
         where.append("started_at >= ?")
         args.append(since)
-    return db.execute(f"SELECT COUNT(*) FROM calls WHERE {' AND '.join(where)}", args).fetchone()[0]
+    return cast("int", db.execute(f"SELECT COUNT(*) FROM calls WHERE {' AND '.join(where)}", args).fetchone()[0])
 
 
 def export_lags(db: sqlite_utils.Database) -> list[ExportLag]:

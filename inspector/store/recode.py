@@ -11,6 +11,7 @@ used after it was checked to reproduce the raw bytes byte for byte.
 from __future__ import annotations
 
 import zlib
+from typing import cast
 
 try:  # Python 3.14+
     from compression import zstd  # type: ignore[import-not-found]
@@ -34,8 +35,8 @@ def apply_recipe(decoded: bytes, recipe: str) -> bytes:
             options[zstd.CompressionParameter.checksum_flag] = 1
         if "s" in flags:  # streamed: the frame header carries no content size
             c = zstd.ZstdCompressor(options=options)
-            return c.compress(decoded) + c.flush()
-        return zstd.compress(decoded, options=options)
+            return cast("bytes", c.compress(decoded) + c.flush())
+        return cast("bytes", zstd.compress(decoded, options=options))
     if kind == "gzip":
         header = bytes.fromhex(rest[0])
         c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
