@@ -9,17 +9,18 @@ a ``BodyError`` with the status and words the caller answers in its provider's o
 
 from __future__ import annotations
 
+import sys
 import zlib
 
 from aiohttp import web
 
-try:  # Python 3.14+
-    from compression import zstd as _zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the Python version
-    try:
+try:  # mypy checks the branch of its python_version only
+    if sys.version_info >= (3, 14):
+        from compression import zstd as _zstd
+    else:
         from backports import zstd as _zstd
-    except ImportError:
-        _zstd = None
+except ImportError:  # pragma: no cover - depends on the Python version
+    _zstd = None  # type: ignore[assignment]  # typeshed: a module name cannot be None; here it is, without zstd
 
 try:
     import brotli as _brotli

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import time
 
 import pytest
@@ -289,10 +290,10 @@ def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
 def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_path):
     """A file indexed before m014 (compressed copies; one text under two keys, as the indexer's hash
     once keyed it) opens with one segment per text, no copies, and the same hits."""
-    try:
-        from compression import zstd  # type: ignore[import-not-found]
-    except ImportError:
-        from backports import zstd  # type: ignore[no-redef]
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+    else:
+        from backports import zstd
 
     from ctxscope.inspector.store import db as store
     from ctxscope.inspector.store.ingest import IngestState, ingest

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import random
+import sys
 
 from factories import anthropic_request, anthropic_response, capture, make_exchange
 
@@ -22,10 +23,10 @@ from ctxscope.inspector.store.layout.legacy import make_delta, sha256
 from ctxscope.inspector.store.migrations import migrations
 from ctxscope.inspector.store.queries import get_call, get_request_raw, get_response_raw, open_db
 
-try:
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:
-    from backports import zstd  # type: ignore[no-redef]
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
+    from backports import zstd
 
 _WORDS = [f"w{i}x" for i in range(3000)]
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ctxscope.vocab.kinds import MarkerKind
 
@@ -292,9 +292,10 @@ class TurnRunner:
                         lambda text, meta: self.steering.put(text, meta))
         await observe(self.assembly.handlers_for(Event.ON_STEP_END), event, self.errors)
 
-    async def _history_changed(self, kind: str, messages: tuple[Message, ...], epoch: int, reason: str | None) -> None:
+    async def _history_changed(self, kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
+                               reason: str | None) -> None:
         await observe(self.assembly.handlers_for(Event.ON_HISTORY_CHANGED),
-                      HistoryChanged(self.session, self.turn, kind, messages, epoch, reason), self.errors)  # type: ignore[arg-type]
+                      HistoryChanged(self.session, self.turn, kind, messages, epoch, reason), self.errors)
 
     def _llm_ctx(self, *, history: tuple[Message, ...], request_messages: tuple[Message, ...],
                  system: str) -> LlmCallContext:

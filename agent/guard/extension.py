@@ -168,8 +168,9 @@ class RunawayGuard:
             t = self._turns[e.session.id] = _Turn(e.turn, Fingerprinter(self.new_key()), True)
         view = project_step(t.fp, e.step, e.answer.tool_calls, e.results, self.policies)
         verified = None
-        if self.read_verified_progress is not None:
-            verified = _best_effort(lambda: self.read_verified_progress(e))  # type: ignore[misc]
+        read = self.read_verified_progress
+        if read is not None:
+            verified = _best_effort(lambda: read(e))
         signals = t.tracker.observe(view, verified)
         t.steps += 1
         for s in signals:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,9 @@ from typing import Any
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
 from ctxscope.proxy.exchange import Exchange
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 FORMAT, VERSION = "ctxscope-bundle", 1

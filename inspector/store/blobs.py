@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import random
 import sqlite3
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -40,9 +41,9 @@ from ctxscope.inspector.store.layout.pieces import (
 if TYPE_CHECKING:
     from ctxscope.inspector.store.db import Db
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 __all__ = ["BlobCorrupt", "StoredBlob", "blob_get", "blob_load", "blob_put", "common_prefix", "common_suffix"]
@@ -269,8 +270,8 @@ def _maybe_train(
 def _decompress(db: Db, chunk_id: int, dict_id: int | None, data: bytes) -> bytes:
     try:
         if dict_id is None:
-            return cast("bytes", zstd.decompress(data))
-        return cast("bytes", zstd.decompress(data, zstd_dict=_load_dict(db, dict_id)))
+            return zstd.decompress(data)
+        return zstd.decompress(data, zstd_dict=_load_dict(db, dict_id))
     except BlobCorrupt:
         raise
     except Exception as e:  # a damaged frame

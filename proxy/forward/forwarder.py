@@ -111,8 +111,8 @@ class Forwarder:
         if self.settings.on_demand:
             name = named_upstream(raw_path)
             start = self.settings.on_demand.get(name) if name is not None and name not in upstreams else None
-            if start is not None and (url := await start()) is not None:
-                upstreams[name] = url  # type: ignore[index]  # (name is set when start is)
+            if name is not None and start is not None and (url := await start()) is not None:
+                upstreams[name] = url
         return upstreams
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
