@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import sys
 import zlib
+from types import ModuleType
 
 from aiohttp import web
 
+_zstd: ModuleType | None
 try:  # mypy checks the branch of its python_version only
     if sys.version_info >= (3, 14):
-        from compression import zstd as _zstd
+        from compression import zstd as _zstd_module
     else:
-        from backports import zstd as _zstd
+        from backports import zstd as _zstd_module
+    _zstd = _zstd_module
 except ImportError:  # pragma: no cover - depends on the Python version
-    _zstd = None  # type: ignore[assignment]  # typeshed: a module name cannot be None; here it is, without zstd
+    _zstd = None
 
 try:
     import brotli as _brotli
