@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from ctxscope.inspector.search_text import SegmentTexts
+from ctxscope.inspector.share.replay import ReplayError
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.inspector.store.views import store_totals
@@ -36,7 +37,7 @@ from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
-from ctxscope.web.resend import ReplayError, curl_view
+from ctxscope.web.resend import curl_view
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view

@@ -19,8 +19,6 @@ from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_re
 from ctxscope.inspector.store import queries
 from ctxscope.web.pool import ReadPool
 
-__all__ = ["ReplayError", "curl_view", "download_name", "replay"]
-
 
 def download_name(call_id: str, form: str, masked: bool) -> str:
     """The file name the page's body download gets (``routes.raw_bin``), which the command reads."""

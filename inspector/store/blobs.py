@@ -33,8 +33,6 @@ from ctxscope.inspector.store.layout.pieces import (
     PieceIndex,
     Segment,
     append,
-    common_prefix,
-    common_suffix,
     plan,
 )
 
@@ -46,7 +44,6 @@ if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version 
 else:
     from backports import zstd
 
-__all__ = ["BlobCorrupt", "StoredBlob", "blob_get", "blob_load", "blob_put", "common_prefix", "common_suffix"]
 
 MAX_DEPTH = 32  # legacy layout: deltas in a row before a fresh keyframe
 MIN_DELTA_SIZE = 256  # smaller bodies are one chunk: matching would not pay for itself
