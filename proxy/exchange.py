@@ -39,7 +39,7 @@ class Exchange:
     outcome: str  # an Outcome's value (plain text, as the spool and the store keep it)
     error: str | None = None  # human-readable detail for non-ok outcomes
     client: str | None = None  # user agent
-    extra: dict[str, Any] = field(default_factory=dict[str, Any])
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def header(self, name: str, *, response: bool = False) -> str | None:
         """First header value by case-insensitive name."""
