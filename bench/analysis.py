@@ -275,8 +275,8 @@ def timed(analyzer: Analyzer, counter: CountingCounter) -> tuple[list[float], li
         reused.append(result[0].reused_items if result[0] is not None else 0)
         return result
 
-    analyzer.analyze = tracking_analyze  # type: ignore[method-assign]
-    analyze_module.prepare = tracking_prepare  # type: ignore[assignment]
+    analyzer.analyze = tracking_analyze
+    analyze_module.prepare = tracking_prepare
     return took, counted, canon, reused
 
 

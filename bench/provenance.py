@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ctxscope.agent.context.tool_output_budget import tool_output_budget_extension  # noqa: E402
 from ctxscope.agent.core.budget import ContextSettings  # noqa: E402
-from ctxscope.agent.core.events import AFTER_LLM_CALL, AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START  # noqa: E402
+from ctxscope.agent.core.events import Event  # noqa: E402
 from ctxscope.agent.core.loop import LoopConfig  # noqa: E402
 from ctxscope.agent.core.model import ModelRequest, PreparedCall, dumps  # noqa: E402
 from ctxscope.agent.core.spi import Extension  # noqa: E402
@@ -213,10 +213,10 @@ class Timed:
 
         def init(api: Any) -> None:
             api.contribute_system_prompt(SYSTEM_PROMPT)
-            api.on(TURN_START, wrap(TURN_START, self.p.turn_start))
-            api.on(BEFORE_LLM_CALL, wrap(BEFORE_LLM_CALL, self.p.before_llm_call))
-            api.on(AFTER_TOOL_CALL, wrap(AFTER_TOOL_CALL, self.p.after_tool_call, True))
-            api.on(AFTER_LLM_CALL, wrap(AFTER_LLM_CALL, self.p.after_llm_call))
+            api.on(Event.TURN_START, wrap(Event.TURN_START, self.p.turn_start))
+            api.on(Event.BEFORE_LLM_CALL, wrap(Event.BEFORE_LLM_CALL, self.p.before_llm_call))
+            api.on(Event.AFTER_TOOL_CALL, wrap(Event.AFTER_TOOL_CALL, self.p.after_tool_call, True))
+            api.on(Event.AFTER_LLM_CALL, wrap(Event.AFTER_LLM_CALL, self.p.after_llm_call))
 
         return Extension(EXTENSION_ID, init)
 
@@ -313,7 +313,7 @@ async def main() -> None:
         f"max {ms(max(cpu_step))}, total {ms(sum(cpu_step))}"
     )
     print("by event (wall):")
-    for event in (AFTER_TOOL_CALL, AFTER_LLM_CALL, BEFORE_LLM_CALL, TURN_START):
+    for event in (Event.AFTER_TOOL_CALL, Event.AFTER_LLM_CALL, Event.BEFORE_LLM_CALL, Event.TURN_START):
         xs = timed.by_event[event]
         print(f"  {event:<16} {len(xs):>4} calls: p50 {ms(pct(xs, 50))}, p99 {ms(pct(xs, 99))}, max {ms(max(xs))}")
     on, off = statistics.median(cpu_on), statistics.median(cpu_off)

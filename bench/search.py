@@ -110,7 +110,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         analysis_only = [a for a in writer_analyzers() if not isinstance(a, SearchIndexer)]
         plain, plain_s = store_all(Path(tmp) / "plain.db", exchanges, analysis_only)
-        plain.close()  # type: ignore[attr-defined]
+        plain.close()
         db, stored_s = store_all(Path(tmp) / "bench.db", exchanges, writer_analyzers())
         context = sum(len(ex.request_body) for ex in exchanges)
         stats = index_stats(db, text_bytes=True)
@@ -125,7 +125,7 @@ def main() -> None:
         for label, text in (("found once", UNIQUE), ("in most segments", "parser"), ("found nowhere", "xylophone")):
             median, p95, hits = _timed(db, text, args.repeat)
             print(f"query {label:<17} {text!r:<22} median {median:.2f} ms, p95 {p95:.2f} ms, {hits} hit(s)")
-        db.close()  # type: ignore[attr-defined]
+        db.close()
 
 
 if __name__ == "__main__":

@@ -235,7 +235,7 @@ def api_times(url: str, label: str, n: int = 7) -> list[float]:
         with urllib.request.urlopen(f"{url}/_ctxscope/api/session?s={label}", timeout=30) as resp:
             size = len(resp.read())
         out.append((time.perf_counter() - t0) * 1000)
-    api_times.size = size  # type: ignore[attr-defined]
+    api_times.size = size
     return out
 
 
@@ -314,7 +314,7 @@ def main() -> None:
         )
         api = api_times(d.url, label)
         print(
-            f"session API (page + series of all {args.calls} calls, {api_times.size / 1024:.0f} KiB): "  # type: ignore[attr-defined]
+            f"session API (page + series of all {args.calls} calls, {api_times.size / 1024:.0f} KiB): "
             f"median {statistics.median(api):.0f} ms, min {min(api):.0f} ms"
         )
         with sync_playwright() as pw:

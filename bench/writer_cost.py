@@ -185,7 +185,7 @@ def run_session(
     make: Callable[[str, int, bytes], Exchange] = exchange,
 ) -> tuple[list[float], list[float], dict[str, float], int]:
     """Per warm call: writer-thread CPU ms and process CPU ms; analyzer ms per call; the last body's size."""
-    clock = time.pthread_getcpuclockid(writer._thread.ident)  # type: ignore[union-attr]
+    clock = time.pthread_getcpuclockid(writer._thread.ident)
     thread_ms, process_ms = [], []
     size = 0
     for i in range(calls):
@@ -221,7 +221,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         spent: dict[str, float] = defaultdict(float)
         analyzers = [Timed(a, spent) for a in writer_analyzers()]
-        ingest_module.store_body = Timed(ingest_module.store_body, spent, "blob store")  # type: ignore[assignment]
+        ingest_module.store_body = Timed(ingest_module.store_body, spent, "blob store")
         writer = CaptureWriter(Path(tmp) / "capture.db", analyzers=analyzers, status_file=False, keep_unstored=False)
         stored = threading.Event()
         writer.on_stored = stored.set

@@ -278,9 +278,10 @@ def stats(db_path, session, as_json):
 def reindex(db_path, session, as_json):
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
     from ctxscope.inspector.pipeline.analyze import reindex as run
+    from ctxscope.inspector.pipeline.search_text import SegmentTexts
     from ctxscope.inspector.store.analysis_rows import count_calls
 
-    db = open_db_or_fail(db_path)
+    db = open_db_or_fail(db_path, segment_texts=SegmentTexts)  # clearing a session's index reads its texts back
     if session:
         session = resolve_session_id(db, session)
     try:

@@ -59,7 +59,7 @@ def _find(given: str | None) -> str:
         return where.url
     from ctxscope.proxy.defence.identity import load_secret
 
-    from .run_commands import NotCtxscope, probe
+    from .daemon_probe import NotCtxscope, probe
 
     try:
         secret = load_secret(home_dir())

@@ -54,7 +54,7 @@ class _EffectLog:
         self.calls = 0
 
     def extension(self):
-        from ctxscope.agent.core.events import ON_LLM_CALL_PREPARED
+        from ctxscope.agent.core.events import Event
         from ctxscope.agent.core.spi import Extension
 
         def prepared(ev) -> None:
@@ -62,7 +62,7 @@ class _EffectLog:
             value = ev.call.headers.get(Annotation.EVENT) or ""
             self.effects += [e.kind for v in split_effects(value) if (e := parse_effect(v)) is not None]
 
-        return Extension("demo-progress", lambda api: api.on(ON_LLM_CALL_PREPARED, prepared),
+        return Extension("demo-progress", lambda api: api.on(Event.ON_LLM_CALL_PREPARED, prepared),
                          "records which effects each request declared, for the demo's progress lines")
 
     def take(self) -> tuple[int, list[str]]:

@@ -12,6 +12,8 @@ from .settings import default_db_path
 if TYPE_CHECKING:  # the import costs start-up time: the commands import it when they run
     import sqlite_utils
 
+    from ctxscope.inspector.store.db import SegmentReader
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 db_option = click.option(
@@ -24,14 +26,15 @@ db_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 
 
-def open_db_or_fail(db_path: Path | None) -> sqlite_utils.Database:
-    """The capture database (--db, else the default), or a clear error when there is none yet."""
+def open_db_or_fail(db_path: Path | None, *, segment_texts: SegmentReader | None = None) -> sqlite_utils.Database:
+    """The capture database (--db, else the default), or a clear error when there is none yet;
+    ``segment_texts`` for a command that reads search texts back (search, reindex)."""
     from ctxscope.inspector.store.queries import open_db
 
     path = db_path or default_db_path()
     if not path.exists():
         raise click.ClickException(f"no capture database at {path} (run `ctxscope serve` first, or pass --db)")
-    return open_db(path)
+    return open_db(path, segment_texts=segment_texts)
 
 
 class IdError(click.ClickException):

@@ -7,7 +7,7 @@ derived (decoded bodies, SSE events, usage, relations) is computed later by the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(slots=True)
@@ -39,7 +39,7 @@ class Exchange:
     outcome: str  # an Outcome's value (plain text, as the spool and the store keep it)
     error: str | None = None  # human-readable detail for non-ok outcomes
     client: str | None = None  # user agent
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def header(self, name: str, *, response: bool = False) -> str | None:
         """First header value by case-insensitive name."""

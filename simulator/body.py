@@ -9,17 +9,21 @@ a ``BodyError`` with the status and words the caller answers in its provider's o
 
 from __future__ import annotations
 
+import sys
 import zlib
+from types import ModuleType
 
 from aiohttp import web
 
-try:  # Python 3.14+
-    from compression import zstd as _zstd  # type: ignore[import-not-found]
+_zstd: ModuleType | None
+try:  # mypy checks the branch of its python_version only
+    if sys.version_info >= (3, 14):
+        from compression import zstd as _zstd_module
+    else:
+        from backports import zstd as _zstd_module
+    _zstd = _zstd_module
 except ImportError:  # pragma: no cover - depends on the Python version
-    try:
-        from backports import zstd as _zstd
-    except ImportError:
-        _zstd = None
+    _zstd = None
 
 try:
     import brotli as _brotli

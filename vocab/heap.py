@@ -13,15 +13,17 @@ Two settings and one action (docs/architecture.md, "Memory"):
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from typing import Any
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters
 LARGE_FROM_HEAP = 32 << 20  # buffers up to this size come from the heap (glibc's maximum)
 KEEP_FREE = 16 << 20  # free bytes the heap may keep at its top between two ``release_heap``
 
 
-def _libc_function(name: str):
+def _libc_function(name: str) -> Callable[..., Any] | None:
     try:
-        return getattr(ctypes.CDLL(None), name)  # the symbols this process already loaded
+        return ctypes.CDLL(None)[name]  # the symbols this process already loaded
     except (OSError, AttributeError):
         return None
 

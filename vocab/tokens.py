@@ -14,8 +14,12 @@ import gc
 import gzip
 import hashlib
 from importlib.resources import files
+from typing import TYPE_CHECKING
 
 from ctxscope.vocab.heap import release_heap
+
+if TYPE_CHECKING:
+    import tiktoken
 
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
@@ -50,7 +54,7 @@ def load_ranks() -> dict[bytes, int]:
 
 
 @functools.cache
-def encoding():
+def encoding() -> tiktoken.Encoding:
     """The exact o200k_base encoder, built once per process (~0.2 s). Thread-safe.
 
     Its engine keeps its own copy of the 200K ranks; the Python dict it was built from (~25 MB,

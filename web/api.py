@@ -22,6 +22,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
+from ctxscope.inspector.share.curl import NoRoute
+from ctxscope.inspector.share.replay import ReplayError
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.queries import AmbiguousCallId
 from ctxscope.inspector.store.views import store_totals
@@ -35,7 +38,7 @@ from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import ReadPool
-from ctxscope.web.resend import NoRoute, ReplayError, curl_view, own_url
+from ctxscope.web.resend import curl_view, own_url
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
@@ -78,7 +81,7 @@ class StoreAPI:
     """The store-backed handlers of one daemon's UI, with their read pool, body cache and live feed."""
 
     def __init__(self, db_path: Path, writer: Writer | None, status: Callable[[], dict | None]):
-        self.pool = ReadPool(db_path)
+        self.pool = ReadPool(db_path, SegmentTexts)
         self.writer = writer
         self.bodies = BodyCache()
         self.hub = LiveHub(self.pool, status)

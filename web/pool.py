@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from ctxscope.inspector.store.db import SegmentReader
 from ctxscope.inspector.store.queries import open_db
 
 T = TypeVar("T")
@@ -24,8 +25,9 @@ T = TypeVar("T")
 class ReadPool:
     """At most ``size`` concurrent readers, each on its own connection (reused between reads)."""
 
-    def __init__(self, db_path: str | Path, size: int = 4):
+    def __init__(self, db_path: str | Path, segment_texts: SegmentReader, size: int = 4):
         self.db_path = Path(db_path)
+        self.segment_texts = segment_texts  # the search's snippets and phrase checks read texts through it
         self._idle: list[sqlite_utils.Database] = []
         self._lock = threading.Lock()
         self._size = size
@@ -41,7 +43,7 @@ class ReadPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return open_db(self.db_path)
+        return open_db(self.db_path, segment_texts=self.segment_texts)
 
     def _give(self, db: sqlite_utils.Database) -> None:
         with self._lock:

@@ -14,14 +14,12 @@ import sqlite_utils
 
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.share.bodies import export_body
-from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route, key_env_for
+from ctxscope.inspector.share.curl import curl_command, daemon_route, key_env_for
 from ctxscope.inspector.share.imported import is_imported
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
 from ctxscope.proxy.defence.identity import address
 from ctxscope.web.pool import ReadPool
-
-__all__ = ["NoRoute", "ReplayError", "curl_view", "download_name", "own_url", "replay"]
 
 
 def own_url(sockname: object) -> str | None:

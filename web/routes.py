@@ -52,7 +52,11 @@ from ctxscope.web import security
 from ctxscope.web.vocabulary import vocabulary_handler
 
 if TYPE_CHECKING:
-    from ctxscope.web.api import StoreAPI
+    from ctxscope.web.api import Answer, StoreAPI
+
+# A store route: which of ``StoreAPI``'s handlers answers it, picked from the API once it is loaded
+# (``api.py`` loads with the first such request; docs/architecture.md, "Memory").
+StoreRoute = Callable[["StoreAPI"], Callable[[web.Request], Awaitable["Answer"]]]
 
 STATIC_DIR = Path(__file__).with_name("static")
 API = "/_ctxscope/api"
@@ -60,6 +64,7 @@ STATIC = "/_ctxscope/static"
 _TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
 _TOKEN_HEADER_PLACEHOLDER = "__CTXSCOPE_TOKEN_HEADER__"  # the page learns the header's name from vocab
 log = logging.getLogger("ctxscope.web")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -116,7 +121,7 @@ class WebUI:
 
     # -- every UI route goes through this: host check, errors as JSON, security headers ----
 
-    def guarded(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    def guarded(self, handler: Handler) -> Handler:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             refused = self._refusal(request)
             if refused is not None:
@@ -151,16 +156,15 @@ class WebUI:
             return security.login_page(self.remote_key)
         return security.unauthorised(request.path.startswith(API))
 
-    def from_store(self, name: str, *, token: bool = False):
-        """The handler of route ``name``, answered by ``StoreAPI``; ``token``: a change, which needs
-        the page's token and a same-origin request."""
+    def from_store(self, route: StoreRoute, *, change: str | None = None) -> Handler:
+        """The handler of a route ``StoreAPI`` answers; ``change`` (what it does, "deleting"): a change,
+        which needs the page's token and a same-origin request."""
 
         async def handler(request: web.Request) -> web.StreamResponse:
-            if token and not (security.same_origin(request) and security.token_ok(request, self.token)):
-                doing = "deleting" if name == "delete" else "replaying"
-                return _error(403, f"{doing} needs the page's token and a same-origin request")
+            if change and not (security.same_origin(request) and security.token_ok(request, self.token)):
+                return _error(403, f"{change} needs the page's token and a same-origin request")
             api = await self.api()
-            answer = await api.answer(getattr(api, name), request)
+            answer = await api.answer(route(api), request)
             return answer if isinstance(answer, web.StreamResponse) else _json(answer)
 
         return handler
@@ -236,25 +240,25 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, r
     ui = WebUI(Path(db_path), writer, remote_key, secret)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)
-    routes = [
+    routes: list[tuple[str, str, Handler]] = [
         ("GET", "/", ui.index),
         ("GET", "/favicon.ico", ui.favicon),
         ("GET", f"{STATIC}/{{name}}", ui.static_file),
         ("GET", f"{API}/status", ui.status),
-        ("GET", f"{API}/sessions", ui.from_store("sessions")),
-        ("GET", f"{API}/session", ui.from_store("session")),
-        (hdrs.METH_DELETE, f"{API}/session", ui.from_store("delete", token=True)),
-        (hdrs.METH_POST, f"{API}/replay", ui.from_store("replay", token=True)),
-        ("GET", f"{API}/call", ui.from_store("call")),
-        ("GET", f"{API}/raw", ui.from_store("raw")),
-        ("GET", f"{API}/raw.bin", ui.from_store("raw_bin")),
-        ("GET", f"{API}/diff", ui.from_store("diff")),
-        ("GET", f"{API}/events", ui.from_store("events")),
-        ("GET", f"{API}/search", ui.from_store("search")),
-        ("GET", f"{API}/curl", ui.from_store("curl")),
+        ("GET", f"{API}/sessions", ui.from_store(lambda api: api.sessions)),
+        ("GET", f"{API}/session", ui.from_store(lambda api: api.session)),
+        (hdrs.METH_DELETE, f"{API}/session", ui.from_store(lambda api: api.delete, change="deleting")),
+        (hdrs.METH_POST, f"{API}/replay", ui.from_store(lambda api: api.replay, change="replaying")),
+        ("GET", f"{API}/call", ui.from_store(lambda api: api.call)),
+        ("GET", f"{API}/raw", ui.from_store(lambda api: api.raw)),
+        ("GET", f"{API}/raw.bin", ui.from_store(lambda api: api.raw_bin)),
+        ("GET", f"{API}/diff", ui.from_store(lambda api: api.diff)),
+        ("GET", f"{API}/events", ui.from_store(lambda api: api.events)),
+        ("GET", f"{API}/search", ui.from_store(lambda api: api.search)),
+        ("GET", f"{API}/curl", ui.from_store(lambda api: api.curl)),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
-        ("GET", f"{API}/findings", ui.from_store("advisor")),
-        ("GET", f"{API}/advice", ui.from_store("advisor")),
+        ("GET", f"{API}/findings", ui.from_store(lambda api: api.advisor)),
+        ("GET", f"{API}/advice", ui.from_store(lambda api: api.advisor)),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, ui.guarded(handler))

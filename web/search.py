@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector.pipeline import search_text  # noqa: F401  (snippets read texts back from the bodies through it)
 from ctxscope.inspector.store.derived.search import AREAS, HIT_END, HIT_START, search
 
 MAX_HITS = 200

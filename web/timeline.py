@@ -186,7 +186,7 @@ def opening_offset(rows: list[dict], limit: int, now: float) -> tuple[int | None
 
 
 def _unix(stamp: str) -> float:
-    """The store's ISO 8601 UTC text (``store.db.iso``) as Unix seconds."""
+    """The store's ISO 8601 UTC text (``inspector/base/clock.py``: ``iso``) as Unix seconds."""
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 

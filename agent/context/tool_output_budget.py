@@ -24,7 +24,7 @@ from typing import Any
 from ctxscope.vocab.kinds import MarkerKind
 
 from ..core.budget import ContextSettings
-from ..core.events import AFTER_TOOL_CALL, RewriteResult, ToolResultContext
+from ..core.events import Event, RewriteResult, ToolResultContext
 from ..core.messages import ToolResult
 from ..core.settings import HostOptions
 from ..core.spi import Extension, ExtensionAPI
@@ -204,6 +204,6 @@ def tool_output_budget_extension(options: HostOptions | None = None, settings: C
     budget = ToolOutputBudget(settings, split_marker=split_marker)
 
     def init(api: ExtensionAPI) -> None:
-        api.on(AFTER_TOOL_CALL, budget)
+        api.on(Event.AFTER_TOOL_CALL, budget)
 
     return Extension(EXTENSION_ID, init, "large tool outputs go to session artifacts, replaced by a receipt")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar
+from enum import StrEnum
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 from ctxscope.vocab.effects import Effect, format_effect, join_effects
 from ctxscope.vocab.headers import Annotation
@@ -25,24 +26,22 @@ from .messages import Message, ToolCall, ToolResult
 from .model import ContextOverflowError, ModelResponse, PreparedCall, ToolSpec
 from .state import SessionView
 
-BEFORE_LLM_CALL: Final = "before_llm_call"
-ON_LLM_CALL_PREPARED: Final = "on_llm_call_prepared"
-AFTER_LLM_CALL: Final = "after_llm_call"
-BEFORE_TOOL_CALL: Final = "before_tool_call"
-AFTER_TOOL_CALL: Final = "after_tool_call"
-ON_HISTORY_CHANGED: Final = "on_history_changed"
-ON_STEP_END: Final = "on_step_end"
-TURN_START: Final = "turn_start"
-TURN_END: Final = "turn_end"
-STEP_EVENTS = (BEFORE_LLM_CALL, ON_LLM_CALL_PREPARED, AFTER_LLM_CALL, BEFORE_TOOL_CALL, AFTER_TOOL_CALL,
-               ON_HISTORY_CHANGED, ON_STEP_END)
-TURN_EVENTS = (TURN_START, TURN_END)
-BEFORE_COMPACT: Final = "before_compact"
-AFTER_COMPACT: Final = "after_compact"
-COMPACT_EVENTS = (BEFORE_COMPACT, AFTER_COMPACT)
-EVENT_NAMES = STEP_EVENTS + TURN_EVENTS + COMPACT_EVENTS
-EventName = Literal["before_llm_call", "on_llm_call_prepared", "after_llm_call", "before_tool_call", "after_tool_call",
-                    "on_history_changed", "on_step_end", "turn_start", "turn_end", "before_compact", "after_compact"]
+
+class Event(StrEnum):
+    """The SPI's event names, spelled here only; ``ExtensionAPI.on``'s overloads tie each to its context type."""
+
+    BEFORE_LLM_CALL = "before_llm_call"
+    ON_LLM_CALL_PREPARED = "on_llm_call_prepared"
+    AFTER_LLM_CALL = "after_llm_call"
+    BEFORE_TOOL_CALL = "before_tool_call"
+    AFTER_TOOL_CALL = "after_tool_call"
+    ON_HISTORY_CHANGED = "on_history_changed"
+    ON_STEP_END = "on_step_end"
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    BEFORE_COMPACT = "before_compact"
+    AFTER_COMPACT = "after_compact"
+
 
 class Effects:
     """Effects declared for the next model request; sent as ``x-ctxscope-event`` so the inspector

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ctxscope.vocab.kinds import MarkerKind
 
@@ -33,18 +33,10 @@ from .dispatch import (
     transform_after_tool_call,
 )
 from .events import (
-    AFTER_LLM_CALL,
-    AFTER_TOOL_CALL,
-    BEFORE_LLM_CALL,
-    BEFORE_TOOL_CALL,
-    ON_HISTORY_CHANGED,
-    ON_LLM_CALL_PREPARED,
-    ON_STEP_END,
-    TURN_END,
-    TURN_START,
     Abort,
     Answer,
     Effects,
+    Event,
     Fail,
     HistoryChanged,
     LlmCallContext,
@@ -144,7 +136,7 @@ class TurnRunner:
         self.history.turn = self.turn
         self.history.notify = self._history_changed
         try:
-            await observe(self.assembly.handlers_for(TURN_START),
+            await observe(self.assembly.handlers_for(Event.TURN_START),
                           TurnStart(self.session, self.turn, self.source, text), self.errors)
             user = assemble_user_message(self.assembly.user_prefixes, self.assembly.reminders, self.host_reminders,
                                          text, source=self.source, turn=self.turn)
@@ -167,7 +159,7 @@ class TurnRunner:
             self.step += 1
             self.emit(act.StepStarted(self.turn, self.step))
             await self._deliver_steering()
-            gate = await gate_before_llm_call(self.assembly.handlers_for(BEFORE_LLM_CALL), self._llm_ctx,
+            gate = await gate_before_llm_call(self.assembly.handlers_for(Event.BEFORE_LLM_CALL), self._llm_ctx,
                                               self.history, self.assembly.system_prompt)
             decision = gate.decision
             if isinstance(decision, Abort):
@@ -189,8 +181,8 @@ class TurnRunner:
                 return act.FAILED, str(e), "", e.kind
             except ProviderError as e:
                 return act.FAILED, str(e), "", e.kind
-            out = await transform_after_llm_call(self.assembly.handlers_for(AFTER_LLM_CALL), self._result_ctx(retries),
-                                                 response, self.errors)
+            out = await transform_after_llm_call(self.assembly.handlers_for(Event.AFTER_LLM_CALL),
+                                                 self._result_ctx(retries), response, self.errors)
             response = out.response
             if isinstance(out.verdict, Retry):
                 retries += 1
@@ -230,7 +222,7 @@ class TurnRunner:
         request = ModelRequest(system, self.assembly.specs(), tuple(messages),
                                self.config.max_output_tokens or self.client.max_output_tokens, headers)
         call = self.client.prepare(request)
-        await observe_read_only(self.assembly.handlers_for(ON_LLM_CALL_PREPARED),
+        await observe_read_only(self.assembly.handlers_for(Event.ON_LLM_CALL_PREPARED),
                                 LlmCallPrepared(self.session, self.turn, self.step, prepared_view(call)), self.errors,
                                 strict=self.config.strict_views)
         step = self.step
@@ -262,7 +254,7 @@ class TurnRunner:
     async def _run_tools(self, calls: tuple[ToolCall, ...]) -> tuple[ToolResult, ...]:
         """Gate in source order, run concurrently, transform in source order (results keyed by position)."""
         for i, call in enumerate(calls):
-            block = await gate_before_tool_call(self.assembly.handlers_for(BEFORE_TOOL_CALL), ToolCallContext(
+            block = await gate_before_tool_call(self.assembly.handlers_for(Event.BEFORE_TOOL_CALL), ToolCallContext(
                 self.session, self.turn, self.step, call, self.tool_names, self.effects), self.errors)
             if block is not None:
                 self._done[i] = ToolResult(call.id, call.name, f"Error: blocked: {block.reason}", True,
@@ -282,7 +274,7 @@ class TurnRunner:
                 await self._execute(i, calls[i])
         results = []
         for i, call in enumerate(calls):
-            result = await transform_after_tool_call(self.assembly.handlers_for(AFTER_TOOL_CALL),
+            result = await transform_after_tool_call(self.assembly.handlers_for(Event.AFTER_TOOL_CALL),
                                                      self._tool_result_ctx(call), self._done[i], self.errors)
             results.append(result)
             self.emit(act.ToolFinished(self.turn, self.step, call, result))
@@ -298,11 +290,12 @@ class TurnRunner:
     async def _step_end(self, answer: Message, results: tuple[ToolResult, ...]) -> None:
         event = StepEnd(self.session, self.turn, self.step, answer, results, self.effects,
                         lambda text, meta: self.steering.put(text, meta))
-        await observe(self.assembly.handlers_for(ON_STEP_END), event, self.errors)
+        await observe(self.assembly.handlers_for(Event.ON_STEP_END), event, self.errors)
 
-    async def _history_changed(self, kind: str, messages: tuple[Message, ...], epoch: int, reason: str | None) -> None:
-        await observe(self.assembly.handlers_for(ON_HISTORY_CHANGED),
-                      HistoryChanged(self.session, self.turn, kind, messages, epoch, reason), self.errors)  # type: ignore[arg-type]
+    async def _history_changed(self, kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
+                               reason: str | None) -> None:
+        await observe(self.assembly.handlers_for(Event.ON_HISTORY_CHANGED),
+                      HistoryChanged(self.session, self.turn, kind, messages, epoch, reason), self.errors)
 
     def _llm_ctx(self, *, history: tuple[Message, ...], request_messages: tuple[Message, ...],
                  system: str) -> LlmCallContext:
@@ -316,7 +309,7 @@ class TurnRunner:
     async def _end(self, outcome: act.TurnOutcome, reason: str | None, text: str, kind: str | None) -> act.TurnResult:
         self.history.file.append_turn_end(self.turn, outcome, reason)
         self.result = act.TurnResult(self.session.id, self.turn, outcome, reason, text, self.step, self.usage, kind)
-        await observe(self.assembly.handlers_for(TURN_END), TurnEnd(self.session, self.turn, self.source, outcome,
+        await observe(self.assembly.handlers_for(Event.TURN_END), TurnEnd(self.session, self.turn, self.source, outcome,
                                                                     reason, self.step), self.errors)
         return self.result
 

@@ -23,15 +23,13 @@ from typing import Any, Literal, Protocol, overload
 
 from .assembly import ReminderFormatError, validate_reminder
 from .events import (
-    BEFORE_LLM_CALL,
-    EVENT_NAMES,
     AfterLlmHandler,
     AfterToolHandler,
     BeforeCompactHandler,
     BeforeLlmHandler,
     BeforeToolHandler,
     Defer,
-    EventName,
+    Event,
     HistoryChanged,
     LlmCallPrepared,
     MaintenanceCommand,
@@ -91,7 +89,7 @@ class AssemblyError(SPIError):
 @dataclass(frozen=True)
 class HandlerEntry:
     extension_id: str
-    event: str
+    event: Event
     fn: ErasedHandler
     appends: bool = False  # before_llm_call only: may return AppendMessage
     host: bool = False
@@ -146,38 +144,42 @@ class ExtensionAPI:
         self.contributions.reminders.append((priority, provider))
 
     @overload
-    def on(self, event: Literal["before_llm_call"], handler: BeforeLlmHandler, *, appends: bool = False) -> None: ...
+    def on(self, event: Literal[Event.BEFORE_LLM_CALL], handler: BeforeLlmHandler, *,
+           appends: bool = False) -> None: ...
     @overload
-    def on(self, event: Literal["after_llm_call"], handler: AfterLlmHandler) -> None: ...
+    def on(self, event: Literal[Event.AFTER_LLM_CALL], handler: AfterLlmHandler) -> None: ...
     @overload
-    def on(self, event: Literal["before_tool_call"], handler: BeforeToolHandler) -> None: ...
+    def on(self, event: Literal[Event.BEFORE_TOOL_CALL], handler: BeforeToolHandler) -> None: ...
     @overload
-    def on(self, event: Literal["after_tool_call"], handler: AfterToolHandler) -> None: ...
+    def on(self, event: Literal[Event.AFTER_TOOL_CALL], handler: AfterToolHandler) -> None: ...
     @overload
-    def on(self, event: Literal["before_compact"], handler: BeforeCompactHandler) -> None: ...
+    def on(self, event: Literal[Event.BEFORE_COMPACT], handler: BeforeCompactHandler) -> None: ...
     @overload
-    def on(self, event: Literal["on_llm_call_prepared"],
+    def on(self, event: Literal[Event.ON_LLM_CALL_PREPARED],
            handler: Callable[[LlmCallPrepared], Maybe[object]]) -> None: ...
     @overload
-    def on(self, event: Literal["on_history_changed"], handler: Callable[[HistoryChanged], Maybe[object]]) -> None: ...
+    def on(self, event: Literal[Event.ON_HISTORY_CHANGED],
+           handler: Callable[[HistoryChanged], Maybe[object]]) -> None: ...
     @overload
-    def on(self, event: Literal["on_step_end"], handler: Callable[[StepEnd], Maybe[object]]) -> None: ...
+    def on(self, event: Literal[Event.ON_STEP_END], handler: Callable[[StepEnd], Maybe[object]]) -> None: ...
     @overload
-    def on(self, event: Literal["turn_start"], handler: Callable[[TurnStart], Maybe[object]]) -> None: ...
+    def on(self, event: Literal[Event.TURN_START], handler: Callable[[TurnStart], Maybe[object]]) -> None: ...
     @overload
-    def on(self, event: Literal["turn_end"], handler: Callable[[TurnEnd], Maybe[object]]) -> None: ...
+    def on(self, event: Literal[Event.TURN_END], handler: Callable[[TurnEnd], Maybe[object]]) -> None: ...
     @overload
-    def on(self, event: Literal["after_compact"], handler: Callable[[PostCompact], Maybe[object]]) -> None: ...
+    def on(self, event: Literal[Event.AFTER_COMPACT], handler: Callable[[PostCompact], Maybe[object]]) -> None: ...
 
-    def on(self, event: EventName, handler: Handler, *, appends: bool = False) -> None:
+    def on(self, event: Event, handler: Handler, *, appends: bool = False) -> None:
         """Subscribe to an event; the overloads give each event's context and result types.
 
         ``appends=True`` declares a before_llm_call appender.
         """
         self._require_init("on")
-        if event not in EVENT_NAMES:
-            raise SPIError(f"extension {self.extension_id!r}: unknown event {event!r}")
-        if appends and event != BEFORE_LLM_CALL:
+        try:
+            event = Event(event)  # a caller without mypy may pass the name as a plain string
+        except ValueError:
+            raise SPIError(f"extension {self.extension_id!r}: unknown event {event!r}") from None
+        if appends and event is not Event.BEFORE_LLM_CALL:
             raise SPIError("appends=True only applies to before_llm_call")
         self.contributions.handlers.append(HandlerEntry(self.extension_id, event, handler, appends, self._host))
 
@@ -212,7 +214,7 @@ class TurnAssembly:
     system_prompt: str
     user_prefixes: tuple[str, ...]
     reminders: tuple[str, ...]  # validated blocks, highest priority first
-    handlers: Mapping[str, tuple[HandlerEntry, ...]]
+    handlers: Mapping[Event, tuple[HandlerEntry, ...]]
     extension_ids: tuple[str, ...]
 
     def tool(self, name: str) -> Tool | None:
@@ -221,7 +223,7 @@ class TurnAssembly:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec() for t in self.tools)
 
-    def handlers_for(self, event: str) -> tuple[HandlerEntry, ...]:
+    def handlers_for(self, event: Event) -> tuple[HandlerEntry, ...]:
         return self.handlers.get(event, ())
 
 
@@ -285,7 +287,7 @@ class Registry:
         """The maintenance command ``name`` (the first extension that registered it)."""
         return next((x.contributions.commands[name] for x in self._loaded if name in x.contributions.commands), None)
 
-    def handlers_for(self, event: str, disabled: Iterable[str] = ()) -> tuple[HandlerEntry, ...]:
+    def handlers_for(self, event: Event, disabled: Iterable[str] = ()) -> tuple[HandlerEntry, ...]:
         """The handlers of ``event`` of the enabled extensions, in dispatch order, without assembling a turn."""
         off = set(disabled)
         return tuple(h for x in self._loaded if x.extension.id not in off
@@ -299,7 +301,7 @@ class Registry:
         system = [base_system_prompt] if base_system_prompt else []
         prefixes: list[str] = []
         reminders: list[tuple[int, int, str]] = []
-        handlers: dict[str, list[HandlerEntry]] = {}
+        handlers: dict[Event, list[HandlerEntry]] = {}
         for x in active:
             c, ext_id = x.contributions, x.extension.id
             for contribution in c.tools:
@@ -324,8 +326,8 @@ class Registry:
                     reminders.append((-priority, len(reminders), block))
             for h in c.handlers:
                 handlers.setdefault(h.event, []).append(h)
-        if BEFORE_LLM_CALL in handlers:  # request-only modifiers run before appenders
-            handlers[BEFORE_LLM_CALL].sort(key=lambda h: h.appends)
+        if Event.BEFORE_LLM_CALL in handlers:  # request-only modifiers run before appenders
+            handlers[Event.BEFORE_LLM_CALL].sort(key=lambda h: h.appends)
         return TurnAssembly(
             tools=tuple(t for _, t in tools.values()),
             system_prompt="\n\n".join(system),

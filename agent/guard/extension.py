@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxscope.vocab.kinds import MarkerKind
 
-from ..core.events import ON_STEP_END, TURN_END, TURN_START, StepEnd, TurnEnd, TurnStart
+from ..core.events import Event, StepEnd, TurnEnd, TurnStart
 from ..core.settings import HostOptions, host_settings
 from ..core.spi import Extension, ExtensionAPI
 from .policy import ToolPolicy, default_policies
@@ -168,8 +168,9 @@ class RunawayGuard:
             t = self._turns[e.session.id] = _Turn(e.turn, Fingerprinter(self.new_key()), True)
         view = project_step(t.fp, e.step, e.answer.tool_calls, e.results, self.policies)
         verified = None
-        if self.read_verified_progress is not None:
-            verified = _best_effort(lambda: self.read_verified_progress(e))  # type: ignore[misc]
+        read = self.read_verified_progress
+        if read is not None:
+            verified = _best_effort(lambda: read(e))
         signals = t.tracker.observe(view, verified)
         t.steps += 1
         for s in signals:
@@ -198,9 +199,9 @@ class RunawayGuard:
 
 def runaway_guard_extension(guard: RunawayGuard) -> Extension:
     def init(api: ExtensionAPI) -> None:
-        api.on(TURN_START, guard.turn_start)
-        api.on(ON_STEP_END, guard.step_end)
-        api.on(TURN_END, guard.turn_end)
+        api.on(Event.TURN_START, guard.turn_start)
+        api.on(Event.ON_STEP_END, guard.step_end)
+        api.on(Event.TURN_END, guard.turn_end)
 
     return Extension(GUARD_ID, init, "notices the model circling within a turn and says so once")
 

@@ -21,6 +21,7 @@ priority order: no progress > same error family > repeated action > polling.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import SupportsIndex, SupportsInt
 
 from .projection import CallView, StepView
 
@@ -38,8 +39,10 @@ _KEYED = (REPEATED_ACTION, REPEATED_RESULT, SAME_ERROR_FAMILY, POLLING)
 
 def remind_threshold(configured: object = None) -> int:
     """The configured reminder threshold, never below 3 (lower values fire on ordinary retries)."""
+    if not isinstance(configured, str | bytes | SupportsInt | SupportsIndex):
+        return MIN_REMIND_AT
     try:
-        value = int(configured)  # type: ignore[call-overload]
+        value = int(configured)
     except (TypeError, ValueError):
         return MIN_REMIND_AT
     return max(MIN_REMIND_AT, value)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..core import activity as act
 from ..core.dispatch import ErrorLog, gate_before_compact, observe
-from ..core.events import AFTER_COMPACT, BEFORE_COMPACT, Defer, OverflowHandler, PostCompact, PreCompact, StopAuto
+from ..core.events import Defer, Event, OverflowHandler, PostCompact, PreCompact, StopAuto
 from ..core.loop import LoopConfig
 from ..core.model import ModelClient
 from ..core.settings import HostOptions
@@ -106,7 +106,7 @@ class AgentRuntime:
         except KeyError:  # SessionNotFound: a session view without a stored session (tests, embedders)
             return None
 
-    def _session_handlers(self, event: str, session_id: str) -> tuple[tuple[HandlerEntry, ...], ErrorLog]:
+    def _session_handlers(self, event: Event, session_id: str) -> tuple[tuple[HandlerEntry, ...], ErrorLog]:
         live = self._sessions.get(session_id)
         disabled = live.disabled if live is not None else set(self._stored_disabled(session_id))
         return self.registry.handlers_for(event, disabled), live.errors if live is not None else ErrorLog()
@@ -118,11 +118,11 @@ class AgentRuntime:
             return ()
 
     async def before_compact(self, event: PreCompact) -> Defer | StopAuto | None:
-        entries, errors = self._session_handlers(BEFORE_COMPACT, event.session.id)
+        entries, errors = self._session_handlers(Event.BEFORE_COMPACT, event.session.id)
         return await gate_before_compact(entries, event, errors)
 
     async def after_compact(self, event: PostCompact) -> None:
-        entries, errors = self._session_handlers(AFTER_COMPACT, event.session.id)
+        entries, errors = self._session_handlers(Event.AFTER_COMPACT, event.session.id)
         await observe(entries, event, errors)
 
     def forget_session(self, session_id: str) -> None:

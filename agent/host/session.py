@@ -16,13 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from ..core import activity as act
 from ..core.assembly import validate_reminder
 from ..core.dispatch import ErrorLog, observe
-from ..core.events import (
-    COMPACT_SOURCE,
-    ON_HISTORY_CHANGED,
-    HistoryChanged,
-    MaintenanceCommand,
-    MaintenanceContext,
-)
+from ..core.events import COMPACT_SOURCE, Event, HistoryChanged, MaintenanceCommand, MaintenanceContext
 from ..core.history import History
 from ..core.loop import SteeringQueue, TurnRunner
 from ..core.messages import Message, repair_history
@@ -161,7 +155,7 @@ class AgentSession:
         async def history_changed(kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
                                   reason: str | None) -> None:
             # no turn is running, so the history has no observer wired: the command tells the extensions
-            await observe(assembly.handlers_for(ON_HISTORY_CHANGED),
+            await observe(assembly.handlers_for(Event.ON_HISTORY_CHANGED),
                           HistoryChanged(view, turn, kind, messages, epoch, reason), self.errors)
 
         ctx = MaintenanceContext(view, turn, assembly.system_prompt, assembly.specs(), self.history,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.events import ON_HISTORY_CHANGED, ON_LLM_CALL_PREPARED, HistoryChanged, LlmCallPrepared
+from ..core.events import Event, HistoryChanged, LlmCallPrepared
 from ..core.model import PreparedCall
 from ..core.settings import HostOptions
 from ..core.spi import Extension, ExtensionAPI
@@ -261,8 +261,8 @@ def session_report_extension(store: LlmCallReportStore | None = None) -> Extensi
             freeze_for_compaction(e.session.dir, e.epoch)
 
     def init(api: ExtensionAPI) -> None:
-        api.on(ON_LLM_CALL_PREPARED, prepared)
-        api.on(ON_HISTORY_CHANGED, changed)
+        api.on(Event.ON_LLM_CALL_PREPARED, prepared)
+        api.on(Event.ON_HISTORY_CHANGED, changed)
 
     return Extension(REPORT_ID, init, "keeps the call environment (system prompt, tools, limits) in llm-call.json")
 

@@ -32,10 +32,7 @@ from ctxscope.vocab.effects import Effect
 from ctxscope.vocab.kinds import MarkerKind
 
 from ..core.events import (
-    AFTER_LLM_CALL,
-    AFTER_TOOL_CALL,
-    BEFORE_LLM_CALL,
-    TURN_START,
+    Event,
     LlmCallContext,
     LlmCallResult,
     Retry,
@@ -252,9 +249,9 @@ def source_provenance_extension(provenance: SourceProvenance | None = None) -> E
 
     def init(api: ExtensionAPI) -> None:
         api.contribute_system_prompt(SYSTEM_PROMPT)
-        api.on(TURN_START, p.turn_start)
-        api.on(BEFORE_LLM_CALL, p.before_llm_call)
-        api.on(AFTER_TOOL_CALL, p.after_tool_call)
-        api.on(AFTER_LLM_CALL, p.after_llm_call)
+        api.on(Event.TURN_START, p.turn_start)
+        api.on(Event.BEFORE_LLM_CALL, p.before_llm_call)
+        api.on(Event.AFTER_TOOL_CALL, p.after_tool_call)
+        api.on(Event.AFTER_LLM_CALL, p.after_llm_call)
 
     return Extension(EXTENSION_ID, init, "tool results carry their sources; answers that quote a source cite it")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ctxscope.vocab.kinds import MarkerKind
 
-from ..core.events import AFTER_LLM_CALL, ON_STEP_END, TURN_START, Fail, LlmCallResult, Retry, StepEnd, TurnStart
+from ..core.events import Event, Fail, LlmCallResult, Retry, StepEnd, TurnStart
 from ..core.messages import is_empty_answer
 from ..core.spi import Extension, ExtensionAPI
 
@@ -61,8 +61,8 @@ def terminal_response_recovery_extension() -> Extension:
     recovery = TerminalResponseRecovery()
 
     def init(api: ExtensionAPI) -> None:
-        api.on(TURN_START, recovery.turn_start)
-        api.on(ON_STEP_END, recovery.step_end)
-        api.on(AFTER_LLM_CALL, recovery.after_llm_call)
+        api.on(Event.TURN_START, recovery.turn_start)
+        api.on(Event.ON_STEP_END, recovery.step_end)
+        api.on(Event.AFTER_LLM_CALL, recovery.after_llm_call)
 
     return Extension(RECOVERY_ID, init, "asks once more when the answer after successful tools is empty")

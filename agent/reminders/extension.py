@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.events import BEFORE_LLM_CALL, ON_HISTORY_CHANGED, ON_STEP_END, TURN_START, HistoryChanged
+from ..core.events import Event, HistoryChanged
 from ..core.settings import HostOptions, host_settings
 from ..core.spi import Extension, ExtensionAPI
 from .inturn import InTurnReminders
@@ -39,17 +39,17 @@ def system_reminders_extension(service: SystemReminderService) -> Extension:
 
     def init(api: ExtensionAPI) -> None:
         api.register_reminder_provider(service.build_reminder, priority=HOST_REMINDER_PRIORITY)
-        api.on(ON_HISTORY_CHANGED, replaced)
+        api.on(Event.ON_HISTORY_CHANGED, replaced)
 
     return Extension(SYSTEM_REMINDERS_ID, init, "one <system-reminder> block per round: agent context, todos, notices")
 
 
 def in_turn_reminders_extension(reminders: InTurnReminders) -> Extension:
     def init(api: ExtensionAPI) -> None:
-        api.on(TURN_START, reminders.turn_start)
-        api.on(ON_STEP_END, reminders.step_end)
-        api.on(BEFORE_LLM_CALL, reminders.deadline)
-        api.on(BEFORE_LLM_CALL, reminders.cadence, appends=True)
+        api.on(Event.TURN_START, reminders.turn_start)
+        api.on(Event.ON_STEP_END, reminders.step_end)
+        api.on(Event.BEFORE_LLM_CALL, reminders.deadline)
+        api.on(Event.BEFORE_LLM_CALL, reminders.cadence, appends=True)
 
     return Extension(IN_TURN_REMINDERS_ID, init, "execution deadline, todo and background-task cadence")
 

@@ -38,14 +38,14 @@ def search(text, db_path, session, areas, limit, as_json):
     text in that call's request (or final response). Captures made before the search index
     existed are indexed by `ctxscope reindex`.
     """
-    from ctxscope.inspector.pipeline import search_text  # noqa: F401  (snippets read texts back from the bodies through it)
+    from ctxscope.inspector.pipeline.search_text import SegmentTexts
     from ctxscope.inspector.store.analysis_rows import count_calls
     from ctxscope.inspector.store.derived.search import index_stats
     from ctxscope.inspector.store.derived.search import search as run
 
     if not text.strip():
         raise click.UsageError("TEXT is empty")
-    db = open_db_or_fail(db_path)
+    db = open_db_or_fail(db_path, segment_texts=SegmentTexts)  # snippets and phrase checks read texts back
     if session is not None:
         session = resolve_session_id(db, session)
     hits = run(db, text, session=session, areas=areas, limit=limit)

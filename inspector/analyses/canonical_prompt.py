@@ -25,6 +25,8 @@ POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "p
 REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
+_UNSET = ToolRefs({}, {})  # "compute the refs": a default no prompt keeps
+
 @dataclass(frozen=True)
 class Segment:
     """One cacheable unit of the prompt."""
@@ -55,18 +57,19 @@ class CanonicalPrompt:
     cache_policy: dict  # breakpoints (segment index, pointer, ttl), top-level marker, prompt_cache_*
     params: dict  # everything else that is not prompt content (max_tokens, stream, tool_choice ...)
     previous_response_id: str | None = None
-    hashes: Hashes | tuple[str, ...] = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
-    tool_refs: ToolRefs = field(default=None, kw_only=True, repr=False, compare=False)  # type: ignore[assignment]
+    # Left out, both are computed from the segments (``_UNSET``: the marker of that, never stored).
+    hashes: Hashes | tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
+    tool_refs: ToolRefs = field(default_factory=lambda: _UNSET, kw_only=True, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.hashes is None:
+        if not self.hashes and self.segments:
             hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
             with contextlib.suppress(ValueError):  # not sha256 digests (hand-made segments): a plain tuple does too
                 hashes = Hashes(hashes)
             object.__setattr__(self, "hashes", hashes)
         elif len(self.hashes) != len(self.segments):
             raise ValueError("hashes do not match the segments")
-        if self.tool_refs is None:
+        if self.tool_refs is _UNSET:
             object.__setattr__(self, "tool_refs", ToolRefs.of(self.segments))
 
     @property

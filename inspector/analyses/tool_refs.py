@@ -77,8 +77,6 @@ class ToolRefs:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ToolRefs) and self.flat() == other.flat()
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         calls, results = self.flat()
         return f"ToolRefs({len(calls)} called, {len(results)} with results, {self._depth + 1} layers)"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CHECKPOINT = 64 * 1024  # bytes between two remembered SHA-256 states
-_WS = re.compile(r"[ \t\n\r]*")
+_NOT_WS = re.compile(r"[^ \t\n\r]")  # the first byte past JSON whitespace (none: the window's end)
 _DECODER = json.JSONDecoder()
 _AFTER_VALUE = frozenset(b" \t\n\r,]}")  # a byte that ends a number as it ends anything else
 
@@ -165,10 +165,11 @@ class _Reader:
         if i >= len(self.raw):
             return i
         k = self._at(i)
-        end = _WS.match(self.text, k).end()  # type: ignore[union-attr]
-        if end == len(self.text) and self._partial():
+        found = _NOT_WS.search(self.text, k)
+        if found is None and self._partial():
             self._widen()
-            end = _WS.match(self.text, k).end()  # type: ignore[union-attr]
+            found = _NOT_WS.search(self.text, k)
+        end = found.start() if found is not None else len(self.text)
         return end + self.cut
 
     def char(self, i: int) -> str:
@@ -241,13 +242,14 @@ def _array(r: _Reader, at: int, old: Member | None, base: ParsedBody | None, sha
     items: list = []
     starts, ends = array("q"), array("q")
     old_items = old.items if old is not None and base is not None else None
+    o_at, o_starts, o_ends, old_value, base_raw = 0, array("q"), array("q"), [], b""
     i = r.skip(at + 1)
-    if old_items is not None:
-        o_at, (o_starts, o_ends) = old.start, old_items  # type: ignore[union-attr]
-        old_value = base.value[old.name]  # type: ignore[union-attr]
+    if old is not None and base is not None and old.items is not None:
+        o_at, (o_starts, o_ends) = old.start, old.items
+        old_value, base_raw = base.value[old.name], base.raw
         # In place, the common prefix says which items are the same (with the byte after them).
         same_place = o_at == at
-        lo = bisect_left(o_ends, shared - at) if same_place else _leading(raw, at, base.raw, o_at, o_ends)  # type: ignore[union-attr]
+        lo = bisect_left(o_ends, shared - at) if same_place else _leading(raw, at, base_raw, o_at, o_ends)
         if lo:
             items, starts, ends = old_value[:lo], o_starts[:lo], o_ends[:lo]
             i = r.skip(at + ends[-1])
@@ -258,7 +260,7 @@ def _array(r: _Reader, at: int, old: Member | None, base: ParsedBody | None, sha
         return items, i + 1, (starts, ends)
     while True:
         j = len(items)
-        if old_items is not None and j < len(o_ends) and _same(raw, i, base.raw, o_at + o_starts[j],  # type: ignore[union-attr]
+        if old_items is not None and j < len(o_ends) and _same(raw, i, base_raw, o_at + o_starts[j],
                                                                 o_at + o_ends[j]):  # fmt: skip
             item, end = old_value[j], i + o_ends[j] - o_starts[j]
         else:
@@ -277,12 +279,12 @@ def _parse(raw: bytes, base: ParsedBody | None, shared: int) -> tuple[dict, list
     value: dict = {}
     members: list[Member] = []
     reused = 0
-    old_members = base.members if base is not None else []
+    old_members, old_value = (base.members, base.value) if base is not None else ([], {})
     # Leading members inside the common prefix (and the byte after them) are the base's, as they are.
     for m in old_members:
         if m.end >= shared:
             break
-        value[m.name] = base.value[m.name]  # type: ignore[union-attr]
+        value[m.name] = old_value[m.name]
         members.append(m)
         reused += m.end - m.start
     i = r.skip(members[-1].end if members else 1)
@@ -304,8 +306,8 @@ def _parse(raw: bytes, base: ParsedBody | None, shared: int) -> tuple[dict, list
             if r.char(i) == "[":
                 val, i, spans = _array(r, i, old, base, shared)
                 members.append(Member(name, start, i, spans))
-            elif old is not None and _same(raw, i, base.raw, old.start, old.end):  # type: ignore[union-attr]
-                val, i = base.value[name], i + old.end - old.start  # type: ignore[union-attr]
+            elif old is not None and base is not None and _same(raw, i, base.raw, old.start, old.end):
+                val, i = old_value[name], i + old.end - old.start
                 reused += old.end - old.start
                 members.append(Member(name, start, i))
             else:

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 import math
 import time
+from typing import overload
 
 _FIRST_SECOND, _PAST_LAST_SECOND = -62135596800.0, 253402300800.0  # 0001-01-01 and 10000-01-01 UTC
+
+
+@overload
+def iso(ts: float) -> str: ...
+@overload
+def iso(ts: None) -> None: ...
+@overload
+def iso(ts: float | None) -> str | None: ...
 
 
 def iso(ts: float | None) -> str | None:
@@ -41,4 +50,4 @@ _last_second: tuple[float, str] = (math.nan, "")
 
 
 def now_iso() -> str:
-    return iso(time.time())  # type: ignore[return-value]
+    return iso(time.time())

@@ -17,6 +17,7 @@ them remembered: a provider's response headers, with their request ids, are enco
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 MARK = "\x00ctxscope: a header list spliced in"
 MARK_TEXT = '"\\u0000ctxscope: a header list spliced in"'  # MARK as ensure_ascii JSON writes it
@@ -43,7 +44,7 @@ class RepeatedTexts:
         self._texts[headers] = text
         return text
 
-    def worth(self, batch: Sequence[tuple], field: int) -> bool:
+    def worth(self, batch: Sequence[tuple[Any, ...]], field: int) -> bool:
         """Whether the header lists of ``field`` in ``batch`` repeat enough to splice: at least
         half of a sample of calls spread over it carry a list seen before (in the sample, or
         remembered)."""

@@ -43,12 +43,13 @@ from ctxscope.inspector.analyses.markers import Marker, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
+from ctxscope.inspector.base.clock import iso
 from ctxscope.inspector.pipeline.analysis_columns import Analysis
 from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import Db, iso, record_event
+from ctxscope.inspector.store.db import Db, record_event
 from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api

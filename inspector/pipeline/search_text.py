@@ -5,7 +5,8 @@ The indexer takes a prompt's canonical segments and a final response's texts (``
 Pointer). ``SegmentTexts`` reads a segment's text back by the same extraction from that stored
 body (a stream's final response is parsed again from the stored stream), for FTS5's snippets, the
 phrase check and the terms FTS5 deletes with a segment (docs/architecture.md, "The search index").
-Importing this module registers it with the store (``store/db.py``: ``set_segment_texts``).
+Whoever opens a connection that reads search texts passes ``SegmentTexts`` to it (``store/db.py``:
+``segment_texts``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from ctxscope.inspector.analyses.canonical_prompt import canonical_json
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import Db, set_segment_texts
+from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.search import Piece, occurrence_of, segment_key
 from ctxscope.vocab.kinds import SearchArea
 
@@ -155,5 +156,3 @@ def _response(db: Db, call_id: str) -> list[Piece]:
     except Exception:  # an unparseable response was indexed as nothing
         return []
 
-
-set_segment_texts(SegmentTexts)

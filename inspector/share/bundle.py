@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,9 @@ from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, CappedStream,
 from ctxscope.inspector.share.imported import BadImport, mark_imported
 from ctxscope.proxy.exchange import Exchange
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 FORMAT, VERSION = "ctxscope-bundle", 1

@@ -7,6 +7,7 @@ recomputes it, so these stay index lookups and aggregates even on large capture 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlite_utils
 
@@ -17,7 +18,7 @@ from ctxscope.vocab.kinds import EpochReason, RelationKind
 MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
 
 
-def _pointer_prefix(prefix: str) -> tuple[str, list]:
+def _pointer_prefix(prefix: str) -> tuple[str, list[Any]]:
     """``/system`` matches /system and everything below it, not /systemx."""
     prefix = prefix.rstrip("/") or "/"
     if prefix == "/":
@@ -39,7 +40,7 @@ def find_calls(
     limit: int | None = 50,
     offset: int = 0,
     newest_first: bool = True,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Call summaries (as ``queries.list_calls``) filtered by any analysis field (``threads``: any of them)."""
     where: list[str] = []
     params: list[object] = []
@@ -69,7 +70,7 @@ def resolve_session(db: sqlite_utils.Database, session: str) -> str | None:
     return queries.resolve_prefix(db, "session", session)
 
 
-def session_timeline(db: sqlite_utils.Database, session: str) -> dict | None:
+def session_timeline(db: sqlite_utils.Database, session: str) -> dict[str, Any] | None:
     """A session's calls in order (seq, time, model, thread, relation, pointer, tokens, verdict,
     markers) with its thread tree and cache stats; None for an unknown session."""
     full = resolve_session(db, session)
@@ -86,7 +87,7 @@ def session_timeline(db: sqlite_utils.Database, session: str) -> dict | None:
     }
 
 
-def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
+def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str, Any]:
     """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
     one = db.execute(
@@ -125,7 +126,7 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
     }
 
 
-def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list) -> dict:
+def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list[Any]) -> dict[str, Any]:
     rows = db.execute(
         f"SELECT {expr}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL"
         " GROUP BY 1 ORDER BY 2 DESC",
@@ -139,9 +140,9 @@ def _area(pointer: str | None) -> str | None:
     return None if not pointer else "/" + pointer.lstrip("/").split("/", 1)[0]
 
 
-def _breaks(db: sqlite_utils.Database, where: str, params: list) -> list[dict]:
+def _breaks(db: sqlite_utils.Database, where: str, params: list[Any]) -> list[dict[str, Any]]:
     """Cache misses grouped by cause: verdict, the kind of segment that broke, and where it lies."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     rows = db.execute(
         f"""SELECT cache_verdict, json_extract(cache, '$.break_segment_kind'), json_extract(cache, '$.break_pointer'),
                    cache_lost_tokens, cache_lost_usd
@@ -174,7 +175,7 @@ _COMPACTION = """(has_compaction_before = 1 OR instr(markers, '"kind":"checkpoin
 _INSIDE = "json_extract(cache, '$.before_prev_last_breakpoint') = 1"
 
 
-def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -> dict:
+def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str, Any]:
     """How well the prompt prefix was kept: the share of calls after a thread's first that are
     APPEND_ONLY or IDENTICAL, the breaks (every other relation) and what they cost, and the breaks
     that are neither a compaction (its checkpoint request or the first call after it) nor behind

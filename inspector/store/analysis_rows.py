@@ -10,13 +10,13 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxscope.inspector.store.db import Db
 
 
 def rowid_of(db: Db, call_id: str) -> int:
-    return db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0]
+    return cast("int", db.execute("SELECT rowid FROM calls WHERE id = ?", [call_id]).fetchone()[0])
 
 
 def write_analysis(db: Db, call_id: str, columns: dict[str, Any]) -> None:
@@ -59,14 +59,15 @@ def latest_unnamed_calls(
 
 def producer_of(db: Db, response_id: str, not_call: str) -> tuple[str, str, str | None] | None:
     """(id, session, thread) of the latest other call whose response had ``response_id``."""
-    return db.execute(
+    return cast("tuple[str, str, str | None] | None", db.execute(
         "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
         [response_id, not_call],
-    ).fetchone()
+    ).fetchone())
 
 
 def next_seq(db: Db, session: str) -> int:
-    return db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()[0]
+    row = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session = ?", [session]).fetchone()
+    return cast("int", row[0])
 
 
 def latest_same_request(
@@ -75,7 +76,7 @@ def latest_same_request(
 ) -> tuple[str, int | None, str | None, int | None, int | None] | None:
     """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
     same request in the window."""
-    return db.execute(
+    return cast("tuple[str, int | None, str | None, int | None, int | None] | None", db.execute(
         # idx_calls_started_at (time, hash): the window's entries, their hashes read from the index;
         # the unary + keeps the planner off the session's index, which would walk the whole session.
         """SELECT id, attempt, outcome, status, response_complete FROM calls
@@ -83,7 +84,7 @@ def latest_same_request(
              AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
         [session, request_sha256, method, path, not_call, since, until],
-    ).fetchone()
+    ).fetchone())
 
 
 def latest_unnamed_request(
@@ -93,13 +94,13 @@ def latest_unnamed_request(
     """(id, outcome, status, response_complete, session, thread) of the latest other call without a
     session id of the key and client that sent the same request body in the window."""
     marks = ", ".join("?" for _ in grouped_by)
-    return db.execute(
+    return cast("tuple[str, str | None, int | None, int | None, str, str | None] | None", db.execute(
         f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
             WHERE +key_fingerprint IS ? AND +client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
               AND id != ? AND started_at >= ? AND started_at <= ?
             ORDER BY started_at DESC LIMIT 1""",
         [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],
-    ).fetchone()
+    ).fetchone())
 
 
 def call_ids(db: Db, session: str | None = None) -> list[str]:
@@ -110,7 +111,7 @@ def call_ids(db: Db, session: str | None = None) -> list[str]:
 
 def count_calls(db: Db, session: str | None = None) -> int:
     where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
-    return db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0]
+    return cast("int", db.execute(f"SELECT COUNT(*) FROM calls {where}", params).fetchone()[0])
 
 
 def count_analysed(db_path: str | Path, session: str) -> int:
@@ -118,8 +119,8 @@ def count_analysed(db_path: str | Path, session: str) -> int:
     (sqlite3.Error when the file cannot be read)."""
     con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
     try:
-        return con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
-                           [session]).fetchone()[0]
+        return cast("int", con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
+                           [session]).fetchone()[0])
     finally:
         con.close()
 

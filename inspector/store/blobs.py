@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import random
 import sqlite3
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxscope.inspector.store.layout import legacy
 from ctxscope.inspector.store.layout.known import KnownIds
@@ -32,20 +33,17 @@ from ctxscope.inspector.store.layout.pieces import (
     PieceIndex,
     Segment,
     append,
-    common_prefix,
-    common_suffix,
     plan,
 )
 
 if TYPE_CHECKING:
     from ctxscope.inspector.store.db import Db
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
-__all__ = ["BlobCorrupt", "StoredBlob", "blob_get", "blob_load", "blob_put", "common_prefix", "common_suffix"]
 
 MAX_DEPTH = 32  # legacy layout: deltas in a row before a fresh keyframe
 MIN_DELTA_SIZE = 256  # smaller bodies are one chunk: matching would not pay for itself
@@ -116,9 +114,9 @@ def blob_put(
     return StoredBlob(cur.lastrowid, data, 0, pieces, pages)
 
 
-def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[StoredBlob | None, list]:
+def _choose(data: bytes, bases: Iterable[StoredBlob], search: bool) -> tuple[StoredBlob | None, list[Any]]:
     """The base leaving the fewest new bytes, and the segments of ``data`` against it."""
-    best: tuple[int, StoredBlob, list] | None = None
+    best: tuple[int, StoredBlob, list[Any]] | None = None
     if len(data) >= MIN_DELTA_SIZE:
         for base in bases:
             if base.pieces is None or not base.data:
@@ -151,7 +149,7 @@ def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = Non
     if known is None:
         row = db.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()
         if row is not None:
-            return row[0]
+            return cast("int", row[0])
     if known is not None and known.zstd_dict is not None:
         dict_id = known.zstd_dict[0]
         current = None if dict_id is None else (dict_id, _load_dict(db, dict_id))
@@ -163,7 +161,7 @@ def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = Non
     cur = db.conn.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
                           [digest, current and current[0], data])
     if cur.rowcount != 1:  # stored already (before this writer knew it): its id
-        return db.conn.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()[0]
+        return cast("int", db.conn.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()[0])
     assert cur.lastrowid is not None
     if cur.lastrowid % DICT_TRY_EVERY == 0:
         trained = _maybe_train(db, cur.lastrowid, current)
@@ -234,8 +232,8 @@ def text_of(conn: sqlite3.Connection, data: bytes | None, dict_id: int | None) -
     if data is None:
         return None
     if dict_id is None:
-        return zstd.decompress(data).decode()
-    return zstd.decompress(data, zstd_dict=_load_dict(conn, dict_id)).decode()
+        return cast("str | None", zstd.decompress(data).decode())
+    return cast("str | None", zstd.decompress(data, zstd_dict=_load_dict(conn, dict_id)).decode())
 
 
 def _current_dict(db: Db) -> tuple[int, zstd.ZstdDict] | None:
@@ -282,7 +280,7 @@ def _page_put(db: Db, pieces: Sequence[Piece]) -> int:
     digest = body_hash(packed)
     row = db.execute("SELECT id FROM pages WHERE hash = ?", [digest]).fetchone()
     if row is not None:
-        return row[0]
+        return cast("int", row[0])
     cur = db.execute("INSERT INTO pages (hash, pieces) VALUES (?, ?)", [digest, packed])
     assert cur.lastrowid is not None
     return cur.lastrowid
@@ -296,9 +294,9 @@ def _select_in(db: Db, sql: str, ids: Sequence[int]) -> dict[int, bytes]:
     return {k: v[0] for k, v in _select_rows(db, sql, ids).items()}
 
 
-def _select_rows(db: Db, sql: str, ids: Sequence[int]) -> dict[int, tuple]:
+def _select_rows(db: Db, sql: str, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
     """``sql`` (with ``{}`` for the id list) run over ``ids`` in batches: id -> the other columns."""
-    out: dict[int, tuple] = {}
+    out: dict[int, tuple[Any, ...]] = {}
     for i in range(0, len(ids), _BATCH):
         batch = ids[i : i + _BATCH]
         out.update((r[0], tuple(r[1:])) for r in db.execute(sql.format(",".join("?" * len(batch))), batch))
@@ -349,7 +347,10 @@ def blob_get(db: Db, blob_id: int) -> bytes:
 
 def stored_bytes(db: Db) -> int:
     """Bytes the bodies take in the file's tables (compressed chunks, piece lists, legacy blobs)."""
-    one = lambda sql: db.execute(sql).fetchone()[0] or 0  # noqa: E731
+
+    def one(sql: str) -> int:
+        return int(db.execute(sql).fetchone()[0] or 0)
+
     return (
         one("SELECT SUM(length(data)) + SUM(COALESCE(length(pages), 0) + COALESCE(length(tail), 0)) FROM blobs")
         + one("SELECT SUM(length(data)) FROM chunks")

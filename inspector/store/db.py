@@ -4,9 +4,9 @@ The database is created owner-only (0600; SQLite gives its -wal and -shm files t
 WAL lets the CLI and the web UI read while the writer thread writes; ``synchronous=NORMAL`` means
 a commit is a write to the WAL without fsync, so batching is cheap and a killed process loses
 nothing that was committed (only a power loss could). Every connection, the writer's and the
-readers', gets the SQL functions ``ctxscope_text(data, dict)`` (a compressed text) and
-``ctxscope_segment_text(id)`` (a search segment's text, read back from the stored body that holds
-it by the resolver the inspector registers with ``set_segment_texts``).
+readers', gets the SQL function ``ctxscope_text(data, dict)`` (a compressed text); a connection
+opened with a ``segment_texts`` reader also gets ``ctxscope_segment_text(id)`` (a search segment's
+text, read back from the stored body that holds it).
 
 Readers (the CLI, the web UI) get a ``sqlite_utils.Database`` from ``connect``; the writer gets a
 :class:`Handle` from ``open_handle``, the few calls the write path makes over a bare ``sqlite3``
@@ -25,14 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxscope.inspector.base import owner_only
-from ctxscope.inspector.base.clock import iso, now_iso
+from ctxscope.inspector.base.clock import now_iso
 from ctxscope.inspector.store.blobs import text_of
 from ctxscope.inspector.store.migrations import MIGRATION_SET, NAMES, migration_set
 
 if TYPE_CHECKING:
     import sqlite_utils
-
-__all__ = ["iso", "now_iso"]  # at home in inspector/base/clock.py; many callers import them from here
 
 BUSY_TIMEOUT_S = 5.0
 PAGE_SIZE = 8192
@@ -48,7 +46,7 @@ class Db(Protocol):
 
     def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor: ...
 
-    def query(self, sql: str, params: Params = None) -> Iterator[dict]: ...
+    def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]: ...
 
     def table_names(self) -> list[str]: ...
 
@@ -77,7 +75,7 @@ class Handle:
     def execute(self, sql: str, parameters: Params = None) -> sqlite3.Cursor:
         return self.conn.execute(sql) if parameters is None else self.conn.execute(sql, parameters)
 
-    def query(self, sql: str, params: Params = None) -> Iterator[dict]:
+    def query(self, sql: str, params: Params = None) -> Iterator[dict[str, Any]]:
         """The rows of a SELECT as dicts."""
         cursor = self.execute(sql, params)
         keys = [d[0] for d in cursor.description or ()]
@@ -109,44 +107,40 @@ class Handle:
 
 
 # Given a connection, the function that reads a search segment's text back from the bodies
-# (docs/architecture.md, "The search index"). The store knows rows, not prompts: the inspector
-# registers it (``ctxscope.inspector.pipeline.search_text``); each connection makes its own on first use.
-SegmentTexts = Callable[[Db], Callable[[int], "str | None"]]
-_segment_texts: list[SegmentTexts] = []
+# (docs/architecture.md, "The search index"). The store knows rows, not prompts: whoever opens a
+# connection that reads search texts passes one (``ctxscope.inspector.pipeline.search_text.SegmentTexts``);
+# each connection makes its own on first use. A connection opened without one has no
+# ``ctxscope_segment_text``: reading the view fails (never an empty text, which would have FTS5
+# delete the wrong terms).
+SegmentReader = Callable[[Db], Callable[[int], "str | None"]]
 
 
-def set_segment_texts(factory: SegmentTexts) -> None:
-    """Register how a connection resolves a search segment's text (the last registration wins)."""
-    _segment_texts[:] = [factory]
-
-
-def _segment_text_function(db: Db) -> Callable[[int], str | None]:
+def _segment_text_function(db: Db, reader: SegmentReader) -> Callable[[int], str | None]:
     made: list[Callable[[int], str | None]] = []
 
     def segment_text(segment: int) -> str | None:
         if not made:
-            if not _segment_texts:  # an error, not an empty text: FTS5 would delete the wrong terms
-                raise RuntimeError("no search text resolver registered "
-                                   "(import ctxscope.inspector.pipeline.search_text)")
-            made.append(_segment_texts[0](db))
+            made.append(reader(db))
         return made[0](segment)
 
     return segment_text
 
 
-def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool = True) -> sqlite_utils.Database:
-    """A Database on ``path`` in WAL mode, migrated to the current schema unless ``migrate=False``."""
+def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool = True,
+            segment_texts: SegmentReader | None = None) -> sqlite_utils.Database:
+    """A Database on ``path`` in WAL mode, migrated to the current schema unless ``migrate=False``;
+    ``segment_texts``: how it reads search texts back (for snippets, phrase checks, clearing the index)."""
     import sqlite_utils  # readers only: the writer's open_handle does without it
 
     db = sqlite_utils.Database(_connection(path, check_same_thread), execute_plugins=False)
-    _prepare(db, migrate)
+    _prepare(db, migrate, segment_texts)
     return db
 
 
-def open_handle(path: str | Path, *, migrate: bool = True) -> Handle:
+def open_handle(path: str | Path, *, migrate: bool = True, segment_texts: SegmentReader | None = None) -> Handle:
     """The writer's :class:`Handle` on ``path``, set up as ``connect`` sets up a Database."""
     db = Handle(_connection(path, True))
-    _prepare(db, migrate)
+    _prepare(db, migrate, segment_texts)
     return db
 
 
@@ -160,8 +154,9 @@ def _connection(path: str | Path, check_same_thread: bool) -> sqlite3.Connection
     return conn
 
 
-def _prepare(db: Db, migrate: bool) -> None:
-    db.conn.create_function("ctxscope_segment_text", 1, _segment_text_function(db))
+def _prepare(db: Db, migrate: bool, segment_texts: SegmentReader | None) -> None:
+    if segment_texts is not None:
+        db.conn.create_function("ctxscope_segment_text", 1, _segment_text_function(db, segment_texts))
     # A new file gets 8 KB pages: a call row (~1.4 KB) and the mid-sized chunks then waste less of
     # each page (6% smaller at 3,000 calls). A file that exists keeps its page size.
     db.execute(f"PRAGMA page_size={PAGE_SIZE}")

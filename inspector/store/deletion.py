@@ -17,6 +17,8 @@ index").
 
 from __future__ import annotations
 
+from typing import Any
+
 from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
@@ -35,7 +37,7 @@ def _references(db: Db, target: str) -> list[tuple[str, str]]:
     return out
 
 
-def delete_session(db: Db, session: str) -> dict:
+def delete_session(db: Db, session: str) -> dict[str, Any]:
     """Delete a session's calls (and rows referring to them) and unreferenced blobs, in one transaction."""
     blob_refs = _references(db, "blobs")
     call_refs = [(t, c) for t, c in _references(db, "calls") if t != "calls"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ctxscope.inspector.base import json_text
 from ctxscope.inspector.base.body_reuse import BodyMemory, parse
-from ctxscope.inspector.store.db import iso
+from ctxscope.inspector.base.clock import iso
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.redaction.redact import redact_headers, redact_query
 from ctxscope.proxy.wire.apis import detect_api
@@ -39,7 +39,7 @@ def session_key(ex: Exchange) -> str:
 class Derived:
     """What one exchange says, computed without the database."""
 
-    row: dict
+    row: dict[str, Any]
     request_body: bytes | None  # decoded; None when it could not be decoded
     response_body: bytes | None
     request_json: Any

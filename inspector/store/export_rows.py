@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlite_utils
 
-from ctxscope.inspector.store import db as store
+from ctxscope.inspector.base.clock import now_iso
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 
 # Columns a span is made of (besides the verdict, read through verdict_sql).
@@ -50,7 +50,7 @@ def has_export_tables(db: sqlite_utils.Database) -> bool:
 
 def end_seq(db: sqlite_utils.Database) -> int:
     """The newest stored call's number (0: none stored)."""
-    return db.execute("SELECT COALESCE(MAX(seq), 0) FROM stored_order").fetchone()[0]
+    return cast("int", db.execute("SELECT COALESCE(MAX(seq), 0) FROM stored_order").fetchone()[0])
 
 
 def position(db: sqlite_utils.Database, target: str) -> int | None:
@@ -65,7 +65,7 @@ def set_position(db: sqlite_utils.Database, target: str, seq: int) -> None:
         db.execute(
             """INSERT INTO export_positions (target, seq, updated_at) VALUES (?, ?, ?)
                ON CONFLICT(target) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at""",
-            [target, seq, store.now_iso()],
+            [target, seq, now_iso()],
         )
 
 
@@ -107,7 +107,7 @@ def count_for_backfill(db: sqlite_utils.Database, *, session: str | None, since:
     if since is not None:
         where.append("started_at >= ?")
         args.append(since)
-    return db.execute(f"SELECT COUNT(*) FROM calls WHERE {' AND '.join(where)}", args).fetchone()[0]
+    return cast("int", db.execute(f"SELECT COUNT(*) FROM calls WHERE {' AND '.join(where)}", args).fetchone()[0])
 
 
 def export_lags(db: sqlite_utils.Database) -> list[ExportLag]:

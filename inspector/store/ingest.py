@@ -27,11 +27,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from ctxscope.inspector.base import body_reuse
 from ctxscope.inspector.base.body_reuse import BodyMemory
+from ctxscope.inspector.base.clock import iso
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
-from ctxscope.inspector.store.db import Db, Savepoint, iso
+from ctxscope.inspector.store.db import Db, Savepoint
 from ctxscope.inspector.store.exchange_row import derive
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.layout.known import KnownIds
@@ -42,7 +44,7 @@ from ctxscope.vocab.kinds import Outcome
 
 log = logging.getLogger("ctxscope.store")
 
-Analyzer = Callable[[Db, dict], None]
+Analyzer = Callable[[Db, dict[str, Any]], None]
 RETRY_WINDOW_S = 120.0
 NOT_INSERTED = 2**63 - 1  # the rowid a call has before it is inserted: every stored row comes before it
 
@@ -246,7 +248,7 @@ def is_failure(outcome: str | None, status: int | None, complete: int | None = N
     return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
 
 
-def link_retry(db: Db, row: dict, started_at: float, failures: RecentFailures | None = None) -> None:
+def link_retry(db: Db, row: dict[str, Any], started_at: float, failures: RecentFailures | None = None) -> None:
     """attempt/retry_of: the same body in the same session, failed within RETRY_WINDOW_S before."""
     row["attempt"], row["retry_of"] = 1, None
     if not row["request_sha256"] or (failures is not None and not failures.may_have(row["request_sha256"], started_at)):
@@ -271,7 +273,7 @@ def link_retry(db: Db, row: dict, started_at: float, failures: RecentFailures | 
 
 @dataclass
 class IngestResult:
-    row: dict
+    row: dict[str, Any]
     analysis_errors: list[tuple[str, BaseException]]
 
 
@@ -311,7 +313,7 @@ def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyz
     row["capture_epoch"] = state.capture_epoch
     no_failed_twin = not state.failures.may_have(row["request_sha256"], ex.started_at)
     errors: list[tuple[str, BaseException]] = []
-    call: dict = {}
+    call: dict[str, Any] = {}
     if analyzers:
         call = dict(row, seq=None, attempt=None, retry_of=None)
         call.update(

@@ -9,6 +9,7 @@ statement to whoever opens the file.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,9 +19,9 @@ if TYPE_CHECKING:
     import sqlite_utils
     from sqlite_utils.migrations import Migrations
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 MIGRATION_SET = "ctxscope"

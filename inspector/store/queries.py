@@ -12,7 +12,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import blob_get, stored_bytes
@@ -60,17 +60,18 @@ class AmbiguousCallId(ValueError):
 CANDIDATES_LISTED = 10
 
 
-def open_db(path: str | Path) -> sqlite_utils.Database:
-    """A read connection (usable from any thread), with the schema brought up to date."""
-    return store.connect(path, check_same_thread=False)
+def open_db(path: str | Path, *, segment_texts: store.SegmentReader | None = None) -> sqlite_utils.Database:
+    """A read connection (usable from any thread), with the schema brought up to date; ``segment_texts``
+    for a reader of search texts (``store/db.py``)."""
+    return store.connect(path, check_same_thread=False, segment_texts=segment_texts)
 
 
-def _usage(row: dict) -> dict | None:
+def _usage(row: dict[str, Any]) -> dict[str, Any] | None:
     usage = {k: row.pop("usage_" + k, None) for k in _USAGE}
     return usage if any(v is not None for v in usage.values()) else None
 
 
-def _analysis(row: dict) -> dict:
+def _analysis(row: dict[str, Any]) -> dict[str, Any]:
     """Decode the analysis columns in place: JSON to objects, flags to booleans."""
     for col in _ANALYSIS_JSON:
         if isinstance(row.get(col), str):
@@ -81,7 +82,7 @@ def _analysis(row: dict) -> dict:
     return row
 
 
-def _summary(row: dict) -> dict:
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
     row = dict(row)
     row["usage"] = _usage(row)
     row["stream"] = None if row.get("stream") is None else bool(row["stream"])
@@ -96,7 +97,7 @@ def list_calls(
     limit: int | None = 50,
     offset: int = 0,
     newest_first: bool = True,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Call summaries, newest first (``newest_first=False`` for a timeline)."""
     where: list[str] = []
     params: list[object] = []
@@ -118,14 +119,14 @@ def list_calls(
 _SESSIONS_PER_QUERY = 500
 
 
-def with_thread_parents(db: Db, rows: list[dict]) -> list[dict]:
+def with_thread_parents(db: Db, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` with ``parent_thread`` as the session is read now: None on the main thread, the
     main thread on every other (``thread_order``), not what was known when the thread began."""
     sessions = sorted({r["session"] for r in rows if r.get("thread")})
     parents: dict[tuple[str, str], str | None] = {}
     for start in range(0, len(sessions), _SESSIONS_PER_QUERY):
         chunk = sessions[start : start + _SESSIONS_PER_QUERY]
-        groups: dict[str, list[dict]] = {}
+        groups: dict[str, list[dict[str, Any]]] = {}
         for session, thread, calls, rounds, first, subagent in db.execute(
             f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq), MAX({SUBAGENT_SQL}) FROM calls
                 WHERE session IN ({", ".join("?" for _ in chunk)}) AND thread IS NOT NULL GROUP BY session, thread""",
@@ -167,7 +168,7 @@ def resolve_call_id(db: Db, call_id: str) -> str | None:
     return resolve_prefix(db, "id", call_id)
 
 
-def get_call(db: Db, call_id: str) -> dict | None:
+def get_call(db: Db, call_id: str) -> dict[str, Any] | None:
     """Every stored column of a call (JSON decoded) plus ``usage``; None if unknown."""
     full = resolve_call_id(db, call_id)
     if full is None:
@@ -185,7 +186,7 @@ def get_call(db: Db, call_id: str) -> dict | None:
     return with_thread_parents(db, [_analysis(row)])[0]
 
 
-def _body_row(db: Db, call_id: str, kind: str) -> dict:
+def _body_row(db: Db, call_id: str, kind: str) -> dict[str, Any]:
     full = resolve_call_id(db, call_id)
     if full is None:
         raise KeyError(f"no call {call_id!r}")
@@ -248,7 +249,7 @@ def get_request_json(db: Db, call_id: str) -> Any | None:
         return None
 
 
-def get_final_response(db: Db, call_id: str) -> dict | None:
+def get_final_response(db: Db, call_id: str) -> dict[str, Any] | None:
     """The final response object (reassembled from the stream for streamed calls); KeyError if unknown."""
     full = resolve_call_id(db, call_id)
     if full is None:
@@ -257,7 +258,7 @@ def get_final_response(db: Db, call_id: str) -> dict | None:
         "SELECT final_response_blob, api, status, response_content_type FROM calls WHERE id = ?", [full]
     ).fetchone()
     if blob is not None:
-        return json.loads(blob_get(db, blob))
+        return cast("dict[str, Any] | None", json.loads(blob_get(db, blob)))
     body = get_response_body(db, full)
     if not body:
         return None
@@ -270,7 +271,7 @@ def list_sessions(
     *,
     limit: int | None = None,
     cost: Callable[[SessionAggregate], float | None] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One row per session, most recently active first, with its threads nested and cache figures.
 
     ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
@@ -292,7 +293,7 @@ def list_sessions(
     return out
 
 
-def session_threads(db: Db, session: str) -> list[dict]:
+def session_threads(db: Db, session: str) -> list[dict[str, Any]]:
     """The session's threads as a tree: the main thread on top (``thread_order``), every side thread
     its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
     rows = db.query(
@@ -344,7 +345,10 @@ def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
         status["migrations_pending"] = store.pending_migrations(db)
         if not {"calls", "blobs", "store_events", "meta"} <= tables:
             return status
-        one = lambda sql: db.execute(sql).fetchone()  # noqa: E731
+
+        def one(sql: str) -> Any:
+            return db.execute(sql).fetchone()
+
         status["calls"] = one("SELECT COUNT(*) FROM calls")[0]
         status["sessions"] = one("SELECT COUNT(DISTINCT session) FROM calls")[0]
         status["last_capture_at"] = one("SELECT MAX(started_at) FROM calls")[0]

@@ -10,11 +10,12 @@ used after it was checked to reproduce the raw bytes byte for byte.
 
 from __future__ import annotations
 
+import sys
 import zlib
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 # Levels in the order worth trying: library defaults first, then the rest of the cheap ones.
@@ -29,12 +30,12 @@ def apply_recipe(decoded: bytes, recipe: str) -> bytes:
     level = int(level_s)
     if kind == "zstd":
         flags = rest[0] if rest else ""
-        options = {zstd.CompressionParameter.compression_level: level}
+        options: dict[int, int] = {zstd.CompressionParameter.compression_level: level}
         if "c" in flags:
             options[zstd.CompressionParameter.checksum_flag] = 1
         if "s" in flags:  # streamed: the frame header carries no content size
-            c = zstd.ZstdCompressor(options=options)
-            return c.compress(decoded) + c.flush()
+            zc = zstd.ZstdCompressor(options=options)
+            return zc.compress(decoded) + zc.flush()
         return zstd.compress(decoded, options=options)
     if kind == "gzip":
         header = bytes.fromhex(rest[0])

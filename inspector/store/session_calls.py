@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import Any
 
 import sqlite_utils
 
@@ -20,7 +21,7 @@ _COLUMNS = (
 )
 
 
-def session_calls(db: sqlite_utils.Database, session: str) -> list[dict]:
+def session_calls(db: sqlite_utils.Database, session: str) -> list[dict[str, Any]]:
     """Every call of ``session`` (an exact id) by seq: its columns, ``usage``, ``cache`` decoded,
     ``body`` (the parsed request) and ``response`` (the final response object)."""
     rows = list(db.query(f"SELECT {_COLUMNS} FROM calls WHERE session = ? ORDER BY seq", [session]))

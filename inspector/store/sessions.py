@@ -81,12 +81,12 @@ class HitRate:
     def ratio(self) -> float | None:
         return self.hits / self.eligible if self.eligible else None
 
-    def as_report(self) -> dict:
+    def as_report(self) -> dict[str, Any]:
         """The CLI's shape: always there, ``rate`` rounded to 4 places (None without eligible calls)."""
         return {"hits": self.hits, "eligible": self.eligible,
                 "rate": round(self.hits / self.eligible, 4) if self.eligible else None}  # fmt: skip
 
-    def as_view(self) -> dict | None:
+    def as_view(self) -> dict[str, Any] | None:
         """The UI's shape: None without eligible calls, else the exact ``ratio``."""
         return {"hits": self.hits, "eligible": self.eligible, "ratio": self.ratio} if self.eligible else None
 
@@ -146,7 +146,7 @@ class SessionAggregate:
         return hit_rate(self.hits, self.eligible)
 
 
-def session_groups(db: Db, *, limit: int | None = None) -> list[tuple]:
+def session_groups(db: Db, *, limit: int | None = None) -> list[tuple[Any, ...]]:
     """One row per (session, model, simulated or not) of the ``limit`` most recently active sessions:
     the simulator's calls are kept apart so that they are never priced."""
     cols = call_columns(db)
@@ -178,7 +178,7 @@ def session_groups(db: Db, *, limit: int | None = None) -> list[tuple]:
     return db.execute(sql, [-1 if limit is None else limit]).fetchall()
 
 
-def fold_sessions(groups: list[tuple]) -> list[SessionAggregate]:
+def fold_sessions(groups: list[tuple[Any, ...]]) -> list[SessionAggregate]:
     """Sum the (session, model) groups of each session; most recently active first."""
     sessions: dict[str, SessionAggregate] = {}
     for row in groups:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlite_utils
 
@@ -35,7 +35,7 @@ def diff_base(db: sqlite_utils.Database, call_id: str) -> str | None:
             "SELECT p.id FROM calls c JOIN calls p ON p.id = c.predecessor WHERE c.id = ?", [call_id]
         ).fetchone()  # the join skips a predecessor that was deleted since
         if row:
-            return row[0]
+            return cast("str | None", row[0])
     row = db.execute(
         """SELECT p.id FROM calls c JOIN calls p ON p.session = c.session AND p.seq < c.seq
            WHERE c.id = ? ORDER BY p.seq DESC LIMIT 1""",
@@ -50,7 +50,7 @@ def predecessor_or_previous(db: sqlite_utils.Database, call_id: str) -> str | No
     if row is None:
         return None
     if row[0]:
-        return row[0]
+        return cast("str | None", row[0])
     prev = db.execute(
         "SELECT id FROM calls WHERE session = ? AND seq < ? ORDER BY seq DESC LIMIT 1", [row[1], row[2]]
     ).fetchone()
@@ -58,10 +58,10 @@ def predecessor_or_previous(db: sqlite_utils.Database, call_id: str) -> str | No
 
 
 def max_rowid(db: sqlite_utils.Database) -> int:
-    return db.execute("SELECT COALESCE(MAX(rowid), 0) FROM calls").fetchone()[0]
+    return cast("int", db.execute("SELECT COALESCE(MAX(rowid), 0) FROM calls").fetchone()[0])
 
 
-def calls_after(db: sqlite_utils.Database, after: int, limit: int) -> list[dict]:
+def calls_after(db: sqlite_utils.Database, after: int, limit: int) -> list[dict[str, Any]]:
     """Summary rows (with ``rowid``) of the calls stored after rowid ``after``, oldest first."""
     rows = db.execute(
         f"SELECT rowid, {SUMMARY_COLUMNS} FROM calls WHERE rowid > ? ORDER BY rowid LIMIT ?", [after, limit]
@@ -70,12 +70,12 @@ def calls_after(db: sqlite_utils.Database, after: int, limit: int) -> list[dict]
     return [dict(zip(names, r, strict=True)) for r in rows.fetchall()]
 
 
-def store_totals(db: sqlite_utils.Database) -> dict:
+def store_totals(db: sqlite_utils.Database) -> dict[str, Any]:
     n, sessions, last = db.execute("SELECT COUNT(*), COUNT(DISTINCT session), MAX(started_at) FROM calls").fetchone()
     return {"calls": n, "sessions": sessions, "last_capture_at": last}
 
 
-def session_columns(db: sqlite_utils.Database, session: str, names: Sequence[str]) -> list[dict]:
+def session_columns(db: sqlite_utils.Database, session: str, names: Sequence[str]) -> list[dict[str, Any]]:
     """``names`` (those the store has) and ``verdict`` of every call of the session, in time order."""
     cols = call_columns(db)
     names = [n for n in names if n in cols]
@@ -88,7 +88,7 @@ def session_columns(db: sqlite_utils.Database, session: str, names: Sequence[str
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-def call_values(db: sqlite_utils.Database, ids: Sequence[str], names: Sequence[str]) -> dict[str, tuple]:
+def call_values(db: sqlite_utils.Database, ids: Sequence[str], names: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """``names`` of the calls ``ids``, by id."""
     marks = ", ".join("?" for _ in ids)
     rows = db.execute(f"SELECT id, {', '.join(names)} FROM calls WHERE id IN ({marks})", list(ids))

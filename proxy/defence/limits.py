@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, SupportsFloat, SupportsIndex
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.I)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -60,7 +60,9 @@ def parse_value(key: str, value: object) -> float | int:
             raise ValueError(f"limit {key} must be a positive whole number, got {value!r}")
         return number
     try:
-        seconds = float(value)  # type: ignore[arg-type]
+        if not isinstance(value, str | bytes | SupportsFloat | SupportsIndex):
+            raise TypeError(value)
+        seconds = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"limit {key} must be a number of seconds, got {value!r}") from None
     if not math.isfinite(seconds) or seconds <= 0:

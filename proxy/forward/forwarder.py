@@ -26,8 +26,8 @@ from yarl import URL
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.defence.hosts import cross_site, host_allowed
 from ctxscope.proxy.defence.limits import Limits
-from ctxscope.proxy.forward.answers import SANDBOX, error_body, gone, refusal
-from ctxscope.proxy.forward.headers import annotation, skip_auto_headers, split_request_headers
+from ctxscope.proxy.forward.answers import error_body, gone, refusal
+from ctxscope.proxy.forward.headers import SANDBOX, annotation, skip_auto_headers, split_request_headers
 from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
 from ctxscope.proxy.forward.routing import Route, RouteError, UnsafePath, named_upstream, resolve
@@ -111,8 +111,8 @@ class Forwarder:
         if self.settings.on_demand:
             name = named_upstream(raw_path)
             start = self.settings.on_demand.get(name) if name is not None and name not in upstreams else None
-            if start is not None and (url := await start()) is not None:
-                upstreams[name] = url  # type: ignore[index]  # (name is set when start is)
+            if name is not None and start is not None and (url := await start()) is not None:
+                upstreams[name] = url
         return upstreams
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

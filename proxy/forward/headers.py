@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ctxscope.vocab.headers import ANNOTATION_PREFIX
 
+RawHeaders = tuple[tuple[bytes, bytes], ...]  # as aiohttp reads them (``raw_headers``)
+
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -57,7 +59,7 @@ def _request_name(raw: bytes) -> tuple[str, str, int, int]:
     return known
 
 
-def split_request_headers(raw_headers) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+def split_request_headers(raw_headers: RawHeaders) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
     """Headers to forward (original case and order), the x-ctxscope-* annotations to strip (name
     lowercased), and a bit set of the headers aiohttp would otherwise add that are present."""
     forward, annotations, present = [], [], 0
@@ -95,7 +97,7 @@ def _response_name(raw: bytes) -> tuple[str, bool]:
     return known
 
 
-def split_response_headers(raw_headers) -> tuple[tuple[tuple[str, str], ...], list[tuple[str, str]]]:
+def split_response_headers(raw_headers: RawHeaders) -> tuple[tuple[tuple[str, str], ...], list[tuple[str, str]]]:
     """The upstream's response headers as received (for the capture), and as the client gets them:
     without hop-by-hop ones, and sandboxed (see "Upstream content is sandboxed" in
     docs/architecture.md). A list, so aiohttp's response builds its header dict once."""

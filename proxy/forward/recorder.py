@@ -47,7 +47,7 @@ class Recorder:
         self.outcome: Outcome = Outcome.OK
         self.error: str | None = None
         self.synthetic_body: bytes | None = None  # an answer the proxy made itself (upstream down...)
-        self.task: asyncio.Task | None = None  # the handler, cancelled when its client leaves
+        self.task: asyncio.Task[None] | None = None  # the handler, cancelled when its client leaves
         self.left = False
 
     def client_left(self) -> None:

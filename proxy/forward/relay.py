@@ -62,7 +62,8 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
     return response
 
 
-async def _answer_whole(request: web.Request, upstream: aiohttp.ClientResponse, headers, rec: Recorder) -> web.Response:
+async def _answer_whole(request: web.Request, upstream: aiohttp.ClientResponse, headers: list[tuple[str, str]],
+                       rec: Recorder) -> web.Response:
     """The whole body came with the headers: send both in one write (nothing is held back)."""
     body = upstream.content.read_nowait()
     if body:
@@ -79,7 +80,7 @@ async def _answer_whole(request: web.Request, upstream: aiohttp.ClientResponse, 
     return response
 
 
-def _complete(request: web.Request, upstream: aiohttp.ClientResponse, content) -> bool:
+def _complete(request: web.Request, upstream: aiohttp.ClientResponse, content: aiohttp.StreamReader) -> bool:
     """True when the upstream's whole Content-Length body is already here (typical of small JSON)."""
     return (
         content.is_eof()

@@ -22,8 +22,8 @@ from aiohttp import WSMsgType, web
 from yarl import URL
 
 from ctxscope.proxy import exchange as ex
-from ctxscope.proxy.forward.answers import SANDBOX, error_body
-from ctxscope.proxy.forward.headers import client_response_headers
+from ctxscope.proxy.forward.answers import error_body
+from ctxscope.proxy.forward.headers import SANDBOX, client_response_headers
 from ctxscope.proxy.forward.routing import Route
 from ctxscope.proxy.sockets.calls import SocketCalls
 from ctxscope.vocab.kinds import Outcome

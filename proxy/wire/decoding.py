@@ -9,12 +9,13 @@ keeping everything (only bodies between KEEP_BYTES and the limit pay that second
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 
-try:  # Python 3.14+
-    from compression import zstd as _zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd as _zstd
+else:
     from backports import zstd as _zstd
 
 DEFAULT_MAX_SIZE = 128 * 2**20  # the default cap on decoded size for analysis

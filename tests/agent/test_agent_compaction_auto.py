@@ -9,7 +9,7 @@ import pytest
 from ctxscope.agent.context.compaction.auto import context_management_extension
 from ctxscope.agent.context.compaction.events import CompactionHooks, Defer, StopAuto, context_events
 from ctxscope.agent.core.budget import ContextSettings
-from ctxscope.agent.core.events import BEFORE_LLM_CALL
+from ctxscope.agent.core.events import Event
 from ctxscope.agent.core.model import ContextOverflowError
 from ctxscope.agent.core.spi import Extension
 from ctxscope.agent.host.runtime import AgentRuntime
@@ -27,8 +27,9 @@ LIMIT = 3616  # the input limit and the trigger line of W/OUT
 
 def observer(ext_id, seen, *, appends=False):
     def init(api):
-        api.on(BEFORE_LLM_CALL, lambda c: seen.append((ext_id, c.step, len(c.history), c.history[0].meta.get("kind"),
-                                                       len(c.request_messages))), appends=appends)
+        api.on(Event.BEFORE_LLM_CALL, lambda c: seen.append((ext_id, c.step, len(c.history),
+                                                             c.history[0].meta.get("kind"), len(c.request_messages))),
+               appends=appends)
 
     return Extension(ext_id, init)
 

@@ -132,11 +132,11 @@ async def test_agent_context_command_reads_a_stored_session(tmp_path, monkeypatc
 
 
 async def test_manual_compaction_is_announced_to_history_observers(tmp_path):
-    from ctxscope.agent.core.events import ON_HISTORY_CHANGED
+    from ctxscope.agent.core.events import Event
     from ctxscope.agent.core.spi import Extension
 
     seen = []
-    watcher = Extension("watcher", lambda api: api.on(ON_HISTORY_CHANGED, lambda ev: seen.append(
+    watcher = Extension("watcher", lambda api: api.on(Event.ON_HISTORY_CHANGED, lambda ev: seen.append(
         (ev.kind, ev.reason, ev.epoch, ev.messages[0].meta.get("kind")))))
     rt, _model, s = await two_turns(tmp_path, extensions=[watcher])
     seen.clear()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ctxscope.agent.core.events import TURN_END
+from ctxscope.agent.core.events import Event
 from ctxscope.agent.core.spi import Extension
 from ctxscope.agent.host.conversation import NotAvailable
 from ctxscope.agent.host.runtime import AgentRuntime
@@ -145,7 +145,7 @@ async def test_a_steer_that_misses_its_turn_becomes_the_next_input(tmp_path):
 
     model = ScriptedModel(["first answer", "late handled"])
     rt = AgentRuntime(model, home=tmp_path / "home", workspace=tmp_path, host_builtins=[],
-                      extensions=[Extension("late", lambda api: api.on(TURN_END, late))])
+                      extensions=[Extension("late", lambda api: api.on(Event.TURN_END, late))])
     s = rt.create_session()
     assert (await s.run("first")).ok
     await s.wait_idle()

@@ -8,20 +8,12 @@ from typing import Any
 import pytest
 
 from ctxscope.agent.core.events import (
-    AFTER_LLM_CALL,
-    AFTER_TOOL_CALL,
-    BEFORE_LLM_CALL,
-    BEFORE_TOOL_CALL,
-    ON_HISTORY_CHANGED,
-    ON_LLM_CALL_PREPARED,
-    ON_STEP_END,
-    TURN_END,
-    TURN_START,
     Abort,
     Answer,
     AppendMessage,
     Block,
     Effects,
+    Event,
     Fail,
     ModifyRequest,
     ReplaceHistory,
@@ -64,8 +56,8 @@ def texts(request):
 
 async def test_before_llm_call_exception_aborts_the_call_fail_closed(tmp_path):
     later = []
-    _rt, model, s = make_rt(tmp_path, ["never"], ("a", BEFORE_LLM_CALL, lambda c: 1 / 0),
-                           ("b", BEFORE_LLM_CALL, lambda c: later.append(1)))
+    _rt, model, s = make_rt(tmp_path, ["never"], ("a", Event.BEFORE_LLM_CALL, lambda c: 1 / 0),
+                           ("b", Event.BEFORE_LLM_CALL, lambda c: later.append(1)))
     result = await s.run("hi")
     assert result.outcome == "aborted" and "ZeroDivisionError" in result.reason
     assert model.requests == [] and later == []
@@ -75,8 +67,8 @@ async def test_append_stops_the_chain(tmp_path):
     seen = []
     hidden = user_message("<system-reminder>cadence</system-reminder>", hidden=True)
     _rt, model, s = make_rt(tmp_path, ["ok"],
-                           ("a", BEFORE_LLM_CALL, lambda c: seen.append("a") or AppendMessage(hidden), True),
-                           ("b", BEFORE_LLM_CALL, lambda c: seen.append("b"), True))
+                           ("a", Event.BEFORE_LLM_CALL, lambda c: seen.append("a") or AppendMessage(hidden), True),
+                           ("b", Event.BEFORE_LLM_CALL, lambda c: seen.append("b"), True))
     await s.run("hi")
     assert seen == ["a"]
     assert texts(model.requests[0]) == ["hi", hidden.text]
@@ -99,7 +91,7 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
     # the appender's extension is registered first, yet the modifier runs first
     _rt, model, s = make_rt(
-        tmp_path, ["ok"], ("app", BEFORE_LLM_CALL, appender, True), ("mod", BEFORE_LLM_CALL, modifier)
+        tmp_path, ["ok"], ("app", Event.BEFORE_LLM_CALL, appender, True), ("mod", Event.BEFORE_LLM_CALL, modifier)
     )
     await s.run("hi")
     assert order == ["modifier", "appender"]
@@ -108,7 +100,8 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
 
 async def test_undeclared_append_is_a_contract_error(tmp_path):
-    _rt, model, s = make_rt(tmp_path, ["x"], ("a", BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky"))))
+    _rt, model, s = make_rt(tmp_path, ["x"],
+                            ("a", Event.BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky"))))
     result = await s.run("hi")
     assert result.outcome == "aborted" and "appends=True" in result.reason and model.requests == []
 
@@ -117,7 +110,7 @@ async def test_modify_request_is_for_this_request_only(tmp_path):
     def deadline(c):
         return ModifyRequest(messages=c.request_messages + (user_message(f"step {c.step}"),), system="SYS")
 
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("d", BEFORE_LLM_CALL, deadline))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("d", Event.BEFORE_LLM_CALL, deadline))
     await s.run("hi")
     assert texts(model.requests[0])[-1] == "step 1"
     assert texts(model.requests[1])[-1] == "step 2" and "step 1" not in texts(model.requests[1])
@@ -135,8 +128,8 @@ async def test_replace_history_is_persistent_and_a_new_epoch(tmp_path):
     rt, model, s = make_rt(
         tmp_path,
         [answer("", tool_call("ls", {})), "done"],
-        ("c", BEFORE_LLM_CALL, compact),
-        ("obs", ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))),
+        ("c", Event.BEFORE_LLM_CALL, compact),
+        ("obs", Event.ON_HISTORY_CHANGED, lambda e: changes.append((e.kind, e.epoch, e.reason))),
     )
     await s.run("hi")
     assert texts(model.requests[1]) == ["summary of earlier work"]
@@ -151,16 +144,16 @@ async def test_replace_history_is_persistent_and_a_new_epoch(tmp_path):
 
 
 async def test_skip_answer_and_abort(tmp_path):
-    _, model, s = make_rt(tmp_path, [], ("s", BEFORE_LLM_CALL, lambda c: Skip("nothing to do")))
+    _, model, s = make_rt(tmp_path, [], ("s", Event.BEFORE_LLM_CALL, lambda c: Skip("nothing to do")))
     r = await s.run("hi")
     assert (r.outcome, r.reason, model.requests) == ("skipped", "nothing to do", [])
 
-    _, model, s = make_rt(tmp_path / "2", [], ("a", BEFORE_LLM_CALL, lambda c: Answer("cached answer")))
+    _, model, s = make_rt(tmp_path / "2", [], ("a", Event.BEFORE_LLM_CALL, lambda c: Answer("cached answer")))
     r = await s.run("hi")
     assert (r.outcome, r.text, model.requests) == ("completed", "cached answer", [])
     assert s.messages[-1].role == "assistant" and s.messages[-1].text == "cached answer"
 
-    _rt, model, s = make_rt(tmp_path / "3", [], ("a", BEFORE_LLM_CALL, lambda c: Abort("budget spent")))
+    _rt, model, s = make_rt(tmp_path / "3", [], ("a", Event.BEFORE_LLM_CALL, lambda c: Abort("budget spent")))
     r = await s.run("hi")
     assert (r.outcome, r.reason, model.requests) == ("aborted", "budget spent", [])
 
@@ -179,8 +172,8 @@ async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
     _rt, model, s = make_rt(
         tmp_path,
         ["ok"],
-        ("m", BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
-        ("o", ON_LLM_CALL_PREPARED, observe),
+        ("m", Event.BEFORE_LLM_CALL, lambda c: ModifyRequest(system="FINAL")),
+        ("o", Event.ON_LLM_CALL_PREPARED, observe),
     )
     await s.run("hi")
     assert seen == [("FINAL", "FINAL", "1")]
@@ -188,8 +181,8 @@ async def test_prepared_view_is_the_final_request_and_read_only(tmp_path):
 
 
 async def test_prepared_observer_errors_do_not_stop_the_call(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, ["ok"], ("o", ON_LLM_CALL_PREPARED, lambda e: 1 / 0))
-    assert (await s.run("hi")).ok and s.errors.counts[ON_LLM_CALL_PREPARED] == 1
+    _rt, _model, s = make_rt(tmp_path, ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, lambda e: 1 / 0))
+    assert (await s.run("hi")).ok and s.errors.counts[Event.ON_LLM_CALL_PREPARED] == 1
 
 
 # --- after_llm_call -----------------------------------------------------------------------------
@@ -199,8 +192,8 @@ async def test_rewrite_text_is_a_pipeline(tmp_path):
     _rt, _model, s = make_rt(
         tmp_path,
         ["draft"],
-        ("a", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
-        ("b", AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")),
+        ("a", Event.AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +a")),
+        ("b", Event.AFTER_LLM_CALL, lambda e: RewriteText(e.response.message.text + " +b")),
     )
     r = await s.run("hi")
     assert r.text == "draft +a +b" and s.messages[-1].text == "draft +a +b"
@@ -217,7 +210,7 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
     _rt, model, s = make_rt(
         tmp_path,
         [answer("I'll write it", tool_call("write", {"path": "f.txt", "content": "x"})), "here is the cited answer"],
-        ("cite", AFTER_LLM_CALL, judge),
+        ("cite", Event.AFTER_LLM_CALL, judge),
     )
     r = await s.run("hi")
     assert r.ok and r.text == "here is the cited answer"
@@ -231,7 +224,7 @@ async def test_retry_drops_the_rejected_answers_tool_calls_and_asks_again(tmp_pa
 
 async def test_retry_limit_fails_the_turn(tmp_path):
     _rt, model, s = make_rt(
-        tmp_path, ["a", "b", "c", "d", "e"], ("r", AFTER_LLM_CALL, lambda e: Retry("again", "never_good"))
+        tmp_path, ["a", "b", "c", "d", "e"], ("r", Event.AFTER_LLM_CALL, lambda e: Retry("again", "never_good"))
     )
     r = await s.run("hi")
     assert r.outcome == "failed" and r.error_kind == "retry_limit" and len(model.requests) == 4
@@ -241,7 +234,7 @@ async def test_fail_ends_the_turn_without_running_tools(tmp_path):
     _rt, _model, s = make_rt(
         tmp_path,
         [answer("hm", tool_call("bash", {"command": "touch ran"}))],
-        ("f", AFTER_LLM_CALL, lambda e: Fail("terminal_empty")),
+        ("f", Event.AFTER_LLM_CALL, lambda e: Fail("terminal_empty")),
     )
     r = await s.run("hi")
     assert (r.outcome, r.reason) == ("failed", "terminal_empty")
@@ -270,7 +263,7 @@ async def test_block_and_fail_closed_tool_gate(tmp_path):
             ),
             "done",
         ],
-        ("g", BEFORE_TOOL_CALL, gate),
+        ("g", Event.BEFORE_TOOL_CALL, gate),
     )
     await s.run("hi")
     results = s.messages[2].tool_results
@@ -284,15 +277,15 @@ async def test_after_tool_call_rewrites_field_wise_and_survives_errors(tmp_path)
     _rt, model, s = make_rt(
         tmp_path,
         [answer("", tool_call("ls", {})), "done"],
-        ("boom", AFTER_TOOL_CALL, lambda e: 1 / 0),
-        ("r", AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
-        ("r2", AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")),
+        ("boom", Event.AFTER_TOOL_CALL, lambda e: 1 / 0),
+        ("r", Event.AFTER_TOOL_CALL, lambda e: RewriteResult(details={"receipt": True})),
+        ("r2", Event.AFTER_TOOL_CALL, lambda e: RewriteResult(content=e.result.content + "!")),
     )
     await s.run("hi")
     res = s.messages[2].tool_results[0]
     assert res.content.endswith("!") and res.details == {"receipt": True} and not res.is_error
     assert model.requests[1].messages[-1].tool_results[0].content.endswith("!")
-    assert s.errors.counts[AFTER_TOOL_CALL] == 1
+    assert s.errors.counts[Event.AFTER_TOOL_CALL] == 1
 
 
 # --- observers ----------------------------------------------------------------------------------
@@ -303,16 +296,17 @@ async def test_history_changed_sees_every_append(tmp_path):
     _rt, _model, s = make_rt(
         tmp_path,
         [answer("", tool_call("ls", {})), "done"],
-        ("h", ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))),
+        ("h", Event.ON_HISTORY_CHANGED, lambda e: seen.append((e.kind, e.messages[0].role))),
     )
     await s.run("hi")
     assert seen == [("append", "user"), ("append", "assistant"), ("append", "tool"), ("append", "assistant")]
 
 
 async def test_step_end_errors_are_counted_and_the_loop_continues(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("bad", ON_STEP_END, lambda e: 1 / 0))
+    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
+                             ("bad", Event.ON_STEP_END, lambda e: 1 / 0))
     r = await s.run("hi")
-    assert r.ok and r.steps == 2 and s.errors.counts[ON_STEP_END] == 2
+    assert r.ok and r.steps == 2 and s.errors.counts[Event.ON_STEP_END] == 2
 
 
 async def test_step_end_steering_is_delivered_before_the_next_request(tmp_path):
@@ -321,7 +315,7 @@ async def test_step_end_steering_is_delivered_before_the_next_request(tmp_path):
             e.steer("<system-reminder>do not repeat the same call</system-reminder>", kind="guard", hidden=True)
             e.effects.declare(MarkerKind.GUARD_SIGNAL)
 
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("guard", ON_STEP_END, guard))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("guard", Event.ON_STEP_END, guard))
     await s.run("hi")
     last = model.requests[1].messages[-1]
     assert last.role == "user" and "do not repeat" in last.text and last.meta["kind"] == "guard"
@@ -334,7 +328,7 @@ async def test_steering_after_a_final_answer_continues_the_turn(tmp_path):
         if e.step == 1:
             e.steer("also check the README")
 
-    _rt, model, s = make_rt(tmp_path, ["first answer", "second answer"], ("s", ON_STEP_END, once))
+    _rt, model, s = make_rt(tmp_path, ["first answer", "second answer"], ("s", Event.ON_STEP_END, once))
     r = await s.run("hi")
     assert r.ok and r.text == "second answer" and r.steps == 2
     assert texts(model.requests[1])[-1] == "also check the README"
@@ -345,8 +339,8 @@ async def test_turn_start_and_end_are_called_around_the_turn(tmp_path):
     _rt, _model, s = make_rt(
         tmp_path,
         ["ok"],
-        ("t", TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
-        ("t2", TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))),
+        ("t", Event.TURN_START, lambda e: seen.append(("start", e.turn, e.source, e.text))),
+        ("t2", Event.TURN_END, lambda e: seen.append(("end", e.turn, e.outcome, e.steps))),
     )
     await s.run("hi", source="cli")
     assert seen == [("start", 1, "cli", "hi"), ("end", 1, "completed", 1)]
@@ -357,7 +351,7 @@ async def test_declared_effects_go_on_that_request_only(tmp_path):
         if c.step == 1:
             c.effects.declare(MarkerKind.COMPACTION)
 
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", BEFORE_LLM_CALL, declare))
+    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"], ("c", Event.BEFORE_LLM_CALL, declare))
     await s.run("hi")
     h0, h1 = model.requests[0].headers, model.requests[1].headers
     assert h0["x-ctxscope-event"] == "compaction" and "x-ctxscope-event" not in h1
@@ -388,16 +382,16 @@ async def test_a_prepared_call_observer_cannot_change_what_is_sent_or_stored(tmp
                 failures.append(type(exc).__name__)
                 raise
 
-        _rt, model, s = make_rt(tmp_path / name, ["ok"], ("o", ON_LLM_CALL_PREPARED, observer),
+        _rt, model, s = make_rt(tmp_path / name, ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, observer),
                                 config=LoopConfig(strict_views=False))
         r = await s.run("hi")
         assert r.ok and len(failures) == 1, name
-        assert s.errors.counts[ON_LLM_CALL_PREPARED] == 1 and "mutation attempt ignored" in s.errors.recent[-1]
+        assert s.errors.counts[Event.ON_LLM_CALL_PREPARED] == 1 and "mutation attempt ignored" in s.errors.recent[-1]
         assert "x-added-by-observer" not in model.calls[0].headers and model.calls[0].url != "http://elsewhere"
         assert s.messages[0].meta["kind"] != "tampered" and model.calls[0].request.messages[0].meta["kind"] != \
             "tampered"
         assert model.calls[0].request.tools[0].parameters["properties"]
-    _rt, model, s = make_rt(tmp_path / "strict", ["ok"], ("o", ON_LLM_CALL_PREPARED, attempts["header"]),
+    _rt, model, s = make_rt(tmp_path / "strict", ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, attempts["header"]),
                             config=LoopConfig(strict_views=True))
     with pytest.raises(ReadOnlyViolation, match="on_llm_call_prepared handler of extension 'o'"):
         await s.run("hi")
@@ -435,14 +429,14 @@ async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_p
                                          base_url=url), retry=RetryPolicy(max_retries=0))
             rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
                               extensions=[core_tools_extension(), Extension("o", lambda api: api.on(
-                                  ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=strict))
+                                  Event.ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=strict))
             try:
                 s = rt.create_session()
                 if strict:
                     with pytest.raises(ReadOnlyViolation):
                         await s.run("hi")
                 else:
-                    assert (await s.run("hi")).text == "ok" and s.errors.counts[ON_LLM_CALL_PREPARED] == 1
+                    assert (await s.run("hi")).text == "ok" and s.errors.counts[Event.ON_LLM_CALL_PREPARED] == 1
             finally:
                 await rt.aclose()
         sent = [r for r in state.requests() if r["path"].endswith("/messages")]

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.agent.core.events import BEFORE_LLM_CALL, ReplaceHistory
+from ctxscope.agent.core.events import Event, ReplaceHistory
 from ctxscope.agent.core.messages import user_message
 from ctxscope.agent.core.model import ModelRequest, ToolSpec
 from ctxscope.agent.core.spi import Extension
@@ -128,7 +128,7 @@ async def test_a_rewind_deletes_the_stale_live_report(tmp_path):
             deleted.append((ctx.session.dir / REPORT_FILE).exists())
             return ReplaceHistory(ctx.history[:1], "rewind to the first message")
 
-    ext = Extension("rewinder", lambda api: api.on(BEFORE_LLM_CALL, rewind))
+    ext = Extension("rewinder", lambda api: api.on(Event.BEFORE_LLM_CALL, rewind))
     _rt, _model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext, store=store)
     await s.run("go")
     assert deleted == [True] and store.writes == 2  # deleted by the rewind, written fresh by the next call
@@ -139,7 +139,7 @@ async def test_each_compaction_in_a_turn_freezes_a_copy_beside_its_epoch(tmp_pat
         if ctx.step == 2:
             return ReplaceHistory(ctx.history[:1], "compaction:checkpoint")
 
-    ext = Extension("compactor", lambda api: api.on(BEFORE_LLM_CALL, compact))
+    ext = Extension("compactor", lambda api: api.on(Event.BEFORE_LLM_CALL, compact))
     rt, _model, s = runtime(tmp_path, [answer("", tool_call("ls", {})), "done"], ext)
     await s.run("go")
     d = rt.store.dir(s.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxscope.agent.core.events import AFTER_TOOL_CALL, BEFORE_LLM_CALL, TURN_START, RewriteResult, TurnStart
+from ctxscope.agent.core.events import Event, RewriteResult, TurnStart
 from ctxscope.agent.core.spi import AssemblyError, Extension, Registry, SPIError
 from ctxscope.agent.core.state import ModelInfo, SessionState, SessionView
 from ctxscope.agent.core.tools import Tool
@@ -45,7 +45,7 @@ CONTRIBUTIONS = [
     ("contribute_system_prompt", lambda api: api.contribute_system_prompt("late")),
     ("contribute_user_prompt_prefix", lambda api: api.contribute_user_prompt_prefix("late")),
     ("register_reminder_provider", lambda api: api.register_reminder_provider(lambda ctx: "")),
-    ("on", lambda api: api.on(TURN_START, lambda e: None)),
+    ("on", lambda api: api.on(Event.TURN_START, lambda e: None)),
 ]
 
 
@@ -122,7 +122,7 @@ def test_registration_errors():
     with pytest.raises(SPIError, match="unknown event"):
         Registry([ext("a", lambda api: api.on("before_everything", lambda e: None))])
     with pytest.raises(SPIError, match="appends=True"):
-        Registry([ext("a", lambda api: api.on(AFTER_TOOL_CALL, lambda e: None, appends=True))])
+        Registry([ext("a", lambda api: api.on(Event.AFTER_TOOL_CALL, lambda e: None, appends=True))])
     with pytest.raises(SPIError, match="failed in init"):
         Registry([ext("a", lambda api: 1 / 0)])
 
@@ -135,6 +135,16 @@ def test_registration_errors():
         Registry([ext("a", lambda api: None), ext("a", lambda api: None)])
 
 
+def test_an_event_named_by_its_plain_string_is_the_same_event(tmp_path):
+    """An extension written without mypy may name the event by its string: it lands under the enum member."""
+    reg = Registry([ext("plain", lambda api: api.on("after_tool_call", lambda e: None)),
+                    ext("typed", lambda api: api.on(Event.AFTER_TOOL_CALL, lambda e: None))])
+    entries = reg.assemble(turn_ctx(tmp_path)).handlers_for(Event.AFTER_TOOL_CALL)
+    assert [(e.extension_id, e.event) for e in entries] == [("plain", Event.AFTER_TOOL_CALL),
+                                                            ("typed", Event.AFTER_TOOL_CALL)]
+    assert all(type(e.event) is Event for e in entries)
+
+
 def test_configured_extension_cannot_replace_a_host_builtin():
     builtin = ext("runaway-guard", lambda api: None)
     with pytest.raises(SPIError, match="host builtins cannot be replaced"):
@@ -145,10 +155,10 @@ def test_configured_extension_cannot_replace_a_host_builtin():
 
 def test_host_builtin_handlers_run_after_configured_ones(tmp_path):
     h = lambda e: None  # noqa: E731
-    host = ext("host", lambda api: (api.on(AFTER_TOOL_CALL, h), api.on(BEFORE_LLM_CALL, h)))
-    reg = Registry([ext("a", lambda api: api.on(AFTER_TOOL_CALL, h)),
-                    ext("b", lambda api: api.on(AFTER_TOOL_CALL, h))], [host])
-    order = [e.extension_id for e in reg.assemble(turn_ctx(tmp_path)).handlers_for(AFTER_TOOL_CALL)]
+    host = ext("host", lambda api: (api.on(Event.AFTER_TOOL_CALL, h), api.on(Event.BEFORE_LLM_CALL, h)))
+    reg = Registry([ext("a", lambda api: api.on(Event.AFTER_TOOL_CALL, h)),
+                    ext("b", lambda api: api.on(Event.AFTER_TOOL_CALL, h))], [host])
+    order = [e.extension_id for e in reg.assemble(turn_ctx(tmp_path)).handlers_for(Event.AFTER_TOOL_CALL)]
     assert order == ["a", "b", "host"]
 
 
@@ -156,11 +166,11 @@ async def test_host_builtin_after_tool_call_sees_every_configured_rewrite(tmp_pa
     seen = []
 
     def host_init(api):
-        api.on(AFTER_TOOL_CALL, lambda e: seen.append(e.result.content))
+        api.on(Event.AFTER_TOOL_CALL, lambda e: seen.append(e.result.content))
 
     # the builtin is listed FIRST by its registrar but still runs last
     rt, _ = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                    extensions=[ext("rewriter", lambda api: api.on(AFTER_TOOL_CALL,
+                    extensions=[ext("rewriter", lambda api: api.on(Event.AFTER_TOOL_CALL,
                                                                    lambda e: RewriteResult(content="rewritten")))],
                     host_builtins=[ext("budget", host_init)])
     await rt.create_session().run("go")
@@ -172,7 +182,7 @@ async def test_enable_disable_per_session(tmp_path):
 
     def init(api):
         api.register_tool(make_tool("extra"))
-        api.on(TURN_START, lambda e: calls.append(e.session.id))
+        api.on(Event.TURN_START, lambda e: calls.append(e.session.id))
 
     rt, model = make_rt(tmp_path, ["a", "b", "c"], extensions=[ext("extra-ext", init)])
     s1, s2 = rt.create_session(), rt.create_session()

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ctxscope.main import cli
 
-from support.factories import T0, analysed, make_exchange
+from support.factories import T0, analysed, claude_code_like_session, make_exchange
 from support.inspector_bodies import claude_code_turns, default_system, long_text
 
 TOKEN = "advisor-verify-token-0123456789abcdef"
@@ -48,34 +48,9 @@ def daemon_url(tmp_path_factory):
             proc.stdout.close()
 
 
-def _filler(n: int, tag: str) -> str:
-    return " ".join(f"{tag}{i}" for i in range(n))
-
-
-def _claude_code_like(calls: int, gaps: list[float]) -> list:
-    """A Claude Code-shaped session (many tools, a system prompt in blocks, tool rounds) with its
-    breakpoints stripped: no cache_control anywhere."""
-    tools = [{"name": n, "description": _filler(180, n), "input_schema": {"type": "object", "properties": {
-        "path": {"type": "string"}}}} for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")]
-    system = [{"type": "text", "text": "You are Claude Code, a coding agent."},
-              {"type": "text", "text": _filler(2200, "policy")}]
-    messages: list = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
-    out, t = [], 0.0
-    for i in range(calls):
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "tools": tools,
-                "messages": json.loads(json.dumps(messages))}
-        out.append(make_exchange(request=body, started_at=T0 + t, session_label="cc"))
-        t += gaps[i] if i < len(gaps) else 20.0
-        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}
-        messages += [{"role": "assistant", "content": [use]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                   "content": _filler(400, f"line{i}x")}]}]
-    return out
-
-
 @pytest.mark.parametrize("gaps", [[20.0] * 7, [20.0, 400.0, 20.0, 700.0, 20.0, 20.0, 20.0]])
 def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, daemon_url, gaps):
-    analysed(tmp_path / "c.db", _claude_code_like(8, gaps))
+    analysed(tmp_path / "c.db", claude_code_like_session(8, gaps))
     result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert result.exit_code == 0, result.output
@@ -112,7 +87,7 @@ def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_ur
 
 
 def test_verify_without_a_daemon_says_so(tmp_path):
-    analysed(tmp_path / "c.db", _claude_code_like(3, []))
+    analysed(tmp_path / "c.db", claude_code_like_session(3, []))
     result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
                                       "http://127.0.0.1:9"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
     assert result.exit_code != 0 and "no ctxscope daemon answers at http://127.0.0.1:9" in result.output

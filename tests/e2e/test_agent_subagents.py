@@ -115,7 +115,7 @@ def test_a_sub_agent_is_a_child_thread_and_the_parent_stays_append_only(proxy, t
     bundle = bundle_session(home, session, tmp_path / "report.tar.gz")
     assert bundle.sessions == (session, child)
     with tarfile.open(bundle.archive) as tar:
-        manifest = json.load(tar.extractfile(MANIFEST))  # type: ignore[arg-type]
+        manifest = json.load(tar.extractfile(MANIFEST))
         names = tar.getnames()
     assert {"id": child, "parent": session, "dir": f"sessions/{child}"} in manifest["sessions"]
     assert f"sessions/{child}/history.jsonl" in names and f"sessions/{child}/llm-call.json" in names

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from test_advisor_verify import _claude_code_like
 
-from support.factories import analysed
+from support.factories import analysed, claude_code_like_session
 from support.serve_process import CTXSCOPE, free_port, running_serve
 
 pytestmark = pytest.mark.e2e
@@ -94,7 +93,7 @@ def test_commands_find_a_daemon_on_another_port_without_an_address_flag(tmp_path
                                 env=env, capture_output=True, text=True, timeout=120)
         assert replay.returncode == 0, replay.stdout + replay.stderr
         assert "replayed" in replay.stdout
-        analysed(tmp_path / "adv.db", _claude_code_like(3, []))
+        analysed(tmp_path / "adv.db", claude_code_like_session(3, []))
         advise = subprocess.run([str(CTXSCOPE), "advise", "cc", "--db", str(tmp_path / "adv.db"), "--verify"],
                                 env=env, capture_output=True, text=True, timeout=120)
         assert advise.returncode == 0 and "verified in the simulator" in advise.stdout, advise.stdout + advise.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import sys
 import zlib
 
 import pytest
@@ -17,18 +18,17 @@ from ctxscope.inspector.store.blobs import (
     blob_get,
     blob_load,
     blob_put,
-    common_prefix,
-    common_suffix,
     sweep,
 )
 from ctxscope.inspector.store.layout.legacy import Delta, apply_delta, make_delta, sha256
 from ctxscope.inspector.store.layout.packing import pack_pieces, unpack_pieces
+from ctxscope.inspector.store.layout.pieces import common_prefix, common_suffix
 from ctxscope.inspector.store.recode import apply_recipe, find_recipe
 
-try:
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:
-    from backports import zstd  # type: ignore[no-redef]
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
+    from backports import zstd
 
 
 @pytest.fixture

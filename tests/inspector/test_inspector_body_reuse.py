@@ -86,10 +86,10 @@ def test_messages_moved_by_a_longer_system_prompt_are_reused_where_they_now_star
     moved = dict(bodies[4], system=bodies[4]["system"] + [text("Today is Tuesday.")])  # before the messages
     first, second = json.dumps(bodies[3]).encode(), json.dumps(moved).encode()
     _, a = parse(first)
-    value, b = parse(second, [a])  # type: ignore[list-item]
+    value, b = parse(second, [a])
     assert value == json.loads(second) and b is not None and a is not None
     assert b.value["messages"][0] is a.value["messages"][0]  # the same objects: not parsed again
-    assert b.member("messages").start != a.member("messages").start  # type: ignore[union-attr]
+    assert b.member("messages").start != a.member("messages").start
     parsed_chain([first, second, json.dumps(bodies[4]).encode(), first])
 
 
@@ -165,7 +165,7 @@ def test_the_digest_resumes_from_a_checkpoint_inside_the_shared_prefix():
     first = json.dumps(make_anthropic_body(messages=history)).encode()
     second = json.dumps(make_anthropic_body(messages=history + [user("one more")])).encode()
     _, a = parse(first)
-    _, b = parse(second, [a])  # type: ignore[list-item]
+    _, b = parse(second, [a])
     assert a is not None and b is not None and len(a.states) == len(first) // CHECKPOINT + 1
     assert b.digest == hashlib.sha256(second).hexdigest()
     assert b.states[: len(a.states) - 1] == a.states[: len(a.states) - 1]  # the very states: not hashed again
@@ -176,18 +176,18 @@ def test_body_memory_is_bounded_and_drops_bodies_the_latest_continues():
     memory = BodyMemory(per_key=2, max_keys=2, max_bytes=10_000)
     raws = [json.dumps(b).encode() for b in claude_code_turns(4)]
     for raw in raws:
-        memory.add("a", parse(raw, memory.get("a"))[1])  # type: ignore[arg-type]
+        memory.add("a", parse(raw, memory.get("a"))[1])
     assert [b.raw for b in memory.get("a")] == [raws[-1]]  # each one continued the one before
     # Claude Code sends the messages first, then the system prompt and the tools (arrays too).
     first = [json.dumps({"messages": b["messages"], **b}).encode() for b in claude_code_turns(4)]
     for raw in first:
-        memory.add("first", parse(raw, memory.get("first"))[1])  # type: ignore[arg-type]
+        memory.add("first", parse(raw, memory.get("first"))[1])
     assert [b.raw for b in memory.get("first")] == [first[-1]]
     other = json.dumps(make_anthropic_body(messages=[user("another conversation"), user("x")])).encode()
-    memory.add("a", parse(other)[1])  # type: ignore[arg-type]
+    memory.add("a", parse(other)[1])
     assert len(memory.get("a")) == 2
-    memory.add("b", parse(other)[1])  # type: ignore[arg-type]
-    memory.add("c", parse(other)[1])  # type: ignore[arg-type]
+    memory.add("b", parse(other)[1])
+    memory.add("c", parse(other)[1])
     assert memory.get("a") == [] and memory.bytes <= 10_000
 
 

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import random
+import sys
 import time
 
 from ctxscope.inspector.reading.db_status import db_status
@@ -14,10 +15,10 @@ from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, RecentFailures
 
 from support.factories import anthropic_request, anthropic_response, anthropic_sse, capture, make_exchange
 
-try:
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:
-    from backports import zstd  # type: ignore[no-redef]
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
+    from backports import zstd
 
 _WORDS = [f"w{i:x}{'abcdefgh'[i % 8] * (i % 5)}" for i in range(2000)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ctxscope.inspector.pipeline.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.deletion import delete_session
@@ -48,7 +49,7 @@ def _wait(w: CaptureWriter, n: int) -> None:
 
 def _check_all(path, exs) -> None:
     """Every call reads back whole: headers, bodies byte for byte, seqs 1..n in each session."""
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         for ex in exs:
             row = queries.get_call(db, ex.id)
@@ -66,7 +67,7 @@ def _check_all(path, exs) -> None:
 
 
 def _found(path, word: str) -> set[str]:
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         return {hit["call"] for hit in search.search(db, word)}
     finally:
@@ -128,7 +129,8 @@ def test_another_connections_deletion_leaves_no_stale_id(tmp_path):
         first = [_call("okapi", session_label="other"), _call("okapi", session_label="other")]
         _store(w, first)
         _wait(w, 2)
-        db = store.connect(path)  # a second writer, as a CLI command run beside the daemon would be
+        # a second writer, as a CLI command run beside the daemon would be
+        db = store.connect(path, segment_texts=SegmentTexts)
         try:
             assert delete_session(db, "other")["calls_deleted"] == 2
         finally:
@@ -153,7 +155,7 @@ def test_a_restarted_writer_reuses_the_chunks_and_segments_stored_before_it(tmp_
         _wait(w, 1)
     finally:
         assert w.stop()
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")]
     finally:
@@ -167,7 +169,7 @@ def test_a_restarted_writer_reuses_the_chunks_and_segments_stored_before_it(tmp_
         assert w.stop()
     assert w.stats().failed == 0
     _check_all(path, first + again)
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         assert [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "search_segments")] == counts
     finally:
@@ -189,7 +191,7 @@ def test_every_stored_call_is_numbered_once_in_storing_order_and_a_rolled_back_o
     finally:
         assert w.stop()
     assert w.stats().failed == 1
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         numbered = db.execute("SELECT call_id FROM stored_order ORDER BY seq").fetchall()
         triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'calls' "
@@ -214,7 +216,7 @@ def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(
         _wait(w, 2)
     finally:
         assert w.stop()
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         rows = [queries.get_call(db, ex.id) for ex in (one, two)]
         assert rows[0] is not None and rows[1] is not None
@@ -230,7 +232,7 @@ def test_a_call_analysed_before_its_insert_is_written_once_in_its_final_session(
 
 def _fts_terms(path) -> dict[str, int]:
     """FTS5's terms and how many documents hold each (a text given twice would count twice)."""
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         db.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, search_fts, 'row')")
         return dict(db.execute("SELECT term, doc FROM temp.terms").fetchall())

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from ctxscope.inspector.base.clock import iso
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.migrations import migrations
 
@@ -87,10 +88,10 @@ def test_meta_and_events(tmp_path):
 
 
 def test_iso_is_fixed_width_utc_and_sorts_as_time():
-    a, b = store.iso(1_750_000_000.0), store.iso(1_750_000_000.5)
+    a, b = iso(1_750_000_000.0), iso(1_750_000_000.5)
     assert a == "2025-06-15T15:06:40.000000Z"
     assert len(a) == len(b) and a < b
-    assert store.iso(None) is None
+    assert iso(None) is None
 
 
 @pytest.mark.parametrize("bad", ["", "notadb"])
@@ -107,8 +108,6 @@ def test_connect_refuses_a_file_that_is_not_a_database(tmp_path, bad):
 def test_iso_writes_the_text_datetime_writes_fixed_width_and_rounded_the_same_way():
     from datetime import UTC, datetime
 
-    from ctxscope.inspector.store.db import iso
-
     for ts in (0.0, 1.5, -1.25, 12.0000005, 12.0000015, 1700000000.9999996, 1760000000.123456, 253402300799.5):
         assert iso(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert iso(None) is None
@@ -120,8 +119,6 @@ def test_iso_of_timestamps_in_the_same_and_in_other_seconds_in_any_order():
     # iso keeps the last second it formatted: each text must still be datetime's.
     import random
     from datetime import UTC, datetime
-
-    from ctxscope.inspector.store.db import iso
 
     rng = random.Random(3)
     for _ in range(2000):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store import exchange_row, queries
@@ -66,14 +67,14 @@ def test_queued_calls_are_committed_in_batches(tmp_path):
     st = w.stats()
     assert st.written == 60 and st.failed == 0 and st.queued == 0
     assert st.commits < 10
-    assert _ids(queries.open_db(tmp_path / "c.db")) == {e.id for e in exs}
+    assert _ids(queries.open_db(tmp_path / "c.db", segment_texts=SegmentTexts)) == {e.id for e in exs}
 
 
 def test_stop_drains_everything_and_readers_work_meanwhile(tmp_path):
     path = tmp_path / "c.db"
     w = CaptureWriter(path)
     w.start()
-    reader = queries.open_db(path)
+    reader = queries.open_db(path, segment_texts=SegmentTexts)
     exs = [make_exchange() for _ in range(300)]
     for ex in exs:
         w.submit(ex)
@@ -105,7 +106,7 @@ def test_a_failing_analyzer_is_counted_and_the_call_is_kept(tmp_path, caplog):
     st = w.stats()
     assert (st.written, st.failed, st.analysis_failed) == (3, 0, 1)
     assert "analysis bug" in st.last_error and "analysis bug" in caplog.text
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     assert _ids(db) == {e.id for e in exs}
     assert {r[0] for r in db.execute("SELECT call_id FROM notes")} == {exs[0].id, exs[2].id}  # its writes undone
     assert db_status(path)["writer"]["analysis_failed"] == 1
@@ -132,7 +133,7 @@ def test_the_inspector_analyzer_failing_keeps_the_call_unanalysed_without_a_save
         w.submit(ex)
     assert w.stop()
     assert (w.stats().written, w.stats().analysis_failed) == (3, 1)
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     relations = [r[0] for r in db.execute("SELECT relation FROM calls ORDER BY seq")]
     assert relations[1] is None and None not in (relations[0], relations[2])
 
@@ -153,7 +154,7 @@ def test_a_failing_insert_is_counted_persisted_and_the_writer_goes_on(tmp_path, 
     st = w.stats()
     assert (st.written, st.failed) == (2, 1) and "disk on fire" in st.last_error
     assert bad.id in caplog.text
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     assert _ids(db) == {good1.id, good2.id}
     assert (
         db.execute(
@@ -204,7 +205,7 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
         assert w.stop()
         monkeypatch.undo()
         assert (w.stats().written, w.stats().failed) == (3, 1)
-        db = queries.open_db(path)
+        db = queries.open_db(path, segment_texts=SegmentTexts)
         try:
             cols = ("seq", "thread", "predecessor", "relation", "epoch_reason", "relation_detail", "tokens_estimated",
                     "tokens_by_category", "cache_verdict", "cache", "markers", "attempt", "retry_of", "grouped_by")
@@ -244,7 +245,7 @@ def test_a_failure_that_kills_the_transaction_costs_only_that_call(tmp_path):
     w.start()
     assert w.stop()
     assert (w.stats().written, w.stats().failed) == (7, 1)
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     assert _ids(db) == {e.id for e in exs if e.path != "/boom"}
     for ex in exs:
         if ex.path != "/boom":
@@ -263,7 +264,7 @@ def test_a_parser_bug_keeps_the_call_and_is_counted(tmp_path, monkeypatch):
     w.submit(ex)
     assert w.stop()
     assert (w.stats().written, w.stats().parse_failed) == (1, 1)
-    db = queries.open_db(tmp_path / "c.db")
+    db = queries.open_db(tmp_path / "c.db", segment_texts=SegmentTexts)
     assert "parser bug" in queries.get_call(db, ex.id)["parse_error"]
     assert queries.get_response_raw(db, ex.id) == ex.response_body
     assert db_status(tmp_path / "c.db")["writer"]["parse_failed"] == 1
@@ -353,7 +354,7 @@ def test_a_store_that_cannot_be_opened_keeps_the_calls_says_so_and_stores_them_o
     assert _wait(lambda: w.stats().written == 5)
     assert w.stats().store_down_since is None and w.stats().queued == 0
     assert w.stop()
-    assert _ids(queries.open_db(path)) == {e.id for e in exs}
+    assert _ids(queries.open_db(path, segment_texts=SegmentTexts)) == {e.id for e in exs}
     assert db_status(path)["writer"]["store_unavailable"] >= 1
 
 
@@ -388,12 +389,12 @@ def test_a_full_disk_loses_no_call_and_every_call_is_stored_once_when_space_retu
     st = w.stats()
     assert "full" in st.last_error and st.store_down_since is not None
     assert st.queued == 60 and st.written == 0 and st.failed == 0 and st.dropped == 0
-    assert len(_ids(queries.open_db(path))) == 0
+    assert len(_ids(queries.open_db(path, segment_texts=SegmentTexts))) == 0
     assert "unavailable" in caplog.text
     switch["full"] = False  # space returns
     assert _wait(lambda: w.stats().written == 60)
     assert w.stop()
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     assert next(r[0] for r in db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM calls")) == 60
     assert _ids(db) == {e.id for e in exs}
     assert queries.get_request_raw(db, exs[7].id) == exs[7].request_body
@@ -419,7 +420,7 @@ def test_calls_the_store_never_took_are_left_in_a_spool_for_the_next_writer(tmp_
     nxt = WriterProcess(path)
     nxt.start()
     assert nxt.stop()
-    assert _ids(queries.open_db(path)) == {e.id for e in exs}
+    assert _ids(queries.open_db(path, segment_texts=SegmentTexts)) == {e.id for e in exs}
     assert spools.spool_files(path) == []
 
 
@@ -475,7 +476,7 @@ def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
     early = {r[0] for r in conn.execute("SELECT id FROM calls WHERE id LIKE 'early%'")}
     assert early == {f"early{i:06d}" for i in range(n)}
     conn.close()
-    db = queries.open_db(path)  # and the store opens and reads cleanly
+    db = queries.open_db(path, segment_texts=SegmentTexts)  # and the store opens and reads cleanly
     assert queries.get_request_raw(db, "early000007").startswith(b"{")
     for c in queries.list_calls(db, limit=20):  # calls committed just before the kill are whole too
         if c["id"].startswith("late"):
@@ -569,7 +570,7 @@ def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_st
         result = w.delete_session(gone)
         assert result["session"] == gone and result["calls_deleted"] == 2
         assert w.delete_session(gone)["calls_deleted"] == 0
-        left = queries.list_calls(queries.open_db(tmp_path / "c.db"), limit=None)
+        left = queries.list_calls(queries.open_db(tmp_path / "c.db", segment_texts=SegmentTexts), limit=None)
         assert [c["id"] for c in left] == [exchanges[2].id]
     finally:
         assert w.stop()

@@ -105,8 +105,8 @@ def test_a_writer_child_on_a_file_that_needs_migrations_migrates_it_apart_and_st
 _OPEN = """
 import json, sys
 from ctxscope.inspector.store import db
-import ctxscope.inspector.pipeline.search_text
-handle = db.open_handle(sys.argv[1])
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
+handle = db.open_handle(sys.argv[1], segment_texts=SegmentTexts)
 print(json.dumps({"pending": db.pending_migrations(handle), "sqlite_utils": "sqlite_utils" in sys.modules}))
 handle.close()
 """

@@ -136,7 +136,7 @@ def daemons(loop_thread, sim, tmp_path, monkeypatch):
         started.append(daemon)
         return daemon
 
-    start.db_path = db_path  # type: ignore[attr-defined]
+    start.db_path = db_path
     yield start
     for daemon in started:
         loop_thread.call(daemon.stop())

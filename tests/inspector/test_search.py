@@ -7,12 +7,15 @@ segments to the index, and an answer re-sent as an assistant message is the same
 from __future__ import annotations
 
 import json
+import sqlite3
+import sys
 import time
 
 import pytest
 from click.testing import CliRunner
 
-from ctxscope.inspector.pipeline import search_text  # gives connections the reader of segment texts
+from ctxscope.inspector.pipeline import search_text
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived.search import HIT_END, HIT_START, index_stats
 from ctxscope.inspector.store.derived.search import search as search_in
@@ -71,7 +74,7 @@ def test_a_tool_result_string_is_found_at_its_call_and_pointer(proxy, sim):
 def test_the_index_holds_each_text_once(proxy, sim):
     _conversation(proxy, sim)
     proxy.stop()
-    stats = index_stats(open_db(proxy.db_path))
+    stats = index_stats(open_db(proxy.db_path, segment_texts=SegmentTexts))
     # call 1: system, user; call 2 adds a tool result; call 3 adds a user message; 3 answers. The
     # assistant messages of calls 2 and 3 are the answers of calls 1 and 2: stored once, as answers.
     assert stats["segments"] == 2 + 1 + 1 + 3
@@ -98,13 +101,28 @@ def test_deleting_a_session_takes_its_text_out_of_the_index(tmp_path):
                                session_label=label) for word, label in (("alpha", "keep"), ("beta", "drop"))]
     capture(path, exchanges).conn.close()
     invoke("reindex", "--db", str(path))
-    db = open_db(path)
+    db = open_db(path, segment_texts=SegmentTexts)
     delete_session(db, "drop")
     hits = json.loads(invoke("search", UNIQUE, "--db", str(path), "--json"))
     assert [h["session"] for h in hits] == ["keep"]
     assert json.loads(invoke("search", "beta", "--db", str(path), "--json")) == []
     texts = [r[0] for r in db.execute("SELECT text FROM search_text").fetchall()]
     assert not any("beta" in t for t in texts)
+
+
+def test_a_connection_reads_texts_only_through_the_reader_it_was_opened_with(tmp_path):
+    """No import-time registry: this module imports ``search_text``, yet a connection opened without
+    the reader has no ``ctxscope_segment_text`` (an error, never an empty or another text)."""
+    path = tmp_path / "c.db"
+    capture(path, [make_exchange(request=anthropic_request([{"role": "user", "content": f"where is {UNIQUE}?"}]))])
+    invoke("reindex", "--db", str(path))
+    plain = open_db(path)
+    with pytest.raises(sqlite3.OperationalError, match="no such function: ctxscope_segment_text"):
+        plain.execute("SELECT text FROM search_text").fetchall()
+    reading = open_db(path, segment_texts=SegmentTexts)
+    assert any(UNIQUE in t for (t,) in reading.execute("SELECT text FROM search_text").fetchall())
+    plain.close()
+    reading.close()
 
 
 def test_query_syntax_is_taken_as_words(tmp_path):
@@ -168,7 +186,7 @@ def test_the_writer_indexes_only_new_segments_and_finds_each_at_its_first_call(t
     invoke("reindex", "--db", str(path))
     assert json.loads(invoke("search", "anemone", "--db", str(path), "--json")) == rebuilt
     # system, first question, turns, replies (each reply re-sent as an assistant message is the same text)
-    assert index_stats(open_db(path))["segments"] == 1 + 1 + 4 + 5
+    assert index_stats(open_db(path, segment_texts=SegmentTexts))["segments"] == 1 + 1 + 4 + 5
 
 
 def _words(seed: int, n: int) -> str:
@@ -207,7 +225,7 @@ def test_the_store_holds_no_second_copy_of_a_text(tmp_path):
     body = anthropic_request([{"role": "user", "content": long_text}])
     capture(path, [make_exchange(request=body, response=anthropic_response("noted"))],
             analyzers=writer_analyzers()).conn.close()
-    db = open_db(path)
+    db = open_db(path, segment_texts=SegmentTexts)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("c.db"))
     assert long_text[1000:1400].encode() not in stored  # nowhere in plain bytes: only compressed, in chunks
@@ -234,7 +252,7 @@ def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tm
                                response=anthropic_response(f"{word} answer"), session_label=label)
                  for word, label in (("zirconwordalpha", "first"), ("zirconwordbeta", "second"))]
     capture(path, exchanges, analyzers=writer_analyzers()).conn.close()
-    db = open_db(path)
+    db = open_db(path, segment_texts=SegmentTexts)
     _fts_consistent(db)
     # one segment, an occurrence in each session; its text is read back from the first one's body
     assert [h["session"] for h in search_in(db, UNIQUE)] == ["first", "second"]
@@ -264,7 +282,7 @@ def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
     loads: list[str] = []
     real = search_text.queries.get_request_body
     monkeypatch.setattr(search_text.queries, "get_request_body", lambda db, cid: loads.append(cid) or real(db, cid))
-    db = open_db(path)
+    db = open_db(path, segment_texts=SegmentTexts)
     hits = search_in(db, UNIQUE)
     assert len(hits) == 12 and all(HIT_START in h["snippet"] for h in hits)
     assert len(loads) == 1
@@ -274,10 +292,10 @@ def test_a_search_page_reads_each_body_once(tmp_path, monkeypatch):
 def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_path):
     """A file indexed before m014 (compressed copies; one text under two keys, as the indexer's hash
     once keyed it) opens with one segment per text, no copies, and the same hits."""
-    try:
-        from compression import zstd  # type: ignore[import-not-found]
-    except ImportError:
-        from backports import zstd  # type: ignore[no-redef]
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+    else:
+        from backports import zstd
 
     from ctxscope.inspector.store import db as store
     from ctxscope.inspector.store.ingest import IngestState, ingest
@@ -286,7 +304,7 @@ def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_pa
     path = tmp_path / "c.db"
     text = f"the old lighthouse keeper {UNIQUE}"
     ex = make_exchange(request=anthropic_request([{"role": "user", "content": text}]))
-    db = store.connect(path, migrate=False)
+    db = store.connect(path, migrate=False, segment_texts=SegmentTexts)
     migrations.apply(db, stop_before="m014_search_text_from_bodies")
     with db.atomic():
         ingest(db, ex, IngestState(capture_epoch=1))
@@ -297,7 +315,7 @@ def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_pa
             db.execute("INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
                        "VALUES (?, ?, ?, 'request', '/messages/0/content')", [seg, holder, ex.id])
     db.close()
-    db = open_db(path)  # migrates
+    db = open_db(path, segment_texts=SegmentTexts)  # migrates
     assert set(db["search_segments"].columns_dict) == {"id", "hash", "area", "size"}
     [(seg,)] = db.execute("SELECT id FROM search_segments").fetchall()
     assert _fts_rows(db, "lighthouse") == [seg]

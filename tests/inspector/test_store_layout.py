@@ -8,8 +8,10 @@ import gzip
 import hashlib
 import json
 import random
+import sys
 
 from ctxscope.inspector.pipeline.search_index import writer_analyzers
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.deletion import delete_session
@@ -21,10 +23,10 @@ from ctxscope.inspector.store.queries import get_call, get_request_raw, get_resp
 
 from support.factories import anthropic_request, anthropic_response, capture, make_exchange
 
-try:
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:
-    from backports import zstd  # type: ignore[no-redef]
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
+    from backports import zstd
 
 _WORDS = [f"w{i}x" for i in range(3000)]
 
@@ -110,7 +112,7 @@ def test_header_lists_come_back_exactly_from_their_shared_sets(tmp_path):
 
 def _old_database(path) -> None:
     """A file as the layout before chunks wrote it: delta blobs, header lists in the row, search text in full."""
-    db = store.connect(path, migrate=False)
+    db = store.connect(path, migrate=False, segment_texts=SegmentTexts)
     migrations.apply(db, stop_before="m011_create_chunks")
     first = json.dumps(anthropic_request([{"role": "user", "content": "the old lighthouse keeper"}])).encode()
     second = first[:-1] + b', "temperature": 1}'
@@ -138,7 +140,7 @@ def _old_database(path) -> None:
 def test_a_database_written_before_this_layout_reads_and_grows(tmp_path):
     path = tmp_path / "old.db"
     first, second = _old_database(path)
-    db = open_db(path)  # migrates
+    db = open_db(path, segment_texts=SegmentTexts)  # migrates
     assert get_request_raw(db, "old0") == first and get_request_raw(db, "old1") == second
     assert get_call(db, "old1")["request_headers"] == [["x-app", "cli"], ["x-api-key", "[redacted]"]]
     assert get_call(db, "old1")["response_headers"] == [["request-id", "req_1"]]
@@ -173,7 +175,7 @@ def test_every_lookup_of_the_same_request_reads_only_the_window_of_the_time_inde
     whole table: they read the window's entries of the time index, which carries the request hash."""
     from ctxscope.inspector.store.ingest import IngestState, ingest
 
-    db = store.connect(tmp_path / "r.db")
+    db = store.connect(tmp_path / "r.db", segment_texts=SegmentTexts)
     seen: list[str] = []
     db.conn.set_trace_callback(seen.append)
     state = IngestState(capture_epoch=1)

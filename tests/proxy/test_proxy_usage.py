@@ -144,11 +144,11 @@ def test_unknown_api_is_recognised_by_field_names(raw, semantics, expected_input
 
 def test_unrecognisable_or_non_dict_usage():
     assert normalize_usage(None, {"tokens": 5}) is None
-    assert normalize_usage(Api.OPENAI_CHAT, [1, 2]) is None  # type: ignore[arg-type]
+    assert normalize_usage(Api.OPENAI_CHAT, [1, 2]) is None
 
 
 def test_usage_is_frozen():
     u = normalize_usage(Api.OPENAI_CHAT, {"prompt_tokens": 1})
     assert isinstance(u, Usage)
     with pytest.raises(AttributeError):
-        u.input = 2  # type: ignore[misc]
+        u.input = 2

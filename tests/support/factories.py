@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxscope.inspector.pipeline.analyze import Analyzer
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.proxy.exchange import Exchange
@@ -120,7 +121,7 @@ def capture(path: Path, exchanges, **writer_options: Any):
         writer.submit(ex)
     assert writer.stop()
     assert writer.stats().failed == 0
-    return queries.open_db(path)
+    return queries.open_db(path, segment_texts=SegmentTexts)
 
 
 def analysed(path: Path, exchanges, analyzer: Analyzer | None = None):
@@ -133,12 +134,12 @@ def analysed(path: Path, exchanges, analyzer: Analyzer | None = None):
     assert writer.stop()
     stats = writer.stats()
     assert stats.failed == 0 and stats.analysis_failed == 0, stats.last_error
-    return queries.open_db(path), analyzer
+    return queries.open_db(path, segment_texts=SegmentTexts), analyzer
 
 
 def analysis_and_index(path: Path, columns: tuple[str, ...]) -> tuple[dict, list]:
     """What the analyzers left in a store: each call's ``columns`` by id, and the search index's rows."""
-    db = queries.open_db(path)
+    db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         calls = {r[0]: {k: queries.get_call(db, r[0])[k] for k in columns} for r in db.execute("SELECT id FROM calls")}
         index = db.execute(
@@ -166,3 +167,28 @@ def plant_pickle_spool(path: Path, marker: Path) -> bytes:
     path.write_bytes(struct.pack("<Q", len(data)) + data)
     os.chmod(path, 0o600)
     return data
+
+
+def _words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def claude_code_like_session(calls: int, gaps: list[float]) -> list:
+    """A Claude Code-shaped session (many tools, a system prompt in blocks, tool rounds) with its
+    breakpoints stripped: no cache_control anywhere."""
+    tools = [{"name": n, "description": _words(180, n), "input_schema": {"type": "object", "properties": {
+        "path": {"type": "string"}}}} for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")]
+    system = [{"type": "text", "text": "You are Claude Code, a coding agent."},
+              {"type": "text", "text": _words(2200, "policy")}]
+    messages: list = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
+    out, t = [], 0.0
+    for i in range(calls):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "tools": tools,
+                "messages": json.loads(json.dumps(messages))}
+        out.append(make_exchange(request=body, started_at=T0 + t, session_label="cc"))
+        t += gaps[i] if i < len(gaps) else 20.0
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}
+        messages += [{"role": "assistant", "content": [use]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                   "content": _words(400, f"line{i}x")}]}]
+    return out

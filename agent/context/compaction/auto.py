@@ -42,11 +42,11 @@ from ctxscope.vocab.kinds import CompactionTrigger, MarkerKind
 from ...core.budget import ContextSettings
 from ...core.estimate import AnchorBinding, Footprint, UsageAnchor, footprint, prefix_hash
 from ...core.events import (
-    BEFORE_LLM_CALL,
     Abort,
     BeforeCompactHandler,
     Defer,
     Effects,
+    Event,
     HistoryChanged,
     LlmCallContext,
     LlmCallPrepared,
@@ -105,10 +105,10 @@ class ContextManager:
         """This manager as the ``context-management`` extension: handlers, overflow handler and /compact."""
         def init(api: ExtensionAPI) -> None:
             self.host = api.host
-            api.on(BEFORE_LLM_CALL, self.before_llm_call)
-            api.on("on_llm_call_prepared", self.on_prepared)
-            api.on("after_llm_call", self.after_llm_call)
-            api.on("on_history_changed", self.on_history_changed)
+            api.on(Event.BEFORE_LLM_CALL, self.before_llm_call)
+            api.on(Event.ON_LLM_CALL_PREPARED, self.on_prepared)
+            api.on(Event.AFTER_LLM_CALL, self.after_llm_call)
+            api.on(Event.ON_HISTORY_CHANGED, self.on_history_changed)
             api.on_overflow(self.on_overflow)
             api.register_command("compact", self.compact)
 
@@ -325,9 +325,9 @@ def compaction_hook_extension(extension_id: str, *, pre: BeforeCompactHandler | 
     honoured while it is enabled in the session."""
     def setup(api: ExtensionAPI) -> None:
         if pre is not None:
-            api.on("before_compact", pre)
+            api.on(Event.BEFORE_COMPACT, pre)
         if post is not None:
-            api.on("after_compact", post)
+            api.on(Event.AFTER_COMPACT, post)
         if init is not None:
             init(api)
 

@@ -15,7 +15,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ctxscope.inspector.store.layout.known import KnownIds
 from ctxscope.vocab.kinds import SearchArea
@@ -203,7 +203,7 @@ def search(
     areas: Iterable[str] = (),
     limit: int = 50,
     snippet_tokens: int = 16,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Hits, best first: session, call, seq, body, pointer, area and a snippet (matches between
     HIT_START and HIT_END). Every word must match; several words must also stand together."""
     words = tokens(text)
@@ -232,7 +232,7 @@ def search(
     # (docs/architecture.md, "The search index").
     snippet_sql = "SELECT snippet(search_fts, 0, ?, ?, '…', ?) FROM search_fts WHERE search_fts MATCH ? AND rowid = ?"
     snippets: dict[int, str | None] = {}
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     checked: dict[int, bool] = {}
     for row in db.query(sql, params):
         seg = row.pop("segment")
@@ -252,11 +252,14 @@ def search(
     return out
 
 
-def index_stats(db: Db, *, text_bytes: bool = False) -> dict:
+def index_stats(db: Db, *, text_bytes: bool = False) -> dict[str, Any]:
     """Rows and bytes of the index's tables (bytes from dbstat when SQLite has it); with ``text_bytes``,
     the bytes of the texts indexed (each read back from its body: a pass over the store)."""
-    one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
-    out: dict = {
+
+    def one(sql: str) -> Any:
+        return db.execute(sql).fetchone()[0]
+
+    out: dict[str, Any] = {
         "segments": one("SELECT COUNT(*) FROM search_segments"),
         "occurrences": one("SELECT COUNT(*) FROM search_occurrences"),
     }

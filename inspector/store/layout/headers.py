@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any, cast
 
 from ctxscope.inspector.base import json_text
 from ctxscope.inspector.store.db import Db
@@ -76,13 +77,13 @@ def put(db: Db, shape_json: str) -> int:
     digest = hashlib.blake2b(shape_json.encode(), digest_size=16).digest()
     row = db.execute("SELECT id FROM header_sets WHERE hash = ?", [digest]).fetchone()
     if row is not None:
-        return row[0]
+        return cast("int", row[0])
     cur = db.execute("INSERT INTO header_sets (hash, pairs) VALUES (?, ?)", [digest, shape_json])
     assert cur.lastrowid is not None
     return cur.lastrowid
 
 
-def store_pairs(db: Db, row: dict, known: KnownIds | None = None) -> None:
+def store_pairs(db: Db, row: dict[str, Any], known: KnownIds | None = None) -> None:
     """Move a row's ``request_headers``/``response_headers`` (pair lists, or their JSON text) into header sets."""
     values: list[list[str]] = []
     for kind in ("request", "response"):
@@ -97,7 +98,7 @@ def store_pairs(db: Db, row: dict, known: KnownIds | None = None) -> None:
     row["header_values"] = _COMPACT(values) if any(values) else None
 
 
-def load_pairs(db: Db, row: dict) -> None:
+def load_pairs(db: Db, row: dict[str, Any]) -> None:
     """Fill a read row's ``request_headers``/``response_headers`` (JSON text) from its header sets."""
     sets = {k: row.pop(f"{k}_header_set", None) for k in ("request", "response")}
     packed = row.pop("header_values", None)

@@ -8,10 +8,12 @@ doing, so it keeps them (docs/architecture.md, "One INSERT per call").
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ctxscope.inspector.store.db import Db
+
+_K = TypeVar("_K")
 
 
 _generations = itertools.count(1)  # unique across instances: a writer that reconnects starts a new one
@@ -32,7 +34,7 @@ class KnownIds:
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self.generation = next(_generations)
-        self.header_sets: dict[tuple, int] = {}  # by their (name, value or None) pairs
+        self.header_sets: dict[tuple[Any, ...], int] = {}  # by their (name, value or None) pairs
         self.chunks: dict[bytes, int] = {}
         self.segments: dict[bytes, int] = {}
         self.occurrences: dict[tuple[int, str], int] = {}  # (segment, session) the search index holds
@@ -54,7 +56,7 @@ class KnownIds:
         self._seqs[session] = last + 1
         return last + 1
 
-    def keep(self, known: dict, key: object, value: int) -> None:
+    def keep(self, known: dict[_K, int], key: _K, value: int) -> None:
         """Remember ``key`` -> ``value`` in one of the maps above."""
         if len(known) >= self.limit:
             known.clear()

@@ -7,6 +7,7 @@ every body it held (docs/architecture.md, "Body storage").
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,9 +16,9 @@ from ctxscope.inspector.store.layout.pieces import common_prefix, common_suffix
 if TYPE_CHECKING:
     from ctxscope.inspector.store.db import Db
 
-try:  # Python 3.14+
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the interpreter
+if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
+    from compression import zstd
+else:
     from backports import zstd
 
 

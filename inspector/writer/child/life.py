@@ -57,9 +57,9 @@ def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]
     return list(getattr(importlib.import_module(module_name), attr)(*args))
 
 
-# Run by migrate_apart: the migrations' own process, with the search text resolver m014 reads through.
-_MIGRATE = ("import sys, ctxscope.inspector.pipeline.search_text; from ctxscope.inspector.store import db; "
-            "db.open_handle(sys.argv[1]).close()")
+# Run by migrate_apart: the migrations' own process, with the search text reader a migration may read through.
+_MIGRATE = ("import sys; from ctxscope.inspector.pipeline.search_text import SegmentTexts; "
+            "from ctxscope.inspector.store import db; db.open_handle(sys.argv[1], segment_texts=SegmentTexts).close()")
 
 
 def migrate_apart(db_path: Path) -> None:

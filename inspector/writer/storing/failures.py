@@ -14,6 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ctxscope.inspector.base.clock import now_iso
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.proxy.exchange import Exchange
@@ -35,7 +36,7 @@ def describe(e: BaseException) -> str:
 
 
 def call_event(kind: str, ex: Exchange, detail: str) -> dict:
-    return {"kind": kind, "call_id": ex.id, "detail": detail, "at": store.now_iso()}
+    return {"kind": kind, "call_id": ex.id, "detail": detail, "at": now_iso()}
 
 
 class Outage:
@@ -59,7 +60,7 @@ class Outage:
         self._count += 1
         now = time.monotonic()
         if self.since is None:
-            self.since = store.now_iso()
+            self.since = now_iso()
             self._reminded = now
             log.error("capture store %s unavailable%s: %s. Forwarding goes on; captured calls wait (%d now) and "
                       "storing is retried every %g s", self.db_path, " (cannot open it)" if opening else "",

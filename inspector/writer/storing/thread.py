@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ctxscope.inspector.base import owner_only
 from ctxscope.inspector.pipeline.idle_release import release
+from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
@@ -310,7 +311,7 @@ class CaptureWriter(BatchStoring):
         """Connect (creating and migrating the database if need be); None if the store is unavailable."""
         db = None
         try:
-            db = store.open_handle(self.db_path)
+            db = store.open_handle(self.db_path, segment_texts=SegmentTexts)
             owner_only.private_store(self.db_path)
             if not self._started_recorded:
                 if self.capture_epoch is None:

@@ -42,7 +42,7 @@ _CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (othe
     "int | None": _opt(lambda v: type(v) is int),
     "float": lambda v: type(v) in (int, float, str),  # a number, or (since version 4) its bytes in hex
     "float | None": _opt(lambda v: type(v) in (int, float, str)),
-    "dict": lambda v: isinstance(v, dict),
+    "dict[str, Any]": lambda v: isinstance(v, dict),
     "tuple[tuple[str, str], ...]": _pairs,
     # the body's length (its bytes follow the JSON), or its pieces then that length (checked by _pieces)
     "bytes": lambda v: (type(v) is int and v >= 0) or type(v) is list,
