@@ -315,8 +315,8 @@ class Forwarder:
         return web.Response(status=status, body=body, content_type="application/json", headers=SANDBOX)
 
     def _submit(self, rec: Recorder) -> None:
-        if rec.route.control:  # scripting the simulator is not a model call (docs/architecture.md,
-            return  # "Control requests are not calls")
+        if rec.route.control:  # docs/architecture.md, "Control requests are not calls"
+            return
         try:
             self.sink.submit(rec.to_exchange(self.settings.salt))
         except Exception:  # the sink promises not to raise; traffic must never depend on it

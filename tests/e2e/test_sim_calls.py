@@ -148,5 +148,7 @@ def test_the_sessions_ctxscope_makes_and_non_model_requests_stay_out_of_the_sess
     assert everything == {"work": None, "non-model": "non-model", f"replay:{work['id']}": "replay"}
     non_model = [r for r in _calls(db) if r["session"] == "non-model"]
     assert len(non_model) == 4 and {r["grouped_by"] for r in non_model} == {"non_model"}
+    stats = json.loads(_cli(tmp_path, "stats", "--json"))
+    assert stats["calls"] == 2 and stats["sessions"] == 2  # the work and its replay: no telemetry, no probe
     table = _cli(tmp_path, "sessions", "--all")
     assert "PURPOSE" in table.splitlines()[0] and "non-model" in table
