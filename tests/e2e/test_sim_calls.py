@@ -116,6 +116,9 @@ def test_a_simulator_call_is_named_by_the_daemons_route_and_its_curl_runs_withou
         entries = json.loads(har.read_text())["log"]["entries"]
         assert [e["request"]["url"] for e in entries] == [f"{base}/u/sim/v1/messages"] * len(entries)
 
+        status, body = _request(base, "GET", f"/_ctxscope/api/curl?id={row['id']}")  # the UI's copy as cURL
+        assert status == 200 and f"POST {base}/u/sim/v1/messages" in json.loads(body)["command"]
+
         replayed = json.loads(_cli(tmp_path, "replay", row["id"], "--daemon", base, "--json"))  # no key anywhere
         assert replayed["replay"]["status"] == 200 and replayed["replay"]["replay_of"] == row["id"]
 
@@ -152,3 +155,25 @@ def test_the_sessions_ctxscope_makes_and_non_model_requests_stay_out_of_the_sess
     assert stats["calls"] == 2 and stats["sessions"] == 2  # the work and its replay: no telemetry, no probe
     table = _cli(tmp_path, "sessions", "--all")
     assert "PURPOSE" in table.splitlines()[0] and "non-model" in table
+
+
+def test_the_ui_replay_of_a_provider_call_without_a_key_names_no_command_line_option(tmp_path, monkeypatch):
+    for name in [n for n in os.environ if n.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    db = tmp_path / "c.db"
+    with running_serve(tmp_path, "--upstream", "anthropic=http://127.0.0.1:9") as (_, base):  # nobody there
+        status, _ = _request(base, "POST", "/anthropic/v1/messages", {"x-api-key": CLIENT_KEY,
+                             "content-type": "application/json", "anthropic-version": "2023-06-01"},
+                             b'{"model":"claude-sonnet-4-6","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}')
+        assert status == 502
+        [row] = _stored(db, 1)
+        page = _request(base, "GET", "/")[1]
+        token = re.search(rb'name="ctxscope-token" content="([0-9a-f]+)"', page).group(1).decode()
+        status, body = _request(base, "POST", f"/_ctxscope/api/replay?id={row['id']}",
+                                {"X-Ctxscope-Token": token, "Content-Type": "application/json"}, b"{}")
+        assert status == 400
+        message = body.decode()
+        assert "$ANTHROPIC_API_KEY" in message and "daemon" in message and "--" not in message, message
+        done = subprocess.run([str(CTXSCOPE), "replay", row["id"], "--db", str(db), "--daemon", base],
+                              capture_output=True, text=True, env=_env(), timeout=60, check=False)  # fmt: skip
+        assert done.returncode != 0 and "--api-key-env" in done.stderr  # the CLI's own option, on the CLI
