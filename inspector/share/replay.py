@@ -23,6 +23,7 @@ from ctxscope.inspector.share.curl import NoRoute, daemon_route, is_simulated, k
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.replays import replays_of, set_replay_of
+from ctxscope.inspector.store.sessions import REPLAY_PREFIX
 from ctxscope.proxy.redaction.redact import REDACTED
 from ctxscope.vocab.headers import ANNOTATION_PREFIX, Annotation
 
@@ -164,7 +165,7 @@ def build_request(
     url = base + (path if path.startswith("/") else "/" + path) + ("?" + query if query else "")
     if urlsplit(url).netloc != urlsplit(daemon_url).netloc:  # a stored path can never move the host
         raise ReplayError(f"call {row['id']}'s stored path would leave the daemon at {daemon_url}")
-    nonce, session = secrets.token_hex(8), f"replay:{row['id']}"
+    nonce, session = secrets.token_hex(8), REPLAY_PREFIX + row["id"]  # a session with a purpose
     headers += [(SESSION, session), (REPLAY_OF, row["id"]), (REPLAY_ID, nonce)]
     return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
 
