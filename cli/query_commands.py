@@ -60,7 +60,8 @@ CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN",
 TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
 TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
-    Column("session", "SESSION"), Column("calls", "CALLS", right=True), Column("thread_count", "THREADS", right=True),
+    Column("session", "SESSION"), Column("purpose", "PURPOSE"),
+    Column("calls", "CALLS", right=True), Column("thread_count", "THREADS", right=True),
     Column("models", "MODELS", shrink=True), Column("first_started_at", "FIRST", _when),
     Column("last_started_at", "LAST", _when), Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
     Column("breaks", "BREAKS", right=True), Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
@@ -83,7 +84,7 @@ def resolve_threads(db, label: str, session: str | None) -> list[str]:
     a thread id or a unique prefix of one; in ``session``, else in every session."""
     from ctxscope.inspector.store.queries import list_sessions, session_threads
 
-    sessions = [session] if session else [s["session"] for s in list_sessions(db)]
+    sessions = [session] if session else [s["session"] for s in list_sessions(db, purposes=True)]
     want = label.strip().lower()
     named, by_id = [], []
     for s in sessions:
@@ -322,14 +323,21 @@ def _answer_lines(resp: Any) -> list[str]:
 @db_option
 @columns_option
 @wide_option
+@click.option("--all", "show_all", is_flag=True,
+              help="Also the sessions ctxscope made itself (replays, advise --verify, non-model requests of "
+                   "known clients), with their PURPOSE.")  # fmt: skip
 @json_option
-def sessions(db_path, columns, wide, as_json):
-    """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost."""
+def sessions(db_path, columns, wide, show_all, as_json):
+    """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
+
+    Sessions ctxscope made itself are left out unless --all (docs: "Sessions with a purpose")."""
     from ctxscope.inspector.store.queries import list_sessions
     from ctxscope.web.overview import session_cost
 
-    cols = pick_columns(SESSION_COLUMNS, columns, SESSION_DEFAULT, wide)
-    rows = list_sessions(open_db_or_fail(db_path), cost=lambda a: session_cost(a)[0])  # the UI's cost, no simulator
+    default = ("SESSION", "PURPOSE", *SESSION_DEFAULT[1:]) if show_all else SESSION_DEFAULT
+    cols = pick_columns(SESSION_COLUMNS, columns, default, wide)
+    rows = list_sessions(open_db_or_fail(db_path), cost=lambda a: session_cost(a)[0],  # the UI's cost, no simulator
+                         purposes=show_all)  # fmt: skip
     if as_json:
         emit_json(rows)
         return

@@ -41,6 +41,7 @@ class GroupedBy(StrEnum):
     LINEAGE = "lineage"  # its prompt continues an earlier call's prompt
     CLIENT_GAP = "client_gap"  # same key and client, a short gap after the session's last call
     NEW = "new"  # no id, no lineage, another client or a long idle gap: a session of its own
+    NON_MODEL = "non_model"  # a known client's request that is no model call (telemetry, a probe)
 
 
 class CacheVerdict(StrEnum):

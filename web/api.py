@@ -105,7 +105,8 @@ class StoreAPI:
 
     async def sessions(self, request: web.Request) -> Answer:
         limit = _int(request, "limit", 500) or 500
-        return {"sessions": await self.read(lambda db: list_session_overviews(db, limit=limit))}
+        purposes = request.query.get("all") == "1"  # the sessions ctxscope made itself too
+        return {"sessions": await self.read(lambda db: list_session_overviews(db, limit=limit, purposes=purposes))}
 
     async def session(self, request: web.Request) -> Answer:
         session = request.query.get("s")

@@ -16,9 +16,10 @@ from ctxscope.inspector.store.views import client_counts, thread_groups
 from ctxscope.web.fields import client_name, usage_cost
 
 
-def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500) -> list[dict]:
-    """Sessions, most recently active first, with client, models, tokens, hit rate, breaks, cost, threads."""
-    aggregates = session_aggregates(db, limit=limit)
+def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500, purposes: bool = False) -> list[dict]:
+    """Sessions, most recently active first, with client, models, tokens, hit rate, breaks, cost, threads;
+    ``purposes``: with the sessions the project made itself (each row says its ``purpose``)."""
+    aggregates = session_aggregates(db, limit=limit, purposes=purposes)
     if not aggregates:
         return []
     sessions = {a.session: _row(a) for a in aggregates}
@@ -46,6 +47,7 @@ def _row(a: SessionAggregate) -> dict:
     u = a.usage
     return {
         "session": a.session,
+        "purpose": a.purpose,
         "calls": a.calls,
         "first_started_at": a.first_started_at,
         "last_started_at": a.last_started_at,

@@ -14,8 +14,7 @@ import sqlite_utils
 
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.share.bodies import export_body
-from ctxscope.inspector.share.curl import curl_command, daemon_route, key_env_for
-from ctxscope.inspector.share.imported import is_imported
+from ctxscope.inspector.share.curl import curl_command, daemon_route, key_env_for, needs_daemon
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
 from ctxscope.proxy.defence.identity import address
@@ -43,11 +42,11 @@ def download_name(call_id: str, form: str, masked: bool) -> str:
 def curl_view(db: sqlite_utils.Database, call_id: str, daemon_url: str, via_daemon: bool) -> dict | None:
     """``{command, body_file, key_env, masked}``; None for an unknown call. ``via_daemon``: send to
     this daemon's provider route (at ``daemon_url``, its own address) instead of the captured
-    upstream, to record the answer; an imported call always goes there (NoRoute when it has none)."""
+    upstream, to record the answer; an imported or simulator call always goes there (NoRoute when it has none)."""
     row = queries.get_call(db, call_id)
     if row is None:
         return None
-    via = daemon_route(row, daemon_url) if via_daemon or is_imported(row) else None
+    via = daemon_route(row, daemon_url) if via_daemon or needs_daemon(row) else None
     body = export_body(db, row["id"], "request", "wire")
     data = body.data if body is not None else b""
     masked = body is not None and body.masked
@@ -77,7 +76,7 @@ def _build(db, call_id: str, daemon_url: str, options: dict) -> ReplayRequest:
     env = key_env_for(row)
     key = (os.environ.get(env) or None) if env else None
     return build_request(db, row["id"], daemon_url, key=key, model=model or None,
-                         edits=[(p, v) for p, v in edits])  # fmt: skip
+                         edits=[(p, v) for p, v in edits], cli=False)  # fmt: skip
 
 
 async def replay(pool: ReadPool, call_id: str, daemon_url: str, options: dict[str, Any]) -> dict:

@@ -16,12 +16,13 @@ import click
 from ctxscope.inspector.advisor.alternatives import Advice, Alternative
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars
 from ctxscope.inspector.advisor.rewrite import with_placement
+from ctxscope.inspector.store.sessions import VERIFY_SESSION
 from ctxscope.simulator.control.client import SimulatorControl, SimulatorControlError
 from ctxscope.simulator.control.token import TOKEN_ENV, TOKEN_FILE
 
 from ..settings import home_dir
 
-VERIFY_LABEL = "advisor-verify"  # the replayed calls are captured as this session
+VERIFY_LABEL = VERIFY_SESSION  # the replayed calls are captured as this session, a purpose's: out of the lists
 VERIFY_KEY = "advisor-verify-key"  # one key: the simulator's cache is per key, like the provider's
 
 

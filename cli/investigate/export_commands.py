@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..daemon_address import daemon_address, daemon_option
 from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from ..output import emit_json
 
@@ -34,25 +35,26 @@ def _call_or_fail(db, call: str) -> dict:
                    "CALL-request.bin in the current folder for a big or binary body).")  # fmt: skip
 @click.option("--exact", is_flag=True,
               help="Keep key-like values the client put inside the body (masked by default).")
-def curl(call, db_path, via, api_key_env, body_file, exact):
+@daemon_option
+def curl(call, db_path, via, api_key_env, body_file, exact, daemon):
     """Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).
 
     The body is the exact bytes sent; the API key is read from the environment, never written.
     """
     from ctxscope.inspector.share.bodies import export_body
-    from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route
+    from ctxscope.inspector.share.curl import NoRoute, curl_command, daemon_route, needs_daemon
     from ctxscope.inspector.share.imported import is_imported
-
-    from ..settings import DEFAULT_HOST, DEFAULT_PORT
 
     db = open_db_or_fail(db_path)
     row = _call_or_fail(db, call)
-    if via is None and is_imported(row):  # its file chose its upstream: it goes through the daemon's route
+    if via is None and needs_daemon(row):  # a file or a child chose its upstream: the daemon's route instead
         try:
-            via = daemon_route(row, f"http://{DEFAULT_HOST}:{DEFAULT_PORT}")
+            via = daemon_route(row, daemon_address(daemon).url)  # a call only the daemon reaches: named by its route
         except NoRoute as exc:
             raise click.ClickException(f"{exc} (give --via URL to choose where it goes)") from None
-        click.echo(f"note: call {row['id']} was imported: the command goes through the daemon at {via}", err=True)
+        if is_imported(row):
+            click.echo(f"note: call {row['id']} was imported: the command goes through the daemon at {via}",
+                       err=True)  # fmt: skip
     body = export_body(db, row["id"], "request", "wire", exact=exact)
     data = body.data if body is not None else b""
     if body is not None and body.masked:
@@ -94,8 +96,9 @@ def _progress(items, length: int, label: str, quiet: bool):
 @click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
               help="With --otlp: a header the collector wants (repeatable).")
 @click.option("--content", is_flag=True, help="With --otlp: also send prompts and answers (keys masked).")
+@daemon_option
 @json_option
-def export_session(session, db_path, fmt, output, otlp_url, since, headers, content, as_json):
+def export_session(session, db_path, fmt, output, otlp_url, since, headers, content, daemon, as_json):
     """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
     mitmproxy can open, or with --otlp URL send stored calls to an OpenTelemetry collector. Keys never
     go in: headers were redacted when captured, and key-like values in the bodies are masked."""
@@ -133,7 +136,8 @@ def export_session(session, db_path, fmt, output, otlp_url, since, headers, cont
             for _ in _progress(write_bundle(tmp, calls, header), len(ids), "exporting", as_json):
                 pass
         else:
-            entries = [har_entry(e) for e in _progress(calls, len(ids), "exporting", as_json)]
+            daemon_url = daemon_address(daemon).url
+            entries = [har_entry(e, daemon_url) for e in _progress(calls, len(ids), "exporting", as_json)]
             tmp.write_text(json.dumps(har_log(entries, __version__), ensure_ascii=False, indent=1), encoding="utf-8")
         os.replace(tmp, output)
     finally:

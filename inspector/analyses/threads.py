@@ -259,6 +259,8 @@ def grouped_by_source(source: str) -> GroupedBy:
         return GroupedBy.METADATA
     if source == "prompt_cache_key":
         return GroupedBy.PROMPT_CACHE_KEY
+    if source.startswith("non_model:"):
+        return GroupedBy.NON_MODEL
     return GroupedBy.PREVIOUS_RESPONSE
 
 

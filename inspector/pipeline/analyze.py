@@ -52,6 +52,8 @@ from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db, record_event
 from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
+from ctxscope.inspector.store.sessions import NON_MODEL_SESSION
+from ctxscope.proxy.wire.apis import non_model_kind
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api
 from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind
 
@@ -157,6 +159,9 @@ class Analyzer:
         producers = _Producers(db, inp.id)
         time = inp.started_at + (self.clock_offset if live else 0.0)
         explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, producers.session)
+        kind = non_model_kind(inp.method or "", inp.path or "") if inp.api not in LLM_APIS else None
+        if kind is not None:  # no model call: kept out of the sessions (docs/architecture.md, "Non-model requests")
+            explicit = (NON_MODEL_SESSION, "non_model:" + kind)
         fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
         # Calls without a session id share one pool per key and client, whatever their session.
         scope: Scope = (explicit[0], inp.key_fingerprint) if explicit else (UNNAMED + (inp.client or ""),

@@ -6,7 +6,9 @@ environment and the command itself never holds one (docs/architecture.md, "Expor
 key"). The body goes byte for byte through ``head -c`` from a heredoc, or from a file when it is
 large, not text, or holds the heredoc's end line. An imported call's command targets the daemon's
 route for its API, never the host its file named, and one of no known API gets no key at all
-(docs/architecture.md, "Imported calls choose no host").
+(docs/architecture.md, "Imported calls choose no host"). A call to the built-in simulator targets
+the daemon's ``/u/sim`` route too, and needs no key: its upstream was a child's ephemeral port
+(docs/architecture.md, "The simulator's own address").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import quote
 
 from ctxscope.inspector.share.imported import ROUTES, UNKNOWN, is_imported
 from ctxscope.proxy.redaction.redact import REDACTED
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 
 HEREDOC_MAX = 64 * 1024  # bigger bodies go to a file
 _QUERY_REDACTED = "%5Bredacted%5D"
@@ -38,11 +41,25 @@ class CurlCommand:
     key_env: str | None  # the environment variable holding the key (None: the call gets no key)
 
 
+def is_simulated(call: dict) -> bool:
+    """Whether a stored call went to the simulator (``u/sim``), which only the daemon reaches."""
+    return str(call.get("provider") or "") == SIMULATOR_PROVIDER and not is_imported(call)
+
+
+def needs_daemon(call: dict) -> bool:
+    """Whether the call's command must go through the daemon's route, not its stored upstream: an
+    imported call (its file chose the upstream), a simulator call, or any call whose stored
+    upstream is a route name rather than a URL (an upstream the daemon starts itself)."""
+    upstream = str(call.get("upstream") or "")
+    return is_imported(call) or is_simulated(call) or not upstream.startswith(("http://", "https://"))
+
+
 def key_env_for(call: dict) -> str | None:
     """The variable the provider's own SDK reads its key from, by the call's route and API (never a
-    host name); None for an imported call of no known API, which gets no key."""
+    host name); None for an imported call of no known API, which gets no key, and for a simulator
+    call, which needs none."""
     provider, api = str(call.get("provider") or ""), str(call.get("api") or "")
-    if provider == UNKNOWN:
+    if provider == UNKNOWN or is_simulated(call):
         return None
     if provider == "anthropic" or api.startswith("anthropic."):
         return "ANTHROPIC_API_KEY"
@@ -104,9 +121,10 @@ def curl_command(
     out. ``target``: a base URL to send to instead of the captured upstream (the daemon's route, to
     record the answer); an imported call needs one (NoRoute without: its file chose the upstream).
     ``body_file``: read the body from this file (the caller writes it) even when a heredoc would do."""
-    if target is None and is_imported(call):
-        raise NoRoute(f"call {call.get('id')} was imported: its command goes through the daemon's route, "
-                      "never the upstream its file named")  # fmt: skip
+    if target is None and needs_daemon(call):
+        why = "was imported" if is_imported(call) else f"went to {call.get('upstream') or 'no upstream'}"
+        raise NoRoute(f"call {call.get('id')} {why}: its command goes through the daemon's route, "
+                      "never the upstream the store names")  # fmt: skip
     env = key_env or key_env_for(call)
     left_out: list[str] = []
     lines = [f"curl -sS -X {shlex.quote(call.get('method') or 'POST')} {_url(call, target, env)}"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from ctxscope.inspector.share.curl import NoRoute, daemon_route, needs_daemon
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
 from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, mib, parse_json
 from ctxscope.inspector.share.imported import UNKNOWN, BadImport, check_label, mark_imported
@@ -55,9 +56,24 @@ def _content(wire: bytes, encoding: str | None, decoded_already: bool) -> dict:
     return out
 
 
-def har_entry(e: Exported) -> dict:
+def _base(ex: Exchange, daemon_url: str | None) -> str:
+    """The base URL an entry names: the stored upstream, or the daemon's route for a call only the
+    daemon reaches (the simulator's, whose stored upstream is its route name ``sim``: docs/architecture.md,
+    "The simulator's own address"), when the daemon's URL is known."""
+    call = {"id": ex.id, "provider": ex.provider, "upstream": ex.upstream, "annotations": ex.annotations,
+            "session_label": ex.session_label}  # fmt: skip
+    if daemon_url is not None and needs_daemon(call):
+        try:
+            return daemon_route(call, daemon_url)
+        except NoRoute:  # an imported call of no known API: only what its file said
+            pass
+    return ex.upstream.rstrip("/")
+
+
+def har_entry(e: Exported, daemon_url: str | None = None) -> dict:
+    """One call as a HAR entry; ``daemon_url``: the daemon a simulator call is named through."""
     ex = e.exchange
-    url = ex.upstream.rstrip("/") + ex.path + ("?" + ex.query if ex.query else "")
+    url = _base(ex, daemon_url) + ex.path + ("?" + ex.query if ex.query else "")
     total = max(0.0, (ex.ended_at - ex.started_at) * 1000.0)
     wait = max(0.0, ((ex.first_byte_at or ex.ended_at) - ex.started_at) * 1000.0)
     req = _content(ex.request_body, ex.header("content-encoding"), e.request_decoded)

@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ctxscope.inspector.analyses.prices import PriceTable
-from ctxscope.inspector.share.curl import NoRoute, daemon_route, key_env_for
+from ctxscope.inspector.share.curl import NoRoute, daemon_route, is_simulated, key_env_for
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived.replays import replays_of
+from ctxscope.inspector.store.sessions import REPLAY_PREFIX
 from ctxscope.proxy.redaction.redact import REDACTED
 from ctxscope.vocab.headers import ANNOTATION_PREFIX, Annotation
 
@@ -39,11 +40,16 @@ class ReplayError(ValueError):
     """The call cannot be replayed as asked: no body, a bad edit, no key in the environment."""
 
 
-def _missing_key(row: dict, where: str) -> ReplayError:
+def _missing_key(row: dict, where: str, cli: bool) -> ReplayError:
+    """The error for a key nobody gave; ``cli``: the sender is the CLI (whose --api-key-env may
+    help), else the UI, whose key can only come from the daemon's environment."""
     env = key_env_for(row)
     if env is None:
         return ReplayError(f"the call was sent with a key ({where}), but it was imported and speaks no API "
                            "ctxscope knows: no key is sent for it")  # fmt: skip
+    if not cli:
+        return ReplayError(f"the call was sent with a key ({where}): the daemon replays with ${env} from its own "
+                           "environment, and it has none: start `ctxscope serve` with it set")  # fmt: skip
     return ReplayError(f"the call was sent with a key ({where}): put it in ${env} "
                        "or name the variable with --api-key-env")  # fmt: skip
 
@@ -106,8 +112,10 @@ def build_request(
     model: str | None = None,
     upstream: str | None = None,
     edits: list[tuple[str, Any]] | None = None,
+    cli: bool = True,
 ) -> ReplayRequest:
-    """The request that replays ``call_id`` through the daemon at ``daemon_url``."""
+    """The request that replays ``call_id`` through the daemon at ``daemon_url``; ``cli``: the CLI
+    sends it (else the UI: its errors name no command-line option)."""
     row = queries.get_call(db, call_id)
     if row is None:
         raise ReplayError(f"no call matches {call_id!r}")
@@ -136,13 +144,15 @@ def build_request(
             if low not in _KEY_HEADERS:
                 continue  # a cookie or token we cannot restore: sent without it
             if not key:
-                raise _missing_key(row, name)
+                if is_simulated(row):  # the simulator takes no key: sent without one
+                    continue
+                raise _missing_key(row, name, cli)
             value = _KEY_HEADERS[low].format(key)
         headers.append((name, value))
     query = row.get("query") or ""
-    if _QUERY_REDACTED in query:
+    if _QUERY_REDACTED in query and (key or not is_simulated(row)):
         if not key:
-            raise _missing_key(row, "in the query")
+            raise _missing_key(row, "in the query", cli)
         query = query.replace(_QUERY_REDACTED, quote(key, safe=""))
     if upstream is not None:  # the user's choice: one of the daemon's configured upstreams
         base = daemon_url.rstrip("/") + "/u/" + quote(upstream, safe="")
@@ -155,7 +165,7 @@ def build_request(
     url = base + (path if path.startswith("/") else "/" + path) + ("?" + query if query else "")
     if urlsplit(url).netloc != urlsplit(daemon_url).netloc:  # a stored path can never move the host
         raise ReplayError(f"call {row['id']}'s stored path would leave the daemon at {daemon_url}")
-    nonce, session = secrets.token_hex(8), f"replay:{row['id']}"
+    nonce, session = secrets.token_hex(8), REPLAY_PREFIX + row["id"]  # a session with a purpose
     headers += [(SESSION, session), (REPLAY_OF, row["id"]), (REPLAY_ID, nonce)]
     return ReplayRequest(row.get("method") or "POST", url, headers, body, nonce, session, row["id"])
 

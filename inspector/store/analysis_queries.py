@@ -12,7 +12,7 @@ from typing import Any
 import sqlite_utils
 
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, hit_rate
+from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, NON_MODEL_SESSION, hit_rate
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 
 MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
@@ -89,7 +89,9 @@ def session_timeline(db: sqlite_utils.Database, session: str) -> dict[str, Any] 
 
 def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str, Any]:
     """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
-    where, params = ("WHERE session = ?", [session]) if session is not None else ("", [])
+    # All sessions' figures leave out the non-model requests (docs/architecture.md, "Non-model requests").
+    where, params = ("WHERE session = ?", [session]) if session is not None else ("WHERE session != ?",
+                                                                                  [NON_MODEL_SESSION])  # fmt: skip
     one = db.execute(
         f"""SELECT COUNT(*), SUM(relation IS NOT NULL), SUM(cache_verdict = 'hit'),
                    SUM(cache_verdict IN ({", ".join("?" for _ in HIT_ELIGIBLE)})),

@@ -271,18 +271,21 @@ def list_sessions(
     *,
     limit: int | None = None,
     cost: Callable[[SessionAggregate], float | None] | None = None,
+    purposes: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per session, most recently active first, with its threads nested and cache figures.
 
     ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
     ``breaks`` are the calls whose own prompt change broke the cache (client_break). Given ``cost``
-    (the store knows no prices: the caller brings them), each row gets its ``cost_usd``.
+    (the store knows no prices: the caller brings them), each row gets its ``cost_usd``. The sessions
+    the project made itself (a replay, the advisor's check, non-model requests) only with ``purposes``;
+    each row says its ``purpose`` (None for a client's session).
     """
     out = []
-    for a in session_aggregates(db, limit=limit):
+    for a in session_aggregates(db, limit=limit, purposes=purposes):
         usage = dict(a.usage)
         out.append({
-            "session": a.session, "calls": a.calls, "first_started_at": a.first_started_at,
+            "session": a.session, "purpose": a.purpose, "calls": a.calls, "first_started_at": a.first_started_at,
             "last_started_at": a.last_started_at, "models": a.models, "providers": a.providers,
             "session_source": a.session_source, "breaks": a.breaks or 0, "lost_tokens": a.lost_tokens or 0,
             "lost_usd": a.lost_usd, "usage": usage if any(v is not None for v in usage.values()) else None,

@@ -19,6 +19,27 @@ from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 
+# Sessions the project makes itself, by the name it gives them, and their purpose: a replay
+# (``replay:<id>``), the advisor's check in the simulator, the requests of known clients that are
+# no model call. The default session lists leave them out (docs/architecture.md, "Sessions with a
+# purpose"). These names are reserved: a client's label spelled so is shown under its purpose too.
+REPLAY_PREFIX = "replay:"
+VERIFY_SESSION = "advisor-verify"
+NON_MODEL_SESSION = "non-model"
+_PURPOSES = ((REPLAY_PREFIX, "replay", True), (VERIFY_SESSION, "advise-verify", False),
+             (NON_MODEL_SESSION, "non-model", False))  # fmt: skip
+PURPOSE_SQL = " OR ".join(f"session GLOB '{name}*'" if prefix else f"session = '{name}'"
+                          for name, _, prefix in _PURPOSES)  # fmt: skip
+
+
+def session_purpose(session: str) -> str | None:
+    """Why the project made this session (``replay``, ``advise-verify``, ``non-model``), else None."""
+    for name, purpose, prefix in _PURPOSES:
+        if session.startswith(name) if prefix else session == name:
+            return purpose
+    return None
+
+
 # A call that ran tools since its predecessor: a round of an agent loop.
 TOOL_ROUND_SQL = f"""instr(COALESCE(markers, ''), '"kind":"{MarkerKind.TOOLS_EXECUTED}"') > 0"""
 # A call our agent's sub-agent made: its thread is a declared child, never the session's main thread.
@@ -142,13 +163,18 @@ class SessionAggregate:
     by_model: list[ModelUsage] = field(default_factory=list)  # the priced calls' usage: no simulator call
 
     @property
+    def purpose(self) -> str | None:
+        return session_purpose(self.session)
+
+    @property
     def hit_rate(self) -> HitRate:
         return hit_rate(self.hits, self.eligible)
 
 
-def session_groups(db: Db, *, limit: int | None = None) -> list[tuple[Any, ...]]:
+def session_groups(db: Db, *, limit: int | None = None, purposes: bool = False) -> list[tuple[Any, ...]]:
     """One row per (session, model, simulated or not) of the ``limit`` most recently active sessions:
-    the simulator's calls are kept apart so that they are never priced."""
+    the simulator's calls are kept apart so that they are never priced. ``purposes``: the sessions
+    the project made itself too (``session_purpose``)."""
     cols = call_columns(db)
     verdict = verdict_sql(cols)
 
@@ -167,8 +193,10 @@ def session_groups(db: Db, *, limit: int | None = None) -> list[tuple[Any, ...]]
         opt("cache_lost_usd", "SUM(c.cache_lost_usd)"),
         opt("session_source", "MAX(c.session_source)"),
     ]
+    own = "" if purposes else f"WHERE NOT ({PURPOSE_SQL})"
     sql = f"""
-      WITH recent AS (SELECT session, MAX(started_at) AS last FROM calls GROUP BY session ORDER BY last DESC LIMIT ?)
+      WITH recent AS (SELECT session, MAX(started_at) AS last FROM calls {own}
+                      GROUP BY session ORDER BY last DESC LIMIT ?)
       SELECT c.session, c.model, COUNT(*), MIN(c.started_at), MAX(c.started_at),
              SUM(c.usage_input), SUM(c.usage_output), SUM(c.usage_cache_read), SUM(c.usage_cache_write),
              SUM(c.usage_input IS NOT NULL), SUM(c.outcome != 'ok' OR c.status >= 400),
@@ -211,6 +239,7 @@ def fold_sessions(groups: list[tuple[Any, ...]]) -> list[SessionAggregate]:
     return sorted(sessions.values(), key=lambda s: s.last_started_at or "", reverse=True)
 
 
-def session_aggregates(db: Db, *, limit: int | None = None) -> list[SessionAggregate]:
-    """The ``limit`` most recently active sessions with every aggregate, most recent first."""
-    return fold_sessions(session_groups(db, limit=limit))
+def session_aggregates(db: Db, *, limit: int | None = None, purposes: bool = False) -> list[SessionAggregate]:
+    """The ``limit`` most recently active sessions with every aggregate, most recent first;
+    ``purposes``: with the sessions the project made itself."""
+    return fold_sessions(session_groups(db, limit=limit, purposes=purposes))

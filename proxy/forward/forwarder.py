@@ -148,7 +148,7 @@ class Forwarder:
         known = self._routes.get(raw_path)
         if known is None:
             try:
-                route = resolve(raw_path, await self._upstreams(raw_path))
+                route = resolve(raw_path, await self._upstreams(raw_path), self.settings.on_demand)
             except RouteError as exc:
                 return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
                                          headers=SANDBOX)
@@ -170,7 +170,7 @@ class Forwarder:
                 "Upgrade", "").lower():  # fmt: skip
             return await self.websockets.relay(request, route, query, headers, annotations, label)
         rec = Recorder(route, request, headers, annotations, label, query, started)
-        if self._expect is not None:
+        if self._expect is not None and not route.control:
             self._expect()
         try:
             rec.body = body = await self._read_body(request)
@@ -317,6 +317,8 @@ class Forwarder:
         return web.Response(status=status, body=body, content_type="application/json", headers=SANDBOX)
 
     def _submit(self, rec: Recorder) -> None:
+        if rec.route.control:  # docs/architecture.md, "Control requests are not calls"
+            return
         try:
             self.sink.submit(rec.to_exchange(self.settings.salt))
         except Exception:  # the sink promises not to raise; traffic must never depend on it

@@ -87,7 +87,7 @@ class Recorder:
         return ex.Exchange(  # positional, in the fields' order (tests/proxy/test_proxy_exchange.py checks it)
             new_call_id(),  # id
             route.provider,  # provider
-            route.upstream.base_url,  # upstream
+            route.upstream.recorded,  # upstream
             self.method,  # method
             route.path,  # path
             request.query,  # query

@@ -14,6 +14,7 @@ front of it would resolve them and leave the configured base path. Such a path i
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -31,6 +32,14 @@ OPENAI_SHAPE = "openai"
 class Upstream:
     name: str
     base_url: str  # scheme://host[:port][/prefix], no trailing slash
+    on_demand: bool = False  # started by the daemon (the built-in simulator): its URL lives as long as its child
+
+    @property
+    def recorded(self) -> str:
+        """What a call stores as its upstream: the base URL, or for an upstream the daemon starts
+        on demand its route name (``sim``), since its child's ephemeral port is gone once the child
+        exits and was never an address to send to (docs/architecture.md, "The simulator's own address")."""
+        return self.name if self.on_demand else self.base_url
 
 
 @dataclass(frozen=True)
@@ -112,8 +121,9 @@ def named_upstream(path: str) -> str | None:
     return unquote(parts[2]) if len(parts) > 2 and parts[1] == "u" and parts[2] else None
 
 
-def resolve(path: str, upstreams: dict[str, str]) -> Route:
-    """Resolve a raw request path (still percent-encoded) against the configured upstreams."""
+def resolve(path: str, upstreams: dict[str, str], on_demand: Collection[str] = ()) -> Route:
+    """Resolve a raw request path (still percent-encoded) against the configured upstreams;
+    ``on_demand``: the names of those the daemon started itself."""
     parts = path.split("/")  # ["", first, second, ...]
     label = None
     if len(parts) > 3 and parts[1] == "s":
@@ -132,7 +142,7 @@ def resolve(path: str, upstreams: dict[str, str]) -> Route:
     base = upstreams.get(name)
     if base is None:
         raise RouteError(f"no upstream named {name!r} is configured")
-    route = Route(provider, Upstream(name, base), "/" + "/".join(rest), label)
+    route = Route(provider, Upstream(name, base, name in on_demand), "/" + "/".join(rest), label)
     try:
         control = check_path(route.path)
     except ValueError as exc:

@@ -94,7 +94,7 @@ class SocketCalls:
             body = b"".join(call.frames)
         self.recorded += 1
         self.submit(ex.Exchange(
-            id=new_call_id(), provider=self.route.provider, upstream=self.route.upstream.base_url,
+            id=new_call_id(), provider=self.route.provider, upstream=self.route.upstream.recorded,
             method=method, path=self.route.path, query=redact_query(self.query), session_label=self.label,
             annotations=self.annotations, request_headers=self.headers, key_fingerprint=self.key,
             request_body=call.request, status=status, response_headers=self.response_headers, response_body=body,

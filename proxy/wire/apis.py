@@ -38,3 +38,31 @@ def detect_api(method: str, path: str) -> Api | None:
     if last == "count_tokens" and before == "messages":
         return Api.ANTHROPIC_COUNT_TOKENS
     return None
+
+
+# Requests known clients make beside their model calls: Claude Code's own API (settings, metrics,
+# feature flags) and its event logging, reachability probes, model listings. They are recorded as
+# what they are and kept out of sessions (docs/architecture.md, "Non-model requests").
+_TELEMETRY = ("claude_code", "event_logging")
+_METADATA = ("oauth", "hello")
+
+
+def non_model_kind(method: str, path: str) -> str | None:
+    """``probe``, ``telemetry`` or ``metadata`` for a known client's request that is no model call, else None."""
+    method = method.upper()
+    if method == "HEAD":
+        return "probe"
+    if detect_api(method, path) is not None:
+        return None
+    segments = [s for s in path.split("?", 1)[0].split("/") if s]
+    if "api" in segments:
+        after = segments[segments.index("api") + 1:]
+        if after and after[0] in _TELEMETRY:
+            return "telemetry"
+        if after and after[0] in _METADATA:
+            return "metadata"
+    if not segments:
+        return "probe"  # GET / and the like: is anybody there?
+    if method == "GET" and "models" in segments[-2:]:
+        return "metadata"  # the model list, or one model's card
+    return None

@@ -365,3 +365,21 @@ def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(t
         down.stop()
     # The sessions list could not load while the store was unreadable (a 503 that says why): expected here.
     page.problems[:] = [p for p in page.problems if "status of 503" not in p]
+
+
+def test_sessions_made_by_ctxscope_show_only_when_asked_and_under_their_purpose(web, page):
+    openai_client(web.url, "replay:made-by-ctxscope").chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "again"}]
+    )
+    openai_client(web.url, "beside-it").chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "later"}]
+    )
+    _wait_session(web, "replay:made-by-ctxscope", 1)
+    _wait_session(web, "beside-it", 1)
+    page.goto(web.url + "/")
+    own = page.locator("tr.session-row", has=page.locator(".session-link", has_text="replay:made-by-ctxscope"))
+    expect(page.locator("tr.session-row", has=page.locator(".session-link", has_text="beside-it"))).to_have_count(1)
+    expect(own).to_have_count(0)  # the list has loaded (beside-it is there) without it
+    page.locator("#sessions-own").check()
+    expect(own).to_have_count(1)
+    expect(own.locator(".chip.purpose")).to_have_text("replay")

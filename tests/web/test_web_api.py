@@ -118,6 +118,16 @@ def test_sessions_aggregate_real_traffic(web):
     assert data["sessions"][0]["session"] == "beta"  # most recent first
 
 
+
+def test_sessions_made_by_ctxscope_are_listed_only_when_asked_for(web):
+    _conversation(web, "alpha", turns=1)
+    _conversation(web, "replay:0123456789abcdef", turns=1)  # a replay's session name: a purpose's
+    web.wait_for_calls(2)
+    listed = _json(web, "/_ctxscope/api/sessions")[1]["sessions"]
+    assert [(s["session"], s["purpose"]) for s in listed] == [("alpha", None)]
+    every = _json(web, "/_ctxscope/api/sessions?all=1")[1]["sessions"]
+    assert [(s["session"], s["purpose"]) for s in every] == [("replay:0123456789abcdef", "replay"), ("alpha", None)]
+
 @pytest.mark.slow
 def test_session_timeline_pages_series_and_filters(web):
     _conversation(web, "long", turns=7)

@@ -15,6 +15,9 @@ export function renderSessions(root, params, ctx) {
   });
   const onlyBreaks = h("input", { type: "checkbox", onchange: () => draw() });
   const onlyErrors = h("input", { type: "checkbox", onchange: () => draw() });
+  // Sessions ctxscope made itself (replays, advise --verify, non-model requests) are left out
+  // unless asked for, and then shown under their purpose.
+  const withOwn = h("input", { type: "checkbox", id: "sessions-own", onchange: () => load() });
   const count = h("span", { class: "muted" });
   const tbody = h("tbody");
   const table = h("table", { class: "grid sessions" },
@@ -30,7 +33,9 @@ export function renderSessions(root, params, ctx) {
       " or ", h("code", {}, location.origin + "/openai/v1"), " — or try the built-in simulator at ", h("code", {}, location.origin + "/u/sim"), "."));
   mount(root,
     h("div", { class: "toolbar" }, h("h1", {}, "Sessions"), count, h("span", { class: "spacer" }), search,
-      h("label", { class: "check" }, onlyBreaks, " with breaks"), h("label", { class: "check" }, onlyErrors, " with errors")),
+      h("label", { class: "check" }, onlyBreaks, " with breaks"), h("label", { class: "check" }, onlyErrors, " with errors"),
+      h("label", { class: "check", title: "replays, advise --verify and non-model requests of known clients" },
+        withOwn, " made by ctxscope")),
     h("div", { class: "card flush" }, table), empty);
 
   function matches(s, q) {
@@ -63,6 +68,7 @@ export function renderSessions(root, params, ctx) {
     }, "✕");
     const rows = [h("tr", { class: "session-row", dataset: { session: s.session } },
       h("td", {}, h("a", { href, class: "session-link" }, s.session),
+        s.purpose ? h("span", { class: "chip purpose", title: "a session ctxscope made itself" }, s.purpose) : null,
         s.compactions ? h("span", { class: "chip m-compaction", title: "compactions" }, `${s.compactions} compaction${s.compactions > 1 ? "s" : ""}`) : null),
       h("td", { class: "muted" }, (s.clients || []).join(", ") || "–"),
       h("td", {}, (s.models || []).map((m) => h("span", { class: "tag" }, m))),
@@ -102,7 +108,7 @@ export function renderSessions(root, params, ctx) {
 
   async function load() {
     try {
-      const res = await getJSON("/sessions");
+      const res = await getJSON("/sessions", withOwn.checked ? { all: "1" } : undefined);
       if (disposed) return;
       data = res.sessions || [];
       draw();
