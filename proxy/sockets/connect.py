@@ -17,6 +17,8 @@ same guard (header, body and keep-alive timeouts) as direct connections.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import ipaddress
 import logging
@@ -25,6 +27,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -43,6 +46,8 @@ log = logging.getLogger("ctxscope.proxy")
 
 MAX_HEAD = 16 << 10
 _REQUEST_LINE = re.compile(rb"CONNECT ([^\s]+) HTTP/1\.[01]\r\n", re.IGNORECASE)
+_PROXY_AUTHORIZATION = re.compile(rb"\r\nproxy-authorization:[ \t]*([^\r\n]*)", re.IGNORECASE)
+MAX_LABEL = 200  # characters of a session label taken from a CONNECT's Proxy-Authorization
 _ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 _BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -57,6 +62,42 @@ def split_target(target: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
         raise ValueError(f"bad CONNECT target {target!r}")
     return host.strip("[]").lower().rstrip("."), int(port)
+
+
+class BadLabel(ValueError):
+    """A CONNECT's Proxy-Authorization is Basic but carries no usable session label."""
+
+
+def connect_label(head: bytes) -> str | None:
+    """The session label a CONNECT head carries as the user of ``Proxy-Authorization: Basic``
+    (a proxy URL ``http://LABEL:ANY@host:port``; the password is ignored), None without one;
+    BadLabel for a Basic value that is not base64 of UTF-8 text, or a label too long or with
+    control characters (docs/architecture.md, "The forward proxy carries the launcher's label")."""
+    found = _PROXY_AUTHORIZATION.findall(head)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise BadLabel("more than one Proxy-Authorization header")
+    scheme, _, token = found[0].strip().partition(b" ")
+    if scheme.lower() != b"basic":
+        return None  # another scheme carries no label of ours
+    try:
+        text = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise BadLabel("Proxy-Authorization: Basic is not base64 of UTF-8 text") from None
+    label = text.partition(":")[0]
+    if len(label) > MAX_LABEL:
+        raise BadLabel(f"the session label in Proxy-Authorization is longer than {MAX_LABEL} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
+        raise BadLabel("the session label in Proxy-Authorization has control characters")
+    return label.strip() or None
+
+
+def label_segment(label: str) -> str:
+    """``label`` as one path segment: percent-encoded, and a label of dots alone encoded too, so no
+    URL parser takes it for ``.`` or ``..``."""
+    text = quote(label, safe="")
+    return text.replace(".", "%2E") if not text.strip(".") else text
 
 
 def _loopback_peer(transport: asyncio.BaseTransport) -> bool:
@@ -159,6 +200,12 @@ class ConnectProxy:
             self._info("connect_bad", "refused a malformed CONNECT request (400)")
             _answer(transport, _BAD_REQUEST)
             return
+        try:
+            label = connect_label(head)
+        except BadLabel as exc:
+            self._info("connect_bad", f"refused a CONNECT to {host}:{port}: {exc} (400)")
+            _answer(transport, _BAD_REQUEST)
+            return
         guard = self._guard
         if guard is not None and guard.load() >= self.limits.max_connections:
             guard.counts["refused"] += 1
@@ -171,8 +218,9 @@ class ConnectProxy:
             _answer(transport, _FORBIDDEN)
         elif prefix is None:
             self._tunnel(transport, host, port, rest)
-        else:
-            self._intercept(transport, host, prefix, rest)
+        else:  # the label goes before the route, as the launcher's base URLs put it (/s/LABEL/openai/...)
+            labelled = f"/s/{label_segment(label)}{prefix}" if label else prefix
+            self._intercept(transport, host, labelled, rest)
 
     def _released(self, transport: asyncio.BaseTransport) -> Callable[[], None]:
         def release() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,9 +162,37 @@ def read_view(prompt: Prompt) -> AgentView:
 # ------------------------------------------------------------------------------------ planning
 
 
+# The shell tools of real agent CLIs, each with the arguments it takes: Claude Code's ``Bash``, pi's
+# and opencode's ``bash``, Codex's ``exec_command``, ``shell_command`` and ``shell`` (an argv),
+# Gemini CLI's ``run_shell_command``. The first one declared is the agent's shell.
+SHELLS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "bash": lambda command: {"command": command},
+    "Bash": lambda command: {"command": command},
+    "exec_command": lambda command: {"cmd": command},
+    "shell_command": lambda command: {"command": command},
+    "shell": lambda command: {"command": ["bash", "-lc", command]},
+    "run_shell_command": lambda command: {"command": command},
+}
+
+
+def shell_command(name: str, arguments: dict[str, Any]) -> str | None:
+    """The command line of a call to one of ``SHELLS`` (None for another tool)."""
+    if name not in SHELLS:
+        return None
+    value = arguments.get("cmd", arguments.get("command"))
+    if isinstance(value, list) and len(value) == 3 and value[:2] == ["bash", "-lc"]:
+        value = value[2]
+    return value if isinstance(value, str) else None
+
+
+def _shell(tools: set[str]) -> str | None:
+    return next((name for name in SHELLS if name in tools), None)
+
+
 def _listing(view: AgentView) -> list[str]:
     for r in view.rounds:
-        if r.name in ("ls", "bash") and r.result and not r.is_error and r.arguments.get("command", "ls") == "ls":
+        listed = r.name == "ls" or shell_command(r.name, r.arguments) == "ls"
+        if listed and r.result and not r.is_error:
             return [line.strip() for line in r.result.splitlines() if line.strip() and not line.startswith("[")]
     return []
 
@@ -221,10 +249,11 @@ def _plan(view: AgentView) -> list[ToolCallSpec]:
     if "task" in tools and _DELEGATE.search(task):
         add("task", description=_delegated(task)[:60], prompt=_delegated(task))
         return plan
+    shell = _shell(tools)
     if "ls" in tools:
         add("ls")
-    elif "bash" in tools:
-        add("bash", command="ls")
+    elif shell:
+        add(shell, **SHELLS[shell]("ls"))
     if "read" in tools:
         for path in _named_files(task, _listing(view)):
             add("read", path=path)
@@ -232,8 +261,8 @@ def _plan(view: AgentView) -> list[ToolCallSpec]:
     if pattern and "grep" in tools:
         add("grep", pattern=re.escape(pattern), max_results=20)
     command = _BACKTICKS.search(task)
-    if command and _RUN.search(task) and "bash" in tools:
-        add("bash", command=command.group(1))
+    if command and _RUN.search(task) and shell:
+        add(shell, **SHELLS[shell](command.group(1)))
     return plan
 
 
@@ -262,7 +291,8 @@ def _line(r: Round) -> str:
         return f"- {r.name}: no result came back."
     if r.is_error:
         return f"- {r.name} {json.dumps(r.arguments, ensure_ascii=False)} failed: {_snippet(result)}"
-    if r.name == "ls" or (r.name == "bash" and r.arguments.get("command") == "ls"):
+    line = shell_command(r.name, r.arguments)
+    if r.name == "ls" or line == "ls":
         entries = [e.strip() for e in result.splitlines() if e.strip() and not e.startswith("[")]
         shown = ", ".join(entries[:12]) + (", …" if len(entries) > 12 else "")
         return f"- The workspace holds {len(entries)} entries: {shown}."
@@ -274,10 +304,10 @@ def _line(r: Round) -> str:
         if result.startswith("No matches"):
             return f"- grep {r.arguments.get('pattern')!r}: no matches."
         return f"- grep {r.arguments.get('pattern')!r}: {len(hits)} match(es), first: {_snippet(result)}"
-    if r.name == "bash":
+    if line is not None:
         code = re.search(r"\[exit code (-?\d+)\]", result)
         status = f"exited with code {code.group(1)}" if code else "ran"
-        return f"- `{r.arguments.get('command')}` {status}; it printed: {_snippet(result)}"
+        return f"- `{line}` {status}; it printed: {_snippet(result)}"
     if r.name == "task":
         answer = [line.strip() for line in result.splitlines() if line.strip()][:MAX_QUOTED_LINES]
         return "- The sub-agent answered:" + "".join(f"\n  {line[:SNIPPET_CHARS]}" for line in answer)

@@ -107,7 +107,8 @@ def test_commands_find_a_daemon_on_another_port_without_an_address_flag(tmp_path
 
 
 def test_every_command_that_talks_to_the_daemon_names_the_same_option(tmp_path):
-    for command in (["agent", "run"], ["agent", "chat"], ["replay"], ["advise"], ["ca", "env"]):
+    for command in (["agent", "run"], ["agent", "chat"], ["replay"], ["advise"], ["ca", "env"], ["run"], ["curl"],
+                    ["export"]):
         out = subprocess.run([str(CTXSCOPE), *command, "--help"], env=_env(tmp_path), capture_output=True,
                              text=True, timeout=60).stdout
         assert "--daemon URL" in out and "CTXSCOPE_DAEMON" in out, (command, out)
