@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +18,11 @@ from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_c
 from .output import Column, emit_json, emit_table, fmt_int, fmt_usd, pick_columns, safe_text, terminal_width
 from .query_commands import TOKENS_LEGEND, clock_time, columns_option, thread_names, verdict_word, wide_option
 from .settings import prices_path
+
+if TYPE_CHECKING:  # imported when a command runs (docs/architecture.md, "Quick start-up")
+    import sqlite_utils
+
+    from ctxscope.inspector.pipeline.analyze import Analyzer
 
 TIMELINE_COLUMNS = [
     Column("seq", "SEQ", right=True), Column("started_at", "TIME", clock_time), Column("model", "MODEL", shrink=True),
@@ -29,7 +36,7 @@ TIMELINE_COLUMNS = [
 TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
 
 
-def make_analyzer():
+def make_analyzer() -> Analyzer:
     """The analyzer the daemon and reindex use, with the user's price overrides (ValueError if bad)."""
     from ctxscope.inspector.analyses.prices import load_prices
     from ctxscope.inspector.pipeline.analyze import Analyzer
@@ -166,7 +173,7 @@ def _show_diff(d: dict, width: int) -> None:
         echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
 
 
-def _safe(value) -> str:
+def _safe(value: Any) -> str:
     return safe_text(value)
 
 
@@ -213,7 +220,7 @@ def _show_stats(s: dict) -> None:
 @click.option("--max-chars", type=int, default=4000, show_default=True, help="Clip values longer than this.")
 @wide_option
 @json_option
-def diff(a, b, db_path, max_chars, wide, as_json):
+def diff(a: str, b: str | None, db_path: Path | None, max_chars: int, wide: bool, as_json: bool) -> None:
     """Compare call A's prompt with call B's (default: A's predecessor): first difference first."""
     from ctxscope.inspector.reading.calldiff import diff_calls
 
@@ -234,7 +241,7 @@ def diff(a, b, db_path, max_chars, wide, as_json):
 @columns_option
 @wide_option
 @json_option
-def session(session, db_path, columns, wide, as_json):
+def session(session: str, db_path: Path | None, columns: str | None, wide: bool, as_json: bool) -> None:
     """Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."""
     from ctxscope.inspector.store.analysis_queries import session_timeline
 
@@ -260,7 +267,7 @@ def session(session, db_path, columns, wide, as_json):
 @db_option
 @click.option("--session", help="Only this session (an id or a unique prefix of one).")
 @json_option
-def stats(db_path, session, as_json):
+def stats(db_path: Path | None, session: str | None, as_json: bool) -> None:
     """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
     from ctxscope.inspector.store.analysis_queries import stats as compute
 
@@ -275,7 +282,7 @@ def stats(db_path, session, as_json):
 @db_option
 @click.option("--session", help="Only the calls of this session (an id or a unique prefix of one).")
 @json_option
-def reindex(db_path, session, as_json):
+def reindex(db_path: Path | None, session: str | None, as_json: bool) -> None:
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
     from ctxscope.inspector.pipeline.analyze import reindex as run
     from ctxscope.inspector.pipeline.search_text import SegmentTexts
@@ -303,7 +310,7 @@ def reindex(db_path, session, as_json):
     emit_json(result) if as_json else click.echo(f"reindexed {done} call(s), search index rebuilt")
 
 
-def _backfill_search(db, session: str | None, total: int, *, show_bar: bool) -> int:
+def _backfill_search(db: sqlite_utils.Database, session: str | None, total: int, *, show_bar: bool) -> int:
     """Rebuild the search index after the analysis (it reads the sessions the analysis settled on)."""
     from ctxscope.inspector.pipeline.search_index import backfill
 

@@ -46,19 +46,19 @@ def proxy_environment(url: str, upstreams: dict[str, str] | None = None) -> dict
 
 
 @click.group(context_settings=CONTEXT)
-def ca():
+def ca() -> None:
     """The local certificate authority of the forward proxy (created on first use)."""
 
 
 @ca.command(context_settings=CONTEXT)
-def path():
+def path() -> None:
     """Print the CA certificate's path."""
     click.echo(str(local_ca().cert_path))
 
 
 @ca.command(context_settings=CONTEXT)
 @daemon_option
-def env(daemon):
+def env(daemon: str | None) -> None:
     """Print the environment that sends HTTPS through the daemon and trusts its CA (eval it in a shell).
 
     The daemon need not run yet: with none recorded, the default address is printed."""

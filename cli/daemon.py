@@ -10,10 +10,10 @@ import asyncio
 import logging
 import secrets
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -40,6 +40,8 @@ log = logging.getLogger("ctxscope.daemon")
 # (docs/architecture.md, "Memory").
 WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 HEAP_ARENAS = 1  # malloc arenas of the daemon's C heap (``run``)
+# Routes a test or an embedding adds to the daemon's app before it starts: (app, config, writer).
+ExtraRoutes = Callable[[web.Application, DaemonConfig, Writer], None]
 
 class BuiltinSimulator:
     """The built-in simulator at ``/u/sim``, started in its child process on its first request:
@@ -158,7 +160,8 @@ def _prepare_files(cfg: DaemonConfig) -> bytes:
         return secrets.token_bytes(32)
 
 
-async def start_daemon(cfg: DaemonConfig, *, extra_routes=None, web_ui: bool = True) -> RunningDaemon:
+async def start_daemon(cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = None,
+                       web_ui: bool = True) -> RunningDaemon:
     """Start everything; a capture store that cannot be opened is reported, not fatal."""
     salt = _prepare_files(cfg)
     upstreams = dict(cfg.upstreams)
@@ -241,7 +244,8 @@ def start_export(cfg: DaemonConfig, writer: Writer | None = None) -> OtlpExport 
 
 
 async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon], None],
-                        stopping: Callable[[int, bool], None] | None = None, extra_routes=None) -> None:
+                        stopping: Callable[[int, bool], None] | None = None,
+                        extra_routes: ExtraRoutes | None = None) -> None:
     """Run until SIGINT/SIGTERM/SIGHUP, then shut down cleanly (the writer drains before we exit).
 
     SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write. The
@@ -285,7 +289,7 @@ def lock_home_and_db(cfg: DaemonConfig) -> DaemonLock:
         raise LockError(f"cannot lock ctxscope's home {home} or the database {cfg.db} for this daemon: {exc}") from None
 
 
-def run(coro) -> None:
+def run(coro: Coroutine[Any, Any, None]) -> None:
     """asyncio.run, on uvloop when it is installed, with the C heap in one arena: the daemon's hot
     path runs on the loop's thread, and its other threads' allocations are few, so one arena costs
     no throughput and keeps a burst's fragments in one place (docs/architecture.md, "Memory")."""

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -31,6 +32,13 @@ from . import demo_script as script
 from .analysis_commands import compaction_breaks
 from .options import CONTEXT, db_option
 from .settings import DaemonConfig
+
+if TYPE_CHECKING:  # the agent, the simulator's client and the daemon are imported when the demo runs
+    from ctxscope.agent.core.events import LlmCallPrepared
+    from ctxscope.agent.core.spi import Extension
+    from ctxscope.simulator.control.client import SimulatorControl
+
+    from .daemon import RunningDaemon
 
 Echo = Callable[[str], None]
 ANALYSIS_TIMEOUT_S = 60.0
@@ -53,11 +61,11 @@ class _EffectLog:
         self.effects: list[str] = []
         self.calls = 0
 
-    def extension(self):
+    def extension(self) -> Extension:
         from ctxscope.agent.core.events import Event
         from ctxscope.agent.core.spi import Extension
 
-        def prepared(ev) -> None:
+        def prepared(ev: LlmCallPrepared) -> None:
             self.calls += 1
             value = ev.call.headers.get(Annotation.EVENT) or ""
             self.effects += [e.kind for v in split_effects(value) if (e := parse_effect(v)) is not None]
@@ -71,7 +79,7 @@ class _EffectLog:
         return out
 
 
-async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str = "anthropic",
+async def run_scenario(proxy_url: str, sim: SimulatorControl, root: Path, echo: Echo, *, api: str = "anthropic",
                        model: str = script.MODEL, settings: dict | None = None) -> str:
     """Run every scripted turn, scripting the simulator through ``sim`` (a SimulatorControl);
     returns the agent's session id (the inspector's session)."""
@@ -122,7 +130,7 @@ async def run_scenario(proxy_url: str, sim, root: Path, echo: Echo, *, api: str 
     return session.id
 
 
-def count_model_requests(sim) -> int:
+def count_model_requests(sim: SimulatorControl) -> int:
     """Model requests the simulator received (every one came through the proxy); ``sim`` is a
     SimulatorControl."""
     ends = ("/messages", "/chat/completions", "/responses")
@@ -170,7 +178,7 @@ def _describe(marker: dict) -> str:
     return marker_summary(marker)
 
 
-async def run_demo_session(daemon, db_path: Path, echo: Echo, *, once: bool = False) -> DemoResult:
+async def run_demo_session(daemon: RunningDaemon, db_path: Path, echo: Echo, *, once: bool = False) -> DemoResult:
     """On a started daemon: run the scenario, wait for its analysis and print where each effect landed."""
     if daemon.sim is None or await daemon.sim.start() is None:
         raise click.ClickException("the built-in simulator is not running (see the log above)")
@@ -265,7 +273,7 @@ async def _wait_for_signal() -> None:
 @click.option("--once", is_flag=True, help="Run the scenario, print the summary and exit (for scripts).")
 @click.option("--port", type=int, default=None, help="Port for the daemon (default 8787; 0: any free port).")
 @db_option
-def demo(once, port, db_path):
+def demo(once: bool, port: int | None, db_path: Path | None) -> None:
     """Start the daemon and run a scripted agent session that shows every effect in the inspector."""
     from .settings import build_config
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 WINDOW = 32_000
 OUTPUT = 8_192
@@ -123,7 +124,7 @@ def checkpoint_steps(n: int = 2) -> list[dict]:
     return [{"match": CONTROL_OPEN, "text": checkpoint_summary()} for _ in range(n)]
 
 
-def _call(name: str, **arguments) -> dict:
+def _call(name: str, **arguments: Any) -> dict:
     return {"name": name, "arguments": arguments}
 
 

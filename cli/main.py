@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -64,7 +65,7 @@ class LazyGroup(click.Group):
     help is asked for (click's lazy-group pattern), so `ctxscope --help` starts fast and `ctxscope
     serve` carries none of the other commands' modules (docs/architecture.md, "Quick start-up")."""
 
-    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy
 
@@ -92,7 +93,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="ctxscope")
-def cli():
+def cli() -> None:
     """ctxscope: see exactly what your LLM agent sends to the model.
 
     Run `ctxscope serve`, point your agent's base URL at http://127.0.0.1:8787/anthropic
@@ -132,9 +133,10 @@ def cli():
 @click.option("--otlp-endpoint", default=None, metavar="URL",
               help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
                    "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).")
-def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otlp_endpoint):
+def serve(host: str | None, port: int | None, db_path: Path | None, upstreams: tuple[str, ...],
+          config_file: Path | None, allow_remote: bool, limits: tuple[str, ...], otlp_endpoint: str | None) -> None:
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
-    from .daemon import run, serve_forever
+    from .daemon import RunningDaemon, run, serve_forever
     from .daemon_lock import LockError
 
     try:
@@ -148,7 +150,7 @@ def serve(host, port, db_path, upstreams, config_file, allow_remote, limits, otl
             f"refusing to bind {cfg.host}: captures contain your prompts. Pass --allow-remote if you mean it."
         )
 
-    def announce(daemon):
+    def announce(daemon: RunningDaemon) -> None:
         click.echo(f"ctxscope {__version__} listening on {daemon.url}  (captures: {cfg.db})")
         click.echo(f"  Web UI:     {daemon.url}/")
         click.echo(f"  Anthropic:  ANTHROPIC_BASE_URL={daemon.url}/anthropic")
@@ -203,7 +205,7 @@ def _announce_remote(url: str, key: str, host: str) -> None:
 @click.option("--port", type=int, default=8790, show_default=True, help="Port to listen on.")
 @click.option("--script", "script_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON list of scripted replies, one per model request (the format is below).")
-def sim(host, port, script_file):
+def sim(host: str, port: int, script_file: Path | None) -> None:
     """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats).
 
     \b
@@ -228,13 +230,13 @@ def sim(host, port, script_file):
     if not is_loopback(host):
         raise click.ClickException("the simulator binds loopback addresses only")
     try:
-        script = load_script_file(script_file) if script_file else None
+        script = load_script_file(str(script_file)) if script_file else None
     except (ScriptError, ValueError, OSError) as exc:
         raise click.ClickException(f"bad script {script_file}: {exc}") from exc
     token, token_path = token_from_env(), ensure_home() / TOKEN_FILE
     write_token_file(token_path, token)
 
-    async def main():
+    async def main() -> None:
         runner, url = await start_simulator(host, port, script=script, control_token=token)
         click.echo(f"ctxscope simulator on {url}  (Anthropic: {url}, OpenAI: {url}/v1). Ctrl-C to stop.")
         click.echo(f"  control endpoints {url}/_sim/...: header X-Sim-Token, the token is in {token_path}")

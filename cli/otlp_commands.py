@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 
@@ -23,7 +24,7 @@ def _since(text: str | None) -> str | None:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def send_to_otlp(url: str, db_path, session: str | None, since: str | None, headers: tuple[str, ...],
+def send_to_otlp(url: str, db_path: Path | None, session: str | None, since: str | None, headers: tuple[str, ...],
                  content: bool) -> None:
     """Send stored calls to the OTLP/HTTP collector at URL as OpenTelemetry spans (span ids come
     from call ids: a call sent twice is the same span)."""

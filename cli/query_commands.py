@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 import click
 
@@ -79,7 +85,7 @@ def thread_names(threads: list[dict]) -> dict[str, str]:
     return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
 
 
-def resolve_threads(db, label: str, session: str | None) -> list[str]:
+def resolve_threads(db: sqlite_utils.Database, label: str, session: str | None) -> list[str]:
     """The threads a --thread value names: "main", "side", "T2", "main T1" (as the views name them), or
     a thread id or a unique prefix of one; in ``session``, else in every session."""
     from ctxscope.inspector.store.queries import list_sessions, session_threads
@@ -103,8 +109,8 @@ def resolve_threads(db, label: str, session: str | None) -> list[str]:
     return by_id
 
 
-def _choice(kind):
-    def convert(ctx, param, value):
+def _choice(kind: type[StrEnum]) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         if value is None:
             return None
         found = value_of(kind, value)
@@ -130,7 +136,9 @@ def _choice(kind):
 @columns_option
 @wide_option
 @json_option
-def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, limit, columns, wide, as_json):
+def calls(db_path: Path | None, session: str | None, model: str | None, relation: str | None,
+          pointer_prefix: str | None, verdict: str | None, thread: str | None, limit: int, columns: str | None,
+          wide: bool, as_json: bool) -> None:
     """List captured calls, optionally filtered by their analysis.
 
     The default columns fit 100 characters; --columns picks others, --wide prints them all."""
@@ -152,7 +160,7 @@ def calls(db_path, session, model, relation, pointer_prefix, verdict, thread, li
     storing_note(db_path)
 
 
-def storing_note(db_path) -> None:
+def storing_note(db_path: Path | None) -> None:
     """Say so when captured calls are still on their way to the store: the daemon stores them a
     moment after they end, so a call just made may not be listed yet."""
     from ctxscope.inspector.reading.db_status import capture_state, spool_status
@@ -177,7 +185,8 @@ def storing_note(db_path) -> None:
                    "secrets the client put in the body (API keys, tokens, passwords).")  # fmt: skip
 @click.option("--lines", type=int, default=6, show_default=True, help="How many lines of the answer to print.")
 @json_option
-def show(call, db_path, request_raw, response_raw, exact, lines, as_json):
+def show(call: str, db_path: Path | None, request_raw: bool, response_raw: bool, exact: bool, lines: int,
+         as_json: bool) -> None:
     """Show one call (CALL is an id or a unique prefix of one): its place in the session, relation,
     cache verdict, tokens reported and estimated, markers and the answer's first lines."""
     from ctxscope.inspector.store import queries
@@ -201,7 +210,7 @@ def show(call, db_path, request_raw, response_raw, exact, lines, as_json):
     _tell_story(db, row, lines)
 
 
-def _write_raw(db, row: dict, kind: str, exact: bool) -> None:
+def _write_raw(db: sqlite_utils.Database, row: dict, kind: str, exact: bool) -> None:
     from ctxscope.inspector.share.bodies import export_body
 
     body = export_body(db, row["id"], kind, "wire", exact=exact)
@@ -221,7 +230,7 @@ def _write_raw(db, row: dict, kind: str, exact: bool) -> None:
     sys.stdout.buffer.flush()
 
 
-def _tell_story(db, row: dict, lines: int) -> None:
+def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
     """A call in words: where it sits, how its prompt relates to the one before, what the cache did,
     the tokens (reported by the provider and estimated here), the markers and the answer's start."""
     from ctxscope.inspector.analyses.marker_text import marker_summary
@@ -327,7 +336,7 @@ def _answer_lines(resp: Any) -> list[str]:
               help="Also the sessions ctxscope made itself (replays, advise --verify, non-model requests of "
                    "known clients), with their PURPOSE.")  # fmt: skip
 @json_option
-def sessions(db_path, columns, wide, show_all, as_json):
+def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bool, as_json: bool) -> None:
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
 
     Sessions ctxscope made itself are left out unless --all (docs: "Sessions with a purpose")."""
@@ -348,19 +357,19 @@ def sessions(db_path, columns, wide, show_all, as_json):
 
 
 @click.group(context_settings=CONTEXT)
-def db():
+def db() -> None:
     """The capture database: where it is and how it is doing."""
 
 @db.command("path", context_settings=CONTEXT)
 @db_option
-def db_path_cmd(db_path):
+def db_path_cmd(db_path: Path | None) -> None:
     """Print the capture database path."""
     click.echo(str(db_path or default_db_path()))
 
 @db.command("status", context_settings=CONTEXT)
 @db_option
 @json_option
-def db_status_cmd(db_path, as_json):
+def db_status_cmd(db_path: Path | None, as_json: bool) -> None:
     """Size, counts, storage savings, recorded writer failures, and the running writer's state
     (true from the first failure, even while the database cannot be written)."""
     from ctxscope.inspector.reading.db_status import db_status
@@ -429,5 +438,5 @@ def capture_line(c: dict) -> str:
             f"last error: {emit_safe(c.get('last_error'))}" + dropped)
 
 
-def emit_safe(value) -> str:
+def emit_safe(value: Any) -> str:
     return safe_text(value)

@@ -197,7 +197,8 @@ def default_label(command: str) -> str:
 @click.option("--sim", is_flag=True,
               help="Point the command at the daemon's built-in simulator (/u/sim), with a dummy key where none is set.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(label, daemon, host, port, db_path, upstreams, config_file, sim, command):
+def run(label: str | None, daemon: str | None, host: str | None, port: int | None, db_path: Path | None,
+        upstreams: tuple[str, ...], config_file: Path | None, sim: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the
     daemon (started if none runs on the port), HTTPS_PROXY (the label as its user) with the CA
     variables of `ctxscope ca env` for clients without a base URL, and Codex's `openai_base_url`

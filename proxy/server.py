@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -13,6 +15,9 @@ from ctxscope.proxy.forward.answers import UNPREFIXED, unprefixed
 from ctxscope.proxy.forward.forwarder import Forwarder
 from ctxscope.proxy.sockets.connect import ConnectProxy
 from ctxscope.proxy.sockets.relay import WebSocketRelay
+
+if TYPE_CHECKING:  # cryptography is imported on the first intercepted CONNECT only
+    from ctxscope.proxy.sockets.ca import LocalCA
 
 FORWARDER_KEY = web.AppKey("forwarder", Forwarder)
 CONNECT_KEY = web.AppKey("connect", ConnectProxy)
@@ -34,7 +39,8 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
     if ca_folder is not None:
         folder = ca_folder
 
-        def local_ca(hosts):  # made on the first intercepted CONNECT (cryptography is imported only then)
+        # made on the first intercepted CONNECT (cryptography is imported only then)
+        def local_ca(hosts: Collection[str]) -> LocalCA:
             from ctxscope.proxy.sockets.ca import LocalCA
 
             return LocalCA(folder, hosts)

@@ -18,7 +18,7 @@ import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -43,12 +43,15 @@ from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
 
+if TYPE_CHECKING:
+    import sqlite_utils
+
 _FILTERS = ("relation", "verdict", "model", "marker", "thread", "q")
 
 Answer = dict | list | web.StreamResponse
 
 
-def _masked(db, fn, *args):
+def _masked(db: sqlite_utils.Database, fn: Callable[..., Any], *args: Any) -> Any:
     return mask_keys_in(fn(db, *args))
 
 
@@ -96,7 +99,7 @@ class StoreAPI:
         except sqlite3.DatabaseError as exc:  # the store is unreadable: say so, no traceback
             raise web.HTTPServiceUnavailable(text=f"capture store unavailable: {exc}") from None
 
-    async def read(self, fn, *args):
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(db, *args)`` in a worker thread, with every key-like value in its answer masked."""
         return await self.pool.run(_masked, fn, *args)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 from ctxscope.inspector.store.columns import with_defaults
 
 _PRICES: PriceTable | None = None
@@ -22,10 +23,10 @@ def prices() -> PriceTable:
     return _PRICES
 
 
-_PRICE_BY_MODEL: dict = {}
+_PRICE_BY_MODEL: dict[str | None, Price | None] = {}
 
 
-def _price(model: str | None):
+def _price(model: str | None) -> Price | None:
     """The table's row for a model, memoised: a lookup is a handful of regex searches."""
     if model not in _PRICE_BY_MODEL:
         if len(_PRICE_BY_MODEL) > 1000:
@@ -84,7 +85,7 @@ ANALYSIS_COLUMNS = (
 )  # fmt: skip
 
 
-def _json(value):
+def _json(value: Any) -> Any:
     if isinstance(value, (str, bytes)):
         try:
             return json.loads(value)

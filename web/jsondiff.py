@@ -72,7 +72,7 @@ def _area(pointer: str) -> str:
 
 
 class _Walker:
-    def __init__(self):
+    def __init__(self) -> None:
         self.changes: list[dict] = []
         self.truncated = False
 

@@ -62,7 +62,7 @@ WAIT_S = 30.0  # for the writer to store the replay
 SEND_TIMEOUT_S = 600.0
 
 
-def _build(db, call_id: str, daemon_url: str, options: dict) -> ReplayRequest:
+def _build(db: sqlite_utils.Database, call_id: str, daemon_url: str, options: dict) -> ReplayRequest:
     row = queries.get_call(db, call_id)
     if row is None:
         raise ReplayError(f"no call {call_id!r}")

@@ -75,7 +75,7 @@ class AgentSession:
         return SessionView(self.id, d, d / "artifacts", self.runtime.workspace, self.state, self.runtime.model_info())
 
     @property
-    def messages(self):
+    def messages(self) -> tuple[Message, ...]:
         return self.history.messages
 
     @property

@@ -16,6 +16,7 @@ import os
 import stat
 import tarfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def sub_sessions(store: SessionStore, session_id: str) -> list[tuple[str, str]]:
     return out
 
 
-def _members(root: Path, prefix: str, c: Collection):
+def _members(root: Path, prefix: str, c: Collection) -> Iterator[tuple[str, Path]]:
     """(archive name, path) of every regular file under ``root``; links and odd files are recorded as skipped."""
     for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: c.unreadable.append(
             {"path": f"{prefix}/{Path(e.filename).relative_to(root)}" if e.filename else prefix,

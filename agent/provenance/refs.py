@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -155,5 +155,5 @@ class SourceCatalog:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[SourceReference]:
         return iter(self._by_id.values())

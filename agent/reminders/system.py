@@ -63,6 +63,7 @@ class ReminderData:
 
 
 Render = Callable[[ReminderData], "str | None"]
+OnDelivered = Callable[[SessionState, ReminderData], None]
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class ReminderProvider:
     name: str
     render: Render
     critical: bool = False
-    on_delivered: Callable[[SessionState, ReminderData], None] | None = None  # e.g. drop delivered notices
+    on_delivered: OnDelivered | None = None  # e.g. drop delivered notices
 
 
 class ReminderRegistry:
@@ -84,10 +85,10 @@ class ReminderRegistry:
             raise ValueError(f"reminder provider {provider.name!r} is registered twice")
         self._providers.append(provider)
 
-    def append(self, name: str, render: Render, *, on_delivered=None) -> None:
+    def append(self, name: str, render: Render, *, on_delivered: OnDelivered | None = None) -> None:
         self._add(ReminderProvider(name, render, False, on_delivered))
 
-    def append_critical(self, name: str, render: Render, *, on_delivered=None) -> None:
+    def append_critical(self, name: str, render: Render, *, on_delivered: OnDelivered | None = None) -> None:
         self._add(ReminderProvider(name, render, True, on_delivered))
 
     @property

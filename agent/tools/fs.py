@@ -10,6 +10,7 @@ import asyncio
 import fnmatch
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ async def ls(args: dict[str, Any], ctx: ToolContext) -> str:
     return "\n".join(rows) if rows else "(empty directory)"
 
 
-def _walk(root: Path):
+def _walk(root: Path) -> Iterator[Path]:
     if root.is_file():
         yield root
         return

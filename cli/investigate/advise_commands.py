@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..daemon_address import daemon_option, find_daemon
@@ -21,7 +23,7 @@ COLUMNS = [("name", "ALTERNATIVE"), ("input", "INPUT"), ("cache_read", "CACHE_RE
                    "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.")
 @daemon_option
 @json_option
-def advise(session, db_path, verify, daemon, as_json):
+def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None, as_json: bool) -> None:
     """Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."""
     from ctxscope.inspector.advisor.alternatives import advise as compute
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -11,8 +13,13 @@ from ..daemon_address import daemon_address, daemon_option
 from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from ..output import emit_json
 
+if TYPE_CHECKING:
+    import sqlite_utils
 
-def _call_or_fail(db, call: str) -> dict:
+T = TypeVar("T")
+
+
+def _call_or_fail(db: sqlite_utils.Database, call: str) -> dict:
     """The call an id or a unique prefix names (the one id rule: exit 2 with the candidates)."""
     from ctxscope.inspector.store import queries
 
@@ -36,7 +43,8 @@ def _call_or_fail(db, call: str) -> dict:
 @click.option("--exact", is_flag=True,
               help="Keep key-like values the client put inside the body (masked by default).")
 @daemon_option
-def curl(call, db_path, via, api_key_env, body_file, exact, daemon):
+def curl(call: str, db_path: Path | None, via: str | None, api_key_env: str | None, body_file: Path | None,
+         exact: bool, daemon: str | None) -> None:
     """Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).
 
     The body is the exact bytes sent; the API key is read from the environment, never written.
@@ -70,7 +78,7 @@ def curl(call, db_path, via, api_key_env, body_file, exact, daemon):
     click.echo(cmd.text, nl=False)
 
 
-def _progress(items, length: int, label: str, quiet: bool):
+def _progress(items: Iterable[T], length: int, label: str, quiet: bool) -> Iterator[T]:
     """``items`` with a progress bar on a terminal's stderr (big sessions take a while)."""
     import sys
 
@@ -98,7 +106,9 @@ def _progress(items, length: int, label: str, quiet: bool):
 @click.option("--content", is_flag=True, help="With --otlp: also send prompts and answers (keys masked).")
 @daemon_option
 @json_option
-def export_session(session, db_path, fmt, output, otlp_url, since, headers, content, daemon, as_json):
+def export_session(session: str | None, db_path: Path | None, fmt: str, output: Path | None, otlp_url: str | None,
+                   since: str | None, headers: tuple[str, ...], content: bool, daemon: str | None,
+                   as_json: bool) -> None:
     """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
     mitmproxy can open, or with --otlp URL send stored calls to an OpenTelemetry collector. Keys never
     go in: headers were redacted when captured, and key-like values in the bodies are masked."""
@@ -154,7 +164,7 @@ def export_session(session, db_path, fmt, output, otlp_url, since, headers, cont
 @click.option("--max-size", "max_size", default="256MiB", show_default=True, metavar="SIZE",
               help="Refuse a file whose decoded content is bigger (a compression bomb stops there).")
 @json_option
-def import_file(file, db_path, label, max_size, as_json):
+def import_file(file: Path, db_path: Path | None, label: str | None, max_size: str, as_json: bool) -> None:
     """Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture
     database. The calls are stored and analysed as if captured live; a bundle's analysis is
     checked against the new one."""

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_session_id
 from ..output import emit_json, emit_table
 
+if TYPE_CHECKING:
+    from ctxscope.inspector.advisor.model import Session
 
-def open_session(db_path, session: str | None):
+
+def open_session(db_path: Path | None, session: str | None) -> Session:
     """The session (an id, a unique prefix, or the latest when None), or a clear error."""
     from ctxscope.inspector.advisor.load import load_session
     from ctxscope.inspector.store.queries import AmbiguousCallId, list_sessions
@@ -37,7 +43,7 @@ def open_session(db_path, session: str | None):
     return found
 
 
-def call_session(db_path, name: str | None) -> tuple[str | None, str | None]:
+def call_session(db_path: Path | None, name: str | None) -> tuple[str | None, str | None]:
     """(session, None) for a session name; (its session, the call id) when ``name`` names a call instead."""
     from ctxscope.inspector.store.analysis_queries import resolve_session
     from ctxscope.inspector.store.queries import AmbiguousCallId, get_call
@@ -58,7 +64,7 @@ def call_session(db_path, name: str | None) -> tuple[str | None, str | None]:
 @click.argument("session", required=False)
 @db_option
 @json_option
-def findings(session, db_path, as_json):
+def findings(session: str | None, db_path: Path | None, as_json: bool) -> None:
     """What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and where.
 
     SESSION may also be a call id (or a unique prefix): then only the findings that concern that call."""

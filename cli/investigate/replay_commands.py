@@ -6,6 +6,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import click
 
@@ -30,7 +31,7 @@ def send(method: str, url: str, headers: list[tuple[str, str]], body: bytes, tim
 
 
 def _show(c: dict) -> None:
-    def cell(v):
+    def cell(v: object) -> str:
         return "-" if v is None else f"${v:.6f}" if isinstance(v, float) else str(v)
 
     rows = [("", "original", "replay")] + [
@@ -55,7 +56,8 @@ def _show(c: dict) -> None:
 @daemon_option
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the answer.")
 @json_option
-def replay(call, db_path, model, upstream, edits, api_key_env, daemon, timeout, as_json):
+def replay(call: str, db_path: Path | None, model: str | None, upstream: str | None, edits: tuple[str, ...],
+           api_key_env: str | None, daemon: str | None, timeout: float, as_json: bool) -> None:
     """Re-send CALL's request through the daemon (CALL is an id or a unique prefix).
 
     The answer is recorded as a new call, in a session of its own (replay:CALL) and linked to CALL

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ctxscope.proxy.redaction.mask import mask_key_values
@@ -31,7 +33,9 @@ def _clean(text: str, start: str, end: str, *, terminal: bool = True) -> str:
                    "tool results, or the responses.")  # fmt: skip
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many hits, best first.")
 @json_option
-def search(text, db_path, session, areas, limit, as_json):
+def search(
+    text: str, db_path: Path | None, session: str | None, areas: tuple[str, ...], limit: int, as_json: bool
+) -> None:
     """Find TEXT (words, as one phrase) in captured prompts and responses.
 
     Each hit is the first call of a session that holds the text, with the JSON Pointer of the

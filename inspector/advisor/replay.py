@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ctxscope.inspector.advisor.model import SessionCall, dollars
 from ctxscope.inspector.analyses.cache.memory import prefix_keys
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
-from ctxscope.inspector.analyses.prices import PriceTable
+from ctxscope.inspector.analyses.prices import Price, PriceTable
 
 MAX_BREAKPOINTS = 4
 LOOKBACK = 20
@@ -102,7 +102,9 @@ def replay(
     return out
 
 
-def _anthropic(call: SessionCall, points: dict[int, str], live: dict[bytes, _Entry], price, out: Replay) -> CallCost:
+def _anthropic(
+    call: SessionCall, points: dict[int, str], live: dict[bytes, _Entry], price: Price | None, out: Replay
+) -> CallCost:
     now = call.started_at
     cum = call.tokens.cumulative
     total = call.tokens.total
@@ -150,7 +152,10 @@ def _anthropic(call: SessionCall, points: dict[int, str], live: dict[bytes, _Ent
 
 
 def _openai(
-    call: SessionCall, route: tuple[str, str], live: dict[tuple[str, str], list[tuple[float, SessionCall]]], price
+    call: SessionCall,
+    route: tuple[str, str],
+    live: dict[tuple[str, str], list[tuple[float, SessionCall]]],
+    price: Price | None,
 ) -> CallCost:
     now = call.started_at
     entries = [(t, c) for t, c in live.get(route, []) if t > now and c.model == call.model]

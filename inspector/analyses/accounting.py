@@ -44,7 +44,7 @@ class TokenBreakdown:
     # already has most of it (incremental.py, from the previous call) passes it in.
     cumulative: Sequence[int] = field(default=(), kw_only=True, repr=False, compare=False)  # (): compute it
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.per_segment, array):
             object.__setattr__(self, "per_segment", array("q", self.per_segment))
         if not self.cumulative:

@@ -97,16 +97,19 @@ def _nested_text(content: Any) -> tuple[str, int]:
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.segments: list[Segment] = []
         self.digests: list[bytes] = []  # the segments' hashes as bytes: the prompt's Hashes without a hex round trip
 
-    def add(self, pointer, kind, role, text, norm, area, marker=None, *, name=None, ref=None, images=0, extras=None):
+    def add(self, pointer: str, kind: str, role: str | None, text: str, norm: Any, area: str,
+            marker: dict | None = None, *, name: str | None = None, ref: str | None = None, images: int = 0,
+            extras: dict | None = None) -> None:
         digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).digest()
         self.digests.append(digest)
         self.segments.append(Segment(pointer, kind, role, text, digest.hex(), marker, name, ref, images))
 
-    def text(self, pointer, role, text, norm, area, marker=None, extras=None):
+    def text(self, pointer: str, role: str | None, text: str, norm: Any, area: str, marker: dict | None = None,
+             extras: dict | None = None) -> None:
         self.add(pointer, _text_kind(role, text), role, text, norm, area, marker, extras=extras)
 
     def tools(self, body: dict, key: str) -> bool:
@@ -135,7 +138,7 @@ def _text_kind(role: str | None, text: str) -> str:
     return "reminder" if is_reminder(text) else "user_text"
 
 
-def _block(b: _Builder, pointer: str, role: str | None, block: Any, area: str, extras: dict | None = None):
+def _block(b: _Builder, pointer: str, role: str | None, block: Any, area: str, extras: dict | None = None) -> None:
     """One content block / part / item of any of the three APIs."""
     norm, marker = _strip(block)
     if not isinstance(block, dict):
@@ -260,7 +263,7 @@ def _responses(body: dict, b: _Builder) -> bool:
     return True
 
 
-def _item(b: _Builder, pointer: str, item: Any, area: str):
+def _item(b: _Builder, pointer: str, item: Any, area: str) -> None:
     if not isinstance(item, dict):
         _block(b, pointer, None, item, area)
         return

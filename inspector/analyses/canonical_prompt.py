@@ -61,7 +61,7 @@ class CanonicalPrompt:
     hashes: Hashes | tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
     tool_refs: ToolRefs = field(default_factory=lambda: _UNSET, kw_only=True, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.hashes and self.segments:
             hashes: Hashes | tuple[str, ...] = tuple(s.hash for s in self.segments)
             with contextlib.suppress(ValueError):  # not sha256 digests (hand-made segments): a plain tuple does too

@@ -101,5 +101,5 @@ class Chunked(Sequence):
     def __repr__(self) -> str:
         return f"Chunked({tuple(self)!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[tuple[Any, ...]], tuple[tuple[Any, ...]]]:
         return tuple, (tuple(self),)

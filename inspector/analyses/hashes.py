@@ -17,7 +17,7 @@ prompts are not kept alive. Copies and pickles know nothing.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 WIDTH = 32  # bytes of one sha256 digest
@@ -108,7 +108,7 @@ class Hashes(Sequence[str]):
     def __repr__(self) -> str:
         return f"<Hashes of {len(self)} segments>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[bytes], Hashes], tuple[bytes]]:
         return Hashes.from_digests, (self.digests,)
 
 

@@ -348,7 +348,9 @@ def prepare_full(api: str | None, body: Any, raw: bytes | None = None) -> Prepar
     return prepare(api, body, raw, [])[0]
 
 
-def count(counter: TokenCounter, prepared: Prepared, base: Prepared | None, base_tokens: TokenBreakdown | None):
+def count(
+    counter: TokenCounter, prepared: Prepared, base: Prepared | None, base_tokens: TokenBreakdown | None
+) -> TokenBreakdown:
     """``counter.count_prompt(prepared.prompt)``, reusing ``base_tokens`` for the segments reused from ``base``."""
     m = prepared.reused_items
     if not m or base is None or base_tokens is None or base.prompt is prepared.prompt:

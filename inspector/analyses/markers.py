@@ -103,7 +103,14 @@ def _summary_shaped(seg: Segment) -> bool:
     return seg.kind in ("user_text", "assistant_text", "system", "other") and bool(_SUMMARY_RE.search(seg.text[:2000]))
 
 
-def _compaction(prev, cur, relation, prev_tokens, cur_tokens, new) -> Marker | None:
+def _compaction(
+    prev: CanonicalPrompt | None,
+    cur: CanonicalPrompt,
+    relation: Relation,
+    prev_tokens: int | None,
+    cur_tokens: int,
+    new: list[tuple[int, Segment]],
+) -> Marker | None:
     for index, seg in new:
         if seg.kind == "other" and '"type":"compaction' in seg.text:  # Responses compaction item
             return Marker(MarkerKind.COMPACTION, seg.pointer, {"evidence": "compaction_item", "segment": index})

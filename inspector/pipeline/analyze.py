@@ -213,7 +213,7 @@ class Analyzer:
                         placement.grouped_by)  # fmt: skip
 
     def _relate(
-        self, db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
+        self, db: Db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
     ) -> Relation:
         cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, inp.body)
         if prev is None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxscope.inspector.share.exchanges import BadExport
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 MAX_IMPORT_BYTES = 256 << 20  # a file's decoded size (``ctxscope import --max-size`` changes it)
 MAX_DEPTH = 64  # an export's JSON is a dozen levels deep; a body inside one is text, not nesting
@@ -38,7 +41,7 @@ class CappedStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         n = self.inner.readinto(buffer) or 0
         self.total += n
         if self.total > self.cap:

@@ -11,7 +11,7 @@ times, outcome), so a round trip reproduces the analysis.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _header(pairs, name: str) -> str | None:
+def _header(pairs: Iterable[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in pairs if k.lower() == name), None)
 
 

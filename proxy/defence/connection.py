@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError
@@ -147,7 +147,7 @@ class GuardedHandler(RequestHandler):
         "close_reason",
     )
 
-    def __init__(self, manager: GuardedServer, **kwargs):
+    def __init__(self, manager: GuardedServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = manager
         self._head_timer: asyncio.TimerHandle | None = None
@@ -169,12 +169,12 @@ class GuardedHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
         if guard.load() >= guard.limits.max_connections:
-            self._refuse(transport)
+            self._refuse(cast(asyncio.Transport, transport))  # (a stream's: aiohttp casts it so too)
             return
         super().connection_made(transport)
         self._head_timer = self._loop.call_later(guard.limits.header_timeout, self._head_expired)
 
-    def _refuse(self, transport) -> None:
+    def _refuse(self, transport: asyncio.Transport) -> None:
         self._refused = self._force_close = True  # aiohttp's parser ignores whatever arrives
         guard = self._guard
         guard.counts["refused"] += 1
@@ -241,7 +241,7 @@ class GuardedHandler(RequestHandler):
                 if self._body_timer is None:  # (one left by an earlier body finds this window not over yet)
                     self._body_timer = self._loop.call_later(self._guard.limits.body_timeout, self._body_check)
 
-    def _body_malformed(self, body) -> None:
+    def _body_malformed(self, body: StreamReader) -> None:
         """The parser gave up on a body being read (bad chunking...) and queued its error as the next
         request: fail the body's reader with it, or the handler would wait for bytes that never come."""
         self._body = None
@@ -294,7 +294,7 @@ class GuardedHandler(RequestHandler):
 
     # -- logging
 
-    def log_exception(self, *args, **kw) -> None:
+    def log_exception(self, *args: Any, **kw: Any) -> None:
         exc = kw.get("exc_info")
         if isinstance(exc, EXPECTED_CLIENT_ERRORS):
             self._guard.counts["client_errors"] += 1
@@ -307,7 +307,7 @@ class GuardedHandler(RequestHandler):
 class ProxyRunner(web.AppRunner):
     """An AppRunner whose connections are guarded by ``limits``."""
 
-    def __init__(self, app: web.Application, limits: Limits, tunnels: Tunnels | None = None, **kwargs):
+    def __init__(self, app: web.Application, limits: Limits, tunnels: Tunnels | None = None, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._limits = limits
         self._tunnels = tunnels

@@ -9,6 +9,7 @@ raw byte views get a mask of the same length, so byte offsets and range reads st
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import unquote_plus
 
 from ctxscope.proxy.redaction.redact import _KEY_STARTS, _KEY_VALUE, REDACTED, _secret_query_name
@@ -74,7 +75,7 @@ def _worth_masking(value: str, name: str | bytes) -> bool:
     return True
 
 
-def _key_spans(text, p: _Patterns) -> list[tuple[int, int, int]]:
+def _key_spans(text: str | bytes, p: _Patterns) -> list[tuple[int, int, int]]:
     """(start, end, kept prefix length) of everything to mask in ``text``, sorted, not merged."""
     spans: list[tuple[int, int, int]] = []
     if any(s in text for s in p.starts):
@@ -97,9 +98,9 @@ def _key_spans(text, p: _Patterns) -> list[tuple[int, int, int]]:
                     spans.append((m.start("val"), m.end("val"), 0))
     if any(h in text for h in p.bearer_hints):
         at = 0  # overlapping: a token that runs into a second "Bearer" must not hide the second one
-        while (m := p.bearer.search(text, at)) is not None:
-            spans.append((m.start("val"), m.end("val"), 0))
-            at = m.start("val")
+        while (found := p.bearer.search(text, at)) is not None:
+            spans.append((found.start("val"), found.end("val"), 0))
+            at = found.start("val")
     if p.equals in text and any(h in text for h in p.query_hints):
         for m in p.query.finditer(text):
             name = m.group("name")
@@ -109,7 +110,7 @@ def _key_spans(text, p: _Patterns) -> list[tuple[int, int, int]]:
     return spans
 
 
-def _ends_escape(text, start: int, p: _Patterns) -> bool:
+def _ends_escape(text: str | bytes, start: int, p: _Patterns) -> bool:
     """Whether text[start] is the last hex digit of a JSON "\\uXXXX" escape."""
     return (
         start >= 5
@@ -156,7 +157,7 @@ def mask_key_bytes(data: bytes) -> bytes:
     return bytes(out)
 
 
-def mask_keys_in(value):
+def mask_keys_in(value: Any) -> Any:
     """A JSON-ready value (dicts, lists, strings, numbers) with every string masked as by
     ``mask_key_values`` and credential-named fields' string values replaced; the input is not
     changed, and parts with nothing to mask are returned as they are."""

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 
 import aiohttp
 from aiohttp import WSMsgType, web
+from aiohttp.connector import Connection
 from yarl import URL
 
 from ctxscope.proxy import exchange as ex
@@ -35,13 +36,14 @@ _HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-webso
                         "sec-websocket-protocol", "sec-websocket-accept"})  # fmt: skip
 CLOSE_TIMEOUT = 10.0
 # The body of a refused upgrade, read before aiohttp closes the response (see _HandshakeResponse).
+_Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse  # either end of a relayed socket
 _REFUSED: ContextVar[list[bytes] | None] = ContextVar("ctxscope_ws_refused", default=None)
 
 
 class _HandshakeResponse(aiohttp.ClientResponse):
     """aiohttp drops the body of a response that refuses an upgrade; this one keeps it first."""
 
-    async def start(self, connection):
+    async def start(self, connection: Connection) -> aiohttp.ClientResponse:
         started = await super().start(connection)
         holder = _REFUSED.get()
         if holder is not None and self.status != 101:
@@ -161,7 +163,7 @@ class WebSocketRelay:
             calls.closed(outcome, why)
 
 
-async def _pump(src, dst, on_text: Callable[[str], None], ended: list[str], side: str) -> None:
+async def _pump(src: _Socket, dst: _Socket, on_text: Callable[[str], None], ended: list[str], side: str) -> None:
     """Pass messages from ``src`` to ``dst`` until ``src`` closes; a close is passed on too. The
     first side to close or break is appended to ``ended``."""
     while True:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 READ_CHUNK = 64 << 10
 
@@ -158,7 +159,7 @@ class TLSTransport(asyncio.Transport):
     def _raw(self) -> asyncio.Transport | None:
         return self._tls.raw
 
-    def get_extra_info(self, name: str, default=None):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "sslcontext":
             return self._tls.context
         if name == "ssl_object":
@@ -181,7 +182,7 @@ class TLSTransport(asyncio.Transport):
         raw = self._raw()
         return self._closing or raw is None or raw.is_closing()
 
-    def write(self, data) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.is_closing() or not data:
             return
         try:
@@ -191,7 +192,7 @@ class TLSTransport(asyncio.Transport):
             return
         self._tls.flush()
 
-    def writelines(self, list_of_data) -> None:
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         self.write(b"".join(list_of_data))
 
     def can_write_eof(self) -> bool:
@@ -233,7 +234,7 @@ class TLSTransport(asyncio.Transport):
         raw = self._raw()
         return raw is not None and raw.is_reading()
 
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         raw = self._raw()
         if raw is not None:
             raw.set_write_buffer_limits(high, low)

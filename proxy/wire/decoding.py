@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Callable, Iterator
+from types import ModuleType
 
 if sys.version_info >= (3, 14):  # mypy checks the branch of its python_version only
     from compression import zstd as _zstd
@@ -147,7 +148,7 @@ def _zstd_decode(data: bytes, max_size: int, allow_truncated: bool) -> bytes:
     return _collect(lambda: _zstd_pieces(data, allow_truncated), max_size)
 
 
-def _brotli_pieces(brotli, data: bytes, allow_truncated: bool) -> Iterator[bytes]:
+def _brotli_pieces(brotli: ModuleType, data: bytes, allow_truncated: bool) -> Iterator[bytes]:
     """Decode a brotli stream, PIECE bytes at a time (brotli 1.2's output limit; an older brotli
     cannot bound its output, so a bomb would be inflated whole: it is not decoded)."""
     d = brotli.Decompressor()

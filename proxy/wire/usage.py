@@ -133,7 +133,7 @@ _SHAPES: dict[str, Callable[[dict], Usage]] = {
 }
 
 
-def _guess_shape(raw: dict):
+def _guess_shape(raw: dict) -> Callable[[dict], Usage] | None:
     if "promptTokenCount" in raw or "candidatesTokenCount" in raw:
         return _gemini
     if "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw:

@@ -18,6 +18,7 @@ Token figures here are o200k estimates.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -153,7 +154,9 @@ def predict_cache(
     return _prediction("unknown", "unknown_api", cur, 0, None)
 
 
-def _prediction(family, reason, cur, minimum, last_bp, **kw) -> CachePrediction:
+def _prediction(
+    family: CacheFamily, reason: str, cur: Observed, minimum: int, last_bp: int | None, **kw: Any
+) -> CachePrediction:
     base: dict[str, Any] = {
         "predicted_read": 0,
         "predicted_write": 0,
@@ -223,7 +226,7 @@ def _predict_anthropic(
     if relation.epoch_reason in (EpochReason.MODEL_CHANGE, EpochReason.PROVIDER_CHANGE, EpochReason.API_CHANGE):
         limit, break_index, break_pointer, break_kind = 0, 0, "/model", "model"
 
-    def best(cands) -> int | None:
+    def best(cands: Iterable[int]) -> int | None:
         ok = [j for j in cands if j < limit and any(j <= b <= j + LOOKBACK_BLOCKS for b in points)]
         return max(ok) if ok else None
 

@@ -16,6 +16,7 @@ import logging
 import queue
 import time
 
+from ctxscope.inspector.writer.daemon_side.launch import ChildProcess
 from ctxscope.inspector.writer.status import WriterStats
 from ctxscope.inspector.writer.wire.messages import Failed, FromChild, Ready, Recovered
 
@@ -60,7 +61,7 @@ def add_lives(a: WriterStats, b: WriterStats) -> WriterStats:
                                last_error=b.last_error or a.last_error)
 
 
-def child_reply(replies, proc, timeout: float) -> FromChild:
+def child_reply(replies: queue.Queue[FromChild], proc: ChildProcess, timeout: float) -> FromChild:
     """The next reply of a child that may die while it is awaited: ``Failed`` if it died or
     stayed silent for ``timeout`` (a dying child's last words may still be on their way)."""
     deadline = time.monotonic() + timeout
@@ -76,7 +77,7 @@ def child_reply(replies, proc, timeout: float) -> FromChild:
             return Failed("timed out" if proc.is_alive() else f"exited with code {proc.exitcode}")
 
 
-def await_ready(proc, timeout: float) -> Ready:
+def await_ready(proc: ChildProcess, timeout: float) -> Ready:
     """A just-started child's ``Ready``; RuntimeError if it failed, died or said something else
     first (it is then reaped). A child that dies starting costs no timeout."""
     reply = child_reply(proc.replies, proc, timeout)
@@ -90,7 +91,7 @@ def await_ready(proc, timeout: float) -> Ready:
     raise RuntimeError(f"capture writer could not start: {why}")
 
 
-def recovered_ids(replies, proc, timeout: float) -> set[str] | None:
+def recovered_ids(replies: queue.Queue[FromChild], proc: ChildProcess, timeout: float) -> set[str] | None:
     """The ids of the calls a just-started child found in spools left by dead writers; None if
     it died (or went silent) before saying."""
     reply = child_reply(replies, proc, timeout)

@@ -132,8 +132,8 @@ class WriterProcess:
                 "max_spool_bytes": self.max_spool_bytes, "idle_release": self.idle_release,
                 "capture_epoch": capture_epoch}
 
-    def _spawn(self, timeout: float, capture_epoch: int | None = None) -> None:
-        """Start a child and wait until it is ready; raises RuntimeError if it cannot start.
+    def _spawn(self, timeout: float, capture_epoch: int | None = None) -> ChildProcess:
+        """Start a child and wait until it is ready (it is returned); raises RuntimeError if it cannot start.
         ``capture_epoch``: the epoch it continues (after an idle spell); None: it takes a new one."""
         try:
             self._proc = ChildProcess(str(self.db_path), self._config(capture_epoch), on_exit=self._child_exited,
@@ -146,6 +146,7 @@ class WriterProcess:
         self.capture_epoch, store_error = reply.capture_epoch, reply.store_error
         self._error = self._error_since = None
         self._heard.child_starting(store_error)
+        return self._proc
 
     def _child_exited(self) -> None:
         """Wake the status publisher when the child ends: an idle one sleeps until something changes."""
@@ -217,7 +218,7 @@ class WriterProcess:
                 sent = self._unconfirmed + self._handover.in_flight.sent_to_child(held=len(self._handover.held))
                 self._heard.retire_child()
             try:
-                self._spawn(timeout=60, capture_epoch=self.capture_epoch if wake else None)
+                proc = self._spawn(timeout=60, capture_epoch=self.capture_epoch if wake else None)
             except RuntimeError as exc:
                 self._start_failed(exc, "%s; trying again in %.0f s")
                 self._unconfirmed = sent  # still in the dead child's spool, or not: the next child will say
@@ -225,7 +226,7 @@ class WriterProcess:
             ok = True
             if not wake:
                 self.restarts += 1
-            self._count_lost(sent, recovered_ids(self._replies, self._proc, timeout=60), wake,
+            self._count_lost(sent, recovered_ids(proc.replies, proc, timeout=60), wake,
                              old_proc.exitcode if old_proc is not None else None)
         finally:
             with self._lock:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Final
 
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
@@ -37,7 +39,15 @@ from ctxscope.proxy.exchange import Exchange
 log = logging.getLogger("ctxscope.store")
 
 MAX_BATCH = 500
-STOP_MARK = object()  # queued by stop(): everything before it is stored, then the thread ends
+
+
+class _Stop(enum.Enum):
+    """STOP_MARK's type, of one value: ``item is STOP_MARK`` then tells the type checker what else an item is."""
+
+    MARK = "stop"
+
+
+STOP_MARK: Final = _Stop.MARK  # queued by stop(): everything before it is stored, then the thread ends
 
 
 class Release:
@@ -47,13 +57,16 @@ class Release:
         self.done = threading.Event()
 
 
+Queued = Exchange | Deletion | Release | _Stop  # what the storing thread's queue holds
+
+
 class BatchStoring:
     """The writer thread's batches, for ``CaptureWriter`` (which sets these attributes)."""
 
     batch_interval: float
     analyzers: tuple[Analyzer, ...]
     on_stored: Callable[[], None] | None
-    _queue: queue.SimpleQueue
+    _queue: queue.SimpleQueue[Queued]
     _pending: collections.deque[Exchange]
     _storing: int
     _isolate: int
@@ -67,7 +80,7 @@ class BatchStoring:
     def _drops(self) -> int:
         raise NotImplementedError
 
-    def _take(self, block: bool = False):
+    def _take(self, block: bool = False) -> Queued | None:
         raise NotImplementedError
 
     def _store_failed(self, e: BaseException, *, opening: bool = False) -> None:
@@ -99,6 +112,7 @@ class BatchStoring:
         fails otherwise, each call of the batch is retried in its own transaction.
         """
         batch: list[Exchange] = []
+        nxt: Queued | None
         stopping = False
         outcome: collections.Counter[str] = collections.Counter()
         events: list[dict] = []

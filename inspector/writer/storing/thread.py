@@ -38,7 +38,14 @@ from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.ingest import Analyzer, IngestState, RecentFailures, stored_failures
 from ctxscope.inspector.writer.protocol import RETRY_INTERVAL, WriterUnavailable
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
-from ctxscope.inspector.writer.storing.batches import STOP_MARK, BatchStoring, Release, close_quietly, exchange_size
+from ctxscope.inspector.writer.storing.batches import (
+    STOP_MARK,
+    BatchStoring,
+    Queued,
+    Release,
+    close_quietly,
+    exchange_size,
+)
 from ctxscope.inspector.writer.storing.failures import (
     Outage,
     Unrecorded,
@@ -92,7 +99,7 @@ class CaptureWriter(BatchStoring):
         self.capture_epoch: int | None = capture_epoch
         self._woke = capture_epoch is not None
         self._started_recorded = False  # store_events says when a writer started (or woke) and stopped
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Queued] = queue.SimpleQueue()
         self._accepting = True
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -353,7 +360,7 @@ class CaptureWriter(BatchStoring):
                 store.record_event(db, "writer_stopped")
             close_quietly(db)
 
-    def _take(self, block: bool = False):
+    def _take(self, block: bool = False) -> Queued | None:
         """The next queued item (None if empty and not blocking)."""
         try:
             return self._queue.get(block)

@@ -25,11 +25,11 @@ def default_of(f: dataclasses.Field) -> Any:
     return factory()
 
 
-def _opt(kind):
+def _opt(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or kind(v)
 
 
-def _pairs(v) -> bool:
+def _pairs(v: Any) -> bool:
     return isinstance(v, list) and all(
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
 
