@@ -78,7 +78,7 @@ class GuardedStdout(io.TextIOBase):
         return getattr(self.inner, "encoding", None) or "utf-8"
 
     @property
-    def errors(self) -> str | None:  # type: ignore[override]
+    def errors(self) -> str | None:  # type: ignore[override]  # typeshed: a plain attribute on TextIOBase
         return getattr(self.inner, "errors", None)
 
     @property

@@ -20,7 +20,7 @@ MAX_ANSWER_BYTES = 64 * 1024
 class BoundedSession(requests.Session):
     """A requests session whose answers hold at most ``MAX_ANSWER_BYTES`` of body."""
 
-    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]  # types-requests spells out each keyword; all pass through
         kwargs["stream"] = True
         response = super().request(method, url, *args, **kwargs)
         try:

@@ -115,7 +115,7 @@ class GuardedServer(Server):
 
     def __call__(self) -> RequestHandler:
         if self.tunnels is not None:
-            return self.tunnels.protocol(self._guarded)  # type: ignore[return-value]
+            return self.tunnels.protocol(self._guarded)  # type: ignore[return-value]  # aiohttp types the factory's product
         return GuardedHandler(self, loop=self._loop, **self._kwargs)
 
     def load(self) -> int:

@@ -191,7 +191,7 @@ def permits_all(cert: x509.Certificate, hosts: Collection[str]) -> bool:
         except ValueError:
             address = None
         if address is not None:
-            ok = any(isinstance(n, x509.IPAddress) and address in n.value for n in permitted)  # type: ignore[operator]
+            ok = any(isinstance(n, x509.IPAddress) and address in n.value for n in permitted)  # type: ignore[operator]  # cryptography: a constraint's value is a network
         else:
             ok = any(isinstance(n, x509.DNSName) and (host == n.value or host.endswith("." + n.value))
                      for n in permitted)  # fmt: skip

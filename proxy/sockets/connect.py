@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import quote
 
 from aiohttp import web
@@ -110,7 +110,7 @@ def _loopback_peer(transport: asyncio.BaseTransport) -> bool:
 
 def _answer(transport: asyncio.BaseTransport, response: bytes) -> None:
     if not transport.is_closing():
-        transport.write(response)  # type: ignore[attr-defined]
+        cast(asyncio.Transport, transport).write(response)  # a stream socket's
         transport.close()
 
 
@@ -185,7 +185,7 @@ class ConnectProxy:
             cloned = request.clone(rel_url=URL(prefix + raw, encoded=True))
         except ValueError as exc:
             return web.Response(status=400, text=f"ctxscope: bad request target: {exc}\n"[:300])
-        return await self.handler(cloned)  # type: ignore[arg-type]
+        return await self.handler(cast(web.Request, cloned))  # the forwarder reads only what a BaseRequest has
 
     # -- a CONNECT head has arrived
 
@@ -315,7 +315,7 @@ class _FirstBytes(asyncio.Protocol):
         self.decided = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream socket's
         self.proxy.sniffing += 1
         self.timer = asyncio.get_running_loop().call_later(self.proxy.head_timeout, transport.close)
 

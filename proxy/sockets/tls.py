@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 READ_CHUNK = 64 << 10
 
@@ -42,7 +42,7 @@ class TLSServer(asyncio.Protocol):
     # -- the raw socket's events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.raw = transport  # type: ignore[assignment]
+        self.raw = cast(asyncio.Transport, transport)  # a stream socket's
         self._timer = asyncio.get_running_loop().call_later(self.handshake_timeout, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
@@ -68,7 +68,7 @@ class TLSServer(asyncio.Protocol):
             self._timer = None
         try:
             if self.handshaken:
-                self.app.connection_lost(exc)  # type: ignore[arg-type]
+                self.app.connection_lost(exc)  # type: ignore[arg-type]  # typeshed: BaseException | None
         finally:
             self._on_lost()
 
@@ -173,7 +173,7 @@ class TLSTransport(asyncio.Transport):
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._protocol = protocol
-        self._tls.app = protocol  # type: ignore[assignment]
+        self._tls.app = protocol  # type: ignore[assignment]  # typeshed: set_protocol takes any BaseProtocol
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol

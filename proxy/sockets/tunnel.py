@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import cast
 
 PENDING_BOUND = 64 << 10  # client bytes kept while the target's connect is pending
 
@@ -91,7 +92,7 @@ class _Side(asyncio.Protocol):
 
     def __init__(self, tunnel: BlindTunnel, transport: asyncio.Transport | None = None):
         self.tunnel = tunnel
-        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.transport: asyncio.Transport = cast(asyncio.Transport, transport)  # set by connection_made when None
         self.peer: asyncio.Transport | None = None
         self.pending: list[bytes] = []
         self.pending_size = 0
@@ -99,7 +100,7 @@ class _Side(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream socket's
 
     def data_received(self, data: bytes) -> None:
         self.tunnel.touch()

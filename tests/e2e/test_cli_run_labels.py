@@ -81,8 +81,8 @@ def launch(tmp_path, sim_alone):
         pids.extend(int(p) for p in re.findall(r"\(pid (\d+),", done.stderr))
         return done
 
-    run.db = db  # type: ignore[attr-defined]
-    run.port = port  # type: ignore[attr-defined]
+    run.db = db
+    run.port = port
     yield run
     for pid in pids:
         os.kill(pid, signal.SIGTERM)

@@ -73,9 +73,10 @@ class Deferred:
         if not record.calls:
             return
         incoming = self.bodies.take(record.payload, record.large)  # every hand-over: the numbering must not skip
-        if self._spool_usable(now) and self.spool.unstored_size + record.body_bytes < self.limit:  # type: ignore[union-attr]
+        spool = self.spool if self._spool_usable(now) else None
+        if spool is not None and spool.unstored_size + record.body_bytes < self.limit:
             try:
-                self.spool.append_incoming(incoming)  # type: ignore[union-attr]
+                spool.append_incoming(incoming)
             except OSError as exc:
                 self._spool_failed(exc)
                 self._hold(decode(incoming.plain()))
@@ -87,12 +88,13 @@ class Deferred:
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
         """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
         self.received += len(batch) if received else 0
-        if self._spool_usable(now):
-            batch = self._within_limit(batch)
+        spool = self.spool if self._spool_usable(now) else None
+        if spool is not None:
+            batch = self._within_limit(spool, batch)
             if not batch:
                 return True
             try:
-                self.spool.append(batch)  # type: ignore[union-attr]
+                spool.append(batch)
             except OSError as exc:
                 self._spool_failed(exc)
             else:
@@ -126,10 +128,10 @@ class Deferred:
             self._memory_bytes += size
         self.storing = True
 
-    def _within_limit(self, batch: list[tuple]) -> list[tuple]:
+    def _within_limit(self, spool: spools.Spool, batch: list[tuple]) -> list[tuple]:
         """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
         taken while the spool holds less than the limit, so the file passes it by one call at most."""
-        size = self.spool.unstored_size  # type: ignore[union-attr]
+        size = spool.unstored_size
         kept = []
         for fields in batch:
             if size >= self.limit:

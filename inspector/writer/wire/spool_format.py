@@ -268,7 +268,7 @@ def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0)
             if end > size:
                 raise SpoolCorrupt("a body longer than its record")
             if pieces:
-                head[i] = b"".join([*(file(o, n) for o, n in pieces), read(at, own)])  # type: ignore[misc]
+                head[i] = b"".join([*(file(o, n) for o, n in pieces), read(at, own)])  # type: ignore[misc]  # mypy: a starred generator in a list display
             else:
                 head[i] = read(at, own)
             at = end
