@@ -134,8 +134,9 @@ async def main(args: argparse.Namespace) -> int:
     up = Upstreams()
     await up.start()
     bg = Background(env_for(work / "home-bg"))
-    ctx = Ctx(work=work, limits=lim, home=work / "home", db=work / "data" / "captures.db", up=up, bg=bg,
-              sampler=RssSampler())
+    ctx = Ctx(
+        work=work, limits=lim, home=work / "home", db=work / "data" / "captures.db", up=up, bg=bg, sampler=RssSampler()
+    )
     results: dict[str, Result] = {}
     stored, t_cases = None, float("inf")
     try:
@@ -181,15 +182,19 @@ async def main(args: argparse.Namespace) -> int:
     for note in ctx.notes:
         print(f"note: {note}")
     if lat:
-        print(f"note: background client during the cases: {len(lat)} calls, {unanswered} unanswered, median "
-              f"{statistics.median(lat):.1f} ms, p99 {lat[int(len(lat) * 0.99)]:.1f} ms, max {lat[-1]:.0f} ms "
-              f"(warm-up before the cases: max {warm:.0f} ms)")
+        print(
+            f"note: background client during the cases: {len(lat)} calls, {unanswered} unanswered, median "
+            f"{statistics.median(lat):.1f} ms, p99 {lat[int(len(lat) * 0.99)]:.1f} ms, max {lat[-1]:.0f} ms "
+            f"(warm-up before the cases: max {warm:.0f} ms)"
+        )
     if ctx.daemon is not None:
         tracebacks = ctx.daemon.err_since(0).count("Traceback")
         print(f"note: the daemon's stderr holds {tracebacks} traceback{'s' * (tracebacks != 1)}")
     if wanted - have:
-        print(f"note: legit calls missing from the store: {', '.join(sorted(wanted - have)[:10])}"
-              f"{' ...' if len(wanted - have) > 10 else ''}")
+        print(
+            f"note: legit calls missing from the store: {', '.join(sorted(wanted - have)[:10])}"
+            f"{' ...' if len(wanted - have) > 10 else ''}"
+        )
     ran = held = 0
     for case in cases:
         verdict, detail = settle(results.get(case.name, Result(False, "not run")), stored)
@@ -197,8 +202,10 @@ async def main(args: argparse.Namespace) -> int:
         if verdict != "skipped":
             ran += 1
             held += verdict == "held"
-    print(f"abuse: {ran} cases, held {held}, lost calls {lost}, max RSS {ctx.sampler.peak_total_kb / 1024:.0f} MB, "
-          f"max forwarding stall {bg.max_stall(t_cases):.0f} ms")
+    print(
+        f"abuse: {ran} cases, held {held}, lost calls {lost}, max RSS {ctx.sampler.peak_total_kb / 1024:.0f} MB, "
+        f"max forwarding stall {bg.max_stall(t_cases):.0f} ms"
+    )
     if args.keep:
         log(f"kept {work}")
     else:
@@ -208,7 +215,12 @@ async def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", action="append", default=[], metavar="NAME[,NAME]",
-                        help="run only these cases: " + ", ".join(c.name for c in CASES))
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help="run only these cases: " + ", ".join(c.name for c in CASES),
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, database)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -56,37 +56,71 @@ def words(n: int, tag: str) -> str:
 
 
 def crafted(kind: str, gaps: list[float], label: str) -> list[Exchange]:
-    tools = [{"name": n, "description": words(180, n), "input_schema": {"type": "object"}}
-             for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")]  # fmt: skip
+    tools = [
+        {"name": n, "description": words(180, n), "input_schema": {"type": "object"}}
+        for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")
+    ]
     messages: list = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
     out, t = [], 0.0
     for i in range(len(gaps) + 1):
         head = f"Current time: 2026-12-01T10:{i:02d}:{(i * 7) % 60:02d}Z. " if kind == "churning" else ""
-        system = [{"type": "text", "text": head + "You are a coding agent."},
-                  {"type": "text", "text": words(2200, "policy")}]  # fmt: skip
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "tools": tools,
-                "messages": json.loads(json.dumps(messages))}  # fmt: skip
+        system = [
+            {"type": "text", "text": head + "You are a coding agent."},
+            {"type": "text", "text": words(2200, "policy")},
+        ]
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": system,
+            "tools": tools,
+            "messages": json.loads(json.dumps(messages)),
+        }
         if kind == "misplaced":
             body["messages"][0]["content"][0]["cache_control"] = {"type": "ephemeral"}
         if kind == "churning":
             body["system"][1]["cache_control"] = {"type": "ephemeral"}
-        response = {"id": f"msg_{i}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                    "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                    "usage": {"input_tokens": 10, "output_tokens": 3}}  # fmt: skip
-        out.append(Exchange(
-            id=f"{int(T0 + t) * 1000:016x}{label[:3]}{i:03d}", provider="anthropic",
-            upstream="https://api.anthropic.com", method="POST", path="/v1/messages", query="", session_label=label,
-            annotations=(), request_headers=(("content-type", "application/json"),), key_fingerprint="b" * 16,
-            request_body=json.dumps(body).encode(), status=200,
-            response_headers=(("content-type", "application/json"),), response_body=json.dumps(response).encode(),
-            started_at=T0 + t, first_byte_at=T0 + t + 0.2, ended_at=T0 + t + 0.4, outcome="ok", error=None,
-            client="bench-advisor/1.0",
-        ))  # fmt: skip
+        response = {
+            "id": f"msg_{i}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": 3},
+        }
+        out.append(
+            Exchange(
+                id=f"{int(T0 + t) * 1000:016x}{label[:3]}{i:03d}",
+                provider="anthropic",
+                upstream="https://api.anthropic.com",
+                method="POST",
+                path="/v1/messages",
+                query="",
+                session_label=label,
+                annotations=(),
+                request_headers=(("content-type", "application/json"),),
+                key_fingerprint="b" * 16,
+                request_body=json.dumps(body).encode(),
+                status=200,
+                response_headers=(("content-type", "application/json"),),
+                response_body=json.dumps(response).encode(),
+                started_at=T0 + t,
+                first_byte_at=T0 + t + 0.2,
+                ended_at=T0 + t + 0.4,
+                outcome="ok",
+                error=None,
+                client="bench-advisor/1.0",
+            )
+        )
         t += gaps[i] if i < len(gaps) else 0.0
         use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}
-        messages += [{"role": "assistant", "content": [use]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                   "content": words(400, f"line{i}x")}]}]  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": [use]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": words(400, f"line{i}x")}],
+            },
+        ]
     return out
 
 
@@ -114,8 +148,9 @@ async def main() -> None:
         try:
             await daemon.sim.start()  # it starts on its first use
             sim = daemon.sim.control()
-            demo = await run_scenario(daemon.url, sim, Path(tmp) / "demo", lambda line: None,
-                                      api="anthropic", model=script.MODEL)  # fmt: skip
+            demo = await run_scenario(
+                daemon.url, sim, Path(tmp) / "demo", lambda line: None, api="anthropic", model=script.MODEL
+            )
             sent = await asyncio.to_thread(count_model_requests, sim)
             if await asyncio.to_thread(wait_for_analysis, cfg.db, demo, sent) < sent:
                 raise SystemExit("the demo's calls were not all analysed")
@@ -127,17 +162,28 @@ async def main() -> None:
                 advice = advise(session)
                 assert advice is not None
                 v = await asyncio.to_thread(verify_advice, daemon.url, session, advice, daemon.sim_token)
-                rows.append((name if path != cfg.db else "demo", advice.best.name, v["predicted_saving_pct"],
-                             v["simulated_saving_pct"], v["error_pts"]))  # fmt: skip
-                print(f"{rows[-1][0]:<16} best {advice.best.name:<8} predicted {v['predicted_saving_pct']:6.1f}%  "
-                      f"simulated {v['simulated_saving_pct']:6.1f}%  error {v['error_pts']:.2f} pts")  # fmt: skip
+                rows.append(
+                    (
+                        name if path != cfg.db else "demo",
+                        advice.best.name,
+                        v["predicted_saving_pct"],
+                        v["simulated_saving_pct"],
+                        v["error_pts"],
+                    )
+                )
+                print(
+                    f"{rows[-1][0]:<16} best {advice.best.name:<8} predicted {v['predicted_saving_pct']:6.1f}%  "
+                    f"simulated {v['simulated_saving_pct']:6.1f}%  error {v['error_pts']:.2f} pts"
+                )
         finally:
             await daemon.stop()
     errors = [r[4] for r in rows]
     print(f"worst error: {max(errors):.2f} pts")
-    print(f"advisor: predicted saving {statistics.mean(r[2] for r in rows):.1f}%, simulated "
-          f"{statistics.mean(r[3] for r in rows):.1f}%, error {statistics.mean(errors):.2f} pts "
-          f"over {len(rows)} sessions")  # fmt: skip
+    print(
+        f"advisor: predicted saving {statistics.mean(r[2] for r in rows):.1f}%, simulated "
+        f"{statistics.mean(r[3] for r in rows):.1f}%, error {statistics.mean(errors):.2f} pts "
+        f"over {len(rows)} sessions"
+    )
 
 
 if __name__ == "__main__":

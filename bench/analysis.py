@@ -99,8 +99,10 @@ def session_bodies(n: int, target_tokens: int, seed: int = 7) -> list[dict]:
     """Request bodies of one agent session whose context grows to about ``target_tokens``."""
     rng = random.Random(seed)
     per_message = max(10, int((target_tokens - 3000) / (n * 2.6)))  # ~2 messages a call, tool results longer
-    system = [{"type": "text", "text": "You are a coding agent."},
-              {"type": "text", "text": prose(rng, 2500), "cache_control": {"type": "ephemeral"}}]  # fmt: skip
+    system = [
+        {"type": "text", "text": "You are a coding agent."},
+        {"type": "text", "text": prose(rng, 2500), "cache_control": {"type": "ephemeral"}},
+    ]
     tools = [{"name": f"tool_{i}", "description": prose(rng, 40), "input_schema": {"type": "object"}} for i in range(6)]
     messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": prose(rng, 60)}]}]
     bodies = []
@@ -110,8 +112,16 @@ def session_bodies(n: int, target_tokens: int, seed: int = 7) -> list[dict]:
                 for block in msg["content"]:
                     block.pop("cache_control", None)
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-        bodies.append({"model": "claude-sonnet-4-6", "max_tokens": 8192, "system": system, "tools": tools,
-                       "messages": messages, "stream": True})  # fmt: skip
+        bodies.append(
+            {
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 8192,
+                "system": system,
+                "tools": tools,
+                "messages": messages,
+                "stream": True,
+            }
+        )
         bodies[-1] = json.loads(json.dumps(bodies[-1]))  # a snapshot, as the wire would carry it
         for _ in range(rng.choice((1, 2, 2, 3)) if i else 0):
             if messages[-1]["role"] == "user":
@@ -167,16 +177,36 @@ def exchange(i: int, raw: bytes) -> Exchange:
         "cache_creation_input_tokens": 100,
         "output_tokens": 30,
     }
-    response = {"id": f"msg_{i}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
-                "content": [{"type": "text", "text": "ok"}], "stop_reason": "tool_use", "usage": usage}  # fmt: skip
+    response = {
+        "id": f"msg_{i}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "tool_use",
+        "usage": usage,
+    }
     return Exchange(
-        id=f"{i:016x}{i:06x}", provider="anthropic", upstream="https://api.anthropic.com", method="POST",
-        path="/v1/messages", query="", session_label=None, annotations=(),
-        request_headers=(("content-type", "application/json"),), key_fingerprint="f" * 16, request_body=raw,
-        status=200, response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response).encode(), started_at=T0 + i * 5, first_byte_at=T0 + i * 5 + 1,
-        ended_at=T0 + i * 5 + 2, outcome="ok", client="bench/1.0",
-    )  # fmt: skip
+        id=f"{i:016x}{i:06x}",
+        provider="anthropic",
+        upstream="https://api.anthropic.com",
+        method="POST",
+        path="/v1/messages",
+        query="",
+        session_label=None,
+        annotations=(),
+        request_headers=(("content-type", "application/json"),),
+        key_fingerprint="f" * 16,
+        request_body=raw,
+        status=200,
+        response_headers=(("content-type", "application/json"),),
+        response_body=json.dumps(response).encode(),
+        started_at=T0 + i * 5,
+        first_byte_at=T0 + i * 5 + 1,
+        ended_at=T0 + i * 5 + 2,
+        outcome="ok",
+        client="bench/1.0",
+    )
 
 
 def run(path: Path, exchanges: list[Exchange], analyzer: Analyzer | None) -> list[float]:
@@ -221,8 +251,10 @@ def main() -> None:
     print(f"\nrelations: {relations}; the last call: {context[-1]} tokens, {len(last['messages'])} messages")
     print(f"store only:        {n / sum(plain):7.1f} calls/s   ({sum(plain) / n * 1e3:.2f} ms/call)")
     print(f"store + analysis:  {n / sum(full):7.1f} calls/s   ({sum(full) / n * 1e3:.2f} ms/call)")
-    print(f"\n{'context':>8} {'store ms':>9} {'analysis ms':>12} {'canonical ms':>13} {'tokens counted':>15} "
-          f"{'full canonicalize ms':>21} {'full count ms':>14}")  # fmt: skip
+    print(
+        f"\n{'context':>8} {'store ms':>9} {'analysis ms':>12} {'canonical ms':>13} {'tokens counted':>15} "
+        f"{'full canonicalize ms':>21} {'full count ms':>14}"
+    )
     figures = []
     for target in (10_000, 50_000, 100_000):
         window = [i for i, c in enumerate(context) if abs(c - target) <= target * 0.05][:40]
@@ -240,8 +272,10 @@ def main() -> None:
             f"{context[window[0]] // 1000:>7}K {med(plain, window) * 1e3:9.2f} {med(took, window) * 1e3:12.2f} "
             f"{med(canon, window) * 1e3:13.2f} {med(counted, window):15.0f} {canon_full:21.1f} {count_full:14.1f}"
         )
-    print(f"\ntokens counted per call: median {statistics.median(counted[1:]):.0f}, max {max(counted[1:])} "
-          f"(the first call: {counted[0]})")  # fmt: skip
+    print(
+        f"\ntokens counted per call: median {statistics.median(counted[1:]):.0f}, max {max(counted[1:])} "
+        f"(the first call: {counted[0]})"
+    )
     fresh = sum(len(json.loads(r)["messages"]) for r in raws) - sum(reused)
     print(f"messages reused from the previous call: {sum(reused)}; canonicalised afresh: {fresh}")
     print(f"analyzer memory: ~{analyzer.memory.bytes / 2**20:.1f} MB remembered; {len(counter._cache)} counts cached")

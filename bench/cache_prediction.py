@@ -73,8 +73,9 @@ def measure(rows: list[dict]) -> tuple[list[float], list[str]]:
         if not isinstance(cache, dict) or row.get("cache_verdict") is None:
             continue
         expected = expected_read(row) or 0
-        judged = CacheJudgement(CacheVerdict(row["cache_verdict"]), cache.get("lost_tokens") or 0, None, None, None,
-                                None, None)  # fmt: skip
+        judged = CacheJudgement(
+            CacheVerdict(row["cache_verdict"]), cache.get("lost_tokens") or 0, None, None, None, None, None
+        )
         why = contradiction(judged, usage, expected)
         if why:
             wrong.append(f"call {row['id']}: {why}")
@@ -121,13 +122,17 @@ async def openai_edit_near_the_end(url: str, key: str, *, responses: bool, cut: 
         for text in (doc, edited):
             # The document follows a shared first turn, so the two calls are one conversation and
             # the second is DIVERGED at the document (docs/architecture.md, "Sessions and threads").
-            turns: list[Any] = [{"role": "user", "content": "Review this:"},
-                                {"role": "assistant", "content": "Send it."}, {"role": "user", "content": text}]
+            turns: list[Any] = [
+                {"role": "user", "content": "Review this:"},
+                {"role": "assistant", "content": "Send it."},
+                {"role": "user", "content": text},
+            ]
             if responses:
                 await client.responses.create(model="gpt-4.1", instructions="Review the document.", input=turns)
             else:
                 await client.chat.completions.create(
-                    model="gpt-4.1", messages=[{"role": "system", "content": "Review the document."}, *turns])
+                    model="gpt-4.1", messages=[{"role": "system", "content": "Review the document."}, *turns]
+                )
     finally:
         await client.close()
     return 2
@@ -145,11 +150,17 @@ async def anthropic_older_entry(url: str, key: str) -> int:
     system: Any = "You are a careful reader."
     turns: list[Any] = [
         [{"role": "user", "content": _cached(doc)}],
-        [{"role": "user", "content": doc}, {"role": "assistant", "content": "Read it."},
-         {"role": "user", "content": _cached("Summarise part one.")}],
-        [{"role": "user", "content": doc}, {"role": "assistant", "content": "Read it."},
-         {"role": "user", "content": _cached("Summarise part two.")}],
-    ]  # fmt: skip
+        [
+            {"role": "user", "content": doc},
+            {"role": "assistant", "content": "Read it."},
+            {"role": "user", "content": _cached("Summarise part one.")},
+        ],
+        [
+            {"role": "user", "content": doc},
+            {"role": "assistant", "content": "Read it."},
+            {"role": "user", "content": _cached("Summarise part two.")},
+        ],
+    ]
     try:
         for messages in turns:
             await client.messages.create(model="claude-sim", max_tokens=256, system=system, messages=messages)
@@ -165,10 +176,11 @@ async def anthropic_write_below_the_table(url: str, key: str) -> int:
     messages: Any = [{"role": "user", "content": "hi"}]
     try:
         for turn in range(3):
-            await client.messages.create(model="claude-sonnet-4-6", max_tokens=256, system=system,
-                                         messages=messages)  # fmt: skip
-            messages = messages + [{"role": "assistant", "content": f"Answer {turn}."},
-                                   {"role": "user", "content": f"Next step {turn}."}]  # fmt: skip
+            await client.messages.create(model="claude-sonnet-4-6", max_tokens=256, system=system, messages=messages)
+            messages = messages + [
+                {"role": "assistant", "content": f"Answer {turn}."},
+                {"role": "user", "content": f"Next step {turn}."},
+            ]
     finally:
         await client.close()
     return 3
@@ -186,8 +198,12 @@ CRAFTED: dict[str, Case] = {
 async def crafted_runs(tmp: Path) -> dict[str, list[dict]]:
     runner, sim_url = await start_simulator()
     runner.app[STATE_KEY].cache.minimums = {"sonnet-4-6": 1024}  # a provider below the published table
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "crafted.db",
-                       upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url})  # fmt: skip
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp / "crafted.db",
+        upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url},
+    )
     daemon = await start_daemon(cfg)
     keys = {name: f"sk-bench-{i:02d}-0123456789abcdef" for i, name in enumerate(CRAFTED)}  # one scope per case
     by_case: dict[str, list[dict]] = {}
@@ -226,8 +242,10 @@ def report(name: str, rows: list[dict]) -> tuple[list[float], list[str]]:
     scored = [(abs(e - a) / max(e, a), r) for (e, a, _), r in zip(reads, rows, strict=True) if e or a]
     if scored and max(scored, key=lambda x: x[0])[0] > 0:
         worst, row = max(scored, key=lambda x: x[0])
-        print(f"  worst: call #{row['seq']} {row['relation']} ({row['cache'].get('reason')}), predicted "
-              f"{expected_read(row):,}, read {(row.get('usage') or {}).get('cache_read') or 0:,}: {worst:.1%}")
+        print(
+            f"  worst: call #{row['seq']} {row['relation']} ({row['cache'].get('reason')}), predicted "
+            f"{expected_read(row):,}, read {(row.get('usage') or {}).get('cache_read') or 0:,}: {worst:.1%}"
+        )
     for line in wrong[:5]:
         print(f"  CONTRADICTION {line}")
     return errors, wrong
@@ -255,8 +273,9 @@ async def main() -> int:
             errors += e
             wrong += w
     median, p95 = (statistics.median(errors) if errors else 0.0), percentile(errors, 0.95)
-    print(f"\nprediction error: median {median:.1%}, p95 {p95:.1%}; "
-          f"verdicts contradicting reported usage: {len(wrong)}")
+    print(
+        f"\nprediction error: median {median:.1%}, p95 {p95:.1%}; verdicts contradicting reported usage: {len(wrong)}"
+    )
     return 1 if wrong else 0
 
 

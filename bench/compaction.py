@@ -46,8 +46,24 @@ from ctxscope.simulator.app import create_app
 
 WINDOW, OUTPUT = 128_000, 16_000
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai-chat": "gpt-4.1"}
-WORDS = ("config", "parser", "request", "handler", "cache", "budget", "session", "artifact", "token", "marker",
-         "stream", "window", "summary", "module", "extension", "history")
+WORDS = (
+    "config",
+    "parser",
+    "request",
+    "handler",
+    "cache",
+    "budget",
+    "session",
+    "artifact",
+    "token",
+    "marker",
+    "stream",
+    "window",
+    "summary",
+    "module",
+    "extension",
+    "history",
+)
 
 
 def text_of(tag: str, kib: float) -> str:
@@ -66,9 +82,16 @@ async def _emit(args: dict[str, Any], ctx: Any) -> ToolOutput:
     return ToolOutput(text_of(args["tag"], float(args["kib"])))
 
 
-EMIT = Tool("emit", "Print sized output.", {"type": "object", "properties": {"tag": {"type": "string"},
-                                                                            "kib": {"type": "number"}},
-                                           "required": ["tag", "kib"]}, _emit)
+EMIT = Tool(
+    "emit",
+    "Print sized output.",
+    {
+        "type": "object",
+        "properties": {"tag": {"type": "string"}, "kib": {"type": "number"}},
+        "required": ["tag", "kib"],
+    },
+    _emit,
+)
 
 
 def _tools_ext() -> Extension:
@@ -91,8 +114,14 @@ class Scenario:
 
 
 HEALTHY = Scenario("long session", 30, (8,) * 10, 3, 1)
-CRAMPED = Scenario("cramped (system prompt fills the line)", 6, (12, 12), 4, 1,
-                   system_prompt="Project rules:\n" + text_of("rules", 372))
+CRAMPED = Scenario(
+    "cramped (system prompt fills the line)",
+    6,
+    (12, 12),
+    4,
+    1,
+    system_prompt="Project rules:\n" + text_of("rules", 372),
+)
 
 
 def script_for(sc: Scenario) -> tuple[list[dict], list[str]]:
@@ -131,15 +160,32 @@ async def run_once(sc: Scenario, api: str, mode: str, home: Path) -> Run:
     await site.start()
     host, port = runner.addresses[0][:2]
     base = f"http://{host}:{port}" + ("" if api == "anthropic" else "/v1")
-    client = make_client(resolve("sim", api=api, model=MODELS[api], direct=True, base_url=base,
-                                 context_window=WINDOW, max_output_tokens=OUTPUT), retry=RetryPolicy(max_retries=0))
+    client = make_client(
+        resolve(
+            "sim",
+            api=api,
+            model=MODELS[api],
+            direct=True,
+            base_url=base,
+            context_window=WINDOW,
+            max_output_tokens=OUTPUT,
+        ),
+        retry=RetryPolicy(max_retries=0),
+    )
     settings = ContextSettings(checkpoint_mode=mode)
     ws = home / "ws"
     ws.mkdir(parents=True, exist_ok=True)
-    rt = AgentRuntime(client, home=home, workspace=ws, extensions=[core_tools_extension(), _tools_ext()],
-                      host_builtins=[context_management_extension(settings=settings),
-                                     tool_output_budget_extension(settings=settings)],
-                      system_prompt=sc.system_prompt)
+    rt = AgentRuntime(
+        client,
+        home=home,
+        workspace=ws,
+        extensions=[core_tools_extension(), _tools_ext()],
+        host_builtins=[
+            context_management_extension(settings=settings),
+            tool_output_budget_extension(settings=settings),
+        ],
+        system_prompt=sc.system_prompt,
+    )
     session = rt.create_session()
     t0 = time.perf_counter()
     try:
@@ -193,13 +239,17 @@ def print_run(run: Run) -> None:
         else:
             what = f"failed        {ev.get('error')}"
         after = ev.get("tokens_after")
-        print(f"  turn {ev['turn']:>2}  {what}; trigger {ev['trigger']}; tokens {ev['tokens_before']:,} -> "
-              f"{after if after is None else format(after, ',')}; {secs * 1000:.0f} ms")
+        print(
+            f"  turn {ev['turn']:>2}  {what}; trigger {ev['trigger']}; tokens {ev['tokens_before']:,} -> "
+            f"{after if after is None else format(after, ',')}; {secs * 1000:.0f} ms"
+        )
     if run.stopped:
         print(f"  automatic compaction stopped: {run.stopped}")
-    print(f"  checkpoint input tokens {run.checkpoint_input:,}, cache reads {run.checkpoint_cache_read:,} "
-          f"({share(run.checkpoint_cache_read, run.checkpoint_input):.1f}%), uncached "
-          f"{run.checkpoint_input - run.checkpoint_cache_read:,}; thrash loops {run.thrash_loops}")
+    print(
+        f"  checkpoint input tokens {run.checkpoint_input:,}, cache reads {run.checkpoint_cache_read:,} "
+        f"({share(run.checkpoint_cache_read, run.checkpoint_input):.1f}%), uncached "
+        f"{run.checkpoint_input - run.checkpoint_cache_read:,}; thrash loops {run.thrash_loops}"
+    )
 
 
 async def main() -> int:
@@ -222,8 +272,10 @@ async def main() -> int:
         rs = [r for r in healthy if r.mode == mode]
         figures[mode] = share(sum(r.checkpoint_cache_read for r in rs), sum(r.checkpoint_input for r in rs))
     loops = sum(r.thrash_loops for r in runs)
-    print(f"\ncheckpoint cache reads: reuse mode {figures['reuse']:.1f}%, separate mode {figures['separate']:.1f}%; "
-          f"thrash loops: {loops}")
+    print(
+        f"\ncheckpoint cache reads: reuse mode {figures['reuse']:.1f}%, separate mode {figures['separate']:.1f}%; "
+        f"thrash loops: {loops}"
+    )
     return 0
 
 

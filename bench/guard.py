@@ -65,6 +65,7 @@ class Scenario:
 
 # --- bench tools ----------------------------------------------------------------------------------------
 
+
 class Build:
     """A simulated background build for task_status/task_output."""
 
@@ -96,11 +97,16 @@ def bench_tools(build: Build) -> Extension:
         return f"step -> src/parser.c:{line['n']}: token = next_token(lexer); /* n={line['n']} */"
 
     schema = {"type": "object", "properties": {"task_id": {"type": "string"}}, "required": ["task_id"]}
-    tools = [Tool("task_status", "Status of a background task.", schema, task_status),
-             Tool("task_output", "New output of a background task.", schema, task_output),
-             Tool("debugger", "Send a command to the debugger.",
-                  {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-                  debugger)]
+    tools = [
+        Tool("task_status", "Status of a background task.", schema, task_status),
+        Tool("task_output", "New output of a background task.", schema, task_output),
+        Tool(
+            "debugger",
+            "Send a command to the debugger.",
+            {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+            debugger,
+        ),
+    ]
 
     def init(api: ExtensionAPI) -> None:
         for t in tools:
@@ -111,47 +117,86 @@ def bench_tools(build: Build) -> Extension:
 
 # --- scenarios ----------------------------------------------------------------------------------------------
 
+
 def scenarios() -> list[Scenario]:
     check = "import config\nraise SystemExit('config.value is wrong: ' + repr(config.value))\n"
     loops = [
         Scenario("same call unchanged", True, [call("read", path="notes.txt")] * 6, files={"notes.txt": "todo\n"}),
-        Scenario("same error family, varying arguments", True,
-                 [call("bash", command=f"cat src/module_{n}.py") for n in range(6)]),
-        Scenario("ABAB alternation", True,
-                 [call("read", path="config.py"), call("bash", command="python3 check.py")] * 4, period=2,
-                 files={"config.py": "value = 41\n", "check.py": check}),
+        Scenario(
+            "same error family, varying arguments",
+            True,
+            [call("bash", command=f"cat src/module_{n}.py") for n in range(6)],
+        ),
+        Scenario(
+            "ABAB alternation",
+            True,
+            [call("read", path="config.py"), call("bash", command="python3 check.py")] * 4,
+            period=2,
+            files={"config.py": "value = 41\n", "check.py": check},
+        ),
         Scenario("polling without change", True, [call("task_status", task_id="build-1")] * 6),
-        Scenario("no progress (three-read cycle)", True,
-                 [call("read", path=p) for p in ("a.py", "b.py", "c.py")] * 3, period=3,
-                 files={"a.py": "A = 1\n", "b.py": "B = 2\n", "c.py": "C = 3\n"}),
+        Scenario(
+            "no progress (three-read cycle)",
+            True,
+            [call("read", path=p) for p in ("a.py", "b.py", "c.py")] * 3,
+            period=3,
+            files={"a.py": "A = 1\n", "b.py": "B = 2\n", "c.py": "C = 3\n"},
+        ),
     ]
     thirty = {f"pkg/mod_{n:02d}.py": "import old_name\n" for n in range(30)}
     fix_steps = []
     for n in range(4):
-        fix_steps.append(call("edit", path="calc.py", old_string=f"return a + b + {n}",
-                              new_string=f"return a + b + {n + 1}"))
+        fix_steps.append(
+            call("edit", path="calc.py", old_string=f"return a + b + {n}", new_string=f"return a + b + {n + 1}")
+        )
         fix_steps.append(call("bash", command="python3 test_calc.py"))
     legit = [
-        Scenario("batch edits of 30 different files", False,
-                 [call("edit", path=p, old_string="import old_name", new_string="import new_name") for p in thirty],
-                 files=thirty),
-        Scenario("build polled via task_output until it finishes", False,
-                 [call("task_output", task_id="build-1")] * 7, build_advances=True),
-        Scenario("build polled via bash while the log grows", False,
-                 [call("bash", command="echo compiled >> build.log; wc -l < build.log")] * 7),
-        Scenario("greps that find nothing, then something (bash)", False,
-                 [call("bash", command=f"grep -rn {w} src") for w in ("parse_header", "ParseHeader", "read_header",
-                                                                       "header_parse", "load_header")],
-                 files={"src/loader.py": "def load_header(f):\n    return f.read(4)\n"}),
-        Scenario("greps that find nothing, then something (grep tool)", False,
-                 [call("grep", pattern=w, path="src") for w in ("parse_header", "ParseHeader", "read_header",
-                                                                "header_parse", "load_header")],
-                 files={"src/loader.py": "def load_header(f):\n    return f.read(4)\n"}),
+        Scenario(
+            "batch edits of 30 different files",
+            False,
+            [call("edit", path=p, old_string="import old_name", new_string="import new_name") for p in thirty],
+            files=thirty,
+        ),
+        Scenario(
+            "build polled via task_output until it finishes",
+            False,
+            [call("task_output", task_id="build-1")] * 7,
+            build_advances=True,
+        ),
+        Scenario(
+            "build polled via bash while the log grows",
+            False,
+            [call("bash", command="echo compiled >> build.log; wc -l < build.log")] * 7,
+        ),
+        Scenario(
+            "greps that find nothing, then something (bash)",
+            False,
+            [
+                call("bash", command=f"grep -rn {w} src")
+                for w in ("parse_header", "ParseHeader", "read_header", "header_parse", "load_header")
+            ],
+            files={"src/loader.py": "def load_header(f):\n    return f.read(4)\n"},
+        ),
+        Scenario(
+            "greps that find nothing, then something (grep tool)",
+            False,
+            [
+                call("grep", pattern=w, path="src")
+                for w in ("parse_header", "ParseHeader", "read_header", "header_parse", "load_header")
+            ],
+            files={"src/loader.py": "def load_header(f):\n    return f.read(4)\n"},
+        ),
         Scenario("debugger stepping", False, [call("debugger", command="next")] * 10),
-        Scenario("edit and re-run the tests until they pass", False, fix_steps,
-                 files={"calc.py": "def add(a, b):\n    return a + b + 0\n",
-                        "test_calc.py": "from calc import add\nassert add(2, 2) == 8, f'add(2, 2) = {add(2, 2)}'\n"
-                                        "print('ok')\n"}),
+        Scenario(
+            "edit and re-run the tests until they pass",
+            False,
+            fix_steps,
+            files={
+                "calc.py": "def add(a, b):\n    return a + b + 0\n",
+                "test_calc.py": "from calc import add\nassert add(2, 2) == 8, f'add(2, 2) = {add(2, 2)}'\n"
+                "print('ok')\n",
+            },
+        ),
     ]
     return loops + legit
 
@@ -178,9 +223,13 @@ async def run_scenario(sc: Scenario, url: str, state: Any, tmp: Path) -> Outcome
     home = tmp / "home"
     home.mkdir()
     client = make_client(resolve("sim", api="openai-chat", model="gpt-4.1", direct=True, base_url=url + "/v1"))
-    rt = AgentRuntime(client, home=home, workspace=ws,
-                      extensions=[core_tools_extension(), bench_tools(Build(sc.build_advances))],
-                      host_builtins=[create_runaway_guard(HostOptions(home, {}))])
+    rt = AgentRuntime(
+        client,
+        home=home,
+        workspace=ws,
+        extensions=[core_tools_extension(), bench_tools(Build(sc.build_advances))],
+        host_builtins=[create_runaway_guard(HostOptions(home, {}))],
+    )
     try:
         session = rt.create_session()
         result = await session.run("work on the task", source="bench")
@@ -223,8 +272,9 @@ async def main() -> int:
     legit = [o for o in outcomes if not o.scenario.loop]
     caught = sum(1 for o in loops if o.repetition is not None and o.repetition <= 3)
     false_alarms = sum(1 for o in legit if o.reminder_step is not None)
-    print(f"loops reminded by step 3: {caught}/{len(loops)}; "
-          f"legitimate scenarios reminded: {false_alarms}/{len(legit)}")
+    print(
+        f"loops reminded by step 3: {caught}/{len(loops)}; legitimate scenarios reminded: {false_alarms}/{len(legit)}"
+    )
     return 0 if caught == len(loops) and false_alarms == 0 else 1
 
 

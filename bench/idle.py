@@ -29,7 +29,7 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return None
-    rest = text[text.rindex(")") + 2:].split()
+    rest = text[text.rindex(")") + 2 :].split()
     return int(rest[1]), int(rest[11]) + int(rest[12]), _role(cmd)
 
 
@@ -62,8 +62,12 @@ def measure(seconds: float, settle: float, extra: tuple[str, ...] = ()) -> tuple
     """(% of one core, ms of CPU per process role) of an idle serve over ``seconds``."""
     with tempfile.TemporaryDirectory() as home:
         env = dict(os.environ, CTXSCOPE_HOME=home)
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", *extra], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", *extra],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             time.sleep(settle)
             before = tree(proc.pid)
@@ -97,8 +101,10 @@ def main() -> None:
     share, per = measure(args.seconds, args.settle, extra)
     for label, ms in sorted(per.items()):
         print(f"{label}: {ms:.0f} ms in {args.seconds:.0f} s ({ms * 60 / args.seconds:.0f} ms per minute)")
-    print(f"idle: {share:.2f}% of one core over {args.seconds:.0f} s (daemon {per.get('daemon', 0):.0f} ms, "
-          f"writer {per.get('writer', 0):.0f} ms, simulator {per.get('simulator', 0):.0f} ms)")
+    print(
+        f"idle: {share:.2f}% of one core over {args.seconds:.0f} s (daemon {per.get('daemon', 0):.0f} ms, "
+        f"writer {per.get('writer', 0):.0f} ms, simulator {per.get('simulator', 0):.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,13 @@ def ensure_phoenix(venv: Path) -> Path:
 
 
 def start_phoenix(phoenix: Path, port: int, work: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PHOENIX_HOST="127.0.0.1", PHOENIX_PORT=str(port), PHOENIX_GRPC_PORT=str(free_port()),
-               PHOENIX_WORKING_DIR=str(work))
+    env = dict(
+        os.environ,
+        PHOENIX_HOST="127.0.0.1",
+        PHOENIX_PORT=str(port),
+        PHOENIX_GRPC_PORT=str(free_port()),
+        PHOENIX_WORKING_DIR=str(work),
+    )
     with open(log, "ab") as out:
         proc = subprocess.Popen([str(phoenix), "serve"], stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 180
@@ -77,8 +82,12 @@ def stop(proc: subprocess.Popen) -> None:
 def start_ctxscope(db: Path, endpoint: str, home: Path, log: Path) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, CTXSCOPE_HOME=str(home))
     with open(log, "ab") as out:
-        proc = subprocess.Popen([str(VENV_BIN / "ctxscope"), "serve", "--port", "0", "--db", str(db),
-                                 "--otlp-endpoint", endpoint], stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "ctxscope"), "serve", "--port", "0", "--db", str(db), "--otlp-endpoint", endpoint],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))
@@ -119,8 +128,12 @@ def wait_spans(port: int, n: int, timeout: float = 120) -> list[dict]:
 
 
 def send(base: str, n: int, session: str) -> None:
-    with openai.OpenAI(api_key="sk-phoenix-check-0123456789", base_url=base + "/u/sim/v1", max_retries=0,
-                       default_headers={"x-ctxscope-session": session}) as client:
+    with openai.OpenAI(
+        api_key="sk-phoenix-check-0123456789",
+        base_url=base + "/u/sim/v1",
+        max_retries=0,
+        default_headers={"x-ctxscope-session": session},
+    ) as client:
         messages: list = []
         for i in range(n):
             messages.append({"role": "user", "content": f"step {i}: list the files"})
@@ -129,8 +142,12 @@ def send(base: str, n: int, session: str) -> None:
 
 
 def stored_ids(db: Path) -> list[str]:
-    out = subprocess.run([str(VENV_BIN / "ctxscope"), "calls", "--db", str(db), "--json", "--limit", "100000"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(VENV_BIN / "ctxscope"), "calls", "--db", str(db), "--json", "--limit", "100000"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [row["id"] for row in json.loads(out.stdout)]
 
 
@@ -163,15 +180,23 @@ def main() -> int:
     seen = [s["attributes"].get("ctxscope.call_id") for s in spans]
     once = sorted(seen) == sorted(ids)
     attrs = spans[0]["attributes"] if spans else {}
-    keys = ("gen_ai.system", "gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.conversation.id",
-            "ctxscope.relation", "ctxscope.cache.verdict", "ctxscope.thread")
+    keys = (
+        "gen_ai.system",
+        "gen_ai.request.model",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.conversation.id",
+        "ctxscope.relation",
+        "ctxscope.cache.verdict",
+        "ctxscope.thread",
+    )
     missing = [k for k in keys if k not in attrs]
     sessions = sorted({s["attributes"].get("gen_ai.conversation.id") for s in spans})
-    print(f"sessions in phoenix: {sessions}; attributes of one span: "
-          f"{ {k: attrs.get(k) for k in keys} }")
+    print(f"sessions in phoenix: {sessions}; attributes of one span: { {k: attrs.get(k) for k in keys} }")
     ok = once and not missing and sessions == ["before-outage", "during-outage"]
-    print(f"phoenix: {len(ids)} calls, {len(spans)} spans, each once: {'ok' if ok else 'MISMATCH'}"
-          + (f" (missing attributes {missing})" if missing else ""))
+    print(
+        f"phoenix: {len(ids)} calls, {len(spans)} spans, each once: {'ok' if ok else 'MISMATCH'}"
+        + (f" (missing attributes {missing})" if missing else "")
+    )
     return 0 if ok else 1
 
 

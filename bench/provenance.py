@@ -236,8 +236,9 @@ async def session(with_provenance: bool, seed: int = 7) -> tuple[float, Timed | 
         model = WireModel(script(rng, root, files, pages, with_provenance), context_window=10_000_000)
         timed = Timed(SourceProvenance()) if with_provenance else None
         exts = [core_tools_extension(), fake_tools(pages)] + ([timed.extension()] if timed else [])
-        budget = tool_output_budget_extension(settings=ContextSettings.from_mapping({"maxInlineKiB": 24}),
-                                               split_marker=split_host_marker)
+        budget = tool_output_budget_extension(
+            settings=ContextSettings.from_mapping({"maxInlineKiB": 24}), split_marker=split_host_marker
+        )
         rt = AgentRuntime(
             model,
             home=Path(tmp) / "home",

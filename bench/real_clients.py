@@ -30,15 +30,24 @@ import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxscope-bench" / "real-clients"
-PINNED = {"claude": "@anthropic-ai/claude-code@2.1.332", "codex": "@openai/codex@0.171.0",
-          "pi": "@mariozechner/pi-coding-agent@0.73.1", "opencode": "opencode-ai@1.18.33",
-          "gemini": "@google/gemini-cli@0.61.0"}  # fmt: skip
+PINNED = {
+    "claude": "@anthropic-ai/claude-code@2.1.332",
+    "codex": "@openai/codex@0.171.0",
+    "pi": "@mariozechner/pi-coding-agent@0.73.1",
+    "opencode": "opencode-ai@1.18.33",
+    "gemini": "@google/gemini-cli@0.61.0",
+}
 CTXSCOPE = Path(sys.executable).parent / "ctxscope"
 TASK = "list the files in this folder, then run `echo hello` and tell me"
 MARKS = (b'"tool_result"', b'"function_call_output"', b'"role":"tool"', b'"functionResponse"')  # a tool round
-KEYS = {"IS_SANDBOX": "1", "GEMINI_CLI_TRUST_WORKSPACE": "true",  # claude -p as root; gemini headless
-        "ANTHROPIC_API_KEY": "sk-ant-bench-0123456789", "OPENAI_API_KEY": "sk-bench-0123456789",
-        "CODEX_API_KEY": "sk-bench-0123456789", "GEMINI_API_KEY": "bench-0123456789"}  # fmt: skip
+KEYS = {
+    "IS_SANDBOX": "1",
+    "GEMINI_CLI_TRUST_WORKSPACE": "true",  # claude -p as root; gemini headless
+    "ANTHROPIC_API_KEY": "sk-ant-bench-0123456789",
+    "OPENAI_API_KEY": "sk-bench-0123456789",
+    "CODEX_API_KEY": "sk-bench-0123456789",
+    "GEMINI_API_KEY": "bench-0123456789",
+}
 
 
 def install() -> Path:
@@ -48,8 +57,9 @@ def install() -> Path:
     wanted = list(PINNED.values())
     installed = json.loads((CACHE / "package.json").read_text()).get("dependencies", {})
     if any(spec.rsplit("@", 1)[0] not in installed for spec in wanted):
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", *wanted], cwd=CACHE,
-                       check=True)  # fmt: skip
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", *wanted], cwd=CACHE, check=True
+        )
     return CACHE / "node_modules" / ".bin"
 
 
@@ -88,22 +98,31 @@ def home_for(client: str, folder: Path, mode: str, base: str) -> dict[str, str]:
     """A HOME of the client's own, with the settings a base URL needs in ``base`` mode."""
     home = folder / "home"
     home.mkdir(parents=True)
-    env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex"), "XDG_CONFIG_HOME": str(home / ".config"),
-           "XDG_DATA_HOME": str(home / ".local/share"), "PI_CODING_AGENT_DIR": str(home / ".pi/agent")}  # fmt: skip
+    env = {
+        "HOME": str(home),
+        "CODEX_HOME": str(home / ".codex"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "PI_CODING_AGENT_DIR": str(home / ".pi/agent"),
+    }
     (home / ".codex").mkdir()
     gemini = home / ".gemini"
     gemini.mkdir()  # Gemini CLI asks how to log in unless told: the selectedType workaround
     (gemini / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
     if mode == "base":
-        env |= {"ANTHROPIC_BASE_URL": f"{base}/anthropic", "OPENAI_BASE_URL": f"{base}/openai/v1",
-                "GOOGLE_GEMINI_BASE_URL": f"{base}/gemini"}  # fmt: skip
+        env |= {
+            "ANTHROPIC_BASE_URL": f"{base}/anthropic",
+            "OPENAI_BASE_URL": f"{base}/openai/v1",
+            "GOOGLE_GEMINI_BASE_URL": f"{base}/gemini",
+        }
         agent = home / ".pi" / "agent"
         agent.mkdir(parents=True)
         (agent / "models.json").write_text(json.dumps({"providers": {"anthropic": {"baseUrl": f"{base}/anthropic"}}}))
         config = home / ".config" / "opencode"
         config.mkdir(parents=True)
-        (config / "opencode.json").write_text(json.dumps(
-            {"provider": {"anthropic": {"options": {"baseURL": f"{base}/anthropic/v1"}}}}))
+        (config / "opencode.json").write_text(
+            json.dumps({"provider": {"anthropic": {"options": {"baseURL": f"{base}/anthropic/v1"}}}})
+        )
     return env
 
 
@@ -134,20 +153,30 @@ def main() -> None:
     env0 = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.endswith("_BASE_URL")}
     env0 |= {"CTXSCOPE_HOME": str(work / "ctxscope-home"), **KEYS}
     sim_log, serve_log = open(work / "sim.log", "w"), open(work / "serve.log", "w")  # noqa: SIM115 (live as long as main)
-    sim = subprocess.Popen([sys.executable, "-m", "ctxscope.simulator", "--port", str(sim_port)], env=env0,
-                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sim_log)  # fmt: skip
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "ctxscope.simulator", "--port", str(sim_port)],
+        env=env0,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=sim_log,
+    )
     assert sim.stdin is not None
     sim.stdin.write(b"bench-token\n")  # its control token; the open pipe keeps it alive
     sim.stdin.flush()
     wait_port(sim_port, sim, "the simulator")
     db = work / "c.db"
     ups = [a for n in ("anthropic", "openai", "gemini") for a in ("--upstream", f"{n}=http://127.0.0.1:{sim_port}")]
-    daemon = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(port), "--db", str(db), *ups], env=env0,
-                              stdout=serve_log, stderr=subprocess.STDOUT)  # fmt: skip
+    daemon = subprocess.Popen(
+        [str(CTXSCOPE), "serve", "--port", str(port), "--db", str(db), *ups],
+        env=env0,
+        stdout=serve_log,
+        stderr=subprocess.STDOUT,
+    )
     wait_port(port, daemon, "the daemon")
     url = f"http://127.0.0.1:{port}"
-    ca_env = subprocess.run([str(CTXSCOPE), "ca", "env", "--port", str(port)], env=env0, capture_output=True,
-                            text=True, check=True).stdout  # fmt: skip
+    ca_env = subprocess.run(
+        [str(CTXSCOPE), "ca", "env", "--port", str(port)], env=env0, capture_output=True, text=True, check=True
+    ).stdout
     proxy_vars = dict(line.removeprefix("export ").split("=", 1) for line in ca_env.splitlines())
     print(f"{'client':9} {'mode':6} {'exit':>4} {'calls':>5} {'labelled':>8} {'ok':>3} {'tools':>5}  session")
     try:
@@ -163,13 +192,22 @@ def main() -> None:
                 if mode == "run":
                     argv = [str(CTXSCOPE), "run", "--port", str(port), "--label", label, "--", *argv]
                 if mode == "proxy":
-                    env |= proxy_vars | {"HTTPS_PROXY": f"http://{label}:x@127.0.0.1:{port}",
-                                         "https_proxy": f"http://{label}:x@127.0.0.1:{port}",
-                                         "NODE_USE_ENV_PROXY": "1"}  # fmt: skip
+                    env |= proxy_vars | {
+                        "HTTPS_PROXY": f"http://{label}:x@127.0.0.1:{port}",
+                        "https_proxy": f"http://{label}:x@127.0.0.1:{port}",
+                        "NODE_USE_ENV_PROXY": "1",
+                    }
                 before = len(calls_of(db, label)[0]) if db.exists() else 0
                 try:
-                    done = subprocess.run(argv, env=env, cwd=folder, capture_output=True, text=True,
-                                          timeout=args.timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+                    done = subprocess.run(
+                        argv,
+                        env=env,
+                        cwd=folder,
+                        capture_output=True,
+                        text=True,
+                        timeout=args.timeout,
+                        stdin=subprocess.DEVNULL,
+                    )
                     code: object = done.returncode
                     (folder / "out.txt").write_text(done.stdout + "\n--- stderr\n" + done.stderr)
                 except subprocess.TimeoutExpired as exc:
@@ -181,8 +219,11 @@ def main() -> None:
                 ok = sum(r["outcome"] == "ok" for r in mine)
                 tools = sum(1 for r in mine if r["tool_round"])
                 sessions = sorted({r["session"] for r in rows[before:]})
-                print(f"{client:9} {mode:6} {code!s:>4} {new:>5} {len(mine):>8} {ok:>3} {tools:>5}  "
-                      f"{','.join(sessions)[:60]}", flush=True)  # fmt: skip
+                print(
+                    f"{client:9} {mode:6} {code!s:>4} {new:>5} {len(mine):>8} {ok:>3} {tools:>5}  "
+                    f"{','.join(sessions)[:60]}",
+                    flush=True,
+                )
     finally:
         for proc in (daemon, sim):
             proc.send_signal(signal.SIGTERM)

@@ -47,8 +47,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     for command in COMMANDS:
-        print(f"ctxscope {' '.join(command):<16} median {median_wall(command, args.runs) * 1000:6.0f} ms "
-              f"({args.runs} runs)")
+        print(
+            f"ctxscope {' '.join(command):<16} median {median_wall(command, args.runs) * 1000:6.0f} ms "
+            f"({args.runs} runs)"
+        )
     print(f"heavy modules loaded by `import ctxscope.main`: {', '.join(heavy_imports()) or 'none'}")
 
 

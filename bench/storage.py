@@ -114,16 +114,45 @@ class Text:
 
 
 def tool_defs(t: Text) -> list[dict]:
-    names = ["Task", "Bash", "Glob", "Grep", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write", "NotebookEdit",
-             "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell", "SlashCommand", "ListMcpResources",
-             "ReadMcpResource"]
+    names = [
+        "Task",
+        "Bash",
+        "Glob",
+        "Grep",
+        "ExitPlanMode",
+        "Read",
+        "Edit",
+        "MultiEdit",
+        "Write",
+        "NotebookEdit",
+        "WebFetch",
+        "TodoWrite",
+        "WebSearch",
+        "BashOutput",
+        "KillShell",
+        "SlashCommand",
+        "ListMcpResources",
+        "ReadMcpResource",
+    ]
     out = []
     for name in names:
-        props = {w: {"type": "string", "description": t.prose(t.rng.randint(40, 200))}
-                 for w in t.rng.sample(t.words[:300], t.rng.randint(1, 5))}
-        out.append({"name": name, "description": t.prose(t.rng.randint(300, 1800)),
-                    "input_schema": {"type": "object", "properties": props, "required": list(props)[:1],
-                                     "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"}})
+        props = {
+            w: {"type": "string", "description": t.prose(t.rng.randint(40, 200))}
+            for w in t.rng.sample(t.words[:300], t.rng.randint(1, 5))
+        }
+        out.append(
+            {
+                "name": name,
+                "description": t.prose(t.rng.randint(300, 1800)),
+                "input_schema": {
+                    "type": "object",
+                    "properties": props,
+                    "required": list(props)[:1],
+                    "additionalProperties": False,
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                },
+            }
+        )
     return out
 
 
@@ -142,32 +171,88 @@ def sse(event: str, data: dict) -> bytes:
 
 def stream_of(blocks: list[dict], rng: random.Random, usage_in: int) -> bytes:
     """An Anthropic SSE stream that produces ``blocks``."""
-    msg_id = "msg_01" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789")
-                                for _ in range(22))
-    parts = [sse("message_start", {"type": "message_start", "message": {
-        "id": msg_id, "type": "message", "role": "assistant", "model": MODEL, "content": [], "stop_reason": None,
-        "stop_sequence": None, "usage": {"input_tokens": 4, "cache_creation_input_tokens": 500,
-                                         "cache_read_input_tokens": usage_in, "output_tokens": 1,
-                                         "service_tier": "standard"}}})]
+    msg_id = "msg_01" + "".join(
+        rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789") for _ in range(22)
+    )
+    parts = [
+        sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 4,
+                        "cache_creation_input_tokens": 500,
+                        "cache_read_input_tokens": usage_in,
+                        "output_tokens": 1,
+                        "service_tier": "standard",
+                    },
+                },
+            },
+        )
+    ]
     for i, block in enumerate(blocks):
         if block["type"] == "text":
-            parts.append(sse("content_block_start", {"type": "content_block_start", "index": i,
-                                                     "content_block": {"type": "text", "text": ""}}))
+            parts.append(
+                sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                )
+            )
             text = block["text"]
             for j in range(0, len(text), 60):
-                parts.append(sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                         "delta": {"type": "text_delta", "text": text[j:j + 60]}}))
+                parts.append(
+                    sse(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "text_delta", "text": text[j : j + 60]},
+                        },
+                    )
+                )
         else:
-            parts.append(sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
-                "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+            parts.append(
+                sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+                    },
+                )
+            )
             raw = dumps(block["input"])
             for j in range(0, len(raw), 80):
-                parts.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                    "type": "input_json_delta", "partial_json": raw[j:j + 80]}}))
+                parts.append(
+                    sse(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "input_json_delta", "partial_json": raw[j : j + 80]},
+                        },
+                    )
+                )
         parts.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
     stop = "tool_use" if blocks[-1]["type"] == "tool_use" else "end_turn"
-    parts.append(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                       "usage": {"output_tokens": 300}}))
+    parts.append(
+        sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 300},
+            },
+        )
+    )
     parts.append(sse("message_stop", {"type": "message_stop"}))
     return b"".join(parts)
 
@@ -208,9 +293,16 @@ class Agent:
         """One call: the current messages go out, ``blocks`` come back (and join the messages)."""
         # Claude Code's moving cache marker: on the last block of the last message only.
         marked = self.messages[:-1] + [_with_marker(self.messages[-1])]
-        body = {"model": MODEL, "messages": marked, "temperature": 1, "system": self.system,
-                "tools": self.tools, "metadata": {"user_id": f"user_{'a' * 64}_account__session_{self.session}"},
-                "max_tokens": 32000, "stream": True}
+        body = {
+            "model": MODEL,
+            "messages": marked,
+            "temperature": 1,
+            "system": self.system,
+            "tools": self.tools,
+            "metadata": {"user_id": f"user_{'a' * 64}_account__session_{self.session}"},
+            "max_tokens": 32000,
+            "stream": True,
+        }
         raw = dumps(body).encode()
         response = stream_of(blocks, self.t.rng, len(raw) // 4)
         self.traffic.calls.append(Call(raw, response))
@@ -226,31 +318,54 @@ class Agent:
         self.n_tool += 1
         tool_id = f"toolu_01{self.session[:8]}{self.n_tool:06d}"
         name = t.rng.choice([tool["name"] for tool in self.tools])
-        blocks = [{"type": "text", "text": t.prose(t.rng.randint(80, 700))},
-                  {"type": "tool_use", "id": tool_id, "name": name,
-                   "input": {"file_path": "/src/" + "/".join(t.rng.sample(t.words[:500], 3)) + ".py",
-                             "pattern": t.prose(t.rng.randint(10, 200))}}]
+        blocks = [
+            {"type": "text", "text": t.prose(t.rng.randint(80, 700))},
+            {
+                "type": "tool_use",
+                "id": tool_id,
+                "name": name,
+                "input": {
+                    "file_path": "/src/" + "/".join(t.rng.sample(t.words[:500], 3)) + ".py",
+                    "pattern": t.prose(t.rng.randint(10, 200)),
+                },
+            },
+        ]
         self.send(blocks)
         size = tool_result_size(t.rng)
         content = t.code(size) if t.rng.random() < 0.6 else t.prose(size)
-        self.messages = self.messages + [{"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": tool_id, "content": content}]}]
+        self.messages = self.messages + [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": content}]}
+        ]
 
     def compact(self) -> None:
         """Ask for a summary of the whole context; the next context is that summary."""
-        self.messages = self.messages + [{"role": "user", "content": [
-            {"type": "text", "text": "Your task is to create a detailed summary of the conversation so far."}]}]
+        self.messages = self.messages + [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Your task is to create a detailed summary of the conversation so far."}
+                ],
+            }
+        ]
         summary = self.t.prose(self.t.rng.randint(3000, 8000))
         self.send([{"type": "text", "text": summary}])
-        self.messages = [{"role": "user", "content": [
-            {"type": "text", "text": "This session is being continued from a previous conversation. " + summary}]}]
+        self.messages = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "This session is being continued from a previous conversation. " + summary}
+                ],
+            }
+        ]
 
 
 def generate(n_calls: int, seed: int = 22) -> Traffic:
     rng = random.Random(seed)
     t = Text(rng)
-    system = [{"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
-              {"type": "text", "text": t.prose(15000), "cache_control": {"type": "ephemeral"}}]
+    system = [
+        {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+        {"type": "text", "text": t.prose(15000), "cache_control": {"type": "ephemeral"}},
+    ]
     tools = tool_defs(t)
     traffic = Traffic()
     main = Agent(t, system, tools, traffic, t.prose(400))
@@ -279,11 +394,16 @@ async def start_upstream(answers: dict[bytes, bytes]) -> web.AppRunner:
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         answer = answers[hashlib.blake2b(body, digest_size=16).digest()]
-        resp = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache",
-                                           "request-id": "req_" + uuid.uuid4().hex[:24]})
+        resp = web.StreamResponse(
+            headers={
+                "content-type": "text/event-stream",
+                "cache-control": "no-cache",
+                "request-id": "req_" + uuid.uuid4().hex[:24],
+            }
+        )
         await resp.prepare(request)
         for i in range(0, len(answer), 16384):
-            await resp.write(answer[i:i + 16384])
+            await resp.write(answer[i : i + 16384])
         await resp.write_eof()
         return resp
 
@@ -305,8 +425,12 @@ def spawn_daemon(work: Path, upstream: str) -> tuple[subprocess.Popen, int, Path
     env.update(CTXSCOPE_HOME=str(work / "home"), NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
     log = work / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(VENV_BIN / "ctxscope"), "serve", "--port", "0", "--db", str(db),
-                                 "--upstream", f"fake={upstream}"], stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "ctxscope"), "serve", "--port", "0", "--db", str(db), "--upstream", f"fake={upstream}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     return proc, listening_port(proc, log), db
 
 
@@ -406,9 +530,11 @@ async def run_length(n: int, work: Path) -> float:
         raise SystemExit(f"{n} calls sent, {calls} stored; store events: {events}")
     ratio = stored / distinct
     checked = verify(db, traffic)
-    print(f"\n{n} calls ({time.monotonic() - t0:.0f} s): sent {sent / 2**20:.1f} MB, "
-          f"distinct {distinct / 2**20:.2f} MB, stored {stored / 2**20:.2f} MB on disk: {ratio:.2f}x; "
-          f"{stored / n:.0f} B per call; {checked} calls read back byte-exact")
+    print(
+        f"\n{n} calls ({time.monotonic() - t0:.0f} s): sent {sent / 2**20:.1f} MB, "
+        f"distinct {distinct / 2**20:.2f} MB, stored {stored / 2**20:.2f} MB on disk: {ratio:.2f}x; "
+        f"{stored / n:.0f} B per call; {checked} calls read back byte-exact"
+    )
     for name, size in breakdown(db):
         if size >= 4096 * 4:
             print(f"  {name:<34} {size / 2**10:>9.0f} KB  {size / n:>7.0f} B/call  {size / distinct:>6.1%} of distinct")

@@ -32,9 +32,15 @@ import urllib.request
 from pathlib import Path
 
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 SYSTEM = (
     "You are a coding agent working in a local repository. Read files before editing them, keep changes "
@@ -91,8 +97,12 @@ class Agent:
         if isinstance(last["content"], str):
             last["content"] = [{"type": "text", "text": last["content"]}]
         last["content"][-1]["cache_control"] = {"type": "ephemeral"}  # the breakpoint moves every call
-        body = {"model": model, "max_tokens": 1024, "messages": msgs,
-                "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]}  # fmt: skip
+        body = {
+            "model": model,
+            "max_tokens": 1024,
+            "messages": msgs,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        }
         if tools:
             body["tools"] = tools
         self.calls += 1
@@ -222,8 +232,14 @@ def first_screen(browser, url: str, label: str, loads: int) -> list[dict]:
         page.wait_for_function("performance.getEntriesByName('ctxscope:session-painted').length > 0")
         marks = page.evaluate(_MARKS)
         nav = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
-        out.append({"dom": nav, "data": marks["ctxscope:session-data"], "built": marks["ctxscope:session-ready"],
-                    "painted": marks["ctxscope:session-painted"]})  # fmt: skip
+        out.append(
+            {
+                "dom": nav,
+                "data": marks["ctxscope:session-data"],
+                "built": marks["ctxscope:session-ready"],
+                "painted": marks["ctxscope:session-painted"],
+            }
+        )
         ctx.close()
     return out
 

@@ -51,9 +51,38 @@ from ctxscope.vocab.tokens import count_tokens
 
 T0 = 1_760_000_000.0
 WARM_UP = 5  # calls of a session left out of its figure
-WORDS = ["the", "parser", "reads", "each", "token", "and", "builds", "a", "tree", "of", "nodes", "while", "checker",
-         "walks", "it", "to", "find", "type", "errors", "in", "function", "calls", "loops", "branches", "then",
-         "reports", "them", "with", "line", "numbers"]  # fmt: skip
+WORDS = [
+    "the",
+    "parser",
+    "reads",
+    "each",
+    "token",
+    "and",
+    "builds",
+    "a",
+    "tree",
+    "of",
+    "nodes",
+    "while",
+    "checker",
+    "walks",
+    "it",
+    "to",
+    "find",
+    "type",
+    "errors",
+    "in",
+    "function",
+    "calls",
+    "loops",
+    "branches",
+    "then",
+    "reports",
+    "them",
+    "with",
+    "line",
+    "numbers",
+]
 
 
 def prose(rng: random.Random, words: int) -> str:
@@ -65,11 +94,15 @@ def _turn(rng: random.Random, n: int, words: int) -> tuple[list[dict], int]:
     tool_id = f"toolu_{n:06d}"
     said, result = prose(rng, words // 6), prose(rng, words)
     return [
-        {"role": "assistant", "content": [
-            {"type": "text", "text": said},
-            {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": f"/src/m{n}.py"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": said},
+                {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": f"/src/m{n}.py"}},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": result}]},
-    ], count_tokens(said) + count_tokens(result) + 20  # fmt: skip
+    ], count_tokens(said) + count_tokens(result) + 20
 
 
 class Session:
@@ -82,9 +115,14 @@ class Session:
             {"type": "text", "text": "You are a coding agent."},
             {"type": "text", "text": prose(self.rng, 2000), "cache_control": {"type": "ephemeral"}},
         ]
-        self.tools = [{"name": f"tool_{i}", "description": prose(self.rng, 60),
-                       "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-                      for i in range(12)]  # fmt: skip
+        self.tools = [
+            {
+                "name": f"tool_{i}",
+                "description": prose(self.rng, 60),
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+            }
+            for i in range(12)
+        ]
         self.messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": prose(self.rng, 80)}]}]
         self.n = 0
         self.tokens = sum(count_tokens(b["text"]) for b in self.system + self.messages[0]["content"]) + sum(
@@ -105,9 +143,16 @@ class Session:
                 block.pop("cache_control", None)
         self.messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
         # Claude Code's order: the messages before the system prompt and the tools.
-        body = {"model": "claude-sonnet-4-5", "messages": self.messages, "temperature": 1, "system": self.system,
-                "tools": self.tools, "metadata": {"user_id": "bench"}, "max_tokens": 32000,
-                "stream": False}  # fmt: skip
+        body = {
+            "model": "claude-sonnet-4-5",
+            "messages": self.messages,
+            "temperature": 1,
+            "system": self.system,
+            "tools": self.tools,
+            "metadata": {"user_id": "bench"},
+            "max_tokens": 32000,
+            "stream": False,
+        }
         raw = json.dumps(body).encode()
         turn, tokens = _turn(self.rng, self._next(), self.new_words)
         self.messages += turn
@@ -127,34 +172,76 @@ class Uploads:
 
 
 def upload_exchange(session: str, i: int, raw: bytes) -> Exchange:
-    response = {"id": f"chatcmpl-{i}", "object": "chat.completion", "created": 1700000000, "model": "gpt-bench",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22}}  # fmt: skip
+    response = {
+        "id": f"chatcmpl-{i}",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "gpt-bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22},
+    }
     t = T0 + i * 5
     return Exchange(
-        id=f"{session}{i:020x}", provider="openai", upstream="http://127.0.0.1:1", method="POST", path=CHAT_PATH,
-        query="", session_label=None, annotations=(), request_headers=(("content-type", "application/json"),),
-        key_fingerprint="e" * 16, request_body=raw, status=200,
-        response_headers=(("content-type", "application/json"),), response_body=json.dumps(response).encode(),
-        started_at=t, first_byte_at=t + 0.01, ended_at=t + 0.02, outcome="ok", client="bench/1.0",
-    )  # fmt: skip
+        id=f"{session}{i:020x}",
+        provider="openai",
+        upstream="http://127.0.0.1:1",
+        method="POST",
+        path=CHAT_PATH,
+        query="",
+        session_label=None,
+        annotations=(),
+        request_headers=(("content-type", "application/json"),),
+        key_fingerprint="e" * 16,
+        request_body=raw,
+        status=200,
+        response_headers=(("content-type", "application/json"),),
+        response_body=json.dumps(response).encode(),
+        started_at=t,
+        first_byte_at=t + 0.01,
+        ended_at=t + 0.02,
+        outcome="ok",
+        client="bench/1.0",
+    )
 
 
 def exchange(session: str, i: int, raw: bytes) -> Exchange:
-    usage = {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 400,
-             "output_tokens": 120}  # fmt: skip
-    response = {"id": f"msg_{session}_{i}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                "content": [{"type": "text", "text": "Reading the file."}], "stop_reason": "tool_use",
-                "usage": usage}  # fmt: skip
+    usage = {
+        "input_tokens": 40,
+        "cache_read_input_tokens": 9000,
+        "cache_creation_input_tokens": 400,
+        "output_tokens": 120,
+    }
+    response = {
+        "id": f"msg_{session}_{i}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Reading the file."}],
+        "stop_reason": "tool_use",
+        "usage": usage,
+    }
     t = T0 + i * 5
     return Exchange(
-        id=f"{session}{i:020x}", provider="anthropic", upstream="https://api.anthropic.com", method="POST",
-        path="/v1/messages", query="", session_label=session, annotations=(),
+        id=f"{session}{i:020x}",
+        provider="anthropic",
+        upstream="https://api.anthropic.com",
+        method="POST",
+        path="/v1/messages",
+        query="",
+        session_label=session,
+        annotations=(),
         request_headers=(("content-type", "application/json"), ("user-agent", "claude-cli/2.0 (bench)")),
-        key_fingerprint="f" * 16, request_body=raw, status=200,
-        response_headers=(("content-type", "application/json"),), response_body=json.dumps(response).encode(),
-        started_at=t, first_byte_at=t + 1, ended_at=t + 2, outcome="ok", client="claude-cli/2.0 (bench)",
-    )  # fmt: skip
+        key_fingerprint="f" * 16,
+        request_body=raw,
+        status=200,
+        response_headers=(("content-type", "application/json"),),
+        response_body=json.dumps(response).encode(),
+        started_at=t,
+        first_byte_at=t + 1,
+        ended_at=t + 2,
+        outcome="ok",
+        client="claude-cli/2.0 (bench)",
+    )
 
 
 class Timed:
@@ -235,8 +322,10 @@ def main() -> int:
                 session = Session(rep, tokens - args.calls * 150) if tokens else Uploads()  # the target mid-window
                 make = exchange if tokens else upload_exchange
                 name = f"s{label}{rep}"
-                got = (*run_session(writer, stored, name, session, args.calls, spent, make),
-                       _context(Path(tmp) / "capture.db", name))  # fmt: skip
+                got = (
+                    *run_session(writer, stored, name, session, args.calls, spent, make),
+                    _context(Path(tmp) / "capture.db", name),
+                )
                 # The least disturbed repetition: other work on the machine only ever adds CPU time.
                 if label not in results or statistics.median(got[1]) < statistics.median(results[label][1]):
                     results[label] = got
@@ -254,8 +343,10 @@ def main() -> int:
         print(f"{label:>8} {shown:>9} {size / 2**20:>7.2f}MB {med_t:>10.2f} {med_p:>11.2f}  {parts}")
     print(f"1 MB upload (bench/proxy_overhead.py's upload phase): writer CPU {figures['upload'][1]:.2f} ms per call")
     (c1, small), (c2, large) = figures["small"], figures["large"]
-    print(f"writer CPU per call: {c1 // 1000}K tokens {small:.2f} ms, {c2 // 1000}K tokens {large:.2f} ms "
-          f"({large / small:.1f}×)")  # fmt: skip
+    print(
+        f"writer CPU per call: {c1 // 1000}K tokens {small:.2f} ms, {c2 // 1000}K tokens {large:.2f} ms "
+        f"({large / small:.1f}×)"
+    )
     return 0
 
 
@@ -279,8 +370,10 @@ def _context(path: Path, session: str) -> int:
 
     conn = sqlite3.connect(path)
     try:
-        found = [r[0] or 0 for r in conn.execute("SELECT tokens_estimated FROM calls WHERE session = ? ORDER BY seq",
-                                                  [session])]  # fmt: skip
+        found = [
+            r[0] or 0
+            for r in conn.execute("SELECT tokens_estimated FROM calls WHERE session = ? ORDER BY seq", [session])
+        ]
         return int(statistics.median(found[WARM_UP:])) if found[WARM_UP:] else 0
     finally:
         conn.close()

@@ -31,10 +31,20 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--provider", type=click.Choice(PROVIDERS), default="anthropic", show_default=True,
-                     envvar="CTXSCOPE_AGENT_PROVIDER", help="Model provider (sim: the built-in simulator)."),
-        click.option("--api", type=click.Choice(APIS), default=None,
-                     help="Wire API (default: the provider's own; sim defaults to openai-chat)."),
+        click.option(
+            "--provider",
+            type=click.Choice(PROVIDERS),
+            default="anthropic",
+            show_default=True,
+            envvar="CTXSCOPE_AGENT_PROVIDER",
+            help="Model provider (sim: the built-in simulator).",
+        ),
+        click.option(
+            "--api",
+            type=click.Choice(APIS),
+            default=None,
+            help="Wire API (default: the provider's own; sim defaults to openai-chat).",
+        ),
         click.option("--model", default=None, envvar="CTXSCOPE_AGENT_MODEL", help="Model name."),
         click.option("--base-url", default=None, help="Base URL of the API (overrides the proxy route)."),
         click.option("--direct", is_flag=True, help="Talk to --base-url or the provider itself, not the proxy."),
@@ -42,8 +52,12 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--context-window", type=int, default=None, help="Context window in tokens."),
         click.option("--max-output-tokens", type=int, default=None, help="Output limit per model call."),
         click.option("--thinking-budget", type=int, default=None, help="Anthropic extended thinking budget (tokens)."),
-        click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), default=None,
-                     help="Directory the tools work in (default: current directory)."),
+        click.option(
+            "--workspace",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Directory the tools work in (default: current directory).",
+        ),
         click.option("--continue", "cont", is_flag=True, help="Continue the latest session (of this workspace)."),
         click.option("--session", "session_id", default=None, help="Resume the session with this id."),
     ]
@@ -57,9 +71,17 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
     if not opts["direct"] and opts["base_url"] is None:  # the calls go through the daemon: find it first
         proxy = find_daemon(opts["daemon"], also=", or talk to the provider itself with --direct")
     try:
-        settings = resolve(opts["provider"], api=opts["api"], model=opts["model"], base_url=opts["base_url"],
-                           direct=opts["direct"], proxy=proxy, context_window=opts["context_window"],
-                           max_output_tokens=opts["max_output_tokens"], thinking_budget=opts["thinking_budget"])
+        settings = resolve(
+            opts["provider"],
+            api=opts["api"],
+            model=opts["model"],
+            base_url=opts["base_url"],
+            direct=opts["direct"],
+            proxy=proxy,
+            context_window=opts["context_window"],
+            max_output_tokens=opts["max_output_tokens"],
+            thinking_budget=opts["thinking_budget"],
+        )
     except ProviderConfigError as e:
         raise click.ClickException(str(e)) from e
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
@@ -168,8 +190,13 @@ def chat_command(**opts: Any) -> None:
 
 @agent_group.command("report", context_settings=CONTEXT)
 @click.argument("session_id", metavar="SESSION")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Archive to write (default ./ctxscope-report-SESSION.tar.gz).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Archive to write (default ./ctxscope-report-SESSION.tar.gz).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
     """Bundle a session and its sub-sessions into a tar.gz with a collection manifest."""
@@ -187,13 +214,24 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
     except OSError as e:
         raise click.ClickException(f"could not write the report: {e}") from e
     if as_json:
-        click.echo(json.dumps({"archive": str(result.archive), "sessions": list(result.sessions),
-                               "files": result.files, "unreadable": list(result.unreadable)}))
+        click.echo(
+            json.dumps(
+                {
+                    "archive": str(result.archive),
+                    "sessions": list(result.sessions),
+                    "files": result.files,
+                    "unreadable": list(result.unreadable),
+                }
+            )
+        )
         return
     click.echo(str(result.archive))
-    click.secho(f"{len(result.sessions)} session(s), {result.files} file(s)"
-                + (f", {len(result.unreadable)} unreadable (listed in the manifest)" if result.unreadable else ""),
-                err=True, dim=True)
+    click.secho(
+        f"{len(result.sessions)} session(s), {result.files} file(s)"
+        + (f", {len(result.unreadable)} unreadable (listed in the manifest)" if result.unreadable else ""),
+        err=True,
+        dim=True,
+    )
 
 
 @agent_group.command("context", context_settings=CONTEXT)
@@ -201,8 +239,7 @@ def report_command(session_id: str, output: Path | None, as_json: bool) -> None:
 @click.option("--context-window", type=int, default=None, help="Context window in tokens (default: the model's).")
 @click.option("--max-output-tokens", type=int, default=None, help="Output limit per call (default: the model's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def context_command(session_id: str, context_window: int | None, max_output_tokens: int | None,
-                    as_json: bool) -> None:
+def context_command(session_id: str, context_window: int | None, max_output_tokens: int | None, as_json: bool) -> None:
     """How full a stored session's context is, and of what (what /context shows in chat)."""
     from ctxscope.agent.context.report import report_json
     from ctxscope.agent.host.context_views import stored_report
@@ -212,8 +249,9 @@ def context_command(session_id: str, context_window: int | None, max_output_toke
 
     session_id = resolve_agent_session(default_home(), session_id)
     try:
-        report = stored_report(default_home(), session_id, context_window=context_window,
-                               max_output_tokens=max_output_tokens)
+        report = stored_report(
+            default_home(), session_id, context_window=context_window, max_output_tokens=max_output_tokens
+        )
     except SessionNotFound as e:
         raise click.ClickException(str(e)) from e
     click.echo(report_json(report) if as_json else report.render())

@@ -25,14 +25,20 @@ if TYPE_CHECKING:  # imported when a command runs (docs/architecture.md, "Quick 
     from ctxscope.inspector.pipeline.analyze import Analyzer
 
 TIMELINE_COLUMNS = [
-    Column("seq", "SEQ", right=True), Column("started_at", "TIME", clock_time), Column("model", "MODEL", shrink=True),
-    Column("thread_label", "THREAD"), Column("grouped_by", "GROUPED_BY"),
-    Column("relation_label", "RELATION"), Column("pointer", "POINTER", shrink=True),
+    Column("seq", "SEQ", right=True),
+    Column("started_at", "TIME", clock_time),
+    Column("model", "MODEL", shrink=True),
+    Column("thread_label", "THREAD"),
+    Column("grouped_by", "GROUPED_BY"),
+    Column("relation_label", "RELATION"),
+    Column("pointer", "POINTER", shrink=True),
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
-    Column("usage.input", "REP_IN", fmt_int, right=True), Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
-    Column("cache_verdict", "VERDICT", verdict_word), Column("lost", "LOST", fmt_int, right=True),
+    Column("usage.input", "REP_IN", fmt_int, right=True),
+    Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
+    Column("cache_verdict", "VERDICT", verdict_word),
+    Column("lost", "LOST", fmt_int, right=True),
     Column("marker_kinds", "MARKERS", shrink=True),
-]  # fmt: skip
+]
 TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
 
 
@@ -61,9 +67,15 @@ def _timeline_rows(calls: list[dict], threads: list[dict]) -> list[dict]:
     for call in calls:
         thread = call.get("thread")
         cache = call.get("cache") or {}
-        out.append(dict(call, thread_label=names.get(thread) if thread else None, relation_label=_relation_label(call),
-                        lost=cache.get("lost_tokens") or None,
-                        marker_kinds=marker_counts(call.get("markers") or [])))  # fmt: skip
+        out.append(
+            dict(
+                call,
+                thread_label=names.get(thread) if thread else None,
+                relation_label=_relation_label(call),
+                lost=cache.get("lost_tokens") or None,
+                marker_kinds=marker_counts(call.get("markers") or []),
+            )
+        )
     return out
 
 
@@ -93,8 +105,14 @@ def _show_effects(calls: list[dict], width: int) -> None:
         click.echo(textwrap.fill(_safe(marker_summary(m)), width, initial_indent=" " * 8, subsequent_indent=" " * 8))
     for kind, on in frequent.items():
         listed = ", ".join(f"#{n}" for n in dict.fromkeys(on))
-        click.echo(textwrap.fill(f"{_safe(kind)} on {len(set(on))} calls: {listed}", width, initial_indent="  ",
-                                 subsequent_indent=" " * 4))
+        click.echo(
+            textwrap.fill(
+                f"{_safe(kind)} on {len(set(on))} calls: {listed}",
+                width,
+                initial_indent="  ",
+                subsequent_indent=" " * 4,
+            )
+        )
 
 
 def _fit(line: str, width: int) -> str:
@@ -130,16 +148,20 @@ def _show_diff(d: dict, width: int) -> None:
     if b is None:
         echo(f"b: -  ({d['reason']})")
         return
-    echo(f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
-               + ("  (a's predecessor)" if d["b_is_predecessor"] else ""))  # fmt: skip
+    echo(
+        f"b: {b['id']}  seq {b['seq']}  {b['model']}  {b['started_at']}"
+        + ("  (a's predecessor)" if d["b_is_predecessor"] else "")
+    )
     rel = d["relation"] + (f" ({d['epoch_reason']})" if d.get("epoch_reason") else "")
     echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
     if d.get("reason"):
         echo(d["reason"])
         return
-    echo(f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
-               f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
-               f"b: {d['segments']['b']}, ~{d['tokens']['b']})")  # fmt: skip
+    echo(
+        f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
+        f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
+        f"b: {d['segments']['b']}, ~{d['tokens']['b']})"
+    )
     first = d.get("first_divergence")
     if first:
         echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
@@ -147,8 +169,10 @@ def _show_diff(d: dict, width: int) -> None:
         if text:
             echo(f"  at char {text['offset']}:")
             a_text, b_text = text["a_excerpt"], text["b_excerpt"]
-            at = next((k for k, (x, y) in enumerate(zip(a_text, b_text, strict=False)) if x != y),
-                      min(len(a_text), len(b_text)))
+            at = next(
+                (k for k, (x, y) in enumerate(zip(a_text, b_text, strict=False)) if x != y),
+                min(len(a_text), len(b_text)),
+            )
             a_text, b_text = _around((a_text, b_text), at, room=max(20, width - len("  b: ")))
             echo(f"  b: {_safe(b_text)}")
             echo(f"  a: {_safe(a_text)}")
@@ -163,8 +187,10 @@ def _show_diff(d: dict, width: int) -> None:
             if len(d[key]) > 10:
                 echo(f"  ... {len(d[key]) - 10} more")
     if d["resent"]["segments"]:
-        echo(f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
-                   f"~{d['resent']['tokens']} tokens")  # fmt: skip
+        echo(
+            f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
+            f"~{d['resent']['tokens']} tokens"
+        )
     for move in d["markers"]["moved"]:
         echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
     for name, change in d["params_changed"].items():
@@ -188,10 +214,13 @@ def compaction_breaks(d: dict) -> str:
 def _show_stats(s: dict) -> None:
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
-    click.echo(f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), "
-               f"{s['threads']} thread(s)")
-    click.echo(f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
-               f"(tokens read from cache: {tr['cache_read']}/{tr['input']})")  # fmt: skip
+    click.echo(
+        f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), {s['threads']} thread(s)"
+    )
+    click.echo(
+        f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
+        f"(tokens read from cache: {tr['cache_read']}/{tr['input']})"
+    )
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
     click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
     if s["by_relation"]:
@@ -200,17 +229,29 @@ def _show_stats(s: dict) -> None:
         click.echo("verdicts: " + ", ".join(f"{k} {n}" for k, n in s["by_verdict"].items()))
     d = s.get("cache_discipline")
     if d and d["comparable"]:
-        click.echo(f"prefix kept (APPEND_ONLY or IDENTICAL): {d['prefix_kept']}/{d['comparable']} calls = "
-                   f"{d['prefix_kept_share']:.1%}")
+        click.echo(
+            f"prefix kept (APPEND_ONLY or IDENTICAL): {d['prefix_kept']}/{d['comparable']} calls = "
+            f"{d['prefix_kept_share']:.1%}"
+        )
         click.echo(f"breaks: {d['breaks']} ({compaction_breaks(d)})")
-        click.echo(f"tokens lost to breaks: {fmt_int(d['lost_tokens'])} "
-                   f"({fmt_int(d['lost_tokens_compactions'])} to compactions)")
+        click.echo(
+            f"tokens lost to breaks: {fmt_int(d['lost_tokens'])} "
+            f"({fmt_int(d['lost_tokens_compactions'])} to compactions)"
+        )
         click.echo(f"breaks inside the cached prefix that are not compactions: {d['violations']}")
     if s["breaks"]:
         click.echo("breaks by cause:")
-        emit_table(s["breaks"], [("cause", "CAUSE"), ("segment_kind", "SEGMENT"), ("area", "WHERE"),
-                                 ("calls", "CALLS"), ("lost_tokens", "LOST_TOKENS"),
-                                 Column("lost_usd", "LOST_USD", fmt_usd, right=True)])  # fmt: skip
+        emit_table(
+            s["breaks"],
+            [
+                ("cause", "CAUSE"),
+                ("segment_kind", "SEGMENT"),
+                ("area", "WHERE"),
+                ("calls", "CALLS"),
+                ("lost_tokens", "LOST_TOKENS"),
+                Column("lost_usd", "LOST_USD", fmt_usd, right=True),
+            ],
+        )
 
 
 @click.command(context_settings=CONTEXT)
@@ -298,8 +339,9 @@ def reindex(db_path: Path | None, session: str | None, as_json: bool) -> None:
     total = count_calls(db, session or None)
     done = 0
     if sys.stderr.isatty() and not as_json:
-        with click.progressbar(run(db, session=session, analyzer=analyzer), length=total,
-                               label="reindexing", file=sys.stderr) as bar:  # fmt: skip
+        with click.progressbar(
+            run(db, session=session, analyzer=analyzer), length=total, label="reindexing", file=sys.stderr
+        ) as bar:
             for _ in bar:
                 done += 1
     else:
@@ -316,8 +358,9 @@ def _backfill_search(db: sqlite_utils.Database, session: str | None, total: int,
 
     done = 0
     if show_bar:
-        with click.progressbar(backfill(db, session=session), length=total, label="indexing text",
-                               file=sys.stderr) as bar:  # fmt: skip
+        with click.progressbar(
+            backfill(db, session=session), length=total, label="indexing text", file=sys.stderr
+        ) as bar:
             for _ in bar:
                 done += 1
         return done

@@ -70,8 +70,9 @@ def env(daemon: str | None) -> None:
     if not url.startswith("http://"):
         raise click.ClickException(f"--daemon {url!r} is not an http:// URL of the daemon")
     try:  # the upstreams of the user's config: the CA is name-constrained to their hosts
-        upstreams = build_config(config_file=None, host=None, port=None, db=None, upstream_options=(),
-                                 allow_remote=False).upstreams
+        upstreams = build_config(
+            config_file=None, host=None, port=None, db=None, upstream_options=(), allow_remote=False
+        ).upstreams
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     for name, value in proxy_environment(url, upstreams).items():

@@ -43,6 +43,7 @@ HEAP_ARENAS = 1  # malloc arenas of the daemon's C heap (``run``)
 # Routes a test or an embedding adds to the daemon's app before it starts: (app, config, writer).
 ExtraRoutes = Callable[[web.Application, DaemonConfig, Writer], None]
 
+
 class BuiltinSimulator:
     """The built-in simulator at ``/u/sim``, started in its child process on its first request:
     a daemon that never serves it does not carry its ~40 MB (docs/architecture.md, "Memory").
@@ -58,8 +59,11 @@ class BuiltinSimulator:
         try:
             write_token_file(path, self.token)
         except OSError as exc:
-            log.error("cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script "
-                      "/u/sim", path, exc)
+            log.error(
+                "cannot write the simulator's control token to %s (%s): set CTXSCOPE_SIM_TOKEN to script /u/sim",
+                path,
+                exc,
+            )
             self.token_file = None
         self.process: SimulatorProcess | None = None  # while it runs
         self._starting: asyncio.Lock | None = None
@@ -150,18 +154,21 @@ def _prepare_files(cfg: DaemonConfig) -> bytes:
         if not cfg.db.parent.exists():
             owner_only.private_dir(cfg.db.parent)
     except OSError as exc:
-        log.error("cannot create the capture database's folder %s: %s; forwarding works, captures wait",
-                  cfg.db.parent, exc)
+        log.error(
+            "cannot create the capture database's folder %s: %s; forwarding works, captures wait", cfg.db.parent, exc
+        )
     try:
         return load_salt(home)
     except OSError as exc:
-        log.error("cannot read or create the key-fingerprint salt in %s (%s): using a salt for this run only",
-                  home, exc)
+        log.error(
+            "cannot read or create the key-fingerprint salt in %s (%s): using a salt for this run only", home, exc
+        )
         return secrets.token_bytes(32)
 
 
-async def start_daemon(cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = None,
-                       web_ui: bool = True) -> RunningDaemon:
+async def start_daemon(
+    cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = None, web_ui: bool = True
+) -> RunningDaemon:
     """Start everything; a capture store that cannot be opened is reported, not fatal."""
     salt = _prepare_files(cfg)
     upstreams = dict(cfg.upstreams)
@@ -177,9 +184,13 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = 
         if cfg.writer == "thread":
             writer = _thread_writer(cfg, prices_args)
         else:  # a low-priority child process: storing and analysing never holds this loop's GIL
-            writer = WriterProcess(cfg.db, analyzers_factory=WRITER_ANALYZERS, analyzers_args=prices_args,
-                                   max_decoded_bytes=cfg.limits.max_decoded_bytes,
-                                   max_spool_bytes=cfg.limits.max_spool_bytes)
+            writer = WriterProcess(
+                cfg.db,
+                analyzers_factory=WRITER_ANALYZERS,
+                analyzers_args=prices_args,
+                max_decoded_bytes=cfg.limits.max_decoded_bytes,
+                max_spool_bytes=cfg.limits.max_spool_bytes,
+            )
             await asyncio.to_thread(writer.start)
     except BaseException:
         if sim is not None:
@@ -187,10 +198,17 @@ async def start_daemon(cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = 
         raise
     stats = writer.stats()
     if not stats.running or stats.store_down_since is not None:
-        log.error("CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
-                  "(`ctxscope db status` and the web UI show the state)", stats.last_error)
-    forwarder = Forwarder(ProxySettings(upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand,
-                                        allow_remote=cfg.allow_remote), writer)
+        log.error(
+            "CAPTURE IS NOT STORING: %s. Forwarding works; captured calls wait and storing is retried "
+            "(`ctxscope db status` and the web UI show the state)",
+            stats.last_error,
+        )
+    forwarder = Forwarder(
+        ProxySettings(
+            upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand, allow_remote=cfg.allow_remote
+        ),
+        writer,
+    )
     app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
         add_web_routes(app, cfg.db, writer, cfg.remote_key if cfg.allow_remote else None, home=home_dir())
@@ -218,8 +236,9 @@ def _thread_writer(cfg: DaemonConfig, prices_args: tuple[str, ...]) -> Writer:
     from ctxscope.inspector.pipeline.search_index import writer_analyzers
     from ctxscope.inspector.writer.storing.thread import CaptureWriter
 
-    writer = CaptureWriter(cfg.db, analyzers=writer_analyzers(*prices_args),
-                           max_decoded_bytes=cfg.limits.max_decoded_bytes)
+    writer = CaptureWriter(
+        cfg.db, analyzers=writer_analyzers(*prices_args), max_decoded_bytes=cfg.limits.max_decoded_bytes
+    )
     writer.start()
     return writer
 
@@ -243,9 +262,13 @@ def start_export(cfg: DaemonConfig, writer: Writer | None = None) -> OtlpExport 
     return export
 
 
-async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon], None],
-                        stopping: Callable[[int, bool], None] | None = None,
-                        extra_routes: ExtraRoutes | None = None) -> None:
+async def serve_forever(
+    cfg: DaemonConfig,
+    *,
+    announce: Callable[[RunningDaemon], None],
+    stopping: Callable[[int, bool], None] | None = None,
+    extra_routes: ExtraRoutes | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM/SIGHUP, then shut down cleanly (the writer drains before we exit).
 
     SIGHUP is what a closed terminal sends: it ends the daemon like Ctrl-C, not mid-write. The
@@ -261,8 +284,12 @@ async def serve_forever(cfg: DaemonConfig, *, announce: Callable[[RunningDaemon]
         try:
             lock.record(daemon.url, cfg.db)
         except OSError as exc:
-            log.error("cannot record the daemon's address in %s (%s): other commands need --daemon %s",
-                      lock.home, exc, daemon.url)
+            log.error(
+                "cannot record the daemon's address in %s (%s): other commands need --daemon %s",
+                lock.home,
+                exc,
+                daemon.url,
+            )
         settle_gc()  # this process serves until it ends: start-up objects need no more collecting
         announce(daemon)
         try:

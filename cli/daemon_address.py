@@ -21,10 +21,14 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 FIX = f"start one with `ctxscope serve`, or pass --daemon URL (or set ${DAEMON_ENV})"
 
 daemon_option = click.option(
-    "--daemon", "daemon", default=None, envvar=DAEMON_ENV, metavar="URL",
+    "--daemon",
+    "daemon",
+    default=None,
+    envvar=DAEMON_ENV,
+    metavar="URL",
     help=f"The running ctxscope daemon (default: the address `ctxscope serve` recorded in "
-         f"$CTXSCOPE_HOME/{ADDRESS_FILE}, else {DEFAULT_URL}; env {DAEMON_ENV}).",
-)  # fmt: skip
+    f"$CTXSCOPE_HOME/{ADDRESS_FILE}, else {DEFAULT_URL}; env {DAEMON_ENV}).",
+)
 
 
 @dataclass(frozen=True)
@@ -88,5 +92,6 @@ def _reachable(where: DaemonAddress) -> None:
     try:
         socket.create_connection((host, port), timeout=3).close()
     except OSError as exc:
-        raise click.ClickException(f"no ctxscope daemon answers at {where.url} ({where.source}: "
-                                   f"{exc.strerror or exc}); {FIX}") from None
+        raise click.ClickException(
+            f"no ctxscope daemon answers at {where.url} ({where.source}: {exc.strerror or exc}); {FIX}"
+        ) from None

@@ -109,8 +109,10 @@ def acquire(home: Path, db: Path) -> DaemonLock:
             except BlockingIOError:
                 holder = _holder(_read_record(fd))
                 os.close(fd)
-                raise AlreadyRunning(f"another ctxscope daemon ({holder}) already uses {name}: use that one, stop "
-                                     "it first, or give this one another CTXSCOPE_HOME and --db") from None
+                raise AlreadyRunning(
+                    f"another ctxscope daemon ({holder}) already uses {name}: use that one, stop "
+                    "it first, or give this one another CTXSCOPE_HOME and --db"
+                ) from None
             lock.fds.append(fd)
             _write(fd, {"pid": os.getpid()})
     except BaseException:

@@ -53,8 +53,8 @@ def probe(url: str, secret: bytes, timeout: float = 2.0) -> bool:
         data = None
     answer = data.get("identity") if isinstance(data, dict) else None
     if not isinstance(answer, str) or not hmac.compare_digest(answer, proof(secret, nonce, *own)):
-        raise NotCtxscope(f"{url} answers (HTTP {status}), but does not prove it is your ctxscope daemon "
-                          f"(an HMAC with the secret in your ctxscope home)")  # fmt: skip
+        raise NotCtxscope(
+            f"{url} answers (HTTP {status}), but does not prove it is your ctxscope daemon "
+            f"(an HMAC with the secret in your ctxscope home)"
+        )
     return True
-
-

@@ -70,8 +70,11 @@ class _EffectLog:
             value = ev.call.headers.get(Annotation.EVENT) or ""
             self.effects += [e.kind for v in split_effects(value) if (e := parse_effect(v)) is not None]
 
-        return Extension("demo-progress", lambda api: api.on(Event.ON_LLM_CALL_PREPARED, prepared),
-                         "records which effects each request declared, for the demo's progress lines")
+        return Extension(
+            "demo-progress",
+            lambda api: api.on(Event.ON_LLM_CALL_PREPARED, prepared),
+            "records which effects each request declared, for the demo's progress lines",
+        )
 
     def take(self) -> tuple[int, list[str]]:
         out = (self.calls, list(dict.fromkeys(self.effects)))
@@ -79,8 +82,16 @@ class _EffectLog:
         return out
 
 
-async def run_scenario(proxy_url: str, sim: SimulatorControl, root: Path, echo: Echo, *, api: str = "anthropic",
-                       model: str = script.MODEL, settings: dict | None = None) -> str:
+async def run_scenario(
+    proxy_url: str,
+    sim: SimulatorControl,
+    root: Path,
+    echo: Echo,
+    *,
+    api: str = "anthropic",
+    model: str = script.MODEL,
+    settings: dict | None = None,
+) -> str:
     """Run every scripted turn, scripting the simulator through ``sim`` (a SimulatorControl);
     returns the agent's session id (the inspector's session)."""
     from ctxscope.agent.context.compaction.outcome import CompactionOutcome, describe
@@ -93,13 +104,20 @@ async def run_scenario(proxy_url: str, sim: SimulatorControl, root: Path, echo: 
     workspace = script.make_workspace(root / "workspace")
     home = root / "agent-home"
     await asyncio.to_thread(sim.config, context_window=script.WINDOW)
-    client = make_client(resolve("sim", api=api, model=model, proxy=proxy_url,
-                                 context_window=script.WINDOW, max_output_tokens=script.OUTPUT),
-                         retry=RetryPolicy(max_retries=0))
+    client = make_client(
+        resolve(
+            "sim", api=api, model=model, proxy=proxy_url, context_window=script.WINDOW, max_output_tokens=script.OUTPUT
+        ),
+        retry=RetryPolicy(max_retries=0),
+    )
     log = _EffectLog()
-    rt = AgentRuntime(client, home=home, workspace=workspace,
-                      extensions=[*default_extensions(), log.extension()],
-                      host_builtins=default_host_builtins(HostOptions(home, settings or script.SETTINGS)))
+    rt = AgentRuntime(
+        client,
+        home=home,
+        workspace=workspace,
+        extensions=[*default_extensions(), log.extension()],
+        host_builtins=default_host_builtins(HostOptions(home, settings or script.SETTINGS)),
+    )
     session = rt.create_session("ctxscope demo")
     echo(f"agent session {session.id}  (temporary workspace {workspace})")
     turns = script.turns()
@@ -214,8 +232,14 @@ async def run_demo_session(daemon: RunningDaemon, db_path: Path, echo: Echo, *, 
     else:
         echo(f"session {session}: {stored} calls.  Open {url}")
         echo(f"  or: ctxscope session {session} --db {db_path}")
-    return DemoResult(session, url, stored, {k: v[0] for k, v in found.items()},
-                      tuple(k for k in script.EXPECTED if k not in found), discipline)
+    return DemoResult(
+        session,
+        url,
+        stored,
+        {k: v[0] for k, v in found.items()},
+        tuple(k for k in script.EXPECTED if k not in found),
+        discipline,
+    )
 
 
 async def demo_main(cfg: DaemonConfig, *, once: bool, echo: Echo) -> DemoResult:
@@ -246,8 +270,10 @@ def thread_lines(db_path: Path, session: str) -> list[str]:
     lines = []
     for top in tree:  # named as every view names them: "main T1", "side T2" (ctxscope calls --thread T2)
         lines.append(f"main T{top['index'] + 1} (thread {top['thread'][:12]}): {top['calls']} calls")
-        lines += [f"  side T{t['index'] + 1} (thread {t['thread'][:12]}): {t['calls']} calls, from call "
-                  f"#{t['first_seq']}" for t in top["children"]]  # fmt: skip
+        lines += [
+            f"  side T{t['index'] + 1} (thread {t['thread'][:12]}): {t['calls']} calls, from call #{t['first_seq']}"
+            for t in top["children"]
+        ]
     return lines
 
 
@@ -278,8 +304,7 @@ def demo(once: bool, port: int | None, db_path: Path | None) -> None:
     from .settings import build_config
 
     try:
-        cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(),
-                           allow_remote=False)
+        cfg = build_config(config_file=None, host=None, port=port, db=db_path, upstream_options=(), allow_remote=False)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     ours = logging.getLogger("ctxscope")
@@ -292,8 +317,7 @@ def demo(once: bool, port: int | None, db_path: Path | None) -> None:
         for p in _db_files(cfg.db):  # a demo that never started leaves no database behind
             if p not in existed:
                 p.unlink(missing_ok=True)
-        raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}"
-                                   + port_hint(exc)) from exc
+        raise click.ClickException(f"cannot start the daemon on {cfg.host}:{cfg.port}: {exc}" + port_hint(exc)) from exc
     finally:  # a process that runs the demo in-process (a test, an embedding) keeps its logging
         ours.setLevel(level)
     if result is not None and result.missing:

@@ -34,8 +34,24 @@ SETTINGS = {
     # Small lines so a short session crosses them (the defaults are 256 KiB).
     "toolResultCompaction": {"watermarkKiB": 32, "minSavingsKiB": 12, "keepRecentRounds": 3},
 }
-_WORDS = ("request", "handler", "cache", "budget", "session", "token", "marker", "stream", "window",
-          "summary", "module", "config", "parser", "history", "artifact", "reminder")
+_WORDS = (
+    "request",
+    "handler",
+    "cache",
+    "budget",
+    "session",
+    "token",
+    "marker",
+    "stream",
+    "window",
+    "summary",
+    "module",
+    "config",
+    "parser",
+    "history",
+    "artifact",
+    "reminder",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +83,12 @@ def module_text(i: int, kib: float = 3.2) -> str:
     out = [f'"""Module {i:02d}: {_words(i, 5)}."""', ""]
     n = 0
     while sum(len(x) + 1 for x in out) < kib * 1024:
-        out += [f"def step_{i:02d}_{n:02d}(value):", f'    """{_words(i * 31 + n, 9)}."""',
-                f"    return value * {n + 2} + {i}  # {_words(n + i, 4)}", ""]
+        out += [
+            f"def step_{i:02d}_{n:02d}(value):",
+            f'    """{_words(i * 31 + n, 9)}."""',
+            f"    return value * {n + 2} + {i}  # {_words(n + i, 4)}",
+            "",
+        ]
         n += 1
     return "\n".join(out)
 
@@ -78,8 +98,10 @@ def design_text(kib: int) -> str:
     while sum(len(x) + 1 for x in out) < kib * 1024:
         if n % 12 == 0:
             out += [f"## Part {n // 12 + 1}", ""]
-        out.append(f"{n + 1}. The {_words(n, 3)} keeps its {_words(n + 7, 4)} until the {_words(n + 3, 2)} "
-                   f"is flushed (rule {n * 13 % 97}).")
+        out.append(
+            f"{n + 1}. The {_words(n, 3)} keeps its {_words(n + 7, 4)} until the {_words(n + 3, 2)} "
+            f"is flushed (rule {n * 13 % 97})."
+        )
         n += 1
     return "\n".join(out) + "\n"
 
@@ -105,7 +127,7 @@ def checkpoint_summary() -> str:
         "Goal": "Review the demo service: its log, its modules under src/ and docs/design.md.",
         "Constraints & Preferences": "Change nothing; report findings only.",
         "Completed Work": "Read server.log (errors every 97 lines), reviewed src/module_01.py to module_16.py, "
-                          "read docs/design.md.",
+        "read docs/design.md.",
         "Current State": "Review written; todo items 2 and 3 still open.",
         "Blockers": "None.",
         "Key Decisions": "Treat the step_* functions as pure helpers.",
@@ -128,47 +150,91 @@ def _call(name: str, **arguments: Any) -> dict:
     return {"name": name, "arguments": arguments}
 
 
-TODOS = [{"id": "1", "content": "Review every module under src/", "status": "in_progress"},
-         {"id": "2", "content": "List the functions that look risky", "status": "pending"},
-         {"id": "3", "content": "Write the review summary", "status": "pending"}]
+TODOS = [
+    {"id": "1", "content": "Review every module under src/", "status": "in_progress"},
+    {"id": "2", "content": "List the functions that look risky", "status": "pending"},
+    {"id": "3", "content": "Write the review summary", "status": "pending"},
+]
 
 
 def turns() -> list[DemoTurn]:
     reads = [{"tool_calls": [_call("read", path=f"src/module_{i:02d}.py")]} for i in range(1, MODULES + 1)]
     done_first = [dict(t, status="completed") if t["id"] == "1" else t for t in TODOS]
     return [
-        DemoTurn("a command prints 80 KiB: the output goes to an artifact, a receipt takes its place",
-                 ("tool_output_externalized", "reminder"), "What went wrong in server.log?",
-                 [{"text": "Let me look at the whole log.", "tool_calls": [_call("bash", command="cat server.log")]},
-                  {"tool_calls": [_call("grep", pattern="ERROR", glob="*.log", max_results=5)]},
-                  {"text": "The log shows a recurring ERROR from the workers every 97 lines; the rest is routine."}]),
-        DemoTurn("a todo list and 16 file reads: old tool results are archived, then a todo nudge",
-                 ("tool_results_archived", "compaction", "todo_reminder"),
-                 "Review every module under src/ and keep a todo list while you do it.",
-                 [{"tool_calls": [_call("todowrite", todos=TODOS)]}, *reads,
-                  {"tool_calls": [_call("todowrite", todos=done_first)]},
-                  {"text": f"I reviewed all {MODULES} modules; each defines small step_* helpers."}]),
-        DemoTurn("a 44 KiB design document crosses the trigger line: a checkpoint summary replaces the history",
-                 ("checkpoint", "compaction"), "Now read docs/design.md and tell me whether the modules follow it.",
-                 [{"tool_calls": [_call("read", path="docs/design.md")]},
-                  {"text": "The modules follow the design notes: every step_* helper is pure, as part 1 asks."}]),
-        DemoTurn("the same failing command three times: the runaway guard notices and says so once",
-                 ("guard_signal", "guard_reminder"), "Where are the settings loaded from? Look at config/settings.yml.",
-                 [*[{"tool_calls": [_call("bash", command="cat config/settings.yml")]} for _ in range(3)],
-                  {"tool_calls": [_call("ls", path=".")]},
-                  {"text": "There is no config/ directory: the service has no settings file yet."}]),
-        DemoTurn("tools succeed, then an empty answer: it is asked for once more", ("empty_answer_retry",),
-                 "How many modules are there?",
-                 [{"tool_calls": [_call("bash", command="ls src | wc -l")]}, {"empty": True},
-                  {"text": f"There are {MODULES} modules under src/."}]),
+        DemoTurn(
+            "a command prints 80 KiB: the output goes to an artifact, a receipt takes its place",
+            ("tool_output_externalized", "reminder"),
+            "What went wrong in server.log?",
+            [
+                {"text": "Let me look at the whole log.", "tool_calls": [_call("bash", command="cat server.log")]},
+                {"tool_calls": [_call("grep", pattern="ERROR", glob="*.log", max_results=5)]},
+                {"text": "The log shows a recurring ERROR from the workers every 97 lines; the rest is routine."},
+            ],
+        ),
+        DemoTurn(
+            "a todo list and 16 file reads: old tool results are archived, then a todo nudge",
+            ("tool_results_archived", "compaction", "todo_reminder"),
+            "Review every module under src/ and keep a todo list while you do it.",
+            [
+                {"tool_calls": [_call("todowrite", todos=TODOS)]},
+                *reads,
+                {"tool_calls": [_call("todowrite", todos=done_first)]},
+                {"text": f"I reviewed all {MODULES} modules; each defines small step_* helpers."},
+            ],
+        ),
+        DemoTurn(
+            "a 44 KiB design document crosses the trigger line: a checkpoint summary replaces the history",
+            ("checkpoint", "compaction"),
+            "Now read docs/design.md and tell me whether the modules follow it.",
+            [
+                {"tool_calls": [_call("read", path="docs/design.md")]},
+                {"text": "The modules follow the design notes: every step_* helper is pure, as part 1 asks."},
+            ],
+        ),
+        DemoTurn(
+            "the same failing command three times: the runaway guard notices and says so once",
+            ("guard_signal", "guard_reminder"),
+            "Where are the settings loaded from? Look at config/settings.yml.",
+            [
+                *[{"tool_calls": [_call("bash", command="cat config/settings.yml")]} for _ in range(3)],
+                {"tool_calls": [_call("ls", path=".")]},
+                {"text": "There is no config/ directory: the service has no settings file yet."},
+            ],
+        ),
+        DemoTurn(
+            "tools succeed, then an empty answer: it is asked for once more",
+            ("empty_answer_retry",),
+            "How many modules are there?",
+            [
+                {"tool_calls": [_call("bash", command="ls src | wc -l")]},
+                {"empty": True},
+                {"text": f"There are {MODULES} modules under src/."},
+            ],
+        ),
         DemoTurn("/compact: a manual checkpoint", (), None, [], compact="keep the list of open todo items"),
-        DemoTurn("the first request after /compact carries the summary", ("checkpoint", "compaction"),
-                 "What is still open?",
-                 [{"text": "Items 2 and 3 of the todo list are open: the risky functions and the summary."}]),
-        DemoTurn("a sub-agent lists the workspace and reads the README: a child thread of the session", (),
-                 "Ask a sub-agent to list the files and read the README.", agentic=True),
+        DemoTurn(
+            "the first request after /compact carries the summary",
+            ("checkpoint", "compaction"),
+            "What is still open?",
+            [{"text": "Items 2 and 3 of the todo list are open: the risky functions and the summary."}],
+        ),
+        DemoTurn(
+            "a sub-agent lists the workspace and reads the README: a child thread of the session",
+            (),
+            "Ask a sub-agent to list the files and read the README.",
+            agentic=True,
+        ),
     ]
 
 
-EXPECTED = ("tool_output_externalized", "tool_results_archived", "checkpoint", "compaction", "reminder",
-            "todo_reminder", "guard_signal", "guard_reminder", "empty_answer_retry")
+EXPECTED = (
+    "tool_output_externalized",
+    "tool_results_archived",
+    "checkpoint",
+    "compaction",
+    "reminder",
+    "todo_reminder",
+    "guard_signal",
+    "guard_reminder",
+    "empty_answer_retry",
+)

@@ -17,46 +17,77 @@ from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 # Every command but serve and sim, loaded when it runs: (where it is declared, its help's first sentence,
 # which `ctxscope --help` lists without importing it; a test keeps the two the same).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "advise": ("ctxscope.investigate.advise_commands:advise",
-               "Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."),
-    "agent": ("ctxscope.agent_commands:agent_group",
-              "Run the ctxscope coding agent (its calls go through the local proxy unless --direct)."),
+    "advise": (
+        "ctxscope.investigate.advise_commands:advise",
+        "Replay SESSION's prompts through the provider's cache rules under other breakpoint placements.",
+    ),
+    "agent": (
+        "ctxscope.agent_commands:agent_group",
+        "Run the ctxscope coding agent (its calls go through the local proxy unless --direct).",
+    ),
     "ca": ("ctxscope.ca_commands:ca", "The local certificate authority of the forward proxy (created on first use)."),
     "calls": ("ctxscope.query_commands:calls", "List captured calls, optionally filtered by their analysis."),
-    "curl": ("ctxscope.investigate.export_commands:curl",
-             "Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix)."),
+    "curl": (
+        "ctxscope.investigate.export_commands:curl",
+        "Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).",
+    ),
     "db": ("ctxscope.query_commands:db", "The capture database: where it is and how it is doing."),
-    "demo": ("ctxscope.demo:demo",
-             "Start the daemon and run a scripted agent session that shows every effect in the inspector."),
-    "diff": ("ctxscope.analysis_commands:diff",
-             "Compare call A's prompt with call B's (default: A's predecessor): first difference first."),
-    "export": ("ctxscope.investigate.export_commands:export_session",
-               "Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or mitmproxy "
-               "can open, or with --otlp URL send stored calls to an OpenTelemetry collector."),
-    "findings": ("ctxscope.investigate.findings_commands:findings",
-                 "What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and "
-                 "where."),
-    "import": ("ctxscope.investigate.export_commands:import_file",
-               "Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture database."),
-    "reindex": ("ctxscope.analysis_commands:reindex",
-                "Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."),
-    "replay": ("ctxscope.investigate.replay_commands:replay",
-               "Re-send CALL's request through the daemon (CALL is an id or a unique prefix)."),
-    "run": ("ctxscope.run_commands:run",
-            "Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the daemon "
-            "(started if none runs on the port), and HTTPS_PROXY with the CA variables of `ctxscope ca env` for "
-            "clients without a base URL; then print the session's UI address."),
-    "search": ("ctxscope.investigate.search_commands:search",
-               "Find TEXT (words, as one phrase) in captured prompts and responses."),
-    "session": ("ctxscope.analysis_commands:session",
-                "Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers."),
-    "sessions": ("ctxscope.query_commands:sessions",
-                 "List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost."),
-    "show": ("ctxscope.query_commands:show",
-             "Show one call (CALL is an id or a unique prefix of one): its place in the session, relation, cache "
-             "verdict, tokens reported and estimated, markers and the answer's first lines."),
-    "stats": ("ctxscope.analysis_commands:stats",
-              "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."),
+    "demo": (
+        "ctxscope.demo:demo",
+        "Start the daemon and run a scripted agent session that shows every effect in the inspector.",
+    ),
+    "diff": (
+        "ctxscope.analysis_commands:diff",
+        "Compare call A's prompt with call B's (default: A's predecessor): first difference first.",
+    ),
+    "export": (
+        "ctxscope.investigate.export_commands:export_session",
+        "Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or mitmproxy "
+        "can open, or with --otlp URL send stored calls to an OpenTelemetry collector.",
+    ),
+    "findings": (
+        "ctxscope.investigate.findings_commands:findings",
+        "What wastes SESSION's context (default: the latest session): tokens and dollars at stake, and where.",
+    ),
+    "import": (
+        "ctxscope.investigate.export_commands:import_file",
+        "Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture database.",
+    ),
+    "reindex": (
+        "ctxscope.analysis_commands:reindex",
+        "Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers).",
+    ),
+    "replay": (
+        "ctxscope.investigate.replay_commands:replay",
+        "Re-send CALL's request through the daemon (CALL is an id or a unique prefix).",
+    ),
+    "run": (
+        "ctxscope.run_commands:run",
+        "Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the daemon "
+        "(started if none runs on the port), and HTTPS_PROXY with the CA variables of `ctxscope ca env` for "
+        "clients without a base URL; then print the session's UI address.",
+    ),
+    "search": (
+        "ctxscope.investigate.search_commands:search",
+        "Find TEXT (words, as one phrase) in captured prompts and responses.",
+    ),
+    "session": (
+        "ctxscope.analysis_commands:session",
+        "Timeline of one session (SESSION is an id or a unique prefix): relations, tokens, cache, markers.",
+    ),
+    "sessions": (
+        "ctxscope.query_commands:sessions",
+        "List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.",
+    ),
+    "show": (
+        "ctxscope.query_commands:show",
+        "Show one call (CALL is an id or a unique prefix of one): its place in the session, relation, cache "
+        "verdict, tokens reported and estimated, markers and the answer's first lines.",
+    ),
+    "stats": (
+        "ctxscope.analysis_commands:stats",
+        "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost.",
+    ),
 }
 
 
@@ -82,8 +113,10 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, each with its help's first sentence, without loading the lazy ones."""
-        listed = [(name, self.commands.get(name) or click.Command(name, help=self.lazy[name][1]))
-                  for name in self.list_commands(ctx)]
+        listed = [
+            (name, self.commands.get(name) or click.Command(name, help=self.lazy[name][1]))
+            for name in self.list_commands(ctx)
+        ]
         listed = [(name, cmd) for name, cmd in listed if not cmd.hidden]
         if listed:
             limit = formatter.width - 6 - max(len(name) for name, _ in listed)
@@ -113,36 +146,72 @@ def cli() -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--host", default=None,
-              help=f"Address to bind (default {DEFAULT_HOST}; loopback only unless --allow-remote).")
+@click.option(
+    "--host", default=None, help=f"Address to bind (default {DEFAULT_HOST}; loopback only unless --allow-remote)."
+)
 @click.option("--port", type=int, default=None, help=f"Port to listen on (default {DEFAULT_PORT}).")
 @db_option
-@click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
-              help="Add or override an upstream, reachable at /u/NAME/... "
-                   "(anthropic, openai and gemini override the built-ins).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="TOML file with host, port, db, an [upstreams] and a [limits] table.")
-@click.option("--allow-remote", is_flag=True,
-              help="Allow binding a non-loopback address (captures hold prompts!); the web UI and its API then "
-                   "need a key, printed at start (or remote_key in --config).")
-@click.option("--limit", "limits", multiple=True, metavar="KEY=VALUE",
-              help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
-                   "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
-                   "max_body_bytes=256MiB, max_decoded_bytes=128MiB, max_spool_bytes=256MiB "
-                   "(bytes, or with KiB/MiB/GiB).")
-@click.option("--otlp-endpoint", default=None, metavar="URL",
-              help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
-                   "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).")
-def serve(host: str | None, port: int | None, db_path: Path | None, upstreams: tuple[str, ...],
-          config_file: Path | None, allow_remote: bool, limits: tuple[str, ...], otlp_endpoint: str | None) -> None:
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Add or override an upstream, reachable at /u/NAME/... (anthropic, openai and gemini override the built-ins).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML file with host, port, db, an [upstreams] and a [limits] table.",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow binding a non-loopback address (captures hold prompts!); the web UI and its API then "
+    "need a key, printed at start (or remote_key in --config).",
+)
+@click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
+    "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
+    "max_body_bytes=256MiB, max_decoded_bytes=128MiB, max_spool_bytes=256MiB "
+    "(bytes, or with KiB/MiB/GiB).",
+)
+@click.option(
+    "--otlp-endpoint",
+    default=None,
+    metavar="URL",
+    help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
+    "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).",
+)
+def serve(
+    host: str | None,
+    port: int | None,
+    db_path: Path | None,
+    upstreams: tuple[str, ...],
+    config_file: Path | None,
+    allow_remote: bool,
+    limits: tuple[str, ...],
+    otlp_endpoint: str | None,
+) -> None:
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
     from .daemon import RunningDaemon, run, serve_forever
     from .daemon_lock import LockError
 
     try:
-        cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
-                           upstream_options=upstreams, allow_remote=allow_remote, limit_options=limits,
-                           otlp_endpoint=otlp_endpoint)
+        cfg = build_config(
+            config_file=config_file,
+            host=host,
+            port=port,
+            db=db_path,
+            upstream_options=upstreams,
+            allow_remote=allow_remote,
+            limit_options=limits,
+            otlp_endpoint=otlp_endpoint,
+        )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not is_loopback(cfg.host) and not cfg.allow_remote:
@@ -158,8 +227,9 @@ def serve(host: str | None, port: int | None, db_path: Path | None, upstreams: t
         click.echo(f"  Gemini:     GOOGLE_GEMINI_BASE_URL={daemon.url}/gemini")
         if daemon.sim is not None:
             where = f"in {daemon.sim.token_file}" if daemon.sim.token_file else "not written: set CTXSCOPE_SIM_TOKEN"
-            click.echo(f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header "
-                       f"X-Sim-Token, {where})")
+            click.echo(
+                f"  Simulator:  {daemon.url}/u/sim/v1   (no API key needed; control token, header X-Sim-Token, {where})"
+            )
         if cfg.export is not None:
             click.echo(f"  Export:     stored calls as OTLP spans to {cfg.export.endpoint}")
         for name, url in sorted(cfg.upstreams.items()):
@@ -172,8 +242,10 @@ def serve(host: str | None, port: int | None, db_path: Path | None, upstreams: t
     def stopping(waiting: int, store_down: bool) -> None:
         calls = f"{waiting} captured call{'s' * (waiting != 1)}"
         if store_down:  # nothing can be stored now: say where the calls wait instead of promising it
-            click.echo(f"stopping: finishing open calls; the store is failing, so {calls} stay in the spool "
-                       "for the next `ctxscope serve` on this database")
+            click.echo(
+                f"stopping: finishing open calls; the store is failing, so {calls} stay in the spool "
+                "for the next `ctxscope serve` on this database"
+            )
         elif waiting:
             click.echo(f"stopping: finishing open calls and storing {calls}...")
         else:
@@ -203,8 +275,12 @@ def _announce_remote(url: str, key: str, host: str) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=int, default=8790, show_default=True, help="Port to listen on.")
-@click.option("--script", "script_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON list of scripted replies, one per model request (the format is below).")
+@click.option(
+    "--script",
+    "script_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSON list of scripted replies, one per model request (the format is below).",
+)
 def sim(host: str, port: int, script_file: Path | None) -> None:
     """Run the provider simulator alone (Anthropic, OpenAI Chat and Responses wire formats).
 

@@ -58,8 +58,7 @@ def pick_id(kind: str, prefix: str, candidates: list[str] | tuple[str, ...], mor
     if not candidates:
         raise IdError(f"no {kind} matches {prefix!r}")
     listed = "\n".join(f"  {c}" for c in candidates) + ("\n  ..." if more else "")
-    raise IdError(f"{kind} id prefix {prefix!r} is ambiguous; it matches:\n{listed}\n"
-                  "give more characters of the id")
+    raise IdError(f"{kind} id prefix {prefix!r} is ambiguous; it matches:\n{listed}\ngive more characters of the id")
 
 
 def resolve_call(db: sqlite_utils.Database, prefix: str) -> str:

@@ -17,15 +17,17 @@ def _since(text: str | None) -> str | None:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO date or time (e.g. 2026-12-01T09:00)",
-                                 param_hint="--since") from None
+        raise click.BadParameter(
+            f"{text!r} is not an ISO date or time (e.g. 2026-12-01T09:00)", param_hint="--since"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def send_to_otlp(url: str, db_path: Path | None, session: str | None, since: str | None, headers: tuple[str, ...],
-                 content: bool) -> None:
+def send_to_otlp(
+    url: str, db_path: Path | None, session: str | None, since: str | None, headers: tuple[str, ...], content: bool
+) -> None:
     """Send stored calls to the OTLP/HTTP collector at URL as OpenTelemetry spans (span ids come
     from call ids: a call sent twice is the same span)."""
     from ctxscope.inspector.otlp.backfill import BackfillFailed, backfill
@@ -46,6 +48,7 @@ def send_to_otlp(url: str, db_path: Path | None, session: str | None, since: str
         pairs[name.strip()] = value
     settings = ExportSettings(endpoint, headers=pairs, content=content)
     with click.progressbar(length=1, label="exporting", show_pos=True) as bar:
+
         def progress(sent: int, total: int) -> None:
             bar.length = max(total, 1)
             bar.update(sent - bar.pos)

@@ -174,16 +174,18 @@ def pick_columns(columns: Sequence[Column], names: str | None, default: Sequence
         chosen = [n.strip().lower() for n in names.split(",") if n.strip()]
         unknown = [n for n in chosen if n not in by_name]
         if unknown:
-            raise click.UsageError(f"unknown column(s) {', '.join(unknown)}; choose from "
-                                   f"{', '.join(c.header for c in columns)}")
+            raise click.UsageError(
+                f"unknown column(s) {', '.join(unknown)}; choose from {', '.join(c.header for c in columns)}"
+            )
         return [by_name[n] for n in chosen]
     if wide:
         return list(columns)
     return [by_name[n.lower()] for n in default]
 
 
-def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column], *, width: int | None = None,
-               wide: bool = False) -> None:
+def emit_table(
+    rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column], *, width: int | None = None, wide: bool = False
+) -> None:
     """columns: Column or (key, header) pairs; keys may be dotted ("usage.input"). Unless ``wide``, the
     table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns."""
     if not rows:
@@ -205,8 +207,10 @@ def emit_table(rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column]
             widths[i] -= cut
             over -= cut
     for line in table:
-        cells = [_fit(text, w).rjust(w) if c.right else _fit(text, w).ljust(w)
-                 for text, w, c in zip(line, widths, cols, strict=True)]
+        cells = [
+            _fit(text, w).rjust(w) if c.right else _fit(text, w).ljust(w)
+            for text, w, c in zip(line, widths, cols, strict=True)
+        ]
         click.echo("  ".join(cells).rstrip())
 
 

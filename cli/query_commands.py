@@ -39,7 +39,7 @@ def clock_time(value: Any) -> str:
 
 
 def _when(value: Any) -> str:
-    """"12-01 09:39": month, day and minute, enough to tell sessions apart."""
+    """ "12-01 09:39": month, day and minute, enough to tell sessions apart."""
     text = str(value or "-")
     return f"{text[5:10]} {text[11:16]}" if len(text) >= 16 and text[10:11] == "T" else text
 
@@ -53,26 +53,42 @@ def verdict_word(value: Any) -> str:
 
 
 CALL_COLUMNS = [
-    Column("id", "ID"), Column("session", "SESSION"), Column("seq", "SEQ", right=True),
-    Column("started_at", "TIME", clock_time), Column("started_at", "STARTED"), Column("api", "API", shrink=True),
-    Column("model", "MODEL", shrink=True), Column("status", "STATUS", right=True), Column("outcome", "OUTCOME"),
-    Column("usage.input", "REP_IN", fmt_int, right=True), Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
-    Column("usage.cache_write", "CACHE_W", fmt_int, right=True), Column("usage.output", "OUT", fmt_int, right=True),
-    Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True), Column("duration_ms", "MS", right=True),
-    Column("relation", "RELATION", relation_word), Column("pointer", "POINTER", shrink=True),
+    Column("id", "ID"),
+    Column("session", "SESSION"),
+    Column("seq", "SEQ", right=True),
+    Column("started_at", "TIME", clock_time),
+    Column("started_at", "STARTED"),
+    Column("api", "API", shrink=True),
+    Column("model", "MODEL", shrink=True),
+    Column("status", "STATUS", right=True),
+    Column("outcome", "OUTCOME"),
+    Column("usage.input", "REP_IN", fmt_int, right=True),
+    Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
+    Column("usage.cache_write", "CACHE_W", fmt_int, right=True),
+    Column("usage.output", "OUT", fmt_int, right=True),
+    Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
+    Column("duration_ms", "MS", right=True),
+    Column("relation", "RELATION", relation_word),
+    Column("pointer", "POINTER", shrink=True),
     Column("cache_verdict", "VERDICT", verdict_word),
-]  # fmt: skip
+]
 CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
 TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
 TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
-    Column("session", "SESSION"), Column("purpose", "PURPOSE"),
-    Column("calls", "CALLS", right=True), Column("thread_count", "THREADS", right=True),
-    Column("models", "MODELS", shrink=True), Column("first_started_at", "FIRST", _when),
-    Column("last_started_at", "LAST", _when), Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
-    Column("breaks", "BREAKS", right=True), Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
-    Column("lost_usd", "LOST_USD", fmt_usd, right=True), Column("cost_usd", "COST_USD", fmt_usd, right=True),
-]  # fmt: skip
+    Column("session", "SESSION"),
+    Column("purpose", "PURPOSE"),
+    Column("calls", "CALLS", right=True),
+    Column("thread_count", "THREADS", right=True),
+    Column("models", "MODELS", shrink=True),
+    Column("first_started_at", "FIRST", _when),
+    Column("last_started_at", "LAST", _when),
+    Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
+    Column("breaks", "BREAKS", right=True),
+    Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
+    Column("lost_usd", "LOST_USD", fmt_usd, right=True),
+    Column("cost_usd", "COST_USD", fmt_usd, right=True),
+]
 SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
 
 columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
@@ -80,7 +96,7 @@ wide_option = click.option("--wide", is_flag=True, help="Print every column, unc
 
 
 def thread_names(threads: list[dict]) -> dict[str, str]:
-    """"main T1", "side T2" ...: the store's thread order, as every view names them."""
+    """ "main T1", "side T2" ...: the store's thread order, as every view names them."""
     flat = [t for top in threads for t in (top, *top.get("children", ()))]
     return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
 
@@ -125,20 +141,41 @@ def _choice(kind: type[StrEnum]) -> Callable[[click.Context, click.Parameter, st
 @db_option
 @click.option("--session", help="Only calls of this session (an id or a unique prefix of one).")
 @click.option("--model", help="Only calls to this model.")
-@click.option("--relation", metavar="KIND", callback=_choice(RelationKind),
-              help=f"Only calls with this prefix relation to their predecessor: {', '.join(choices(RelationKind))}.")
-@click.option("--pointer-prefix", metavar="POINTER",
-              help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).")
-@click.option("--verdict", metavar="VERDICT", callback=_choice(CacheVerdict),
-              help=f"Only calls with this cache verdict: {', '.join(choices(CacheVerdict))}.")
+@click.option(
+    "--relation",
+    metavar="KIND",
+    callback=_choice(RelationKind),
+    help=f"Only calls with this prefix relation to their predecessor: {', '.join(choices(RelationKind))}.",
+)
+@click.option(
+    "--pointer-prefix",
+    metavar="POINTER",
+    help="Only calls whose first difference lies at or below this JSON pointer (e.g. /system).",
+)
+@click.option(
+    "--verdict",
+    metavar="VERDICT",
+    callback=_choice(CacheVerdict),
+    help=f"Only calls with this cache verdict: {', '.join(choices(CacheVerdict))}.",
+)
 @click.option("--thread", help='Only calls of this thread: "main", "side", "T2", or a thread id or prefix.')
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many calls, newest first.")
 @columns_option
 @wide_option
 @json_option
-def calls(db_path: Path | None, session: str | None, model: str | None, relation: str | None,
-          pointer_prefix: str | None, verdict: str | None, thread: str | None, limit: int, columns: str | None,
-          wide: bool, as_json: bool) -> None:
+def calls(
+    db_path: Path | None,
+    session: str | None,
+    model: str | None,
+    relation: str | None,
+    pointer_prefix: str | None,
+    verdict: str | None,
+    thread: str | None,
+    limit: int,
+    columns: str | None,
+    wide: bool,
+    as_json: bool,
+) -> None:
     """List captured calls, optionally filtered by their analysis.
 
     The default columns fit 100 characters; --columns picks others, --wide prints them all."""
@@ -149,8 +186,16 @@ def calls(db_path: Path | None, session: str | None, model: str | None, relation
     if session is not None:
         session = resolve_session_id(db, session)
     threads = resolve_threads(db, thread, session) if thread is not None else None
-    rows = find_calls(db, session=session, model=model, relation=relation, pointer_prefix=pointer_prefix,
-                      verdict=verdict, threads=threads, limit=limit)  # fmt: skip
+    rows = find_calls(
+        db,
+        session=session,
+        model=model,
+        relation=relation,
+        pointer_prefix=pointer_prefix,
+        verdict=verdict,
+        threads=threads,
+        limit=limit,
+    )
     if as_json:
         emit_json(rows)
         return
@@ -169,24 +214,37 @@ def storing_note(db_path: Path | None) -> None:
     capture, spool = capture_state(path), spool_status(path)
     waiting = capture.get("waiting") or 0
     if waiting or spool.get("bytes"):
-        click.echo(f"note: {waiting or 'some'} captured call(s) not stored yet: the daemon stores calls a moment "
-                   "after they end; run this again in a second", err=True)
+        click.echo(
+            f"note: {waiting or 'some'} captured call(s) not stored yet: the daemon stores calls a moment "
+            "after they end; run this again in a second",
+            err=True,
+        )
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("call")
 @db_option
-@click.option("--request-raw", is_flag=True,
-              help="Write the request body to stdout as forwarded, key-like values masked (see --exact).")
-@click.option("--response-raw", is_flag=True,
-              help="Write the response body to stdout as received, key-like values masked (see --exact).")
-@click.option("--exact", is_flag=True,
-              help="With --request-raw/--response-raw: the exact bytes, unmasked. They may contain "
-                   "secrets the client put in the body (API keys, tokens, passwords).")  # fmt: skip
+@click.option(
+    "--request-raw",
+    is_flag=True,
+    help="Write the request body to stdout as forwarded, key-like values masked (see --exact).",
+)
+@click.option(
+    "--response-raw",
+    is_flag=True,
+    help="Write the response body to stdout as received, key-like values masked (see --exact).",
+)
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="With --request-raw/--response-raw: the exact bytes, unmasked. They may contain "
+    "secrets the client put in the body (API keys, tokens, passwords).",
+)
 @click.option("--lines", type=int, default=6, show_default=True, help="How many lines of the answer to print.")
 @json_option
-def show(call: str, db_path: Path | None, request_raw: bool, response_raw: bool, exact: bool, lines: int,
-         as_json: bool) -> None:
+def show(
+    call: str, db_path: Path | None, request_raw: bool, response_raw: bool, exact: bool, lines: int, as_json: bool
+) -> None:
     """Show one call (CALL is an id or a unique prefix of one): its place in the session, relation,
     cache verdict, tokens reported and estimated, markers and the answer's first lines."""
     from ctxscope.inspector.store import queries
@@ -217,12 +275,17 @@ def _write_raw(db: sqlite_utils.Database, row: dict, kind: str, exact: bool) -> 
     if body is None:
         raise click.ClickException(f"call {row['id']} has no {kind} body stored")
     if body.form == "decoded":
-        click.echo(f"note: the {kind} body is compressed ({row.get(kind + '_encoding')}) and holds key-like "
-                   "values: written decoded, with them masked (--exact writes the bytes as sent)",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"note: the {kind} body is compressed ({row.get(kind + '_encoding')}) and holds key-like "
+            "values: written decoded, with them masked (--exact writes the bytes as sent)",
+            err=True,
+        )
     elif body.masked:
-        click.echo(f"note: key-like values in the {kind} body are masked, length for length "
-                   "(--exact writes the bytes as sent)", err=True)  # fmt: skip
+        click.echo(
+            f"note: key-like values in the {kind} body are masked, length for length "
+            "(--exact writes the bytes as sent)",
+            err=True,
+        )
     if sys.stdout.isatty():  # bytes as sent go to a file or a pipe; a terminal gets them as harmless text
         click.echo(body.data.decode("utf-8", "replace"))
         return
@@ -259,22 +322,34 @@ def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
         verdict_text += f": {safe_text(cache['detail'])}"
     if cache.get("lost_tokens"):
         verdict_text += f"; {fmt_int(cache['lost_tokens'])} tokens lost" + (
-            f" ({fmt_usd(cache['lost_cost_usd'])})" if cache.get("lost_cost_usd") else "")
+            f" ({fmt_usd(cache['lost_cost_usd'])})" if cache.get("lost_cost_usd") else ""
+        )
     usage = row.get("usage")
-    reported = "not reported" if usage is None else (
-        f"in {fmt_int(usage['input'])}, cache read {fmt_int(usage['cache_read'])}, "
-        f"cache write {fmt_int(usage['cache_write'])}, out {fmt_int(usage['output'])}")
-    emit_fields([
-        ("when", f"{row.get('started_at')}  ({'streamed' if row.get('stream') else 'not streamed'})"),
-        ("call", f"{row.get('method')} {safe_text(row.get('path'))} via {safe_text(row.get('provider'))}"
-                 f"  {safe_text(row.get('api'))}  model {safe_text(row.get('model'))}"),
-        ("status", status + (f"; {timing}" if timing else "")),
-        ("relation", relation),
-        ("pointer", safe_text(row.get("pointer")) if row.get("pointer") else "- (no difference inside the prompt)"),
-        ("cache", verdict_text),
-        ("reported", f"{reported}  (by the provider)"),
-        ("estimated", f"{fmt_int(row.get('tokens_estimated'))} prompt tokens  (counted by ctxscope)"),
-    ], indent=2)  # fmt: skip
+    reported = (
+        "not reported"
+        if usage is None
+        else (
+            f"in {fmt_int(usage['input'])}, cache read {fmt_int(usage['cache_read'])}, "
+            f"cache write {fmt_int(usage['cache_write'])}, out {fmt_int(usage['output'])}"
+        )
+    )
+    emit_fields(
+        [
+            ("when", f"{row.get('started_at')}  ({'streamed' if row.get('stream') else 'not streamed'})"),
+            (
+                "call",
+                f"{row.get('method')} {safe_text(row.get('path'))} via {safe_text(row.get('provider'))}"
+                f"  {safe_text(row.get('api'))}  model {safe_text(row.get('model'))}",
+            ),
+            ("status", status + (f"; {timing}" if timing else "")),
+            ("relation", relation),
+            ("pointer", safe_text(row.get("pointer")) if row.get("pointer") else "- (no difference inside the prompt)"),
+            ("cache", verdict_text),
+            ("reported", f"{reported}  (by the provider)"),
+            ("estimated", f"{fmt_int(row.get('tokens_estimated'))} prompt tokens  (counted by ctxscope)"),
+        ],
+        indent=2,
+    )
     markers = row.get("markers") or []
     if markers:
         click.echo("  markers:")
@@ -332,9 +407,13 @@ def _answer_lines(resp: Any) -> list[str]:
 @db_option
 @columns_option
 @wide_option
-@click.option("--all", "show_all", is_flag=True,
-              help="Also the sessions ctxscope made itself (replays, advise --verify, non-model requests of "
-                   "known clients), with their PURPOSE.")  # fmt: skip
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also the sessions ctxscope made itself (replays, advise --verify, non-model requests of "
+    "known clients), with their PURPOSE.",
+)
 @json_option
 def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bool, as_json: bool) -> None:
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
@@ -345,8 +424,11 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
 
     default = ("SESSION", "PURPOSE", *SESSION_DEFAULT[1:]) if show_all else SESSION_DEFAULT
     cols = pick_columns(SESSION_COLUMNS, columns, default, wide)
-    rows = list_sessions(open_db_or_fail(db_path), cost=lambda a: session_cost(a)[0],  # the UI's cost, no simulator
-                         purposes=show_all)  # fmt: skip
+    rows = list_sessions(
+        open_db_or_fail(db_path),
+        cost=lambda a: session_cost(a)[0],  # the UI's cost, no simulator
+        purposes=show_all,
+    )
     if as_json:
         emit_json(rows)
         return
@@ -360,11 +442,13 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
 def db() -> None:
     """The capture database: where it is and how it is doing."""
 
+
 @db.command("path", context_settings=CONTEXT)
 @db_option
 def db_path_cmd(db_path: Path | None) -> None:
     """Print the capture database path."""
     click.echo(str(db_path or default_db_path()))
+
 
 @db.command("status", context_settings=CONTEXT)
 @db_option
@@ -377,8 +461,11 @@ def db_status_cmd(db_path: Path | None, as_json: bool) -> None:
     path = db_path or default_db_path()
     status = db_status(path)
     spool = status["spool"]
-    if not path.exists() and status["capture"]["state"] == "no writer running" and not (
-            spool["files"] or spool["quarantined"]):
+    if (
+        not path.exists()
+        and status["capture"]["state"] == "no writer running"
+        and not (spool["files"] or spool["quarantined"])
+    ):
         raise click.ClickException(f"no capture database at {path}")
     if as_json:
         emit_json(status)
@@ -394,15 +481,21 @@ def _status_value(key: str, value: Any) -> str:
         return export_line(value)
     if key == "spool" and isinstance(value, dict):
         quarantined = value.get("quarantined") or []
-        return (f"{fmt_int(value.get('files'))} file(s), {fmt_int(value.get('bytes'))} bytes waiting"
-                f" ({fmt_int(value.get('left_by_stopped_writers'))} left by stopped writers)"
-                + (f"; {len(quarantined)} quarantined: {plain(quarantined)}" if quarantined else ""))
+        return (
+            f"{fmt_int(value.get('files'))} file(s), {fmt_int(value.get('bytes'))} bytes waiting"
+            f" ({fmt_int(value.get('left_by_stopped_writers'))} left by stopped writers)"
+            + (f"; {len(quarantined)} quarantined: {plain(quarantined)}" if quarantined else "")
+        )
     if key == "blobs" and isinstance(value, dict):
-        return (f"{fmt_int(value.get('count'))} stored in {fmt_int(value.get('stored_bytes'))} bytes for "
-                f"{fmt_int(value.get('content_bytes'))} bytes of content ({fmt_rate(value.get('ratio'))} of it)")
+        return (
+            f"{fmt_int(value.get('count'))} stored in {fmt_int(value.get('stored_bytes'))} bytes for "
+            f"{fmt_int(value.get('content_bytes'))} bytes of content ({fmt_rate(value.get('ratio'))} of it)"
+        )
     if key == "writer" and isinstance(value, dict):
-        counts = ", ".join(f"{k.replace('_', ' ')} {fmt_int(v)}" for k, v in value.items()
-                           if k != "last_error" and v) or "no failures recorded"
+        counts = (
+            ", ".join(f"{k.replace('_', ' ')} {fmt_int(v)}" for k, v in value.items() if k != "last_error" and v)
+            or "no failures recorded"
+        )
         last = value.get("last_error")
         return counts + (f"; last error: {safe_text(last)}" if last else "")
     if key == "size_bytes" and isinstance(value, int):
@@ -418,9 +511,12 @@ def export_line(lags: list[dict]) -> str:
     """Each OTLP endpoint's lag: calls stored but not sent yet, and since when."""
     if not lags:
         return "no OTLP export"
-    return "; ".join(f"{x['target']}: {x['pending']} calls behind"
-                     + (f" (oldest from {x['oldest_pending_at']})" if x["pending"] else "")
-                     + f", last sent {x['updated_at'] or '-'}" for x in lags)
+    return "; ".join(
+        f"{x['target']}: {x['pending']} calls behind"
+        + (f" (oldest from {x['oldest_pending_at']})" if x["pending"] else "")
+        + f", last sent {x['updated_at'] or '-'}"
+        for x in lags
+    )
 
 
 def capture_line(c: dict) -> str:
@@ -431,11 +527,16 @@ def capture_line(c: dict) -> str:
     dropped = f"; DROPPED {full} calls: the spool was full (max_spool_bytes)" if full else ""
     if c["state"] == "storing":
         asleep = "; idle: its process starts again with the next call" if c.get("asleep") else ""
-        return (f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
-                + asleep + dropped)
+        return (
+            f"storing ({c['stored']} stored since start, {c['waiting']} waiting, {c['failures']} failures)"
+            + asleep
+            + dropped
+        )
     since = f" since {c['since']}" if c.get("since") else ""
-    return (f"STORE FAILING{since}: {c['failures']} failures, {c['waiting']} calls waiting; "
-            f"last error: {emit_safe(c.get('last_error'))}" + dropped)
+    return (
+        f"STORE FAILING{since}: {c['failures']} failures, {c['waiting']} calls waiting; "
+        f"last error: {emit_safe(c.get('last_error'))}" + dropped
+    )
 
 
 def emit_safe(value: Any) -> str:

@@ -40,7 +40,10 @@ def start_daemon_process(serve_args: list[str], url: str, home: Path, secret: by
     with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", "from ctxscope.main import main; main()", "serve", *serve_args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -59,8 +62,11 @@ def start_daemon_process(serve_args: list[str], url: str, home: Path, secret: by
 
 
 SIM_ROUTE = "u/sim"  # the daemon's built-in simulator (docs/architecture.md, "Memory")
-DUMMY_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-ctxscope-sim", "OPENAI_API_KEY": "sk-ctxscope-sim",
-              "GEMINI_API_KEY": "ctxscope-sim"}  # fmt: skip
+DUMMY_KEYS = {
+    "ANTHROPIC_API_KEY": "sk-ant-ctxscope-sim",
+    "OPENAI_API_KEY": "sk-ctxscope-sim",
+    "GEMINI_API_KEY": "ctxscope-sim",
+}
 PROXY_PASSWORD = "ctxscope"  # any: undici and requests send no Proxy-Authorization for a user without one
 SETTLE_TIMEOUT = 10.0  # seconds the launcher waits for the daemon to store the command's calls
 
@@ -69,8 +75,7 @@ def base_urls(url: str, label: str, sim: bool = False) -> dict[str, str]:
     """Provider -> the base URL with the label in the path (all three at the simulator with ``sim``)."""
     base = f"{url}/s/{quote(label, safe='')}"
     if sim:
-        return {"anthropic": f"{base}/{SIM_ROUTE}", "openai": f"{base}/{SIM_ROUTE}/v1",
-                "gemini": f"{base}/{SIM_ROUTE}"}  # fmt: skip
+        return {"anthropic": f"{base}/{SIM_ROUTE}", "openai": f"{base}/{SIM_ROUTE}/v1", "gemini": f"{base}/{SIM_ROUTE}"}
     return {"anthropic": f"{base}/anthropic", "openai": f"{base}/openai/v1", "gemini": f"{base}/gemini"}
 
 
@@ -92,8 +97,9 @@ def labelled_proxy_url(url: str, label: str) -> str:
     return f"{scheme}://{quote(label, safe='')}:{PROXY_PASSWORD}@{rest}"
 
 
-def launch_environment(environ: dict[str, str], url: str, label: str, proxy: dict[str, str],
-                       sim: bool = False) -> dict[str, str]:
+def launch_environment(
+    environ: dict[str, str], url: str, label: str, proxy: dict[str, str], sim: bool = False
+) -> dict[str, str]:
     """COMMAND's environment: base URLs, the labelled forward proxy (both spellings of each
     variable, since clients read one or the other), Node's own fetch told to use it, and with
     ``sim`` a dummy key for each provider that has none."""
@@ -190,15 +196,36 @@ def default_label(command: str) -> str:
 @click.option("--host", default=None, help="Address for a daemon this command starts (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port for a daemon this command starts (default 8787).")
 @db_option
-@click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
-              help="Upstreams for a daemon this command starts (as `ctxscope serve --upstream`).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Config file for a daemon this command starts (as `ctxscope serve --config`).")
-@click.option("--sim", is_flag=True,
-              help="Point the command at the daemon's built-in simulator (/u/sim), with a dummy key where none is set.")
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Upstreams for a daemon this command starts (as `ctxscope serve --upstream`).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Config file for a daemon this command starts (as `ctxscope serve --config`).",
+)
+@click.option(
+    "--sim",
+    is_flag=True,
+    help="Point the command at the daemon's built-in simulator (/u/sim), with a dummy key where none is set.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(label: str | None, daemon: str | None, host: str | None, port: int | None, db_path: Path | None,
-        upstreams: tuple[str, ...], config_file: Path | None, sim: bool, command: tuple[str, ...]) -> None:
+def run(
+    label: str | None,
+    daemon: str | None,
+    host: str | None,
+    port: int | None,
+    db_path: Path | None,
+    upstreams: tuple[str, ...],
+    config_file: Path | None,
+    sim: bool,
+    command: tuple[str, ...],
+) -> None:
     """Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the
     daemon (started if none runs on the port), HTTPS_PROXY (the label as its user) with the CA
     variables of `ctxscope ca env` for clients without a base URL, and Codex's `openai_base_url`
@@ -208,11 +235,14 @@ def run(label: str | None, daemon: str | None, host: str | None, port: int | Non
     """
     label = label or default_label(command[0])
     if ":" in label or len(label) > 200 or any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
-        raise click.ClickException("--label must be at most 200 characters, without ':' or control characters "
-                                   "(it travels as the user of the forward proxy's URL)")  # fmt: skip
+        raise click.ClickException(
+            "--label must be at most 200 characters, without ':' or control characters "
+            "(it travels as the user of the forward proxy's URL)"
+        )
     try:
-        cfg = build_config(config_file=config_file, host=host, port=port, db=db_path,
-                           upstream_options=upstreams, allow_remote=False)
+        cfg = build_config(
+            config_file=config_file, host=host, port=port, db=db_path, upstream_options=upstreams, allow_remote=False
+        )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     where = daemon_address(daemon)  # --daemon, $CTXSCOPE_DAEMON or the address serve recorded
@@ -237,8 +267,9 @@ def run(label: str | None, daemon: str | None, host: str | None, port: int | Non
         raise click.ClickException(f"{exc}; not running the command: pick another --port") from None
     if running:
         if upstreams or config_file or db_path:
-            click.echo(f"ctxscope: a daemon already runs at {url}; --upstream, --config and --db are not applied",
-                       err=True)
+            click.echo(
+                f"ctxscope: a daemon already runs at {url}; --upstream, --config and --db are not applied", err=True
+            )
     else:
         serve_args = ["--host", cfg.host, "--port", str(cfg.port)]
         if db_path is not None:
@@ -248,8 +279,7 @@ def run(label: str | None, daemon: str | None, host: str | None, port: int | Non
         for text in upstreams:
             serve_args += ["--upstream", text]
         pid, log_path = start_daemon_process(serve_args, url, home, secret)
-        click.echo(f"ctxscope: started the daemon at {url} (pid {pid}, log {log_path}); it keeps running",
-                   err=True)
+        click.echo(f"ctxscope: started the daemon at {url} (pid {pid}, log {log_path}); it keeps running", err=True)
     env = launch_environment(dict(os.environ), url, label, proxy_environment(url, cfg.upstreams), sim)
     code = _run_child(client_arguments(list(command), url, label, sim), env)
     try:

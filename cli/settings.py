@@ -108,10 +108,17 @@ def read_config_file(path: Path) -> dict:
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
     key = data.get("remote_key")
-    if key is not None and not (isinstance(key, str) and len(key) >= 16 and key.isascii() and key.isprintable()
-                                and " " not in key and ";" not in key):  # fmt: skip
-        raise ValueError(f"{path}: remote_key must be at least 16 printable ASCII characters, without spaces "
-                         "or semicolons")
+    if key is not None and not (
+        isinstance(key, str)
+        and len(key) >= 16
+        and key.isascii()
+        and key.isprintable()
+        and " " not in key
+        and ";" not in key
+    ):
+        raise ValueError(
+            f"{path}: remote_key must be at least 16 printable ASCII characters, without spaces or semicolons"
+        )
     limits = data.get("limits", {})
     if not isinstance(limits, dict):
         raise ValueError(f"{path}: [limits] must be a table of KEY = value")
@@ -156,8 +163,14 @@ def export_settings(table: object, endpoint: str | None) -> ExportSettings | Non
 
 
 def build_config(
-    *, config_file: Path | None, host: str | None, port: int | None, db: Path | None,
-    upstream_options: tuple[str, ...], allow_remote: bool, limit_options: tuple[str, ...] = (),
+    *,
+    config_file: Path | None,
+    host: str | None,
+    port: int | None,
+    db: Path | None,
+    upstream_options: tuple[str, ...],
+    allow_remote: bool,
+    limit_options: tuple[str, ...] = (),
     otlp_endpoint: str | None = None,
 ) -> DaemonConfig:
     """Defaults < config file < command line."""

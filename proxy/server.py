@@ -32,8 +32,12 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
     app = web.Application(client_max_size=forwarder.settings.limits.max_body_bytes)
     app[FORWARDER_KEY] = forwarder
     settings = forwarder.settings
-    sockets = WebSocketRelay(settings.connect_timeout, settings.limits.max_body_bytes, settings.salt,
-                             lambda exchange: forwarder.sink.submit(exchange))  # fmt: skip
+    sockets = WebSocketRelay(
+        settings.connect_timeout,
+        settings.limits.max_body_bytes,
+        settings.salt,
+        lambda exchange: forwarder.sink.submit(exchange),
+    )
     forwarder.websockets = sockets
     connect = None
     if ca_folder is not None:
@@ -45,8 +49,9 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
 
             return LocalCA(folder, hosts)
 
-        connect = app[CONNECT_KEY] = ConnectProxy(settings.upstreams, local_ca, forwarder.handle_intercepted,
-                                                  settings.limits, settings.connect_timeout)
+        connect = app[CONNECT_KEY] = ConnectProxy(
+            settings.upstreams, local_ca, forwarder.handle_intercepted, settings.limits, settings.connect_timeout
+        )
 
     async def on_startup(app: web.Application) -> None:
         await app[FORWARDER_KEY].start()
@@ -80,8 +85,14 @@ def make_runner(app: web.Application, limits: Limits | None = None) -> web.AppRu
         forwarder = app.get(FORWARDER_KEY)
         limits = forwarder.settings.limits if forwarder is not None else Limits()
     return ProxyRunner(
-        app, limits, tunnels=app.get(CONNECT_KEY), auto_decompress=False, access_log=None, handler_cancellation=False,
-        keepalive_timeout=limits.keepalive_timeout, shutdown_timeout=limits.shutdown_grace,
+        app,
+        limits,
+        tunnels=app.get(CONNECT_KEY),
+        auto_decompress=False,
+        access_log=None,
+        handler_cancellation=False,
+        keepalive_timeout=limits.keepalive_timeout,
+        shutdown_timeout=limits.shutdown_grace,
     )
 
 

@@ -49,9 +49,14 @@ def main() -> None:
         db = open_db(cfg.db)
         calls = list_calls(db, session=result.session, limit=None, newest_first=False)
         db.conn.close()
-        checkpoint = next((c for c in calls if c["relation"] == "DIVERGED"
-                           and any(m["kind"] == "checkpoint" for m in c.get("markers") or [])),
-                          next(c for c in calls if c["relation"] == "DIVERGED"))
+        checkpoint = next(
+            (
+                c
+                for c in calls
+                if c["relation"] == "DIVERGED" and any(m["kind"] == "checkpoint" for m in c.get("markers") or [])
+            ),
+            next(c for c in calls if c["relation"] == "DIVERGED"),
+        )
         pages = {
             "sessions": ("#/", "table.sessions tbody tr"),
             "session": (f"#/session/{result.session}", "#app[data-ready='1'] tr.call-row"),

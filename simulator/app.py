@@ -109,16 +109,19 @@ async def _intake(request: web.Request, handler: Any) -> web.StreamResponse:
 
 def _log(request: web.Request, size: int | None, body: Any, cost: int) -> None:
     headers = redacted_headers(request.headers)
-    request.app[STATE_KEY].log({
-        "method": request.method,
-        "path": request.path,
-        "query": redacted_query(request.query_string),
-        "headers": headers,
-        "key_fingerprint": key_fingerprint(request.headers),
-        "body": body,
-        "bytes": size,
-        "received_at": time.time(),
-    }, cost + 256 + len(request.path) + len(request.query_string) + sum(len(k) + len(v) for k, v in headers.items()))
+    request.app[STATE_KEY].log(
+        {
+            "method": request.method,
+            "path": request.path,
+            "query": redacted_query(request.query_string),
+            "headers": headers,
+            "key_fingerprint": key_fingerprint(request.headers),
+            "body": body,
+            "bytes": size,
+            "received_at": time.time(),
+        },
+        cost + 256 + len(request.path) + len(request.query_string) + sum(len(k) + len(v) for k, v in headers.items()),
+    )
 
 
 async def _messages(request: web.Request) -> web.StreamResponse:
@@ -251,8 +254,13 @@ async def _config(request: web.Request) -> web.Response:
     return web.json_response(shown)
 
 
-def create_app(script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000,
-               control_token: str | None = None, max_body: int = MAX_BODY) -> web.Application:
+def create_app(
+    script: Iterable[dict[str, Any]] | None = None,
+    *,
+    context_window: int = 200_000,
+    control_token: str | None = None,
+    max_body: int = MAX_BODY,
+) -> web.Application:
     """A fresh simulator app; its state is `app[STATE_KEY]`, its control token (random unless
     given) `app[STATE_KEY].control_token`. Serve it with `make_runner`."""
     app = web.Application(middlewares=[_intake], client_max_size=max_body)

@@ -129,8 +129,11 @@ def _zstd_decode(data: bytes, limit: int) -> bytes:
 
 def _brotli_decode(data: bytes, limit: int) -> bytes:
     if _brotli is None:
-        raise BodyError(400, "Content-Encoding br is not supported by this simulator (no brotli module is "
-                             "installed); send the body uncompressed, gzip or zstd.")  # fmt: skip
+        raise BodyError(
+            400,
+            "Content-Encoding br is not supported by this simulator (no brotli module is "
+            "installed); send the body uncompressed, gzip or zstd.",
+        )
     d = _brotli.Decompressor()
     out = bytearray()
     for i in range(0, len(data), _STEP):  # fed in steps, so output past the limit stops the work early

@@ -134,8 +134,9 @@ async def resolve_turn(
     """Parse a request body, pick its script step, model the cache: the turn to answer, or the
     error a provider would give first. Shared by HTTP and the Responses WebSocket."""
     if not isinstance(body, dict):
-        return Refusal(400, wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.",
-                                       None))  # fmt: skip
+        return Refusal(
+            400, wire.error(400, "invalid_request_error", "The request body is not a valid JSON object.", None)
+        )
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return Refusal(400, wire.error(400, "invalid_request_error", "model: Field required", None, "model"))

@@ -24,8 +24,16 @@ STOP_TIMEOUT_S = 5.0
 
 
 class SimulatorProcess:
-    def __init__(self, token: str, *, host: str = "127.0.0.1", port: int = 0, context_window: int = 200_000,
-                 max_body: int | None = None, token_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        token: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        context_window: int = 200_000,
+        max_body: int | None = None,
+        token_file: Path | None = None,
+    ) -> None:
         self.token = token
         self.token_file = token_file  # where the token was written for the user, if it was
         self.host = host
@@ -41,14 +49,24 @@ class SimulatorProcess:
 
     def spawn(self) -> None:
         """Start the child and hand it the token; does not wait for it to listen."""
-        argv = [sys.executable, "-m", "ctxscope.simulator", "--host", self.host, "--port", str(self.port),
-                "--context-window", str(self.context_window)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "ctxscope.simulator",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--context-window",
+            str(self.context_window),
+        ]
         if self.max_body is not None:
             argv += ["--max-body", str(self.max_body)]
         # Its own process group: a Ctrl-C at the terminal reaches the daemon, which stops it in order,
         # never the child in the middle of its start-up imports (a KeyboardInterrupt traceback).
-        proc = self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
-                                             process_group=0)
+        proc = self._proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, process_group=0
+        )
         assert proc.stdin is not None  # stdin=PIPE
         proc.stdin.write(self.token.encode() + b"\n")
         proc.stdin.flush()  # the pipe stays open: its end of file tells the child we are gone

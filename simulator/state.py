@@ -27,8 +27,13 @@ MAX_REMEMBERED_RESPONSES = 1000
 
 
 class SimulatorState:
-    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, context_window: int = 200_000,
-                 control_token: str | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[dict[str, Any]] | None = None,
+        *,
+        context_window: int = 200_000,
+        control_token: str | None = None,
+    ) -> None:
         self.context_window = context_window
         self.control_token = control_token or secrets.token_urlsafe(32)
         self.clock: Callable[[], float] = time.time

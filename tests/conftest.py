@@ -137,9 +137,13 @@ def proxy(loop_thread, sim, tmp_path, monkeypatch, writer_mode):
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
     db_path = tmp_path / "captures.db"
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
-                       upstreams={"anthropic": sim.url, "openai": sim.url, "gemini": sim.url, "sim": sim.url},
-                       writer=writer_mode)
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=db_path,
+        upstreams={"anthropic": sim.url, "openai": sim.url, "gemini": sim.url, "sim": sim.url},
+        writer=writer_mode,
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     running = RunningProxy(loop_thread, daemon, db_path)
     yield running
@@ -183,8 +187,9 @@ def page(browser):
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = ctx.new_page()
     problems: list[str] = []
-    pg.on("console",
-          lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    pg.on(
+        "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     pg.problems = problems
     yield pg

@@ -12,6 +12,7 @@ class Api(StrEnum):
     OPENAI_RESPONSES = "openai.responses"
     GEMINI_GENERATE = "gemini.generate"
 
+
 # The built-in simulator's route (the daemon's /u/sim): its calls cost nothing, so nothing prices
 # them (docs/architecture.md, "The simulator is free").
 SIMULATOR_PROVIDER = "u/sim"

@@ -9,15 +9,23 @@ from .kinds import CacheVerdict, RelationKind
 
 WORDS: dict[type[StrEnum], dict[str, str]] = {
     RelationKind: {
-        RelationKind.IDENTICAL: "identical", RelationKind.APPEND_ONLY: "append", RelationKind.DIVERGED: "diverged",
-        RelationKind.NOT_COMPARABLE: "n/c", RelationKind.EPOCH_START: "epoch",
+        RelationKind.IDENTICAL: "identical",
+        RelationKind.APPEND_ONLY: "append",
+        RelationKind.DIVERGED: "diverged",
+        RelationKind.NOT_COMPARABLE: "n/c",
+        RelationKind.EPOCH_START: "epoch",
     },
     CacheVerdict: {
-        CacheVerdict.HIT: "hit", CacheVerdict.EXPECTED_WRITE: "write", CacheVerdict.CLIENT_BREAK: "break",
-        CacheVerdict.TTL_EXPIRED: "ttl", CacheVerdict.BELOW_MINIMUM: "small", CacheVerdict.PROVIDER_MISS: "miss",
-        CacheVerdict.NOT_REQUESTED: "off", CacheVerdict.UNKNOWN: "?",
+        CacheVerdict.HIT: "hit",
+        CacheVerdict.EXPECTED_WRITE: "write",
+        CacheVerdict.CLIENT_BREAK: "break",
+        CacheVerdict.TTL_EXPIRED: "ttl",
+        CacheVerdict.BELOW_MINIMUM: "small",
+        CacheVerdict.PROVIDER_MISS: "miss",
+        CacheVerdict.NOT_REQUESTED: "off",
+        CacheVerdict.UNKNOWN: "?",
     },
-}  # fmt: skip
+}
 
 
 def word(kind: type[StrEnum], value: str | None) -> str | None:

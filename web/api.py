@@ -118,8 +118,11 @@ class StoreAPI:
         filters = {k: request.query[k] for k in _FILTERS if request.query.get(k)}
         offset = _int(request, "offset", None)
         limit = _int(request, "limit", PAGE) or PAGE
-        view = await self.read(lambda db: session_view(db, resolve_session(db, session) or session, offset=offset,
-                                                        limit=limit, filters=filters))  # an id or a unique prefix
+        view = await self.read(
+            lambda db: session_view(
+                db, resolve_session(db, session) or session, offset=offset, limit=limit, filters=filters
+            )
+        )  # an id or a unique prefix
         return _found(view, f"no session {session!r}")
 
     async def call(self, request: web.Request) -> Answer:
@@ -149,9 +152,7 @@ class StoreAPI:
         safe_id = "".join(ch for ch in call_id if ch.isalnum() or ch in "-_")[:80]
         name = f"{safe_id}-{kind}-{body.form}" + ("-exact" if exact else "-masked" if body.masked else "")
         resp.headers["Content-Disposition"] = f'attachment; filename="{name}.bin"'
-        resp.headers[headers.BODY] = (
-            "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
-        )
+        resp.headers[headers.BODY] = "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
         resp.headers["Cache-Control"] = "no-store"
         return resp
 

@@ -27,9 +27,24 @@ from ctxscope.web.jsondiff import diff_bodies
 
 def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
     row = q.get_call(db, call_id) or {}
-    keep = ("id", "session", "seq", "model", "api", "started_at", "relation", "pointer", "epoch_reason", "predecessor",
-            "cache_verdict", "cache", "cache_lost_tokens", "cache_lost_usd", "tokens_estimated",
-            "markers")  # fmt: skip  # markers: the page says which effects the client declared
+    keep = (
+        "id",
+        "session",
+        "seq",
+        "model",
+        "api",
+        "started_at",
+        "relation",
+        "pointer",
+        "epoch_reason",
+        "predecessor",
+        "cache_verdict",
+        "cache",
+        "cache_lost_tokens",
+        "cache_lost_usd",
+        "tokens_estimated",
+        "markers",
+    )  # markers: the page says which effects the client declared
     return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
 
 
@@ -42,14 +57,24 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
     cols = call_columns(db)
     new_side = _side(db, new_full, cols)
     if old_full is None:
-        return {"old": None, "new": new_side, "diff": None, "inspector": None,
-                "reason": "this call has no predecessor" if not old_id else f"no call {old_id!r}"}  # fmt: skip
+        return {
+            "old": None,
+            "new": new_side,
+            "diff": None,
+            "inspector": None,
+            "reason": "this call has no predecessor" if not old_id else f"no call {old_id!r}",
+        }
     old_side = _side(db, old_full, cols)
     old_body = q.get_request_json(db, old_full)
     new_body = q.get_request_json(db, new_full)
     if old_body is None or new_body is None:
-        return {"old": old_side, "new": new_side, "diff": None, "inspector": None,
-                "reason": "a request body is not JSON: compare the raw bytes"}  # fmt: skip
+        return {
+            "old": old_side,
+            "new": new_side,
+            "diff": None,
+            "inspector": None,
+            "reason": "a request body is not JSON: compare the raw bytes",
+        }
     diff = diff_bodies(old_body, new_body)
     try:
         inspector = diff_calls(db, new_full, old_full)  # (newer a, older b)
@@ -69,10 +94,14 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
 
 
 # Effects that rewrite the history the provider cached: a break they cause is intended.
-CONTEXT_EFFECTS = frozenset({
-    MarkerKind.COMPACTION, MarkerKind.CHECKPOINT, MarkerKind.TOOL_RESULTS_ARCHIVED,
-    MarkerKind.TOOL_OUTPUT_EXTERNALIZED,
-})  # fmt: skip
+CONTEXT_EFFECTS = frozenset(
+    {
+        MarkerKind.COMPACTION,
+        MarkerKind.CHECKPOINT,
+        MarkerKind.TOOL_RESULTS_ARCHIVED,
+        MarkerKind.TOOL_OUTPUT_EXTERNALIZED,
+    }
+)
 
 
 def break_cause(new: dict, old_id: str) -> dict:
@@ -83,8 +112,10 @@ def break_cause(new: dict, old_id: str) -> dict:
     markers: list = raw if isinstance(raw, list) else []
     effects = [m for m in markers if isinstance(m, dict) and m.get("kind") in CONTEXT_EFFECTS]
     declared = [m for m in effects if (m.get("detail") or {}).get("declared")]
-    shown = [{"kind": m.get("kind"), "pointer": m.get("pointer"),
-              "declared": bool((m.get("detail") or {}).get("declared"))} for m in effects]  # fmt: skip
+    shown = [
+        {"kind": m.get("kind"), "pointer": m.get("pointer"), "declared": bool((m.get("detail") or {}).get("declared"))}
+        for m in effects
+    ]
     if consecutive and relation in (RelationKind.IDENTICAL, RelationKind.APPEND_ONLY):
         cause = "none"
     elif not consecutive:

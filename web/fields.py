@@ -79,10 +79,22 @@ def client_name(user_agent: str | None) -> str | None:
 
 
 ANALYSIS_COLUMNS = (
-    "relation", "pointer", "epoch_reason", "predecessor", "thread", "parent_thread", "tokens_estimated",
-    "tokens_by_category", "cache_verdict", "cache", "has_compaction_before", "markers", "relation_detail",
-    "session_source", "grouped_by",
-)  # fmt: skip
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "predecessor",
+    "thread",
+    "parent_thread",
+    "tokens_estimated",
+    "tokens_by_category",
+    "cache_verdict",
+    "cache",
+    "has_compaction_before",
+    "markers",
+    "relation_detail",
+    "session_source",
+    "grouped_by",
+)
 
 
 def _json(value: Any) -> Any:
@@ -129,7 +141,7 @@ def normalise_call(row: dict) -> dict:
         cache = {"verdict": verdict}
         for key, value in row.items():
             if key.startswith("cache_") and key != "cache_verdict" and value is not None:
-                cache.setdefault(key[len("cache_"):], _json(value))
+                cache.setdefault(key[len("cache_") :], _json(value))
         if "lost_usd" in cache:
             cache.setdefault("lost_cost_usd", cache["lost_usd"])
     row["cache"] = cache

@@ -82,11 +82,19 @@ class _Walker:
             return
         old_text, old_cut = _render(old)
         new_text, new_cut = _render(new)
-        self.changes.append({
-            "op": op, "pointer": pointer, "old_pointer": old_pointer, "area": _area(pointer),
-            "old": old_text, "new": new_text, "old_is_text": isinstance(old, str), "new_is_text": isinstance(new, str),
-            "truncated": old_cut or new_cut,
-        })  # fmt: skip
+        self.changes.append(
+            {
+                "op": op,
+                "pointer": pointer,
+                "old_pointer": old_pointer,
+                "area": _area(pointer),
+                "old": old_text,
+                "new": new_text,
+                "old_is_text": isinstance(old, str),
+                "new_is_text": isinstance(new, str),
+                "truncated": old_cut or new_cut,
+            }
+        )
 
     def walk(self, a: Any, b: Any, pa: str, pb: str) -> None:
         if len(self.changes) >= MAX_CHANGES:
@@ -150,11 +158,15 @@ def diff_bodies(old: Any, new: Any) -> dict:
         for k in rest:
             a, b = old.get(k, _MISSING), new.get(k, _MISSING)
             if a is _MISSING or b is _MISSING or _hash(a) != _hash(b):
-                params.append({
-                    "key": k, "pointer": "/" + escape(k),
-                    "old": None if a is _MISSING else a, "new": None if b is _MISSING else b,
-                    "op": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
-                })  # fmt: skip
+                params.append(
+                    {
+                        "key": k,
+                        "pointer": "/" + escape(k),
+                        "old": None if a is _MISSING else a,
+                        "new": None if b is _MISSING else b,
+                        "op": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
+                    }
+                )
     elif _hash(old) != _hash(new):
         prompt.add("changed", "", "", old, new)
     old_marks: dict[str, Any] = {}

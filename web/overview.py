@@ -98,7 +98,11 @@ def _add_threads(db: sqlite_utils.Database, sessions: dict[str, dict]) -> None:
         flat: list[dict] = []
         for index, thread_id in enumerate(thread_order(threads)):
             t = by_id[thread_id]
-            t.update(index=index, main=index == 0, depth=0 if index == 0 else 1,
-                     parent_thread=None if index == 0 else flat[0]["thread"])  # fmt: skip
+            t.update(
+                index=index,
+                main=index == 0,
+                depth=0 if index == 0 else 1,
+                parent_thread=None if index == 0 else flat[0]["thread"],
+            )
             flat.append(t)
         sessions[session]["threads"] = flat

@@ -70,13 +70,15 @@ def _build(db: sqlite_utils.Database, call_id: str, daemon_url: str, options: di
     edits = options.get("edits") or []
     if model is not None and not isinstance(model, str):
         raise ReplayError("model must be a string")
-    if not isinstance(edits, list) or not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
-                                              for e in edits):  # fmt: skip
+    if not isinstance(edits, list) or not all(
+        isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) for e in edits
+    ):
         raise ReplayError("edits must be a list of [pointer, value] pairs")
     env = key_env_for(row)
     key = (os.environ.get(env) or None) if env else None
-    return build_request(db, row["id"], daemon_url, key=key, model=model or None,
-                         edits=[(p, v) for p, v in edits], cli=False)  # fmt: skip
+    return build_request(
+        db, row["id"], daemon_url, key=key, model=model or None, edits=[(p, v) for p, v in edits], cli=False
+    )
 
 
 async def replay(pool: ReadPool, call_id: str, daemon_url: str, options: dict[str, Any]) -> dict:

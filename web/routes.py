@@ -93,8 +93,9 @@ def writer_status(writer: Writer | None) -> dict | None:
 class WebUI:
     """The UI's handlers and state for one daemon; the store-backed ones are ``StoreAPI``'s."""
 
-    def __init__(self, db_path: Path, writer: Writer | None, remote_key: str | None = None,
-                 secret: bytes | None = None):
+    def __init__(
+        self, db_path: Path, writer: Writer | None, remote_key: str | None = None, secret: bytes | None = None
+    ):
         self.db_path = db_path
         self.writer = writer
         self.remote_key = remote_key  # remote mode: every route needs it (security.py)
@@ -197,8 +198,9 @@ class WebUI:
         nonce = request.query.get("nonce")
         proof = self.identity(request, nonce) if nonce is not None else None
         if request.query.get("store") == "0":
-            return _json({"writer": writer_status(self.writer), **proof} if proof else
-                         {"writer": writer_status(self.writer)})  # fmt: skip
+            return _json(
+                {"writer": writer_status(self.writer), **proof} if proof else {"writer": writer_status(self.writer)}
+            )
         try:
             store = await (await self.api()).totals()
         except Exception as exc:  # an unreadable store is what this route must be able to say
@@ -225,8 +227,14 @@ class WebUI:
             self._api.cleanup()
 
 
-def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, remote_key: str | None = None, *,
-                   home: Path | None = None) -> None:
+def add_web_routes(
+    app: web.Application,
+    db_path: Path,
+    writer: Writer | None,
+    remote_key: str | None = None,
+    *,
+    home: Path | None = None,
+) -> None:
     """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts);
     with ``remote_key`` (remote mode) every one of its routes needs that key. ``home``: the
     owner-only folder whose daemon secret the status proves this daemon by."""
@@ -235,8 +243,9 @@ def add_web_routes(app: web.Application, db_path: Path, writer: Writer | None, r
         try:
             secret = identity.load_secret(home)
         except OSError as exc:  # the UI works; `ctxscope run` will not use this daemon, and says why
-            log.error("cannot read or create the daemon secret in %s (%s): `ctxscope run` cannot use this daemon",
-                      home, exc)
+            log.error(
+                "cannot read or create the daemon secret in %s (%s): `ctxscope run` cannot use this daemon", home, exc
+            )
     ui = WebUI(Path(db_path), writer, remote_key, secret)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)

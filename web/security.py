@@ -95,8 +95,10 @@ def key_ok(request: web.Request, key: str) -> bool:
 def login_page(key: str) -> web.Response:
     """The answer to ``/?key=KEY``: the cookie, and a page that moves on to ``/`` without the key in
     its address (a meta refresh: our own page's navigation, so the Strict cookie goes with it)."""
-    body = ('<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/">'
-            "<title>ctxscope</title><p>Signed in. <a href=\"/\">Open ctxscope</a></p>")
+    body = (
+        '<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/">'
+        '<title>ctxscope</title><p>Signed in. <a href="/">Open ctxscope</a></p>'
+    )
     response = web.Response(text=body, content_type="text/html")
     response.set_cookie(KEY_COOKIE, key, path="/", httponly=True, samesite="Strict")
     response.headers["Cache-Control"] = "no-store"
@@ -104,8 +106,10 @@ def login_page(key: str) -> web.Response:
 
 
 def unauthorised(api: bool) -> web.Response:
-    message = ("this ctxscope daemon is in remote mode: send its key (X-Ctxscope-Key or Authorization: Bearer), "
-               "or open /?key=KEY once in the browser")
+    message = (
+        "this ctxscope daemon is in remote mode: send its key (X-Ctxscope-Key or Authorization: Bearer), "
+        "or open /?key=KEY once in the browser"
+    )
     if api:
         response = web.json_response({"error": message}, status=401)
     else:

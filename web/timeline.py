@@ -61,8 +61,19 @@ _LIGHT = (
     "stop_reason",
     "error",
 )
-_LIGHT_OPTIONAL = ("thread", "relation", "pointer", "epoch_reason", "tokens_estimated", "has_compaction_before",
-                   "cache_lost_tokens", "cache_lost_usd", "markers", "grouped_by", "annotations")  # fmt: skip
+_LIGHT_OPTIONAL = (
+    "thread",
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "tokens_estimated",
+    "has_compaction_before",
+    "cache_lost_tokens",
+    "cache_lost_usd",
+    "markers",
+    "grouped_by",
+    "annotations",
+)
 
 
 def _light_rows(db: sqlite_utils.Database, session: str) -> list[dict]:
@@ -96,12 +107,21 @@ def _matches(row: dict, f: dict) -> bool:
         hay = " ".join(
             str(x)
             for x in (
-                row.get("id"), row.get("model"), row.get("pointer"), row.get("relation"), row.get("epoch_reason"),
-                row.get("outcome"), row.get("status"), row.get("stop_reason"), row.get("error"), row.get("path"),
-                row.get("verdict"), " ".join(str(m.get("kind")) for m in _markers(row) if isinstance(m, dict)),
+                row.get("id"),
+                row.get("model"),
+                row.get("pointer"),
+                row.get("relation"),
+                row.get("epoch_reason"),
+                row.get("outcome"),
+                row.get("status"),
+                row.get("stop_reason"),
+                row.get("error"),
+                row.get("path"),
+                row.get("verdict"),
+                " ".join(str(m.get("kind")) for m in _markers(row) if isinstance(m, dict)),
             )
             if x is not None
-        ).lower()  # fmt: skip
+        ).lower()
         if q not in hay:
             return False
     return True

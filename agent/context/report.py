@@ -60,8 +60,13 @@ class ContextReport:
         return round(100.0 * self.used / self.window, 1) if self.window else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "sections": dict(self.sections), "compaction": dict(self.compaction),
-                "remaining": self.remaining, "percent": self.percent}
+        return {
+            **asdict(self),
+            "sections": dict(self.sections),
+            "compaction": dict(self.compaction),
+            "remaining": self.remaining,
+            "percent": self.percent,
+        }
 
     def render(self) -> str:
         c = self.compaction
@@ -78,11 +83,13 @@ class ContextReport:
             what += f" at turn {last.get('turn')}"
         else:
             what = "none yet"
-        lines = [f"context · session {self.session_id} · {self.model} ({self.provider}/{self.api})",
-                 f"used {self.used:,} of {self.window:,} tokens ({self.percent}%) · remaining {self.remaining:,} "
-                 f"· source {self.source}",
-                 f"trigger line {self.trigger_at:,} · input limit {self.input_limit:,}",
-                 f"compaction: automatic {auto} · last: {what}"]
+        lines = [
+            f"context · session {self.session_id} · {self.model} ({self.provider}/{self.api})",
+            f"used {self.used:,} of {self.window:,} tokens ({self.percent}%) · remaining {self.remaining:,} "
+            f"· source {self.source}",
+            f"trigger line {self.trigger_at:,} · input limit {self.input_limit:,}",
+            f"compaction: automatic {auto} · last: {what}",
+        ]
         lines += [f"  {name:<14}{self.sections.get(name, 0):>10,}" for name in SECTIONS]
         lines.append("(message contents are not shown)")
         return "\n".join(lines)
@@ -94,15 +101,24 @@ def system_sections(base: str, system: str) -> dict[str, int]:
     rest = system
     if base and system.startswith(base):
         out["SYSTEM_PROMPT"] = text_tokens(base)
-        rest = system[len(base):]
+        rest = system[len(base) :]
     for part in (p for p in rest.split("\n\n") if p.strip()):
         key = "MEMORY" if _MEMORY.search(part) else "SKILLS" if _SKILLS.search(part) else "OTHER"
         out[key] += text_tokens(part)
     return out
 
 
-def build_report(*, session_id: str, info: ModelInfo, base_system: str, system: str, tools: Sequence[ToolSpec],
-                 messages: Sequence[Message], state: Mapping[str, Any], epoch: int | None = None) -> ContextReport:
+def build_report(
+    *,
+    session_id: str,
+    info: ModelInfo,
+    base_system: str,
+    system: str,
+    tools: Sequence[ToolSpec],
+    messages: Sequence[Message],
+    state: Mapping[str, Any],
+    epoch: int | None = None,
+) -> ContextReport:
     sections: dict[str, int] = system_sections(base_system, system)
     sections["TOOLS"] = text_tokens(tools_json(tools)) if tools else 0
     anchor = UsageAnchor.from_dict(state.get(ANCHOR_KEY))
@@ -116,16 +132,26 @@ def build_report(*, session_id: str, info: ModelInfo, base_system: str, system: 
         estimated = sum(sections.values())
         scale = anchor.input_tokens / estimated if estimated else 1.0
         scaled = {k: round(v * scale) for k, v in sections.items() if k != "MESSAGES"}
-        scaled["MESSAGES"] = (anchor.input_tokens - sum(scaled.values()) + anchor.output_tokens
-                              + messages_tokens(messages[idx + 1:]))
+        scaled["MESSAGES"] = (
+            anchor.input_tokens - sum(scaled.values()) + anchor.output_tokens + messages_tokens(messages[idx + 1 :])
+        )
         sections, source = scaled, "PROVIDER_USAGE_ANCHORED"
     lines = budget_lines(info.context_window, info.max_output_tokens)
     stored = state.get(STATE_KEY)
     compaction = stored if isinstance(stored, dict) else {}
-    return ContextReport(session_id, info.provider, info.api, info.model, info.context_window,
-                         sum(sections.values()), source, {k: sections.get(k, 0) for k in SECTIONS},
-                         lines.automatic_trigger_at, lines.provider_input_limit,
-                         {k: v for k, v in compaction.items() if k != "auto_turns"})
+    return ContextReport(
+        session_id,
+        info.provider,
+        info.api,
+        info.model,
+        info.context_window,
+        sum(sections.values()),
+        source,
+        {k: sections.get(k, 0) for k in SECTIONS},
+        lines.automatic_trigger_at,
+        lines.provider_input_limit,
+        {k: v for k, v in compaction.items() if k != "auto_turns"},
+    )
 
 
 def report_json(report: ContextReport) -> str:

@@ -52,8 +52,17 @@ def _name(turn: int, step: int, tool: str, call_id: str, suffix: str) -> str:
     return f"t{turn}s{step}-{_SAFE.sub('_', tool)[:24]}-{_SAFE.sub('_', call_id)[-12:]}{suffix}"
 
 
-def write_artifact(view: SessionView, text: str, *, turn: int, step: int, tool: str, call_id: str,
-                   suffix: str = ".txt", wrap: bool = True) -> Artifact:
+def write_artifact(
+    view: SessionView,
+    text: str,
+    *,
+    turn: int,
+    step: int,
+    tool: str,
+    call_id: str,
+    suffix: str = ".txt",
+    wrap: bool = True,
+) -> Artifact:
     """Write ``text`` under the session's artifacts folder (unique name); raises OSError on failure."""
     folder = view.artifacts_dir
     folder.mkdir(parents=True, exist_ok=True)
@@ -67,7 +76,7 @@ def write_artifact(view: SessionView, text: str, *, turn: int, step: int, tool: 
     data = text.encode("utf-8")
     if wrapped:
         path.with_suffix(".raw").write_bytes(data)
-        text = "\n".join(line[i:i + WRAP_AT] for line in lines for i in range(0, max(len(line), 1), WRAP_AT))
+        text = "\n".join(line[i : i + WRAP_AT] for line in lines for i in range(0, max(len(line), 1), WRAP_AT))
     path.write_text(text, encoding="utf-8")
     try:
         rel = str(path.relative_to(view.dir))
@@ -77,13 +86,15 @@ def write_artifact(view: SessionView, text: str, *, turn: int, step: int, tool: 
 
 
 def recovery_steps(path: Path) -> str:
-    return (f"Get the facts you need from this file now, before you answer, guess, or look in another source:\n"
-            f"- search it first with grep (pattern=..., path=\"{path}\", a small max_results);\n"
-            f"- then read just the relevant ranges with read(path=\"{path}\", offset=..., limit=...);\n"
-            f"- without grep, page through it with bounded read calls.\n"
-            f"Never read or print the whole file in one call; if you need all of it, keep paging with offset "
-            f"until the end.\n"
-            f"This notice only tells you where the output is. It is not evidence of what the output says.")
+    return (
+        f"Get the facts you need from this file now, before you answer, guess, or look in another source:\n"
+        f'- search it first with grep (pattern=..., path="{path}", a small max_results);\n'
+        f'- then read just the relevant ranges with read(path="{path}", offset=..., limit=...);\n'
+        f"- without grep, page through it with bounded read calls.\n"
+        f"Never read or print the whole file in one call; if you need all of it, keep paging with offset "
+        f"until the end.\n"
+        f"This notice only tells you where the output is. It is not evidence of what the output says."
+    )
 
 
 def receipt(tool: str, artifact: Artifact, *, is_error: bool, why: str) -> str:
@@ -92,10 +103,14 @@ def receipt(tool: str, artifact: Artifact, *, is_error: bool, why: str) -> str:
     if is_error:
         lines.append("The tool reported this result as an error.")
     if artifact.wrapped:
-        lines.append(f"Lines longer than {WRAP_AT} characters were wrapped in this copy; the exact bytes are in "
-                     f"{artifact.path.with_suffix('.raw')}.")
-    lines += [recovery_steps(artifact.path),
-              f"Saved at: {artifact.path} ({artifact.bytes} bytes, {artifact.lines} lines)"]  # last: displays show it
+        lines.append(
+            f"Lines longer than {WRAP_AT} characters were wrapped in this copy; the exact bytes are in "
+            f"{artifact.path.with_suffix('.raw')}."
+        )
+    lines += [
+        recovery_steps(artifact.path),
+        f"Saved at: {artifact.path} ({artifact.bytes} bytes, {artifact.lines} lines)",
+    ]  # last: displays show it
     return "\n".join(lines)
 
 
@@ -111,10 +126,11 @@ def head_and_tail(text: str, keep: int = FALLBACK_KEEP_BYTES) -> str:
         return text
     half = keep // 2
     omitted = len(data) - 2 * half
-    return (_cut_utf8(data, half, from_end=False)
-            + f"\n[... {omitted} bytes cut here: the output was too large to keep and could not be saved to a "
-              "file ...]\n"
-            + _cut_utf8(data, half, from_end=True))
+    return (
+        _cut_utf8(data, half, from_end=False)
+        + f"\n[... {omitted} bytes cut here: the output was too large to keep and could not be saved to a "
+        "file ...]\n" + _cut_utf8(data, half, from_end=True)
+    )
 
 
 _KEEP_INLINE = ("media", "externalized", "source_references", "source_marker")  # small; read by later steps
@@ -150,26 +166,59 @@ class ToolOutputBudget:
         size = len(body.encode("utf-8"))
         if size > self.settings.max_inline_bytes:
             try:
-                art = write_artifact(ctx.session, body, turn=ctx.turn, step=ctx.step, tool=result.name,
-                                     call_id=result.tool_call_id)
+                art = write_artifact(
+                    ctx.session, body, turn=ctx.turn, step=ctx.step, tool=result.name, call_id=result.tool_call_id
+                )
             except OSError as e:
                 content = head_and_tail(body) + marker
                 details["externalized"] = {"failed": f"{type(e).__name__}: {e}", "bytes": size}
-                record(ctx.session, MarkerKind.TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
-                       bytes=size, artifact=None, error=str(e))
-                ctx.effects.declare(MarkerKind.TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=size,
-                                    artifact="none", fallback="head_tail")
+                record(
+                    ctx.session,
+                    MarkerKind.TOOL_OUTPUT_EXTERNALIZED,
+                    turn=ctx.turn,
+                    step=ctx.step,
+                    tool=result.name,
+                    bytes=size,
+                    artifact=None,
+                    error=str(e),
+                )
+                ctx.effects.declare(
+                    MarkerKind.TOOL_OUTPUT_EXTERNALIZED,
+                    tool=result.name,
+                    bytes=size,
+                    artifact="none",
+                    fallback="head_tail",
+                )
             else:
-                content = receipt(result.name, art, is_error=result.is_error,
-                                  why="Tool output moved to a file: it is too large for the conversation") + marker
+                content = (
+                    receipt(
+                        result.name,
+                        art,
+                        is_error=result.is_error,
+                        why="Tool output moved to a file: it is too large for the conversation",
+                    )
+                    + marker
+                )
                 # the content hash lets the runaway guard see the same output behind receipts that name
                 # different files (docs/architecture.md, "The guard sees through receipts")
-                details["externalized"] = {"artifact": str(art.path), "bytes": art.bytes, "wrapped": art.wrapped,
-                                           "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
-                record(ctx.session, MarkerKind.TOOL_OUTPUT_EXTERNALIZED, turn=ctx.turn, step=ctx.step, tool=result.name,
-                       bytes=art.bytes, artifact=str(art.path))
-                ctx.effects.declare(MarkerKind.TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=art.bytes,
-                                    artifact=art.relative)
+                details["externalized"] = {
+                    "artifact": str(art.path),
+                    "bytes": art.bytes,
+                    "wrapped": art.wrapped,
+                    "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
+                }
+                record(
+                    ctx.session,
+                    MarkerKind.TOOL_OUTPUT_EXTERNALIZED,
+                    turn=ctx.turn,
+                    step=ctx.step,
+                    tool=result.name,
+                    bytes=art.bytes,
+                    artifact=str(art.path),
+                )
+                ctx.effects.declare(
+                    MarkerKind.TOOL_OUTPUT_EXTERNALIZED, tool=result.name, bytes=art.bytes, artifact=art.relative
+                )
         moved_details = self._mcp_details(ctx, details)
         if content is None and moved_details is None:
             return None
@@ -183,8 +232,16 @@ class ToolOutputBudget:
         if len(text.encode()) <= self.settings.mcp_details_max_inline_kib * 1024:
             return None
         try:
-            art = write_artifact(ctx.session, text, turn=ctx.turn, step=ctx.step, tool=ctx.result.name,
-                                 call_id=ctx.result.tool_call_id, suffix=".details.json", wrap=False)
+            art = write_artifact(
+                ctx.session,
+                text,
+                turn=ctx.turn,
+                step=ctx.step,
+                tool=ctx.result.name,
+                call_id=ctx.result.tool_call_id,
+                suffix=".details.json",
+                wrap=False,
+            )
         except OSError:
             return None
         kept = {k: details[k] for k in _KEEP_INLINE if k in details}
@@ -196,8 +253,12 @@ def create_tool_output_budget(options: HostOptions, *, split_marker: MarkerSplit
     return tool_output_budget_extension(options, split_marker=split_marker)
 
 
-def tool_output_budget_extension(options: HostOptions | None = None, settings: ContextSettings | None = None, *,
-                                 split_marker: MarkerSplit = no_marker) -> Extension:
+def tool_output_budget_extension(
+    options: HostOptions | None = None,
+    settings: ContextSettings | None = None,
+    *,
+    split_marker: MarkerSplit = no_marker,
+) -> Extension:
     """The host builtin; ``options`` is the runtime's HostOptions, ``settings`` override what they say."""
     if settings is None:
         settings = settings_from(options)

@@ -41,8 +41,9 @@ def reminder_block(*lines: str) -> str:
     return f"{OPEN}\n{body}\n{CLOSE}" if body else ""
 
 
-def assemble_user_text(prefixes: Iterable[str], extension_reminders: Iterable[str],
-                       host_reminders: Iterable[str], text: str) -> str:
+def assemble_user_text(
+    prefixes: Iterable[str], extension_reminders: Iterable[str], host_reminders: Iterable[str], text: str
+) -> str:
     parts = [p.strip() for p in prefixes if p and p.strip()]
     parts += [b for b in (validate_reminder(r, origin="extension reminder") for r in extension_reminders) if b]
     parts += [b for b in (validate_reminder(r, origin="host reminder") for r in host_reminders) if b]
@@ -50,8 +51,9 @@ def assemble_user_text(prefixes: Iterable[str], extension_reminders: Iterable[st
     return SEPARATOR.join(parts)
 
 
-def assemble_user_message(prefixes: Iterable[str], extension_reminders: Iterable[str],
-                          host_reminders: Iterable[str], text: str, **meta: Any) -> Message:
+def assemble_user_message(
+    prefixes: Iterable[str], extension_reminders: Iterable[str], host_reminders: Iterable[str], text: str, **meta: Any
+) -> Message:
     """The turn's user message; ``meta["genuine_text"]`` marks the user's own words."""
     full = assemble_user_text(prefixes, extension_reminders, host_reminders, text)
     return Message("user", (TextBlock(full),), meta={"kind": "input", **meta, "genuine_text": text})

@@ -24,8 +24,11 @@ CHECKPOINT_OUTPUT_CAP = math.floor(0.8 * RESERVE_TOKENS)  # 13107
 # Request body size limits in bytes, by provider name or wire API (first hit wins: provider, then api).
 # Anthropic documents 32 MB for the Messages API; OpenAI does not publish one, so the same bound is used.
 DEFAULT_BYTE_LIMIT = 32 * 1000 * 1000
-PROVIDER_BYTE_LIMITS = {"anthropic": 32 * 1000 * 1000, "openai-chat": DEFAULT_BYTE_LIMIT,
-                        "openai-responses": DEFAULT_BYTE_LIMIT}
+PROVIDER_BYTE_LIMITS = {
+    "anthropic": 32 * 1000 * 1000,
+    "openai-chat": DEFAULT_BYTE_LIMIT,
+    "openai-responses": DEFAULT_BYTE_LIMIT,
+}
 
 
 def output_floor(configured_output: int) -> int:
@@ -42,8 +45,14 @@ class BudgetLines:
     automatic_trigger_at: int
 
 
-def budget_lines(window: int, configured_output: int, *, reserve: int = RESERVE_TOKENS,
-                 safety: int = SAFETY_MARGIN_TOKENS, ratio: float = PROVIDER_INPUT_RATIO) -> BudgetLines:
+def budget_lines(
+    window: int,
+    configured_output: int,
+    *,
+    reserve: int = RESERVE_TOKENS,
+    safety: int = SAFETY_MARGIN_TOKENS,
+    ratio: float = PROVIDER_INPUT_RATIO,
+) -> BudgetLines:
     """The budget lines (docs/architecture.md, "Budget lines").
 
     128000/16000 -> 109952/96000; 200000/32000 -> 165952/165952.
@@ -92,9 +101,13 @@ class ContextSettings:
     byte_limits: Mapping[str, int] = field(default_factory=dict)
 
     _ALIASES: ClassVar[dict[str, str]] = {
-        "maxInlineKiB": "max_inline_kib", "mcpDetailsMaxInlineKiB": "mcp_details_max_inline_kib",
-        "watermarkKiB": "watermark_kib", "minSavingsKiB": "min_savings_kib",
-        "minCandidateKiB": "min_candidate_kib", "keepRecentRounds": "keep_recent_rounds"}
+        "maxInlineKiB": "max_inline_kib",
+        "mcpDetailsMaxInlineKiB": "mcp_details_max_inline_kib",
+        "watermarkKiB": "watermark_kib",
+        "minSavingsKiB": "min_savings_kib",
+        "minCandidateKiB": "min_candidate_kib",
+        "keepRecentRounds": "keep_recent_rounds",
+    }
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, *, strict: bool = True) -> ContextSettings:

@@ -63,8 +63,13 @@ class ErrorLog:
         self.counts[event] += 1
         text = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
         self.recent = (self.recent + [f"{event} [{entry.extension_id}] {text}"])[-50:]
-        log.warning("%s handler of extension %r failed: %s", event, entry.extension_id, text,
-                    exc_info=None if isinstance(problem, str) else problem)
+        log.warning(
+            "%s handler of extension %r failed: %s",
+            event,
+            entry.extension_id,
+            text,
+            exc_info=None if isinstance(problem, str) else problem,
+        )
 
 
 async def call(fn: ErasedHandler, event: object) -> object:
@@ -85,8 +90,7 @@ async def observe(entries: Sequence[HandlerEntry], event: object, errors: ErrorL
             errors.record(entry.event, entry, exc)
 
 
-async def observe_read_only(entries: Sequence[HandlerEntry], event: object, errors: ErrorLog, *,
-                            strict: bool) -> None:
+async def observe_read_only(entries: Sequence[HandlerEntry], event: object, errors: ErrorLog, *, strict: bool) -> None:
     """Observers of a read-only view (``core.readonly``): a mutation attempt is logged, counted and ignored, or,
     when ``strict`` (tests), raised so that the turn fails loudly; other failures are an observer's errors."""
     for entry in entries:
@@ -95,8 +99,10 @@ async def observe_read_only(entries: Sequence[HandlerEntry], event: object, erro
         except Exception as exc:
             if is_violation(exc):
                 if strict:
-                    raise ReadOnlyViolation(f"{entry.event} handler of extension {entry.extension_id!r} tried to "
-                                            f"change a read-only view: {exc}") from exc
+                    raise ReadOnlyViolation(
+                        f"{entry.event} handler of extension {entry.extension_id!r} tried to "
+                        f"change a read-only view: {exc}"
+                    ) from exc
                 errors.record(entry.event, entry, f"mutation attempt ignored (the view is read-only): {exc}")
                 continue
             errors.record(entry.event, entry, exc)
@@ -112,8 +118,9 @@ class LlmGateOutcome:
     system: str
 
 
-async def gate_before_llm_call(entries: Sequence[HandlerEntry], make_ctx: Callable[..., LlmCallContext],
-                               history: HistoryPort, system: str) -> LlmGateOutcome:
+async def gate_before_llm_call(
+    entries: Sequence[HandlerEntry], make_ctx: Callable[..., LlmCallContext], history: HistoryPort, system: str
+) -> LlmGateOutcome:
     """Run before_llm_call handlers in order; any exception aborts the call (fail closed)."""
     request: tuple[Message, ...] | None = None
     for entry in entries:
@@ -147,8 +154,9 @@ async def gate_before_llm_call(entries: Sequence[HandlerEntry], make_ctx: Callab
     return LlmGateOutcome(None, request if request is not None else history.messages, system)
 
 
-async def gate_before_tool_call(entries: Sequence[HandlerEntry], ctx: ToolCallContext,
-                                errors: ErrorLog) -> Block | None:
+async def gate_before_tool_call(
+    entries: Sequence[HandlerEntry], ctx: ToolCallContext, errors: ErrorLog
+) -> Block | None:
     """The first Block wins; an exception or a wrong result type blocks the call (fail closed)."""
     for entry in entries:
         try:
@@ -164,8 +172,9 @@ async def gate_before_tool_call(entries: Sequence[HandlerEntry], ctx: ToolCallCo
     return None
 
 
-async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact,
-                              errors: ErrorLog) -> Defer | StopAuto | None:
+async def gate_before_compact(
+    entries: Sequence[HandlerEntry], event: PreCompact, errors: ErrorLog
+) -> Defer | StopAuto | None:
     """The first Defer or StopAuto wins; a failing handler is counted and logged and counts as proceed
     (a broken plugin must not leave the context to overflow)."""
     for entry in entries:
@@ -182,8 +191,7 @@ async def gate_before_compact(entries: Sequence[HandlerEntry], event: PreCompact
 # --- transforms ---------------------------------------------------------------------------------
 
 
-async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[_V], object], value: _V,
-                          errors: ErrorLog) -> object:
+async def _transform_step(entry: HandlerEntry, make_ctx: Callable[[_V], object], value: _V, errors: ErrorLog) -> object:
     """One handler of a pipeline; a failing one is logged and yields None, so its input passes on."""
     try:
         return await call(entry.fn, make_ctx(value))
@@ -204,8 +212,12 @@ class AfterLlmOutcome:
     verdict: Retry | Fail | None
 
 
-async def transform_after_llm_call(entries: Sequence[HandlerEntry], make_ctx: Callable[[ModelResponse], LlmCallResult],
-                                   response: ModelResponse, errors: ErrorLog) -> AfterLlmOutcome:
+async def transform_after_llm_call(
+    entries: Sequence[HandlerEntry],
+    make_ctx: Callable[[ModelResponse], LlmCallResult],
+    response: ModelResponse,
+    errors: ErrorLog,
+) -> AfterLlmOutcome:
     for entry in entries:
         r = await _transform_step(entry, make_ctx, response, errors)
         if isinstance(r, RewriteText):
@@ -217,9 +229,12 @@ async def transform_after_llm_call(entries: Sequence[HandlerEntry], make_ctx: Ca
     return AfterLlmOutcome(response, None)
 
 
-async def transform_after_tool_call(entries: Sequence[HandlerEntry],
-                                    make_ctx: Callable[[ToolResult], ToolResultContext],
-                                    result: ToolResult, errors: ErrorLog) -> ToolResult:
+async def transform_after_tool_call(
+    entries: Sequence[HandlerEntry],
+    make_ctx: Callable[[ToolResult], ToolResultContext],
+    result: ToolResult,
+    errors: ErrorLog,
+) -> ToolResult:
     for entry in entries:
         r = await _transform_step(entry, make_ctx, result, errors)
         if isinstance(r, RewriteResult):

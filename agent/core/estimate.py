@@ -76,8 +76,11 @@ def messages_tokens(messages: Iterable[Message]) -> int:
 
 
 def tools_json(tools: Sequence[ToolSpec]) -> str:
-    return json.dumps([{"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                       for t in tools], ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(
+        [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,9 @@ class Estimate:
 
 
 def estimate_request(system: str, tools: Sequence[ToolSpec], messages: Iterable[Message]) -> Estimate:
-    return Estimate(text_tokens(system) if system else 0, text_tokens(tools_json(tools)) if tools else 0,
-                    messages_tokens(messages))
+    return Estimate(
+        text_tokens(system) if system else 0, text_tokens(tools_json(tools)) if tools else 0, messages_tokens(messages)
+    )
 
 
 def rough_bytes(system: str, tools: Sequence[ToolSpec], messages: Iterable[Message]) -> int:
@@ -141,10 +145,16 @@ class UsageAnchor:
             return None
         try:
             b = d["binding"]
-            return cls(AnchorBinding(b["provider"], b["api"], b["model"], b["prefix_hash"]), d.get("epoch"),
-                       d["message_id"], int(d["input_tokens"]), int(d["output_tokens"]),
-                       int(d.get("cache_read_tokens") or 0), int(d.get("cache_write_tokens") or 0),
-                       float(d.get("at") or 0.0))
+            return cls(
+                AnchorBinding(b["provider"], b["api"], b["model"], b["prefix_hash"]),
+                d.get("epoch"),
+                d["message_id"],
+                int(d["input_tokens"]),
+                int(d["output_tokens"]),
+                int(d.get("cache_read_tokens") or 0),
+                int(d.get("cache_write_tokens") or 0),
+                float(d.get("at") or 0.0),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -185,8 +195,9 @@ class Footprint:
         return "PROVIDER_USAGE_ANCHORED" if self.anchored is not None else "LOCAL_ESTIMATE"
 
 
-def valid_anchor_index(messages: Sequence[Message], anchor: UsageAnchor | None, binding: AnchorBinding | None,
-                       epoch: int | None) -> int | None:
+def valid_anchor_index(
+    messages: Sequence[Message], anchor: UsageAnchor | None, binding: AnchorBinding | None, epoch: int | None
+) -> int | None:
     if anchor is None or binding is None or anchor.binding != binding:
         return None
     if epoch is not None and anchor.epoch is not None and anchor.epoch != epoch:
@@ -194,8 +205,14 @@ def valid_anchor_index(messages: Sequence[Message], anchor: UsageAnchor | None, 
     return anchor_index(messages, anchor)
 
 
-def footprint(system: str, tools: Sequence[ToolSpec], messages: Sequence[Message], anchor: UsageAnchor | None = None,
-              binding: AnchorBinding | None = None, epoch: int | None = None) -> Footprint:
+def footprint(
+    system: str,
+    tools: Sequence[ToolSpec],
+    messages: Sequence[Message],
+    anchor: UsageAnchor | None = None,
+    binding: AnchorBinding | None = None,
+    epoch: int | None = None,
+) -> Footprint:
     """max(local estimate, anchor usage + estimate of the messages after the anchor).
 
     (docs/architecture.md, "Estimating a request")
@@ -204,4 +221,4 @@ def footprint(system: str, tools: Sequence[ToolSpec], messages: Sequence[Message
     idx = valid_anchor_index(messages, anchor, binding, epoch)
     if idx is None or anchor is None:
         return Footprint(local, None)
-    return Footprint(local, anchor.total + messages_tokens(messages[idx + 1:]))
+    return Footprint(local, anchor.total + messages_tokens(messages[idx + 1 :]))

@@ -271,8 +271,9 @@ class MaintenanceContext:
     tools: tuple[ToolSpec, ...]
     history: MaintainedHistory
     _busy: Callable[[], bool] = field(repr=False, compare=False)
-    history_changed: Callable[[Literal["append", "replace"], tuple[Message, ...], int, str | None],
-                              Awaitable[None]] = field(repr=False, compare=False)
+    history_changed: Callable[[Literal["append", "replace"], tuple[Message, ...], int, str | None], Awaitable[None]] = (
+        field(repr=False, compare=False)
+    )
 
     def busy(self) -> bool:
         """True once a turn has started on the session (the command's result must then yield to it)."""

@@ -52,8 +52,15 @@ class HistoryFile:
         self.append({"type": "message", "epoch": epoch, "turn": turn, "message": message_to_dict(message)})
 
     def append_replace(self, epoch: int, messages: Iterable[Message], reason: str, turn: int | None = None) -> None:
-        self.append({"type": "replace", "epoch": epoch, "turn": turn, "reason": reason,
-                     "messages": [message_to_dict(m) for m in messages]})
+        self.append(
+            {
+                "type": "replace",
+                "epoch": epoch,
+                "turn": turn,
+                "reason": reason,
+                "messages": [message_to_dict(m) for m in messages],
+            }
+        )
 
     def append_state(self, key: str, value: Any) -> None:
         self.append({"type": "state", "key": key, "value": value})
@@ -91,8 +98,9 @@ class HistoryFile:
                 turns[r["turn"]] = TurnRecord(r["turn"], r.get("source", ""), r.get("text", ""), r.get("ts", 0.0))
             elif t == "turn_end" and r.get("turn") in turns:
                 old = turns[r["turn"]]
-                turns[r["turn"]] = TurnRecord(old.turn, old.source, old.text, old.started_at, r.get("outcome"),
-                                              r.get("reason"), r.get("ts"))
+                turns[r["turn"]] = TurnRecord(
+                    old.turn, old.source, old.text, old.started_at, r.get("outcome"), r.get("reason"), r.get("ts")
+                )
         h.turns = [turns[k] for k in sorted(turns)]
         return h
 

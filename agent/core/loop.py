@@ -109,15 +109,31 @@ class SteeringQueue:
 def _add(a: Usage, b: Usage | None) -> Usage:
     if b is None:
         return a
-    return Usage(a.input_tokens + b.input_tokens, a.output_tokens + b.output_tokens,
-                 a.cache_read_tokens + b.cache_read_tokens, a.cache_write_tokens + b.cache_write_tokens)
+    return Usage(
+        a.input_tokens + b.input_tokens,
+        a.output_tokens + b.output_tokens,
+        a.cache_read_tokens + b.cache_read_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+    )
 
 
 class TurnRunner:
-    def __init__(self, *, session: SessionView, client: ModelClient, assembly: TurnAssembly, history: History,
-                 turn: int, source: str, config: LoopConfig, steering: SteeringQueue, errors: ErrorLog,
-                 emit: Callable[[act.Activity], None], host_reminders: tuple[str, ...] = (),
-                 on_overflow: OverflowHandler | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session: SessionView,
+        client: ModelClient,
+        assembly: TurnAssembly,
+        history: History,
+        turn: int,
+        source: str,
+        config: LoopConfig,
+        steering: SteeringQueue,
+        errors: ErrorLog,
+        emit: Callable[[act.Activity], None],
+        host_reminders: tuple[str, ...] = (),
+        on_overflow: OverflowHandler | None = None,
+    ) -> None:
         self.session, self.client, self.assembly, self.history = session, client, assembly, history
         self.turn, self.source, self.config, self.steering = turn, source, config, steering
         self.errors, self.emit, self.host_reminders = errors, emit, host_reminders
@@ -136,10 +152,19 @@ class TurnRunner:
         self.history.turn = self.turn
         self.history.notify = self._history_changed
         try:
-            await observe(self.assembly.handlers_for(Event.TURN_START),
-                          TurnStart(self.session, self.turn, self.source, text), self.errors)
-            user = assemble_user_message(self.assembly.user_prefixes, self.assembly.reminders, self.host_reminders,
-                                         text, source=self.source, turn=self.turn)
+            await observe(
+                self.assembly.handlers_for(Event.TURN_START),
+                TurnStart(self.session, self.turn, self.source, text),
+                self.errors,
+            )
+            user = assemble_user_message(
+                self.assembly.user_prefixes,
+                self.assembly.reminders,
+                self.host_reminders,
+                text,
+                source=self.source,
+                turn=self.turn,
+            )
             if self.assembly.reminders or any(r.strip() for r in self.host_reminders):
                 self.effects.declare(MarkerKind.REMINDER)
             await self.history.append(user)
@@ -159,8 +184,12 @@ class TurnRunner:
             self.step += 1
             self.emit(act.StepStarted(self.turn, self.step))
             await self._deliver_steering()
-            gate = await gate_before_llm_call(self.assembly.handlers_for(Event.BEFORE_LLM_CALL), self._llm_ctx,
-                                              self.history, self.assembly.system_prompt)
+            gate = await gate_before_llm_call(
+                self.assembly.handlers_for(Event.BEFORE_LLM_CALL),
+                self._llm_ctx,
+                self.history,
+                self.assembly.system_prompt,
+            )
             decision = gate.decision
             if isinstance(decision, Abort):
                 return act.ABORTED, decision.reason, "", None
@@ -181,8 +210,9 @@ class TurnRunner:
                 return act.FAILED, str(e), "", e.kind
             except ProviderError as e:
                 return act.FAILED, str(e), "", e.kind
-            out = await transform_after_llm_call(self.assembly.handlers_for(Event.AFTER_LLM_CALL),
-                                                 self._result_ctx(retries), response, self.errors)
+            out = await transform_after_llm_call(
+                self.assembly.handlers_for(Event.AFTER_LLM_CALL), self._result_ctx(retries), response, self.errors
+            )
             response = out.response
             if isinstance(out.verdict, Retry):
                 retries += 1
@@ -197,8 +227,13 @@ class TurnRunner:
                 return act.FAILED, out.verdict.reason, "", out.verdict.reason
             retries = 0
             answer = response.message.with_meta(
-                turn=self.turn, step=self.step, stop_reason=response.stop_reason, model=response.model,
-                usage=response.usage.to_dict() if response.usage else None, provider=self.client.provider)
+                turn=self.turn,
+                step=self.step,
+                stop_reason=response.stop_reason,
+                model=response.model,
+                usage=response.usage.to_dict() if response.usage else None,
+                provider=self.client.provider,
+            )
             self._pending, self._done = answer.tool_calls, {}
             await self.history.append(answer)
             results: tuple[ToolResult, ...] = ()
@@ -219,12 +254,20 @@ class TurnRunner:
 
     async def _call_model(self, messages: tuple[Message, ...], system: str) -> ModelResponse:
         headers = annotation_headers(self.session.id, self.turn, self.step, self.effects.take())
-        request = ModelRequest(system, self.assembly.specs(), tuple(messages),
-                               self.config.max_output_tokens or self.client.max_output_tokens, headers)
+        request = ModelRequest(
+            system,
+            self.assembly.specs(),
+            tuple(messages),
+            self.config.max_output_tokens or self.client.max_output_tokens,
+            headers,
+        )
         call = self.client.prepare(request)
-        await observe_read_only(self.assembly.handlers_for(Event.ON_LLM_CALL_PREPARED),
-                                LlmCallPrepared(self.session, self.turn, self.step, prepared_view(call)), self.errors,
-                                strict=self.config.strict_views)
+        await observe_read_only(
+            self.assembly.handlers_for(Event.ON_LLM_CALL_PREPARED),
+            LlmCallPrepared(self.session, self.turn, self.step, prepared_view(call)),
+            self.errors,
+            strict=self.config.strict_views,
+        )
         step = self.step
 
         def on_delta(delta: StreamDelta) -> None:
@@ -239,26 +282,47 @@ class TurnRunner:
         if self.on_overflow is None or self._overflows >= self.config.max_overflow_recoveries:
             return False
         self._overflows += 1
-        return bool(await self.on_overflow(OverflowContext(self.session, self.turn, self.step, error, self._overflows,
-                                                           self.history, system, self.assembly.specs(),
-                                                           self.effects)))
+        return bool(
+            await self.on_overflow(
+                OverflowContext(
+                    self.session,
+                    self.turn,
+                    self.step,
+                    error,
+                    self._overflows,
+                    self.history,
+                    system,
+                    self.assembly.specs(),
+                    self.effects,
+                )
+            )
+        )
 
     async def _reject(self, response: ModelResponse, verdict: Retry) -> None:
         kept = without_tool_calls(response.message)
         if kept is not None:
             await self.history.append(kept.with_meta(kind="rejected_answer", turn=self.turn, step=self.step))
-        await self.history.append(user_message(verdict.follow_up, kind="retry", reason=verdict.reason, hidden=True,
-                                               turn=self.turn))
+        await self.history.append(
+            user_message(verdict.follow_up, kind="retry", reason=verdict.reason, hidden=True, turn=self.turn)
+        )
         self.effects.declare(MarkerKind.RETRY)
 
     async def _run_tools(self, calls: tuple[ToolCall, ...]) -> tuple[ToolResult, ...]:
         """Gate in source order, run concurrently, transform in source order (results keyed by position)."""
         for i, call in enumerate(calls):
-            block = await gate_before_tool_call(self.assembly.handlers_for(Event.BEFORE_TOOL_CALL), ToolCallContext(
-                self.session, self.turn, self.step, call, self.tool_names, self.effects), self.errors)
+            block = await gate_before_tool_call(
+                self.assembly.handlers_for(Event.BEFORE_TOOL_CALL),
+                ToolCallContext(self.session, self.turn, self.step, call, self.tool_names, self.effects),
+                self.errors,
+            )
             if block is not None:
-                self._done[i] = ToolResult(call.id, call.name, f"Error: blocked: {block.reason}", True,
-                                           {"blocked": True, "reason": block.reason})
+                self._done[i] = ToolResult(
+                    call.id,
+                    call.name,
+                    f"Error: blocked: {block.reason}",
+                    True,
+                    {"blocked": True, "reason": block.reason},
+                )
         runnable = [i for i in range(len(calls)) if i not in self._done]
         for i in runnable:
             self.emit(act.ToolStarted(self.turn, self.step, calls[i]))
@@ -274,8 +338,12 @@ class TurnRunner:
                 await self._execute(i, calls[i])
         results = []
         for i, call in enumerate(calls):
-            result = await transform_after_tool_call(self.assembly.handlers_for(Event.AFTER_TOOL_CALL),
-                                                     self._tool_result_ctx(call), self._done[i], self.errors)
+            result = await transform_after_tool_call(
+                self.assembly.handlers_for(Event.AFTER_TOOL_CALL),
+                self._tool_result_ctx(call),
+                self._done[i],
+                self.errors,
+            )
             results.append(result)
             self.emit(act.ToolFinished(self.turn, self.step, call, result))
         return tuple(results)
@@ -288,29 +356,46 @@ class TurnRunner:
         self._done[index] = await run_tool(self.assembly.tool(call.name), call, ctx)
 
     async def _step_end(self, answer: Message, results: tuple[ToolResult, ...]) -> None:
-        event = StepEnd(self.session, self.turn, self.step, answer, results, self.effects,
-                        lambda text, meta: self.steering.put(text, meta))
+        event = StepEnd(
+            self.session,
+            self.turn,
+            self.step,
+            answer,
+            results,
+            self.effects,
+            lambda text, meta: self.steering.put(text, meta),
+        )
         await observe(self.assembly.handlers_for(Event.ON_STEP_END), event, self.errors)
 
-    async def _history_changed(self, kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
-                               reason: str | None) -> None:
-        await observe(self.assembly.handlers_for(Event.ON_HISTORY_CHANGED),
-                      HistoryChanged(self.session, self.turn, kind, messages, epoch, reason), self.errors)
+    async def _history_changed(
+        self, kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int, reason: str | None
+    ) -> None:
+        await observe(
+            self.assembly.handlers_for(Event.ON_HISTORY_CHANGED),
+            HistoryChanged(self.session, self.turn, kind, messages, epoch, reason),
+            self.errors,
+        )
 
-    def _llm_ctx(self, *, history: tuple[Message, ...], request_messages: tuple[Message, ...],
-                 system: str) -> LlmCallContext:
-        return LlmCallContext(self.session, self.turn, self.step, history, request_messages, system,
-                              self.assembly.specs(), self.effects)
+    def _llm_ctx(
+        self, *, history: tuple[Message, ...], request_messages: tuple[Message, ...], system: str
+    ) -> LlmCallContext:
+        return LlmCallContext(
+            self.session, self.turn, self.step, history, request_messages, system, self.assembly.specs(), self.effects
+        )
 
     def _result_ctx(self, retries: int) -> Callable[[ModelResponse], LlmCallResult]:
-        return lambda r: LlmCallResult(self.session, self.turn, self.step, r, self.history.messages, self.effects,
-                                       retries)
+        return lambda r: LlmCallResult(
+            self.session, self.turn, self.step, r, self.history.messages, self.effects, retries
+        )
 
     async def _end(self, outcome: act.TurnOutcome, reason: str | None, text: str, kind: str | None) -> act.TurnResult:
         self.history.file.append_turn_end(self.turn, outcome, reason)
         self.result = act.TurnResult(self.session.id, self.turn, outcome, reason, text, self.step, self.usage, kind)
-        await observe(self.assembly.handlers_for(Event.TURN_END), TurnEnd(self.session, self.turn, self.source, outcome,
-                                                                    reason, self.step), self.errors)
+        await observe(
+            self.assembly.handlers_for(Event.TURN_END),
+            TurnEnd(self.session, self.turn, self.source, outcome, reason, self.step),
+            self.errors,
+        )
         return self.result
 
     def _cancelled_cleanup(self) -> None:
@@ -323,5 +408,6 @@ class TurnRunner:
             self.history.append_now(tool_message(results, turn=self.turn, step=self.step, kind="cancelled"))
         self._pending = ()
         self.history.file.append_turn_end(self.turn, act.CANCELLED, "cancelled")
-        self.result = act.TurnResult(self.session.id, self.turn, act.CANCELLED, "cancelled", "", self.step,
-                                     self.usage, "cancelled")
+        self.result = act.TurnResult(
+            self.session.id, self.turn, act.CANCELLED, "cancelled", "", self.step, self.usage, "cancelled"
+        )

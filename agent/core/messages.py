@@ -155,8 +155,9 @@ def repair_history(messages: Iterable[Message], reason: str = "interrupted") -> 
 
 
 def missing_result(call: ToolCall, reason: str) -> ToolResult:
-    return ToolResult(call.id, call.name, f"Error: tool call not executed ({reason}).", is_error=True,
-                      details={"reason": reason})
+    return ToolResult(
+        call.id, call.name, f"Error: tool call not executed ({reason}).", is_error=True, details={"reason": reason}
+    )
 
 
 # --- JSON (history.jsonl) -------------------------------------------------------------------------
@@ -172,14 +173,23 @@ def block_to_dict(b: Block) -> dict[str, Any]:
     if isinstance(b, TextBlock):
         return {"type": "text", "text": b.text}
     if isinstance(b, ThinkingBlock):
-        return _with_set({"type": "thinking", "thinking": b.thinking, "source": b.source},
-                         signature=b.signature, redacted=b.redacted)
+        return _with_set(
+            {"type": "thinking", "thinking": b.thinking, "source": b.source}, signature=b.signature, redacted=b.redacted
+        )
     if isinstance(b, ToolCall):
-        return _with_set({"type": "tool_call", "id": b.id, "name": b.name, "arguments": b.arguments},
-                         raw_arguments=b.raw_arguments, invalid_arguments=b.invalid_arguments)
+        return _with_set(
+            {"type": "tool_call", "id": b.id, "name": b.name, "arguments": b.arguments},
+            raw_arguments=b.raw_arguments,
+            invalid_arguments=b.invalid_arguments,
+        )
     if isinstance(b, ToolResult):
-        d: dict[str, Any] = {"type": "tool_result", "tool_call_id": b.tool_call_id, "name": b.name,
-                             "content": b.content, "is_error": b.is_error}
+        d: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_call_id": b.tool_call_id,
+            "name": b.name,
+            "content": b.content,
+            "is_error": b.is_error,
+        }
         if b.details:
             d["details"] = b.details
         return d
@@ -193,11 +203,13 @@ def block_from_dict(d: dict[str, Any]) -> Block:
     if t == "thinking":
         return ThinkingBlock(d.get("thinking", ""), d.get("signature"), d.get("redacted"), d.get("source", ""))
     if t == "tool_call":
-        return ToolCall(d["id"], d["name"], d.get("arguments") or {}, d.get("raw_arguments"),
-                        d.get("invalid_arguments"))
+        return ToolCall(
+            d["id"], d["name"], d.get("arguments") or {}, d.get("raw_arguments"), d.get("invalid_arguments")
+        )
     if t == "tool_result":
-        return ToolResult(d["tool_call_id"], d.get("name", ""), d.get("content", ""), bool(d.get("is_error")),
-                          d.get("details") or {})
+        return ToolResult(
+            d["tool_call_id"], d.get("name", ""), d.get("content", ""), bool(d.get("is_error")), d.get("details") or {}
+        )
     raise ValueError(f"unknown block type {t!r}")
 
 
@@ -206,5 +218,6 @@ def message_to_dict(m: Message) -> dict[str, Any]:
 
 
 def message_from_dict(d: dict[str, Any]) -> Message:
-    return Message(d["role"], tuple(block_from_dict(b) for b in d.get("content", ())), d.get("id") or new_id(),
-                   d.get("meta") or {})
+    return Message(
+        d["role"], tuple(block_from_dict(b) for b in d.get("content", ())), d.get("id") or new_id(), d.get("meta") or {}
+    )

@@ -34,8 +34,12 @@ class Usage:
     raw: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens}
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,15 @@ def dumps(body: Any) -> bytes:
 class ProviderError(Exception):
     """A failed model call, in words safe to show (never headers, never keys)."""
 
-    def __init__(self, message: str, *, status: int | None = None, kind: str = "error", retryable: bool = False,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        kind: str = "error",
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind

@@ -144,8 +144,9 @@ class ExtensionAPI:
         self.contributions.reminders.append((priority, provider))
 
     @overload
-    def on(self, event: Literal[Event.BEFORE_LLM_CALL], handler: BeforeLlmHandler, *,
-           appends: bool = False) -> None: ...
+    def on(
+        self, event: Literal[Event.BEFORE_LLM_CALL], handler: BeforeLlmHandler, *, appends: bool = False
+    ) -> None: ...
     @overload
     def on(self, event: Literal[Event.AFTER_LLM_CALL], handler: AfterLlmHandler) -> None: ...
     @overload
@@ -155,11 +156,13 @@ class ExtensionAPI:
     @overload
     def on(self, event: Literal[Event.BEFORE_COMPACT], handler: BeforeCompactHandler) -> None: ...
     @overload
-    def on(self, event: Literal[Event.ON_LLM_CALL_PREPARED],
-           handler: Callable[[LlmCallPrepared], Maybe[object]]) -> None: ...
+    def on(
+        self, event: Literal[Event.ON_LLM_CALL_PREPARED], handler: Callable[[LlmCallPrepared], Maybe[object]]
+    ) -> None: ...
     @overload
-    def on(self, event: Literal[Event.ON_HISTORY_CHANGED],
-           handler: Callable[[HistoryChanged], Maybe[object]]) -> None: ...
+    def on(
+        self, event: Literal[Event.ON_HISTORY_CHANGED], handler: Callable[[HistoryChanged], Maybe[object]]
+    ) -> None: ...
     @overload
     def on(self, event: Literal[Event.ON_STEP_END], handler: Callable[[StepEnd], Maybe[object]]) -> None: ...
     @overload
@@ -257,8 +260,13 @@ def _text(source: TextSource, ctx: TurnContext) -> str:
 
 
 class Registry:
-    def __init__(self, extensions: Iterable[Extension] = (), host_builtins: Iterable[Extension] = (), *,
-                 host: AgentHost | None = None) -> None:
+    def __init__(
+        self,
+        extensions: Iterable[Extension] = (),
+        host_builtins: Iterable[Extension] = (),
+        *,
+        host: AgentHost | None = None,
+    ) -> None:
         extensions, host_builtins = list(extensions), list(host_builtins)
         seen: set[str] = set()
         builtin_ids = {e.id for e in host_builtins}
@@ -267,8 +275,10 @@ class Registry:
                 raise SPIError("an extension needs an id")
             if ext.id in seen:
                 kind = "host builtin" if ext.id in builtin_ids else "extension"
-                raise SPIError(f"{kind} id {ext.id!r} is used twice"
-                               + (" (host builtins cannot be replaced)" if ext.id in builtin_ids else ""))
+                raise SPIError(
+                    f"{kind} id {ext.id!r} is used twice"
+                    + (" (host builtins cannot be replaced)" if ext.id in builtin_ids else "")
+                )
             seen.add(ext.id)
         self._loaded = [_load(e, False, host) for e in extensions] + [_load(e, True, host) for e in host_builtins]
 
@@ -290,11 +300,11 @@ class Registry:
     def handlers_for(self, event: Event, disabled: Iterable[str] = ()) -> tuple[HandlerEntry, ...]:
         """The handlers of ``event`` of the enabled extensions, in dispatch order, without assembling a turn."""
         off = set(disabled)
-        return tuple(h for x in self._loaded if x.extension.id not in off
-                     for h in x.contributions.handlers if h.event == event)
+        return tuple(
+            h for x in self._loaded if x.extension.id not in off for h in x.contributions.handlers if h.event == event
+        )
 
-    def assemble(self, ctx: TurnContext, *, base_system_prompt: str = "",
-                 disabled: Iterable[str] = ()) -> TurnAssembly:
+    def assemble(self, ctx: TurnContext, *, base_system_prompt: str = "", disabled: Iterable[str] = ()) -> TurnAssembly:
         off = set(disabled)
         active = [x for x in self._loaded if x.extension.id not in off]
         tools: dict[str, tuple[str, Tool]] = {}
@@ -307,8 +317,9 @@ class Registry:
             for contribution in c.tools:
                 for tool in self._resolve_tools(contribution, ctx, ext_id):
                     if tool.name in tools:
-                        raise AssemblyError(f"tool {tool.name!r} is contributed by both "
-                                            f"{tools[tool.name][0]!r} and {ext_id!r}")
+                        raise AssemblyError(
+                            f"tool {tool.name!r} is contributed by both {tools[tool.name][0]!r} and {ext_id!r}"
+                        )
                     tools[tool.name] = (ext_id, tool)
             system += [t for t in (_text(s, ctx) for s in c.system_prompts) if t.strip()]
             prefixes += [t for t in (_text(s, ctx) for s in c.user_prefixes) if t.strip()]

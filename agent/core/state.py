@@ -17,8 +17,7 @@ from typing import Any
 class SessionState:
     """Small keyed JSON state (e.g. ``todos``), persisted by the host on every ``set``; reads are copies."""
 
-    def __init__(self, values: dict[str, Any] | None = None,
-                 persist: Callable[[str, Any], None] | None = None) -> None:
+    def __init__(self, values: dict[str, Any] | None = None, persist: Callable[[str, Any], None] | None = None) -> None:
         self._values = copy.deepcopy(values or {})
         self._persist = persist
 

@@ -64,7 +64,11 @@ class Tool:
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
     "object": (dict,),
 }
 
@@ -99,8 +103,9 @@ async def run_tool(tool: Tool | None, call: ToolCall, ctx: ToolContext) -> ToolR
     if tool is None:
         return error_result(call, f"unknown tool {call.name!r}", reason="unknown_tool")
     if call.invalid_arguments:
-        return error_result(call, f"{call.invalid_arguments}; send the arguments as one JSON object",
-                            reason="invalid_arguments")
+        return error_result(
+            call, f"{call.invalid_arguments}; send the arguments as one JSON object", reason="invalid_arguments"
+        )
     problem = validate_arguments(tool.parameters, call.arguments)
     if problem:
         return error_result(call, problem, reason="invalid_arguments")

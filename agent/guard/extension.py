@@ -128,14 +128,19 @@ def _best_effort(read: Callable[[], Any] | None) -> Any:
 
 
 class RunawayGuard:
-    def __init__(self, *, policies: Mapping[str, ToolPolicy] | None = None,
-                 local_config: Mapping[str, Any] | None = None,
-                 read_override: Callable[[], Mapping[str, Any] | None] | None = None,
-                 read_verified_progress: Callable[[StepEnd], str | None] | None = None,
-                 should_remind: Callable[[TurnStart], bool] | None = None,
-                 on_signal: Observer | None = None, on_reminder: Observer | None = None,
-                 on_turn_summary: Observer | None = None,
-                 new_key: Callable[[], bytes] = lambda: secrets.token_bytes(KEY_BYTES)) -> None:
+    def __init__(
+        self,
+        *,
+        policies: Mapping[str, ToolPolicy] | None = None,
+        local_config: Mapping[str, Any] | None = None,
+        read_override: Callable[[], Mapping[str, Any] | None] | None = None,
+        read_verified_progress: Callable[[StepEnd], str | None] | None = None,
+        should_remind: Callable[[TurnStart], bool] | None = None,
+        on_signal: Observer | None = None,
+        on_reminder: Observer | None = None,
+        on_turn_summary: Observer | None = None,
+        new_key: Callable[[], bytes] = lambda: secrets.token_bytes(KEY_BYTES),
+    ) -> None:
         self.policies = dict(default_policies() if policies is None else policies)
         self.local = dict(local_config or {})  # read once, by whoever created the guard
         self.read_override = read_override
@@ -177,8 +182,9 @@ class RunawayGuard:
             t.max_counts[s.kind] = max(t.max_counts.get(s.kind, 0), s.count)
             if s.count in (OBSERVE_AT, cfg.reminder_threshold):
                 e.effects.declare(MarkerKind.GUARD_SIGNAL, kind=s.kind, count=s.count)
-                self._emit(self.on_signal, GuardSignalEvent(e.session.id, e.turn, e.step, s.kind, s.count, s.key,
-                                                            s.label))
+                self._emit(
+                    self.on_signal, GuardSignalEvent(e.session.id, e.turn, e.step, s.kind, s.count, s.key, s.label)
+                )
         choice = choose_reminder(signals, cfg.reminder_threshold)
         if choice is None or t.reminded is not None or t.observe_only:
             return
@@ -186,15 +192,20 @@ class RunawayGuard:
         e.steer(text, kind="guard_reminder", hidden=True, signal=choice.kind, count=choice.count)
         e.effects.declare(MarkerKind.GUARD_REMINDER, signal=choice.kind, count=choice.count)
         t.reminded, t.reminder_step = choice.kind, e.step
-        self._emit(self.on_reminder, GuardReminderEvent(e.session.id, e.turn, e.step, choice.kind, choice.count,
-                                                        len(text)))
+        self._emit(
+            self.on_reminder, GuardReminderEvent(e.session.id, e.turn, e.step, choice.kind, choice.count, len(text))
+        )
 
     def turn_end(self, e: TurnEnd) -> None:
         t = self._turns.pop(e.session.id, None)
         if t is None or t.turn != e.turn or not t.steps:  # nothing judged (disabled, or no step ended)
             return
-        self._emit(self.on_turn_summary, GuardTurnSummary(e.session.id, e.turn, t.steps, dict(t.max_counts),
-                                                          t.reminded, t.reminder_step, t.observe_only))
+        self._emit(
+            self.on_turn_summary,
+            GuardTurnSummary(
+                e.session.id, e.turn, t.steps, dict(t.max_counts), t.reminded, t.reminder_step, t.observe_only
+            ),
+        )
 
 
 def runaway_guard_extension(guard: RunawayGuard) -> Extension:
@@ -229,15 +240,18 @@ class SessionEventLog:
         if not path.parent.is_dir():
             return
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"event": event.name, **{k: v for k, v in asdict(event).items() if k != "name"}})
-                    + "\n")
+            f.write(json.dumps({"event": event.name, **{k: v for k, v in asdict(event).items() if k != "name"}}) + "\n")
 
 
 def create_runaway_guard(options: HostOptions) -> Extension:
     local = host_settings(options).get("runawayGuard")  # once, at creation
     override = options.home / OVERRIDE_FILE
     events = SessionEventLog(options.home / "sessions")
-    guard = RunawayGuard(local_config=local if isinstance(local, Mapping) else None,
-                         read_override=lambda: read_json_file(override),
-                         on_signal=events, on_reminder=events, on_turn_summary=events)
+    guard = RunawayGuard(
+        local_config=local if isinstance(local, Mapping) else None,
+        read_override=lambda: read_json_file(override),
+        on_signal=events,
+        on_reminder=events,
+        on_turn_summary=events,
+    )
     return runaway_guard_extension(guard)

@@ -33,18 +33,27 @@ KEY_BYTES = 32
 ERROR_TEXT_CHARS = 1024
 
 # (class, pattern): the first class whose pattern occurs in the first 1024 characters of the error wins.
-ERROR_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in (
-    ("timeout", r"timed? ?out|timeout|deadline exceeded"),
-    ("rate_limit", r"rate.?limit|too many requests|\b429\b|quota exceeded"),
-    ("permission_denied", r"permission denied|not permitted|access (is )?denied|\bEACCES\b|forbidden|\b403\b"),
-    ("not_found", r"no such file|not found|does not exist|\bENOENT\b|cannot find|could not find|\b404\b"),
-    ("connection", r"connection (refused|reset|aborted|closed)|\bECONNREFUSED\b|network is unreachable|"
-                   r"name or service not known|temporary failure in name resolution"),
-    ("syntax_error", r"syntax ?error|parse error|unexpected token|invalid syntax|malformed"),
-    ("invalid_arguments", r"invalid argument|missing required|must be (of type|one of|a|an)\b|unknown argument|"
-                          r"usage:"),
-    ("resource_exhausted", r"out of memory|no space left|disk full|too large|memoryerror|killed"),
-))
+ERROR_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(p, re.IGNORECASE))
+    for name, p in (
+        ("timeout", r"timed? ?out|timeout|deadline exceeded"),
+        ("rate_limit", r"rate.?limit|too many requests|\b429\b|quota exceeded"),
+        ("permission_denied", r"permission denied|not permitted|access (is )?denied|\bEACCES\b|forbidden|\b403\b"),
+        ("not_found", r"no such file|not found|does not exist|\bENOENT\b|cannot find|could not find|\b404\b"),
+        (
+            "connection",
+            r"connection (refused|reset|aborted|closed)|\bECONNREFUSED\b|network is unreachable|"
+            r"name or service not known|temporary failure in name resolution",
+        ),
+        ("syntax_error", r"syntax ?error|parse error|unexpected token|invalid syntax|malformed"),
+        (
+            "invalid_arguments",
+            r"invalid argument|missing required|must be (of type|one of|a|an)\b|unknown argument|"
+            r"usage:",
+        ),
+        ("resource_exhausted", r"out of memory|no space left|disk full|too large|memoryerror|killed"),
+    )
+)
 _CODE_KEYS = ("error_code", "code", "errno")
 _CODED_REASONS = ("invalid_arguments", "unknown_tool", "blocked")
 
@@ -142,16 +151,24 @@ def project_call(fp: Fingerprinter, call: ToolCall, result: ToolResult, policy: 
     family = error_family(result, content if moved else None) if errored else None
     progress = policy.progress_of(call, result)
     return CallView(
-        action=action, result=res, pair=fp("pair", action, res),
+        action=action,
+        result=res,
+        pair=fp("pair", action, res),
         error_family=fp("error", call.name, family) if family else None,
-        family_label=family_label(family) if family else None, polling=policy.polling,
+        family_label=family_label(family) if family else None,
+        polling=policy.polling,
         loop=fp("loop", progress.loop) if progress else None,
         position=fp("position", progress.loop, progress.position) if progress else None,
     )
 
 
-def project_step(fp: Fingerprinter, step: int, calls: tuple[ToolCall, ...], results: tuple[ToolResult, ...],
-                 policies: Mapping[str, ToolPolicy]) -> StepView:
+def project_step(
+    fp: Fingerprinter,
+    step: int,
+    calls: tuple[ToolCall, ...],
+    results: tuple[ToolResult, ...],
+    policies: Mapping[str, ToolPolicy],
+) -> StepView:
     by_id: dict[str, ToolResult] = {}
     for r in results:  # results come in call order; ids may repeat, so position first
         by_id.setdefault(r.tool_call_id, r)

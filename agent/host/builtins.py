@@ -54,17 +54,32 @@ def _subagents(options: HostOptions) -> Extension:
 
     def new_child(parent_id: str, title: str) -> ChildHome:
         parent = store.get(parent_id)
-        meta = store.create(workspace=parent.workspace, provider=parent.provider, model=parent.model,
-                            title=title, parent_session=parent_id)
+        meta = store.create(
+            workspace=parent.workspace,
+            provider=parent.provider,
+            model=parent.model,
+            title=title,
+            parent_session=parent_id,
+        )
         return ChildHome(meta.id, store.dir(meta.id), store.history(meta.id))
 
-    return create_subagents(options, new_child=new_child, tools=(READ, LS, GREP, BASH),
-                            builtins=lambda: [_tool_output_budget(options), create_session_report(options)])
+    return create_subagents(
+        options,
+        new_child=new_child,
+        tools=(READ, LS, GREP, BASH),
+        builtins=lambda: [_tool_output_budget(options), create_session_report(options)],
+    )
 
 
-HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [create_context_management, create_system_reminders,
-                                                    create_in_turn_reminders, create_runaway_guard,
-                                                    _tool_output_budget, _subagents, create_session_report]
+HOST_BUILTIN_FACTORIES: list[HostBuiltinFactory] = [
+    create_context_management,
+    create_system_reminders,
+    create_in_turn_reminders,
+    create_runaway_guard,
+    _tool_output_budget,
+    _subagents,
+    create_session_report,
+]
 
 
 def default_host_builtins(options: HostOptions) -> list[Extension]:

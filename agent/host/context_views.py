@@ -26,11 +26,21 @@ from .session_store import SessionMeta, SessionStore
 def live_report(runtime: AgentRuntime, session: AgentSession) -> ContextReport:
     """/context for a live session: system prompt and tools assembled as for a real turn."""
     view = session.view
-    assembly = runtime.registry.assemble(TurnContext(view, session.turn, CONTEXT_SOURCE, "/context"),
-                                         base_system_prompt=runtime.system_prompt(), disabled=session.disabled)
-    return build_report(session_id=session.id, info=runtime.model_info(), base_system=runtime.system_prompt(),
-                        system=assembly.system_prompt, tools=assembly.specs(), messages=session.messages,
-                        state=view.state.snapshot(), epoch=session.history.epoch)
+    assembly = runtime.registry.assemble(
+        TurnContext(view, session.turn, CONTEXT_SOURCE, "/context"),
+        base_system_prompt=runtime.system_prompt(),
+        disabled=session.disabled,
+    )
+    return build_report(
+        session_id=session.id,
+        info=runtime.model_info(),
+        base_system=runtime.system_prompt(),
+        system=assembly.system_prompt,
+        tools=assembly.specs(),
+        messages=session.messages,
+        state=view.state.snapshot(),
+        epoch=session.history.epoch,
+    )
 
 
 class OfflineClient:
@@ -41,8 +51,12 @@ class OfflineClient:
         self.context_window, self.max_output_tokens = context_window, max_output_tokens
 
     def prepare(self, request: ModelRequest) -> PreparedCall:
-        body = {"model": self.model, "system": request.system, "tools": [t.name for t in request.tools],
-                "messages": len(request.messages)}
+        body = {
+            "model": self.model,
+            "system": request.system,
+            "tools": [t.name for t in request.tools],
+            "messages": len(request.messages),
+        }
         return PreparedCall(request, self.provider, self.api, self.model, "offline://", dumps(body), {})
 
     async def send(self, call: PreparedCall, on_delta: DeltaSink | None = None) -> ModelResponse:
@@ -66,8 +80,9 @@ def current_model(meta: SessionMeta, state: Mapping[str, Any]) -> tuple[str, str
     return provider, default_api(provider), meta.model
 
 
-def stored_report(home: Path, session_id: str, *, context_window: int | None = None,
-                  max_output_tokens: int | None = None) -> ContextReport:
+def stored_report(
+    home: Path, session_id: str, *, context_window: int | None = None, max_output_tokens: int | None = None
+) -> ContextReport:
     """``ctxscope agent context SESSION``: the stored session measured as its next request would be."""
     store = SessionStore(home)
     meta = store.get(session_id)
@@ -76,13 +91,24 @@ def stored_report(home: Path, session_id: str, *, context_window: int | None = N
     window, output = model_limits(model)
     info = ModelInfo(provider, api, model, context_window or window, max_output_tokens or output)
     workspace = meta.workspace if meta.workspace and Path(meta.workspace).is_dir() else None
-    rt = AgentRuntime(OfflineClient(provider, api, model, info.context_window, info.max_output_tokens),
-                      home=home, workspace=workspace)
+    rt = AgentRuntime(
+        OfflineClient(provider, api, model, info.context_window, info.max_output_tokens), home=home, workspace=workspace
+    )
     d = store.dir(session_id)
     view = SessionView(session_id, d, d / "artifacts", rt.workspace, SessionState(loaded.state), info)
     turn = max((t.turn for t in loaded.turns), default=0)
-    assembly = rt.registry.assemble(TurnContext(view, turn, CONTEXT_SOURCE, "/context"),
-                                    base_system_prompt=rt.system_prompt(), disabled=meta.disabled_extensions)
-    return build_report(session_id=session_id, info=info, base_system=rt.system_prompt(),
-                        system=assembly.system_prompt, tools=assembly.specs(), messages=loaded.messages,
-                        state=loaded.state, epoch=loaded.epoch)
+    assembly = rt.registry.assemble(
+        TurnContext(view, turn, CONTEXT_SOURCE, "/context"),
+        base_system_prompt=rt.system_prompt(),
+        disabled=meta.disabled_extensions,
+    )
+    return build_report(
+        session_id=session_id,
+        info=info,
+        base_system=rt.system_prompt(),
+        system=assembly.system_prompt,
+        tools=assembly.specs(),
+        messages=loaded.messages,
+        state=loaded.state,
+        epoch=loaded.epoch,
+    )

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from .session import AgentSession
 
 
-
 class NotAvailable(RuntimeError):
     """A capability that is not built (yet)."""
 

@@ -41,11 +41,20 @@ def default_home() -> Path:
 
 
 class AgentRuntime:
-    def __init__(self, client: ModelClient, *, home: Path | str | None = None, workspace: Path | str | None = None,
-                 extensions: Iterable[Extension] | None = None, host_builtins: Iterable[Extension] | None = None,
-                 host_reminders: Iterable[Callable[[TurnContext], str | None]] = (),
-                 config: LoopConfig | None = None, system_prompt: str | None = None,
-                 listener: act.Listener | None = None, overflow_handler: OverflowHandler | None = None) -> None:
+    def __init__(
+        self,
+        client: ModelClient,
+        *,
+        home: Path | str | None = None,
+        workspace: Path | str | None = None,
+        extensions: Iterable[Extension] | None = None,
+        host_builtins: Iterable[Extension] | None = None,
+        host_reminders: Iterable[Callable[[TurnContext], str | None]] = (),
+        config: LoopConfig | None = None,
+        system_prompt: str | None = None,
+        listener: act.Listener | None = None,
+        overflow_handler: OverflowHandler | None = None,
+    ) -> None:
         self.client = client
         self.home = Path(home).expanduser() if home is not None else default_home()
         self.store = SessionStore(self.home)
@@ -68,8 +77,9 @@ class AgentRuntime:
 
     def model_info(self) -> ModelInfo:
         c = self.client
-        return ModelInfo(c.provider, c.api, c.model, c.context_window,
-                         self.config.max_output_tokens or c.max_output_tokens)
+        return ModelInfo(
+            c.provider, c.api, c.model, c.context_window, self.config.max_output_tokens or c.max_output_tokens
+        )
 
     def emit(self, event: act.Activity) -> None:
         for listener in self.listeners:
@@ -80,8 +90,13 @@ class AgentRuntime:
 
     # --- sessions ---------------------------------------------------------------------------------
     def create_session(self, title: str = "") -> AgentSession:
-        meta = self.store.create(workspace=str(self.workspace), provider=self.client.provider,
-                                 model=self.client.model, title=title, api=self.client.api)
+        meta = self.store.create(
+            workspace=str(self.workspace),
+            provider=self.client.provider,
+            model=self.client.model,
+            title=title,
+            api=self.client.api,
+        )
         return self.open_session(meta.id)
 
     def open_session(self, session_id: str) -> AgentSession:

@@ -149,17 +149,25 @@ class AgentSession:
     async def run_command(self, command: MaintenanceCommand, argument: str | None) -> object:
         """Run a maintenance command (``/compact``) on the idle session, with a turn's prompt and tools assembled."""
         rt, view, turn = self.runtime, self.view, self.turn
-        assembly = rt.registry.assemble(TurnContext(view, turn, COMPACT_SOURCE, "/compact"),
-                                        base_system_prompt=rt.system_prompt(), disabled=self.disabled)
+        assembly = rt.registry.assemble(
+            TurnContext(view, turn, COMPACT_SOURCE, "/compact"),
+            base_system_prompt=rt.system_prompt(),
+            disabled=self.disabled,
+        )
 
-        async def history_changed(kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int,
-                                  reason: str | None) -> None:
+        async def history_changed(
+            kind: Literal["append", "replace"], messages: tuple[Message, ...], epoch: int, reason: str | None
+        ) -> None:
             # no turn is running, so the history has no observer wired: the command tells the extensions
-            await observe(assembly.handlers_for(Event.ON_HISTORY_CHANGED),
-                          HistoryChanged(view, turn, kind, messages, epoch, reason), self.errors)
+            await observe(
+                assembly.handlers_for(Event.ON_HISTORY_CHANGED),
+                HistoryChanged(view, turn, kind, messages, epoch, reason),
+                self.errors,
+            )
 
-        ctx = MaintenanceContext(view, turn, assembly.system_prompt, assembly.specs(), self.history,
-                                 lambda: self.busy, history_changed)
+        ctx = MaintenanceContext(
+            view, turn, assembly.system_prompt, assembly.specs(), self.history, lambda: self.busy, history_changed
+        )
         return await command(ctx, argument)
 
     # --- the worker -------------------------------------------------------------------------------
@@ -196,9 +204,20 @@ class AgentSession:
             result = act.TurnResult(self.id, turn, act.FAILED, str(e), error_kind="assembly")
             rt.emit(act.TurnFinished(result))
             return result
-        runner = TurnRunner(session=view, client=rt.client, assembly=assembly, history=self.history, turn=turn,
-                            source=source, config=rt.config, steering=self.steering, errors=self.errors,
-                            emit=rt.emit, host_reminders=host_reminders, on_overflow=rt.overflow_handler)
+        runner = TurnRunner(
+            session=view,
+            client=rt.client,
+            assembly=assembly,
+            history=self.history,
+            turn=turn,
+            source=source,
+            config=rt.config,
+            steering=self.steering,
+            errors=self.errors,
+            emit=rt.emit,
+            host_reminders=host_reminders,
+            on_overflow=rt.overflow_handler,
+        )
         self._current = asyncio.create_task(runner.run(text), name=f"ctxscope-turn-{self.id}-{turn}")
         try:
             result = await self._current
@@ -216,10 +235,15 @@ class AgentSession:
         if result.outcome != act.CANCELLED:  # a user's late steer is not lost; extension steers end with their turn
             for text, meta in late:
                 if "source" in meta:
-                    self._queue.insert(0, QueuedInput(f"in_{next(_ids)}", text, meta["source"],
-                                                      asyncio.get_running_loop().create_future()))
+                    self._queue.insert(
+                        0,
+                        QueuedInput(
+                            f"in_{next(_ids)}", text, meta["source"], asyncio.get_running_loop().create_future()
+                        ),
+                    )
         # the session's model is the one it talks to now (a resumed session may have switched)
-        self.runtime.store.touch(self.id, turns=turn, provider=rt.client.provider, api=rt.client.api,
-                                 model=rt.client.model)
+        self.runtime.store.touch(
+            self.id, turns=turn, provider=rt.client.provider, api=rt.client.api, model=rt.client.model
+        )
         rt.emit(act.TurnFinished(result))
         return result

@@ -96,9 +96,12 @@ def cache_policy(body: dict[str, Any]) -> dict[str, Any]:
 def call_envelope(call: PreparedCall) -> dict[str, Any]:
     """Everything of a prepared call except its conversation messages."""
     body = call.body_json()
-    params = {k: v for k, v in body.items()
-              if k not in (*_MESSAGE_KEYS, "system", "instructions", "tools", *_THINKING_KEYS, *_OUTPUT_KEYS)
-              and not k.startswith("prompt_cache")}
+    params = {
+        k: v
+        for k, v in body.items()
+        if k not in (*_MESSAGE_KEYS, "system", "instructions", "tools", *_THINKING_KEYS, *_OUTPUT_KEYS)
+        and not k.startswith("prompt_cache")
+    }
     return {
         "provider": call.provider,
         "api": call.api,
@@ -182,8 +185,15 @@ class LlmCallReportStore:
             sha = hashlib.sha256(canonical(envelope)).hexdigest()
             if self._known_sha(path) == sha:
                 return False
-            doc = {"version": VERSION, "sha256": sha, "session": session_id, "turn": turn, "step": step,
-                   "written_at": time.time(), "envelope": envelope}
+            doc = {
+                "version": VERSION,
+                "sha256": sha,
+                "session": session_id,
+                "turn": turn,
+                "step": step,
+                "written_at": time.time(),
+                "envelope": envelope,
+            }
             _atomic_write(path, json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode())
         except Exception as e:
             self._fail(session_id, path, f"{type(e).__name__}: {e}")

@@ -75,9 +75,15 @@ def sub_sessions(store: SessionStore, session_id: str) -> list[tuple[str, str]]:
 
 def _members(root: Path, prefix: str, c: Collection) -> Iterator[tuple[str, Path]]:
     """(archive name, path) of every regular file under ``root``; links and odd files are recorded as skipped."""
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: c.unreadable.append(
-            {"path": f"{prefix}/{Path(e.filename).relative_to(root)}" if e.filename else prefix,
-             "error": f"{type(e).__name__}: {e.strerror or e}"})):
+    for dirpath, dirnames, filenames in os.walk(
+        root,
+        onerror=lambda e: c.unreadable.append(
+            {
+                "path": f"{prefix}/{Path(e.filename).relative_to(root)}" if e.filename else prefix,
+                "error": f"{type(e).__name__}: {e.strerror or e}",
+            }
+        ),
+    ):
         here = Path(dirpath)
         for d in list(dirnames):
             if d in SKIP_DIRS or (here / d).is_symlink():

@@ -70,8 +70,17 @@ class SessionStore:
             raise SessionNotFound(session_id)
         return self.root / session_id
 
-    def create(self, *, workspace: str = "", provider: str = "", model: str = "", title: str = "",
-               session_id: str | None = None, api: str = "", parent_session: str = "") -> SessionMeta:
+    def create(
+        self,
+        *,
+        workspace: str = "",
+        provider: str = "",
+        model: str = "",
+        title: str = "",
+        session_id: str | None = None,
+        api: str = "",
+        parent_session: str = "",
+    ) -> SessionMeta:
         sid = session_id or new_session_id()
         d = self.dir(sid)
         (d / "artifacts").mkdir(parents=True, exist_ok=False)

@@ -88,8 +88,15 @@ def _read(call: ToolCall, result: ToolResult, workspace: Path) -> list[Found]:
         lines = (numbers[0], numbers[-1]) if numbers else None
     body = "\n".join(text)
     shown = display_path(path, workspace)
-    ref = SourceReference(FILE, file_locator(shown, lines), clean_title(Path(shown).name or shown), sha256_text(body),
-                          tool=call.name, path=shown, lines=lines)
+    ref = SourceReference(
+        FILE,
+        file_locator(shown, lines),
+        clean_title(Path(shown).name or shown),
+        sha256_text(body),
+        tool=call.name,
+        path=shown,
+        lines=lines,
+    )
     return [Found(ref, body[:MAX_TEXT_CHARS], marker=False)]
 
 
@@ -105,8 +112,15 @@ def _grep(call: ToolCall, result: ToolResult, workspace: Path) -> list[Found]:
         numbers = [n for n, _ in rows]
         shown = display_path(path, workspace)
         lines = (min(numbers), max(numbers))
-        ref = SourceReference(FILE, file_locator(shown, lines), clean_title(Path(shown).name or shown),
-                              sha256_text(body), tool=call.name, path=shown, lines=lines)
+        ref = SourceReference(
+            FILE,
+            file_locator(shown, lines),
+            clean_title(Path(shown).name or shown),
+            sha256_text(body),
+            tool=call.name,
+            path=shown,
+            lines=lines,
+        )
         out.append(Found(ref, body[:MAX_TEXT_CHARS], marker=False))
     return out
 
@@ -129,14 +143,31 @@ def _page_title(content: str, details: Mapping[str, Any], fallback: str) -> str:
 
 def _web(call: ToolCall, result: ToolResult, workspace: Path) -> list[Found]:
     details = result.details or {}
-    url = next((u for u in (details.get("final_url"), details.get("url"), call.arguments.get("url"),
-                            call.arguments.get("uri")) if _is_http(u)), None)
+    url = next(
+        (
+            u
+            for u in (
+                details.get("final_url"),
+                details.get("url"),
+                call.arguments.get("url"),
+                call.arguments.get("uri"),
+            )
+            if _is_http(u)
+        ),
+        None,
+    )
     if url is None or not result.content.strip():
         return []
     url = url.strip()
     parts = urlsplit(url)
-    ref = SourceReference(WEB, url, _page_title(result.content, details, parts.netloc + parts.path),
-                          sha256_text(result.content), tool=call.name, url=url)
+    ref = SourceReference(
+        WEB,
+        url,
+        _page_title(result.content, details, parts.netloc + parts.path),
+        sha256_text(result.content),
+        tool=call.name,
+        url=url,
+    )
     return [Found(ref, result.content[:MAX_TEXT_CHARS], marker=True)]
 
 
@@ -180,12 +211,24 @@ def _mcp(call: ToolCall, result: ToolResult, workspace: Path) -> list[Found]:
             pass
     if resource is None:
         args = call.arguments
-        resource = next((args[k].strip() for k in ("uri", "url", "path", "file_path", "resource")
-                         if isinstance(args.get(k), str) and args[k].strip()), None)
+        resource = next(
+            (
+                args[k].strip()
+                for k in ("uri", "url", "path", "file_path", "resource")
+                if isinstance(args.get(k), str) and args[k].strip()
+            ),
+            None,
+        )
     url = resource if _is_http(resource) else None
     locator = resource or f"mcp://{server}/{tool}"
-    ref = SourceReference(MCP, clean_title(locator, 500), clean_title(title or f"{server}/{tool}"),
-                          sha256_text(result.content), tool=call.name, url=url)
+    ref = SourceReference(
+        MCP,
+        clean_title(locator, 500),
+        clean_title(title or f"{server}/{tool}"),
+        sha256_text(result.content),
+        tool=call.name,
+        url=url,
+    )
     return [Found(ref, result.content[:MAX_TEXT_CHARS], marker=True)]
 
 
@@ -254,7 +297,14 @@ def user_sources(text: str, workspace: Path) -> list[Found]:
         body = data.decode("utf-8", errors="replace")
         count = body.count("\n") + (0 if body.endswith("\n") or not body else 1)
         lines = (1, count) if count else None
-        ref = SourceReference(FILE, file_locator(shown, lines), clean_title(path.name), sha256_text(body),
-                              origin="user", path=shown, lines=lines)
+        ref = SourceReference(
+            FILE,
+            file_locator(shown, lines),
+            clean_title(path.name),
+            sha256_text(body),
+            origin="user",
+            path=shown,
+            lines=lines,
+        )
         out.append(Found(ref, body[:MAX_TEXT_CHARS], marker=False))
     return out

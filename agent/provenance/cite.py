@@ -34,7 +34,8 @@ _DIGITS = re.compile(r"\d+")
 _FILE = re.compile(
     r"\[\s*`?(?P<path>[^\[\]`\s:#,()]+)`?\s*"
     r"(?:(?::|#)\s*L?(?P<a>\d+)(?:\s*[-–—]\s*L?(?P<b>\d+))?"
-    r"|,?\s*\(?\s*lines?\s+(?P<c>\d+)(?:\s*[-–—]\s*(?P<d>\d+))?\s*\)?)?\s*\](?!\()")
+    r"|,?\s*\(?\s*lines?\s+(?P<c>\d+)(?:\s*[-–—]\s*(?P<d>\d+))?\s*\)?)?\s*\](?!\()"
+)
 _CANONICAL_ID = re.compile(r"\[(S\d{1,5})\]")
 
 
@@ -85,7 +86,7 @@ def rewrite(text: str, catalog: SourceCatalog) -> tuple[str, list[str], int]:
     r = _Rewriter(catalog)
     out, last = [], 0
     for m in _CODE.finditer(text):
-        out += [r.prose(text[last:m.start()]), m.group(0)]
+        out += [r.prose(text[last : m.start()]), m.group(0)]
         last = m.end()
     out.append(r.prose(text[last:]))
     return "".join(out), r.unknown, r.rewritten

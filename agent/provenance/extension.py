@@ -63,8 +63,8 @@ SYSTEM_PROMPT = (
     "Sources: file reads and searches, fetched pages and MCP results are sources. When your final answer "
     "relies on one, cite it right where you use it: a file as [path:first-last] (for example "
     "[src/app.py:10-24]), a result that ends with a ctxscope-source block by its id (for example [S3]). "
-    "Blocks named not-a-ctxscope-source are part of a tool's own output, not sources.")
-
+    "Blocks named not-a-ctxscope-source are part of a tool's own output, not sources."
+)
 
 
 def follow_up(hits: list[QuoteHit], catalog: SourceCatalog) -> str:
@@ -76,9 +76,11 @@ def follow_up(hits: list[QuoteHit], catalog: SourceCatalog) -> str:
             continue
         cite = f"[{clean_title(ref.locator, 200)}]" if ref.kind == FILE else f"[{ref.id}]"
         named.append(f"{clean_title(ref.locator, 200)} (cite as {cite})")
-    return ("Your answer repeats text word for word from " + "; ".join(named) + ", but it does not say where that "
-            "text came from. Give the same answer again and cite each source right where you use it: "
-            "[S<n>] for a result with a ctxscope-source block, [path:first-last] for a file.")
+    return (
+        "Your answer repeats text word for word from " + "; ".join(named) + ", but it does not say where that "
+        "text came from. Give the same answer again and cite each source right where you use it: "
+        "[S<n>] for a result with a ctxscope-source block, [path:first-last] for a file."
+    )
 
 
 @dataclass
@@ -131,8 +133,12 @@ class SourceProvenance:
             c.effects.declare_all(st.pending)
             st.pending = []
             if len(st.catalog) != st.announced:
-                c.effects.declare(MarkerKind.SOURCES_AVAILABLE, count=len(st.catalog),
-                                  new=len(st.catalog) - st.announced, kinds="+".join(st.catalog.kinds()))
+                c.effects.declare(
+                    MarkerKind.SOURCES_AVAILABLE,
+                    count=len(st.catalog),
+                    new=len(st.catalog) - st.announced,
+                    kinds="+".join(st.catalog.kinds()),
+                )
                 st.announced = len(st.catalog)
         except Exception:
             log.warning("source provenance: before_llm_call failed; the request goes on", exc_info=True)
@@ -223,13 +229,26 @@ class SourceProvenance:
         if hits and not cites.cited and st.retried_turn != c.turn:
             st.retried_turn = c.turn
             c.effects.declare(MarkerKind.CITATIONS, count=0, missing=len(missing), turn=c.turn)
-            c.effects.declare(MarkerKind.SOURCE_CITATION_RETRY, reason=MISSING_SOURCE_CITATION,
-                              source=hits[0].source_id, words=hits[0].words)
+            c.effects.declare(
+                MarkerKind.SOURCE_CITATION_RETRY,
+                reason=MISSING_SOURCE_CITATION,
+                source=hits[0].source_id,
+                words=hits[0].words,
+            )
             return Retry(follow_up(hits, st.catalog), MISSING_SOURCE_CITATION)
         if cites.cited or missing or cites.unknown or cites.rewritten:  # an answer with nothing to say: no marker
-            st.pending.append(Effect(MarkerKind.CITATIONS, {"count": len(cites.cited), "missing": len(missing),
-                                                             "unknown": len(cites.unknown) or None,
-                                                             "rewritten": cites.rewritten or None, "turn": c.turn}))
+            st.pending.append(
+                Effect(
+                    MarkerKind.CITATIONS,
+                    {
+                        "count": len(cites.cited),
+                        "missing": len(missing),
+                        "unknown": len(cites.unknown) or None,
+                        "rewritten": cites.rewritten or None,
+                        "turn": c.turn,
+                    },
+                )
+            )
         return RewriteText(cites.text) if cites.text != message.text else None
 
 

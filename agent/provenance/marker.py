@@ -42,14 +42,18 @@ def render(refs: Iterable[SourceReference], token: str) -> str:
     """Our block wording: id, kind, locator, title, a short hash, and how to cite it."""
     blocks = []
     for ref in refs:
-        blocks.append("\n".join([
-            f'<{TAG} id="{ref.id}" kind="{ref.kind}" mark="{token}">',
-            f"locator: {clean_title(ref.locator, 500)}",
-            f"title: {ref.title}",
-            f"sha256: {ref.sha256[:16]}",
-            f"If your answer uses this result, cite it as [{ref.id}].",
-            f"</{TAG}>",
-        ]))
+        blocks.append(
+            "\n".join(
+                [
+                    f'<{TAG} id="{ref.id}" kind="{ref.kind}" mark="{token}">',
+                    f"locator: {clean_title(ref.locator, 500)}",
+                    f"title: {ref.title}",
+                    f"sha256: {ref.sha256[:16]}",
+                    f"If your answer uses this result, cite it as [{ref.id}].",
+                    f"</{TAG}>",
+                ]
+            )
+        )
     return "\n\n" + "\n".join(blocks)
 
 
@@ -94,7 +98,7 @@ def split_host_marker(result: ToolResult, registry: MarkerRegistry = HOST_MARKER
     marker = registry.owned(result)
     if marker is None:
         return result.content, ""
-    return result.content[:len(result.content) - len(marker.text)], marker.text
+    return result.content[: len(result.content) - len(marker.text)], marker.text
 
 
 def defang(content: str) -> tuple[str, int]:

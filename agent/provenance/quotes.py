@@ -160,8 +160,8 @@ class QuoteIndex:
 
 def _confirm(a: str, ai: int, t: str, ti: int) -> tuple[int, int] | None:
     """The whole-word run of ``a`` around ``ai`` that equals ``t`` around ``ti``, if long enough."""
-    right = _common_prefix(a[ai:], t[ti:ti + len(a) - ai])
-    left = _common_prefix(a[:ai][::-1], t[max(0, ti - ai):ti][::-1])
+    right = _common_prefix(a[ai:], t[ti : ti + len(a) - ai])
+    left = _common_prefix(a[:ai][::-1], t[max(0, ti - ai) : ti][::-1])
     lo, hi, tlo, thi = ai - left, ai + right, ti - left, ti + right
     # trim to whole words on both sides (a run may stop inside a word of either text)
     while lo < hi and ((lo > 0 and a[lo - 1] != " ") or (tlo > 0 and t[tlo - 1] != " ")):

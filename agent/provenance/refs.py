@@ -28,7 +28,7 @@ def sha256_text(text: str) -> str:
 def clean_title(text: str, limit: int = TITLE_MAX) -> str:
     """One line, no angle brackets or quotes (titles come from untrusted output and end up inside a marker)."""
     one = " ".join(str(text).replace("<", " ").replace(">", " ").replace('"', "'").split())
-    return one if len(one) <= limit else one[:limit - 1] + "…"
+    return one if len(one) <= limit else one[: limit - 1] + "…"
 
 
 def norm_path(path: str) -> str:
@@ -64,8 +64,14 @@ class SourceReference:
         return self.kind, self.locator, self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "kind": self.kind, "locator": self.locator, "title": self.title,
-                             "sha256": self.sha256, "origin": self.origin}
+        d: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "locator": self.locator,
+            "title": self.title,
+            "sha256": self.sha256,
+            "origin": self.origin,
+        }
         if self.tool:
             d["tool"] = self.tool
         if self.path is not None:
@@ -85,8 +91,18 @@ class SourceReference:
             kind, locator, sha = str(d["kind"]), str(d["locator"]), str(d["sha256"])
             lines = d.get("lines")
             span = (int(lines[0]), int(lines[1])) if isinstance(lines, (list, tuple)) and len(lines) == 2 else None
-            return cls(kind, locator, str(d.get("title", "")), sha, str(d.get("id", "")), str(d.get("origin", "tool")),
-                       str(d.get("tool", "")), d.get("path"), span, d.get("url"))
+            return cls(
+                kind,
+                locator,
+                str(d.get("title", "")),
+                sha,
+                str(d.get("id", "")),
+                str(d.get("origin", "tool")),
+                str(d.get("tool", "")),
+                d.get("path"),
+                span,
+                d.get("url"),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -51,8 +51,11 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         elif isinstance(b, ToolCall):
             out.append({"type": "tool_use", "id": _BAD_ID.sub("_", b.id), "name": b.name, "input": b.arguments})
         elif isinstance(b, ToolResult):
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _BAD_ID.sub("_", b.tool_call_id),
-                                     "content": b.content or "(no output)"}
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": _BAD_ID.sub("_", b.tool_call_id),
+                "content": b.content or "(no output)",
+            }
             if b.is_error:
                 block["is_error"] = True
             out.append(block)
@@ -78,8 +81,9 @@ def build_body(request: ModelRequest, model: str, *, thinking_budget: int | None
     if request.system:
         body["system"] = [{"type": "text", "text": request.system, "cache_control": dict(EPHEMERAL)}]
     if request.tools:
-        tools = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-                 for t in request.tools]
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in request.tools
+        ]
         tools[-1]["cache_control"] = dict(EPHEMERAL)
         body["tools"] = tools
     messages = wire_messages(request.messages)
@@ -165,10 +169,21 @@ class AnthropicStreamParser:
         u = self._usage
         cache_read = int(u.get("cache_read_input_tokens") or 0)
         cache_write = int(u.get("cache_creation_input_tokens") or 0)
-        usage = Usage(int(u.get("input_tokens") or 0) + cache_read + cache_write, int(u.get("output_tokens") or 0),
-                      cache_read, cache_write, dict(u))
-        return ModelResponse(Message("assistant", tuple(content)), _STOPS.get(self._stop or "", self._stop or STOP),
-                             usage, self._stop, self._id, self._model)
+        usage = Usage(
+            int(u.get("input_tokens") or 0) + cache_read + cache_write,
+            int(u.get("output_tokens") or 0),
+            cache_read,
+            cache_write,
+            dict(u),
+        )
+        return ModelResponse(
+            Message("assistant", tuple(content)),
+            _STOPS.get(self._stop or "", self._stop or STOP),
+            usage,
+            self._stop,
+            self._id,
+            self._model,
+        )
 
 
 def _tool_call(b: dict[str, Any]) -> ToolCall:

@@ -21,10 +21,17 @@ from .openai_responses import OpenAIResponsesClient
 PROVIDERS = ("anthropic", "openai", "openai-responses", "sim")
 APIS = ("anthropic", "openai-chat", "openai-responses")
 DEFAULT_PROXY = "http://127.0.0.1:8787"
-DIRECT_URLS = {"anthropic": "https://api.anthropic.com", "openai-chat": "https://api.openai.com/v1",
-               "openai-responses": "https://api.openai.com/v1"}
-DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1", "openai-responses": "gpt-4.1",
-                  "sim": "sim-model"}
+DIRECT_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "openai-chat": "https://api.openai.com/v1",
+    "openai-responses": "https://api.openai.com/v1",
+}
+DEFAULT_MODELS = {
+    "anthropic": "claude-sonnet-4-5",
+    "openai": "gpt-4.1",
+    "openai-responses": "gpt-4.1",
+    "sim": "sim-model",
+}
 # (model name prefix, context window, output limit); first match wins.
 MODEL_LIMITS = (
     ("claude", 200_000, 32_000),
@@ -73,10 +80,19 @@ def proxy_base_url(proxy: str, provider: str, api: str) -> str:
     return f"{proxy}/anthropic" if api == "anthropic" else f"{proxy}/openai/v1"
 
 
-def resolve(provider: str, *, api: str | None = None, model: str | None = None, base_url: str | None = None,
-            direct: bool = False, proxy: str | None = None, context_window: int | None = None,
-            max_output_tokens: int | None = None, thinking_budget: int | None = None,
-            env: Mapping[str, str] = os.environ) -> ProviderSettings:
+def resolve(
+    provider: str,
+    *,
+    api: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+    direct: bool = False,
+    proxy: str | None = None,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    thinking_budget: int | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> ProviderSettings:
     if provider not in PROVIDERS:
         raise ProviderConfigError(f"unknown provider {provider!r} (choose from {', '.join(PROVIDERS)})")
     api = api or default_api(provider)
@@ -93,15 +109,30 @@ def resolve(provider: str, *, api: str | None = None, model: str | None = None, 
     if not key:
         raise ProviderConfigError(f"set {KEY_ENV[api]} to use provider {provider!r}")
     window, output = model_limits(model)
-    return ProviderSettings(provider, api, model, url, context_window or window, max_output_tokens or output, key,
-                            thinking_budget, not direct and base_url is None)
+    return ProviderSettings(
+        provider,
+        api,
+        model,
+        url,
+        context_window or window,
+        max_output_tokens or output,
+        key,
+        thinking_budget,
+        not direct and base_url is None,
+    )
 
 
 def make_client(settings: ProviderSettings, **kwargs: Any) -> ModelClient:
     """The HTTP client for these settings (kwargs: retry, http, extra_headers, read_timeout)."""
-    common = dict(base_url=settings.base_url, model=settings.model, api_key=settings.api_key,
-                  provider=settings.provider, context_window=settings.context_window,
-                  max_output_tokens=settings.max_output_tokens, **kwargs)
+    common = dict(
+        base_url=settings.base_url,
+        model=settings.model,
+        api_key=settings.api_key,
+        provider=settings.provider,
+        context_window=settings.context_window,
+        max_output_tokens=settings.max_output_tokens,
+        **kwargs,
+    )
     if settings.api == "anthropic":
         return AnthropicClient(thinking_budget=settings.thinking_budget, **common)
     if settings.api == "openai-responses":

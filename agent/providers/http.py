@@ -53,10 +53,20 @@ class HttpModelClient:
     api = ""
     path = ""
 
-    def __init__(self, *, base_url: str, model: str, api_key: str | None = None, provider: str | None = None,
-                 context_window: int = 128_000, max_output_tokens: int = 16_000,
-                 extra_headers: Mapping[str, str] | None = None, retry: RetryPolicy | None = None,
-                 http: aiohttp.ClientSession | None = None, read_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        provider: str | None = None,
+        context_window: int = 128_000,
+        max_output_tokens: int = 16_000,
+        extra_headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        http: aiohttp.ClientSession | None = None,
+        read_timeout: float = 300.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key
@@ -84,10 +94,21 @@ class HttpModelClient:
 
     # --- ModelClient ----------------------------------------------------------------------------
     def prepare(self, request: ModelRequest) -> PreparedCall:
-        headers = {"content-type": "application/json", "accept": "text/event-stream", **self.extra_headers,
-                   **dict(request.headers)}
-        return PreparedCall(request=request, provider=self.provider, api=self.api, model=self.model,
-                            url=self.base_url + self.path, body=dumps(self.build_body(request)), headers=headers)
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **self.extra_headers,
+            **dict(request.headers),
+        }
+        return PreparedCall(
+            request=request,
+            provider=self.provider,
+            api=self.api,
+            model=self.model,
+            url=self.base_url + self.path,
+            body=dumps(self.build_body(request)),
+            headers=headers,
+        )
 
     async def send(self, call: PreparedCall, on_delta: DeltaSink | None = None) -> ModelResponse:
         emit = on_delta or (lambda _d: None)
@@ -131,8 +152,11 @@ class HttpModelClient:
                         payload = raw.decode("utf-8", "replace")
                     raise error_from_json(resp.status, payload, retry_after=retry_after)
                 if "text/event-stream" not in resp.headers.get("content-type", ""):
-                    raise ProviderError(f"expected an event stream, got {resp.headers.get('content-type')!r}",
-                                        status=resp.status, kind="not_a_stream")
+                    raise ProviderError(
+                        f"expected an event stream, got {resp.headers.get('content-type')!r}",
+                        status=resp.status,
+                        kind="not_a_stream",
+                    )
                 parser, decoder = self.new_parser(), SSEDecoder()
                 async for chunk in resp.content.iter_any():
                     for ev in decoder.feed(chunk):
@@ -141,5 +165,4 @@ class HttpModelClient:
                     parser.feed(ev, emit)
                 return parser.finish()
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise ProviderError(f"connection failed: {type(e).__name__}: {e}", kind="connection",
-                                retryable=True) from e
+            raise ProviderError(f"connection failed: {type(e).__name__}: {e}", kind="connection", retryable=True) from e

@@ -47,8 +47,10 @@ def wire_messages(system: str, messages: tuple[Message, ...] | list[Message]) ->
                 continue
             msg: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
-                msg["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.name, "arguments": arguments_text(c)}} for c in calls]
+                msg["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments_text(c)}}
+                    for c in calls
+                ]
             out.append(msg)
         else:
             for r in m.tool_results:
@@ -59,8 +61,13 @@ def wire_messages(system: str, messages: tuple[Message, ...] | list[Message]) ->
 def build_body(request: ModelRequest, model: str, *, max_tokens_field: str = "max_completion_tokens") -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": wire_messages(request.system, request.messages)}
     if request.tools:
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                           "parameters": dict(t.parameters)}} for t in request.tools]
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+            }
+            for t in request.tools
+        ]
     body[max_tokens_field] = request.max_output_tokens
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
@@ -135,9 +142,13 @@ class ChatStreamParser:
         if self._usage:
             u = self._usage
             details = u.get("prompt_tokens_details") or {}
-            usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-                          int(details.get("cached_tokens") or 0),
-                          int(u.get("cache_write_tokens") or details.get("cache_write_tokens") or 0), dict(u))
+            usage = Usage(
+                int(u.get("prompt_tokens") or 0),
+                int(u.get("completion_tokens") or 0),
+                int(details.get("cached_tokens") or 0),
+                int(u.get("cache_write_tokens") or details.get("cache_write_tokens") or 0),
+                dict(u),
+            )
         stop = _STOPS.get(self._finish or "", self._finish or STOP)
         if any(isinstance(b, ToolCall) for b in content) and stop == STOP:
             stop = TOOL_USE

@@ -42,8 +42,9 @@ def wire_input(messages: tuple[Message, ...] | list[Message]) -> list[dict[str, 
                 items.append({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": arguments_text(c)})
         else:
             for r in m.tool_results:
-                items.append({"type": "function_call_output", "call_id": r.tool_call_id,
-                              "output": r.content or "(no output)"})
+                items.append(
+                    {"type": "function_call_output", "call_id": r.tool_call_id, "output": r.content or "(no output)"}
+                )
     return items
 
 
@@ -53,8 +54,16 @@ def build_body(request: ModelRequest, model: str) -> dict[str, Any]:
         body["instructions"] = request.system
     body["input"] = wire_input(request.messages)
     if request.tools:
-        body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
-                          "parameters": dict(t.parameters), "strict": False} for t in request.tools]
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+                "strict": False,
+            }
+            for t in request.tools
+        ]
     body["max_output_tokens"] = request.max_output_tokens
     body["store"] = False
     body["stream"] = True
@@ -116,10 +125,16 @@ class ResponsesStreamParser:
         if resp.get("usage"):
             u = resp["usage"]
             details = u.get("input_tokens_details") or {}
-            usage = Usage(int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0),
-                          int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0), dict(u))
-        return ModelResponse(Message("assistant", tuple(content)), stop, usage, reason or self._status,
-                             resp.get("id"), resp.get("model"))
+            usage = Usage(
+                int(u.get("input_tokens") or 0),
+                int(u.get("output_tokens") or 0),
+                int(details.get("cached_tokens") or 0),
+                int(details.get("cache_write_tokens") or 0),
+                dict(u),
+            )
+        return ModelResponse(
+            Message("assistant", tuple(content)), stop, usage, reason or self._status, resp.get("id"), resp.get("model")
+        )
 
     def _blocks(self, idx: int, item: dict[str, Any]) -> list[Block]:
         t = item.get("type")
@@ -132,8 +147,11 @@ class ResponsesStreamParser:
             text = summary or self._reasoning.get(idx, "")
             return [ThinkingBlock(text, source=API)] if text else []
         if t == "message" or idx in self._text:
-            parts = [p.get("text", "") for p in item.get("content") or []
-                     if isinstance(p, dict) and p.get("type") == "output_text"]
+            parts = [
+                p.get("text", "")
+                for p in item.get("content") or []
+                if isinstance(p, dict) and p.get("type") == "output_text"
+            ]
             text = "".join(parts) if parts else self._text.get(idx, "")
             return [TextBlock(text)] if text else []
         return []

@@ -16,8 +16,17 @@ from email.utils import parsedate_to_datetime
 from ..core.model import ContextOverflowError, ProviderError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "server_error",
-                             "rate_limit_exceeded", "internal_error", "timeout_error"})
+RETRYABLE_TYPES = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "server_error",
+        "rate_limit_exceeded",
+        "internal_error",
+        "timeout_error",
+    }
+)
 _OVERFLOW = re.compile(
     r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length|context window|"
     r"input is too long|too many (input )?tokens|exceeds? the (model'?s? )?(context|maximum)|request_too_large",

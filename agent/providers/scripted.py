@@ -34,8 +34,15 @@ class ScriptedModel:
     provider = "scripted"
     api = "scripted"
 
-    def __init__(self, script: Iterable[ScriptItem] = (), *, model: str = "scripted-model",
-                 context_window: int = 128_000, max_output_tokens: int = 4096, default: str = "done") -> None:
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        model: str = "scripted-model",
+        context_window: int = 128_000,
+        max_output_tokens: int = 4096,
+        default: str = "done",
+    ) -> None:
         self.script: deque[ScriptItem] = deque(script)
         self.model = model
         self.context_window = context_window
@@ -48,10 +55,15 @@ class ScriptedModel:
         self.script.extend(items)
 
     def prepare(self, request: ModelRequest) -> PreparedCall:
-        body = {"model": self.model, "system": request.system, "tools": [t.name for t in request.tools],
-                "messages": [message_to_dict(m) for m in request.messages]}
-        return PreparedCall(request, self.provider, self.api, self.model, "scripted://", dumps(body),
-                            dict(request.headers))
+        body = {
+            "model": self.model,
+            "system": request.system,
+            "tools": [t.name for t in request.tools],
+            "messages": [message_to_dict(m) for m in request.messages],
+        }
+        return PreparedCall(
+            request, self.provider, self.api, self.model, "scripted://", dumps(body), dict(request.headers)
+        )
 
     async def send(self, call: PreparedCall, on_delta: DeltaSink | None = None) -> ModelResponse:
         self.requests.append(call.request)

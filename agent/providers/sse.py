@@ -58,7 +58,7 @@ class SSEDecoder:
                 break
             if m.group() == "\r" and m.end() == len(buf) and not final:
                 break  # maybe the first half of a CRLF split across chunks
-            self._line(buf[pos:m.start()], out)
+            self._line(buf[pos : m.start()], out)
             pos = m.end()
         self._buf = buf[pos:]
         return out

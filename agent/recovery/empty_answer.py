@@ -19,8 +19,10 @@ from ..core.spi import Extension, ExtensionAPI
 
 RECOVERY_ID = "terminal-response-recovery"
 TERMINAL_EMPTY = "terminal_empty"
-FOLLOW_UP = ("Your tools all finished, but your reply was empty. Write a short final answer for the user that "
-             "sums up what was done and what came out of it.")
+FOLLOW_UP = (
+    "Your tools all finished, but your reply was empty. Write a short final answer for the user that "
+    "sums up what was done and what came out of it."
+)
 
 
 @dataclass

@@ -43,9 +43,11 @@ BACKGROUND_CADENCE_ITERATIONS = 15
 def read_counters(state: SessionState) -> dict[str, int]:
     """``since_todowrite``, ``since_todo_reminder``, ``since_background_reminder`` (assistant iterations)."""
     todo, bg = state.get(TODO_CADENCE_KEY) or {}, state.get(BACKGROUND_CADENCE_KEY) or {}
-    return {"since_todowrite": int(todo.get("since_todowrite", 0)),
-            "since_todo_reminder": int(todo.get("since_reminder", 0)),
-            "since_background_reminder": int(bg.get("since_reminder", 0))}
+    return {
+        "since_todowrite": int(todo.get("since_todowrite", 0)),
+        "since_todo_reminder": int(todo.get("since_reminder", 0)),
+        "since_background_reminder": int(bg.get("since_reminder", 0)),
+    }
 
 
 def write_counters(state: SessionState, c: dict[str, int]) -> None:
@@ -68,27 +70,35 @@ def todo_cadence_due(counters: dict[str, int], every: int = TODO_CADENCE_ITERATI
 
 def deadline_text(remaining: float) -> str:
     if remaining <= 0:
-        return reminder_block("The time budget for this turn is used up. Do not start anything new: "
-                              "give your final answer now, including what is still unfinished.")
-    return reminder_block(f"Time budget: about {int(remaining)} seconds remain for this turn. Put finishing "
-                          "and reporting first and leave optional work out.")
+        return reminder_block(
+            "The time budget for this turn is used up. Do not start anything new: "
+            "give your final answer now, including what is still unfinished."
+        )
+    return reminder_block(
+        f"Time budget: about {int(remaining)} seconds remain for this turn. Put finishing "
+        "and reporting first and leave optional work out."
+    )
 
 
 def todo_cadence_text(todos: list[dict[str, Any]], iterations: int) -> str:
     left = open_todos(todos)
     lines = [f"{MARKS.get(t['status'], '[ ]')} {t['content']}" for t in left[:20]]
     return reminder_block(
-        f"Your todo list has not changed in the last {iterations} steps; open items:", *lines,
+        f"Your todo list has not changed in the last {iterations} steps; open items:",
+        *lines,
         "If it no longer matches what you are doing, update it with todowrite; if it does, carry on. "
-        "This note comes from the host, not from the user.")
+        "This note comes from the host, not from the user.",
+    )
 
 
 def background_text(tasks: list[dict[str, Any]], iterations: int) -> str:
     lines = [f"- {t.get('id', '?')}: {t.get('description') or t.get('command') or 'task'}" for t in tasks[:20]]
     return reminder_block(
-        f"{len(tasks)} background task(s) are still running (last mentioned {iterations} steps ago):", *lines,
+        f"{len(tasks)} background task(s) are still running (last mentioned {iterations} steps ago):",
+        *lines,
         "Check on them when their result matters for your next step; do not wait on them idly. "
-        "This note comes from the host, not from the user.")
+        "This note comes from the host, not from the user.",
+    )
 
 
 @dataclass
@@ -101,10 +111,15 @@ class _TurnClock:
 class InTurnReminders:
     """Handlers for one runtime; per-session data is keyed by session id."""
 
-    def __init__(self, *, deadline_seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 input_limit: Callable[[ModelInfo], int] | None = None,
-                 todo_every: int = TODO_CADENCE_ITERATIONS,
-                 background_every: int = BACKGROUND_CADENCE_ITERATIONS) -> None:
+    def __init__(
+        self,
+        *,
+        deadline_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        input_limit: Callable[[ModelInfo], int] | None = None,
+        todo_every: int = TODO_CADENCE_ITERATIONS,
+        background_every: int = BACKGROUND_CADENCE_ITERATIONS,
+    ) -> None:
         self.deadline_seconds = deadline_seconds
         self.clock = clock
         self.input_limit = input_limit or (lambda m: provider_input_limit(m.context_window, m.max_output_tokens))
@@ -153,8 +168,9 @@ class InTurnReminders:
             text = todo_cadence_text(todos, counters["since_todowrite"])
             if self._admit(ctx, text, "todo_cadence"):
                 write_counters(state, {**counters, "since_todo_reminder": 0})
-                ctx.effects.declare(MarkerKind.TODO_REMINDER, since_todowrite=counters["since_todowrite"],
-                                    open=len(open_todos(todos)))
+                ctx.effects.declare(
+                    MarkerKind.TODO_REMINDER, since_todowrite=counters["since_todowrite"], open=len(open_todos(todos))
+                )
                 return AppendMessage(user_message(text, kind="todo_reminder", hidden=True, turn=ctx.turn))
         running = [t for t in state.get(BACKGROUND_KEY) or [] if isinstance(t, dict) and t.get("status") == "running"]
         if running and counters["since_background_reminder"] >= self.background_every:

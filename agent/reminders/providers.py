@@ -56,12 +56,14 @@ def todo_completion(d: ReminderData) -> str | None:
     shown = [_todo_line(t) for t in left[:MAX_TODOS_SHOWN]]
     if len(left) > MAX_TODOS_SHOWN:
         shown.append(f"... and {len(left) - MAX_TODOS_SHOWN} more")
-    return "\n".join([
-        f"<todo-status>{len(left)} item(s) on your todo list are not finished:",
-        *shown,
-        "Finish them before you call the work done, or bring the list up to date with todowrite "
-        "(mark finished items completed, cancel items that no longer apply).</todo-status>",
-    ])
+    return "\n".join(
+        [
+            f"<todo-status>{len(left)} item(s) on your todo list are not finished:",
+            *shown,
+            "Finish them before you call the work done, or bring the list up to date with todowrite "
+            "(mark finished items completed, cancel items that no longer apply).</todo-status>",
+        ]
+    )
 
 
 def session_notices(d: ReminderData) -> str | None:
@@ -81,7 +83,7 @@ def session_notices(d: ReminderData) -> str | None:
 def _drop_delivered(state: SessionState, d: ReminderData) -> None:
     """Remove the notices this round delivered; keep any queued while the round was built."""
     current = list(state.get(NOTICES_KEY) or [])
-    state.set(NOTICES_KEY, current[len(d.notices):])
+    state.set(NOTICES_KEY, current[len(d.notices) :])
 
 
 def default_registry() -> ReminderRegistry:

@@ -125,8 +125,13 @@ def join_blocks(parts: Iterable[str]) -> str:
 class SystemReminderService:
     """Builds the round's reminder block for one session at a time (state is per session)."""
 
-    def __init__(self, registry: ReminderRegistry, *, disabled_models: Iterable[str] = (),
-                 today: Callable[[], str] = lambda: date.today().isoformat()) -> None:
+    def __init__(
+        self,
+        registry: ReminderRegistry,
+        *,
+        disabled_models: Iterable[str] = (),
+        today: Callable[[], str] = lambda: date.today().isoformat(),
+    ) -> None:
         self.registry = registry
         self.disabled_models = tuple(disabled_models)
         self._today = today
@@ -135,10 +140,20 @@ class SystemReminderService:
         s = ctx.session
         full = round_no == 1 or bool(book.get("full_context_due"))
         return ReminderData(
-            round=round_no, turn=ctx.turn, source=ctx.source, session_id=s.id, agent_name=AGENT_NAME,
-            workspace=str(s.workspace), provider=s.model.provider, api=s.model.api, model=s.model.model,
-            context_window=s.model.context_window, today=self._today(), full_context=full,
-            todos=tuple(s.state.get("todos") or ()), notices=tuple(s.state.get(NOTICES_KEY) or ()),
+            round=round_no,
+            turn=ctx.turn,
+            source=ctx.source,
+            session_id=s.id,
+            agent_name=AGENT_NAME,
+            workspace=str(s.workspace),
+            provider=s.model.provider,
+            api=s.model.api,
+            model=s.model.model,
+            context_window=s.model.context_window,
+            today=self._today(),
+            full_context=full,
+            todos=tuple(s.state.get("todos") or ()),
+            notices=tuple(s.state.get(NOTICES_KEY) or ()),
             last_spoke=dict(book.get("last_spoke") or {}),
         )
 

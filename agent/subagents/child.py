@@ -93,8 +93,16 @@ def _tools_extension(tools: Sequence[Tool]) -> Extension:
     return Extension("subagent-tools", init, "the tools a sub-agent may use")
 
 
-async def run_child(*, client: ModelClient, parent: SessionView, home: ChildHome, prompt: str,
-                    tools: Sequence[Tool], budget: Budget, builtins: Sequence[Extension] = ()) -> ChildResult:
+async def run_child(
+    *,
+    client: ModelClient,
+    parent: SessionView,
+    home: ChildHome,
+    prompt: str,
+    tools: Sequence[Tool],
+    budget: Budget,
+    builtins: Sequence[Extension] = (),
+) -> ChildResult:
     """Run ``prompt`` as the child's one turn; its final answer (or why it stopped) comes back."""
     state = SessionState(persist=home.history.append_state)
     view = SessionView(home.id, home.dir, home.dir / "artifacts", parent.workspace, state, parent.model)
@@ -102,10 +110,25 @@ async def run_child(*, client: ModelClient, parent: SessionView, home: ChildHome
     system = CHILD_PROMPT.replace("{child}", home.id).replace("{workspace}", str(parent.workspace))
     assembly = registry.assemble(TurnStart(view, 1, SOURCE, prompt), base_system_prompt=system)
     home.history.append_turn_start(1, SOURCE, prompt)
-    runner = TurnRunner(session=view, client=ChildClient(client, parent.id, home.id), assembly=assembly,
-                        history=History([], 0, home.history), turn=1, source=SOURCE,
-                        config=LoopConfig(max_steps=budget.max_steps, max_output_tokens=budget.max_output_tokens),
-                        steering=SteeringQueue(), errors=ErrorLog(), emit=lambda _activity: None)
+    runner = TurnRunner(
+        session=view,
+        client=ChildClient(client, parent.id, home.id),
+        assembly=assembly,
+        history=History([], 0, home.history),
+        turn=1,
+        source=SOURCE,
+        config=LoopConfig(max_steps=budget.max_steps, max_output_tokens=budget.max_output_tokens),
+        steering=SteeringQueue(),
+        errors=ErrorLog(),
+        emit=lambda _activity: None,
+    )
     result = await runner.run(prompt)
-    return ChildResult(home.id, result.outcome, result.text, result.reason, result.steps,
-                       result.usage.input_tokens, result.usage.output_tokens)
+    return ChildResult(
+        home.id,
+        result.outcome,
+        result.text,
+        result.reason,
+        result.steps,
+        result.usage.input_tokens,
+        result.usage.output_tokens,
+    )

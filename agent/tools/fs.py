@@ -24,8 +24,19 @@ GREP_MAX_RESULTS = 100
 GREP_HARD_MAX = 1000
 GREP_MAX_FILE_BYTES = 4 * 1024 * 1024
 GREP_MAX_FILES = 20_000
-SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
-             ".tox", ".ruff_cache"}
+SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".tox",
+    ".ruff_cache",
+}
 
 
 def _display(path: Path, ctx: ToolContext) -> str:
@@ -105,8 +116,10 @@ async def edit(args: dict[str, Any], ctx: ToolContext) -> str:
     if count == 0:
         raise ToolError(f"old_string not found in {_display(path, ctx)}; read the file and copy the exact text")
     if count > 1 and not args.get("replace_all"):
-        raise ToolError(f"old_string occurs {count} times in {_display(path, ctx)}; include more surrounding "
-                        "text to make it unique, or set replace_all")
+        raise ToolError(
+            f"old_string occurs {count} times in {_display(path, ctx)}; include more surrounding "
+            "text to make it unique, or set replace_all"
+        )
     path.write_bytes(text.replace(old, new).encode())
     return f"replaced {count} occurrence{'s' if count > 1 else ''} in {_display(path, ctx)}"
 
@@ -180,22 +193,61 @@ def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required}
 
 
-READ = Tool("read", "Read a text file. Lines come numbered; page through long files with offset (1-based line) "
-            f"and limit (at most {READ_MAX_LINES} lines or {READ_MAX_BYTES // 1024} KiB per call).",
-            _schema({"path": {"type": "string", "description": "File path, relative to the workspace"},
-                     "offset": {"type": "integer", "description": "First line to read (1-based)"},
-                     "limit": {"type": "integer", "description": "Number of lines to read"}}, ["path"]), read)
-WRITE = Tool("write", "Create or overwrite a file with the given content (parent folders are created).",
-             _schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]), write)
-EDIT = Tool("edit", "Replace an exact piece of text in a file. old_string must occur exactly once unless "
-            "replace_all is true; copy it exactly from read output (without the line numbers).",
-            _schema({"path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"},
-                     "replace_all": {"type": "boolean"}}, ["path", "old_string", "new_string"]), edit)
-LS = Tool("ls", "List a directory (folders end with /).",
-          _schema({"path": {"type": "string", "description": "Directory, default the workspace"}}, []), ls)
-GREP = Tool("grep", "Search file contents with a regular expression; prints path:line: text, at most "
-            f"max_results matches (default {GREP_MAX_RESULTS}).",
-            _schema({"pattern": {"type": "string"}, "path": {"type": "string"},
-                     "glob": {"type": "string", "description": "File name filter, e.g. *.py"},
-                     "ignore_case": {"type": "boolean"}, "max_results": {"type": "integer"}}, ["pattern"]), grep)
+READ = Tool(
+    "read",
+    "Read a text file. Lines come numbered; page through long files with offset (1-based line) "
+    f"and limit (at most {READ_MAX_LINES} lines or {READ_MAX_BYTES // 1024} KiB per call).",
+    _schema(
+        {
+            "path": {"type": "string", "description": "File path, relative to the workspace"},
+            "offset": {"type": "integer", "description": "First line to read (1-based)"},
+            "limit": {"type": "integer", "description": "Number of lines to read"},
+        },
+        ["path"],
+    ),
+    read,
+)
+WRITE = Tool(
+    "write",
+    "Create or overwrite a file with the given content (parent folders are created).",
+    _schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
+    write,
+)
+EDIT = Tool(
+    "edit",
+    "Replace an exact piece of text in a file. old_string must occur exactly once unless "
+    "replace_all is true; copy it exactly from read output (without the line numbers).",
+    _schema(
+        {
+            "path": {"type": "string"},
+            "old_string": {"type": "string"},
+            "new_string": {"type": "string"},
+            "replace_all": {"type": "boolean"},
+        },
+        ["path", "old_string", "new_string"],
+    ),
+    edit,
+)
+LS = Tool(
+    "ls",
+    "List a directory (folders end with /).",
+    _schema({"path": {"type": "string", "description": "Directory, default the workspace"}}, []),
+    ls,
+)
+GREP = Tool(
+    "grep",
+    "Search file contents with a regular expression; prints path:line: text, at most "
+    f"max_results matches (default {GREP_MAX_RESULTS}).",
+    _schema(
+        {
+            "pattern": {"type": "string"},
+            "path": {"type": "string"},
+            "glob": {"type": "string", "description": "File name filter, e.g. *.py"},
+            "ignore_case": {"type": "boolean"},
+            "max_results": {"type": "integer"},
+        },
+        ["pattern"],
+    ),
+    grep,
+)
 FS_TOOLS = (READ, WRITE, EDIT, LS, GREP)

@@ -58,8 +58,15 @@ async def bash(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not ctx.workspace.is_dir():
         raise ToolError(f"workspace {ctx.workspace} does not exist")
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", command, cwd=ctx.workspace, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        "bash",
+        "-c",
+        command,
+        cwd=ctx.workspace,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     out = _Bounded(KEEP_BYTES)
 
     async def collect() -> None:
@@ -88,9 +95,15 @@ async def bash(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     return ToolOutput(text, code != 0, {"exit_code": code, "timed_out": False})
 
 
-BASH = Tool("bash", "Run a shell command with bash in the workspace. stdout and stderr are captured together "
-            f"and the exit code is reported. Default timeout {DEFAULT_TIMEOUT:g} s (max {MAX_TIMEOUT:g}). "
-            "No interactive input.",
-            {"type": "object", "properties": {"command": {"type": "string"},
-                                              "timeout": {"type": "number", "description": "Seconds"}},
-             "required": ["command"]}, bash)
+BASH = Tool(
+    "bash",
+    "Run a shell command with bash in the workspace. stdout and stderr are captured together "
+    f"and the exit code is reported. Default timeout {DEFAULT_TIMEOUT:g} s (max {MAX_TIMEOUT:g}). "
+    "No interactive input.",
+    {
+        "type": "object",
+        "properties": {"command": {"type": "string"}, "timeout": {"type": "number", "description": "Seconds"}},
+        "required": ["command"],
+    },
+    bash,
+)

@@ -39,9 +39,23 @@ TODOWRITE = Tool(
     "todowrite",
     "Replace your todo list for this session. Use it for multi-step work: one item in_progress at a time, "
     "mark items completed as soon as they are done.",
-    {"type": "object", "properties": {"todos": {"type": "array", "items": {
-        "type": "object", "properties": {"id": {"type": "string"}, "content": {"type": "string"},
-                                         "status": {"type": "string", "enum": list(STATUSES)}},
-        "required": ["content", "status"]}}}, "required": ["todos"]},
+    {
+        "type": "object",
+        "properties": {
+            "todos": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "content": {"type": "string"},
+                        "status": {"type": "string", "enum": list(STATUSES)},
+                    },
+                    "required": ["content", "status"],
+                },
+            }
+        },
+        "required": ["todos"],
+    },
     todowrite,
 )

@@ -35,8 +35,10 @@ class Trap:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 self.received += await asyncio.wait_for(reader.read(65536), 5)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(self.answer), self.answer))  # fmt: skip
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(self.answer), self.answer)
+                )
                 await writer.drain()
             except (OSError, TimeoutError):
                 pass
@@ -64,10 +66,17 @@ async def replay_host_key(ctx: Ctx) -> Result:
     ctx.others.append(daemon)
     try:
         async with Trap("127.0.0.2", {"ok": True}) as trap:
-            st, _, _ = await ctx.http("POST", "/u/sim/v1/messages", body=json.dumps(MESSAGES).encode(),
-                                      headers={"x-api-key": "sk-ant-client-" + secrets.token_hex(8),
-                                               "anthropic-version": "2023-06-01",
-                                               "Content-Type": "application/json"}, base=daemon.url)  # fmt: skip
+            st, _, _ = await ctx.http(
+                "POST",
+                "/u/sim/v1/messages",
+                body=json.dumps(MESSAGES).encode(),
+                headers={
+                    "x-api-key": "sk-ant-client-" + secrets.token_hex(8),
+                    "anthropic-version": "2023-06-01",
+                    "Content-Type": "application/json",
+                },
+                base=daemon.url,
+            )
             rows: list[dict] = []
             for _ in range(120):
                 rows = await asyncio.to_thread(read_calls, db) if db.exists() else []
@@ -82,39 +91,73 @@ async def replay_host_key(ctx: Ctx) -> Result:
             if token is None:
                 return Result(False, "no token in the page")
             post = host | {"X-Ctxscope-Token": token.group(1).decode(), "Content-Type": "application/json"}
-            st, _, _ = await ctx.http("POST", f"/_ctxscope/api/replay?id={rows[0]['id']}", body=b"{}", headers=post,
-                                      base=daemon.url, timeout=60)  # fmt: skip
+            st, _, _ = await ctx.http(
+                "POST",
+                f"/_ctxscope/api/replay?id={rows[0]['id']}",
+                body=b"{}",
+                headers=post,
+                base=daemon.url,
+                timeout=60,
+            )
             got = trap.received
     finally:
         await asyncio.to_thread(stop_daemon, daemon)
     leaked = key.encode() in got
-    return Result(not got and st == 200, f"replay answered {st}; the listener got {len(got)} bytes"
-                                         + (" WITH THE DAEMON'S KEY" if leaked else ""))
+    return Result(
+        not got and st == 200,
+        f"replay answered {st}; the listener got {len(got)} bytes" + (" WITH THE DAEMON'S KEY" if leaked else ""),
+    )
 
 
 async def launcher_impostor(ctx: Ctx) -> Result:
     """A listener on the launcher's port answers {"writer": null}: the command must not run."""
     marker, key = ctx.work / "impostor-ran", "sk-ant-client-" + secrets.token_hex(16)
-    child = (f"import os, urllib.request; open({str(marker)!r}, 'w').close(); urllib.request.urlopen("
-             "urllib.request.Request(os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages', data=b'{}', "
-             "headers={'x-api-key': os.environ['ANTHROPIC_API_KEY']}), timeout=10)")  # fmt: skip
+    child = (
+        f"import os, urllib.request; open({str(marker)!r}, 'w').close(); urllib.request.urlopen("
+        "urllib.request.Request(os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages', data=b'{}', "
+        "headers={'x-api-key': os.environ['ANTHROPIC_API_KEY']}), timeout=10)"
+    )
     async with Trap("127.0.0.1", {"writer": None}) as trap:
         env = {**os.environ, "CTXSCOPE_HOME": str(ctx.home), "ANTHROPIC_API_KEY": key}
-        done = await asyncio.to_thread(subprocess.run, [CTXSCOPE, "run", "--port", str(trap.port), "--",
-                                                        sys.executable, "-c", child],
-                                       env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [CTXSCOPE, "run", "--port", str(trap.port), "--", sys.executable, "-c", child],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     held = done.returncode != 0 and not marker.exists() and key.encode() not in trap.received
-    return Result(held, f"run exited {done.returncode}, command ran: {marker.exists()}, "
-                        f"key at the listener: {key.encode() in trap.received}; {done.stderr.strip()[:160]}")
+    return Result(
+        held,
+        f"run exited {done.returncode}, command ran: {marker.exists()}, "
+        f"key at the listener: {key.encode() in trap.received}; {done.stderr.strip()[:160]}",
+    )
 
 
 async def import_foreign_host(ctx: Ctx) -> Result:
     """A HAR for evilanthropic.com: `curl` must send the key through the daemon's /anthropic route."""
     har = ctx.work / "evil.har"
-    har.write_text(json.dumps({"log": {"entries": [{
-        "startedDateTime": "2026-01-02T03:04:05Z", "request": {
-            "method": "POST", "url": "https://evilanthropic.com/v1/messages", "headers": [],
-            "postData": {"text": json.dumps(MESSAGES)}}, "response": {"status": 200, "content": {"text": "{}"}}}]}}))
+    har.write_text(
+        json.dumps(
+            {
+                "log": {
+                    "entries": [
+                        {
+                            "startedDateTime": "2026-01-02T03:04:05Z",
+                            "request": {
+                                "method": "POST",
+                                "url": "https://evilanthropic.com/v1/messages",
+                                "headers": [],
+                                "postData": {"text": json.dumps(MESSAGES)},
+                            },
+                            "response": {"status": 200, "content": {"text": "{}"}},
+                        }
+                    ]
+                }
+            }
+        )
+    )
     db, env = ctx.work / "evil.db", {**os.environ, "CTXSCOPE_HOME": str(ctx.home)}
     run = [CTXSCOPE, "import", str(har), "--db", str(db)]
     done = await asyncio.to_thread(subprocess.run, run, env=env, capture_output=True, text=True, timeout=60)
@@ -139,26 +182,40 @@ async def import_zstd_bomb(ctx: Ctx) -> Result:
     """A ~32 KB zstd bundle that decodes to 1 GiB in one line: peak RSS and a one-line error."""
     bomb = ctx.work / "bomb.ctxscope"
     await asyncio.to_thread(_bomb, bomb)
-    probe = ("import resource, subprocess, sys\n"
-             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-             "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "sys.stderr.write(done.stderr)\n")  # fmt: skip
+    probe = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "sys.stderr.write(done.stderr)\n"
+    )
     env = {**os.environ, "CTXSCOPE_HOME": str(ctx.home)}
-    out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", probe, CTXSCOPE, "import", str(bomb),
-                                                   "--db", str(ctx.work / "bomb.db")],
-                                  env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", probe, CTXSCOPE, "import", str(bomb), "--db", str(ctx.work / "bomb.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     code, kb = (int(v) for v in out.stdout.split())
     one_line = len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     held = code == 1 and one_line and kb < 300 * 1024
-    return Result(held, f"{bomb.stat().st_size} bytes: exit {code}, peak RSS {kb / 1024:.0f} MB, "
-                        f"{out.stderr.strip()[-90:]}")
+    return Result(
+        held, f"{bomb.stat().st_size} bytes: exit {code}, peak RSS {kb / 1024:.0f} MB, {out.stderr.strip()[-90:]}"
+    )
 
 
 async def home_mode(ctx: Ctx) -> Result:
     """`ca path` with a missing $CTXSCOPE_HOME under umask 022."""
     home = ctx.work / "fresh-home" / "home"
     env = {**os.environ, "CTXSCOPE_HOME": str(home)}
-    done = await asyncio.to_thread(subprocess.run, [CTXSCOPE, "ca", "path"], env=env, capture_output=True,
-                                   timeout=60, preexec_fn=lambda: os.umask(0o022))  # fmt: skip
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [CTXSCOPE, "ca", "path"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        preexec_fn=lambda: os.umask(0o022),
+    )
     mode = stat.S_IMODE(home.stat().st_mode) if home.exists() else None
     return Result(done.returncode == 0 and mode == 0o700, f"home created {oct(mode) if mode is not None else 'not'}")

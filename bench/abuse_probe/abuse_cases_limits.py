@@ -49,10 +49,13 @@ async def _held_open(ctx: Ctx, i: int, head: bytes, trickle, every: float, limit
 async def slowloris_headers(ctx: Ctx) -> Result:
     """Five connections that send one header line every 0.5 s and never finish the headers."""
     limit = ctx.limits.header_timeout + 2
-    heads = [f"GET {tagged('/u/fast/v1/models', f'c05-{i}')} HTTP/1.1\r\nHost: 127.0.0.1:{ctx.port}\r\n".encode()
-             for i in range(5)]
-    closed = await asyncio.gather(*(_held_open(ctx, i, heads[i], lambda k: f"X-Slow-{k}: {k}\r\n".encode(), 0.5, limit)
-                                    for i in range(5)))
+    heads = [
+        f"GET {tagged('/u/fast/v1/models', f'c05-{i}')} HTTP/1.1\r\nHost: 127.0.0.1:{ctx.port}\r\n".encode()
+        for i in range(5)
+    ]
+    closed = await asyncio.gather(
+        *(_held_open(ctx, i, heads[i], lambda k: f"X-Slow-{k}: {k}\r\n".encode(), 0.5, limit) for i in range(5))
+    )
     held = all(c is not None and c <= limit for c in closed)
     return Result(held, _secs(closed, limit))
 

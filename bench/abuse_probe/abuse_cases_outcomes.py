@@ -30,8 +30,15 @@ async def client_leaves_silent_upstream(ctx: Ctx) -> Result:
     """The client gives up after 0.5 s on an upstream that thinks for 30 s (not streamed)."""
     tag, body, n0 = "c12", _chat_body(False), len(ctx.up.silent)
     _reader, writer = await wire.connect(ctx.port)
-    writer.write(wire.head("POST", tagged(f"/u/silent{CHAT}", tag), ctx.port, [
-        ("Content-Type", "application/json"), ("Content-Length", str(len(body))), (LABEL_HEADER, label(tag))]) + body)
+    writer.write(
+        wire.head(
+            "POST",
+            tagged(f"/u/silent{CHAT}", tag),
+            ctx.port,
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body))), (LABEL_HEADER, label(tag))],
+        )
+        + body
+    )
     await asyncio.sleep(0.5)
     wire.close(writer)
     t_close = time.monotonic()
@@ -56,8 +63,12 @@ async def reset_close_delimited(ctx: Ctx) -> Result:
     tag = "c13"
     url = URL(ctx.url + tagged(f"/u/rst{CHAT}", tag), encoded=True)
     try:
-        async with ctx.session.post(url, data=_chat_body(True), timeout=aiohttp.ClientTimeout(total=15),
-                                    headers={"Content-Type": "application/json", LABEL_HEADER: label(tag)}) as r:
+        async with ctx.session.post(
+            url,
+            data=_chat_body(True),
+            timeout=aiohttp.ClientTimeout(total=15),
+            headers={"Content-Type": "application/json", LABEL_HEADER: label(tag)},
+        ) as r:
             status = r.status
             data = await r.read()
         seen = f"client got {status} and a clean end after {len(data)} B"
@@ -73,8 +84,14 @@ async def client_disconnect_mid_body(ctx: Ctx) -> Result:
     tag, offset = "c17", ctx.daemon.err_size()
     _reader, writer = await wire.connect(ctx.port)
     try:
-        writer.write(wire.head("POST", tagged(f"/u/fast{CHAT}", tag), ctx.port, [
-            ("Content-Type", "application/json"), ("Content-Length", "200000"), (LABEL_HEADER, label(tag))]))
+        writer.write(
+            wire.head(
+                "POST",
+                tagged(f"/u/fast{CHAT}", tag),
+                ctx.port,
+                [("Content-Type", "application/json"), ("Content-Length", "200000"), (LABEL_HEADER, label(tag))],
+            )
+        )
         writer.write(b"{" + b" " * 99_999)
         await writer.drain()
         await asyncio.sleep(0.2)

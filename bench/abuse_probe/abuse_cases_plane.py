@@ -34,11 +34,19 @@ async def cross_origin_script(ctx: Ctx) -> Result:
     auth = {"X-Sim-Token": token} if token else {}
     st, _, before = await ctx.http("GET", "/u/sim/_sim/script", headers=auth)
     if st != 200:
-        return Result(False, f"cannot read the queue with the token: GET answered {st}"
-                             + ("" if token else " (no sim-token file in $CTXSCOPE_HOME)"))
+        return Result(
+            False,
+            f"cannot read the queue with the token: GET answered {st}"
+            + ("" if token else " (no sim-token file in $CTXSCOPE_HOME)"),
+        )
     step = [{"tool_calls": [{"name": "bash", "arguments": {"command": f"touch {ctx.work / 'scripted-by-a-page'}"}}]}]
-    attack = {"Content-Type": "text/plain;charset=UTF-8", "Origin": "http://evil.example",
-              "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "empty"}
+    attack = {
+        "Content-Type": "text/plain;charset=UTF-8",
+        "Origin": "http://evil.example",
+        "Sec-Fetch-Site": "cross-site",
+        "Sec-Fetch-Mode": "no-cors",
+        "Sec-Fetch-Dest": "empty",
+    }
     posted, _, _ = await ctx.http("POST", "/u/sim/_sim/script", body=json.dumps(step).encode(), headers=attack)
     st, _, after = await ctx.http("GET", "/u/sim/_sim/script", headers=auth)
     unchanged = st == 200 and json.loads(after) == json.loads(before)

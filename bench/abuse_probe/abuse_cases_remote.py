@@ -25,8 +25,15 @@ OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
 async def _own_daemon(ctx: Ctx, name: str, config_text: str):
     config = ctx.work / f"{name}.toml"
     config.write_text(config_text)
-    daemon = await asyncio.to_thread(start_daemon, name, ctx.work, ctx.work / f"home-{name}",
-                                     ctx.work / f"{name}.db", {"fast": ctx.bg.upstream}, config)
+    daemon = await asyncio.to_thread(
+        start_daemon,
+        name,
+        ctx.work,
+        ctx.work / f"home-{name}",
+        ctx.work / f"{name}.db",
+        {"fast": ctx.bg.upstream},
+        config,
+    )
     ctx.others.append(daemon)
     return daemon
 
@@ -43,17 +50,22 @@ async def remote_without_key(ctx: Ctx) -> Result:
     finally:
         await asyncio.to_thread(stop_daemon, daemon, 20)
     held = page == 401 and api == 401 and b"Token" not in body and keyed == 200
-    return Result(held, f"no key: page {page}, API {api}; the printed key: API {keyed}"
-                        + ("" if found else "; NO KEY PRINTED at start"))
+    return Result(
+        held,
+        f"no key: page {page}, API {api}; the printed key: API {keyed}"
+        + ("" if found else "; NO KEY PRINTED at start"),
+    )
 
 
 async def rebinding_provider_route(ctx: Ctx) -> Result:
     """A rebound name posts to a provider route and opens a socket on one; neither may be forwarded."""
     tag = "r01"
-    st, _, body = await ctx.http("POST", tagged("/s/" + label(tag) + CHAT, tag), body=BODY,
-                                 headers=JSON | {"Host": f"evil.example:{ctx.port}"})
-    ws = await _upgrade(ctx.url.replace("http", "ws") + "/s/" + label(tag) + "/u/sim/v1/responses",
-                        {"Host": f"evil.example:{ctx.port}"})
+    st, _, body = await ctx.http(
+        "POST", tagged("/s/" + label(tag) + CHAT, tag), body=BODY, headers=JSON | {"Host": f"evil.example:{ctx.port}"}
+    )
+    ws = await _upgrade(
+        ctx.url.replace("http", "ws") + "/s/" + label(tag) + "/u/sim/v1/responses", {"Host": f"evil.example:{ctx.port}"}
+    )
     legit = ctx.expect("r01-legit")
     ok, _, _ = await ctx.http("POST", tagged(CHAT, legit), body=BODY, headers=JSON)
     await wait_stored(ctx.db, legit, 30)
@@ -65,11 +77,15 @@ async def rebinding_provider_route(ctx: Ctx) -> Result:
 async def cross_site_simple_post(ctx: Ctx) -> Result:
     """A page on another site sends a text/plain POST (no preflight) and a socket into a session."""
     tag = "x01"
-    page = {"Content-Type": "text/plain;charset=UTF-8", "Origin": "https://evil.example",
-            "Sec-Fetch-Site": "cross-site"}
+    page = {
+        "Content-Type": "text/plain;charset=UTF-8",
+        "Origin": "https://evil.example",
+        "Sec-Fetch-Site": "cross-site",
+    }
     st, _, _ = await ctx.http("POST", tagged("/s/" + label(tag) + CHAT, tag), body=BODY, headers=page)
-    ws = await _upgrade(ctx.url.replace("http", "ws") + "/s/" + label(tag) + "/u/sim/v1/responses",
-                        {"Origin": "https://evil.example"})
+    ws = await _upgrade(
+        ctx.url.replace("http", "ws") + "/s/" + label(tag) + "/u/sim/v1/responses", {"Origin": "https://evil.example"}
+    )
     legit = ctx.expect("x01-legit")
     ok, _, _ = await ctx.http("POST", tagged(CHAT, legit), body=BODY, headers=JSON)
     await wait_stored(ctx.db, legit, 30)
@@ -91,16 +107,16 @@ async def _upgrade(url: str, headers: dict[str, str]) -> int:
 async def escape_label(ctx: Ctx) -> Result:
     """A label carrying OSC 52 (writes the clipboard), then `ctxscope show/session/sessions` print it."""
     tag = ctx.expect("e01")
-    st, _, _ = await ctx.http("POST", tagged("/s/abuse-e01%1B%5D52%3Bc%3BcmVt%07" + CHAT, tag), body=BODY,
-                              headers=JSON)
+    st, _, _ = await ctx.http("POST", tagged("/s/abuse-e01%1B%5D52%3Bc%3BcmVt%07" + CHAT, tag), body=BODY, headers=JSON)
     await asyncio.to_thread(_raw_header, ctx.port)  # ESC in a session header: refused, and logged
     if st != 200 or not await wait_stored(ctx.db, tag, 30):
         return Result(False, f"the labelled call answered {st} or was not stored")
     env = env_for(ctx.home)
     found: list[str] = []
     for args in (["sessions"], ["session", "abuse-e01"], ["calls", "--session", "abuse-e01"], ["sessions", "--json"]):
-        done = await asyncio.to_thread(subprocess.run, [CTXSCOPE, *args, "--db", str(ctx.db)], capture_output=True,
-                                       env=env, timeout=60)
+        done = await asyncio.to_thread(
+            subprocess.run, [CTXSCOPE, *args, "--db", str(ctx.db)], capture_output=True, env=env, timeout=60
+        )
         if b"\x1b" in done.stdout + done.stderr or b"\x07" in done.stdout + done.stderr:
             found.append(args[0])
     log = ctx.daemon.err.read_bytes()
@@ -111,8 +127,13 @@ async def escape_label(ctx: Ctx) -> Result:
 
 def _raw_header(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        raw.sendall(b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nx-ctxscope-session: "
-                    + OSC52.encode() + b"\r\nContent-Length: 2\r\n\r\n{}")
+        raw.sendall(
+            b"POST "
+            + CHAT.encode()
+            + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nx-ctxscope-session: "
+            + OSC52.encode()
+            + b"\r\nContent-Length: 2\r\n\r\n{}"
+        )
         raw.recv(200)
 
 
@@ -175,5 +196,8 @@ async def otlp_huge_error_body(ctx: Ctx) -> Result:
         listener.close()
     traceback = "Traceback" in daemon.err.read_text(errors="replace")
     held = st == 200 and seen["requests"] >= 1 and grown < 100 and not traceback
-    return Result(held, f"{seen['requests']} export attempts, collector sent {seen['sent'] >> 20} MB, daemon peak "
-                        f"+{grown:.0f} MB" + ("; TRACEBACK in its log" if traceback else ""))
+    return Result(
+        held,
+        f"{seen['requests']} export attempts, collector sent {seen['sent'] >> 20} MB, daemon peak "
+        f"+{grown:.0f} MB" + ("; TRACEBACK in its log" if traceback else ""),
+    )

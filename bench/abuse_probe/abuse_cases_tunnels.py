@@ -42,9 +42,10 @@ def _connect_head(port: int, target: str, payload: bytes = b"") -> tuple[socket.
 
 def _call(tag: str) -> bytes:
     path = tagged("/v1/chat/completions", tag)
-    return (f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
-            f"{LABEL_HEADER}: {label(tag)}\r\nContent-Length: {len(BODY)}\r\nConnection: close\r\n\r\n"
-            ).encode() + BODY  # fmt: skip
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+        f"{LABEL_HEADER}: {label(tag)}\r\nContent-Length: {len(BODY)}\r\nConnection: close\r\n\r\n"
+    ).encode() + BODY
 
 
 def _read_to_end(read) -> bytes:
@@ -131,8 +132,11 @@ async def tls_handshake_race(ctx: Ctx) -> Result:
             failed.append(f"{i}: {exc!r}"[:100])
     if failed:
         ctx.expected -= {f"t01-{i.split(':')[0]}" for i in failed}  # their loss is this case's failure
-    return Result(not failed, f"{45 - len(failed)} of 45 answered 200 (40 back to back, 5 pipelined)"
-                              + (f"; failed: {'; '.join(failed[:5])}" if failed else ""))  # fmt: skip
+    return Result(
+        not failed,
+        f"{45 - len(failed)} of 45 answered 200 (40 back to back, 5 pipelined)"
+        + (f"; failed: {'; '.join(failed[:5])}" if failed else ""),
+    )
 
 
 @contextlib.contextmanager
@@ -186,8 +190,10 @@ def _tunnels_closed_normally(port: int, pid: int, n: int) -> tuple[int, int, int
 async def tunnel_fd_leak(ctx: Ctx) -> Result:
     """400 blind tunnels that both sides close normally: the daemon's descriptors come back."""
     ok, before, after = await asyncio.to_thread(_tunnels_closed_normally, ctx.port, ctx.daemon.pid, 400)
-    return Result(ok == 400 and after - before <= 20,
-                  f"{ok}/400 tunnels echoed; daemon fds {before} -> {after} (+{after - before}, limit +20)")
+    return Result(
+        ok == 400 and after - before <= 20,
+        f"{ok}/400 tunnels echoed; daemon fds {before} -> {after} (+{after - before}, limit +20)",
+    )
 
 
 def _fill(port: int, target: str, most: int) -> tuple[int, bool, list[socket.socket]]:
@@ -207,8 +213,9 @@ async def tunnel_max_connections(ctx: Ctx) -> Result:
     """Tunnels opened until refused, against a daemon of its own with max_connections = 16."""
     config = ctx.work / "tunnels.toml"
     config.write_text("[limits]\nmax_connections = 16\n")
-    daemon = await asyncio.to_thread(start_daemon, "tunnels", ctx.work, ctx.work / "home-tunnels",
-                                     ctx.work / "data" / "tunnels.db", {}, config)  # fmt: skip
+    daemon = await asyncio.to_thread(
+        start_daemon, "tunnels", ctx.work, ctx.work / "home-tunnels", ctx.work / "data" / "tunnels.db", {}, config
+    )
     ctx.others.append(daemon)
     try:
         with _echo() as echo:
@@ -218,12 +225,15 @@ async def tunnel_max_connections(ctx: Ctx) -> Result:
         err = daemon.err_since(0)
     finally:
         await asyncio.to_thread(stop_daemon, daemon, 60)
-    return Result(refused and opened <= 16 and "Traceback" not in err,
-                  f"{opened} tunnels opened before a 503 (limit 16); refused: {refused}")
+    return Result(
+        refused and opened <= 16 and "Traceback" not in err,
+        f"{opened} tunnels opened before a 503 (limit 16); refused: {refused}",
+    )
 
 
-def _idle_and_trickle(port: int, ctx_tls: ssl.SSLContext, idle_limit: float,
-                      head_limit: float) -> tuple[float | None, float | None]:
+def _idle_and_trickle(
+    port: int, ctx_tls: ssl.SSLContext, idle_limit: float, head_limit: float
+) -> tuple[float | None, float | None]:
     with _echo() as echo:
         sock, _head, _ = _connect_head(port, f"127.0.0.1:{echo}")
         with sock:
@@ -260,8 +270,11 @@ async def tunnel_idle_and_trickle(ctx: Ctx) -> Result:
     idle, trickled = await asyncio.to_thread(_idle_and_trickle, ctx.port, tls, idle_limit, head_limit)
     held = idle is not None and idle <= idle_limit + 1.5 and trickled is not None and trickled <= head_limit + 1.5
     shown = ["OPEN" if v is None else f"{v:.1f} s" for v in (idle, trickled)]
-    return Result(held, f"idle tunnel closed after {shown[0]} (limit {idle_limit:g} s); trickled head inside "
-                        f"a tunnel closed after {shown[1]} (limit {head_limit:g} s)")  # fmt: skip
+    return Result(
+        held,
+        f"idle tunnel closed after {shown[0]} (limit {idle_limit:g} s); trickled head inside "
+        f"a tunnel closed after {shown[1]} (limit {head_limit:g} s)",
+    )
 
 
 @contextlib.contextmanager
@@ -307,8 +320,11 @@ async def pending_tunnel_500mb(ctx: Ctx) -> Result:
     await asyncio.sleep(0.5)
     own, _, _ = ctx.sampler.window(pid, t0, time.monotonic())
     growth = (max(own, RssSampler.now(pid).root_kb) - before.root_kb) / 1024
-    return Result(growth < 100, f"{sent / MB:.1f} MB accepted before the client's writes blocked; daemon "
-                                f"{before.root_kb / 1024:.0f} MB -> peak {own / 1024:.0f} (+{growth:.0f}, limit +100)")
+    return Result(
+        growth < 100,
+        f"{sent / MB:.1f} MB accepted before the client's writes blocked; daemon "
+        f"{before.root_kb / 1024:.0f} MB -> peak {own / 1024:.0f} (+{growth:.0f}, limit +100)",
+    )
 
 
 def _rotate(home: Path) -> tuple[bool, bool, bool]:
@@ -329,5 +345,7 @@ def _rotate(home: Path) -> tuple[bool, bool, bool]:
 async def ca_rotation_bundle(ctx: Ctx) -> Result:
     """The CA rotated (its files removed, made again): the bundle trusts the new one, not the old."""
     has_new, lacks_old, replanted = await asyncio.to_thread(_rotate, ctx.work / "home-ca")
-    return Result(has_new and lacks_old and replanted, f"bundle has the new CA: {has_new}; lacks the old: "
-                                                       f"{lacks_old}; a planted bundle rebuilt: {replanted}")
+    return Result(
+        has_new and lacks_old and replanted,
+        f"bundle has the new CA: {has_new}; lacks the old: {lacks_old}; a planted bundle rebuilt: {replanted}",
+    )

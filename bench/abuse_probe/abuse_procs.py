@@ -52,8 +52,7 @@ class Daemon:
             return f.read().decode(errors="replace")
 
 
-def start_daemon(name: str, work: Path, home: Path, db: Path, upstreams: dict[str, str],
-                 config: Path | None) -> Daemon:
+def start_daemon(name: str, work: Path, home: Path, db: Path, upstreams: dict[str, str], config: Path | None) -> Daemon:
     """``ctxscope serve --port 0``; the port is read from the line it prints when it listens."""
     out, err = work / f"{name}.out", work / f"{name}.err"
     args = [CTXSCOPE, "serve", "--port", "0", "--db", str(db)]
@@ -185,8 +184,9 @@ class Background:
 
     def __init__(self, env: dict[str, str]):
         script = HERE / "abuse_background.py"
-        self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1
+        )
         first = self.proc.stdout.readline()
         if not first.startswith("LISTENING "):
             self.proc.kill()
@@ -236,8 +236,10 @@ class Background:
 
     def stall(self, t0: float, t1: float) -> float:
         """The longest latency of a background call that was in flight during [t0, t1], in ms."""
-        return max((s.latency_ms for s in list(self.samples)
-                    if s.start <= t1 and s.start + s.latency_ms / 1000 >= t0), default=0.0)
+        return max(
+            (s.latency_ms for s in list(self.samples) if s.start <= t1 and s.start + s.latency_ms / 1000 >= t0),
+            default=0.0,
+        )
 
     def max_stall(self, since: float = 0.0) -> float:
         return max((s.latency_ms for s in self.samples if s.start >= since), default=0.0)

@@ -65,8 +65,12 @@ class Upstreams:
 
     def urls(self) -> dict[str, str]:
         multi = f"http://127.0.0.1:{self.multi_port}"
-        return {"up": multi, "pref": multi + "/base", "silent": f"http://127.0.0.1:{self.silent_port}",
-                "rst": f"http://127.0.0.1:{self.rst_port}"}
+        return {
+            "up": multi,
+            "pref": multi + "/base",
+            "silent": f"http://127.0.0.1:{self.silent_port}",
+            "rst": f"http://127.0.0.1:{self.rst_port}",
+        }
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -87,6 +91,7 @@ class Upstreams:
             finally:
                 self._tasks.discard(task)
                 writer.close()
+
         return run
 
     async def _multi(self, request: web.Request) -> web.Response:
@@ -94,8 +99,9 @@ class Upstreams:
         async for chunk in request.content.iter_chunked(1 << 20):
             digest.update(chunk)
             n += len(chunk)
-        self.seen.append(Seen(time.monotonic(), request.method, request.raw_path, dict(request.headers), n,
-                              digest.hexdigest()))
+        self.seen.append(
+            Seen(time.monotonic(), request.method, request.raw_path, dict(request.headers), n, digest.hexdigest())
+        )
         if request.raw_path.split("?")[0].endswith(".html"):
             return web.Response(body=HTML, content_type="text/html")
         return web.json_response({"path": request.raw_path, "bytes": n})

@@ -13,7 +13,6 @@ PHASES = ("c1", "c32", "stream", "paced", "upload")
 PACED_GAP = 0.010  # each stream starts with the proxy idle (shorter than the writer's pause of 50 ms)
 
 
-
 @dataclass
 class Phase:
     latencies: list[float]  # seconds per request (total time for streams)
@@ -73,8 +72,9 @@ async def streams(session, url: str, count: int, pause: float = 0.0) -> Phase:
         t0 = time.perf_counter()
         first, size = None, 0
         try:
-            async with session.post(url, data=STREAM_REQ % next(_counter),
-                                    headers={**HEADERS, "X-Bench-Kind": "stream"}) as r:
+            async with session.post(
+                url, data=STREAM_REQ % next(_counter), headers={**HEADERS, "X-Bench-Kind": "stream"}
+            ) as r:
                 while chunk := await r.content.readany():
                     if first is None:
                         first = time.perf_counter()

@@ -28,10 +28,12 @@ _NO_UVLOOP = "import sys; sys.modules['uvloop'] = None\n"
 # --with-nocapture: the same daemon with the capture sink's submit made a no-op (forwarding alone),
 # whichever sink it uses (the writer thread or the writer's child process). Its ``expect`` too: a
 # child that gets no work goes after a minute, and each request would start a new one.
-_NO_CAPTURE = ("import ctxscope.inspector.writer.storing.thread as w\n"
-               "import ctxscope.inspector.writer.daemon_side.supervisor as wp\n"
-               "w.CaptureWriter.submit = wp.WriterProcess.submit = lambda self, exchange: None\n"
-               "wp.WriterProcess.expect = lambda self: None\n")
+_NO_CAPTURE = (
+    "import ctxscope.inspector.writer.storing.thread as w\n"
+    "import ctxscope.inspector.writer.daemon_side.supervisor as wp\n"
+    "w.CaptureWriter.submit = wp.WriterProcess.submit = lambda self, exchange: None\n"
+    "wp.WriterProcess.expect = lambda self: None\n"
+)
 _MAIN = "import sys; from ctxscope.main import main; sys.argv[0] = 'ctxscope'; main()"
 
 
@@ -126,9 +128,17 @@ def tree_rss(pid: int) -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        role = ("writer child" if "ctxscope.inspector.writer.child.entry" in cmd
-                else "resource tracker" if "resource_tracker" in cmd
-                else "simulator" if "ctxscope.simulator" in cmd else "daemon" if p == pid else "other")
+        role = (
+            "writer child"
+            if "ctxscope.inspector.writer.child.entry" in cmd
+            else "resource tracker"
+            if "resource_tracker" in cmd
+            else "simulator"
+            if "ctxscope.simulator" in cmd
+            else "daemon"
+            if p == pid
+            else "other"
+        )
         out[role] = out.get(role, 0.0) + rss_mb(p)
     return out
 

@@ -112,12 +112,14 @@ def report(targets: list[Target], cfg) -> bool:
     print(f"{'drain after a phase, max ms':<{LABEL_W}}" + "".join(f"{d:>{w}.0f}" for d in drains))
     errors = [sum(p.errors for ps in t.results.values() for p in ps) for t in targets]
     print(f"{'failed requests':<{LABEL_W}}" + "".join(f"{e:>{w}}" for e in errors))
-    print("  CPU: utime+stime per answered request, pooled over rounds, including the drain (the wait after\n"
-          "  a phase until the proxy and its children used no CPU for 60 ms, i.e. the capture writer's\n"
-          "  backlog). Proxy CPU: the proxy process (all threads; for ctxscope that includes the thread that\n"
-          "  hands calls to the writer); loop thread: its main thread; capture writer CPU: the proxy's child\n"
-          "  processes (ctxscope stores and analyses calls in one, at a lower priority).\n"
-          "  Ratios and differences below are paired per round, then the median is taken.")
+    print(
+        "  CPU: utime+stime per answered request, pooled over rounds, including the drain (the wait after\n"
+        "  a phase until the proxy and its children used no CPU for 60 ms, i.e. the capture writer's\n"
+        "  backlog). Proxy CPU: the proxy process (all threads; for ctxscope that includes the thread that\n"
+        "  hands calls to the writer); loop thread: its main thread; capture writer CPU: the proxy's child\n"
+        "  processes (ctxscope stores and analyses calls in one, at a lower priority).\n"
+        "  Ratios and differences below are paired per round, then the median is taken."
+    )
     ok = not any(errors)
     direct = targets[0]
     for loop in dict.fromkeys(t.loop for t in targets[1:]):
@@ -125,34 +127,57 @@ def report(targets: list[Target], cfg) -> bool:
         for ctx in (t for t in targets if t.loop == loop and t.kind in ("ctxscope", "nocapture", "otlp-down")):
             print(f"\n{ctx.name} vs {mini.name} and direct:")
             for ph, what in (("c1", "small JSON c1"), ("c32", "small JSON c32"), ("upload", "1 MB body c1")):
-                print(f"  throughput {what:<15} {paired(ctx, mini, ph, rps, _ratio):5.2f}x minimal "
-                      f"{paired(ctx, direct, ph, rps, _ratio):5.2f}x direct "
-                      f"(minimal: {paired(mini, direct, ph, rps, _ratio):.2f}x direct)")
-            for ph, name, fn in (("stream", "TTFB p50", ttfb_p50), ("stream", "stream total p50", total_p50),
-                                 ("paced", "paced TTFB p50", ttfb_p50)):
-                print(f"  added {name:<17} {paired(ctx, direct, ph, fn, _diff):+6.2f} ms vs direct, "
-                      f"{paired(ctx, mini, ph, fn, _diff):+6.2f} ms vs minimal "
-                      f"(minimal adds {paired(mini, direct, ph, fn, _diff):+.2f} ms to direct)")
-            print("  proxy CPU per request vs minimal: " + ", ".join(
-                f"{ph} {_ratio(figure(ctx, ph, cpu_ms), figure(mini, ph, cpu_ms)):.2f}x" for ph in PHASES))
-            print("  proxy + capture writer CPU per request vs minimal: " + ", ".join(
-                f"{ph} {_ratio(figure(ctx, ph, total_cpu_ms), figure(mini, ph, total_cpu_ms)):.2f}x" for ph in PHASES))
+                print(
+                    f"  throughput {what:<15} {paired(ctx, mini, ph, rps, _ratio):5.2f}x minimal "
+                    f"{paired(ctx, direct, ph, rps, _ratio):5.2f}x direct "
+                    f"(minimal: {paired(mini, direct, ph, rps, _ratio):.2f}x direct)"
+                )
+            for ph, name, fn in (
+                ("stream", "TTFB p50", ttfb_p50),
+                ("stream", "stream total p50", total_p50),
+                ("paced", "paced TTFB p50", ttfb_p50),
+            ):
+                print(
+                    f"  added {name:<17} {paired(ctx, direct, ph, fn, _diff):+6.2f} ms vs direct, "
+                    f"{paired(ctx, mini, ph, fn, _diff):+6.2f} ms vs minimal "
+                    f"(minimal adds {paired(mini, direct, ph, fn, _diff):+.2f} ms to direct)"
+                )
+            print(
+                "  proxy CPU per request vs minimal: "
+                + ", ".join(f"{ph} {_ratio(figure(ctx, ph, cpu_ms), figure(mini, ph, cpu_ms)):.2f}x" for ph in PHASES)
+            )
+            print(
+                "  proxy + capture writer CPU per request vs minimal: "
+                + ", ".join(
+                    f"{ph} {_ratio(figure(ctx, ph, total_cpu_ms), figure(mini, ph, total_cpu_ms)):.2f}x"
+                    for ph in PHASES
+                )
+            )
             if ctx.kind == "otlp-down":  # the same daemon with export on, to a collector that is down
                 base = next(t for t in targets if t.kind == "ctxscope" and t.loop == loop)
-                print("  throughput vs ctxscope with export off: " + ", ".join(
-                    f"{ph} {paired(ctx, base, ph, rps, _ratio):.2f}x" for ph in ("c1", "c32", "upload")))
-            print("  proxy + capture writer CPU per small call (c1 and c32 pooled) vs minimal: "
-                  f"{small_cpu_ratio(ctx, mini):.2f}x ({small_cpu_ms(ctx):.3f} vs {small_cpu_ms(mini):.3f} ms)")
+                print(
+                    "  throughput vs ctxscope with export off: "
+                    + ", ".join(f"{ph} {paired(ctx, base, ph, rps, _ratio):.2f}x" for ph in ("c1", "c32", "upload"))
+                )
+            print(
+                "  proxy + capture writer CPU per small call (c1 and c32 pooled) vs minimal: "
+                f"{small_cpu_ratio(ctx, mini):.2f}x ({small_cpu_ms(ctx):.3f} vs {small_cpu_ms(mini):.3f} ms)"
+            )
             if ctx.rss:
-                print(f"  after the bench: RSS of the process tree {sum(ctx.rss.values()):.0f} MB ("
-                      + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ctx.rss.items(), key=lambda kv: -kv[1]))
-                      + f"; minimal passthrough {sum(mini.rss.values()):.0f} MB); idle CPU {ctx.idle:.2f}% of one "
-                      f"core (minimal {mini.idle:.2f}%)")
+                print(
+                    f"  after the bench: RSS of the process tree {sum(ctx.rss.values()):.0f} MB ("
+                    + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ctx.rss.items(), key=lambda kv: -kv[1]))
+                    + f"; minimal passthrough {sum(mini.rss.values()):.0f} MB); idle CPU {ctx.idle:.2f}% of one "
+                    f"core (minimal {mini.idle:.2f}%)"
+                )
             if ctx.rss_released:
-                print(f"  after a minute without calls (the writer child let go and exited): RSS of the process tree "
-                      f"{sum(ctx.rss_released.values()):.0f} MB ("
-                      + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ctx.rss_released.items(), key=lambda kv: -kv[1]))
-                      + ("" if "writer child" in ctx.rss_released else "; no writer child") + ")")
+                print(
+                    f"  after a minute without calls (the writer child let go and exited): RSS of the process tree "
+                    f"{sum(ctx.rss_released.values()):.0f} MB ("
+                    + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ctx.rss_released.items(), key=lambda kv: -kv[1]))
+                    + ("" if "writer child" in ctx.rss_released else "; no writer child")
+                    + ")"
+                )
             elif ctx.kind == "ctxscope":
                 print("  the writer child did not let go and exit within 120 s without calls")
             if ctx.kind in ("ctxscope", "otlp-down"):
@@ -164,8 +189,9 @@ def report(targets: list[Target], cfg) -> bool:
 def check_capture(t: Target) -> bool:
     """Every call answered 200 through ctxscope must be in its capture DB with outcome ok."""
     ctl = str(VENV_BIN / "ctxscope")
-    listed = subprocess.run([ctl, "calls", "--db", str(t.db), "--json", "--limit", "100000000"],
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        [ctl, "calls", "--db", str(t.db), "--json", "--limit", "100000000"], capture_output=True, text=True
+    )
     status = subprocess.run([ctl, "db", "status", "--db", str(t.db), "--json"], capture_output=True, text=True)
     if listed.returncode or status.returncode:
         print(f"  capture check FAILED: {(listed.stderr or status.stderr).strip()[-800:]}")
@@ -178,10 +204,17 @@ def check_capture(t: Target) -> bool:
     dropped = writer.get("dropped", 0)  # counted, not lost: a burst past the spool's or the queue's bound
     failures = {k: v for k, v in writer.items() if k not in ("last_error", "dropped") and v}
     good = len(rows) + dropped == t.sent_ok and outcomes.get("ok", 0) == len(rows) and not failures
-    print(f"  capture: {len(rows)} calls in the DB, {t.sent_ok} answered through {t.name} (outcomes {outcomes}; "
-          f"writer failures {failures or 'none'}; DB {st.get('size_bytes', 0) / 2**20:.1f} MB) -> "
-          + ("MISMATCH" if not good else "none dropped" if not dropped else
-             f"every call stored or counted: {dropped} dropped and recorded ({writer.get('last_error')})"))
+    print(
+        f"  capture: {len(rows)} calls in the DB, {t.sent_ok} answered through {t.name} (outcomes {outcomes}; "
+        f"writer failures {failures or 'none'}; DB {st.get('size_bytes', 0) / 2**20:.1f} MB) -> "
+        + (
+            "MISMATCH"
+            if not good
+            else "none dropped"
+            if not dropped
+            else f"every call stored or counted: {dropped} dropped and recorded ({writer.get('last_error')})"
+        )
+    )
     return good
 
 
@@ -209,8 +242,12 @@ def print_last_line(targets: list[Target]) -> None:
     rss = sum(ctx.rss.values())
     idle = ctx.idle if ctx.idle is not None else float("nan")
     met = c1 >= 0.9 and c32 >= 0.9 and added <= 0.2 and cpu <= 2.0 and rss <= 120 and idle < 0.05
-    print("targets (>= 0.90x minimal at c1 and c32; <= 0.2 ms TTFB p50 added vs minimal; CPU per small call "
-          f"<= 2x minimal; RSS <= 120 MB; idle 0.0%): {'MET' if met else 'NOT MET'}")
+    print(
+        "targets (>= 0.90x minimal at c1 and c32; <= 0.2 ms TTFB p50 added vs minimal; CPU per small call "
+        f"<= 2x minimal; RSS <= 120 MB; idle 0.0%): {'MET' if met else 'NOT MET'}"
+    )
     print(f"added TTFB p50 {ttfb:.2f} ms vs direct, {added:.2f} ms vs minimal")
-    print(f"ratio vs minimal passthrough: c1 {c1:.2f}, c32 {c32:.2f}; CPU per call {cpu:.2f}×; RSS {rss:.0f} MB; "
-          f"idle {idle:.2f}%")
+    print(
+        f"ratio vs minimal passthrough: c1 {c1:.2f}, c32 {c32:.2f}; CPU per call {cpu:.2f}×; RSS {rss:.0f} MB; "
+        f"idle {idle:.2f}%"
+    )

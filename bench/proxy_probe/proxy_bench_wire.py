@@ -22,19 +22,26 @@ HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench
 
 # ---- payloads: OpenAI chat shapes, so the capture writer does its real work on them ----------
 
-SMALL_REQ = (b'{"model":"gpt-bench","max_tokens":16,"messages":[{"role":"system","content":"You are terse."},'
-             b'{"role":"user","content":"Say hi, request %08d."}]}')
+SMALL_REQ = (
+    b'{"model":"gpt-bench","max_tokens":16,"messages":[{"role":"system","content":"You are terse."},'
+    b'{"role":"user","content":"Say hi, request %08d."}]}'
+)
 STREAM_REQ = SMALL_REQ[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
 _UPLOAD_HEAD = b'{"model":"gpt-bench","messages":[{"role":"user","content":"'
 _UPLOAD_TAIL = b'"},{"role":"user","content":"request %08d"}]}'
 _FILLER = b"The quick brown fox jumps over the lazy dog while the proxy copies bytes. "
 _fill_len = UPLOAD_BYTES - len(_UPLOAD_HEAD) - len(_UPLOAD_TAIL % 0)
 UPLOAD_REQ = _UPLOAD_HEAD + (_FILLER * (_fill_len // len(_FILLER) + 1))[:_fill_len] + _UPLOAD_TAIL
-SMALL_RESP = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "gpt-bench",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22},
-}).encode()
+SMALL_RESP = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "gpt-bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22},
+    }
+).encode()
 
 
 def _sse(obj) -> bytes:
@@ -43,11 +50,14 @@ def _sse(obj) -> bytes:
 
 def _stream_chunks() -> list[bytes]:
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-bench"}
-    out = [_sse({**base, "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]})
-           for i in range(STREAM_CHUNKS - 3)]
+    out = [
+        _sse({**base, "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]})
+        for i in range(STREAM_CHUNKS - 3)
+    ]
     out.append(_sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-    out.append(_sse({**base, "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 197,
-                                                      "total_tokens": 217}}))
+    out.append(
+        _sse({**base, "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 197, "total_tokens": 217}})
+    )
     out.append(b"data: [DONE]\n\n")
     return out
 
@@ -70,8 +80,20 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
     return web.Response(body=SMALL_RESP, content_type="application/json")
 
 
-_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-                  "te", "trailer", "trailers", "transfer-encoding", "upgrade"})
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 _REQ_DROP = _HOP | {"host", "content-length"}
 
 
@@ -81,8 +103,12 @@ def _passthrough_app(upstream: str) -> web.Application:
     box: dict[str, aiohttp.ClientSession] = {}
 
     async def startup(_app):
-        box["s"] = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0),
-                                         timeout=aiohttp.ClientTimeout(total=None), trust_env=False)
+        box["s"] = aiohttp.ClientSession(
+            auto_decompress=False,
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=False,
+        )
 
     async def cleanup(_app):
         await box["s"].close()
@@ -90,8 +116,9 @@ def _passthrough_app(upstream: str) -> web.Application:
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _REQ_DROP]
-        async with box["s"].request(request.method, upstream + request.raw_path, headers=headers,
-                                    data=body or None, allow_redirects=False) as up:
+        async with box["s"].request(
+            request.method, upstream + request.raw_path, headers=headers, data=body or None, allow_redirects=False
+        ) as up:
             resp = web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():
                 if k.lower() not in _HOP:

@@ -11,16 +11,26 @@ from ..options import CONTEXT, db_option, json_option
 from ..output import emit_json, emit_table
 from .findings_commands import open_session
 
-COLUMNS = [("name", "ALTERNATIVE"), ("input", "INPUT"), ("cache_read", "CACHE_READ"), ("cache_write", "CACHE_WRITE"),
-           ("cost_usd", "COST_USD"), ("saving_pct", "SAVING_%"), ("description", "PLACEMENT")]  # fmt: skip
+COLUMNS = [
+    ("name", "ALTERNATIVE"),
+    ("input", "INPUT"),
+    ("cache_read", "CACHE_READ"),
+    ("cache_write", "CACHE_WRITE"),
+    ("cost_usd", "COST_USD"),
+    ("saving_pct", "SAVING_%"),
+    ("description", "PLACEMENT"),
+]
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("session")
 @db_option
-@click.option("--verify", is_flag=True,
-              help="Replay the session as sent and with the best placement through the built-in simulator "
-                   "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Replay the session as sent and with the best placement through the built-in simulator "
+    "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.",
+)
 @daemon_option
 @json_option
 def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None, as_json: bool) -> None:
@@ -46,5 +56,7 @@ def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None,
     click.echo(f"advice: {advice.advice}")
     if verify:
         v = result["verify"]
-        click.echo(f"verified in the simulator: predicted saving {v['predicted_saving_pct']:.1f}%, "
-                   f"simulated {v['simulated_saving_pct']:.1f}%, error {v['error_pts']:.1f} pts")  # fmt: skip
+        click.echo(
+            f"verified in the simulator: predicted saving {v['predicted_saving_pct']:.1f}%, "
+            f"simulated {v['simulated_saving_pct']:.1f}%, error {v['error_pts']:.1f} pts"
+        )

@@ -40,8 +40,12 @@ def _post(url: str, body: dict) -> dict:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)
     try:
-        conn.request("POST", parts.path, body=json.dumps(body).encode(), headers={
-            "content-type": "application/json", "x-api-key": VERIFY_KEY, "anthropic-version": "2023-06-01"})
+        conn.request(
+            "POST",
+            parts.path,
+            body=json.dumps(body).encode(),
+            headers={"content-type": "application/json", "x-api-key": VERIFY_KEY, "anthropic-version": "2023-06-01"},
+        )
         resp = conn.getresponse()
         raw = resp.read()
     finally:
@@ -59,8 +63,15 @@ def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict
     figures = {"input": inp, "cache_read": read, "cache_write": write}
     if price is None:
         return 0.0, figures
-    cost = sum(dollars(n, rate) or 0.0 for n, rate in ((inp, price.input), (read, price.cache_read),
-               (write - w1h, price.cache_write), (w1h, price.write_rate("1h"))))  # fmt: skip
+    cost = sum(
+        dollars(n, rate) or 0.0
+        for n, rate in (
+            (inp, price.input),
+            (read, price.cache_read),
+            (write - w1h, price.cache_write),
+            (w1h, price.write_rate("1h")),
+        )
+    )
     return cost, figures
 
 
@@ -98,7 +109,12 @@ def verify_advice(url: str, session: Session, advice: Advice, token: str | None 
     except (SimulatorControlError, OSError) as exc:
         raise click.ClickException(f"cannot replay through the simulator at {url}: {exc}") from exc
     simulated = round(100 * (sent["cost_usd"] - best["cost_usd"]) / sent["cost_usd"], 2) if sent["cost_usd"] else 0.0
-    return {"best": advice.best.name, "as_sent": sent, "best_simulated": best,
-            "predicted_saving_pct": advice.predicted_saving_pct, "simulated_saving_pct": simulated,
-            "error_pts": round(abs(advice.predicted_saving_pct - simulated), 2),
-            "captured_as": VERIFY_LABEL}  # fmt: skip
+    return {
+        "best": advice.best.name,
+        "as_sent": sent,
+        "best_simulated": best,
+        "predicted_saving_pct": advice.predicted_saving_pct,
+        "simulated_saving_pct": simulated,
+        "error_pts": round(abs(advice.predicted_saving_pct - simulated), 2),
+        "captured_as": VERIFY_LABEL,
+    }

@@ -31,20 +31,35 @@ def _call_or_fail(db: sqlite_utils.Database, call: str) -> dict:
 @click.command(context_settings=CONTEXT)
 @click.argument("call")
 @db_option
-@click.option("--via", metavar="URL",
-              help="Send to this base URL instead of the captured upstream, e.g. the daemon's "
-                   "http://127.0.0.1:8787/anthropic to record the answer.")  # fmt: skip
-@click.option("--api-key-env", metavar="NAME",
-              help="The environment variable the command reads the key from (default: the provider's, "
-                   "e.g. ANTHROPIC_API_KEY or OPENAI_API_KEY).")  # fmt: skip
-@click.option("--body-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the body to this file and have the command read it (default: a heredoc, or "
-                   "CALL-request.bin in the current folder for a big or binary body).")  # fmt: skip
-@click.option("--exact", is_flag=True,
-              help="Keep key-like values the client put inside the body (masked by default).")
+@click.option(
+    "--via",
+    metavar="URL",
+    help="Send to this base URL instead of the captured upstream, e.g. the daemon's "
+    "http://127.0.0.1:8787/anthropic to record the answer.",
+)
+@click.option(
+    "--api-key-env",
+    metavar="NAME",
+    help="The environment variable the command reads the key from (default: the provider's, "
+    "e.g. ANTHROPIC_API_KEY or OPENAI_API_KEY).",
+)
+@click.option(
+    "--body-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the body to this file and have the command read it (default: a heredoc, or "
+    "CALL-request.bin in the current folder for a big or binary body).",
+)
+@click.option("--exact", is_flag=True, help="Keep key-like values the client put inside the body (masked by default).")
 @daemon_option
-def curl(call: str, db_path: Path | None, via: str | None, api_key_env: str | None, body_file: Path | None,
-         exact: bool, daemon: str | None) -> None:
+def curl(
+    call: str,
+    db_path: Path | None,
+    via: str | None,
+    api_key_env: str | None,
+    body_file: Path | None,
+    exact: bool,
+    daemon: str | None,
+) -> None:
     """Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).
 
     The body is the exact bytes sent; the API key is read from the environment, never written.
@@ -61,14 +76,19 @@ def curl(call: str, db_path: Path | None, via: str | None, api_key_env: str | No
         except NoRoute as exc:
             raise click.ClickException(f"{exc} (give --via URL to choose where it goes)") from None
         if is_imported(row):
-            click.echo(f"note: call {row['id']} was imported: the command goes through the daemon at {via}",
-                       err=True)  # fmt: skip
+            click.echo(f"note: call {row['id']} was imported: the command goes through the daemon at {via}", err=True)
     body = export_body(db, row["id"], "request", "wire", exact=exact)
     data = body.data if body is not None else b""
     if body is not None and body.masked:
         click.echo("note: key-like values in the body are masked, length for length (--exact keeps them)", err=True)
-    cmd = curl_command(row, data, body_decoded=body is not None and body.form == "decoded", target=via,
-                       key_env=api_key_env, body_file=str(body_file) if body_file else None)  # fmt: skip
+    cmd = curl_command(
+        row,
+        data,
+        body_decoded=body is not None and body.form == "decoded",
+        target=via,
+        key_env=api_key_env,
+        body_file=str(body_file) if body_file else None,
+    )
     if cmd.body_file is not None and data:
         path = Path(cmd.body_file)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -92,23 +112,48 @@ def _progress(items: Iterable[T], length: int, label: str, quiet: bool) -> Itera
 @click.command("export", context_settings=CONTEXT)
 @click.argument("session", required=False)
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["har", "bundle"]), default="har", show_default=True,
-              help="har: HAR 1.2 (Chrome DevTools, mitmproxy); bundle: ctxscope's own file, raw bytes "
-                   "plus the analysis, compressed.")  # fmt: skip
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="The file to write (with --format).")
-@click.option("--otlp", "otlp_url", metavar="URL",
-              help="Instead of a file: send the stored calls (all, or SESSION's) to the OTLP/HTTP collector "
-                   "at URL as OpenTelemetry spans.")  # fmt: skip
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["har", "bundle"]),
+    default="har",
+    show_default=True,
+    help="har: HAR 1.2 (Chrome DevTools, mitmproxy); bundle: ctxscope's own file, raw bytes "
+    "plus the analysis, compressed.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="The file to write (with --format)."
+)
+@click.option(
+    "--otlp",
+    "otlp_url",
+    metavar="URL",
+    help="Instead of a file: send the stored calls (all, or SESSION's) to the OTLP/HTTP collector "
+    "at URL as OpenTelemetry spans.",
+)
 @click.option("--since", default=None, metavar="TIME", help="With --otlp: only calls started at or after TIME (ISO).")
-@click.option("--header", "headers", multiple=True, metavar="NAME=VALUE",
-              help="With --otlp: a header the collector wants (repeatable).")
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --otlp: a header the collector wants (repeatable).",
+)
 @click.option("--content", is_flag=True, help="With --otlp: also send prompts and answers (keys masked).")
 @daemon_option
 @json_option
-def export_session(session: str | None, db_path: Path | None, fmt: str, output: Path | None, otlp_url: str | None,
-                   since: str | None, headers: tuple[str, ...], content: bool, daemon: str | None,
-                   as_json: bool) -> None:
+def export_session(
+    session: str | None,
+    db_path: Path | None,
+    fmt: str,
+    output: Path | None,
+    otlp_url: str | None,
+    since: str | None,
+    headers: tuple[str, ...],
+    content: bool,
+    daemon: str | None,
+    as_json: bool,
+) -> None:
     """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
     mitmproxy can open, or with --otlp URL send stored calls to an OpenTelemetry collector. Keys never
     go in: headers were redacted when captured, and key-like values in the bodies are masked."""
@@ -159,10 +204,19 @@ def export_session(session: str | None, db_path: Path | None, fmt: str, output: 
 @click.command("import", context_settings=CONTEXT)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @db_option
-@click.option("--session", "label",
-              help="Session label for the calls of a HAR that ctxscope did not write (default: import:FILE's name).")
-@click.option("--max-size", "max_size", default="256MiB", show_default=True, metavar="SIZE",
-              help="Refuse a file whose decoded content is bigger (a compression bomb stops there).")
+@click.option(
+    "--session",
+    "label",
+    help="Session label for the calls of a HAR that ctxscope did not write (default: import:FILE's name).",
+)
+@click.option(
+    "--max-size",
+    "max_size",
+    default="256MiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Refuse a file whose decoded content is bigger (a compression bomb stops there).",
+)
 @json_option
 def import_file(file: Path, db_path: Path | None, label: str | None, max_size: str, as_json: bool) -> None:
     """Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture
@@ -182,8 +236,9 @@ def import_file(file: Path, db_path: Path | None, label: str | None, max_size: s
 
     path = db_path or default_db_path()
     if capture_state(path)["state"] != "no writer running":  # the store has one writer: the daemon's
-        raise click.ClickException(f"a ctxscope daemon is capturing into {path}: stop it, or import into another "
-                                   "database with --db")  # fmt: skip
+        raise click.ClickException(
+            f"a ctxscope daemon is capturing into {path}: stop it, or import into another database with --db"
+        )
     try:
         max_bytes = int(parse_value("max_body_bytes", max_size))  # (a size, read as the limits' sizes are)
     except ValueError:
@@ -219,15 +274,26 @@ def import_file(file: Path, db_path: Path | None, label: str | None, max_size: s
         differences = analysis_differences(db, expected)
     finally:
         db.close()
-    result = {"file": str(file), "format": kind, "db": str(path), "calls": len(calls), "stored": stored,
-              "skipped": skipped, "analysis_failed": failed, "checked": len(expected),
-              "analysis_differences": differences[:50], "differences": len(differences)}  # fmt: skip
+    result = {
+        "file": str(file),
+        "format": kind,
+        "db": str(path),
+        "calls": len(calls),
+        "stored": stored,
+        "skipped": skipped,
+        "analysis_failed": failed,
+        "checked": len(expected),
+        "analysis_differences": differences[:50],
+        "differences": len(differences),
+    }
     if as_json:
         emit_json(result)
         return
-    click.echo(f"imported {stored} call(s) from {file} ({kind}) into {path}"
-               + (f", {skipped} already there" if skipped else "")
-               + (f", {failed} whose analysis failed" if failed else ""))  # fmt: skip
+    click.echo(
+        f"imported {stored} call(s) from {file} ({kind}) into {path}"
+        + (f", {skipped} already there" if skipped else "")
+        + (f", {failed} whose analysis failed" if failed else "")
+    )
     if expected:
         click.echo(f"analysis checked against the file's: {len(differences)} difference(s) in {len(expected)} call(s)")
         for d in differences[:10]:

@@ -75,13 +75,38 @@ def findings(session: str | None, db_path: Path | None, as_json: bool) -> None:
     s = open_session(db_path, session)
     found = [f for f in compute(s) if call is None or call in f.calls]
     if as_json:
-        emit_json({"session": s.id, "call": call, "calls": len(s.calls), "skipped": s.skipped,
-                   "findings": [f.as_dict() for f in found], "by_call": by_call(found)})  # fmt: skip
+        emit_json(
+            {
+                "session": s.id,
+                "call": call,
+                "calls": len(s.calls),
+                "skipped": s.skipped,
+                "findings": [f.as_dict() for f in found],
+                "by_call": by_call(found),
+            }
+        )
         return
     about = f" concerning call {call}" if call else ""
     click.echo(f"session {s.id}: {len(s.calls)} call(s) read, {len(found)} finding(s){about}")
-    rows = [{"kind": f.kind, "tokens": f.tokens, "usd": None if f.usd is None else f"{f.usd:.4f}",
-             "call": f.evidence.get("call"), "pointer": f.evidence.get("pointer") or f.evidence.get("pointers"),
-             "summary": f.summary} for f in found]  # fmt: skip
-    emit_table(rows, [("kind", "KIND"), ("tokens", "TOKENS"), ("usd", "USD"), ("call", "CALL"),
-                      ("pointer", "POINTER"), ("summary", "WHAT")])  # fmt: skip
+    rows = [
+        {
+            "kind": f.kind,
+            "tokens": f.tokens,
+            "usd": None if f.usd is None else f"{f.usd:.4f}",
+            "call": f.evidence.get("call"),
+            "pointer": f.evidence.get("pointer") or f.evidence.get("pointers"),
+            "summary": f.summary,
+        }
+        for f in found
+    ]
+    emit_table(
+        rows,
+        [
+            ("kind", "KIND"),
+            ("tokens", "TOKENS"),
+            ("usd", "USD"),
+            ("call", "CALL"),
+            ("pointer", "POINTER"),
+            ("summary", "WHAT"),
+        ],
+    )

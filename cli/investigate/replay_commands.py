@@ -48,16 +48,33 @@ def _show(c: dict) -> None:
 @db_option
 @click.option("--model", help="Send it to this model instead.")
 @click.option("--upstream", metavar="NAME", help="Send it to this upstream of the daemon (/u/NAME) instead.")
-@click.option("--edit", "edits", multiple=True, metavar="POINTER=JSON",
-              help="Set the value at this JSON Pointer of the request body first (repeatable), e.g. "
-                   "'/system/0/cache_control={\"type\":\"ephemeral\"}' to move a cache breakpoint.")  # fmt: skip
-@click.option("--api-key-env", metavar="NAME",
-              help="The environment variable holding the key (default: the provider's, e.g. ANTHROPIC_API_KEY).")
+@click.option(
+    "--edit",
+    "edits",
+    multiple=True,
+    metavar="POINTER=JSON",
+    help="Set the value at this JSON Pointer of the request body first (repeatable), e.g. "
+    '\'/system/0/cache_control={"type":"ephemeral"}\' to move a cache breakpoint.',
+)
+@click.option(
+    "--api-key-env",
+    metavar="NAME",
+    help="The environment variable holding the key (default: the provider's, e.g. ANTHROPIC_API_KEY).",
+)
 @daemon_option
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the answer.")
 @json_option
-def replay(call: str, db_path: Path | None, model: str | None, upstream: str | None, edits: tuple[str, ...],
-           api_key_env: str | None, daemon: str | None, timeout: float, as_json: bool) -> None:
+def replay(
+    call: str,
+    db_path: Path | None,
+    model: str | None,
+    upstream: str | None,
+    edits: tuple[str, ...],
+    api_key_env: str | None,
+    daemon: str | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Re-send CALL's request through the daemon (CALL is an id or a unique prefix).
 
     The answer is recorded as a new call, in a session of its own (replay:CALL) and linked to CALL
@@ -77,23 +94,28 @@ def replay(call: str, db_path: Path | None, model: str | None, upstream: str | N
         daemon_url = find_daemon(daemon)  # (after the id: a wrong id is the first thing to say)
         env = api_key_env or key_env_for(row)  # none for an imported call of no known API: it gets no key
         key = (os.environ.get(env) or None) if env else None
-        req = build_request(db, row["id"], daemon_url, key=key, model=model, upstream=upstream,
-                            edits=[parse_edit(e) for e in edits])  # fmt: skip
+        req = build_request(
+            db, row["id"], daemon_url, key=key, model=model, upstream=upstream, edits=[parse_edit(e) for e in edits]
+        )
     except (ReplayError, AmbiguousCallId) as exc:
         raise click.ClickException(str(exc)) from exc
     try:
         status, _ = send(req.method, req.url, req.headers, req.body, timeout)
     except OSError as exc:
-        raise click.ClickException(f"cannot reach the daemon at {daemon_url}: "
-                                   f"{getattr(exc, 'reason', None) or exc}; is `ctxscope serve` running?") from None
+        raise click.ClickException(
+            f"cannot reach the daemon at {daemon_url}: "
+            f"{getattr(exc, 'reason', None) or exc}; is `ctxscope serve` running?"
+        ) from None
     deadline = time.monotonic() + WAIT_S
     found = find_replay(db, row["id"], req.nonce)
     while found is None and time.monotonic() < deadline:
         time.sleep(0.1)
         found = find_replay(db, row["id"], req.nonce)
     if found is None:
-        raise click.ClickException(f"the daemon answered {status}, but the replay was not stored within {WAIT_S:.0f} s "
-                                   f"in {db_path or 'the default database'}: is the daemon writing to it?")  # fmt: skip
+        raise click.ClickException(
+            f"the daemon answered {status}, but the replay was not stored within {WAIT_S:.0f} s "
+            f"in {db_path or 'the default database'}: is the daemon writing to it?"
+        )
     result = comparison(db, row["id"], found, make_analyzer().prices)
     if as_json:
         emit_json(result)

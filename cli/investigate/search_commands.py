@@ -28,9 +28,14 @@ def _clean(text: str, start: str, end: str, *, terminal: bool = True) -> str:
 @click.argument("text")
 @db_option
 @click.option("--session", help="Only this session (an id or a unique prefix of one).")
-@click.option("--in", "areas", multiple=True, type=click.Choice([a.value for a in SearchArea]),
-              help="Only this part of the calls (repeatable): the system prompt, tool definitions, messages, "
-                   "tool results, or the responses.")  # fmt: skip
+@click.option(
+    "--in",
+    "areas",
+    multiple=True,
+    type=click.Choice([a.value for a in SearchArea]),
+    help="Only this part of the calls (repeatable): the system prompt, tool definitions, messages, "
+    "tool results, or the responses.",
+)
 @click.option("--limit", type=int, default=50, show_default=True, help="At most this many hits, best first.")
 @json_option
 def search(
@@ -59,11 +64,15 @@ def search(
     if not hits:
         click.echo("(nothing)")
         if not index_stats(db)["segments"] and count_calls(db):
-            click.echo("note: the search index is empty: `ctxscope reindex` builds it for calls captured before it "
-                       "existed", err=True)  # fmt: skip
+            click.echo(
+                "note: the search index is empty: `ctxscope reindex` builds it for calls captured before it existed",
+                err=True,
+            )
         return
     for h in hits:
         where = "response" if h["body"] == "response" else "request"
-        click.echo(f"{_clean(h['session'], '', '')}  #{h['seq']}  {h['call']}  {where} {_clean(h['pointer'], '', '')}"
-                   f"  ({h['area']})")  # fmt: skip
+        click.echo(
+            f"{_clean(h['session'], '', '')}  #{h['seq']}  {h['call']}  {where} {_clean(h['pointer'], '', '')}"
+            f"  ({h['area']})"
+        )
         click.echo(f"    {_clean(h['snippet'], click.style('', bold=True, reset=False), click.style('', reset=True))}")

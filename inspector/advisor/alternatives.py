@@ -33,8 +33,7 @@ class Alternative:
     def as_dict(self, baseline: float) -> dict:
         cost = self.result.cost_usd
         saving = round(100 * (baseline - cost) / baseline, 2) if baseline > 0 else 0.0
-        return {"name": self.name, "description": self.description, **self.result.as_dict(),
-                "saving_pct": saving}  # fmt: skip
+        return {"name": self.name, "description": self.description, **self.result.as_dict(), "saving_pct": saving}
 
 
 @dataclass(frozen=True)
@@ -56,10 +55,16 @@ class Advice:
 
     def as_dict(self) -> dict:
         base = self.as_sent.result.cost_usd
-        return {"session": self.session, "family": self.family, "calls": len(self.as_sent.result.calls),
-                "alternatives": [a.as_dict(base) for a in self.alternatives], "best": self.best.name,
-                "predicted_saving_pct": self.predicted_saving_pct, "advice": self.advice,
-                "units": "o200k estimate tokens; USD at the price table's rates"}  # fmt: skip
+        return {
+            "session": self.session,
+            "family": self.family,
+            "calls": len(self.as_sent.result.calls),
+            "alternatives": [a.as_dict(base) for a in self.alternatives],
+            "best": self.best.name,
+            "predicted_saving_pct": self.predicted_saving_pct,
+            "advice": self.advice,
+            "units": "o200k estimate tokens; USD at the price table's rates",
+        }
 
 
 def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
@@ -69,8 +74,11 @@ def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
 
 def _fixed(*where: str, ttl: str = "5m") -> Placement:
     def place(_i: int, call: SessionCall) -> dict[int, str]:
-        spots = {"tools": _last(call, ("tools",)), "system": _last(call, ("system",)),
-                 "prefix": _last(call, ("tools", "system"))}  # fmt: skip
+        spots = {
+            "tools": _last(call, ("tools",)),
+            "system": _last(call, ("system",)),
+            "prefix": _last(call, ("tools", "system")),
+        }
         return {i: ttl for w in where if (i := spots[w]) is not None}
 
     return place
@@ -140,15 +148,20 @@ def advise(session: Session) -> Advice | None:
         return _openai(session, calls)
     as_sent: Placement = lambda _i, call: anthropic_points(call.prompt)  # noqa: E731
     alts = [_alt(session, calls, "as_sent", as_sent)]
-    statics = [_alt(session, calls, "static", _fixed(*w))
-               for n in (1, 2) for w in itertools.combinations(("tools", "system"), n)]  # fmt: skip
+    statics = [
+        _alt(session, calls, "static", _fixed(*w))
+        for n in (1, 2)
+        for w in itertools.combinations(("tools", "system"), n)
+    ]
     alts.append(min(statics, key=lambda a: a.result.cost_usd))
     alts.append(_alt(session, calls, "moving", _moving(calls)))
     gaps = [b.started_at - a.started_at for a, b in itertools.pairwise(calls)]
     if any(TTL["5m"] < g <= TTL["1h"] for g in gaps):
-        longer = [_alt(session, calls, "ttl_1h", _with_ttl(_fixed("prefix"), "1h")),
-                  _alt(session, calls, "ttl_1h", _moving(calls, prefix_ttl="1h")),
-                  _alt(session, calls, "ttl_1h", _with_ttl(_moving(calls), "1h"))]  # fmt: skip
+        longer = [
+            _alt(session, calls, "ttl_1h", _with_ttl(_fixed("prefix"), "1h")),
+            _alt(session, calls, "ttl_1h", _moving(calls, prefix_ttl="1h")),
+            _alt(session, calls, "ttl_1h", _with_ttl(_moving(calls), "1h")),
+        ]
         alts.append(min(longer, key=lambda a: a.result.cost_usd))
     alts.append(_alt(session, calls, "none", lambda _i, _c: {}))
     best = min(alts, key=lambda a: (round(a.result.cost_usd, 9), a.name != "as_sent"))
@@ -172,11 +185,19 @@ def _at_most(points: Mapping[int, str]) -> dict[int, str]:
 
 def _openai(session: Session, calls: tuple[SessionCall, ...]) -> Advice:
     keys = {str(c.prompt.cache_policy.get("prompt_cache_key") or "") for c in calls}
-    sent = Alternative("as_sent", f"prompt_cache_key: {len(keys)} distinct value(s)",
-                       replay(calls, lambda _i, _c: {}, session.prices), None)  # fmt: skip
+    sent = Alternative(
+        "as_sent",
+        f"prompt_cache_key: {len(keys)} distinct value(s)",
+        replay(calls, lambda _i, _c: {}, session.prices),
+        None,
+    )
     route: Callable[[SessionCall], str] = lambda _c: session.id  # noqa: E731
-    one = Alternative("session_key", "one prompt_cache_key for the session",
-                      replay(calls, lambda _i, _c: {}, session.prices, route=route), None)  # fmt: skip
+    one = Alternative(
+        "session_key",
+        "one prompt_cache_key for the session",
+        replay(calls, lambda _i, _c: {}, session.prices, route=route),
+        None,
+    )
     best = one if one.result.cost_usd < sent.result.cost_usd else sent
     return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best))
 

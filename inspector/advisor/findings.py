@@ -28,8 +28,14 @@ OVERFLOW_SHARE = 0.8  # a context at or above this share of the window is at ris
 EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
 EXCERPT = 24
 
-KINDS = ("unused_tools", "oversized_tool_result", "duplicate_content", "overflow_risk", "cache_churn",
-         "unpaid_breakpoint")  # fmt: skip
+KINDS = (
+    "unused_tools",
+    "oversized_tool_result",
+    "duplicate_content",
+    "overflow_risk",
+    "cache_churn",
+    "unpaid_breakpoint",
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,14 @@ class Finding:
 
 def findings(session: Session) -> list[Finding]:
     """Every finding of the session, the most tokens at stake first."""
-    out = [*_unused_tools(session), *_oversized(session), *_duplicates(session), *_overflow(session),
-           *_churn(session), *_unpaid(session)]  # fmt: skip
+    out = [
+        *_unused_tools(session),
+        *_oversized(session),
+        *_duplicates(session),
+        *_overflow(session),
+        *_churn(session),
+        *_unpaid(session),
+    ]
     return sorted(out, key=lambda f: (-f.tokens, f.kind))
 
 
@@ -99,12 +111,23 @@ def _unused_tools(session: Session) -> list[Finding]:
             tokens += call.tokens.per_segment[i]
             usd += dollars(call.tokens.per_segment[i], _rate(session, call)) or 0.0
         assert first is not None
-        out.append(Finding(
-            "unused_tools", f"tool {name!r} declared on all {len(with_tools)} calls and never called: "
-            f"~{first[2]} tokens x {len(with_tools)} calls", tokens, round(usd, 6), tuple(c.id for c in with_tools),
-            {"tool": name, "call": first[0], "pointer": first[1], "tokens_per_call": first[2],
-             "calls": len(with_tools)},
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                "unused_tools",
+                f"tool {name!r} declared on all {len(with_tools)} calls and never called: "
+                f"~{first[2]} tokens x {len(with_tools)} calls",
+                tokens,
+                round(usd, 6),
+                tuple(c.id for c in with_tools),
+                {
+                    "tool": name,
+                    "call": first[0],
+                    "pointer": first[1],
+                    "tokens_per_call": first[2],
+                    "calls": len(with_tools),
+                },
+            )
+        )
     return out
 
 
@@ -119,17 +142,25 @@ def _oversized(session: Session) -> list[Finding]:
                 if seg.kind != "tool_result" or tokens < limit or seg.hash in seen:
                     continue
                 seen.add(seg.hash)
-                later = [c for c in calls[n + 1:] if seg.hash in set(c.prompt.hashes)]
+                later = [c for c in calls[n + 1 :] if seg.hash in set(c.prompt.hashes)]
                 if not later:
                     continue
-                out.append(Finding(
-                    "oversized_tool_result", f"a {tokens}-token tool result stays in the context for "
-                    f"{len(later)} more call(s)", tokens * len(later),
-                    round(sum(dollars(tokens, _rate(session, c)) or 0.0 for c in later), 6),
-                    (call.id, *(c.id for c in later)),
-                    {"call": call.id, "pointer": seg.pointer, "tokens": tokens, "more_calls": len(later),
-                     "tool_call_id": seg.ref},
-                ))  # fmt: skip
+                out.append(
+                    Finding(
+                        "oversized_tool_result",
+                        f"a {tokens}-token tool result stays in the context for {len(later)} more call(s)",
+                        tokens * len(later),
+                        round(sum(dollars(tokens, _rate(session, c)) or 0.0 for c in later), 6),
+                        (call.id, *(c.id for c in later)),
+                        {
+                            "call": call.id,
+                            "pointer": seg.pointer,
+                            "tokens": tokens,
+                            "more_calls": len(later),
+                            "tool_call_id": seg.ref,
+                        },
+                    )
+                )
     return out
 
 
@@ -149,16 +180,24 @@ def _duplicates(session: Session) -> list[Finding]:
         for digest, (text, pointers) in texts.items():
             if len(pointers) < 2 or (tokens := count_tokens(text)) < DUPLICATE_TOKENS:
                 continue
-            g = groups.setdefault(digest, {"calls": [], "tokens": 0, "usd": 0.0, "first": (call.id, pointers),
-                                           "size": tokens})  # fmt: skip
+            g = groups.setdefault(
+                digest, {"calls": [], "tokens": 0, "usd": 0.0, "first": (call.id, pointers), "size": tokens}
+            )
             g["calls"].append(call.id)
             g["tokens"] += tokens * (len(pointers) - 1)
             g["usd"] += dollars(tokens * (len(pointers) - 1), _rate(session, call)) or 0.0
-    return [Finding(
-        "duplicate_content", f"the same {g['size']}-token text appears {len(g['first'][1])} times in one prompt, "
-        f"on {len(g['calls'])} call(s)", g["tokens"], round(g["usd"], 6), tuple(g["calls"]),
-        {"call": g["first"][0], "pointers": g["first"][1], "tokens": g["size"]},
-    ) for g in groups.values()]  # fmt: skip
+    return [
+        Finding(
+            "duplicate_content",
+            f"the same {g['size']}-token text appears {len(g['first'][1])} times in one prompt, "
+            f"on {len(g['calls'])} call(s)",
+            g["tokens"],
+            round(g["usd"], 6),
+            tuple(g["calls"]),
+            {"call": g["first"][0], "pointers": g["first"][1], "tokens": g["size"]},
+        )
+        for g in groups.values()
+    ]
 
 
 def _size(call: SessionCall) -> int:
@@ -178,12 +217,22 @@ def _overflow(session: Session) -> list[Finding]:
         rate = (size - _size(recent[0])) / (len(recent) - 1) if len(recent) > 1 else 0.0
         left = math.ceil((window - size) / rate) if rate > 0 and size < window else (0 if size >= window else None)
         when = f"overflows in ~{left} call(s) at +{rate:.0f} tokens/call" if left is not None else "not growing"
-        out.append(Finding(
-            "overflow_risk", f"context at {size / window:.0%} of the {window}-token window; {when}", size,
-            dollars(size, _rate(session, last)), (last.id,),
-            {"call": last.id, "tokens": size, "window": window, "growth_per_call": round(rate, 1),
-             "calls_left": left},
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                "overflow_risk",
+                f"context at {size / window:.0%} of the {window}-token window; {when}",
+                size,
+                dollars(size, _rate(session, last)),
+                (last.id,),
+                {
+                    "call": last.id,
+                    "tokens": size,
+                    "window": window,
+                    "growth_per_call": round(rate, 1),
+                    "calls_left": left,
+                },
+            )
+        )
     return out
 
 
@@ -229,17 +278,30 @@ def _churn(session: Session) -> list[Finding]:
             g["usd"] += usd or 0.0
             if g["evidence"] is None:
                 offset, before, after = _changed_bytes(old.text, seg.text)
-                g["evidence"] = {"call": cur.id, "previous": prev.id, "pointer": seg.pointer, "segment": seg.kind,
-                                 "reordered": reordered, "offset": offset, "before": before,
-                                 "after": after}  # fmt: skip
+                g["evidence"] = {
+                    "call": cur.id,
+                    "previous": prev.id,
+                    "pointer": seg.pointer,
+                    "segment": seg.kind,
+                    "reordered": reordered,
+                    "offset": offset,
+                    "before": before,
+                    "after": after,
+                }
     out = []
     for (pointer, how), g in groups.items():
         what = "tools reordered" if how == "reordered" else f"{g['evidence']['segment']} changes"
-        out.append(Finding(
-            "cache_churn", f"{what} at {pointer} (char {g['evidence']['offset']}) on {len(g['calls'])} call(s), "
-            f"~{g['tokens']} tokens not read from cache", g["tokens"], round(g["usd"], 6), tuple(g["calls"]),
-            g["evidence"],
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                "cache_churn",
+                f"{what} at {pointer} (char {g['evidence']['offset']}) on {len(g['calls'])} call(s), "
+                f"~{g['tokens']} tokens not read from cache",
+                g["tokens"],
+                round(g["usd"], 6),
+                tuple(g["calls"]),
+                g["evidence"],
+            )
+        )
     return out
 
 
@@ -251,9 +313,15 @@ def _unpaid(session: Session) -> list[Finding]:
     groups: dict[str, list] = defaultdict(list)
     for write in result.unpaid():
         groups[write.pointer].append(write)
-    return [Finding(
-        "unpaid_breakpoint", f"the breakpoint at {pointer} wrote {sum(w.tokens for w in ws)} tokens on {len(ws)} "
-        "call(s) that no later call read before they expired", sum(w.tokens for w in ws),
-        round(sum(w.surcharge_usd for w in ws), 6), tuple(w.call_id for w in ws),
-        {"call": ws[0].call_id, "pointer": pointer, "ttl": ws[0].ttl, "writes": len(ws)},
-    ) for pointer, ws in groups.items()]  # fmt: skip
+    return [
+        Finding(
+            "unpaid_breakpoint",
+            f"the breakpoint at {pointer} wrote {sum(w.tokens for w in ws)} tokens on {len(ws)} "
+            "call(s) that no later call read before they expired",
+            sum(w.tokens for w in ws),
+            round(sum(w.surcharge_usd for w in ws), 6),
+            tuple(w.call_id for w in ws),
+            {"call": ws[0].call_id, "pointer": pointer, "ttl": ws[0].ttl, "writes": len(ws)},
+        )
+        for pointer, ws in groups.items()
+    ]

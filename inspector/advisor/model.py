@@ -17,8 +17,13 @@ from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 # Context windows by model-name fragment (longest fragment wins); the default fits today's
 # mid-size models. A window only scales the overflow and oversized-result findings.
 WINDOWS = {
-    "claude": 200_000, "gpt-5": 400_000, "gpt-4.1": 1_047_576, "gpt-4o": 128_000, "o3": 200_000, "o4": 200_000,
-}  # fmt: skip
+    "claude": 200_000,
+    "gpt-5": 400_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "o3": 200_000,
+    "o4": 200_000,
+}
 DEFAULT_WINDOW = 200_000
 
 
@@ -81,12 +86,23 @@ def build_session(
         if prompt is None or row.get("api") is None or (row.get("body") or {}).get("messages") == []:
             skipped += 1
             continue
-        calls.append(SessionCall(
-            id=row["id"], seq=row["seq"], started_at=float(row["started_at"]), api=row["api"],
-            model=prompt.model or row.get("model"), thread=row.get("thread"), scope=row.get("key_fingerprint") or "",
-            usage=row.get("usage"), response=row.get("response"), prompt=prompt, tokens=counter.count_prompt(prompt),
-            body=row.get("body"), compacted=bool(row.get("has_compaction_before")),
-        ))  # fmt: skip
+        calls.append(
+            SessionCall(
+                id=row["id"],
+                seq=row["seq"],
+                started_at=float(row["started_at"]),
+                api=row["api"],
+                model=prompt.model or row.get("model"),
+                thread=row.get("thread"),
+                scope=row.get("key_fingerprint") or "",
+                usage=row.get("usage"),
+                response=row.get("response"),
+                prompt=prompt,
+                tokens=counter.count_prompt(prompt),
+                body=row.get("body"),
+                compacted=bool(row.get("has_compaction_before")),
+            )
+        )
     return Session(session, tuple(calls), skipped, prices or load_prices())
 
 

@@ -65,8 +65,12 @@ class Replay:
     writes: list[Write] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"input": self.input, "cache_read": self.cache_read, "cache_write": self.cache_write,
-                "cost_usd": round(self.cost_usd, 6)}  # fmt: skip
+        return {
+            "input": self.input,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "cost_usd": round(self.cost_usd, 6),
+        }
 
     def unpaid(self) -> list[Write]:
         return [w for w in self.writes if not w.read]
@@ -137,8 +141,13 @@ def _anthropic(
         old = live.get(keys[p])
         if old is not None and old.expires > now:
             continue
-        write = Write(call.id, call.prompt.segments[p].pointer, tokens, ttl_name,
-                      (dollars(tokens, rate - price.input) or 0.0) if price and rate is not None else 0.0)  # fmt: skip
+        write = Write(
+            call.id,
+            call.prompt.segments[p].pointer,
+            tokens,
+            ttl_name,
+            (dollars(tokens, rate - price.input) or 0.0) if price and rate is not None else 0.0,
+        )
         out.writes.append(write)
         live[keys[p]] = _Entry(now + TTL[ttl_name], TTL[ttl_name], write)
         write_tokens += tokens

@@ -25,9 +25,17 @@ from ctxscope.vocab.tokens import count_tokens
 
 IMAGE_TOKENS = 1600
 CATEGORIES = (
-    "system", "tools", "user_text", "assistant_text", "tool_call",
-    "tool_result", "reminder", "image", "thinking", "other",
-)  # fmt: skip
+    "system",
+    "tools",
+    "user_text",
+    "assistant_text",
+    "tool_call",
+    "tool_result",
+    "reminder",
+    "image",
+    "thinking",
+    "other",
+)
 _SPLIT_KINDS = ("user_text", "tool_result")
 
 

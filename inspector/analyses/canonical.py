@@ -42,8 +42,15 @@ _PROMPT_KEYS: dict[str, set[str]] = {
     Api.GEMINI_GENERATE: {"model", "contents", "systemInstruction", "system_instruction", "tools"},
 }
 _IMAGE_TYPES = {
-    "image", "document", "image_url", "input_image", "input_file", "input_audio", "file", "container_upload",
-}  # fmt: skip
+    "image",
+    "document",
+    "image_url",
+    "input_image",
+    "input_file",
+    "input_audio",
+    "file",
+    "container_upload",
+}
 _TEXT_TYPES = {"text", "input_text", "output_text"}
 
 
@@ -101,15 +108,35 @@ class _Builder:
         self.segments: list[Segment] = []
         self.digests: list[bytes] = []  # the segments' hashes as bytes: the prompt's Hashes without a hex round trip
 
-    def add(self, pointer: str, kind: str, role: str | None, text: str, norm: Any, area: str,
-            marker: dict | None = None, *, name: str | None = None, ref: str | None = None, images: int = 0,
-            extras: dict | None = None) -> None:
+    def add(
+        self,
+        pointer: str,
+        kind: str,
+        role: str | None,
+        text: str,
+        norm: Any,
+        area: str,
+        marker: dict | None = None,
+        *,
+        name: str | None = None,
+        ref: str | None = None,
+        images: int = 0,
+        extras: dict | None = None,
+    ) -> None:
         digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).digest()
         self.digests.append(digest)
         self.segments.append(Segment(pointer, kind, role, text, digest.hex(), marker, name, ref, images))
 
-    def text(self, pointer: str, role: str | None, text: str, norm: Any, area: str, marker: dict | None = None,
-             extras: dict | None = None) -> None:
+    def text(
+        self,
+        pointer: str,
+        role: str | None,
+        text: str,
+        norm: Any,
+        area: str,
+        marker: dict | None = None,
+        extras: dict | None = None,
+    ) -> None:
         self.add(pointer, _text_kind(role, text), role, text, norm, area, marker, extras=extras)
 
     def tools(self, body: dict, key: str) -> bool:
@@ -211,8 +238,16 @@ def _chat(body: dict, b: _Builder) -> bool:
         ref = msg.get("tool_call_id")
         if isinstance(content, str) and not (content == "" and (calls or msg.get("function_call"))):
             if role in ("tool", "function"):
-                b.add(f"/messages/{n}/content", "tool_result", role, content, _text_block(content), "messages",
-                      ref=ref, extras=extras)  # fmt: skip
+                b.add(
+                    f"/messages/{n}/content",
+                    "tool_result",
+                    role,
+                    content,
+                    _text_block(content),
+                    "messages",
+                    ref=ref,
+                    extras=extras,
+                )
             else:
                 b.text(f"/messages/{n}/content", role, content, _text_block(content), "messages", extras=extras)
         elif isinstance(content, list):
@@ -221,8 +256,18 @@ def _chat(body: dict, b: _Builder) -> bool:
                     norm, marker = _strip(part)
                     text, images = _nested_text([part])
                     kind = "image" if images and not text else "tool_result"
-                    b.add(f"/messages/{n}/content/{k}", kind, role, text, norm, "messages", marker,
-                          ref=ref, images=images, extras=extras)  # fmt: skip
+                    b.add(
+                        f"/messages/{n}/content/{k}",
+                        kind,
+                        role,
+                        text,
+                        norm,
+                        "messages",
+                        marker,
+                        ref=ref,
+                        images=images,
+                        extras=extras,
+                    )
                 else:
                     _block(b, f"/messages/{n}/content/{k}", role, part, "messages", extras)
         for k, call in enumerate(calls if isinstance(calls, list) else []):
@@ -230,8 +275,16 @@ def _chat(body: dict, b: _Builder) -> bool:
         if isinstance(msg.get("function_call"), dict):
             call = dict(msg["function_call"], type="function_call")
             norm, _ = _strip(call)
-            b.add(f"/messages/{n}/function_call", "tool_call", role, canonical_json(norm), norm, "messages",
-                  name=call.get("name"), extras=extras)  # fmt: skip
+            b.add(
+                f"/messages/{n}/function_call",
+                "tool_call",
+                role,
+                canonical_json(norm),
+                norm,
+                "messages",
+                name=call.get("name"),
+                extras=extras,
+            )
         if len(b.segments) == before:
             norm, marker = _strip(msg)
             b.add(f"/messages/{n}", "other", role, canonical_json(norm), norm, "messages", marker)
@@ -375,5 +428,12 @@ def canonicalize(api: str | None, body: Any) -> CanonicalPrompt | None:
     params = {k: v for k, v in body.items() if k not in prompt_keys and k not in POLICY_KEYS}
     model = body.get("model") if isinstance(body.get("model"), str) else None
     prev = body.get("previous_response_id") if api == Api.OPENAI_RESPONSES else None
-    return CanonicalPrompt(api, model, segments, policy, params, prev if isinstance(prev, str) else None,
-                           hashes=Hashes.from_digests(b"".join(b.digests)))
+    return CanonicalPrompt(
+        api,
+        model,
+        segments,
+        policy,
+        params,
+        prev if isinstance(prev, str) else None,
+        hashes=Hashes.from_digests(b"".join(b.digests)),
+    )

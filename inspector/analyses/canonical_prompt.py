@@ -17,15 +17,24 @@ from ctxscope.inspector.analyses.tool_refs import ToolRefs
 from ctxscope.inspector.base import json_text
 
 KINDS = (
-    "system", "tools", "user_text", "assistant_text", "tool_call",
-    "tool_result", "reminder", "image", "thinking", "other",
-)  # fmt: skip
+    "system",
+    "tools",
+    "user_text",
+    "assistant_text",
+    "tool_call",
+    "tool_result",
+    "reminder",
+    "image",
+    "thinking",
+    "other",
+)
 MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
 POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
 REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
 _UNSET = ToolRefs({}, {})  # "compute the refs": a default no prompt keeps
+
 
 @dataclass(frozen=True)
 class Segment:

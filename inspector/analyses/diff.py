@@ -85,8 +85,14 @@ def _text_offset(a: Any, b: Any) -> dict | None:
 
 def _segment_row(prompt: CanonicalPrompt, index: int, max_chars: int) -> dict:
     seg = prompt.segments[index]
-    row = {"segment": index, "pointer": seg.pointer, "kind": seg.kind, "role": seg.role,
-           "tokens": _COUNTER.count_segment(seg).total, "preview": _clip(seg.text, min(200, max_chars))}  # fmt: skip
+    row = {
+        "segment": index,
+        "pointer": seg.pointer,
+        "kind": seg.kind,
+        "role": seg.role,
+        "tokens": _COUNTER.count_segment(seg).total,
+        "preview": _clip(seg.text, min(200, max_chars)),
+    }
     if seg.name:
         row["name"] = seg.name
     return row
@@ -121,8 +127,16 @@ def diff_prompts(a_row: dict, b_row: dict | None, a_body: Any, b_body: Any, *, m
     ``first_divergence`` holds both sides there. Without a ``b`` (a first call), ``b`` is None and
     ``reason`` says why.
     """
-    out: dict[str, Any] = {"a": _side(a_row), "b": None, "b_is_predecessor": False, "relation": None,
-                           "epoch_reason": None, "detail": None, "pointer": None, "reason": None}  # fmt: skip
+    out: dict[str, Any] = {
+        "a": _side(a_row),
+        "b": None,
+        "b_is_predecessor": False,
+        "relation": None,
+        "epoch_reason": None,
+        "detail": None,
+        "pointer": None,
+        "reason": None,
+    }
     if b_row is None:
         out["reason"] = "this call has no predecessor"
         return out

@@ -29,8 +29,11 @@ from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.vocab.kinds import MarkerKind, RelationKind
 
 # The sections our agent's default reminder providers write, one tag each, by provider name.
-PROVIDER_TAGS = {"agent-context": "agent_context", "todo-status": "todo_completion",
-                 "session-notices": "session_notices"}  # fmt: skip
+PROVIDER_TAGS = {
+    "agent-context": "agent_context",
+    "todo-status": "todo_completion",
+    "session-notices": "session_notices",
+}
 IN_TURN_PROVIDERS: dict[str, str] = {
     MarkerKind.TODO_REMINDER: "todo_cadence",
     MarkerKind.GUARD_REMINDER: "runaway_guard",
@@ -229,9 +232,22 @@ class _Placer:
 
 
 # Kinds whose content is found first: request-only and appended reminders lie behind the round block.
-_ORDER = ("reminder:deadline", "todo_reminder", "reminder:background_tasks", "guard_reminder", "reminder",
-          "tool_output_externalized", "tool_results_archived", "compaction", "checkpoint", "checkpoint_request",
-          "guard_signal", "empty_answer_retry", "retry", "steer")
+_ORDER = (
+    "reminder:deadline",
+    "todo_reminder",
+    "reminder:background_tasks",
+    "guard_reminder",
+    "reminder",
+    "tool_output_externalized",
+    "tool_results_archived",
+    "compaction",
+    "checkpoint",
+    "checkpoint_request",
+    "guard_signal",
+    "empty_answer_retry",
+    "retry",
+    "steer",
+)
 
 
 def _key(m: Marker) -> str:

@@ -192,9 +192,10 @@ def scan_items(
     for cand in usable:
         # Past the first, a candidate counts only if it shares more than m items: its first m + 1
         # (one comparison, where a pool of many threads would cost a full look at each).
-        if m and (len(cand.ends) <= m or not raw.startswith(
-            memoryview(cand.raw or b"")[cand.start : cand.start + cand.ends[m]], start
-        )):
+        if m and (
+            len(cand.ends) <= m
+            or not raw.startswith(memoryview(cand.raw or b"")[cand.start : cand.start + cand.ends[m]], start)
+        ):
             continue
         n = shared_items(raw, start, cand)
         if n > m:
@@ -277,11 +278,17 @@ def _reuse(
     policy = dict(part.cache_policy)
     policy["breakpoints"] = (
         [bp for bp in part.cache_policy["breakpoints"] if bp["segment"] < head]
-        + [dict(bp, segment=bp["segment"] - lo + head) for bp in base.prompt.cache_policy["breakpoints"]
-           if lo <= bp["segment"] < hi]
-        + [dict(bp, segment=bp["segment"] + extra, pointer=segments[bp["segment"] + extra].pointer)
-           for bp in part.cache_policy["breakpoints"] if bp["segment"] >= head]
-    )  # fmt: skip
+        + [
+            dict(bp, segment=bp["segment"] - lo + head)
+            for bp in base.prompt.cache_policy["breakpoints"]
+            if lo <= bp["segment"] < hi
+        ]
+        + [
+            dict(bp, segment=bp["segment"] + extra, pointer=segments[bp["segment"] + extra].pointer)
+            for bp in part.cache_policy["breakpoints"]
+            if bp["segment"] >= head
+        ]
+    )
     # Hashes and tool refs from the base's too: the new prompt costs about its new segments.
     base_hashes, part_hashes = base.prompt.hashes, part.hashes
     if isinstance(base_hashes, Hashes) and isinstance(part_hashes, Hashes):
@@ -297,9 +304,15 @@ def _reuse(
     else:
         refs = ToolRefs.of(segments)  # what CanonicalPrompt would work out without them
     prompt = CanonicalPrompt(
-        part.api, part.model, segments, policy, part.params, part.previous_response_id,
-        hashes=hashes, tool_refs=refs,
-    )  # fmt: skip
+        part.api,
+        part.model,
+        segments,
+        policy,
+        part.params,
+        part.previous_response_id,
+        hashes=hashes,
+        tool_refs=refs,
+    )
     return prompt, head, _ints(base.starts)[:m] + array("q", (base.starts[m] + t for t in tail_starts))
 
 

@@ -42,21 +42,31 @@ def _externalized(d: dict) -> str:
 
 
 def _archived(d: dict) -> str:
-    return _join(f"{_n(d.get('archived', d.get('replaced', '?')))} old tool results archived ({d.get('mode', '?')}), "
-                 f"{_n(d.get('saved_bytes', '?'))} bytes saved", _tokens(d))
+    return _join(
+        f"{_n(d.get('archived', d.get('replaced', '?')))} old tool results archived ({d.get('mode', '?')}), "
+        f"{_n(d.get('saved_bytes', '?'))} bytes saved",
+        _tokens(d),
+    )
 
 
 def _checkpoint(d: dict) -> str:
-    return _join(f"rung {d.get('rung', '?')}, {d.get('validation', '?')} ({d.get('mode', '?')} mode, "
-                 f"trigger {d.get('trigger', '?')})", _tokens(d))
+    return _join(
+        f"rung {d.get('rung', '?')}, {d.get('validation', '?')} ({d.get('mode', '?')} mode, "
+        f"trigger {d.get('trigger', '?')})",
+        _tokens(d),
+    )
 
 
 def _compaction(d: dict) -> str:
     if d.get("declared"):
-        return _join(f"history replaced by the {d.get('stage', '?')} stage (trigger {d.get('trigger', '?')})",
-                     _tokens(d))
-    evidence = {"summary_message": "a summary-shaped message replaced the history",
-                "compaction_item": "a compaction item appeared", "early_shrink": "the history shrank near its start"}
+        return _join(
+            f"history replaced by the {d.get('stage', '?')} stage (trigger {d.get('trigger', '?')})", _tokens(d)
+        )
+    evidence = {
+        "summary_message": "a summary-shaped message replaced the history",
+        "compaction_item": "a compaction item appeared",
+        "early_shrink": "the history shrank near its start",
+    }
     return _join(evidence.get(str(d.get("evidence")), "history replaced"), _tokens(d))
 
 
@@ -69,8 +79,10 @@ def _reminder(d: dict) -> str:
 
 
 def _todo(d: dict) -> str:
-    return (f"in-turn todo reminder: {d.get('since_todowrite', '?')} steps since the last todowrite, "
-            f"{d.get('open', '?')} open item(s)")
+    return (
+        f"in-turn todo reminder: {d.get('since_todowrite', '?')} steps since the last todowrite, "
+        f"{d.get('open', '?')} open item(s)"
+    )
 
 
 def _guard_signal(d: dict) -> str:
@@ -90,8 +102,10 @@ def _dropped(d: dict) -> str:
 
 
 def _checkpoint_request(d: dict) -> str:
-    return f"the checkpoint request itself (rung {d.get('rung', '?')}, {d.get('mode', '?')} mode, " \
-           f"trigger {d.get('trigger', '?')})"
+    return (
+        f"the checkpoint request itself (rung {d.get('rung', '?')}, {d.get('mode', '?')} mode, "
+        f"trigger {d.get('trigger', '?')})"
+    )
 
 
 def _tools(d: dict) -> str:
@@ -113,8 +127,10 @@ def _sources(d: dict) -> str:
 
 
 def _citations(d: dict) -> str:
-    return _join(f"the previous answer cited {_n(d.get('count', 0))} source(s)",
-                 f"{_n(d['missing'])} quoted without a citation" if d.get("missing") else "")
+    return _join(
+        f"the previous answer cited {_n(d.get('count', 0))} source(s)",
+        f"{_n(d['missing'])} quoted without a citation" if d.get("missing") else "",
+    )
 
 
 def _citation_retry(d: dict) -> str:

@@ -73,8 +73,12 @@ def _reminders(new: list[tuple[int, Segment]]) -> list[Marker]:
         if seg.kind == "reminder" or (seg.kind in ("user_text", "tool_result") and "<system-reminder>" in seg.text):
             for text in split_reminders(seg.text)[0]:
                 body = text[len("<system-reminder>") : -len("</system-reminder>")].strip()
-                detail = {"segment": index, "embedded": seg.kind != "reminder", "chars": len(body),
-                          "preview": body[:_PREVIEW]}  # fmt: skip
+                detail = {
+                    "segment": index,
+                    "embedded": seg.kind != "reminder",
+                    "chars": len(body),
+                    "preview": body[:_PREVIEW],
+                }
                 out.append(Marker(MarkerKind.REMINDER, seg.pointer, detail))
     return out
 

@@ -211,8 +211,14 @@ def choose_predecessor(
 
 def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]) -> str | None:
     """The latest call of another API whose text this one continues past its first user turn."""
-    first_turn = next((i for i, s in enumerate(s for s in candidate.segments if s.kind != "tools")
-                       if s.kind not in ("system", "reminder")), None)  # fmt: skip
+    first_turn = next(
+        (
+            i
+            for i, s in enumerate(s for s in candidate.segments if s.kind != "tools")
+            if s.kind not in ("system", "reminder")
+        ),
+        None,
+    )
     if first_turn is None:
         return None
     best: tuple[int, int] | None = None
@@ -305,8 +311,9 @@ def place_call(
     # as they end) is as much that client's activity as one that starts after it.
     if latest is not None and time is not None and latest.time is not None and abs(time - latest.time) < idle_gap:
         same = [r for r in pool if r.session_id == latest.session_id]
-        return Placement(latest.session_id, fallback[1], call_id, _main_thread(same), None, 0, GroupedBy.CLIENT_GAP,
-                         True)  # fmt: skip
+        return Placement(
+            latest.session_id, fallback[1], call_id, _main_thread(same), None, 0, GroupedBy.CLIENT_GAP, True
+        )
     if prompt is None:  # nothing to follow a conversation by (not a prompt): the key's catch-all session
         return Placement(fallback[0], fallback[1], call_id, None, None, 0, GroupedBy.NEW)
     return Placement(f"{fallback[0]}:{call_id}", fallback[1], call_id, None, None, 0, GroupedBy.NEW)

@@ -260,8 +260,7 @@ def _array(r: _Reader, at: int, old: Member | None, base: ParsedBody | None, sha
         return items, i + 1, (starts, ends)
     while True:
         j = len(items)
-        if old_items is not None and j < len(o_ends) and _same(raw, i, base_raw, o_at + o_starts[j],
-                                                                o_at + o_ends[j]):  # fmt: skip
+        if old_items is not None and j < len(o_ends) and _same(raw, i, base_raw, o_at + o_starts[j], o_at + o_ends[j]):
             item, end = old_value[j], i + o_ends[j] - o_starts[j]
         else:
             item, end = r.value(i)

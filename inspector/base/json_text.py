@@ -27,8 +27,9 @@ def encoder(
 ) -> Callable[[Any], str]:
     """``json.JSONEncoder(sort_keys=..., separators=..., ensure_ascii=..., default=...).encode``,
     made once; thread-safe (the C encoder keeps no state between calls without the circular check)."""
-    plain = json.JSONEncoder(sort_keys=sort_keys, separators=separators, ensure_ascii=ensure_ascii,
-                             default=default, check_circular=False)  # fmt: skip
+    plain = json.JSONEncoder(
+        sort_keys=sort_keys, separators=separators, ensure_ascii=ensure_ascii, default=default, check_circular=False
+    )
     if _make_encoder is None:
         return plain.encode
     strings = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring

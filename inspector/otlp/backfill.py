@@ -34,7 +34,11 @@ class BackfillResult:
 
 
 def backfill(
-    db_path: str | Path, settings: ExportSettings, *, session: str | None = None, since: str | None = None,
+    db_path: str | Path,
+    settings: ExportSettings,
+    *,
+    session: str | None = None,
+    since: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BackfillResult:
     """Send every matching call in id order, ``batch_size(settings)`` at a time; ``progress(sent, total)``
@@ -46,8 +50,9 @@ def backfill(
         total = export_rows.count_for_backfill(db, session=session, since=since)
         sent, after = 0, ""
         while True:
-            rows = export_rows.calls_for_backfill(db, session=session, since=since, after=after,
-                                                  limit=batch_size(settings))
+            rows = export_rows.calls_for_backfill(
+                db, session=session, since=since, after=after, limit=batch_size(settings)
+            )
             if not rows:
                 return BackfillResult(total, sent)
             if exporter.export(spans_of(db, rows, res, settings.content)) is not SpanExportResult.SUCCESS:

@@ -34,6 +34,7 @@ log = logging.getLogger("ctxscope.otlp")
 # The SDK logs every attempt and retry; while a collector stays down, only our own summary is logged.
 _sdk_log = logging.getLogger("opentelemetry.exporter.otlp")
 
+
 def resource() -> Resource:
     return Resource.create({"service.name": "ctxscope", "host.name": socket.gethostname()})
 
@@ -45,8 +46,9 @@ def batch_size(settings: ExportSettings) -> int:
 def make_exporter(settings: ExportSettings) -> OTLPSpanExporter:
     if settings.protocol not in PROTOCOLS:
         raise ValueError(f"OTLP protocol {settings.protocol!r} is not supported (use one of {PROTOCOLS})")
-    return OTLPSpanExporter(endpoint=settings.endpoint, headers=dict(settings.headers), timeout=settings.timeout_s,
-                            session=BoundedSession())
+    return OTLPSpanExporter(
+        endpoint=settings.endpoint, headers=dict(settings.headers), timeout=settings.timeout_s, session=BoundedSession()
+    )
 
 
 def spans_of(
@@ -151,8 +153,9 @@ class OtlpExport:
         if result is not SpanExportResult.SUCCESS:
             self.failures += 1
             if self.failures == 1 or self.failures % 20 == 0:
-                log.warning("OTLP export to %s failed (%d times so far); retrying: nothing is lost", target,
-                            self.failures)
+                log.warning(
+                    "OTLP export to %s failed (%d times so far); retrying: nothing is lost", target, self.failures
+                )
             _sdk_log.setLevel(logging.CRITICAL)  # the SDK said why the first time
             self.last_error = "export failed"
             return None

@@ -20,8 +20,13 @@ from ctxscope.proxy.redaction.mask import mask_keys_in
 
 SCOPE = InstrumentationScope("ctxscope", "1")
 _SYSTEMS = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
-_OPERATIONS = {"anthropic.messages": "chat", "openai.chat": "chat", "openai.responses": "chat",
-               "gemini.generate": "generate_content", "anthropic.count_tokens": "count_tokens"}
+_OPERATIONS = {
+    "anthropic.messages": "chat",
+    "openai.chat": "chat",
+    "openai.responses": "chat",
+    "gemini.generate": "generate_content",
+    "anthropic.count_tokens": "count_tokens",
+}
 
 # Longest content attribute: a batch of calls with huge prompts stays under what collectors accept.
 CONTENT_CAP = 128 * 1024
@@ -105,13 +110,13 @@ def _content_events(request: Any, response: Any, at: int | None) -> list[Event]:
         output = response
         if isinstance(response, dict):
             output = response.get("content", response.get("choices", response.get("output", response)))
-        events.append(Event("gen_ai.content.completion",
-                            {"gen_ai.output.messages": _capped(output)}, at))
+        events.append(Event("gen_ai.content.completion", {"gen_ai.output.messages": _capped(output)}, at))
     return events
 
 
-def call_span(row: dict[str, Any], resource: Resource, response: Any = None, request: Any = None,
-              content: bool = False) -> ReadableSpan:
+def call_span(
+    row: dict[str, Any], resource: Resource, response: Any = None, request: Any = None, content: bool = False
+) -> ReadableSpan:
     """The span of one stored call. ``response`` is its final response object (for the response
     model; its content only when ``content``), ``request`` its parsed request body (``content`` only)."""
     start = _ns(row.get("started_at"))
@@ -128,8 +133,9 @@ def call_span(row: dict[str, Any], resource: Resource, response: Any = None, req
     operation = _OPERATIONS.get(row.get("api") or "", "chat")
     return ReadableSpan(
         name=f"{operation} {row.get('model') or ''}".strip(),
-        context=SpanContext(trace_id(row["id"]), span_id(row["id"]), is_remote=False,
-                            trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+        context=SpanContext(
+            trace_id(row["id"]), span_id(row["id"]), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+        ),
         resource=resource,
         attributes=_attributes(row, response_model),
         events=events,

@@ -43,18 +43,27 @@ class Analysis:
         if c is not None:
             pred = self.prediction
             cache = {
-                "verdict": c.verdict, "lost_tokens": c.lost_tokens, "lost_cost_usd": c.lost_cost_usd,
-                "break_pointer": c.break_pointer, "break_segment_kind": c.break_segment_kind,
-                "before_prev_last_breakpoint": c.before_prev_last_breakpoint, "detail": c.detail,
-                "provider_diagnostics": c.provider_diagnostics, "expected_read": c.expected_read,
-            }  # fmt: skip
+                "verdict": c.verdict,
+                "lost_tokens": c.lost_tokens,
+                "lost_cost_usd": c.lost_cost_usd,
+                "break_pointer": c.break_pointer,
+                "break_segment_kind": c.break_segment_kind,
+                "before_prev_last_breakpoint": c.before_prev_last_breakpoint,
+                "detail": c.detail,
+                "provider_diagnostics": c.provider_diagnostics,
+                "expected_read": c.expected_read,
+            }
             if pred is not None:
                 cache.update(
-                    family=pred.family, reason=pred.reason, predicted_read=pred.predicted_read,
-                    predicted_write=pred.predicted_write, cacheable_prefix_tokens=pred.cacheable_prefix_tokens,
-                    minimum=pred.minimum, ttl=pred.ttl,
+                    family=pred.family,
+                    reason=pred.reason,
+                    predicted_read=pred.predicted_read,
+                    predicted_write=pred.predicted_write,
+                    cacheable_prefix_tokens=pred.cacheable_prefix_tokens,
+                    minimum=pred.minimum,
+                    ttl=pred.ttl,
                     gap_seconds=round(pred.gap_seconds, 3) if pred.gap_seconds is not None else None,
-                )  # fmt: skip
+                )
         return {
             "session": self.session,
             "session_source": self.session_source,
@@ -66,9 +75,11 @@ class Analysis:
             "relation": r.kind,
             "pointer": r.pointer,
             "epoch_reason": r.epoch_reason,
-            "relation_detail": _dumps(_compact(
-                {"detail": r.detail, "shared_segments": r.shared_segments, "marker_moves": list(r.marker_moves)}
-            )),
+            "relation_detail": _dumps(
+                _compact(
+                    {"detail": r.detail, "shared_segments": r.shared_segments, "marker_moves": list(r.marker_moves)}
+                )
+            ),
             "tokens_estimated": self.tokens.total if self.tokens else None,
             "tokens_by_category": _dumps(_compact(self.tokens.by_category, zeros=True)) if self.tokens else None,
             "cache_verdict": c.verdict if c else None,
@@ -76,7 +87,8 @@ class Analysis:
             "cache_lost_tokens": c.lost_tokens if c else None,
             "cache_lost_usd": c.lost_cost_usd if c else None,
             "markers": _dumps([{"kind": m.kind, "pointer": m.pointer, "detail": m.detail} for m in self.markers])
-            if self.markers else "[]",
+            if self.markers
+            else "[]",
             "has_compaction_before": int(has_compaction_before(self.markers)),
             "response_id": self.response_id,
             "attempt": self.attempt,

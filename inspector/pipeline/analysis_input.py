@@ -110,8 +110,9 @@ def from_writer(db: Db, call: dict) -> CallInput:
     made = call.get("_input")
     if isinstance(made, CallInput) and made.id == call["id"]:
         if made.rowid != call.get("_rowid"):  # made before the insert: now it has its row and final session
-            call["_input"] = made = made.inserted(call["_rowid"], call["session"], call.get("seq"),
-                                                  call.get("attempt") or 1, call.get("retry_of"))
+            call["_input"] = made = made.inserted(
+                call["_rowid"], call["session"], call.get("seq"), call.get("attempt") or 1, call.get("retry_of")
+            )
         return made
     call["_input"] = made = _from_writer(db, call)
     return made

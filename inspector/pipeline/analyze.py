@@ -59,8 +59,9 @@ from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKin
 
 log = logging.getLogger("ctxscope.analysis")
 
-LLM_APIS = frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES,
-                      Api.GEMINI_GENERATE})
+LLM_APIS = frozenset(
+    {Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE}
+)
 COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
 COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
 UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client
@@ -164,8 +165,9 @@ class Analyzer:
             explicit = (NON_MODEL_SESSION, "non_model:" + kind)
         fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
         # Calls without a session id share one pool per key and client, whatever their session.
-        scope: Scope = (explicit[0], inp.key_fingerprint) if explicit else (UNNAMED + (inp.client or ""),
-                                                                            inp.key_fingerprint)  # fmt: skip
+        scope: Scope = (
+            (explicit[0], inp.key_fingerprint) if explicit else (UNNAMED + (inp.client or ""), inp.key_fingerprint)
+        )
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
         self._prepared = None
@@ -174,8 +176,9 @@ class Analyzer:
             base = next((r for r in pool if r.prepared is used), None)
             self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
-        placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt),
-                               fallback=fallback, time=time)  # fmt: skip
+        placement = place_call(
+            inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt), fallback=fallback, time=time
+        )
         if explicit is None and placement.predecessor is None:
             placement = _after_failure(db, inp, placement)
         session, source, seq, attempt, retry_of = _session(db, inp, placement)
@@ -184,8 +187,11 @@ class Analyzer:
         if inp.api in LLM_APIS:
             first = EpochReason.THREAD_START if placement.thread_start else EpochReason.SESSION_START
             relation = self._relate(db, prev, inp, prompt, first)
-        tokens = (count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
-                  if prepared else None)
+        tokens = (
+            count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
+            if prepared
+            else None
+        )
 
         prediction, cache = None, None
         if prompt is not None and tokens is not None and inp.ok and inp.api != Api.ANTHROPIC_COUNT_TOKENS:
@@ -194,23 +200,62 @@ class Analyzer:
                 self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
             diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
             price = None if inp.provider == SIMULATOR_PROVIDER else self.prices.lookup(prompt.model)
-            prediction, cache = judge_call(prev_seen, Observed(prompt, tokens, time), relation, inp.usage,
-                                           self.cache_memory, scope=inp.key_fingerprint or "", price=price,
-                                           provider_diagnostics=diagnostics)  # fmt: skip
+            prediction, cache = judge_call(
+                prev_seen,
+                Observed(prompt, tokens, time),
+                relation,
+                inp.usage,
+                self.cache_memory,
+                scope=inp.key_fingerprint or "",
+                price=price,
+                provider_diagnostics=diagnostics,
+            )
 
         markers: list[Marker] = []
         if prompt is not None and tokens is not None:
-            markers = infer_markers(prev.prompt if prev else None, prompt, relation,
-                                    prev.tokens.total if prev else None, tokens.total)  # fmt: skip
-        markers = place_effects(_with_retry(markers, attempt, retry_of), declared_markers(inp.annotations),
-                                prev.prompt if prev else None, prompt, relation, inp.body)
+            markers = infer_markers(
+                prev.prompt if prev else None, prompt, relation, prev.tokens.total if prev else None, tokens.total
+            )
+        markers = place_effects(
+            _with_retry(markers, attempt, retry_of),
+            declared_markers(inp.annotations),
+            prev.prompt if prev else None,
+            prompt,
+            relation,
+            inp.body,
+        )
 
         if prepared is not None and tokens is not None and inp.ok:
-            self.memory.add(scope, Remembered(inp.id, session, placement.thread_id, prepared, tokens, time,
-                                              inp.capture_epoch, inp.provider, inp.api, body=inp.body))  # fmt: skip
-        return Analysis(session, source, seq, placement if inp.api in LLM_APIS else None, relation, tokens,
-                        prediction, cache, tuple(markers), _response_id(inp.response), attempt, retry_of,
-                        placement.grouped_by)  # fmt: skip
+            self.memory.add(
+                scope,
+                Remembered(
+                    inp.id,
+                    session,
+                    placement.thread_id,
+                    prepared,
+                    tokens,
+                    time,
+                    inp.capture_epoch,
+                    inp.provider,
+                    inp.api,
+                    body=inp.body,
+                ),
+            )
+        return Analysis(
+            session,
+            source,
+            seq,
+            placement if inp.api in LLM_APIS else None,
+            relation,
+            tokens,
+            prediction,
+            cache,
+            tuple(markers),
+            _response_id(inp.response),
+            attempt,
+            retry_of,
+            placement.grouped_by,
+        )
 
     def _relate(
         self, db: Db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
@@ -263,8 +308,11 @@ class Analyzer:
                 continue
             if prepared is not None:
                 tokens = self.counter.count_prompt(prepared.prompt)
-                out.append(Remembered(call_id, session, thread, prepared, tokens, unix_time(started_at),
-                                      epoch or 0, provider, api))  # fmt: skip
+                out.append(
+                    Remembered(
+                        call_id, session, thread, prepared, tokens, unix_time(started_at), epoch or 0, provider, api
+                    )
+                )
         return out
 
 
@@ -301,9 +349,7 @@ class _Producers:
         return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
 
 
-def _session(
-    db: Db, inp: CallInput, placement: Placement
-) -> tuple[str, str, int | None, int, str | None]:
+def _session(db: Db, inp: CallInput, placement: Placement) -> tuple[str, str, int | None, int, str | None]:
     """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it (seq
     None for a call not inserted yet: the writer numbers it as it inserts it)."""
     session, source = placement.session_id, placement.session_source
@@ -320,12 +366,26 @@ def _after_failure(db: Db, inp: CallInput, placement: Placement) -> Placement:
     thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
     if not inp.request_sha256 or inp.no_failed_twin:
         return placement
-    found = rows.latest_unnamed_request(db, inp.key_fingerprint, inp.client, UNNAMED_GROUPS, inp.request_sha256,
-                                        inp.id, iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
+    found = rows.latest_unnamed_request(
+        db,
+        inp.key_fingerprint,
+        inp.client,
+        UNNAMED_GROUPS,
+        inp.request_sha256,
+        inp.id,
+        iso(inp.started_at - RETRY_WINDOW_S),
+        iso(inp.started_at),
+    )
     if found is None or not is_failure(found[1], found[2], found[3]):
         return placement
-    return dataclasses.replace(placement, session_id=found[4], thread_id=found[5] or inp.id, parent_thread_id=None,
-                               grouped_by=GroupedBy.LINEAGE, thread_start=False)  # fmt: skip
+    return dataclasses.replace(
+        placement,
+        session_id=found[4],
+        thread_id=found[5] or inp.id,
+        parent_thread_id=None,
+        grouped_by=GroupedBy.LINEAGE,
+        thread_start=False,
+    )
 
 
 def _save_minimums(db: Db, memory: CacheMemory, call_id: str) -> None:
@@ -364,8 +424,16 @@ def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None
     """attempt/retry_of within the call's own session (the store linked it within its key's)."""
     if not inp.request_sha256 or inp.no_failed_twin:
         return 1, None
-    prev = rows.latest_same_request(db, session, inp.request_sha256, inp.method, inp.path, inp.id,
-                                    iso(inp.started_at - RETRY_WINDOW_S), iso(inp.started_at))
+    prev = rows.latest_same_request(
+        db,
+        session,
+        inp.request_sha256,
+        inp.method,
+        inp.path,
+        inp.id,
+        iso(inp.started_at - RETRY_WINDOW_S),
+        iso(inp.started_at),
+    )
     if prev is not None and is_failure(prev[2], prev[3], prev[4]):
         return (prev[1] or 1) + 1, prev[0]
     return 1, None
@@ -386,9 +454,7 @@ def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:
     return [Analyzer(prices=prices)]
 
 
-def reindex(
-    db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200
-) -> Iterator[str]:
+def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200) -> Iterator[str]:
     """Recompute the analysis of stored calls in capture order, yielding each call id when done.
 
     A fresh analyzer sees the calls in the order they were stored, so the result equals what

@@ -29,11 +29,17 @@ CALLS_CACHED = 64  # a search page shows 50 hits: its calls' texts are extracted
 TEXT_CACHED = 8 << 20  # ... unless they hold more than this many characters (a 370K-token prompt is ~1.5M)
 
 AREA_OF_KIND = {
-    "system": SearchArea.SYSTEM, "tools": SearchArea.TOOLS, "tool_result": SearchArea.TOOL_RESULTS,
-    "user_text": SearchArea.MESSAGES, "assistant_text": SearchArea.MESSAGES, "tool_call": SearchArea.MESSAGES,
-    "reminder": SearchArea.MESSAGES, "thinking": SearchArea.MESSAGES, "other": SearchArea.MESSAGES,
+    "system": SearchArea.SYSTEM,
+    "tools": SearchArea.TOOLS,
+    "tool_result": SearchArea.TOOL_RESULTS,
+    "user_text": SearchArea.MESSAGES,
+    "assistant_text": SearchArea.MESSAGES,
+    "tool_call": SearchArea.MESSAGES,
+    "reminder": SearchArea.MESSAGES,
+    "thinking": SearchArea.MESSAGES,
+    "other": SearchArea.MESSAGES,
     "image": SearchArea.MESSAGES,
-}  # fmt: skip
+}
 _RESPONSE_TEXT_KEYS = frozenset({"text", "content", "thinking", "refusal", "arguments", "output"})
 _RESPONSE_JSON_KEYS = frozenset({"input"})  # a tool call's arguments as an object
 
@@ -134,7 +140,6 @@ class SegmentTexts:
             self._held -= self._texts.popitem(last=False)[1][1]
         return texts
 
-
     def _request(self, call_id: str, api: str | None) -> list[Piece]:
         """The prompt's segments, split as the indexer split them; the leading items the last prompt
         split holds byte for byte are reused, as the analysis does (a session read call after call,
@@ -155,4 +160,3 @@ def _response(db: Db, call_id: str) -> list[Piece]:
         return response_pieces(queries.get_final_response(db, call_id))
     except Exception:  # an unparseable response was indexed as nothing
         return []
-

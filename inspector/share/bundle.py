@@ -81,8 +81,11 @@ def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, It
                     if not text:
                         return
                     item = parse_json(text, "the line")
-                    yield mark_imported(exchange_from_fields(item["exchange"]), FORMAT), int(
-                        item.get("capture_epoch") or 0), dict(item.get("analysis") or {})
+                    yield (
+                        mark_imported(exchange_from_fields(item["exchange"]), FORMAT),
+                        int(item.get("capture_epoch") or 0),
+                        dict(item.get("analysis") or {}),
+                    )
                 except (BadExport, BadImport) as exc:
                     raise BadExport(f"bundle call {n}: {exc}") from None
                 except (ValueError, KeyError, TypeError, zstd.ZstdError, OSError, EOFError) as exc:

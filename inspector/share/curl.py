@@ -25,8 +25,19 @@ from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 HEREDOC_MAX = 64 * 1024  # bigger bodies go to a file
 _QUERY_REDACTED = "%5Bredacted%5D"
 # Headers curl sets itself, or that describe a connection rather than the request.
-_LEFT_OUT = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                       "proxy-connection", "expect"})  # fmt: skip
+_LEFT_OUT = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-connection",
+        "expect",
+    }
+)
 _KEY_HEADERS = {"x-api-key": "{}", "authorization": "Bearer {}", "x-goog-api-key": "{}", "api-key": "{}"}
 
 
@@ -78,8 +89,10 @@ def daemon_route(call: dict, daemon_url: str) -> str:
     elif provider.startswith("u/") and len(provider) > 2 and not is_imported(call):  # a configured upstream
         route = "u/" + quote(provider[2:], safe="")
     else:
-        raise NoRoute(f"call {call.get('id')} speaks no API ctxscope knows ({provider or 'no route'}): "
-                      "there is no daemon route to send it through with a key")  # fmt: skip
+        raise NoRoute(
+            f"call {call.get('id')} speaks no API ctxscope knows ({provider or 'no route'}): "
+            "there is no daemon route to send it through with a key"
+        )
     label = call.get("session_label")
     return daemon_url.rstrip("/") + (f"/s/{quote(str(label), safe='')}" if label else "") + "/" + route
 
@@ -123,8 +136,10 @@ def curl_command(
     ``body_file``: read the body from this file (the caller writes it) even when a heredoc would do."""
     if target is None and needs_daemon(call):
         why = "was imported" if is_imported(call) else f"went to {call.get('upstream') or 'no upstream'}"
-        raise NoRoute(f"call {call.get('id')} {why}: its command goes through the daemon's route, "
-                      "never the upstream the store names")  # fmt: skip
+        raise NoRoute(
+            f"call {call.get('id')} {why}: its command goes through the daemon's route, "
+            "never the upstream the store names"
+        )
     env = key_env or key_env_for(call)
     left_out: list[str] = []
     lines = [f"curl -sS -X {shlex.quote(call.get('method') or 'POST')} {_url(call, target, env)}"]

@@ -24,9 +24,19 @@ from ctxscope.inspector.share.imported import UNKNOWN, BadImport, check_label, m
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
-            502: "Bad Gateway", 503: "Service Unavailable", 529: "Overloaded"}  # fmt: skip
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}
 
 
 def _iso(ts: float) -> str:
@@ -60,8 +70,13 @@ def _base(ex: Exchange, daemon_url: str | None) -> str:
     """The base URL an entry names: the stored upstream, or the daemon's route for a call only the
     daemon reaches (the simulator's, whose stored upstream is its route name ``sim``: docs/architecture.md,
     "The simulator's own address"), when the daemon's URL is known."""
-    call = {"id": ex.id, "provider": ex.provider, "upstream": ex.upstream, "annotations": ex.annotations,
-            "session_label": ex.session_label}  # fmt: skip
+    call = {
+        "id": ex.id,
+        "provider": ex.provider,
+        "upstream": ex.upstream,
+        "annotations": ex.annotations,
+        "session_label": ex.session_label,
+    }
     if daemon_url is not None and needs_daemon(call):
         try:
             return daemon_route(call, daemon_url)
@@ -84,11 +99,15 @@ def har_entry(e: Exported, daemon_url: str | None = None) -> dict:
     if req.get("_wire"):
         post["_wire"] = req["_wire"]
     request: dict[str, Any] = {
-        "method": ex.method, "url": url, "httpVersion": "HTTP/1.1", "cookies": [],
+        "method": ex.method,
+        "url": url,
+        "httpVersion": "HTTP/1.1",
+        "cookies": [],
         "headers": [{"name": k, "value": v} for k, v in ex.request_headers],
         "queryString": [{"name": k, "value": v} for k, v in parse_qsl(ex.query, keep_blank_values=True)],
-        "headersSize": -1, "bodySize": len(ex.request_body),
-    }  # fmt: skip
+        "headersSize": -1,
+        "bodySize": len(ex.request_body),
+    }
     if ex.request_body:
         request["postData"] = post
     resp["mimeType"] = ex.header("content-type", response=True) or ""
@@ -101,20 +120,34 @@ def har_entry(e: Exported, daemon_url: str | None = None) -> dict:
         "time": round(total, 3),
         "request": request,
         "response": {
-            "status": status, "statusText": _REASONS.get(status, ""), "httpVersion": "HTTP/1.1", "cookies": [],
-            "headers": [{"name": k, "value": v} for k, v in ex.response_headers], "content": resp,
-            "redirectURL": "", "headersSize": -1, "bodySize": len(ex.response_body),
+            "status": status,
+            "statusText": _REASONS.get(status, ""),
+            "httpVersion": "HTTP/1.1",
+            "cookies": [],
+            "headers": [{"name": k, "value": v} for k, v in ex.response_headers],
+            "content": resp,
+            "redirectURL": "",
+            "headersSize": -1,
+            "bodySize": len(ex.response_body),
         },
         "cache": {},
-        "timings": {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1, "send": 0,
-                    "wait": round(wait, 3), "receive": round(max(0.0, total - wait), 3)},
+        "timings": {
+            "blocked": -1,
+            "dns": -1,
+            "connect": -1,
+            "ssl": -1,
+            "send": 0,
+            "wait": round(wait, 3),
+            "receive": round(max(0.0, total - wait), 3),
+        },
         "_ctxscope": dict(fields, capture_epoch=e.capture_epoch, analysis=e.analysis),
     }
 
 
 def har_log(entries: list[dict], version: str) -> dict:
-    return {"log": {"version": "1.2", "creator": {"name": "ctxscope", "version": version}, "pages": [],
-                    "entries": entries}}  # fmt: skip
+    return {
+        "log": {"version": "1.2", "creator": {"name": "ctxscope", "version": version}, "pages": [], "entries": entries}
+    }
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -154,10 +187,15 @@ def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchang
             resp_headers = tuple(p for p in resp_headers if p[0].lower() != "content-encoding")
         ours = entry.get("_ctxscope")
         if isinstance(ours, dict):
-            fields = dict(ours, method=request["method"], status=response.get("status") or None,
-                          request_headers=req_headers, response_headers=resp_headers,
-                          request_body=base64.b64encode(req_body).decode(),
-                          response_body=base64.b64encode(resp_body).decode())  # fmt: skip
+            fields = dict(
+                ours,
+                method=request["method"],
+                status=response.get("status") or None,
+                request_headers=req_headers,
+                response_headers=resp_headers,
+                request_body=base64.b64encode(req_body).decode(),
+                response_body=base64.b64encode(resp_body).decode(),
+            )
             epoch = ours.get("capture_epoch")
             return mark_imported(exchange_from_fields(fields), "har"), int(epoch) if epoch is not None else None
         started = datetime.fromisoformat(str(entry["startedDateTime"]).replace("Z", "+00:00")).timestamp()
@@ -165,15 +203,30 @@ def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchang
         wait = (entry.get("timings") or {}).get("wait")
         upstream, path, query = _upstream(str(request["url"]))
         status = int(response.get("status") or 0) or None
-        return mark_imported(Exchange(
-            id=f"har{int(started * 1e6):016x}{n:06x}", provider=UNKNOWN, upstream=upstream,
-            method=str(request["method"]), path=path, query=query, session_label=label, annotations=(),
-            request_headers=req_headers, key_fingerprint=None, request_body=req_body, status=status,
-            response_headers=resp_headers, response_body=resp_body, started_at=started,
-            first_byte_at=started + float(wait) / 1000.0 if isinstance(wait, (int, float)) and wait >= 0 else None,
-            ended_at=started + total, outcome="ok" if status else "upstream_unreachable",
-            client=_header(req_headers, "user-agent"),
-        ), "har"), None  # fmt: skip
+        return mark_imported(
+            Exchange(
+                id=f"har{int(started * 1e6):016x}{n:06x}",
+                provider=UNKNOWN,
+                upstream=upstream,
+                method=str(request["method"]),
+                path=path,
+                query=query,
+                session_label=label,
+                annotations=(),
+                request_headers=req_headers,
+                key_fingerprint=None,
+                request_body=req_body,
+                status=status,
+                response_headers=resp_headers,
+                response_body=resp_body,
+                started_at=started,
+                first_byte_at=started + float(wait) / 1000.0 if isinstance(wait, (int, float)) and wait >= 0 else None,
+                ended_at=started + total,
+                outcome="ok" if status else "upstream_unreachable",
+                client=_header(req_headers, "user-agent"),
+            ),
+            "har",
+        ), None
     except (BadExport, BadImport) as exc:
         raise BadExport(f"HAR entry {n}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

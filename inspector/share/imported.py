@@ -95,5 +95,7 @@ def is_marked(ex: Exchange) -> bool:
 
 def is_imported(call: dict) -> bool:
     """Whether a stored call (a row of ``queries.get_call``) came from a file."""
-    return any(isinstance(p, (list, tuple)) and len(p) == 2 and str(p[0]).lower() == IMPORTED
-               for p in call.get("annotations") or ())  # fmt: skip
+    return any(
+        isinstance(p, (list, tuple)) and len(p) == 2 and str(p[0]).lower() == IMPORTED
+        for p in call.get("annotations") or ()
+    )

@@ -35,8 +35,10 @@ def import_calls(
 ) -> Iterator[Imported]:
     """Store and analyse ``calls`` ((exchange, capture epoch or None)), yielding each as it is done."""
     # Every imported call carries the mark (the readers set it; a caller that did not gets it here).
-    ordered = sorted(((ex if is_marked(ex) else mark_imported(ex, "file"), epoch) for ex, epoch in calls),
-                     key=lambda c: (c[0].started_at, c[0].id))  # fmt: skip
+    ordered = sorted(
+        ((ex if is_marked(ex) else mark_imported(ex, "file"), epoch) for ex, epoch in calls),
+        key=lambda c: (c[0].started_at, c[0].id),
+    )
     db = store.connect(db_path)
     try:
         base = store.next_capture_epoch(db)
@@ -57,8 +59,9 @@ def import_calls(
                     top = max(top, state.capture_epoch)
                     result = ingest(db, ex, state, analyzers)
                     for name, exc in result.analysis_errors:
-                        store.record_event(db, "analysis_failed", call_id=ex.id,
-                                           detail=f"import: {name}: {type(exc).__name__}: {exc}")  # fmt: skip
+                        store.record_event(
+                            db, "analysis_failed", call_id=ex.id, detail=f"import: {name}: {type(exc).__name__}: {exc}"
+                        )
                     done.append(Imported(ex.id, True, len(result.analysis_errors)))
                 store.set_meta(db, "capture_epoch", str(top))
                 store.commit(db)

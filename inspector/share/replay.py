@@ -31,8 +31,20 @@ REPLAY_OF = Annotation.REPLAY_OF.value
 REPLAY_ID = Annotation.REPLAY_ID.value  # a nonce: tells this replay's call from earlier ones
 SESSION = Annotation.SESSION.value
 _QUERY_REDACTED = "%5Bredacted%5D"
-_LEFT_OUT = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                       "proxy-connection", "expect", "accept-encoding"})  # fmt: skip
+_LEFT_OUT = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-connection",
+        "expect",
+        "accept-encoding",
+    }
+)
 _KEY_HEADERS = {"x-api-key": "{}", "authorization": "Bearer {}", "x-goog-api-key": "{}", "api-key": "{}"}
 
 
@@ -45,13 +57,18 @@ def _missing_key(row: dict, where: str, cli: bool) -> ReplayError:
     help), else the UI, whose key can only come from the daemon's environment."""
     env = key_env_for(row)
     if env is None:
-        return ReplayError(f"the call was sent with a key ({where}), but it was imported and speaks no API "
-                           "ctxscope knows: no key is sent for it")  # fmt: skip
+        return ReplayError(
+            f"the call was sent with a key ({where}), but it was imported and speaks no API "
+            "ctxscope knows: no key is sent for it"
+        )
     if not cli:
-        return ReplayError(f"the call was sent with a key ({where}): the daemon replays with ${env} from its own "
-                           "environment, and it has none: start `ctxscope serve` with it set")  # fmt: skip
-    return ReplayError(f"the call was sent with a key ({where}): put it in ${env} "
-                       "or name the variable with --api-key-env")  # fmt: skip
+        return ReplayError(
+            f"the call was sent with a key ({where}): the daemon replays with ${env} from its own "
+            "environment, and it has none: start `ctxscope serve` with it set"
+        )
+    return ReplayError(
+        f"the call was sent with a key ({where}): put it in ${env} or name the variable with --api-key-env"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,7 @@ def parse_edit(text: str) -> tuple[str, Any]:
     """``POINTER=JSON`` as (pointer, value); ReplayError when it is not one."""
     pointer, sep, value = text.partition("=")
     if not sep or not (pointer == "" or pointer.startswith("/")):
-        raise ReplayError(f"an edit is POINTER=JSON, e.g. /model=\"claude-haiku-4-5\": {text!r}")
+        raise ReplayError(f'an edit is POINTER=JSON, e.g. /model="claude-haiku-4-5": {text!r}')
     try:
         return pointer, json.loads(value)
     except ValueError as exc:
@@ -185,8 +202,12 @@ def _cost(row: dict, prices: PriceTable) -> float | None:
         return None
     read, write = usage.get("cache_read") or 0, usage.get("cache_write") or 0
     uncached = max(0, usage["input"] - read - write)
-    per_token = (uncached * price.input + read * price.cache_read + write * price.cache_write
-                 + (usage.get("output") or 0) * price.output)  # fmt: skip
+    per_token = (
+        uncached * price.input
+        + read * price.cache_read
+        + write * price.cache_write
+        + (usage.get("output") or 0) * price.output
+    )
     return round(per_token / 1e6, 6)
 
 
@@ -197,10 +218,17 @@ def comparison(db: Db, original: str, replay: str, prices: PriceTable) -> dict:
         row = queries.get_call(db, call_id) or {}
         usage = row.get("usage") or {}
         out[name] = {
-            "id": row.get("id"), "session": row.get("session"), "model": row.get("model"),
-            "status": row.get("status"), "outcome": row.get("outcome"), "cache_verdict": row.get("cache_verdict"),
-            "input": usage.get("input"), "cache_read": usage.get("cache_read"),
-            "cache_write": usage.get("cache_write"), "output": usage.get("output"), "cost_usd": _cost(row, prices),
+            "id": row.get("id"),
+            "session": row.get("session"),
+            "model": row.get("model"),
+            "status": row.get("status"),
+            "outcome": row.get("outcome"),
+            "cache_verdict": row.get("cache_verdict"),
+            "input": usage.get("input"),
+            "cache_read": usage.get("cache_read"),
+            "cache_write": usage.get("cache_write"),
+            "output": usage.get("output"),
+            "cost_usd": _cost(row, prices),
             "replay_of": row.get("replay_of"),
-        }  # fmt: skip
+        }
     return out

@@ -44,8 +44,14 @@ def find_calls(
     """Call summaries (as ``queries.list_calls``) filtered by any analysis field (``threads``: any of them)."""
     where: list[str] = []
     params: list[object] = []
-    for col, value in (("session", session), ("model", model), ("relation", relation and relation.upper()),
-                       ("epoch_reason", epoch_reason), ("cache_verdict", verdict), ("thread", thread)):  # fmt: skip
+    for col, value in (
+        ("session", session),
+        ("model", model),
+        ("relation", relation and relation.upper()),
+        ("epoch_reason", epoch_reason),
+        ("cache_verdict", verdict),
+        ("thread", thread),
+    ):
         if value is not None:
             where.append(f"{col} = ?")
             params.append(value)
@@ -90,8 +96,9 @@ def session_timeline(db: sqlite_utils.Database, session: str) -> dict[str, Any] 
 def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str, Any]:
     """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
     # All sessions' figures leave out the non-model requests (docs/architecture.md, "Non-model requests").
-    where, params = ("WHERE session = ?", [session]) if session is not None else ("WHERE session != ?",
-                                                                                  [NON_MODEL_SESSION])  # fmt: skip
+    where, params = (
+        ("WHERE session = ?", [session]) if session is not None else ("WHERE session != ?", [NON_MODEL_SESSION])
+    )
     one = db.execute(
         f"""SELECT COUNT(*), SUM(relation IS NOT NULL), SUM(cache_verdict = 'hit'),
                    SUM(cache_verdict IN ({", ".join("?" for _ in HIT_ELIGIBLE)})),
@@ -158,8 +165,10 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list[Any]) -> list[di
             kind if verdict == "client_break" else None,
             _area(pointer) if verdict == "client_break" else None,
         )
-        g = groups.setdefault(key, {"cause": key[0], "segment_kind": key[1], "area": key[2], "calls": 0,
-                                    "lost_tokens": 0, "lost_usd": None})  # fmt: skip
+        g = groups.setdefault(
+            key,
+            {"cause": key[0], "segment_kind": key[1], "area": key[2], "calls": 0, "lost_tokens": 0, "lost_usd": None},
+        )
         g["calls"] += 1
         g["lost_tokens"] += lost or 0
         if usd is not None:
@@ -217,8 +226,17 @@ def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -
         "lost_tokens": lost,
         "lost_tokens_compactions": lost_compaction,
         "break_calls": [
-            {"id": r[0], "session": r[1], "seq": r[2], "relation": r[3], "epoch_reason": r[4], "pointer": r[5],
-             "compaction": bool(r[6]), "inside_cached_prefix": bool(r[7]), "lost_tokens": r[8] or 0}
+            {
+                "id": r[0],
+                "session": r[1],
+                "seq": r[2],
+                "relation": r[3],
+                "epoch_reason": r[4],
+                "pointer": r[5],
+                "compaction": bool(r[6]),
+                "inside_cached_prefix": bool(r[7]),
+                "lost_tokens": r[8] or 0,
+            }
             for r in listed
         ],
     }

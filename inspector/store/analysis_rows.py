@@ -42,8 +42,12 @@ def latest_thread_calls(
 
 
 def latest_unnamed_calls(
-    db: Db, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
-    before_rowid: int, limit: int,
+    db: Db,
+    key_fingerprint: str | None,
+    client: str | None,
+    grouped_by: tuple[str, ...],
+    before_rowid: int,
+    limit: int,
 ) -> list[Recent]:
     """The same for the calls without a session id (``grouped_by`` one of those given) of one API
     key and client, whatever their session."""
@@ -59,10 +63,13 @@ def latest_unnamed_calls(
 
 def producer_of(db: Db, response_id: str, not_call: str) -> tuple[str, str, str | None] | None:
     """(id, session, thread) of the latest other call whose response had ``response_id``."""
-    return cast("tuple[str, str, str | None] | None", db.execute(
-        "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
-        [response_id, not_call],
-    ).fetchone())
+    return cast(
+        "tuple[str, str, str | None] | None",
+        db.execute(
+            "SELECT id, session, thread FROM calls WHERE response_id = ? AND id != ? ORDER BY rowid DESC LIMIT 1",
+            [response_id, not_call],
+        ).fetchone(),
+    )
 
 
 def next_seq(db: Db, session: str) -> int:
@@ -71,36 +78,54 @@ def next_seq(db: Db, session: str) -> int:
 
 
 def latest_same_request(
-    db: Db, session: str, request_sha256: str, method: str | None, path: str | None,
-    not_call: str, since: str | None, until: str | None,
+    db: Db,
+    session: str,
+    request_sha256: str,
+    method: str | None,
+    path: str | None,
+    not_call: str,
+    since: str | None,
+    until: str | None,
 ) -> tuple[str, int | None, str | None, int | None, int | None] | None:
     """(id, attempt, outcome, status, response_complete) of the session's latest other call with the
     same request in the window."""
-    return cast("tuple[str, int | None, str | None, int | None, int | None] | None", db.execute(
-        # idx_calls_started_at (time, hash): the window's entries, their hashes read from the index;
-        # the unary + keeps the planner off the session's index, which would walk the whole session.
-        """SELECT id, attempt, outcome, status, response_complete FROM calls
+    return cast(
+        "tuple[str, int | None, str | None, int | None, int | None] | None",
+        db.execute(
+            # idx_calls_started_at (time, hash): the window's entries, their hashes read from the index;
+            # the unary + keeps the planner off the session's index, which would walk the whole session.
+            """SELECT id, attempt, outcome, status, response_complete FROM calls
            WHERE +session = ? AND request_sha256 = ? AND method IS ? AND path IS ? AND id != ?
              AND started_at >= ? AND started_at <= ?
            ORDER BY started_at DESC LIMIT 1""",
-        [session, request_sha256, method, path, not_call, since, until],
-    ).fetchone())
+            [session, request_sha256, method, path, not_call, since, until],
+        ).fetchone(),
+    )
 
 
 def latest_unnamed_request(
-    db: Db, key_fingerprint: str | None, client: str | None, grouped_by: tuple[str, ...],
-    request_sha256: str, not_call: str, since: str | None, until: str | None,
+    db: Db,
+    key_fingerprint: str | None,
+    client: str | None,
+    grouped_by: tuple[str, ...],
+    request_sha256: str,
+    not_call: str,
+    since: str | None,
+    until: str | None,
 ) -> tuple[str, str | None, int | None, int | None, str, str | None] | None:
     """(id, outcome, status, response_complete, session, thread) of the latest other call without a
     session id of the key and client that sent the same request body in the window."""
     marks = ", ".join("?" for _ in grouped_by)
-    return cast("tuple[str, str | None, int | None, int | None, str, str | None] | None", db.execute(
-        f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
+    return cast(
+        "tuple[str, str | None, int | None, int | None, str, str | None] | None",
+        db.execute(
+            f"""SELECT id, outcome, status, response_complete, session, thread FROM calls
             WHERE +key_fingerprint IS ? AND +client IS ? AND grouped_by IN ({marks}) AND request_sha256 = ?
               AND id != ? AND started_at >= ? AND started_at <= ?
             ORDER BY started_at DESC LIMIT 1""",
-        [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],
-    ).fetchone())
+            [key_fingerprint, client, *grouped_by, request_sha256, not_call, since, until],
+        ).fetchone(),
+    )
 
 
 def call_ids(db: Db, session: str | None = None) -> list[str]:
@@ -119,8 +144,12 @@ def count_analysed(db_path: str | Path, session: str) -> int:
     (sqlite3.Error when the file cannot be read)."""
     con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
     try:
-        return cast("int", con.execute("SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL",
-                           [session]).fetchone()[0])
+        return cast(
+            "int",
+            con.execute(
+                "SELECT COUNT(*) FROM calls WHERE session = ? AND analysis_version IS NOT NULL", [session]
+            ).fetchone()[0],
+        )
     finally:
         con.close()
 

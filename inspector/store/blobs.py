@@ -78,8 +78,13 @@ def body_hash(data: bytes) -> bytes:
 
 
 def blob_put(
-    db: Db, data: bytes, bases: Iterable[StoredBlob] = (), *, search: bool = False,
-    known: KnownIds | None = None, digest: bytes | None = None,
+    db: Db,
+    data: bytes,
+    bases: Iterable[StoredBlob] = (),
+    *,
+    search: bool = False,
+    known: KnownIds | None = None,
+    digest: bytes | None = None,
 ) -> StoredBlob:
     """Store ``data`` laid out against the best of ``bases`` (the same bytes again share its chunks and
     pages: a row of a few bytes); ``search``: they are other sessions' bodies, so look for shared
@@ -158,8 +163,10 @@ def _chunk_store(db: Db, raw: bytes, digest: bytes, known: KnownIds | None = Non
         if known is not None:
             known.zstd_dict = (current[0] if current else None,)
     data = _compressor(current, len(raw)).compress(raw, zstd.ZstdCompressor.FLUSH_FRAME)
-    cur = db.conn.execute("INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
-                          [digest, current and current[0], data])
+    cur = db.conn.execute(
+        "INSERT INTO chunks (hash, dict, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+        [digest, current and current[0], data],
+    )
     if cur.rowcount != 1:  # stored already (before this writer knew it): its id
         return cast("int", db.conn.execute("SELECT id FROM chunks WHERE hash = ?", [digest]).fetchone()[0])
     assert cur.lastrowid is not None
@@ -243,9 +250,7 @@ def _current_dict(db: Db) -> tuple[int, zstd.ZstdDict] | None:
     return None if row is None else (row[0], _load_dict(db, row[0]))
 
 
-def _maybe_train(
-    db: Db, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None
-) -> int | None:
+def _maybe_train(db: Db, chunk_id: int, current: tuple[int, zstd.ZstdDict] | None) -> int | None:
     """The id of a dictionary trained now, if one is due and the samples allow it."""
     if current is not None:
         after = db.execute("SELECT after_chunk FROM zstd_dicts WHERE id = ?", [current[0]]).fetchone()[0]
@@ -382,6 +387,7 @@ def sweep(db: Db) -> int:
     used = "SELECT dict FROM chunks WHERE dict IS NOT NULL"
     if "dict" in {column for _, column, *_ in db.execute("PRAGMA table_info(search_segments)")}:  # before m014
         used += " UNION SELECT dict FROM search_segments WHERE dict IS NOT NULL"
-    db.execute(f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) "
-               "AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)")  # the newest stays, for new chunks
+    db.execute(
+        f"DELETE FROM zstd_dicts WHERE id NOT IN ({used}) AND after_chunk < (SELECT MAX(after_chunk) FROM zstd_dicts)"
+    )  # the newest stays, for new chunks
     return len(dead_pages) + len(dead_chunks)

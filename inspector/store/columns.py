@@ -13,12 +13,39 @@ from ctxscope.inspector.store.db import Db
 
 # The members the analysis leaves out of its JSON columns when they are null, empty or (token
 # counts) zero, and what they stand for (docs/architecture.md, "Body storage").
-_CACHE_MEMBERS = ("verdict", "lost_tokens", "lost_cost_usd", "break_pointer", "break_segment_kind",
-                  "before_prev_last_breakpoint", "detail", "provider_diagnostics", "expected_read")
-_PREDICTION_MEMBERS = ("family", "reason", "predicted_read", "predicted_write", "cacheable_prefix_tokens", "minimum",
-                       "ttl", "gap_seconds")
-TOKEN_CATEGORIES = ("system", "tools", "user_text", "assistant_text", "tool_call", "tool_result", "reminder", "image",
-                    "thinking", "other")
+_CACHE_MEMBERS = (
+    "verdict",
+    "lost_tokens",
+    "lost_cost_usd",
+    "break_pointer",
+    "break_segment_kind",
+    "before_prev_last_breakpoint",
+    "detail",
+    "provider_diagnostics",
+    "expected_read",
+)
+_PREDICTION_MEMBERS = (
+    "family",
+    "reason",
+    "predicted_read",
+    "predicted_write",
+    "cacheable_prefix_tokens",
+    "minimum",
+    "ttl",
+    "gap_seconds",
+)
+TOKEN_CATEGORIES = (
+    "system",
+    "tools",
+    "user_text",
+    "assistant_text",
+    "tool_call",
+    "tool_result",
+    "reminder",
+    "image",
+    "thinking",
+    "other",
+)
 
 
 def with_defaults(column: str, value: Any) -> Any:

@@ -126,8 +126,13 @@ def _segment_text_function(db: Db, reader: SegmentReader) -> Callable[[int], str
     return segment_text
 
 
-def connect(path: str | Path, *, check_same_thread: bool = True, migrate: bool = True,
-            segment_texts: SegmentReader | None = None) -> sqlite_utils.Database:
+def connect(
+    path: str | Path,
+    *,
+    check_same_thread: bool = True,
+    migrate: bool = True,
+    segment_texts: SegmentReader | None = None,
+) -> sqlite_utils.Database:
     """A Database on ``path`` in WAL mode, migrated to the current schema unless ``migrate=False``;
     ``segment_texts``: how it reads search texts back (for snippets, phrase checks, clearing the index)."""
     import sqlite_utils  # readers only: the writer's open_handle does without it

@@ -18,10 +18,35 @@ from ctxscope.inspector.store.columns import call_columns, verdict_sql
 
 # Columns a span is made of (besides the verdict, read through verdict_sql).
 _SPAN_COLUMNS = (
-    "id", "session", "thread", "seq", "provider", "api", "model", "method", "path", "status", "outcome", "error",
-    "stream", "started_at", "first_byte_at", "ended_at", "ttfb_ms", "duration_ms", "usage_input", "usage_output",
-    "usage_cache_read", "usage_cache_write", "stop_reason", "relation", "pointer", "epoch_reason",
-    "cache_lost_tokens", "markers", "grouped_by",
+    "id",
+    "session",
+    "thread",
+    "seq",
+    "provider",
+    "api",
+    "model",
+    "method",
+    "path",
+    "status",
+    "outcome",
+    "error",
+    "stream",
+    "started_at",
+    "first_byte_at",
+    "ended_at",
+    "ttfb_ms",
+    "duration_ms",
+    "usage_input",
+    "usage_output",
+    "usage_cache_read",
+    "usage_cache_write",
+    "stop_reason",
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "cache_lost_tokens",
+    "markers",
+    "grouped_by",
 )
 
 
@@ -39,8 +64,11 @@ class ExportLag:
 def _select(cols: frozenset[str]) -> str:
     names = [f"c.{c}" if c in cols else f"NULL AS {c}" for c in _SPAN_COLUMNS]
     verdict = verdict_sql(cols)
-    names.append(f"{verdict.replace('cache_verdict', 'c.cache_verdict')} AS cache_verdict" if verdict
-                  else "NULL AS cache_verdict")
+    names.append(
+        f"{verdict.replace('cache_verdict', 'c.cache_verdict')} AS cache_verdict"
+        if verdict
+        else "NULL AS cache_verdict"
+    )
     return ", ".join(names)
 
 

@@ -177,9 +177,7 @@ _BLOB_COLUMN = {"request": "request_blob", "response": "response_blob"}
 _INSERTS: dict[tuple[str, ...], str] = {}  # a call row's columns -> its INSERT statement
 
 
-def _candidates(
-    db: Db, state: IngestState, session: str, kind: str
-) -> tuple[list[StoredBlob], bool]:
+def _candidates(db: Db, state: IngestState, session: str, kind: str) -> tuple[list[StoredBlob], bool]:
     """The bases for a body: the session's last bodies, else the latest of other sessions (a new
     session re-sends the system prompt and tools they hold; True), loaded from the database after a restart."""
     key = (session, kind)
@@ -237,15 +235,14 @@ def store_body(
         if recipe is not None:
             form = decoded
     bases, foreign = _candidates(db, state, session, kind)
-    blob = blob_put(db, form, bases, search=foreign, known=state.ids,
-                    digest=decoded_hash if form is decoded else None)
+    blob = blob_put(db, form, bases, search=foreign, known=state.ids, digest=decoded_hash if form is decoded else None)
     state.bases.add((session, kind), blob)
     return blob.id, recipe
 
 
 def is_failure(outcome: str | None, status: int | None, complete: int | None = None) -> bool:
     """A call a client may retry: failed, cut off or unanswered; never one answered in full."""
-    return (outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0)
+    return outcome != Outcome.OK or status is None or status >= 500 or status == 429 or complete == 0
 
 
 def link_retry(db: Db, row: dict[str, Any], started_at: float, failures: RecentFailures | None = None) -> None:
@@ -278,8 +275,12 @@ class IngestResult:
 
 
 def ingest(
-    db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyzer] = (),
-    *, isolated: bool = True,
+    db: Db,
+    ex: Exchange,
+    state: IngestState,
+    analyzers: Sequence[Analyzer] = (),
+    *,
+    isolated: bool = True,
 ) -> IngestResult:
     """Store one exchange (call inside an open transaction). Raises if the call row cannot be stored.
 

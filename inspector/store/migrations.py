@@ -221,9 +221,7 @@ CREATE TABLE search_occurrences (
     )
     # Deleting a session deletes the occurrences of its calls (they reference calls).
     db.execute("CREATE INDEX idx_search_occurrences_call ON search_occurrences (call_id)")
-    db.execute(
-        "CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_segments', content_rowid='id')"
-    )
+    db.execute("CREATE VIRTUAL TABLE search_fts USING fts5(text, content='search_segments', content_rowid='id')")
     db.execute(
         """
 CREATE TRIGGER search_segments_ai AFTER INSERT ON search_segments BEGIN
@@ -267,10 +265,14 @@ CREATE TABLE stored_order (
 )"""
     )
     db.execute("INSERT INTO stored_order (call_id) SELECT id FROM calls ORDER BY rowid")
-    db.execute("CREATE TRIGGER stored_order_insert AFTER INSERT ON calls "
-               "BEGIN INSERT INTO stored_order (call_id) VALUES (new.id); END")
-    db.execute("CREATE TRIGGER stored_order_delete AFTER DELETE ON calls "
-               "BEGIN DELETE FROM stored_order WHERE call_id = old.id; END")
+    db.execute(
+        "CREATE TRIGGER stored_order_insert AFTER INSERT ON calls "
+        "BEGIN INSERT INTO stored_order (call_id) VALUES (new.id); END"
+    )
+    db.execute(
+        "CREATE TRIGGER stored_order_delete AFTER DELETE ON calls "
+        "BEGIN DELETE FROM stored_order WHERE call_id = old.id; END"
+    )
     db.execute(
         """
 CREATE TABLE export_positions (
@@ -451,8 +453,10 @@ CREATE TABLE search_segments_new (
         key = segment_key(text)
         if key not in kept:
             kept[key] = seg
-            db.execute("INSERT INTO search_segments_new (id, hash, area, size) VALUES (?, ?, ?, ?)",
-                       [seg, key, area, len(text)])
+            db.execute(
+                "INSERT INTO search_segments_new (id, hash, area, size) VALUES (?, ?, ?, ?)",
+                [seg, key, area, len(text)],
+            )
             continue
         db.execute("UPDATE OR IGNORE search_occurrences SET segment = ? WHERE segment = ?", [kept[key], seg])
         db.execute("DELETE FROM search_occurrences WHERE segment = ?", [seg])

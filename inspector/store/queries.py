@@ -133,7 +133,8 @@ def with_thread_parents(db: Db, rows: list[dict[str, Any]]) -> list[dict[str, An
             chunk,
         ).fetchall():
             groups.setdefault(session, []).append(
-                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first, "subagent": subagent})
+                {"thread": thread, "calls": calls, "tool_rounds": rounds, "first_seq": first, "subagent": subagent}
+            )
         for session, threads in groups.items():
             main, *_ = thread_order(threads)
             parents.update({(session, t["thread"]): None if t["thread"] == main else main for t in threads})
@@ -158,8 +159,11 @@ def resolve_prefix(db: Db, column: Literal["id", "session"], value: str) -> str 
     if len(rows) > 1:
         what = "call id prefix" if column == "id" else "session prefix"
         noun = "call" if column == "id" else "session"
-        raise AmbiguousCallId(f"{what} {value!r} matches more than one {noun}",
-                              tuple(r[0] for r in rows[:CANDIDATES_LISTED]), len(rows) > CANDIDATES_LISTED)
+        raise AmbiguousCallId(
+            f"{what} {value!r} matches more than one {noun}",
+            tuple(r[0] for r in rows[:CANDIDATES_LISTED]),
+            len(rows) > CANDIDATES_LISTED,
+        )
     return rows[0][0] if rows else None
 
 
@@ -284,13 +288,24 @@ def list_sessions(
     out = []
     for a in session_aggregates(db, limit=limit, purposes=purposes):
         usage = dict(a.usage)
-        out.append({
-            "session": a.session, "purpose": a.purpose, "calls": a.calls, "first_started_at": a.first_started_at,
-            "last_started_at": a.last_started_at, "models": a.models, "providers": a.providers,
-            "session_source": a.session_source, "breaks": a.breaks or 0, "lost_tokens": a.lost_tokens or 0,
-            "lost_usd": a.lost_usd, "usage": usage if any(v is not None for v in usage.values()) else None,
-            "hit_rate": a.hit_rate.as_report(), "threads": session_threads(db, a.session),
-        })  # fmt: skip
+        out.append(
+            {
+                "session": a.session,
+                "purpose": a.purpose,
+                "calls": a.calls,
+                "first_started_at": a.first_started_at,
+                "last_started_at": a.last_started_at,
+                "models": a.models,
+                "providers": a.providers,
+                "session_source": a.session_source,
+                "breaks": a.breaks or 0,
+                "lost_tokens": a.lost_tokens or 0,
+                "lost_usd": a.lost_usd,
+                "usage": usage if any(v is not None for v in usage.values()) else None,
+                "hit_rate": a.hit_rate.as_report(),
+                "threads": session_threads(db, a.session),
+            }
+        )
         if cost is not None:
             out[-1]["cost_usd"] = cost(a)
     return out

@@ -26,10 +26,14 @@ from ctxscope.vocab.kinds import CacheVerdict, MarkerKind, RelationKind
 REPLAY_PREFIX = "replay:"
 VERIFY_SESSION = "advisor-verify"
 NON_MODEL_SESSION = "non-model"
-_PURPOSES = ((REPLAY_PREFIX, "replay", True), (VERIFY_SESSION, "advise-verify", False),
-             (NON_MODEL_SESSION, "non-model", False))  # fmt: skip
-PURPOSE_SQL = " OR ".join(f"session GLOB '{name}*'" if prefix else f"session = '{name}'"
-                          for name, _, prefix in _PURPOSES)  # fmt: skip
+_PURPOSES = (
+    (REPLAY_PREFIX, "replay", True),
+    (VERIFY_SESSION, "advise-verify", False),
+    (NON_MODEL_SESSION, "non-model", False),
+)
+PURPOSE_SQL = " OR ".join(
+    f"session GLOB '{name}*'" if prefix else f"session = '{name}'" for name, _, prefix in _PURPOSES
+)
 
 
 def session_purpose(session: str) -> str | None:
@@ -50,16 +54,18 @@ def is_tool_round(markers: Any) -> bool:
     """``markers`` (a JSON string or its list) hold a tools_executed marker."""
     if isinstance(markers, str):
         return f'"kind":"{MarkerKind.TOOLS_EXECUTED}"' in markers
-    return isinstance(markers, list) and any(isinstance(m, dict) and m.get("kind") == MarkerKind.TOOLS_EXECUTED
-                                             for m in markers)  # fmt: skip
+    return isinstance(markers, list) and any(
+        isinstance(m, dict) and m.get("kind") == MarkerKind.TOOLS_EXECUTED for m in markers
+    )
 
 
 def is_subagent_call(annotations: Any) -> bool:
     """``annotations`` (a JSON string or its list of [name, value]) declare a sub-agent's call."""
     if isinstance(annotations, str):
         return f'"{Annotation.SUBAGENT}"' in annotations
-    return isinstance(annotations, list) and any(isinstance(a, list | tuple) and a and a[0] == Annotation.SUBAGENT
-                                                 for a in annotations)  # fmt: skip
+    return isinstance(annotations, list) and any(
+        isinstance(a, list | tuple) and a and a[0] == Annotation.SUBAGENT for a in annotations
+    )
 
 
 def thread_order(threads: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -73,10 +79,18 @@ def thread_order(threads: Iterable[Mapping[str, Any]]) -> list[str]:
     threads = list(threads)
     if not threads:
         return []
-    main = max(threads, key=lambda t: (not t.get("subagent"), t.get("tool_rounds") or 0, t.get("calls") or 0,
-                                        -(t.get("first_seq") or 0)))
+    main = max(
+        threads,
+        key=lambda t: (
+            not t.get("subagent"),
+            t.get("tool_rounds") or 0,
+            t.get("calls") or 0,
+            -(t.get("first_seq") or 0),
+        ),
+    )
     rest = sorted((t for t in threads if t is not main), key=lambda t: t.get("first_seq") or 0)
     return [main["thread"]] + [t["thread"] for t in rest]
+
 
 # Verdicts under which the call could have read the cache: a hit rate's denominator.
 HIT_ELIGIBLE: tuple[CacheVerdict, ...] = (
@@ -104,8 +118,11 @@ class HitRate:
 
     def as_report(self) -> dict[str, Any]:
         """The CLI's shape: always there, ``rate`` rounded to 4 places (None without eligible calls)."""
-        return {"hits": self.hits, "eligible": self.eligible,
-                "rate": round(self.hits / self.eligible, 4) if self.eligible else None}  # fmt: skip
+        return {
+            "hits": self.hits,
+            "eligible": self.eligible,
+            "rate": round(self.hits / self.eligible, 4) if self.eligible else None,
+        }
 
     def as_view(self) -> dict[str, Any] | None:
         """The UI's shape: None without eligible calls, else the exact ``ratio``."""
@@ -210,8 +227,30 @@ def fold_sessions(groups: list[tuple[Any, ...]]) -> list[SessionAggregate]:
     """Sum the (session, model) groups of each session; most recently active first."""
     sessions: dict[str, SessionAggregate] = {}
     for row in groups:
-        (session, model, n, first, last, inp, out, read, write, reported, errors, providers,
-         breaks, diverged, compactions, estimated, hits, eligible, lost, lost_usd, source, simulated) = row  # fmt: skip
+        (
+            session,
+            model,
+            n,
+            first,
+            last,
+            inp,
+            out,
+            read,
+            write,
+            reported,
+            errors,
+            providers,
+            breaks,
+            diverged,
+            compactions,
+            estimated,
+            hits,
+            eligible,
+            lost,
+            lost_usd,
+            source,
+            simulated,
+        ) = row
         s = sessions.setdefault(session, SessionAggregate(session))
         s.calls += n
         s.first_started_at = min(filter(None, [s.first_started_at, first]), default=None)

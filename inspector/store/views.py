@@ -122,9 +122,20 @@ def thread_groups(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
         sessions,
     ).fetchall()
     return [
-        (session, {"thread": thread, "parent_thread": parent_thread if parent_thread != thread else None, "calls": n,
-                   "first_seq": first_seq, "last_started_at": last,
-                   "models": sorted(m for m in json.loads(models) if m), "usage_input": inp, "usage_cache_read": read,
-                   "tool_rounds": rounds or 0, "subagent": bool(declared)})
+        (
+            session,
+            {
+                "thread": thread,
+                "parent_thread": parent_thread if parent_thread != thread else None,
+                "calls": n,
+                "first_seq": first_seq,
+                "last_started_at": last,
+                "models": sorted(m for m in json.loads(models) if m),
+                "usage_input": inp,
+                "usage_cache_read": read,
+                "tool_rounds": rounds or 0,
+                "subagent": bool(declared),
+            },
+        )
         for session, thread, parent_thread, n, first_seq, last, models, inp, read, rounds, declared in rows
-    ]  # fmt: skip
+    ]

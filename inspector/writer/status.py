@@ -139,8 +139,11 @@ class StatusFile:
                 errors.append(f"{folder}: {exc.strerror or exc}")
                 self.close()
         else:
-            log.warning("capture writer: cannot create its status file (%s); `ctxscope db status` will not show "
-                        "its live counters", "; ".join(errors))
+            log.warning(
+                "capture writer: cannot create its status file (%s); `ctxscope db status` will not show "
+                "its live counters",
+                "; ".join(errors),
+            )
             return
         if errors:
             log.warning("capture writer: its status file is %s (%s)", self.path, errors[0])
@@ -179,8 +182,9 @@ class StatusPublisher:
     (a call came, the child died): an idle daemon wakes for nothing (docs/architecture.md, "A quiet
     idle daemon")."""
 
-    def __init__(self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5,
-                 give_back_heap: bool = False):
+    def __init__(
+        self, db_path: Path, stats: Callable[[], WriterStats], interval: float = 0.5, give_back_heap: bool = False
+    ):
         self._stats = stats
         self._interval = interval
         self._give_back_heap = give_back_heap  # a writer in this process: nothing else trims after a burst

@@ -50,8 +50,10 @@ EXPECTED_CLIENT_ERRORS = (HttpProcessingError, RequestPayloadError, ConnectionEr
 _BUSY_MESSAGE = "ctxscope: too many connections at once; retry shortly"
 # Readable by either provider's SDK: Anthropic's reads error.type, OpenAI's error.message and code.
 _BUSY_BODY = json.dumps(
-    {"type": "error", "error": {"type": "overloaded_error", "message": _BUSY_MESSAGE, "param": None,
-                                "code": "too_many_connections"}}
+    {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": _BUSY_MESSAGE, "param": None, "code": "too_many_connections"},
+    }
 ).encode()
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -105,8 +107,11 @@ class GuardedServer(Server):
 
     def __init__(self, base: Server, limits: Limits):
         super().__init__(
-            base.request_handler, request_factory=base.request_factory,
-            handler_cancellation=base.handler_cancellation, loop=base._loop, **base._kwargs,
+            base.request_handler,
+            request_factory=base.request_factory,
+            handler_cancellation=base.handler_cancellation,
+            loop=base._loop,
+            **base._kwargs,
         )
         self.limits = limits
         self.counts = {"header_timeouts": 0, "idle_closed": 0, "body_stalls": 0, "refused": 0, "client_errors": 0}
@@ -178,8 +183,11 @@ class GuardedHandler(RequestHandler):
         self._refused = self._force_close = True  # aiohttp's parser ignores whatever arrives
         guard = self._guard
         guard.counts["refused"] += 1
-        guard.log.info("refused", f"refused a connection: {guard.limits.max_connections} connections are open "
-                                  "(the max_connections limit); answered 503")
+        guard.log.info(
+            "refused",
+            f"refused a connection: {guard.limits.max_connections} connections are open "
+            "(the max_connections limit); answered 503",
+        )
         transport.write(BUSY_RESPONSE)
         with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
             transport.write_eof()
@@ -258,8 +266,10 @@ class GuardedHandler(RequestHandler):
         self.close_reason = f"no complete request head within {guard.limits.header_timeout:g}s"
         if self._head_started:
             guard.counts["header_timeouts"] += 1
-            guard.log.info("header_timeout", f"closed a connection from {self._peer()}: {self.close_reason} "
-                                             "(the header_timeout limit)")
+            guard.log.info(
+                "header_timeout",
+                f"closed a connection from {self._peer()}: {self.close_reason} (the header_timeout limit)",
+            )
         else:  # opened and never used (a browser's spare connection): not worth a line
             guard.counts["idle_closed"] += 1
         self.force_close()
@@ -281,8 +291,10 @@ class GuardedHandler(RequestHandler):
             self._body_timer = self._loop.call_later(timeout, self._body_check)
             return
         guard.counts["body_stalls"] += 1
-        self.close_reason = (f"request body stalled: {got - self._body_mark} bytes in {guard.limits.body_timeout:g}s "
-                             f"({got} received in all; the body_timeout limit wants {BODY_PROGRESS} per window)")
+        self.close_reason = (
+            f"request body stalled: {got - self._body_mark} bytes in {guard.limits.body_timeout:g}s "
+            f"({got} received in all; the body_timeout limit wants {BODY_PROGRESS} per window)"
+        )
         guard.log.info("body_stall", f"closed a connection from {self._peer()}: {self.close_reason}")
         self._body = None
         body.set_exception(RequestBodyStalled(self.close_reason))

@@ -10,8 +10,12 @@ from aiohttp import web
 from ctxscope.proxy.forward.headers import SANDBOX
 from ctxscope.proxy.forward.routing import ANTHROPIC_SHAPE, Route, Upstream
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 403: "permission_error", 413: "request_too_large",
-                    504: "timeout_error"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    403: "permission_error",
+    413: "request_too_large",
+    504: "timeout_error",
+}
 _OPENAI_CODES = {413: "request_too_large", 502: "upstream_unreachable", 504: "upstream_timeout"}
 
 
@@ -28,8 +32,9 @@ def error_body(route: Route, status: int, message: str, code: str | None = None)
 
 def refusal(route: Route, status: int, message: str, code: str) -> web.Response:
     """A request the proxy answers itself without forwarding or recording it."""
-    return web.Response(status=status, body=error_body(route, status, message, code), content_type="application/json",
-                        headers=SANDBOX)
+    return web.Response(
+        status=status, body=error_body(route, status, message, code), content_type="application/json", headers=SANDBOX
+    )
 
 
 def gone() -> web.Response:
@@ -48,7 +53,13 @@ async def unprefixed(request: web.Request) -> web.Response:
     route = Route("openai", Upstream("openai", ""), path, None)
     anthropic = route.error_shape == ANTHROPIC_SHAPE
     example = "/anthropic" + path if anthropic else "/openai" + (path if path.startswith("/v1/") else "/v1" + path)
-    message = (f"no route for {path}: ctxscope routes need a provider prefix in the base URL, e.g. {example} "
-               "(or /u/NAME/... for an upstream you added, /u/sim/... for the simulator)")
-    return web.Response(status=404, body=error_body(route, 404, message, "no_route_prefix"),
-                        content_type="application/json", headers=SANDBOX)
+    message = (
+        f"no route for {path}: ctxscope routes need a provider prefix in the base URL, e.g. {example} "
+        "(or /u/NAME/... for an upstream you added, /u/sim/... for the simulator)"
+    )
+    return web.Response(
+        status=404,
+        body=error_body(route, 404, message, "no_route_prefix"),
+        content_type="application/json",
+        headers=SANDBOX,
+    )

@@ -62,8 +62,15 @@ class ProxySettings:
 class UpgradeRelay(Protocol):
     """Who takes a WebSocket upgrade on a provider route (proxy/sockets, set by the server)."""
 
-    async def relay(self, request: web.Request, route: Route, query: str, headers: list[tuple[str, str]],
-                    annotations: list[tuple[str, str]], label: str | None) -> web.StreamResponse: ...
+    async def relay(
+        self,
+        request: web.Request,
+        route: Route,
+        query: str,
+        headers: list[tuple[str, str]],
+        annotations: list[tuple[str, str]],
+        label: str | None,
+    ) -> web.StreamResponse: ...
 
 
 class _TooLarge(Exception):
@@ -132,11 +139,19 @@ class Forwarder:
         headers = request.headers
         host = headers.get("Host")
         if not self.settings.allow_remote and not host_allowed(host):
-            refused = refusal(route, 403, "this daemon answers only requests whose Host names this machine "
-                                          "(a DNS-rebinding page names another)", "forbidden_host")
+            refused = refusal(
+                route,
+                403,
+                "this daemon answers only requests whose Host names this machine (a DNS-rebinding page names another)",
+                "forbidden_host",
+            )
         elif cross_site(headers.get("Origin"), headers.get("Sec-Fetch-Site"), request.scheme, host):
-            refused = refusal(route, 403, "requests from another site's page are refused (the browser's Origin "
-                                          "is not this daemon's)", "forbidden_origin")
+            refused = refusal(
+                route,
+                403,
+                "requests from another site's page are refused (the browser's Origin is not this daemon's)",
+                "forbidden_origin",
+            )
         else:
             return None
         refused.force_close()  # (its body, if any, is not read)
@@ -150,8 +165,9 @@ class Forwarder:
             try:
                 route = resolve(raw_path, await self._upstreams(raw_path), self.settings.on_demand)
             except RouteError as exc:
-                return web.json_response({"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404,
-                                         headers=SANDBOX)
+                return web.json_response(
+                    {"error": {"type": "not_found", "message": f"ctxscope: {exc}"}}, status=404, headers=SANDBOX
+                )
             except UnsafePath as exc:
                 return refusal(exc.route, 400, str(exc), "invalid_path")
             known = (route, self._target(route, ""))
@@ -161,13 +177,20 @@ class Forwarder:
         if not intercepted and (refused := self._foreign(request, route)) is not None:
             return refused
         if route.control and not host_allowed(request.headers.get("Host")):
-            return refusal(route, 403, "the simulator's control endpoints answer only requests whose Host names "
-                                       "this machine", "forbidden")
+            return refusal(
+                route,
+                403,
+                "the simulator's control endpoints answer only requests whose Host names this machine",
+                "forbidden",
+            )
 
         headers, annotations, present = split_request_headers(request.raw_headers)
         label = route.session_label or (annotation(annotations, Annotation.SESSION) if annotations else None)
-        if self.websockets is not None and request.method == "GET" and "websocket" in request.headers.get(
-                "Upgrade", "").lower():  # fmt: skip
+        if (
+            self.websockets is not None
+            and request.method == "GET"
+            and "websocket" in request.headers.get("Upgrade", "").lower()
+        ):
             return await self.websockets.relay(request, route, query, headers, annotations, label)
         rec = Recorder(route, request, headers, annotations, label, query, started)
         if self._expect is not None and not route.control:
@@ -216,18 +239,32 @@ class Forwarder:
             except asyncio.CancelledError:
                 return self._cancelled(request, rec, submit=True)
             except aiohttp.ConnectionTimeoutError:  # (a TimeoutError too, but no connection was ever made)
-                return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502,
-                                  f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s")
+                return self._fail(
+                    rec,
+                    Outcome.UPSTREAM_UNREACHABLE,
+                    502,
+                    f"upstream unreachable: no connection within {self.settings.connect_timeout:g}s",
+                )
             except TimeoutError as exc:
                 return self._fail(rec, Outcome.TIMEOUT, 504, f"upstream timed out: {exc!r}")
             except (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError) as exc:  # (or the HTTP proxy refused)
                 return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
             except aiohttp.ClientConnectionError as exc:  # connected, then the connection broke
-                return self._fail(rec, Outcome.UPSTREAM_RESET, 502,
-                                  f"upstream connection lost before the response: {exc!r}", code="upstream_reset")
+                return self._fail(
+                    rec,
+                    Outcome.UPSTREAM_RESET,
+                    502,
+                    f"upstream connection lost before the response: {exc!r}",
+                    code="upstream_reset",
+                )
             except aiohttp.ClientResponseError as exc:  # connected, then the answer was not HTTP
-                return self._fail(rec, Outcome.UPSTREAM_RESET, 502, "upstream sent a malformed response and the "
-                                  f"connection was dropped: {exc.message}", code="upstream_reset")
+                return self._fail(
+                    rec,
+                    Outcome.UPSTREAM_RESET,
+                    502,
+                    f"upstream sent a malformed response and the connection was dropped: {exc.message}",
+                    code="upstream_reset",
+                )
             except (aiohttp.ClientError, OSError) as exc:
                 return self._fail(rec, Outcome.UPSTREAM_UNREACHABLE, 502, f"upstream unreachable: {exc}")
 
@@ -250,8 +287,9 @@ class Forwarder:
         limit = self.settings.limits.max_body_bytes
         length = request.content_length
         if length is not None and length > limit:
-            raise _TooLarge(f"request body of {length} bytes (Content-Length) is over the max_body_bytes limit "
-                            f"of {limit} bytes")
+            raise _TooLarge(
+                f"request body of {length} bytes (Content-Length) is over the max_body_bytes limit of {limit} bytes"
+            )
         content = request.content
         if not content.is_eof():  # read in large pieces, as aiohttp's own read() does (the body is held whole anyway)
             content.set_read_chunk_size(length or limit)

@@ -25,12 +25,37 @@ _TEXT = {outcome: outcome.value for outcome in Outcome}  # (an enum's .value is 
 class Recorder:
     """One call in flight; ``finish`` sets its outcome once (docs/architecture.md, "An outcome is set once")."""
 
-    __slots__ = ("annotations", "body", "chunks", "ended_at", "error", "first_byte_at", "headers", "label", "left",
-                 "method", "outcome", "query", "response_headers", "route", "started", "status", "synthetic_body",
-                 "task")
+    __slots__ = (
+        "annotations",
+        "body",
+        "chunks",
+        "ended_at",
+        "error",
+        "first_byte_at",
+        "headers",
+        "label",
+        "left",
+        "method",
+        "outcome",
+        "query",
+        "response_headers",
+        "route",
+        "started",
+        "status",
+        "synthetic_body",
+        "task",
+    )
 
-    def __init__(self, route: Route, request: web.Request, headers: list[tuple[str, str]],
-                 annotations: list[tuple[str, str]], label: str | None, query: str, started: float):
+    def __init__(
+        self,
+        route: Route,
+        request: web.Request,
+        headers: list[tuple[str, str]],
+        annotations: list[tuple[str, str]],
+        label: str | None,
+        query: str,
+        started: float,
+    ):
         self.route = route
         self.method = request.method
         self.headers = headers

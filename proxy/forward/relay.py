@@ -20,8 +20,9 @@ from ctxscope.vocab.kinds import Outcome
 _NO_BODY_STATUS = frozenset({204, 304})
 
 
-async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse, rec: Recorder,
-                         read_timeout: float) -> web.StreamResponse:
+async def relay_response(
+    request: web.Request, upstream: aiohttp.ClientResponse, rec: Recorder, read_timeout: float
+) -> web.StreamResponse:
     """Send ``upstream``'s answer to the client; ``rec`` gets its status, headers, chunks and outcome."""
     rec.status = status = upstream.status
     rec.response_headers, headers = split_response_headers(upstream.raw_headers)
@@ -62,8 +63,9 @@ async def relay_response(request: web.Request, upstream: aiohttp.ClientResponse,
     return response
 
 
-async def _answer_whole(request: web.Request, upstream: aiohttp.ClientResponse, headers: list[tuple[str, str]],
-                       rec: Recorder) -> web.Response:
+async def _answer_whole(
+    request: web.Request, upstream: aiohttp.ClientResponse, headers: list[tuple[str, str]], rec: Recorder
+) -> web.Response:
     """The whole body came with the headers: send both in one write (nothing is held back)."""
     body = upstream.content.read_nowait()
     if body:

@@ -14,8 +14,14 @@ from collections.abc import Sequence
 
 TAIL_BYTES = 2048  # a stream's last event fits in this (a Gemini chunk with its finishReason too)
 # The last event of each API's stream: OpenAI Chat, Anthropic, OpenAI Responses, Gemini.
-_LAST_EVENTS = (b"data: [DONE]", b"message_stop", b'"response.completed"', b'"response.incomplete"',
-                b'"response.failed"', b'"finishReason"')  # fmt: skip
+_LAST_EVENTS = (
+    b"data: [DONE]",
+    b"message_stop",
+    b'"response.completed"',
+    b'"response.incomplete"',
+    b'"response.failed"',
+    b'"finishReason"',
+)
 
 
 def answered_whole(headers: Sequence[tuple[str, str]], chunks: Sequence[bytes]) -> bool:

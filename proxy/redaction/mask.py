@@ -36,8 +36,21 @@ _QUERY_PARAM = r"[?&](?P<name>[A-Za-z0-9_.\-]+(?:\[\]|%5[Bb]%5[Dd])?)=(?P<val>[^
 _TOKEN_TAIL = r"[A-Za-z0-9_\-.]*"
 # Cheap `in` checks before the expressions run: text holding none of these has no credential
 # field (or no Bearer token).
-_FIELD_HINTS = ("key", "Key", "KEY", "ecret", "ECRET", "assw", "ASSW", "oken", "OKEN", "uthoriz", "UTHORIZ",
-                "redential", "REDENTIAL")  # fmt: skip
+_FIELD_HINTS = (
+    "key",
+    "Key",
+    "KEY",
+    "ecret",
+    "ECRET",
+    "assw",
+    "ASSW",
+    "oken",
+    "OKEN",
+    "uthoriz",
+    "UTHORIZ",
+    "redential",
+    "REDENTIAL",
+)
 _BEARER_HINTS = ("earer", "EARER")
 
 

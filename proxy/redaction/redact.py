@@ -38,18 +38,38 @@ SECRET_HEADERS = frozenset(
 # Header names that smell of a credential even when we do not know them.
 _SECRET_NAME = re.compile(r"(key|token|secret|passw|auth|session-?cookie|credential|signature)", re.I)
 # Header names that contain those words but carry no secret.
-_HARMLESS_NAMES = frozenset(
-    {"x-claude-code-session-id", "anthropic-beta", "x-stainless-retry-count", "openai-beta"}
-)
+_HARMLESS_NAMES = frozenset({"x-claude-code-session-id", "anthropic-beta", "x-stainless-retry-count", "openai-beta"})
 # Headers whose values are ids, versions, media types or traces, never credentials: only a known key
 # format counts there (a multipart boundary or a session id is long and mixed-case, not secret).
 _PLAIN_HEADERS = frozenset(
     {
-        "accept", "accept-encoding", "accept-language", "anthropic-beta", "anthropic-version", "baggage",
-        "cache-control", "connection", "content-encoding", "content-length", "content-type", "date", "host",
-        "openai-beta", "openai-organization", "openai-project", "origin", "referer", "sentry-trace",
-        "session-id", "session_id", "traceparent", "tracestate", "user-agent", "x-claude-code-session-id",
-        "x-request-id", "x-session-id",
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "anthropic-beta",
+        "anthropic-version",
+        "baggage",
+        "cache-control",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "date",
+        "host",
+        "openai-beta",
+        "openai-organization",
+        "openai-project",
+        "origin",
+        "referer",
+        "sentry-trace",
+        "session-id",
+        "session_id",
+        "traceparent",
+        "tracestate",
+        "user-agent",
+        "x-claude-code-session-id",
+        "x-request-id",
+        "x-session-id",
     }
 )
 # Values that look like a key wherever they appear (also used to mask keys in text).
@@ -68,9 +88,33 @@ _UPPER, _LOWER, _DIGIT = re.compile(r"[A-Z]"), re.compile(r"[a-z]"), re.compile(
 # Query parameter names (lowercased, without a trailing [] or [index]) that carry credentials.
 _SECRET_QUERY = frozenset(
     {
-        "key", "keys", "api_key", "apikey", "api-key", "x-api-key", "access_token", "refresh_token", "id_token",
-        "token", "auth", "authorization", "sig", "signature", "secret", "client_secret", "password", "passwd",
-        "pwd", "code", "session", "sessionid", "session_id", "jwt", "bearer", "credential", "credentials",
+        "key",
+        "keys",
+        "api_key",
+        "apikey",
+        "api-key",
+        "x-api-key",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "token",
+        "auth",
+        "authorization",
+        "sig",
+        "signature",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "pwd",
+        "code",
+        "session",
+        "sessionid",
+        "session_id",
+        "jwt",
+        "bearer",
+        "credential",
+        "credentials",
     }
 )
 _SECRET_QUERY_NAME = re.compile(r"(token|secret|passw|signature|credential|api[-_]?key|auth|private[-_]?key)", re.I)

@@ -76,8 +76,13 @@ class LocalCA:
         else:  # none yet, or one that may not vouch for every intercepted host: a new CA
             self.key = ec.generate_private_key(ec.SECP256R1())
             self.cert = self._make_ca()
-            _private_write(self.key_path, self.key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)
+            _private_write(
+                self.key_path,
+                self.key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                ),
+                0o600,
+            )
             _private_write(self.cert_path, self.cert.public_bytes(serialization.Encoding.PEM), 0o644)
         self._write_bundle()
 
@@ -110,27 +115,49 @@ class LocalCA:
             except ValueError:
                 dns.append(x509.DNSName(host))
         # No iPAddress subtree in the permitted list would leave every address permitted: exclude them all.
-        excluded = None if ips else [x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
-                                     x509.IPAddress(ipaddress.ip_network("::/0"))]  # fmt: skip
+        excluded = (
+            None
+            if ips
+            else [x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")), x509.IPAddress(ipaddress.ip_network("::/0"))]
+        )
         return x509.NameConstraints(permitted_subtrees=dns + ips or None, excluded_subtrees=excluded)
 
     def _make_ca(self) -> x509.Certificate:
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME),
-                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ctxscope")])  # fmt: skip
+        name = x509.Name(
+            [
+                x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME),
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ctxscope"),
+            ]
+        )
         now = datetime.datetime.now(datetime.UTC)
         public = self.key.public_key()
         return (
-            x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(public)
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(public)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .add_extension(self._constraints(), critical=True)
             .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
+        )
 
     def _leaf(self, host: str) -> tuple[bytes, bytes]:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -143,21 +170,34 @@ class LocalCA:
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-            .issuer_name(self.cert.subject).public_key(key.public_key())
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
             .add_extension(x509.SubjectAlternativeName([san]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
             .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
-        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())  # fmt: skip
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
     def server_context(self, host: str) -> ssl.SSLContext:
@@ -193,8 +233,9 @@ def permits_all(cert: x509.Certificate, hosts: Collection[str]) -> bool:
         if address is not None:
             ok = any(isinstance(n, x509.IPAddress) and address in n.value for n in permitted)  # type: ignore[operator]  # cryptography: a constraint's value is a network
         else:
-            ok = any(isinstance(n, x509.DNSName) and (host == n.value or host.endswith("." + n.value))
-                     for n in permitted)  # fmt: skip
+            ok = any(
+                isinstance(n, x509.DNSName) and (host == n.value or host.endswith("." + n.value)) for n in permitted
+            )
         if not ok:
             return False
     return True

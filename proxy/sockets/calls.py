@@ -44,8 +44,16 @@ class _Call:
 class SocketCalls:
     """Turns the frames of one socket into recorded calls, in the order they were asked for."""
 
-    def __init__(self, route: Route, headers: list[tuple[str, str]], annotations: list[tuple[str, str]],
-                 label: str | None, query: str, salt: bytes, submit: Callable[[ex.Exchange], None]):
+    def __init__(
+        self,
+        route: Route,
+        headers: list[tuple[str, str]],
+        annotations: list[tuple[str, str]],
+        label: str | None,
+        query: str,
+        salt: bytes,
+        submit: Callable[[ex.Exchange], None],
+    ):
         self.route, self.label, self.query, self.submit = route, label, query, submit
         self.annotations = tuple(annotations)
         self.headers = redact_headers(headers)
@@ -72,8 +80,12 @@ class SocketCalls:
         if kind in TERMINAL:
             self.open.popleft()
             failed = kind == "error"
-            self._record(call, now, Outcome.HTTP_ERROR if failed else Outcome.OK,
-                         "the upstream answered with an error event" if failed else None)  # fmt: skip
+            self._record(
+                call,
+                now,
+                Outcome.HTTP_ERROR if failed else Outcome.OK,
+                "the upstream answered with an error event" if failed else None,
+            )
 
     def closed(self, outcome: Outcome, why: str) -> None:
         """The socket ended: calls still waiting for their answer are recorded as cut."""
@@ -86,19 +98,43 @@ class SocketCalls:
         call = _Call(started, b"", [body], time.time() if status is not None else None)
         self._record(call, time.time(), outcome, error, method="GET", status=status)
 
-    def _record(self, call: _Call, ended: float, outcome: Outcome, error: str | None, *,
-                method: str = WEBSOCKET_METHOD, status: int | None = 101) -> None:
+    def _record(
+        self,
+        call: _Call,
+        ended: float,
+        outcome: Outcome,
+        error: str | None,
+        *,
+        method: str = WEBSOCKET_METHOD,
+        status: int | None = 101,
+    ) -> None:
         if method == WEBSOCKET_METHOD:
             body = b"".join(b"data: " + frame + b"\n\n" for frame in call.frames)
         else:
             body = b"".join(call.frames)
         self.recorded += 1
-        self.submit(ex.Exchange(
-            id=new_call_id(), provider=self.route.provider, upstream=self.route.upstream.recorded,
-            method=method, path=self.route.path, query=redact_query(self.query), session_label=self.label,
-            annotations=self.annotations, request_headers=self.headers, key_fingerprint=self.key,
-            request_body=call.request, status=status, response_headers=self.response_headers, response_body=body,
-            started_at=call.started, first_byte_at=call.first_byte_at, ended_at=ended, outcome=outcome.value,
-            error=error, client=self.client,
-            extra={"transport": "websocket", "socket": self.socket_id, "frames": len(call.frames)},
-        ))  # fmt: skip
+        self.submit(
+            ex.Exchange(
+                id=new_call_id(),
+                provider=self.route.provider,
+                upstream=self.route.upstream.recorded,
+                method=method,
+                path=self.route.path,
+                query=redact_query(self.query),
+                session_label=self.label,
+                annotations=self.annotations,
+                request_headers=self.headers,
+                key_fingerprint=self.key,
+                request_body=call.request,
+                status=status,
+                response_headers=self.response_headers,
+                response_body=body,
+                started_at=call.started,
+                first_byte_at=call.first_byte_at,
+                ended_at=ended,
+                outcome=outcome.value,
+                error=error,
+                client=self.client,
+                extra={"transport": "websocket", "socket": self.socket_id, "frames": len(call.frames)},
+            )
+        )

@@ -117,8 +117,9 @@ def _answer(transport: asyncio.BaseTransport, response: bytes) -> None:
 class ConnectProxy:
     """Serves CONNECT requests; ``handler`` is the forwarder's (it gets the rewritten requests)."""
 
-    def __init__(self, upstreams: dict[str, str], ca: CAFactory, handler: Handler, limits: Limits,
-                 connect_timeout: float = 30.0):
+    def __init__(
+        self, upstreams: dict[str, str], ca: CAFactory, handler: Handler, limits: Limits, connect_timeout: float = 30.0
+    ):
         self.hosts = intercepted_hosts(upstreams)
         self._ca_factory = ca
         self._ca: LocalCA | None = None
@@ -138,8 +139,13 @@ class ConnectProxy:
         """Called by the runner: tunnels count against ``guard``'s limit and report through it."""
         self._guard = guard
         self.limits, self.head_timeout = guard.limits, guard.limits.header_timeout
-        base = web.Server(self._inside, access_log=None, auto_decompress=False, handler_cancellation=False,
-                          keepalive_timeout=self.limits.keepalive_timeout)  # fmt: skip
+        base = web.Server(
+            self._inside,
+            access_log=None,
+            auto_decompress=False,
+            handler_cancellation=False,
+            keepalive_timeout=self.limits.keepalive_timeout,
+        )
         # The tunnel itself was counted when it opened: its HTTP is never refused for the count.
         self._inner = GuardedServer(base, replace(self.limits, max_connections=2**31 - 1))
         self._inner.counts, self._inner.log = guard.counts, guard.log
@@ -209,8 +215,11 @@ class ConnectProxy:
         guard = self._guard
         if guard is not None and guard.load() >= self.limits.max_connections:
             guard.counts["refused"] += 1
-            self._info("refused", f"refused a CONNECT: {self.limits.max_connections} connections are open "
-                                  "(the max_connections limit); answered 503")  # fmt: skip
+            self._info(
+                "refused",
+                f"refused a CONNECT: {self.limits.max_connections} connections are open "
+                "(the max_connections limit); answered 503",
+            )
             _answer(transport, BUSY_RESPONSE)
             return
         prefix = self.hosts.get(host) if port == 443 else None
@@ -250,8 +259,9 @@ class ConnectProxy:
     async def _reach(self, tunnel: BlindTunnel, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            there, side = await asyncio.wait_for(loop.create_connection(tunnel.target_side, host, port),
-                                                 self.connect_timeout)  # fmt: skip
+            there, side = await asyncio.wait_for(
+                loop.create_connection(tunnel.target_side, host, port), self.connect_timeout
+            )
         except (OSError, TimeoutError, ValueError, UnicodeError) as exc:  # unreachable, or a name that is none
             self._info("connect_failed", f"CONNECT {host}:{port} failed: {' '.join(str(exc).split())[:200]} (502)")
             _answer(tunnel.client.transport, _BAD_GATEWAY)
@@ -280,8 +290,13 @@ class ConnectProxy:
             self._prefixes.pop(tls.inner, None)
             released()
 
-        tls = TLSServer(context, inner, self.limits.header_timeout,
-                        lambda why: self._info("tls_failed", f"TLS for intercepted {host} failed: {why}"), lost)
+        tls = TLSServer(
+            context,
+            inner,
+            self.limits.header_timeout,
+            lambda why: self._info("tls_failed", f"TLS for intercepted {host} failed: {why}"),
+            lost,
+        )
         self._open[transport] = transport.abort
         self._prefixes[tls.inner] = prefix
         transport.write(_ESTABLISHED)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlsplit
 
-PROVIDER_HOSTS = {"anthropic": "api.anthropic.com", "openai": "api.openai.com",
-                  "gemini": "generativelanguage.googleapis.com"}  # fmt: skip
+PROVIDER_HOSTS = {
+    "anthropic": "api.anthropic.com",
+    "openai": "api.openai.com",
+    "gemini": "generativelanguage.googleapis.com",
+}
 
 
 def intercepted_hosts(upstreams: dict[str, str]) -> dict[str, str]:

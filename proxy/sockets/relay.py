@@ -32,8 +32,15 @@ from ctxscope.vocab.kinds import Outcome
 log = logging.getLogger("ctxscope.proxy")
 
 # The handshake headers aiohttp makes for each side itself; the client's go no further.
-_HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                        "sec-websocket-protocol", "sec-websocket-accept"})  # fmt: skip
+_HANDSHAKE = frozenset(
+    {
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+    }
+)
 CLOSE_TIMEOUT = 10.0
 # The body of a refused upgrade, read before aiohttp closes the response (see _HandshakeResponse).
 _Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse  # either end of a relayed socket
@@ -69,9 +76,12 @@ class WebSocketRelay:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                response_class=_HandshakeResponse, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                trust_env=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
-            )  # fmt: skip
+                response_class=_HandshakeResponse,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
+            )
         return self._session
 
     async def shutdown(self) -> None:
@@ -79,8 +89,9 @@ class WebSocketRelay:
         self._stopping = True
         for ws in list(self._open):
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"ctxscope stopping"),
-                                       CLOSE_TIMEOUT)  # fmt: skip
+                await asyncio.wait_for(
+                    ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"ctxscope stopping"), CLOSE_TIMEOUT
+                )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -92,8 +103,15 @@ class WebSocketRelay:
         except Exception:  # traffic never depends on the capture
             log.exception("capture sink failed; the socket's call was relayed but not recorded")
 
-    async def relay(self, request: web.Request, route: Route, query: str, headers: list[tuple[str, str]],
-                    annotations: list[tuple[str, str]], label: str | None) -> web.StreamResponse:
+    async def relay(
+        self,
+        request: web.Request,
+        route: Route,
+        query: str,
+        headers: list[tuple[str, str]],
+        annotations: list[tuple[str, str]],
+        label: str | None,
+    ) -> web.StreamResponse:
         started = time.time()
         calls = SocketCalls(route, headers, annotations, label, query, self.salt, self.submit)
         forward = [(k, v) for k, v in headers if k.lower() not in _HANDSHAKE]
@@ -103,10 +121,15 @@ class WebSocketRelay:
         token = _REFUSED.set(holder)
         try:
             upstream = await self._client().ws_connect(
-                URL(url, encoded=True) if url.isascii() else url, headers=forward, protocols=protocols,
-                autoclose=False, autoping=False, max_msg_size=self.max_message, compress=0,
+                URL(url, encoded=True) if url.isascii() else url,
+                headers=forward,
+                protocols=protocols,
+                autoclose=False,
+                autoping=False,
+                max_msg_size=self.max_message,
+                compress=0,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT),
-            )  # fmt: skip
+            )
         except aiohttp.WSServerHandshakeError as exc:
             body = holder[0] if holder else b""
             received = tuple((exc.headers or {}).items())
@@ -117,13 +140,19 @@ class WebSocketRelay:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             message = f"upstream unreachable for the WebSocket upgrade: {exc}"
             calls.refused(started, None, Outcome.UPSTREAM_UNREACHABLE, message, b"")
-            return web.Response(status=502, body=error_body(route, 502, message), content_type="application/json",
-                                headers=SANDBOX)  # fmt: skip
+            return web.Response(
+                status=502, body=error_body(route, 502, message), content_type="application/json", headers=SANDBOX
+            )
         finally:
             _REFUSED.reset(token)
         calls.response_headers = tuple(upstream._response.headers.items())
-        client = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else (), autoclose=False,
-                                       autoping=False, max_msg_size=self.max_message, compress=False)  # fmt: skip
+        client = web.WebSocketResponse(
+            protocols=[upstream.protocol] if upstream.protocol else (),
+            autoclose=False,
+            autoping=False,
+            max_msg_size=self.max_message,
+            compress=False,
+        )
         try:
             await client.prepare(request)
         except (ConnectionError, RuntimeError) as exc:
@@ -137,8 +166,9 @@ class WebSocketRelay:
             self._open.discard(client)
         return client
 
-    async def _pump_both(self, client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse,
-                         calls: SocketCalls) -> None:
+    async def _pump_both(
+        self, client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse, calls: SocketCalls
+    ) -> None:
         ended: list[str] = []  # which side closed or broke first
         to_upstream = asyncio.ensure_future(_pump(client, upstream, calls.client_frame, ended, "client"))
         to_client = asyncio.ensure_future(_pump(upstream, client, calls.upstream_frame, ended, "upstream"))

@@ -26,8 +26,14 @@ class TLSServer(asyncio.Protocol):
     ``on_failed(reason)`` is told once when the handshake fails or does not finish within
     ``handshake_timeout``; ``on_lost()`` once when the socket is gone, however it ended."""
 
-    def __init__(self, context: ssl.SSLContext, app: asyncio.Protocol, handshake_timeout: float,
-                 on_failed: Callable[[str], None], on_lost: Callable[[], None]):
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        app: asyncio.Protocol,
+        handshake_timeout: float,
+        on_failed: Callable[[str], None],
+        on_lost: Callable[[], None],
+    ):
         self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self.context, self.app = context, app

@@ -56,7 +56,7 @@ def non_model_kind(method: str, path: str) -> str | None:
         return None
     segments = [s for s in path.split("?", 1)[0].split("/") if s]
     if "api" in segments:
-        after = segments[segments.index("api") + 1:]
+        after = segments[segments.index("api") + 1 :]
         if after and after[0] in _TELEMETRY:
             return "telemetry"
         if after and after[0] in _METADATA:

@@ -51,8 +51,15 @@ class ChatStream(StreamHandler):
         i = index_of(choice)
         st = self.choices.get(i)
         if st is None:
-            st = self.choices[i] = {"fields": {}, "text": {}, "lists": {}, "tools": {}, "logprobs": {},
-                                    "extra": {}, "finish": None}
+            st = self.choices[i] = {
+                "fields": {},
+                "text": {},
+                "lists": {},
+                "tools": {},
+                "logprobs": {},
+                "extra": {},
+                "finish": None,
+            }
         if choice.get("finish_reason") is not None:
             st["finish"] = choice["finish_reason"]
         for k, v in as_dict(choice.get("logprobs")).items():
@@ -112,17 +119,28 @@ class ChatStream(StreamHandler):
             msg.update({k: "".join(parts) for k, parts in st["text"].items()})
             msg.update({k: list(items) for k, items in st["lists"].items()})
             calls = [
-                {"id": t["id"], "type": t["type"] or "function",
-                 "function": {"name": t["name"], "arguments": "".join(t["args"])}}
-                for n, t in sorted(st["tools"].items()) if n >= 0
+                {
+                    "id": t["id"],
+                    "type": t["type"] or "function",
+                    "function": {"name": t["name"], "arguments": "".join(t["args"])},
+                }
+                for n, t in sorted(st["tools"].items())
+                if n >= 0
             ]
             if calls:
                 msg["tool_calls"] = calls
             if -1 in st["tools"]:
                 legacy = st["tools"][-1]
                 msg["function_call"] = {"name": legacy["name"], "arguments": "".join(legacy["args"])}
-            choices.append({"index": i, "message": msg, "finish_reason": st["finish"],
-                            "logprobs": dict(st["logprobs"]) or None, **st["extra"]})
+            choices.append(
+                {
+                    "index": i,
+                    "message": msg,
+                    "finish_reason": st["finish"],
+                    "logprobs": dict(st["logprobs"]) or None,
+                    **st["extra"],
+                }
+            )
         body["choices"] = choices
         if self.usage is not None:
             body["usage"] = self.usage
@@ -192,7 +210,8 @@ class ResponsesStream(StreamHandler):
                 self.parts.setdefault(oi, {})[(part_group, index_of(data, part_index))] = dict(data["part"])
         elif kind == "response.output_text.annotation.added":
             part = self.parts.setdefault(oi, {}).setdefault(
-                ("content", index_of(data, "content_index")), {"type": "output_text", "text": ""})
+                ("content", index_of(data, "content_index")), {"type": "output_text", "text": ""}
+            )
             if not isinstance(part.get("annotations"), list):
                 part["annotations"] = []
             part["annotations"].append(data.get("annotation"))

@@ -42,9 +42,7 @@ class ParsedResponse:
     stop_reason: str | None
 
 
-def parse_response(
-    api: str | None, status: int | None, content_type: str | None, body: bytes
-) -> ParsedResponse:
+def parse_response(api: str | None, status: int | None, content_type: str | None, body: bytes) -> ParsedResponse:
     """Parse a whole, already content-decoded response body."""
     acc = StreamAccumulator(api, status=status, content_type=content_type)
     acc.feed(body)

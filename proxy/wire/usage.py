@@ -86,9 +86,7 @@ def _anthropic(raw: dict) -> Usage:
     cache_write = _int(raw.get("cache_creation_input_tokens"))
     if cache_write is None:  # only the 5m/1h split was reported
         split = _sub(raw, "cache_creation")
-        cache_write = _sum(
-            _int(split.get("ephemeral_5m_input_tokens")), _int(split.get("ephemeral_1h_input_tokens"))
-        )
+        cache_write = _sum(_int(split.get("ephemeral_5m_input_tokens")), _int(split.get("ephemeral_1h_input_tokens")))
     total = None if base is None else base + (cache_read or 0) + (cache_write or 0)
     return Usage(total, _int(raw.get("output_tokens")), cache_read, cache_write, raw, ADDITIVE)
 

@@ -13,13 +13,24 @@ from urllib.parse import unquote_plus
 
 REDACTED = "<redacted>"
 
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
-                            "cookie", "set-cookie", "x-sim-token"})  # fmt: skip
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "x-sim-token",
+    }
+)
 # Words that make a header or query parameter name a credential's, wherever they appear in it.
 _SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|auth|credential|cookie|signature|session-?id|^sig$", re.I)
 # Names with one of those words that carry no secret and that tests and readers rely on.
-_HARMLESS_NAMES = frozenset({"x-ctxscope-session", "x-claude-code-session-id", "anthropic-beta", "openai-beta",
-                             "x-stainless-retry-count"})  # fmt: skip
+_HARMLESS_NAMES = frozenset(
+    {"x-ctxscope-session", "x-claude-code-session-id", "anthropic-beta", "openai-beta", "x-stainless-retry-count"}
+)
 # Values shaped like a credential under any name: provider and forge key prefixes, JWTs, auth schemes.
 _SECRET_VALUE = re.compile(
     r"(?:\b(?:sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}"

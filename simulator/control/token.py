@@ -32,4 +32,3 @@ def write_token_file(path: Path, token: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-

@@ -31,15 +31,45 @@ _LINE_NUMBER = re.compile(r"^\s*\d+\t")
 _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
 _QUOTED = re.compile(r"[\"'“‘]([^\"'”’\n]{2,60})[\"'”’]")
 _BACKTICKS = re.compile(r"`([^`\n]{1,200})`")
-_FIND = re.compile(r"\b(?:grep(?: for)?|search(?: for)?|look for|find|occurrences of|where is|mentions of)\s+"
-                   r"(?:the\s+)?(?:word\s+|string\s+|pattern\s+)?([A-Za-z_][\w.-]{1,40})", re.I)
+_FIND = re.compile(
+    r"\b(?:grep(?: for)?|search(?: for)?|look for|find|occurrences of|where is|mentions of)\s+"
+    r"(?:the\s+)?(?:word\s+|string\s+|pattern\s+)?([A-Za-z_][\w.-]{1,40})",
+    re.I,
+)
 _DELEGATE = re.compile(r"\b(?:sub-?agents?|delegate)\b", re.I)
 _RUN = re.compile(r"\b(?:run|execute)\b", re.I)
 _READ = re.compile(r"\b(?:read|open|show me|cat)\s+(?:the\s+|a\s+|file\s+)*([\w][\w./-]*)", re.I)
-_STOP_WORDS = frozenset({
-    "the", "and", "for", "all", "any", "files", "file", "what", "that", "this", "with", "read", "list", "out",
-    "how", "why", "where", "which", "who", "it", "them", "me", "everything", "more", "through", "about", "up",
-})
+_STOP_WORDS = frozenset(
+    {
+        "the",
+        "and",
+        "for",
+        "all",
+        "any",
+        "files",
+        "file",
+        "what",
+        "that",
+        "this",
+        "with",
+        "read",
+        "list",
+        "out",
+        "how",
+        "why",
+        "where",
+        "which",
+        "who",
+        "it",
+        "them",
+        "me",
+        "everything",
+        "more",
+        "through",
+        "about",
+        "up",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -154,8 +184,10 @@ def read_view(prompt: Prompt) -> AgentView:
         result = _result_of(block.meta)
         if result is not None:
             results[result[0]] = (block.text, result[1] or block.text.startswith("Error:"))
-    rounds = tuple(Round(calls[i][0], calls[i][1], results.get(i, (None, False))[0], results.get(i, (None, False))[1])
-                   for i in order)
+    rounds = tuple(
+        Round(calls[i][0], calls[i][1], results.get(i, (None, False))[0], results.get(i, (None, False))[1])
+        for i in order
+    )
     return AgentView(task, declared_tools(blocks), rounds)
 
 
@@ -210,8 +242,11 @@ def _named_files(task: str, listing: Sequence[str]) -> list[str]:
     words = {w.lower() for w in re.findall(r"[\w-]+", text)}
     for entry in listing:
         stem = entry.split(".", 1)[0].lower()
-        if not entry.endswith("/") and entry not in found and (
-                entry.lower() in text.lower() or (len(stem) >= 3 and stem in words and stem not in _STOP_WORDS)):
+        if (
+            not entry.endswith("/")
+            and entry not in found
+            and (entry.lower() in text.lower() or (len(stem) >= 3 and stem in words and stem not in _STOP_WORDS))
+        ):
             found.append(entry)
     known = {f.lower() for f in found} | {f.rsplit("/", 1)[-1].split(".", 1)[0].lower() for f in found}
     for word in _READ.findall(text):
@@ -298,7 +333,7 @@ def _line(r: Round) -> str:
         return f"- The workspace holds {len(entries)} entries: {shown}."
     if r.name == "read":
         numbered = [line for line in result.splitlines() if _LINE_NUMBER.match(line)]
-        return f"- {r.arguments.get('path')} ({len(numbered)} lines shown) begins: \"{_snippet(result)}\""
+        return f'- {r.arguments.get("path")} ({len(numbered)} lines shown) begins: "{_snippet(result)}"'
     if r.name == "grep":
         hits = [line for line in result.splitlines() if line and not line.startswith("[")]
         if result.startswith("No matches"):
@@ -316,7 +351,7 @@ def _line(r: Round) -> str:
 
 def final_answer(view: AgentView) -> str:
     if not view.rounds:
-        return f"sim agent: nothing to look at for \"{view.task[:60]}\"; no tool applies."
+        return f'sim agent: nothing to look at for "{view.task[:60]}"; no tool applies.'
     task = view.task if len(view.task) <= 100 else view.task[:100].rsplit(" ", 1)[0] + " …"
     lines = [f"Done: {task}"] if task else ["Done."]
     lines += [_line(r) for r in view.rounds]

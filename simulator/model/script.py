@@ -93,8 +93,18 @@ class Step:
 
 
 _KEYS = {
-    "text", "tool_calls", "thinking", "empty", "error", "stream_error", "reset_after_events",
-    "delay_ms", "chunk_delay_ms", "stop_reason", "context_window", "match",
+    "text",
+    "tool_calls",
+    "thinking",
+    "empty",
+    "error",
+    "stream_error",
+    "reset_after_events",
+    "delay_ms",
+    "chunk_delay_ms",
+    "stop_reason",
+    "context_window",
+    "match",
 }
 
 

@@ -20,8 +20,15 @@ from ctxscope.simulator.model.script import ErrorSpec
 from ctxscope.simulator.wire.sse import Event, split_text
 from ctxscope.simulator.wire.turn import Turn
 
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 
 
 @dataclass(frozen=True)
@@ -118,8 +125,11 @@ class GeminiWire:
 
     def _usage(self, turn: Turn) -> dict[str, Any]:
         u, out = turn.usage, turn.output_tokens
-        usage: dict[str, Any] = {"promptTokenCount": u.total, "candidatesTokenCount": out,
-                                 "totalTokenCount": u.total + out}  # fmt: skip
+        usage: dict[str, Any] = {
+            "promptTokenCount": u.total,
+            "candidatesTokenCount": out,
+            "totalTokenCount": u.total + out,
+        }
         if u.cache_read:
             usage["cachedContentTokenCount"] = u.cache_read
         return usage

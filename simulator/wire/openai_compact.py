@@ -35,7 +35,16 @@ class CompactWire(ResponsesWire):
         return None
 
     def response(self, turn: Turn) -> dict[str, Any]:
-        item = {"id": turn.ids.make("cmp_"), "type": "compaction", "created_by": "ctxscope-sim",
-                "encrypted_content": base64.b64encode(turn.reply.text.encode()).decode()}  # fmt: skip
-        return {"id": turn.response_id, "object": "response.compaction", "created_at": turn.created,
-                "output": [*_user_messages(turn.body), item], "usage": self._usage(turn)}  # fmt: skip
+        item = {
+            "id": turn.ids.make("cmp_"),
+            "type": "compaction",
+            "created_by": "ctxscope-sim",
+            "encrypted_content": base64.b64encode(turn.reply.text.encode()).decode(),
+        }
+        return {
+            "id": turn.response_id,
+            "object": "response.compaction",
+            "created_at": turn.created,
+            "output": [*_user_messages(turn.body), item],
+            "usage": self._usage(turn),
+        }

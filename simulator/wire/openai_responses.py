@@ -76,10 +76,16 @@ class ResponsesWire:
                 {"id": make_id("msg_"), "type": "message", "status": status, "role": "assistant", "content": [part]}
             )
         for call, call_id in zip(reply.tool_calls, turn.call_ids, strict=True):
-            items.append({
-                "id": make_id("fc_"), "type": "function_call", "status": "completed",
-                "arguments": call.arguments, "call_id": call_id, "name": call.name,
-            })
+            items.append(
+                {
+                    "id": make_id("fc_"),
+                    "type": "function_call",
+                    "status": "completed",
+                    "arguments": call.arguments,
+                    "call_id": call_id,
+                    "name": call.name,
+                }
+            )
         return items
 
     def _usage(self, turn: Turn) -> dict[str, Any]:
@@ -181,6 +187,8 @@ class ResponsesWire:
 
     def stream_error(self, turn: Turn, spec: ErrorSpec, position: int) -> Event:
         failed = self._response(turn, "failed", [], self._usage(turn))
-        failed["error"] = {"code": spec.code or ("rate_limit_exceeded" if spec.status == 429 else "server_error"),
-                           "message": spec.message or "The model failed to generate a response (simulated)."}
+        failed["error"] = {
+            "code": spec.code or ("rate_limit_exceeded" if spec.status == 429 else "server_error"),
+            "message": spec.message or "The model failed to generate a response (simulated).",
+        }
         return Event({"type": "response.failed", "sequence_number": position, "response": failed}, "response.failed")

@@ -29,14 +29,17 @@ def test_genuine_query_is_marked():
     assert m.meta["genuine_text"] == "the real ask" and m.meta["source"] == "cli" and m.text.endswith("the real ask")
 
 
-@pytest.mark.parametrize("bad", [
-    "plain text",
-    "<system-reminder>unclosed",
-    "<system-reminder>a</system-reminder><system-reminder>b</system-reminder>",
-    "before <system-reminder>x</system-reminder>",
-    "<system-reminder>x</system-reminder> after",
-    "<system-reminder><system-reminder>x</system-reminder>",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "plain text",
+        "<system-reminder>unclosed",
+        "<system-reminder>a</system-reminder><system-reminder>b</system-reminder>",
+        "before <system-reminder>x</system-reminder>",
+        "<system-reminder>x</system-reminder> after",
+        "<system-reminder><system-reminder>x</system-reminder>",
+    ],
+)
 def test_anything_but_one_complete_block_is_an_error(bad):
     with pytest.raises(ReminderFormatError):
         validate_reminder(bad)
@@ -58,21 +61,28 @@ async def test_the_turn_message_follows_a4_and_declares_the_reminder_effect(tmp_
         api.register_reminder_provider(lambda c: R.format("high"), priority=9)
 
     model = ScriptedModel(["ok"])
-    rt = AgentRuntime(model, home=tmp_path / "h", workspace=tmp_path,
-                      extensions=[core_tools_extension(), Extension("plan", init)], host_builtins=[],
-                      host_reminders=[lambda c: R.format(f"host turn {c.turn}")])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "h",
+        workspace=tmp_path,
+        extensions=[core_tools_extension(), Extension("plan", init)],
+        host_builtins=[],
+        host_reminders=[lambda c: R.format(f"host turn {c.turn}")],
+    )
     s = rt.create_session()
     await s.run("do it")
     first = model.requests[0].messages[0]
-    assert first.text == "\n\n".join(["[plan mode is on]", R.format("high"), R.format("low"), R.format("host turn 1"),
-                                      "do it"])
+    assert first.text == "\n\n".join(
+        ["[plan mode is on]", R.format("high"), R.format("low"), R.format("host turn 1"), "do it"]
+    )
     assert first.meta["genuine_text"] == "do it"
     assert model.requests[0].headers["x-ctxscope-event"] == "reminder"
 
 
 async def test_malformed_host_reminder_fails_the_turn(tmp_path):
     model = ScriptedModel(["ok"])
-    rt = AgentRuntime(model, home=tmp_path / "h", workspace=tmp_path, host_builtins=[],
-                      host_reminders=[lambda c: "not a block"])
+    rt = AgentRuntime(
+        model, home=tmp_path / "h", workspace=tmp_path, host_builtins=[], host_reminders=[lambda c: "not a block"]
+    )
     r = await rt.create_session().run("do it")
     assert r.outcome == "failed" and "system-reminder" in r.reason and model.requests == []

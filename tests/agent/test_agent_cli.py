@@ -38,8 +38,9 @@ def sim():
 
 
 def invoke(args, home, input=None, env=None):
-    return CliRunner().invoke(agent_group, args, input=input, env={"CTXSCOPE_HOME": str(home), **(env or {})},
-                              catch_exceptions=False)
+    return CliRunner().invoke(
+        agent_group, args, input=input, env={"CTXSCOPE_HOME": str(home), **(env or {})}, catch_exceptions=False
+    )
 
 
 def sim_args(url, ws):
@@ -144,8 +145,9 @@ def test_context_follows_the_sessions_current_model_and_its_anchor(tmp_path, sim
     sid = next((tmp_path / "home" / "sessions").iterdir()).name
     before = json.loads(invoke(["context", sid, "--json"], tmp_path / "home").stdout)
     assert (before["model"], before["source"]) == ("gpt-4.1", "PROVIDER_USAGE_ANCHORED")
-    result = invoke(["run", "and now?", "--session", sid, "--model", "claude-sonnet-4-5", *sim_args(url, ws)],
-                    tmp_path / "home")
+    result = invoke(
+        ["run", "and now?", "--session", sid, "--model", "claude-sonnet-4-5", *sim_args(url, ws)], tmp_path / "home"
+    )
     assert result.exit_code == 0, result.stderr
     after = json.loads(invoke(["context", sid, "--json"], tmp_path / "home").stdout)
     assert (after["model"], after["source"]) == ("claude-sonnet-4-5", "PROVIDER_USAGE_ANCHORED")

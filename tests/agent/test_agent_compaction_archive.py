@@ -77,8 +77,7 @@ async def test_apply_writes_artifacts_with_receipts_or_trims_without_read(tmp_pa
     assert again.reason == "no_candidates" and again.skipped["archived"] == 2  # never archived twice
 
 
-ASK = Tool("ask_user", "ask", {"type": "object", "properties": {}},
-           lambda args, ctx: _text(kib_text("ask", 16)))
+ASK = Tool("ask_user", "ask", {"type": "object", "properties": {}}, lambda args, ctx: _text(kib_text("ask", 16)))
 
 
 async def _text(t):
@@ -86,8 +85,13 @@ async def _text(t):
 
 
 def long_turn():
-    steps = [answer("", blob("r1", kib=16)), answer("", tool_call("ask_user", {}, id="call_ask")),
-             answer("", blob("r2", kib=16, error=True)), answer("", blob("r3", kib=1)), answer("", blob("r4", kib=16))]
+    steps = [
+        answer("", blob("r1", kib=16)),
+        answer("", tool_call("ask_user", {}, id="call_ask")),
+        answer("", blob("r2", kib=16, error=True)),
+        answer("", blob("r3", kib=1)),
+        answer("", blob("r4", kib=16)),
+    ]
     steps += [answer("", blob(f"r{i}", kib=16)) for i in range(5, 10)]
     return steps + ["all done"]
 
@@ -114,7 +118,9 @@ async def test_watermark_crossing_archives_the_right_candidates_mid_turn(tmp_pat
     records = [e for e in context_events(s.view.dir) if e["event"] == "tool_results_archived"]
     assert len(records) == 1 and records[0]["archived"] == 2 and records[0]["saved_bytes"] > 24 * KIB
     assert [(i["tool"], i["call_id"], i["bytes"]) for i in records[0]["items"]] == [
-        ("blob", "call_r1", len(kib_text("r1", 16))), ("blob", "call_r4", len(kib_text("r4", 16)))]
+        ("blob", "call_r1", len(kib_text("r1", 16))),
+        ("blob", "call_r4", len(kib_text("r4", 16))),
+    ]
     assert records[0]["items"][1]["artifact"] == by_call["call_r4"].details["archived"]["artifact"]
     replaced = [r for r in s.file.records() if r["type"] == "replace"]
     assert [r["reason"] for r in replaced] == ["compaction:archive"] and s.history.epoch == 1

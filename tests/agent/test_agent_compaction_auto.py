@@ -27,26 +27,38 @@ LIMIT = 3616  # the input limit and the trigger line of W/OUT
 
 def observer(ext_id, seen, *, appends=False):
     def init(api):
-        api.on(Event.BEFORE_LLM_CALL, lambda c: seen.append((ext_id, c.step, len(c.history),
-                                                             c.history[0].meta.get("kind"), len(c.request_messages))),
-               appends=appends)
+        api.on(
+            Event.BEFORE_LLM_CALL,
+            lambda c: seen.append(
+                (ext_id, c.step, len(c.history), c.history[0].meta.get("kind"), len(c.request_messages))
+            ),
+            appends=appends,
+        )
 
     return Extension(ext_id, init)
 
 
 async def test_before_request_order_hooks_then_pruning_and_compaction_then_reminders(tmp_path):
     seen: list = []
-    script = [answer("", blob(f"s{i}", kib=1, images=1)) for i in range(3)] + [answer("", blob("big", tokens=22_000)),
-                                                                               "done"]
+    script = [answer("", blob(f"s{i}", kib=1, images=1)) for i in range(3)] + [
+        answer("", blob("big", tokens=22_000)),
+        "done",
+    ]
     ws = tmp_path / "ws"
     ws.mkdir()
     from support.agent_context_fixtures import RoutedModel
 
     model = RoutedModel(script, context_window=40_000, max_output_tokens=OUT)  # trigger line 23616
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws,
-                      extensions=[tools_extension(BLOB), observer("host-hook", seen)],
-                      host_builtins=[context_management_extension(settings=ContextSettings()),
-                                     observer("reminders", seen, appends=True)])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[tools_extension(BLOB), observer("host-hook", seen)],
+        host_builtins=[
+            context_management_extension(settings=ContextSettings()),
+            observer("reminders", seen, appends=True),
+        ],
+    )
     s = rt.create_session()
     assert (await s.run("take screenshots")).ok
     # step 4: screenshots 1..3 in history; the request drops the oldest (keep the last 2)
@@ -60,16 +72,18 @@ async def test_before_request_order_hooks_then_pruning_and_compaction_then_remin
 
 
 async def test_serialized_body_over_the_byte_limit_triggers_compaction(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [answer("", blob("big", kib=30)), "done"],
-                           settings={"byte_limits": {"scripted": 20_000}})
+    _rt, _model, s = make_rt(
+        tmp_path, [answer("", blob("big", kib=30)), "done"], settings={"byte_limits": {"scripted": 20_000}}
+    )
     assert (await s.run("go")).ok
     [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
     assert ev["trigger"] == "bytes" and ev["tokens_before"] < 96_000  # far under the token line
 
 
 async def test_provider_overflow_compacts_and_retries_from_the_next_rung(tmp_path):
-    _rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
-                                      "fits now"])
+    _rt, model, s = make_rt(
+        tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"), "fits now"]
+    )
     r = await s.run("go")
     assert r.ok and r.text == "fits now"
     [ev] = [e for e in context_events(s.view.dir) if e["event"] == "checkpoint"]
@@ -84,16 +98,23 @@ async def test_pre_compact_hooks_can_defer_or_stop_and_post_hooks_observe(tmp_pa
     hooks = CompactionHooks()
     hooks.on_pre_compact(lambda ev: verdicts.pop(0))
     hooks.on_post_compact(lambda ev: posts.append((ev.trigger, ev.stage, ev.status)))
-    _, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("x", kib=1)), "done"],
-                           window=W, hooks=hooks, core=False)
+    _, model, s = make_rt(
+        tmp_path,
+        [answer("", blob("big", tokens=4000)), answer("", blob("x", kib=1)), "done"],
+        window=W,
+        hooks=hooks,
+        core=False,
+    )
     assert (await s.run("go")).ok
     second, third = model.main_requests[1:]
     assert "compaction_deferred; by=hook" in second.headers["x-ctxscope-event"] and len(second.messages) == 3
-    assert "checkpoint; rung=hall" in third.headers["x-ctxscope-event"] and posts == [("threshold", "checkpoint",
-                                                                                      "replaced")]
+    assert "checkpoint; rung=hall" in third.headers["x-ctxscope-event"] and posts == [
+        ("threshold", "checkpoint", "replaced")
+    ]
     stopper = CompactionHooks(pre=[lambda ev: StopAuto("the plugin manages context itself")])
-    _rt, model, s = make_rt(tmp_path / "b", [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=stopper,
-                           core=False)
+    _rt, model, s = make_rt(
+        tmp_path / "b", [answer("", blob("big", tokens=4000)), "done"], window=W, hooks=stopper, core=False
+    )
     assert (await s.run("go")).ok and not model.checkpoints
     state = s.view.state.get("compaction")
     assert state["auto"] == "off" and state["reason"] == "the plugin manages context itself"
@@ -103,8 +124,9 @@ async def test_an_extension_brings_its_own_hooks_honoured_only_while_enabled(tmp
     from ctxscope.agent.context.compaction.auto import compaction_hook_extension
 
     seen = []
-    ext = compaction_hook_extension("context-keeper", pre=lambda ev: StopAuto("context-keeper manages it"),
-                                    post=lambda ev: seen.append(ev))
+    ext = compaction_hook_extension(
+        "context-keeper", pre=lambda ev: StopAuto("context-keeper manages it"), post=lambda ev: seen.append(ev)
+    )
     script = [answer("", blob("big", tokens=4000)), "done", answer("", blob("big2", tokens=4000)), "done"]
     rt, model, off = make_rt(tmp_path, script, window=W, core=False, extensions=[ext])
     off.set_enabled("context-keeper", False)
@@ -131,8 +153,15 @@ async def test_no_thrash_loop_when_compaction_cannot_make_room(tmp_path):
     prompt over it): no step fails."""
     sys_prompt = filler("rules", 3000)
     script = [answer("", blob(f"r{i}", tokens=800)) for i in range(12)] + ["done"]
-    _rt, model, s = make_rt(tmp_path, script, window=W, core=False, system_prompt=sys_prompt,
-                           settings={"checkpoint_mode": "separate"}, enforce=LIMIT)
+    _rt, model, s = make_rt(
+        tmp_path,
+        script,
+        window=W,
+        core=False,
+        system_prompt=sys_prompt,
+        settings={"checkpoint_mode": "separate"},
+        enforce=LIMIT,
+    )
     r = await s.run("work through it")
     assert r.ok and r.steps == 13 and model.refused == []
     state = s.view.state.get("compaction")
@@ -167,10 +196,14 @@ async def test_two_automatic_compactions_and_forced_ones_in_one_session_none_fai
     forced; no turn fails and the history's epoch counts every replacement."""
     script = []
     for turn in range(6):
-        script += [answer("", blob(f"a{turn}", tokens=1500)), answer("", blob(f"b{turn}", tokens=1500)),
-                   f"turn {turn} done"]
-    _rt, model, s = make_rt(tmp_path, script, window=W, core=False, enforce=LIMIT,
-                           settings={"checkpoint_mode": "separate"})
+        script += [
+            answer("", blob(f"a{turn}", tokens=1500)),
+            answer("", blob(f"b{turn}", tokens=1500)),
+            f"turn {turn} done",
+        ]
+    _rt, model, s = make_rt(
+        tmp_path, script, window=W, core=False, enforce=LIMIT, settings={"checkpoint_mode": "separate"}
+    )
     for turn in range(6):
         r = await s.run(f"turn {turn}")
         assert r.ok, (turn, r.outcome, r.reason)
@@ -186,8 +219,9 @@ async def test_two_automatic_compactions_and_forced_ones_in_one_session_none_fai
 async def test_a_provider_overflow_compacts_even_when_the_guard_stopped_compaction(tmp_path):
     """The provider refuses a prompt the local estimate thought would fit: the overflow path compacts although
     automatic compaction is off, declares it, and the turn goes on."""
-    _rt, model, s = make_rt(tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"),
-                                      "fits now"])
+    _rt, model, s = make_rt(
+        tmp_path, [answer("", blob("a", kib=8)), ContextOverflowError("prompt is too long"), "fits now"]
+    )
     from ctxscope.agent.context.compaction.outcome import set_auto
 
     set_auto(s.view, False, "stopped by the guard earlier", turn=0, step=0)
@@ -229,10 +263,13 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     script += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"r{i}", "kib": 16}}]} for i in range(8)]
     script += [{"text": "collected"}, {"match": "<checkpoint-request>", "text": summary()}, {"text": "next"}]
     sim.state().set_script(script)
-    client = make_client(resolve("sim", proxy=proxy.url, model="gpt-sim", context_window=64_000,
-                                 max_output_tokens=4096), retry=RetryPolicy(max_retries=0))
-    rt, _, s = make_rt(tmp_path, model=client,
-                       settings={"watermark_kib": 64, "min_savings_kib": 24, "keep_recent_rounds": 5})
+    client = make_client(
+        resolve("sim", proxy=proxy.url, model="gpt-sim", context_window=64_000, max_output_tokens=4096),
+        retry=RetryPolicy(max_retries=0),
+    )
+    rt, _, s = make_rt(
+        tmp_path, model=client, settings={"watermark_kib": 64, "min_savings_kib": 24, "keep_recent_rounds": 5}
+    )
     try:
         assert (await s.run("collect")).text == "collected"
         assert (await rt.conversation.maintenance.compact(s.id, "keep the row counts")).replaced
@@ -263,6 +300,7 @@ async def test_a_long_session_as_the_inspector_sees_it(tmp_path, proxy, sim):
     cp = declared(rows[-1])["checkpoint"]
     assert (cp["rung"], cp["validation"], cp["trigger"]) == ("h0", "exact", "manual")
     assert cp["tokens_before"] > cp["tokens_after"] and rows[-1]["has_compaction_before"]
+
     def marked(row):  # what the inspector itself made of the header
         return {m["kind"] for m in row["markers"] if m.get("detail", {}).get("declared")}
 
@@ -280,15 +318,26 @@ async def test_consecutive_compacting_turns_against_the_simulator_with_its_windo
     window, output, limit = 32_000, 8192, 15_616
     async with loop_simulator() as (state, url):
         state.context_window = window
-        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url,
-                                     context_window=window, max_output_tokens=output),
-                             retry=RetryPolicy(max_retries=0))
+        client = make_client(
+            resolve(
+                "sim",
+                api="anthropic",
+                model="claude-sonnet-4-5",
+                direct=True,
+                base_url=url,
+                context_window=window,
+                max_output_tokens=output,
+            ),
+            retry=RetryPolicy(max_retries=0),
+        )
         rt, _, s = make_rt(tmp_path, model=client, core=False, settings={"checkpoint_mode": "separate"})
         try:
             for turn in range(6):
                 steps = [{"match": "<checkpoint-request>", "text": summary()} for _ in range(3)]
-                steps += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
-                          for i in range(4)]
+                steps += [
+                    {"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
+                    for i in range(4)
+                ]
                 state.set_script(steps + [{"text": f"turn {turn} done"}])
                 r = await s.run(f"turn {turn}")
                 assert (r.outcome, r.text) == ("completed", f"turn {turn} done"), (turn, r.reason)
@@ -301,8 +350,11 @@ async def test_consecutive_compacting_turns_against_the_simulator_with_its_windo
     assert {e["turn"] for e in checkpoints} == set(range(1, 7))  # every turn compacted
     assert checkpoints[0]["trigger"] == "threshold" and {e["trigger"] for e in checkpoints[1:]} == {"limit"}
     assert len(forced) == len(checkpoints) - 1 and all(e["limit"] == limit for e in forced)
-    usage = [r["message"]["meta"]["usage"] for r in s.history.file.records()
-             if r.get("type") == "message" and r["message"]["meta"].get("usage")]
+    usage = [
+        r["message"]["meta"]["usage"]
+        for r in s.history.file.records()
+        if r.get("type") == "message" and r["message"]["meta"].get("usage")
+    ]
     # the simulator's own count of every prompt it answered stayed within the input limit
     assert len(usage) == 6 * 5 and max(u["input_tokens"] for u in usage) <= limit
     assert not [e for e in events if e["event"] == "compaction_failed"]
@@ -314,14 +366,18 @@ async def test_forced_compactions_are_markers_the_inspector_shows(tmp_path, prox
     the inspector shows each such request's declared compaction_forced marker next to its checkpoint."""
     window, limit = 32_000, 15_616
     sim.state().context_window = window
-    client = make_client(resolve("sim", proxy=proxy.url, model="claude-sonnet-4-5", context_window=window,
-                                 max_output_tokens=8192), retry=RetryPolicy(max_retries=0))
+    client = make_client(
+        resolve("sim", proxy=proxy.url, model="claude-sonnet-4-5", context_window=window, max_output_tokens=8192),
+        retry=RetryPolicy(max_retries=0),
+    )
     rt, _, s = make_rt(tmp_path, model=client, core=False, settings={"checkpoint_mode": "separate"})
     try:
         for turn in range(3):
             steps = [{"match": "<checkpoint-request>", "text": summary()} for _ in range(3)]
-            steps += [{"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
-                      for i in range(4)]
+            steps += [
+                {"tool_calls": [{"name": "blob", "arguments": {"tag": f"t{turn}s{i}", "tokens": 4000}}]}
+                for i in range(4)
+            ]
             sim.state().set_script(steps + [{"text": f"turn {turn} done"}])
             assert (await s.run(f"turn {turn}")).text == f"turn {turn} done"
     finally:
@@ -329,8 +385,9 @@ async def test_forced_compactions_are_markers_the_inspector_shows(tmp_path, prox
     n = len([q for q in sim.state().requests() if q["path"].endswith(("/messages", "/chat/completions"))])
     assert n > 12
     rows = proxy.wait_for_calls(n)
-    marked = [{m["kind"]: m.get("detail", {}) for m in r["markers"] if m.get("detail", {}).get("declared")}
-              for r in rows]
+    marked = [
+        {m["kind"]: m.get("detail", {}) for m in r["markers"] if m.get("detail", {}).get("declared")} for r in rows
+    ]
     forced = [m for m in marked if "compaction_forced" in m]
     assert len(forced) == 2  # turns 2 and 3; turn 1's compaction was line-triggered and stopped the guard
     for m in forced:

@@ -23,11 +23,15 @@ TRICKY = 'second ask: keep "quotes", <tags>, 中文 and\n  indented lines\n```co
 
 
 def test_appendix_keeps_the_last_two_genuine_inputs_verbatim():
-    msgs = [user("first ask"), assistant_message("ok"), user(TRICKY),
-            user_message("please answer again", kind="retry", hidden=True),
-            user_message("steer from an extension", kind="steer"),
-            user_message("user steer: also check tests", kind="steer", source="cli"),
-            user("/compact keep the API notes")]
+    msgs = [
+        user("first ask"),
+        assistant_message("ok"),
+        user(TRICKY),
+        user_message("please answer again", kind="retry", hidden=True),
+        user_message("steer from an extension", kind="steer"),
+        user_message("user steer: also check tests", kind="steer", source="cli"),
+        user("/compact keep the API notes"),
+    ]
     app = build_appendix(msgs, {}, turn=3, step=1)
     assert app.recent_inputs == (TRICKY, "user steer: also check tests")
     text = render_appendix(app)
@@ -42,10 +46,15 @@ def test_a_previous_summary_carries_its_inputs_forward():
 
 
 def test_todos_cadence_background_and_subagents():
-    state = {"todos": [{"id": "1", "content": "write tests", "status": "in_progress"},
-                       {"id": "2", "content": "ship", "status": "pending"}],
-             "todos_written": {"turn": 2, "step": 7}, "background_tasks": {"build": "running"},
-             "subagents": {"explorer": "done"}}
+    state = {
+        "todos": [
+            {"id": "1", "content": "write tests", "status": "in_progress"},
+            {"id": "2", "content": "ship", "status": "pending"},
+        ],
+        "todos_written": {"turn": 2, "step": 7},
+        "background_tasks": {"build": "running"},
+        "subagents": {"explorer": "done"},
+    }
     app = build_appendix([user("go")], state, turn=4, step=3)
     text = render_appendix(app)
     assert "[>] write tests\n[ ] ship" in text
@@ -76,8 +85,13 @@ async def test_a_summary_that_does_not_fit_aborts_the_turn_with_post_admission_f
     """Window 20000 / output 4096: input limit 3616. The summary (about 3900 tokens) is within the checkpoint's
     output limit (4096) but the history it would become does not fit the next request."""
     big_summary = summary(body=filler("s", 470))
-    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), "never asked"], window=20_000,
-                           checkpoint=lambda req: big_summary, core=False)
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("", blob("big", tokens=4000)), "never asked"],
+        window=20_000,
+        checkpoint=lambda req: big_summary,
+        core=False,
+    )
     r = await s.run("analyse it")
     assert r.outcome == act.ABORTED and r.reason.startswith(POST_ADMISSION_FAILED)
     assert len(model.main_requests) == 1 and len(model.checkpoints) == 1  # no request after the failure
@@ -87,8 +101,13 @@ async def test_a_summary_that_does_not_fit_aborts_the_turn_with_post_admission_f
 
 
 async def test_other_failures_are_recorded_and_the_turn_continues_uncompacted(tmp_path):
-    _rt, model, s = make_rt(tmp_path, [answer("", blob("big", tokens=4000)), answer("", blob("more", tokens=50)),
-                                      "answered anyway"], window=20_000, checkpoint=lambda req: "   ", core=False)
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("", blob("big", tokens=4000)), answer("", blob("more", tokens=50)), "answered anyway"],
+        window=20_000,
+        checkpoint=lambda req: "   ",
+        core=False,
+    )
     r = await s.run("analyse it")
     assert r.ok and r.text == "answered anyway" and s.history.epoch == 0
     second, last = model.main_requests[1:]

@@ -14,10 +14,13 @@ from ctxscope.agent.core.budget import (
 )
 
 
-@pytest.mark.parametrize("window,output,limit,trigger", [
-    (128_000, 16_000, 109_952, 96_000),
-    (200_000, 32_000, 165_952, 165_952),
-])
+@pytest.mark.parametrize(
+    "window,output,limit,trigger",
+    [
+        (128_000, 16_000, 109_952, 96_000),
+        (200_000, 32_000, 165_952, 165_952),
+    ],
+)
 def test_worked_examples(window, output, limit, trigger):
     lines = budget_lines(window, output)
     assert (lines.provider_input_limit, lines.automatic_trigger_at) == (limit, trigger)

@@ -69,9 +69,12 @@ def test_anchor_is_bound_to_provider_api_model_prefix_and_epoch():
     a = anchored(msgs, 1)
     ok = AnchorBinding("p", "api", "m", prefix_hash("sys", TOOLS))
     assert footprint("sys", TOOLS, msgs, a, ok, 1).anchored is not None
-    for other in (AnchorBinding("q", "api", "m", ok.prefix_hash), AnchorBinding("p", "other", "m", ok.prefix_hash),
-                  AnchorBinding("p", "api", "m2", ok.prefix_hash),
-                  AnchorBinding("p", "api", "m", prefix_hash("x", TOOLS))):
+    for other in (
+        AnchorBinding("q", "api", "m", ok.prefix_hash),
+        AnchorBinding("p", "other", "m", ok.prefix_hash),
+        AnchorBinding("p", "api", "m2", ok.prefix_hash),
+        AnchorBinding("p", "api", "m", prefix_hash("x", TOOLS)),
+    ):
         assert footprint("sys", TOOLS, msgs, a, other, 1).anchored is None
     assert footprint("sys", TOOLS, msgs, a, ok, epoch=2).anchored is None  # a replacement started a new epoch
     assert footprint("sys", TOOLS, msgs[:1], a, ok, 1).anchored is None  # its answer is not in this history

@@ -64,8 +64,11 @@ async def test_inputs_queue_behind_a_running_turn_and_can_be_edited_cancelled_re
     assert (await c.result).turn == 2 and (await a.result).turn == 3
     assert b.result.cancelled()
     assert [r.messages[-1].text for r in model.requests] == ["first", "c", "a (edited)"]
-    assert [(t.text, t.source) for t in conv.query.turns(sid)] == [("first", "api"), ("c", "cron"),
-                                                                   ("a (edited)", "api")]
+    assert [(t.text, t.source) for t in conv.query.turns(sid)] == [
+        ("first", "api"),
+        ("c", "cron"),
+        ("a (edited)", "api"),
+    ]
 
 
 async def test_abort_through_the_api(tmp_path):
@@ -144,8 +147,13 @@ async def test_a_steer_that_misses_its_turn_becomes_the_next_input(tmp_path):
             rt.open_session(event.session.id).steer("late one", source="cli")
 
     model = ScriptedModel(["first answer", "late handled"])
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=tmp_path, host_builtins=[],
-                      extensions=[Extension("late", lambda api: api.on(Event.TURN_END, late))])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=tmp_path,
+        host_builtins=[],
+        extensions=[Extension("late", lambda api: api.on(Event.TURN_END, late))],
+    )
     s = rt.create_session()
     assert (await s.run("first")).ok
     await s.wait_idle()

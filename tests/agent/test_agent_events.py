@@ -43,8 +43,14 @@ def make_rt(tmp_path, script=(), *handlers, host=(), **kw):
     ws = tmp_path / "ws"
     ws.mkdir(parents=True, exist_ok=True)
     model = ScriptedModel(script)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=[core_tools_extension(), *exts],
-                      host_builtins=list(host), **kw)
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension(), *exts],
+        host_builtins=list(host),
+        **kw,
+    )
     return rt, model, rt.create_session()
 
 
@@ -54,10 +60,15 @@ def texts(request):
 
 # --- before_llm_call ----------------------------------------------------------------------------
 
+
 async def test_before_llm_call_exception_aborts_the_call_fail_closed(tmp_path):
     later = []
-    _rt, model, s = make_rt(tmp_path, ["never"], ("a", Event.BEFORE_LLM_CALL, lambda c: 1 / 0),
-                           ("b", Event.BEFORE_LLM_CALL, lambda c: later.append(1)))
+    _rt, model, s = make_rt(
+        tmp_path,
+        ["never"],
+        ("a", Event.BEFORE_LLM_CALL, lambda c: 1 / 0),
+        ("b", Event.BEFORE_LLM_CALL, lambda c: later.append(1)),
+    )
     result = await s.run("hi")
     assert result.outcome == "aborted" and "ZeroDivisionError" in result.reason
     assert model.requests == [] and later == []
@@ -66,9 +77,12 @@ async def test_before_llm_call_exception_aborts_the_call_fail_closed(tmp_path):
 async def test_append_stops_the_chain(tmp_path):
     seen = []
     hidden = user_message("<system-reminder>cadence</system-reminder>", hidden=True)
-    _rt, model, s = make_rt(tmp_path, ["ok"],
-                           ("a", Event.BEFORE_LLM_CALL, lambda c: seen.append("a") or AppendMessage(hidden), True),
-                           ("b", Event.BEFORE_LLM_CALL, lambda c: seen.append("b"), True))
+    _rt, model, s = make_rt(
+        tmp_path,
+        ["ok"],
+        ("a", Event.BEFORE_LLM_CALL, lambda c: seen.append("a") or AppendMessage(hidden), True),
+        ("b", Event.BEFORE_LLM_CALL, lambda c: seen.append("b"), True),
+    )
     await s.run("hi")
     assert seen == ["a"]
     assert texts(model.requests[0]) == ["hi", hidden.text]
@@ -100,8 +114,9 @@ async def test_request_only_modifiers_run_before_appenders(tmp_path):
 
 
 async def test_undeclared_append_is_a_contract_error(tmp_path):
-    _rt, model, s = make_rt(tmp_path, ["x"],
-                            ("a", Event.BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky"))))
+    _rt, model, s = make_rt(
+        tmp_path, ["x"], ("a", Event.BEFORE_LLM_CALL, lambda c: AppendMessage(user_message("sneaky")))
+    )
     result = await s.run("hi")
     assert result.outcome == "aborted" and "appends=True" in result.reason and model.requests == []
 
@@ -303,8 +318,9 @@ async def test_history_changed_sees_every_append(tmp_path):
 
 
 async def test_step_end_errors_are_counted_and_the_loop_continues(tmp_path):
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                             ("bad", Event.ON_STEP_END, lambda e: 1 / 0))
+    _rt, _model, s = make_rt(
+        tmp_path, [answer("", tool_call("ls", {})), "done"], ("bad", Event.ON_STEP_END, lambda e: 1 / 0)
+    )
     r = await s.run("hi")
     assert r.ok and r.steps == 2 and s.errors.counts[Event.ON_STEP_END] == 2
 
@@ -382,17 +398,23 @@ async def test_a_prepared_call_observer_cannot_change_what_is_sent_or_stored(tmp
                 failures.append(type(exc).__name__)
                 raise
 
-        _rt, model, s = make_rt(tmp_path / name, ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, observer),
-                                config=LoopConfig(strict_views=False))
+        _rt, model, s = make_rt(
+            tmp_path / name, ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, observer), config=LoopConfig(strict_views=False)
+        )
         r = await s.run("hi")
         assert r.ok and len(failures) == 1, name
         assert s.errors.counts[Event.ON_LLM_CALL_PREPARED] == 1 and "mutation attempt ignored" in s.errors.recent[-1]
         assert "x-added-by-observer" not in model.calls[0].headers and model.calls[0].url != "http://elsewhere"
-        assert s.messages[0].meta["kind"] != "tampered" and model.calls[0].request.messages[0].meta["kind"] != \
-            "tampered"
+        assert (
+            s.messages[0].meta["kind"] != "tampered" and model.calls[0].request.messages[0].meta["kind"] != "tampered"
+        )
         assert model.calls[0].request.tools[0].parameters["properties"]
-    _rt, model, s = make_rt(tmp_path / "strict", ["ok"], ("o", Event.ON_LLM_CALL_PREPARED, attempts["header"]),
-                            config=LoopConfig(strict_views=True))
+    _rt, model, s = make_rt(
+        tmp_path / "strict",
+        ["ok"],
+        ("o", Event.ON_LLM_CALL_PREPARED, attempts["header"]),
+        config=LoopConfig(strict_views=True),
+    )
     with pytest.raises(ReadOnlyViolation, match="on_llm_call_prepared handler of extension 'o'"):
         await s.run("hi")
     assert model.calls == []  # nothing was sent
@@ -425,11 +447,20 @@ async def test_a_prepared_call_observers_header_never_reaches_the_provider(tmp_p
     async with loop_simulator() as (state, url):
         state.set_script([{"text": "ok"}])
         for strict in (False, True):
-            client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True,
-                                         base_url=url), retry=RetryPolicy(max_retries=0))
-            rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws,
-                              extensions=[core_tools_extension(), Extension("o", lambda api: api.on(
-                                  Event.ON_LLM_CALL_PREPARED, add_header))], config=LoopConfig(strict_views=strict))
+            client = make_client(
+                resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
+                retry=RetryPolicy(max_retries=0),
+            )
+            rt = AgentRuntime(
+                client,
+                home=tmp_path / "home",
+                workspace=ws,
+                extensions=[
+                    core_tools_extension(),
+                    Extension("o", lambda api: api.on(Event.ON_LLM_CALL_PREPARED, add_header)),
+                ],
+                config=LoopConfig(strict_views=strict),
+            )
             try:
                 s = rt.create_session()
                 if strict:
@@ -458,8 +489,13 @@ def test_a_read_only_view_copies_into_ordinary_dicts():
     deep = copy.deepcopy(view)
     deep["a"]["b"] = ()
     assert view["a"]["b"] == (1, {"c": 2}) and json.loads(json.dumps(view)) == {"a": {"b": [1, {"c": 2}]}}
-    for mutate in (lambda: view.update(x=1), lambda: view["a"].pop("b"), lambda: view.setdefault("y", 2),
-                   lambda: view.__ior__({"z": 3}), lambda: view["a"]["b"][1].clear()):
+    for mutate in (
+        lambda: view.update(x=1),
+        lambda: view["a"].pop("b"),
+        lambda: view.setdefault("y", 2),
+        lambda: view.__ior__({"z": 3}),
+        lambda: view["a"]["b"][1].clear(),
+    ):
         with pytest.raises(ReadOnlyViolation):
             mutate()
     assert view == {"a": {"b": (1, {"c": 2})}}

@@ -37,8 +37,13 @@ def make(tmp_path, script, guard=None, host=None):
     model = ScriptedModel(script)
     rec = Recorder()
     guard = guard or RunawayGuard(on_signal=rec, on_reminder=rec, on_turn_summary=rec)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=[core_tools_extension()],
-                      host_builtins=[host or runaway_guard_extension(guard)])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension()],
+        host_builtins=[host or runaway_guard_extension(guard)],
+    )
     return rt, model, rt.create_session(), rec
 
 
@@ -102,8 +107,11 @@ async def test_events_carry_no_raw_arguments_or_output(tmp_path):
     await s.run("go")
     log = (rt.store.dir(s.id) / EVENTS_FILE).read_text()
     lines = [json.loads(x) for x in log.splitlines()]
-    assert {x["event"] for x in lines} == {"runaway_guard_signal", "runaway_guard_reminder_injected",
-                                            "runaway_guard_turn_summary"}
+    assert {x["event"] for x in lines} == {
+        "runaway_guard_signal",
+        "runaway_guard_reminder_injected",
+        "runaway_guard_turn_summary",
+    }
     assert "TOP-SECRET" not in log and "echo" not in log
     summary = lines[-1]
     assert summary["reminded"] == "repeated_action" and summary["reminder_step"] == 3 and summary["steps_judged"] == 5
@@ -146,6 +154,7 @@ async def test_real_failing_commands_with_varying_arguments_are_one_error_family
 
 
 # --- configuration -----------------------------------------------------------------------------------------
+
 
 def test_override_wins_and_the_threshold_never_drops_below_three():
     assert resolve_config({"enabled": False}, None).enabled is False
@@ -220,8 +229,10 @@ async def test_a_loop_over_a_200_kib_output_is_reminded_by_its_third_repetition(
         state.context_window = 200_000
         steps = [{"tool_calls": [{"name": "bash", "arguments": {"command": "cat big.log"}}]} for _ in range(5)]
         state.set_script(steps + [{"text": "done"}])
-        client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
-                             retry=RetryPolicy(max_retries=0))
+        client = make_client(
+            resolve("sim", api="anthropic", model="claude-sonnet-4-5", direct=True, base_url=url),
+            retry=RetryPolicy(max_retries=0),
+        )
         rt = AgentRuntime(client, home=tmp_path / "home", workspace=ws)
         try:
             s = rt.create_session()
@@ -229,9 +240,13 @@ async def test_a_loop_over_a_200_kib_output_is_reminded_by_its_third_repetition(
         finally:
             await rt.aclose()
         requests = [r for r in state.requests() if r["path"].endswith("/messages")]
-    receipts = {b["content"] if isinstance(b["content"], str) else json.dumps(b["content"])
-                for m in requests[-1]["body"]["messages"] if isinstance(m["content"], list)
-                for b in m["content"] if b.get("type") == "tool_result"}
+    receipts = {
+        b["content"] if isinstance(b["content"], str) else json.dumps(b["content"])
+        for m in requests[-1]["body"]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
     assert len(receipts) == 5  # five different receipts (each names its own artifact)
     events = [{k.lower(): v for k, v in r["headers"].items()}.get("x-ctxscope-event", "") for r in requests]
     reminded = [i for i, e in enumerate(events) if "guard_reminder;" in e]

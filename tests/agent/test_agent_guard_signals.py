@@ -47,6 +47,7 @@ def run(tracker, fp, steps):
 
 # --- fingerprints -------------------------------------------------------------------------------------
 
+
 def test_fingerprints_are_keyed_hmacs_stable_within_a_key_and_unlinkable_across_keys():
     a, b = Fingerprinter(KEY), Fingerprinter(b"x" * 32)
     assert a("action", "read", {"path": "secret.txt"}) == a("action", "read", {"path": "secret.txt"})
@@ -67,26 +68,32 @@ def test_action_uses_the_policys_stable_fields():
 
 
 def test_volatile_values_do_not_make_a_result_new():
-    assert normalise("Ran 3 tests in 0.41s at 2026-01-02T10:11:12Z, obj 0x7f3a9c0d1e2f") == \
-        "Ran 3 tests in <duration> at <time>, obj <addr>"
+    assert (
+        normalise("Ran 3 tests in 0.41s at 2026-01-02T10:11:12Z, obj 0x7f3a9c0d1e2f")
+        == "Ran 3 tests in <duration> at <time>, obj <addr>"
+    )
     assert normalise("step 3/10 done") == "step 3/10 done"  # counters that mean progress stay
 
 
 # --- error families ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content,details,family", [
-    ("boom", {"error_code": "E_LOCKED"}, "code:E_LOCKED"),
-    ("Error: missing required argument(s): path", {"reason": "invalid_arguments"}, "code:invalid_arguments"),
-    ("cat: a.txt: No such file or directory\n[exit code 1]", {"exit_code": 1}, "class:not_found"),
-    ("Error: file not found: b.txt", {"reason": "tool_error"}, "class:not_found"),
-    ("[timed out after 5 s; the command was killed]", {"timed_out": True}, "class:timeout"),
-    ("HTTP 429 Too Many Requests", {}, "class:rate_limit"),
-    ("bash: ./run.sh: Permission denied", {}, "class:permission_denied"),
-    ("curl: (7) Failed to connect: Connection refused", {}, "class:connection"),
-    ("SyntaxError: invalid syntax", {}, "class:syntax_error"),
-    ("usage: tool [-h] FILE", {}, "class:invalid_arguments"),
-    ("fatal: No space left on device", {}, "class:resource_exhausted"),
-])
+
+@pytest.mark.parametrize(
+    "content,details,family",
+    [
+        ("boom", {"error_code": "E_LOCKED"}, "code:E_LOCKED"),
+        ("Error: missing required argument(s): path", {"reason": "invalid_arguments"}, "code:invalid_arguments"),
+        ("cat: a.txt: No such file or directory\n[exit code 1]", {"exit_code": 1}, "class:not_found"),
+        ("Error: file not found: b.txt", {"reason": "tool_error"}, "class:not_found"),
+        ("[timed out after 5 s; the command was killed]", {"timed_out": True}, "class:timeout"),
+        ("HTTP 429 Too Many Requests", {}, "class:rate_limit"),
+        ("bash: ./run.sh: Permission denied", {}, "class:permission_denied"),
+        ("curl: (7) Failed to connect: Connection refused", {}, "class:connection"),
+        ("SyntaxError: invalid syntax", {}, "class:syntax_error"),
+        ("usage: tool [-h] FILE", {}, "class:invalid_arguments"),
+        ("fatal: No space left on device", {}, "class:resource_exhausted"),
+    ],
+)
 def test_error_family_prefers_codes_then_classes(content, details, family):
     assert error_family(ToolResult("1", "t", content, True, details)) == family
 
@@ -100,11 +107,22 @@ def test_unclassified_errors_fall_back_to_their_first_1024_characters():
 
 # --- tool policies ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command,lone", [
-    ("grep -rn needle src", True), ("rg needle", True), ("git grep -n needle", True), ("/usr/bin/grep x f", True),
-    ("grep x f | wc -l", False), ("grep x f && echo y", False), ("grep x f > out", False), ("cat f", False),
-    ("grep x $(ls)", False), ("git log", False),
-])
+
+@pytest.mark.parametrize(
+    "command,lone",
+    [
+        ("grep -rn needle src", True),
+        ("rg needle", True),
+        ("git grep -n needle", True),
+        ("/usr/bin/grep x f", True),
+        ("grep x f | wc -l", False),
+        ("grep x f && echo y", False),
+        ("grep x f > out", False),
+        ("cat f", False),
+        ("grep x $(ls)", False),
+        ("git log", False),
+    ],
+)
 def test_lone_search_commands(command, lone):
     assert is_lone_search(command) is lone
 
@@ -137,6 +155,7 @@ def test_polling_tools_are_judged_by_status_and_cursor():
 
 
 # --- counting --------------------------------------------------------------------------------------------
+
 
 def test_consecutive_steps_count_up_and_a_break_resets():
     fp, tr = Fingerprinter(KEY), SignalTracker()
@@ -219,6 +238,7 @@ def test_repeated_result_is_tracked_whatever_produced_it():
 
 # --- thresholds and choice ----------------------------------------------------------------------------------
 
+
 def test_the_reminder_threshold_is_never_below_three():
     assert remind_threshold(None) == 3 and remind_threshold(1) == 3 and remind_threshold("2") == 3
     assert remind_threshold(5) == 5 and remind_threshold("nonsense") == 3
@@ -226,8 +246,14 @@ def test_the_reminder_threshold_is_never_below_three():
 
 def test_priority_no_progress_then_error_family_then_repeated_action_then_polling():
     s = lambda kind, n=3: Signal(kind, n, "")  # noqa: E731
-    everything = [s(POLLING), s(REPEATED_ACTION), s(SAME_ERROR_FAMILY), s(NO_PROGRESS), s(ABAB, 9),
-                  s(REPEATED_RESULT, 9)]
+    everything = [
+        s(POLLING),
+        s(REPEATED_ACTION),
+        s(SAME_ERROR_FAMILY),
+        s(NO_PROGRESS),
+        s(ABAB, 9),
+        s(REPEATED_RESULT, 9),
+    ]
     assert choose_reminder(everything, 3).kind == NO_PROGRESS
     assert choose_reminder(everything[:3], 3).kind == SAME_ERROR_FAMILY
     assert choose_reminder(everything[:2], 3).kind == REPEATED_ACTION
@@ -242,8 +268,11 @@ def test_an_externalised_output_is_fingerprinted_by_its_content_not_its_receipt(
 
     def moved(n, sha):
         path = f"/home/s/artifacts/t1s{n}-bash-c0.txt"
-        return res(c, f"Tool output moved to a file: {path}", externalized={"artifact": path, "bytes": 204800,
-                                                                             "wrapped": False, "sha256": sha})
+        return res(
+            c,
+            f"Tool output moved to a file: {path}",
+            externalized={"artifact": path, "bytes": 204800, "wrapped": False, "sha256": sha},
+        )
 
     a, b, other = (step(fp, n, (c, moved(n, sha))) for n, sha in ((1, "ab" * 32), (2, "ab" * 32), (3, "cd" * 32)))
     assert a.calls[0].result == b.calls[0].result and a.calls[0].pair == b.calls[0].pair
@@ -266,8 +295,7 @@ def test_the_error_family_signal_says_whether_the_arguments_changed():
     same_call = call("read", path="missing.txt")
     repeated = last_family([[(same_call, res(same_call, "Error: file not found", True))] for _ in range(3)])
     varied_calls = [call("read", path=f"missing{n}.txt") for n in range(3)]
-    varied = last_family([[(c, res(c, f"Error: file not found: {c.arguments['path']}", True))]
-                          for c in varied_calls])
+    varied = last_family([[(c, res(c, f"Error: file not found: {c.arguments['path']}", True))] for c in varied_calls])
     assert (repeated.count, repeated.varied, varied.count, varied.varied) == (3, False, 3, True)
     assert "even though the arguments changed" not in reminder_text(repeated)
     assert "the same call" in reminder_text(repeated) and "not found" in reminder_text(repeated)

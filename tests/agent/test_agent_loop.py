@@ -31,19 +31,29 @@ def make_rt(tmp_path, script, *tools, listener=None, **kw):
     ws = tmp_path / "ws"
     ws.mkdir(parents=True, exist_ok=True)
     model = ScriptedModel(script)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws,
-                      extensions=[core_tools_extension(), tools_ext(*tools)], host_builtins=[], listener=listener, **kw)
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension(), tools_ext(*tools)],
+        host_builtins=[],
+        listener=listener,
+        **kw,
+    )
     return rt, model, rt.create_session()
 
 
 async def test_multi_step_turn_executes_tools_and_feeds_results_back(tmp_path):
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "notes.txt").write_text("alpha\nbeta\n")
-    _rt, model, s = make_rt(tmp_path, [
-        answer("reading", tool_call("read", {"path": "notes.txt"})),
-        answer("", tool_call("edit", {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"})),
-        "changed beta to gamma",
-    ])
+    _rt, model, s = make_rt(
+        tmp_path,
+        [
+            answer("reading", tool_call("read", {"path": "notes.txt"})),
+            answer("", tool_call("edit", {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"})),
+            "changed beta to gamma",
+        ],
+    )
     r = await s.run("rename beta")
     assert (r.outcome, r.steps, r.text) == ("completed", 3, "changed beta to gamma")
     assert (tmp_path / "ws" / "notes.txt").read_text() == "alpha\ngamma\n"
@@ -51,7 +61,7 @@ async def test_multi_step_turn_executes_tools_and_feeds_results_back(tmp_path):
     assert [m.role for m in s.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     # each request extends the previous one: the prompt prefix is stable within a turn
     for a, b in itertools.pairwise(model.requests):
-        assert b.messages[:len(a.messages)] == a.messages and b.system == a.system and b.tools == a.tools
+        assert b.messages[: len(a.messages)] == a.messages and b.system == a.system and b.tools == a.tools
 
 
 async def test_several_tool_calls_run_concurrently_and_results_keep_call_order(tmp_path):
@@ -64,9 +74,14 @@ async def test_several_tool_calls_run_concurrently_and_results_keep_call_order(t
             await asyncio.sleep(0.01)  # a finishes last, but its result still comes first
         return f"{args['me']} met {args['other']}"
 
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("meet", {"me": "a", "other": "b"}),
-                                             tool_call("meet", {"me": "b", "other": "a"})), "done"],
-                           Tool("meet", "rendezvous", OBJ, meet))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer("", tool_call("meet", {"me": "a", "other": "b"}), tool_call("meet", {"me": "b", "other": "a"})),
+            "done",
+        ],
+        Tool("meet", "rendezvous", OBJ, meet),
+    )
     await s.run("go")
     results = s.messages[2].tool_results
     assert [r.content for r in results] == ["a met b", "b met a"]
@@ -77,9 +92,21 @@ async def test_tool_errors_are_results_not_crashes(tmp_path):
         raise RuntimeError("kaboom")
 
     broken = ToolCall("c9", "read", {}, "{not json", "arguments are not valid JSON")
-    _rt, _model, s = make_rt(tmp_path, [answer("", tool_call("nope", {}), tool_call("read", {}), broken,
-                                             tool_call("explode", {}), tool_call("read", {"path": "missing.txt"})),
-                                      "recovered"], Tool("explode", "fails", {"type": "object"}, explode))
+    _rt, _model, s = make_rt(
+        tmp_path,
+        [
+            answer(
+                "",
+                tool_call("nope", {}),
+                tool_call("read", {}),
+                broken,
+                tool_call("explode", {}),
+                tool_call("read", {"path": "missing.txt"}),
+            ),
+            "recovered",
+        ],
+        Tool("explode", "fails", {"type": "object"}, explode),
+    )
     r = await s.run("go")
     assert r.ok and r.text == "recovered"
     contents = [x.content for x in s.messages[2].tool_results]
@@ -99,8 +126,11 @@ async def test_steering_queued_during_a_step_arrives_before_the_next_request(tmp
         await release.wait()
         return "slow done"
 
-    _rt, model, s = make_rt(tmp_path, [answer("", tool_call("slow", {})), "ok, using python 3"],
-                           Tool("slow", "waits", {"type": "object"}, slow))
+    _rt, model, s = make_rt(
+        tmp_path,
+        [answer("", tool_call("slow", {})), "ok, using python 3"],
+        Tool("slow", "waits", {"type": "object"}, slow),
+    )
     pending = s.submit("build it", source="cli")
     await started.wait()
     s.steer("use python 3, not 2")

@@ -21,10 +21,16 @@ from ctxscope.agent.core.messages import (
 
 
 def test_round_trip_keeps_every_block_kind():
-    m = Message("assistant", (ThinkingBlock("hmm", "sig", None, "anthropic"), TextBlock("hi"),
-                              ToolCall("c1", "read", {"path": "x"}, '{"path": "x"}'),
-                              ToolCall("c2", "bash", {}, "{oops", "arguments are not valid JSON")),
-                meta={"turn": 1})
+    m = Message(
+        "assistant",
+        (
+            ThinkingBlock("hmm", "sig", None, "anthropic"),
+            TextBlock("hi"),
+            ToolCall("c1", "read", {"path": "x"}, '{"path": "x"}'),
+            ToolCall("c2", "bash", {}, "{oops", "arguments are not valid JSON"),
+        ),
+        meta={"turn": 1},
+    )
     t = tool_message([ToolResult("c1", "read", "data", False, {"n": 1}), ToolResult("c2", "bash", "bad", True)])
     for msg in (m, t, user_message("q", kind="input")):
         assert message_from_dict(message_to_dict(msg)) == msg

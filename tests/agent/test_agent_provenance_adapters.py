@@ -31,7 +31,12 @@ async def test_read_gives_the_path_the_lines_shown_and_a_hash_of_the_text_withou
     call, res = await run(READ, {"path": "./src/app.py", "offset": 10, "limit": 5}, tmp_path)
     [f] = adapt(call, res, tmp_path)
     assert (f.ref.kind, f.ref.locator, f.ref.path, f.ref.lines, f.ref.title) == (
-        "file", "src/app.py:10-14", "src/app.py", (10, 14), "app.py")
+        "file",
+        "src/app.py:10-14",
+        "src/app.py",
+        (10, 14),
+        "app.py",
+    )
     assert f.text == "line 10\nline 11\nline 12\nline 13\nline 14"  # the continue note is not source text
     assert f.ref.sha256 == sha256_text(f.text) and not f.marker and f.ref.tool == "read"
 
@@ -47,8 +52,10 @@ async def test_grep_gives_one_source_per_file_with_its_hit_lines(tmp_path):
     (tmp_path / "b.py").write_text("needle three\n")
     call, res = await run(GREP, {"pattern": "needle"}, tmp_path)
     found = adapt(call, res, tmp_path)
-    assert [(f.ref.locator, f.text) for f in found] == [("a.py:2-4", "needle one\nneedle two"),
-                                                       ("b.py:1", "needle three")]
+    assert [(f.ref.locator, f.text) for f in found] == [
+        ("a.py:2-4", "needle one\nneedle two"),
+        ("b.py:1", "needle three"),
+    ]
     call, res = await run(GREP, {"pattern": "absent"}, tmp_path)
     assert adapt(call, res, tmp_path) == []
 
@@ -63,12 +70,19 @@ def test_web_fetch_tools_by_name_with_an_http_url(tmp_path):
     page = "<html><title>  Release\nnotes </title><body>hello</body></html>"
     for name in ("fetch", "web_fetch", "WebFetch"):
         [f] = adapt(ToolCall("c9", name, {"url": "https://x.example/notes"}), result(name, page), tmp_path)
-        assert (f.ref.kind, f.ref.locator, f.ref.url, f.ref.title) == ("web", "https://x.example/notes",
-                                                                       "https://x.example/notes", "Release notes")
+        assert (f.ref.kind, f.ref.locator, f.ref.url, f.ref.title) == (
+            "web",
+            "https://x.example/notes",
+            "https://x.example/notes",
+            "Release notes",
+        )
         assert f.marker and f.ref.sha256 == sha256_text(page)
     # a redirect reported in details wins; a markdown heading is a title; no title falls back to host + path
-    [f] = adapt(ToolCall("c9", "fetch", {"url": "http://a.example/"}),
-                result("fetch", "# Moved here\ntext", {"final_url": "https://b.example/new"}), tmp_path)
+    [f] = adapt(
+        ToolCall("c9", "fetch", {"url": "http://a.example/"}),
+        result("fetch", "# Moved here\ntext", {"final_url": "https://b.example/new"}),
+        tmp_path,
+    )
     assert (f.ref.locator, f.ref.title) == ("https://b.example/new", "Moved here")
     [f] = adapt(ToolCall("c9", "fetch", {"url": "https://a.example/p"}), result("fetch", "plain"), tmp_path)
     assert f.ref.title == "a.example/p"
@@ -80,8 +94,11 @@ def test_mcp_tools_by_name_and_result_shape(tmp_path):
     assert mcp_name("mcp__git_hub__get_file__contents") == ("git_hub", "get_file__contents")
     assert mcp_name("mcp__x") is None and mcp_name("read") is None
     # the resource from details
-    [f] = adapt(ToolCall("c9", "mcp__docs__get", {}),
-                result("mcp__docs__get", "text", {"resource": {"uri": "docs://a/b", "title": "A b"}}), tmp_path)
+    [f] = adapt(
+        ToolCall("c9", "mcp__docs__get", {}),
+        result("mcp__docs__get", "text", {"resource": {"uri": "docs://a/b", "title": "A b"}}),
+        tmp_path,
+    )
     assert (f.ref.kind, f.ref.locator, f.ref.title, f.ref.url, f.marker) == ("mcp", "docs://a/b", "A b", None, True)
     # from a JSON result
     body = json.dumps({"url": "https://w.example/x", "name": "X page", "text": "..."})
@@ -108,8 +125,9 @@ def test_user_at_path_mentions_inside_the_workspace(tmp_path):
     (ws / "docs" / "guide.md").write_text("a\nb\n")
     (ws / "bin.dat").write_bytes(b"\0\1\2")
     (tmp_path / "secret.txt").write_text("outside")
-    found = user_sources("see @docs/guide.md, @docs/guide.md again, @../secret.txt, @bin.dat, @nope.md, "
-                         "mail me@docs.com", ws)
+    found = user_sources(
+        "see @docs/guide.md, @docs/guide.md again, @../secret.txt, @bin.dat, @nope.md, mail me@docs.com", ws
+    )
     assert [(f.ref.locator, f.ref.origin, f.ref.kind) for f in found] == [("docs/guide.md:1-2", "user", "file")]
     assert found[0].text == "a\nb\n"
 

@@ -16,24 +16,33 @@ def catalog() -> SourceCatalog:
 
 
 def test_id_citations_take_one_form():
-    c = normalise("A [^S2]. B 【S1】. C [s 2]. D [S1, S2]. E [source: S2]. F [source 1]. G (see S2). "
-                  "H [[S1]]. I [S1; S2 and S3]. J [S1].", catalog())
+    c = normalise(
+        "A [^S2]. B 【S1】. C [s 2]. D [S1, S2]. E [source: S2]. F [source 1]. G (see S2). "
+        "H [[S1]]. I [S1; S2 and S3]. J [S1].",
+        catalog(),
+    )
     assert c.text == ("A [S2]. B [S1]. C [S2]. D [S1][S2]. E [S2]. F [S1]. G [S2]. H [S1]. I [S1][S2][S3]. J [S1].")
     assert c.rewritten == 9 and set(c.cited) == {"S1", "S2", "S3"} and c.unknown == ()
 
 
 def test_file_citations_take_one_form():
-    c = normalise("[src/app.py#L10-L12], [src/app.py:L10-12], [src/app.py, lines 10–12], [src/app.py: 10], "
-                  "[./src/app.py (lines 3-3)], [src/app.py]", catalog())
-    assert c.text == ("[src/app.py:10-12], [src/app.py:10-12], [src/app.py:10-12], [src/app.py:10], "
-                      "[src/app.py:3], [src/app.py]")
+    c = normalise(
+        "[src/app.py#L10-L12], [src/app.py:L10-12], [src/app.py, lines 10–12], [src/app.py: 10], "
+        "[./src/app.py (lines 3-3)], [src/app.py]",
+        catalog(),
+    )
+    assert c.text == (
+        "[src/app.py:10-12], [src/app.py:10-12], [src/app.py:10-12], [src/app.py:10], [src/app.py:3], [src/app.py]"
+    )
     assert c.cited == ("S1",) and c.rewritten == 5
 
 
 def test_what_is_left_alone():
     cat = catalog()
-    text = ("Amazon (S3) and [S9] and [other.py#L3] and [src/app.py#L1](src/app.py#L1) and `[^S1]` and\n"
-            "```\nx = [^S2]\n```\n and [1]")
+    text = (
+        "Amazon (S3) and [S9] and [other.py#L3] and [src/app.py#L1](src/app.py#L1) and `[^S1]` and\n"
+        "```\nx = [^S2]\n```\n and [1]"
+    )
     c = normalise(text, cat)
     assert c.text == text and c.rewritten == 0
     assert c.unknown == ("S9",) and c.cited == ("S1",)  # the path in the link text names S1
@@ -54,15 +63,19 @@ def test_naming_a_source_counts_as_citing_it():
     assert normalise("nothing cited here", cat).cited == ()
 
 
-SOURCE = ("The scheduler wakes every thirty seconds, collects the jobs whose deadline has passed, and hands "
-          "them to the worker pool in order of priority, highest first, breaking ties by submission time.")
+SOURCE = (
+    "The scheduler wakes every thirty seconds, collects the jobs whose deadline has passed, and hands "
+    "them to the worker pool in order of priority, highest first, breaking ties by submission time."
+)
 
 
 def test_a_long_verbatim_run_is_evident_use_even_rewrapped_and_repunctuated():
     idx = QuoteIndex()
     idx.add("S1", "unrelated preamble\n" + SOURCE + "\nunrelated tail")
-    answer = ("In short: the SCHEDULER wakes every thirty seconds,\ncollects the jobs whose deadline has passed -- "
-              "and hands them to the worker pool. That is all.")
+    answer = (
+        "In short: the SCHEDULER wakes every thirty seconds,\ncollects the jobs whose deadline has passed -- "
+        "and hands them to the worker pool. That is all."
+    )
     [hit] = idx.find(answer)
     assert hit.source_id == "S1" and hit.words >= MIN_WORDS
     assert hit.excerpt.startswith("the scheduler wakes every thirty seconds")

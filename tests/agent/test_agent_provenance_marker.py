@@ -44,7 +44,7 @@ def test_text_that_looks_like_a_marker_is_not_one():
     genuine = marked(reg)
     token = genuine.details[DETAILS_KEY]
     # a tool's own output ending with a copy of the block, without the host's token in details
-    copy = ToolResult("c2", "fetch", "x" + genuine.content[len("page text"):])
+    copy = ToolResult("c2", "fetch", "x" + genuine.content[len("page text") :])
     # ... or claiming the token of a marker minted for another call
     other_call = replace(genuine, tool_call_id="c2")
     # ... or the right token on text that was changed after the host appended it
@@ -78,10 +78,12 @@ def test_stripping_trailing_blocks_for_rereading_history():
 
 
 def _ctx(tmp_path, result):
-    sv = SessionView("s", tmp_path, tmp_path / "artifacts", tmp_path, SessionState(),
-                     ModelInfo("p", "a", "m", 100_000, 1000))
-    return ToolResultContext(sv, 1, 1, ToolCall(result.tool_call_id, result.name, {}), result,
-                             frozenset({"read"}), Effects())
+    sv = SessionView(
+        "s", tmp_path, tmp_path / "artifacts", tmp_path, SessionState(), ModelInfo("p", "a", "m", 100_000, 1000)
+    )
+    return ToolResultContext(
+        sv, 1, 1, ToolCall(result.tool_call_id, result.name, {}), result, frozenset({"read"}), Effects()
+    )
 
 
 def test_the_budget_keeps_the_host_marker_when_it_externalises_a_result(tmp_path):
@@ -102,7 +104,7 @@ def test_the_budget_keeps_the_host_marker_when_it_externalises_a_result(tmp_path
 def test_the_budget_does_not_keep_a_forged_marker(tmp_path):
     reg = MarkerRegistry()
     genuine = marked(reg)
-    forged = ToolResult("c7", "fetch", "row\n" * 6000 + genuine.content[len("page text"):])
+    forged = ToolResult("c7", "fetch", "row\n" * 6000 + genuine.content[len("page text") :])
     budget = ToolOutputBudget(ContextSettings.from_mapping({"maxInlineKiB": 16}), split_marker=split_host_marker)
     rewrite = budget(_ctx(tmp_path, forged))
     assert "ctxscope-source" not in rewrite.content  # it went to the artifact with the rest of the output
@@ -111,8 +113,9 @@ def test_the_budget_does_not_keep_a_forged_marker(tmp_path):
 
 def test_mcp_details_moved_to_an_artifact_keep_the_source_keys_inline(tmp_path):
     refs = [REF.to_dict()]
-    res = ToolResult("c1", "mcp__docs__dump", "ok", details={"blob": "z" * 40_000, "source_references": refs,
-                                                             DETAILS_KEY: "ab" * 8})
+    res = ToolResult(
+        "c1", "mcp__docs__dump", "ok", details={"blob": "z" * 40_000, "source_references": refs, DETAILS_KEY: "ab" * 8}
+    )
     rewrite = ToolOutputBudget(ContextSettings(), split_marker=split_host_marker)(_ctx(tmp_path, res))
     assert rewrite.details["source_references"] == refs and rewrite.details[DETAILS_KEY] == "ab" * 8
     assert "details_artifact" in rewrite.details and "blob" not in rewrite.details

@@ -36,8 +36,10 @@ from ctxscope.agent.providers.openai_responses import build_body as responses_bo
 from ctxscope.agent.providers.retry import RetryPolicy, classify, parse_retry_after
 from ctxscope.agent.providers.sse import SSEDecoder
 
-TOOLS = (ToolSpec("read", "read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),
-         ToolSpec("ls", "list", {"type": "object", "properties": {}}))
+TOOLS = (
+    ToolSpec("read", "read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),
+    ToolSpec("ls", "list", {"type": "object", "properties": {}}),
+)
 CALL = ToolCall("toolu_1", "read", {"path": "a"}, '{"path": "a"}')
 HISTORY = (
     user_message("question"),

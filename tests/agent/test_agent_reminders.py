@@ -27,8 +27,14 @@ from ctxscope.agent.tools.core_tools import core_tools_extension
 
 
 def view(state=None, model="claude-sonnet-4-5", sid="s1"):
-    return SessionView(sid, Path("/tmp/x"), Path("/tmp/x/artifacts"), Path("/work/ws"), state or SessionState(),
-                       ModelInfo("anthropic", "anthropic", model, 200_000, 32_000))
+    return SessionView(
+        sid,
+        Path("/tmp/x"),
+        Path("/tmp/x/artifacts"),
+        Path("/work/ws"),
+        state or SessionState(),
+        ModelInfo("anthropic", "anthropic", model, 200_000, 32_000),
+    )
 
 
 def turn(v, n, source="cli"):
@@ -123,8 +129,13 @@ def test_agent_context_is_full_on_the_first_round_then_compact_and_full_again_af
 
 def test_todo_completion_speaks_at_most_every_five_rounds_while_todos_are_open():
     state = SessionState()
-    state.set("todos", [{"id": "1", "content": "write the parser", "status": "in_progress"},
-                        {"id": "2", "content": "done already", "status": "completed"}])
+    state.set(
+        "todos",
+        [
+            {"id": "1", "content": "write the parser", "status": "in_progress"},
+            {"id": "2", "content": "done already", "status": "completed"},
+        ],
+    )
     v = view(state)
     svc = service(default_registry())
     rounds = [n for n in range(1, 16) if "<todo-status>" in svc.build_reminder(turn(v, n))]
@@ -158,14 +169,20 @@ def test_notices_and_todos_are_critical_and_agent_context_is_not():
 
 # --- wired into real turns ------------------------------------------------------------------------
 
+
 def runtime(tmp_path, settings=None, model_name="scripted-model", extensions=(), write_toml=None):
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
     if write_toml:
         (home / "agent.toml").write_text(write_toml)
     model = ScriptedModel(["ok", "ok", "ok"], model=model_name)
-    rt = AgentRuntime(model, home=home, workspace=tmp_path, extensions=[core_tools_extension(), *extensions],
-                      host_builtins=[create_system_reminders(HostOptions(home, settings or {}))])
+    rt = AgentRuntime(
+        model,
+        home=home,
+        workspace=tmp_path,
+        extensions=[core_tools_extension(), *extensions],
+        host_builtins=[create_system_reminders(HostOptions(home, settings or {}))],
+    )
     return rt, model
 
 
@@ -203,8 +220,13 @@ async def test_disable_system_reminder_models_from_agent_toml(tmp_path):
 async def test_default_runtime_mounts_the_reminders(tmp_path):
     model = ScriptedModel(["ok"])
     rt = AgentRuntime(model, home=tmp_path / "h", workspace=tmp_path)
-    assert {"system-reminders", "in-turn-reminders", "runaway-guard", "session-report",
-            "terminal-response-recovery"} <= set(rt.registry.extension_ids)
+    assert {
+        "system-reminders",
+        "in-turn-reminders",
+        "runaway-guard",
+        "session-report",
+        "terminal-response-recovery",
+    } <= set(rt.registry.extension_ids)
     await rt.create_session().run("hello")
     assert "<agent-context>" in model.requests[0].messages[0].text
 
@@ -242,10 +264,13 @@ async def test_a_pending_notice_survives_a_restart_and_context_and_compact_then_
     from support.agent_context_fixtures import RoutedModel
 
     def runtime_at(model):
-        return AgentRuntime(model, home=tmp_path / "home", workspace=tmp_path,
-                            extensions=[core_tools_extension()],
-                            host_builtins=[context_management_extension(), create_system_reminders(
-                                HostOptions(tmp_path / "home", {}))])
+        return AgentRuntime(
+            model,
+            home=tmp_path / "home",
+            workspace=tmp_path,
+            extensions=[core_tools_extension()],
+            host_builtins=[context_management_extension(), create_system_reminders(HostOptions(tmp_path / "home", {}))],
+        )
 
     first = runtime_at(ScriptedModel(["one"]))
     s = first.create_session()

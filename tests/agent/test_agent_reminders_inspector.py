@@ -17,8 +17,12 @@ from ctxscope.agent.reminders.extension import create_in_turn_reminders, create_
 from ctxscope.agent.tools.core_tools import core_tools_extension
 from ctxscope.inspector.store import queries
 
-STEPS = [{"tool_calls": [{"name": "ls", "arguments": {}}]}] * 3 + [{"text": "first turn done"}] + \
-        [{"tool_calls": [{"name": "ls", "arguments": {}}]}] + [{"text": "second turn done"}]
+STEPS = (
+    [{"tool_calls": [{"name": "ls", "arguments": {}}]}] * 3
+    + [{"text": "first turn done"}]
+    + [{"tool_calls": [{"name": "ls", "arguments": {}}]}]
+    + [{"text": "second turn done"}]
+)
 
 
 def last_breakpoint(body: dict) -> tuple[int, int] | None:
@@ -44,8 +48,13 @@ async def test_reminders_keep_each_call_append_only_or_diverging_behind_the_last
     opts = HostOptions(home, settings)
     cadence = create_in_turn_reminders(opts)
     client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", proxy=proxy.url))
-    rt = AgentRuntime(client, home=home, workspace=tmp_path, extensions=[core_tools_extension()],
-                      host_builtins=[create_system_reminders(opts), cadence])
+    rt = AgentRuntime(
+        client,
+        home=home,
+        workspace=tmp_path,
+        extensions=[core_tools_extension()],
+        host_builtins=[create_system_reminders(opts), cadence],
+    )
     s = rt.create_session()
     s.state.set("todos", [{"id": "1", "content": "list the files", "status": "in_progress"}])
     s.state.set("todo_cadence", {"since_todowrite": 40, "since_reminder": 14})

@@ -13,8 +13,10 @@ from ctxscope.agent.reminders.extension import in_turn_reminders_extension
 from ctxscope.agent.reminders.inturn import InTurnReminders, count_iteration, read_counters, todo_cadence_due
 from ctxscope.agent.tools.core_tools import core_tools_extension
 
-OPEN_TODOS = [{"id": "1", "content": "port the parser", "status": "in_progress"},
-              {"id": "2", "content": "write tests", "status": "pending"}]
+OPEN_TODOS = [
+    {"id": "1", "content": "port the parser", "status": "in_progress"},
+    {"id": "2", "content": "write tests", "status": "pending"},
+]
 
 
 class Clock:
@@ -29,8 +31,13 @@ def make(tmp_path, script, reminders: InTurnReminders):
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     model = ScriptedModel(script)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=[core_tools_extension()],
-                      host_builtins=[in_turn_reminders_extension(reminders)])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension()],
+        host_builtins=[in_turn_reminders_extension(reminders)],
+    )
     return rt, model, rt.create_session()
 
 
@@ -43,6 +50,7 @@ def kinds(request):
 
 
 # --- execution deadline ---------------------------------------------------------------------------
+
 
 async def test_deadline_rides_on_each_request_only_and_is_never_persisted(tmp_path):
     clock = Clock()
@@ -96,6 +104,7 @@ def test_anthropic_breakpoint_stays_in_front_of_the_request_only_reminder():
 
 # --- todo cadence ------------------------------------------------------------------------------------
 
+
 def test_cadence_counters_need_both_fifteen_since_the_write_and_since_the_reminder():
     state = SessionState()
     for _ in range(14):
@@ -141,8 +150,13 @@ async def test_no_open_todos_no_cadence(tmp_path):
 async def test_background_cadence_waits_for_its_turn_behind_the_todo_cadence(tmp_path):
     _rt, model, s = make(tmp_path, ls_steps(17) + ["done"], InTurnReminders())
     s.state.set("todos", OPEN_TODOS)
-    s.state.set("background_tasks", [{"id": "t1", "status": "running", "description": "npm run build"},
-                                     {"id": "t2", "status": "done", "description": "lint"}])
+    s.state.set(
+        "background_tasks",
+        [
+            {"id": "t1", "status": "running", "description": "npm run build"},
+            {"id": "t2", "status": "done", "description": "lint"},
+        ],
+    )
     await s.run("work")
     last = [q.messages[-1].meta.get("kind") for q in model.requests]
     assert last[15] == "todo_reminder" and last[16] == "background_reminder"  # one append per request
@@ -152,6 +166,7 @@ async def test_background_cadence_waits_for_its_turn_behind_the_todo_cadence(tmp
 
 
 # --- admission ------------------------------------------------------------------------------------------
+
 
 def test_provider_input_limit_matches_the_budget_lines():
     assert provider_input_limit(128_000, 16_000) == 109_952
@@ -174,19 +189,24 @@ def test_the_request_estimate_sees_messages_and_tool_declarations():
 
 
 async def test_a_reminder_that_would_overflow_the_input_limit_is_dropped(tmp_path):
-    _rt, model, s = make(tmp_path, ls_steps(16) + ["done"],
-                        InTurnReminders(deadline_seconds=100, clock=Clock(), input_limit=lambda m: 50))
+    _rt, model, s = make(
+        tmp_path,
+        ls_steps(16) + ["done"],
+        InTurnReminders(deadline_seconds=100, clock=Clock(), input_limit=lambda m: 50),
+    )
     s.state.set("todos", OPEN_TODOS)
     await s.run("x" * 40)
-    assert all(m.meta.get("kind") not in ("deadline_reminder", "todo_reminder") for q in model.requests
-               for m in q.messages)
+    assert all(
+        m.meta.get("kind") not in ("deadline_reminder", "todo_reminder") for q in model.requests for m in q.messages
+    )
     assert "reminder_dropped; source=deadline" in model.requests[0].headers["x-ctxscope-event"]
     assert "reminder_dropped; source=todo_cadence" in model.requests[15].headers["x-ctxscope-event"]
 
 
 async def test_the_same_reminder_is_admitted_under_a_roomy_limit(tmp_path):
-    _rt, model, s = make(tmp_path, ["done"], InTurnReminders(deadline_seconds=100, clock=Clock(),
-                                                            input_limit=lambda m: 100_000))
+    _rt, model, s = make(
+        tmp_path, ["done"], InTurnReminders(deadline_seconds=100, clock=Clock(), input_limit=lambda m: 100_000)
+    )
     await s.run("x" * 40)
     assert model.requests[0].messages[-1].meta["kind"] == "deadline_reminder"
 

@@ -36,11 +36,18 @@ TOOLS = (ToolSpec("read", "Read a file", {"type": "object", "properties": {"path
 
 
 def prepared(api, system="You are a test agent.", messages=("hi",), tools=TOOLS, max_out=1234, **kw):
-    settings = resolve("sim", api=api, model="claude-sonnet-4-5" if api == "anthropic" else "gpt-4.1", direct=True,
-                       base_url="http://127.0.0.1:9", **kw)
+    settings = resolve(
+        "sim",
+        api=api,
+        model="claude-sonnet-4-5" if api == "anthropic" else "gpt-4.1",
+        direct=True,
+        base_url="http://127.0.0.1:9",
+        **kw,
+    )
     client = make_client(settings)
-    return client.prepare(ModelRequest(system, tools, tuple(user_message(m) for m in messages), max_out,
-                                       {"x-ctxscope-session": "s"}))
+    return client.prepare(
+        ModelRequest(system, tools, tuple(user_message(m) for m in messages), max_out, {"x-ctxscope-session": "s"})
+    )
 
 
 @pytest.mark.parametrize("api", ["anthropic", "openai-chat", "openai-responses"])
@@ -101,8 +108,13 @@ def runtime(tmp_path, script, *extra, store=None):
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     model = ScriptedModel(script)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=[core_tools_extension(), *extra],
-                      host_builtins=[session_report_extension(store)])
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension(), *extra],
+        host_builtins=[session_report_extension(store)],
+    )
     return rt, model, rt.create_session()
 
 
@@ -168,6 +180,7 @@ def test_freeze_beside_a_snapshot_file_or_inside_a_snapshot_folder_and_discard(t
 
 # --- bundling ---------------------------------------------------------------------------------------------
 
+
 async def make_family(tmp_path):
     rt, _model, s = runtime(tmp_path, ["parent answer", "child answer", "grandchild answer"])
     await s.run("parent task")
@@ -207,8 +220,9 @@ async def test_report_bundles_the_session_and_its_sub_sessions_with_a_manifest(t
     assert f"sessions/{s.id}/history.jsonl" in names and f"sessions/{grand.id}/history.jsonl" in names
     assert f"sessions/{s.id}/{REPORT_FILE}" in names
     assert not any(other.id in n for n in names)
-    assert manifest["unreadable"] == [{"path": f"sessions/{s.id}/unreadable.log",
-                                       "error": "PermissionError: Permission denied"}]
+    assert manifest["unreadable"] == [
+        {"path": f"sessions/{s.id}/unreadable.log", "error": "PermissionError: Permission denied"}
+    ]
     assert {"path": f"sessions/{s.id}/link", "reason": "link"} in manifest["skipped"]
     assert [x["parent"] for x in manifest["sessions"]] == [None, s.id, child.id]
     assert len(manifest["files"]) == result.files == len(names) - 1

@@ -53,8 +53,9 @@ def test_history_epochs_state_and_torn_lines(tmp_path):
 async def test_resume_continues_history_turn_numbers_and_state(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    model = ScriptedModel([answer("", tool_call("todowrite", {"todos": [{"content": "a", "status": "pending"}]})),
-                           "noted"])
+    model = ScriptedModel(
+        [answer("", tool_call("todowrite", {"todos": [{"content": "a", "status": "pending"}]})), "noted"]
+    )
     rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, host_builtins=[])
     s = rt.create_session()
     await s.run("plan it", source="cli")

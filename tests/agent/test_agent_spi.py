@@ -26,8 +26,9 @@ def ext(id, init):
 
 
 def turn_ctx(tmp_path, turn=1):
-    view = SessionView("s1", tmp_path, tmp_path / "artifacts", tmp_path, SessionState(),
-                       ModelInfo("p", "a", "m", 1000, 100))
+    view = SessionView(
+        "s1", tmp_path, tmp_path / "artifacts", tmp_path, SessionState(), ModelInfo("p", "a", "m", 1000, 100)
+    )
     return TurnStart(view, turn, "test", "hello")
 
 
@@ -35,8 +36,14 @@ def make_rt(tmp_path, script=(), extensions=(), host_builtins=(), **kw):
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     model = ScriptedModel(script)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws,
-                      extensions=[core_tools_extension(), *extensions], host_builtins=list(host_builtins), **kw)
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension(), *extensions],
+        host_builtins=list(host_builtins),
+        **kw,
+    )
     return rt, model
 
 
@@ -63,8 +70,12 @@ def test_contributions_after_init_raise(name, contribute):
 
 
 def test_two_extensions_contributing_one_tool_name_fail_assembly(tmp_path):
-    reg = Registry([ext("a", lambda api: api.register_tool(make_tool("dup"))),
-                    ext("b", lambda api: api.register_tool(lambda ctx: [make_tool("dup")]))])
+    reg = Registry(
+        [
+            ext("a", lambda api: api.register_tool(make_tool("dup"))),
+            ext("b", lambda api: api.register_tool(lambda ctx: [make_tool("dup")])),
+        ]
+    )
     with pytest.raises(AssemblyError, match="'dup' is contributed by both 'a' and 'b'"):
         reg.assemble(turn_ctx(tmp_path))
 
@@ -110,9 +121,18 @@ def test_tool_factory_is_evaluated_per_turn(tmp_path):
 
 
 def test_system_prompt_and_prefix_contributions_in_extension_order(tmp_path):
-    reg = Registry([ext("a", lambda api: api.contribute_system_prompt("from a")),
-                    ext("b", lambda api: (api.contribute_system_prompt(lambda c: f"b turn {c.turn}"),
-                                          api.contribute_user_prompt_prefix("prefix b")))])
+    reg = Registry(
+        [
+            ext("a", lambda api: api.contribute_system_prompt("from a")),
+            ext(
+                "b",
+                lambda api: (
+                    api.contribute_system_prompt(lambda c: f"b turn {c.turn}"),
+                    api.contribute_user_prompt_prefix("prefix b"),
+                ),
+            ),
+        ]
+    )
     a = reg.assemble(turn_ctx(tmp_path, 3), base_system_prompt="BASE")
     assert a.system_prompt == "BASE\n\nfrom a\n\nb turn 3"
     assert a.user_prefixes == ("prefix b",)
@@ -137,11 +157,17 @@ def test_registration_errors():
 
 def test_an_event_named_by_its_plain_string_is_the_same_event(tmp_path):
     """An extension written without mypy may name the event by its string: it lands under the enum member."""
-    reg = Registry([ext("plain", lambda api: api.on("after_tool_call", lambda e: None)),
-                    ext("typed", lambda api: api.on(Event.AFTER_TOOL_CALL, lambda e: None))])
+    reg = Registry(
+        [
+            ext("plain", lambda api: api.on("after_tool_call", lambda e: None)),
+            ext("typed", lambda api: api.on(Event.AFTER_TOOL_CALL, lambda e: None)),
+        ]
+    )
     entries = reg.assemble(turn_ctx(tmp_path)).handlers_for(Event.AFTER_TOOL_CALL)
-    assert [(e.extension_id, e.event) for e in entries] == [("plain", Event.AFTER_TOOL_CALL),
-                                                            ("typed", Event.AFTER_TOOL_CALL)]
+    assert [(e.extension_id, e.event) for e in entries] == [
+        ("plain", Event.AFTER_TOOL_CALL),
+        ("typed", Event.AFTER_TOOL_CALL),
+    ]
     assert all(type(e.event) is Event for e in entries)
 
 
@@ -156,8 +182,13 @@ def test_configured_extension_cannot_replace_a_host_builtin():
 def test_host_builtin_handlers_run_after_configured_ones(tmp_path):
     h = lambda e: None  # noqa: E731
     host = ext("host", lambda api: (api.on(Event.AFTER_TOOL_CALL, h), api.on(Event.BEFORE_LLM_CALL, h)))
-    reg = Registry([ext("a", lambda api: api.on(Event.AFTER_TOOL_CALL, h)),
-                    ext("b", lambda api: api.on(Event.AFTER_TOOL_CALL, h))], [host])
+    reg = Registry(
+        [
+            ext("a", lambda api: api.on(Event.AFTER_TOOL_CALL, h)),
+            ext("b", lambda api: api.on(Event.AFTER_TOOL_CALL, h)),
+        ],
+        [host],
+    )
     order = [e.extension_id for e in reg.assemble(turn_ctx(tmp_path)).handlers_for(Event.AFTER_TOOL_CALL)]
     assert order == ["a", "b", "host"]
 
@@ -169,10 +200,14 @@ async def test_host_builtin_after_tool_call_sees_every_configured_rewrite(tmp_pa
         api.on(Event.AFTER_TOOL_CALL, lambda e: seen.append(e.result.content))
 
     # the builtin is listed FIRST by its registrar but still runs last
-    rt, _ = make_rt(tmp_path, [answer("", tool_call("ls", {})), "done"],
-                    extensions=[ext("rewriter", lambda api: api.on(Event.AFTER_TOOL_CALL,
-                                                                   lambda e: RewriteResult(content="rewritten")))],
-                    host_builtins=[ext("budget", host_init)])
+    rt, _ = make_rt(
+        tmp_path,
+        [answer("", tool_call("ls", {})), "done"],
+        extensions=[
+            ext("rewriter", lambda api: api.on(Event.AFTER_TOOL_CALL, lambda e: RewriteResult(content="rewritten")))
+        ],
+        host_builtins=[ext("budget", host_init)],
+    )
     await rt.create_session().run("go")
     assert seen == ["rewritten"]
 

@@ -6,7 +6,7 @@ from ctxscope.agent.providers.sse import SSEDecoder, SSEEvent
 
 STREAM = (
     "\ufeff: comment\r\n"
-    "event: message_start\r\ndata: {\"a\":1}\r\n\r\n"
+    'event: message_start\r\ndata: {"a":1}\r\n\r\n'
     "data: line1\ndata: line2\n\n"
     "event: ping\rdata: {}\r\r"
     "id: 7\nevent: x\ndata:no-space\n\n"

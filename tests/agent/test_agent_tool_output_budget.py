@@ -93,8 +93,9 @@ async def test_long_lines_are_wrapped_so_read_can_show_them(tmp_path):
 async def test_mcp_details_over_their_budget_go_to_an_artifact(tmp_path):
     rt, _model, s = make_rt(tmp_path)
     details = {"structured": "z" * 40_000, "media": [{"type": "image"}]}
-    rewrite = ToolOutputBudget(ContextSettings())(_ctx(tmp_path, rt, s, ToolResult("c1", "mcp__fs__dump", "ok",
-                                                                                   details=details)))
+    rewrite = ToolOutputBudget(ContextSettings())(
+        _ctx(tmp_path, rt, s, ToolResult("c1", "mcp__fs__dump", "ok", details=details))
+    )
     assert rewrite.content is None and rewrite.details["media"] == [{"type": "image"}]
     moved = json.loads(Path(rewrite.details["details_artifact"]).read_text())
     assert moved == {"structured": "z" * 40_000}
@@ -105,11 +106,17 @@ async def test_receipt_is_recovered_by_paging_read_and_grep_through_the_proxy(tm
     ws = tmp_path / "ws"
     ws.mkdir()
     command = "seq -f 'row %04g padding-padding-padding-padding-padding-padding-padding' 1 1100; echo NEEDLE-4242"
-    sim.state().set_script([{"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
-                            {"text": "saved it"}])
+    sim.state().set_script(
+        [{"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}, {"text": "saved it"}]
+    )
     settings = resolve("sim", proxy=proxy.url, model="gpt-sim")
-    rt = AgentRuntime(make_client(settings, retry=RetryPolicy(max_retries=0)), home=tmp_path / "home", workspace=ws,
-                      extensions=[core_tools_extension()], host_builtins=[tool_output_budget_extension()])
+    rt = AgentRuntime(
+        make_client(settings, retry=RetryPolicy(max_retries=0)),
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=[core_tools_extension()],
+        host_builtins=[tool_output_budget_extension()],
+    )
     s = rt.create_session()
     try:
         assert (await s.run("dump the table")).ok
@@ -120,24 +127,33 @@ async def test_receipt_is_recovered_by_paging_read_and_grep_through_the_proxy(tm
         # the model follows the receipt: grep first, then bounded reads, each continuing where the last stopped
         offsets, offset = [], 1
         while offset:
-            out = await READ.execute({"path": str(path), "offset": offset, "limit": 2000},
-                                     ToolContext(s.view, "x", 0, 0))
+            out = await READ.execute(
+                {"path": str(path), "offset": offset, "limit": 2000}, ToolContext(s.view, "x", 0, 0)
+            )
             offsets.append(offset)
             more = re.search(r"continue with offset=(\d+)", out.content)
             offset = int(more.group(1)) if more else 0
         assert len(offsets) >= 2  # one read could not return it all
         sim.state().set_script(
             [{"tool_calls": [{"name": "grep", "arguments": {"pattern": "NEEDLE", "path": str(path)}}]}]
-            + [{"tool_calls": [{"name": "read", "arguments": {"path": str(path), "offset": o, "limit": 2000}}]}
-               for o in offsets] + [{"text": "the table has 1000 rows"}])
+            + [
+                {"tool_calls": [{"name": "read", "arguments": {"path": str(path), "offset": o, "limit": 2000}}]}
+                for o in offsets
+            ]
+            + [{"text": "the table has 1000 rows"}]
+        )
         assert (await s.run("what does the table say?")).ok
     finally:
         await rt.aclose()
     results = [r for m in s.messages if m.role == "tool" for r in m.tool_results]
     grep_hit, pages = results[1], results[2:]
     assert "NEEDLE-4242" in grep_hit.content and str(path) in grep_hit.content
-    recovered = [re.sub(r"^\s*\d+\t", "", line) for page in pages for line in page.content.splitlines()
-                 if not line.startswith("[lines ")]
+    recovered = [
+        re.sub(r"^\s*\d+\t", "", line)
+        for page in pages
+        for line in page.content.splitlines()
+        if not line.startswith("[lines ")
+    ]
     assert recovered == original.splitlines()  # every byte came back, in order
     rows = proxy.wait_for_calls(2 + 1 + len(offsets) + 1)
     [marker] = [m for m in rows[1]["markers"] if m["kind"] == "tool_output_externalized"]

@@ -120,9 +120,15 @@ async def test_bash_output_is_bounded(ctx):
 
 
 async def test_todowrite_keeps_the_list_as_session_state(ctx):
-    r = await call(TODOWRITE, ctx, todos=[{"content": "write tests", "status": "in_progress"},
-                                          {"content": "ship", "status": "pending"},
-                                          {"content": "plan", "status": "completed"}])
+    r = await call(
+        TODOWRITE,
+        ctx,
+        todos=[
+            {"content": "write tests", "status": "in_progress"},
+            {"content": "ship", "status": "pending"},
+            {"content": "plan", "status": "completed"},
+        ],
+    )
     assert "2 open of 3" in r.content and "[>] write tests" in r.content and "[x] plan" in r.content
     assert [t["content"] for t in ctx.session.state.get("todos")] == ["write tests", "ship", "plan"]
     assert ctx.session.state.get("todos_written") == {"turn": 3, "step": 2}
@@ -131,9 +137,16 @@ async def test_todowrite_keeps_the_list_as_session_state(ctx):
 
 
 def test_argument_validation():
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "flag": {"type": "boolean"},
-                                               "mode": {"type": "string", "enum": ["a", "b"]}},
-              "required": ["n"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "flag": {"type": "boolean"},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+        },
+        "required": ["n"],
+        "additionalProperties": False,
+    }
     assert validate_arguments(schema, {"n": 1}) is None
     assert "missing" in validate_arguments(schema, {})
     assert "integer" in validate_arguments(schema, {"n": "1"})

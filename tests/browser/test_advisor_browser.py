@@ -12,8 +12,10 @@ from playwright.sync_api import expect
 from support.web_fixtures import anthropic_client, start_web_daemon
 
 RULES = "Follow the house rules carefully. " * 500
-TOOLS = [{"name": n, "description": f"The {n} tool. " * 40, "input_schema": {"type": "object", "properties": {}}}
-         for n in ("write_file", "web_search")]
+TOOLS = [
+    {"name": n, "description": f"The {n} tool. " * 40, "input_schema": {"type": "object", "properties": {}}}
+    for n in ("write_file", "web_search")
+]
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
 
 

@@ -62,8 +62,13 @@ def daemon(tmp_path_factory):
         return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", sim_runner, sim_url
 
     docs_runner, docs_url, sim_runner, sim_url = loop.call(start())
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp / "captures.db", writer="thread",
-                       upstreams={"anthropic": sim_url, "openai": sim_url, "docs": docs_url})
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp / "captures.db",
+        writer="thread",
+        upstreams={"anthropic": sim_url, "openai": sim_url, "docs": docs_url},
+    )
     running = loop.call(start_daemon(cfg))
     running.docs = docs
     yield running

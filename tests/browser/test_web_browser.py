@@ -36,11 +36,16 @@ def _conversation(web, session, turns, system=SYSTEM):
     client = anthropic_client(web.url, session)
     msgs = [{"role": "user", "content": "start"}]
     for i in range(turns):
-        r = client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
-                                   system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
-                                   messages=msgs)  # fmt: skip
-        msgs = msgs + [{"role": "assistant", "content": r.content[0].text},
-                       {"role": "user", "content": f"turn {i} <system-reminder>keep it short</system-reminder>"}]
+        r = client.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=50,
+            system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            messages=msgs,
+        )
+        msgs = msgs + [
+            {"role": "assistant", "content": r.content[0].text},
+            {"role": "user", "content": f"turn {i} <system-reminder>keep it short</system-reminder>"},
+        ]
     return client, msgs
 
 
@@ -50,9 +55,14 @@ def _wait_session(web, session, n):
 
 def test_sessions_to_session_to_call_to_diff_opens_at_the_first_difference(web, page):
     client, msgs = _conversation(web, "nav", turns=3)
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=msgs,
-                           system=[{"type": "text", "text": SYSTEM.replace("careful", "careless", 1),
-                                    "cache_control": {"type": "ephemeral"}}])  # fmt: skip
+    client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=50,
+        messages=msgs,
+        system=[
+            {"type": "text", "text": SYSTEM.replace("careful", "careless", 1), "cache_control": {"type": "ephemeral"}}
+        ],
+    )
     rows = _wait_session(web, "nav", 4)
 
     page.goto(web.url + "/")
@@ -101,9 +111,14 @@ def test_new_calls_appear_live_without_reload(web, page):
     expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(1)
     expect(page.locator("#live.on")).to_have_count(1)
     page.evaluate("window.__sameDocument = true")
-    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "first"},
-                                                             {"role": "assistant", "content": "ok"},
-                                                             {"role": "user", "content": "second"}])  # fmt: skip
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=[
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"},
+        ],
+    )
     expect(page.locator("tr.call-row")).to_have_count(2)
     expect(page.locator("tr.call-row").nth(1)).to_contain_text("#2")
     # and a brand-new session shows up on the sessions page
@@ -154,8 +169,14 @@ def test_captured_markup_is_shown_as_text_and_never_runs(web, page):
         }
     ]
     msgs = [{"role": "user", "content": "please read " + PAYLOAD}]
-    r1 = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=PAYLOAD, tools=tools, messages=msgs,
-                                extra_headers=session_header)  # fmt: skip
+    r1 = client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=50,
+        system=PAYLOAD,
+        tools=tools,
+        messages=msgs,
+        extra_headers=session_header,
+    )
     msgs += [
         {
             "role": "assistant",
@@ -226,9 +247,14 @@ def test_raw_view_shows_only_the_byte_form_last_chosen(web, page):
     """A range asked for in the decoded form that answers after the switch to the wire form is
     dropped, not appended to the wire form's text."""
     body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "zipped " * 50}]}).encode()
-    urllib.request.urlopen(urllib.request.Request(
-        f"{web.url}/s/rawform/openai/v1/chat/completions", data=gzip.compress(body), method="POST",
-        headers={"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": "Bearer sk-test"}))
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{web.url}/s/rawform/openai/v1/chat/completions",
+            data=gzip.compress(body),
+            method="POST",
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip", "Authorization": "Bearer sk-test"},
+        )
+    )
     [row] = _wait_session(web, "rawform", 1)
     decoded = AnswerLast(page, lambda url: "/api/raw?" in url and "form=decoded" in url)
     page.goto(f"{web.url}/#/call/{row['id']}")
@@ -286,7 +312,8 @@ def test_filters_narrow_the_timeline(web, page):
     expect(page.locator("tr.call-row .rel")).to_contain_text("session start")
     # The answer to the first of two quick filter changes comes last; the page keeps the second's.
     unfiltered = AnswerLast(
-        page, lambda url: "/api/session?" in url and "relation=" not in url and "verdict=" not in url)
+        page, lambda url: "/api/session?" in url and "relation=" not in url and "verdict=" not in url
+    )
     page.get_by_label("relation", exact=True).select_option("")
     page.get_by_label("cache", exact=True).select_option("hit")
     expect(page.locator("tr.call-row")).to_have_count(3)
@@ -303,8 +330,12 @@ def test_every_page_names_the_agent_loop_the_main_thread(web, page):
     the call page all call the agent's thread "main T1" and the title "side T2", and say why the
     calls landed in the session (docs/architecture.md, "Sessions and threads")."""
     client = anthropic_client(web.url, "roles")
-    client.messages.create(model="claude-haiku-4-5", max_tokens=20, system="You write titles.",
-                           messages=[{"role": "user", "content": "Title for: Fix the bug."}])  # fmt: skip
+    client.messages.create(
+        model="claude-haiku-4-5",
+        max_tokens=20,
+        system="You write titles.",
+        messages=[{"role": "user", "content": "Title for: Fix the bug."}],
+    )
     for body in claude_code_turns(4, model="claude-sonnet-4-6"):
         client.messages.create(**body)
     rows = _wait_session(web, "roles", 5)
@@ -320,7 +351,8 @@ def test_every_page_names_the_agent_loop_the_main_thread(web, page):
     page.goto(web.url + "/#/session/roles")
     expect(page.locator("#app[data-ready='1'] tr.call-row")).to_have_count(5)
     expect(page.get_by_label("thread", exact=True).locator("option")).to_have_text(
-        ["thread: all", "main T1 (4)", "side T2 (1)"])
+        ["thread: all", "main T1 (4)", "side T2 (1)"]
+    )
     expect(page.locator(".stats")).to_contain_text("label")
     page.goto(f"{web.url}/#/call/{rows[0]['id']}")
     card = page.locator(".card", has_text="Prefix and cache")

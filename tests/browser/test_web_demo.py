@@ -52,4 +52,3 @@ def test_marker_chips_say_declared_or_inferred_and_the_filter_finds_them(demo, p
     assert "inferred from the prompt" in tools.get_attribute("title")
     page.locator("select[aria-label='marker']").select_option("checkpoint")
     expect(page.locator("tr.call-row")).to_have_count(2)  # the automatic checkpoint and the /compact one
-

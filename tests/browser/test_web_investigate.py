@@ -143,8 +143,9 @@ def test_replay_button_shows_the_replay_beside_the_original(web, page, monkeypat
     text = "You are a careful assistant who reads every file twice. " * 200
     system = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
     web.sim_state().set_script([{"text": "first"}])
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system=system,
-                           messages=[{"role": "user", "content": "go"}])
+    client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=20, system=system, messages=[{"role": "user", "content": "go"}]
+    )
     [orig] = web.wait_for_calls(1, session="inv-replay")
     page.goto(f"{web.url}/#/call/{orig['id']}")
     web.sim_state().set_script([{"text": "again"}])
@@ -182,8 +183,13 @@ def _three_then(web, session: str, last_messages, headers=None) -> list[dict]:
         r = client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system="Be brief.", messages=msgs)
         msgs = msgs + [{"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"go {i}"}]
     web.sim_state().set_script([{"text": "after"}])
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=20, system="Be brief.", messages=last_messages(msgs),
-                           extra_headers=headers or {})
+    client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=20,
+        system="Be brief.",
+        messages=last_messages(msgs),
+        extra_headers=headers or {},
+    )
     return web.wait_for_calls(3, session=session)
 
 

@@ -31,8 +31,11 @@ def wpage(request, page):
 
 
 def _checkpoint_call(calls):
-    return next(c for c in calls if c["relation"] == "DIVERGED"
-                and any(m["kind"] == "checkpoint" for m in c.get("markers") or []))
+    return next(
+        c
+        for c in calls
+        if c["relation"] == "DIVERGED" and any(m["kind"] == "checkpoint" for m in c.get("markers") or [])
+    )
 
 
 def test_the_diff_list_names_removed_segments_by_their_old_pointer(demo, wpage):
@@ -142,7 +145,8 @@ def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_differ
     revealed = wpage.locator(".revealed")
     expect(revealed).to_have_count(1)
     assert revealed.evaluate("e => e.dataset.ptr") in {brk["pointer"]} | {
-        "/" + "/".join(brk["pointer"].split("/")[1:i]) for i in range(2, brk["pointer"].count("/") + 1)}
+        "/" + "/".join(brk["pointer"].split("/")[1:i]) for i in range(2, brk["pointer"].count("/") + 1)
+    }
 
 
 def test_pages_take_a_unique_prefix_and_list_the_candidates_of_an_ambiguous_one(demo, page):

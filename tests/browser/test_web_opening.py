@@ -22,13 +22,29 @@ def _story() -> list:
         text = SYSTEM if n < BREAK else SYSTEM + " Today is a new day."
         system = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
         written = 1800 + 10 * n
-        usage = ({"input_tokens": 20, "output_tokens": 3, "cache_read_input_tokens": 0,
-                  "cache_creation_input_tokens": written} if n in (1, BREAK) else
-                 {"input_tokens": 20, "output_tokens": 3, "cache_read_input_tokens": written - 10,
-                  "cache_creation_input_tokens": 10})  # fmt: skip
-        exchanges.append(make_exchange(request=anthropic_request(messages, system=system),
-                                       response=anthropic_response(f"done {n}", usage),
-                                       session_label=SESSION, started_at=T0 + n))  # fmt: skip
+        usage = (
+            {
+                "input_tokens": 20,
+                "output_tokens": 3,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": written,
+            }
+            if n in (1, BREAK)
+            else {
+                "input_tokens": 20,
+                "output_tokens": 3,
+                "cache_read_input_tokens": written - 10,
+                "cache_creation_input_tokens": 10,
+            }
+        )
+        exchanges.append(
+            make_exchange(
+                request=anthropic_request(messages, system=system),
+                response=anthropic_response(f"done {n}", usage),
+                session_label=SESSION,
+                started_at=T0 + n,
+            )
+        )
         messages = [*messages, {"role": "assistant", "content": f"done {n}"}]
     return exchanges
 

@@ -28,8 +28,18 @@ from ctxscope.vocab.words import WORDS
 
 from support.web_fixtures import anthropic_client, start_web_daemon
 
-ENUMS = (Api, RelationKind, EpochReason, CacheVerdict, Outcome, MarkerKind, GroupedBy, SearchArea, CompactionTrigger,
-         Annotation)
+ENUMS = (
+    Api,
+    RelationKind,
+    EpochReason,
+    CacheVerdict,
+    Outcome,
+    MarkerKind,
+    GroupedBy,
+    SearchArea,
+    CompactionTrigger,
+    Annotation,
+)
 
 
 @pytest.fixture(scope="module")

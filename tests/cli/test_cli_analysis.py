@@ -42,8 +42,18 @@ def test_calls_filters_by_analysis(captured):
     diverged = json.loads(invoke("calls", *db, "--relation", "DIVERGED", "--json"))
     assert [c["id"] for c in diverged] == [rows[2]["id"]]
     assert diverged[0]["pointer"] == "/system/1/text" and diverged[0]["cache_verdict"] == "client_break"
-    for key in ("relation", "pointer", "epoch_reason", "predecessor", "thread", "tokens_estimated",
-                "tokens_by_category", "cache_verdict", "has_compaction_before", "markers"):  # fmt: skip
+    for key in (
+        "relation",
+        "pointer",
+        "epoch_reason",
+        "predecessor",
+        "thread",
+        "tokens_estimated",
+        "tokens_by_category",
+        "cache_verdict",
+        "has_compaction_before",
+        "markers",
+    ):
         assert key in diverged[0], key
     assert [c["id"] for c in json.loads(invoke("calls", *db, "--pointer-prefix", "/system", "--json"))] == [
         rows[2]["id"]
@@ -69,9 +79,20 @@ def test_session_timeline(captured):
     [main] = timeline["threads"]
     assert main["calls"] == 3 and [c["calls"] for c in main["children"]] == [1]
     text_out = invoke("session", session, *db, "--wide")
-    for needle in ("SEQ", "RELATION", "VERDICT", "MARKERS", "/system/1/text", "epoch:session_start",
-                   "tools_executed", "main T1", "side T2", "GROUPED_BY",
-                       "grouped by: lineage 2", "cache hit rate: 1/2 calls"):  # fmt: skip
+    for needle in (
+        "SEQ",
+        "RELATION",
+        "VERDICT",
+        "MARKERS",
+        "/system/1/text",
+        "epoch:session_start",
+        "tools_executed",
+        "main T1",
+        "side T2",
+        "GROUPED_BY",
+        "grouped by: lineage 2",
+        "cache hit rate: 1/2 calls",
+    ):
         assert needle in text_out, needle
     missing = CliRunner().invoke(cli, ["session", "nope", *db])
     assert missing.exit_code == 2 and "no session matches" in missing.output

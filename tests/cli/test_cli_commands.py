@@ -70,15 +70,33 @@ def test_serve_rejects_a_bad_upstream(tmp_path):
 def test_query_commands_read_what_the_daemon_captured(proxy, sim):
     for i in range(3):
         with httpx2.Client() as c:
-            c.post(proxy.url + "/s/cli-test/u/sim/v1/chat/completions",
-                   json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"hello {i}"}]})
+            c.post(
+                proxy.url + "/s/cli-test/u/sim/v1/chat/completions",
+                json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"hello {i}"}]},
+            )
     proxy.wait_for_calls(3)
     runner = CliRunner()
     db = ["--db", str(proxy.db_path)]
     calls = json.loads(runner.invoke(cli, ["calls", *db, "--json"]).output)
     assert len(calls) == 3 and {c["session"] for c in calls} == {"cli-test"}
-    for key in ("id", "session", "seq", "started_at", "api", "model", "method", "path", "status", "outcome",
-                "stream", "request_bytes", "response_bytes", "ttfb_ms", "duration_ms", "usage"):
+    for key in (
+        "id",
+        "session",
+        "seq",
+        "started_at",
+        "api",
+        "model",
+        "method",
+        "path",
+        "status",
+        "outcome",
+        "stream",
+        "request_bytes",
+        "response_bytes",
+        "ttfb_ms",
+        "duration_ms",
+        "usage",
+    ):
         assert key in calls[0], key
     assert set(calls[0]["usage"]) == {"input", "output", "cache_read", "cache_write"}
     table = runner.invoke(cli, ["calls", *db, "--wide"]).output
@@ -111,9 +129,14 @@ def _start_serve(tmp_path, *, own_group: bool = False):
     port = _free_port()
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
     db = tmp_path / "c.db"
-    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port), "--db", str(db)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=own_group)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxscope.main", "serve", "--port", str(port), "--db", str(db)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=own_group,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -130,8 +153,10 @@ def _start_serve(tmp_path, *, own_group: bool = False):
 def _chat(url, n):
     with httpx2.Client(timeout=60) as c:  # the first call starts the simulator's child
         for i in range(n):
-            r = c.post(url + "/u/sim/v1/chat/completions",
-                       json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]})
+            r = c.post(
+                url + "/u/sim/v1/chat/completions",
+                json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]},
+            )
             assert r.status_code == 200
 
 
@@ -208,8 +233,10 @@ def test_serve_and_its_writer_killed_together_keep_calls_completed_a_second_earl
         with httpx2.Client() as c:
             began = time.monotonic()
             while time.monotonic() - began < 2.5:
-                r = c.post(url + "/u/sim/v1/chat/completions",
-                           json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{len(completed)}"}]})
+                r = c.post(
+                    url + "/u/sim/v1/chat/completions",
+                    json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{len(completed)}"}]},
+                )
                 assert r.status_code == 200
                 completed.append(time.monotonic())
                 time.sleep(0.01)

@@ -74,10 +74,16 @@ def test_every_session_option_takes_a_prefix_and_rejects_an_unknown_id(demo):
     assert json.loads(run("stats", *db, "--session", prefix, "--json"))["session"] == session
     assert json.loads(run("reindex", *db, "--session", prefix, "--json"))["reindexed"] == len(demo["calls"])
     assert json.loads(run("session", prefix, *db, "--json"))["session"] == session
-    for args in (["calls", "--session", "nope"], ["stats", "--session", "nope"], ["reindex", "--session", "nope"],
-                 ["session", "nope"], ["search", "hello", "--session", "nope"],
-                 ["export", "nope", "-o", str(demo["home"] / "never.har")], ["findings", "nope"],
-                 ["advise", "nope"]):  # fmt: skip
+    for args in (
+        ["calls", "--session", "nope"],
+        ["stats", "--session", "nope"],
+        ["reindex", "--session", "nope"],
+        ["session", "nope"],
+        ["search", "hello", "--session", "nope"],
+        ["export", "nope", "-o", str(demo["home"] / "never.har")],
+        ["findings", "nope"],
+        ["advise", "nope"],
+    ):
         out = run(*args, *db, code=2)
         assert "no session matches 'nope'" in out, args
 
@@ -101,18 +107,27 @@ def test_threads_are_chosen_by_the_names_the_views_print(demo):
     side = json.loads(run("calls", *db, "--thread", "side", "--json", "--limit", "500"))
     assert main and side and len(main) + len(side) == len(demo["calls"])
     assert {c["parent_thread"] for c in main} == {None} and {c["thread"] for c in main}.isdisjoint(
-        {c["thread"] for c in side})
+        {c["thread"] for c in side}
+    )
     assert json.loads(run("calls", *db, "--thread", "T2", "--json")) == json.loads(
-        run("calls", *db, "--thread", "side T2", "--json"))
+        run("calls", *db, "--thread", "side T2", "--json")
+    )
     assert len(json.loads(run("calls", *db, "--thread", main[0]["thread"][:14], "--json", "--limit", "500"))) == len(
-        main)
+        main
+    )
 
 
 def test_human_tables_fit_100_columns_and_show_no_reprs(demo):
     db, session = demo["db"], demo["session"]
-    for args in (["calls", "--limit", "500"], ["sessions"], ["session", session], ["db", "status"],
-                 ["stats", "--session", session], ["show", demo["calls"][0]["id"]],
-                 ["diff", next(c["id"] for c in demo["calls"] if c["relation"] == "DIVERGED")]):  # fmt: skip
+    for args in (
+        ["calls", "--limit", "500"],
+        ["sessions"],
+        ["session", session],
+        ["db", "status"],
+        ["stats", "--session", session],
+        ["show", demo["calls"][0]["id"]],
+        ["diff", next(c["id"] for c in demo["calls"] if c["relation"] == "DIVERGED")],
+    ):
         out = run(*args, *db)
         too_wide = [line for line in out.splitlines() if len(line) > 100]
         assert not too_wide, (args, too_wide[:3])
@@ -188,8 +203,10 @@ def test_the_summary_names_threads_and_counts_compactions_as_the_sessions_list_d
     compactions = stats["compactions"]  # what the sessions list shows as "N compactions"
     d = stats["cache_discipline"]
     assert d["breaks_after_compaction"] == compactions and d["checkpoint_request_breaks"] >= 1
-    assert f"{d['breaks']} break(s): {compactions} after a compaction, {d['checkpoint_request_breaks']} a " \
-           "checkpoint request" in out
+    assert (
+        f"{d['breaks']} break(s): {compactions} after a compaction, {d['checkpoint_request_breaks']} a "
+        "checkpoint request" in out
+    )
     assert row["session"] == demo["session"]
 
 
@@ -206,25 +223,41 @@ def test_a_taken_port_gets_a_port_hint_and_the_demo_leaves_no_database(tmp_path)
         taken.listen()
         port = taken.getsockname()[1]
         db = tmp_path / "x.db"
-        out = CliRunner().invoke(cli, ["demo", "--once", "--port", str(port), "--db", str(db)],
-                                 env={"CTXSCOPE_HOME": str(tmp_path / "home")})
+        out = CliRunner().invoke(
+            cli, ["demo", "--once", "--port", str(port), "--db", str(db)], env={"CTXSCOPE_HOME": str(tmp_path / "home")}
+        )
         assert out.exit_code == 1 and "--port" in out.output, out.output
         assert not db.exists() and not list(tmp_path.glob("x.db*"))
-        served = CliRunner().invoke(cli, ["serve", "--port", str(port), "--db", str(tmp_path / "s.db")],
-                                    env={"CTXSCOPE_HOME": str(tmp_path / "home")})
+        served = CliRunner().invoke(
+            cli,
+            ["serve", "--port", str(port), "--db", str(tmp_path / "s.db")],
+            env={"CTXSCOPE_HOME": str(tmp_path / "home")},
+        )
         assert served.exit_code == 1 and "pick another port with --port" in served.output, served.output
 
 
 def test_the_cli_imports_no_heavy_package_before_a_command_runs():
     """`ctxscope --help` and the quick commands start fast because nothing heavy loads at import
     (speed itself is measured in bench/startup.py)."""
-    code = ("import sys, ctxscope.main; from click.testing import CliRunner; "
-            "r = CliRunner().invoke(ctxscope.main.cli, ['--help']); assert r.exit_code == 0, r.output; "
-            "print('\\n'.join(sorted(sys.modules)))")
+    code = (
+        "import sys, ctxscope.main; from click.testing import CliRunner; "
+        "r = CliRunner().invoke(ctxscope.main.cli, ['--help']); assert r.exit_code == 0, r.output; "
+        "print('\\n'.join(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split())
-    heavy = {"aiohttp", "sqlite_utils", "tiktoken", "ctxscope.agent.host.runtime", "ctxscope.agent.providers.catalog",
-             "ctxscope.inspector.store.db", "openai", "anthropic", "ctxscope.query_commands", "ctxscope.demo"}
+    heavy = {
+        "aiohttp",
+        "sqlite_utils",
+        "tiktoken",
+        "ctxscope.agent.host.runtime",
+        "ctxscope.agent.providers.catalog",
+        "ctxscope.inspector.store.db",
+        "openai",
+        "anthropic",
+        "ctxscope.query_commands",
+        "ctxscope.demo",
+    }
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
@@ -232,9 +265,21 @@ def test_agent_run_with_the_daemon_down_says_what_to_do_and_leaves_no_session(tm
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = CliRunner().invoke(cli, ["agent", "run", "hello", "--provider", "sim", "--daemon",
-                                      f"http://127.0.0.1:{port}", "--workspace", str(tmp_path)],
-                                env={"CTXSCOPE_HOME": str(tmp_path / "home")})
+    result = CliRunner().invoke(
+        cli,
+        [
+            "agent",
+            "run",
+            "hello",
+            "--provider",
+            "sim",
+            "--daemon",
+            f"http://127.0.0.1:{port}",
+            "--workspace",
+            str(tmp_path),
+        ],
+        env={"CTXSCOPE_HOME": str(tmp_path / "home")},
+    )
     assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
     assert f"no ctxscope daemon answers at http://127.0.0.1:{port}" in result.output
     assert "ctxscope serve" in result.output and "--direct" in result.output and "Traceback" not in result.output
@@ -246,7 +291,6 @@ def test_calls_say_when_captured_calls_still_wait_to_be_stored(demo):
     from ctxscope.inspector.writer.wire.call_fields import pack
 
     from support.factories import make_exchange
-
 
     db = demo["db"][1]
     assert "not stored yet" not in CliRunner().invoke(cli, ["calls", "--db", db]).output
@@ -273,8 +317,12 @@ def test_sim_help_documents_the_script_format_with_an_example_that_loads(tmp_pat
 def test_a_marker_on_many_calls_gets_one_line_after_the_rarer_effects(demo):
     out = run("session", demo["session"], *demo["db"])
     effects = out.split("effects (declared by the client", 1)[1].split("\ncalls:", 1)[0]
-    on_many = {k for c in demo["calls"] for k in {m["kind"] for m in c["markers"] or []}
-               if sum(k in {m["kind"] for m in d["markers"] or []} for d in demo["calls"]) > 10} - {"tools_executed"}
+    on_many = {
+        k
+        for c in demo["calls"]
+        for k in {m["kind"] for m in c["markers"] or []}
+        if sum(k in {m["kind"] for m in d["markers"] or []} for d in demo["calls"]) > 10
+    } - {"tools_executed"}
     assert on_many  # the demo's sources_available
     for kind in on_many:
         assert len(re.findall(rf"^\s+#\d+\s+{kind}\s", effects, re.M)) == 0
@@ -291,8 +339,9 @@ def test_a_mixed_session_costs_what_its_real_calls_cost(tmp_path):
     from support.factories import capture, make_exchange
 
     real = [make_exchange(n, session_label="mixed") for n in range(2)]
-    sim = [make_exchange(n, session_label="mixed", provider="u/sim", upstream="http://127.0.0.1:9")
-           for n in range(2, 5)]
+    sim = [
+        make_exchange(n, session_label="mixed", provider="u/sim", upstream="http://127.0.0.1:9") for n in range(2, 5)
+    ]
     db = capture(tmp_path / "captures.db", real + sim)
     try:
         calls = list_calls(db, session="mixed", limit=None, newest_first=False)
@@ -301,8 +350,10 @@ def test_a_mixed_session_costs_what_its_real_calls_cost(tmp_path):
         db.conn.close()
 
     def cost(rows):
-        return sum(usage_cost(c["model"], *(c["usage"][k] for k in ("input", "output", "cache_read", "cache_write")))[0]
-                   for c in rows)
+        return sum(
+            usage_cost(c["model"], *(c["usage"][k] for k in ("input", "output", "cache_read", "cache_write")))[0]
+            for c in rows
+        )
 
     assert sorted(c["provider"] for c in calls) == ["anthropic"] * 2 + ["u/sim"] * 3
     real_cost = cost(c for c in calls if c["provider"] != "u/sim")

@@ -18,8 +18,11 @@ def test_the_proxy_url_carries_the_label_that_the_daemon_reads_back():
     proxy = labelled_proxy_url(URL, "fix tests/é%")
     parts = urlsplit(proxy)
     user = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-    head = (b"CONNECT api.openai.com:443 HTTP/1.1\r\nProxy-Authorization: Basic "
-            + base64.b64encode(user.encode()) + b"\r\n\r\n")  # fmt: skip
+    head = (
+        b"CONNECT api.openai.com:443 HTTP/1.1\r\nProxy-Authorization: Basic "
+        + base64.b64encode(user.encode())
+        + b"\r\n\r\n"
+    )
     assert parts.password and connect_label(head) == "fix tests/é%"
     assert connect_label(b"CONNECT a:443 HTTP/1.1\r\n\r\n") is None
     assert connect_label(b"CONNECT a:443 HTTP/1.1\r\nProxy-Authorization: Bearer x\r\n\r\n") is None
@@ -43,8 +46,13 @@ def test_codex_gets_openai_base_url_on_its_command_line_only():
 
 
 def test_sim_sets_dummy_keys_only_where_none_is_set_and_the_proxy_both_ways():
-    env = launch_environment({"OPENAI_API_KEY": "sk-mine", "https_proxy": "http://corp:3128"}, URL, "j",
-                             {"HTTPS_PROXY": URL, "NO_PROXY": "127.0.0.1"}, sim=True)  # fmt: skip
+    env = launch_environment(
+        {"OPENAI_API_KEY": "sk-mine", "https_proxy": "http://corp:3128"},
+        URL,
+        "j",
+        {"HTTPS_PROXY": URL, "NO_PROXY": "127.0.0.1"},
+        sim=True,
+    )
     assert env["OPENAI_API_KEY"] == "sk-mine" and env["ANTHROPIC_API_KEY"] and env["GEMINI_API_KEY"]
     assert env["OPENAI_BASE_URL"] == f"{URL}/s/j/u/sim/v1" and env["ANTHROPIC_BASE_URL"] == f"{URL}/s/j/u/sim"
     assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://j:ctxscope@127.0.0.1:8787"

@@ -25,8 +25,13 @@ def daemon_url(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp / "home"), CTXSCOPE_SIM_TOKEN=TOKEN)
     with open(tmp / "serve.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db",
-                                 str(tmp / "serve.db")], stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxscope.main", "serve", "--port", "0", "--db", str(tmp / "serve.db")],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            text=True,
+        )
     try:
         assert proc.stdout is not None
         lines = []
@@ -51,8 +56,11 @@ def daemon_url(tmp_path_factory):
 @pytest.mark.parametrize("gaps", [[20.0] * 7, [20.0, 400.0, 20.0, 700.0, 20.0, 20.0, 20.0]])
 def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, daemon_url, gaps):
     analysed(tmp_path / "c.db", claude_code_like_session(8, gaps))
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
-                                      daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    result = CliRunner().invoke(
+        cli,
+        ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", daemon_url, "--json"],
+        env={"CTXSCOPE_SIM_TOKEN": TOKEN},
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     v = data["verify"]
@@ -60,8 +68,11 @@ def test_the_simulator_confirms_the_advised_saving_within_5_points(tmp_path, dae
     assert v["as_sent"]["cache_read"] == 0 and v["best_simulated"]["cache_read"] > 0  # the simulator read the cache
     assert v["simulated_saving_pct"] > 20 and v["error_pts"] <= 5, v
 
-    text = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", daemon_url],
-                              env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    text = CliRunner().invoke(
+        cli,
+        ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", daemon_url],
+        env={"CTXSCOPE_SIM_TOKEN": TOKEN},
+    )
     assert text.exit_code == 0 and "verified in the simulator: predicted saving" in text.output
 
 
@@ -75,10 +86,15 @@ def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_ur
     system = default_system(" " + long_text(2500))  # a Claude Code-sized system prompt
     bodies = [_stripped(b) for b in claude_code_turns(10, system=system, reminders=(3, 6))]
     assert "cache_control" not in json.dumps(bodies)
-    analysed(tmp_path / "c.db", [make_exchange(request=b, started_at=T0 + 15 * i, session_label="cc")
-                                 for i, b in enumerate(bodies)])  # fmt: skip
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
-                                      daemon_url, "--json"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    analysed(
+        tmp_path / "c.db",
+        [make_exchange(request=b, started_at=T0 + 15 * i, session_label="cc") for i, b in enumerate(bodies)],
+    )
+    result = CliRunner().invoke(
+        cli,
+        ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", daemon_url, "--json"],
+        env={"CTXSCOPE_SIM_TOKEN": TOKEN},
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     v = data["verify"]
@@ -88,7 +104,10 @@ def test_a_claude_code_session_with_its_breakpoints_stripped(tmp_path, daemon_ur
 
 def test_verify_without_a_daemon_says_so(tmp_path):
     analysed(tmp_path / "c.db", claude_code_like_session(3, []))
-    result = CliRunner().invoke(cli, ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon",
-                                      "http://127.0.0.1:9"], env={"CTXSCOPE_SIM_TOKEN": TOKEN})
+    result = CliRunner().invoke(
+        cli,
+        ["advise", "cc", "--db", str(tmp_path / "c.db"), "--verify", "--daemon", "http://127.0.0.1:9"],
+        env={"CTXSCOPE_SIM_TOKEN": TOKEN},
+    )
     assert result.exit_code != 0 and "no ctxscope daemon answers at http://127.0.0.1:9" in result.output
     assert len(result.output.strip().splitlines()) == 1 and "--daemon URL" in result.output

@@ -12,8 +12,12 @@ from ctxscope.main import cli
 from support.provenance_fixtures import NOTES, PAGE, QUOTE, fake_tools
 
 SCRIPT = [
-    {"tool_calls": [{"name": "read", "arguments": {"path": "NOTES.md"}},
-                    {"name": "fetch", "arguments": {"url": "https://docs.example/cache"}}]},
+    {
+        "tool_calls": [
+            {"name": "read", "arguments": {"path": "NOTES.md"}},
+            {"name": "fetch", "arguments": {"url": "https://docs.example/cache"}},
+        ]
+    },
     {"text": QUOTE},  # quotes the notes, cites nothing: asked again once
     {"text": QUOTE + " [NOTES.md#L2-L3]"},
     {"text": "You are welcome."},  # turn 2
@@ -30,8 +34,13 @@ async def test_sources_citations_and_the_retry_are_declared_markers(proxy, sim, 
     ws.mkdir()
     (ws / "NOTES.md").write_text(NOTES)
     client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", proxy=proxy.url))
-    rt = AgentRuntime(client, home=tmp_path / "agent-home", workspace=ws,
-                      extensions=[*default_extensions(), fake_tools(PAGE)], host_builtins=[])
+    rt = AgentRuntime(
+        client,
+        home=tmp_path / "agent-home",
+        workspace=ws,
+        extensions=[*default_extensions(), fake_tools(PAGE)],
+        host_builtins=[],
+    )
     s = rt.create_session()
     try:
         first = await s.run("how is a release published?")
@@ -48,7 +57,10 @@ async def test_sources_citations_and_the_retry_are_declared_markers(proxy, sim, 
     assert marks[2]["source_citation_retry"]["source"] == "S1"
     assert (marks[2]["citations"]["count"], marks[2]["citations"]["missing"]) == (0, 1)
     assert (marks[3]["citations"]["count"], marks[3]["citations"]["missing"], marks[3]["citations"]["turn"]) == (
-        1, 0, 1)
+        1,
+        0,
+        1,
+    )
     # the model saw the web page's marker, and the read without one
     [results] = [m["content"] for m in sim.state().requests()[1]["body"]["messages"] if m["role"] == "user"][-1:]
     read, page = (r["content"] if isinstance(r["content"], str) else r["content"][0]["text"] for r in results)

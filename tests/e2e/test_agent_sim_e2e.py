@@ -38,10 +38,17 @@ def agent(tmp_path, sim, api, script=(), extensions=(), system_prompt=None, home
         state.set_script(list(script))
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    settings = resolve("sim", api=api, model=MODELS[api], direct=True,
-                       base_url=url if api == "anthropic" else url + "/v1")
-    rt = AgentRuntime(make_client(settings, retry=FAST), home=tmp_path / home, workspace=ws,
-                      extensions=[core_tools_extension(), *extensions], host_builtins=[], system_prompt=system_prompt)
+    settings = resolve(
+        "sim", api=api, model=MODELS[api], direct=True, base_url=url if api == "anthropic" else url + "/v1"
+    )
+    rt = AgentRuntime(
+        make_client(settings, retry=FAST),
+        home=tmp_path / home,
+        workspace=ws,
+        extensions=[core_tools_extension(), *extensions],
+        host_builtins=[],
+        system_prompt=system_prompt,
+    )
     return rt, ws
 
 
@@ -55,6 +62,7 @@ def header(req, name):
 
 def conversation(api, body):
     """The prompt part that grows turn by turn, with cache breakpoints normalised away."""
+
     def strip(v):
         if isinstance(v, dict):
             return {k: strip(x) for k, x in v.items() if k != "cache_control"}
@@ -82,12 +90,19 @@ def results_in(api, body):
 
 @pytest.mark.parametrize("api", APIS)
 async def test_multi_step_turn_with_parallel_tools(tmp_path, sim, api):
-    rt, ws = agent(tmp_path, sim, api, [
-        {"text": "Looking around.", "tool_calls": [{"name": "read", "arguments": {"path": "a.txt"}},
-                                                   {"name": "ls", "arguments": {}}]},
-        {"tool_calls": [{"name": "write", "arguments": {"path": "b.txt", "content": "made by agent\n"}}]},
-        {"thinking": "all good", "text": "Created b.txt."},
-    ])
+    rt, ws = agent(
+        tmp_path,
+        sim,
+        api,
+        [
+            {
+                "text": "Looking around.",
+                "tool_calls": [{"name": "read", "arguments": {"path": "a.txt"}}, {"name": "ls", "arguments": {}}],
+            },
+            {"tool_calls": [{"name": "write", "arguments": {"path": "b.txt", "content": "made by agent\n"}}]},
+            {"thinking": "all good", "text": "Created b.txt."},
+        ],
+    )
     (ws / "a.txt").write_text("alpha\n")
     s = rt.create_session()
     r = await s.run("make b.txt", source="cli")
@@ -96,24 +111,34 @@ async def test_multi_step_turn_with_parallel_tools(tmp_path, sim, api):
     assert (ws / "b.txt").read_text() == "made by agent\n"
     reqs = model_requests(sim[0])
     assert len(reqs) == 3
-    assert [(header(q, "x-ctxscope-session"), header(q, "x-ctxscope-turn"), header(q, "x-ctxscope-step"))
-            for q in reqs] == [(s.id, "1", "1"), (s.id, "1", "2"), (s.id, "1", "3")]
+    assert [
+        (header(q, "x-ctxscope-session"), header(q, "x-ctxscope-turn"), header(q, "x-ctxscope-step")) for q in reqs
+    ] == [(s.id, "1", "1"), (s.id, "1", "2"), (s.id, "1", "3")]
     outputs = results_in(api, reqs[1]["body"])
     assert "alpha" in outputs[0][1] and "a.txt" in outputs[1][1]
     # APPEND_ONLY within the turn: each request's conversation extends the previous one
     convs = [conversation(api, q["body"]) for q in reqs]
     for a, b in itertools.pairwise(convs):
-        assert b[:len(a)] == a
+        assert b[: len(a)] == a
     assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
 
 
 @pytest.mark.parametrize("api", APIS)
 async def test_tool_errors_go_back_to_the_model(tmp_path, sim, api):
-    rt, _ws = agent(tmp_path, sim, api, [
-        {"tool_calls": [{"name": "read", "arguments": {"path": "missing.txt"}},
-                        {"name": "edit", "arguments": "{broken json"}]},
-        {"text": "Both failed, stopping."},
-    ])
+    rt, _ws = agent(
+        tmp_path,
+        sim,
+        api,
+        [
+            {
+                "tool_calls": [
+                    {"name": "read", "arguments": {"path": "missing.txt"}},
+                    {"name": "edit", "arguments": "{broken json"},
+                ]
+            },
+            {"text": "Both failed, stopping."},
+        ],
+    )
     r = await rt.create_session().run("try")
     await rt.aclose()
     assert r.ok
@@ -133,8 +158,9 @@ async def test_steering_between_steps(tmp_path, sim, api):
         return "waited"
 
     ext = Extension("waiter", lambda a: a.register_tool(Tool("wait", "waits", {"type": "object"}, wait)))
-    rt, _ws = agent(tmp_path, sim, api, [{"tool_calls": [{"name": "wait", "arguments": {}}]}, {"text": "ok"}],
-                   extensions=[ext])
+    rt, _ws = agent(
+        tmp_path, sim, api, [{"tool_calls": [{"name": "wait", "arguments": {}}]}, {"text": "ok"}], extensions=[ext]
+    )
     s = rt.create_session()
     pending = s.submit("start")
     await started.wait()
@@ -184,27 +210,40 @@ async def test_resume_keeps_the_prompt_prefix(tmp_path, sim, api):
     await rt2.aclose()
     reqs = model_requests(sim[0])
     last_of_turn1, first_of_turn2 = conversation(api, reqs[1]["body"]), conversation(api, reqs[2]["body"])
-    assert first_of_turn2[:len(last_of_turn1)] == last_of_turn1
-    assert reqs[2]["body"].get("system", reqs[2]["body"].get("instructions")) == \
-        reqs[1]["body"].get("system", reqs[1]["body"].get("instructions"))
+    assert first_of_turn2[: len(last_of_turn1)] == last_of_turn1
+    assert reqs[2]["body"].get("system", reqs[2]["body"].get("instructions")) == reqs[1]["body"].get(
+        "system", reqs[1]["body"].get("instructions")
+    )
 
 
 @pytest.mark.parametrize("api", APIS)
 async def test_retries_on_rate_limit_overload_reset_and_stream_error(tmp_path, sim, api):
-    overloaded = {"status": 529, "type": "overloaded_error", "message": "Overloaded"} if api == "anthropic" else \
-        {"status": 503, "type": "server_error", "message": "busy"}
-    in_stream = {"type": "overloaded_error", "message": "Overloaded"} if api == "anthropic" else \
-        {"type": "server_error", "code": "server_error", "message": "try again"}
-    rt, _ws = agent(tmp_path, sim, api, [
-        {"error": {"status": 429, "type": "rate_limit_error", "message": "slow down", "retry_after": 0}},
-        {"error": overloaded},
-        {"text": "cut off", "reset_after_events": 2},
-        {"text": "half", "stream_error": in_stream},
-        {"text": "finally"},
-    ])
+    overloaded = (
+        {"status": 529, "type": "overloaded_error", "message": "Overloaded"}
+        if api == "anthropic"
+        else {"status": 503, "type": "server_error", "message": "busy"}
+    )
+    in_stream = (
+        {"type": "overloaded_error", "message": "Overloaded"}
+        if api == "anthropic"
+        else {"type": "server_error", "code": "server_error", "message": "try again"}
+    )
+    rt, _ws = agent(
+        tmp_path,
+        sim,
+        api,
+        [
+            {"error": {"status": 429, "type": "rate_limit_error", "message": "slow down", "retry_after": 0}},
+            {"error": overloaded},
+            {"text": "cut off", "reset_after_events": 2},
+            {"text": "half", "stream_error": in_stream},
+            {"text": "finally"},
+        ],
+    )
     notices = []
     rt.listeners.append(
-        lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None)
+        lambda e: notices.append(e) if type(e.__dict__.get("delta")).__name__ == "RetryNotice" else None
+    )
     r = await rt.create_session().run("hello")
     await rt.aclose()
     assert r.ok and r.text == "finally", r

@@ -31,9 +31,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def run_agent(proxy, home: Path, ws: Path, task: str, *extra: str):
-    result = CliRunner().invoke(agent_group, ["run", task, "--provider", "sim", "--daemon", proxy.url,
-                                              "--workspace", str(ws), *extra],
-                                env={"CTXSCOPE_HOME": str(home)}, catch_exceptions=False)
+    result = CliRunner().invoke(
+        agent_group,
+        ["run", task, "--provider", "sim", "--daemon", proxy.url, "--workspace", str(ws), *extra],
+        env={"CTXSCOPE_HOME": str(home)},
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     sessions = [m for m in SessionStore(home).list() if not m.parent_session]
     assert len(sessions) == 1
@@ -54,8 +57,7 @@ def analysed_calls(proxy, session: str, at_least: int) -> list[dict]:
 
 @pytest.mark.parametrize("api", ["openai-chat", "anthropic", "openai-responses"])
 def test_agent_run_on_the_simulator_is_a_multi_step_session(proxy, tmp_path, workspace, api):
-    result, session = run_agent(proxy, tmp_path / "home", workspace, "list the files and read the README",
-                                "--api", api)
+    result, session = run_agent(proxy, tmp_path / "home", workspace, "list the files and read the README", "--api", api)
     calls = analysed_calls(proxy, session, 3)
     assert len(calls) == 3 and all(c["thread"] == calls[0]["thread"] for c in calls)
     assert [c["relation"] for c in calls] == ["EPOCH_START", "APPEND_ONLY", "APPEND_ONLY"]
@@ -133,14 +135,24 @@ async def test_the_child_has_its_own_tools_budget_and_headers(tmp_path, workspac
     from ctxscope.agent.host.runtime import AgentRuntime
     from ctxscope.agent.providers.scripted import ScriptedModel, answer, tool_call
     from ctxscope.vocab.headers import Annotation
+
     SESSION, SUBAGENT_HEADER = Annotation.SESSION, Annotation.SUBAGENT
 
     home = tmp_path / "home"
     loop = [answer("", tool_call("ls", {})) for _ in range(2)]  # the child never gets to answer
-    model = ScriptedModel([answer("", tool_call("task", {"description": "look", "prompt": "list it", "max_steps": 2})),
-                           *loop, "the parent saw the error"])
-    rt = AgentRuntime(model, home=home, workspace=workspace,
-                      host_builtins=default_host_builtins(HostOptions(home, {"subagents": {"maxSteps": 5}})))
+    model = ScriptedModel(
+        [
+            answer("", tool_call("task", {"description": "look", "prompt": "list it", "max_steps": 2})),
+            *loop,
+            "the parent saw the error",
+        ]
+    )
+    rt = AgentRuntime(
+        model,
+        home=home,
+        workspace=workspace,
+        host_builtins=default_host_builtins(HostOptions(home, {"subagents": {"maxSteps": 5}})),
+    )
     s = rt.create_session()
     result = await s.run("delegate")
     await rt.aclose()
@@ -165,8 +177,18 @@ async def test_two_sub_agents_are_two_child_threads_of_the_main_thread(proxy, si
         return {"tool_calls": [{"name": "task", "arguments": {"description": description, "prompt": description}}]}
 
     ls = {"tool_calls": [{"name": "ls", "arguments": {}}]}
-    sim.state().set_script([task("first look"), ls, ls, {"text": "child A done"},
-                            task("second look"), ls, {"text": "child B done"}, {"text": "parent done"}])
+    sim.state().set_script(
+        [
+            task("first look"),
+            ls,
+            ls,
+            {"text": "child A done"},
+            task("second look"),
+            ls,
+            {"text": "child B done"},
+            {"text": "parent done"},
+        ]
+    )
     client = make_client(resolve("sim", api="anthropic", model="claude-sonnet-4-5", proxy=proxy.url))
     rt = AgentRuntime(client, home=tmp_path / "home", workspace=workspace)
     s = rt.create_session()

@@ -25,14 +25,18 @@ async def test_agent_turns_are_append_only_in_the_inspector(api, proxy, sim, tmp
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("alpha\nbeta\n")
-    sim.state().set_script([
-        {"text": "Reading.", "tool_calls": [{"name": "read", "arguments": {"path": "notes.txt"}},
-                                            {"name": "ls", "arguments": {}}]},
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "beta"}}]},
-        {"text": "notes.txt has two lines."},
-        {"tool_calls": [{"name": "write", "arguments": {"path": "out.txt", "content": "done\n"}}]},
-        {"text": "Wrote out.txt."},
-    ])
+    sim.state().set_script(
+        [
+            {
+                "text": "Reading.",
+                "tool_calls": [{"name": "read", "arguments": {"path": "notes.txt"}}, {"name": "ls", "arguments": {}}],
+            },
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "beta"}}]},
+            {"text": "notes.txt has two lines."},
+            {"tool_calls": [{"name": "write", "arguments": {"path": "out.txt", "content": "done\n"}}]},
+            {"text": "Wrote out.txt."},
+        ]
+    )
     settings = resolve("sim", api=api, model=MODELS[api], proxy=proxy.url)
     rt = AgentRuntime(make_client(settings, retry=RetryPolicy(max_retries=0)), home=tmp_path / "home", workspace=ws)
     session = rt.create_session()

@@ -123,6 +123,6 @@ def test_session_text_lists_each_effect_in_words(demo):
     assert re.search(r"tool_output_externalized\s+declared\s+at \S+\s+bash output, [\d,]+ bytes → artifacts/", out)
     assert re.search(
         r"checkpoint\s+declared\s+at \S+\s+rung \w+, exact \(reuse mode, trigger threshold\); [\d,]+ → [\d,]+ tokens",
-        out
+        out,
     )
     assert re.search(r"reminder\s+declared\s+at \S+\s+round reminder from agent_context", out)

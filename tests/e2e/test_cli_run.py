@@ -53,9 +53,21 @@ def launcher(tmp_path, sim_alone):
     pids: list[int] = []
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-c", "from ctxscope.main import main; main()", "run", "--port", str(port),
-                "--db", str(db), "--upstream", f"openai={sim_alone.base_url}",
-                "--upstream", f"anthropic={sim_alone.base_url}", *args]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-c",
+            "from ctxscope.main import main; main()",
+            "run",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+            "--upstream",
+            f"openai={sim_alone.base_url}",
+            "--upstream",
+            f"anthropic={sim_alone.base_url}",
+            *args,
+        ]
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         pids.extend(int(p) for p in re.findall(r"\(pid (\d+),", done.stderr))
         return done
@@ -97,7 +109,9 @@ def test_run_starts_the_daemon_captures_under_the_label_and_passes_the_exit_code
     assert f"session 'job one': http://127.0.0.1:{port}/#/session/job%20one" in first.stderr
     rows = _calls(launcher.db, 2)
     assert [(r["session"], r["api"], r["outcome"]) for r in rows] == [
-        ("job one", "openai.chat", "ok"), ("job one", "anthropic.messages", "ok")]  # fmt: skip
+        ("job one", "openai.chat", "ok"),
+        ("job one", "anthropic.messages", "ok"),
+    ]
 
     # A second run finds the daemon running and uses it; without --label the command names the session.
     second = launcher("--", sys.executable, "script.py", "0")

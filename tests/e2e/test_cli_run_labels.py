@@ -69,14 +69,32 @@ def launch(tmp_path, sim_alone):
     the daemon it starts is stopped after the test."""
     port, db = free_port(), tmp_path / "captures.db"
     env = {**os.environ, "CTXSCOPE_HOME": str(tmp_path / "home")}
-    for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "CTXSCOPE_DB", "OPENAI_API_KEY",
-                 "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "HTTPS_PROXY", "https_proxy"):  # fmt: skip
+    for name in (
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "GOOGLE_GEMINI_BASE_URL",
+        "CTXSCOPE_DB",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "HTTPS_PROXY",
+        "https_proxy",
+    ):
         env.pop(name, None)
     pids: list[int] = []
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        argv = [str(CTXSCOPE), "run", "--port", str(port), "--db", str(db),
-                "--upstream", f"openai={sim_alone.base_url}", *args]  # fmt: skip
+        argv = [
+            str(CTXSCOPE),
+            "run",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+            "--upstream",
+            f"openai={sim_alone.base_url}",
+            *args,
+        ]
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         pids.extend(int(p) for p in re.findall(r"\(pid (\d+),", done.stderr))
         return done
@@ -100,7 +118,11 @@ def test_a_script_that_reaches_the_real_host_through_the_proxy_lands_under_the_l
     assert "answer: Answered through the tunnel." in done.stdout
     [row] = _calls(launch.db, 1)
     assert (row["session"], row["provider"], row["api"], row["outcome"]) == (
-        "pinned run é", "openai", "openai.chat", "ok")  # fmt: skip
+        "pinned run é",
+        "openai",
+        "openai.chat",
+        "ok",
+    )
     assert f"session 'pinned run é': http://127.0.0.1:{launch.port}/#/session/pinned%20run%20%C3%A9" in done.stderr
 
 
@@ -118,20 +140,38 @@ def test_run_sim_points_the_command_at_the_simulator_with_dummy_keys(launch, tmp
     assert "keys: sk-ctxscope-sim sk-ant-ctxscope-sim" in done.stdout
     rows = _calls(launch.db, 2)
     assert [(r["session"], r["provider"], r["api"], r["outcome"]) for r in rows] == [
-        ("sim run", "u/sim", "openai.chat", "ok"), ("sim run", "u/sim", "anthropic.messages", "ok")]  # fmt: skip
+        ("sim run", "u/sim", "openai.chat", "ok"),
+        ("sim run", "u/sim", "anthropic.messages", "ok"),
+    ]
     assert "#/session/sim%20run" in done.stderr
 
 
 def _curl(port: int, ca: Path, user: str | None, *extra: str) -> subprocess.CompletedProcess:
     proxy = f"http://{user}@127.0.0.1:{port}" if user is not None else f"http://127.0.0.1:{port}"
     return subprocess.run(
-        ["curl", "-sS", "--max-time", "20", "--proxy", proxy, "--cacert", str(ca), *extra,
-         "https://api.openai.com/v1/chat/completions", "-H", "content-type: application/json",
-         "-H", "authorization: Bearer sk-curl-0123456789abcdef",
-         "-d", '{"model":"gpt-5","messages":[{"role":"user","content":"curl"}]}'],
-        capture_output=True, text=True, timeout=60,
+        [
+            "curl",
+            "-sS",
+            "--max-time",
+            "20",
+            "--proxy",
+            proxy,
+            "--cacert",
+            str(ca),
+            *extra,
+            "https://api.openai.com/v1/chat/completions",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            "authorization: Bearer sk-curl-0123456789abcdef",
+            "-d",
+            '{"model":"gpt-5","messages":[{"role":"user","content":"curl"}]}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()},
-    )  # fmt: skip
+    )
 
 
 def test_curl_through_the_forward_proxy_carries_the_proxy_users_label(tmp_path, sim_alone):
@@ -156,8 +196,10 @@ def test_a_hostile_proxy_authorization_is_refused_in_one_line(tmp_path, sim_alon
     with running_serve(tmp_path, "--upstream", f"openai={sim_alone.base_url}") as (_proc, base):
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
-            client.sendall(f"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n"
-                           f"Proxy-Authorization: {value}\r\n\r\n".encode())  # fmt: skip
+            client.sendall(
+                f"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n"
+                f"Proxy-Authorization: {value}\r\n\r\n".encode()
+            )
             answer = b""
             while chunk := client.recv(4096):
                 answer += chunk

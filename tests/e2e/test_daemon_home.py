@@ -41,9 +41,13 @@ def test_a_second_serve_on_the_same_home_refuses_and_leaves_the_first_whole(tmp_
         assert stat.S_IMODE((home / "daemon.json").stat().st_mode) == 0o600
         for db in (tmp_path / "c.db", tmp_path / "other.db"):  # same home; then same database, other home
             other_home = home if db.name == "other.db" else tmp_path / "home2"
-            second = subprocess.run([str(CTXSCOPE), "serve", "--port", str(free_port()), "--db", str(db)],
-                                    env=dict(_env(tmp_path), CTXSCOPE_HOME=str(other_home)),
-                                    capture_output=True, text=True, timeout=60)  # fmt: skip
+            second = subprocess.run(
+                [str(CTXSCOPE), "serve", "--port", str(free_port()), "--db", str(db)],
+                env=dict(_env(tmp_path), CTXSCOPE_HOME=str(other_home)),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert second.returncode == 1, second.stdout + second.stderr
             lines = second.stderr.strip().splitlines()
             assert len(lines) == 1 and f"pid {proc.pid}, {base}" in lines[0], second.stderr
@@ -57,8 +61,12 @@ def test_a_second_serve_on_the_same_home_refuses_and_leaves_the_first_whole(tmp_
 
 def test_a_dead_daemons_lock_is_taken_over(tmp_path):
     home = tmp_path / "home"
-    proc = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(free_port()), "--db", str(tmp_path / "c.db")],
-                            env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(CTXSCOPE), "serve", "--port", str(free_port()), "--db", str(tmp_path / "c.db")],
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while not (home / "daemon.json").exists():
         assert time.monotonic() < deadline and proc.poll() is None
@@ -82,48 +90,85 @@ def test_commands_find_a_daemon_on_another_port_without_an_address_flag(tmp_path
     env = _env(tmp_path, OPENAI_API_KEY="sim-key")  # (the agent's key for the simulator, for the replay)
     with running_serve(tmp_path) as (_, base):
         assert not base.endswith(":8787")
-        agent = subprocess.run([str(CTXSCOPE), "agent", "run", "say hi", "--provider", "sim",
-                                "--workspace", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+        agent = subprocess.run(
+            [str(CTXSCOPE), "agent", "run", "say hi", "--provider", "sim", "--workspace", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert agent.returncode == 0, agent.stdout + agent.stderr
         deadline = time.monotonic() + 30
         while not (call := _model_call(tmp_path / "c.db")):
             assert time.monotonic() < deadline, "the agent's call was not stored"
             time.sleep(0.2)
-        replay = subprocess.run([str(CTXSCOPE), "replay", call, "--db", str(tmp_path / "c.db")],
-                                env=env, capture_output=True, text=True, timeout=120)
+        replay = subprocess.run(
+            [str(CTXSCOPE), "replay", call, "--db", str(tmp_path / "c.db")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert replay.returncode == 0, replay.stdout + replay.stderr
         assert "replayed" in replay.stdout
         analysed(tmp_path / "adv.db", claude_code_like_session(3, []))
-        advise = subprocess.run([str(CTXSCOPE), "advise", "cc", "--db", str(tmp_path / "adv.db"), "--verify"],
-                                env=env, capture_output=True, text=True, timeout=120)
+        advise = subprocess.run(
+            [str(CTXSCOPE), "advise", "cc", "--db", str(tmp_path / "adv.db"), "--verify"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert advise.returncode == 0 and "verified in the simulator" in advise.stdout, advise.stdout + advise.stderr
         ca_env = subprocess.run([str(CTXSCOPE), "ca", "env"], env=env, capture_output=True, text=True, timeout=60)
         assert f"export HTTPS_PROXY={base}" in ca_env.stdout.splitlines()
-    gone = subprocess.run([str(CTXSCOPE), "replay", call, "--db", str(tmp_path / "c.db")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    gone = subprocess.run(
+        [str(CTXSCOPE), "replay", call, "--db", str(tmp_path / "c.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert gone.returncode == 1 and "Traceback" not in gone.stderr and "urlopen" not in gone.stderr
     assert len(gone.stderr.strip().splitlines()) == 1 and "http://127.0.0.1:8787" in gone.stderr
     assert "--daemon" in gone.stderr
 
 
 def test_every_command_that_talks_to_the_daemon_names_the_same_option(tmp_path):
-    for command in (["agent", "run"], ["agent", "chat"], ["replay"], ["advise"], ["ca", "env"], ["run"], ["curl"],
-                    ["export"]):
-        out = subprocess.run([str(CTXSCOPE), *command, "--help"], env=_env(tmp_path), capture_output=True,
-                             text=True, timeout=60).stdout
+    for command in (
+        ["agent", "run"],
+        ["agent", "chat"],
+        ["replay"],
+        ["advise"],
+        ["ca", "env"],
+        ["run"],
+        ["curl"],
+        ["export"],
+    ):
+        out = subprocess.run(
+            [str(CTXSCOPE), *command, "--help"], env=_env(tmp_path), capture_output=True, text=True, timeout=60
+        ).stdout
         assert "--daemon URL" in out and "CTXSCOPE_DAEMON" in out, (command, out)
         assert "--proxy" not in out and "--url" not in out, (command, out)
 
 
 def _slow_stream(base: str, home: Path, got: list[str]) -> threading.Thread:
     token = _sim_token(home)
-    r = httpx2.post(f"{base}/u/sim/_sim/script", headers={"x-sim-token": token}, timeout=30,
-                    json=[{"text": "one two three four five six seven eight", "chunk_delay_ms": 250}])
+    r = httpx2.post(
+        f"{base}/u/sim/_sim/script",
+        headers={"x-sim-token": token},
+        timeout=30,
+        json=[{"text": "one two three four five six seven eight", "chunk_delay_ms": 250}],
+    )
     assert r.status_code == 200, r.text
 
     def read() -> None:
-        with httpx2.stream("POST", f"{base}/u/sim/v1/chat/completions", timeout=60, json={
-                "model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}) as resp:
+        with httpx2.stream(
+            "POST",
+            f"{base}/u/sim/v1/chat/completions",
+            timeout=60,
+            json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]},
+        ) as resp:
             got.extend(resp.iter_lines())
 
     thread = threading.Thread(target=read)
@@ -136,8 +181,13 @@ def test_stopping_during_a_slow_stream_stores_it_ok_and_prints_no_traceback(tmp_
     port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "w") as out:  # its own process group, as a terminal's Ctrl-C reaches all of it
-        proc = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(port), "--db", str(tmp_path / "c.db")],
-                                env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(CTXSCOPE), "serve", "--port", str(port), "--db", str(tmp_path / "c.db")],
+            env=_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -163,9 +213,13 @@ def test_stopping_during_a_slow_stream_stores_it_ok_and_prints_no_traceback(tmp_
 
 
 def test_timeout_8_serve_prints_no_fatal_error(tmp_path):
-    result = subprocess.run(["timeout", "8", str(CTXSCOPE), "serve", "--port", str(free_port()), "--db",
-                             str(tmp_path / "c.db")], env=_env(tmp_path), capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+    result = subprocess.run(
+        ["timeout", "8", str(CTXSCOPE), "serve", "--port", str(free_port()), "--db", str(tmp_path / "c.db")],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 124  # ended by timeout's SIGTERM, then exited on its own
     output = result.stdout + result.stderr
     assert "listening on" in output and "Fatal Python error" not in output and "Traceback" not in output, output

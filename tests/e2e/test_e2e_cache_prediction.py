@@ -41,8 +41,12 @@ def test_openai_edit_near_the_end_of_a_long_message_reads_the_token_prefix(proxy
     document = long_text(4500, "doc")
     # The edit lies behind a shared system prompt and first user turn, so the two calls are one
     # conversation (docs/architecture.md, "Sessions and threads") and the second is DIVERGED.
-    first = [{"role": "system", "content": "You review documents."}, {"role": "user", "content": "Review this:"},
-             {"role": "assistant", "content": "Send it."}, {"role": "user", "content": document}]
+    first = [
+        {"role": "system", "content": "You review documents."},
+        {"role": "user", "content": "Review this:"},
+        {"role": "assistant", "content": "Send it."},
+        {"role": "user", "content": document},
+    ]
     client.chat.completions.create(model="gpt-4.1", messages=first)
     edited = copy.deepcopy(first)
     edited[3]["content"] = document[:-40] + " and one correction at the very end"
@@ -66,12 +70,16 @@ def test_anthropic_reads_an_entry_an_older_call_wrote(proxy, sim):
     system = [text("You are a careful reader.")]
     doc = long_text(4500, "doc")
     call1 = make_anthropic_body(system, messages=[user([text(doc, cache_control=dict(EPHEMERAL))])], model=model)
-    call2 = make_anthropic_body(system, messages=[user(doc), assistant("Read it."),
-                                                  user([text("Summarise part one.", cache_control=dict(EPHEMERAL))])],
-                                model=model)  # fmt: skip
-    call3 = make_anthropic_body(system, messages=[user(doc), assistant("Read it."),
-                                                  user([text("Summarise part two.", cache_control=dict(EPHEMERAL))])],
-                                model=model)  # fmt: skip
+    call2 = make_anthropic_body(
+        system,
+        messages=[user(doc), assistant("Read it."), user([text("Summarise part one.", cache_control=dict(EPHEMERAL))])],
+        model=model,
+    )
+    call3 = make_anthropic_body(
+        system,
+        messages=[user(doc), assistant("Read it."), user([text("Summarise part two.", cache_control=dict(EPHEMERAL))])],
+        model=model,
+    )
     for body in (call1, call2, call3):
         client.messages.create(**copy.deepcopy(body))
     rows = proxy.wait_for_calls(3)
@@ -91,8 +99,9 @@ def test_a_write_below_the_table_teaches_the_model_minimum(proxy, sim):
     model = "claude-sonnet-4-6"
     system = [text(long_text(700, "pi"), cache_control=dict(EPHEMERAL))]
     first = make_anthropic_body(system, messages=[user("hi")], model=model)
-    second = make_anthropic_body(system, messages=[user("hi"), assistant("Hello."), user("list the files")],
-                                 model=model)  # fmt: skip
+    second = make_anthropic_body(
+        system, messages=[user("hi"), assistant("Hello."), user("list the files")], model=model
+    )
     client.messages.create(**copy.deepcopy(first))
     client.messages.create(**copy.deepcopy(second))
     rows = proxy.wait_for_calls(2)

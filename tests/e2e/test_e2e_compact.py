@@ -22,13 +22,16 @@ def _analysis_never_fails(proxy):
 
 def test_compact_is_recorded_and_its_output_marks_the_next_call(proxy, sim):
     client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0)
-    sim.state().set_script([{"text": "first answer " + HISTORY}, {"text": "A short summary of the work."},
-                            {"text": "carrying on"}])  # fmt: skip
+    sim.state().set_script(
+        [{"text": "first answer " + HISTORY}, {"text": "A short summary of the work."}, {"text": "carrying on"}]
+    )
     history: list = [{"role": "user", "content": "Start the task."}]
     first = client.responses.create(model=MODEL, input=history)
     answer = [{"type": "output_text", "text": first.output_text}]
-    history += [{"type": "message", "role": "assistant", "content": answer},
-                {"role": "user", "content": "Now compact."}]
+    history += [
+        {"type": "message", "role": "assistant", "content": answer},
+        {"role": "user", "content": "Now compact."},
+    ]
     raw = client.responses.with_raw_response.compact(model=MODEL, input=history)
     compacted = raw.parse()
     assert compacted.object == "response.compaction"

@@ -33,8 +33,11 @@ def _post(url, body: bytes, headers=None, timeout=30):
 def test_compressed_request_bodies_forwarded_exact_and_captured_decoded(proxy, sim):
     payload = json.dumps({"model": "gpt-sim", "messages": [{"role": "user", "content": "compressed hello"}]}).encode()
     for encoding, data in (("gzip", gzip.compress(payload)), ("zstd", zstd.compress(payload))):
-        r = _post(proxy.url + "/u/sim/v1/chat/completions", data,
-                  {"content-type": "application/json", "content-encoding": encoding, "authorization": f"Bearer {KEY}"})
+        r = _post(
+            proxy.url + "/u/sim/v1/chat/completions",
+            data,
+            {"content-type": "application/json", "content-encoding": encoding, "authorization": f"Bearer {KEY}"},
+        )
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"] == "sim: compressed hello"
     rows = proxy.wait_for_calls(2)
@@ -50,8 +53,11 @@ def test_compressed_request_bodies_forwarded_exact_and_captured_decoded(proxy, s
 
 def test_malformed_json_is_forwarded_unchanged_and_captured_unparsed(proxy, sim):
     body = b'{"model": "claude-sim", "messages": [oops'
-    r = _post(proxy.url + "/anthropic/v1/messages", body,
-              {"content-type": "application/json", "x-api-key": KEY, "anthropic-version": "2023-06-01"})
+    r = _post(
+        proxy.url + "/anthropic/v1/messages",
+        body,
+        {"content-type": "application/json", "x-api-key": KEY, "anthropic-version": "2023-06-01"},
+    )
     assert r.status_code == 400 and r.json()["type"] == "error"  # the upstream's own answer, passed through
     [row] = proxy.wait_for_calls(1)
     db = queries.open_db(proxy.db_path)
@@ -65,8 +71,9 @@ def test_upstream_reset_mid_stream(proxy, sim):
     client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
     with (
         pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError, httpx2.ReadError)),
-        client.messages.stream(model="claude-sim", max_tokens=100,
-                               messages=[{"role": "user", "content": "go"}]) as stream,
+        client.messages.stream(
+            model="claude-sim", max_tokens=100, messages=[{"role": "user", "content": "go"}]
+        ) as stream,
     ):
         stream.get_final_message()
     [row] = proxy.wait_for_calls(1)
@@ -79,8 +86,12 @@ def test_upstream_reset_mid_stream(proxy, sim):
 def test_in_stream_error_event_is_captured(proxy, sim):
     sim.state().set_script([{"text": "partial", "stream_error": {"type": "overloaded_error", "message": "busy"}}])
     client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
-    with pytest.raises(anthropic.APIStatusError), client.messages.stream(model="claude-sim", max_tokens=100,
-                                messages=[{"role": "user", "content": "go"}]) as stream:
+    with (
+        pytest.raises(anthropic.APIStatusError),
+        client.messages.stream(
+            model="claude-sim", max_tokens=100, messages=[{"role": "user", "content": "go"}]
+        ) as stream,
+    ):
         stream.get_final_message()
     [row] = proxy.wait_for_calls(1)
     assert row["status"] == 200
@@ -114,8 +125,12 @@ def test_upstream_down_gives_provider_error_and_is_captured(loop_thread, tmp_pat
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=tmp_path / "c.db",
-                       upstreams={"anthropic": f"http://127.0.0.1:{dead}", "openai": f"http://127.0.0.1:{dead}"})
+    cfg = DaemonConfig(
+        host="127.0.0.1",
+        port=0,
+        db=tmp_path / "c.db",
+        upstreams={"anthropic": f"http://127.0.0.1:{dead}", "openai": f"http://127.0.0.1:{dead}"},
+    )
     daemon = loop_thread.call(start_daemon(cfg))
     try:
         with caplog.at_level(logging.DEBUG):
@@ -179,9 +194,13 @@ SECRET = "Zq8VvY2mK9pLx4TnR7wB1cD6fG3hJ5kM"
 
 
 def test_credentials_in_the_query_and_in_custom_headers_never_reach_the_store(proxy, sim, tmp_path):
-    client = sdk_clients.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
-                           default_query={"auth": "hunter2-AUTH", "key[]": "ARRAYKEY-123", "sig": "SIGVALUE"},
-                           default_headers={"X-Custom-Thing": SECRET, "X-Gh": "ghp_abcdefghijklmnopqrstuvwxyz0123"})
+    client = sdk_clients.OpenAI(
+        api_key=KEY,
+        base_url=proxy.url + "/openai/v1",
+        max_retries=0,
+        default_query={"auth": "hunter2-AUTH", "key[]": "ARRAYKEY-123", "sig": "SIGVALUE"},
+        default_headers={"X-Custom-Thing": SECRET, "X-Gh": "ghp_abcdefghijklmnopqrstuvwxyz0123"},
+    )
     reply = client.chat.completions.create(model="gpt-sim", messages=[{"role": "user", "content": "hello"}])
     assert reply.choices[0].message.content == "sim: hello"
     [row] = proxy.wait_for_calls(1)

@@ -61,8 +61,13 @@ def test_intercepted_call_is_recorded_and_other_hosts_are_tunnelled(proxy, sim, 
     env = CliRunner().invoke(cli, ["ca", "env", "--daemon", f"http://127.0.0.1:{port}"])
     assert env.exit_code == 0, env.output
     variables = dict(line.removeprefix("export ").split("=", 1) for line in env.output.splitlines())
-    assert set(variables) >= {"HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                              "CODEX_CA_CERTIFICATE"}  # fmt: skip
+    assert set(variables) >= {
+        "HTTPS_PROXY",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "CODEX_CA_CERTIFICATE",
+    }
     ca_path = Path(CliRunner().invoke(cli, ["ca", "path"]).output.strip())
     assert ca_path.is_file() and variables["NODE_EXTRA_CA_CERTS"] == str(ca_path)
     assert stat.S_IMODE(os.stat(ca_path.parent / "ca-key.pem").st_mode) == 0o600
@@ -75,8 +80,12 @@ def test_intercepted_call_is_recorded_and_other_hosts_are_tunnelled(proxy, sim, 
     assert answer.choices[0].message.content == "Answered behind the proxy."
 
     [row] = proxy.wait_for_calls(1)  # the tunnel left nothing behind
-    assert (row["provider"], row["path"], row["api"], row["outcome"]) == ("openai", "/v1/chat/completions",
-                                                                          "openai.chat", "ok")  # fmt: skip
+    assert (row["provider"], row["path"], row["api"], row["outcome"]) == (
+        "openai",
+        "/v1/chat/completions",
+        "openai.chat",
+        "ok",
+    )
     db = open_db(proxy.db_path)
     try:
         assert get_response_raw(db, row["id"]) == bytes(sim.written[-1])

@@ -50,9 +50,10 @@ def _connect_head(port: int, payload: bytes = b"") -> tuple[socket.socket, bytes
 
 
 def _request(path: str, body: bytes = BODY, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
-            ).encode() + body  # fmt: skip
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
+    ).encode() + body
 
 
 def _read_all(tls: ssl.SSLSocket) -> bytes:
@@ -132,8 +133,13 @@ def test_forty_handshakes_back_to_back_and_pipelined_hellos_all_succeed_and_are_
     sim.state().set_script([{"text": "through the tunnel"}] * 60)
     with running_serve(tmp_path, "--upstream", f"openai={sim.url}") as (_proc, base):
         port = _port(base)
-        subprocess.run([str(CTXSCOPE), "ca", "path"], env=dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home")),
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [str(CTXSCOPE), "ca", "path"],
+            env=dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home")),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         ctx = ssl.create_default_context(cafile=str(_bundle(tmp_path)))
         failures = []
         for i in range(40):
@@ -150,8 +156,10 @@ def test_forty_handshakes_back_to_back_and_pipelined_hellos_all_succeed_and_are_
                 failures.append(f"pipelined {i}: {exc!r}"[:200])
         assert failures == []
         # The SDK, with its own proxy setting and the bundle as its trust store.
-        with httpx2.Client(proxy=base, verify=ssl.create_default_context(cafile=str(_bundle(tmp_path)))) as http, \
-                openai.OpenAI(api_key=KEY, max_retries=0, http_client=http) as sdk:  # fmt: skip
+        with (
+            httpx2.Client(proxy=base, verify=ssl.create_default_context(cafile=str(_bundle(tmp_path)))) as http,
+            openai.OpenAI(api_key=KEY, max_retries=0, http_client=http) as sdk,
+        ):
             for _ in range(5):
                 got = sdk.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
                 assert got.choices[0].message.content == "through the tunnel"
@@ -163,11 +171,17 @@ def test_forty_handshakes_back_to_back_and_pipelined_hellos_all_succeed_and_are_
 
 def test_inside_a_tunnel_slow_headers_idle_and_hostile_requests_are_cut_without_traceback(tmp_path, sim):
     sim.state().set_script([{"text": "ok"}] * 5)
-    with running_serve(tmp_path, "--upstream", f"openai={sim.url}", "--limit", "header_timeout=2",
-                       "--limit", "keepalive_timeout=2") as (_proc, base):  # fmt: skip
+    with running_serve(
+        tmp_path, "--upstream", f"openai={sim.url}", "--limit", "header_timeout=2", "--limit", "keepalive_timeout=2"
+    ) as (_proc, base):
         port = _port(base)
-        subprocess.run([str(CTXSCOPE), "ca", "path"], env=dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home")),
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [str(CTXSCOPE), "ca", "path"],
+            env=dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home")),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         ctx = ssl.create_default_context(cafile=str(_bundle(tmp_path)))
 
         # A request head sent one byte every 0.5 s inside the tunnel: cut after header_timeout.

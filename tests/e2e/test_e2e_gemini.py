@@ -39,12 +39,16 @@ def _turns(client, stream: bool):
     config = types.GenerateContentConfig(system_instruction=SYSTEM)
     first = [types.Content(role="user", parts=[types.Part(text="What is a prefix cache?")])]
     if stream:
-        answer = "".join(c.text or "" for c in client.models.generate_content_stream(
-            model=MODEL, contents=first, config=config))  # fmt: skip
+        answer = "".join(
+            c.text or "" for c in client.models.generate_content_stream(model=MODEL, contents=first, config=config)
+        )
     else:
         answer = client.models.generate_content(model=MODEL, contents=first, config=config).text
-    second = [*first, types.Content(role="model", parts=[types.Part(text=answer)]),
-              types.Content(role="user", parts=[types.Part(text="And why does order matter?")])]  # fmt: skip
+    second = [
+        *first,
+        types.Content(role="model", parts=[types.Part(text=answer)]),
+        types.Content(role="user", parts=[types.Part(text="And why does order matter?")]),
+    ]
     if stream:
         usage = None
         for chunk in client.models.generate_content_stream(model=MODEL, contents=second, config=config):
@@ -80,8 +84,11 @@ def test_json_array_stream_is_reassembled(proxy, sim):
 
     body = {"contents": [{"role": "user", "parts": [{"text": "tell me a few words please"}]}]}
     with httpx2.Client() as http:
-        r = http.post(f"{proxy.url}/gemini/v1beta/models/{MODEL}:streamGenerateContent", json=body,
-                      headers={"x-goog-api-key": KEY})  # fmt: skip
+        r = http.post(
+            f"{proxy.url}/gemini/v1beta/models/{MODEL}:streamGenerateContent",
+            json=body,
+            headers={"x-goog-api-key": KEY},
+        )
     frames = r.json()
     assert r.status_code == 200 and isinstance(frames, list) and len(frames) > 1
     assert bytes(sim.written[-1]) == r.content

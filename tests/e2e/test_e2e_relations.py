@@ -74,7 +74,11 @@ def test_agent_loop_is_append_only_through_marker_moves_and_restrung_messages(pr
         _send(client, body)
     rows = proxy.wait_for_calls(4)
     assert [(r["relation"], r["epoch_reason"]) for r in rows] == [
-        ("EPOCH_START", "session_start"), ("APPEND_ONLY", None), ("APPEND_ONLY", None), ("APPEND_ONLY", None)]
+        ("EPOCH_START", "session_start"),
+        ("APPEND_ONLY", None),
+        ("APPEND_ONLY", None),
+        ("APPEND_ONLY", None),
+    ]
     assert {r["thread"] for r in rows} == {rows[0]["id"]}
     assert [r["predecessor"] for r in rows] == [None] + [r["id"] for r in rows[:-1]]
     assert all(r["pointer"] is None for r in rows)
@@ -100,12 +104,16 @@ def test_fork_edits_and_model_switch(proxy, sim):
         make_anthropic_body(big_system(), tools, [u1, a1, u2], MODEL),
         make_anthropic_body(big_system(), tools, [u1, a1, user("Actually, only add a test.")], MODEL),  # fork of 2
         make_anthropic_body(big_system(" Be terse."), tools, [u1, a1, u2], MODEL),  # system edit
-        make_anthropic_body(big_system(" Be terse."), edited_tools, [u1, a1, u2, assistant("Done."), user("Thanks")],
-                            MODEL),
-        make_anthropic_body(big_system(" Be terse."), edited_tools, [u1, a1, u2, assistant("Done."), user("Thanks"),
-                                                                   assistant("Welcome."), user("Bye")],
-                            model="claude-opus-4-1"),
-    ]  # fmt: skip
+        make_anthropic_body(
+            big_system(" Be terse."), edited_tools, [u1, a1, u2, assistant("Done."), user("Thanks")], MODEL
+        ),
+        make_anthropic_body(
+            big_system(" Be terse."),
+            edited_tools,
+            [u1, a1, u2, assistant("Done."), user("Thanks"), assistant("Welcome."), user("Bye")],
+            model="claude-opus-4-1",
+        ),
+    ]
     for body in steps:
         _send(client, body)
     rows = proxy.wait_for_calls(len(steps))
@@ -142,10 +150,17 @@ def test_parallel_side_calls_become_child_threads(proxy, sim):
     thread's call, get their own threads under the main one and leave its relations intact."""
     client = _anthropic(proxy)
     main = claude_code_turns(3, system=big_system(), model=MODEL)
-    title = make_anthropic_body(system=[text("Write a 3-word title for this request.")],
-                                messages=[user("Fix the bug.")], model="claude-haiku-4-5")  # fmt: skip
-    agent = make_anthropic_body(system=[text("You are a search sub-agent. Find files.")], tools=default_tools()[:1],
-                                messages=[user("Find where the bug is.")], model=MODEL)  # fmt: skip
+    title = make_anthropic_body(
+        system=[text("Write a 3-word title for this request.")],
+        messages=[user("Fix the bug.")],
+        model="claude-haiku-4-5",
+    )
+    agent = make_anthropic_body(
+        system=[text("You are a search sub-agent. Find files.")],
+        tools=default_tools()[:1],
+        messages=[user("Find where the bug is.")],
+        model=MODEL,
+    )
     _send(client, main[0])
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda b: _send(client, b), [title, main[1]]))
@@ -181,8 +196,9 @@ def test_daemon_restart_resumes_capture(proxy, sim, loop_thread):
         _send(client, body)
     before = proxy.wait_for_calls(2)
     proxy.stop()  # the writer drains; a new daemon (new analyzer, empty memory) opens the same file
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=proxy.db_path,
-                       upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url})  # fmt: skip
+    cfg = DaemonConfig(
+        host="127.0.0.1", port=0, db=proxy.db_path, upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url}
+    )
     proxy.daemon = loop_thread.call(start_daemon(cfg))
     proxy.url = proxy.daemon.url
     _send(_anthropic(proxy), bodies[2])
@@ -202,8 +218,14 @@ def test_explicit_session_ids_and_declared_markers(proxy, sim):
     longer = make_anthropic_body(
         system="Short system.", messages=[user("hello"), assistant("hi"), user("[summary]")], model=MODEL
     )
-    _send(client, longer, extra_headers={"X-Claude-Code-Session-Id": "cc-session-1",
-                                         "x-ctxscope-event": "compaction; tokens_before=5000; reason=budget"})
+    _send(
+        client,
+        longer,
+        extra_headers={
+            "X-Claude-Code-Session-Id": "cc-session-1",
+            "x-ctxscope-event": "compaction; tokens_before=5000; reason=budget",
+        },
+    )
     rows = proxy.wait_for_calls(3)
     assert [(r["session"], r["session_source"], r["seq"]) for r in rows] == [
         ("cc-session-1", "header:x-claude-code-session-id", 1),
@@ -212,8 +234,11 @@ def test_explicit_session_ids_and_declared_markers(proxy, sim):
     ]
     assert rows[2]["predecessor"] == rows[0]["id"] and rows[2]["relation"] == "APPEND_ONLY"
     [declared] = [m for m in rows[2]["markers"] if m["detail"].get("declared")]
-    assert declared == {"kind": "compaction", "pointer": None,
-                        "detail": {"tokens_before": 5000, "reason": "budget", "declared": True}}  # fmt: skip
+    assert declared == {
+        "kind": "compaction",
+        "pointer": None,
+        "detail": {"tokens_before": 5000, "reason": "budget", "declared": True},
+    }
     assert rows[2]["has_compaction_before"] is True and rows[0]["has_compaction_before"] is False
 
 

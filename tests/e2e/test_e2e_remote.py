@@ -40,8 +40,9 @@ def _settled(base: str, expect: set[str], headers: dict[str, str] | None = None,
 
 
 def _chat(base: str, label: str, **headers: str):
-    client = sdk_clients.OpenAI(api_key=KEY, base_url=f"{base}/s/{label}/u/sim/v1", max_retries=0,
-                                default_headers=headers or None)
+    client = sdk_clients.OpenAI(
+        api_key=KEY, base_url=f"{base}/s/{label}/u/sim/v1", max_retries=0, default_headers=headers or None
+    )
     return client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
 
 
@@ -72,8 +73,10 @@ def test_remote_mode_needs_the_key_printed_at_start(tmp_path):
             assert httpx2.get(base + path, timeout=5).status_code == 401, path
         assert httpx2.get(f"{base}/?key=not-the-key", timeout=5).status_code == 401
         assert httpx2.delete(f"{base}/_ctxscope/api/session?s=x", timeout=5).status_code == 401
-        assert httpx2.get(f"{base}/_ctxscope/api/sessions", headers={"X-Ctxscope-Key": key + "x"},
-                          timeout=5).status_code == 401
+        assert (
+            httpx2.get(f"{base}/_ctxscope/api/sessions", headers={"X-Ctxscope-Key": key + "x"}, timeout=5).status_code
+            == 401
+        )
 
         # The key logs in: an HttpOnly, SameSite=Strict cookie, then the page and the API.
         login = httpx2.get(f"{base}/?key={key}", timeout=5)
@@ -82,8 +85,12 @@ def test_remote_mode_needs_the_key_printed_at_start(tmp_path):
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         jar = {"ctxscope_key": key}
         assert httpx2.get(f"{base}/", cookies=jar, timeout=5).status_code == 200
-        assert httpx2.get(f"{base}/_ctxscope/api/sessions", headers={"Authorization": f"Bearer {key}"},
-                          timeout=5).status_code == 200
+        assert (
+            httpx2.get(
+                f"{base}/_ctxscope/api/sessions", headers={"Authorization": f"Bearer {key}"}, timeout=5
+            ).status_code
+            == 200
+        )
 
         # Provider routes answer peers whatever name they know this machine by.
         answer = _chat(base, "remote-peer", Host="ctxscope-box.lan")
@@ -112,16 +119,31 @@ def test_rebinding_host_and_cross_site_origin_refused_sdks_work(tmp_path):
         assert asyncio.run(_socket_status(ws_url, {"Host": f"attacker.example:{port}"})) == 403
 
         # A cross-site page: a simple POST (text/plain, no preflight) and a WebSocket from its origin.
-        simple = httpx2.post(f"{base}/s/cross-site/u/sim/v1/chat/completions", content=json.dumps(CHAT),
-                             headers={"Content-Type": "text/plain", "Origin": "https://attacker.example",
-                                      "Sec-Fetch-Site": "cross-site"}, timeout=10)
+        simple = httpx2.post(
+            f"{base}/s/cross-site/u/sim/v1/chat/completions",
+            content=json.dumps(CHAT),
+            headers={
+                "Content-Type": "text/plain",
+                "Origin": "https://attacker.example",
+                "Sec-Fetch-Site": "cross-site",
+            },
+            timeout=10,
+        )
         assert simple.status_code == 403 and simple.json()["error"]["code"] == "forbidden_origin"
         assert simple.headers["content-security-policy"] == "sandbox"
-        null_origin = httpx2.post(f"{base}/s/cross-site/u/sim/v1/chat/completions", content=json.dumps(CHAT),
-                                  headers={"Content-Type": "text/plain", "Origin": "null"}, timeout=10)
+        null_origin = httpx2.post(
+            f"{base}/s/cross-site/u/sim/v1/chat/completions",
+            content=json.dumps(CHAT),
+            headers={"Content-Type": "text/plain", "Origin": "null"},
+            timeout=10,
+        )
         assert null_origin.status_code == 403
-        anthropic_shape = httpx2.post(f"{base}/s/cross-site/anthropic/v1/messages", content=b"{}",
-                                      headers={"Origin": "https://attacker.example"}, timeout=10)
+        anthropic_shape = httpx2.post(
+            f"{base}/s/cross-site/anthropic/v1/messages",
+            content=b"{}",
+            headers={"Origin": "https://attacker.example"},
+            timeout=10,
+        )
         assert anthropic_shape.json()["type"] == "error"
         ws_url = base.replace("http", "ws") + "/s/cross-site-ws/u/sim/v1/responses"
         assert asyncio.run(_socket_status(ws_url, {"Origin": "https://attacker.example"})) == 403
@@ -151,18 +173,27 @@ def test_escape_label_never_reaches_the_terminal(tmp_path):
     with running_serve(tmp_path) as (_proc, base):
         port = int(base.rsplit(":", 1)[1])
         label = "evil" + OSC52
-        answer = httpx2.post(f"{base}/s/evil%1B%5D52%3Bc%3Bcm0gLXJmIH4%3D%07/u/sim/v1/chat/completions",
-                             json=CHAT, timeout=10)
+        answer = httpx2.post(
+            f"{base}/s/evil%1B%5D52%3Bc%3Bcm0gLXJmIH4%3D%07/u/sim/v1/chat/completions", json=CHAT, timeout=10
+        )
         assert answer.status_code == 200
         with socket.create_connection(("127.0.0.1", port)) as raw:  # C1 in the session header: accepted
             body = json.dumps(CHAT).encode()
-            raw.sendall(b"POST /u/sim/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                        b"Content-Type: application/json\r\nx-ctxscope-session: c1" + C1_CSI.encode() +
-                        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            raw.sendall(
+                b"POST /u/sim/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nx-ctxscope-session: c1"
+                + C1_CSI.encode()
+                + b"\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
             assert raw.recv(100).startswith(b"HTTP/1.1 200")
         with socket.create_connection(("127.0.0.1", port)) as raw:  # ESC in the header: refused, and logged
-            raw.sendall(b"POST /u/sim/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        b"x-ctxscope-session: " + OSC52.encode() + b"\r\nContent-Length: 2\r\n\r\n{}")
+            raw.sendall(
+                b"POST /u/sim/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"x-ctxscope-session: " + OSC52.encode() + b"\r\nContent-Length: 2\r\n\r\n{}"
+            )
             assert b" 400 " in raw.recv(100)
         _settled(base, {label, C1_LABEL})  # stored as sent
 
@@ -233,8 +264,11 @@ class HugeErrorCollector:
                     body += conn.recv(65536)
                 self.requests += 1
                 try:
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
-                                 + str(HUGE).encode() + b"\r\n\r\n")
+                    conn.sendall(
+                        b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
+                        + str(HUGE).encode()
+                        + b"\r\n\r\n"
+                    )
                     for _ in range(HUGE // len(chunk)):
                         conn.sendall(chunk)
                         self.sent += len(chunk)

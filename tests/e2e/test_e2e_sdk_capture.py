@@ -35,13 +35,15 @@ async def atap():
 
 
 def _anthropic(proxy, transport):
-    return anthropic.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0,
-                               http_client=httpx2.Client(transport=transport))
+    return anthropic.Anthropic(
+        api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0, http_client=httpx2.Client(transport=transport)
+    )
 
 
 def _openai(proxy, transport):
-    return openai.OpenAI(api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0,
-                         http_client=httpx2.Client(transport=transport))
+    return openai.OpenAI(
+        api_key=KEY, base_url=proxy.url + "/openai/v1", max_retries=0, http_client=httpx2.Client(transport=transport)
+    )
 
 
 def _assert_same_bytes(sim, transport, proxy, row):
@@ -54,7 +56,8 @@ def _assert_same_bytes(sim, transport, proxy, row):
 def test_anthropic_sync_non_stream(proxy, sim, tap):
     sim.state().set_script([{"text": "Hello from the simulator."}])
     msg = _anthropic(proxy, tap).messages.create(
-        model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+        model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+    )
     assert msg.content[0].text == "Hello from the simulator."
     [row] = proxy.wait_for_calls(1)
     _assert_same_bytes(sim, tap, proxy, row)
@@ -63,7 +66,8 @@ def test_anthropic_sync_non_stream(proxy, sim, tap):
     u = msg.usage
     assert row["usage"] == {
         "input": u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0),
-        "output": u.output_tokens, "cache_read": u.cache_read_input_tokens or 0,
+        "output": u.output_tokens,
+        "cache_read": u.cache_read_input_tokens or 0,
         "cache_write": u.cache_creation_input_tokens or 0,
     }
 
@@ -74,8 +78,9 @@ def test_anthropic_sync_stream_with_cache_hit(proxy, sim, tap):
     finals = []
     for i in range(2):
         sim.state().set_script([{"text": f"answer {i}"}])
-        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=50, system=system,
-                                    messages=[{"role": "user", "content": "question"}]) as stream:
+        with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=50, system=system, messages=[{"role": "user", "content": "question"}]
+        ) as stream:
             finals.append(stream.get_final_message())
     rows = proxy.wait_for_calls(2)
     _assert_same_bytes(sim, tap, proxy, rows[-1])
@@ -87,13 +92,24 @@ def test_anthropic_sync_stream_with_cache_hit(proxy, sim, tap):
 
 
 def test_openai_chat_stream_with_usage_and_parallel_tools(proxy, sim, tap):
-    sim.state().set_script([{"tool_calls": [{"name": "read", "arguments": {"path": "a.py"}},
-                                            {"name": "read", "arguments": {"path": "b.py"}}]}])
+    sim.state().set_script(
+        [
+            {
+                "tool_calls": [
+                    {"name": "read", "arguments": {"path": "a.py"}},
+                    {"name": "read", "arguments": {"path": "b.py"}},
+                ]
+            }
+        ]
+    )
     client = _openai(proxy, tap)
     stream = client.chat.completions.create(
-        model="gpt-sim", stream=True, stream_options={"include_usage": True},
+        model="gpt-sim",
+        stream=True,
+        stream_options={"include_usage": True},
         messages=[{"role": "user", "content": "read both"}],
-        tools=[{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}])
+        tools=[{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}],
+    )
     chunks = list(stream)
     usage = chunks[-1].usage
     names = [

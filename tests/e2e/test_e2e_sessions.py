@@ -89,11 +89,13 @@ def _messages_script(client, system: str, questions: list[str]) -> None:
     messages: list[dict] = []
     for q in questions:
         messages.append({"role": "user", "content": q})
-        r = client.messages.create(model="claude-sonnet-4-6", max_tokens=64, system=system,
-                                   messages=copy.deepcopy(messages))  # fmt: skip
+        r = client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=64, system=system, messages=copy.deepcopy(messages)
+        )
         messages.append({"role": "assistant", "content": r.content[0].text})
-    with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, system=system,
-                                messages=messages[:1]) as stream:  # fmt: skip
+    with client.messages.stream(
+        model="claude-sonnet-4-6", max_tokens=64, system=system, messages=messages[:1]
+    ) as stream:
         for _ in stream:
             pass
 
@@ -132,13 +134,20 @@ def _opencode(web) -> tuple[list[str], list[str]]:
     call at the end. Returns the texts of the side calls' first user messages."""
     client = _anthropic(web, OPENCODE)
     task = "Fix the failing test in parser.py"
-    client.messages.create(model="claude-haiku-4-5", max_tokens=32,
-                           system="You are a title generator. Answer with a title of at most six words.",
-                           messages=[{"role": "user", "content": f"Generate a title for this conversation:\n{task}"}])
+    client.messages.create(
+        model="claude-haiku-4-5",
+        max_tokens=32,
+        system="You are a title generator. Answer with a title of at most six words.",
+        messages=[{"role": "user", "content": f"Generate a title for this conversation:\n{task}"}],
+    )
     for body in claude_code_turns(5, first=task, model="claude-sonnet-4-6"):
         client.messages.create(**body)
-    client.messages.create(model="claude-haiku-4-5", max_tokens=64, system="Summarise the conversation in one line.",
-                           messages=[{"role": "user", "content": f"The user asked: {task}. Tests now pass."}])
+    client.messages.create(
+        model="claude-haiku-4-5",
+        max_tokens=64,
+        system="Summarise the conversation in one line.",
+        messages=[{"role": "user", "content": f"The user asked: {task}. Tests now pass."}],
+    )
     return [task]
 
 
@@ -159,7 +168,9 @@ def test_opencode_main_thread_carries_the_agent_loop(web):
     [main] = session["threads"]
     assert (main["thread"], main["main"], main["parent_thread"], main["calls"]) == (agent_thread, True, None, 5)
     assert [(c["thread"], c["parent_thread"], c["main"]) for c in main["children"]] == [
-        (title["thread"], agent_thread, False), (summary["thread"], agent_thread, False)]
+        (title["thread"], agent_thread, False),
+        (summary["thread"], agent_thread, False),
+    ]
     # Every call says so too (calls --json, show --json): not "the main thread when the thread began".
     listed = {c["id"]: c["parent_thread"] for c in json.loads(_cli(web, "calls", "--json", "--limit", "50"))}
     assert [listed[r["id"]] for r in rows] == [agent_thread] + [None] * 5 + [agent_thread]
@@ -172,30 +183,49 @@ def test_opencode_main_thread_carries_the_agent_loop(web):
     # The UI: the sessions page, the session page and the call page agree.
     [overview] = _api(web, "sessions")["sessions"]
     assert [(t["thread"], t["main"], t["index"], t["parent_thread"]) for t in overview["threads"]] == [
-        (agent_thread, True, 0, None), (title["thread"], False, 1, agent_thread),
-        (summary["thread"], False, 2, agent_thread)]  # fmt: skip
+        (agent_thread, True, 0, None),
+        (title["thread"], False, 1, agent_thread),
+        (summary["thread"], False, 2, agent_thread),
+    ]
     view = _api(web, "session?s=" + urllib.request.quote(session["session"]))
     assert [(t["thread"], t["main"], t["index"]) for t in view["threads"]] == [
-        (agent_thread, True, 0), (title["thread"], False, 1), (summary["thread"], False, 2)]
+        (agent_thread, True, 0),
+        (title["thread"], False, 1),
+        (summary["thread"], False, 2),
+    ]
     assert view["summary"]["grouped_by"] == {"new": 1, "client_gap": 2, "lineage": 4}
     call = _api(web, "call?id=" + title["id"])["call"]
     assert (call["thread_main"], call["thread_index"], call["parent_thread"], call["grouped_by"]) == (
-        False, 1, agent_thread, "new")
+        False,
+        1,
+        agent_thread,
+        "new",
+    )
     assert _api(web, "call?id=" + agent[2]["id"])["call"]["thread_main"] is True
 
 
 def test_chat_to_responses_in_one_conversation_is_an_api_change(web):
     client = _openai(web)
     system, question = "You are a careful assistant.", "Name three prime numbers."
-    r = client.chat.completions.create(model="gpt-4.1", messages=[{"role": "system", "content": system},
-                                                                   {"role": "user", "content": question}])
+    r = client.chat.completions.create(
+        model="gpt-4.1", messages=[{"role": "system", "content": system}, {"role": "user", "content": question}]
+    )
     answer = r.choices[0].message.content
-    client.responses.create(model="gpt-4.1", instructions=system, input=[
-        {"role": "user", "content": question}, {"role": "assistant", "content": answer},
-        {"role": "user", "content": "And three more?"}])  # fmt: skip
+    client.responses.create(
+        model="gpt-4.1",
+        instructions=system,
+        input=[
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And three more?"},
+        ],
+    )
     chat, responses = _rows(web, 2)
     assert (responses["api"], responses["relation"], responses["epoch_reason"]) == (
-        "openai.responses", "EPOCH_START", "api_change")
+        "openai.responses",
+        "EPOCH_START",
+        "api_change",
+    )
     assert responses["predecessor"] == chat["id"] and responses["thread"] == chat["thread"]
     assert responses["session"] == chat["session"] and responses["grouped_by"] == "lineage"
 
@@ -205,24 +235,57 @@ def _codex_bodies() -> list[dict]:
     tool rounds; then a compaction that keeps the first developer message, drops the second and
     puts a summary after the first input item."""
     instructions = "You are Codex, a coding agent. " + long_text(700, "codex")
-    dev_a = {"type": "message", "role": "developer", "content": [{"type": "input_text",
-             "text": "<permissions>Sandbox: workspace-write. Approvals: on-request.</permissions>"}]}  # fmt: skip
-    dev_b = {"type": "message", "role": "developer", "content": [{"type": "input_text",
-             "text": "<environment_context>" + long_text(500, "env") + "</environment_context>"}]}  # fmt: skip
+    dev_a = {
+        "type": "message",
+        "role": "developer",
+        "content": [
+            {
+                "type": "input_text",
+                "text": "<permissions>Sandbox: workspace-write. Approvals: on-request.</permissions>",
+            }
+        ],
+    }
+    dev_b = {
+        "type": "message",
+        "role": "developer",
+        "content": [
+            {"type": "input_text", "text": "<environment_context>" + long_text(500, "env") + "</environment_context>"}
+        ],
+    }
     task = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the parser bug."}]}
     items = [dev_a, dev_b, task]
     bodies = []
     for i in range(3):
-        bodies.append({"model": "gpt-5-codex", "instructions": instructions, "input": copy.deepcopy(items),
-                       "store": False})  # fmt: skip
-        items += [{"type": "function_call", "call_id": f"call_{i}", "name": "shell",
-                   "arguments": json.dumps({"command": ["cat", f"f{i}.py"]})},
-                  {"type": "function_call_output", "call_id": f"call_{i}", "output": long_text(150, f"out{i}")}]
-    summary = {"type": "message", "role": "user", "content": [{"type": "input_text",
-               "text": "Summary of the conversation so far: the parser drops the last token; f0-f2 were read."}]}
-    bodies.append({"model": "gpt-5-codex", "instructions": instructions, "store": False,
-                   "input": [copy.deepcopy(dev_a), summary,
-                             {"type": "message", "role": "user", "content": "Go on."}]})  # fmt: skip
+        bodies.append(
+            {"model": "gpt-5-codex", "instructions": instructions, "input": copy.deepcopy(items), "store": False}
+        )
+        items += [
+            {
+                "type": "function_call",
+                "call_id": f"call_{i}",
+                "name": "shell",
+                "arguments": json.dumps({"command": ["cat", f"f{i}.py"]}),
+            },
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": long_text(150, f"out{i}")},
+        ]
+    summary = {
+        "type": "message",
+        "role": "user",
+        "content": [
+            {
+                "type": "input_text",
+                "text": "Summary of the conversation so far: the parser drops the last token; f0-f2 were read.",
+            }
+        ],
+    }
+    bodies.append(
+        {
+            "model": "gpt-5-codex",
+            "instructions": instructions,
+            "store": False,
+            "input": [copy.deepcopy(dev_a), summary, {"type": "message", "role": "user", "content": "Go on."}],
+        }
+    )
     return bodies
 
 
@@ -235,7 +298,10 @@ def test_codex_compaction_is_diverged_in_the_same_session(web):
     assert [r["relation"] for r in before] == ["EPOCH_START", "APPEND_ONLY", "APPEND_ONLY"]
     assert len({r["session"] for r in rows}) == 1 and len({r["thread"] for r in rows}) == 1
     assert (compacted["relation"], compacted["predecessor"], compacted["grouped_by"]) == (
-        "DIVERGED", before[-1]["id"], "lineage")
+        "DIVERGED",
+        before[-1]["id"],
+        "lineage",
+    )
     assert compacted["has_compaction_before"] is True
     assert "compaction" in [m["kind"] for m in compacted["markers"]]
     # What the previous call had cached beyond the kept prefix is lost, and counted.

@@ -41,8 +41,12 @@ class Serve:
         self.log = tmp_path / f"serve-{self.port}.log"
         env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "serve", "--port", str(self.port),
-                                          "--db", str(db), *options], env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ctxscope.main", "serve", "--port", str(self.port), "--db", str(db), *options],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -60,8 +64,10 @@ class Serve:
         with httpx2.Client(timeout=30) as c:
             for i in range(n):
                 text = f"m{i} " + os.urandom(pad).hex()
-                r = c.post(self.url + "/u/sim/v1/chat/completions",
-                           json={"model": "gpt-sim", "messages": [{"role": "user", "content": text}]})
+                r = c.post(
+                    self.url + "/u/sim/v1/chat/completions",
+                    json={"model": "gpt-sim", "messages": [{"role": "user", "content": text}]},
+                )
                 assert r.status_code == 200, r.text
 
     def writer(self) -> dict:
@@ -210,9 +216,11 @@ def test_a_burst_past_max_spool_bytes_is_answered_dropped_and_counted(tmp_path):
 def _mount_tmpfs(path: Path, size: str, *options: str) -> bool:
     path.mkdir()
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", "mode=0700", *options]), "tmpfs",
-                               str(path)],
-                              capture_output=True, timeout=10)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", "mode=0700", *options]), "tmpfs", str(path)],
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -238,8 +246,11 @@ def _fill(disk: Path) -> Path:
 def test_a_full_disk_under_serve_loses_no_call_and_db_status_says_so(tmp_path):
     """A real full disk: the database and its spool on a small tmpfs, filled to the last byte."""
     disk = tmp_path / "disk"
-    require(_mount_tmpfs(disk, "24m"), "mounting a tmpfs is not permitted here; test_inspector_writer covers "
-            "SQLITE_FULL through max_page_count, and the full spool through a failing write")
+    require(
+        _mount_tmpfs(disk, "24m"),
+        "mounting a tmpfs is not permitted here; test_inspector_writer covers "
+        "SQLITE_FULL through max_page_count, and the full spool through a failing write",
+    )
     db = disk / "c.db"
     serve = None
     try:

@@ -87,7 +87,8 @@ def test_sdk_connect_two_turns_frames_identical_and_recorded(checked_proxy, sim,
 
     rows = proxy.wait_for_calls(2)
     assert [(r["method"], r["api"], r["outcome"], r["status"]) for r in rows] == [
-        ("WEBSOCKET", "openai.responses", "ok", 101)] * 2  # fmt: skip
+        ("WEBSOCKET", "openai.responses", "ok", 101)
+    ] * 2
     assert [r["relation"] for r in rows] == ["EPOCH_START", "APPEND_ONLY"]
     assert rows[0]["session"] == rows[1]["session"] and rows[1]["predecessor"] == rows[0]["id"]
     usage = json.loads(two[-1])["response"]["usage"]
@@ -105,8 +106,9 @@ def test_sdk_connect_two_turns_frames_identical_and_recorded(checked_proxy, sim,
 
 async def test_a_refused_upgrade_reaches_the_client_as_the_upstream_answered():
     async def refuse(request: web.Request) -> web.Response:
-        return web.json_response({"error": {"message": "sockets are off", "code": "no_ws"}}, status=403,
-                                 headers={"X-Upstream": "refused"})  # fmt: skip
+        return web.json_response(
+            {"error": {"message": "sockets are off", "code": "no_ws"}}, status=403, headers={"X-Upstream": "refused"}
+        )
 
     app = web.Application()
     app.router.add_get("/v1/responses", refuse)
@@ -117,11 +119,16 @@ async def test_a_refused_upgrade_reaches_the_client_as_the_upstream_answered():
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
                 await http.ws_connect(f"{proxy.base}/openai/v1/responses", headers={"Authorization": f"Bearer {KEY}"})
             assert refused.value.status == 403 and refused.value.headers["X-Upstream"] == "refused"
-            raw_headers = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+            raw_headers = {
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            }
             async with http.get(f"{proxy.base}/openai/v1/responses", headers=raw_headers) as resp:
-                assert resp.status == 403 and await resp.json() == {"error": {"message": "sockets are off",
-                                                                              "code": "no_ws"}}  # fmt: skip
+                assert resp.status == 403 and await resp.json() == {
+                    "error": {"message": "sockets are off", "code": "no_ws"}
+                }
         first, second = await proxy.sink.wait(2)
         assert (first.method, first.status, first.outcome) == ("GET", 403, "http_error")
         assert b"sockets are off" in second.response_body

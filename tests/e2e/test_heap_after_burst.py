@@ -18,9 +18,15 @@ from support.serve_process import running_serve
 
 CALLS = 24
 SLACK_MB = 4  # what a process may still give back after it said all is stored (page cache, a late free)
-ANSWER = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o", "choices": [
-    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 250000, "completion_tokens": 1}}).encode()  # fmt: skip
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 250000, "completion_tokens": 1},
+    }
+).encode()
 
 
 def _rss_mb(pid: int) -> float:
@@ -33,8 +39,11 @@ def _writer_child(pid: int) -> int:
     for name in os.listdir("/proc"):
         try:
             stat = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
-            if stat and int(stat[stat.rindex(")") + 2:].split()[1]) == pid and b"writer.child.entry" in Path(
-                    f"/proc/{name}/cmdline").read_bytes():  # fmt: skip
+            if (
+                stat
+                and int(stat[stat.rindex(")") + 2 :].split()[1]) == pid
+                and b"writer.child.entry" in Path(f"/proc/{name}/cmdline").read_bytes()
+            ):
                 return int(name)
         except OSError:
             continue
@@ -62,8 +71,11 @@ def test_the_heap_is_given_back_before_the_daemon_says_a_burst_is_stored(tmp_pat
         with running_serve(tmp_path, "--upstream", f"fast={upstream}") as (proc, base):
             with httpx2.Client(timeout=60) as client:
                 for i in range(CALLS):
-                    sent = client.post(f"{base}/u/fast/v1/chat/completions", content=_body(i),
-                                       headers={"Content-Type": "application/json"})
+                    sent = client.post(
+                        f"{base}/u/fast/v1/chat/completions",
+                        content=_body(i),
+                        headers={"Content-Type": "application/json"},
+                    )
                     assert sent.status_code == 200, sent.text
                 deadline = time.monotonic() + 120
                 while True:  # as a user (or the bench) sees it: the moment the daemon says all is stored

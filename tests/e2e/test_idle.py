@@ -25,7 +25,7 @@ def _tree_ticks(root: int) -> dict[int, int]:
             text = Path(f"/proc/{name}/stat").read_text()
         except OSError:
             continue
-        rest = text[text.rindex(")") + 2:].split()
+        rest = text[text.rindex(")") + 2 :].split()
         parents[int(name)], ticks[int(name)] = int(rest[1]), int(rest[11]) + int(rest[12])
     out, todo = {}, [root]
     while todo:

@@ -29,8 +29,9 @@ DAEMON_KEY = "sk-ant-api03-DAEMONKEY-" + secrets.token_hex(16)  # the daemon's $
 CLIENT_KEY = "sk-ant-api03-CLIENTKEY-" + secrets.token_hex(16)
 
 
-def _request(base: str, method: str, path: str, host: str, headers: dict | None = None,
-             body: bytes | None = None) -> tuple[int, bytes]:  # fmt: skip
+def _request(
+    base: str, method: str, path: str, host: str, headers: dict | None = None, body: bytes | None = None
+) -> tuple[int, bytes]:
     """One request to the daemon with a Host header of the attacker's choosing."""
     port = int(base.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -103,8 +104,19 @@ def _launch(tmp_path: Path, home: Path, port: int, *command: str) -> subprocess.
     env = {**os.environ, "CTXSCOPE_HOME": str(home), "ANTHROPIC_API_KEY": CLIENT_KEY}
     for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "CTXSCOPE_DB"):
         env.pop(name, None)
-    argv = [str(CTXSCOPE), "run", "--port", str(port), "--label", "proved", *command,
-            "--", sys.executable, str(tmp_path / "child.py"), str(tmp_path / "ran")]  # fmt: skip
+    argv = [
+        str(CTXSCOPE),
+        "run",
+        "--port",
+        str(port),
+        "--label",
+        "proved",
+        *command,
+        "--",
+        sys.executable,
+        str(tmp_path / "child.py"),
+        str(tmp_path / "ran"),
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
 
@@ -117,8 +129,9 @@ def _refused(done: subprocess.CompletedProcess, tmp_path: Path, trap: Trap) -> N
     assert all(s.path.startswith("/_ctxscope/api/status?store=0&nonce=") for s in trap.seen)
 
 
-@pytest.mark.parametrize("answer", [{"writer": None}, {"writer": None, "identity": "0" * 64}],
-                         ids=["writer-null", "wrong-hmac"])  # fmt: skip
+@pytest.mark.parametrize(
+    "answer", [{"writer": None}, {"writer": None, "identity": "0" * 64}], ids=["writer-null", "wrong-hmac"]
+)
 def test_the_launcher_refuses_an_impostor_before_the_command_runs(tmp_path, answer):
     with Trap(answer=lambda seen: (200, answer)) as trap:
         done = _launch(tmp_path, tmp_path / "home", trap.port)
@@ -149,15 +162,17 @@ def test_the_launcher_uses_its_daemon_and_refuses_a_relay_to_it(tmp_path, sim_al
 # -- the home ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["ca", "path"], ["ca", "env"], ["run", "--port", "{port}", "--", "true"]],
-                         ids=["ca-path", "ca-env", "run"])  # fmt: skip
+@pytest.mark.parametrize(
+    "args", [["ca", "path"], ["ca", "env"], ["run", "--port", "{port}", "--", "true"]], ids=["ca-path", "ca-env", "run"]
+)
 def test_every_home_creating_command_creates_it_owner_only(tmp_path, args):
     home = tmp_path / "fresh" / "home"
     env = {**os.environ, "CTXSCOPE_HOME": str(home)}
     port = free_port()  # nothing listens: `run` starts a daemon there, which is stopped below
     argv = [str(CTXSCOPE), *(a.replace("{port}", str(port)) for a in args)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120,
-                          preexec_fn=lambda: os.umask(0o022))  # fmt: skip
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0o022)
+    )
     pid = re.search(r"\(pid (\d+),", done.stderr)
     if pid:  # the daemon `run` started: stopped, and waited for
         os.kill(int(pid.group(1)), 15)

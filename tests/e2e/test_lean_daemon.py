@@ -12,7 +12,7 @@ import sys
 
 # Run in the daemon's own process: the real CLI serves, and a thread reads sys.modules once it
 # listens, after the launcher's probe, and after a first request that reads the store.
-_PROBE = r'''
+_PROBE = r"""
 import json, os, signal, socket, sys, threading, time, urllib.request
 from pathlib import Path
 
@@ -43,15 +43,26 @@ def watch():
 threading.Thread(target=watch, daemon=True).start()
 sys.argv = ["ctxscope", "serve", "--port", str(port), "--db", db]
 main()
-'''
+"""
 
 # Loaded only when a command or a page needs them.
 NOT_AT_START = (
-    "ctxscope.web.api", "ctxscope.inspector.store.queries", "ctxscope.inspector.pipeline.analyze",
-    "ctxscope.inspector.analyses", "ctxscope.inspector.pipeline.search_index", "ctxscope.inspector.advisor",
-    "ctxscope.demo", "ctxscope.query_commands", "ctxscope.analysis_commands", "ctxscope.investigate",
-    "ctxscope.agent", "tiktoken", "sqlite_utils", "ctxscope.inspector.store.db", "ctxscope.inspector.writer.child",
-)  # fmt: skip
+    "ctxscope.web.api",
+    "ctxscope.inspector.store.queries",
+    "ctxscope.inspector.pipeline.analyze",
+    "ctxscope.inspector.analyses",
+    "ctxscope.inspector.pipeline.search_index",
+    "ctxscope.inspector.advisor",
+    "ctxscope.demo",
+    "ctxscope.query_commands",
+    "ctxscope.analysis_commands",
+    "ctxscope.investigate",
+    "ctxscope.agent",
+    "tiktoken",
+    "sqlite_utils",
+    "ctxscope.inspector.store.db",
+    "ctxscope.inspector.writer.child",
+)
 
 
 def _free_port() -> int:
@@ -68,8 +79,13 @@ def test_a_fresh_serve_loads_the_store_side_on_the_first_request_that_reads_the_
     probe, out = tmp_path / "probe.py", tmp_path / "modules.json"
     probe.write_text(_PROBE)
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"))
-    done = subprocess.run([sys.executable, str(probe), str(_free_port()), str(out), str(tmp_path / "c.db")],
-                          capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, str(probe), str(_free_port()), str(out), str(tmp_path / "c.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 0 and out.exists(), done.stdout + done.stderr
     seen = json.loads(out.read_text())
     assert "aiohttp" in seen["fresh"] and "ctxscope.proxy.server" in seen["fresh"]  # it did serve

@@ -36,8 +36,9 @@ def _run(command: str, cwd, env_key: str | None = KEY) -> str:
 def _first_call(proxy, sim, content: str) -> dict:
     sim.state().set_script([{"text": "the same answer"}])
     client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/curl/anthropic", max_retries=0)
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=64, system="Be brief.",
-                           messages=[{"role": "user", "content": content}])
+    client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=64, system="Be brief.", messages=[{"role": "user", "content": content}]
+    )
     [row] = proxy.wait_for_calls(1)
     return row
 
@@ -81,8 +82,11 @@ def test_the_captured_upstream_is_the_default_target(proxy, sim, tmp_path):
 
 def test_an_openai_call_gets_its_bearer_key_from_openai_api_key(proxy, sim, tmp_path):
     sim.state().set_script([{"text": "chat answer"}])
-    client = sdk_clients.OpenAI(api_key="sk-proj-CURLOPENAI-0123456789abcdefghijklmnop",
-                                base_url=proxy.url + "/s/curl-oa/openai/v1", max_retries=0)
+    client = sdk_clients.OpenAI(
+        api_key="sk-proj-CURLOPENAI-0123456789abcdefghijklmnop",
+        base_url=proxy.url + "/s/curl-oa/openai/v1",
+        max_retries=0,
+    )
     client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hello"}])
     [row] = proxy.wait_for_calls(1)
     command = _curl(row["id"], "--db", str(proxy.db_path), "--via", proxy.url + "/s/curl-oa/openai")

@@ -20,16 +20,21 @@ SYSTEM = "You are a careful assistant who reads every file twice. " * 200
 def _original(proxy, sim) -> dict:
     sim.state().set_script([{"text": "first"}])
     client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/orig/anthropic", max_retries=0)
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=32, messages=[{"role": "user", "content": "go"}],
-                           system=[{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}])
+    client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=32,
+        messages=[{"role": "user", "content": "go"}],
+        system=[{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+    )
     [row] = proxy.wait_for_calls(1)
     return row
 
 
 def _replay(proxy, *args: str, env_key: str | None = KEY):
     env = {"ANTHROPIC_API_KEY": env_key} if env_key else {"ANTHROPIC_API_KEY": ""}
-    return CliRunner(env=env).invoke(cli, ["replay", *args, "--db", str(proxy.db_path), "--daemon", proxy.url,
-                                           "--json"])  # fmt: skip
+    return CliRunner(env=env).invoke(
+        cli, ["replay", *args, "--db", str(proxy.db_path), "--daemon", proxy.url, "--json"]
+    )
 
 
 def test_a_replay_is_a_new_linked_call_in_its_own_session_read_from_the_cache(proxy, sim):
@@ -54,8 +59,16 @@ def test_a_replay_is_a_new_linked_call_in_its_own_session_read_from_the_cache(pr
 def test_edits_and_a_model_change_the_body_sent(proxy, sim):
     orig = _original(proxy, sim)
     sim.state().set_script([{"text": "edited"}])
-    result = _replay(proxy, orig["id"], "--model", "claude-haiku-4-5", "--edit", "/system/0/cache_control=null",
-                     "--edit", '/messages/-={"role":"assistant","content":"ok"}')
+    result = _replay(
+        proxy,
+        orig["id"],
+        "--model",
+        "claude-haiku-4-5",
+        "--edit",
+        "/system/0/cache_control=null",
+        "--edit",
+        '/messages/-={"role":"assistant","content":"ok"}',
+    )
     assert result.exit_code == 0, result.output
     c = json.loads(result.stdout)
     db = open_db(proxy.db_path)

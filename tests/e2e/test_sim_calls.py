@@ -30,8 +30,14 @@ def _env() -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *args: str) -> str:
-    done = subprocess.run([str(CTXSCOPE), *args, "--db", str(tmp_path / "c.db")], capture_output=True, text=True,
-                          env=dict(_env(), CTXSCOPE_HOME=str(tmp_path / "home")), timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(CTXSCOPE), *args, "--db", str(tmp_path / "c.db")],
+        capture_output=True,
+        text=True,
+        env=dict(_env(), CTXSCOPE_HOME=str(tmp_path / "home")),
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout
 
@@ -58,8 +64,9 @@ def _stored(db: Path, n: int) -> list[dict]:
     raise AssertionError(f"expected {n} stored calls, found {len(rows)}")
 
 
-def _request(base: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None
-             ) -> tuple[int, bytes]:  # fmt: skip
+def _request(
+    base: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None
+) -> tuple[int, bytes]:
     port = int(base.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
@@ -104,8 +111,9 @@ def test_a_simulator_call_is_named_by_the_daemons_route_and_its_curl_runs_withou
         ports = set(re.findall(r"127\.0\.0\.1:(\d+)", command))
         assert ports == {base.rsplit(":", 1)[1]}, command
         control.set_script([{"text": "again"}])
-        done = subprocess.run(["bash", "-c", command], capture_output=True, env=_env(), cwd=tmp_path, timeout=60,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", command], capture_output=True, env=_env(), cwd=tmp_path, timeout=60, check=False
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["content"][0]["text"] == "again"
         again = _stored(db, 2)[1]
@@ -124,8 +132,13 @@ def test_a_simulator_call_is_named_by_the_daemons_route_and_its_curl_runs_withou
 
         page = _request(base, "GET", "/")[1]
         token = re.search(rb'name="ctxscope-token" content="([0-9a-f]+)"', page).group(1).decode()
-        status, body = _request(base, "POST", f"/_ctxscope/api/replay?id={row['id']}",
-                                {"X-Ctxscope-Token": token, "Content-Type": "application/json"}, b"{}")
+        status, body = _request(
+            base,
+            "POST",
+            f"/_ctxscope/api/replay?id={row['id']}",
+            {"X-Ctxscope-Token": token, "Content-Type": "application/json"},
+            b"{}",
+        )
         assert status == 200, body
         assert json.loads(body)["replay"]["status"] == 200
         assert len(_stored(db, 4)) == 4
@@ -135,11 +148,23 @@ def test_the_sessions_ctxscope_makes_and_non_model_requests_stay_out_of_the_sess
     db = tmp_path / "c.db"
     with running_serve(tmp_path) as (_, base):
         # What Claude Code sends beside its model calls, to its provider route.
-        for method, path in (("POST", "/u/sim/api/claude_code/metrics"), ("GET", "/u/sim/api/claude_code/settings"),
-                             ("POST", "/u/sim/api/event_logging/batch"), ("HEAD", "/u/sim/")):  # fmt: skip
-            _request(base, method, path, {"x-api-key": CLIENT_KEY, "content-type": "application/json",
-                                          "user-agent": "claude-cli/2.0 (external, cli)"},
-                     b"{}" if method == "POST" else None)  # fmt: skip
+        for method, path in (
+            ("POST", "/u/sim/api/claude_code/metrics"),
+            ("GET", "/u/sim/api/claude_code/settings"),
+            ("POST", "/u/sim/api/event_logging/batch"),
+            ("HEAD", "/u/sim/"),
+        ):
+            _request(
+                base,
+                method,
+                path,
+                {
+                    "x-api-key": CLIENT_KEY,
+                    "content-type": "application/json",
+                    "user-agent": "claude-cli/2.0 (external, cli)",
+                },
+                b"{}" if method == "POST" else None,
+            )
         _model_call(base, "work", label="work")
         rows = _stored(db, 5)
         work = next(r for r in rows if r["session"] == "work")
@@ -162,18 +187,33 @@ def test_the_ui_replay_of_a_provider_call_without_a_key_names_no_command_line_op
         monkeypatch.delenv(name)
     db = tmp_path / "c.db"
     with running_serve(tmp_path, "--upstream", "anthropic=http://127.0.0.1:9") as (_, base):  # nobody there
-        status, _ = _request(base, "POST", "/anthropic/v1/messages", {"x-api-key": CLIENT_KEY,
-                             "content-type": "application/json", "anthropic-version": "2023-06-01"},
-                             b'{"model":"claude-sonnet-4-6","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}')
+        status, _ = _request(
+            base,
+            "POST",
+            "/anthropic/v1/messages",
+            {"x-api-key": CLIENT_KEY, "content-type": "application/json", "anthropic-version": "2023-06-01"},
+            b'{"model":"claude-sonnet-4-6","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}',
+        )
         assert status == 502
         [row] = _stored(db, 1)
         page = _request(base, "GET", "/")[1]
         token = re.search(rb'name="ctxscope-token" content="([0-9a-f]+)"', page).group(1).decode()
-        status, body = _request(base, "POST", f"/_ctxscope/api/replay?id={row['id']}",
-                                {"X-Ctxscope-Token": token, "Content-Type": "application/json"}, b"{}")
+        status, body = _request(
+            base,
+            "POST",
+            f"/_ctxscope/api/replay?id={row['id']}",
+            {"X-Ctxscope-Token": token, "Content-Type": "application/json"},
+            b"{}",
+        )
         assert status == 400
         message = body.decode()
         assert "$ANTHROPIC_API_KEY" in message and "daemon" in message and "--" not in message, message
-        done = subprocess.run([str(CTXSCOPE), "replay", row["id"], "--db", str(db), "--daemon", base],
-                              capture_output=True, text=True, env=_env(), timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            [str(CTXSCOPE), "replay", row["id"], "--db", str(db), "--daemon", base],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+            check=False,
+        )
         assert done.returncode != 0 and "--api-key-env" in done.stderr  # the CLI's own option, on the CLI

@@ -174,8 +174,13 @@ def test_a_cross_origin_page_cannot_script_the_simulator_through_the_daemon(daem
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.set_script([{"text": "what the user queued"}])
     port = url.rsplit(":", 1)[1]
-    browser_no_cors = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors",
-                       "Sec-Fetch-Dest": "empty", "Content-Type": "text/plain;charset=UTF-8"}  # fmt: skip
+    browser_no_cors = {
+        "Origin": "http://evil.example",
+        "Sec-Fetch-Site": "cross-site",
+        "Sec-Fetch-Mode": "no-cors",
+        "Sec-Fetch-Dest": "empty",
+        "Content-Type": "text/plain;charset=UTF-8",
+    }
     attempts = [
         browser_no_cors,
         {**browser_no_cors, "X-Sim-Token": "guessed"},
@@ -202,10 +207,12 @@ def test_a_rebound_name_cannot_read_the_simulator_log_through_the_daemon(daemon)
     _proc, url, _home, _ = daemon
     control = SimulatorControl(url + "/u/sim", ENV_TOKEN)
     control.reset()
-    body = json.dumps({"model": "claude-sim", "max_tokens": 8,
-                       "messages": [{"role": "user", "content": "the user's private prompt"}]}).encode()  # fmt: skip
-    status, _ = _request(url, "POST", "/u/sim/v1/messages?key=AIza-query-secret-0123", body,
-                         {"content-type": "application/json"})  # fmt: skip
+    body = json.dumps(
+        {"model": "claude-sim", "max_tokens": 8, "messages": [{"role": "user", "content": "the user's private prompt"}]}
+    ).encode()
+    status, _ = _request(
+        url, "POST", "/u/sim/v1/messages?key=AIza-query-secret-0123", body, {"content-type": "application/json"}
+    )
     assert status == 200
     port = url.rsplit(":", 1)[1]
     for headers in (
@@ -300,8 +307,13 @@ def test_stopping_serve_stops_the_simulator(tmp_path):
 def test_ctxscope_sim_writes_its_token_owner_only_and_says_where(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CTXSCOPE_SIM_TOKEN"}
     env["CTXSCOPE_HOME"] = str(tmp_path / "home")
-    proc = subprocess.Popen([sys.executable, "-m", "ctxscope.main", "sim", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxscope.main", "sim", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         url = re.search(r"simulator on (http://\S+)", lines[0]).group(1)

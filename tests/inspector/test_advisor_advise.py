@@ -20,15 +20,18 @@ def _filler(n: int, tag: str = "w") -> str:
 
 def _agent_bodies(calls: int = 6, *, marker_on: str | None = None) -> list[dict]:
     """A growing conversation behind a long system prompt and tools; breakpoints as ``marker_on`` says."""
-    tools = [{"name": f"tool{k}", "description": _filler(150, f"t{k}d"), "input_schema": {"type": "object"}}
-             for k in range(4)]
+    tools = [
+        {"name": f"tool{k}", "description": _filler(150, f"t{k}d"), "input_schema": {"type": "object"}}
+        for k in range(4)
+    ]
     system = [{"type": "text", "text": "You are a coding agent. " + _filler(2500, "rule")}]
     bodies, messages = [], []
     for i in range(calls):
         text = f"step {i} " + _filler(300, f"s{i}")
         messages = [*messages, {"role": "user", "content": [{"type": "text", "text": text}]}]
-        body = anthropic_request(json.loads(json.dumps(messages)), system=json.loads(json.dumps(system)),
-                                 tools=json.loads(json.dumps(tools)))
+        body = anthropic_request(
+            json.loads(json.dumps(messages)), system=json.loads(json.dumps(system)), tools=json.loads(json.dumps(tools))
+        )
         if marker_on == "first_message":  # misplaced: a message that is the same on every call, before the growth
             body["messages"][0]["content"][0]["cache_control"] = {"type": "ephemeral"}
         bodies.append(body)
@@ -64,8 +67,20 @@ def test_a_session_without_breakpoints_is_advised_placements_that_save(tmp_path)
 
 
 def _rows(bodies, gaps, api="anthropic.messages"):
-    return [{"id": f"c{i}", "seq": i + 1, "started_at": T0 + sum(gaps[:i]), "api": api, "thread": "t",
-             "key_fingerprint": "k", "usage": None, "body": b, "response": None} for i, b in enumerate(bodies)]
+    return [
+        {
+            "id": f"c{i}",
+            "seq": i + 1,
+            "started_at": T0 + sum(gaps[:i]),
+            "api": api,
+            "thread": "t",
+            "key_fingerprint": "k",
+            "usage": None,
+            "body": b,
+            "response": None,
+        }
+        for i, b in enumerate(bodies)
+    ]
 
 
 def test_a_misplaced_breakpoint_is_moved_and_long_gaps_call_for_a_1h_ttl():

@@ -19,13 +19,18 @@ def _filler(n: int, tag: str = "w") -> str:
 
 
 def _tool(name: str) -> dict:
-    return {"name": name, "description": f"The {name} tool. " + _filler(60, name),
-            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    return {
+        "name": name,
+        "description": f"The {name} tool. " + _filler(60, name),
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
 
 
 def _session(tmp_path, bodies, responses=None, gaps=10.0):
-    exchanges = [make_exchange(request=b, response=(responses or {}).get(i), started_at=T0 + i * gaps)
-                 for i, b in enumerate(bodies)]
+    exchanges = [
+        make_exchange(request=b, response=(responses or {}).get(i), started_at=T0 + i * gaps)
+        for i, b in enumerate(bodies)
+    ]
     db, _ = analysed(tmp_path / "c.db", exchanges)
     return db
 
@@ -39,9 +44,14 @@ def test_a_timestamp_in_the_system_prompt_is_named_by_the_pointer_of_the_changin
     bodies, messages = [], []
     for i in range(4):
         messages = [*messages, {"role": "user", "content": f"step {i}: " + _filler(200, f"s{i}x")}]
-        system = [{"type": "text", "text": "You are a coding agent."},
-                  {"type": "text", "text": f"Current time: 2026-12-01T09:4{i}:0{i}Z\n" + rules,
-                   "cache_control": {"type": "ephemeral"}}]
+        system = [
+            {"type": "text", "text": "You are a coding agent."},
+            {
+                "type": "text",
+                "text": f"Current time: 2026-12-01T09:4{i}:0{i}Z\n" + rules,
+                "cache_control": {"type": "ephemeral"},
+            },
+        ]
         bodies.append(anthropic_request(list(messages), system=system))
         messages.append({"role": "assistant", "content": f"done {i}"})
     db = _session(tmp_path, bodies)
@@ -71,15 +81,28 @@ def test_a_timestamp_in_the_system_prompt_is_named_by_the_pointer_of_the_changin
 
 def test_tools_never_called_are_listed_with_their_token_cost(tmp_path):
     tools = [_tool("read_file"), _tool("write_file"), _tool("web_search")]
-    use = {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-           "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}}],
-           "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 3}}
+    use = {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 3},
+    }
     first = [{"role": "user", "content": "read a.py"}]
-    second = [*first, {"role": "assistant", "content": use["content"]},
-              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"}]}]
-    bodies = [anthropic_request(first, tools=tools), anthropic_request(second, tools=tools),
-              anthropic_request([*second, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}],
-                                tools=tools)]
+    second = [
+        *first,
+        {"role": "assistant", "content": use["content"]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"}]},
+    ]
+    bodies = [
+        anthropic_request(first, tools=tools),
+        anthropic_request(second, tools=tools),
+        anthropic_request(
+            [*second, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}], tools=tools
+        ),
+    ]
     db = _session(tmp_path, bodies, {0: use, 1: anthropic_response("ok")})
     session = load_session(db, "s1")
     assert session is not None
@@ -100,20 +123,36 @@ def test_tools_never_called_are_listed_with_their_token_cost(tmp_path):
 
 
 def _rows(bodies, gaps=10.0, usage=None):
-    return [{"id": f"c{i}", "seq": i + 1, "started_at": T0 + i * gaps, "api": "anthropic.messages",
-             "thread": "t", "key_fingerprint": "k", "usage": (usage or {}).get(i), "body": b, "response": None}
-            for i, b in enumerate(bodies)]
+    return [
+        {
+            "id": f"c{i}",
+            "seq": i + 1,
+            "started_at": T0 + i * gaps,
+            "api": "anthropic.messages",
+            "thread": "t",
+            "key_fingerprint": "k",
+            "usage": (usage or {}).get(i),
+            "body": b,
+            "response": None,
+        }
+        for i, b in enumerate(bodies)
+    ]
 
 
 def test_duplicate_content_oversized_results_and_overflow_risk():
     big = _filler(6000, "file")
     read = {"type": "tool_use", "id": "t1", "name": "read", "input": {}}
-    history = [{"role": "user", "content": "look"}, {"role": "assistant", "content": [read]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}]},
-               {"role": "assistant", "content": "again"},
-               {"role": "user", "content": big}]
-    bodies = [anthropic_request(history), anthropic_request([*history, {"role": "assistant", "content": "k"},
-                                                             {"role": "user", "content": "more"}])]
+    history = [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [read]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}]},
+        {"role": "assistant", "content": "again"},
+        {"role": "user", "content": big},
+    ]
+    bodies = [
+        anthropic_request(history),
+        anthropic_request([*history, {"role": "assistant", "content": "k"}, {"role": "user", "content": "more"}]),
+    ]
     session = build_session("s", _rows(bodies, usage={1: {"input": 190_000}}))
     found = findings(session)
     dup = _by_kind(found, "duplicate_content")
@@ -129,11 +168,17 @@ def test_duplicate_content_oversized_results_and_overflow_risk():
 
 def test_a_breakpoint_whose_writes_expire_unread_never_pays():
     system = [{"type": "text", "text": _filler(2000, "sys")}]
-    bodies = [anthropic_request([{"role": "user", "content": f"q{i} " + _filler(900, f"u{i}"),
-                                  "cache_control": {"type": "ephemeral"}}], system=system) for i in range(3)]
+    bodies = [
+        anthropic_request(
+            [{"role": "user", "content": f"q{i} " + _filler(900, f"u{i}"), "cache_control": {"type": "ephemeral"}}],
+            system=system,
+        )
+        for i in range(3)
+    ]
     for b in bodies:  # the marker on the message block, as clients place it
-        b["messages"][0]["content"] = [{"type": "text", "text": b["messages"][0]["content"],
-                                        "cache_control": {"type": "ephemeral"}}]
+        b["messages"][0]["content"] = [
+            {"type": "text", "text": b["messages"][0]["content"], "cache_control": {"type": "ephemeral"}}
+        ]
         del b["messages"][0]["cache_control"]
     session = build_session("s", _rows(bodies, gaps=600.0))  # ten minutes apart: every 5m entry expires
     unpaid = _by_kind(findings(session), "unpaid_breakpoint")
@@ -145,8 +190,11 @@ def test_a_compaction_is_not_churn_and_reordered_tools_are_named_as_such():
     tools = [_tool("a"), _tool("b"), _tool("c")]
     first = [{"role": "user", "content": "task " + _filler(800, "t")}]
     summary = [{"role": "user", "content": "summary of the work so far " + _filler(300, "sum")}]
-    bodies = [anthropic_request(first, tools=tools), anthropic_request(summary, tools=tools),
-              anthropic_request(summary, tools=[tools[1], tools[0], tools[2]])]
+    bodies = [
+        anthropic_request(first, tools=tools),
+        anthropic_request(summary, tools=tools),
+        anthropic_request(summary, tools=[tools[1], tools[0], tools[2]]),
+    ]
     rows = _rows(bodies)
     rows[1]["has_compaction_before"] = 1
     churn = _by_kind(findings(build_session("s", rows)), "cache_churn")
@@ -165,7 +213,13 @@ def test_a_session_without_a_readable_prompt_says_so(tmp_path):
 
 
 def test_a_prompt_continued_server_side_is_not_churn():
-    bodies = [{"model": "gpt-5", "input": [{"role": "user", "content": f"question {i} " + _filler(50, f"q{i}")}],
-               **({"previous_response_id": f"resp_{i}"} if i else {})} for i in range(3)]
+    bodies = [
+        {
+            "model": "gpt-5",
+            "input": [{"role": "user", "content": f"question {i} " + _filler(50, f"q{i}")}],
+            **({"previous_response_id": f"resp_{i}"} if i else {}),
+        }
+        for i in range(3)
+    ]
     rows = [dict(r, api="openai.responses") for r in _rows(bodies)]
     assert _by_kind(findings(build_session("s", rows)), "cache_churn") == []

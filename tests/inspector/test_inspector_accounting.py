@@ -94,8 +94,12 @@ def test_images_are_a_fixed_estimate():
 
 def test_thinking_and_other_categories():
     body = make_anthropic_body(
-        messages=[user("q"), assistant([{"type": "thinking", "thinking": "Hmm, let me see.", "signature": "s"},
-                                        {"type": "mystery", "x": 1}])]
+        messages=[
+            user("q"),
+            assistant(
+                [{"type": "thinking", "thinking": "Hmm, let me see.", "signature": "s"}, {"type": "mystery", "x": 1}]
+            ),
+        ]
     )
     b = TokenCounter().count_prompt(canonicalize(A, body))
     assert b.by_category["thinking"] == count_tokens("Hmm, let me see.")
@@ -118,8 +122,9 @@ def test_a_call_only_pays_for_its_new_segments():
 
 def test_cache_is_bounded_lru():
     counter = TokenCounter(max_entries=3)
-    prompt = canonicalize(A, make_anthropic_body(messages=[user(f"message {i} " + "word " * (LONG_TEXT // 5))
-                                                           for i in range(5)]))  # fmt: skip
+    prompt = canonicalize(
+        A, make_anthropic_body(messages=[user(f"message {i} " + "word " * (LONG_TEXT // 5)) for i in range(5)])
+    )
     counter.count_prompt(prompt)
     assert len(counter._cache) == 3
     misses = counter.misses
@@ -142,8 +147,12 @@ def test_short_texts_have_their_own_small_lru():
 
 
 def test_cumulative_and_prefix_tokens():
-    b = TokenCounter().count_prompt(canonicalize("openai.chat", make_chat_body(
-        messages=[{"role": "system", "content": "one two"}, {"role": "user", "content": "three"}])))  # fmt: skip
+    b = TokenCounter().count_prompt(
+        canonicalize(
+            "openai.chat",
+            make_chat_body(messages=[{"role": "system", "content": "one two"}, {"role": "user", "content": "three"}]),
+        )
+    )
     assert tuple(b.cumulative) == (b.per_segment[0], b.total)
     assert b.prefix_tokens(0) == 0 and b.prefix_tokens(1) == b.per_segment[0] and b.prefix_tokens(2) == b.total
     assert b.prefix_tokens(9) == b.total and b.prefix_tokens(-1) == b.per_segment[0]  # as slicing counts

@@ -28,10 +28,29 @@ from support.inspector_bodies import (
     user,
 )
 
-ANALYSIS = ("session", "seq", "session_source", "thread", "parent_thread", "predecessor", "relation", "pointer",
-            "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict", "cache",
-            "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id", "attempt",
-            "retry_of")  # fmt: skip
+ANALYSIS = (
+    "session",
+    "seq",
+    "session_source",
+    "thread",
+    "parent_thread",
+    "predecessor",
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "relation_detail",
+    "tokens_estimated",
+    "tokens_by_category",
+    "cache_verdict",
+    "cache",
+    "cache_lost_tokens",
+    "cache_lost_usd",
+    "markers",
+    "has_compaction_before",
+    "response_id",
+    "attempt",
+    "retry_of",
+)
 
 
 def rows(db):
@@ -71,7 +90,8 @@ def test_a_call_costs_only_its_new_segments(tmp_path):
     before = analyzer.counter.misses
     run(tmp_path / "c.db", [ex(bodies[10], 10)], analyzer)  # same analyzer, so no cold start
     new = len(canonicalize("anthropic.messages", bodies[10]).segments) - len(
-        canonicalize("anthropic.messages", bodies[9]).segments)  # fmt: skip
+        canonicalize("anthropic.messages", bodies[9]).segments
+    )
     assert analyzer.counter.misses - before == new == 3  # assistant text, its tool call, the tool result
     client = rows(_db)[0]["client"]
     scope = (UNNAMED + (client or ""), "f" * 16)
@@ -126,8 +146,14 @@ def test_reindex_reproduces_the_live_analysis(tmp_path):
     title = make_anthropic_body(system=[text("Write a title.")], messages=[user("Fix the bug.")])
     edited = json.loads(json.dumps(main[4]))
     edited["system"][0]["text"] += " More."
-    exchanges = [ex(main[0], 0), ex(title, 1), ex(main[1], 2), ex(main[2], 3, session_label="labelled"),
-                 ex(main[3], 4), ex(edited, 5)]  # fmt: skip
+    exchanges = [
+        ex(main[0], 0),
+        ex(title, 1),
+        ex(main[1], 2),
+        ex(main[2], 3, session_label="labelled"),
+        ex(main[3], 4),
+        ex(edited, 5),
+    ]
     db, _ = run(path, exchanges)
     live = snapshot(db)
     for call_id in live:  # wipe the analysis so reindex must recompute every column
@@ -150,8 +176,10 @@ def test_reindex_reproduces_the_live_analysis(tmp_path):
 
 def test_reindex_of_one_session_leaves_the_others_alone(tmp_path):
     bodies = claude_code_turns(2)
-    db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0, session_label="a"), ex(bodies[1], 1, session_label="a"),
-                                    ex(bodies[0], 2, session_label="b")])  # fmt: skip
+    db, _ = run(
+        tmp_path / "c.db",
+        [ex(bodies[0], 0, session_label="a"), ex(bodies[1], 1, session_label="a"), ex(bodies[0], 2, session_label="b")],
+    )
     db.execute("UPDATE calls SET relation = 'stale'")
     db.conn.commit()
     assert len(list(reindex(db, session="a"))) == 2
@@ -174,9 +202,13 @@ def test_explicit_session_ids_group_calls_and_number_them(tmp_path):
     ]
     db, _ = run(tmp_path / "c.db", exchanges)
     got = [(r["session"], r["seq"], r["session_source"]) for r in rows(db)]
-    assert got == [("A", 1, "header:x-claude-code-session-id"), ("B", 1, "header:x-claude-code-session-id"),
-                   ("pck-1", 1, "prompt_cache_key"), ("A", 2, "header:x-claude-code-session-id"),
-                   (f"key:ffffffffffff:{rows(db)[4]['id']}", 1, "key")]  # fmt: skip
+    assert got == [
+        ("A", 1, "header:x-claude-code-session-id"),
+        ("B", 1, "header:x-claude-code-session-id"),
+        ("pck-1", 1, "prompt_cache_key"),
+        ("A", 2, "header:x-claude-code-session-id"),
+        (f"key:ffffffffffff:{rows(db)[4]['id']}", 1, "key"),
+    ]
     assert rows(db)[3]["relation"] == "IDENTICAL" and rows(db)[3]["predecessor"] == exchanges[0].id
 
 
@@ -200,10 +232,15 @@ def test_failed_calls_are_analysed_but_never_predecessors_and_retries_link_in_th
 
 
 def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
-    models = make_exchange(method="GET", path="/v1/models", request_body=b"", session_label=None,
-                           response=anthropic_response())  # fmt: skip
-    count = ex(make_anthropic_body(messages=[user("hi")]), 1, path="/v1/messages/count_tokens",
-               response_body=b'{"input_tokens": 3}')  # fmt: skip
+    models = make_exchange(
+        method="GET", path="/v1/models", request_body=b"", session_label=None, response=anthropic_response()
+    )
+    count = ex(
+        make_anthropic_body(messages=[user("hi")]),
+        1,
+        path="/v1/messages/count_tokens",
+        response_body=b'{"input_tokens": 3}',
+    )
     after = ex(make_anthropic_body(messages=[user("hi"), assistant("yo"), user("more")]), 2)
     db, _ = run(tmp_path / "c.db", [models, count, after])
     m, c, a = rows(db)
@@ -220,10 +257,16 @@ def test_exchanges_that_are_not_llm_calls_get_no_thread(tmp_path):
 
 def test_openai_chat_and_unparseable_bodies(tmp_path):
     chat = make_chat_body([{"role": "user", "content": "hi"}])
-    longer = make_chat_body([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                             {"role": "user", "content": "more"}])  # fmt: skip
-    ok = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1", "choices": [],
-          "usage": {"prompt_tokens": 20, "completion_tokens": 2}}  # fmt: skip
+    longer = make_chat_body(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "more"}]
+    )
+    ok = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4.1",
+        "choices": [],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2},
+    }
     common = {"provider": "openai", "path": "/v1/chat/completions", "response": ok}
     broken = make_exchange(session_label=None, request_body=b"{not json", started_at=T0 + 3, **common)
     db, _ = run(tmp_path / "c.db", [ex(chat, 0, **common), ex(longer, 1, **common), broken])
@@ -233,9 +276,11 @@ def test_openai_chat_and_unparseable_bodies(tmp_path):
 
 
 def test_declared_markers_join_the_inferred_ones(tmp_path):
-    annotations = (("x-ctxscope-event", "compaction; tokens_before=90000; pointer=/messages/1"),
-                   ("x-ctxscope-event", json.dumps({"kind": "tool_output_externalised", "tool": "bash"})),
-                   ("x-ctxscope-other", "ignored"))  # fmt: skip
+    annotations = (
+        ("x-ctxscope-event", "compaction; tokens_before=90000; pointer=/messages/1"),
+        ("x-ctxscope-event", json.dumps({"kind": "tool_output_externalised", "tool": "bash"})),
+        ("x-ctxscope-other", "ignored"),
+    )
     db, _ = run(tmp_path / "c.db", [ex(make_anthropic_body(messages=[user("hi")]), 0, annotations=annotations)])
     [call] = rows(db)
     assert call["markers"] == [
@@ -298,8 +343,12 @@ def test_reindex_splits_old_captures_by_client_and_lineage(tmp_path):
     client's conversation its own session (docs/architecture.md, "Sessions and threads")."""
     script = claude_code_turns(2, first="What is 2+2?")
     agent = claude_code_turns(2, first="Fix the bug.")
-    exchanges = [ex(script[0], 0, client="OpenAI/Python 1.99.0"), ex(agent[0], 1, client="pi/0.9 openai-js/6.26.0"),
-                 ex(script[1], 2, client="OpenAI/Python 1.99.0"), ex(agent[1], 3, client="pi/0.9 openai-js/6.26.0")]
+    exchanges = [
+        ex(script[0], 0, client="OpenAI/Python 1.99.0"),
+        ex(agent[0], 1, client="pi/0.9 openai-js/6.26.0"),
+        ex(script[1], 2, client="OpenAI/Python 1.99.0"),
+        ex(agent[1], 3, client="pi/0.9 openai-js/6.26.0"),
+    ]
     db, _ = run(tmp_path / "c.db", exchanges)
     live = [(r["session"], r["grouped_by"], r["seq"]) for r in rows(db)]
     db.execute("UPDATE calls SET session = 'key:ffffffffffff', grouped_by = NULL, seq = rowid, thread = NULL")
@@ -314,13 +363,30 @@ def test_reindex_splits_old_captures_by_client_and_lineage(tmp_path):
 
 def _cut_stream() -> bytes:
     """An Anthropic stream that stops before message_stop: the client got half an answer."""
-    events = [("message_start", {"type": "message_start", "message": {"id": "msg_cut", "type": "message",
-                                  "role": "assistant", "content": [], "model": "claude-sonnet-4-5",
-                                  "usage": {"input_tokens": 5, "output_tokens": 0}}}),
-              ("content_block_start", {"type": "content_block_start", "index": 0,
-                                       "content_block": {"type": "text", "text": ""}}),
-              ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                       "delta": {"type": "text_delta", "text": "Half an"}})]  # fmt: skip
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_cut",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "claude-sonnet-4-5",
+                    "usage": {"input_tokens": 5, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an"}},
+        ),
+    ]
     return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
 
 
@@ -340,7 +406,12 @@ def test_a_retry_follows_a_failed_or_cut_off_call_never_a_completed_answer(tmp_p
     got = rows(db)
     assert got[0]["response_complete"] is not False and got[3]["response_complete"] == 0
     assert [(r["attempt"], r["retry_of"]) for r in got] == [
-        (1, None), (2, got[0]["id"]), (1, None), (1, None), (2, got[3]["id"])]
+        (1, None),
+        (2, got[0]["id"]),
+        (1, None),
+        (1, None),
+        (2, got[3]["id"]),
+    ]
     retries = [[m["kind"] for m in r["markers"] if m["kind"] == "retry"] for r in got]
     assert retries == [[], ["retry"], [], [], ["retry"]]
     assert len({r["session"] for r in got}) == 1
@@ -350,8 +421,7 @@ def test_a_client_without_ids_gets_a_new_session_after_a_long_idle_gap(tmp_path)
     first = make_anthropic_body(system="You help.", messages=[user("Question one?")])
     soon = make_anthropic_body(system="You help.", messages=[user("Question two?")])
     later = make_anthropic_body(system="You help.", messages=[user("Question three?")])
-    resumed = make_anthropic_body(system="You help.", messages=[user("Question one?"), assistant("One."),
-                                                                user("Why?")])  # fmt: skip
+    resumed = make_anthropic_body(system="You help.", messages=[user("Question one?"), assistant("One."), user("Why?")])
     exchanges = [ex(first, 0), ex(soon, 60), ex(later, 60 + 16 * 60), ex(resumed, 60 + 40 * 60)]
     db, _ = run(tmp_path / "c.db", exchanges)
     a, b, c, d = rows(db)
@@ -373,8 +443,9 @@ def test_the_writers_call_input_has_every_field_and_equals_the_one_read_back(tmp
     seen: list[CallInput] = []
     db = store.connect(tmp_path / "c.db")
     with db.atomic():
-        ingest(db, make_exchange(1), IngestState(capture_epoch=1),
-               [lambda db, call: seen.append(from_writer(db, call))])
+        ingest(
+            db, make_exchange(1), IngestState(capture_epoch=1), [lambda db, call: seen.append(from_writer(db, call))]
+        )
     [live] = seen
     assert set(vars(live)) == {f.name for f in dataclasses.fields(CallInput)}
     stored = from_row(db, live.id)

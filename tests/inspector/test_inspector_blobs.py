@@ -279,8 +279,10 @@ def test_no_recipe_for_what_cannot_be_reproduced():
 def test_piece_lists_pack_as_varints_and_come_back():
     rng = random.Random(9)
     for _ in range(200):
-        pieces = [(rng.randrange(1, 2**40), rng.choice([0, rng.randrange(2**32)]), rng.randrange(1, 2**31))
-                  for _ in range(rng.randrange(0, 40))]
+        pieces = [
+            (rng.randrange(1, 2**40), rng.choice([0, rng.randrange(2**32)]), rng.randrange(1, 2**31))
+            for _ in range(rng.randrange(0, 40))
+        ]
         assert unpack_pieces(pack_pieces(pieces)) == pieces
     assert len(pack_pieces([(300, 0, 5000)])) == 5  # 2 + 1 + 2 bytes
 

@@ -31,8 +31,9 @@ DELTA_MIN = 16 << 10
 
 def _conversation(turns: int, size: int = 6000) -> bytes:
     """An agent's request after ``turns`` turns: each repeats the ones before and adds one."""
-    messages = [{"role": "user" if t % 2 == 0 else "assistant", "content": f"turn {t} " * (size // 8)}
-                for t in range(turns)]
+    messages = [
+        {"role": "user" if t % 2 == 0 else "assistant", "content": f"turn {t} " * (size // 8)} for t in range(turns)
+    ]
     return json.dumps({"model": "m", "messages": messages}).encode()
 
 
@@ -146,9 +147,9 @@ def test_a_long_chain_of_repeats_is_joined_and_still_reads_back(tmp_path):
     for k, body in enumerate(bodies):
         pipe.into(spool, make_exchange(request_body=body))
         if k % 30 == 29:
-            assert _read_back(spool) == bodies[k - 29:k + 1]
+            assert _read_back(spool) == bodies[k - 29 : k + 1]
             spool.clear()  # later bodies are written whole from a rope of many pieces
-    assert _read_back(spool) == bodies[len(bodies) // 30 * 30:]
+    assert _read_back(spool) == bodies[len(bodies) // 30 * 30 :]
     spool.close(remove=True)
 
 
@@ -159,7 +160,7 @@ def test_bodies_that_repeat_a_sliver_of_large_handovers_do_not_keep_them_all_ali
     body = b"x" * DELTA_MIN
     sent = []
     for k in range(40):
-        body = body[:len(body) - 199_000 if k else len(body)] + bytes([65 + k % 26]) * 200_000
+        body = body[: len(body) - 199_000 if k else len(body)] + bytes([65 + k % 26]) * 200_000
         sent.append(body)
         pipe.into(spool, make_exchange(request_body=body))
         assert pipe.received.held() <= 4 * (2 * len(body) + DELTA_MIN)  # four remembered bodies at most
@@ -325,27 +326,31 @@ def _forged(tmp_path, field) -> spools.Orphan:
     record_at = spool.size
     payload = _handover(make_exchange(request_body=b"tail"))
     (n,) = struct.unpack_from("<I", payload)
-    heads = json.loads(payload[4:4 + n])
+    heads = json.loads(payload[4 : 4 + n])
     heads[0][call_fields.REQUEST_BODY] = field(record_at)
-    forged = spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4:]])
+    forged = spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4 :]])
     spool._write([spool_format.record_head(forged), *forged])
     spool.close(remove=False)
     [orphan] = spools.orphans(path)
     return orphan
 
 
-@pytest.mark.parametrize("field", [
-    lambda at: [4, at, 10],  # the record itself
-    lambda at: [4, at - 10, 20],  # runs into the record
-    lambda at: [4, 0, 10],  # the file's header
-    lambda at: [4, 100, 10, 105, 10],  # overlapping pieces
-    lambda at: [4, 200, 10, 100, 10],  # out of order
-    lambda at: [4, 100, 0],  # an empty piece
-    lambda at: [4, 100],  # no length
-    lambda at: [4, *[v for k in range(65) for v in (100 + 20 * k, 10)]],  # more pieces than a body may have
-    lambda at: [4, 100, -10],
-    lambda at: [4, 100, "10"],
-], ids=["itself", "into-itself", "header", "overlap", "order", "empty", "odd", "too-many", "negative", "text"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        lambda at: [4, at, 10],  # the record itself
+        lambda at: [4, at - 10, 20],  # runs into the record
+        lambda at: [4, 0, 10],  # the file's header
+        lambda at: [4, 100, 10, 105, 10],  # overlapping pieces
+        lambda at: [4, 200, 10, 100, 10],  # out of order
+        lambda at: [4, 100, 0],  # an empty piece
+        lambda at: [4, 100],  # no length
+        lambda at: [4, *[v for k in range(65) for v in (100 + 20 * k, 10)]],  # more pieces than a body may have
+        lambda at: [4, 100, -10],
+        lambda at: [4, 100, "10"],
+    ],
+    ids=["itself", "into-itself", "header", "overlap", "order", "empty", "odd", "too-many", "negative", "text"],
+)
 def test_a_forged_reference_to_the_file_is_corrupt(tmp_path, field):
     orphan = _forged(tmp_path, field)
     batches = list(orphan.batches())
@@ -365,9 +370,9 @@ def test_a_well_formed_reference_reads_the_bytes_it_names(tmp_path):
 def test_a_body_made_of_pieces_is_corrupt_outside_a_spool():
     payload = _handover(make_exchange(request_body=b"tail"))
     (n,) = struct.unpack_from("<I", payload)
-    heads = json.loads(payload[4:4 + n])
+    heads = json.loads(payload[4 : 4 + n])
     heads[0][call_fields.REQUEST_BODY] = [4, 100, 10]
-    forged = b"".join(spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4:]]))
+    forged = b"".join(spool_format.payload_parts(heads, [b"tail", payload[4 + n + 4 :]]))
     with pytest.raises(spool_format.SpoolCorrupt):
         spool_format.decode(forged)
 

@@ -31,10 +31,34 @@ from support.inspector_bodies import (
     user,
 )
 
-ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
-            "pointer", "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict",
-            "cache", "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id",
-            "attempt", "retry_of", "request_sha256", "request_json_ok", "model", "stream")  # fmt: skip
+ANALYSIS = (
+    "session",
+    "seq",
+    "session_source",
+    "grouped_by",
+    "thread",
+    "parent_thread",
+    "predecessor",
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "relation_detail",
+    "tokens_estimated",
+    "tokens_by_category",
+    "cache_verdict",
+    "cache",
+    "cache_lost_tokens",
+    "cache_lost_usd",
+    "markers",
+    "has_compaction_before",
+    "response_id",
+    "attempt",
+    "retry_of",
+    "request_sha256",
+    "request_json_ok",
+    "model",
+    "stream",
+)
 
 
 def outcome(raw: bytes):
@@ -193,17 +217,25 @@ def test_body_memory_is_bounded_and_drops_bodies_the_latest_continues():
 
 # -- the writer: incremental against from scratch -------------------------------------------------
 
-GEMINI_RESPONSE = {"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}],
-                   "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 1, "cachedContentTokenCount": 10}}
-CHAT_RESPONSE = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4.1",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 40, "completion_tokens": 1,
-                           "prompt_tokens_details": {"cached_tokens": 0}}}  # fmt: skip
-RESPONSES_RESPONSE = {"id": "resp_1", "object": "response", "model": "gpt-5", "status": "completed",
-                      "output": [{"type": "message", "role": "assistant",
-                                  "content": [{"type": "output_text", "text": "ok"}]}],
-                      "usage": {"input_tokens": 40, "output_tokens": 1,
-                                "input_tokens_details": {"cached_tokens": 0}}}  # fmt: skip
+GEMINI_RESPONSE = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}],
+    "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 1, "cachedContentTokenCount": 10},
+}
+CHAT_RESPONSE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4.1",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}},
+}
+RESPONSES_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "model": "gpt-5",
+    "status": "completed",
+    "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}],
+    "usage": {"input_tokens": 40, "output_tokens": 1, "input_tokens_details": {"cached_tokens": 0}},
+}
 
 
 def traffic() -> list:
@@ -228,11 +260,17 @@ def traffic() -> list:
     call(dict(main[7], tools=main[7]["tools"] + [{"name": "grep", "description": "Grep.", "input_schema": {}}]))
     call({k: main[7][k] for k in reversed(list(main[7]))})
     call(dict(main[7], max_tokens=main[7]["max_tokens"] * 10 + 1))
-    compacted = make_anthropic_body(main[7]["system"], main[7]["tools"],
-                                    [user([text("Summary: the bug is fixed.", cache_control=dict(EPHEMERAL))])])
+    compacted = make_anthropic_body(
+        main[7]["system"], main[7]["tools"], [user([text("Summary: the bug is fixed.", cache_control=dict(EPHEMERAL))])]
+    )
     call(compacted)
-    call(make_anthropic_body(main[7]["system"], main[7]["tools"], [*compacted["messages"], assistant("Done."),
-                                                                   user("Thanks, now the tests.")]))  # fmt: skip
+    call(
+        make_anthropic_body(
+            main[7]["system"],
+            main[7]["tools"],
+            [*compacted["messages"], assistant("Done."), user("Thanks, now the tests.")],
+        )
+    )
     call(b"this is not json")
     call(json.dumps(main[7]).encode()[:-3])
     call(main[7], dump={"indent": 1})
@@ -248,20 +286,36 @@ def traffic() -> list:
 
     chat = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Fix it."}]
     for i in range(4):
-        call(make_chat_body(list(chat), tools=[chat_tool("read")]), provider="openai", path="/v1/chat/completions",
-             client="chat-agent/1", response_body=json.dumps(CHAT_RESPONSE).encode())  # fmt: skip
+        call(
+            make_chat_body(list(chat), tools=[chat_tool("read")]),
+            provider="openai",
+            path="/v1/chat/completions",
+            client="chat-agent/1",
+            response_body=json.dumps(CHAT_RESPONSE).encode(),
+        )
         chat += [{"role": "assistant", "content": f"Step {i} 日本"}, {"role": "user", "content": f"More {i}."}]
     items: list = [{"role": "user", "content": "Fix it."}]
     for i in range(4):
-        call(make_responses_body(list(items), instructions="Be terse."), provider="openai", path="/v1/responses",
-             client="responses-agent/1", response_body=json.dumps(RESPONSES_RESPONSE).encode())  # fmt: skip
-        items += [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"s{i}"}]},
-                  {"type": "message", "role": "user", "content": f"go on {i}"}]  # fmt: skip
+        call(
+            make_responses_body(list(items), instructions="Be terse."),
+            provider="openai",
+            path="/v1/responses",
+            client="responses-agent/1",
+            response_body=json.dumps(RESPONSES_RESPONSE).encode(),
+        )
+        items += [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"s{i}"}]},
+            {"type": "message", "role": "user", "content": f"go on {i}"},
+        ]
     contents: list = [{"role": "user", "parts": [{"text": "Fix it."}]}]
     for i in range(4):
-        call({"systemInstruction": {"parts": [{"text": "Be terse."}]}, "contents": list(contents)},
-             provider="u/gemini", path="/v1beta/models/gemini-2.5-pro:generateContent", client="gemini-agent/1",
-             response_body=json.dumps(GEMINI_RESPONSE).encode())  # fmt: skip
+        call(
+            {"systemInstruction": {"parts": [{"text": "Be terse."}]}, "contents": list(contents)},
+            provider="u/gemini",
+            path="/v1beta/models/gemini-2.5-pro:generateContent",
+            client="gemini-agent/1",
+            response_body=json.dumps(GEMINI_RESPONSE).encode(),
+        )
         contents += [{"role": "model", "parts": [{"text": f"step {i}"}]}, {"role": "user", "parts": [{"text": "ok"}]}]
     return out
 
@@ -292,8 +346,9 @@ def test_the_writer_reusing_recent_bodies_stores_what_a_computation_from_scratch
 
     # From scratch: every body parsed and hashed whole, every prompt canonicalised and counted whole.
     monkeypatch.setattr(exchange_row, "parse", lambda raw, candidates=(): body_reuse.parse(raw, ()))
-    monkeypatch.setattr(analyze, "prepare",
-                        lambda api, body, raw, candidates, **kw: incremental.prepare(api, body, raw, []))
+    monkeypatch.setattr(
+        analyze, "prepare", lambda api, body, raw, candidates, **kw: incremental.prepare(api, body, raw, [])
+    )
     monkeypatch.setattr(search_index, "prepare", lambda api, body, raw, c: incremental.prepare(api, body, raw, []))
     scratch = stored(tmp_path / "scratch.db", exchanges)
 

@@ -48,8 +48,12 @@ def analyse(prev_body, cur_body, gap=30.0, usage=None, api=A, provider="anthropi
     relation = classify(prev_ctx, CallContext(cur.prompt, provider, api, 0, cur_body))
     pred = predict_cache(prev, cur, relation)
     if usage == "expected":
-        usage = {"input": pred.total_tokens, "output": 10, "cache_read": pred.predicted_read,
-                 "cache_write": pred.predicted_write}  # fmt: skip
+        usage = {
+            "input": pred.total_tokens,
+            "output": 10,
+            "cache_read": pred.predicted_read,
+            "cache_write": pred.predicted_write,
+        }
     price = PRICES.lookup(cur.prompt.model)
     return pred, verdict(pred, usage, relation, price=price, **kw)
 
@@ -138,13 +142,19 @@ def test_ttl_expired_after_five_minutes_but_not_with_one_hour():
 def test_partial_expiry_keeps_the_long_lived_system_cache():
     turns = claude_code_turns(3, system=[text(long_text(700, "s"), cache_control={"type": "ephemeral", "ttl": "1h"})])
     for body in turns:  # make the conversation much larger than the 1h-cached system block
-        body["messages"][0] = user(long_text(3000, "doc")) if isinstance(body["messages"][0]["content"], str) else \
-            user([text(long_text(3000, "doc"), cache_control=dict(EPHEMERAL))])  # fmt: skip
+        body["messages"][0] = (
+            user(long_text(3000, "doc"))
+            if isinstance(body["messages"][0]["content"], str)
+            else user([text(long_text(3000, "doc"), cache_control=dict(EPHEMERAL))])
+        )
     pred, v = analyse(turns[1], turns[2], gap=600)
     sys_tokens = COUNTER.count_prompt(canonicalize(A, turns[1])).prefix_tokens(4)
     assert pred.predicted_read == sys_tokens and pred.ttl_expired
-    v = verdict(pred, usage(pred.total_tokens, sys_tokens, pred.total_tokens - sys_tokens),
-                classify(None, CallContext(canonicalize(A, turns[2]), "anthropic", A)))  # fmt: skip
+    v = verdict(
+        pred,
+        usage(pred.total_tokens, sys_tokens, pred.total_tokens - sys_tokens),
+        classify(None, CallContext(canonicalize(A, turns[2]), "anthropic", A)),
+    )
     assert v.verdict == "ttl_expired" and v.lost_tokens == pred.would_read - sys_tokens
 
 
@@ -228,8 +238,9 @@ def test_lookback_beyond_twenty_blocks_misses_the_previous_entry():
     assert pred.reason == "lookback_exceeded" and pred.predicted_read == sys_tokens
     assert (v.verdict, v.break_segment_kind, v.break_pointer) == ("client_break", "lookback", "/messages/2/content/11")
     # With fewer new blocks the same structure hits.
-    b_small = make_anthropic_body(system=system, tools=default_tools(),
-                                  messages=msgs + [assistant(calls[:3]), user(results[9:])])  # fmt: skip
+    b_small = make_anthropic_body(
+        system=system, tools=default_tools(), messages=msgs + [assistant(calls[:3]), user(results[9:])]
+    )
     assert analyse(a, b_small, usage="expected")[1].verdict == "hit"
 
 
@@ -328,7 +339,11 @@ def test_anthropic_diagnostics_parsed_beside_ours():
     resp = {"diagnostics": {"cache_miss_reason": {"type": "system_changed", "cache_missed_input_tokens": 4200}}}
     d = parse_provider_diagnostics(A, req, resp)
     assert (d["provider"], d["comparison_id"], d["status"], d["missed_tokens"]) == (
-        "anthropic", "msg_1", "system_changed", 4200)  # fmt: skip
+        "anthropic",
+        "msg_1",
+        "system_changed",
+        4200,
+    )
     bodies = claude_code_turns(2, system=big_system())
     _, v = analyse(bodies[0], bodies[1], usage="expected", provider_diagnostics=d)
     assert v.provider_diagnostics is d
@@ -339,11 +354,21 @@ def test_openai_diagnostics_parsed():
     req = make_responses_body(prompt_cache_options={"comparison_response_id": "resp_1"})
     assert parse_provider_diagnostics(api, make_responses_body(), {}) is None
     assert parse_provider_diagnostics(api, req, {})["status"] == "not_reported"
-    resp = {"prompt_cache_diagnostics": {"type": "cache_miss", "cache_missed_tokens": 900, "reason": "tools_changed",
-                                         "comparison_reusable_tokens": 1100}}  # fmt: skip
+    resp = {
+        "prompt_cache_diagnostics": {
+            "type": "cache_miss",
+            "cache_missed_tokens": 900,
+            "reason": "tools_changed",
+            "comparison_reusable_tokens": 1100,
+        }
+    }
     d = parse_provider_diagnostics(api, req, resp)
-    assert (d["status"], d["reason"], d["missed_tokens"], d["reusable_tokens"]) == ("cache_miss", "tools_changed", 900,
-                                                                                    1100)  # fmt: skip
+    assert (d["status"], d["reason"], d["missed_tokens"], d["reusable_tokens"]) == (
+        "cache_miss",
+        "tools_changed",
+        900,
+        1100,
+    )
     hit = parse_provider_diagnostics(api, req, {"prompt_cache_diagnostics": {"type": "cache_hit"}})
     assert hit["status"] == "cache_hit"
     assert parse_provider_diagnostics(api, "junk", {}) is None

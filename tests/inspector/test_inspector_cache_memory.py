@@ -81,10 +81,12 @@ def _older_entry_calls():
     doc = long_text(3000, "doc")
     system = [text("You read documents.")]
     call1 = make_anthropic_body(system, messages=[user(cached(doc))], model="claude-sim")
-    call2 = make_anthropic_body(system, messages=[user(doc), assistant("Read."), user(cached("Part one."))],
-                                model="claude-sim")  # fmt: skip
-    call3 = make_anthropic_body(system, messages=[user(doc), assistant("Read."), user(cached("Part two."))],
-                                model="claude-sim")  # fmt: skip
+    call2 = make_anthropic_body(
+        system, messages=[user(doc), assistant("Read."), user(cached("Part one."))], model="claude-sim"
+    )
+    call3 = make_anthropic_body(
+        system, messages=[user(doc), assistant("Read."), user(cached("Part two."))], model="claude-sim"
+    )
     return [observe(b, 100.0 + 10 * i) for i, b in enumerate((call1, call2, call3))]
 
 
@@ -124,8 +126,9 @@ def test_prefix_keys_depend_on_model_and_message_parameters():
 
 def test_openai_predicts_the_common_token_prefix_of_an_edited_message():
     doc = long_text(3000, "doc")
-    prev = observe(make_chat_body([{"role": "system", "content": "Review."}, {"role": "user", "content": doc}]),
-                   1.0, CHAT)  # fmt: skip
+    prev = observe(
+        make_chat_body([{"role": "system", "content": "Review."}, {"role": "user", "content": doc}]), 1.0, CHAT
+    )
     body = make_chat_body([{"role": "system", "content": "Review."}, {"role": "user", "content": doc[:-30] + " fix"}])
     cur = observe(body, 2.0, CHAT)
     pred = predict_cache(prev, cur, relation(prev, cur, CHAT))

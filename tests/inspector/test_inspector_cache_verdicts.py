@@ -23,13 +23,27 @@ TOTAL = 4000  # the prediction's estimate of the prompt
 
 def prediction(family, reason, read, would, loss, ttl_expired, below, last_bp) -> CachePrediction:
     return CachePrediction(
-        family=family, reason=reason, predicted_read=read, predicted_write=max(0, TOTAL - read),
-        cacheable_prefix_tokens=0 if below else TOTAL, total_tokens=TOTAL, minimum=2048, below_minimum=below,
-        last_breakpoint_index=last_bp, prev_last_breakpoint_index=last_bp, gap_seconds=30.0,
-        ttl_expired=ttl_expired, would_read=max(read, would), client_loss=loss, break_index=None,
-        break_pointer=None, break_kind=None, before_prev_last_breakpoint=None, ttl="5m",
+        family=family,
+        reason=reason,
+        predicted_read=read,
+        predicted_write=max(0, TOTAL - read),
+        cacheable_prefix_tokens=0 if below else TOTAL,
+        total_tokens=TOTAL,
+        minimum=2048,
+        below_minimum=below,
+        last_breakpoint_index=last_bp,
+        prev_last_breakpoint_index=last_bp,
+        gap_seconds=30.0,
+        ttl_expired=ttl_expired,
+        would_read=max(read, would),
+        client_loss=loss,
+        break_index=None,
+        break_pointer=None,
+        break_kind=None,
+        before_prev_last_breakpoint=None,
+        ttl="5m",
         unrounded_read=read + 100 if family == "openai" and read else None,  # rounded again in provider units
-    )  # fmt: skip
+    )
 
 
 PREDICTIONS = [

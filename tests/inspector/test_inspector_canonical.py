@@ -55,9 +55,16 @@ def test_anthropic_order_is_tools_system_messages_with_body_pointers():
     body = {"messages": body["messages"], "system": body["system"], "model": body["model"], "tools": body["tools"]}
     p = canonicalize(A, body)
     assert pointers(p) == [
-        "/tools/0", "/tools/1", "/tools/2", "/system/0", "/system/1",
-        "/messages/0/content", "/messages/1/content/0", "/messages/1/content/1", "/messages/2/content/0",
-    ]  # fmt: skip
+        "/tools/0",
+        "/tools/1",
+        "/tools/2",
+        "/system/0",
+        "/system/1",
+        "/messages/0/content",
+        "/messages/1/content/0",
+        "/messages/1/content/1",
+        "/messages/2/content/0",
+    ]
     assert kinds(p) == ["tools"] * 3 + ["system"] * 2 + ["user_text", "assistant_text", "tool_call", "tool_result"]
     assert [s.role for s in p.segments][3:] == ["system", "system", "user", "assistant", "assistant", "user"]
     assert p.segments[0].name == "read_file"
@@ -134,8 +141,13 @@ def test_non_prompt_parameters_stay_out_of_segments():
 def test_reminders_whole_and_embedded():
     body = make_anthropic_body(
         messages=[
-            user([text(reminder("Todo list is empty.")), text(reminder("a") + "\n" + reminder("b")),
-                  text("Please fix " + reminder("embedded") + " the bug")])
+            user(
+                [
+                    text(reminder("Todo list is empty.")),
+                    text(reminder("a") + "\n" + reminder("b")),
+                    text("Please fix " + reminder("embedded") + " the bug"),
+                ]
+            )
         ]
     )
     p = canonicalize(A, body)
@@ -156,8 +168,13 @@ def test_images_documents_and_thinking():
     body = make_anthropic_body(
         messages=[
             user([image, doc, text("what is this?")]),
-            assistant([{"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
-                       {"type": "redacted_thinking", "data": "opaque"}, text("A cat.")]),
+            assistant(
+                [
+                    {"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    text("A cat."),
+                ]
+            ),
             user([tool_result("t", [text("shot:"), dict(image)])]),
         ]
     )
@@ -173,9 +190,13 @@ def test_server_tools_and_unknown_blocks():
     body = make_anthropic_body(
         messages=[
             user("search"),
-            assistant([{"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "x"}},
-                       {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
-                       {"type": "mystery", "value": 1}]),
+            assistant(
+                [
+                    {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "x"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
+                    {"type": "mystery", "value": 1},
+                ]
+            ),
         ]
     )
     p = canonicalize(A, body)
@@ -232,30 +253,58 @@ def chat_conversation():
         messages=[
             {"role": "system", "content": "You are helpful."},
             {"role": "user", "content": "Read a.py"},
-            {"role": "assistant", "content": None, "refusal": None,
-             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
-                            {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "print(1)"},
             {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "ok"}]},
-            {"role": "user", "content": [{"type": "text", "text": "and this"},
-                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "and this"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                ],
+            },
         ],
         temperature=0.3,
         stream=True,
         prompt_cache_key="k1",
-    )  # fmt: skip
+    )
 
 
 def test_chat_segments_and_pointers():
     body = chat_conversation()
     p = canonicalize(CHAT, body)
     assert pointers(p) == [
-        "/tools/0", "/tools/1", "/messages/0/content", "/messages/1/content",
-        "/messages/2/tool_calls/0", "/messages/2/tool_calls/1", "/messages/3/content", "/messages/4/content/0",
-        "/messages/5/content/0", "/messages/5/content/1",
-    ]  # fmt: skip
-    assert kinds(p) == ["tools", "tools", "system", "user_text", "tool_call", "tool_call", "tool_result",
-                        "tool_result", "user_text", "image"]  # fmt: skip
+        "/tools/0",
+        "/tools/1",
+        "/messages/0/content",
+        "/messages/1/content",
+        "/messages/2/tool_calls/0",
+        "/messages/2/tool_calls/1",
+        "/messages/3/content",
+        "/messages/4/content/0",
+        "/messages/5/content/0",
+        "/messages/5/content/1",
+    ]
+    assert kinds(p) == [
+        "tools",
+        "tools",
+        "system",
+        "user_text",
+        "tool_call",
+        "tool_call",
+        "tool_result",
+        "tool_result",
+        "user_text",
+        "image",
+    ]
     assert p.segments[0].name == "read_file"
     assert (p.segments[4].name, p.segments[4].ref) == ("read_file", "c1")
     assert p.segments[6].ref == "c1" and p.segments[7].ref == "c2"
@@ -286,10 +335,12 @@ def test_chat_developer_role_is_system_and_empty_message_is_kept():
 def test_chat_legacy_functions():
     body = make_chat_body(
         functions=[{"name": "f", "parameters": {}}],
-        messages=[{"role": "user", "content": "x"},
-                  {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
-                  {"role": "function", "name": "f", "content": "done"}],
-    )  # fmt: skip
+        messages=[
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+            {"role": "function", "name": "f", "content": "done"},
+        ],
+    )
     p = canonicalize(CHAT, body)
     assert pointers(p) == ["/functions/0", "/messages/0/content", "/messages/1/function_call", "/messages/2/content"]
     assert kinds(p) == ["tools", "user_text", "tool_call", "tool_result"]
@@ -306,31 +357,69 @@ def responses_conversation():
         input=[
             {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox: on"}]},
             {"role": "user", "content": "list files"},
-            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Use ls."}],
-             "encrypted_content": "xyz"},
-            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "shell",
-             "arguments": "{\"cmd\":\"ls\"}", "status": "completed"},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "Use ls."}],
+                "encrypted_content": "xyz",
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "shell",
+                "arguments": '{"cmd":"ls"}',
+                "status": "completed",
+            },
             {"type": "function_call_output", "call_id": "call_1", "output": "a.py"},
-            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
-             "content": [{"type": "output_text", "text": "One file.", "annotations": []}]},
-            {"role": "user", "content": [{"type": "input_text", "text": "thanks"},
-                                         {"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "One file.", "annotations": []}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "thanks"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AA"},
+                ],
+            },
         ],
         prompt_cache_key="thread-1",
         prompt_cache_retention="24h",
         reasoning={"effort": "high"},
-    )  # fmt: skip
+    )
 
 
 def test_responses_segments_and_pointers():
     body = responses_conversation()
     p = canonicalize(RESP, body)
     assert pointers(p) == [
-        "/tools/0", "/instructions", "/input/0/content/0", "/input/1/content", "/input/2", "/input/3", "/input/4",
-        "/input/5/content/0", "/input/6/content/0", "/input/6/content/1",
-    ]  # fmt: skip
-    assert kinds(p) == ["tools", "system", "system", "user_text", "thinking", "tool_call", "tool_result",
-                        "assistant_text", "user_text", "image"]  # fmt: skip
+        "/tools/0",
+        "/instructions",
+        "/input/0/content/0",
+        "/input/1/content",
+        "/input/2",
+        "/input/3",
+        "/input/4",
+        "/input/5/content/0",
+        "/input/6/content/0",
+        "/input/6/content/1",
+    ]
+    assert kinds(p) == [
+        "tools",
+        "system",
+        "system",
+        "user_text",
+        "thinking",
+        "tool_call",
+        "tool_result",
+        "assistant_text",
+        "user_text",
+        "image",
+    ]
     assert p.segments[4].text == "Use ls."
     assert (p.segments[5].name, p.segments[5].ref, p.segments[6].ref) == ("shell", "call_1", "call_1")
     assert p.segments[6].text == "a.py"
@@ -373,11 +462,17 @@ def test_responses_breakpoint_marker_and_server_state():
 
 
 def test_prompt_tool_refs_and_hashes():
-    body = make_chat_body(messages=[
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "data"}])  # fmt: skip
+    body = make_chat_body(
+        messages=[
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "data"},
+        ]
+    )
     p = canonicalize(CHAT, body)
     assert dict(p.tool_refs.names) == {"c1": "read"} and set(p.tool_refs.results) == {"c1"}
     assert isinstance(p.hashes, Hashes) and p.hashes == tuple(s.hash for s in p.segments)

@@ -108,8 +108,9 @@ def test_parameters_change_without_a_divergence(tmp_path):
 
 def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_path):
     a = make_anthropic_body(messages=[user("hi")])
-    b = make_anthropic_body(messages=[user("hi"), assistant("yo"), user([text("more", cache_control=EPHEMERAL)])],
-                            model="claude-opus-4-1")  # fmt: skip
+    b = make_anthropic_body(
+        messages=[user("hi"), assistant("yo"), user([text("more", cache_control=EPHEMERAL)])], model="claude-opus-4-1"
+    )
     db, (_a_id, b_id) = store(tmp_path, a, b)
     d = diff_calls(db, b_id)
     assert (d["relation"], d["epoch_reason"]) == ("EPOCH_START", "model_change")
@@ -119,8 +120,9 @@ def test_cache_policy_and_model_changes_are_epochs_with_the_content_diff(tmp_pat
 
 def test_long_values_are_clipped(tmp_path):
     long = "x" * 10_000
-    db, (_a_id, b_id) = store(tmp_path, make_anthropic_body(messages=[user(long)]),
-                             make_anthropic_body(messages=[user(long + "y")]))  # fmt: skip
+    db, (_a_id, b_id) = store(
+        tmp_path, make_anthropic_body(messages=[user(long)]), make_anthropic_body(messages=[user(long + "y")])
+    )
     first = diff_calls(db, b_id, max_chars=100)["first_divergence"]
     assert first["a"].startswith("x" * 100) and first["a"].endswith("[9901 more chars]")
     assert first["text"]["offset"] == 10_000 and first["text"]["b_excerpt"] == "x" * 80

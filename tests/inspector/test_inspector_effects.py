@@ -69,8 +69,15 @@ def test_in_turn_reminders_each_at_their_own_block():
     # after a step: the result, the guard's steering message, an appended todo nudge, the request-only deadline
     b = copy.deepcopy(start)
     b["messages"].append(user([tool_result("t1", "exit 1", is_error=True), text(GUARD), text(TODO), text(DEADLINE)]))
-    ms = place(start, b, "guard_signal; kind=repeated_action; count=3", "todo_reminder; since_todowrite=15; open=2",
-               "guard_reminder; signal=repeated_action; count=3", "steer", "reminder; source=deadline; remaining_s=30")
+    ms = place(
+        start,
+        b,
+        "guard_signal; kind=repeated_action; count=3",
+        "todo_reminder; since_todowrite=15; open=2",
+        "guard_reminder; signal=repeated_action; count=3",
+        "steer",
+        "reminder; source=deadline; remaining_s=30",
+    )
     assert shown(b, one(ms, "guard_reminder")) == GUARD
     assert shown(b, one(ms, "todo_reminder")) == TODO
     deadline = one(ms, "reminder")
@@ -196,14 +203,20 @@ def test_sections_are_the_top_level_tags():
 
 def test_a_codex_shaped_compaction_is_inferred_at_its_late_summary():
     api = "openai.responses"
-    ctx = [{"role": "developer", "content": "rules"}, {"role": "user", "content": "<environment_context/>"},
-           {"role": "user", "content": "<user_instructions/>"}]  # fmt: skip
+    ctx = [
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": "<environment_context/>"},
+        {"role": "user", "content": "<user_instructions/>"},
+    ]
     asks = [{"role": "user", "content": f"request {i}"} for i in range(4)]
     history = []
     for i, ask in enumerate(asks):
-        history += [ask, {"type": "function_call", "call_id": f"c{i}", "name": "shell", "arguments": "{}"},
-                    {"type": "function_call_output", "call_id": f"c{i}", "output": long_text(500, f"o{i}")},
-                    {"role": "assistant", "content": [{"type": "output_text", "text": f"done {i}"}]}]  # fmt: skip
+        history += [
+            ask,
+            {"type": "function_call", "call_id": f"c{i}", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{i}", "output": long_text(500, f"o{i}")},
+            {"role": "assistant", "content": [{"type": "output_text", "text": f"done {i}"}]},
+        ]
     prev = make_responses_body(input=ctx + history)
     summary = "Another language model started to solve this problem and produced a summary of its work: ..."
     cur = make_responses_body(input=ctx + asks + [{"role": "user", "content": summary}])

@@ -13,21 +13,42 @@ from ctxscope.vocab.kinds import RelationKind
 from ctxscope.vocab.tokens import count_tokens
 
 G = Api.GEMINI_GENERATE
-TOOLS = [{"functionDeclarations": [{"name": "read", "description": "Read a file.",
-                                    "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}}}}]}]
+TOOLS = [
+    {
+        "functionDeclarations": [
+            {
+                "name": "read",
+                "description": "Read a file.",
+                "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}}},
+            }
+        ]
+    }
+]
 CONTENTS = [
-    {"role": "user", "parts": [{"text": "Read a.txt"},
-                               {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}]},
-    {"role": "model", "parts": [{"text": "thinking...", "thought": True},
-                                {"functionCall": {"name": "read", "args": {"path": "a.txt"}}}]},
+    {
+        "role": "user",
+        "parts": [{"text": "Read a.txt"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}],
+    },
+    {
+        "role": "model",
+        "parts": [
+            {"text": "thinking...", "thought": True},
+            {"functionCall": {"name": "read", "args": {"path": "a.txt"}}},
+        ],
+    },
     {"role": "user", "parts": [{"functionResponse": {"name": "read", "response": {"content": "hello"}}}]},
     {"role": "model", "parts": [{"text": "It says hello."}]},
 ]
 
 
 def body(n: int, **extra) -> dict:
-    return {"systemInstruction": {"parts": [{"text": "You are terse."}]}, "tools": TOOLS,
-            "contents": CONTENTS[:n], "generationConfig": {"temperature": 0}, **extra}  # fmt: skip
+    return {
+        "systemInstruction": {"parts": [{"text": "You are terse."}]},
+        "tools": TOOLS,
+        "contents": CONTENTS[:n],
+        "generationConfig": {"temperature": 0},
+        **extra,
+    }
 
 
 def resolve(doc, pointer: str):
@@ -64,8 +85,10 @@ def test_segments_kinds_and_pointers_into_the_body():
 def test_snake_case_system_and_a_string_system_instruction():
     snake = {"system_instruction": {"parts": [{"text": "S"}]}, "contents": [{"parts": [{"text": "hi"}]}]}
     prompt = canonicalize(G, snake)
-    assert [(s.pointer, s.kind) for s in prompt.segments] == [("/system_instruction/parts/0", "system"),
-                                                               ("/contents/0/parts/0", "user_text")]  # fmt: skip
+    assert [(s.pointer, s.kind) for s in prompt.segments] == [
+        ("/system_instruction/parts/0", "system"),
+        ("/contents/0/parts/0", "user_text"),
+    ]
     assert canonicalize(G, {"contents": "not a list"}) is None
     assert canonicalize(G, {"contents": [{"parts": [{"text": "x"}]}], "systemInstruction": 5}) is None
 

@@ -96,15 +96,23 @@ def test_edits_truncation_and_head_changes():
 
 
 def test_openai_chat_and_responses():
-    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "data"}]  # fmt: skip
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "data"},
+    ]
     chats = [make_chat_body(msgs[: i + 1], tools=[chat_tool("read")]) for i in range(4)]
     assert chain(CHAT, chats) == [0, 1, 2, 3]
-    items = [{"role": "user", "content": "hi"}, {"type": "message", "role": "assistant",
-             "content": [{"type": "output_text", "text": "yo"}]}, {"type": "function_call_output", "call_id": "x",
-             "output": "out"}]  # fmt: skip
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "yo"}]},
+        {"type": "function_call_output", "call_id": "x", "output": "out"},
+    ]
     responses = [make_responses_body(items[: i + 1], instructions="Be brief.") for i in range(3)]
     responses.append(make_responses_body("a plain string input"))
     responses.append(make_responses_body(items, instructions="Be brief."))
@@ -149,9 +157,10 @@ def test_breakpoints_in_reused_messages_follow_a_changed_head():
 
 def test_tool_refs_follow_calls_results_and_history_edits():
     def turn(i, name="read"):
-        return [assistant([text(f"step {i}"), {"type": "tool_use", "id": f"t{i}", "name": name, "input": {}}]),
-                user([{"type": "tool_result", "tool_use_id": f"t{i}", "content": f"out {i}",
-                       "cache_control": EPHEMERAL}])]  # fmt: skip
+        return [
+            assistant([text(f"step {i}"), {"type": "tool_use", "id": f"t{i}", "name": name, "input": {}}]),
+            user([{"type": "tool_result", "tool_use_id": f"t{i}", "content": f"out {i}", "cache_control": EPHEMERAL}]),
+        ]
 
     msgs = [user("go")]
     bodies = []

@@ -219,8 +219,10 @@ def test_retry_linkage_of_calls_made_while_the_writer_runs(tmp_path):
     fine = make_exchange(request_body=other, started_at=t + 2)
     same_again = make_exchange(request_body=other, started_at=t + 3)
     db = capture(tmp_path / "c.db", [failed, retried, fine, same_again])
-    link = {e.id: (queries.get_call(db, e.id)["attempt"], queries.get_call(db, e.id)["retry_of"])
-            for e in (failed, retried, fine, same_again)}  # fmt: skip
+    link = {
+        e.id: (queries.get_call(db, e.id)["attempt"], queries.get_call(db, e.id)["retry_of"])
+        for e in (failed, retried, fine, same_again)
+    }
     assert link == {failed.id: (1, None), retried.id: (2, failed.id), fine.id: (1, None), same_again.id: (1, None)}
 
 
@@ -317,16 +319,42 @@ def test_calls_that_leave_different_columns_empty_are_each_stored_whole(tmp_path
     and refused calls, in turns, each keep exactly their own values, and the retry of the unanswered
     one is numbered as before (``attempt`` has a default of its own)."""
     ok = make_exchange(1)
-    unanswered = make_exchange(2, status=None, response_headers=(), response_body=b"", first_byte_at=None,
-                               outcome="upstream_unreachable", error="connection refused")  # fmt: skip
+    unanswered = make_exchange(
+        2,
+        status=None,
+        response_headers=(),
+        response_body=b"",
+        first_byte_at=None,
+        outcome="upstream_unreachable",
+        error="connection refused",
+    )
     retry = make_exchange(2, started_at=unanswered.started_at + 1)
     refused = make_exchange(3, status=413, response_body=b"", outcome="request_too_large", error="too large")
     db = capture(tmp_path / "c.db", [ok, unanswered, refused, retry, make_exchange(4)])
-    columns = ("stream", "status", "outcome", "error", "ttfb_ms", "response_blob", "response_content_type",
-               "usage_input", "usage_output", "stop_reason", "response_complete", "attempt", "retry_of")  # fmt: skip
+    columns = (
+        "stream",
+        "status",
+        "outcome",
+        "error",
+        "ttfb_ms",
+        "response_blob",
+        "response_content_type",
+        "usage_input",
+        "usage_output",
+        "stop_reason",
+        "response_complete",
+        "attempt",
+        "retry_of",
+    )
     rows = {r["id"]: r for r in db.query(f"SELECT id, {', '.join(columns)} FROM calls")}
     assert {k: rows[ok.id][k] for k in ("status", "outcome", "error", "ttfb_ms", "attempt", "retry_of")} == {
-        "status": 200, "outcome": "ok", "error": None, "ttfb_ms": 250.0, "attempt": 1, "retry_of": None}  # fmt: skip
+        "status": 200,
+        "outcome": "ok",
+        "error": None,
+        "ttfb_ms": 250.0,
+        "attempt": 1,
+        "retry_of": None,
+    }
     assert rows[ok.id]["response_blob"] is not None and rows[ok.id]["usage_input"] is not None
     assert rows[ok.id]["stream"] == 0  # a zero is a value, not an empty column
     gone = rows[unanswered.id]

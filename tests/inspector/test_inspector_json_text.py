@@ -21,14 +21,29 @@ class Level(enum.IntEnum):
 
 
 VALUES = [
-    "plain", "ünïcødé ✓ \u2028 \x00 \"quoted\" \\", 0, -7, 2**70, 1.5, 1e300, 0.1 + 0.2, float("inf"), float("nan"),
-    True, False, None, [], {}, [1, [2, [3, {"a": None}]]],
+    "plain",
+    'ünïcødé ✓ \u2028 \x00 "quoted" \\',
+    0,
+    -7,
+    2**70,
+    1.5,
+    1e300,
+    0.1 + 0.2,
+    float("inf"),
+    float("nan"),
+    True,
+    False,
+    None,
+    [],
+    {},
+    [1, [2, [3, {"a": None}]]],
     {"b": 1, "a": [True, None, "x"], "ç": {"z": 1.0, "y": ""}},
-    {"kind": Colour.RED, "level": Level.HIGH}, [Colour.RED, Level.HIGH],
+    {"kind": Colour.RED, "level": Level.HIGH},
+    [Colour.RED, Level.HIGH],
     {3: "int key", 1.5: "float key", True: "bool key", None: "null key"},
     ("a", "tuple"),
     {"decimal": Decimal("1.25"), "set": {1}},  # not JSON: the default turns them into strings
-]  # fmt: skip
+]
 
 OPTIONS = [
     {},

@@ -109,10 +109,17 @@ def test_a_rolled_back_call_leaves_no_stale_id(tmp_path):
         _store(w, [before])
         _wait(w, 1)
         # Its header set, its request chunk and its seq are new when it is stored, then rolled back.
-        bad = make_exchange(request=anthropic_request([{"role": "user", "content": "please narwhal"}]),
-                            request_headers=(*HEADERS, ("x-only-here", "1")), path="/boom", session_label="s")
-        good = make_exchange(request=anthropic_request([{"role": "user", "content": "please narwhal"}]),
-                             request_headers=(*HEADERS, ("x-only-here", "1")), session_label="s")
+        bad = make_exchange(
+            request=anthropic_request([{"role": "user", "content": "please narwhal"}]),
+            request_headers=(*HEADERS, ("x-only-here", "1")),
+            path="/boom",
+            session_label="s",
+        )
+        good = make_exchange(
+            request=anthropic_request([{"role": "user", "content": "please narwhal"}]),
+            request_headers=(*HEADERS, ("x-only-here", "1")),
+            session_label="s",
+        )
         _store(w, [bad, good])
         _wait(w, 3)
     finally:
@@ -184,8 +191,11 @@ def test_every_stored_call_is_numbered_once_in_storing_order_and_a_rolled_back_o
     _fail_boom_inserts(path)
     w = _writer(path)
     try:
-        calls = [_call("lynx", session_label="s"), _call("puma", session_label="s", path="/boom"),
-                 _call("lynx", session_label="t")]
+        calls = [
+            _call("lynx", session_label="s"),
+            _call("puma", session_label="s", path="/boom"),
+            _call("lynx", session_label="t"),
+        ]
         _store(w, calls)
         _wait(w, 3)
     finally:
@@ -194,8 +204,10 @@ def test_every_stored_call_is_numbered_once_in_storing_order_and_a_rolled_back_o
     db = queries.open_db(path, segment_texts=SegmentTexts)
     try:
         numbered = db.execute("SELECT call_id FROM stored_order ORDER BY seq").fetchall()
-        triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'calls' "
-                              "AND sql LIKE '%INSERT ON calls%' AND name != 'boom'").fetchall()
+        triggers = db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'calls' "
+            "AND sql LIKE '%INSERT ON calls%' AND name != 'boom'"
+        ).fetchall()
     finally:
         db.close()
     assert [r[0] for r in numbered] == [calls[0].id, calls[2].id]
@@ -247,12 +259,15 @@ def test_the_texts_of_a_rolled_back_call_never_reach_fts5(tmp_path):
     _fail_boom_inserts(path)
     w = _writer(path)
     try:
-        bad = make_exchange(request=anthropic_request([{"role": "user", "content": "please kraken"}]), path="/boom",
-                            session_label="s")
-        good = make_exchange(request=anthropic_request([{"role": "user", "content": "please squid"}]),
-                             session_label="s")
-        again = make_exchange(request=anthropic_request([{"role": "user", "content": "please squid"}]),
-                              session_label="t")
+        bad = make_exchange(
+            request=anthropic_request([{"role": "user", "content": "please kraken"}]), path="/boom", session_label="s"
+        )
+        good = make_exchange(
+            request=anthropic_request([{"role": "user", "content": "please squid"}]), session_label="s"
+        )
+        again = make_exchange(
+            request=anthropic_request([{"role": "user", "content": "please squid"}]), session_label="t"
+        )
         _store(w, [bad, good, again])
         _wait(w, 3)
     finally:

@@ -26,11 +26,15 @@ def test_anthropic_cache_multipliers():
 
 def test_override_file(tmp_path):
     path = tmp_path / "prices.json"
-    path.write_text(json.dumps({
-        "my-model": {"input": 2, "output": 8},
-        "claude-opus-4-6": {"input": 4, "cache_write": 5, "cache_read": 0.4, "output": 20},
-        "default": {"input": 1},
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "my-model": {"input": 2, "output": 8},
+                "claude-opus-4-6": {"input": 4, "cache_write": 5, "cache_read": 0.4, "output": 20},
+                "default": {"input": 1},
+            }
+        )
+    )
     t = load_prices(path)
     mine = t.lookup("vendor/my-model-v2")
     assert (mine.input, mine.output, mine.cache_read, mine.cache_write, mine.source) == (2, 8, 0.2, 2, "override")

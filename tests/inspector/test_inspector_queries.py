@@ -18,16 +18,34 @@ T0 = 1_750_000_000.0
 def db_and_calls(tmp_path):
     calls = [
         make_exchange(id="aaaa0001", session_label="main", started_at=T0 + 1),
-        make_exchange(id="aaaa0002", session_label="main", started_at=T0 + 2,
-                      request=anthropic_request(model="claude-haiku-4-5"),
-                      response=anthropic_response(usage={"input_tokens": 5, "output_tokens": 1,
-                                                         "cache_creation_input_tokens": 50})),
-        make_exchange(id="bbbb0003", session_label="side", started_at=T0 + 3, status=529, outcome="http_error",
-                      response={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
-                      error="upstream said 529"),
-        make_exchange(id="cccc0004", session_label=None, key_fingerprint=None, started_at=T0 + 4,
-                      method="GET", path="/v1/models", request_body=b"",
-                      response_body=b'{"data": []}'),
+        make_exchange(
+            id="aaaa0002",
+            session_label="main",
+            started_at=T0 + 2,
+            request=anthropic_request(model="claude-haiku-4-5"),
+            response=anthropic_response(
+                usage={"input_tokens": 5, "output_tokens": 1, "cache_creation_input_tokens": 50}
+            ),
+        ),
+        make_exchange(
+            id="bbbb0003",
+            session_label="side",
+            started_at=T0 + 3,
+            status=529,
+            outcome="http_error",
+            response={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+            error="upstream said 529",
+        ),
+        make_exchange(
+            id="cccc0004",
+            session_label=None,
+            key_fingerprint=None,
+            started_at=T0 + 4,
+            method="GET",
+            path="/v1/models",
+            request_body=b"",
+            response_body=b'{"data": []}',
+        ),
     ]
     path = tmp_path / "q.db"
     return capture(path, calls), calls, path
@@ -38,9 +56,28 @@ def test_list_calls_rows_carry_the_documented_fields(db_and_calls):
     rows = queries.list_calls(db)
     assert [r["id"] for r in rows] == ["cccc0004", "bbbb0003", "aaaa0002", "aaaa0001"]  # newest first
     first = rows[-1]
-    for key in ("id", "session", "seq", "started_at", "api", "model", "method", "path", "status", "outcome", "stream",
-                "request_bytes", "response_bytes", "ttfb_ms", "duration_ms", "usage", "provider", "attempt",
-                "retry_of", "error"):
+    for key in (
+        "id",
+        "session",
+        "seq",
+        "started_at",
+        "api",
+        "model",
+        "method",
+        "path",
+        "status",
+        "outcome",
+        "stream",
+        "request_bytes",
+        "response_bytes",
+        "ttfb_ms",
+        "duration_ms",
+        "usage",
+        "provider",
+        "attempt",
+        "retry_of",
+        "error",
+    ):
         assert key in first
     assert first["started_at"] == "2025-06-15T15:06:41.000000Z"
     assert (first["ttfb_ms"], first["duration_ms"]) == (250.0, 500.0)
@@ -109,11 +146,21 @@ def test_db_status(db_and_calls, tmp_path):
     assert st["capture_epoch"] == 1
     raw = sum(len(c.request_body) + len(c.response_body) for c in calls)
     assert st["blobs"]["raw_bytes"] == raw and st["blobs"]["stored_bytes"] > 0
-    assert st["writer"] == {"write_failed": 0, "dropped": 0, "analysis_failed": 0, "parse_failed": 0,
-                           "store_unavailable": 0, "last_error": None}
+    assert st["writer"] == {
+        "write_failed": 0,
+        "dropped": 0,
+        "analysis_failed": 0,
+        "parse_failed": 0,
+        "store_unavailable": 0,
+        "last_error": None,
+    }
     missing = db_status(tmp_path / "none.db")
-    assert missing == {"path": str(tmp_path / "none.db"), "exists": False, "capture": {"state": "no writer running"},
-                       "spool": {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []}}
+    assert missing == {
+        "path": str(tmp_path / "none.db"),
+        "exists": False,
+        "capture": {"state": "no writer running"},
+        "spool": {"files": 0, "bytes": 0, "left_by_stopped_writers": 0, "quarantined": []},
+    }
     assert not (tmp_path / "none.db").exists()
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)

@@ -56,8 +56,9 @@ def test_agent_loop_is_append_only_with_marker_moves():
 
 def test_same_prompt_is_identical_even_with_other_parameters():
     a = make_anthropic_body(system="S", messages=[user("hi")], max_tokens=100, temperature=0.0)
-    b = make_anthropic_body(system="S", messages=[user("hi")], max_tokens=8000, temperature=1.0, stream=True,
-                            metadata={"user_id": "u"})  # fmt: skip
+    b = make_anthropic_body(
+        system="S", messages=[user("hi")], max_tokens=8000, temperature=1.0, stream=True, metadata={"user_id": "u"}
+    )
     r = rel(a, b)
     assert (r.kind, r.marker_moves) == (RelationKind.IDENTICAL, ())
 
@@ -230,10 +231,13 @@ def test_chat_tool_call_id_change_points_at_the_message_field():
     api = "openai.chat"
     msgs = [
         {"role": "user", "content": "x"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "done"},
-    ]  # fmt: skip
+    ]
     a = make_chat_body(messages=msgs)
     b = copy.deepcopy(a)
     b["messages"][2]["tool_call_id"] = "c9"
@@ -255,9 +259,14 @@ def test_responses_loop_and_instruction_edit():
     api = "openai.responses"
     items = [{"role": "user", "content": "list files"}]
     a = make_responses_body(instructions="Be terse.", input=list(items))
-    b = make_responses_body(instructions="Be terse.", input=items + [
-        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "a.py"}])  # fmt: skip
+    b = make_responses_body(
+        instructions="Be terse.",
+        input=items
+        + [
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+        ],
+    )
     assert rel(a, b, api, "openai").kind == RelationKind.APPEND_ONLY
     c = dict(b, instructions="Be verbose.")
     r = rel(b, c, api, "openai")
@@ -282,8 +291,10 @@ def test_every_divergence_pointer_resolves_in_the_current_body():
 
 
 def test_refinement_skips_normalised_noise_and_escapes_keys():
-    a = make_anthropic_body(tools=[{"name": "t", "input_schema": {"properties": {"a/b~c": {"description": "x"}}}}],
-                            messages=[user([text("one")]), assistant([text("two")])])  # fmt: skip
+    a = make_anthropic_body(
+        tools=[{"name": "t", "input_schema": {"properties": {"a/b~c": {"description": "x"}}}}],
+        messages=[user([text("one")]), assistant([text("two")])],
+    )
     b = copy.deepcopy(a)
     b["messages"][1]["content"][0].update(citations=[], text="changed")
     r = rel(a, b)
@@ -317,7 +328,8 @@ def test_marker_moves_match_a_walk_over_every_shared_segment():
     for prev in prompts:
         for cur in prompts:
             k = shared_prefix(prev.hashes, cur.hashes)
-            walk = tuple(cur.segments[i].pointer for i in range(k)
-                         if prev.segments[i].breakpoint != cur.segments[i].breakpoint)  # fmt: skip
+            walk = tuple(
+                cur.segments[i].pointer for i in range(k) if prev.segments[i].breakpoint != cur.segments[i].breakpoint
+            )
             assert marker_moves(prev, cur, k) == walk
     assert any(marker_moves(p, c, shared_prefix(p.hashes, c.hashes)) for p, c in itertools.pairwise(prompts))

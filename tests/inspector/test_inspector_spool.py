@@ -43,8 +43,16 @@ def test_batches_come_back_in_order_once_and_clear_empties_the_file(tmp_path):
 
 
 def test_every_field_survives_the_round_trip_and_bodies_are_stored_raw(tmp_path):
-    ex = make_exchange(7, request_body=bytes(range(256)) * 4, annotations=(("x-ctxscope-tag", "t\udcff"),),
-                       first_byte_at=None, status=None, extra={"proxy_error_body": "{}"}, error="boom", client="ua")
+    ex = make_exchange(
+        7,
+        request_body=bytes(range(256)) * 4,
+        annotations=(("x-ctxscope-tag", "t\udcff"),),
+        first_byte_at=None,
+        status=None,
+        extra={"proxy_error_body": "{}"},
+        error="boom",
+        client="ua",
+    )
     [back] = spool_format.decode(b"".join(spool_format.encode([_pack(ex)]))[12:])
     assert unpack(back) == ex
     record = b"".join(spool_format.encode([_pack(ex)]))
@@ -63,7 +71,7 @@ def test_times_are_written_as_their_bytes_in_hex_and_read_back_as_the_same_float
     odd = make_exchange(4, started_at=1_750_000_000, first_byte_at=0.1 + 0.2)
     record = b"".join(spool_format.encode([_pack(ex), _pack(odd)]))[12:]
     (n,) = struct.unpack_from("<I", record)
-    head, other = json.loads(record[4:4 + n])
+    head, other = json.loads(record[4 : 4 + n])
     names = [f.name for f in dataclasses.fields(type(ex))]
     assert head[names.index("started_at")] == struct.pack("<d", 1796210516.4069738).hex()
     assert head[names.index("first_byte_at")] is None and other[names.index("started_at")] == 1_750_000_000
@@ -80,13 +88,13 @@ def test_a_record_of_version_3_with_its_times_as_numbers_still_reads():
     ex = make_exchange(5, started_at=1796210516.4069738, first_byte_at=1796210516.5, ended_at=1796210517.25)
     record = b"".join(spool_format.encode([_pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
-    heads = json.loads(record[4:4 + n])
+    heads = json.loads(record[4 : 4 + n])
     names = [f.name for f in dataclasses.fields(type(ex))]
     for name in ("started_at", "first_byte_at", "ended_at"):  # as version 3 wrote them: numbers
         heads[0][names.index(name)] = getattr(ex, name)
     text = json.dumps(heads).encode()
     assert b"1796210516.4069738" in text
-    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n :])
     assert unpack(back) == ex
     assert spool_format.MAGIC + bytes([3]) in spool_format.READABLE
 

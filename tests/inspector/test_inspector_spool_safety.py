@@ -119,8 +119,18 @@ def test_a_record_torn_by_a_crash_is_dropped_and_counted_and_the_rest_stored(tmp
     assert spools.spool_files(db) == [] and db_status(db)["spool"]["quarantined"] == []
 
 
-@pytest.mark.parametrize("field, value", [("status", "200"), ("request_body", -1), ("extra", []), ("id", None),
-                                          ("started_at", "soon"), ("ended_at", "00ff"), ("first_byte_at", [1])])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("status", "200"),
+        ("request_body", -1),
+        ("extra", []),
+        ("id", None),
+        ("started_at", "soon"),
+        ("ended_at", "00ff"),
+        ("first_byte_at", [1]),
+    ],
+)
 def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     import dataclasses
     import json
@@ -131,10 +141,10 @@ def test_a_record_with_a_field_of_the_wrong_type_is_corrupt(field, value):
     names = [f.name for f in dataclasses.fields(Exchange)]
     record = b"".join(spool_format.encode([pack(make_exchange(1))]))[12:]
     (n,) = struct.unpack_from("<I", record)
-    heads = json.loads(record[4:4 + n])
+    heads = json.loads(record[4 : 4 + n])
     heads[0][names.index(field)] = value
     text = json.dumps(heads).encode()
-    forged = struct.pack("<I", len(text)) + text + record[4 + n:]
+    forged = struct.pack("<I", len(text)) + text + record[4 + n :]
     assert zlib.crc32(forged)  # a checksum would match: the reader checks more than that
     with pytest.raises(spool_format.SpoolCorrupt):
         spool_format.decode(forged)
@@ -147,15 +157,18 @@ def test_a_record_written_before_fields_with_defaults_existed_still_reads():
     from ctxscope.inspector.writer.wire.call_fields import unpack
     from ctxscope.proxy.exchange import Exchange
 
-    optional = sum(1 for f in dataclasses.fields(Exchange) if f.default is not dataclasses.MISSING
-                   or f.default_factory is not dataclasses.MISSING)
+    optional = sum(
+        1
+        for f in dataclasses.fields(Exchange)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    )
     ex = make_exchange(1, error=None, client=None)  # the optional fields at their defaults
     record = b"".join(spool_format.encode([pack(ex)]))[12:]
     (n,) = struct.unpack_from("<I", record)
-    heads = json.loads(record[4:4 + n])
+    heads = json.loads(record[4 : 4 + n])
     heads[0] = heads[0][:-optional]  # as an older ctxscope wrote it
     text = json.dumps(heads).encode()
-    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n:])
+    [back] = spool_format.decode(struct.pack("<I", len(text)) + text + record[4 + n :])
     assert unpack(back) == ex
 
 

@@ -36,8 +36,9 @@ def cp(body, api=A):
 
 def title_call(prompt_text="Fix the bug."):
     """A side call like Claude Code's title generation: other system prompt, no tools."""
-    return make_anthropic_body(system=[text("Write a 3-word title for this request.")], messages=[user(prompt_text)],
-                               model="claude-haiku-4-5")  # fmt: skip
+    return make_anthropic_body(
+        system=[text("Write a 3-word title for this request.")], messages=[user(prompt_text)], model="claude-haiku-4-5"
+    )
 
 
 # --- explicit session ids ---------------------------------------------------------------------
@@ -50,7 +51,9 @@ def test_label_beats_everything():
 
 def test_headers_in_order_of_strength():
     assert explicit_session_id({"x-ctxscope-session": "a", "session_id": "b"}, {}, None) == (
-        "a", "header:x-ctxscope-session")  # fmt: skip
+        "a",
+        "header:x-ctxscope-session",
+    )
     cc = explicit_session_id({"x-claude-code-session-id": UUID}, {}, None)
     assert cc == (UUID, "header:x-claude-code-session-id")
     assert explicit_session_id({"session_id": "codex-1"}, {}, None) == ("codex-1", "header:session_id")
@@ -119,8 +122,9 @@ def test_main_loop_with_interleaved_side_calls():
 def test_sub_agent_sharing_the_tool_prefix_starts_its_own_thread():
     main = claude_code_turns(3)
     sub_tools = default_tools()[:2]  # same first tools as the main thread, then fewer
-    sub = make_anthropic_body(system=[text("You are a search sub-agent.")], tools=sub_tools,
-                              messages=[user("Find the config loader.")])  # fmt: skip
+    sub = make_anthropic_body(
+        system=[text("You are a search sub-agent.")], tools=sub_tools, messages=[user("Find the config loader.")]
+    )
     recent = [("m0", cp(main[0])), ("m1", cp(main[1]))]
     assert choose_predecessor(cp(sub), recent) == (None, 0)
     sub2 = copy.deepcopy(sub)
@@ -189,7 +193,12 @@ def test_place_call_in_an_explicit_session():
     ]
     p = place_call("m2", cp(main[2]), ("S", "header:x-claude-code-session-id"), recent)
     assert (p.session_id, p.session_source, p.thread_id, p.predecessor, p.parent_thread_id) == (
-        "S", "header:x-claude-code-session-id", "m0", "m1", None)  # fmt: skip
+        "S",
+        "header:x-claude-code-session-id",
+        "m0",
+        "m1",
+        None,
+    )
     # Another title call: same side agent, so it continues the title thread.
     side = place_call("t1", cp(title_call("x")), ("S", "label"), recent)
     assert (side.thread_id, side.parent_thread_id, side.predecessor) == ("t0", None, "t0")
@@ -242,14 +251,21 @@ def test_a_continuing_prompt_joins_its_conversation_whatever_came_between():
     recent = [_unnamed("m0", main[0], "S1", "m0", 0.0), _unnamed("o0", other, "S2", "o0", 5.0)]
     p = place_call("m1", cp(main[1]), None, recent, fallback=("key:k", "key"), time=10.0)
     assert (p.session_id, p.thread_id, p.predecessor, p.grouped_by, p.thread_start) == (
-        "S1", "m0", "m0", GroupedBy.LINEAGE, False)
+        "S1",
+        "m0",
+        "m0",
+        GroupedBy.LINEAGE,
+        False,
+    )
 
 
 def test_a_divergence_behind_the_first_user_turn_is_lineage_a_shared_system_prompt_alone_is_not():
-    first = make_anthropic_body(system="You are a helper.", messages=[user("Question one?"), assistant("A."),
-                                                                      user("Follow-up.")])  # fmt: skip
-    edited = make_anthropic_body(system="You are a helper.", messages=[user("Question one?"), assistant("A."),
-                                                                       user("Another follow-up.")])  # fmt: skip
+    first = make_anthropic_body(
+        system="You are a helper.", messages=[user("Question one?"), assistant("A."), user("Follow-up.")]
+    )
+    edited = make_anthropic_body(
+        system="You are a helper.", messages=[user("Question one?"), assistant("A."), user("Another follow-up.")]
+    )
     stranger = make_anthropic_body(system="You are a helper.", messages=[user("A different question?")])
     recent = [_unnamed("a0", first, "S1", "a0", 0.0)]
     diverged = place_call("a1", cp(edited), None, recent, fallback=("key:k", "key"), time=1.0)
@@ -258,7 +274,12 @@ def test_a_divergence_behind_the_first_user_turn_is_lineage_a_shared_system_prom
     # client shortly after: a new thread of the same session.
     near = place_call("b0", cp(stranger), None, recent, fallback=("key:k", "key"), time=60.0)
     assert (near.session_id, near.thread_id, near.predecessor, near.grouped_by, near.thread_start) == (
-        "S1", "b0", None, GroupedBy.CLIENT_GAP, True)
+        "S1",
+        "b0",
+        None,
+        GroupedBy.CLIENT_GAP,
+        True,
+    )
     assert near.parent_thread_id == "a0"
     # With an explicit session id the old rule stands: a shared system prompt keeps the thread.
     named = place_call("b0", cp(stranger), ("S", "label"), [RecentCall("a0", cp(first), "S", "a0")])
@@ -267,39 +288,60 @@ def test_a_divergence_behind_the_first_user_turn_is_lineage_a_shared_system_prom
 
 def test_after_a_long_idle_gap_without_lineage_a_new_session_begins():
     recent = [_unnamed("a0", claude_code_turns(1)[0], "key:k:a0", "a0", 0.0)]
-    later = place_call("t0", cp(title_call("Something else.")), None, recent, fallback=("key:k", "key"),
-                       time=IDLE_GAP_S + 1)  # fmt: skip
+    later = place_call(
+        "t0", cp(title_call("Something else.")), None, recent, fallback=("key:k", "key"), time=IDLE_GAP_S + 1
+    )
     assert (later.session_id, later.thread_id, later.grouped_by, later.thread_start) == (
-        "key:k:t0", "t0", GroupedBy.NEW, False)
+        "key:k:t0",
+        "t0",
+        GroupedBy.NEW,
+        False,
+    )
     # ... unless it continues the lineage: a conversation resumed after lunch is still itself.
-    resumed = place_call("a1", cp(claude_code_turns(2)[1]), None, recent, fallback=("key:k", "key"),
-                         time=IDLE_GAP_S * 4)  # fmt: skip
+    resumed = place_call(
+        "a1", cp(claude_code_turns(2)[1]), None, recent, fallback=("key:k", "key"), time=IDLE_GAP_S * 4
+    )
     assert (resumed.session_id, resumed.predecessor, resumed.grouped_by) == ("key:k:a0", "a0", GroupedBy.LINEAGE)
 
 
 def test_a_side_call_that_started_before_the_latest_call_but_ended_after_it_joins_its_session():
     # A title call sent beside the main thread's second call, which ends first: the writer places the
     # main call first, then the title call, whose start is earlier than the latest call's.
-    recent = [_unnamed("a0", claude_code_turns(1)[0], "key:k:a0", "a0", 100.0),
-              _unnamed("a1", claude_code_turns(2)[1], "key:k:a0", "a0", 110.0)]  # fmt: skip
+    recent = [
+        _unnamed("a0", claude_code_turns(1)[0], "key:k:a0", "a0", 100.0),
+        _unnamed("a1", claude_code_turns(2)[1], "key:k:a0", "a0", 110.0),
+    ]
     side = place_call("t0", cp(title_call("Fix the bug.")), None, recent, fallback=("key:k", "key"), time=109.5)
     assert (side.session_id, side.thread_id, side.parent_thread_id, side.grouped_by, side.thread_start) == (
-        "key:k:a0", "t0", "a0", GroupedBy.CLIENT_GAP, True)
+        "key:k:a0",
+        "t0",
+        "a0",
+        GroupedBy.CLIENT_GAP,
+        True,
+    )
     # Long before the latest call is no longer the same activity.
-    old = place_call("t1", cp(title_call("Fix the bug.")), None, recent, fallback=("key:k", "key"),
-                     time=110.0 - IDLE_GAP_S - 1)  # fmt: skip
+    old = place_call(
+        "t1", cp(title_call("Fix the bug.")), None, recent, fallback=("key:k", "key"), time=110.0 - IDLE_GAP_S - 1
+    )
     assert (old.session_id, old.grouped_by) == ("key:k:t1", GroupedBy.NEW)
 
 
 def test_explicit_sources_name_how_the_call_was_grouped():
-    assert [grouped_by_source(s) for s in ("label", "header:session_id", "metadata.user_id", "prompt_cache_key",
-                                           "previous_response_id")] == [
-        GroupedBy.LABEL, GroupedBy.HEADER, GroupedBy.METADATA, GroupedBy.PROMPT_CACHE_KEY,
-        GroupedBy.PREVIOUS_RESPONSE]  # fmt: skip
+    assert [
+        grouped_by_source(s)
+        for s in ("label", "header:session_id", "metadata.user_id", "prompt_cache_key", "previous_response_id")
+    ] == [
+        GroupedBy.LABEL,
+        GroupedBy.HEADER,
+        GroupedBy.METADATA,
+        GroupedBy.PROMPT_CACHE_KEY,
+        GroupedBy.PREVIOUS_RESPONSE,
+    ]
     first = place_call("x0", cp(claude_code_turns(1)[0]), ("S", "header:session_id"), [])
     assert (first.thread_start, first.grouped_by) == (False, GroupedBy.HEADER)
-    side = place_call("t0", cp(title_call()), ("S", "header:session_id"),
-                      [RecentCall("x0", cp(claude_code_turns(1)[0]), "S", "x0")])  # fmt: skip
+    side = place_call(
+        "t0", cp(title_call()), ("S", "header:session_id"), [RecentCall("x0", cp(claude_code_turns(1)[0]), "S", "x0")]
+    )
     assert (side.thread_start, side.parent_thread_id) == (True, "x0")
 
 
@@ -314,9 +356,15 @@ def _msg(role, content):
 def test_a_compaction_that_drops_a_developer_message_keeps_its_predecessor():
     dev_a, dev_b = _msg("developer", "Sandbox: workspace-write."), _msg("developer", "<env>cwd=/src</env>")
     task = _msg("user", "Fix the parser.")
-    before = _codex([dev_a, dev_b, task, {"type": "function_call", "call_id": "c1", "name": "shell",
-                                          "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1",
-                                                               "output": "ok"}])  # fmt: skip
+    before = _codex(
+        [
+            dev_a,
+            dev_b,
+            task,
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+    )
     compacted = _codex([dev_a, _msg("user", "Summary of the work so far: the parser was fixed."), _msg("user", "Go.")])
     assert thread_key(cp(before, R)) != thread_key(cp(compacted, R))  # the system/developer prefix changed
     assert choose_predecessor(cp(compacted, R), [("b", cp(before, R))], strict=True) == ("b", 2)
@@ -326,11 +374,18 @@ def test_a_compaction_that_drops_a_developer_message_keeps_its_predecessor():
 
 
 def test_the_same_conversation_in_another_api_is_its_predecessor():
-    chat = {"model": "gpt-4.1", "messages": [{"role": "system", "content": "Be brief."},
-                                             {"role": "user", "content": "Name a prime."}]}  # fmt: skip
-    responses = make_responses_body(instructions="Be brief.", input=[
-        {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"},
-        {"role": "user", "content": "Another?"}])  # fmt: skip
+    chat = {
+        "model": "gpt-4.1",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}],
+    }
+    responses = make_responses_body(
+        instructions="Be brief.",
+        input=[
+            {"role": "user", "content": "Name a prime."},
+            {"role": "assistant", "content": "7"},
+            {"role": "user", "content": "Another?"},
+        ],
+    )
     unrelated = make_responses_body(instructions="Be brief.", input=[{"role": "user", "content": "Hello."}])
     recent = [("c", cp(chat, "openai.chat"))]
     assert choose_predecessor(cp(responses, R), recent, strict=True) == ("c", 0)
@@ -348,8 +403,10 @@ def test_the_main_thread_is_the_agent_loop_not_the_first_call():
     threads.append({"thread": "classifier", "calls": 9, "tool_rounds": 0, "first_seq": 3})
     assert thread_order(threads)[0] == "agent"
     # Without tool rounds: most calls, then the earliest.
-    plain = [{"thread": "a", "calls": 2, "tool_rounds": 0, "first_seq": 1},
-             {"thread": "b", "calls": 2, "tool_rounds": 0, "first_seq": 3}]  # fmt: skip
+    plain = [
+        {"thread": "a", "calls": 2, "tool_rounds": 0, "first_seq": 1},
+        {"thread": "b", "calls": 2, "tool_rounds": 0, "first_seq": 3},
+    ]
     assert thread_order(plain) == ["a", "b"]
 
 

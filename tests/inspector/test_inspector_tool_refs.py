@@ -19,8 +19,14 @@ def _naive_refs(segments):
 
 def test_tool_refs_layered_on_a_base_equal_refs_built_from_scratch():
     rng = random.Random(3)
-    pool = [_seg(rng.choice(("tool_call", "tool_result", "user_text")), rng.choice(("a", "b", "c", "d", "", None)),
-                 rng.choice(("read", "write"))) for _ in range(300)]  # fmt: skip
+    pool = [
+        _seg(
+            rng.choice(("tool_call", "tool_result", "user_text")),
+            rng.choice(("a", "b", "c", "d", "", None)),
+            rng.choice(("read", "write")),
+        )
+        for _ in range(300)
+    ]
     segments, refs = [], ToolRefs.of([])
     for step in range(60):  # keep some, drop the rest, add new ones; layers fold past MAX_LAYERS
         keep = rng.randrange(max(1, len(segments) - 3), len(segments) + 1) if segments else 0

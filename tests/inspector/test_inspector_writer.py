@@ -181,20 +181,26 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
     from support.factories import anthropic_request
 
     turns = [[{"role": "user", "content": "first question"}]]
-    turns.append(turns[-1] + [{"role": "assistant", "content": "first answer"},
-                              {"role": "user", "content": "second question"}])
-    turns.append(turns[-1] + [{"role": "assistant", "content": "second answer"},
-                              {"role": "user", "content": "third question"}])
+    turns.append(
+        turns[-1] + [{"role": "assistant", "content": "first answer"}, {"role": "user", "content": "second question"}]
+    )
+    turns.append(
+        turns[-1] + [{"role": "assistant", "content": "second answer"}, {"role": "user", "content": "third question"}]
+    )
 
     def traffic():
-        return [make_exchange(request=anthropic_request(turns[0]), session_label="s"),
-                make_exchange(request=anthropic_request(turns[1]), session_label="s", client="boom"),
-                make_exchange(request=anthropic_request(turns[1]), session_label="s"),
-                make_exchange(request=anthropic_request(turns[2]), session_label="s")]
+        return [
+            make_exchange(request=anthropic_request(turns[0]), session_label="s"),
+            make_exchange(request=anthropic_request(turns[1]), session_label="s", client="boom"),
+            make_exchange(request=anthropic_request(turns[1]), session_label="s"),
+            make_exchange(request=anthropic_request(turns[2]), session_label="s"),
+        ]
 
     def run(path, isolated: bool):
-        store.connect(path).execute("CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.client = 'boom' "
-                                    "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+        store.connect(path).execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.client = 'boom' "
+            "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
         if isolated:  # the reference: each call in its savepoint from the start
             monkeypatch.setattr(batches, "store_one", lambda *a, **k: work.store_one(*a, **{**k, "isolated": True}))
         exs = traffic()
@@ -207,8 +213,22 @@ def test_a_batch_stored_again_after_a_failing_call_is_analysed_as_if_each_call_h
         assert (w.stats().written, w.stats().failed) == (3, 1)
         db = queries.open_db(path, segment_texts=SegmentTexts)
         try:
-            cols = ("seq", "thread", "predecessor", "relation", "epoch_reason", "relation_detail", "tokens_estimated",
-                    "tokens_by_category", "cache_verdict", "cache", "markers", "attempt", "retry_of", "grouped_by")
+            cols = (
+                "seq",
+                "thread",
+                "predecessor",
+                "relation",
+                "epoch_reason",
+                "relation_detail",
+                "tokens_estimated",
+                "tokens_by_category",
+                "cache_verdict",
+                "cache",
+                "markers",
+                "attempt",
+                "retry_of",
+                "grouped_by",
+            )
             ids = {ex.id: n for n, ex in enumerate(exs)}  # ids differ between the runs: compare positions
             rows = []
             for row in db.execute(f"SELECT id, {', '.join(cols)} FROM calls ORDER BY rowid").fetchall():
@@ -580,13 +600,15 @@ def test_the_writer_thread_deletes_a_session_between_batches_and_refuses_once_st
 
 @pytest.mark.parametrize("give_back", [True, False])
 def test_the_publisher_sleeps_once_all_is_stored_giving_the_heap_back_only_for_a_writer_here(
-        tmp_path, monkeypatch, give_back):
+    tmp_path, monkeypatch, give_back
+):
     """A writer child's heap and the daemon's go back before its counters are read (writer/daemon_side/launch.py);
     a writer in this process has only its publisher to do it, once everything is stored."""
     trims = []
     monkeypatch.setattr(status, "release_heap", lambda: trims.append(time.monotonic()))
-    publisher = status.StatusPublisher(tmp_path / "c.db", lambda: status.WriterStats(written=3, running=True),
-                                       interval=0.01, give_back_heap=give_back)
+    publisher = status.StatusPublisher(
+        tmp_path / "c.db", lambda: status.WriterStats(written=3, running=True), interval=0.01, give_back_heap=give_back
+    )
     try:
         deadline = time.monotonic() + 10
         while not publisher.asleep:

@@ -159,8 +159,9 @@ def test_calls_held_in_memory_are_fed_within_the_writer_byte_limit(tmp_path, mon
 
 def _record(batch, pause=False):
     """A hand-over as the child reads it off its pipe."""
-    return HandoverRecord(pause, bytearray(b"".join(payload_pieces(batch))), len(batch),
-                          sum(call_size(f) for f in batch))
+    return HandoverRecord(
+        pause, bytearray(b"".join(payload_pieces(batch))), len(batch), sum(call_size(f) for f in batch)
+    )
 
 
 def test_a_handover_is_spooled_as_it_came_and_near_the_limit_call_by_call(tmp_path):

@@ -38,20 +38,23 @@ def _through(pipe, message):
     return got
 
 
-@pytest.mark.parametrize("message", [
-    m.DeleteSession(7, "label:abc", 29.0),
-    m.Stop(),
-    m.Forget(),
-    m.Ready(3, None),
-    m.Ready(None, "unable to open database file"),
-    m.Failed("ImportError: no module"),
-    m.Recovered(["a", "b"]),
-    m.Counters({"written": 3, "last_error": None, "store_down_since": "2026-01-01T00:00:00Z", "running": True}, 5),
-    m.Deleted(2, result={"calls": 4, "bodies": 1}),
-    m.Deleted(3, error="the writer is busy"),
-    m.Taken(0),
-    m.Taken(2**40),
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        m.DeleteSession(7, "label:abc", 29.0),
+        m.Stop(),
+        m.Forget(),
+        m.Ready(3, None),
+        m.Ready(None, "unable to open database file"),
+        m.Failed("ImportError: no module"),
+        m.Recovered(["a", "b"]),
+        m.Counters({"written": 3, "last_error": None, "store_down_since": "2026-01-01T00:00:00Z", "running": True}, 5),
+        m.Deleted(2, result={"calls": 4, "bodies": 1}),
+        m.Deleted(3, error="the writer is busy"),
+        m.Taken(0),
+        m.Taken(2**40),
+    ],
+)
 def test_every_control_message_comes_out_as_it_went_in(pipe, message):
     assert _through(pipe, message) == message
 

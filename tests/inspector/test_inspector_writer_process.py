@@ -97,11 +97,11 @@ def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_pat
 def test_parent_killed_child_keeps_what_it_received(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / "tests")!r})
         from support.factories import make_exchange
         from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
         if __name__ == "__main__":
-            w = WriterProcess({str(tmp_path / 'k.db')!r})
+            w = WriterProcess({str(tmp_path / "k.db")!r})
             w.start()
             for i in range(200):
                 w.submit(make_exchange(i))
@@ -417,7 +417,7 @@ def report(out):
     return analyzers
 '''
 
-_DAEMON_LIKE_MAIN = '''
+_DAEMON_LIKE_MAIN = """
 import json, os, sys, time
 import ctxscope.daemon  # what `ctxscope serve` has imported: the proxy's server, the web routes, the simulator
 import ctxscope.main  # the CLI (click)
@@ -436,10 +436,15 @@ if __name__ == "__main__":
         w.stop()
     print(json.dumps(commands))
     print(json.dumps(sorted(sys.modules)))
-'''
+"""
 
 FORBIDDEN_IN_WRITER = (
-    "ctxscope.web", "ctxscope.simulator", "ctxscope.proxy.server", "ctxscope.main", "ctxscope.daemon", "ctxscope.agent"
+    "ctxscope.web",
+    "ctxscope.simulator",
+    "ctxscope.proxy.server",
+    "ctxscope.main",
+    "ctxscope.daemon",
+    "ctxscope.agent",
 )
 
 
@@ -450,8 +455,13 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     (tmp_path / "daemon_like.py").write_text(_DAEMON_LIKE_MAIN)
     out = tmp_path / "child-modules.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(tmp_path / "daemon_like.py"), str(tmp_path / "w.db"), str(out)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "daemon_like.py"), str(tmp_path / "w.db"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     parent = set(json.loads(done.stdout.strip().splitlines()[-1]))
     child = set(json.loads(out.read_text()))
@@ -463,8 +473,13 @@ def test_the_writer_child_imports_the_inspector_and_not_the_cli_proxy_web_or_sim
     leaked = sorted(m for m in child if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_IN_WRITER))
     assert not leaked, f"the writer child imported {leaked}"
     # click: only what the store's SQLite library (sqlite_utils) imports itself, none of the CLI's use of it
-    alone = subprocess.run([sys.executable, "-c", "import sys, sqlite_utils; print(' '.join(sys.modules))"],
-                           capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    alone = subprocess.run(
+        [sys.executable, "-c", "import sys, sqlite_utils; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert {m for m in child if m == "click" or m.startswith("click.")} <= set(alone)
 
 

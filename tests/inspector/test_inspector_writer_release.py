@@ -24,13 +24,39 @@ from ctxscope.vocab import tokens
 from support.factories import T0, analysis_and_index, make_exchange
 from support.inspector_bodies import claude_code_turns, make_chat_body
 
-ANALYSIS = ("session", "seq", "session_source", "grouped_by", "thread", "parent_thread", "predecessor", "relation",
-            "pointer", "epoch_reason", "relation_detail", "tokens_estimated", "tokens_by_category", "cache_verdict",
-            "cache", "cache_lost_tokens", "cache_lost_usd", "markers", "has_compaction_before", "response_id",
-            "attempt", "retry_of", "request_sha256", "model")  # fmt: skip
-CHAT_RESPONSE = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 30, "completion_tokens": 1}}  # fmt: skip
+ANALYSIS = (
+    "session",
+    "seq",
+    "session_source",
+    "grouped_by",
+    "thread",
+    "parent_thread",
+    "predecessor",
+    "relation",
+    "pointer",
+    "epoch_reason",
+    "relation_detail",
+    "tokens_estimated",
+    "tokens_by_category",
+    "cache_verdict",
+    "cache",
+    "cache_lost_tokens",
+    "cache_lost_usd",
+    "markers",
+    "has_compaction_before",
+    "response_id",
+    "attempt",
+    "retry_of",
+    "request_sha256",
+    "model",
+)
+CHAT_RESPONSE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4o",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 30, "completion_tokens": 1},
+}
 
 
 def traffic() -> list:
@@ -39,9 +65,17 @@ def traffic() -> list:
     chat = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Fix it."}]
     for i, body in enumerate(claude_code_turns(10, reminders=(3, 7))):
         out.append(make_exchange(request_body=json.dumps(body).encode(), session_label="loop", started_at=T0 + 9 * i))
-        out.append(make_exchange(request_body=json.dumps(make_chat_body(list(chat))).encode(), session_label=None,
-                                 provider="openai", path="/v1/chat/completions", client="chat-agent/1",
-                                 response_body=json.dumps(CHAT_RESPONSE).encode(), started_at=T0 + 9 * i + 4))
+        out.append(
+            make_exchange(
+                request_body=json.dumps(make_chat_body(list(chat))).encode(),
+                session_label=None,
+                provider="openai",
+                path="/v1/chat/completions",
+                client="chat-agent/1",
+                response_body=json.dumps(CHAT_RESPONSE).encode(),
+                started_at=T0 + 9 * i + 4,
+            )
+        )
         chat += [{"role": "assistant", "content": f"Step {i}"}, {"role": "user", "content": f"More {i}."}]
     return out
 

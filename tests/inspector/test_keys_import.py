@@ -35,11 +35,17 @@ def ctxscope(*args: str, home: Path, check: bool = True) -> subprocess.Completed
 
 def har_file(path: Path, url: str, body: object, headers: list[dict] | None = None) -> Path:
     entry = {
-        "startedDateTime": "2026-01-02T03:04:05.000Z", "time": 10, "timings": {"wait": 5},
-        "request": {"method": "POST", "url": url, "headers": headers or [{"name": "x-api-key", "value": KEY}],
-                    "postData": {"mimeType": "application/json", "text": json.dumps(body)}},
+        "startedDateTime": "2026-01-02T03:04:05.000Z",
+        "time": 10,
+        "timings": {"wait": 5},
+        "request": {
+            "method": "POST",
+            "url": url,
+            "headers": headers or [{"name": "x-api-key", "value": KEY}],
+            "postData": {"mimeType": "application/json", "text": json.dumps(body)},
+        },
         "response": {"status": 200, "headers": [], "content": {"text": "{}"}},
-    }  # fmt: skip
+    }
     path.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
     return path
 
@@ -52,10 +58,18 @@ def bundle_file(path: Path, *exchanges: dict) -> Path:
 
 
 def exchange(call_id: str = "0123456789abcdef012345", **over: object) -> dict:
-    fields = {"id": call_id, "provider": "anthropic", "upstream": "https://api.anthropic.com", "method": "POST",
-              "path": "/v1/messages", "request_headers": [["x-api-key", "[redacted]"]],
-              "request_body": base64.b64encode(json.dumps(MESSAGES).encode()).decode(),
-              "started_at": 1.0e9, "ended_at": 1.0e9 + 1, "status": 200}  # fmt: skip
+    fields = {
+        "id": call_id,
+        "provider": "anthropic",
+        "upstream": "https://api.anthropic.com",
+        "method": "POST",
+        "path": "/v1/messages",
+        "request_headers": [["x-api-key", "[redacted]"]],
+        "request_body": base64.b64encode(json.dumps(MESSAGES).encode()).decode(),
+        "started_at": 1.0e9,
+        "ended_at": 1.0e9 + 1,
+        "status": 200,
+    }
     return {**fields, **over}
 
 
@@ -70,8 +84,13 @@ def imported(db: Path) -> dict:
 
 def test_a_foreign_har_is_routed_by_its_path_and_body_never_by_its_host(tmp_path):
     db, home = tmp_path / "c.db", tmp_path / "home"
-    ctxscope("import", str(har_file(tmp_path / "evil.har", "https://evilanthropic.com/v1/messages", MESSAGES)),
-             "--db", str(db), home=home)  # fmt: skip
+    ctxscope(
+        "import",
+        str(har_file(tmp_path / "evil.har", "https://evilanthropic.com/v1/messages", MESSAGES)),
+        "--db",
+        str(db),
+        home=home,
+    )
     row = imported(db)
     conn = open_db(db)
     try:
@@ -100,8 +119,9 @@ def test_an_unknown_shape_is_unknown_and_never_gets_a_key(tmp_path):
 def test_a_bundle_naming_a_listener_as_upstream_sends_it_no_key(tmp_path):
     db, home = tmp_path / "c.db", tmp_path / "home"
     with Trap("127.0.0.2") as trap:
-        bundle = bundle_file(tmp_path / "b.ctxscope", exchange(provider=f"u/{trap.host}",
-                                                                upstream=f"http://{trap.netloc}"))  # fmt: skip
+        bundle = bundle_file(
+            tmp_path / "b.ctxscope", exchange(provider=f"u/{trap.host}", upstream=f"http://{trap.netloc}")
+        )
         ctxscope("import", str(bundle), "--db", str(db), home=home)
         row = imported(db)
         done = ctxscope("curl", row["id"], "--db", str(db), home=home)
@@ -117,13 +137,16 @@ def test_a_bundle_naming_a_listener_as_upstream_sends_it_no_key(tmp_path):
 
 def _peak_rss_mb(*args: str, home: Path) -> tuple[subprocess.CompletedProcess, float]:
     """The command's peak RSS (its own, in a fresh parent that waits for nothing else)."""
-    probe = ("import resource, subprocess, sys\n"
-             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-             "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "sys.stderr.write(done.stderr)\n")  # fmt: skip
+    probe = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "sys.stderr.write(done.stderr)\n"
+    )
     env = {**os.environ, "CTXSCOPE_HOME": str(home)}
-    out = subprocess.run([sys.executable, "-c", probe, str(CTXSCOPE), *args], env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(CTXSCOPE), *args], env=env, capture_output=True, text=True, timeout=300
+    )
     code, kb = out.stdout.split()
     return subprocess.CompletedProcess(args, int(code), "", out.stderr), int(kb) / 1024
 

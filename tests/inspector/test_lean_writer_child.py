@@ -23,7 +23,7 @@ from support.factories import make_exchange
 
 # The child imports this by name: the daemon's analyzers, then one that writes down every module the
 # child holds after each call it stored (so what storing and analysing imported is there too).
-_PROBE = '''
+_PROBE = """
 import json, sys
 from ctxscope.inspector.pipeline.search_index import writer_analyzers
 
@@ -32,7 +32,7 @@ def report(out):
         with open(out, "w") as f:
             json.dump(sorted(sys.modules), f)
     return [*writer_analyzers(), modules]
-'''
+"""
 
 HEAVY = ("sqlite_utils", "click", "dateutil", "pluggy", "sqlite_fts4")
 

@@ -68,14 +68,23 @@ class Receiver:
             resource = {a.key: _value(a.value) for a in rs.resource.attributes}
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    self.spans.append({
-                        "span_id": s.span_id.hex(), "trace_id": s.trace_id.hex(), "name": s.name,
-                        "start": s.start_time_unix_nano, "end": s.end_time_unix_nano, "kind": s.kind,
-                        "attributes": {a.key: _value(a.value) for a in s.attributes},
-                        "events": [(e.name, e.time_unix_nano, {a.key: _value(a.value) for a in e.attributes})
-                                   for e in s.events],
-                        "resource": resource, "scope": ss.scope.name,
-                    })
+                    self.spans.append(
+                        {
+                            "span_id": s.span_id.hex(),
+                            "trace_id": s.trace_id.hex(),
+                            "name": s.name,
+                            "start": s.start_time_unix_nano,
+                            "end": s.end_time_unix_nano,
+                            "kind": s.kind,
+                            "attributes": {a.key: _value(a.value) for a in s.attributes},
+                            "events": [
+                                (e.name, e.time_unix_nano, {a.key: _value(a.value) for a in e.attributes})
+                                for e in s.events
+                            ],
+                            "resource": resource,
+                            "scope": ss.scope.name,
+                        }
+                    )
         return web.Response(body=b"", content_type="application/x-protobuf")
 
     def start(self) -> None:
@@ -130,8 +139,13 @@ def daemons(loop_thread, sim, tmp_path, monkeypatch):
     db_path = tmp_path / "captures.db"
 
     def start(settings: ExportSettings | None):
-        cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path, export=settings,
-                           upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url})
+        cfg = DaemonConfig(
+            host="127.0.0.1",
+            port=0,
+            db=db_path,
+            export=settings,
+            upstreams={"anthropic": sim.url, "openai": sim.url, "sim": sim.url},
+        )
         daemon = loop_thread.call(start_daemon(cfg))
         started.append(daemon)
         return daemon
@@ -143,8 +157,9 @@ def daemons(loop_thread, sim, tmp_path, monkeypatch):
 
 
 def _anthropic_calls(url: str, session: str, n: int) -> None:
-    client = sdk_clients.Anthropic(api_key=KEY, base_url=url + "/anthropic", max_retries=0,
-                                   default_headers={"x-ctxscope-session": session})
+    client = sdk_clients.Anthropic(
+        api_key=KEY, base_url=url + "/anthropic", max_retries=0, default_headers={"x-ctxscope-session": session}
+    )
     messages: list[dict] = []
     for i in range(n):
         messages.append({"role": "user", "content": f"question {i}: what is in the file?"})
@@ -180,8 +195,12 @@ def test_one_span_per_call_with_genai_and_ctxscope_attributes(daemons, receiver)
     receiver.start()
     daemon = daemons(_settings(receiver.url))
     _anthropic_calls(daemon.url, "team-a", 3)
-    openai = sdk_clients.OpenAI(api_key="sk-test-otlp-0123456789abcdef", base_url=daemon.url + "/openai/v1",
-                                max_retries=0, default_headers={"x-ctxscope-session": "team-b"})
+    openai = sdk_clients.OpenAI(
+        api_key="sk-test-otlp-0123456789abcdef",
+        base_url=daemon.url + "/openai/v1",
+        max_retries=0,
+        default_headers={"x-ctxscope-session": "team-b"},
+    )
     openai.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hello"}])
     rows = _stored(daemons.db_path, 4)
     spans = _settle(receiver, 4)
@@ -261,8 +280,12 @@ def test_content_export_is_off_by_default_and_masks_keys_when_on(daemons, receiv
     daemon = daemons(_settings(receiver.url, content=True, headers={"x-team-token": "t0ken"}))
     client = sdk_clients.Anthropic(api_key=KEY, base_url=daemon.url + "/anthropic", max_retries=0)
     leaked = "sk-ant-api03-" + "A" * 40
-    client.messages.create(model="claude-sonnet-4-6", max_tokens=32, system="be brief",
-                           messages=[{"role": "user", "content": f"my key is {leaked}, keep it"}])
+    client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=32,
+        system="be brief",
+        messages=[{"role": "user", "content": f"my key is {leaked}, keep it"}],
+    )
     span = _settle(receiver, 1)[0]
     events = {name: attrs for name, _at, attrs in span["events"]}
     assert set(events) == {"gen_ai.first_token", "gen_ai.content.prompt", "gen_ai.content.completion"}
@@ -275,8 +298,14 @@ def test_content_export_is_off_by_default_and_masks_keys_when_on(daemons, receiv
 
 
 def test_content_longer_than_the_cap_is_cut_and_says_so():
-    row = {"id": "c1", "started_at": "2026-12-01T09:00:00.000000Z", "ended_at": "2026-12-01T09:00:01.000000Z",
-           "api": "openai.chat", "model": "m", "outcome": "ok"}
+    row = {
+        "id": "c1",
+        "started_at": "2026-12-01T09:00:00.000000Z",
+        "ended_at": "2026-12-01T09:00:01.000000Z",
+        "api": "openai.chat",
+        "model": "m",
+        "outcome": "ok",
+    }
     huge = {"messages": [{"role": "user", "content": "x" * (CONTENT_CAP * 2)}]}
     span = call_span(row, Resource.create({}), response={"choices": []}, request=huge, content=True)
     prompt = next(e for e in span.events if e.name == "gen_ai.content.prompt").attributes["gen_ai.input.messages"]
@@ -318,11 +347,20 @@ def test_export_settings_from_the_config_file_and_the_command_line(tmp_path):
     config.write_text('[export]\notlp_endpoint = "http://collector:4318"\nheaders = { authorization = "Bearer t" }\n')
     cfg = build_config(config_file=config, host=None, port=None, db=None, upstream_options=(), allow_remote=False)
     assert cfg.export == ExportSettings("http://collector:4318/v1/traces", headers={"authorization": "Bearer t"})
-    cfg = build_config(config_file=config, host=None, port=None, db=None, upstream_options=(), allow_remote=False,
-                       otlp_endpoint="http://other:4318/v1/traces")
+    cfg = build_config(
+        config_file=config,
+        host=None,
+        port=None,
+        db=None,
+        upstream_options=(),
+        allow_remote=False,
+        otlp_endpoint="http://other:4318/v1/traces",
+    )
     assert cfg.export is not None and cfg.export.endpoint == "http://other:4318/v1/traces"
-    assert build_config(config_file=None, host=None, port=None, db=None, upstream_options=(),
-                        allow_remote=False).export is None
+    assert (
+        build_config(config_file=None, host=None, port=None, db=None, upstream_options=(), allow_remote=False).export
+        is None
+    )
     config.write_text('[export]\notlp_endpoint = "http://c:4318"\nprotocol = "grpc"\n')
     with pytest.raises(ValueError, match=r"\[export\]: protocol 'grpc' is not supported"):
         build_config(config_file=config, host=None, port=None, db=None, upstream_options=(), allow_remote=False)

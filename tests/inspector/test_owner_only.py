@@ -30,8 +30,10 @@ def _mode(path) -> int:
 def _chat(url: str, n: int = 3) -> None:
     with httpx2.Client(timeout=30) as c:
         for i in range(n):
-            r = c.post(url + "/u/sim/v1/chat/completions",
-                       json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]})
+            r = c.post(
+                url + "/u/sim/v1/chat/completions",
+                json={"model": "gpt-sim", "messages": [{"role": "user", "content": f"m{i}"}]},
+            )
             assert r.status_code == 200
 
 
@@ -106,6 +108,7 @@ def test_tightening_never_changes_a_file_swapped_in_through_a_symlink(tmp_path, 
                 os.rename(loose, tmp_path / "moved")
                 os.symlink(victim, loose)
             return out
+
         return look
 
     monkeypatch.setattr(os, "lstat", swap_after(real_lstat))

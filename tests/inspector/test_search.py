@@ -41,12 +41,21 @@ def _conversation(proxy, sim) -> list[dict]:
     messages: list = [{"role": "user", "content": "list the files"}]
     sim.state().set_script([{"text": "I will look."}, {"text": "Found the lighthouse keeper."}, {"text": "done"}])
     for turn in range(3):
-        msg = client.messages.create(model="claude-sonnet-4-6", max_tokens=100, system="You are careful.",
-                                     messages=messages, extra_headers={"x-ctxscope-session": "search-e2e"})
+        msg = client.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=100,
+            system="You are careful.",
+            messages=messages,
+            extra_headers={"x-ctxscope-session": "search-e2e"},
+        )
         messages.append({"role": "assistant", "content": [{"type": "text", "text": msg.content[0].text}]})
         if turn == 0:
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "t1", "content": f"README.md\n{UNIQUE}.txt\n"}]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t1", "content": f"README.md\n{UNIQUE}.txt\n"}],
+                }
+            )
         else:
             messages.append({"role": "user", "content": f"next {turn}"})
     return proxy.wait_for_calls(3)
@@ -59,7 +68,8 @@ def test_a_tool_result_string_is_found_at_its_call_and_pointer(proxy, sim):
     proxy.stop()  # the writer has stored and indexed everything
     hits = json.loads(invoke("search", UNIQUE, *db, "--json"))
     assert [(h["call"], h["pointer"], h["area"], h["body"]) for h in hits] == [
-        (rows[1]["id"], "/messages/2/content/0", "tool_results", "request")]
+        (rows[1]["id"], "/messages/2/content/0", "tool_results", "request")
+    ]
     assert hits[0]["session"] == "search-e2e" and hits[0]["seq"] == 2
     assert hits[0]["snippet"] == f"README.md\n[{UNIQUE}].txt\n"
     assert json.loads(invoke("search", UNIQUE, *db, "--json", "--in", "system")) == []
@@ -97,8 +107,10 @@ def test_reindex_backfills_captures_made_without_the_index(tmp_path):
 
 def test_deleting_a_session_takes_its_text_out_of_the_index(tmp_path):
     path = tmp_path / "c.db"
-    exchanges = [make_exchange(request=anthropic_request([{"role": "user", "content": f"{word} {UNIQUE}"}]),
-                               session_label=label) for word, label in (("alpha", "keep"), ("beta", "drop"))]
+    exchanges = [
+        make_exchange(request=anthropic_request([{"role": "user", "content": f"{word} {UNIQUE}"}]), session_label=label)
+        for word, label in (("alpha", "keep"), ("beta", "drop"))
+    ]
     capture(path, exchanges).conn.close()
     invoke("reindex", "--db", str(path))
     db = open_db(path, segment_texts=SegmentTexts)
@@ -139,8 +151,13 @@ def _growing(n: int, label: str = "grow") -> list:
     messages: list = [{"role": "user", "content": "first question about the anemone-trellis"}]
     out = []
     for i in range(n):
-        out.append(make_exchange(request=anthropic_request(list(messages)), response=anthropic_response(f"reply {i}"),
-                                 session_label=label))
+        out.append(
+            make_exchange(
+                request=anthropic_request(list(messages)),
+                response=anthropic_response(f"reply {i}"),
+                session_label=label,
+            )
+        )
         messages += [{"role": "assistant", "content": f"reply {i}"}, {"role": "user", "content": f"turn {i}"}]
     return out
 
@@ -194,8 +211,10 @@ def _words(seed: int, n: int) -> str:
     import random
 
     rng = random.Random(seed)
-    return " ".join("".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(rng.randint(2, 5)))
-                    for _ in range(n))
+    return " ".join(
+        "".join(rng.choice("bcdfghjklmnpqrstvwxz") + rng.choice("aeiou") for _ in range(rng.randint(2, 5)))
+        for _ in range(n)
+    )
 
 
 def _fts_rows(db, word: str) -> list[int]:
@@ -223,8 +242,9 @@ def test_the_store_holds_no_second_copy_of_a_text(tmp_path):
     path = tmp_path / "c.db"
     long_text = _words(22, 6000)  # ~40 KB
     body = anthropic_request([{"role": "user", "content": long_text}])
-    capture(path, [make_exchange(request=body, response=anthropic_response("noted"))],
-            analyzers=writer_analyzers()).conn.close()
+    capture(
+        path, [make_exchange(request=body, response=anthropic_response("noted"))], analyzers=writer_analyzers()
+    ).conn.close()
     db = open_db(path, segment_texts=SegmentTexts)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("c.db"))
@@ -247,10 +267,14 @@ def test_deleting_a_session_removes_its_words_from_fts_and_keeps_shared_texts(tm
 
     path = tmp_path / "c.db"
     shared = f"You are the {UNIQUE} assistant."
-    exchanges = [make_exchange(request=anthropic_request([{"role": "user", "content": f"{word} question"}],
-                                                         system=shared),
-                               response=anthropic_response(f"{word} answer"), session_label=label)
-                 for word, label in (("zirconwordalpha", "first"), ("zirconwordbeta", "second"))]
+    exchanges = [
+        make_exchange(
+            request=anthropic_request([{"role": "user", "content": f"{word} question"}], system=shared),
+            response=anthropic_response(f"{word} answer"),
+            session_label=label,
+        )
+        for word, label in (("zirconwordalpha", "first"), ("zirconwordbeta", "second"))
+    ]
     capture(path, exchanges, analyzers=writer_analyzers()).conn.close()
     db = open_db(path, segment_texts=SegmentTexts)
     _fts_consistent(db)
@@ -310,10 +334,15 @@ def test_an_index_written_with_text_copies_migrates_to_reading_the_bodies(tmp_pa
         ingest(db, ex, IngestState(capture_epoch=1))
         session = db.execute("SELECT session FROM calls WHERE id = ?", [ex.id]).fetchone()[0]
         for key, holder in ((b"a" * 16, session), (b"b" * 16, "other")):  # the triggers of m013 feed FTS5
-            seg = db.execute("INSERT INTO search_segments (hash, area, data) VALUES (?, 'messages', ?)",
-                             [key, zstd.compress(text.encode())]).lastrowid
-            db.execute("INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
-                       "VALUES (?, ?, ?, 'request', '/messages/0/content')", [seg, holder, ex.id])
+            seg = db.execute(
+                "INSERT INTO search_segments (hash, area, data) VALUES (?, 'messages', ?)",
+                [key, zstd.compress(text.encode())],
+            ).lastrowid
+            db.execute(
+                "INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
+                "VALUES (?, ?, ?, 'request', '/messages/0/content')",
+                [seg, holder, ex.id],
+            )
     db.close()
     db = open_db(path, segment_texts=SegmentTexts)  # migrates
     assert set(db["search_segments"].columns_dict) == {"id", "hash", "area", "size"}

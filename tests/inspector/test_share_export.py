@@ -40,21 +40,32 @@ def _session(proxy, sim) -> None:
     msgs: list = [{"role": "user", "content": "list the files"}]
     for turn in range(4):
         system = SYSTEM if turn < 3 else SYSTEM.replace("careful", "careless", 1)
-        kwargs = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": msgs,
-                  "extra_query": {"api_key": QUERY_KEY},
-                  "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]}
+        kwargs = {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 64,
+            "messages": msgs,
+            "extra_query": {"api_key": QUERY_KEY},
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        }
         if turn % 2:
             with client.messages.stream(**kwargs) as stream:
                 text = stream.get_final_message().content[0].text
         else:
             text = client.messages.create(**kwargs).content[0].text
-        msgs = msgs + [{"role": "assistant", "content": [{"type": "text", "text": text}]},
-                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{turn}",
-                                                     "content": f"file{turn}.txt"}]}]  # fmt: skip
+        msgs = msgs + [
+            {"role": "assistant", "content": [{"type": "text", "text": text}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"t{turn}", "content": f"file{turn}.txt"}],
+            },
+        ]
     leak = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/leak/anthropic", max_retries=0)
     sim.state().set_script([{"text": "noted"}])
-    leak.messages.create(model="claude-sonnet-4-6", max_tokens=16,
-                         messages=[{"role": "user", "content": f"my key is {BODY_KEY}, keep it"}])
+    leak.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=16,
+        messages=[{"role": "user", "content": f"my key is {BODY_KEY}, keep it"}],
+    )
     proxy.wait_for_calls(5)
     proxy.stop()
 
@@ -73,14 +84,47 @@ def _valid_har(har: dict) -> list[dict]:
     assert log["version"] == "1.2"
     _require(log["creator"], "creator", {"name": str, "version": str})
     for i, e in enumerate(log["entries"]):
-        _require(e, f"entries[{i}]", {"startedDateTime": str, "time": (int, float), "request": dict,
-                                       "response": dict, "cache": dict, "timings": dict})  # fmt: skip
-        _require(e["request"], "request", {"method": str, "url": str, "httpVersion": str, "cookies": list,
-                                            "headers": list, "queryString": list, "headersSize": int,
-                                            "bodySize": int})  # fmt: skip
-        _require(e["response"], "response", {"status": int, "statusText": str, "httpVersion": str, "cookies": list,
-                                              "headers": list, "content": dict, "redirectURL": str,
-                                              "headersSize": int, "bodySize": int})  # fmt: skip
+        _require(
+            e,
+            f"entries[{i}]",
+            {
+                "startedDateTime": str,
+                "time": (int, float),
+                "request": dict,
+                "response": dict,
+                "cache": dict,
+                "timings": dict,
+            },
+        )
+        _require(
+            e["request"],
+            "request",
+            {
+                "method": str,
+                "url": str,
+                "httpVersion": str,
+                "cookies": list,
+                "headers": list,
+                "queryString": list,
+                "headersSize": int,
+                "bodySize": int,
+            },
+        )
+        _require(
+            e["response"],
+            "response",
+            {
+                "status": int,
+                "statusText": str,
+                "httpVersion": str,
+                "cookies": list,
+                "headers": list,
+                "content": dict,
+                "redirectURL": str,
+                "headersSize": int,
+                "bodySize": int,
+            },
+        )
         _require(e["response"]["content"], "content", {"size": int, "mimeType": str})
         _require(e["timings"], "timings", {"send": (int, float), "wait": (int, float), "receive": (int, float)})
         for h in e["request"]["headers"] + e["response"]["headers"] + e["request"]["queryString"]:
@@ -93,8 +137,10 @@ def _valid_har(har: dict) -> list[dict]:
 def _relations(path) -> list[tuple]:
     db = open_db(path)
     try:
-        return [(c["session"], c["seq"], c["relation"], c["pointer"], c["epoch_reason"], c["cache_verdict"],
-                 c["thread"]) for c in list_calls(db, limit=None, newest_first=False)]  # fmt: skip
+        return [
+            (c["session"], c["seq"], c["relation"], c["pointer"], c["epoch_reason"], c["cache_verdict"], c["thread"])
+            for c in list_calls(db, limit=None, newest_first=False)
+        ]
     finally:
         db.close()
 
@@ -165,25 +211,59 @@ def test_no_key_in_any_exported_file(captured, tmp_path):
 
 
 FOREIGN_REQUEST = {"model": "claude-sonnet-4-6", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-FOREIGN_RESPONSE = {"id": "msg_x", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "yo"}],
-                    "usage": {"input_tokens": 3, "output_tokens": 1}}
+FOREIGN_RESPONSE = {
+    "id": "msg_x",
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "text", "text": "yo"}],
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
 
 
 @pytest.mark.slow
 def test_a_foreign_har_is_imported_under_a_label_and_bad_files_change_nothing(captured, tmp_path):
-    har = {"log": {"version": "1.2", "creator": {"name": "browser", "version": "1"}, "entries": [{
-        "startedDateTime": "2026-01-02T03:04:05.000Z", "time": 120, "cache": {},
-        "timings": {"send": 0, "wait": 100, "receive": 20},
-        "request": {"method": "POST", "url": "https://api.anthropic.com/v1/messages", "httpVersion": "HTTP/2",
-                    "cookies": [], "headers": [{"name": "x-api-key", "value": KEY},
-                                               {"name": "content-type", "value": "application/json"}],
-                    "queryString": [], "headersSize": -1, "bodySize": 10,
-                    "postData": {"mimeType": "application/json", "text": json.dumps(FOREIGN_REQUEST)}},
-        "response": {"status": 200, "statusText": "OK", "httpVersion": "HTTP/2", "cookies": [],
-                     "headers": [{"name": "content-type", "value": "application/json"},
-                                 {"name": "content-encoding", "value": "gzip"}],
-                     "content": {"size": 10, "mimeType": "application/json", "text": json.dumps(FOREIGN_RESPONSE)},
-                     "redirectURL": "", "headersSize": -1, "bodySize": 10}}]}}  # fmt: skip
+    har = {
+        "log": {
+            "version": "1.2",
+            "creator": {"name": "browser", "version": "1"},
+            "entries": [
+                {
+                    "startedDateTime": "2026-01-02T03:04:05.000Z",
+                    "time": 120,
+                    "cache": {},
+                    "timings": {"send": 0, "wait": 100, "receive": 20},
+                    "request": {
+                        "method": "POST",
+                        "url": "https://api.anthropic.com/v1/messages",
+                        "httpVersion": "HTTP/2",
+                        "cookies": [],
+                        "headers": [
+                            {"name": "x-api-key", "value": KEY},
+                            {"name": "content-type", "value": "application/json"},
+                        ],
+                        "queryString": [],
+                        "headersSize": -1,
+                        "bodySize": 10,
+                        "postData": {"mimeType": "application/json", "text": json.dumps(FOREIGN_REQUEST)},
+                    },
+                    "response": {
+                        "status": 200,
+                        "statusText": "OK",
+                        "httpVersion": "HTTP/2",
+                        "cookies": [],
+                        "headers": [
+                            {"name": "content-type", "value": "application/json"},
+                            {"name": "content-encoding", "value": "gzip"},
+                        ],
+                        "content": {"size": 10, "mimeType": "application/json", "text": json.dumps(FOREIGN_RESPONSE)},
+                        "redirectURL": "",
+                        "headersSize": -1,
+                        "bodySize": 10,
+                    },
+                }
+            ],
+        }
+    }
     path = tmp_path / "browser.har"
     path.write_text(json.dumps(har))
     fresh = tmp_path / "foreign.db"
@@ -210,7 +290,8 @@ def test_a_foreign_har_is_imported_under_a_label_and_bad_files_change_nothing(ca
 def test_import_refuses_a_database_a_daemon_is_capturing_into(proxy, sim, tmp_path):
     sim.state().set_script([{"text": "x"}])
     sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/busy/anthropic", max_retries=0).messages.create(
-        model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
     proxy.wait_for_calls(1)
     out = tmp_path / "busy.har"
     invoke("export", "busy", "--db", str(proxy.db_path), "-o", str(out))
@@ -233,12 +314,19 @@ def test_compressed_and_binary_bodies_round_trip_byte_exact(tmp_path):
     gz = gzip.compress(response, mtime=0)
     binary = bytes(range(256)) * 4
     exchanges = [
-        make_exchange(session_label="bin", response_body=gz,
-                      response_headers=(("content-type", "application/json"), ("content-encoding", "gzip"))),
-        make_exchange(session_label="bin", request_body=binary,
-                      request_headers=(("content-type", "application/octet-stream"),),
-                      request=anthropic_request(), path="/v1/files"),
-    ]  # fmt: skip
+        make_exchange(
+            session_label="bin",
+            response_body=gz,
+            response_headers=(("content-type", "application/json"), ("content-encoding", "gzip")),
+        ),
+        make_exchange(
+            session_label="bin",
+            request_body=binary,
+            request_headers=(("content-type", "application/octet-stream"),),
+            request=anthropic_request(),
+            path="/v1/files",
+        ),
+    ]
     path = tmp_path / "c.db"
     capture(path, exchanges).close()
     out = tmp_path / "bin.har"

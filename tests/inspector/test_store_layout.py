@@ -52,8 +52,10 @@ def _chunk_bytes(db) -> int:
 
 
 SYSTEM = _text(random.Random(1), 20_000)
-TOOLS = [{"name": f"tool{i}", "description": _text(random.Random(i), 1500), "input_schema": {"type": "object"}}
-         for i in range(10)]
+TOOLS = [
+    {"name": f"tool{i}", "description": _text(random.Random(i), 1500), "input_schema": {"type": "object"}}
+    for i in range(10)
+]
 
 
 def test_a_new_session_shares_the_system_prompt_and_tools_already_stored(tmp_path):
@@ -93,14 +95,22 @@ def test_deleting_a_session_frees_what_only_it_used_and_keeps_what_others_share(
 
 
 def test_header_lists_come_back_exactly_from_their_shared_sets(tmp_path):
-    pairs = [["content-type", "application/json"], ["Date", "Tue, 01 Dec 2026 11:35:34 GMT"],
-             ["request-id", "req_1"], ["anthropic-ratelimit-tokens-remaining", "9000"], ["x-app", "cli"],
-             ["content-length", "17"], ["DATE", ""]]
+    pairs = [
+        ["content-type", "application/json"],
+        ["Date", "Tue, 01 Dec 2026 11:35:34 GMT"],
+        ["request-id", "req_1"],
+        ["anthropic-ratelimit-tokens-remaining", "9000"],
+        ["x-app", "cli"],
+        ["content-length", "17"],
+        ["DATE", ""],
+    ]
     shape, values = split(pairs)
     assert values == ["Tue, 01 Dec 2026 11:35:34 GMT", "req_1", "9000", "17", ""]
     assert join(shape, values) == pairs
-    calls = [make_exchange(i, response_headers=(("content-type", "application/json"), ("request-id", f"req_{i}")))
-             for i in range(5)]
+    calls = [
+        make_exchange(i, response_headers=(("content-type", "application/json"), ("request-id", f"req_{i}")))
+        for i in range(5)
+    ]
     db = capture(tmp_path / "h.db", calls)
     assert db.execute("SELECT COUNT(*) FROM header_sets").fetchone()[0] == 2  # one request set, one response set
     for ex in calls:
@@ -116,22 +126,38 @@ def _old_database(path) -> None:
     migrations.apply(db, stop_before="m011_create_chunks")
     first = json.dumps(anthropic_request([{"role": "user", "content": "the old lighthouse keeper"}])).encode()
     second = first[:-1] + b', "temperature": 1}'
-    k = db.execute("INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) "
-                   "VALUES (?, ?, NULL, 0, 0, 0, ?)", [sha256(first), len(first), zstd.compress(first)]).lastrowid
+    k = db.execute(
+        "INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) VALUES (?, ?, NULL, 0, 0, 0, ?)",
+        [sha256(first), len(first), zstd.compress(first)],
+    ).lastrowid
     d = make_delta(first, second)
-    delta = db.execute("INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) "
-                       "VALUES (?, ?, ?, 1, ?, ?, ?)",
-                       [sha256(second), len(second), k, d.prefix_len, d.suffix_len, zstd.compress(d.middle)]).lastrowid
+    delta = db.execute(
+        "INSERT INTO blobs (sha256, size, base, depth, prefix_len, suffix_len, data) VALUES (?, ?, ?, 1, ?, ?, ?)",
+        [sha256(second), len(second), k, d.prefix_len, d.suffix_len, zstd.compress(d.middle)],
+    ).lastrowid
     for i, blob in enumerate((k, delta)):
-        db.execute("INSERT INTO calls (id, session, seq, request_blob, request_headers, response_headers, "
-                   "started_at, outcome, status, method, path, api) VALUES (?, 'old', ?, ?, ?, ?, ?, 'ok', 200, "
-                   "'POST', '/v1/messages', 'anthropic.messages')",
-                   [f"old{i}", i + 1, blob, json.dumps([["x-app", "cli"], ["x-api-key", "[redacted]"]]),
-                    json.dumps([["request-id", f"req_{i}"]]), f"2026-01-01T00:00:0{i}.000000Z"])
-    seg = db.execute("INSERT INTO search_segments (hash, area, text) VALUES (?, 'messages', ?)",
-                     ["ab" * 32, "the old lighthouse keeper"]).lastrowid
-    db.execute("INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
-               "VALUES (?, 'old', 'old0', 'request', '/messages/0/content')", [seg])
+        db.execute(
+            "INSERT INTO calls (id, session, seq, request_blob, request_headers, response_headers, "
+            "started_at, outcome, status, method, path, api) VALUES (?, 'old', ?, ?, ?, ?, ?, 'ok', 200, "
+            "'POST', '/v1/messages', 'anthropic.messages')",
+            [
+                f"old{i}",
+                i + 1,
+                blob,
+                json.dumps([["x-app", "cli"], ["x-api-key", "[redacted]"]]),
+                json.dumps([["request-id", f"req_{i}"]]),
+                f"2026-01-01T00:00:0{i}.000000Z",
+            ],
+        )
+    seg = db.execute(
+        "INSERT INTO search_segments (hash, area, text) VALUES (?, 'messages', ?)",
+        ["ab" * 32, "the old lighthouse keeper"],
+    ).lastrowid
+    db.execute(
+        "INSERT INTO search_occurrences (segment, session, call_id, body, pointer) "
+        "VALUES (?, 'old', 'old0', 'request', '/messages/0/content')",
+        [seg],
+    )
     db.conn.commit()
     db.close()
     return first, second
@@ -159,9 +185,14 @@ def test_a_database_written_before_this_layout_reads_and_grows(tmp_path):
 
 def test_a_phrase_matches_only_words_that_stand_together(tmp_path):
     texts = ["the Lighthouse-Keeper of Brûlée point", "a keeper of the lighthouse", "lighthouse and then keeper"]
-    db = capture(tmp_path / "s.db", [make_exchange(request=anthropic_request([{"role": "user", "content": t}]),
-                                                   session_label=f"s{i}") for i, t in enumerate(texts)],
-                 analyzers=writer_analyzers())
+    db = capture(
+        tmp_path / "s.db",
+        [
+            make_exchange(request=anthropic_request([{"role": "user", "content": t}]), session_label=f"s{i}")
+            for i, t in enumerate(texts)
+        ],
+        analyzers=writer_analyzers(),
+    )
     [hit] = search(db, "lighthouse keeper")
     assert hit["session"] == "s0" and "\x02Lighthouse-Keeper\x03" in hit["snippet"]
     assert {h["session"] for h in search(db, "keeper")} == {"s0", "s1", "s2"}
@@ -202,19 +233,26 @@ def test_a_request_blob_takes_its_hash_from_the_request_digest_and_reads_back_ve
     messages: list = [{"role": "user", "content": _text(rng, 200_000)}]
     exs = []
     for i in range(4):
-        messages = messages + [{"role": "assistant", "content": _text(rng, 300)},
-                               {"role": "user", "content": f"next {i}"}]  # fmt: skip
+        messages = messages + [
+            {"role": "assistant", "content": _text(rng, 300)},
+            {"role": "user", "content": f"next {i}"},
+        ]
         exs.append(make_exchange(request=anthropic_request(list(messages))))
     body = json.dumps(anthropic_request(messages + [{"role": "user", "content": "zipped"}])).encode()
-    exs.append(make_exchange(request_body=gzip.compress(body, mtime=0),
-                             request_headers=(("content-type", "application/json"), ("content-encoding", "gzip"))))
+    exs.append(
+        make_exchange(
+            request_body=gzip.compress(body, mtime=0),
+            request_headers=(("content-type", "application/json"), ("content-encoding", "gzip")),
+        )
+    )
     db = capture(tmp_path / "h.db", exs, analyzers=writer_analyzers())
     try:
         for ex in exs:
             assert get_request_raw(db, ex.id) == ex.request_body  # the read verifies the blob's hash
             blob_hash, sha = db.execute(
                 "SELECT b.hash, c.request_sha256 FROM calls c JOIN blobs b ON b.id = c.request_blob WHERE c.id = ?",
-                [ex.id]).fetchone()  # fmt: skip
+                [ex.id],
+            ).fetchone()
             stored = body if ex is exs[-1] else ex.request_body  # the gzip body is kept decoded, with its recipe
             assert blob_hash == hashlib.sha256(stored).digest()[:16] and sha == blob_hash.hex()
     finally:

@@ -33,15 +33,34 @@ SECRETS = (BODY_KEY, BEARER, PASSWORD, KEY)
 
 JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXBhcnQ"
 LEAKY = {
-    "api_key": BODY_KEY, "apiKey": "plain-secret-1", "X-API-KEY": "plain-secret-2", "Authorization": "Basic dXNlcjpw",
-    "access_token": "plain-secret-3", "client_secret": "plain-secret-4", "password": 'pä"ss\\wörd\n',
+    "api_key": BODY_KEY,
+    "apiKey": "plain-secret-1",
+    "X-API-KEY": "plain-secret-2",
+    "Authorization": "Basic dXNlcjpw",
+    "access_token": "plain-secret-3",
+    "client_secret": "plain-secret-4",
+    "password": 'pä"ss\\wörd\n',
     "messages": [
         {"role": "user", "content": f"call it with Bearer {BEARER} and {JWT}, or AIzaSyA-0123456789abcdefghij"},
         {"role": "user", "content": json.dumps({"secret": 'q"uoted\\', "token": "tok-0123456789abcdef"})},
     ],
-}  # fmt: skip
-LEAKED = (BODY_KEY, "plain-secret-1", "plain-secret-2", "dXNlcjpw", "plain-secret-3", "plain-secret-4", "pä",
-          "wörd", BEARER, "eyJzdWIi", "c2lnbmF0dXJl", "AIzaSyA-0123", "uoted", "tok-0123456789abcdef")  # fmt: skip
+}
+LEAKED = (
+    BODY_KEY,
+    "plain-secret-1",
+    "plain-secret-2",
+    "dXNlcjpw",
+    "plain-secret-3",
+    "plain-secret-4",
+    "pä",
+    "wörd",
+    BEARER,
+    "eyJzdWIi",
+    "c2lnbmF0dXJl",
+    "AIzaSyA-0123",
+    "uoted",
+    "tok-0123456789abcdef",
+)
 
 
 def test_masking_json_text_keeps_it_valid_and_leaves_nothing_behind():
@@ -83,8 +102,12 @@ def test_masking_a_key_glued_to_a_unicode_escape_keeps_the_escape():
 
 def test_credential_parameters_of_a_url_written_in_a_body_are_masked():
     """An upstream that echoes its URL, or a logged request line, carries the query the proxy redacted."""
-    text = json.dumps({"path": "/v1/chat?auth=S1cret9x&key[]=S2cret9x&model=gpt-4o&access_token=S3cret9x",
-                       "log": "GET https://h/x?sig=S4cret9x&page=2 HTTP/1.1"})
+    text = json.dumps(
+        {
+            "path": "/v1/chat?auth=S1cret9x&key[]=S2cret9x&model=gpt-4o&access_token=S3cret9x",
+            "log": "GET https://h/x?sig=S4cret9x&page=2 HTTP/1.1",
+        }
+    )
     masked, raw = mask_key_values(text), mask_key_bytes(text.encode())
     for secret in ("S1cret9x", "S2cret9x", "S3cret9x", "S4cret9x"):
         assert secret not in masked and secret.encode() not in raw
@@ -219,9 +242,17 @@ def _capture_secret_session(web) -> list[dict]:
         "role": "assistant",
         "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "env"}}],
     }
-    tool_result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content":
-                   f"curl -H 'Authorization: Bearer {BEARER}' https://api.example\n"
-                   + json.dumps({"user": "me", "password": PASSWORD})}]}  # fmt: skip
+    tool_result = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": f"curl -H 'Authorization: Bearer {BEARER}' https://api.example\n"
+                + json.dumps({"user": "me", "password": PASSWORD}),
+            }
+        ],
+    }
     extra = {"api_key": BODY_KEY}
     client.messages.create(model="claude-sonnet-4-6", max_tokens=20, messages=[first], extra_body=extra)
     client.messages.create(
@@ -359,12 +390,22 @@ def test_cli_views_mask_a_key_from_a_body_and_only_exact_shows_it(web):
 
 @pytest.mark.slow
 def test_a_compressed_body_holding_a_key_is_exported_decoded_and_masked(web):
-    body = json.dumps({"model": "claude-sonnet-4-6", "max_tokens": 5, "api_key": BODY_KEY,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 5,
+            "api_key": BODY_KEY,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
     packed = gzip.compress(body, compresslevel=0)  # stored blocks: the key is readable in the wire bytes
     assert BODY_KEY.encode() in packed
-    httpx2.post(web.url + "/s/zipped/anthropic/v1/messages", content=packed, timeout=10,
-                headers={"content-type": "application/json", "content-encoding": "gzip", "x-api-key": KEY})  # fmt: skip
+    httpx2.post(
+        web.url + "/s/zipped/anthropic/v1/messages",
+        content=packed,
+        timeout=10,
+        headers={"content-type": "application/json", "content-encoding": "gzip", "x-api-key": KEY},
+    )
     [row] = web.wait_for_calls(1, session="zipped")
     assert get_request_raw(open_db(web.db_path), row["id"]) == packed
 
@@ -387,8 +428,12 @@ def test_a_compressed_body_holding_a_key_is_exported_decoded_and_masked(web):
 def test_a_compressed_body_without_keys_is_exported_as_sent(web):
     body = json.dumps({"model": "claude-sonnet-4-6", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
     packed = gzip.compress(body.encode())
-    httpx2.post(web.url + "/s/plainzip/anthropic/v1/messages", content=packed, timeout=10,
-                headers={"content-type": "application/json", "content-encoding": "gzip", "x-api-key": KEY})  # fmt: skip
+    httpx2.post(
+        web.url + "/s/plainzip/anthropic/v1/messages",
+        content=packed,
+        timeout=10,
+        headers={"content-type": "application/json", "content-encoding": "gzip", "x-api-key": KEY},
+    )
     [row] = web.wait_for_calls(1, session="plainzip")
     status, headers, data = _get(web, f"/_ctxscope/api/raw.bin?id={row['id']}&kind=request&form=wire")
     assert status == 200 and data == packed and headers["x-ctxscope-body"] == "wire"

@@ -23,8 +23,12 @@ FOREIGN_ID = re.compile(rf"\((?:{_ID})(?:\s*[,/]\s*{_ID})*\)|\b[Ii]ssue #?\d+\b"
 
 
 def _sources() -> list[Path]:
-    return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*")
-                  if p.suffix in SUFFIXES and p.is_file() and p != Path(__file__))
+    return sorted(
+        p
+        for folder in FOLDERS
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in SUFFIXES and p.is_file() and p != Path(__file__)
+    )
 
 
 def _headings() -> set[str]:
@@ -52,6 +56,10 @@ def test_the_foreign_id_pattern_catches_what_it_should():
 
 
 def test_no_source_cites_an_id_the_repository_does_not_define():
-    bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in _sources()
-           for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if FOREIGN_ID.search(line)]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in _sources()
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if FOREIGN_ID.search(line)
+    ]
     assert not bad, "\n".join(bad)

@@ -23,7 +23,7 @@ def test_every_data_folder_ships_as_package_data_not_as_a_package():
     data = tool["package-data"]
     for pkg in tool["packages"]:
         top = max((p for p in dirs if pkg == p or pkg.startswith(p + ".")), key=len)
-        folder = dirs[top].joinpath(*pkg[len(top):].split(".")[1:]) if pkg != top else dirs[top]
+        folder = dirs[top].joinpath(*pkg[len(top) :].split(".")[1:]) if pkg != top else dirs[top]
         for sub in folder.iterdir():
             if sub.is_dir() and not (sub / "__init__.py").exists() and not sub.name.startswith((".", "_")):
                 files = [f for f in sub.iterdir() if f.is_file()]

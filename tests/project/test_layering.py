@@ -249,8 +249,9 @@ def tree() -> Tree:
         for text, line, origin in visitor.handed:
             loader = unit_of(origin)
             if loader is not None and loader != module.unit:
-                t.edges.append(Edge(module, _resolve(text.split(":")[0], t.modules), line, "entry point string",
-                                    loader))
+                t.edges.append(
+                    Edge(module, _resolve(text.split(":")[0], t.modules), line, "entry point string", loader)
+                )
     return t
 
 
@@ -317,7 +318,7 @@ def _writer_room(name: str) -> str | None:
     """The room of inspector/writer/ a dotted name is in ("" for its root modules); None: outside it."""
     if name != WRITER and not name.startswith(WRITER + "."):
         return None
-    rest = name[len(WRITER) + 1:].split(".") if name != WRITER else []
+    rest = name[len(WRITER) + 1 :].split(".") if name != WRITER else []
     return rest[0] if len(rest) > 1 else ""
 
 
@@ -352,8 +353,11 @@ def room_violations(t: Tree) -> list[str]:
         known = set(rooms) | ROOT_COMPOSES[package]
         for m in t.modules.values():
             room = _room(package, m.name)
-            if room is not None and room not in known and not (m.is_package and m.name == f"{package}.{room}"
-                                                                 and room in known):
+            if (
+                room is not None
+                and room not in known
+                and not (m.is_package and m.name == f"{package}.{room}" and room in known)
+            ):
                 bad.append(f"{m.where}: in no room of {package} ({sorted(known)})")
         for e in _ours(t.edges):
             mine, theirs = _room(package, e.source.name), _room(package, e.target)
@@ -440,9 +444,14 @@ def test_the_writer_room_rule_catches_a_crossing():
     t = tree()
     child = t.modules[f"{WRITER}.child.life"]
     daemon = t.modules[f"{WRITER}.daemon_side.supervisor"]
-    planted = Tree(t.modules, [Edge(child, f"{WRITER}.daemon_side.launch", 1),
-                               Edge(daemon, f"{WRITER}.storing.thread", 2),
-                               Edge(daemon, f"{WRITER}.wire.messages", 3)])
+    planted = Tree(
+        t.modules,
+        [
+            Edge(child, f"{WRITER}.daemon_side.launch", 1),
+            Edge(daemon, f"{WRITER}.storing.thread", 2),
+            Edge(daemon, f"{WRITER}.wire.messages", 3),
+        ],
+    )
     bad = writer_violations(planted)
     assert len(bad) == 2 and "child may import only" in bad[0] and "daemon_side may import only" in bad[1], bad
 
@@ -529,8 +538,11 @@ def test_no_sql_text_in_web():
 
 
 def test_the_agent_and_the_simulator_do_not_import_the_inspector():
-    bad = [_say(e) for e in _ours(tree().edges)
-           if e.source.unit in ("agent", "simulator") and unit_of(e.target) == "inspector"]
+    bad = [
+        _say(e)
+        for e in _ours(tree().edges)
+        if e.source.unit in ("agent", "simulator") and unit_of(e.target) == "inspector"
+    ]
     assert not bad, "\n".join(bad)
 
 

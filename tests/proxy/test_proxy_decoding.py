@@ -118,8 +118,13 @@ def test_truncated_body_raises_unless_allowed(encoding, encode):
 
 @pytest.mark.parametrize(
     "encoding, encode",
-    [("gzip", gzip.compress), ("deflate", zlib.compress), ("deflate", raw_deflate), ("zstd", zstd.compress),
-     ("zstd", zstd_streamed)],
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", raw_deflate),
+        ("zstd", zstd.compress),
+        ("zstd", zstd_streamed),
+    ],
 )
 def test_decompression_bomb_is_capped(encoding, encode):
     bomb = encode(b"\0" * (4 * 2**20))

@@ -22,19 +22,38 @@ def test_the_recorder_puts_each_value_in_its_field():
         method = "PUT"
 
     route = resolve("/u/fast/v1/chat/completions", {"fast": "http://127.0.0.1:9"})
-    rec = Recorder(route, Request(), [("Authorization", "Bearer sk-test-not-a-real-key-123"), ("User-Agent", "ua/1")],
-                   [("x-ctxscope-turn", "3")], "label-a", "a=1", 1.5)
+    rec = Recorder(
+        route,
+        Request(),
+        [("Authorization", "Bearer sk-test-not-a-real-key-123"), ("User-Agent", "ua/1")],
+        [("x-ctxscope-turn", "3")],
+        "label-a",
+        "a=1",
+        1.5,
+    )
     rec.body, rec.status, rec.response_headers, rec.chunks = b"req", 418, (("server", "s"),), [b"re", b"sp"]
     rec.first_byte_at = 1.75
     rec.finish(Outcome.HTTP_ERROR, "boom")
     exchange = rec.to_exchange(b"salt")
     assert (exchange.provider, exchange.upstream, exchange.method, exchange.path, exchange.query) == (
-        route.provider, route.upstream.base_url, "PUT", route.path, "a=1")
-    assert (exchange.session_label, exchange.annotations, exchange.client) == ("label-a", (("x-ctxscope-turn", "3"),),
-                                                                              "ua/1")
+        route.provider,
+        route.upstream.base_url,
+        "PUT",
+        route.path,
+        "a=1",
+    )
+    assert (exchange.session_label, exchange.annotations, exchange.client) == (
+        "label-a",
+        (("x-ctxscope-turn", "3"),),
+        "ua/1",
+    )
     assert exchange.key_fingerprint and ("Authorization", "[redacted]") in exchange.request_headers
     assert (exchange.request_body, exchange.status, exchange.response_headers, exchange.response_body) == (
-        b"req", 418, (("server", "s"),), b"resp")
+        b"req",
+        418,
+        (("server", "s"),),
+        b"resp",
+    )
     assert (exchange.started_at, exchange.first_byte_at) == (1.5, 1.75) and exchange.ended_at >= 1.75
     assert exchange.outcome == "http_error" and type(exchange.outcome) is str and exchange.error == "boom"
     assert exchange.extra == {} and exchange.id

@@ -35,8 +35,9 @@ class Upstream:
         self.paths.append(request.raw_path)
         if self.mode == "late_body":  # a Content-Length body whose second half waits for the test
             parts = (b'{"first": "half", ', b'"x": 1}')
-            resp = web.StreamResponse(headers={"Content-Type": "application/json",
-                                               "Content-Length": str(sum(map(len, parts)))})
+            resp = web.StreamResponse(
+                headers={"Content-Type": "application/json", "Content-Length": str(sum(map(len, parts)))}
+            )
             await resp.prepare(request)
             for part in parts:
                 self.sent.append(part)
@@ -87,7 +88,7 @@ class Upstream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             for i in range(20):
-                chunk = f"event: x\ndata: {{\"i\": {i}}}\n\n".encode()
+                chunk = f'event: x\ndata: {{"i": {i}}}\n\n'.encode()
                 self.sent.append(chunk)
                 await resp.write(chunk)
             await resp.write_eof()
@@ -95,7 +96,7 @@ class Upstream:
         if self.mode == "reset":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
-            chunk = b"data: {\"partial\": true}\n\n"
+            chunk = b'data: {"partial": true}\n\n'
             self.sent.append(chunk)
             await resp.write(chunk)
             await asyncio.sleep(0.05)
@@ -166,8 +167,11 @@ async def test_stream_bytes_identical_and_recorded(rig):
     rig.upstream.mode = "stream"
     async with (
         aiohttp.ClientSession(auto_decompress=False) as s,
-        s.post(rig.base + "/s/demo/u/up/v1/x?a=1", data=b'{"stream": true}',
-               headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"}) as resp,
+        s.post(
+            rig.base + "/s/demo/u/up/v1/x?a=1",
+            data=b'{"stream": true}',
+            headers={"x-api-key": "sk-ant-secret-123456789", "x-ctxscope-turn": "3"},
+        ) as resp,
     ):
         got = await resp.read()
     assert got == b"".join(rig.upstream.sent)
@@ -190,8 +194,11 @@ async def test_compressed_request_and_response_pass_through(rig):
     raw = gzip.compress(b'{"model": "m", "messages": []}')
     async with (
         aiohttp.ClientSession(auto_decompress=False) as s,
-        s.post(rig.base + "/u/up/v1/chat/completions", data=raw,
-               headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp,
+        s.post(
+            rig.base + "/u/up/v1/chat/completions",
+            data=raw,
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        ) as resp,
     ):
         got = await resp.read()
         assert resp.headers["Content-Encoding"] == "gzip"
@@ -412,8 +419,12 @@ async def test_no_header_is_invented_and_none_is_lost(rig):
     async with aiohttp.ClientSession(skip_auto_headers=bare) as s:
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}") as resp:
             assert resp.status == 200
-        full = {"User-Agent": "sdk/1", "Accept": "application/json", "Accept-Encoding": "zstd",
-                "Content-Type": "text/x"}
+        full = {
+            "User-Agent": "sdk/1",
+            "Accept": "application/json",
+            "Accept-Encoding": "zstd",
+            "Content-Type": "text/x",
+        }
         async with s.post(rig.base + "/u/up/v1/x", data=b"{}", headers=full) as resp:
             assert resp.status == 200
     sent_bare, sent_full = rig.upstream.received[0][0], rig.upstream.received[1][0]

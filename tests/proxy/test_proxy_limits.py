@@ -34,13 +34,22 @@ class Echo:
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.bodies.append(body)
-        return web.json_response({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                                  "content": [{"type": "text", "text": f"got {len(body)}"}], "stop_reason": "end_turn",
-                                  "usage": {"input_tokens": 1, "output_tokens": 1}})  # fmt: skip
+        return web.json_response(
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [{"type": "text", "text": f"got {len(body)}"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        )
 
 
-pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings('ignore:Overriding the "event_loop_policy" fixture:DeprecationWarning')
 assert event_loop_policy and on_the_chosen_loop  # fixtures: every test here runs on asyncio and on uvloop
+
 
 @pytest.fixture
 async def echo():
@@ -55,8 +64,7 @@ async def echo():
 
 @pytest.fixture
 async def proxy(echo, request):
-    p = await start_proxy({"up": echo.url, "anthropic": echo.url, "openai": echo.url},
-                          getattr(request, "param", FAST))
+    p = await start_proxy({"up": echo.url, "anthropic": echo.url, "openai": echo.url}, getattr(request, "param", FAST))
     yield p
     await p.stop()
 
@@ -109,8 +117,9 @@ async def test_a_slow_but_steady_body_is_not_cut(proxy, echo):
 
 async def _answer(reader) -> bytes:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    length = int(next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
-                      if k.lower() == b"content-length"))
+    length = int(
+        next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")) if k.lower() == b"content-length")
+    )
     await reader.readexactly(length)
     return head
 
@@ -139,8 +148,9 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeo
     writer.write(HEAD + b"Content-Length: 2\r\n\r\n{}")
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 200") and b"keep-alive" not in head.lower().replace(b"connection: close", b"")
-    length = int(next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
-                      if k.lower() == b"content-length"))
+    length = int(
+        next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")) if k.lower() == b"content-length")
+    )
     await reader.readexactly(length)
     await closed_within(reader, 5)  # idle: closed by the keep-alive timeout, not left for an hour
     writer.close()
@@ -233,12 +243,15 @@ async def test_a_client_leaving_mid_body_is_recorded_without_a_traceback(proxy, 
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
-@pytest.mark.parametrize("attack", [
-    HEAD + b"X-Huge: " + b"a" * 20000 + b"\r\n\r\n",  # a header line over aiohttp's 8190 bytes
-    HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",  # bad chunk size
-    HEAD + b"Content-Length: 5\r\nContent-Length: 7\r\n\r\nhello",  # conflicting lengths
-    b"GET /u/up/v1 HTTP/1.1\r\nHost: a\r\n\x00bad\r\n\r\n",  # garbage in the head
-])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        HEAD + b"X-Huge: " + b"a" * 20000 + b"\r\n\r\n",  # a header line over aiohttp's 8190 bytes
+        HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",  # bad chunk size
+        HEAD + b"Content-Length: 5\r\nContent-Length: 7\r\n\r\nhello",  # conflicting lengths
+        b"GET /u/up/v1 HTTP/1.1\r\nHost: a\r\n\x00bad\r\n\r\n",  # garbage in the head
+    ],
+)
 async def test_a_malformed_request_is_refused_with_one_log_line_and_no_traceback(proxy, echo, caplog, attack):
     with caplog.at_level(logging.DEBUG):
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)

@@ -45,8 +45,9 @@ class Silent:
         return web.Response()
 
 
-pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings('ignore:Overriding the "event_loop_policy" fixture:DeprecationWarning')
 assert event_loop_policy and on_the_chosen_loop  # fixtures: every test here runs on asyncio and on uvloop
+
 
 @pytest.fixture
 async def silent():
@@ -70,8 +71,9 @@ async def _gone_within(upstream: Silent, seconds: float) -> float:
 async def test_a_client_leaving_a_thinking_upstream_cancels_it_at_once(silent, caplog):
     proxy = await start_proxy({"anthropic": silent.url})
     try:
-        client = anthropic.AsyncAnthropic(api_key="sk-ant-x", base_url=proxy.base + "/anthropic", max_retries=0,
-                                          timeout=0.5)
+        client = anthropic.AsyncAnthropic(
+            api_key="sk-ant-x", base_url=proxy.base + "/anthropic", max_retries=0, timeout=0.5
+        )
         with pytest.raises(anthropic.APITimeoutError):  # the SDK gives up and closes its connection
             await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "think"}])
         await client.close()
@@ -295,6 +297,7 @@ async def test_a_connect_that_times_out_is_upstream_unreachable_not_a_timeout():
 async def test_a_malformed_response_head_is_upstream_reset_not_unreachable():
     """The upstream was reached and answered something that is not HTTP: the connection broke
     before a response, which is not "no connection"."""
+
     async def script(writer):
         writer.write(b"NOT-HTTP garbage\r\n\r\n")
         await writer.drain()

@@ -22,8 +22,11 @@ class Recorder:
 
     async def handle(self, request: web.Request) -> web.Response:
         self.paths.append(request.raw_path)
-        return web.Response(text="<script>alert(1)</script>", content_type="text/html",
-                            headers={"Content-Security-Policy": "default-src 'self'"})
+        return web.Response(
+            text="<script>alert(1)</script>",
+            content_type="text/html",
+            headers={"Content-Security-Policy": "default-src 'self'"},
+        )
 
 
 @pytest.fixture
@@ -48,9 +51,18 @@ async def _raw(port: int, path: str, host: str = "127.0.0.1") -> tuple[int, byte
 
 
 ESCAPES = [
-    "/u/pref/../echo", "/u/pref/v1/../../echo", "/u/pref/%2e%2e/echo", "/u/pref/%2E%2e/echo",
-    "/u/pref/%252e%252e/echo", "/u/pref/..%2fecho", "/u/pref/..%5cecho", "/u/pref/..\\echo",
-    "/u/pref/..;x/echo", "/u/pref/./echo", "/u/pref/..", "/anthropic/../echo",
+    "/u/pref/../echo",
+    "/u/pref/v1/../../echo",
+    "/u/pref/%2e%2e/echo",
+    "/u/pref/%2E%2e/echo",
+    "/u/pref/%252e%252e/echo",
+    "/u/pref/..%2fecho",
+    "/u/pref/..%5cecho",
+    "/u/pref/..\\echo",
+    "/u/pref/..;x/echo",
+    "/u/pref/./echo",
+    "/u/pref/..",
+    "/anthropic/../echo",
 ]
 
 
@@ -93,8 +105,16 @@ async def test_every_forwarded_answer_is_sandboxed_beside_the_upstreams_own_poli
             assert resp.status == 404 and resp.headers["Content-Security-Policy"] == "sandbox"
 
 
-@pytest.mark.parametrize("path", ["/u/pref/_sim/requests", "/u/pref/%5fsim/requests", "/u/pref//_sim/script",
-                                  "/u/pref/_SIM/reset", "/s/lbl/u/pref/_sim/requests"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/u/pref/_sim/requests",
+        "/u/pref/%5fsim/requests",
+        "/u/pref//_sim/script",
+        "/u/pref/_SIM/reset",
+        "/s/lbl/u/pref/_sim/requests",
+    ],
+)
 async def test_simulator_control_paths_need_a_local_host(rig, path):
     proxy, upstream = rig
     status, _, body = await _raw(proxy.port, path, host="evil.example")  # a rebound DNS name

@@ -29,29 +29,51 @@ def test_shared_readers():
 @pytest.mark.parametrize(
     ("handler", "frames", "text", "stop"),
     [
-        (AnthropicStream(), [
-            {"type": "message_start", "message": {"id": "m", "content": [], "usage": {"input_tokens": 3}}},
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "he"}},
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "llo"}},
-            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
-            {"type": "message_stop"}], lambda b: b["content"][0]["text"], "end_turn"),
-        (ChatStream(), [
-            {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}}]},
-            {"id": "c", "choices": [{"index": 0, "delta": {"content": "llo"}, "finish_reason": "stop"}]},
-            None], lambda b: b["choices"][0]["message"]["content"], "stop"),
-        (ResponsesStream(), [
-            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "content": []}},
-            {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "he"},
-            {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "llo"}],
-         lambda b: b["output"][0]["content"][0]["text"], None),  # cut before the terminal event
-        (GeminiStream(), [
-            {"candidates": [{"content": {"role": "model", "parts": [{"text": "he"}]}}]},
-            {"candidates": [{"content": {"parts": [{"text": "llo"}]}, "finishReason": "STOP"}]}],
-         lambda b: b["candidates"][0]["content"]["parts"][0]["text"], "STOP"),
+        (
+            AnthropicStream(),
+            [
+                {"type": "message_start", "message": {"id": "m", "content": [], "usage": {"input_tokens": 3}}},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "he"}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "llo"}},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+                {"type": "message_stop"},
+            ],
+            lambda b: b["content"][0]["text"],
+            "end_turn",
+        ),
+        (
+            ChatStream(),
+            [
+                {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}}]},
+                {"id": "c", "choices": [{"index": 0, "delta": {"content": "llo"}, "finish_reason": "stop"}]},
+                None,
+            ],
+            lambda b: b["choices"][0]["message"]["content"],
+            "stop",
+        ),
+        (
+            ResponsesStream(),
+            [
+                {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
+                {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "content": []}},
+                {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "he"},
+                {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "llo"},
+            ],
+            lambda b: b["output"][0]["content"][0]["text"],
+            None,
+        ),  # cut before the terminal event
+        (
+            GeminiStream(),
+            [
+                {"candidates": [{"content": {"role": "model", "parts": [{"text": "he"}]}}]},
+                {"candidates": [{"content": {"parts": [{"text": "llo"}]}, "finishReason": "STOP"}]},
+            ],
+            lambda b: b["candidates"][0]["content"]["parts"][0]["text"],
+            "STOP",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_handler_joins_its_deltas(handler, frames, text, stop):
     body, got_stop = drive(handler, frames)
     assert text(body) == "hello" and got_stop == stop

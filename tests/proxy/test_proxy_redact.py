@@ -58,12 +58,22 @@ def test_query_keys_are_redacted():
 def test_repeated_headers_get_the_same_verdicts_and_no_secret_is_remembered():
     from ctxscope.proxy.redaction import redact
 
-    headers = [("User-Agent", "Anthropic/Python 0.40"), ("X-Trace", "sk-abcdefghijklmnopqrst"),
-               ("X-Api-Key", "plain-secret"), ("Accept", "eyJ not a token")]
-    first = redact_headers(headers)
-    assert redact_headers(headers) == first == (
-        ("User-Agent", "Anthropic/Python 0.40"), ("X-Trace", REDACTED), ("X-Api-Key", REDACTED),
+    headers = [
+        ("User-Agent", "Anthropic/Python 0.40"),
+        ("X-Trace", "sk-abcdefghijklmnopqrst"),
+        ("X-Api-Key", "plain-secret"),
         ("Accept", "eyJ not a token"),
+    ]
+    first = redact_headers(headers)
+    assert (
+        redact_headers(headers)
+        == first
+        == (
+            ("User-Agent", "Anthropic/Python 0.40"),
+            ("X-Trace", REDACTED),
+            ("X-Api-Key", REDACTED),
+            ("Accept", "eyJ not a token"),
+        )
     )
     assert "Anthropic/Python 0.40" in redact._harmless_values
     assert not {"sk-abcdefghijklmnopqrst", "plain-secret"} & redact._harmless_values
@@ -73,12 +83,24 @@ SECRET = "Zq8VvY2mK9pLx4TnR7wB1cD6fG3hJ5kM"  # 32 random-looking characters: upp
 
 
 def test_credential_like_query_parameters_are_redacted_by_name_and_the_rest_kept_exactly():
-    query = ("q=a%2Bb%20c&auth=hunter2&key%5B%5D=k1&key[]=k2&access_token=t&sig=abc&Signature=s&X-Amz-Signature=x"
-             "&password=p&client_secret=c&code=oauth&alt=sse&page=2&empty=&flag")
+    query = (
+        "q=a%2Bb%20c&auth=hunter2&key%5B%5D=k1&key[]=k2&access_token=t&sig=abc&Signature=s&X-Amz-Signature=x"
+        "&password=p&client_secret=c&code=oauth&alt=sse&page=2&empty=&flag"
+    )
     out = redact_query(query)
     kept = dict(p.split("=", 1) if "=" in p else (p, None) for p in out.split("&"))
-    for name in ("auth", "key%5B%5D", "key[]", "access_token", "sig", "Signature", "X-Amz-Signature", "password",
-                 "client_secret", "code"):
+    for name in (
+        "auth",
+        "key%5B%5D",
+        "key[]",
+        "access_token",
+        "sig",
+        "Signature",
+        "X-Amz-Signature",
+        "password",
+        "client_secret",
+        "code",
+    ):
         assert kept[name] == "%5Bredacted%5D", name
     for secret in ("hunter2", "k1", "k2", "oauth"):
         assert secret not in out
@@ -151,8 +173,12 @@ def test_a_request_redacted_once_per_header_set_gives_what_each_step_gives_and_k
     from ctxscope.proxy.redaction.redact import redact_request
 
     key = "sk-proj-RequestCacheKey1234567890"
-    headers = [("User-Agent", "AsyncOpenAI/Python 1.50.0"), ("Authorization", f"Bearer {key}"),
-               ("X-Stainless-Lang", "python"), ("Content-Type", "application/json")]
+    headers = [
+        ("User-Agent", "AsyncOpenAI/Python 1.50.0"),
+        ("Authorization", f"Bearer {key}"),
+        ("X-Stainless-Lang", "python"),
+        ("Content-Type", "application/json"),
+    ]
     query = "alt=sse&key=AIzaSyA-1234567890abcdefghij"
     for _ in range(2):  # worked out, then remembered: the same answer both times
         got = redact_request(list(headers), query, b"salt1")

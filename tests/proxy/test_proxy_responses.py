@@ -52,15 +52,31 @@ def assert_split_invariant(api, raw: bytes, expected: ParsedResponse, content_ty
 A_START = {
     "type": "message_start",
     "message": {
-        "id": "msg_01XyZ", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 12, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 4000,
-                  "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 0},
-                  "output_tokens": 1, "service_tier": "standard"},
+        "id": "msg_01XyZ",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 12,
+            "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 4000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 0},
+            "output_tokens": 1,
+            "service_tier": "standard",
+        },
     },
 }
-CITATION = {"type": "char_location", "cited_text": "Paris is the capital", "document_index": 0,
-            "document_title": "Atlas", "start_char_index": 0, "end_char_index": 20}
+CITATION = {
+    "type": "char_location",
+    "cited_text": "Paris is the capital",
+    "document_index": 0,
+    "document_title": "Atlas",
+    "start_char_index": 0,
+    "end_char_index": 20,
+}
 
 
 def a_block(i, block):
@@ -101,25 +117,40 @@ A_EVENTS = [
     a_stop(3),
     a_block(4, {"type": "tool_use", "id": "toolu_01C", "name": "no_args", "input": {}}),
     a_stop(4),
-    {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-     "usage": {"output_tokens": 150}},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 150},
+    },
     {"type": "message_stop"},
 ]
 A_STREAM = typed(*A_EVENTS)
 A_BODY = {
-    "id": "msg_01XyZ", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    "id": "msg_01XyZ",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
     "content": [
-        {"type": "thinking", "thinking": "The user wants the weather → 天気.",
-         "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"},
+        {
+            "type": "thinking",
+            "thinking": "The user wants the weather → 天気.",
+            "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h",
+        },
         {"type": "text", "text": "Paris is the capital. ", "citations": [CITATION]},
         {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris", "unit": "c"}},
         {"type": "tool_use", "id": "toolu_01B", "name": "get_time", "input": {"tz": "Europe/Paris"}},
         {"type": "tool_use", "id": "toolu_01C", "name": "no_args", "input": {}},
     ],
-    "stop_reason": "tool_use", "stop_sequence": None,
-    "usage": {"input_tokens": 12, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 4000,
-              "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 0},
-              "output_tokens": 150, "service_tier": "standard"},
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 300,
+        "cache_read_input_tokens": 4000,
+        "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": 150,
+        "service_tier": "standard",
+    },
 }
 
 
@@ -154,9 +185,17 @@ def test_anthropic_message_delta_usage_is_cumulative():
         a_delta(0, {"type": "text_delta", "text": "ok"}),
         a_stop(0),
         {"type": "message_delta", "delta": {"stop_reason": None}, "usage": {"output_tokens": 40}},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-         "usage": {"input_tokens": 15, "cache_read_input_tokens": 4100, "cache_creation_input_tokens": None,
-                   "output_tokens": 90, "server_tool_use": {"web_search_requests": 1}}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {
+                "input_tokens": 15,
+                "cache_read_input_tokens": 4100,
+                "cache_creation_input_tokens": None,
+                "output_tokens": 90,
+                "server_tool_use": {"web_search_requests": 1},
+            },
+        },
         {"type": "message_stop"},
     ]
     r = parse_response(Api.ANTHROPIC_MESSAGES, 200, SSE, typed(*events))
@@ -221,8 +260,14 @@ def test_anthropic_count_tokens():
 
 # --- OpenAI Chat Completions ------------------------------------------------------------------
 
-C_HEAD = {"id": "chatcmpl-9x", "object": "chat.completion.chunk", "created": 1730000000, "model": "gpt-4.1-2025",
-          "system_fingerprint": "fp_abc", "service_tier": "default"}
+C_HEAD = {
+    "id": "chatcmpl-9x",
+    "object": "chat.completion.chunk",
+    "created": 1730000000,
+    "model": "gpt-4.1-2025",
+    "system_fingerprint": "fp_abc",
+    "service_tier": "default",
+}
 
 
 def c_chunk(choices, usage=None, include_usage=True, **extra):
@@ -236,9 +281,13 @@ def c_delta(delta, finish=None, index=0):
     return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
 
-C_USAGE = {"prompt_tokens": 2006, "completion_tokens": 12, "total_tokens": 2018,
-           "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
-           "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}}
+C_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 12,
+    "total_tokens": 2018,
+    "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+}
 
 
 def chat_text_stream(include_usage: bool) -> bytes:
@@ -255,10 +304,20 @@ def chat_text_stream(include_usage: bool) -> bytes:
 
 
 CHAT_TEXT_BODY = {
-    "id": "chatcmpl-9x", "object": "chat.completion", "created": 1730000000, "model": "gpt-4.1-2025",
-    "system_fingerprint": "fp_abc", "service_tier": "default",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello, wörld 🎉"},
-                 "finish_reason": "stop", "logprobs": None}],
+    "id": "chatcmpl-9x",
+    "object": "chat.completion",
+    "created": 1730000000,
+    "model": "gpt-4.1-2025",
+    "system_fingerprint": "fp_abc",
+    "service_tier": "default",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hello, wörld 🎉"},
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+    ],
 }
 
 
@@ -284,11 +343,39 @@ def test_chat_stream_without_include_usage_reports_no_usage():
 def test_chat_parallel_tool_calls_merge_by_index():
     chunks = [
         c_chunk([c_delta({"role": "assistant", "content": None})]),
-        c_chunk([c_delta({"tool_calls": [{"index": 0, "id": "call_A", "type": "function",
-                                          "function": {"name": "get_weather", "arguments": ""}}]})]),
+        c_chunk(
+            [
+                c_delta(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_A",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            ]
+        ),
         c_chunk([c_delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]})]),
-        c_chunk([c_delta({"tool_calls": [{"index": 1, "id": "call_B", "type": "function",
-                                          "function": {"name": "get_time", "arguments": ""}}]})]),
+        c_chunk(
+            [
+                c_delta(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 1,
+                                "id": "call_B",
+                                "type": "function",
+                                "function": {"name": "get_time", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            ]
+        ),
         c_chunk([c_delta({"tool_calls": [{"index": 1, "function": {"arguments": '{"tz": "UTC"}'}}]})]),
         c_chunk([c_delta({"tool_calls": [{"index": 0, "function": {"arguments": ' "Paris"}'}}]})]),
         c_chunk([c_delta({}, finish="tool_calls")]),
@@ -298,7 +385,8 @@ def test_chat_parallel_tool_calls_merge_by_index():
     r = parse_response(Api.OPENAI_CHAT, 200, SSE, raw)
     msg = r.body["choices"][0]["message"]
     assert msg == {
-        "role": "assistant", "content": None,
+        "role": "assistant",
+        "content": None,
         "tool_calls": [
             {"id": "call_A", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
             {"id": "call_B", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}},

@@ -68,8 +68,12 @@ def test_empty_event_type_means_default():
 
 def test_last_event_id_persists_and_nul_ids_are_ignored():
     raw = b"id: 1\ndata: a\n\ndata: b\n\nid: 2\x003\ndata: c\n\nid\ndata: d\n\n"
-    assert decode(raw) == [SSEEvent(None, "a", "1"), SSEEvent(None, "b", "1"), SSEEvent(None, "c", "1"),
-                           SSEEvent(None, "d", "")]
+    assert decode(raw) == [
+        SSEEvent(None, "a", "1"),
+        SSEEvent(None, "b", "1"),
+        SSEEvent(None, "c", "1"),
+        SSEEvent(None, "d", ""),
+    ]
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])

@@ -59,12 +59,18 @@ def test_openai_chat_is_inclusive_and_reasoning_stays_in_raw():
 
 
 def test_openai_cache_writes_only_when_reported():
-    raw = {"prompt_tokens": 5000, "completion_tokens": 1,
-           "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4096}}
+    raw = {
+        "prompt_tokens": 5000,
+        "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4096},
+    }
     u = normalize_usage(Api.OPENAI_CHAT, raw)
     assert (u.cache_read, u.cache_write, u.uncached) == (0, 4096, 904)
-    raw = {"input_tokens": 5000, "output_tokens": 1,
-           "input_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 2048}}
+    raw = {
+        "input_tokens": 5000,
+        "output_tokens": 1,
+        "input_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 2048},
+    }
     u = normalize_usage(Api.OPENAI_RESPONSES, raw)
     assert (u.input, u.cache_read, u.cache_write, u.uncached) == (5000, 1024, 2048, 1928)
 

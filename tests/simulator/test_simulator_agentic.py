@@ -15,8 +15,10 @@ from ctxscope.simulator.model.prompt import anthropic_prompt
 from support import sdk_clients
 
 TASK = 'list the files and read the README, then grep for "TODO" and run `wc -l README.md`'
-SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "pattern": {"type": "string"},
-                                           "command": {"type": "string"}}}
+SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "pattern": {"type": "string"}, "command": {"type": "string"}},
+}
 NAMES = ("ls", "read", "grep", "bash")
 
 
@@ -35,8 +37,13 @@ def run_tool(root: Path, name: str, args: dict) -> str:
     if name == "read":
         return "\n".join(f"{n:>6}\t{line}" for n, line in enumerate((root / args["path"]).read_text().splitlines(), 1))
     if name == "grep":
-        hits = [f"{p.name}:{n}: {line}" for p in sorted(root.iterdir()) if p.is_file()
-                for n, line in enumerate(p.read_text().splitlines(), 1) if args["pattern"] in line]
+        hits = [
+            f"{p.name}:{n}: {line}"
+            for p in sorted(root.iterdir())
+            if p.is_file()
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if args["pattern"] in line
+        ]
         return "\n".join(hits) or "No matches found."
     out = subprocess.run(["bash", "-c", args["command"]], cwd=root, capture_output=True, text=True, check=False)
     return f"{out.stdout.strip()}\n[exit code {out.returncode}]"
@@ -58,8 +65,9 @@ def anthropic_session(base_url: str, root: Path, task: str) -> tuple[list[tuple[
         results = []
         for use in uses:
             calls.append((use.name, dict(use.input)))
-            results.append({"type": "tool_result", "tool_use_id": use.id,
-                            "content": run_tool(root, use.name, dict(use.input))})
+            results.append(
+                {"type": "tool_result", "tool_use_id": use.id, "content": run_tool(root, use.name, dict(use.input))}
+            )
         messages.append({"role": "user", "content": results})
     raise AssertionError("the simulated agent did not stop")
 
@@ -79,8 +87,9 @@ def chat_session(base_url: str, root: Path, task: str) -> tuple[list[tuple[str, 
         for call in choice.message.tool_calls:
             args = json.loads(call.function.arguments)
             calls.append((call.function.name, args))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": run_tool(root, call.function.name,
-                                                                                          args)})
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": run_tool(root, call.function.name, args)}
+            )
     raise AssertionError("the simulated agent did not stop")
 
 
@@ -97,17 +106,24 @@ def responses_session(base_url: str, root: Path, task: str) -> tuple[list[tuple[
         for fc in fcs:
             args = json.loads(fc.arguments)
             calls.append((fc.name, args))
-            items += [{"type": "function_call", "call_id": fc.call_id, "name": fc.name, "arguments": fc.arguments},
-                      {"type": "function_call_output", "call_id": fc.call_id, "output": run_tool(root, fc.name, args)}]
+            items += [
+                {"type": "function_call", "call_id": fc.call_id, "name": fc.name, "arguments": fc.arguments},
+                {"type": "function_call_output", "call_id": fc.call_id, "output": run_tool(root, fc.name, args)},
+            ]
     raise AssertionError("the simulated agent did not stop")
 
 
-EXPECTED_CALLS = [("ls", {}), ("read", {"path": "README.md"}), ("grep", {"pattern": "TODO", "max_results": 20}),
-                  ("bash", {"command": "wc -l README.md"})]
+EXPECTED_CALLS = [
+    ("ls", {}),
+    ("read", {"path": "README.md"}),
+    ("grep", {"pattern": "TODO", "max_results": 20}),
+    ("bash", {"command": "wc -l README.md"}),
+]
 
 
-@pytest.mark.parametrize("session", [anthropic_session, chat_session, responses_session],
-                         ids=["anthropic", "chat", "responses"])
+@pytest.mark.parametrize(
+    "session", [anthropic_session, chat_session, responses_session], ids=["anthropic", "chat", "responses"]
+)
 def test_each_api_gets_a_small_agent_that_answers_from_its_tool_results(sim_alone, workspace, session):
     calls, answer = session(sim_alone.base_url, workspace, TASK)
     assert calls == EXPECTED_CALLS
@@ -151,8 +167,9 @@ def test_a_named_file_that_is_not_there_is_tried_and_reported(sim_alone, workspa
         for call in message.tool_calls:
             args = json.loads(call.function.arguments)
             calls.append((call.function.name, args))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": tools(workspace, call.function.name,
-                                                                                         args)})
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": tools(workspace, call.function.name, args)}
+            )
     assert calls == [("ls", {}), ("read", {"path": "README"})]  # "e.g" is no file name
     assert 'read {"path": "README"} failed: Error: file not found: README' in (message.content or "")
 
@@ -165,14 +182,25 @@ def test_a_failed_read_is_reported_not_retried(sim_alone, workspace):
         {"role": "user", "content": "read notes/plan.md"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "app.py\nsrc/"}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "read",
-                                           "input": {"path": "notes/plan.md"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
-                                      "content": "Error: file not found: notes/plan.md"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "notes/plan.md"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "is_error": True,
+                    "content": "Error: file not found: notes/plan.md",
+                }
+            ],
+        },
     ]
     msg = client.messages.create(model="claude-sim", max_tokens=256, tools=tools, messages=messages)
     text = msg.content[0].text
-    assert msg.stop_reason == "end_turn" and 'failed: Error: file not found: notes/plan.md' in text
+    assert msg.stop_reason == "end_turn" and "failed: Error: file not found: notes/plan.md" in text
 
 
 def test_without_tools_or_with_a_queued_step_the_answers_stay_as_they_were(sim_alone, workspace):
@@ -181,24 +209,36 @@ def test_without_tools_or_with_a_queued_step_the_answers_stay_as_they_were(sim_a
     assert plain.choices[0].message.content == "sim: list the files"
     sim_alone.state.set_script([{"match": "never sent", "text": "reserved"}])
     tools = [{"type": "function", "function": {"name": "ls", "parameters": SCHEMA}}]
-    queued = client.chat.completions.create(model="gpt-sim", tools=tools,
-                                            messages=[{"role": "user", "content": "list the files"}])
+    queued = client.chat.completions.create(
+        model="gpt-sim", tools=tools, messages=[{"role": "user", "content": "list the files"}]
+    )
     assert queued.choices[0].message.content == "sim: list the files" and not queued.choices[0].message.tool_calls
 
 
 def test_the_plan_reads_reminders_out_and_stops_within_its_rounds():
-    body = {"model": "claude-sim", "max_tokens": 10,
-            "tools": [{"name": "ls", "input_schema": SCHEMA}, {"name": "task", "input_schema": SCHEMA}],
-            "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "<system-reminder>\ncwd is /tmp\n</system-reminder>"},
-                {"type": "text", "text": "Ask a sub-agent to list the files and read the README"}]}]}
+    body = {
+        "model": "claude-sim",
+        "max_tokens": 10,
+        "tools": [{"name": "ls", "input_schema": SCHEMA}, {"name": "task", "input_schema": SCHEMA}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>\ncwd is /tmp\n</system-reminder>"},
+                    {"type": "text", "text": "Ask a sub-agent to list the files and read the README"},
+                ],
+            }
+        ],
+    }
     view = read_view(anthropic_prompt(body))
     assert view.task == "Ask a sub-agent to list the files and read the README" and view.tools == ("ls", "task")
     call = decide(view).call
     assert call is not None and call.name == "task"
     assert call.input_object()["prompt"] == "list the files and read the README"
-    loop = [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "ls", "input": {"i": i}}]}
-            for i in range(MAX_ROUNDS)]
+    loop = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "ls", "input": {"i": i}}]}
+        for i in range(MAX_ROUNDS)
+    ]
     body["messages"] = [{"role": "user", "content": "list the files"}, *loop]
     assert decide(read_view(anthropic_prompt(body))).call is None  # out of rounds: the final answer
 
@@ -207,13 +247,19 @@ def test_a_steer_while_tools_run_is_no_new_task_but_the_next_turn_is():
     tools = [{"name": n, "input_schema": SCHEMA} for n in NAMES]
 
     def view(*messages: dict):
-        return read_view(anthropic_prompt({"model": "claude-sim", "max_tokens": 10, "tools": tools,
-                                           "messages": list(messages)}))
+        return read_view(
+            anthropic_prompt({"model": "claude-sim", "max_tokens": 10, "tools": tools, "messages": list(messages)})
+        )
 
     user = {"role": "user", "content": "read app.py"}
     ls = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]}
-    listed = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "app.py"},
-                                          {"type": "text", "text": "please hurry"}]}
+    listed = {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "app.py"},
+            {"type": "text", "text": "please hurry"},
+        ],
+    }
     steered = view(user, ls, listed)
     assert steered.task == "read app.py" and [r.name for r in steered.rounds] == ["ls"]
     assert decide(steered).call == decide(view(user, ls, {**listed, "content": listed["content"][:1]})).call

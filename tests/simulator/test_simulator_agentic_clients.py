@@ -10,13 +10,16 @@ import pytest
 from ctxscope.simulator.model.agentic import AgentView, Round, decide, final_answer
 
 
-@pytest.mark.parametrize(("tools", "name", "arguments"), [
-    (("Read", "Bash", "Glob"), "Bash", {"command": "ls"}),
-    (("exec_command", "apply_patch"), "exec_command", {"cmd": "ls"}),
-    (("shell", "update_plan"), "shell", {"command": ["bash", "-lc", "ls"]}),
-    (("read", "bash", "edit"), "bash", {"command": "ls"}),
-    (("run_shell_command", "read_file"), "run_shell_command", {"command": "ls"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tools", "name", "arguments"),
+    [
+        (("Read", "Bash", "Glob"), "Bash", {"command": "ls"}),
+        (("exec_command", "apply_patch"), "exec_command", {"cmd": "ls"}),
+        (("shell", "update_plan"), "shell", {"command": ["bash", "-lc", "ls"]}),
+        (("read", "bash", "edit"), "bash", {"command": "ls"}),
+        (("run_shell_command", "read_file"), "run_shell_command", {"command": "ls"}),
+    ],
+)
 def test_each_clients_shell_lists_then_runs_the_quoted_command(tools, name, arguments):
     view = AgentView(task="run `make test` and tell me", tools=tools, rounds=())
     first = decide(view).call

@@ -225,9 +225,12 @@ def test_load_script_file(tmp_path):
 
 async def test_a_fixed_clock_set_over_http_expires_cache_entries_at_replayed_times(sim):
     session, state = sim
-    body = {"model": "claude-sim", "max_tokens": 5, "system": [
-        {"type": "text", "text": "rule " * 1500, "cache_control": {"type": "ephemeral"}}],
-        "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": "claude-sim",
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": "rule " * 1500, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     reads = []
     for at in (1_000.0, 1_200.0, 1_600.0):  # 200 s later: read; 400 s after that: the 5m entry expired
         async with session.post("/_sim/config", json={"clock": at}) as resp:

@@ -169,8 +169,9 @@ def test_anthropic_prompt_order_ttl_and_marker_free_keys():
 
 
 def test_anthropic_top_level_cache_control_marks_last_block_and_limit_is_four():
-    prompt = anthropic_prompt({"cache_control": {"type": "ephemeral", "ttl": "1h"},
-                               "messages": [{"role": "user", "content": "a"}]})
+    prompt = anthropic_prompt(
+        {"cache_control": {"type": "ephemeral", "ttl": "1h"}, "messages": [{"role": "user", "content": "a"}]}
+    )
     assert prompt.blocks[-1].ttl == "1h"
     marked = [{"type": "text", "text": str(i), "cache_control": {"type": "ephemeral"}} for i in range(5)]
     with pytest.raises(PromptError, match="Found 5"):

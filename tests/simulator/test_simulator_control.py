@@ -37,8 +37,9 @@ async def test_the_token_is_required_and_compared(sim):
     for headers in ({}, {"X-Sim-Token": "wrong"}, {"X-Sim-Token": state.control_token + "x"}):
         status, body = await _send(session, "GET", url + "/_sim/requests", headers)
         assert status == 403 and "X-Sim-Token" in body["error"], (headers, body)
-        status, body = await _send(session, "POST", url + "/_sim/script",
-                                   {**headers, "Content-Type": "application/json"}, json.dumps(EVIL))
+        status, body = await _send(
+            session, "POST", url + "/_sim/script", {**headers, "Content-Type": "application/json"}, json.dumps(EVIL)
+        )
         assert status == 403
     assert state.pending() == [{"text": "kept"}]
     status, body = await _send(session, "GET", url + "/_sim/script", {"X-Sim-Token": state.control_token})
@@ -49,8 +50,16 @@ async def test_a_rebound_host_is_refused_even_with_the_token(sim):
     session, url, state = sim
     port = url.rsplit(":", 1)[1]
     token = {"X-Sim-Token": state.control_token}
-    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "0.0.0.0", "10.0.0.1",
-                 "localhost.evil.example", "", "[::1"):
+    for host in (
+        "evil.example",
+        f"evil.example:{port}",
+        "127.0.0.1.evil.example",
+        "0.0.0.0",
+        "10.0.0.1",
+        "localhost.evil.example",
+        "",
+        "[::1",
+    ):
         status, body = await _send(session, "GET", url + "/_sim/requests", {**token, "Host": host})
         assert status == 403 and "loopback" in body["error"], (host, body)
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.9.8.7", "[::1]:1", "LOCALHOST"):
@@ -62,9 +71,15 @@ async def test_a_cross_origin_page_cannot_script_it(sim):
     session, url, state = sim
     token = {"X-Sim-Token": state.control_token, "Content-Type": "application/json"}
     # What a page elsewhere sends: its Origin and Sec-Fetch-Site, even if it somehow had the token.
-    for extra in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Origin": "http://127.0.0.1:1"},
-                  {"Origin": url.replace("http:", "https:")}, {"Sec-Fetch-Site": "cross-site"},
-                  {"Sec-Fetch-Site": "same-site"}, {"Origin": url, "Sec-Fetch-Site": "cross-site"}):
+    for extra in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1:1"},
+        {"Origin": url.replace("http:", "https:")},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": url, "Sec-Fetch-Site": "cross-site"},
+    ):
         status, body = await _send(session, "POST", url + "/_sim/script", {**token, **extra}, json.dumps(EVIL))
         assert status == 403 and "refused" in body["error"], (extra, body)
     assert state.pending() == [{"text": "kept"}]
@@ -84,16 +99,27 @@ async def test_posts_must_be_json(sim):
         status, _ = await _send(session, "POST", url + "/_sim/reset", headers, b"{}")
         assert status == 415
     assert state.pending() == [{"text": "kept"}]
-    status, _ = await _send(session, "POST", url + "/_sim/script",
-                            {**token, "Content-Type": "application/json; charset=utf-8"}, json.dumps([{"text": "y"}]))
+    status, _ = await _send(
+        session,
+        "POST",
+        url + "/_sim/script",
+        {**token, "Content-Type": "application/json; charset=utf-8"},
+        json.dumps([{"text": "y"}]),
+    )
     assert status == 200 and state.pending() == [{"text": "y"}]
 
 
 async def test_every_control_path_is_guarded(sim):
     session, url, _ = sim
-    for method, path in (("GET", "/_sim/script"), ("GET", "/_sim/requests"), ("POST", "/_sim/reset"),
-                         ("GET", "/_sim/config"), ("POST", "/_sim/config"), ("GET", "/_sim/unknown"),
-                         ("POST", "/_sim/script")):
+    for method, path in (
+        ("GET", "/_sim/script"),
+        ("GET", "/_sim/requests"),
+        ("POST", "/_sim/reset"),
+        ("GET", "/_sim/config"),
+        ("POST", "/_sim/config"),
+        ("GET", "/_sim/unknown"),
+        ("POST", "/_sim/script"),
+    ):
         status, body = await _send(session, method, url + path, {"Content-Type": "application/json"}, b"{}")
         assert status == 403 and "X-Sim-Token" in body["error"], (method, path)
 
@@ -112,8 +138,11 @@ def test_the_client_drives_every_endpoint():
         import urllib.request
 
         body = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "hello"}]}).encode()
-        urllib.request.urlopen(urllib.request.Request(running.base_url + "/v1/chat/completions", data=body,
-                                                      headers={"Content-Type": "application/json"}))  # fmt: skip
+        urllib.request.urlopen(
+            urllib.request.Request(
+                running.base_url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            )
+        )
         [entry] = control.requests()
         assert entry["path"] == "/v1/chat/completions" and entry["body"]["messages"][0]["content"] == "hello"
         with pytest.raises(SimulatorControlError) as err:

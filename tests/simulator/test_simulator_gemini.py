@@ -42,8 +42,9 @@ def test_sse_and_json_array_streams_carry_the_same_frames(http):
 
 
 def test_scripted_tool_call_and_error(sim_alone, http):
-    sim_alone.state.set_script([{"tool_calls": [{"name": "read", "arguments": {"path": "a"}}]},
-                                {"error": {"status": 429}}])  # fmt: skip
+    sim_alone.state.set_script(
+        [{"tool_calls": [{"name": "read", "arguments": {"path": "a"}}]}, {"error": {"status": 429}}]
+    )
     parts = http.post(f"/v1beta/models/{MODEL}:generateContent", json=BODY).json()["candidates"][0]["content"]["parts"]
     assert parts == [{"functionCall": {"name": "read", "args": {"path": "a"}}}]
     r = http.post(f"/v1beta/models/{MODEL}:generateContent", json=BODY)

@@ -50,9 +50,22 @@ async def _blob(args: dict[str, Any], ctx: Any) -> ToolOutput:
     return ToolOutput(text, bool(args.get("error")), {"media": media} if media else {})
 
 
-BLOB = Tool("blob", "Print sized test output.", {"type": "object", "properties": {
-    "tag": {"type": "string"}, "kib": {"type": "number"}, "tokens": {"type": "integer"},
-    "error": {"type": "boolean"}, "images": {"type": "integer"}}, "required": ["tag"]}, _blob)
+BLOB = Tool(
+    "blob",
+    "Print sized test output.",
+    {
+        "type": "object",
+        "properties": {
+            "tag": {"type": "string"},
+            "kib": {"type": "number"},
+            "tokens": {"type": "integer"},
+            "error": {"type": "boolean"},
+            "images": {"type": "integer"},
+        },
+        "required": ["tag"],
+    },
+    _blob,
+)
 
 
 def tools_extension(*tools: Tool) -> Extension:
@@ -83,8 +96,15 @@ def rung_of(request: ModelRequest) -> str | None:
 class RoutedModel(ScriptedModel):
     """ScriptedModel whose checkpoint requests are answered by ``checkpoint(request)`` instead of the script."""
 
-    def __init__(self, script: Iterable[Any] = (), *, checkpoint: Callable[[ModelRequest], Any] | None = None,
-                 usage: bool = True, enforce: int | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        script: Iterable[Any] = (),
+        *,
+        checkpoint: Callable[[ModelRequest], Any] | None = None,
+        usage: bool = True,
+        enforce: int | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(script, **kw)
         self.checkpoint = checkpoint or (lambda req: summary())
         self.checkpoints: list[ModelRequest] = []
@@ -113,6 +133,7 @@ class RoutedModel(ScriptedModel):
             from dataclasses import replace
 
             from ctxscope.agent.core.estimate import estimate_request
+
             est = estimate_request(req.system, req.tools, req.messages).total
             response = replace(response, usage=Usage(est, 5))
         return response
@@ -122,18 +143,38 @@ class RoutedModel(ScriptedModel):
         return [r for r in self.requests if not is_checkpoint(r)]
 
 
-def make_rt(tmp_path, script=(), *, window: int = 128_000, output: int = 4096, settings: dict | None = None,
-            tools: Iterable[Tool] = (BLOB,), hooks=None, extensions: Iterable[Extension] = (), core: bool = True,
-            checkpoint=None, model=None, enforce: int | None = None, **kw: Any):
+def make_rt(
+    tmp_path,
+    script=(),
+    *,
+    window: int = 128_000,
+    output: int = 4096,
+    settings: dict | None = None,
+    tools: Iterable[Tool] = (BLOB,),
+    hooks=None,
+    extensions: Iterable[Extension] = (),
+    core: bool = True,
+    checkpoint=None,
+    model=None,
+    enforce: int | None = None,
+    **kw: Any,
+):
     ws = tmp_path / "ws"
     ws.mkdir(parents=True, exist_ok=True)
-    model = model or RoutedModel(script, checkpoint=checkpoint, context_window=window, max_output_tokens=output,
-                                 enforce=enforce)
+    model = model or RoutedModel(
+        script, checkpoint=checkpoint, context_window=window, max_output_tokens=output, enforce=enforce
+    )
     st = ContextSettings.from_mapping(settings or {})
     exts = ([core_tools_extension()] if core else []) + [tools_extension(*tools), *extensions]
     manager = context_manager(settings=st, hooks=hooks)
-    rt = AgentRuntime(model, home=tmp_path / "home", workspace=ws, extensions=exts,
-                      host_builtins=[manager.extension(), tool_output_budget_extension(settings=st)], **kw)
+    rt = AgentRuntime(
+        model,
+        home=tmp_path / "home",
+        workspace=ws,
+        extensions=exts,
+        host_builtins=[manager.extension(), tool_output_budget_extension(settings=st)],
+        **kw,
+    )
     _MANAGERS[rt] = manager
     return rt, model, rt.create_session()
 

@@ -25,8 +25,9 @@ _ids = itertools.count(1)
 T0 = 1_760_000_000.0  # the clock of exchange_at: calls at T0 + t seconds
 
 
-def make_exchange(n: int | None = None, *, request: dict | None = None, response: dict | None = None,
-                  **overrides: Any) -> Exchange:
+def make_exchange(
+    n: int | None = None, *, request: dict | None = None, response: dict | None = None, **overrides: Any
+) -> Exchange:
     """A successful non-streamed Anthropic Messages call, as the proxy hands it over.
 
     ``n`` numbers the call (its prompt says "hello <n>"); ``request`` and ``response`` replace the
@@ -86,28 +87,44 @@ def anthropic_response(text: str = "hi there", usage: dict | None = None) -> dic
         "model": "claude-sonnet-4-5",
         "content": [{"type": "text", "text": text}],
         "stop_reason": "end_turn",
-        "usage": usage if usage is not None else {"input_tokens": 10, "output_tokens": 3,
-                                                  "cache_read_input_tokens": 100},
+        "usage": usage
+        if usage is not None
+        else {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 100},
     }
 
 
 def anthropic_sse(text: str = "streamed answer", input_tokens: int = 12, output_tokens: int = 4) -> bytes:
     """A streamed Anthropic Messages response as the wire carries it."""
-    msg = {"id": "msg_s", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
-           "stop_reason": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}
+    msg = {
+        "id": "msg_s",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
     events = [
         ("message_start", {"type": "message_start", "message": msg}),
-        ("content_block_start",
-         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
         ("ping", {"type": "ping"}),
     ]
     for word in text.split(" "):
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": word + " "}}))
+        events.append(
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word + " "}},
+            )
+        )
     events += [
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                           "usage": {"output_tokens": output_tokens}}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": output_tokens}},
+        ),
         ("message_stop", {"type": "message_stop"}),
     ]
     return "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
@@ -176,19 +193,36 @@ def _words(n: int, tag: str) -> str:
 def claude_code_like_session(calls: int, gaps: list[float]) -> list:
     """A Claude Code-shaped session (many tools, a system prompt in blocks, tool rounds) with its
     breakpoints stripped: no cache_control anywhere."""
-    tools = [{"name": n, "description": _words(180, n), "input_schema": {"type": "object", "properties": {
-        "path": {"type": "string"}}}} for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")]
-    system = [{"type": "text", "text": "You are Claude Code, a coding agent."},
-              {"type": "text", "text": _words(2200, "policy")}]
+    tools = [
+        {
+            "name": n,
+            "description": _words(180, n),
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+        for n in ("Read", "Edit", "Bash", "Grep", "Glob", "Write")
+    ]
+    system = [
+        {"type": "text", "text": "You are Claude Code, a coding agent."},
+        {"type": "text", "text": _words(2200, "policy")},
+    ]
     messages: list = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
     out, t = [], 0.0
     for i in range(calls):
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "tools": tools,
-                "messages": json.loads(json.dumps(messages))}
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": system,
+            "tools": tools,
+            "messages": json.loads(json.dumps(messages)),
+        }
         out.append(make_exchange(request=body, started_at=T0 + t, session_label="cc"))
         t += gaps[i] if i < len(gaps) else 20.0
         use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}
-        messages += [{"role": "assistant", "content": [use]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
-                                                   "content": _words(400, f"line{i}x")}]}]
+        messages += [
+            {"role": "assistant", "content": [use]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": _words(400, f"line{i}x")}],
+            },
+        ]
     return out

@@ -75,8 +75,9 @@ def default_system(extra: str = "") -> list[dict]:
     return [text("You are a coding agent."), text(SYSTEM_TEXT + extra, cache_control=dict(EPHEMERAL))]
 
 
-def claude_code_turns(n: int, *, system=None, tools=None, model="claude-sonnet-4-5", first="Fix the bug.",
-                      reminders=()) -> list[dict]:
+def claude_code_turns(
+    n: int, *, system=None, tools=None, model="claude-sonnet-4-5", first="Fix the bug.", reminders=()
+) -> list[dict]:
     """Bodies of an agent loop shaped like Claude Code's: each call appends a tool call and its
     result (plus a reminder block on the turns in ``reminders``), moves the last cache marker to the
     newest block, and re-sends a single-text-block message as a plain string once it is no longer
@@ -112,9 +113,12 @@ def make_chat_body(messages=None, tools=None, model="gpt-4.1", **params) -> dict
 def chat_tool(name: str, description: str = "A tool.") -> dict:
     return {
         "type": "function",
-        "function": {"name": name, "description": description,
-                     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
-    }  # fmt: skip
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
 
 
 def make_responses_body(input=None, instructions=None, tools=None, model="gpt-5", **params) -> dict:

@@ -37,8 +37,12 @@ class Trap:
 
             def _any(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                            self.rfile.read(length) if length else b"")  # fmt: skip
+                seen = Seen(
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length) if length else b"",
+                )
                 trap.seen.append(seen)
                 status, body = trap.answer(seen)
                 data = json.dumps(body).encode()

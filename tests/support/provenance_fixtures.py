@@ -11,17 +11,27 @@ The release job builds the wheel, signs it with the offline key kept on the buil
 it to the internal index only after the smoke tests pass on all three supported Python versions.
 Rollbacks are done by yanking the release and re-pinning the previous version in the lock file.
 """
-QUOTE = ("The release job builds the wheel, signs it with the offline key kept on the build host, and uploads it "
-         "to the internal index.")
-PAGE = ("<html><head><title>Cache tiers</title></head><body>The edge cache keeps hot objects for ninety seconds "
-        "and then revalidates them against the origin with a conditional request before serving again.</body></html>")
-PAGE_QUOTE = ("The edge cache keeps hot objects for ninety seconds and then revalidates them against the origin "
-              "with a conditional request.")
+QUOTE = (
+    "The release job builds the wheel, signs it with the offline key kept on the build host, and uploads it "
+    "to the internal index."
+)
+PAGE = (
+    "<html><head><title>Cache tiers</title></head><body>The edge cache keeps hot objects for ninety seconds "
+    "and then revalidates them against the origin with a conditional request before serving again.</body></html>"
+)
+PAGE_QUOTE = (
+    "The edge cache keeps hot objects for ninety seconds and then revalidates them against the origin "
+    "with a conditional request."
+)
 
 
-def fake_tools(page: str = PAGE, mcp_text: str = "Ticket 42: the nightly export fails when the bucket policy "
-               "denies list access to the service account used by the exporter job.") -> Extension:
+def fake_tools(
+    page: str = PAGE,
+    mcp_text: str = "Ticket 42: the nightly export fails when the bucket policy "
+    "denies list access to the service account used by the exporter job.",
+) -> Extension:
     """A fetch tool and an MCP-style tool, without network: they return canned text."""
+
     async def fetch(args, ctx):
         return ToolOutput(page if args.get("url") != "https://big.example/" else page * 800)
 

@@ -53,11 +53,17 @@ class Proxy:
         await self.runner.cleanup()
 
 
-async def start_proxy(upstreams: dict[str, str], limits: Limits | None = None, read_timeout: float = 600.0,
-                      connect_timeout: float = 30.0) -> Proxy:
+async def start_proxy(
+    upstreams: dict[str, str], limits: Limits | None = None, read_timeout: float = 600.0, connect_timeout: float = 30.0
+) -> Proxy:
     sink = ListSink()
-    settings = ProxySettings(upstreams=upstreams, salt=b"s" * 32, read_timeout=read_timeout,
-                             connect_timeout=connect_timeout, limits=limits or Limits())
+    settings = ProxySettings(
+        upstreams=upstreams,
+        salt=b"s" * 32,
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
+        limits=limits or Limits(),
+    )
     forwarder = Forwarder(settings, sink)
     runner = make_runner(create_proxy_app(forwarder))
     await runner.setup()
@@ -124,7 +130,6 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":", 1)[1])
     return head + (await reader.readexactly(length) if length else b"")
-
 
 
 # asyncio's own loop and uvloop (what `ctxscope serve` runs on): transports differ in how they report a

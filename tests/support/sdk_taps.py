@@ -40,8 +40,9 @@ class RecordingTransport(httpx2.BaseTransport):
         resp = self.inner.handle_request(request)
         buf = bytearray()
         self.bodies.append(buf)
-        return httpx2.Response(resp.status_code, headers=resp.headers, stream=_SyncTap(resp.stream, buf),
-                               extensions=resp.extensions)
+        return httpx2.Response(
+            resp.status_code, headers=resp.headers, stream=_SyncTap(resp.stream, buf), extensions=resp.extensions
+        )
 
     def close(self):
         self.inner.close()
@@ -56,8 +57,9 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
         resp = await self.inner.handle_async_request(request)
         buf = bytearray()
         self.bodies.append(buf)
-        return httpx2.Response(resp.status_code, headers=resp.headers, stream=_AsyncTap(resp.stream, buf),
-                               extensions=resp.extensions)
+        return httpx2.Response(
+            resp.status_code, headers=resp.headers, stream=_AsyncTap(resp.stream, buf), extensions=resp.extensions
+        )
 
     async def aclose(self):
         await self.inner.aclose()

@@ -27,8 +27,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None
-                  ) -> Iterator[tuple[subprocess.Popen, str]]:
+def running_serve(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen, str]]:
     """The INSTALLED `ctxscope serve --port P --db tmp_path/c.db *args` (on uvloop, as in
     production) with its own home, once it answers its status; ``env``: more variables for it.
     It is stopped with SIGTERM on the way out and must exit 0 (its log is the failure's message)."""
@@ -36,8 +37,12 @@ def running_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None
     env = dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home"), **(env or {}))
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(CTXSCOPE), "serve", "--port", str(port),
-                                 "--db", str(tmp_path / "c.db"), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(CTXSCOPE), "serve", "--port", str(port), "--db", str(tmp_path / "c.db"), *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -15,9 +15,15 @@ from support.loop_thread import LoopThread
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 KEY = "sk-test-WEBUI-0123456789abcdef"
 
 
@@ -70,8 +76,9 @@ def start_web_daemon(tmp: Path) -> WebDaemon:
     loop = Loop()
     sim_runner, sim_url = loop.call(start_simulator("127.0.0.1", 0))
     db_path = tmp / "captures.db"
-    cfg = DaemonConfig(host="127.0.0.1", port=0, db=db_path,
-                       upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url})  # fmt: skip
+    cfg = DaemonConfig(
+        host="127.0.0.1", port=0, db=db_path, upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url}
+    )
     daemon = loop.call(start_daemon(cfg))
     return WebDaemon(loop, daemon, sim_runner, sim_url, daemon.url, db_path)
 

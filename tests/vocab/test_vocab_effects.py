@@ -24,7 +24,8 @@ def test_hostile_values_cannot_forge_parameters_or_effects():
     assert text == "reminder; source=x__pointer_/evil__compaction"
     effects = [parse_effect(part) for part in split_effects(join_effects([text, text]))]
     assert [(e.kind, dict(e.params)) for e in effects if e is not None] == [
-        ("reminder", {"source": "x__pointer_/evil__compaction"})]
+        ("reminder", {"source": "x__pointer_/evil__compaction"})
+    ]
 
 
 def test_long_values_and_many_parameters_are_cut():
@@ -35,17 +36,20 @@ def test_long_values_and_many_parameters_are_cut():
 
 
 def test_the_inspector_reads_the_agents_header_as_markers():
-    value = join_effects([format_effect(MarkerKind.COMPACTION, pointer="/messages/1", tokens_before=9),
-                          format_effect(MarkerKind.STEER)])
+    value = join_effects(
+        [format_effect(MarkerKind.COMPACTION, pointer="/messages/1", tokens_before=9), format_effect(MarkerKind.STEER)]
+    )
     markers = declared_markers([(Annotation.EVENT.value, value), (ANNOTATION_PREFIX + "other", "steer")])
     assert [(m.kind, m.pointer, m.detail) for m in markers] == [
         ("compaction", "/messages/1", {"tokens_before": 9, "declared": True}),
-        ("steer", None, {"declared": True})]
+        ("steer", None, {"declared": True}),
+    ]
 
 
 def test_a_json_effect_keeps_its_commas_and_a_broken_one_is_an_annotation():
     assert split_effects('{"kind": "checkpoint", "rung": "hall, then hmid"}') == [
-        '{"kind": "checkpoint", "rung": "hall, then hmid"}']
+        '{"kind": "checkpoint", "rung": "hall, then hmid"}'
+    ]
     broken = parse_effect('{"kind": ' + "[" * 100_000)
     assert broken is not None and broken.kind == MarkerKind.ANNOTATION and len(broken.params["raw"]) == 500
     assert parse_effect("  ") is None

@@ -9,7 +9,7 @@ import sys
 
 from support.environment import require
 
-_ARENAS = r'''
+_ARENAS = r"""
 import ctypes, sys, threading
 from ctxscope.vocab.heap import tune_heap
 
@@ -30,10 +30,10 @@ for t in threads:
 for t in threads:
     t.join()
 ctypes.CDLL(None).malloc_stats()  # glibc: one "Arena N:" block per arena, on stderr
-'''
+"""
 
 # Two 1 MB buffers alive at once, then freed, over and over: a body read off a pipe and its copy.
-_FAULTS = r'''
+_FAULTS = r"""
 import os, resource, sys
 from ctxscope.vocab.heap import release_heap, tune_heap
 
@@ -47,7 +47,7 @@ for _ in range(200):
     del read, copy
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 release_heap()
-'''
+"""
 
 
 def _glibc() -> None:

@@ -49,7 +49,7 @@ def test_special_token_text_counts_as_plain_text():
 
 
 def test_long_text_is_counted_exactly_in_windows():
-    line = "def f(x):\n    return x * 2  # 上下文 {\"k\": [1, 2, 3]}\n"
+    line = 'def f(x):\n    return x * 2  # 上下文 {"k": [1, 2, 3]}\n'
     text = line * 20000  # ~1 MB, counted in windows cut after newlines
     assert len(text) > 4 * 65536
     assert tokens.count_tokens(text) == len(tokens.encoding().encode_ordinary(text))
@@ -67,7 +67,9 @@ def test_counting_works_with_no_network_and_writes_no_cache(tmp_path):
     """)
     cache = tmp_path / "tiktoken-cache"
     cache.mkdir()
-    env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(cache), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+    env = dict(
+        os.environ, TIKTOKEN_CACHE_DIR=str(cache), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9"
+    )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2"
@@ -76,7 +78,9 @@ def test_counting_works_with_no_network_and_writes_no_cache(tmp_path):
 
 def test_the_ranks_are_read_as_tiktoken_parses_its_file():
     """load_ranks takes each token's position as its rank; tiktoken parses each line's rank."""
-    reference = {base64.b64decode(token): int(rank)
-                 for token, rank in (line.split() for line in tokens.ranks_file_bytes().splitlines() if line)}
+    reference = {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in tokens.ranks_file_bytes().splitlines() if line)
+    }
     assert tokens.load_ranks() == reference
     assert len(reference) == 199_998

@@ -61,8 +61,13 @@ def test_page_and_api_carry_strict_security_headers(web):
     status, headers, html = _req(web, "/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     csp = headers["Content-Security-Policy"]
-    for part in ("default-src 'self'", "script-src 'self'", "frame-ancestors 'none'", "object-src 'none'",
-                 "require-trusted-types-for 'script'"):  # fmt: skip
+    for part in (
+        "default-src 'self'",
+        "script-src 'self'",
+        "frame-ancestors 'none'",
+        "object-src 'none'",
+        "require-trusted-types-for 'script'",
+    ):
         assert part in csp
     assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert headers["X-Content-Type-Options"] == "nosniff" and headers["X-Frame-Options"] == "DENY"
@@ -118,7 +123,6 @@ def test_sessions_aggregate_real_traffic(web):
     assert data["sessions"][0]["session"] == "beta"  # most recent first
 
 
-
 def test_sessions_made_by_ctxscope_are_listed_only_when_asked_for(web):
     _conversation(web, "alpha", turns=1)
     _conversation(web, "replay:0123456789abcdef", turns=1)  # a replay's session name: a purpose's
@@ -127,6 +131,7 @@ def test_sessions_made_by_ctxscope_are_listed_only_when_asked_for(web):
     assert [(s["session"], s["purpose"]) for s in listed] == [("alpha", None)]
     every = _json(web, "/_ctxscope/api/sessions?all=1")[1]["sessions"]
     assert [(s["session"], s["purpose"]) for s in every] == [("replay:0123456789abcdef", "replay"), ("alpha", None)]
+
 
 @pytest.mark.slow
 def test_session_timeline_pages_series_and_filters(web):

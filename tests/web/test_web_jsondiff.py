@@ -6,8 +6,12 @@ from ctxscope.web.jsondiff import MAX_CHANGES, diff_bodies
 
 
 def _anthropic(system="You are careful.", tools=None, messages=None, **params):
-    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "system": system,
-            "messages": messages or [{"role": "user", "content": "hi"}]}  # fmt: skip
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 100,
+        "system": system,
+        "messages": messages or [{"role": "user", "content": "hi"}],
+    }
     if tools is not None:
         body["tools"] = tools
     body.update(params)
@@ -29,8 +33,13 @@ def test_identical_bodies_have_no_changes():
 
 def test_appended_messages_are_one_insertion_each():
     old = _anthropic(messages=[{"role": "user", "content": "hi"}])
-    new = _anthropic(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                               {"role": "user", "content": "go on"}])  # fmt: skip
+    new = _anthropic(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "go on"},
+        ]
+    )
     d = diff_bodies(old, new)
     assert [(c["op"], c["pointer"]) for c in d["changes"]] == [("added", "/messages/1"), ("added", "/messages/2")]
     assert d["changes"][0]["old"] is None and '"hello"' in d["changes"][0]["new"]
@@ -38,8 +47,9 @@ def test_appended_messages_are_one_insertion_each():
 
 def test_first_difference_follows_cache_order_tools_before_system_before_messages():
     old = _anthropic(tools=[_tool("read")], messages=[{"role": "user", "content": "a"}])
-    new = _anthropic(system="You are careless.", tools=[_tool("read", "reads any file")],
-                     messages=[{"role": "user", "content": "b"}])  # fmt: skip
+    new = _anthropic(
+        system="You are careless.", tools=[_tool("read", "reads any file")], messages=[{"role": "user", "content": "b"}]
+    )
     d = diff_bodies(old, new)
     assert [c["pointer"] for c in d["changes"]] == ["/tools/0/description", "/system", "/messages/0/content"]
     assert d["first_pointer"] == "/tools/0/description"
@@ -63,8 +73,13 @@ def test_cache_control_moves_are_listed_apart_not_as_changes():
     old = _anthropic(
         messages=[{"role": "user", "content": [block("one", cc=True)]}, {"role": "assistant", "content": "x"}]
     )
-    new = _anthropic(messages=[{"role": "user", "content": [block("one")]}, {"role": "assistant", "content": "x"},
-                               {"role": "user", "content": [block("two", cc=True)]}])  # fmt: skip
+    new = _anthropic(
+        messages=[
+            {"role": "user", "content": [block("one")]},
+            {"role": "assistant", "content": "x"},
+            {"role": "user", "content": [block("two", cc=True)]},
+        ]
+    )
     d = diff_bodies(old, new)
     assert [(c["op"], c["pointer"]) for c in d["changes"]] == [("added", "/messages/2")]
     moves = d["marker_moves"]

@@ -22,8 +22,22 @@ from ...core.state import SessionView
 from ..tool_output_budget import receipt, write_artifact
 from .history import map_results, result_bytes, tool_result_bytes, tool_rounds
 
-CONTROL_TOOLS = frozenset({"skill", "ask_user", "todowrite", "todoread", "goal", "plan", "update_plan",
-                           "enter_plan_mode", "exit_plan_mode", "set_goal", "update_goal", "complete_goal"})
+CONTROL_TOOLS = frozenset(
+    {
+        "skill",
+        "ask_user",
+        "todowrite",
+        "todoread",
+        "goal",
+        "plan",
+        "update_plan",
+        "enter_plan_mode",
+        "exit_plan_mode",
+        "set_goal",
+        "update_goal",
+        "complete_goal",
+    }
+)
 RECEIPT_BYTES = 1100  # what a receipt costs, for planning before the artifact paths exist
 TOOL_ARCHIVE: Final = "tool_archive"
 TOOL_TRIM: Final = "tool_trim"
@@ -120,12 +134,15 @@ class ArchiveResult:
 
 
 def trim_placeholder(res: ToolResult) -> str:
-    return (f"[An older {res.name} result ({result_bytes(res)} bytes) was removed to save context. It cannot be "
-            f"recovered from here: run the tool again if you need it.]")
+    return (
+        f"[An older {res.name} result ({result_bytes(res)} bytes) was removed to save context. It cannot be "
+        f"recovered from here: run the tool again if you need it.]"
+    )
 
 
-def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionView, *, has_read: bool,
-                  turn: int, step: int) -> ArchiveResult:
+def apply_archive(
+    messages: Sequence[Message], plan: ArchivePlan, view: SessionView, *, has_read: bool, turn: int, step: int
+) -> ArchiveResult:
     """Replace the plan's candidates; writes artifacts when the turn has ``read`` (OSError falls back to trim)."""
     wanted = {(c.message, c.block) for c in plan.candidates}
     artifacts: list[str] = []
@@ -145,17 +162,30 @@ def apply_archive(messages: Sequence[Message], plan: ArchivePlan, view: SessionV
             except OSError:
                 art = None
             if art is not None:
-                text = receipt(res.name, art, is_error=res.is_error,
-                               why="Older tool result moved to a file to save context")
+                text = receipt(
+                    res.name, art, is_error=res.is_error, why="Older tool result moved to a file to save context"
+                )
                 mark = {"archived": {"artifact": str(art.path), "bytes": size}}
                 artifacts.append(str(art.path))
         if text is None:
             text, mark = trim_placeholder(res), {"trimmed": {"bytes": size}}
         saved += size - len(text.encode("utf-8"))
-        items.append({"tool": res.name, "call_id": res.tool_call_id, "bytes": size,
-                      "artifact": mark.get("archived", {}).get("artifact")})
+        items.append(
+            {
+                "tool": res.name,
+                "call_id": res.tool_call_id,
+                "bytes": size,
+                "artifact": mark.get("archived", {}).get("artifact"),
+            }
+        )
         return replace(res, content=text, details={**res.details, **mark})
 
     out = map_results(messages, swap)
-    return ArchiveResult(TOOL_ARCHIVE if has_read and artifacts else TOOL_TRIM, tuple(out), len(wanted), saved,
-                         tuple(artifacts), tuple(items))
+    return ArchiveResult(
+        TOOL_ARCHIVE if has_read and artifacts else TOOL_TRIM,
+        tuple(out),
+        len(wanted),
+        saved,
+        tuple(artifacts),
+        tuple(items),
+    )

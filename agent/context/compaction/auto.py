@@ -87,8 +87,9 @@ EXTENSION_ID = "context-management"
 
 
 class ContextManager:
-    def __init__(self, settings: ContextSettings, *, home: Path | None = None,
-                 hooks: CompactionHooks | None = None) -> None:
+    def __init__(
+        self, settings: ContextSettings, *, home: Path | None = None, hooks: CompactionHooks | None = None
+    ) -> None:
         self.settings = settings
         self.home = home
         self.hooks = hooks or CompactionHooks()
@@ -103,6 +104,7 @@ class ContextManager:
     # --- wiring ---------------------------------------------------------------------------------------
     def extension(self) -> Extension:
         """This manager as the ``context-management`` extension: handlers, overflow handler and /compact."""
+
         def init(api: ExtensionAPI) -> None:
             self.host = api.host
             api.on(Event.BEFORE_LLM_CALL, self.before_llm_call)
@@ -122,8 +124,13 @@ class ContextManager:
     def engine(self) -> CompactionEngine:
         host = self._host()
         info = host.model_info()
-        return CompactionEngine(host.client, self.settings, checkpoint_system=self.checkpoint_system,
-                                window=info.context_window, model_output=info.max_output_tokens)
+        return CompactionEngine(
+            host.client,
+            self.settings,
+            checkpoint_system=self.checkpoint_system,
+            window=info.context_window,
+            model_output=info.max_output_tokens,
+        )
 
     def epoch(self, session_id: str) -> int | None:
         """The live history's epoch (the session is open whenever a request is being prepared)."""
@@ -133,8 +140,9 @@ class ContextManager:
         c = self._host().client
         return AnchorBinding(c.provider, c.api, c.model, prefix_hash(system, tools))
 
-    def footprint(self, view: SessionView, system: str, tools: Sequence[ToolSpec],
-                  messages: Sequence[Message]) -> Footprint:
+    def footprint(
+        self, view: SessionView, system: str, tools: Sequence[ToolSpec], messages: Sequence[Message]
+    ) -> Footprint:
         anchor = UsageAnchor.from_dict(view.state.get(ANCHOR_KEY))
         return footprint(system, tools, messages, anchor, self.binding(system, tools), self.epoch(view.id))
 
@@ -158,11 +166,30 @@ class ContextManager:
             if over is None or self._forced.get(view.id) == (ctx.turn, ctx.step):
                 return passthrough
             self._forced[view.id] = (ctx.turn, ctx.step)
-            self._decide_forced(view, ctx.turn, ctx.step, ctx.effects, why="auto_off", over=over, tokens=fp.tokens,
-                                limit=engine.lines.provider_input_limit)
+            self._decide_forced(
+                view,
+                ctx.turn,
+                ctx.step,
+                ctx.effects,
+                why="auto_off",
+                over=over,
+                tokens=fp.tokens,
+                limit=engine.lines.provider_input_limit,
+            )
             history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
-            outcome = await self._auto(view, ctx.turn, ctx.step, CompactionTrigger.LIMIT, tuple(history), ctx.system,
-                                       ctx.tools, fp.tokens, ctx.effects, None, engine)
+            outcome = await self._auto(
+                view,
+                ctx.turn,
+                ctx.step,
+                CompactionTrigger.LIMIT,
+                tuple(history),
+                ctx.system,
+                ctx.tools,
+                fp.tokens,
+                ctx.effects,
+                None,
+                engine,
+            )
             return self._verdict(outcome, passthrough)
         start = self._turn_start.get(view.id)
         if start is None or start[0] != ctx.turn:
@@ -178,13 +205,25 @@ class ContextManager:
             if not plan.holds:
                 return passthrough
             trigger = CompactionTrigger.ARCHIVE_PLAN
-        outcome = await self._auto(view, ctx.turn, ctx.step, trigger, tuple(history), ctx.system, ctx.tools,
-                                   fp.tokens, ctx.effects, plan, engine)
+        outcome = await self._auto(
+            view,
+            ctx.turn,
+            ctx.step,
+            trigger,
+            tuple(history),
+            ctx.system,
+            ctx.tools,
+            fp.tokens,
+            ctx.effects,
+            plan,
+            engine,
+        )
         return self._verdict(outcome, passthrough)
 
     @staticmethod
-    def _verdict(outcome: CompactionOutcome | None,
-                 passthrough: ModifyRequest | None) -> ModifyRequest | ReplaceHistory | Abort | None:
+    def _verdict(
+        outcome: CompactionOutcome | None, passthrough: ModifyRequest | None
+    ) -> ModifyRequest | ReplaceHistory | Abort | None:
         if outcome is None:
             return passthrough
         if outcome.replaced:
@@ -201,8 +240,9 @@ class ContextManager:
             return "failed_this_turn"
         return "none"
 
-    def _over_limit(self, engine: CompactionEngine, tokens: int, system: str, tools: Sequence[ToolSpec],
-                    messages: Sequence[Message]) -> str | None:
+    def _over_limit(
+        self, engine: CompactionEngine, tokens: int, system: str, tools: Sequence[ToolSpec], messages: Sequence[Message]
+    ) -> str | None:
         """Which provider limit the request exceeds: ``input_limit``, ``bytes`` or None."""
         if tokens > engine.lines.provider_input_limit:
             return "input_limit"
@@ -210,11 +250,18 @@ class ContextManager:
             return "bytes"
         return None
 
-    def _decide_forced(self, view: SessionView, turn: int, step: int, effects: Effects, *, why: str, over: str,
-                       tokens: int, limit: int) -> None:
+    def _decide_forced(
+        self, view: SessionView, turn: int, step: int, effects: Effects, *, why: str, over: str, tokens: int, limit: int
+    ) -> None:
         """A compaction the guard would not have run: an event in the history and a marker on the next request."""
-        log.warning("session %s: compaction forced (over: %s, held back: %s): %d tokens, input limit %d",
-                    view.id, over, why, tokens, limit)
+        log.warning(
+            "session %s: compaction forced (over: %s, held back: %s): %d tokens, input limit %d",
+            view.id,
+            over,
+            why,
+            tokens,
+            limit,
+        )
         record(view, MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
         effects.declare(MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit)
 
@@ -227,20 +274,51 @@ class ContextManager:
         history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
         fp = self.footprint(view, octx.system, octx.tools, history)
         engine = self.engine()
-        self._decide_forced(view, octx.turn, octx.step, octx.effects, why=self._held_back(view, octx.turn),
-                            over="provider", tokens=fp.tokens, limit=engine.lines.provider_input_limit)
-        outcome = await self._auto(view, octx.turn, octx.step, CompactionTrigger.OVERFLOW, tuple(history),
-                                   octx.system, octx.tools, fp.tokens, octx.effects, None, engine)
+        self._decide_forced(
+            view,
+            octx.turn,
+            octx.step,
+            octx.effects,
+            why=self._held_back(view, octx.turn),
+            over="provider",
+            tokens=fp.tokens,
+            limit=engine.lines.provider_input_limit,
+        )
+        outcome = await self._auto(
+            view,
+            octx.turn,
+            octx.step,
+            CompactionTrigger.OVERFLOW,
+            tuple(history),
+            octx.system,
+            octx.tools,
+            fp.tokens,
+            octx.effects,
+            None,
+            engine,
+        )
         if outcome is None or not outcome.replaced:
             return False
         await octx.history.replace(tuple(outcome.messages or ()), f"compaction:{outcome.stage}")
         return True
 
-    async def _auto(self, view: SessionView, turn: int, step: int, trigger: CompactionTrigger,
-                    history: tuple[Message, ...], system: str, tools: Sequence[ToolSpec], tokens: int, effects: Effects,
-                    plan: ArchivePlan | None, engine: CompactionEngine) -> CompactionOutcome | None:
-        pre = PreCompact(view, turn, step, trigger, tokens, engine.lines.automatic_trigger_at,
-                         engine.lines.provider_input_limit)
+    async def _auto(
+        self,
+        view: SessionView,
+        turn: int,
+        step: int,
+        trigger: CompactionTrigger,
+        history: tuple[Message, ...],
+        system: str,
+        tools: Sequence[ToolSpec],
+        tokens: int,
+        effects: Effects,
+        plan: ArchivePlan | None,
+        engine: CompactionEngine,
+    ) -> CompactionOutcome | None:
+        pre = PreCompact(
+            view, turn, step, trigger, tokens, engine.lines.automatic_trigger_at, engine.lines.provider_input_limit
+        )
         verdict = await self.hooks.run_pre(pre) or await self._host().before_compact(pre)
         if isinstance(verdict, StopAuto):
             set_auto(view, False, verdict.reason, turn=turn, step=step)
@@ -249,22 +327,38 @@ class ContextManager:
         if isinstance(verdict, Defer):
             effects.declare(MarkerKind.COMPACTION_DEFERRED, by="hook", trigger=trigger)
             return None
-        outcome = await engine.run(CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens,
-                                                   plan=plan))
+        outcome = await engine.run(
+            CompactionInput(view, turn, step, trigger, history, system, tuple(tools), tokens, plan=plan)
+        )
         record_outcome(view, outcome, turn, step)
         effects.declare_all(request_effects(outcome))
         if not outcome.replaced:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn
         elif auto_enabled(view) and trigger != CompactionTrigger.LIMIT:  # a forced one is not the guard's to judge
             self._guard(view, outcome, turn, step, effects, engine)
-        post = PostCompact(view, turn, trigger, outcome.stage, outcome.status, outcome.error,
-                           outcome.tokens_before, outcome.tokens_after)
+        post = PostCompact(
+            view,
+            turn,
+            trigger,
+            outcome.stage,
+            outcome.status,
+            outcome.error,
+            outcome.tokens_before,
+            outcome.tokens_after,
+        )
         await self.hooks.run_post(post)
         await self._host().after_compact(post)
         return outcome
 
-    def _guard(self, view: SessionView, outcome: CompactionOutcome, turn: int, step: int, effects: Effects,
-               engine: CompactionEngine) -> None:
+    def _guard(
+        self,
+        view: SessionView,
+        outcome: CompactionOutcome,
+        turn: int,
+        step: int,
+        effects: Effects,
+        engine: CompactionEngine,
+    ) -> None:
         """Stop automatic compaction for the session when it would thrash (see the module docstring)."""
         if outcome.trigger not in LINE_TRIGGERS:
             return
@@ -276,11 +370,15 @@ class ContextManager:
         recent = [t for t in state.get("auto_turns") or [] if isinstance(t, int)]
         reason = None
         if after > trigger_at * (1 - self.settings.thrash_margin):
-            reason = (f"compaction left {after} tokens, less than {self.settings.thrash_margin:.0%} below the "
-                      f"trigger line ({trigger_at})")
+            reason = (
+                f"compaction left {after} tokens, less than {self.settings.thrash_margin:.0%} below the "
+                f"trigger line ({trigger_at})"
+            )
         elif after + grown > trigger_at:
-            reason = (f"compaction left {after} tokens and this turn alone added {grown}: it would fire again "
-                      f"within the next turn (trigger line {trigger_at})")
+            reason = (
+                f"compaction left {after} tokens and this turn alone added {grown}: it would fire again "
+                f"within the next turn (trigger line {trigger_at})"
+            )
         elif recent and turn - recent[-1] <= 1:
             reason = f"automatic compaction fired at turn {recent[-1]} and again at turn {turn}"
         self._turn_start[view.id] = (turn, after)
@@ -294,8 +392,9 @@ class ContextManager:
     # --- the usage anchor ------------------------------------------------------------------------------
     def on_prepared(self, ev: LlmCallPrepared) -> None:
         call = ev.call
-        binding = AnchorBinding(call.provider, call.api, call.model, prefix_hash(call.request.system,
-                                                                                 call.request.tools))
+        binding = AnchorBinding(
+            call.provider, call.api, call.model, prefix_hash(call.request.system, call.request.tools)
+        )
         self._bindings[ev.session.id] = (binding, self.epoch(ev.session.id))
 
     def after_llm_call(self, ev: LlmCallResult) -> None:
@@ -303,8 +402,16 @@ class ContextManager:
         usage = ev.response.usage
         if bound is None or usage is None or usage.input_tokens <= 0:
             return None
-        anchor = UsageAnchor(bound[0], bound[1], ev.response.message.id, usage.input_tokens, usage.output_tokens,
-                             usage.cache_read_tokens, usage.cache_write_tokens, time.time())
+        anchor = UsageAnchor(
+            bound[0],
+            bound[1],
+            ev.response.message.id,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            time.time(),
+        )
         ev.session.state.set(ANCHOR_KEY, anchor.to_dict())
         return None
 
@@ -317,12 +424,17 @@ class ContextManager:
         return await compact_session(self, ctx, instructions)
 
 
-def compaction_hook_extension(extension_id: str, *, pre: BeforeCompactHandler | None = None,
-                              post: Callable[[PostCompact], object] | None = None,
-                              init: Callable[[ExtensionAPI], None] | None = None,
-                              description: str = "") -> Extension:
+def compaction_hook_extension(
+    extension_id: str,
+    *,
+    pre: BeforeCompactHandler | None = None,
+    post: Callable[[PostCompact], object] | None = None,
+    init: Callable[[ExtensionAPI], None] | None = None,
+    description: str = "",
+) -> Extension:
     """A configured extension with PreCompact / PostCompact hooks (before_compact / after_compact handlers),
     honoured while it is enabled in the session."""
+
     def setup(api: ExtensionAPI) -> None:
         if pre is not None:
             api.on(Event.BEFORE_COMPACT, pre)
@@ -339,14 +451,16 @@ def create_context_management(options: HostOptions) -> Extension:
     return context_management_extension(options)
 
 
-def context_management_extension(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
-                                 hooks: CompactionHooks | None = None) -> Extension:
+def context_management_extension(
+    options: HostOptions | None = None, *, settings: ContextSettings | None = None, hooks: CompactionHooks | None = None
+) -> Extension:
     """The host builtin; ``options`` is the runtime's HostOptions, ``settings`` override what they say."""
     return context_manager(options, settings=settings, hooks=hooks).extension()
 
 
-def context_manager(options: HostOptions | None = None, *, settings: ContextSettings | None = None,
-                    hooks: CompactionHooks | None = None) -> ContextManager:
+def context_manager(
+    options: HostOptions | None = None, *, settings: ContextSettings | None = None, hooks: CompactionHooks | None = None
+) -> ContextManager:
     """The manager behind the builtin (tests and benches keep it to look inside)."""
     if settings is None:
         settings = settings_from(options)

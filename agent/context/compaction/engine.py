@@ -35,8 +35,9 @@ from .history import has_media, last_input_only, placeholder_all, reduce_middle,
 from .replace import POST_ADMISSION_FAILED, admit, build_appendix
 
 # the triggers that mean "the request is over a line": an archive must also clear the trigger line
-LINE_TRIGGERS = frozenset({CompactionTrigger.THRESHOLD, CompactionTrigger.BYTES, CompactionTrigger.OVERFLOW,
-                           CompactionTrigger.LIMIT})
+LINE_TRIGGERS = frozenset(
+    {CompactionTrigger.THRESHOLD, CompactionTrigger.BYTES, CompactionTrigger.OVERFLOW, CompactionTrigger.LIMIT}
+)
 AttemptOutcome = Literal["skipped_local", "skipped_refused", "provider_overflow", "invalid", "error", "accepted"]
 COMPACTION_INPUT_TOO_LARGE = "COMPACTION_INPUT_TOO_LARGE"
 CHECKPOINT_REQUEST_FAILED = "CHECKPOINT_REQUEST_FAILED"
@@ -96,8 +97,9 @@ class CompactionOutcome:
 
 
 class CompactionEngine:
-    def __init__(self, client: ModelClient, settings: ContextSettings, *, checkpoint_system: str,
-                 window: int, model_output: int) -> None:
+    def __init__(
+        self, client: ModelClient, settings: ContextSettings, *, checkpoint_system: str, window: int, model_output: int
+    ) -> None:
         self.client = client
         self.settings = settings
         self.checkpoint_system = checkpoint_system
@@ -113,8 +115,9 @@ class CompactionEngine:
             return 0
         return len(self.client.prepare(ModelRequest(system, tuple(tools), tuple(messages), 1, {})).body)
 
-    def fits_next(self, inp: CompactionInput, messages: Sequence[Message],
-                  limit: int | None = None) -> tuple[bool, int]:
+    def fits_next(
+        self, inp: CompactionInput, messages: Sequence[Message], limit: int | None = None
+    ) -> tuple[bool, int]:
         tokens = estimate_request(inp.system, inp.tools, messages).total
         ok = tokens <= (limit or self.lines.provider_input_limit)
         return ok and self.body_bytes(inp.system, inp.tools, messages) <= self.byte_limit, tokens
@@ -134,14 +137,25 @@ class CompactionEngine:
                 ok, after = self.fits_next(inp, res.messages, limit)
                 timings["archive"] = time.perf_counter() - t0
                 if ok and res.saved_bytes >= self.settings.min_savings_kib * 1024:
-                    return CompactionOutcome(inp.trigger, "archive", "replaced", inp.tokens_before, res.messages,
-                                             after, mode=res.mode, archived=res.archived, saved_bytes=res.saved_bytes,
-                                             timings=timings, items=res.items)
+                    return CompactionOutcome(
+                        inp.trigger,
+                        "archive",
+                        "replaced",
+                        inp.tokens_before,
+                        res.messages,
+                        after,
+                        mode=res.mode,
+                        archived=res.archived,
+                        saved_bytes=res.saved_bytes,
+                        timings=timings,
+                        items=res.items,
+                    )
                 trimmed = res.messages
         return await self._checkpoint(inp, trimmed, timings)
 
-    def _rungs(self, inp: CompactionInput, trimmed: tuple[Message, ...] | None,
-               fits: Callable[[Sequence[Message]], bool]) -> Any:
+    def _rungs(
+        self, inp: CompactionInput, trimmed: tuple[Message, ...] | None, fits: Callable[[Sequence[Message]], bool]
+    ) -> Any:
         """(name, messages or None) lazily, fullest first; identical neighbours are skipped."""
         base = list(trimmed or inp.history)
         yield "h0", list(inp.history)
@@ -156,18 +170,30 @@ class CompactionEngine:
         yield "hmid", reduce_middle(last, fits)
         yield "hmin", last_input_only(inp.history)
 
-    async def _checkpoint(self, inp: CompactionInput, trimmed: tuple[Message, ...] | None,
-                          timings: dict[str, float]) -> CompactionOutcome:
+    async def _checkpoint(
+        self, inp: CompactionInput, trimmed: tuple[Message, ...] | None, timings: dict[str, float]
+    ) -> CompactionOutcome:
         mode = self.settings.checkpoint_mode
         attempts: list[Attempt] = []
         appendix = build_appendix(inp.history, inp.session.state.snapshot(), turn=inp.turn, step=inp.step)
 
         def request(messages: Sequence[Message], m: str, rung: str) -> ModelRequest:
-            headers = annotation_headers(inp.session.id, inp.turn, inp.step, [
-                format_effect(MarkerKind.CHECKPOINT_REQUEST, rung=rung, mode=m, trigger=inp.trigger)])
-            return build_request(mode=m, candidate=messages, live_system=inp.system, live_tools=inp.tools,
-                                 checkpoint_system=self.checkpoint_system, instructions=inp.instructions,
-                                 output_limit=self.checkpoint_output, headers=headers)
+            headers = annotation_headers(
+                inp.session.id,
+                inp.turn,
+                inp.step,
+                [format_effect(MarkerKind.CHECKPOINT_REQUEST, rung=rung, mode=m, trigger=inp.trigger)],
+            )
+            return build_request(
+                mode=m,
+                candidate=messages,
+                live_system=inp.system,
+                live_tools=inp.tools,
+                checkpoint_system=self.checkpoint_system,
+                instructions=inp.instructions,
+                output_limit=self.checkpoint_output,
+                headers=headers,
+            )
 
         def local(req: ModelRequest) -> tuple[bool, int]:
             tokens = estimate_request(req.system, req.tools, req.messages).total
@@ -196,41 +222,100 @@ class CompactionEngine:
                 try:
                     response = await self.client.send(self.client.prepare(req))
                 except ContextOverflowError as e:
-                    attempts.append(Attempt(rung, m, "provider_overflow", tokens, seconds=time.perf_counter() - t0,
-                                            detail=str(e)[:200]))
+                    attempts.append(
+                        Attempt(
+                            rung, m, "provider_overflow", tokens, seconds=time.perf_counter() - t0, detail=str(e)[:200]
+                        )
+                    )
                     break
                 except ProviderError as e:
-                    attempts.append(Attempt(rung, m, "error", tokens, seconds=time.perf_counter() - t0,
-                                            detail=str(e)[:200]))
+                    attempts.append(
+                        Attempt(rung, m, "error", tokens, seconds=time.perf_counter() - t0, detail=str(e)[:200])
+                    )
                     return self._failed(inp, CHECKPOINT_REQUEST_FAILED, str(e), attempts, timings, t_start)
                 u = response.usage
                 v = validate(response, self.checkpoint_output)
-                attempt = Attempt(rung, m, "accepted" if v.ok else "invalid", tokens, u.input_tokens if u else 0,
-                                  u.cache_read_tokens if u else 0, time.perf_counter() - t0, v.reason)
+                attempt = Attempt(
+                    rung,
+                    m,
+                    "accepted" if v.ok else "invalid",
+                    tokens,
+                    u.input_tokens if u else 0,
+                    u.cache_read_tokens if u else 0,
+                    time.perf_counter() - t0,
+                    v.reason,
+                )
                 attempts.append(attempt)
                 if not v.ok:
                     if m == "reuse" and v.reason == "tool_calls":
                         m = "separate"
                         continue
                     return self._failed(inp, CHECKPOINT_INVALID, v.reason, attempts, timings, t_start)
-                adm = admit(response.message.text, appendix, lambda ms: self.fits_next(inp, ms),
-                            compacted_at=time.time(), rung=rung, validation=v.verdict, trigger=inp.trigger,
-                            compacted_turn=inp.turn)
+                adm = admit(
+                    response.message.text,
+                    appendix,
+                    lambda ms: self.fits_next(inp, ms),
+                    compacted_at=time.time(),
+                    rung=rung,
+                    validation=v.verdict,
+                    trigger=inp.trigger,
+                    compacted_turn=inp.turn,
+                )
                 timings["checkpoint"] = time.perf_counter() - t_start
                 if not adm.ok:
-                    return CompactionOutcome(inp.trigger, "checkpoint", "failed", inp.tokens_before, None, adm.tokens,
-                                             POST_ADMISSION_FAILED,
-                                             f"the summary needs {adm.tokens} tokens, the input limit is "
-                                             f"{self.lines.provider_input_limit}", m, rung, v.verdict, v.missing,
-                                             attempts=tuple(attempts), timings=timings)
-                return CompactionOutcome(inp.trigger, "checkpoint", "replaced", inp.tokens_before, adm.messages,
-                                         adm.tokens, None, ",".join(adm.dropped) or None, m, rung, v.verdict,
-                                         v.missing, attempts=tuple(attempts), timings=timings)
+                    return CompactionOutcome(
+                        inp.trigger,
+                        "checkpoint",
+                        "failed",
+                        inp.tokens_before,
+                        None,
+                        adm.tokens,
+                        POST_ADMISSION_FAILED,
+                        f"the summary needs {adm.tokens} tokens, the input limit is {self.lines.provider_input_limit}",
+                        m,
+                        rung,
+                        v.verdict,
+                        v.missing,
+                        attempts=tuple(attempts),
+                        timings=timings,
+                    )
+                return CompactionOutcome(
+                    inp.trigger,
+                    "checkpoint",
+                    "replaced",
+                    inp.tokens_before,
+                    adm.messages,
+                    adm.tokens,
+                    None,
+                    ",".join(adm.dropped) or None,
+                    m,
+                    rung,
+                    v.verdict,
+                    v.missing,
+                    attempts=tuple(attempts),
+                    timings=timings,
+                )
         detail = "every rung was refused by the provider" if sent else "no rung fits the checkpoint input limit"
         return self._failed(inp, COMPACTION_INPUT_TOO_LARGE, detail, attempts, timings, t_start)
 
-    def _failed(self, inp: CompactionInput, code: str, detail: str | None, attempts: list[Attempt],
-                timings: dict[str, float], t_start: float) -> CompactionOutcome:
+    def _failed(
+        self,
+        inp: CompactionInput,
+        code: str,
+        detail: str | None,
+        attempts: list[Attempt],
+        timings: dict[str, float],
+        t_start: float,
+    ) -> CompactionOutcome:
         timings["checkpoint"] = time.perf_counter() - t_start
-        return CompactionOutcome(inp.trigger, "checkpoint", "failed", inp.tokens_before, error=code, detail=detail,
-                                 mode=self.settings.checkpoint_mode, attempts=tuple(attempts), timings=timings)
+        return CompactionOutcome(
+            inp.trigger,
+            "checkpoint",
+            "failed",
+            inp.tokens_before,
+            error=code,
+            detail=detail,
+            mode=self.settings.checkpoint_mode,
+            attempts=tuple(attempts),
+            timings=timings,
+        )

@@ -34,6 +34,7 @@ from ...core.state import SessionView
 
 log = logging.getLogger("ctxscope.agent.compaction")
 
+
 def record(view: SessionView, event: str, **data: Any) -> dict[str, Any]:
     """Append a ``context_event`` record to the session history (best effort: never fails the turn)."""
     rec = {"type": "context_event", "event": event, **{k: v for k, v in data.items() if v is not None}}

@@ -57,9 +57,13 @@ def tool_result_bytes(messages: Sequence[Message]) -> int:
 
 def placeholder_all(messages: Sequence[Message]) -> list[Message]:
     """``hall``: every tool result's text replaced by a one-line placeholder (calls and media stay)."""
+
     def swap(_i: int, _j: int, r: ToolResult) -> ToolResult:
-        text = f"[{r.name} result left out of this checkpoint input ({result_bytes(r)} bytes)" + \
-               (", it was an error" if r.is_error else "") + "]"
+        text = (
+            f"[{r.name} result left out of this checkpoint input ({result_bytes(r)} bytes)"
+            + (", it was an error" if r.is_error else "")
+            + "]"
+        )
         return replace(r, content=text)
 
     return map_results(messages, swap)
@@ -82,21 +86,29 @@ def _drop_media(r: ToolResult, keep: Callable[[int, dict], bool], note: str) -> 
 
 def strip_media(messages: Sequence[Message]) -> list[Message]:
     """``hvideo``: images and video removed from every tool result (a note says how many)."""
-    return map_results(messages, lambda _i, _j, r: _drop_media(r, lambda _k, _m: False,
-                                                               "image/video attachment(s) removed"))
+    return map_results(
+        messages, lambda _i, _j, r: _drop_media(r, lambda _k, _m: False, "image/video attachment(s) removed")
+    )
 
 
 def _is_screenshot(result: ToolResult, item: dict) -> bool:
-    return item.get("type", "image") == "image" and (item.get("origin") == "computer_use"
-                                                     or result.name in COMPUTER_TOOLS)
+    return item.get("type", "image") == "image" and (
+        item.get("origin") == "computer_use" or result.name in COMPUTER_TOOLS
+    )
 
 
 def prune_screenshots(messages: Sequence[Message], keep: int = 2) -> tuple[list[Message], int]:
     """The last ``keep`` computer-use screenshots stay; older ones leave a note. Returns (messages, dropped)."""
-    positions = [(i, j, k) for i, m in enumerate(messages) if m.role == "tool"
-                 for j, r in enumerate(m.content) if isinstance(r, ToolResult)
-                 for k, item in enumerate(media_items(r)) if _is_screenshot(r, dict(item))]
-    drop = set(positions[:max(0, len(positions) - keep)])
+    positions = [
+        (i, j, k)
+        for i, m in enumerate(messages)
+        if m.role == "tool"
+        for j, r in enumerate(m.content)
+        if isinstance(r, ToolResult)
+        for k, item in enumerate(media_items(r))
+        if _is_screenshot(r, dict(item))
+    ]
+    drop = set(positions[: max(0, len(positions) - keep)])
     if not drop:
         return list(messages), 0
 
@@ -124,8 +136,9 @@ def segments(messages: Sequence[Message]) -> list[tuple[int, int]]:
 def reduce_middle(messages: Sequence[Message], fits: Callable[[list[Message]], bool]) -> list[Message] | None:
     """``hmid``: drop whole segments from the middle outwards, never the first nor any with a user message."""
     segs = segments(messages)
-    removable = [k for k, (a, b) in enumerate(segs)
-                 if k > 0 and not any(messages[i].role == "user" for i in range(a, b))]
+    removable = [
+        k for k, (a, b) in enumerate(segs) if k > 0 and not any(messages[i].role == "user" for i in range(a, b))
+    ]
     if not removable:
         return None
     middle = (len(segs) - 1) / 2

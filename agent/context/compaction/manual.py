@@ -27,21 +27,37 @@ SESSION_BUSY = "SESSION_BUSY"
 HISTORY_CHANGED = "HISTORY_CHANGED"
 
 
-async def compact_session(manager: ContextManager, ctx: MaintenanceContext,
-                          instructions: str | None) -> CompactionOutcome:
+async def compact_session(
+    manager: ContextManager, ctx: MaintenanceContext, instructions: str | None
+) -> CompactionOutcome:
     view, turn = ctx.session, ctx.turn
     system, tools = ctx.system, ctx.tools
     before = ctx.history.messages
     history, _ = prune_screenshots(before, manager.settings.keep_screenshots)
     fp = manager.footprint(view, system, tools, history)
-    outcome = await manager.engine().run(CompactionInput(view, turn, 0, CompactionTrigger.MANUAL, tuple(history),
-                                                         system, tools, fp.tokens, instructions=instructions,
-                                                         allow_archive=False))
+    outcome = await manager.engine().run(
+        CompactionInput(
+            view,
+            turn,
+            0,
+            CompactionTrigger.MANUAL,
+            tuple(history),
+            system,
+            tools,
+            fp.tokens,
+            instructions=instructions,
+            allow_archive=False,
+        )
+    )
     if outcome.replaced and (ctx.busy() or ctx.history.messages != before):
         # a turn started while the checkpoint was written: its history wins, the summary is dropped
-        outcome = replace(outcome, status="failed", messages=None,
-                          error=SESSION_BUSY if ctx.busy() else HISTORY_CHANGED,
-                          detail="the session changed while the checkpoint was being written")
+        outcome = replace(
+            outcome,
+            status="failed",
+            messages=None,
+            error=SESSION_BUSY if ctx.busy() else HISTORY_CHANGED,
+            detail="the session changed while the checkpoint was being written",
+        )
     record_outcome(view, outcome, turn, 0)
     manager.queue_effects(view.id, request_effects(outcome))
     if outcome.replaced:

@@ -26,8 +26,10 @@ from .history import genuine_inputs
 POST_ADMISSION_FAILED = "POST_ADMISSION_FAILED"
 APPENDIX_OPEN = "<context-appendix>"
 APPENDIX_CLOSE = "</context-appendix>"
-SUMMARY_INTRO = ("The earlier part of this conversation was compacted into the checkpoint summary below, followed by "
-                 "state the host recorded itself. Carry on with the work from here.")
+SUMMARY_INTRO = (
+    "The earlier part of this conversation was compacted into the checkpoint summary below, followed by "
+    "state the host recorded itself. Carry on with the work from here."
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,13 @@ def build_appendix(messages: Sequence[Message], state: Mapping[str, Any], *, tur
     cadence = _prefixed(state, "todo", exclude=("todos",))
     if cadence is not None or todos:
         cadence = {**(cadence or {}), "now": {"turn": turn, "step": step}}
-    return Appendix(tuple(genuine_inputs(messages)[-2:]), tuple(t for t in todos if isinstance(t, Mapping)), cadence,
-                    _prefixed(state, "background"), _prefixed(state, "subagent", "sub_agent"))
+    return Appendix(
+        tuple(genuine_inputs(messages)[-2:]),
+        tuple(t for t in todos if isinstance(t, Mapping)),
+        cadence,
+        _prefixed(state, "background"),
+        _prefixed(state, "subagent", "sub_agent"),
+    )
 
 
 def _json(value: Any) -> str:
@@ -66,8 +73,11 @@ def render_appendix(appendix: Appendix, *, with_subagents: bool = True) -> str:
             parts.append(f'<user-request n="{i}">\n{text}\n</user-request>')
     if appendix.todos or appendix.todo_cadence:
         parts.append("\n### Todo list")
-        valid = [dict(t) for t in appendix.todos if t.get("status") in ("pending", "in_progress", "completed",
-                                                                          "cancelled") and t.get("content")]
+        valid = [
+            dict(t)
+            for t in appendix.todos
+            if t.get("status") in ("pending", "in_progress", "completed", "cancelled") and t.get("content")
+        ]
         parts.append(render_todos(valid))
         if appendix.todo_cadence:
             parts.append("Todo cadence: " + _json(appendix.todo_cadence))
@@ -80,10 +90,12 @@ def render_appendix(appendix: Appendix, *, with_subagents: bool = True) -> str:
 
 
 def summary_message(summary: str, appendix: Appendix, *, with_subagents: bool = True, **meta: Any) -> Message:
-    text = f"{SUMMARY_INTRO}\n\n<checkpoint-summary>\n{summary.strip()}\n</checkpoint-summary>\n\n" + \
-        render_appendix(appendix, with_subagents=with_subagents)
-    return user_message(text, kind=SUMMARY_KIND, kept_message_count=0, recent_inputs=list(appendix.recent_inputs),
-                        **meta)
+    text = f"{SUMMARY_INTRO}\n\n<checkpoint-summary>\n{summary.strip()}\n</checkpoint-summary>\n\n" + render_appendix(
+        appendix, with_subagents=with_subagents
+    )
+    return user_message(
+        text, kind=SUMMARY_KIND, kept_message_count=0, recent_inputs=list(appendix.recent_inputs), **meta
+    )
 
 
 @dataclass(frozen=True)
@@ -95,8 +107,9 @@ class Admission:
     error: str | None = None
 
 
-def admit(summary: str, appendix: Appendix, fits: Callable[[list[Message]], tuple[bool, int]],
-          **meta: Any) -> Admission:
+def admit(
+    summary: str, appendix: Appendix, fits: Callable[[list[Message]], tuple[bool, int]], **meta: Any
+) -> Admission:
     """Try the full appendix, then without the sub-agent snapshot; else POST_ADMISSION_FAILED."""
     attempts: list[tuple[tuple[str, ...], bool]] = [((), True)]
     if appendix.subagents:

@@ -36,16 +36,20 @@ ANTHROPIC_TTL_SECONDS = {"5m": 300, "1h": 3600}
 ANTHROPIC_DEFAULT_MINIMUM = 1024
 # Substring of the model id -> minimum cacheable prefix (LiteLLM and orq.ai tables, see research).
 ANTHROPIC_MINIMUMS = {
-    "haiku-4-5": 4096, "opus-4-5": 4096, "opus-4-6": 4096,
-    "sonnet-4-6": 2048, "3-haiku": 2048, "3-5-haiku": 2048, "opus-5": 512,
-}  # fmt: skip
+    "haiku-4-5": 4096,
+    "opus-4-5": 4096,
+    "opus-4-6": 4096,
+    "sonnet-4-6": 2048,
+    "3-haiku": 2048,
+    "3-5-haiku": 2048,
+    "opus-5": 512,
+}
 ANTHROPIC_MESSAGE_INVALIDATORS = ("tool_choice", "thinking", "output_config")
 OPENAI_MINIMUM = 1024
 OPENAI_STEP = 128
 OPENAI_TTL_SECONDS = 600
 OPENAI_EXTENDED_TTL_SECONDS = 24 * 3600
 OPENAI_INVALIDATORS = ("service_tier",)
-
 
 
 class Observed(NamedTuple):
@@ -175,8 +179,9 @@ def _prediction(
         "unrounded_read": None,
     }
     base.update(kw)
-    return CachePrediction(family, reason, total_tokens=cur.tokens.total, minimum=minimum,
-                           last_breakpoint_index=last_bp, **base)  # fmt: skip
+    return CachePrediction(
+        family, reason, total_tokens=cur.tokens.total, minimum=minimum, last_breakpoint_index=last_bp, **base
+    )
 
 
 def _predict_anthropic(
@@ -197,9 +202,17 @@ def _predict_anthropic(
     older = memory.best_entry(scope, cur.prompt, points, cur.started_at)
     if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
         read = cum[older] if older is not None else 0
-        return _prediction("anthropic", "older_entry" if read else "first_call" if prev is None else "not_comparable",
-                           cur, minimum, last_bp, predicted_read=read, would_read=read,
-                           predicted_write=max(0, cacheable - read), **common)  # fmt: skip
+        return _prediction(
+            "anthropic",
+            "older_entry" if read else "first_call" if prev is None else "not_comparable",
+            cur,
+            minimum,
+            last_bp,
+            predicted_read=read,
+            would_read=read,
+            predicted_write=max(0, cacheable - read),
+            **common,
+        )
     prev_points = anthropic_points(prev.prompt)
     prev_cum = prev.tokens.cumulative
     prev_min = memory.minimum("anthropic", prev.prompt.model, anthropic_minimum(prev.prompt.model), prev.started_at)
@@ -255,11 +268,22 @@ def _predict_anthropic(
     if break_kind == "model":
         before = bool(alive)
     return _prediction(
-        "anthropic", reason, cur, minimum, last_bp, predicted_read=read,
-        predicted_write=max(0, cacheable - read), ttl_expired=would > read, would_read=would, client_loss=loss,
-        break_index=break_index, break_pointer=break_pointer, break_kind=break_kind,
-        before_prev_last_breakpoint=before, **common,
-    )  # fmt: skip
+        "anthropic",
+        reason,
+        cur,
+        minimum,
+        last_bp,
+        predicted_read=read,
+        predicted_write=max(0, cacheable - read),
+        ttl_expired=would > read,
+        would_read=would,
+        client_loss=loss,
+        break_index=break_index,
+        break_pointer=break_pointer,
+        break_kind=break_kind,
+        before_prev_last_breakpoint=before,
+        **common,
+    )
 
 
 def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, memory: CacheMemory) -> CachePrediction:
@@ -269,8 +293,15 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
     last = len(cur.prompt.segments) - 1 if cur.prompt.segments else None
     common: dict[str, Any] = {"cacheable_prefix_tokens": cacheable, "below_minimum": total < minimum}
     if prev is None or relation.kind == RelationKind.NOT_COMPARABLE:
-        return _prediction("openai", "first_call" if prev is None else "not_comparable", cur, minimum, last,
-                           predicted_write=cacheable, **common)  # fmt: skip
+        return _prediction(
+            "openai",
+            "first_call" if prev is None else "not_comparable",
+            cur,
+            minimum,
+            last,
+            predicted_write=cacheable,
+            **common,
+        )
     gap = max(0.0, cur.started_at - prev.started_at)
     prev_minimum = memory.minimum("openai", prev.prompt.model, OPENAI_MINIMUM, prev.started_at)
     prev_cached = openai_round(prev.tokens.total, prev_minimum)
@@ -306,12 +337,22 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
     else:
         reason = "prefix_reused" if read else "ttl_expired" if not alive else "nothing_cached"
     return _prediction(
-        "openai", reason, cur, minimum, last, predicted_read=read,
+        "openai",
+        reason,
+        cur,
+        minimum,
+        last,
+        predicted_read=read,
         unrounded_read=min(shared_tokens, prev.tokens.total) if read else None,
-        predicted_write=max(0, cacheable - read), prev_last_breakpoint_index=prev_last, gap_seconds=gap,
-        ttl_expired=would > read, would_read=would, client_loss=loss, break_index=break_index,
-        break_pointer=break_pointer, break_kind=break_kind,
-        before_prev_last_breakpoint=(diverged and bool(prev_cached)) if break_index is not None else None, **common,
-    )  # fmt: skip
-
-
+        predicted_write=max(0, cacheable - read),
+        prev_last_breakpoint_index=prev_last,
+        gap_seconds=gap,
+        ttl_expired=would > read,
+        would_read=would,
+        client_loss=loss,
+        break_index=break_index,
+        break_pointer=break_pointer,
+        break_kind=break_kind,
+        before_prev_last_breakpoint=(diverged and bool(prev_cached)) if break_index is not None else None,
+        **common,
+    )

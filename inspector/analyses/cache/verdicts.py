@@ -73,8 +73,17 @@ def verdict(
         cost = None
         if price is not None:
             cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
-        return CacheJudgement(kind, lost, cost, p.break_pointer, p.break_kind, p.before_prev_last_breakpoint,
-                              provider_diagnostics, detail, expected)  # fmt: skip
+        return CacheJudgement(
+            kind,
+            lost,
+            cost,
+            p.break_pointer,
+            p.break_kind,
+            p.before_prev_last_breakpoint,
+            provider_diagnostics,
+            detail,
+            expected,
+        )
 
     if got is None:
         return result(CacheVerdict.UNKNOWN, detail="usage not reported")
@@ -134,8 +143,15 @@ def judge_call(
     prediction = predict_cache(prev, cur, relation, memory=memory, scope=scope)
     judgement = verdict(prediction, usage, relation, price=price, provider_diagnostics=provider_diagnostics)
     if family == "anthropic":
-        memory.record(scope, cur.prompt, cur.tokens.cumulative, prediction.minimum, cur.started_at,
-                      prediction.predicted_read, usage)  # fmt: skip
+        memory.record(
+            scope,
+            cur.prompt,
+            cur.tokens.cumulative,
+            prediction.minimum,
+            cur.started_at,
+            prediction.predicted_read,
+            usage,
+        )
     return prediction, judgement
 
 
@@ -184,8 +200,14 @@ def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any
             return None
         comparison = req.get("previous_message_id")
         diag = resp.get("diagnostics")
-        out = {"provider": "anthropic", "comparison_id": comparison, "reason": None, "missed_tokens": None,
-               "reusable_tokens": None, "raw": diag}  # fmt: skip
+        out = {
+            "provider": "anthropic",
+            "comparison_id": comparison,
+            "reason": None,
+            "missed_tokens": None,
+            "reusable_tokens": None,
+            "raw": diag,
+        }
         if not isinstance(diag, dict):
             out["status"] = "baseline" if comparison is None else "no_divergence"
             return out
@@ -202,10 +224,21 @@ def parse_provider_diagnostics(api: str | None, request_body: Any, response: Any
         return None
     diag = resp.get("prompt_cache_diagnostics")
     if not isinstance(diag, dict):
-        return {"provider": "openai", "comparison_id": comparison, "status": "not_reported", "reason": None,
-                "missed_tokens": None, "reusable_tokens": None, "raw": diag}  # fmt: skip
+        return {
+            "provider": "openai",
+            "comparison_id": comparison,
+            "status": "not_reported",
+            "reason": None,
+            "missed_tokens": None,
+            "reusable_tokens": None,
+            "raw": diag,
+        }
     return {
-        "provider": "openai", "comparison_id": comparison, "status": diag.get("type"), "reason": diag.get("reason"),
-        "missed_tokens": diag.get("cache_missed_tokens"), "reusable_tokens": diag.get("comparison_reusable_tokens"),
+        "provider": "openai",
+        "comparison_id": comparison,
+        "status": diag.get("type"),
+        "reason": diag.get("reason"),
+        "missed_tokens": diag.get("cache_missed_tokens"),
+        "reusable_tokens": diag.get("comparison_reusable_tokens"),
         "raw": diag,
-    }  # fmt: skip
+    }

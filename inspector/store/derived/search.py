@@ -51,9 +51,7 @@ def call_session(db: Db, call_id: str) -> str | None:
     return row[0] if row else None
 
 
-def add_pieces(
-    db: Db, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None
-) -> int:
+def add_pieces(db: Db, call_id: str, session: str, pieces: Sequence[Piece], known: KnownIds | None = None) -> int:
     """Index a call's pieces (inside the caller's transaction); returns how many were new to the session.
 
     A text new to the store gets a segment row (key and area, no text) and its FTS5 terms from the
@@ -72,8 +70,10 @@ def add_pieces(
             continue
         # Asked in the writer's known ids first, a segment is mostly new: it is inserted at once, and
         # looked up only when the store had it already (one statement per new segment, not two).
-        cur = db.conn.execute("INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?)"
-                              " ON CONFLICT (hash) DO NOTHING", [k, p.area, len(p.text)])
+        cur = db.conn.execute(
+            "INSERT INTO search_segments (hash, area, size) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+            [k, p.area, len(p.text)],
+        )
         if cur.rowcount != 1:  # stored already: its id (its terms are in FTS5)
             ids[k] = db.conn.execute("SELECT id FROM search_segments WHERE hash = ?", [k]).fetchone()[0]
             continue

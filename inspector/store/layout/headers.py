@@ -18,11 +18,25 @@ from ctxscope.inspector.base import json_text
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout.known import KnownIds
 
-_VOLATILE = frozenset({
-    "date", "content-length", "request-id", "x-request-id", "cf-ray", "x-envoy-upstream-service-time",
-    "openai-processing-ms", "set-cookie", "expires", "last-modified", "etag",
-    "x-amzn-requestid", "x-goog-request-id", "server-timing", "age",
-})  # fmt: skip
+_VOLATILE = frozenset(
+    {
+        "date",
+        "content-length",
+        "request-id",
+        "x-request-id",
+        "cf-ray",
+        "x-envoy-upstream-service-time",
+        "openai-processing-ms",
+        "set-cookie",
+        "expires",
+        "last-modified",
+        "etag",
+        "x-amzn-requestid",
+        "x-goog-request-id",
+        "server-timing",
+        "age",
+    }
+)
 _VOLATILE_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-", "ratelimit-")
 
 

@@ -42,8 +42,9 @@ class Deferred:
     to MEMORY_LIMIT bytes; calls beyond that are dropped and counted.
     """
 
-    def __init__(self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT, *,
-                 quarantined: int = 0):
+    def __init__(
+        self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT, *, quarantined: int = 0
+    ):
         self.spool, self.writer = spool, writer
         self.limit = limit  # bytes the spool file may reach (docs/architecture.md, "A bounded spool")
         self.over_limit = 0  # calls dropped because the spool was full
@@ -120,9 +121,13 @@ class Deferred:
                 self.dropped += 1
                 self.writer.count_dropped(1, "the spool could not be written and memory was full")
                 if self.dropped == 1 or self.dropped % 1000 == 0:
-                    log.error("capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
-                              "wait in memory already (%d dropped so far)", fields[ID], MEMORY_LIMIT >> 20,
-                              self.dropped)
+                    log.error(
+                        "capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
+                        "wait in memory already (%d dropped so far)",
+                        fields[ID],
+                        MEMORY_LIMIT >> 20,
+                        self.dropped,
+                    )
                 continue
             self._memory.append(fields)
             self._memory_bytes += size
@@ -139,8 +144,13 @@ class Deferred:
                 self.writer.count_dropped(1, "the spool reached its limit (max_spool_bytes)")
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
-                    log.error("capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
-                              "%d calls dropped so far while it was full", fields[ID], size >> 20, self.over_limit)
+                    log.error(
+                        "capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
+                        "%d calls dropped so far while it was full",
+                        fields[ID],
+                        size >> 20,
+                        self.over_limit,
+                    )
                 continue
             kept.append(fields)
             size += call_size(fields)
@@ -159,8 +169,11 @@ class Deferred:
     def _spool_failed(self, exc: OSError) -> None:
         self.spool_failures += 1
         if not self._spool_broken:
-            log.error("capture writer: cannot write its spool (%s); calls wait in memory (up to %d MB) until "
-                      "they are stored", exc, MEMORY_LIMIT >> 20)
+            log.error(
+                "capture writer: cannot write its spool (%s); calls wait in memory (up to %d MB) until they are stored",
+                exc,
+                MEMORY_LIMIT >> 20,
+            )
         self._spool_broken = True
 
     def start_storing(self) -> None:
@@ -311,6 +324,10 @@ def take_over(left: list[spools.Orphan], deferred: Deferred) -> list[str]:
             )
             continue
         deferred.took_over(orphan.torn, quarantined=orphan.release() is not None)
-        log.warning("capture writer: %d calls recovered from %s (left by a writer that was killed; the writer skips "
-                    "any it had stored already)", n, orphan.path.name)
+        log.warning(
+            "capture writer: %d calls recovered from %s (left by a writer that was killed; the writer skips "
+            "any it had stored already)",
+            n,
+            orphan.path.name,
+        )
     return ids

@@ -58,8 +58,10 @@ def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]
 
 
 # Run by migrate_apart: the migrations' own process, with the search text reader a migration may read through.
-_MIGRATE = ("import sys; from ctxscope.inspector.pipeline.search_text import SegmentTexts; "
-            "from ctxscope.inspector.store import db; db.open_handle(sys.argv[1], segment_texts=SegmentTexts).close()")
+_MIGRATE = (
+    "import sys; from ctxscope.inspector.pipeline.search_text import SegmentTexts; "
+    "from ctxscope.inspector.store import db; db.open_handle(sys.argv[1], segment_texts=SegmentTexts).close()"
+)
 
 
 def migrate_apart(db_path: Path) -> None:
@@ -79,11 +81,23 @@ def migrate_apart(db_path: Path) -> None:
         subprocess.run([sys.executable, "-c", _MIGRATE, str(db_path)], stdin=subprocess.DEVNULL, check=False)
 
 
-def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: str | None = None,
-               factory_args: tuple[str, ...] | list[str] = (), nice: int = 10, batch_interval: float = 0.2,
-               idle_class: bool = True, quiet_after: float = 1.0, max_decoded_bytes: int = DEFAULT_MAX_SIZE,
-               retry_interval: float = RETRY_INTERVAL, max_spool_bytes: int = SPOOL_LIMIT,
-               idle_release: float = IDLE_RELEASE, capture_epoch: int | None = None) -> None:
+def child_main(
+    db_path: str | Path,
+    *,
+    inbox: Inbox,
+    replies: Replies,
+    factory: str | None = None,
+    factory_args: tuple[str, ...] | list[str] = (),
+    nice: int = 10,
+    batch_interval: float = 0.2,
+    idle_class: bool = True,
+    quiet_after: float = 1.0,
+    max_decoded_bytes: int = DEFAULT_MAX_SIZE,
+    retry_interval: float = RETRY_INTERVAL,
+    max_spool_bytes: int = SPOOL_LIMIT,
+    idle_release: float = IDLE_RELEASE,
+    capture_epoch: int | None = None,
+) -> None:
     """The child's whole life: set up, run its loop (``ChildLoop``), drain. ``quiet_after``:
     silence that means the proxy holds no calls;
     ``idle_release``: silence, everything stored, before it lets go of its caches;
@@ -139,12 +153,18 @@ def child_main(db_path: str | Path, *, inbox: Inbox, replies: Replies, factory: 
     spool = deferred.spool  # created late, perhaps, if it could not be at first
     lost = deferred.lost_at_stop()
     if lost:
-        log.error("capture writer: %d calls held in memory (the spool could not be written) could not be stored "
-                  "before it stopped: they are lost", lost)
+        log.error(
+            "capture writer: %d calls held in memory (the spool could not be written) could not be stored "
+            "before it stopped: they are lost",
+            lost,
+        )
     if spool is not None:
         if spool.holds:
-            log.error("capture writer: %d calls are kept in %s until a writer can store them",
-                      deferred.stats()["queued"], spool.path.name)
+            log.error(
+                "capture writer: %d calls are kept in %s until a writer can store them",
+                deferred.stats()["queued"],
+                spool.path.name,
+            )
         spool.close(remove=drained and not spool.holds)
     replies.put(Counters(deferred.stats(), deferred.received))
     loop.stopped()

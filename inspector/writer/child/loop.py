@@ -70,8 +70,17 @@ _RUNNING = (ChildState.WORKING, ChildState.QUIET, ChildState.RELEASED, ChildStat
 class ChildLoop:
     """One writer child's loop over its inbox, from its first hand-over to its drain."""
 
-    def __init__(self, inbox: Inbox, replies: Replies, writer: CaptureWriter, deferred: Deferred,
-                 priority: Priority, *, quiet_after: float, idle_release: float):
+    def __init__(
+        self,
+        inbox: Inbox,
+        replies: Replies,
+        writer: CaptureWriter,
+        deferred: Deferred,
+        priority: Priority,
+        *,
+        quiet_after: float,
+        idle_release: float,
+    ):
         self.inbox, self.replies, self.writer, self.deferred = inbox, replies, writer, deferred
         self.priority = priority
         self.quiet_after = quiet_after  # silence that means the proxy holds no calls: a pause
@@ -102,13 +111,17 @@ class ChildLoop:
 
     def _stirred(self) -> None:
         """Counters not final yet: QUIET -> WORKING, DORMANT -> RELEASED (others stay)."""
-        self._move({ChildState.QUIET: ChildState.WORKING, ChildState.DORMANT: ChildState.RELEASED}.get(
-            self.state, self.state), *_RUNNING)
+        self._move(
+            {ChildState.QUIET: ChildState.WORKING, ChildState.DORMANT: ChildState.RELEASED}.get(self.state, self.state),
+            *_RUNNING,
+        )
 
     def _went_quiet(self) -> None:
         """Counters final and sent: WORKING -> QUIET, RELEASED -> DORMANT (others stay)."""
-        self._move({ChildState.WORKING: ChildState.QUIET, ChildState.RELEASED: ChildState.DORMANT}.get(
-            self.state, self.state), *_RUNNING)
+        self._move(
+            {ChildState.WORKING: ChildState.QUIET, ChildState.RELEASED: ChildState.DORMANT}.get(self.state, self.state),
+            *_RUNNING,
+        )
 
     def _drain(self) -> None:
         self._move(ChildState.DRAINING, *_RUNNING)
@@ -127,8 +140,9 @@ class ChildLoop:
                 self._idle_spell()  # no timer but this one, once
             fed = deferred.feed() if deferred.storing else True
             try:
-                item = self.inbox.get(timeout=FEED_INTERVAL if not fed and not self.writer.store_down
-                                      else STATS_INTERVAL)
+                item = self.inbox.get(
+                    timeout=FEED_INTERVAL if not fed and not self.writer.store_down else STATS_INTERVAL
+                )
             except (EOFError, OSError):
                 break  # the proxy was killed (or stops us by closing the pipe): store what we received, then go
             if isinstance(item, Stop):

@@ -56,8 +56,7 @@ class HandOver:
     and the restarts run in other threads). ``flush(pause)`` is the supervisor's: where a batch
     goes depends on its child's phase."""
 
-    def __init__(self, max_queue: int, max_queue_bytes: int, lock: threading.Lock,
-                 flush: Callable[[bool], None]):
+    def __init__(self, max_queue: int, max_queue_bytes: int, lock: threading.Lock, flush: Callable[[bool], None]):
         self.max_queue, self.max_queue_bytes = max_queue, max_queue_bytes
         self.lock, self.flush = lock, flush
         self.loop: asyncio.AbstractEventLoop | None = None  # the submitting loop, to hand over after a restart
@@ -161,8 +160,13 @@ class HandOver:
         self._count()
         self.submit_failed += 1
         if self.submit_failed == 1 or self.submit_failed % 1000 == 0:
-            log.error("capture dropped call %s: submitting it failed (%s: %s); %d calls lost so", call_id,
-                      type(exc).__name__, exc, self.submit_failed)
+            log.error(
+                "capture dropped call %s: submitting it failed (%s: %s); %d calls lost so",
+                call_id,
+                type(exc).__name__,
+                exc,
+                self.submit_failed,
+            )
 
     def _count(self) -> int:
         self.dropped = next(self._drops)

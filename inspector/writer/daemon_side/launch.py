@@ -113,14 +113,26 @@ class Outbox:
 class ChildProcess:
     """The running writer child: its process, its inbox (``Outbox``) and its replies (a queue)."""
 
-    def __init__(self, db_path: str, config: dict[str, Any], on_exit: Callable[[], None] | None = None,
-                 on_idle: Callable[[ChildProcess, Counters], None] | None = None):
+    def __init__(
+        self,
+        db_path: str,
+        config: dict[str, Any],
+        on_exit: Callable[[], None] | None = None,
+        on_idle: Callable[[ChildProcess, Counters], None] | None = None,
+    ):
         inbox_r, inbox_w = os.pipe()
         replies_r, replies_w = os.pipe()
         with contextlib.suppress(OSError):  # a bigger pipe: a 1 MB hand-over in one write, not 16 wakes
             fcntl.fcntl(inbox_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        argv = [sys.executable, "-m", ENTRY, db_path, str(inbox_r), str(replies_w),
-                json.dumps({**config, "sys_path": sys.path})]
+        argv = [
+            sys.executable,
+            "-m",
+            ENTRY,
+            db_path,
+            str(inbox_r),
+            str(replies_w),
+            json.dumps({**config, "sys_path": sys.path}),
+        ]
         try:
             self._popen = subprocess.Popen(argv, pass_fds=(inbox_r, replies_w), stdin=subprocess.DEVNULL)
         except BaseException:
@@ -135,8 +147,9 @@ class ChildProcess:
         self.on_idle = on_idle
         self.inbox = Outbox(inbox_w, config.get("idle_release", IDLE_RELEASE))
         self.replies: queue.Queue[FromChild] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, args=(replies_r,), name="ctxscope-writer-replies",
-                                        daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, args=(replies_r,), name="ctxscope-writer-replies", daemon=True
+        )
         self._reader.start()
 
     def _read(self, fd: int) -> None:

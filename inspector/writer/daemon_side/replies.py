@@ -59,21 +59,28 @@ class ChildReplies:
     def child_starting(self, store_error: str | None) -> None:
         """A new child said it is ready; until its first counters, its store's state is what it said."""
         if store_error is not None:
-            self.child = WriterStats(running=True, store_failures=1, last_error=store_error,
-                                     store_down_since=now_iso())
+            self.child = WriterStats(running=True, store_failures=1, last_error=store_error, store_down_since=now_iso())
 
     def retire_child(self) -> None:
         """The running child is gone: its counters join the ones before it. Its death, counted in
         ``base`` already, is newer than any error it reported."""
-        self.base = dataclasses.replace(add_lives(self.base, self.child),
-                                        last_error=self.base.last_error or self.child.last_error)
+        self.base = dataclasses.replace(
+            add_lives(self.base, self.child), last_error=self.base.last_error or self.child.last_error
+        )
         self.child = WriterStats()
 
     def lives(self) -> WriterStats:
         return add_lives(self.base, self.child)
 
-    def ask_deletion(self, proc: ChildProcess, inbox: Outbox, session: str, deadline: float,
-                     poll: Callable[[], None], lock: threading.Lock) -> dict:
+    def ask_deletion(
+        self,
+        proc: ChildProcess,
+        inbox: Outbox,
+        session: str,
+        deadline: float,
+        poll: Callable[[], None],
+        lock: threading.Lock,
+    ) -> dict:
         """Send a deletion and wait for its answer (``poll`` takes the replies meanwhile)."""
         request = next(self._requests)
         inbox.put(DeleteSession(request, session, max(0.1, deadline - time.monotonic() - 1.0)))  # answered first
@@ -86,6 +93,8 @@ class ChildReplies:
                     raise WriterUnavailable(answer.error or "the deletion failed")
                 return answer.result
             if not proc.is_alive() or time.monotonic() > deadline:
-                raise WriterUnavailable("the capture writer did not answer the deletion"
-                                        + ("" if proc.is_alive() else f": it exited with code {proc.exitcode}"))
+                raise WriterUnavailable(
+                    "the capture writer did not answer the deletion"
+                    + ("" if proc.is_alive() else f": it exited with code {proc.exitcode}")
+                )
             time.sleep(0.02)

@@ -26,9 +26,21 @@ RESTART_BACKOFF = 30.0  # seconds between attempts to start a new child when one
 QUICK_DEATH = 30.0  # a child that dies younger than this may die again: wait before the next one
 FIRST_BACKOFF = 0.5  # ... 0.5 s after the first quick death, doubling up to RESTART_BACKOFF
 
-_TALLIES = ("written", "failed", "dropped", "analysis_failed", "parse_failed", "commits", "already_stored",
-            "store_failures", "spools_quarantined", "spool_records_torn", "spool_failures", "dropped_spool_full",
-            "idle_releases")
+_TALLIES = (
+    "written",
+    "failed",
+    "dropped",
+    "analysis_failed",
+    "parse_failed",
+    "commits",
+    "already_stored",
+    "store_failures",
+    "spools_quarantined",
+    "spool_records_torn",
+    "spool_failures",
+    "dropped_spool_full",
+    "idle_releases",
+)
 
 
 class RestartPolicy:
@@ -57,8 +69,9 @@ class RestartPolicy:
 
 def add_lives(a: WriterStats, b: WriterStats) -> WriterStats:
     """Counters of two children's lives added up (the newer one's last error wins)."""
-    return dataclasses.replace(b, **{k: getattr(a, k) + getattr(b, k) for k in _TALLIES},
-                               last_error=b.last_error or a.last_error)
+    return dataclasses.replace(
+        b, **{k: getattr(a, k) + getattr(b, k) for k in _TALLIES}, last_error=b.last_error or a.last_error
+    )
 
 
 def child_reply(replies: queue.Queue[FromChild], proc: ChildProcess, timeout: float) -> FromChild:
@@ -96,7 +109,9 @@ def recovered_ids(replies: queue.Queue[FromChild], proc: ChildProcess, timeout: 
     it died (or went silent) before saying."""
     reply = child_reply(replies, proc, timeout)
     if not isinstance(reply, Recovered):
-        log.error("the new capture writer did not say what it recovered: %s",
-                  reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first")
+        log.error(
+            "the new capture writer did not say what it recovered: %s",
+            reply.error if isinstance(reply, Failed) else f"it said {type(reply).__name__} first",
+        )
         return None
     return set(reply.ids)

@@ -61,11 +61,22 @@ RETIRE_WAIT = 30.0  # seconds a child told to stop after an idle spell may take 
 class WriterProcess:
     """ExchangeSink whose storing runs in a child process (see module docstring)."""
 
-    def __init__(self, db_path: str | Path, *, analyzers_factory: str | None = None,
-                 analyzers_args: tuple[str, ...] = (), nice: int = 10,
-                 max_queue: int = 10000, max_queue_bytes: int = 256 << 20, batch_interval: float = 0.2,
-                 max_decoded_bytes: int = DEFAULT_MAX_SIZE, retry_interval: float = RETRY_INTERVAL,
-                 status_file: bool = True, max_spool_bytes: int = SPOOL_LIMIT, idle_release: float = IDLE_RELEASE):
+    def __init__(
+        self,
+        db_path: str | Path,
+        *,
+        analyzers_factory: str | None = None,
+        analyzers_args: tuple[str, ...] = (),
+        nice: int = 10,
+        max_queue: int = 10000,
+        max_queue_bytes: int = 256 << 20,
+        batch_interval: float = 0.2,
+        max_decoded_bytes: int = DEFAULT_MAX_SIZE,
+        retry_interval: float = RETRY_INTERVAL,
+        status_file: bool = True,
+        max_spool_bytes: int = SPOOL_LIMIT,
+        idle_release: float = IDLE_RELEASE,
+    ):
         self.db_path = Path(db_path)
         self.status_file = status_file
         self.on_stored: Callable[[], None] | None = None
@@ -74,7 +85,10 @@ class WriterProcess:
         # What the child is started with (see ``_config``); the factory is "module:function".
         self.analyzers_factory, self.analyzers_args, self.nice = analyzers_factory, analyzers_args, nice
         self.batch_interval, self.max_decoded_bytes, self.retry_interval = (
-            batch_interval, max_decoded_bytes, retry_interval)
+            batch_interval,
+            max_decoded_bytes,
+            retry_interval,
+        )
         self.max_spool_bytes, self.idle_release = max_spool_bytes, idle_release
         self._phase = SupervisorPhase()  # its moves are made under _lock
         self.accepting = False  # submit() takes calls: from start() until stop()
@@ -126,18 +140,27 @@ class WriterProcess:
             self._publisher = StatusPublisher(self.db_path, self.stats)
 
     def _config(self, capture_epoch: int | None) -> dict:
-        return {"factory": self.analyzers_factory, "factory_args": list(self.analyzers_args), "nice": self.nice,
-                "batch_interval": self.batch_interval, "idle_class": IDLE_CLASS, "quiet_after": CHILD_QUIET_AFTER,
-                "max_decoded_bytes": self.max_decoded_bytes, "retry_interval": self.retry_interval,
-                "max_spool_bytes": self.max_spool_bytes, "idle_release": self.idle_release,
-                "capture_epoch": capture_epoch}
+        return {
+            "factory": self.analyzers_factory,
+            "factory_args": list(self.analyzers_args),
+            "nice": self.nice,
+            "batch_interval": self.batch_interval,
+            "idle_class": IDLE_CLASS,
+            "quiet_after": CHILD_QUIET_AFTER,
+            "max_decoded_bytes": self.max_decoded_bytes,
+            "retry_interval": self.retry_interval,
+            "max_spool_bytes": self.max_spool_bytes,
+            "idle_release": self.idle_release,
+            "capture_epoch": capture_epoch,
+        }
 
     def _spawn(self, timeout: float, capture_epoch: int | None = None) -> ChildProcess:
         """Start a child and wait until it is ready (it is returned); raises RuntimeError if it cannot start.
         ``capture_epoch``: the epoch it continues (after an idle spell); None: it takes a new one."""
         try:
-            self._proc = ChildProcess(str(self.db_path), self._config(capture_epoch), on_exit=self._child_exited,
-                                      on_idle=self._child_idle)
+            self._proc = ChildProcess(
+                str(self.db_path), self._config(capture_epoch), on_exit=self._child_exited, on_idle=self._child_idle
+            )
         except OSError as exc:  # no process could be made (no memory, too many processes)
             raise RuntimeError(f"capture writer could not start: {exc}") from exc
         self._queue, self._replies = self._proc.inbox, self._proc.replies
@@ -195,8 +218,9 @@ class WriterProcess:
                 return
             wake = self._phase.move("restarting") is Phase.ASLEEP
         try:
-            threading.Thread(target=self._restart, args=(self._handover.loop, wake), name="ctxscope-writer-restart",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._restart, args=(self._handover.loop, wake), name="ctxscope-writer-restart", daemon=True
+            ).start()
         except RuntimeError as exc:  # no thread could be started (a process at its limit): the next hand-over tries
             with self._lock:
                 self._phase.back(Phase.ASLEEP if wake else Phase.DOWN)
@@ -226,8 +250,12 @@ class WriterProcess:
             ok = True
             if not wake:
                 self.restarts += 1
-            self._count_lost(sent, recovered_ids(proc.replies, proc, timeout=60), wake,
-                             old_proc.exitcode if old_proc is not None else None)
+            self._count_lost(
+                sent,
+                recovered_ids(proc.replies, proc, timeout=60),
+                wake,
+                old_proc.exitcode if old_proc is not None else None,
+            )
         finally:
             with self._lock:
                 if ok:
@@ -240,8 +268,9 @@ class WriterProcess:
                 else:
                     self._flush(True)
 
-    def _count_lost(self, sent: list[tuple[int, str]], recovered: set[str] | None, wake: bool,
-                    exitcode: int | None) -> None:
+    def _count_lost(
+        self, sent: list[tuple[int, str]], recovered: set[str] | None, wake: bool, exitcode: int | None
+    ) -> None:
         """The calls sent to the old child that the new one did not find in its spool died in the pipe."""
         if recovered is None:  # it died before it said what it found: ask the next one
             self._unconfirmed = sent
@@ -250,8 +279,12 @@ class WriterProcess:
         lost = sum(1 for _, call_id in sent if call_id not in recovered)
         self._lost += lost
         if not wake or lost:
-            log.error("capture writer exited with code %s; started a new one, which stores what it had spooled "
-                      "(%d calls were lost on the way to it)", exitcode, lost)
+            log.error(
+                "capture writer exited with code %s; started a new one, which stores what it had spooled "
+                "(%d calls were lost on the way to it)",
+                exitcode,
+                lost,
+            )
 
     # -- the sink: holding and handing over ----------------------------------------------------
 
@@ -302,8 +335,9 @@ class WriterProcess:
         self._poll()
         c, child = self._heard.lives(), self._heard.child  # counters of children that died are kept
         proc, phase, ledger = self._proc, self.phase, self._handover.in_flight
-        running = proc is not None and self._error is None and (
-            phase in (Phase.RESTARTING, Phase.ASLEEP) or proc.is_alive())
+        running = (
+            proc is not None and self._error is None and (phase in (Phase.RESTARTING, Phase.ASLEEP) or proc.is_alive())
+        )
         return dataclasses.replace(
             c,
             queued=ledger.queued + child.queued,
@@ -365,8 +399,13 @@ class WriterProcess:
                 self._lost += self._handover.keep_leftovers(self.db_path)
             return False
         if proc.is_alive():  # it ignores SIGTERM; what it has not stored is safe in its spool
-            log.error("capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
-                      "spool and are stored when a writer next opens %s", timeout, self.stats().queued, self.db_path)
+            log.error(
+                "capture writer did not finish storing within %.0fs: stopped it; %d calls stay in its "
+                "spool and are stored when a writer next opens %s",
+                timeout,
+                self.stats().queued,
+                self.db_path,
+            )
             proc.kill()
             proc.join(5)
             proc.close()
@@ -389,8 +428,13 @@ class WriterProcess:
             while self.phase is Phase.RESTARTING and self.accepting and time.monotonic() < deadline:
                 time.sleep(0.02)
             proc, inbox = self._proc, self._queue
-            if not self.accepting or self.phase is Phase.RESTARTING or proc is None or inbox is None or (
-                    not proc.is_alive()):
+            if (
+                not self.accepting
+                or self.phase is Phase.RESTARTING
+                or proc is None
+                or inbox is None
+                or (not proc.is_alive())
+            ):
                 raise WriterUnavailable("the capture writer is not running")
             return self._heard.ask_deletion(proc, inbox, session, deadline, self._poll, self._lock)
         finally:

@@ -62,25 +62,42 @@ class Outage:
         if self.since is None:
             self.since = now_iso()
             self._reminded = now
-            log.error("capture store %s unavailable%s: %s. Forwarding goes on; captured calls wait (%d now) and "
-                      "storing is retried every %g s", self.db_path, " (cannot open it)" if opening else "",
-                      error, waiting, self.retry_interval)
+            log.error(
+                "capture store %s unavailable%s: %s. Forwarding goes on; captured calls wait (%d now) and "
+                "storing is retried every %g s",
+                self.db_path,
+                " (cannot open it)" if opening else "",
+                error,
+                waiting,
+                self.retry_interval,
+            )
         elif now - self._reminded >= REMIND_INTERVAL:
             self._reminded = now
-            log.error("capture store %s still unavailable since %s (%d failed attempts): %s; %d calls wait",
-                      self.db_path, self.since, self._count, error, waiting)
+            log.error(
+                "capture store %s still unavailable since %s (%d failed attempts): %s; %d calls wait",
+                self.db_path,
+                self.since,
+                self._count,
+                error,
+                waiting,
+            )
 
     def events(self, last_error: str | None) -> list[dict]:
         """The event that records the current outage (none while the store works)."""
         if self.since is None:
             return []
-        return [{"kind": "store_unavailable", "call_id": None, "detail": last_error, "at": self.since,
-                 "count": self._count}]
+        return [
+            {"kind": "store_unavailable", "call_id": None, "detail": last_error, "at": self.since, "count": self._count}
+        ]
 
     def ended(self) -> None:
         """A write worked after the outage (and recorded it): say so."""
-        log.warning("capture store %s works again after %d failed attempts since %s; storing the calls that waited",
-                    self.db_path, self._count, self.since)
+        log.warning(
+            "capture store %s works again after %d failed attempts since %s; storing the calls that waited",
+            self.db_path,
+            self._count,
+            self.since,
+        )
         self.since = None
         self._count = 0
 
@@ -119,7 +136,8 @@ class Unrecorded:
 def record(db: Db, events: list[dict], drops: int, last_error: str | None) -> None:
     """Write events (and a count of dropped calls) into ``store_events``, in the caller's transaction."""
     for ev in events:
-        store.record_event(db, ev["kind"], call_id=ev["call_id"], detail=ev["detail"], at=ev["at"],
-                           count=ev.get("count", 1))
+        store.record_event(
+            db, ev["kind"], call_id=ev["call_id"], detail=ev["detail"], at=ev["at"], count=ev.get("count", 1)
+        )
     if drops:
         store.record_event(db, "dropped", count=drops, detail=last_error)

@@ -146,8 +146,13 @@ class CaptureWriter(BatchStoring):
         except Exception as exc:  # the hot path must never raise: the call is lost, so it is counted
             self._submit_failed += 1
             if self._submit_failed == 1 or self._submit_failed % 1000 == 0:  # a defect must not flood the log
-                log.error("capture dropped call %s: submitting it failed (%s: %s); %d calls lost so",
-                          getattr(exchange, "id", "?"), type(exc).__name__, exc, self._submit_failed)
+                log.error(
+                    "capture dropped call %s: submitting it failed (%s: %s); %d calls lost so",
+                    getattr(exchange, "id", "?"),
+                    type(exc).__name__,
+                    exc,
+                    self._submit_failed,
+                )
             self._drop(exchange, "submitting it failed", quiet=True)
 
     def count_dropped(self, n: int, why: str) -> None:
@@ -228,8 +233,9 @@ class CaptureWriter(BatchStoring):
             return request.done.result(timeout)
         except TimeoutError:
             request.done.cancel()
-            raise WriterUnavailable(f"the capture writer did not get to the deletion within {timeout:.0f}s"
-                                    f" ({self._last_error or 'busy'})") from None
+            raise WriterUnavailable(
+                f"the capture writer did not get to the deletion within {timeout:.0f}s ({self._last_error or 'busy'})"
+            ) from None
 
     def release_memory(self) -> threading.Event:
         """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
@@ -255,8 +261,9 @@ class CaptureWriter(BatchStoring):
                     db = self._open()
                     self._ready.set()
                     if db is not None:
-                        state = IngestState(self.capture_epoch or 0, self.max_decoded_bytes,
-                                            failures=self._failures(db))
+                        state = IngestState(
+                            self.capture_epoch or 0, self.max_decoded_bytes, failures=self._failures(db)
+                        )
                 if db is not None:
                     assert state is not None  # set with db
                     if not self._pending:
@@ -323,8 +330,9 @@ class CaptureWriter(BatchStoring):
             if not self._started_recorded:
                 if self.capture_epoch is None:
                     self.capture_epoch = store.next_capture_epoch(db)
-                store.record_event(db, "writer_woke" if self._woke else "writer_started",
-                                   detail=f"capture_epoch {self.capture_epoch}")
+                store.record_event(
+                    db, "writer_woke" if self._woke else "writer_started", detail=f"capture_epoch {self.capture_epoch}"
+                )
                 self._started_recorded = True
             if self._outage.down and not self._pending and self._queue.empty():
                 with db.atomic():  # nothing waits: this write alone says the store works again
@@ -350,9 +358,12 @@ class CaptureWriter(BatchStoring):
             elif item is not STOP_MARK:
                 unstored.append(item)
         if unstored:
-            self._pending.extend(unstored[len(self._pending):])
-            log.error("capture writer stopping with %d calls unstored: the store is unavailable (%s)",
-                      len(unstored), self._last_error)
+            self._pending.extend(unstored[len(self._pending) :])
+            log.error(
+                "capture writer stopping with %d calls unstored: the store is unavailable (%s)",
+                len(unstored),
+                self._last_error,
+            )
             if self.keep_unstored:
                 keep_leftovers(self.db_path, [pack(ex) for ex in unstored])
         if db is not None:

@@ -60,8 +60,14 @@ class CallFailed(Exception):
 
 
 def store_one(
-    db: Db, state: IngestState, ex: Exchange, analyzers: Sequence[Analyzer],
-    outcome: collections.Counter, events: list, *, isolated: bool = True,
+    db: Db,
+    state: IngestState,
+    ex: Exchange,
+    analyzers: Sequence[Analyzer],
+    outcome: collections.Counter,
+    events: list,
+    *,
+    isolated: bool = True,
 ) -> None:
     """One exchange; ``isolated``: in a savepoint, so a failure rolls back only this exchange (tallied
     in ``outcome``, its store event appended to ``events``). Not isolated, a failure that leaves the

@@ -179,7 +179,7 @@ class ReceivedBodies:
                         raise ValueError(f"a body repeats {shared} bytes of one of {base.length}")
                 if type(n) is not int or n < 0:
                     raise ValueError("a body's length is not a length")
-                part = view[at:at + n]
+                part = view[at : at + n]
                 if len(part) != n:
                     raise ValueError("a body longer than its hand-over")
                 at += n

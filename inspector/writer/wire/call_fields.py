@@ -31,7 +31,8 @@ def _opt(kind: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 def _pairs(v: Any) -> bool:
     return isinstance(v, list) and all(
-        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v)
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in v
+    )
 
 
 _CHECKS = {  # an Exchange field's annotation -> a check of its JSON value (other kinds: any JSON value)

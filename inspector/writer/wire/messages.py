@@ -127,8 +127,9 @@ _FRAME = struct.Struct("<BQ")  # kind, length of what follows
 _JSON, _HANDOVER, _TAKEN = 1, 2, 3
 _TAKEN_COUNT = struct.Struct("<Q")
 _COUNTS = struct.Struct("<?QIQI")  # a hand-over's pause, dropped, calls, body bytes and large bodies
-_TYPES: dict[str, type] = {cls.__name__: cls for cls in (DeleteSession, Forget, Stop, Ready, Failed, Recovered,
-                                                          Counters, Deleted)}
+_TYPES: dict[str, type] = {
+    cls.__name__: cls for cls in (DeleteSession, Forget, Stop, Ready, Failed, Recovered, Counters, Deleted)
+}
 MAX_JSON = 64 << 20  # a JSON message longer than this is no message of ours
 
 
@@ -153,8 +154,9 @@ def frame(message: ToChild | FromChild, sent: SentBodies | None = None, headers:
     return [_FRAME.pack(_JSON, len(text)), text]
 
 
-def send(fd: int, message: ToChild | FromChild, sent: SentBodies | None = None,
-         headers: RepeatedTexts | None = None) -> None:
+def send(
+    fd: int, message: ToChild | FromChild, sent: SentBodies | None = None, headers: RepeatedTexts | None = None
+) -> None:
     """Write one message whole (blocking; OSError, e.g. BrokenPipeError, if the reader is gone)."""
     write_pieces(fd, frame(message, sent, headers))
 

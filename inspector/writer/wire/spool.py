@@ -58,6 +58,7 @@ QUARANTINED = ".quarantined-"
 
 # -- names -------------------------------------------------------------------------------------
 
+
 def spool_path(db_path: Path, owner: int | str) -> Path:
     return db_path.with_name(f"{db_path.name}{SUFFIX}{owner}")
 
@@ -70,7 +71,7 @@ def _named(db_path: Path, rest: re.Pattern | None) -> list[Path]:
     prefix = db_path.name + SUFFIX
     out = [n for n in names if n.startswith(prefix)]
     if rest is not None:
-        out = [n for n in out if rest.fullmatch(n[len(prefix):])]
+        out = [n for n in out if rest.fullmatch(n[len(prefix) :])]
     return [db_path.parent / n for n in sorted(out)]
 
 
@@ -92,22 +93,32 @@ def quarantine(path: Path, why: str) -> Path | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        log.error("capture spool %s is unsafe to read (%s) and cannot be moved aside (%s): it is left "
-                  "where it is, unread", path, why, exc)
+        log.error(
+            "capture spool %s is unsafe to read (%s) and cannot be moved aside (%s): it is left where it is, unread",
+            path,
+            why,
+            exc,
+        )
         return None
-    log.error("capture spool %s quarantined as %s, unread: %s. Capture goes on; look at the file, then delete it.",
-              path, aside.name, why)
+    log.error(
+        "capture spool %s quarantined as %s, unread: %s. Capture goes on; look at the file, then delete it.",
+        path,
+        aside.name,
+        why,
+    )
     return aside
 
 
 # -- a writer's own spool ----------------------------------------------------------------------
 
+
 class Spool:
     """The append-only spool of one writer process; read back from ``read_at`` in order."""
 
     def __init__(self, db_path: Path, owner: int | None = None):
-        self.path, self._fd = owner_only.create_locked(lambda o: spool_path(db_path, o),
-                                                       os.getpid() if owner is None else owner, os.O_APPEND)
+        self.path, self._fd = owner_only.create_locked(
+            lambda o: spool_path(db_path, o), os.getpid() if owner is None else owner, os.O_APPEND
+        )
         try:
             write_pieces(self._fd, [HEADER])
         except OSError:
@@ -168,8 +179,12 @@ class Spool:
         try:
             batch, self.read_at = read_record(self._fd, self.read_at, self.size, verify=False)
         except (SpoolCorrupt, Torn, OSError) as exc:
-            log.error("capture spool %s: a record at offset %d does not read back (%s); the calls from there "
-                      "on are lost", self.path, self.read_at, exc or "cut short")
+            log.error(
+                "capture spool %s: a record at offset %d does not read back (%s); the calls from there on are lost",
+                self.path,
+                self.read_at,
+                exc or "cut short",
+            )
             self.corrupt += 1
             self.read_at = self.size
             return None
@@ -201,12 +216,17 @@ def keep_leftovers(db_path: Path, batch: list[tuple]) -> Path | None:
     except OSError as exc:
         log.error("could not keep %d unstored calls in a spool either (%s): they are lost", len(batch), exc)
         return None
-    log.error("%d calls that could not be stored are kept in %s: the next writer on %s stores them",
-              len(batch), spool.path.name, db_path.name)
+    log.error(
+        "%d calls that could not be stored are kept in %s: the next writer on %s stores them",
+        len(batch),
+        spool.path.name,
+        db_path.name,
+    )
     return spool.path
 
 
 # -- spools of writers that are gone -----------------------------------------------------------
+
 
 @dataclass
 class Orphan:
@@ -227,8 +247,12 @@ class Orphan:
                 batch, at = read_record(self.fd, at, self.size)
             except Torn:
                 self.torn += 1
-                log.warning("capture spool %s: dropped a record cut short at offset %d (a crash while writing it; "
-                            "its calls had not been acknowledged)", self.path.name, at)
+                log.warning(
+                    "capture spool %s: dropped a record cut short at offset %d (a crash while writing it; "
+                    "its calls had not been acknowledged)",
+                    self.path.name,
+                    at,
+                )
                 return
             except (SpoolCorrupt, OSError) as exc:
                 self.corrupt = f"corrupt record at offset {at}: {exc}"

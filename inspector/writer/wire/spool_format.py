@@ -91,8 +91,9 @@ def payload_pieces(batch: list[tuple], sent: Referrer | None = None) -> list:
     return payload_and_size(batch, sent)[0]
 
 
-def payload_and_size(batch: list[tuple], sent: Referrer | None = None,
-                     headers: RepeatedTexts | None = None) -> tuple[list, int]:
+def payload_and_size(
+    batch: list[tuple], sent: Referrer | None = None, headers: RepeatedTexts | None = None
+) -> tuple[list, int]:
     """``payload_pieces`` and the batch's body bytes, whole (``call_size`` summed), in one pass;
     with ``headers``, the header lists the batch repeats are spliced in as the texts it remembers.
 
@@ -173,7 +174,7 @@ def bodies_start(payload: bytes | bytearray) -> int:
 def heads_of(payload: bytes | bytearray) -> tuple[list, int]:
     """The field lists of a payload this process's proxy encoded, and where its bodies begin."""
     at = bodies_start(payload)
-    return json.loads(payload[_JSON_LEN.size:at]), at
+    return json.loads(payload[_JSON_LEN.size : at]), at
 
 
 def payload_parts(heads: list, bodies: Sequence[bytes | bytearray | memoryview]) -> list:
@@ -201,7 +202,7 @@ def encode(batch: list[tuple]) -> list[bytes]:
 # its spool after a pause, so the next large bodies can still be written as the new bytes they add
 # to those in it (docs/architecture.md, "New bytes only"). Its header alone tells it apart.
 STORED_MARK = b"".join(encode([]))
-_MARK_HEAD = STORED_MARK[:_RECORD.size]
+_MARK_HEAD = STORED_MARK[: _RECORD.size]
 
 
 _MAX_SCAN = 1 << 17  # record headers read looking for the last mark (a planted file of tiny records stops there)
@@ -234,7 +235,7 @@ def decode(payload: bytes | bytearray) -> list[tuple]:
     """The batch in a record's payload (its checksum already verified), outside any file: a body
     made of pieces is corrupt here; SpoolCorrupt if malformed."""
     view = memoryview(payload)
-    return _decode(lambda at, n: bytes(view[at:at + n]), len(payload))
+    return _decode(lambda at, n: bytes(view[at : at + n]), len(payload))
 
 
 def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0) -> list[tuple]:
@@ -256,7 +257,7 @@ def _decode(read: Read, size: int, file: Read | None = None, record_at: int = 0)
     for head in heads:
         if not isinstance(head, list) or not REQUIRED <= len(head) <= len(VALID):
             raise SpoolCorrupt("a call with the wrong number of fields")
-        for field in FIELDS[len(head):]:
+        for field in FIELDS[len(head) :]:
             head.append(default_of(field))
         for field, valid, value in zip(FIELDS, VALID, head, strict=False):
             if not valid(value):
@@ -325,10 +326,10 @@ def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[
         return _pread_exact(fd, length, offset)
 
     if _RECORD.size + n <= len(head):
-        view = memoryview(head)[_RECORD.size:_RECORD.size + n]
+        view = memoryview(head)[_RECORD.size : _RECORD.size + n]
         if verify and zlib.crc32(view) != crc:
             raise SpoolCorrupt("checksum mismatch")
-        return _decode(lambda offset, length: bytes(view[offset:offset + length]), n, file, at), start + n
+        return _decode(lambda offset, length: bytes(view[offset : offset + length]), n, file, at), start + n
     if not verify:
         return _decode(lambda offset, length: file(start + offset, length), n, file, at), start + n
     if _checksum(fd, start, n) != crc:
@@ -337,7 +338,7 @@ def read_record(fd: int, at: int, size: int, verify: bool = True) -> tuple[list[
     if len(payload) < n:
         raise Torn
     view = memoryview(payload)
-    return _decode(lambda offset, length: bytes(view[offset:offset + length]), n, file, at), start + n
+    return _decode(lambda offset, length: bytes(view[offset : offset + length]), n, file, at), start + n
 
 
 def _pread_exact(fd: int, n: int, at: int) -> bytes:
@@ -367,7 +368,7 @@ def write_pieces(fd: int, pieces: Sequence[bytes | bytearray | memoryview]) -> N
     views = [p for p in pieces if len(p)]
     at, end = 0, len(views)
     while at < end:
-        done = os.writev(fd, views[at:at + _IOV_MAX])
+        done = os.writev(fd, views[at : at + _IOV_MAX])
         while done:
             n = len(views[at])
             if done >= n:
