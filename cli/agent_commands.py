@@ -22,7 +22,14 @@ from ctxscope.agent.host.conversation import NotAvailable
 from ctxscope.agent.host.runtime import AgentRuntime
 from ctxscope.agent.host.session import AgentSession, SessionBusy
 from ctxscope.agent.host.session_store import SessionNotFound
-from ctxscope.agent.providers.catalog import APIS, PROVIDERS, ProviderConfigError, make_client, resolve
+from ctxscope.agent.providers.catalog import (
+    APIS,
+    PROVIDERS,
+    ProviderConfigError,
+    ProviderSettings,
+    make_client,
+    resolve,
+)
 from ctxscope.agent_render import TerminalRenderer
 from ctxscope.daemon_address import daemon_option, find_daemon
 
@@ -66,12 +73,9 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _runtime(opts: dict[str, Any]) -> AgentRuntime:
-    proxy = None
-    if not opts["direct"] and opts["base_url"] is None:  # the calls go through the daemon: find it first
-        proxy = find_daemon(opts["daemon"], also=", or talk to the provider itself with --direct")
+def _settings(opts: dict[str, Any], proxy: str | None) -> ProviderSettings:
     try:
-        settings = resolve(
+        return resolve(
             opts["provider"],
             api=opts["api"],
             model=opts["model"],
@@ -84,6 +88,13 @@ def _runtime(opts: dict[str, Any]) -> AgentRuntime:
         )
     except ProviderConfigError as e:
         raise click.ClickException(str(e)) from e
+
+
+def _runtime(opts: dict[str, Any]) -> AgentRuntime:
+    settings = _settings(opts, None)  # a missing key or a bad name is said before the daemon is looked for
+    if settings.via_proxy:  # the calls go through the daemon: find it
+        proxy = find_daemon(opts["daemon"], also=", or talk to the provider itself with --direct")
+        settings = _settings(opts, proxy)
     return AgentRuntime(make_client(settings), workspace=opts["workspace"], listener=TerminalRenderer())
 
 

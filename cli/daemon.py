@@ -7,6 +7,7 @@ can pause forwarding."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import signal
@@ -310,7 +311,8 @@ def lock_home_and_db(cfg: DaemonConfig) -> DaemonLock:
     try:
         secure_home(home)
         if not cfg.db.parent.exists():
-            owner_only.private_dir(cfg.db.parent)
+            with contextlib.suppress(OSError):  # the store says why it cannot open; forwarding goes on
+                owner_only.private_dir(cfg.db.parent)
         return acquire(home, cfg.db)
     except OSError as exc:
         raise LockError(f"cannot lock ctxscope's home {home} or the database {cfg.db} for this daemon: {exc}") from None

@@ -71,7 +71,8 @@ class DaemonLock:
         whole so a reader never sees half of it)."""
         record = {"pid": os.getpid(), "url": url, "db": str(db)}
         for fd in self.fds:
-            _write(fd, record)
+            with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+                _write(fd, record)
         path = self.home / ADDRESS_FILE
         tmp = path.with_name(f".{ADDRESS_FILE}.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
@@ -98,12 +99,20 @@ class DaemonLock:
 
 def acquire(home: Path, db: Path) -> DaemonLock:
     """Lock ``home`` and ``db`` for this daemon; AlreadyRunning names the daemon that holds one.
-    The home and the database's folder must exist. Raises OSError when a lock file cannot be made."""
+    The home must exist; OSError when its lock file cannot be made. A database whose folder cannot
+    hold a lock file (missing, read-only, a full disk) is not locked: the store fails there on its
+    own, and a store failure never stops forwarding (docs/architecture.md, "Store failures never
+    break traffic")."""
     lock = DaemonLock(home)
     what = {home / LOCK_FILE: f"the home {home}", db_lock_path(db): f"the database {db}"}
     try:
         for path, name in what.items():
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError:
+                if path.name == LOCK_FILE:
+                    raise
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -114,7 +123,8 @@ def acquire(home: Path, db: Path) -> DaemonLock:
                     "it first, or give this one another CTXSCOPE_HOME and --db"
                 ) from None
             lock.fds.append(fd)
-            _write(fd, {"pid": os.getpid()})
+            with contextlib.suppress(OSError):  # the holder's name is a courtesy; a full disk has no room for it
+                _write(fd, {"pid": os.getpid()})
     except BaseException:
         lock.release()
         raise

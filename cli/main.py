@@ -63,9 +63,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": (
         "ctxscope.run_commands:run",
-        "Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the daemon "
-        "(started if none runs on the port), and HTTPS_PROXY with the CA variables of `ctxscope ca env` for "
-        "clients without a base URL; then print the session's UI address.",
+        "Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the "
+        "daemon (started if none runs), HTTPS_PROXY (the label as its user) with the CA variables of "
+        "`ctxscope ca env` for clients without a base URL, and Codex's `openai_base_url` as a `-c` "
+        "override; then print the session's UI address if it made a call.",
     ),
     "search": (
         "ctxscope.investigate.search_commands:search",

@@ -227,7 +227,7 @@ def run(
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND with ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL pointing at the
-    daemon (started if none runs on the port), HTTPS_PROXY (the label as its user) with the CA
+    daemon (started if none runs), HTTPS_PROXY (the label as its user) with the CA
     variables of `ctxscope ca env` for clients without a base URL, and Codex's `openai_base_url`
     as a `-c` override; then print the session's UI address if it made a call.
 

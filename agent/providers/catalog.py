@@ -104,10 +104,13 @@ def resolve(
             raise ProviderConfigError("--direct with --provider sim needs --base-url (the simulator's address)")
         url = base_url or DIRECT_URLS[api]
     else:
-        url = base_url or proxy_base_url(proxy or env.get("CTXSCOPE_PROXY") or DEFAULT_PROXY, provider, api)
+        url = base_url or proxy_base_url(proxy or DEFAULT_PROXY, provider, api)
     key = "sim-key" if provider == "sim" else env.get(KEY_ENV[api])
     if not key:
-        raise ProviderConfigError(f"set {KEY_ENV[api]} to use provider {provider!r}")
+        raise ProviderConfigError(
+            f"set {KEY_ENV[api]} to use provider {provider!r} "
+            "(or try --provider sim: the built-in simulator needs no key)"
+        )
     window, output = model_limits(model)
     return ProviderSettings(
         provider,

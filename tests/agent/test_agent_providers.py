@@ -439,7 +439,7 @@ def test_resolve_routes_through_the_proxy_by_default():
     assert resolve("openai-responses", env=env).api == "openai-responses"
     assert resolve("sim", env={}).base_url == "http://127.0.0.1:8787/u/sim/v1"
     assert resolve("sim", api="anthropic", env={}).base_url == "http://127.0.0.1:8787/u/sim"
-    assert resolve("sim", env={"CTXSCOPE_PROXY": "http://127.0.0.1:9999/"}).base_url == "http://127.0.0.1:9999/u/sim/v1"
+    assert resolve("sim", proxy="http://127.0.0.1:9999/", env={}).base_url == "http://127.0.0.1:9999/u/sim/v1"
     assert resolve("openai", direct=True, env=env).base_url == "https://api.openai.com/v1"
     d = resolve("sim", direct=True, base_url="http://127.0.0.1:5/v1", env={})
     assert d.base_url == "http://127.0.0.1:5/v1" and not d.via_proxy
