@@ -16,8 +16,16 @@ from ctxscope.vocab.words import word
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from .output import Column, emit_json, emit_table, fmt_int, fmt_usd, pick_columns, safe_text, terminal_width
-from .query_commands import TOKENS_LEGEND, clock_time, columns_option, thread_names, verdict_word, wide_option
 from .settings import prices_path
+from .tables import (
+    TOKENS_LEGEND,
+    clock_time,
+    columns_option,
+    compaction_breaks,
+    thread_names,
+    verdict_word,
+    wide_option,
+)
 
 if TYPE_CHECKING:  # imported when a command runs (docs/architecture.md, "Quick start-up")
     import sqlite_utils
@@ -201,14 +209,6 @@ def _show_diff(d: dict, width: int) -> None:
 
 def _safe(value: Any) -> str:
     return safe_text(value)
-
-
-def compaction_breaks(d: dict) -> str:
-    """The breaks compactions made, counted as the sessions list counts compactions: the first
-    call after each, and apart from them the checkpoint requests themselves."""
-    after, requests = d.get("breaks_after_compaction", 0), d.get("checkpoint_request_breaks", 0)
-    text = f"{after} after a compaction"
-    return text + (f", {requests} a checkpoint request" if requests else "")
 
 
 def _show_stats(s: dict) -> None:

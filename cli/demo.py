@@ -29,9 +29,9 @@ from ctxscope.vocab.effects import parse_effect, split_effects
 from ctxscope.vocab.headers import Annotation
 
 from . import demo_script as script
-from .analysis_commands import compaction_breaks
 from .options import CONTEXT, db_option
 from .settings import DaemonConfig
+from .tables import compaction_breaks
 
 if TYPE_CHECKING:  # the agent, the simulator's client and the daemon are imported when the demo runs
     from ctxscope.agent.core.events import LlmCallPrepared

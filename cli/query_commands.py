@@ -15,11 +15,10 @@ if TYPE_CHECKING:
 import click
 
 from ctxscope.vocab.kinds import CacheVerdict, RelationKind
-from ctxscope.vocab.words import choices, value_of, word
+from ctxscope.vocab.words import choices, value_of
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
 from .output import (
-    Column,
     emit_fields,
     emit_json,
     emit_table,
@@ -31,74 +30,19 @@ from .output import (
     safe_text,
 )
 from .settings import default_db_path
-
-
-def clock_time(value: Any) -> str:
-    text = str(value or "-")
-    return text[11:19] if len(text) >= 19 and text[10:11] == "T" else text
-
-
-def _when(value: Any) -> str:
-    """ "12-01 09:39": month, day and minute, enough to tell sessions apart."""
-    text = str(value or "-")
-    return f"{text[5:10]} {text[11:16]}" if len(text) >= 16 and text[10:11] == "T" else text
-
-
-def relation_word(value: Any) -> str:
-    return word(RelationKind, value) or "-"
-
-
-def verdict_word(value: Any) -> str:
-    return word(CacheVerdict, value) or "-"
-
-
-CALL_COLUMNS = [
-    Column("id", "ID"),
-    Column("session", "SESSION"),
-    Column("seq", "SEQ", right=True),
-    Column("started_at", "TIME", clock_time),
-    Column("started_at", "STARTED"),
-    Column("api", "API", shrink=True),
-    Column("model", "MODEL", shrink=True),
-    Column("status", "STATUS", right=True),
-    Column("outcome", "OUTCOME"),
-    Column("usage.input", "REP_IN", fmt_int, right=True),
-    Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
-    Column("usage.cache_write", "CACHE_W", fmt_int, right=True),
-    Column("usage.output", "OUT", fmt_int, right=True),
-    Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
-    Column("duration_ms", "MS", right=True),
-    Column("relation", "RELATION", relation_word),
-    Column("pointer", "POINTER", shrink=True),
-    Column("cache_verdict", "VERDICT", verdict_word),
-]
-CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
-TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
-TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
-SESSION_COLUMNS = [
-    Column("session", "SESSION"),
-    Column("purpose", "PURPOSE"),
-    Column("calls", "CALLS", right=True),
-    Column("thread_count", "THREADS", right=True),
-    Column("models", "MODELS", shrink=True),
-    Column("first_started_at", "FIRST", _when),
-    Column("last_started_at", "LAST", _when),
-    Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
-    Column("breaks", "BREAKS", right=True),
-    Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
-    Column("lost_usd", "LOST_USD", fmt_usd, right=True),
-    Column("cost_usd", "COST_USD", fmt_usd, right=True),
-]
-SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
-
-columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
-wide_option = click.option("--wide", is_flag=True, help="Print every column, uncut, however wide.")
-
-
-def thread_names(threads: list[dict]) -> dict[str, str]:
-    """ "main T1", "side T2" ...: the store's thread order, as every view names them."""
-    flat = [t for top in threads for t in (top, *top.get("children", ()))]
-    return {t["thread"]: f"{'main' if t.get('main') else 'side'} T{t.get('index', i) + 1}" for i, t in enumerate(flat)}
+from .tables import (
+    CALL_COLUMNS,
+    CALL_DEFAULT,
+    SESSION_COLUMNS,
+    SESSION_DEFAULT,
+    TOKEN_HEADERS,
+    TOKENS_LEGEND,
+    columns_option,
+    relation_word,
+    thread_names,
+    verdict_word,
+    wide_option,
+)
 
 
 def resolve_threads(db: sqlite_utils.Database, label: str, session: str | None) -> list[str]:

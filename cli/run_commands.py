@@ -23,9 +23,9 @@ from urllib.parse import quote, urlsplit
 
 import click
 
-from .ca_commands import proxy_environment
 from .daemon_address import daemon_address, daemon_option
 from .daemon_probe import NotCtxscope, daemon_url, probe
+from .forward_proxy_env import proxy_environment
 from .options import CONTEXT, db_option
 from .settings import build_config, ensure_home, is_loopback
 
