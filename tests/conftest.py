@@ -81,6 +81,17 @@ def _close_sdk_clients():
 
 
 @pytest.fixture
+def quiet_gap(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The writer's pause in the traffic at 0.25 s instead of 50 ms, for the tests that keep a burst
+    going with short sleeps: a loaded machine can stretch a 10 ms sleep past 50 ms, which the
+    writer rightly takes for a pause (docs/architecture.md, "The writer's supervisor")."""
+    from ctxscope.inspector.writer.daemon_side import handover
+
+    monkeypatch.setattr(handover, "QUIET_GAP", 0.25)
+    return 0.25
+
+
+@pytest.fixture
 def loop_thread():
     lt = LoopThread()
     yield lt

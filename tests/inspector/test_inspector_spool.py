@@ -10,7 +10,6 @@ import pytest
 
 from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer.daemon_side.holding import QUIET_GAP
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.wire import call_fields, spool_format
 from ctxscope.inspector.writer.wire import spool as spools
@@ -262,7 +261,7 @@ def test_a_file_of_many_tiny_records_is_scanned_for_marks_only_so_far(tmp_path, 
 
 
 @pytest.mark.slow
-async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the_pause(tmp_path):
+async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the_pause(tmp_path, quiet_gap):
     db = tmp_path / "b.db"
     w = WriterProcess(db, idle_release=2.0)
     w.start()
@@ -272,7 +271,7 @@ async def test_calls_handed_over_during_a_burst_are_spooled_not_stored_until_the
         while time.monotonic() - began < 1.0:  # past MAX_HOLD: one hand-over without a pause
             w.submit(make_exchange(i))
             i += 1
-            await asyncio.sleep(QUIET_GAP / 5)
+            await asyncio.sleep(quiet_gap / 5)
         spooled = spool_file.stat().st_size
         stored = len(list_calls(open_db(db), limit=None))
         assert spooled > 0 and stored == 0  # the burst goes on: nothing stored beside it

@@ -176,7 +176,7 @@ async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_p
 
 
 @pytest.mark.slow
-async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
+async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path, quiet_gap):
     w = WriterProcess(tmp_path / "m.db")
     w.start()
     pauses: list[bool] = []
@@ -187,7 +187,7 @@ async def test_a_burst_without_a_pause_is_handed_over_after_max_hold(tmp_path):
             assert time.monotonic() - began < MAX_HOLD * 3, "a burst held its calls for too long"
             w.submit(make_exchange(i))
             i += 1
-            await asyncio.sleep(QUIET_GAP / 5)
+            await asyncio.sleep(quiet_gap / 5)
         held_for = time.monotonic() - began
         assert held_for >= MAX_HOLD * 0.9 and len(sent[0]) == i  # every call so far, in one batch
         assert pauses == [False]  # the child is told the traffic goes on: it only spools them
@@ -285,7 +285,7 @@ def test_held_calls_are_due_in_a_pause_after_max_hold_or_when_full():
 
 
 @pytest.mark.slow
-async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_is_lost(tmp_path):
+async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_is_lost(tmp_path, quiet_gap):
     db = tmp_path / "r.db"
     w = WriterProcess(db)
     w.start()
@@ -295,7 +295,7 @@ async def test_a_writer_child_that_dies_is_replaced_and_nothing_it_had_spooled_i
         while not w._handover.in_flight.acked:
             w.submit(make_exchange(n))
             n += 1
-            await asyncio.sleep(QUIET_GAP / 5)
+            await asyncio.sleep(quiet_gap / 5)
             w.stats()  # reads the child's acknowledgements
             assert n < 2000, "the child never acknowledged a hand-over"
         assert len(list_calls(open_db(db), limit=None)) == 0  # spooled, not stored
