@@ -18,16 +18,21 @@ from support.web_fixtures import Loop, launch_browser
 
 TESTS = Path(__file__).resolve().parent
 BROWSER_FIXTURES = frozenset({"browser", "page"})
+# Fixtures that start a real daemon (in a thread or a process) with its writer child: a test that
+# uses one runs a whole path, so it is e2e wherever it lives.
+DAEMON_FIXTURES = frozenset({"proxy", "checked_proxy", "demo_daemon", "daemon", "daemons", "daemon_url"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The folder and the fixtures say what a test is: ``e2e`` under tests/e2e/, ``browser`` when
-    it opens a page (CONTRIBUTING.md); ``slow`` is marked where the test is defined."""
+    """The folder and the fixtures say what a test is: ``e2e`` under tests/e2e/ or with a real
+    daemon, ``browser`` when it opens a page (CONTRIBUTING.md); ``slow`` is marked where the test
+    is defined."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0]
-        if folder == "e2e":
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if folder == "e2e" or DAEMON_FIXTURES & fixtures:
             item.add_marker(pytest.mark.e2e)
-        if folder == "browser" or BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if folder == "browser" or BROWSER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.browser)
 
 

@@ -187,6 +187,7 @@ def test_serve_drains_captures_on_sigterm(tmp_path):
     assert _count(db) == 40
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_stops_serve_cleanly_and_loses_nothing(tmp_path):
     proc, url, db = _start_serve(tmp_path, own_group=True)
     try:

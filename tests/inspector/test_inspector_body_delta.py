@@ -231,6 +231,7 @@ def test_a_handover_the_spool_cannot_take_is_decoded_whole():
     assert unpack(fields) == ex
 
 
+@pytest.mark.slow
 def test_an_idle_feeder_forgets_what_it_sent_once_and_says_so():
     r, w = os.pipe()
     outbox = Outbox(w, forget_after=0.2)
@@ -259,6 +260,7 @@ def test_an_idle_feeder_forgets_what_it_sent_once_and_says_so():
         os.close(r)
 
 
+@pytest.mark.slow
 def test_the_writer_child_stores_repeated_bodies_byte_exact_across_an_idle_forget(tmp_path):
     db = tmp_path / "c.db"
     w = WriterProcess(db, idle_release=0.3)
@@ -273,6 +275,7 @@ def test_the_writer_child_stores_repeated_bodies_byte_exact_across_an_idle_forge
     _assert_stored(db, calls)
 
 
+@pytest.mark.slow
 def test_an_agents_calls_after_pauses_are_spooled_as_their_new_bytes(tmp_path):
     """An agent pauses after each call, so each is stored before the next comes: the spool keeps
     the stored records (marked) instead of emptying itself, and every later body is written as the

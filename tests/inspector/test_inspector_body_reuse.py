@@ -175,6 +175,7 @@ def test_values_across_the_end_of_a_parsing_window(tail):
         parsed_chain([first, second, third, first])
 
 
+@pytest.mark.slow
 def test_common_prefix_finds_the_first_difference_in_any_window():
     data = bytes(random.Random(3).randrange(256) for _ in range(3 * CHECKPOINT + 100))
     for at in (0, 1, 63, 64, 65, CHECKPOINT - 1, CHECKPOINT, CHECKPOINT + 1, 2 * CHECKPOINT + 7, len(data) - 1):

@@ -9,6 +9,8 @@ import random
 import sys
 import time
 
+import pytest
+
 from ctxscope.inspector.reading.db_status import db_status
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, RecentFailures
@@ -37,6 +39,7 @@ def _db_size(path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
+@pytest.mark.slow
 def test_storage_grows_with_new_content_not_with_calls_times_context(tmp_path):
     """200 calls re-sending a 100 KB prefix that grows ~1 KB per call cost far less than 200 x 100 KB."""
     rng = random.Random(42)

@@ -196,6 +196,7 @@ def test_a_new_spool_never_reuses_or_follows_an_existing_file(tmp_path):
         mine.close(remove=True)
 
 
+@pytest.mark.slow
 def test_a_new_writer_stores_an_orphaned_spool_once_skipping_calls_already_stored(tmp_path):
     db = tmp_path / "c.db"
     first = WriterProcess(db)
@@ -322,6 +323,7 @@ def slow_analyzer():
     return [analyzer]
 
 
+@pytest.mark.slow
 def test_a_writer_that_cannot_finish_in_time_is_stopped_and_its_spool_stored_by_the_next(tmp_path, caplog):
     db = tmp_path / "s.db"
     w = WriterProcess(db, analyzers_factory="test_inspector_spool:slow_analyzer")

@@ -478,6 +478,7 @@ def _spawn(script: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_sigkill_loses_nothing_completed_more_than_a_second_earlier(tmp_path):
     path = tmp_path / "kill.db"
     n = 300

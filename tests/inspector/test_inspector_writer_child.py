@@ -182,6 +182,7 @@ def test_a_handover_is_spooled_as_it_came_and_near_the_limit_call_by_call(tmp_pa
     assert stored == {f[ID] for f in first + second[:2]}
 
 
+@pytest.mark.slow
 def test_the_child_loop_goes_quiet_lets_go_then_sleeps_without_a_timer_and_refuses_a_move_from_elsewhere(tmp_path):
     """A silent proxy: the loop sends its counters, goes QUIET once they are final, lets go of its
     caches after idle_release (RELEASED), says so, then waits with no timer (DORMANT) until the

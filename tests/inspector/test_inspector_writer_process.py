@@ -94,6 +94,7 @@ def test_a_database_that_cannot_open_does_not_fail_start_and_is_reported(tmp_pat
     assert [r["id"] for r in list_calls(open_db(tmp_path / "dir.db"), limit=None)] == [ex.id]
 
 
+@pytest.mark.slow
 def test_parent_killed_child_keeps_what_it_received(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time

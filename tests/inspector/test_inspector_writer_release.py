@@ -216,6 +216,7 @@ def test_an_idle_child_goes_and_the_next_call_starts_one_that_continues_its_epoc
     assert "capture_resumed" not in reasons and reasons.count("session_start") == 2  # the two sessions' first calls
 
 
+@pytest.mark.slow
 def test_a_deletion_wakes_the_sleeping_writer_and_db_status_says_it_sleeps(tmp_path):
     exchanges = traffic()[:6]
     w = WriterProcess(tmp_path / "d.db", idle_release=0.05)
@@ -234,6 +235,7 @@ def test_a_deletion_wakes_the_sleeping_writer_and_db_status_says_it_sleeps(tmp_p
     assert len(epochs) == 3
 
 
+@pytest.mark.slow
 async def test_a_call_held_while_the_writer_sleeps_is_stored_at_stop(tmp_path):
     """Stopping with a call still held (its hand-over timer has not fired): a child starts to store it."""
     exchanges = traffic()[:3]

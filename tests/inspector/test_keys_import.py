@@ -82,6 +82,7 @@ def imported(db: Path) -> dict:
         conn.conn.close()
 
 
+@pytest.mark.slow
 def test_a_foreign_har_is_routed_by_its_path_and_body_never_by_its_host(tmp_path):
     db, home = tmp_path / "c.db", tmp_path / "home"
     ctxscope(
@@ -104,6 +105,7 @@ def test_a_foreign_har_is_routed_by_its_path_and_body_never_by_its_host(tmp_path
     assert "was imported" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_unknown_shape_is_unknown_and_never_gets_a_key(tmp_path):
     db, home = tmp_path / "c.db", tmp_path / "home"
     har = har_file(tmp_path / "files.har", "https://api.anthropic.com/v1/files", {"purpose": "upload"})
@@ -116,6 +118,7 @@ def test_an_unknown_shape_is_unknown_and_never_gets_a_key(tmp_path):
     assert "API_KEY" not in chosen.stdout and "# left out, redacted when captured: x-api-key" in chosen.stdout
 
 
+@pytest.mark.slow
 def test_a_bundle_naming_a_listener_as_upstream_sends_it_no_key(tmp_path):
     db, home = tmp_path / "c.db", tmp_path / "home"
     with Trap("127.0.0.2") as trap:
@@ -151,6 +154,7 @@ def _peak_rss_mb(*args: str, home: Path) -> tuple[subprocess.CompletedProcess, f
     return subprocess.CompletedProcess(args, int(code), "", out.stderr), int(kb) / 1024
 
 
+@pytest.mark.slow
 def test_a_zstd_bomb_stops_at_the_cap_with_a_one_line_error(tmp_path):
     home = tmp_path / "home"
     compressor = zstd.ZstdCompressor(level=19)
@@ -173,6 +177,7 @@ def test_a_zstd_bomb_stops_at_the_cap_with_a_one_line_error(tmp_path):
     assert not (tmp_path / "b.db").exists()
 
 
+@pytest.mark.slow
 def test_many_lines_stop_at_the_total_cap(tmp_path):
     line = json.dumps({"exchange": exchange(request_body="A" * (60 << 20))}).encode() + b"\n"
     compressor = zstd.ZstdCompressor(level=3)

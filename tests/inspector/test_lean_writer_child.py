@@ -92,6 +92,7 @@ def _migrated(path) -> bool:
 
 
 @pytest.mark.parametrize("kind", ["new", "older"])
+@pytest.mark.slow
 def test_a_writer_child_on_a_file_that_needs_migrations_migrates_it_apart_and_stores(tmp_path, monkeypatch, kind):
     db_path = tmp_path / f"{kind}.db"
     if kind == "older":

@@ -321,6 +321,7 @@ def _captured(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_backfill_sends_the_chosen_calls_and_says_when_the_collector_is_down(tmp_path, receiver):
     path = _captured(tmp_path)
     seen: list[tuple[int, int]] = []

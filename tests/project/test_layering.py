@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 
@@ -423,6 +425,7 @@ def _one_cycle(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     raise AssertionError("a strongly connected group without a cycle")
 
 
+@pytest.mark.slow
 def test_packages_import_only_the_packages_below_them():
     bad = layering_violations(tree())
     assert not bad, f"{len(bad)} layering violations:\n" + "\n".join(bad)
@@ -490,6 +493,7 @@ def test_no_import_cycle_among_our_modules():
     assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_importlib_and_entry_point_strings_name_modules_that_exist():
     """A string an import machinery will load must survive moves: its module and attribute exist."""
     t = tree()
@@ -537,6 +541,7 @@ def test_no_sql_text_in_web():
     assert not bad, f"{len(bad)} SQL statements in web/:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_the_agent_and_the_simulator_do_not_import_the_inspector():
     bad = [
         _say(e)
@@ -546,6 +551,7 @@ def test_the_agent_and_the_simulator_do_not_import_the_inspector():
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_test_module_imports_another():
     """Shared test data lives in tests/support/ (factories and fixtures modules), never in a test module."""
     test_modules = {p.stem for p in TESTS.rglob("test_*.py")}

@@ -262,6 +262,7 @@ def _gzip_zeros(n: int) -> bytes:
     return b"".join(c.compress(b"\0" * (8 << 20)) for _ in range(n // (8 << 20))) + c.flush()
 
 
+@pytest.mark.slow
 def test_a_bomb_over_the_default_limit_is_refused_without_holding_its_output():
     import tracemalloc
 

@@ -392,6 +392,7 @@ async def test_a_stream_that_goes_silent_after_reads_times_out_with_everything_i
 
 
 @pytest.mark.parametrize("rig", [0.3], indirect=True)
+@pytest.mark.slow
 async def test_the_read_timeout_left_armed_by_a_finished_call_times_the_next_call_on_its_connection(rig):
     """The timer outlives a finished answer on a kept-alive upstream connection: idle, it fires
     without effect; the next call's silence is timed from that call's own start."""
