@@ -129,6 +129,7 @@ class ConnectProxy:
         self._guard: GuardedServer | None = None  # the daemon's own connections (attach)
         self._inner: GuardedServer | None = None  # the HTTP inside intercepted tunnels
         self.sniffing = 0  # connections whose first bytes have not said what they are yet
+        self._sniffed: set[asyncio.Transport] = set()  # those connections, closed at shutdown
         self._open: dict[asyncio.BaseTransport, Callable[[], None]] = {}  # client socket -> how to abort it
         self._prefixes: dict[asyncio.BaseTransport, str] = {}  # intercepted TLS transport -> route prefix
         self._tasks: set[asyncio.Task] = set()
@@ -317,6 +318,9 @@ class ConnectProxy:
         for abort in list(self._open.values()):
             abort()
         self._open.clear()
+        for transport in list(self._sniffed):  # accepted, but silent so far: neither aiohttp's nor a tunnel
+            transport.close()
+        self._sniffed.clear()
 
 
 class _FirstBytes(asyncio.Protocol):
@@ -332,6 +336,7 @@ class _FirstBytes(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream socket's
         self.proxy.sniffing += 1
+        self.proxy._sniffed.add(self.transport)
         self.timer = asyncio.get_running_loop().call_later(self.proxy.head_timeout, transport.close)
 
     def _decide(self) -> None:
@@ -339,6 +344,8 @@ class _FirstBytes(asyncio.Protocol):
         if not self.decided:
             self.decided = True
             self.proxy.sniffing -= 1
+            if self.transport is not None:
+                self.proxy._sniffed.discard(self.transport)
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None

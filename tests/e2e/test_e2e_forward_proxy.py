@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import openai
@@ -94,3 +95,25 @@ def test_intercepted_call_is_recorded_and_other_hosts_are_tunnelled(proxy, sim, 
         assert len(list_calls(db, limit=10)) == 1
     finally:
         db.conn.close()
+
+
+async def _sniffing(proxy) -> int:
+    from ctxscope.proxy.server import CONNECT_KEY
+
+    return proxy.daemon.runner.app[CONNECT_KEY].sniffing
+
+
+def test_a_silent_connection_is_closed_when_the_daemon_stops(proxy):
+    """A connection the daemon accepted but that has sent nothing yet (its first bytes would say
+    whether it is a CONNECT or HTTP) is neither aiohttp's nor a tunnel: the stop closes it too,
+    instead of leaving its socket to the garbage collector."""
+    port = int(proxy.url.rsplit(":", 1)[1])
+    silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        deadline = time.monotonic() + 10
+        while proxy.loop_thread.call(_sniffing(proxy)) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the daemon has accepted it
+        proxy.stop()
+        assert silent.recv(1) == b""  # closed by the daemon, not left open
+    finally:
+        silent.close()
