@@ -128,8 +128,9 @@ class ConnectProxy:
         self.head_timeout = limits.header_timeout
         self._guard: GuardedServer | None = None  # the daemon's own connections (attach)
         self._inner: GuardedServer | None = None  # the HTTP inside intercepted tunnels
-        self.sniffing = 0  # connections whose first bytes have not said what they are yet
-        self._sniffed: set[asyncio.Transport] = set()  # those connections, closed at shutdown
+        # connections whose first bytes have not said what they are yet: counted as connections,
+        # and closed at shutdown (neither aiohttp's nor a tunnel's)
+        self.sniffed: set[asyncio.Transport] = set()
         self._open: dict[asyncio.BaseTransport, Callable[[], None]] = {}  # client socket -> how to abort it
         self._prefixes: dict[asyncio.BaseTransport, str] = {}  # intercepted TLS transport -> route prefix
         self._tasks: set[asyncio.Task] = set()
@@ -153,7 +154,7 @@ class ConnectProxy:
 
     @property
     def open_count(self) -> int:
-        return self.sniffing + len(self._open)
+        return len(self.sniffed) + len(self._open)
 
     def protocol(self, fallback: Callable[[], RequestHandler]) -> asyncio.Protocol:
         """The protocol of a new connection: sniffs for CONNECT, else becomes ``fallback()``'s."""
@@ -318,9 +319,9 @@ class ConnectProxy:
         for abort in list(self._open.values()):
             abort()
         self._open.clear()
-        for transport in list(self._sniffed):  # accepted, but silent so far: neither aiohttp's nor a tunnel
+        for transport in list(self.sniffed):  # accepted, but silent so far
             transport.close()
-        self._sniffed.clear()
+        self.sniffed.clear()
 
 
 class _FirstBytes(asyncio.Protocol):
@@ -335,17 +336,15 @@ class _FirstBytes(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream socket's
-        self.proxy.sniffing += 1
-        self.proxy._sniffed.add(self.transport)
+        self.proxy.sniffed.add(self.transport)
         self.timer = asyncio.get_running_loop().call_later(self.proxy.head_timeout, transport.close)
 
     def _decide(self) -> None:
         """This connection is no longer sniffed: it is the proxy's, aiohttp's, or gone."""
         if not self.decided:
             self.decided = True
-            self.proxy.sniffing -= 1
             if self.transport is not None:
-                self.proxy._sniffed.discard(self.transport)
+                self.proxy.sniffed.discard(self.transport)
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None

@@ -100,7 +100,7 @@ def test_intercepted_call_is_recorded_and_other_hosts_are_tunnelled(proxy, sim, 
 async def _sniffing(proxy) -> int:
     from ctxscope.proxy.server import CONNECT_KEY
 
-    return proxy.daemon.runner.app[CONNECT_KEY].sniffing
+    return len(proxy.daemon.runner.app[CONNECT_KEY].sniffed)
 
 
 def test_a_silent_connection_is_closed_when_the_daemon_stops(proxy):
