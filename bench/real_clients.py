@@ -9,8 +9,13 @@ upstreams the simulator), and runs each client non-interactively in three modes:
 - ``proxy``: only HTTPS_PROXY=http://LABEL:x@daemon and the CA variables of `ctxscope ca env`.
 
 Prints per client and mode: exit code, calls recorded, how many of them landed under the label,
-their outcomes, tool rounds (calls whose request carries a tool result). Every client gets its own
-HOME/CODEX_HOME in a temporary folder: no file of the user's is read or written.
+their outcomes, tool rounds (calls whose request carries a tool result), and bytes identical both
+ways. For that, a recording relay (`bench/http_tap.py`) sits between the daemon and the simulator,
+and in ``base`` mode a second one between the client and the daemon: ``same`` counts the calls
+whose request body reached the simulator, and whose response body reached the client (``base``) or
+the store (``run``, ``proxy``: the client side is TLS or the launcher's own address there), byte for
+byte. Every client gets its own HOME/CODEX_HOME in a temporary folder: no file of the user's is
+read or written.
 
     .venv/bin/python bench/real_clients.py [--only codex,pi] [--timeout 90]
 """
@@ -29,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from http_tap import Exchange, Tap
+
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxscope-bench" / "real-clients"
 PINNED = {
     "claude": "@anthropic-ai/claude-code@2.1.332",
@@ -39,7 +46,13 @@ PINNED = {
 }
 CTXSCOPE = Path(sys.executable).parent / "ctxscope"
 TASK = "list the files in this folder, then run `echo hello` and tell me"
-MARKS = (b'"tool_result"', b'"function_call_output"', b'"role":"tool"', b'"functionResponse"')  # a tool round
+MARKS = (
+    b'"tool_result"',
+    b'"function_call_output"',
+    b'"custom_tool_call_output"',
+    b'"role":"tool"',
+    b'"functionResponse"',
+)  # a tool round
 KEYS = {
     "IS_SANDBOX": "1",
     "GEMINI_CLI_TRUST_WORKSPACE": "true",  # claude -p as root; gemini headless
@@ -127,19 +140,41 @@ def home_for(client: str, folder: Path, mode: str, base: str) -> dict[str, str]:
 
 
 def calls_of(db: Path, label: str) -> tuple[list[dict], list[dict]]:
-    """Every call, and the label's with ``tool_round`` set when its request carries a tool result."""
-    from ctxscope.inspector.store.queries import get_request_raw, list_calls, open_db
+    """Every call, and the label's with their stored bodies and ``tool_round`` (a tool result sent)."""
+    from ctxscope.inspector.store.queries import get_request_raw, get_response_raw, list_calls, open_db
 
     conn = open_db(db)
     try:
         rows = list_calls(conn, limit=100000, newest_first=False)
         mine = [r for r in rows if r["session"] == label]
         for r in mine:
-            body = get_request_raw(conn, r["id"]) or b""
+            r["request_raw"] = body = get_request_raw(conn, r["id"]) or b""
+            r["response_raw"] = get_response_raw(conn, r["id"]) or b""
             r["tool_round"] = any(mark in body.replace(b'": "', b'":"') for mark in MARKS)
     finally:
         conn.conn.close()
     return rows, mine
+
+
+def identical(near: list[Exchange] | list[dict], far: list[Exchange]) -> str:
+    """How many of ``near`` (client-side exchanges, or stored calls) crossed to ``far`` unchanged both ways.
+
+    A WebSocket carries many calls: a stored call over one is the same when its request is one of the
+    messages the upstream received and every event of its stored response one the upstream sent."""
+    pairs = {(x.request, x.response) for x in far if not x.websocket}
+    sockets = [(x.sent, x.received) for x in far if x.websocket]
+    sent = {m for x in far for m in x.sent}
+    received = {m for x in far for m in x.received}
+    same = 0
+    for x in near:
+        if isinstance(x, Exchange):
+            same += (x.sent, x.received) in sockets if x.websocket else (x.request, x.response) in pairs
+        elif x["method"] == "WEBSOCKET":
+            events = [line[6:] for line in x["response_raw"].splitlines() if line.startswith(b"data: ")]
+            same += x["request_raw"] in sent and bool(events) and all(e in received for e in events)
+        else:
+            same += (x["request_raw"], x["response_raw"]) in pairs
+    return f"{same}/{len(near)}"
 
 
 def main() -> None:
@@ -164,8 +199,10 @@ def main() -> None:
     sim.stdin.write(b"bench-token\n")  # its control token; the open pipe keeps it alive
     sim.stdin.flush()
     wait_port(sim_port, sim, "the simulator")
+    upstream_tap = Tap(f"http://127.0.0.1:{sim_port}").start()
     db = work / "c.db"
-    ups = [a for n in ("anthropic", "openai", "gemini") for a in ("--upstream", f"{n}=http://127.0.0.1:{sim_port}")]
+    tapped = f"http://127.0.0.1:{upstream_tap.port}"
+    ups = [a for n in ("anthropic", "openai", "gemini") for a in ("--upstream", f"{n}={tapped}")]
     daemon = subprocess.Popen(
         [str(CTXSCOPE), "serve", "--port", str(port), "--db", str(db), *ups],
         env=env0,
@@ -174,11 +211,12 @@ def main() -> None:
     )
     wait_port(port, daemon, "the daemon")
     url = f"http://127.0.0.1:{port}"
-    ca_env = subprocess.run(
-        [str(CTXSCOPE), "ca", "env", "--port", str(port)], env=env0, capture_output=True, text=True, check=True
-    ).stdout
+    client_tap = Tap(url).start()
+    ca_env = subprocess.run([str(CTXSCOPE), "ca", "env"], env=env0, capture_output=True, text=True, check=True).stdout
     proxy_vars = dict(line.removeprefix("export ").split("=", 1) for line in ca_env.splitlines())
-    print(f"{'client':9} {'mode':6} {'exit':>4} {'calls':>5} {'labelled':>8} {'ok':>3} {'tools':>5}  session")
+    print(
+        f"{'client':9} {'mode':6} {'exit':>4} {'calls':>5} {'labelled':>8} {'ok':>3} {'tools':>5} {'same':>7}  session"
+    )
     try:
         for client in args.only.split(","):
             for mode in ("base", "run", "proxy"):
@@ -186,11 +224,11 @@ def main() -> None:
                 folder = work / label
                 folder.mkdir()
                 (folder / "README.md").write_text("a file to list\n")
-                base = f"{url}/s/{label}"
+                base = f"http://127.0.0.1:{client_tap.port}/s/{label}"
                 env = env0 | home_for(client, folder, mode, base)
                 argv = command(client, bin_dir, mode, base)
                 if mode == "run":
-                    argv = [str(CTXSCOPE), "run", "--port", str(port), "--label", label, "--", *argv]
+                    argv = [str(CTXSCOPE), "run", "--label", label, "--", *argv]
                 if mode == "proxy":
                     env |= proxy_vars | {
                         "HTTPS_PROXY": f"http://{label}:x@127.0.0.1:{port}",
@@ -198,6 +236,7 @@ def main() -> None:
                         "NODE_USE_ENV_PROXY": "1",
                     }
                 before = len(calls_of(db, label)[0]) if db.exists() else 0
+                client_mark, upstream_mark = len(client_tap.exchanges), len(upstream_tap.exchanges)
                 try:
                     done = subprocess.run(
                         argv,
@@ -219,8 +258,11 @@ def main() -> None:
                 ok = sum(r["outcome"] == "ok" for r in mine)
                 tools = sum(1 for r in mine if r["tool_round"])
                 sessions = sorted({r["session"] for r in rows[before:]})
+                far = upstream_tap.exchanges[upstream_mark:]
+                near = client_tap.exchanges[client_mark:] if mode == "base" else mine
+                same = identical(near, far)
                 print(
-                    f"{client:9} {mode:6} {code!s:>4} {new:>5} {len(mine):>8} {ok:>3} {tools:>5}  "
+                    f"{client:9} {mode:6} {code!s:>4} {new:>5} {len(mine):>8} {ok:>3} {tools:>5} {same:>7}  "
                     f"{','.join(sessions)[:60]}",
                     flush=True,
                 )

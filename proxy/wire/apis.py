@@ -43,8 +43,10 @@ def detect_api(method: str, path: str) -> Api | None:
 # Requests known clients make beside their model calls: Claude Code's own API (settings, metrics,
 # feature flags) and its event logging, reachability probes, model listings. They are recorded as
 # what they are and kept out of sessions (docs/architecture.md, "Non-model requests").
-_TELEMETRY = ("claude_code", "event_logging")
-_METADATA = ("oauth", "hello")
+# Claude Code 2.1 also reads `/api/claude_cli/bootstrap`, `/api/claude_code_penguin_mode` (so any
+# `/api/claude…`), posts `/api/eval/sdk-…` feature-flag evaluations and reads `/api/directory/…`.
+_TELEMETRY = ("event_logging", "eval")
+_METADATA = ("oauth", "hello", "directory")
 
 
 def non_model_kind(method: str, path: str) -> str | None:
@@ -57,7 +59,7 @@ def non_model_kind(method: str, path: str) -> str | None:
     segments = [s for s in path.split("?", 1)[0].split("/") if s]
     if "api" in segments:
         after = segments[segments.index("api") + 1 :]
-        if after and after[0] in _TELEMETRY:
+        if after and (after[0] in _TELEMETRY or after[0].startswith("claude")):
             return "telemetry"
         if after and after[0] in _METADATA:
             return "metadata"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxscope.simulator.model.prompt import Block, Prompt
@@ -89,6 +89,7 @@ class AgentView:
     task: str
     tools: tuple[str, ...]
     rounds: tuple[Round, ...]
+    custom: frozenset[str] = frozenset()  # the declared tools that take free-form input (Responses custom tools)
 
 
 @dataclass(frozen=True)
@@ -100,22 +101,46 @@ class Decision:
 
 
 def declared_tools(blocks: Sequence[Block]) -> tuple[str, ...]:
-    """Names of the tools a request declares, in its order (all three APIs' shapes)."""
-    names = []
+    """Names of the tools a request declares, in its order (all APIs' shapes)."""
+    return tuple(name for name, _ in _declared(blocks))
+
+
+def _declared(blocks: Sequence[Block]) -> list[tuple[str, bool]]:
+    """(name, takes free-form input) of each declared tool. Codex declares its tools in an
+    ``additional_tools`` input item, grouped in namespaces, beside (or instead of) ``tools``."""
+    found: list[tuple[str, bool]] = []
     for block in blocks:
-        if block.meta != "tool":
-            continue
-        try:
-            tool = json.loads(block.text)
-        except ValueError:
-            continue
-        if not isinstance(tool, dict):
-            continue
-        fn = tool.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+        if block.meta == "item|additional_tools":
+            try:
+                item = json.loads(block.text)
+            except ValueError:
+                continue
+            groups = item.get("tools") if isinstance(item, dict) else None
+            for group in groups if isinstance(groups, list) else []:
+                found.extend(_tool_names(group))
+        elif block.meta == "tool":
+            try:
+                found.extend(_tool_names(json.loads(block.text)))
+            except ValueError:
+                continue
+    return found
+
+
+def _tool_names(tool: Any) -> list[tuple[str, bool]]:
+    names: list[tuple[str, bool]] = []
+    if not isinstance(tool, dict):
+        return names
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return [name for inner in tool["tools"] for name in _tool_names(inner)]
+    custom = tool.get("type") == "custom"
+    # Gemini nests its functions: {"functionDeclarations": [{"name": ...}, ...]}
+    nested = tool.get("functionDeclarations", tool.get("function_declarations"))
+    for entry in nested if isinstance(nested, list) else [tool]:
+        fn = entry.get("function") if isinstance(entry, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else entry.get("name") if isinstance(entry, dict) else None
         if isinstance(name, str) and name:
-            names.append(name)
-    return tuple(names)
+            names.append((name, custom))
+    return names
 
 
 def _clean(text: str) -> str:
@@ -123,11 +148,11 @@ def _clean(text: str) -> str:
 
 
 def _is_user_text(meta: str) -> bool:
-    return meta.startswith(("msg:user|", "cont:user|")) and meta.endswith("|text")
+    return meta.startswith(("msg:user|", "cont:user|", "content:user|")) and meta.endswith("|text")
 
 
 def _is_assistant_text(meta: str) -> bool:
-    return meta.startswith(("msg:assistant|", "cont:assistant|")) and meta.endswith("|text")
+    return meta.startswith(("msg:assistant|", "cont:assistant|", "content:model|")) and meta.endswith("|text")
 
 
 def _call_of(meta: str) -> tuple[str, str] | None:
@@ -135,7 +160,7 @@ def _call_of(meta: str) -> tuple[str, str] | None:
     parts = meta.split("|")
     if len(parts) >= 4 and parts[1] == "tool_use":
         return parts[2], parts[3]
-    if len(parts) >= 3 and parts[0] in ("tool_call", "function_call"):
+    if len(parts) >= 3 and parts[0] in ("tool_call", "function_call", "custom_tool_call"):
         return parts[1], parts[2]
     return None
 
@@ -160,9 +185,27 @@ def _arguments(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _with_gemini_call_ids(blocks: Sequence[Block]) -> tuple[Block, ...]:
+    """Gemini's calls and results carry no id, only the function's name: the k-th result of a name
+    answers its k-th call. They get ids in the shape of the Responses API's blocks, so one reader serves all."""
+    calls: dict[str, int] = {}
+    results: dict[str, int] = {}
+    out = []
+    for block in blocks:
+        parts = block.meta.split("|")
+        if len(parts) == 3 and parts[0] == "content:model" and parts[1] == "call":
+            calls[parts[2]] = calls.get(parts[2], 0) + 1
+            block = replace(block, meta=f"function_call|{parts[2]}#{calls[parts[2]]}|{parts[2]}")
+        elif len(parts) == 3 and parts[0] == "content:user" and parts[1] == "result":
+            results[parts[2]] = results.get(parts[2], 0) + 1
+            block = replace(block, meta=f"function_call_output|{parts[2]}#{results[parts[2]]}")
+        out.append(block)
+    return tuple(out)
+
+
 def read_view(prompt: Prompt) -> AgentView:
     """The task, the declared tools and the tool rounds after the task, from the linearised prompt."""
-    blocks = prompt.blocks
+    blocks = _with_gemini_call_ids(prompt.blocks)
     start, task, open_task = 0, "", False  # open_task: tools were called for the task and no final answer yet
     for i, block in enumerate(blocks):
         if _is_user_text(block.meta) and _clean(block.text):
@@ -178,7 +221,8 @@ def read_view(prompt: Prompt) -> AgentView:
     for block in blocks[start:]:
         call = _call_of(block.meta)
         if call is not None:
-            calls[call[0]] = (call[1], _arguments(block.text))
+            free_form = block.meta.startswith("custom_tool_call|")
+            calls[call[0]] = (call[1], {"input": block.text} if free_form else _arguments(block.text))
             order.append(call[0])
             continue
         result = _result_of(block.meta)
@@ -188,7 +232,8 @@ def read_view(prompt: Prompt) -> AgentView:
         Round(calls[i][0], calls[i][1], results.get(i, (None, False))[0], results.get(i, (None, False))[1])
         for i in order
     )
-    return AgentView(task, declared_tools(blocks), rounds)
+    declared = _declared(blocks)
+    return AgentView(task, tuple(n for n, _ in declared), rounds, frozenset(n for n, custom in declared if custom))
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -204,13 +249,19 @@ SHELLS: dict[str, Callable[[str], dict[str, Any]]] = {
     "shell_command": lambda command: {"command": command},
     "shell": lambda command: {"command": ["bash", "-lc", command]},
     "run_shell_command": lambda command: {"command": command},
+    # Codex 0.171's code mode: one free-form `exec` tool whose JavaScript calls the nested tools
+    "exec": lambda command: {"input": f"text(await tools.exec_command({json.dumps({'cmd': command})}))"},
 }
+_EXEC_COMMAND = re.compile(r"tools\.exec_command\((\{.*?\})\)")
 
 
 def shell_command(name: str, arguments: dict[str, Any]) -> str | None:
     """The command line of a call to one of ``SHELLS`` (None for another tool)."""
     if name not in SHELLS:
         return None
+    code = _EXEC_COMMAND.search(str(arguments.get("input", ""))) if name == "exec" else None
+    if code is not None:
+        arguments = _arguments(code.group(1))
     value = arguments.get("cmd", arguments.get("command"))
     if isinstance(value, list) and len(value) == 3 and value[:2] == ["bash", "-lc"]:
         value = value[2]
@@ -279,12 +330,15 @@ def _plan(view: AgentView) -> list[ToolCallSpec]:
     plan: list[ToolCallSpec] = []
 
     def add(name: str, **arguments: Any) -> None:
+        if name in view.custom:
+            plan.append(ToolCallSpec(name, str(arguments.get("input", "")), custom=True))
+            return
         plan.append(ToolCallSpec(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))))
 
     if "task" in tools and _DELEGATE.search(task):
         add("task", description=_delegated(task)[:60], prompt=_delegated(task))
         return plan
-    shell = _shell(tools)
+    shell = _shell(tools - ({"exec"} - view.custom))  # `exec` is a shell only as Codex's free-form code tool
     if "ls" in tools:
         add("ls")
     elif shell:
@@ -321,7 +375,7 @@ def _snippet(text: str) -> str:
 
 
 def _line(r: Round) -> str:
-    result = r.result or ""
+    result = _exec_output(r.result) if r.name == "exec" and r.result else r.result or ""
     if r.result is None:
         return f"- {r.name}: no result came back."
     if r.is_error:
@@ -347,6 +401,18 @@ def _line(r: Round) -> str:
         answer = [line.strip() for line in result.splitlines() if line.strip()][:MAX_QUOTED_LINES]
         return "- The sub-agent answered:" + "".join(f"\n  {line[:SNIPPET_CHARS]}" for line in answer)
     return f"- {r.name} returned: {_snippet(result)}"
+
+
+def _exec_output(result: str) -> str:
+    """What the command printed, from Codex's `exec` result (a JSON line with ``output`` and ``exit_code``)."""
+    for line in result.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("output"), str):
+            return value["output"] + f"\n[exit code {value.get('exit_code', 0)}]"
+    return result
 
 
 def final_answer(view: AgentView) -> str:

@@ -22,6 +22,7 @@ _SHAPES = {
     "resp_": ("0123456789abcdef", 48),  # Responses response
     "msg_": ("0123456789abcdef", 48),  # Responses message item
     "fc_": ("0123456789abcdef", 48),  # Responses function_call item
+    "ctc_": ("0123456789abcdef", 48),  # Responses custom_tool_call item
     "rs_": ("0123456789abcdef", 48),  # Responses reasoning item
     "cmp_": ("0123456789abcdef", 48),  # Responses compaction item
     "req_": ("0123456789abcdef", 32),  # OpenAI x-request-id

@@ -232,7 +232,9 @@ def responses_item_blocks(item: Any) -> list[Block]:
         return _openai_parts(item.get("content"), f"msg:{item.get('role')}")
     if kind == "function_call":
         return [Block(f"function_call|{item.get('call_id')}|{item.get('name')}", str(item.get("arguments", "")))]
-    if kind == "function_call_output":
+    if kind == "custom_tool_call":  # a free-form input, e.g. Codex's code-mode `exec`
+        return [Block(f"custom_tool_call|{item.get('call_id')}|{item.get('name')}", str(item.get("input", "")))]
+    if kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output", "")
         text = output if isinstance(output, str) else _message_text(output, include_results=False)
         return [Block(f"function_call_output|{item.get('call_id')}", text)]

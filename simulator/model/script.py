@@ -50,11 +50,14 @@ class ScriptError(ValueError):
 @dataclass(frozen=True)
 class ToolCallSpec:
     name: str
-    arguments: str  # JSON text as the model emits it (maybe invalid on purpose)
+    arguments: str  # JSON text as the model emits it (maybe invalid on purpose); a custom tool's raw input
     id: str | None = None
+    custom: bool = False  # a Responses custom tool (free-form input), answered as a custom_tool_call
 
     def input_object(self) -> dict[str, Any]:
         """Arguments as an object (Anthropic `input`); {} when the text is not a JSON object."""
+        if self.custom:
+            return {"input": self.arguments}
         try:
             value = json.loads(self.arguments)
         except ValueError:

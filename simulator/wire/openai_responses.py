@@ -76,6 +76,18 @@ class ResponsesWire:
                 {"id": make_id("msg_"), "type": "message", "status": status, "role": "assistant", "content": [part]}
             )
         for call, call_id in zip(reply.tool_calls, turn.call_ids, strict=True):
+            if call.custom:
+                items.append(
+                    {
+                        "id": make_id("ctc_"),
+                        "type": "custom_tool_call",
+                        "status": "completed",
+                        "call_id": call_id,
+                        "name": call.name,
+                        "input": call.arguments,
+                    }
+                )
+                continue
             items.append(
                 {
                     "id": make_id("fc_"),
@@ -171,6 +183,15 @@ class ResponsesWire:
                     ev("response.output_text.delta", True, **ref, content_index=0, delta=piece, logprobs=[])
                 ev("response.output_text.done", **ref, content_index=0, text=part["text"], logprobs=[])
                 ev("response.content_part.done", **ref, content_index=0, part=part)
+            elif item["type"] == "custom_tool_call":
+                ev(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "input": ""},
+                )
+                for piece in split_text(item["input"]):
+                    ev("response.custom_tool_call_input.delta", True, **ref, delta=piece)
+                ev("response.custom_tool_call_input.done", **ref, input=item["input"])
             else:
                 ev(
                     "response.output_item.added",

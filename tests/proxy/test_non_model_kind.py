@@ -20,6 +20,11 @@ from ctxscope.proxy.wire.apis import non_model_kind
         ("GET", "/v1/models", "metadata"),
         ("GET", "/v1/models/claude-sonnet-4-6", "metadata"),
         ("GET", "/api/oauth/profile", "metadata"),
+        # what Claude Code 2.1.332 sends beside its model calls, seen through the daemon
+        ("GET", "/api/claude_cli/bootstrap", "telemetry"),
+        ("GET", "/api/claude_code_penguin_mode", "telemetry"),
+        ("POST", "/api/eval/sdk-zAZezfDKGoZuXXKe", "telemetry"),
+        ("GET", "/api/directory/server-urls", "metadata"),
     ],
 )
 def test_known_non_model_requests_have_a_kind(method, path, kind):

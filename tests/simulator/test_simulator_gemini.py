@@ -60,3 +60,29 @@ def test_implicit_cache_read_is_reported(http):
     second = http.post(f"/v1beta/models/{MODEL}:generateContent", json=body).json()["usageMetadata"]
     assert "cachedContentTokenCount" not in first
     assert 1024 <= second["cachedContentTokenCount"] <= second["promptTokenCount"]
+
+
+def test_the_simulated_agent_drives_a_gemini_cli_shaped_session_to_a_final_answer(http):
+    """Gemini CLI nests its tools in functionDeclarations, sends its context and the task as two
+    parts of one user turn, and pairs a functionResponse with its call by name only."""
+    tools = [{"functionDeclarations": [{"name": "list_directory"}, {"name": "run_shell_command"}]}]
+    task = "list the files in this folder, then run `echo hello` and tell me"
+    contents = [{"role": "user", "parts": [{"text": "<session_context>\nsetup\n</session_context>"}, {"text": task}]}]
+    url = f"/v1beta/models/{MODEL}:generateContent"
+    calls = []
+    for _ in range(4):
+        parts = http.post(url, json={"contents": contents, "tools": tools}).json()["candidates"][0]["content"]["parts"]
+        call = parts[0].get("functionCall")
+        if call is None:
+            break
+        calls.append(call)
+        output = "README.md\n" if call["args"]["command"] == "ls" else "hello\n"
+        contents += [
+            {"role": "model", "parts": [{"functionCall": call}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": call["name"], "response": {"output": output}}}]},
+        ]
+    assert [(c["name"], c["args"]) for c in calls] == [
+        ("run_shell_command", {"command": "ls"}),
+        ("run_shell_command", {"command": "echo hello"}),
+    ]
+    assert "README.md" in parts[0]["text"]

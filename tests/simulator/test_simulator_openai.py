@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -213,3 +215,43 @@ async def test_async_openai_clients(sim_alone):
     async with client.responses.stream(model="gpt-5", input="x") as rstream:
         assert (await rstream.get_final_response()).output_text == "async responses"
     await client.close()
+
+
+def test_the_simulated_agent_drives_codex_code_mode_through_its_free_form_exec_tool(sim_alone, client):
+    """Codex 0.171 declares its tools in an ``additional_tools`` input item, grouped in namespaces,
+    and runs shell commands through one custom (free-form) tool, ``exec``, whose JavaScript calls
+    ``tools.exec_command``. The simulated agent answers with a custom_tool_call the SDK parses,
+    streamed and not, reads the custom_tool_call_output, and finishes with a final answer."""
+    exec_tool = {"type": "custom", "name": "exec", "description": "Run JavaScript; `tools.exec_command(...)`"}
+    namespace = {"type": "namespace", "name": "functions", "tools": [exec_tool, {"type": "function", "name": "wait"}]}
+    task = "list the files in this folder, then run `echo hello` and tell me"
+    items: list = [
+        {"type": "additional_tools", "role": "developer", "tools": [namespace]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]},
+    ]
+    inputs = []
+    for turn in range(4):
+        if turn % 2:
+            response = client.responses.create(model="gpt-5", input=items)
+        else:
+            with client.responses.stream(model="gpt-5", input=items) as stream:
+                deltas = "".join(e.delta for e in stream if e.type == "response.custom_tool_call_input.delta")
+                response = stream.get_final_response()
+        calls = [item for item in response.output if item.type == "custom_tool_call"]
+        if not calls:
+            break
+        [call] = calls
+        assert call.name == "exec" and (turn % 2 or deltas == call.input)
+        inputs.append(call.input)
+        printed = "README.md\n" if '"cmd": "ls"' in call.input else "hello\n"  # as Codex's exec answers
+        output = "Script completed\nOutput:\n" + json.dumps({"output": printed, "exit_code": 0})
+        items += [
+            {"type": "custom_tool_call", "call_id": call.call_id, "name": "exec", "input": call.input},
+            {"type": "custom_tool_call_output", "call_id": call.call_id, "output": output},
+        ]
+    assert inputs == [
+        'text(await tools.exec_command({"cmd": "ls"}))',
+        'text(await tools.exec_command({"cmd": "echo hello"}))',
+    ]
+    assert "1 entries: README.md" in response.output_text
+    assert "`echo hello` exited with code 0; it printed: hello" in response.output_text
