@@ -308,9 +308,10 @@ class ConnectProxy:
             tls.data_received(rest)
 
     async def shutdown(self) -> None:
-        """The daemon stops: the HTTP inside tunnels ends as aiohttp ends it, then every socket goes."""
+        """The daemon stops: the HTTP inside tunnels gets the same grace as direct calls to end whole
+        (docs/architecture.md, "Honest outcomes"), then every socket goes."""
         if self._inner is not None:
-            await self._inner.shutdown(1.0)
+            await self._inner.shutdown(self.limits.shutdown_grace)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import httpx2
 import openai
+import pytest
 
 from ctxscope.inspector.store.queries import list_calls, open_db
 
@@ -266,4 +269,54 @@ def test_a_ca_rotated_under_a_running_daemon_is_the_one_it_serves(tmp_path, sim)
                 raise AssertionError("the old CA is still trusted for the new certificates")
             except ssl.SSLCertVerificationError:
                 pass
+    _no_traceback(tmp_path)
+
+
+def _stream_through_tunnel(base: str, bundle: Path, got: list[str]) -> threading.Thread:
+    def read() -> None:
+        with (
+            httpx2.Client(proxy=base, verify=ssl.create_default_context(cafile=str(bundle)), timeout=60) as http,
+            openai.OpenAI(api_key=KEY, max_retries=0, http_client=http) as sdk,
+        ):
+            try:
+                stream = sdk.chat.completions.create(
+                    model="gpt-5", stream=True, messages=[{"role": "user", "content": "go"}]
+                )
+                got.extend(c.choices[0].delta.content or "" for c in stream if c.choices)
+                got.append("[END]")
+            except (openai.APIError, httpx2.HTTPError) as exc:
+                got.append(f"[CUT] {exc!r}")
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("grace", "outcome"), [("30", "ok"), ("0.3", "interrupted")])
+def test_a_stream_in_a_tunnel_when_the_daemon_stops_is_ok_when_whole_and_interrupted_when_cut(
+    tmp_path, sim, grace, outcome
+):
+    """SIGTERM mid-stream: within the grace the intercepted stream ends whole and is `ok`; past it the
+    daemon cuts it and says so (`interrupted`), never that the client left."""
+    words = " ".join(f"w{i}" for i in range(36))  # 12 chunks, 250 ms apart: 3 s
+    sim.state().set_script([{"text": words, "chunk_delay_ms": 250}])
+    got: list[str] = []
+    with running_serve(tmp_path, "--upstream", f"openai={sim.url}", "--limit", f"shutdown_grace={grace}") as (
+        proc,
+        base,
+    ):
+        subprocess.run(
+            [str(CTXSCOPE), "ca", "path"],
+            env=dict(os.environ, CTXSCOPE_HOME=str(tmp_path / "home")),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        reader = _stream_through_tunnel(base, _bundle(tmp_path), got)
+        time.sleep(1.0)  # mid-stream
+        proc.send_signal(signal.SIGTERM)
+        reader.join(60)
+    rows = _calls(tmp_path / "c.db")
+    assert [(r["path"], r["outcome"]) for r in rows] == [("/v1/chat/completions", outcome)], (got, rows)
+    assert (got[-1] == "[END]") == (outcome == "ok"), got
     _no_traceback(tmp_path)
