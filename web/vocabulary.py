@@ -6,7 +6,9 @@ definition order: the page lists a filter's options from it and compares values 
 ``StrEnum`` of the modules named here is served (tests/browser/test_web_vocabulary.py checks that no
 module of the vocabulary is missing from them). Under ``"words"`` it serves the words people read
 for some of those values (``ctxscope.vocab.words``: ``APPEND_ONLY`` -> "append"), by enum name then
-value, so the badges and the filters print the CLI's words from the one table.
+value, so the badges and the filters print the CLI's words from the one table. Under
+``"sentences"`` it serves the one-line explanations the page shows as tooltips, from the modules
+that define what they explain (how a lost dollar is priced: ``analyses/cache/loss.py``).
 The words never change while the daemon runs: the body is built once, at import
 (docs/architecture.md, "One spelling of each word").
 """
@@ -18,6 +20,7 @@ from enum import StrEnum
 
 from aiohttp import web
 
+from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
 from ctxscope.vocab import apis, headers, kinds
 from ctxscope.vocab.words import WORDS
 
@@ -39,7 +42,18 @@ def words() -> dict[str, dict[str, str]]:
     return {kind.__name__: {str(value): word for value, word in table.items()} for kind, table in WORDS.items()}
 
 
-_BODY = json.dumps({**vocabulary(), "words": words()}, separators=(",", ":"))
+def sentences() -> dict[str, str]:
+    """Tooltips that state a definition, from the module that defines it."""
+    return {"loss_pricing": LOSS_PRICING, "prompt_tokens": PROMPT_TOKENS}
+
+
+# What the usage table's "prompt" row is (docs/architecture.md, "Token figures").
+PROMPT_TOKENS = (
+    "the whole prompt from the provider's report: its input count, plus the cache reads and writes "
+    "Anthropic reports apart"
+)
+
+_BODY = json.dumps({**vocabulary(), "words": words(), "sentences": sentences()}, separators=(",", ":"))
 
 
 async def vocabulary_handler(request: web.Request) -> web.Response:

@@ -4,7 +4,9 @@ to the evidence (docs/architecture.md, "Findings").
 Six kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
 churn and breakpoints that never pay. Pure: a ``Session`` in, findings out. Tokens are o200k
 estimates; dollars price them at the call's model's input rate (what the tokens cost when not
-read from cache), except churn (the read discount lost) and unpaid breakpoints (the write surcharge).
+read from cache), except unpaid breakpoints (the write surcharge) and churn, which sums the loss
+the analysis stored for each breaking call: the one loss figure (``analyses/cache/loss.py``), so
+its tokens and dollars are those of ``sessions`` and ``stats``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, wind
 from ctxscope.inspector.advisor.replay import replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.base.usd import total_usd
 from ctxscope.vocab.tokens import count_tokens
 
 OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
@@ -75,7 +78,7 @@ def by_call(found: list[Finding]) -> dict[str, list[str]]:
 
 
 def _rate(session: Session, call: SessionCall) -> float | None:
-    price = session.price(call.model)
+    price = session.price(call)
     return price.input if price else None
 
 
@@ -268,14 +271,13 @@ def _churn(session: Session) -> list[Finding]:
             tools_a = sorted(s.hash for s in prev.prompt.segments if s.kind == "tools")
             tools_b = sorted(s.hash for s in cur.prompt.segments if s.kind == "tools")
             reordered = seg.kind == "tools" and tools_a == tools_b
-            lost = max(0, min(prev.tokens.total, cur.tokens.total) - cur.tokens.prefix_tokens(i))
-            price = session.price(cur.model)
-            usd = dollars(lost, price.input - price.cache_read) if price else None
+            # The one loss figure, as the analysis stored it for this call (``analyses/cache/loss.py``).
+            lost, usd = cur.lost_tokens or 0, cur.lost_usd
             key = (seg.pointer, "reordered" if reordered else "changed")
-            g = groups.setdefault(key, {"calls": [], "tokens": 0, "usd": 0.0, "evidence": None})
+            g = groups.setdefault(key, {"calls": [], "tokens": 0, "usd": [], "evidence": None})
             g["calls"].append(cur.id)
             g["tokens"] += lost
-            g["usd"] += usd or 0.0
+            g["usd"].append(usd)
             if g["evidence"] is None:
                 offset, before, after = _changed_bytes(old.text, seg.text)
                 g["evidence"] = {
@@ -297,7 +299,7 @@ def _churn(session: Session) -> list[Finding]:
                 f"{what} at {pointer} (char {g['evidence']['offset']}) on {len(g['calls'])} call(s), "
                 f"~{g['tokens']} tokens not read from cache",
                 g["tokens"],
-                round(g["usd"], 6),
+                total_usd(g["usd"]),
                 tuple(g["calls"]),
                 g["evidence"],
             )

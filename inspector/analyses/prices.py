@@ -24,13 +24,13 @@ import re
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 
-PRICES_SOURCE = f"genai-prices {version('genai-prices')}"
 _MISSING = object()
 _BOUNDED = r"(?:^|[/.:]){}(?:$|[-@:_\[])"
 SIMULATOR_FREE = "simulator calls are free: never priced"
@@ -56,6 +56,12 @@ class Unpriced:
     """Why a call has no price: said wherever its cost would be shown."""
 
     reason: str
+
+
+@cache
+def prices_source() -> str:
+    """The library and version prices come from, as unpriced reasons and legends name it."""
+    return f"genai-prices {version('genai-prices')}"
 
 
 def _when(at: datetime | str | float | None) -> datetime:
@@ -130,11 +136,11 @@ class PriceTable:
         if info is None:
             if self.default is not None:
                 return self.default
-            return Unpriced(f"{model!r} is not in {PRICES_SOURCE}" if model else "the request names no model")
+            return Unpriced(f"{model!r} is not in {prices_source()}" if model else "the request names no model")
         rates = info.get_prices(_when(at))
         inp = _rate(rates.input_mtok, prompt_tokens)
         if inp is None:
-            return Unpriced(f"{PRICES_SOURCE} has no token price for {model!r}")
+            return Unpriced(f"{prices_source()} has no token price for {model!r}")
         write = _rate(rates.cache_write_mtok, prompt_tokens)
         return Price(
             input=inp,
@@ -155,6 +161,27 @@ class PriceTable:
         """``quote`` without the reason: None when the call is unpriced."""
         got = self.quote(model, at, prompt_tokens=prompt_tokens, provider=provider)
         return got if isinstance(got, Price) else None
+
+    def cost(
+        self,
+        model: str | None,
+        usage: dict | None,
+        at: datetime | str | float | None = None,
+        *,
+        provider: str | None = None,
+    ) -> float | Unpriced:
+        """USD for a call's reported usage ({input (reads and writes included), output, cache_read,
+        cache_write}), at its date's rates and its prompt's tier; or why it has no price."""
+        usage = usage or {}
+        if usage.get("input") is None and usage.get("output") is None:
+            return Unpriced("no usage reported")
+        inp, out = usage.get("input") or 0, usage.get("output") or 0
+        read, write = usage.get("cache_read") or 0, usage.get("cache_write") or 0
+        price = self.quote(model, at, prompt_tokens=inp, provider=provider)
+        if isinstance(price, Unpriced):
+            return price
+        uncached = max(0, inp - read - write)
+        return (uncached * price.input + read * price.cache_read + write * price.cache_write + out * price.output) / 1e6
 
     def _override(self, model: str | None) -> Price | None:
         if not model or not self.entries:
