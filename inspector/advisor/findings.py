@@ -107,12 +107,12 @@ def _unused_tools(session: Session) -> list[Finding]:
     every = set.intersection(*declared) - _called_tools(session)
     out = []
     for name in sorted(every):
-        tokens, usd, first = 0, 0.0, None
+        tokens, usd, first = 0, [], None
         for call in with_tools:
             i = next(i for i, s in enumerate(call.prompt.segments) if s.kind == "tools" and s.name == name)
             first = first or (call.id, call.prompt.segments[i].pointer, call.tokens.per_segment[i])
             tokens += call.tokens.per_segment[i]
-            usd += dollars(call.tokens.per_segment[i], _rate(session, call)) or 0.0
+            usd.append(dollars(call.tokens.per_segment[i], _rate(session, call)))
         assert first is not None
         out.append(
             Finding(
@@ -120,7 +120,7 @@ def _unused_tools(session: Session) -> list[Finding]:
                 f"tool {name!r} declared on all {len(with_tools)} calls and never called: "
                 f"~{first[2]} tokens x {len(with_tools)} calls",
                 tokens,
-                round(usd, 6),
+                total_usd(usd),
                 tuple(c.id for c in with_tools),
                 {
                     "tool": name,
@@ -153,7 +153,7 @@ def _oversized(session: Session) -> list[Finding]:
                         "oversized_tool_result",
                         f"a {tokens}-token tool result stays in the context for {len(later)} more call(s)",
                         tokens * len(later),
-                        round(sum(dollars(tokens, _rate(session, c)) or 0.0 for c in later), 6),
+                        total_usd(dollars(tokens, _rate(session, c)) for c in later),
                         (call.id, *(c.id for c in later)),
                         {
                             "call": call.id,
@@ -184,18 +184,18 @@ def _duplicates(session: Session) -> list[Finding]:
             if len(pointers) < 2 or (tokens := count_tokens(text)) < DUPLICATE_TOKENS:
                 continue
             g = groups.setdefault(
-                digest, {"calls": [], "tokens": 0, "usd": 0.0, "first": (call.id, pointers), "size": tokens}
+                digest, {"calls": [], "tokens": 0, "usd": [], "first": (call.id, pointers), "size": tokens}
             )
             g["calls"].append(call.id)
             g["tokens"] += tokens * (len(pointers) - 1)
-            g["usd"] += dollars(tokens * (len(pointers) - 1), _rate(session, call)) or 0.0
+            g["usd"].append(dollars(tokens * (len(pointers) - 1), _rate(session, call)))
     return [
         Finding(
             "duplicate_content",
             f"the same {g['size']}-token text appears {len(g['first'][1])} times in one prompt, "
             f"on {len(g['calls'])} call(s)",
             g["tokens"],
-            round(g["usd"], 6),
+            total_usd(g["usd"]),
             tuple(g["calls"]),
             {"call": g["first"][0], "pointers": g["first"][1], "tokens": g["size"]},
         )
