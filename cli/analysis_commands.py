@@ -212,6 +212,8 @@ def _safe(value: Any) -> str:
 
 
 def _show_stats(s: dict) -> None:
+    from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
+
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
     click.echo(
@@ -223,7 +225,7 @@ def _show_stats(s: dict) -> None:
     )
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
     click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
-    click.echo(f"  ({s['lost_pricing']})")
+    click.echo(textwrap.fill(f"({LOSS_PRICING})", 100, initial_indent="  ", subsequent_indent="   "))
     if s["by_relation"]:
         click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
     if s["by_verdict"]:
