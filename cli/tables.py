@@ -54,7 +54,7 @@ CALL_COLUMNS = [
     Column("cache_verdict", "VERDICT", verdict_word),
 ]
 CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROMPT", "CACHE_R", "OUT")
-# Which figure each token column is (docs/architecture.md, "Token figures"): CACHE_R, CACHE_W and OUT
+# Which figure each token column is (docs/architecture.md, "Cache verdicts"): CACHE_R, CACHE_W and OUT
 # exactly as the provider reported them; PROMPT the whole prompt from the provider's report (its
 # input field, plus the cache reads and writes Anthropic reports apart); EST_TOKENS ctxscope's estimate.
 TOKENS_LEGEND = (

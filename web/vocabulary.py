@@ -47,7 +47,7 @@ def sentences() -> dict[str, str]:
     return {"loss_pricing": LOSS_PRICING, "prompt_tokens": PROMPT_TOKENS}
 
 
-# What the usage table's "prompt" row is (docs/architecture.md, "Token figures").
+# What the usage table's "prompt" row is (docs/architecture.md, "Cache verdicts").
 PROMPT_TOKENS = (
     "the whole prompt from the provider's report: its input count, plus the cache reads and writes "
     "Anthropic reports apart"

@@ -13,7 +13,7 @@ library; a key matches the model id as a whole name part, so "gpt-5" finds
 (the user's own guess, marked ``source="default"``). Without one, an unknown model is unpriced and
 ``quote`` says why: ctxscope never guesses a price.
 
-One rule for the simulator (docs/architecture.md, "Prices"): its calls are free and never priced,
+One rule for the simulator (docs/architecture.md, "The simulator is free"): its calls are free and never priced,
 whatever model they name; ``quote`` says so for a call whose provider is the simulator.
 """
 

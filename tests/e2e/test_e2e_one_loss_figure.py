@@ -1,7 +1,7 @@
 """One deliberate break has one loss figure: the same tokens and dollars in `sessions`, `stats`,
 `findings`, `advise` (the INSTALLED command) and the daemon's session API, priced by hand from
 genai-prices' published rates; the simulator's own calls are never priced, anywhere
-(docs/architecture.md, "One loss figure")."""
+(docs/architecture.md, "Cache verdicts")."""
 
 from __future__ import annotations
 

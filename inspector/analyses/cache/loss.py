@@ -1,6 +1,6 @@
 """Tokens and dollars lost to a cache miss: the one definition every figure of ctxscope reads.
 
-docs/architecture.md, "One loss figure". **Tokens lost** at a break (or an expired or missed
+docs/architecture.md, "Cache verdicts". **Tokens lost** at a break (or an expired or missed
 cache) are the tokens the predecessor had cached that this call could not read, in the
 provider's own units (``verdicts.verdict`` works them out against the reported usage). **Dollars
 lost** are what those tokens cost beyond the cache read they would have been: each is paid again
