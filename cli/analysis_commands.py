@@ -212,7 +212,7 @@ def _safe(value: Any) -> str:
 
 
 def _show_stats(s: dict) -> None:
-    from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
+    from ctxscope.vocab.figures import LOSS_PRICING
 
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
@@ -313,8 +313,8 @@ def session(session: str, db_path: Path | None, columns: str | None, wide: bool,
 @json_option
 def stats(db_path: Path | None, session: str | None, as_json: bool) -> None:
     """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
-    from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
     from ctxscope.inspector.store.analysis_queries import stats as compute
+    from ctxscope.vocab.figures import LOSS_PRICING
 
     db = open_db_or_fail(db_path)
     if session is not None:

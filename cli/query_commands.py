@@ -267,7 +267,11 @@ def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
         verdict_text += f": {safe_text(cache['detail'])}"
     if cache.get("lost_tokens"):
         verdict_text += f"; {fmt_int(cache['lost_tokens'])} tokens lost" + (
-            f" ({fmt_usd(cache['lost_cost_usd'])})" if cache.get("lost_cost_usd") else ""
+            f" ({fmt_usd(cache['lost_cost_usd'])})"
+            if cache.get("lost_cost_usd") is not None
+            else f" (unpriced: {cache['unpriced']})"
+            if cache.get("unpriced")
+            else ""
         )
     usage = row.get("usage")
     reported = (

@@ -81,7 +81,7 @@ SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", 
 
 def usd_legend(rows: list[dict]) -> str:
     """How the dollar columns are priced: the one loss definition, and why any row is unpriced."""
-    from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
+    from ctxscope.vocab.figures import LOSS_PRICING
 
     reasons = sorted({r["cost_unpriced"] for r in rows if r.get("cost_unpriced")})
     lines = [f"LOST_USD: {LOSS_PRICING}", *(f"unpriced: {why}" for why in reasons)]

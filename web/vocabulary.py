@@ -8,7 +8,7 @@ module of the vocabulary is missing from them). Under ``"words"`` it serves the 
 for some of those values (``ctxscope.vocab.words``: ``APPEND_ONLY`` -> "append"), by enum name then
 value, so the badges and the filters print the CLI's words from the one table. Under
 ``"sentences"`` it serves the one-line explanations the page shows as tooltips, from the modules
-that define what they explain (how a lost dollar is priced: ``analyses/cache/loss.py``).
+of ``ctxscope.vocab.figures`` (how a lost dollar is priced, what the prompt row counts).
 The words never change while the daemon runs: the body is built once, at import
 (docs/architecture.md, "One spelling of each word").
 """
@@ -20,8 +20,8 @@ from enum import StrEnum
 
 from aiohttp import web
 
-from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
 from ctxscope.vocab import apis, headers, kinds
+from ctxscope.vocab.figures import LOSS_PRICING, PROMPT_TOKENS
 from ctxscope.vocab.words import WORDS
 
 MODULES = (apis, headers, kinds)  # the vocabulary's modules that hold word lists (tokens holds none)
@@ -46,12 +46,6 @@ def sentences() -> dict[str, str]:
     """Tooltips that state a definition, from the module that defines it."""
     return {"loss_pricing": LOSS_PRICING, "prompt_tokens": PROMPT_TOKENS}
 
-
-# What the usage table's "prompt" row is (docs/architecture.md, "Cache verdicts").
-PROMPT_TOKENS = (
-    "the whole prompt from the provider's report: its input count, plus the cache reads and writes "
-    "Anthropic reports apart"
-)
 
 _BODY = json.dumps({**vocabulary(), "words": words(), "sentences": sentences()}, separators=(",", ":"))
 

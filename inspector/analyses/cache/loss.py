@@ -19,12 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctxscope.inspector.analyses.prices import Price, Unpriced
+from ctxscope.vocab.figures import LOSS_PRICING
 
-# One sentence, shown as the tooltip of every lost-dollars figure and in the CLI's legend.
-LOSS_PRICING = (
-    "lost tokens are the cached prefix this call could not read; dollars price them at what was paid "
-    "(cache write where re-written, else input) minus the cache-read rate"
-)
+__all__ = ["LOSS_PRICING", "Loss", "priced_loss"]  # LOSS_PRICING: the sentence every legend and tooltip shows
 
 
 @dataclass(frozen=True)
