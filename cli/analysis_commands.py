@@ -41,7 +41,7 @@ TIMELINE_COLUMNS = [
     Column("relation_label", "RELATION"),
     Column("pointer", "POINTER", shrink=True),
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
-    Column("usage.input", "REP_IN", fmt_int, right=True),
+    Column("usage.input", "PROMPT", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("cache_verdict", "VERDICT", verdict_word),
     Column("lost", "LOST", fmt_int, right=True),
@@ -212,6 +212,8 @@ def _safe(value: Any) -> str:
 
 
 def _show_stats(s: dict) -> None:
+    from ctxscope.vocab.figures import LOSS_PRICING
+
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
     click.echo(
@@ -223,6 +225,7 @@ def _show_stats(s: dict) -> None:
     )
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
     click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
+    click.echo(textwrap.fill(f"({LOSS_PRICING})", 100, initial_indent="  ", subsequent_indent="   "))
     if s["by_relation"]:
         click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
     if s["by_verdict"]:
@@ -311,11 +314,12 @@ def session(session: str, db_path: Path | None, columns: str | None, wide: bool,
 def stats(db_path: Path | None, session: str | None, as_json: bool) -> None:
     """Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost."""
     from ctxscope.inspector.store.analysis_queries import stats as compute
+    from ctxscope.vocab.figures import LOSS_PRICING
 
     db = open_db_or_fail(db_path)
     if session is not None:
         session = resolve_session_id(db, session)
-    result = compute(db, session=session)
+    result = compute(db, session=session) | {"lost_pricing": LOSS_PRICING}
     emit_json(result) if as_json else _show_stats(result)
 
 

@@ -114,6 +114,8 @@ def fmt_usd(usd: Any) -> str:
     """Dollars to the cent, smaller amounts to four places ("$0.0216"); "-" when unpriced."""
     if usd is None:
         return "-"
+    if isinstance(usd, str):  # "unpriced": said, not a dash
+        return usd
     return f"${usd:,.2f}" if abs(usd) >= 1 else f"${usd:.4f}"
 
 

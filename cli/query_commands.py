@@ -40,6 +40,7 @@ from .tables import (
     columns_option,
     relation_word,
     thread_names,
+    usd_legend,
     verdict_word,
     wide_option,
 )
@@ -266,7 +267,11 @@ def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
         verdict_text += f": {safe_text(cache['detail'])}"
     if cache.get("lost_tokens"):
         verdict_text += f"; {fmt_int(cache['lost_tokens'])} tokens lost" + (
-            f" ({fmt_usd(cache['lost_cost_usd'])})" if cache.get("lost_cost_usd") else ""
+            f" ({fmt_usd(cache['lost_cost_usd'])})"
+            if cache.get("lost_cost_usd") is not None
+            else f" (unpriced: {cache['unpriced']})"
+            if cache.get("unpriced")
+            else ""
         )
     usage = row.get("usage")
     reported = (
@@ -370,7 +375,7 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
     cols = pick_columns(SESSION_COLUMNS, columns, default, wide)
     rows = list_sessions(
         open_db_or_fail(db_path),
-        cost=lambda a: session_cost(a)[0],  # the UI's cost, no simulator
+        cost=lambda a: _cost_and_reason(*session_cost(a)),  # the UI's cost and why none
         purposes=show_all,
     )
     if as_json:
@@ -378,13 +383,21 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
         return
     for r in rows:
         r["thread_count"] = sum(1 + len(t.get("children") or ()) for t in r.get("threads") or ())
+        if r.get("cost_usd") is None and r.get("cost_unpriced"):
+            r["cost_usd"] = "unpriced"  # the table says so; --json keeps None and the reason
     emit_table(rows, cols, wide=wide)
+    if any(c.header in ("LOST_USD", "COST_USD") for c in cols):
+        click.echo(usd_legend(rows))
     storing_note(db_path)
 
 
 @click.group(context_settings=CONTEXT)
 def db() -> None:
     """The capture database: where it is and how it is doing."""
+
+
+def _cost_and_reason(cost: float | None, _guessed: bool, unpriced: str | None) -> tuple[float | None, str | None]:
+    return cost, unpriced
 
 
 @db.command("path", context_settings=CONTEXT)

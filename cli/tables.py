@@ -3,6 +3,7 @@ them (`calls`, `sessions`, `session`, `diff`): one place, so no command module i
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import click
@@ -42,7 +43,7 @@ CALL_COLUMNS = [
     Column("model", "MODEL", shrink=True),
     Column("status", "STATUS", right=True),
     Column("outcome", "OUTCOME"),
-    Column("usage.input", "REP_IN", fmt_int, right=True),
+    Column("usage.input", "PROMPT", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("usage.cache_write", "CACHE_W", fmt_int, right=True),
     Column("usage.output", "OUT", fmt_int, right=True),
@@ -52,9 +53,15 @@ CALL_COLUMNS = [
     Column("pointer", "POINTER", shrink=True),
     Column("cache_verdict", "VERDICT", verdict_word),
 ]
-CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
-TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
-TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
+CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROMPT", "CACHE_R", "OUT")
+# Which figure each token column is (docs/architecture.md, "Cache verdicts"): CACHE_R, CACHE_W and OUT
+# exactly as the provider reported them; PROMPT the whole prompt from the provider's report (its
+# input field, plus the cache reads and writes Anthropic reports apart); EST_TOKENS ctxscope's estimate.
+TOKENS_LEGEND = (
+    "tokens: CACHE_R, CACHE_W, OUT exactly as the provider reported; EST_TOKENS as ctxscope estimated;\n"
+    "PROMPT the whole prompt from the provider's report (Anthropic: input + cache reads + writes)"
+)
+TOKEN_HEADERS = {"PROMPT", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
     Column("session", "SESSION"),
     Column("purpose", "PURPOSE"),
@@ -70,6 +77,16 @@ SESSION_COLUMNS = [
     Column("cost_usd", "COST_USD", fmt_usd, right=True),
 ]
 SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
+
+
+def usd_legend(rows: list[dict]) -> str:
+    """How the dollar columns are priced: the one loss definition, and why any row is unpriced."""
+    from ctxscope.vocab.figures import LOSS_PRICING
+
+    reasons = sorted({r["cost_unpriced"] for r in rows if r.get("cost_unpriced")})
+    lines = [f"LOST_USD: {LOSS_PRICING}", *(f"unpriced: {why}" for why in reasons)]
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent="  ") for line in lines)
+
 
 columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
 wide_option = click.option("--wide", is_flag=True, help="Print every column, uncut, however wide.")

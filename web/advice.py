@@ -1,7 +1,7 @@
 """The UI's findings panel and advisor page: a session read through the advisor, as JSON.
 
 No SQL here: the advisor reads the session through the store's functions (``inspector/advisor/load.py``).
-Prices are the built-in table (docs/architecture.md, "Findings").
+Prices are genai-prices' (docs/architecture.md, "The simulator is free"); losses are the stored ones.
 """
 
 from __future__ import annotations

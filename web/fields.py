@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
+from ctxscope.inspector.analyses.prices import PriceTable, Unpriced, load_prices
 from ctxscope.inspector.store.columns import with_defaults
 
 _PRICES: PriceTable | None = None
@@ -23,31 +23,28 @@ def prices() -> PriceTable:
     return _PRICES
 
 
-_PRICE_BY_MODEL: dict[str | None, Price | None] = {}
-
-
-def _price(model: str | None) -> Price | None:
-    """The table's row for a model, memoised: a lookup is a handful of regex searches."""
-    if model not in _PRICE_BY_MODEL:
-        if len(_PRICE_BY_MODEL) > 1000:
-            _PRICE_BY_MODEL.clear()
-        _PRICE_BY_MODEL[model] = prices().lookup(model)
-    return _PRICE_BY_MODEL[model]
-
-
 def usage_cost(
-    model: str | None, inp: int | None, out: int | None, read: int | None, write: int | None
-) -> tuple[float | None, bool]:
-    """USD for reported usage (input counts cache reads and writes), and whether the price is a guess."""
+    model: str | None,
+    inp: int | None,
+    out: int | None,
+    read: int | None,
+    write: int | None,
+    *,
+    at: str | float | None = None,
+    provider: str | None = None,
+) -> tuple[float | None, bool, str | None]:
+    """USD for reported usage (input counts cache reads and writes) at the rates of ``at``, whether
+    the price is the user's own default guess, and why there is no price when there is none."""
     if inp is None and out is None:
-        return None, False
-    price = _price(model)
-    if price is None:
-        return None, False
-    inp, out, read, write = inp or 0, out or 0, read or 0, write or 0
-    uncached = max(0, inp - read - write)
-    usd = (uncached * price.input + read * price.cache_read + write * price.cache_write + out * price.output) / 1e6
-    return usd, price.source == "default"
+        return None, False, None
+    table = prices()
+    got = table.cost(
+        model, {"input": inp, "output": out, "cache_read": read, "cache_write": write}, at, provider=provider
+    )
+    if isinstance(got, Unpriced):
+        return None, False, got.reason
+    price = table.lookup(model, at)
+    return got, price is not None and price.source == "default", None
 
 
 _UA_NAMES = (

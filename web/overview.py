@@ -11,6 +11,7 @@ from collections import Counter
 
 import sqlite_utils
 
+from ctxscope.inspector.analyses.prices import SIMULATOR_FREE
 from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates, thread_order
 from ctxscope.inspector.store.views import client_counts, thread_groups
 from ctxscope.web.fields import client_name, usage_cost
@@ -28,22 +29,27 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500, purpo
     return list(sessions.values())
 
 
-def session_cost(a: SessionAggregate) -> tuple[float | None, bool]:
-    """The session's cost in USD (None when nothing could be priced) and whether a price was guessed.
+def session_cost(a: SessionAggregate) -> tuple[float | None, bool, str | None]:
+    """The session's cost in USD (None when nothing could be priced), whether a price was guessed, and
+    why a model had no price (the first reason). Each model's usage is priced at the rates of the
+    session's last call, base tier: the store sums usage per model, not per call.
 
     Only its non-simulator calls are priced (``by_model`` holds no simulator call): the simulator is
     free, also in a session that mixes it with a real provider (docs/architecture.md, "The simulator is
     free"). The CLI's ``sessions`` uses it too."""
-    cost, guessed = None, False
+    cost, guessed, unpriced = None, False, None
     for m in a.by_model:
-        usd, g = usage_cost(m.model, m.input, m.output, m.cache_read, m.cache_write)
+        usd, g, why = usage_cost(m.model, m.input, m.output, m.cache_read, m.cache_write, at=a.last_started_at)
         if usd is not None:
             cost, guessed = (cost or 0.0) + usd, guessed or g
-    return (round(cost, 6) if cost is not None else None), guessed
+        unpriced = unpriced or why
+    if not a.by_model and a.calls:
+        unpriced = SIMULATOR_FREE  # by_model holds every call but the simulator's
+    return (round(cost, 6) if cost is not None else None), guessed, unpriced
 
 
 def _row(a: SessionAggregate) -> dict:
-    cost, guessed = session_cost(a)
+    cost, guessed, unpriced = session_cost(a)
     u = a.usage
     return {
         "session": a.session,
@@ -62,6 +68,7 @@ def _row(a: SessionAggregate) -> dict:
         "tokens_estimated": a.tokens_estimated,
         "cost_usd": cost,
         "cost_estimated": guessed,
+        "cost_unpriced": unpriced,
         "threads": [],
         "lost_tokens": a.lost_tokens,
         "lost_usd": a.lost_usd,

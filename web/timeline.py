@@ -14,11 +14,11 @@ from datetime import datetime
 
 import sqlite_utils
 
+from ctxscope.inspector.base.usd import total_usd
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
 from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
 from ctxscope.inspector.store.views import call_values, session_columns
-from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.web.fields import ANALYSIS_COLUMNS, normalise_call, usage_cost
 
@@ -150,15 +150,20 @@ def _summary(rows: list[dict]) -> dict:
     inp = sum(r["usage_input"] or 0 for r in rows)
     read = sum(r["usage_cache_read"] or 0 for r in rows)
     out = sum(r["usage_output"] or 0 for r in rows)
-    cost, guessed, priced = 0.0, False, False
+    cost, guessed, priced, unpriced = 0.0, False, False, None
     for r in rows:
-        if r.get("provider") == SIMULATOR_PROVIDER:  # the simulator is free: no price, no cost
-            continue
-        usd, g = usage_cost(
-            r["model"], r["usage_input"], r["usage_output"], r["usage_cache_read"], r["usage_cache_write"]
+        usd, g, why = usage_cost(
+            r["model"],
+            r["usage_input"],
+            r["usage_output"],
+            r["usage_cache_read"],
+            r["usage_cache_write"],
+            at=r.get("started_at"),
+            provider=r.get("provider"),  # the simulator is free: prices.py says so, once
         )
         if usd is not None:
             cost, guessed, priced = cost + usd, guessed or g, True
+        unpriced = unpriced or why
     verdicts = [r.get("verdict") for r in rows]
     lost = [r.get("cache_lost_tokens") for r in rows]
     lost_usd = [r.get("cache_lost_usd") for r in rows]
@@ -171,10 +176,11 @@ def _summary(rows: list[dict]) -> dict:
         "cached_share": {"read": read, "input": inp, "ratio": read / inp} if inp else None,
         "hit_rate": HitRate.of(verdicts).as_view(),
         "lost_tokens": sum(x or 0 for x in lost) if any(x is not None for x in lost) else None,
-        "lost_usd": round(sum(x or 0 for x in lost_usd), 6) if any(x is not None for x in lost_usd) else None,
+        "lost_usd": total_usd(lost_usd),  # the one loss figure (analyses/cache/loss.py)
         "breaks": sum(v == CacheVerdict.CLIENT_BREAK for v in verdicts) if any(verdicts) else None,
         "cost_usd": round(cost, 6) if priced else None,
         "cost_estimated": guessed,
+        "cost_unpriced": None if priced else unpriced,
         "errors": sum(not (r["outcome"] == "ok" and (r["status"] or 0) < 400) for r in rows),
         "grouped_by": dict(Counter(r["grouped_by"] for r in rows if r.get("grouped_by"))),
     }

@@ -56,7 +56,7 @@ def _post(url: str, body: dict) -> dict:
 
 
 def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict[str, int]]:
-    price = session.price(call.model)
+    price = session.price(call)
     inp, read = int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0)
     write = int(usage.get("cache_creation_input_tokens") or 0)
     w1h = int((usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ctxscope.inspector.advisor.model import Session, SessionCall
+from ctxscope.inspector.advisor.model import Session, SessionCall, session_loss
 from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 
@@ -43,6 +43,7 @@ class Advice:
     alternatives: tuple[Alternative, ...]  # as_sent first
     best: Alternative
     advice: str
+    lost: dict | None = None  # the session's stored loss (``analyses/cache/loss.py``), as ``sessions`` shows it
 
     @property
     def as_sent(self) -> Alternative:
@@ -64,6 +65,7 @@ class Advice:
             "predicted_saving_pct": self.predicted_saving_pct,
             "advice": self.advice,
             "units": "o200k estimate tokens; USD at the price table's rates",
+            "lost": self.lost,
         }
 
 
@@ -165,7 +167,7 @@ def advise(session: Session) -> Advice | None:
         alts.append(min(longer, key=lambda a: a.result.cost_usd))
     alts.append(_alt(session, calls, "none", lambda _i, _c: {}))
     best = min(alts, key=lambda a: (round(a.result.cost_usd, 9), a.name != "as_sent"))
-    return Advice(session.id, family, tuple(alts), best, _sentence(alts[0], best))
+    return Advice(session.id, family, tuple(alts), best, _sentence(alts[0], best), session_loss(session))
 
 
 def _alt(session: Session, calls: tuple[SessionCall, ...], name: AlternativeName, placement: Placement) -> Alternative:
@@ -199,7 +201,7 @@ def _openai(session: Session, calls: tuple[SessionCall, ...]) -> Advice:
         None,
     )
     best = one if one.result.cost_usd < sent.result.cost_usd else sent
-    return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best))
+    return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best), session_loss(session))
 
 
 def _sentence(sent: Alternative, best: Alternative) -> str:

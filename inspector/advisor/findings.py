@@ -4,7 +4,9 @@ to the evidence (docs/architecture.md, "Findings").
 Six kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
 churn and breakpoints that never pay. Pure: a ``Session`` in, findings out. Tokens are o200k
 estimates; dollars price them at the call's model's input rate (what the tokens cost when not
-read from cache), except churn (the read discount lost) and unpaid breakpoints (the write surcharge).
+read from cache), except unpaid breakpoints (the write surcharge) and churn, which sums the loss
+the analysis stored for each breaking call: the one loss figure (``analyses/cache/loss.py``), so
+its tokens and dollars are those of ``sessions`` and ``stats``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, wind
 from ctxscope.inspector.advisor.replay import replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.base.usd import total_usd
 from ctxscope.vocab.tokens import count_tokens
 
 OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
@@ -75,7 +78,7 @@ def by_call(found: list[Finding]) -> dict[str, list[str]]:
 
 
 def _rate(session: Session, call: SessionCall) -> float | None:
-    price = session.price(call.model)
+    price = session.price(call)
     return price.input if price else None
 
 
@@ -104,12 +107,12 @@ def _unused_tools(session: Session) -> list[Finding]:
     every = set.intersection(*declared) - _called_tools(session)
     out = []
     for name in sorted(every):
-        tokens, usd, first = 0, 0.0, None
+        tokens, usd, first = 0, [], None
         for call in with_tools:
             i = next(i for i, s in enumerate(call.prompt.segments) if s.kind == "tools" and s.name == name)
             first = first or (call.id, call.prompt.segments[i].pointer, call.tokens.per_segment[i])
             tokens += call.tokens.per_segment[i]
-            usd += dollars(call.tokens.per_segment[i], _rate(session, call)) or 0.0
+            usd.append(dollars(call.tokens.per_segment[i], _rate(session, call)))
         assert first is not None
         out.append(
             Finding(
@@ -117,7 +120,7 @@ def _unused_tools(session: Session) -> list[Finding]:
                 f"tool {name!r} declared on all {len(with_tools)} calls and never called: "
                 f"~{first[2]} tokens x {len(with_tools)} calls",
                 tokens,
-                round(usd, 6),
+                total_usd(usd),
                 tuple(c.id for c in with_tools),
                 {
                     "tool": name,
@@ -150,7 +153,7 @@ def _oversized(session: Session) -> list[Finding]:
                         "oversized_tool_result",
                         f"a {tokens}-token tool result stays in the context for {len(later)} more call(s)",
                         tokens * len(later),
-                        round(sum(dollars(tokens, _rate(session, c)) or 0.0 for c in later), 6),
+                        total_usd(dollars(tokens, _rate(session, c)) for c in later),
                         (call.id, *(c.id for c in later)),
                         {
                             "call": call.id,
@@ -181,18 +184,18 @@ def _duplicates(session: Session) -> list[Finding]:
             if len(pointers) < 2 or (tokens := count_tokens(text)) < DUPLICATE_TOKENS:
                 continue
             g = groups.setdefault(
-                digest, {"calls": [], "tokens": 0, "usd": 0.0, "first": (call.id, pointers), "size": tokens}
+                digest, {"calls": [], "tokens": 0, "usd": [], "first": (call.id, pointers), "size": tokens}
             )
             g["calls"].append(call.id)
             g["tokens"] += tokens * (len(pointers) - 1)
-            g["usd"] += dollars(tokens * (len(pointers) - 1), _rate(session, call)) or 0.0
+            g["usd"].append(dollars(tokens * (len(pointers) - 1), _rate(session, call)))
     return [
         Finding(
             "duplicate_content",
             f"the same {g['size']}-token text appears {len(g['first'][1])} times in one prompt, "
             f"on {len(g['calls'])} call(s)",
             g["tokens"],
-            round(g["usd"], 6),
+            total_usd(g["usd"]),
             tuple(g["calls"]),
             {"call": g["first"][0], "pointers": g["first"][1], "tokens": g["size"]},
         )
@@ -268,14 +271,13 @@ def _churn(session: Session) -> list[Finding]:
             tools_a = sorted(s.hash for s in prev.prompt.segments if s.kind == "tools")
             tools_b = sorted(s.hash for s in cur.prompt.segments if s.kind == "tools")
             reordered = seg.kind == "tools" and tools_a == tools_b
-            lost = max(0, min(prev.tokens.total, cur.tokens.total) - cur.tokens.prefix_tokens(i))
-            price = session.price(cur.model)
-            usd = dollars(lost, price.input - price.cache_read) if price else None
+            # The one loss figure, as the analysis stored it for this call (``analyses/cache/loss.py``).
+            lost, usd = cur.lost_tokens or 0, cur.lost_usd
             key = (seg.pointer, "reordered" if reordered else "changed")
-            g = groups.setdefault(key, {"calls": [], "tokens": 0, "usd": 0.0, "evidence": None})
+            g = groups.setdefault(key, {"calls": [], "tokens": 0, "usd": [], "evidence": None})
             g["calls"].append(cur.id)
             g["tokens"] += lost
-            g["usd"] += usd or 0.0
+            g["usd"].append(usd)
             if g["evidence"] is None:
                 offset, before, after = _changed_bytes(old.text, seg.text)
                 g["evidence"] = {
@@ -297,7 +299,7 @@ def _churn(session: Session) -> list[Finding]:
                 f"{what} at {pointer} (char {g['evidence']['offset']}) on {len(g['calls'])} call(s), "
                 f"~{g['tokens']} tokens not read from cache",
                 g["tokens"],
-                round(g["usd"], 6),
+                total_usd(g["usd"]),
                 tuple(g["calls"]),
                 g["evidence"],
             )

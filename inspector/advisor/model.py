@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
+from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
+from ctxscope.inspector.base.usd import total_usd
 
 # Context windows by model-name fragment (longest fragment wins); the default fits today's
 # mid-size models. A window only scales the overflow and oversized-result findings.
@@ -50,6 +52,9 @@ class SessionCall:
     tokens: TokenBreakdown
     body: Any = None  # the request as sent (``--verify`` re-sends it with another placement)
     compacted: bool = False  # the first call after a compaction: its early change is the compaction's
+    provider: str | None = None  # the upstream it went to: the simulator's calls are never priced
+    lost_tokens: int | None = None  # the stored loss (``analyses/cache/loss.py``): None when not analysed
+    lost_usd: float | None = None
 
     @property
     def family(self) -> str:
@@ -64,8 +69,9 @@ class Session:
     skipped: int  # calls without a prompt we could read (no body, unknown API)
     prices: PriceTable
 
-    def price(self, model: str | None) -> Price | None:
-        return self.prices.lookup(model)
+    def price(self, call: SessionCall) -> Price | None:
+        """The rates of this call: its model at its date and prompt size; None when unpriced."""
+        return call_price(self.prices, call)
 
     def threads(self) -> dict[str, list[SessionCall]]:
         """Calls per thread (a call without one is its own), in order."""
@@ -86,6 +92,8 @@ def build_session(
         if prompt is None or row.get("api") is None or (row.get("body") or {}).get("messages") == []:
             skipped += 1
             continue
+        stored = row.get("cache")
+        cache: dict = stored if isinstance(stored, dict) else {}
         calls.append(
             SessionCall(
                 id=row["id"],
@@ -101,9 +109,33 @@ def build_session(
                 tokens=counter.count_prompt(prompt),
                 body=row.get("body"),
                 compacted=bool(row.get("has_compaction_before")),
+                provider=row.get("provider"),
+                lost_tokens=cache.get("lost_tokens"),
+                lost_usd=cache.get("lost_cost_usd"),
             )
         )
     return Session(session, tuple(calls), skipped, prices or load_prices())
+
+
+def session_loss(session: Session) -> dict:
+    """The session's tokens and dollars lost, summed from the stored per-call loss (the one loss
+    figure, ``analyses/cache/loss.py``): the same as ``sessions`` and ``stats`` show."""
+    return {
+        "tokens": sum(c.lost_tokens or 0 for c in session.calls),
+        "usd": total_usd(c.lost_usd for c in session.calls),
+        "pricing": LOSS_PRICING,
+    }
+
+
+def call_price(prices: PriceTable, call: SessionCall) -> Price | None:
+    """One call's rates (``prices.PriceTable.quote``: date, tier, the simulator's rule)."""
+    size = (call.usage or {}).get("input")
+    return prices.lookup(
+        call.model,
+        call.started_at,
+        prompt_tokens=size if isinstance(size, int) else call.tokens.total,
+        provider=call.provider,
+    )
 
 
 def dollars(tokens: float, rate_per_million: float | None) -> float | None:

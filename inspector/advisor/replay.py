@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxscope.inspector.advisor.model import SessionCall, dollars
+from ctxscope.inspector.advisor.model import SessionCall, call_price, dollars
 from ctxscope.inspector.analyses.cache.memory import prefix_keys
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
 from ctxscope.inspector.analyses.prices import Price, PriceTable
@@ -92,7 +92,7 @@ def replay(
     anthropic: dict[str, dict[bytes, _Entry]] = {}
     openai: dict[tuple[str, str], list[tuple[float, SessionCall]]] = {}
     for i, call in enumerate(calls):
-        price = prices.lookup(call.model)
+        price = call_price(prices, call)
         if call.family == "anthropic":
             cost = _anthropic(call, dict(placement(i, call)), anthropic.setdefault(call.scope, {}), price, out)
         else:

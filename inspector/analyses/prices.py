@@ -1,12 +1,20 @@
-"""A small, dated price table for pricing cache losses; the user can override or extend it.
+"""Model prices from pydantic's ``genai-prices`` (a maintained table), under the user's override file.
 
-USD per million tokens. Anthropic rates from platform.claude.com/docs/en/about-claude/pricing;
-OpenAI rates from the OpenAI pricing page; both as read on PRICES_AS_OF. Prices change: override
-with a JSON file ``{"<model prefix>": {"input": .., "output": .., "cache_read": .., "cache_write":
-.., "cache_write_1h": ..}, ...}`` (``load_prices(path)``); entries merge over the built-ins, and a
-"default" entry replaces the fallback. Models match by the longest table key contained in the
-model id at name boundaries, so dated ids ("claude-sonnet-4-5-20250929") and provider prefixes
-("anthropic/...", "us.anthropic....") find their row while "gpt-5.5" does not take "gpt-5"'s.
+USD per million tokens. A call is priced at the rates of its own date (the library keeps price
+history) and at the tier its prompt size falls in (long-context tiers price every token of the
+call at the higher rate, as the providers bill it). The library's bundled snapshot is the only
+source: its background updater (``genai_prices.UpdatePrices``) is never started, so nothing is
+fetched at run time and the daemon works offline.
+
+The override file is JSON ``{"<model prefix>": {"input": .., "output": .., "cache_read": ..,
+"cache_write": .., "cache_write_1h": ..}, ...}`` (``load_prices(path)``). Its entries win over the
+library; a key matches the model id as a whole name part, so "gpt-5" finds
+"openai/gpt-5-2026-04-01" but not "gpt-5.5". A "default" entry prices every model nobody knows
+(the user's own guess, marked ``source="default"``). Without one, an unknown model is unpriced and
+``quote`` says why: ctxscope never guesses a price.
+
+One rule for the simulator (docs/architecture.md, "The simulator is free"): its calls are free and never priced,
+whatever model they name; ``quote`` says so for a call whose provider is the simulator.
 """
 
 from __future__ import annotations
@@ -14,94 +22,188 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import cache
+from importlib.metadata import version
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-PRICES_AS_OF = "2026-11-30"
-# A key matches as a whole name part: "gpt-5" finds "openai/gpt-5-2026-04-01" but not "gpt-5.5".
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
+
 _MISSING = object()
 _BOUNDED = r"(?:^|[/.:]){}(?:$|[-@:_\[])"
+SIMULATOR_FREE = "simulator calls are free: never priced"
 
 
 @dataclass(frozen=True)
 class Price:
+    """One model's rates for one call (its date and tier already chosen)."""
+
     input: float
     output: float
     cache_read: float
-    cache_write: float  # 5-minute write (Anthropic) / write surcharge rate (OpenAI: = input)
+    cache_write: float  # 5-minute write (Anthropic); the input rate where the provider has no surcharge
     cache_write_1h: float | None = None
-    source: Literal["builtin", "override", "default"] = "builtin"
+    source: Literal["genai-prices", "override", "default"] = "genai-prices"
 
     def write_rate(self, ttl: str | None) -> float:
         return self.cache_write_1h if ttl == "1h" and self.cache_write_1h is not None else self.cache_write
 
 
-def _anthropic(inp: float, out: float, read_factor: float = 0.1) -> Price:
-    return Price(inp, out, round(inp * read_factor, 6), inp * 1.25, inp * 2)
+@dataclass(frozen=True)
+class Unpriced:
+    """Why a call has no price: said wherever its cost would be shown."""
+
+    reason: str
 
 
-BUILTIN: dict[str, Price] = {
-    # Anthropic: writes 1.25x (5m) / 2x (1h) input, reads 0.1x.
-    "claude-fable-5": _anthropic(10.0, 50.0),
-    "claude-fable-5-1": _anthropic(10.0, 50.0, 0.025),
-    "claude-opus-5": _anthropic(5.0, 25.0),
-    "claude-opus-4-8": _anthropic(5.0, 25.0),
-    "claude-opus-4-7": _anthropic(5.0, 25.0),
-    "claude-opus-4-6": _anthropic(5.0, 25.0),
-    "claude-opus-4-5": _anthropic(5.0, 25.0),
-    "claude-opus-4-1": _anthropic(15.0, 75.0),
-    "claude-opus-4": _anthropic(15.0, 75.0),
-    "claude-opus-5-5": _anthropic(4.0, 20.0, 0.05),
-    "claude-sonnet-5-5": _anthropic(2.0, 10.0, 0.05),  # reads cut to 0.05x on 2026-10-07
-    "claude-sonnet-5": _anthropic(2.0, 10.0),
-    "claude-sonnet-4": _anthropic(3.0, 15.0),
-    "claude-3-7-sonnet": _anthropic(3.0, 15.0),
-    "claude-haiku-5-5": _anthropic(0.1, 0.5),  # prompts <= 100k tokens; 5x above that
-    "claude-haiku-4-5": _anthropic(1.0, 5.0),
-    "claude-3-5-haiku": _anthropic(0.8, 4.0),
-    # OpenAI: no write surcharge (cache_write = input) on these models.
-    "gpt-5": Price(1.25, 10.0, 0.125, 1.25),
-    "gpt-5-mini": Price(0.25, 2.0, 0.025, 0.25),
-    "gpt-5-nano": Price(0.05, 0.4, 0.005, 0.05),
-    "gpt-4.1": Price(2.0, 8.0, 0.5, 2.0),
-    "gpt-4.1-mini": Price(0.4, 1.6, 0.1, 0.4),
-    "gpt-4o": Price(2.5, 10.0, 1.25, 2.5),
-    "gpt-4o-mini": Price(0.15, 0.6, 0.075, 0.15),
-}
-# Unknown models: a mid-tier guess, marked as such so a UI can say "estimated".
-DEFAULT = Price(3.0, 15.0, 0.3, 3.75, 6.0, source="default")
+@cache
+def prices_source() -> str:
+    """The library and version prices come from, as unpriced reasons and legends name it."""
+    return f"genai-prices {version('genai-prices')}"
+
+
+def _when(at: datetime | str | float | None) -> datetime:
+    """A call's date in UTC from a datetime, an ISO string or unix seconds; now when unknown."""
+    if isinstance(at, datetime):
+        return at if at.tzinfo else at.replace(tzinfo=UTC)
+    if isinstance(at, int | float):
+        return datetime.fromtimestamp(at, UTC)
+    if isinstance(at, str):
+        try:
+            parsed = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            return datetime.now(UTC)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return datetime.now(UTC)
+
+
+def _rate(value: Any, prompt_tokens: int | None) -> float | None:
+    """A library rate as a float: a tiered rate at the tier ``prompt_tokens`` reaches (base if unknown)."""
+    if value is None:
+        return None
+    if isinstance(value, Decimal):
+        return float(value)
+    rate = value.base
+    for tier in value.tiers:
+        if prompt_tokens is not None and prompt_tokens > tier.start:
+            rate = tier.price
+    return float(rate)
+
+
+def _library_model(model: str) -> Any:
+    """The library's ModelInfo for a model id, trying the id without a vendor prefix and as a Bedrock
+    id; None when it knows no such model."""
+    from genai_prices import data_snapshot
+
+    snapshot = data_snapshot.get_snapshot()
+    name = model.lower()
+    tries: list[tuple[str, str | None]] = [(name, None), (name.rsplit("/", 1)[-1], None)]
+    if "anthropic." in name:
+        tries.append((name, "aws"))
+    for ref, provider in tries:
+        try:
+            return snapshot.find_provider_model(ref, None, provider, None)[1]
+        except LookupError:
+            continue
+    return None
 
 
 @dataclass(frozen=True)
 class PriceTable:
-    entries: dict[str, Price]
-    default: Price | None = DEFAULT
-    _looked_up: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    """The user's overrides over the library; ``quote`` prices one call."""
 
-    def lookup(self, model: str | None) -> Price | None:
-        """The row of the longest key found in ``model`` at name boundaries, else the default.
+    entries: dict[str, Price] = field(default_factory=dict)
+    default: Price | None = None
+    _models: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
-        Remembered per model name: a session asks for the same model on every call."""
-        known = self._looked_up.get(model, _MISSING)
+    def quote(
+        self,
+        model: str | None,
+        at: datetime | str | float | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        provider: str | None = None,
+    ) -> Price | Unpriced:
+        """The rates for a call of ``model`` made ``at`` with a prompt of ``prompt_tokens``, or why none."""
+        if provider == SIMULATOR_PROVIDER:
+            return Unpriced(SIMULATOR_FREE)
+        override = self._override(model)
+        if override is not None:
+            return override
+        info = self._model(model) if model else None
+        if info is None:
+            if self.default is not None:
+                return self.default
+            return Unpriced(f"{model!r} is not in {prices_source()}" if model else "the request names no model")
+        rates = info.get_prices(_when(at))
+        inp = _rate(rates.input_mtok, prompt_tokens)
+        if inp is None:
+            return Unpriced(f"{prices_source()} has no token price for {model!r}")
+        write = _rate(rates.cache_write_mtok, prompt_tokens)
+        return Price(
+            input=inp,
+            output=_rate(rates.output_mtok, prompt_tokens) or 0.0,
+            cache_read=_rate(rates.cache_read_mtok, prompt_tokens) or inp,
+            cache_write=write if write is not None else inp,
+            cache_write_1h=_rate(rates.cache_write_1h_mtok, prompt_tokens),
+        )
+
+    def lookup(
+        self,
+        model: str | None,
+        at: datetime | str | float | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        provider: str | None = None,
+    ) -> Price | None:
+        """``quote`` without the reason: None when the call is unpriced."""
+        got = self.quote(model, at, prompt_tokens=prompt_tokens, provider=provider)
+        return got if isinstance(got, Price) else None
+
+    def cost(
+        self,
+        model: str | None,
+        usage: dict | None,
+        at: datetime | str | float | None = None,
+        *,
+        provider: str | None = None,
+    ) -> float | Unpriced:
+        """USD for a call's reported usage ({input (reads and writes included), output, cache_read,
+        cache_write}), at its date's rates and its prompt's tier; or why it has no price."""
+        usage = usage or {}
+        if usage.get("input") is None and usage.get("output") is None:
+            return Unpriced("no usage reported")
+        inp, out = usage.get("input") or 0, usage.get("output") or 0
+        read, write = usage.get("cache_read") or 0, usage.get("cache_write") or 0
+        price = self.quote(model, at, prompt_tokens=inp, provider=provider)
+        if isinstance(price, Unpriced):
+            return price
+        uncached = max(0, inp - read - write)
+        return (uncached * price.input + read * price.cache_read + write * price.cache_write + out * price.output) / 1e6
+
+    def _override(self, model: str | None) -> Price | None:
+        if not model or not self.entries:
+            return None
+        name = model.lower()
+        keys = [k for k in self.entries if re.search(_BOUNDED.format(re.escape(k)), name)]
+        return self.entries[max(keys, key=len)] if keys else None
+
+    def _model(self, model: str) -> Any:
+        """The library's model, remembered per model id: a session asks for the same model on every call."""
+        known = self._models.get(model, _MISSING)
         if known is _MISSING:
-            known = self._lookup(model)
-            if len(self._looked_up) < 1024:
-                self._looked_up[model] = known
+            known = _library_model(model)
+            if len(self._models) < 1024:
+                self._models[model] = known
         return known
-
-    def _lookup(self, model: str | None) -> Price | None:
-        if model:
-            name = model.lower()
-            keys = [k for k in self.entries if re.search(_BOUNDED.format(re.escape(k)), name)]
-            if keys:
-                return self.entries[max(keys, key=len)]
-        return self.default
 
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
-    """Built-in prices, with the JSON file at ``path`` merged over them when given."""
-    entries = dict(BUILTIN)
-    default: Price | None = DEFAULT
+    """The library's prices, with the JSON override file at ``path`` over them when given."""
+    entries: dict[str, Price] = {}
+    default: Price | None = None
     if path is not None:
         data = json.loads(Path(path).read_text())
         if not isinstance(data, dict):
@@ -109,7 +211,7 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
         for key, row in data.items():
             price = _price(row, key, path)
             if key == "default":
-                default = price
+                default = Price(**{f.name: getattr(price, f.name) for f in fields(Price)} | {"source": "default"})
             else:
                 entries[key.lower()] = price
     return PriceTable(entries, default)

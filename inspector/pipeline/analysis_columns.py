@@ -46,6 +46,7 @@ class Analysis:
                 "verdict": c.verdict,
                 "lost_tokens": c.lost_tokens,
                 "lost_cost_usd": c.lost_cost_usd,
+                "unpriced": c.unpriced,
                 "break_pointer": c.break_pointer,
                 "break_segment_kind": c.break_segment_kind,
                 "before_prev_last_breakpoint": c.before_prev_last_breakpoint,

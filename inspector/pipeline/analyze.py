@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenCounter
-from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned
+from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned, reported
 from ctxscope.inspector.analyses.cache.prediction import Observed
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
@@ -54,7 +54,7 @@ from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.inspector.store.sessions import NON_MODEL_SESSION
 from ctxscope.proxy.wire.apis import non_model_kind
-from ctxscope.vocab.apis import SIMULATOR_PROVIDER, Api
+from ctxscope.vocab.apis import Api
 from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind
 
 log = logging.getLogger("ctxscope.analysis")
@@ -199,7 +199,10 @@ class Analyzer:
             if self.cache_memory is None:
                 self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
             diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
-            price = None if inp.provider == SIMULATOR_PROVIDER else self.prices.lookup(prompt.model)
+            got = reported(inp.usage)
+            price = self.prices.quote(
+                prompt.model, inp.started_at, prompt_tokens=got[0] if got else tokens.total, provider=inp.provider
+            )
             prediction, cache = judge_call(
                 prev_seen,
                 Observed(prompt, tokens, time),

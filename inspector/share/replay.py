@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ctxscope.inspector.analyses.prices import PriceTable
+from ctxscope.inspector.analyses.prices import PriceTable, Unpriced
 from ctxscope.inspector.share.curl import NoRoute, daemon_route, is_simulated, key_env_for
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
@@ -196,19 +196,10 @@ def find_replay(db: Db, original: str, nonce: str) -> str | None:
     return None
 
 
-def _cost(row: dict, prices: PriceTable) -> float | None:
-    usage, price = row.get("usage") or {}, prices.lookup(row.get("model"))
-    if price is None or usage.get("input") is None:
-        return None
-    read, write = usage.get("cache_read") or 0, usage.get("cache_write") or 0
-    uncached = max(0, usage["input"] - read - write)
-    per_token = (
-        uncached * price.input
-        + read * price.cache_read
-        + write * price.cache_write
-        + (usage.get("output") or 0) * price.output
-    )
-    return round(per_token / 1e6, 6)
+def _cost(row: dict, prices: PriceTable) -> tuple[float | None, str | None]:
+    """The call's cost and, when it has none, why (``prices.PriceTable.cost``)."""
+    got = prices.cost(row.get("model"), row.get("usage"), row.get("started_at"), provider=row.get("provider"))
+    return (None, got.reason) if isinstance(got, Unpriced) else (round(got, 6), None)
 
 
 def comparison(db: Db, original: str, replay: str, prices: PriceTable) -> dict:
@@ -217,6 +208,7 @@ def comparison(db: Db, original: str, replay: str, prices: PriceTable) -> dict:
     for name, call_id in (("original", original), ("replay", replay)):
         row = queries.get_call(db, call_id) or {}
         usage = row.get("usage") or {}
+        cost, unpriced = _cost(row, prices)
         out[name] = {
             "id": row.get("id"),
             "session": row.get("session"),
@@ -228,7 +220,10 @@ def comparison(db: Db, original: str, replay: str, prices: PriceTable) -> dict:
             "cache_read": usage.get("cache_read"),
             "cache_write": usage.get("cache_write"),
             "output": usage.get("output"),
-            "cost_usd": _cost(row, prices),
+            "cost_usd": cost,
+            "unpriced": unpriced,
+            "lost_tokens": row.get("cache_lost_tokens"),  # the one loss figure (analyses/cache/loss.py)
+            "lost_usd": row.get("cache_lost_usd"),
             "replay_of": row.get("replay_of"),
         }
     return out

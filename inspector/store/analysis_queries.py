@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ctxscope.inspector.base.usd import total_usd
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, NON_MODEL_SESSION, hit_rate
 from ctxscope.vocab.kinds import EpochReason, RelationKind
@@ -129,7 +130,7 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str,
         "by_verdict": by_verdict,
         "breaks": breaks,
         "lost_tokens": lost or 0,
-        "lost_usd": round(lost_usd, 6) if lost_usd is not None else None,
+        "lost_usd": total_usd([lost_usd]),  # the one loss figure (analyses/cache/loss.py)
         "compactions": compactions or 0,
         "cache_discipline": cache_discipline(db, session=session),
     }
@@ -172,7 +173,7 @@ def _breaks(db: sqlite_utils.Database, where: str, params: list[Any]) -> list[di
         g["calls"] += 1
         g["lost_tokens"] += lost or 0
         if usd is not None:
-            g["lost_usd"] = round((g["lost_usd"] or 0.0) + usd, 8)
+            g["lost_usd"] = total_usd([g["lost_usd"], usd])
     return sorted(groups.values(), key=lambda g: (-g["lost_tokens"], -g["calls"], str(g["cause"])))
 
 

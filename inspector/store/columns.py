@@ -17,6 +17,7 @@ _CACHE_MEMBERS = (
     "verdict",
     "lost_tokens",
     "lost_cost_usd",
+    "unpriced",  # why lost_cost_usd is null (analyses/prices.py)
     "break_pointer",
     "break_segment_kind",
     "before_prev_last_breakpoint",

@@ -274,14 +274,15 @@ def list_sessions(
     db: Db,
     *,
     limit: int | None = None,
-    cost: Callable[[SessionAggregate], float | None] | None = None,
+    cost: Callable[[SessionAggregate], tuple[float | None, str | None]] | None = None,
     purposes: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per session, most recently active first, with its threads nested and cache figures.
 
     ``hit_rate`` counts calls: hits over calls that could have read the cache (``HIT_ELIGIBLE``);
     ``breaks`` are the calls whose own prompt change broke the cache (client_break). Given ``cost``
-    (the store knows no prices: the caller brings them), each row gets its ``cost_usd``. The sessions
+    (the store knows no prices: the caller brings them), each row gets its ``cost_usd`` and, when
+    that is None, ``cost_unpriced``: why. The sessions
     the project made itself (a replay, the advisor's check, non-model requests) only with ``purposes``;
     each row says its ``purpose`` (None for a client's session).
     """
@@ -307,7 +308,7 @@ def list_sessions(
             }
         )
         if cost is not None:
-            out[-1]["cost_usd"] = cost(a)
+            out[-1]["cost_usd"], out[-1]["cost_unpriced"] = cost(a)
     return out
 
 

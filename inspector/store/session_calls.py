@@ -16,7 +16,7 @@ from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.columns import with_defaults
 
 _COLUMNS = (
-    "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
+    "id, seq, started_at, api, model, provider, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
     "usage_cache_write, cache_verdict, cache, outcome, status, has_compaction_before"
 )
 

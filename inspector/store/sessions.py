@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ctxscope.inspector.base.usd import total_usd
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
@@ -275,6 +276,7 @@ def fold_sessions(groups: list[tuple[Any, ...]]) -> list[SessionAggregate]:
             s.by_model.append(ModelUsage(model, inp, out, read, write))
     for s in sessions.values():
         s.models.sort()
+        s.lost_usd = total_usd([s.lost_usd])  # the one loss figure, rounded as every figure shows it
     return sorted(sessions.values(), key=lambda s: s.last_started_at or "", reverse=True)
 
 

@@ -83,3 +83,38 @@ def test_an_unknown_session_is_a_404(web):
             urllib.request.urlopen(web.url + path, timeout=10)
         assert err.value.code == 404
         err.value.close()
+
+
+def test_every_lost_figure_says_how_it_is_priced(web, page):
+    """The sessions list, the session page and the call page show the one loss figure with the one
+    sentence that says how it is priced (served by the API from analyses/cache/loss.py)."""
+    from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
+
+    client = anthropic_client(web.url, "lossui")
+    web.sim_state().set_script([{"text": f"ok {i}"} for i in range(3)])
+    rules = "Keep every answer short and exact. " * 400
+    msgs: list = [{"role": "user", "content": "begin"}]
+    for i in range(3):
+        system = [
+            {"type": "text", "text": rules + (" Be terse." if i == 2 else ""), "cache_control": {"type": "ephemeral"}}
+        ]
+        r = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=system, messages=msgs)
+        msgs = [*msgs, {"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"next {i}"}]
+    client.close()
+    rows = web.wait_for_calls(3, session="lossui")
+    row = next(s for s in _get(web, "/_ctxscope/api/sessions")["sessions"] if s["session"] == "lossui")
+    assert row["lost_tokens"] > 1000 and row["lost_usd"] > 0 and row["cost_usd"] > 0
+
+    page.goto(web.url + "/#/")
+    cell = page.locator("tr.session-row[data-session='lossui'] td.warn")
+    expect(cell).to_have_count(1)
+    title = cell.get_attribute("title") or ""
+    assert title.endswith(": " + LOSS_PRICING) and f"{row['lost_tokens']:,} tokens lost to breaks" in title
+
+    page.goto(web.url + "/#/session/lossui")
+    expect(page.locator(f".stat[title='{LOSS_PRICING}']")).to_contain_text("lost to breaks")
+
+    brk = next(r for r in rows if r["cache_verdict"] == "client_break")
+    page.goto(web.url + "/#/call/" + brk["id"])
+    expect(page.locator(f"span[title='{LOSS_PRICING}']")).to_contain_text("tokens")
+    assert page.problems == []

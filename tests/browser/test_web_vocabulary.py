@@ -64,6 +64,8 @@ def test_the_vocabulary_endpoint_answers_every_enum_member_by_name(web):
     assert "default-src 'self'" in headers["Content-Security-Policy"]  # an API answer like the others
     data = json.loads(body)
     words = data.pop("words")
+    sentences = data.pop("sentences")
+    assert "cache-read rate" in sentences["loss_pricing"] and "cache reads and writes" in sentences["prompt_tokens"]
     assert set(data) == {e.__name__ for e in ENUMS}
     assert words == {kind.__name__: {str(v): w for v, w in table.items()} for kind, table in WORDS.items()}
     assert words["RelationKind"]["APPEND_ONLY"] == "append" and words["CacheVerdict"]["client_break"] == "break"

@@ -134,9 +134,11 @@ def test_human_tables_fit_100_columns_and_show_no_reprs(demo):
         assert not re.search(r"[{\[]'|'[}\]]|: \{|\bTrue\b|\bNone\b", out), (args, out[:800])
     wide = run("calls", *db, "--wide")
     assert max(len(line) for line in wide.splitlines()) > 100 and "SESSION" in wide and "POINTER" in wide
-    chosen = run("calls", *db, "--columns", "seq,est_tokens,rep_in").splitlines()
-    assert chosen[0].split() == ["SEQ", "EST_TOKENS", "REP_IN"]
-    assert "as the provider reported" in chosen[-1] and "as ctxscope estimated" in chosen[-1]
+    chosen = run("calls", *db, "--columns", "seq,est_tokens,prompt").splitlines()
+    assert chosen[0].split() == ["SEQ", "EST_TOKENS", "PROMPT"]
+    legend = "\n".join(chosen[-2:])
+    assert "exactly as the provider reported" in legend and "as ctxscope estimated" in legend
+    assert "PROMPT the whole prompt" in legend and "Anthropic: input + cache reads + writes" in legend
     bad = run("calls", *db, "--columns", "nope", code=2)
     assert "unknown column(s) nope" in bad
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from ctxscope.inspector.advisor.findings import by_call, findings
@@ -54,7 +55,19 @@ def test_a_timestamp_in_the_system_prompt_is_named_by_the_pointer_of_the_changin
         ]
         bodies.append(anthropic_request(list(messages), system=system))
         messages.append({"role": "assistant", "content": f"done {i}"})
-    db = _session(tmp_path, bodies)
+    # Each call re-writes its whole prompt to the cache: what the provider reports after each change.
+    rewritten = {
+        i: anthropic_response(
+            usage={
+                "input_tokens": 60,
+                "cache_creation_input_tokens": 4_000 + 300 * i,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 5,
+            }
+        )
+        for i in range(4)
+    }
+    db = _session(tmp_path, bodies, rewritten)
     session = load_session(db, "s1")
     assert session is not None and len(session.calls) == 4
     churn = _by_kind(findings(session), "cache_churn")
@@ -64,7 +77,10 @@ def test_a_timestamp_in_the_system_prompt_is_named_by_the_pointer_of_the_changin
     text = "Current time: 2026-12-01T09:4"
     assert found.evidence["offset"] == len(text)  # the first byte that changes: the minute
     assert "09:40" in found.evidence["before"] and "09:41" in found.evidence["after"]
-    assert len(found.calls) == 3 and found.tokens > 3 * 1500 and found.usd and found.usd > 0
+    # The one loss figure: the tokens and dollars the analysis stored for each breaking call.
+    stored = {c.id: (c.lost_tokens, c.lost_usd) for c in session.calls}
+    assert found.tokens == sum(stored[c][0] for c in found.calls) > 3 * 2_000
+    assert found.usd == pytest.approx(sum(stored[c][1] for c in found.calls), abs=1e-6) and found.usd > 0
 
     out = CliRunner().invoke(cli, ["findings", "s1", "--db", str(tmp_path / "c.db"), "--json"])
     assert out.exit_code == 0, out.output

@@ -4,7 +4,7 @@
 import { groupedLabel, h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
   markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
-import { vocab } from "./vocab.js";
+import { vocab, sentence } from "./vocab.js";
 import { requestView, responseView } from "./reqview.js";
 import { rawView, headersTable } from "./rawview.js";
 import { reveal, textView } from "./jsontree.js";
@@ -34,7 +34,7 @@ function usageTable(call) {
   const cats = call.tokens_by_category && typeof call.tokens_by_category === "object" ? call.tokens_by_category : null;
   const est = call.tokens_estimated;
   const rows = [
-    ["input (total)", fmtInt(u.input), est != null ? fmtInt(est) : "–"],
+    ["prompt", fmtInt(u.input), est != null ? fmtInt(est) : "–", null, sentence("prompt_tokens")],
     ["  cache read", fmtInt(u.cache_read), "", "s-read"],
     ["  cache write", fmtInt(u.cache_write), "", "s-write"],
     ["  uncached", fmtInt(unc), "", "s-uncached"],
@@ -42,7 +42,7 @@ function usageTable(call) {
   ];
   const table = h("table", { class: "kvtable usage" },
     h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", { class: "num" }, "reported"), h("th", { class: "num" }, "estimated (o200k)"))),
-    h("tbody", {}, rows.map(([k, a, b, cls]) => h("tr", {}, h("th", {}, cls ? h("span", { class: "dot " + cls }) : null, k.trim()), h("td", { class: "num" }, a), h("td", { class: "num" }, b)))));
+    h("tbody", {}, rows.map(([k, a, b, cls, title]) => h("tr", {}, h("th", { title: title || null }, cls ? h("span", { class: "dot " + cls }) : null, k.trim()), h("td", { class: "num" }, a), h("td", { class: "num" }, b)))));
   const catList = cats ? h("div", { class: "cats" }, CATEGORIES.filter((c) => cats[c]).map((c) =>
     h("div", { class: "cat" }, h("span", { class: "dot c-" + c }), h("span", {}, CATEGORY_LABEL[c]), h("span", { class: "num" }, fmtInt(cats[c]))))) : null;
   return h("div", {}, call.usage ? table : h("p", { class: "muted" }, "The provider reported no usage for this call."), catList);
@@ -129,7 +129,8 @@ export function renderCall(root, id, params, ctx) {
             c.grouped_by ? h("span", { class: "muted", title: "why the call landed in this session" }, " grouped by " + groupedLabel(c.grouped_by)) : null]],
           c.thread ? ["thread", [c.thread_index != null ? `${c.thread_main ? "main" : "side"} T${c.thread_index + 1} ` : "", h("code", {}, c.thread)]] : null,
           ["cache verdict", [verdictBadge(c.cache), cache.detail ? h("span", { class: "muted" }, " " + cache.detail) : null]],
-          cache.lost_tokens ? ["lost to the break", `${fmtInt(cache.lost_tokens)} tokens` + (cache.lost_cost_usd ? ` · ${fmtCost(cache.lost_cost_usd)}` : "")] : null,
+          cache.lost_tokens ? ["lost to the break", h("span", { title: sentence("loss_pricing") }, `${fmtInt(cache.lost_tokens)} tokens` +
+            (cache.lost_cost_usd != null ? ` · ${fmtCost(cache.lost_cost_usd)}` : cache.unpriced ? ` · unpriced (${cache.unpriced})` : ""))] : null,
           cache.break_pointer ? ["first difference", ptrLink(cache.break_pointer)] : null,
           cache.before_prev_last_breakpoint != null ? ["inside cached prefix", cache.before_prev_last_breakpoint ? "yes" : "no"] : null,
           cache.provider_diagnostics ? ["provider says", h("code", {}, JSON.stringify(cache.provider_diagnostics))] : null,

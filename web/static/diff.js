@@ -4,7 +4,7 @@
 
 import { h, mount, fmtInt, fmtCost, relationBadge, verdictBadge } from "./dom.js";
 import { getJSON } from "./api.js";
-import { vocab } from "./vocab.js";
+import { vocab, sentence } from "./vocab.js";
 import { diffText } from "./textdiff.js";
 
 const CONTEXT = 300; // characters kept around a change
@@ -143,7 +143,7 @@ export function renderDiff(root, id, base, ctx) {
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(d.old.id) }, `open #${d.old.seq}`),
         h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
       breakLine(d),
-      impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", {}, t))) : null,
+      impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", { title: /lost to the cache/.test(t) ? sentence("loss_pricing") : null }, t))) : null,
       declaredNote(n),
       h("p", { class: "muted" }, diff.identical_prompt
         ? "The prompts are identical (ignoring cache_control markers and string vs text-block re-serialisation)."

@@ -2,7 +2,7 @@
 // or an attribute value set through the DOM API. Nothing here parses HTML (and the page's
 // Trusted Types policy would make any innerHTML assignment throw).
 
-import { vocab, words } from "./vocab.js";
+import { vocab, words, sentence } from "./vocab.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -150,8 +150,9 @@ export function verdictBadge(cache) {
   const v = String(cache.verdict);
   let title = v;
   if (cache.lost_tokens) title += ` · lost ${fmtInt(cache.lost_tokens)} tokens`;
-  if (cache.lost_cost_usd) title += ` (${fmtCost(cache.lost_cost_usd)})`;
+  if (cache.lost_cost_usd != null && cache.lost_tokens) title += ` (${fmtCost(cache.lost_cost_usd)})`;
   if (cache.detail) title += " · " + cache.detail;
+  if (cache.lost_tokens) title += " · " + sentence("loss_pricing");
   return h("span", { class: "badge v-" + v.replace(/[^a-z_]/g, ""), title }, words("CacheVerdict")[v] || v);
 }
 

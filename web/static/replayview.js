@@ -23,8 +23,8 @@ export function replayButton(call) {
         h("table", { class: "kvtable replay-compare" },
           h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", { class: "num" }, "original"), h("th", { class: "num" }, "replay"))),
           h("tbody", {}, ROWS.map(([label, key, fmt]) => h("tr", { dataset: { key } }, h("th", {}, label),
-            h("td", { class: "num" }, d.original[key] == null ? "–" : fmt ? fmt(d.original[key]) : String(d.original[key])),
-            h("td", { class: "num" }, d.replay[key] == null ? "–" : fmt ? fmt(d.replay[key]) : String(d.replay[key])))))));
+            [d.original, d.replay].map((side) => h("td", { class: "num", title: key === "cost_usd" && side.unpriced ? "unpriced: " + side.unpriced : null },
+              side[key] == null ? (key === "cost_usd" && side.unpriced ? "unpriced" : "–") : fmt ? fmt(side[key]) : String(side[key]))))))));
     } catch (e) {
       mount(box, h("p", { class: "error" }, "Replay failed: " + e.message));
     } finally {

@@ -5,7 +5,7 @@ import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtM
   markerChip, markerGroups, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL, MARKER_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
-import { vocab, kinds, words } from "./vocab.js";
+import { vocab, kinds, words, sentence } from "./vocab.js";
 import { findingsCard, findingBadges } from "./findings.js";
 
 // A filter: each option's value is the API's value, its text the word the table shows for it.
@@ -116,8 +116,8 @@ export function renderSession(root, session, params, ctx) {
         stat("hit rate", fmtPct(s.hit_rate && s.hit_rate.ratio), s.hit_rate ? `${fmtInt(s.hit_rate.hits)} hits of ${fmtInt(s.hit_rate.eligible)} calls that could read the cache` : "no cache verdicts"),
         stat("cached input", fmtPct(s.cached_share && s.cached_share.ratio), s.cached_share ? `${fmtInt(s.cached_share.read)} of ${fmtInt(s.cached_share.input)} input tokens read from cache` : "no usage reported"),
         stat("breaks", s.breaks == null ? "–" : fmtInt(s.breaks), "calls whose cache verdict is client_break"),
-        s.lost_tokens ? stat("lost to breaks", fmtTokens(s.lost_tokens) + (s.lost_usd ? " · " + fmtCost(s.lost_usd) : ""), "tokens paid again because of cache breaks") : null,
-        stat("cost", fmtCost(s.cost_usd, s.cost_estimated)), stat("errors", fmtInt(s.errors)),
+        s.lost_tokens ? stat("lost to breaks", fmtTokens(s.lost_tokens) + (s.lost_usd != null ? " · " + fmtCost(s.lost_usd) : ""), sentence("loss_pricing")) : null,
+        stat("cost", s.cost_usd == null && s.cost_unpriced ? "unpriced" : fmtCost(s.cost_usd, s.cost_estimated), s.cost_unpriced ? "unpriced: " + s.cost_unpriced : null), stat("errors", fmtInt(s.errors)),
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),
         s.grouped_by && Object.keys(s.grouped_by).length ? stat("grouped by", Object.keys(s.grouped_by).join(" · "),
           "why the calls landed in this session: " + Object.entries(s.grouped_by).map(([k, n]) => `${groupedLabel(k)}: ${n}`).join("; ")) : null,

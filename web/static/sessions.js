@@ -3,6 +3,7 @@
 
 import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtAgo } from "./dom.js";
 import { getJSON, deleteSession } from "./api.js";
+import { sentence } from "./vocab.js";
 
 export function renderSessions(root, params, ctx) {
   ctx.setCrumbs([{ label: "sessions" }]);
@@ -75,9 +76,10 @@ export function renderSessions(root, params, ctx) {
       h("td", { class: "num" }, fmtInt(s.calls), s.errors ? h("span", { class: "err-count", title: "failed calls" }, ` (${s.errors}✗)`) : null),
       h("td", { class: "num", title: s.usage ? `input ${fmtInt(s.usage.input)} · output ${fmtInt(s.usage.output)}` : null }, fmtTokens(s.tokens)),
       hitCell(s),
-      h("td", { class: "num" + (s.breaks > 0 ? " warn" : " muted"), title: s.lost_tokens ? `${fmtInt(s.lost_tokens)} tokens lost to breaks` + (s.lost_usd ? ` (${fmtCost(s.lost_usd)})` : "") : null },
+      h("td", { class: "num" + (s.breaks > 0 ? " warn" : " muted"), title: s.lost_tokens ? `${fmtInt(s.lost_tokens)} tokens lost to breaks` + (s.lost_usd != null ? ` (${fmtCost(s.lost_usd)})` : "") + ": " + sentence("loss_pricing") : null },
         s.breaks == null ? "–" : fmtInt(s.breaks)),
-      h("td", { class: "num", title: s.cost_estimated ? "some models are not in the price table: estimated" : "from reported usage" }, fmtCost(s.cost_usd, s.cost_estimated)),
+      h("td", { class: "num", title: s.cost_unpriced ? "unpriced: " + s.cost_unpriced : s.cost_estimated ? "some models are priced by your price file's default: estimated" : "from reported usage" },
+        s.cost_usd == null && s.cost_unpriced ? "unpriced" : fmtCost(s.cost_usd, s.cost_estimated)),
       h("td", { class: "num muted", title: s.last_started_at }, fmtAgo(s.last_started_at)),
       h("td", {}, del))];
     const threads = s.threads || [];

@@ -23,3 +23,9 @@ export function kinds(table) {
 export function words(kind) {
   return (vocab.words && vocab.words[kind]) || {};
 }
+
+// A definition's one-line explanation (how a lost dollar is priced...), from the API's `sentences`,
+// written by the module that defines it: shown as a tooltip wherever the figure is.
+export function sentence(name) {
+  return (vocab.sentences && vocab.sentences[name]) || "";
+}

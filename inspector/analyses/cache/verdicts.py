@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ctxscope.inspector.analyses.cache.loss import priced_loss
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, reported
 from ctxscope.inspector.analyses.cache.prediction import (
     OPENAI_MINIMUM,
@@ -23,7 +24,7 @@ from ctxscope.inspector.analyses.cache.prediction import (
     openai_round,
     predict_cache,
 )
-from ctxscope.inspector.analyses.prices import Price
+from ctxscope.inspector.analyses.prices import Price, Unpriced
 from ctxscope.inspector.analyses.relation import Relation
 from ctxscope.vocab.kinds import CacheVerdict, RelationKind
 
@@ -39,6 +40,7 @@ class CacheJudgement:
     provider_diagnostics: dict | None
     detail: str | None = None
     expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
+    unpriced: str | None = None  # why ``lost_cost_usd`` is None (``prices.Unpriced``)
 
 
 def expected_read(prediction: CachePrediction, usage: Any) -> int:
@@ -57,7 +59,7 @@ def verdict(
     usage: Any,
     relation: Relation,
     *,
-    price: Price | None = None,
+    price: Price | Unpriced | None = None,
     provider_diagnostics: dict | None = None,
 ) -> CacheJudgement:
     """Reconcile the prediction with reported usage ({input (total), output, cache_read, cache_write}).
@@ -69,20 +71,19 @@ def verdict(
     expected = expected_read(p, usage) if got is not None else None
 
     def result(kind: CacheVerdict, lost: int = 0, detail: str | None = None) -> CacheJudgement:
-        # Lost tokens are paid again as a write (or plain input) instead of a cache read.
-        cost = None
-        if price is not None:
-            cost = round(lost * max(0.0, price.write_rate(p.ttl) - price.cache_read) / 1e6, 8)
+        # The one loss figure (``loss.py``): paid again at the rate charged instead of a cache read.
+        loss = priced_loss(lost, price, written=got[2] if got is not None else 0, ttl=p.ttl)
         return CacheJudgement(
             kind,
             lost,
-            cost,
+            loss.usd,
             p.break_pointer,
             p.break_kind,
             p.before_prev_last_breakpoint,
             provider_diagnostics,
             detail,
             expected,
+            loss.unpriced,
         )
 
     if got is None:
@@ -129,7 +130,7 @@ def judge_call(
     memory: CacheMemory,
     *,
     scope: str = "",
-    price: Price | None = None,
+    price: Price | Unpriced | None = None,
     provider_diagnostics: dict | None = None,
 ) -> tuple[CachePrediction, CacheJudgement]:
     """Learn from the call's reported usage, predict, judge, and remember the entries it left.
