@@ -1,0 +1,311 @@
+"""The small facts the findings need of one call, taken once when the call is stored.
+
+A finding is assembled from these facts alone (``findings.assemble``), so reading a session's
+findings reads no body (docs/architecture.md, "Findings"). Pure: a parsed call, its thread's
+previous call and the session's cache replay in, a ``CallFacts`` out, kept as compact JSON.
+Taking them costs one pass over the call's segments with the texts' digests remembered by segment
+hash, so a call costs about its new content; the cache replay of a session (``SessionReplay``)
+steps one call at a time and can be restored from the stored facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from ctxscope.inspector.advisor.model import DEFAULT_WINDOW, WINDOWS, SessionCall
+from ctxscope.inspector.advisor.replay import TTL, Replay, Write, _anthropic, _Entry
+from ctxscope.inspector.analyses.cache.memory import anthropic_points
+from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.analyses.prices import PriceTable
+from ctxscope.vocab.tokens import count_tokens
+
+FACTS_VERSION = 1
+OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
+OVERSIZED_SHARE = 0.05  # ... and so is one above this share of the window, whichever is lower
+# Tool results kept as facts: any that may be oversized under the smallest window we know.
+BIG_FLOOR = min(OVERSIZED_TOKENS, int(OVERSIZED_SHARE * min(DEFAULT_WINDOW, *WINDOWS.values())))
+DUPLICATE_TOKENS = 500
+EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
+EXCERPT = 24
+_REMEMBERED = 16_384  # segment digests and duplicate counts kept (LRU)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason the call's early prefix differs from its predecessor's (a churn finding's unit)."""
+
+    pointer: str
+    how: str  # "reordered" (tools in another order) or "changed"
+    segment: str  # the segment's kind
+    offset: int  # character offset of the first difference
+    before: str  # an excerpt of each side around it
+    after: str
+    lost: int  # tokens from this position on, no longer read from cache
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the findings need of one call; ``skip``: no prompt we could read (only counted)."""
+
+    id: str
+    session: str
+    thread: str  # the call's thread, or its own id
+    at: float  # started_at, unix seconds
+    skip: bool = False
+    model: str | None = None
+    family: str = "unknown"
+    prev: str | None = None  # the thread's previous call these facts compare with
+    total: int = 0  # o200k tokens of the prompt
+    size: int = 0  # reported input tokens, else ``total``
+    compacted: bool = False
+    tools: list[list] | None = None  # [name, pointer, tokens] per declared tool; None: no tools at all
+    called: list[str] = field(default_factory=list)  # tools called in the prompt or the response
+    big: list[list] = field(default_factory=list)  # [hash, pointer, tokens, tool call id] large tool results
+    dups: list[list] = field(default_factory=list)  # [digest, tokens, pointers] texts repeated in the prompt
+    churn: list[Cause] = field(default_factory=list)
+    writes: list[list] = field(default_factory=list)  # [pointer, tokens, ttl, key] cache entries written
+    read: list | None = None  # [writer call, its pointer, key, ttl seconds] the cache entry read
+
+    def to_json(self) -> str:
+        data = {
+            k: v
+            for k, v in asdict(self).items()
+            if k in _KEPT or (k == "tools" and v is not None) or v not in (None, [], False, 0, "unknown")
+        }
+        return json.dumps({"v": FACTS_VERSION, **data}, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> CallFacts | None:
+        """The stored facts, None for another version or a damaged row (the session is then taken again)."""
+        try:
+            data = json.loads(text)
+            if data.pop("v", None) != FACTS_VERSION:
+                return None
+            data["churn"] = [Cause(**c) for c in data.get("churn", ())]
+            return CallFacts(**data)
+        except (ValueError, TypeError):
+            return None
+
+
+_KEPT = ("id", "session", "thread", "at")
+
+
+def skipped(call_id: str, session: str, thread: str | None, at: float) -> CallFacts:
+    return CallFacts(call_id, session, thread or call_id, at, skip=True)
+
+
+class FactsTaker:
+    """Takes each call's facts; remembers texts' digests and counts by segment hash (bounded)."""
+
+    def __init__(self) -> None:
+        self._texts: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()  # segment hash -> long texts
+        self._counts: OrderedDict[str, int] = OrderedDict()  # text digest -> tokens
+
+    def take(self, session: str, call: SessionCall, prev: SessionCall | None, replay: SessionReplay) -> CallFacts:
+        segments, per = call.prompt.segments, call.tokens.per_segment
+        tools: list[list] | None = None
+        called: set[str] = set()
+        big: list[list] = []
+        texts: dict[str, tuple[str, list[str]]] = {}
+        for i, seg in enumerate(segments):
+            kind = seg.kind
+            if kind == "tools":
+                tools = tools if tools is not None else []
+                if seg.name and all(t[0] != seg.name for t in tools):
+                    tools.append([seg.name, seg.pointer, per[i]])
+            elif kind == "tool_call" and seg.name:
+                called.add(seg.name)
+            elif kind == "tool_result" and per[i] >= BIG_FLOOR:
+                big.append([seg.hash[:32], seg.pointer, per[i], seg.ref])
+            if len(seg.text) >= DUPLICATE_TOKENS:  # a shorter text cannot hold 500 tokens
+                for digest, _text in self._long_texts(seg.hash, seg.text):
+                    texts.setdefault(digest, (_text, []))[1].append(seg.pointer)
+        dups = []
+        for digest, (text, pointers) in texts.items():
+            if len(pointers) >= 2 and (tokens := self._count(digest, text)) >= DUPLICATE_TOKENS:
+                dups.append([digest, tokens, pointers])
+        writes, read = replay.step(call) if call.family == "anthropic" else ([], None)
+        reported = (call.usage or {}).get("input")
+        return CallFacts(
+            call.id,
+            session,
+            call.thread or call.id,
+            call.started_at,
+            model=call.model,
+            family=call.family,
+            prev=prev.id if prev is not None else None,
+            total=call.tokens.total,
+            size=reported if isinstance(reported, int) and reported > 0 else call.tokens.total,
+            compacted=call.compacted,
+            tools=tools,
+            called=sorted(called | response_tools(call.response)),
+            big=big,
+            dups=dups,
+            churn=causes(prev, call) if prev is not None else [],
+            writes=writes,
+            read=read,
+        )
+
+    def _long_texts(self, seg_hash: str, text: str) -> tuple[tuple[str, str], ...]:
+        found = self._texts.get(seg_hash)
+        if found is None:
+            reminders, _ = split_reminders(text)
+            # a whole segment, or a reminder block inside one
+            found = tuple((_digest(t), t) for t in {text, *reminders} if len(t) >= DUPLICATE_TOKENS)
+            self._texts[seg_hash] = found
+            if len(self._texts) > _REMEMBERED:
+                self._texts.popitem(last=False)
+        else:
+            self._texts.move_to_end(seg_hash)
+        return found
+
+    def _count(self, digest: str, text: str) -> int:
+        found = self._counts.get(digest)
+        if found is None:
+            found = self._counts[digest] = count_tokens(text)
+            if len(self._counts) > _REMEMBERED:
+                self._counts.popitem(last=False)
+        return found
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def response_tools(response: object) -> set[str]:
+    """The tools the model called in its answer (any provider's shape)."""
+    names: set[str] = set()
+    if not isinstance(response, dict):
+        return names
+    items = [*(response.get("content") or []), *(response.get("output") or [])]
+    for choice in response.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            items += message.get("tool_calls") or []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        fn: dict = item["function"] if isinstance(item.get("function"), dict) else {}
+        if item.get("type") in ("tool_use", "function_call", "function", "server_tool_use"):
+            name = item.get("name") or fn.get("name")
+            if isinstance(name, str) and name:
+                names.add(name)
+    return names
+
+
+def _early(pointer: str, kind: str) -> bool:
+    if kind in ("system", "tools"):
+        return True
+    parts = pointer.split("/")
+    in_messages = len(parts) > 2 and parts[1] in ("messages", "input") and parts[2].isdigit()
+    return in_messages and int(parts[2]) < EARLY_MESSAGES
+
+
+def _changed_bytes(a: str, b: str) -> tuple[int, str, str]:
+    """Character offset of the first difference and an excerpt of each side around it."""
+    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, n - EXCERPT)
+    return n, a[start : n + EXCERPT], b[start : n + EXCERPT]
+
+
+def causes(prev: SessionCall, cur: SessionCall) -> list[Cause]:
+    """Why ``cur``'s early prefix differs from ``prev``'s: the tools (in another order, or changed)
+    and the rest (system, first message) each give their own cause, so a call that reorders its
+    tools and changes its system prompt counts under both (docs/architecture.md, "Findings")."""
+    if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
+        return []
+    if cur.prompt.server_state or prev.prompt.server_state:  # the prefix is held server-side
+        return []
+    a, b = prev.prompt.hashes, cur.prompt.hashes
+    first = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None:  # one prompt continues the other
+        return []
+    old_segs, new_segs = prev.prompt.segments, cur.prompt.segments
+    n_old = _tools_end(old_segs)
+    n_new = _tools_end(new_segs)
+    out = []
+    # the tools: the first tool that differs
+    tools_a, tools_b = a[:n_old], b[:n_new]
+    if list(tools_a) != list(tools_b):
+        k = next((k for k, (x, y) in enumerate(zip(tools_a, tools_b, strict=False)) if x != y), min(n_old, n_new))
+        reordered = sorted(tools_a) == sorted(tools_b)
+        i = min(k, len(new_segs) - 1)
+        how = "reordered" if reordered else "changed"
+        out.append(_cause(prev, cur, min(k, len(old_segs) - 1), i, how, kind="tools"))
+    # the rest: the first segment after the tools that differs, if it is early
+    rest_a, rest_b = a[n_old:], b[n_new:]
+    k = next((k for k, (x, y) in enumerate(zip(rest_a, rest_b, strict=False)) if x != y), None)
+    if k is not None and _early(new_segs[n_new + k].pointer, new_segs[n_new + k].kind):
+        out.append(_cause(prev, cur, n_old + k, n_new + k, "changed"))
+    return out
+
+
+def _tools_end(segments: Sequence) -> int:
+    """How many leading segments are tool definitions (tools come first in cache order)."""
+    n = 0
+    for seg in segments:
+        if seg.kind != "tools":
+            break
+        n += 1
+    return n
+
+
+def _cause(prev: SessionCall, cur: SessionCall, j: int, i: int, how: str, kind: str | None = None) -> Cause:
+    seg, old = cur.prompt.segments[i], prev.prompt.segments[j]
+    offset, before, after = _changed_bytes(old.text, seg.text)
+    lost = max(0, min(prev.tokens.total, cur.tokens.total) - cur.tokens.prefix_tokens(i))
+    return Cause(seg.pointer, how, kind or seg.kind, offset, before, after, lost)
+
+
+class SessionReplay:
+    """The session's Anthropic cache replayed one call at a time, with the breakpoints as sent
+    (``replay.py``'s rules): each call's writes, and the earlier write it read."""
+
+    def __init__(self, prices: PriceTable):
+        self.prices = prices
+        self.live: dict[str, dict[bytes, _Entry]] = {}  # per API key
+
+    def step(self, call: SessionCall) -> tuple[list[list], list | None]:
+        live = self.live.setdefault(call.scope, {})
+        out = Replay()
+        now = call.started_at
+        _anthropic(call, anthropic_points(call.prompt), live, self.prices.lookup(call.model), out)
+        mine = {id(w) for w in out.writes}
+        writes, read = [], None
+        for key, entry in live.items():
+            if id(entry.write) in mine:
+                w = entry.write
+                writes.append([w.pointer, w.tokens, w.ttl, key.hex()])
+            elif entry.write.read and entry.expires == now + entry.ttl and read is None:
+                read = [entry.write.call_id, entry.write.pointer, key.hex(), entry.ttl]
+        writes.sort(key=lambda w: [x.pointer for x in out.writes].index(w[0]))
+        self._prune(live, now)
+        return writes, read
+
+    def restore(self, facts: Iterable[tuple[CallFacts, str]]) -> None:
+        """The replay's state after ``facts`` (with each call's API key fingerprint), in order."""
+        for f, scope in facts:
+            if f.skip or f.family != "anthropic":
+                continue
+            live = self.live.setdefault(scope, {})
+            for pointer, tokens, ttl, key in f.writes:
+                seconds = TTL.get(ttl, TTL["5m"])
+                live[bytes.fromhex(key)] = _Entry(f.at + seconds, seconds, Write(f.id, pointer, tokens, ttl, 0.0))
+            if f.read is not None:
+                entry = live.get(bytes.fromhex(f.read[2]))
+                if entry is not None:
+                    entry.write.read = True
+                    entry.ttl = float(f.read[3])
+                    entry.expires = f.at + entry.ttl
+            self._prune(live, f.at)
+
+    @staticmethod
+    def _prune(live: dict[bytes, _Entry], now: float) -> None:
+        """Entries expired well before now can never be read again (calls come in about time order)."""
+        if len(live) > 64:
+            for key in [k for k, e in live.items() if e.expires < now - TTL["1h"]]:
+                del live[key]
