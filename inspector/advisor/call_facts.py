@@ -238,9 +238,9 @@ def causes(prev: SessionCall, cur: SessionCall) -> list[Cause]:
         out.append(_cause(prev, cur, min(k, len(old_segs) - 1), i, how, kind="tools"))
     # the rest: the first segment after the tools that differs, if it is early
     rest_a, rest_b = a[n_old:], b[n_new:]
-    k = next((k for k, (x, y) in enumerate(zip(rest_a, rest_b, strict=False)) if x != y), None)
-    if k is not None and _early(new_segs[n_new + k].pointer, new_segs[n_new + k].kind):
-        out.append(_cause(prev, cur, n_old + k, n_new + k, "changed"))
+    m = next((m for m, (x, y) in enumerate(zip(rest_a, rest_b, strict=False)) if x != y), None)
+    if m is not None and _early(new_segs[n_new + m].pointer, new_segs[n_new + m].kind):
+        out.append(_cause(prev, cur, n_old + m, n_new + m, "changed"))
     return out
 
 
@@ -274,15 +274,16 @@ class SessionReplay:
         out = Replay()
         now = call.started_at
         _anthropic(call, anthropic_points(call.prompt), live, self.prices.lookup(call.model), out)
-        mine = {id(w) for w in out.writes}
-        writes, read = [], None
+        order = {id(w): n for n, w in enumerate(out.writes)}
+        found: list[tuple[int, list]] = []
+        read = None
         for key, entry in live.items():
-            if id(entry.write) in mine:
-                w = entry.write
-                writes.append([w.pointer, w.tokens, w.ttl, key.hex()])
-            elif entry.write.read and entry.expires == now + entry.ttl and read is None:
-                read = [entry.write.call_id, entry.write.pointer, key.hex(), entry.ttl]
-        writes.sort(key=lambda w: [x.pointer for x in out.writes].index(w[0]))
+            w = entry.write
+            if id(w) in order:
+                found.append((order[id(w)], [w.pointer, w.tokens, w.ttl, key.hex()]))
+            elif w.read and entry.expires == now + entry.ttl and read is None:
+                read = [w.call_id, w.pointer, key.hex(), entry.ttl]
+        writes = [w for _, w in sorted(found, key=lambda x: x[0])]
         self._prune(live, now)
         return writes, read
 
