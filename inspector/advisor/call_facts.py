@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,7 @@ from ctxscope.inspector.advisor.model import DEFAULT_WINDOW, WINDOWS, SessionCal
 from ctxscope.inspector.advisor.replay import TTL, Replay, Write, _anthropic, _Entry
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.analyses.hashes import common_prefix
 from ctxscope.inspector.analyses.prices import PriceTable
 from ctxscope.vocab.tokens import count_tokens
 
@@ -32,6 +34,7 @@ DUPLICATE_TOKENS = 500
 EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
 EXCERPT = 24
 _REMEMBERED = 16_384  # segment digests and duplicate counts kept (LRU)
+_SCANS = 128  # calls whose scan is kept (the last of each recent thread)
 
 
 @dataclass(frozen=True)
@@ -98,32 +101,58 @@ def skipped(call_id: str, session: str, thread: str | None, at: float) -> CallFa
     return CallFacts(call_id, session, thread or call_id, at, skip=True)
 
 
+@dataclass
+class _Scan:
+    """What a pass over a prompt's segments found, by segment index (in index order), so the next
+    call of the thread scans only the segments after the prefix it shares with this one."""
+
+    n: int = 0
+    tool_segments: list[int] = field(default_factory=list)  # every tool definition's index
+    tools: list[tuple[int, str, int]] = field(default_factory=list)  # (index, name, tokens)
+    called: list[tuple[int, str]] = field(default_factory=list)
+    big: list[tuple[int, str, int, str | None]] = field(default_factory=list)  # (index, hash, tokens, ref)
+    texts: list[tuple[int, str, str]] = field(default_factory=list)  # (index, digest, text) of long texts
+
+    def upto(self, k: int) -> _Scan:
+        """The part of this scan before segment ``k``."""
+
+        def cut(entries: list) -> list:
+            return entries[: bisect_left(entries, k, key=_index)]
+
+        return _Scan(k, cut(self.tool_segments), cut(self.tools), cut(self.called), cut(self.big), cut(self.texts))
+
+
+def _index(entry: int | tuple) -> int:
+    return entry if isinstance(entry, int) else entry[0]
+
+
 class FactsTaker:
-    """Takes each call's facts; remembers texts' digests and counts by segment hash (bounded)."""
+    """Takes each call's facts; remembers the last scans of recent calls (to scan only what a call
+    adds to its thread's previous prompt), texts' digests by segment hash and their counts (bounded)."""
 
     def __init__(self) -> None:
         self._texts: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()  # segment hash -> long texts
         self._counts: OrderedDict[str, int] = OrderedDict()  # text digest -> tokens
+        self._scans: OrderedDict[str, _Scan] = OrderedDict()  # call id -> its scan
 
     def take(self, session: str, call: SessionCall, prev: SessionCall | None, replay: SessionReplay) -> CallFacts:
-        segments, per = call.prompt.segments, call.tokens.per_segment
+        segments = call.prompt.segments
+        shared = common_prefix(prev.prompt.hashes, call.prompt.hashes) if prev is not None else 0
+        base = self._scans.get(prev.id) if prev is not None else None
+        scan = self._scan(call, base.upto(min(shared, base.n)) if base is not None else _Scan())
+        self._scans[call.id] = scan
+        while len(self._scans) > _SCANS:
+            self._scans.popitem(last=False)
         tools: list[list] | None = None
-        called: set[str] = set()
-        big: list[list] = []
+        if scan.tool_segments:
+            tools, names = [], set()
+            for i, name, tokens in scan.tools:
+                if name not in names:
+                    names.add(name)
+                    tools.append([name, segments[i].pointer, tokens])
         texts: dict[str, tuple[str, list[str]]] = {}
-        for i, seg in enumerate(segments):
-            kind = seg.kind
-            if kind == "tools":
-                tools = tools if tools is not None else []
-                if seg.name and all(t[0] != seg.name for t in tools):
-                    tools.append([seg.name, seg.pointer, per[i]])
-            elif kind == "tool_call" and seg.name:
-                called.add(seg.name)
-            elif kind == "tool_result" and per[i] >= BIG_FLOOR:
-                big.append([seg.hash[:32], seg.pointer, per[i], seg.ref])
-            if len(seg.text) >= DUPLICATE_TOKENS:  # a shorter text cannot hold 500 tokens
-                for digest, _text in self._long_texts(seg.hash, seg.text):
-                    texts.setdefault(digest, (_text, []))[1].append(seg.pointer)
+        for i, digest, text in scan.texts:
+            texts.setdefault(digest, (text, []))[1].append(segments[i].pointer)
         dups = []
         for digest, (text, pointers) in texts.items():
             if len(pointers) >= 2 and (tokens := self._count(digest, text)) >= DUPLICATE_TOKENS:
@@ -142,13 +171,32 @@ class FactsTaker:
             size=reported if isinstance(reported, int) and reported > 0 else call.tokens.total,
             compacted=call.compacted,
             tools=tools,
-            called=sorted(called | response_tools(call.response)),
-            big=big,
+            called=sorted({name for _, name in scan.called} | response_tools(call.response)),
+            big=[[h, segments[i].pointer, tokens, ref] for i, h, tokens, ref in scan.big],
             dups=dups,
-            churn=causes(prev, call) if prev is not None else [],
+            churn=causes(prev, call, shared) if prev is not None else [],
             writes=writes,
             read=read,
         )
+
+    def _scan(self, call: SessionCall, scan: _Scan) -> _Scan:
+        """``scan`` (of the segments before ``scan.n``) completed with the call's other segments."""
+        segments, per = call.prompt.segments, call.tokens.per_segment
+        for i in range(scan.n, len(segments)):
+            seg = segments[i]
+            kind = seg.kind
+            if kind == "tools":
+                scan.tool_segments.append(i)
+                if seg.name:
+                    scan.tools.append((i, seg.name, per[i]))
+            elif kind == "tool_call" and seg.name:
+                scan.called.append((i, seg.name))
+            elif kind == "tool_result" and per[i] >= BIG_FLOOR:
+                scan.big.append((i, seg.hash[:32], per[i], seg.ref))
+            if len(seg.text) >= DUPLICATE_TOKENS:  # a shorter text cannot hold 500 tokens
+                scan.texts.extend((i, digest, text) for digest, text in self._long_texts(seg.hash, seg.text))
+        scan.n = len(segments)
+        return scan
 
     def _long_texts(self, seg_hash: str, text: str) -> tuple[tuple[str, str], ...]:
         found = self._texts.get(seg_hash)
@@ -212,34 +260,30 @@ def _changed_bytes(a: str, b: str) -> tuple[int, str, str]:
     return n, a[start : n + EXCERPT], b[start : n + EXCERPT]
 
 
-def causes(prev: SessionCall, cur: SessionCall) -> list[Cause]:
-    """Why ``cur``'s early prefix differs from ``prev``'s: the tools (in another order, or changed)
-    and the rest (system, first message) each give their own cause, so a call that reorders its
-    tools and changes its system prompt counts under both (docs/architecture.md, "Findings")."""
+def causes(prev: SessionCall, cur: SessionCall, shared: int | None = None) -> list[Cause]:
+    """Why ``cur``'s early prefix differs from ``prev``'s (``shared``: how many leading segments
+    they share, if known): the tools (in another order, or changed) and the rest (system, first
+    message) each give their own cause, so a call that reorders its tools and changes its system
+    prompt counts under both (docs/architecture.md, "Findings")."""
     if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
         return []
     if cur.prompt.server_state or prev.prompt.server_state:  # the prefix is held server-side
         return []
     a, b = prev.prompt.hashes, cur.prompt.hashes
-    first = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-    if first is None:  # one prompt continues the other
-        return []
+    if (common_prefix(a, b) if shared is None else shared) >= min(len(a), len(b)):
+        return []  # one prompt continues the other
     old_segs, new_segs = prev.prompt.segments, cur.prompt.segments
-    n_old = _tools_end(old_segs)
-    n_new = _tools_end(new_segs)
+    n_old, n_new = _tools_end(old_segs), _tools_end(new_segs)
     out = []
-    # the tools: the first tool that differs
-    tools_a, tools_b = a[:n_old], b[:n_new]
-    if list(tools_a) != list(tools_b):
-        k = next((k for k, (x, y) in enumerate(zip(tools_a, tools_b, strict=False)) if x != y), min(n_old, n_new))
-        reordered = sorted(tools_a) == sorted(tools_b)
-        i = min(k, len(new_segs) - 1)
-        how = "reordered" if reordered else "changed"
-        out.append(_cause(prev, cur, min(k, len(old_segs) - 1), i, how, kind="tools"))
+    tools_a, tools_b = list(a[:n_old]), list(b[:n_new])
+    if tools_a != tools_b:  # the first tool that differs
+        k = common_prefix(tools_a, tools_b)
+        how = "reordered" if sorted(tools_a) == sorted(tools_b) else "changed"
+        out.append(_cause(prev, cur, min(k, len(old_segs) - 1), min(k, len(new_segs) - 1), how, kind="tools"))
     # the rest: the first segment after the tools that differs, if it is early
     rest_a, rest_b = a[n_old:], b[n_new:]
-    m = next((m for m, (x, y) in enumerate(zip(rest_a, rest_b, strict=False)) if x != y), None)
-    if m is not None and _early(new_segs[n_new + m].pointer, new_segs[n_new + m].kind):
+    m = common_prefix(rest_a, rest_b)
+    if m < min(len(rest_a), len(rest_b)) and _early(new_segs[n_new + m].pointer, new_segs[n_new + m].kind):
         out.append(_cause(prev, cur, n_old + m, n_new + m, "changed"))
     return out
 
