@@ -10,7 +10,6 @@ import sqlite_utils
 
 from ctxscope.inspector.advisor.call_facts import CallFacts
 from ctxscope.inspector.advisor.findings import Finding, assemble
-from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.pipeline.findings_record import backfill
 from ctxscope.inspector.store.analysis_queries import resolve_session
@@ -39,8 +38,7 @@ def stored_findings(
     facts = valid_facts(findings_facts.session_rows(db, full), full)
     taken_again = facts is None
     if facts is None:
-        loaded = load_session(db, full, prices)
-        facts = backfill(db, loaded) if loaded is not None else []
+        facts = backfill(db, full, prices)
     read = [f for f in facts if not f.skip]
     return SessionFindings(full, len(read), len(facts) - len(read), assemble(facts, prices, now=now), taken_again)
 

@@ -14,22 +14,24 @@ findings are read.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from typing import Any
 
 from ctxscope.inspector.advisor.call_facts import CallFacts, FactsTaker, SessionReplay, skipped
-from ctxscope.inspector.advisor.findings import session_facts
-from ctxscope.inspector.advisor.model import Session, SessionCall
+from ctxscope.inspector.advisor.model import SessionCall
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
+from ctxscope.inspector.analyses.incremental import Prepared, count, prepare
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.pipeline.analysis_input import CallInput, from_writer, unix_time
-from ctxscope.inspector.pipeline.analyze import Analyzer
+from ctxscope.inspector.pipeline.analyze import COUNTED_SEGMENTS, Analyzer
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import findings_facts
+from ctxscope.inspector.store.session_calls import session_call_rows
 
 log = logging.getLogger("ctxscope.analysis")
 
@@ -166,22 +168,63 @@ def _stored(rows: list[findings_facts.FactsRow], *, but: str) -> list[tuple[Call
     return out
 
 
-def backfill(db: Db, session: Session) -> list[CallFacts]:
-    """The facts of every call of ``session`` (read from its bodies), stored for the next reads.
-
+def backfill(db: Db, session: str, prices: PriceTable) -> list[CallFacts]:
+    """The facts of every call of ``session`` (an exact id), taken from its bodies and stored for
+    the next reads. One call at a time, each parsed against its thread's previous body (as the
+    writer parses it), so memory holds the last prompt of each thread, never the whole session.
     A store that cannot be written (read-only, or busy past the timeout) costs only the storing."""
-    facts = session_facts(session)
-    parsed = {f.id for f in facts}
-    rows = findings_facts.session_rows(db, session.id)
-    out = {f.id: f for f in facts}
-    for row in rows:
-        if row.call_id not in parsed:
-            out[row.call_id] = skipped(row.call_id, session.id, row.thread, unix_time(row.started_at))
+    counter = TokenCounter(max_entries=COUNTED_SEGMENTS)
+    taker, replay = FactsTaker(), SessionReplay(prices)
+    last: dict[str, tuple[SessionCall, Prepared]] = {}
+    out: list[CallFacts] = []
+    for row in session_call_rows(db, session):
+        row["started_at"] = unix_time(row["started_at"])
+        thread = row["thread"] or row["id"]
+        prev = last.get(thread)
+        found = _parse(db, row, prev[1] if prev is not None else None, prev[0].tokens if prev else None, counter)
+        if found is None:
+            out.append(skipped(row["id"], session, row["thread"], row["started_at"]))
+            continue
+        call, prepared = found
+        out.append(taker.take(session, call, prev[0] if prev is not None else None, replay))
+        last[thread] = (call, prepared)
     try:
         with db.conn:
-            findings_facts.replace_session(
-                db, [(r.call_id, out[r.call_id].to_json()) for r in rows if r.call_id in out]
-            )
+            findings_facts.replace_session(db, [(f.id, f.to_json()) for f in out])
     except Exception as e:
-        log.warning("could not store the findings facts of session %s: %s", session.id, e)
-    return [out[r.call_id] for r in rows if r.call_id in out]
+        log.warning("could not store the findings facts of session %s: %s", session, e)
+    return out
+
+
+def _parse(
+    db: Db, row: dict, base: Prepared | None, base_tokens: TokenBreakdown | None, counter: TokenCounter
+) -> tuple[SessionCall, Prepared] | None:
+    """A stored call as the findings read it, its body parsed reusing ``base`` where it repeats it."""
+    try:
+        raw = queries.get_request_body(db, row["id"])
+        body = json.loads(raw) if raw else None
+        response = queries.get_final_response(db, row["id"])
+    except Exception:  # an undecodable body is analysed no further, as model.build_session does
+        return None
+    if not readable(row["api"], body):
+        return None
+    prepared, used = prepare(row["api"], body, raw, [base] if base is not None else [])
+    if prepared is None:
+        return None
+    tokens = count(counter, prepared, used, base_tokens if used is not None else None)
+    usage = {k: row["usage_" + k] for k in ("input", "output", "cache_read", "cache_write")}
+    call = SessionCall(
+        id=row["id"],
+        seq=row["seq"],
+        started_at=row["started_at"],
+        api=row["api"],
+        model=prepared.prompt.model or row["model"],
+        thread=row["thread"],
+        scope=row["key_fingerprint"] or "",
+        usage=usage if any(v is not None for v in usage.values()) else None,
+        response=response,
+        prompt=prepared.prompt,
+        tokens=tokens,
+        compacted=bool(row["has_compaction_before"]),
+    )
+    return call, prepared
