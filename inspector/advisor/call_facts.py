@@ -15,7 +15,7 @@ import json
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ctxscope.inspector.advisor.model import DEFAULT_WINDOW, WINDOWS, SessionCall
 from ctxscope.inspector.advisor.replay import TTL, Replay, Write, _anthropic, _Entry
@@ -76,9 +76,11 @@ class CallFacts:
     def to_json(self) -> str:
         data = {
             k: v
-            for k, v in asdict(self).items()
+            for k, v in ((f.name, getattr(self, f.name)) for f in fields(self))
             if k in _KEPT or (k == "tools" and v is not None) or v not in (None, [], False, 0, "unknown")
         }
+        if self.churn:
+            data["churn"] = [vars(c) for c in self.churn]
         return json.dumps({"v": FACTS_VERSION, **data}, separators=(",", ":"))
 
     @staticmethod
@@ -103,23 +105,47 @@ def skipped(call_id: str, session: str, thread: str | None, at: float) -> CallFa
 
 @dataclass
 class _Scan:
-    """What a pass over a prompt's segments found, by segment index (in index order), so the next
-    call of the thread scans only the segments after the prefix it shares with this one."""
+    """What a pass over a prompt's segments found, by segment index, so the next call of the thread
+    scans only the segments after the prefix it shares with this one (and copies the rest)."""
 
     n: int = 0
     tool_segments: list[int] = field(default_factory=list)  # every tool definition's index
     tools: list[tuple[int, str, int]] = field(default_factory=list)  # (index, name, tokens)
-    called: list[tuple[int, str]] = field(default_factory=list)
+    called: dict[str, int] = field(default_factory=dict)  # tool called -> its first index
     big: list[tuple[int, str, int, str | None]] = field(default_factory=list)  # (index, hash, tokens, ref)
-    texts: list[tuple[int, str, str]] = field(default_factory=list)  # (index, digest, text) of long texts
+    texts: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # digest -> (text, indices)
+    dupes: dict[str, None] = field(default_factory=dict)  # the digests held twice or more
 
     def upto(self, k: int) -> _Scan:
-        """The part of this scan before segment ``k``."""
+        """The part of this scan before segment ``k`` (a copy: this one stays as it is)."""
+        if k >= self.n:  # the whole prompt is shared: the usual case, copied in C
+            return _Scan(
+                self.n,
+                self.tool_segments[:],
+                self.tools[:],
+                dict(self.called),
+                self.big[:],
+                dict(self.texts),
+                dict(self.dupes),
+            )
 
         def cut(entries: list) -> list:
             return entries[: bisect_left(entries, k, key=_index)]
 
-        return _Scan(k, cut(self.tool_segments), cut(self.tools), cut(self.called), cut(self.big), cut(self.texts))
+        texts = {}
+        for digest, (text, where) in self.texts.items():
+            kept = tuple(i for i in where if i < k)
+            if kept:
+                texts[digest] = (text, kept)
+        return _Scan(
+            k,
+            cut(self.tool_segments),
+            cut(self.tools),
+            {name: i for name, i in self.called.items() if i < k},
+            cut(self.big),
+            texts,
+            {d: None for d, (_, where) in texts.items() if len(where) > 1},
+        )
 
 
 def _index(entry: int | tuple) -> int:
@@ -150,13 +176,11 @@ class FactsTaker:
                 if name not in names:
                     names.add(name)
                     tools.append([name, segments[i].pointer, tokens])
-        texts: dict[str, tuple[str, list[str]]] = {}
-        for i, digest, text in scan.texts:
-            texts.setdefault(digest, (text, []))[1].append(segments[i].pointer)
         dups = []
-        for digest, (text, pointers) in texts.items():
-            if len(pointers) >= 2 and (tokens := self._count(digest, text)) >= DUPLICATE_TOKENS:
-                dups.append([digest, tokens, pointers])
+        for digest in sorted(scan.dupes, key=lambda d: scan.texts[d][1][0]):  # in order of first appearance
+            text, where = scan.texts[digest]
+            if (tokens := self._count(digest, text)) >= DUPLICATE_TOKENS:
+                dups.append([digest, tokens, [segments[i].pointer for i in where]])
         writes, read = replay.step(call) if call.family == "anthropic" else ([], None)
         reported = (call.usage or {}).get("input")
         return CallFacts(
@@ -171,7 +195,7 @@ class FactsTaker:
             size=reported if isinstance(reported, int) and reported > 0 else call.tokens.total,
             compacted=call.compacted,
             tools=tools,
-            called=sorted({name for _, name in scan.called} | response_tools(call.response)),
+            called=sorted(scan.called.keys() | response_tools(call.response)),
             big=[[h, segments[i].pointer, tokens, ref] for i, h, tokens, ref in scan.big],
             dups=dups,
             churn=causes(prev, call, shared) if prev is not None else [],
@@ -190,11 +214,15 @@ class FactsTaker:
                 if seg.name:
                     scan.tools.append((i, seg.name, per[i]))
             elif kind == "tool_call" and seg.name:
-                scan.called.append((i, seg.name))
+                scan.called.setdefault(seg.name, i)
             elif kind == "tool_result" and per[i] >= BIG_FLOOR:
                 scan.big.append((i, seg.hash[:32], per[i], seg.ref))
             if len(seg.text) >= DUPLICATE_TOKENS:  # a shorter text cannot hold 500 tokens
-                scan.texts.extend((i, digest, text) for digest, text in self._long_texts(seg.hash, seg.text))
+                for digest, text in self._long_texts(seg.hash, seg.text):
+                    found = scan.texts.get(digest)
+                    scan.texts[digest] = (text, (*found[1], i)) if found is not None else (text, (i,))
+                    if found is not None:
+                        scan.dupes[digest] = None
         scan.n = len(segments)
         return scan
 
@@ -305,30 +333,47 @@ def _cause(prev: SessionCall, cur: SessionCall, j: int, i: int, how: str, kind: 
     return Cause(seg.pointer, how, kind or seg.kind, offset, before, after, lost)
 
 
+class _Live(dict):
+    """An API key's live cache entries, noting the keys the replay writes and the one it reads (it
+    reads an entry by ``live[key]`` once it chose it, looks them up by ``get``), so a call's writes
+    and read are found without walking every entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.taken: list[bytes] = []
+        self.prune_at = _PRUNE_AT
+
+    def __setitem__(self, key: bytes, value: _Entry) -> None:
+        self.written.append(key)
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key: bytes) -> _Entry:
+        self.taken.append(key)
+        return super().__getitem__(key)
+
+
 class SessionReplay:
     """The session's Anthropic cache replayed one call at a time, with the breakpoints as sent
     (``replay.py``'s rules): each call's writes, and the earlier write it read."""
 
     def __init__(self, prices: PriceTable):
         self.prices = prices
-        self.live: dict[str, dict[bytes, _Entry]] = {}  # per API key
+        self.live: dict[str, _Live] = {}  # per API key
 
     def step(self, call: SessionCall) -> tuple[list[list], list | None]:
-        live = self.live.setdefault(call.scope, {})
-        out = Replay()
-        now = call.started_at
-        _anthropic(call, anthropic_points(call.prompt), live, self.prices.lookup(call.model), out)
-        order = {id(w): n for n, w in enumerate(out.writes)}
-        found: list[tuple[int, list]] = []
+        live = self.live.setdefault(call.scope, _Live())
+        live.written.clear()
+        live.taken.clear()
+        _anthropic(call, anthropic_points(call.prompt), live, self.prices.lookup(call.model), Replay())
+        get = dict.__getitem__
+        writes = [[e.write.pointer, e.write.tokens, e.write.ttl, k.hex()] for k in live.written if (e := get(live, k))]
         read = None
-        for key, entry in live.items():
-            w = entry.write
-            if id(w) in order:
-                found.append((order[id(w)], [w.pointer, w.tokens, w.ttl, key.hex()]))
-            elif w.read and entry.expires == now + entry.ttl and read is None:
-                read = [w.call_id, w.pointer, key.hex(), entry.ttl]
-        writes = [w for _, w in sorted(found, key=lambda x: x[0])]
-        self._prune(live, now)
+        if live.taken:
+            key = live.taken[-1]
+            entry = get(live, key)
+            read = [entry.write.call_id, entry.write.pointer, key.hex(), entry.ttl]
+        _prune(live, call.started_at)
         return writes, read
 
     def restore(self, facts: Iterable[tuple[CallFacts, str]]) -> None:
@@ -336,7 +381,7 @@ class SessionReplay:
         for f, scope in facts:
             if f.skip or f.family != "anthropic":
                 continue
-            live = self.live.setdefault(scope, {})
+            live = self.live.setdefault(scope, _Live())
             for pointer, tokens, ttl, key in f.writes:
                 seconds = TTL.get(ttl, TTL["5m"])
                 live[bytes.fromhex(key)] = _Entry(f.at + seconds, seconds, Write(f.id, pointer, tokens, ttl, 0.0))
@@ -346,11 +391,16 @@ class SessionReplay:
                     entry.write.read = True
                     entry.ttl = float(f.read[3])
                     entry.expires = f.at + entry.ttl
-            self._prune(live, f.at)
+            _prune(live, f.at)
 
-    @staticmethod
-    def _prune(live: dict[bytes, _Entry], now: float) -> None:
-        """Entries expired well before now can never be read again (calls come in about time order)."""
-        if len(live) > 64:
-            for key in [k for k, e in live.items() if e.expires < now - TTL["1h"]]:
-                del live[key]
+
+_PRUNE_AT = 64
+
+
+def _prune(live: _Live, now: float) -> None:
+    """Entries expired well before now can never be read again (calls come in about time order);
+    looked for once the entries have doubled since the last time, so a call costs O(1) on average."""
+    if len(live) > live.prune_at:
+        for key in [k for k, e in live.items() if e.expires < now - TTL["1h"]]:
+            del live[key]
+        live.prune_at = max(_PRUNE_AT, 2 * len(live))
