@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.columns import with_defaults
 from ctxscope.inspector.store.db import Db
+
+if TYPE_CHECKING:  # the writer child, which reads the rows below, never loads sqlite-utils
+    import sqlite_utils
 
 _COLUMNS = (
     "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
