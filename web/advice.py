@@ -9,17 +9,19 @@ from __future__ import annotations
 import sqlite_utils
 
 from ctxscope.inspector.advisor.alternatives import advise
-from ctxscope.inspector.advisor.findings import by_call, findings
+from ctxscope.inspector.advisor.findings import by_call
 from ctxscope.inspector.advisor.load import load_session
+from ctxscope.inspector.advisor.stored import stored_findings
 
 
 def findings_view(db: sqlite_utils.Database, session: str) -> dict | None:
-    """A session's findings and the kinds per call (for badges); None for an unknown session."""
-    s = load_session(db, session)
+    """A session's findings and the kinds per call (for badges), from its calls' stored facts (no body
+    read); None for an unknown session."""
+    s = stored_findings(db, session)
     if s is None:
         return None
-    found = findings(s)
-    return {"session": s.id, "calls": len(s.calls), "findings": [f.as_dict() for f in found], "by_call": by_call(found)}
+    found = s.findings
+    return {"session": s.session, "calls": s.calls, "findings": [f.as_dict() for f in found], "by_call": by_call(found)}
 
 
 def advice_view(db: sqlite_utils.Database, session: str) -> dict | None:

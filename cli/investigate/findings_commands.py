@@ -11,13 +11,31 @@ from ..options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_
 from ..output import emit_json, emit_table
 
 if TYPE_CHECKING:
+    import sqlite_utils
+
     from ctxscope.inspector.advisor.model import Session
+    from ctxscope.inspector.advisor.stored import SessionFindings
+    from ctxscope.inspector.analyses.prices import PriceTable
 
 
 def open_session(db_path: Path | None, session: str | None) -> Session:
     """The session (an id, a unique prefix, or the latest when None), or a clear error."""
     from ctxscope.inspector.advisor.load import load_session
-    from ctxscope.inspector.store.queries import AmbiguousCallId, list_sessions
+    from ctxscope.inspector.store.queries import AmbiguousCallId
+
+    db, session, prices = _open(db_path, session)
+    try:
+        found = load_session(db, session, prices)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if found is None:
+        raise click.ClickException(f"no session matches {session!r}")
+    return found
+
+
+def _open(db_path: Path | None, session: str | None) -> tuple[sqlite_utils.Database, str, PriceTable]:
+    """The store, the session's id (the latest when None) and the prices, or a clear error."""
+    from ctxscope.inspector.store.queries import list_sessions
 
     from ..settings import prices_path
 
@@ -34,8 +52,17 @@ def open_session(db_path: Path | None, session: str | None) -> Session:
         prices = load_prices(prices_path())
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"bad price file: {exc}") from exc
+    return db, session, prices
+
+
+def read_findings(db_path: Path | None, session: str | None) -> SessionFindings:
+    """The session's findings from its calls' stored facts (no body read), or a clear error."""
+    from ctxscope.inspector.advisor.stored import stored_findings
+    from ctxscope.inspector.store.queries import AmbiguousCallId
+
+    db, session, prices = _open(db_path, session)
     try:
-        found = load_session(db, session, prices)
+        found = stored_findings(db, session, prices)
     except AmbiguousCallId as exc:
         raise click.ClickException(str(exc)) from exc
     if found is None:
@@ -69,17 +96,16 @@ def findings(session: str | None, db_path: Path | None, as_json: bool) -> None:
 
     SESSION may also be a call id (or a unique prefix): then only the findings that concern that call."""
     from ctxscope.inspector.advisor.findings import by_call
-    from ctxscope.inspector.advisor.findings import findings as compute
 
     session, call = call_session(db_path, session)
-    s = open_session(db_path, session)
-    found = [f for f in compute(s) if call is None or call in f.calls]
+    s = read_findings(db_path, session)
+    found = [f for f in s.findings if call is None or call in f.calls]
     if as_json:
         emit_json(
             {
-                "session": s.id,
+                "session": s.session,
                 "call": call,
-                "calls": len(s.calls),
+                "calls": s.calls,
                 "skipped": s.skipped,
                 "findings": [f.as_dict() for f in found],
                 "by_call": by_call(found),
@@ -87,7 +113,7 @@ def findings(session: str | None, db_path: Path | None, as_json: bool) -> None:
         )
         return
     about = f" concerning call {call}" if call else ""
-    click.echo(f"session {s.id}: {len(s.calls)} call(s) read, {len(found)} finding(s){about}")
+    click.echo(f"session {s.session}: {s.calls} call(s) read, {len(found)} finding(s){about}")
     rows = [
         {
             "kind": f.kind,

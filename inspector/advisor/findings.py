@@ -2,34 +2,38 @@
 to the evidence (docs/architecture.md, "Findings").
 
 Six kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
-churn and breakpoints that never pay. Pure: a ``Session`` in, findings out. Tokens are o200k
+churn and breakpoints that never pay. One finding per cause, each listing the calls it concerns,
+the most dollars first. Assembled from each call's stored facts (``call_facts.py``) with no body
+read (``assemble``); ``findings`` takes the facts of a session in memory first. Tokens are o200k
 estimates; dollars price them at the call's model's input rate (what the tokens cost when not
-read from cache), except unpaid breakpoints (the write surcharge) and churn, which sums the loss
-the analysis stored for each breaking call: the one loss figure (``analyses/cache/loss.py``), so
-its tokens and dollars are those of ``sessions`` and ``stats``.
+read from cache) at its date, except unpaid breakpoints (the write surcharge) and churn, which sums
+the loss the analysis stored for each breaking call: the one loss figure (``analyses/cache/loss.py``),
+so its tokens and dollars are those of ``sessions`` and ``stats``; a call with two causes counts its
+loss under its earliest one. A breakpoint's write is unpaid only once its TTL has run out unread:
+until then a next call may still read it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import math
+import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from ctxscope.inspector.advisor.call_facts import (
+    OVERSIZED_SHARE,
+    OVERSIZED_TOKENS,
+    CallFacts,
+    FactsTaker,
+    SessionReplay,
+)
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, window_of
-from ctxscope.inspector.advisor.replay import replay
-from ctxscope.inspector.analyses.cache.memory import anthropic_points
-from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.advisor.replay import TTL
+from ctxscope.inspector.analyses.prices import Price, PriceTable
 from ctxscope.inspector.base.usd import total_usd
-from ctxscope.vocab.tokens import count_tokens
 
-OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
-OVERSIZED_SHARE = 0.05  # ... and so is one above this share of the window, whichever is lower
-DUPLICATE_TOKENS = 500
 OVERFLOW_SHARE = 0.8  # a context at or above this share of the window is at risk
-EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
-EXCERPT = 24
 
 KINDS = (
     "unused_tools",
@@ -54,17 +58,42 @@ class Finding:
         return asdict(self) | {"calls": list(self.calls)}
 
 
-def findings(session: Session) -> list[Finding]:
-    """Every finding of the session, the most tokens at stake first."""
+def findings(session: Session, *, now: float | None = None) -> list[Finding]:
+    """Every finding of a session held in memory, the most dollars at stake first."""
+    return assemble(session_facts(session), session.prices, now=now)
+
+
+def session_facts(session: Session, taker: FactsTaker | None = None) -> list[CallFacts]:
+    """Each parsed call's facts, taken in order as the writer takes them when it stores the calls."""
+    taker = taker or FactsTaker()
+    replay = SessionReplay(session.prices)
+    last: dict[str, SessionCall] = {}
+    out = []
+    for call in session.calls:
+        thread = call.thread or call.id
+        out.append(taker.take(session.id, call, last.get(thread), replay))
+        last[thread] = call
+    return out
+
+
+def assemble(facts: Sequence[CallFacts], prices: PriceTable, *, now: float | None = None) -> list[Finding]:
+    """The findings of a session from its calls' facts (in order; skipped calls are ignored), the
+    most dollars at stake first. ``now`` (unix seconds, default the clock) decides which cache
+    writes have expired unread."""
+    calls = [f for f in facts if not f.skip]
+    threads: dict[str, list[CallFacts]] = {}
+    for f in calls:
+        threads.setdefault(f.thread, []).append(f)
+    rates = _Rates(prices)
     out = [
-        *_unused_tools(session),
-        *_oversized(session),
-        *_duplicates(session),
-        *_overflow(session),
-        *_churn(session),
-        *_unpaid(session),
+        *_unused_tools(calls, rates),
+        *_oversized(threads, rates),
+        *_duplicates(calls, rates),
+        *_overflow(threads, rates),
+        *_churn(threads, rates),
+        *_unpaid(calls, rates, time.time() if now is None else now),
     ]
-    return sorted(out, key=lambda f: (-f.tokens, f.kind))
+    return sorted(out, key=lambda f: (-(f.usd or 0.0), -f.tokens, f.kind))
 
 
 def by_call(found: list[Finding]) -> dict[str, list[str]]:
@@ -77,75 +106,88 @@ def by_call(found: list[Finding]) -> dict[str, list[str]]:
     return dict(out)
 
 
-def _rate(session: Session, call: SessionCall) -> float | None:
-    price = session.price(call)
-    return price.input if price else None
+class _Rates:
+    """Each call's rates: its model at its date and prompt size, and the simulator's rule
+    (``analyses/prices.py``)."""
+
+    def __init__(self, prices: PriceTable):
+        self.prices = prices
+
+    def price(self, f: CallFacts) -> Price | None:
+        return self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+
+    def input(self, f: CallFacts) -> float | None:
+        price = self.price(f)
+        return price.input if price else None
 
 
-def _called_tools(session: Session) -> set[str]:
-    names = {s.name for c in session.calls for s in c.prompt.segments if s.kind == "tool_call" and s.name}
-    for call in session.calls:
-        response = call.response if isinstance(call.response, dict) else {}
-        items = [*(response.get("content") or []), *(response.get("output") or [])]
-        for choice in response.get("choices") or []:
-            message = choice.get("message") if isinstance(choice, dict) else None
-            items += (message or {}).get("tool_calls") or []
-        for item in items:
-            if not isinstance(item, dict):
-                continue
-            fn: dict = item["function"] if isinstance(item.get("function"), dict) else {}
-            if item.get("type") in ("tool_use", "function_call", "function", "server_tool_use"):
-                names.add(item.get("name") or fn.get("name") or "")
-    return names
-
-
-def _unused_tools(session: Session) -> list[Finding]:
-    with_tools = [c for c in session.calls if any(s.kind == "tools" for s in c.prompt.segments)]
+def _unused_tools(calls: list[CallFacts], rates: _Rates) -> list[Finding]:
+    """One finding for every tool declared on each call that declares tools and never called."""
+    with_tools = [f for f in calls if f.tools is not None]
     if not with_tools:
         return []
-    declared = [{s.name for s in c.prompt.segments if s.kind == "tools" and s.name} for c in with_tools]
-    every = set.intersection(*declared) - _called_tools(session)
-    out = []
-    for name in sorted(every):
+    declared = [{t[0] for t in f.tools or ()} for f in with_tools]
+    called = {name for f in calls for name in f.called}
+    unused = sorted(set.intersection(*declared) - called)
+    if not unused:
+        return []
+    per_tool = []
+    for name in unused:
         tokens, usd, first = 0, [], None
-        for call in with_tools:
-            i = next(i for i, s in enumerate(call.prompt.segments) if s.kind == "tools" and s.name == name)
-            first = first or (call.id, call.prompt.segments[i].pointer, call.tokens.per_segment[i])
-            tokens += call.tokens.per_segment[i]
-            usd.append(dollars(call.tokens.per_segment[i], _rate(session, call)))
+        for f in with_tools:
+            _, pointer, n = next(t for t in f.tools or () if t[0] == name)
+            first = first or (f.id, pointer, n)
+            tokens += n
+            usd.append(dollars(n, rates.input(f)))
         assert first is not None
-        out.append(
-            Finding(
-                "unused_tools",
-                f"tool {name!r} declared on all {len(with_tools)} calls and never called: "
-                f"~{first[2]} tokens x {len(with_tools)} calls",
-                tokens,
-                total_usd(usd),
-                tuple(c.id for c in with_tools),
-                {
-                    "tool": name,
-                    "call": first[0],
-                    "pointer": first[1],
-                    "tokens_per_call": first[2],
-                    "calls": len(with_tools),
-                },
-            )
+        per_tool.append(
+            {
+                "tool": name,
+                "call": first[0],
+                "pointer": first[1],
+                "tokens_per_call": first[2],
+                "tokens": tokens,
+                "usd": total_usd(usd),
+            }
         )
-    return out
+    per_call = sum(t["tokens_per_call"] for t in per_tool)
+    names = ", ".join(t["tool"] for t in per_tool)
+    return [
+        Finding(
+            "unused_tools",
+            f"{len(unused)} tool(s) declared on all {len(with_tools)} calls and never called ({names}): "
+            f"~{per_call} tokens x {len(with_tools)} calls",
+            sum(t["tokens"] for t in per_tool),
+            total_usd(t["usd"] for t in per_tool),
+            tuple(f.id for f in with_tools),
+            {
+                "tools": unused,
+                "per_tool": per_tool,
+                "call": per_tool[0]["call"],
+                "pointer": per_tool[0]["pointer"],
+                "pointers": [t["pointer"] for t in per_tool],
+                "tokens_per_call": per_call,
+                "calls": len(with_tools),
+            },
+        )
+    ]
 
 
-def _oversized(session: Session) -> list[Finding]:
+def _oversized(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
     out = []
-    for calls in session.threads().values():
+    for calls in threads.values():
+        holders: dict[str, list[int]] = defaultdict(list)  # a large result's hash -> the calls holding it
+        for n, f in enumerate(calls):
+            for h in {b[0] for b in f.big}:
+                holders[h].append(n)
         seen: set[str] = set()
-        for n, call in enumerate(calls):
-            limit = min(OVERSIZED_TOKENS, int(OVERSIZED_SHARE * window_of(call.model)))
-            for i, seg in enumerate(call.prompt.segments):
-                tokens = call.tokens.per_segment[i]
-                if seg.kind != "tool_result" or tokens < limit or seg.hash in seen:
+        for n, f in enumerate(calls):
+            limit = min(OVERSIZED_TOKENS, int(OVERSIZED_SHARE * window_of(f.model)))
+            for h, pointer, tokens, ref in f.big:
+                if tokens < limit or h in seen:
                     continue
-                seen.add(seg.hash)
-                later = [c for c in calls[n + 1 :] if seg.hash in set(c.prompt.hashes)]
+                seen.add(h)
+                later = [calls[k] for k in holders[h] if k > n]
                 if not later:
                     continue
                 out.append(
@@ -153,42 +195,30 @@ def _oversized(session: Session) -> list[Finding]:
                         "oversized_tool_result",
                         f"a {tokens}-token tool result stays in the context for {len(later)} more call(s)",
                         tokens * len(later),
-                        total_usd(dollars(tokens, _rate(session, c)) for c in later),
-                        (call.id, *(c.id for c in later)),
+                        total_usd(dollars(tokens, rates.input(c)) for c in later),
+                        (f.id, *(c.id for c in later)),
                         {
-                            "call": call.id,
-                            "pointer": seg.pointer,
+                            "call": f.id,
+                            "pointer": pointer,
                             "tokens": tokens,
                             "more_calls": len(later),
-                            "tool_call_id": seg.ref,
+                            "tool_call_id": ref,
                         },
                     )
                 )
     return out
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _duplicates(session: Session) -> list[Finding]:
+def _duplicates(calls: list[CallFacts], rates: _Rates) -> list[Finding]:
     groups: dict[str, dict] = {}
-    for call in session.calls:
-        texts: dict[str, tuple[str, list[str]]] = {}
-        for seg in call.prompt.segments:
-            reminders, _ = split_reminders(seg.text)
-            for text in {seg.text, *reminders}:  # a whole segment, or a reminder block inside one
-                if len(text) >= DUPLICATE_TOKENS:  # a shorter text cannot hold 500 tokens
-                    texts.setdefault(_digest(text), (text, []))[1].append(seg.pointer)
-        for digest, (text, pointers) in texts.items():
-            if len(pointers) < 2 or (tokens := count_tokens(text)) < DUPLICATE_TOKENS:
-                continue
+    for f in calls:
+        for digest, tokens, pointers in f.dups:
             g = groups.setdefault(
-                digest, {"calls": [], "tokens": 0, "usd": [], "first": (call.id, pointers), "size": tokens}
+                digest, {"calls": [], "tokens": 0, "usd": [], "first": (f.id, pointers), "size": tokens}
             )
-            g["calls"].append(call.id)
+            g["calls"].append(f.id)
             g["tokens"] += tokens * (len(pointers) - 1)
-            g["usd"].append(dollars(tokens * (len(pointers) - 1), _rate(session, call)))
+            g["usd"].append(dollars(tokens * (len(pointers) - 1), rates.input(f)))
     return [
         Finding(
             "duplicate_content",
@@ -203,21 +233,16 @@ def _duplicates(session: Session) -> list[Finding]:
     ]
 
 
-def _size(call: SessionCall) -> int:
-    reported = (call.usage or {}).get("input")
-    return reported if isinstance(reported, int) and reported > 0 else call.tokens.total
-
-
-def _overflow(session: Session) -> list[Finding]:
+def _overflow(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
     out = []
-    for calls in session.threads().values():
+    for calls in threads.values():
         last = calls[-1]
         window = window_of(last.model)
-        size = _size(last)
+        size = last.size
         if size < OVERFLOW_SHARE * window:
             continue
         recent = calls[-5:]
-        rate = (size - _size(recent[0])) / (len(recent) - 1) if len(recent) > 1 else 0.0
+        rate = (size - recent[0].size) / (len(recent) - 1) if len(recent) > 1 else 0.0
         left = math.ceil((window - size) / rate) if rate > 0 and size < window else (0 if size >= window else None)
         when = f"overflows in ~{left} call(s) at +{rate:.0f} tokens/call" if left is not None else "not growing"
         out.append(
@@ -225,7 +250,7 @@ def _overflow(session: Session) -> list[Finding]:
                 "overflow_risk",
                 f"context at {size / window:.0%} of the {window}-token window; {when}",
                 size,
-                dollars(size, _rate(session, last)),
+                dollars(size, rates.input(last)),
                 (last.id,),
                 {
                     "call": last.id,
@@ -239,59 +264,43 @@ def _overflow(session: Session) -> list[Finding]:
     return out
 
 
-def _early(call: SessionCall, index: int) -> bool:
-    seg = call.prompt.segments[index]
-    if seg.kind in ("system", "tools"):
-        return True
-    parts = seg.pointer.split("/")
-    in_messages = len(parts) > 2 and parts[1] in ("messages", "input") and parts[2].isdigit()
-    return in_messages and int(parts[2]) < EARLY_MESSAGES
-
-
-def _changed_bytes(a: str, b: str) -> tuple[int, str, str]:
-    """Character offset of the first difference and an excerpt of each side around it."""
-    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    start = max(0, n - EXCERPT)
-    return n, a[start : n + EXCERPT], b[start : n + EXCERPT]
-
-
-def _churn(session: Session) -> list[Finding]:
+def _churn(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
+    """One finding per cause (where and how the early prefix changes); a call with two causes is
+    listed under both, its loss counted under the earliest (the cache broke there). The loss is the
+    one the analysis stored for the call; a call stored without it (never analysed) is estimated
+    from the cause's position at the input rate less the read rate."""
     groups: dict[tuple[str, str], dict] = {}
-    for calls in session.threads().values():
-        for prev, cur in itertools.pairwise(calls):
-            if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
-                continue
-            if cur.prompt.server_state or prev.prompt.server_state:  # the prefix is held server-side
-                continue
-            a, b = prev.prompt.hashes, cur.prompt.hashes
-            i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-            if i is None or not _early(cur, i):
-                continue
-            seg, old = cur.prompt.segments[i], prev.prompt.segments[i]
-            tools_a = sorted(s.hash for s in prev.prompt.segments if s.kind == "tools")
-            tools_b = sorted(s.hash for s in cur.prompt.segments if s.kind == "tools")
-            reordered = seg.kind == "tools" and tools_a == tools_b
-            # The one loss figure, as the analysis stored it for this call (``analyses/cache/loss.py``).
-            lost, usd = cur.lost_tokens or 0, cur.lost_usd
-            key = (seg.pointer, "reordered" if reordered else "changed")
-            g = groups.setdefault(key, {"calls": [], "tokens": 0, "usd": [], "evidence": None})
-            g["calls"].append(cur.id)
-            g["tokens"] += lost
-            g["usd"].append(usd)
-            if g["evidence"] is None:
-                offset, before, after = _changed_bytes(old.text, seg.text)
-                g["evidence"] = {
-                    "call": cur.id,
-                    "previous": prev.id,
-                    "pointer": seg.pointer,
-                    "segment": seg.kind,
-                    "reordered": reordered,
-                    "offset": offset,
-                    "before": before,
-                    "after": after,
-                }
+    for calls in threads.values():
+        for f in calls:
+            for n, cause in enumerate(f.churn):
+                if n:
+                    lost, usd = 0, None
+                elif f.lost_tokens is not None:
+                    lost, usd = f.lost_tokens, f.lost_usd
+                else:
+                    price = rates.price(f)
+                    lost, usd = cause.lost, dollars(cause.lost, price.input - price.cache_read) if price else None
+                g = groups.setdefault(
+                    (cause.pointer, cause.how), {"calls": [], "tokens": 0, "usd": [], "evidence": None}
+                )
+                g["calls"].append(f.id)
+                g["tokens"] += lost
+                g["usd"].append(usd)
+                if g["evidence"] is None:
+                    g["evidence"] = {
+                        "call": f.id,
+                        "previous": f.prev,
+                        "pointer": cause.pointer,
+                        "segment": cause.segment,
+                        "reordered": cause.how == "reordered",
+                        "offset": cause.offset,
+                        "before": cause.before,
+                        "after": cause.after,
+                    }
     out = []
     for (pointer, how), g in groups.items():
+        if not g["tokens"]:  # it changed after the cache had expired anyway, or only beside an earlier change
+            continue
         what = "tools reordered" if how == "reordered" else f"{g['evidence']['segment']} changes"
         out.append(
             Finding(
@@ -307,23 +316,30 @@ def _churn(session: Session) -> list[Finding]:
     return out
 
 
-def _unpaid(session: Session) -> list[Finding]:
-    calls = [c for c in session.calls if c.family == "anthropic"]
-    if not calls:
-        return []
-    result = replay(calls, lambda _i, call: anthropic_points(call.prompt), session.prices)
-    groups: dict[str, list] = defaultdict(list)
-    for write in result.unpaid():
-        groups[write.pointer].append(write)
-    return [
-        Finding(
-            "unpaid_breakpoint",
-            f"the breakpoint at {pointer} wrote {sum(w.tokens for w in ws)} tokens on {len(ws)} "
-            "call(s) that no later call read before they expired",
-            sum(w.tokens for w in ws),
-            round(sum(w.surcharge_usd for w in ws), 6),
-            tuple(w.call_id for w in ws),
-            {"call": ws[0].call_id, "pointer": pointer, "ttl": ws[0].ttl, "writes": len(ws)},
+def _unpaid(calls: list[CallFacts], rates: _Rates, now: float) -> list[Finding]:
+    """Cache writes no later call read before their TTL ran out (one still live may yet be read)."""
+    read = {(f.read[0], f.read[1]) for f in calls if f.read is not None}
+    groups: dict[str, list[tuple[CallFacts, int, str]]] = defaultdict(list)
+    for f in calls:
+        for pointer, tokens, ttl, _key in f.writes:
+            if (f.id, pointer) not in read and f.at + TTL.get(ttl, TTL["5m"]) <= now:
+                groups[pointer].append((f, tokens, ttl))
+    out = []
+    for pointer, ws in groups.items():
+        usd = []
+        for f, tokens, ttl in ws:
+            price = rates.price(f)
+            rate = price.write_rate(ttl) if price else None
+            usd.append(dollars(tokens, rate - price.input) if price and rate is not None else None)
+        out.append(
+            Finding(
+                "unpaid_breakpoint",
+                f"the breakpoint at {pointer} wrote {sum(t for _, t, _ in ws)} tokens on {len(ws)} "
+                "call(s) that no later call read before they expired",
+                sum(t for _, t, _ in ws),
+                total_usd(usd),
+                tuple(f.id for f, _, _ in ws),
+                {"call": ws[0][0].id, "pointer": pointer, "ttl": ws[0][2], "writes": len(ws)},
+            )
         )
-        for pointer, ws in groups.items()
-    ]
+    return out

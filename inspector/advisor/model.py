@@ -55,6 +55,7 @@ class SessionCall:
     provider: str | None = None  # the upstream it went to: the simulator's calls are never priced
     lost_tokens: int | None = None  # the stored loss (``analyses/cache/loss.py``): None when not analysed
     lost_usd: float | None = None
+    verdict: str | None = None  # the stored cache verdict whose loss that is
 
     @property
     def family(self) -> str:
@@ -112,6 +113,7 @@ def build_session(
                 provider=row.get("provider"),
                 lost_tokens=cache.get("lost_tokens"),
                 lost_usd=cache.get("lost_cost_usd"),
+                verdict=cache.get("verdict"),
             )
         )
     return Session(session, tuple(calls), skipped, prices or load_prices())

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxscope.inspector.analyses.accounting import TokenCounter
+from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned, reported
 from ctxscope.inspector.analyses.cache.prediction import Observed
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
@@ -148,7 +148,7 @@ class Analyzer:
         analysis = self.analyze(db, inp, live=live)
         cols = analysis.columns()
         if self._prepared is not None and self._prepared[0] == inp.id:
-            self.last = SharedPrompt(inp.id, analysis.session, *self._prepared[1:])
+            self.last = SharedPrompt(inp.id, analysis.session, *self._prepared[1:], tokens=analysis.tokens)
         self._learned = []
         if self.cache_memory is not None and self.cache_memory.unsaved:  # rare, and true even if left behind
             self._learned = list(self.cache_memory.unsaved)
@@ -328,6 +328,7 @@ class SharedPrompt:
     session: str  # the session the analysis placed the call in
     prepared: Prepared | None
     base: str | None  # the call whose leading items it reused (None: none)
+    tokens: TokenBreakdown | None = None  # its counts (the findings facts take them too)
 
 
 class _Producers:

@@ -18,6 +18,7 @@ from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.pipeline.analysis_input import CallInput, from_row, from_writer
 from ctxscope.inspector.pipeline.analyze import Analyzer
 from ctxscope.inspector.pipeline.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.pipeline.findings_record import FindingsRecorder
 from ctxscope.inspector.pipeline.replay_links import ReplayLinker
 from ctxscope.inspector.pipeline.search_text import prompt_pieces, response_pieces
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
@@ -89,11 +90,13 @@ class SearchIndexer:
 WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 
 
-def writer_analyzers(prices_path: str | None = None) -> list[Analyzer | SearchIndexer | ReplayLinker]:
+def writer_analyzers(
+    prices_path: str | None = None,
+) -> list[Analyzer | SearchIndexer | ReplayLinker | FindingsRecorder]:
     """The analysis, then the search index (which reads the session the analysis settled on), then
-    the link from a replay to the call it re-sent."""
+    the link from a replay to the call it re-sent, then the call's findings facts."""
     analysis = analysis_analyzers(prices_path)
-    return [*analysis, SearchIndexer(analysis[0]), ReplayLinker()]
+    return [*analysis, SearchIndexer(analysis[0]), ReplayLinker(), FindingsRecorder(analysis[0])]
 
 
 def backfill(db: Db, *, session: str | None = None, batch: int = 200) -> Iterator[str]:

@@ -493,6 +493,20 @@ def m017_same_request_by_time(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX idx_calls_started_at ON calls (started_at, request_sha256)")
 
 
+@migration
+def m018_create_call_findings(db: sqlite_utils.Database) -> None:
+    """Each call's findings facts, taken by the writer as it stores the call, so a session's findings
+    are assembled without reading a body (docs/architecture.md, "Findings"). A store older than the
+    table gets them the first time a session's findings are read."""
+    db.execute(
+        """
+CREATE TABLE call_findings (
+  call_id TEXT PRIMARY KEY REFERENCES calls(id),  -- goes with its call (store/deletion.py)
+  facts TEXT NOT NULL                             -- JSON, inspector/advisor/call_facts.py
+) WITHOUT ROWID"""
+    )
+
+
 NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
 _built: list[Migrations] = []
 

@@ -8,17 +8,35 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
-
-import sqlite_utils
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.columns import with_defaults
+from ctxscope.inspector.store.db import Db
+
+if TYPE_CHECKING:  # the writer child, which reads the rows below, never loads sqlite-utils
+    import sqlite_utils
 
 _COLUMNS = (
     "id, seq, started_at, api, model, provider, thread, key_fingerprint, usage_input, usage_output, usage_cache_read, "
     "usage_cache_write, cache_verdict, cache, outcome, status, has_compaction_before"
 )
+
+
+def session_call_rows(db: Db, session: str) -> Iterator[dict[str, Any]]:
+    """The columns the findings read of each call of ``session`` by seq, without bodies: the caller
+    reads each call's body in turn."""
+    cols = (
+        "id, seq, started_at, api, model, thread, key_fingerprint, usage_input, usage_output, "
+        "usage_cache_read, usage_cache_write, has_compaction_before"
+    )
+    ids = [r[0] for r in db.execute("SELECT id FROM calls WHERE session = ? ORDER BY seq", [session])]
+    for call_id in ids:  # one row at a time: a long session's rows are not all held
+        found = db.execute(f"SELECT {cols} FROM calls WHERE id = ?", [call_id])
+        values = found.fetchone()
+        if values is not None:  # None: deleted meanwhile
+            yield dict(zip([d[0] for d in found.description], values, strict=True))
 
 
 def session_calls(db: sqlite_utils.Database, session: str) -> list[dict[str, Any]]:

@@ -61,7 +61,9 @@ def test_the_session_page_shows_findings_with_badges_and_links_to_the_advisor(we
     churn_item = page.locator(".finding-item[data-kind='cache_churn']")
     expect(churn_item.locator("a.evidence code.ptr")).to_have_text("/system/0")
     expect(churn_item.locator(".churn")).to_contain_text("10:00")
-    expect(page.locator(".finding-item[data-kind='unused_tools']")).to_have_count(2)
+    unused = page.locator(".finding-item[data-kind='unused_tools']")
+    expect(unused).to_have_count(1)  # one cause, one finding, listing both tools
+    expect(unused.locator(".tools a.tool code")).to_have_text(["web_search", "write_file"])
     # the calls the churn concerns carry its badge; the first call (nothing changed yet) carries none of it
     expect(page.locator("tr.call-row").nth(1).locator(".chip.f-cache_churn")).to_have_count(1)
     expect(page.locator("tr.call-row").nth(0).locator(".chip.f-cache_churn")).to_have_count(0)

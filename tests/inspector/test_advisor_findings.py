@@ -123,15 +123,18 @@ def test_tools_never_called_are_listed_with_their_token_cost(tmp_path):
     session = load_session(db, "s1")
     assert session is not None
     unused = _by_kind(findings(session), "unused_tools")
-    assert sorted(f.evidence["tool"] for f in unused) == ["web_search", "write_file"]
-    for f in unused:
-        call = session.calls[0]
-        i = next(i for i, s in enumerate(call.prompt.segments) if s.kind == "tools" and s.name == f.evidence["tool"])
-        assert f.evidence["pointer"] == f"/tools/{i}"
-        assert f.evidence["tokens_per_call"] == call.tokens.per_segment[i] > 60
-        assert f.tokens == 3 * call.tokens.per_segment[i] and f.evidence["calls"] == 3
-        assert f.usd == round(f.tokens * 3.0 / 1e6, 6)  # claude-sonnet-4-5: $3 per million input tokens
-        assert set(f.calls) == {c.id for c in session.calls}
+    assert len(unused) == 1  # one cause, one finding: the tools are listed in it
+    f = unused[0]
+    assert f.evidence["tools"] == ["web_search", "write_file"]
+    call = session.calls[0]
+    for tool in f.evidence["per_tool"]:
+        i = next(i for i, s in enumerate(call.prompt.segments) if s.kind == "tools" and s.name == tool["tool"])
+        assert tool["pointer"] == f"/tools/{i}"
+        assert tool["tokens_per_call"] == call.tokens.per_segment[i] > 60
+        assert tool["tokens"] == 3 * call.tokens.per_segment[i]
+    assert f.tokens == sum(t["tokens"] for t in f.evidence["per_tool"]) and f.evidence["calls"] == 3
+    assert f.usd == round(f.tokens * 3.0 / 1e6, 6)  # claude-sonnet-4-5: $3 per million input tokens
+    assert set(f.calls) == {c.id for c in session.calls}
 
     out = CliRunner().invoke(cli, ["findings", "s1", "--db", str(tmp_path / "c.db")])
     assert out.exit_code == 0 and "write_file" in out.output and "web_search" in out.output

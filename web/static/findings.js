@@ -23,6 +23,15 @@ function evidenceLink(f) {
   return h("a", { href, class: "evidence" }, pointer ? h("code", { class: "ptr" }, pointer) : "the call");
 }
 
+// The tools one unused-tools finding lists, each a link to its definition (names are captured text).
+function toolList(f) {
+  const tools = (f.evidence || {}).per_tool;
+  if (!Array.isArray(tools) || !tools.length) return null;
+  return h("div", { class: "tools muted small" }, tools.map((t) => h("a", {
+    href: "#/call/" + encodeURIComponent(t.call) + "?ptr=" + encodeURIComponent(t.pointer), class: "tool",
+    title: fmtTokens(t.tokens_per_call) + " tokens per call" }, h("code", {}, String(t.tool)))));
+}
+
 function changedBytes(ev) {
   if (ev.before == null || ev.after == null) return null;
   return h("div", { class: "churn muted small" }, `at char ${fmtInt(ev.offset)}: `,
@@ -30,7 +39,8 @@ function changedBytes(ev) {
 }
 
 // The panel; ``box.load()`` reads the findings (the session page calls it once its first screen is
-// up: they replay every prompt of the session), then ``onByCall`` receives {call id: [kinds]}.
+// up; they are assembled from facts the writer stored, no prompt is read), then ``onByCall``
+// receives {call id: [kinds]}.
 export function findingsCard(session, onByCall) {
   const box = h("div", { class: "card findings" }, h("div", { class: "card-title" }, "Findings"), h("p", { class: "muted" }, "Reading…"));
   box.load = () => getJSON("/findings", { s: session }).then((data) => {
@@ -42,7 +52,9 @@ export function findingsCard(session, onByCall) {
       h("span", { class: "chip finding f-" + f.kind }, label(f.kind)), " ",
       h("span", { class: "what" }, f.summary), " ",
       h("span", { class: "stake", title: "at stake over the session" }, fmtTokens(f.tokens) + " tokens" + (f.usd ? " · " + fmtCost(f.usd) : "")), " ",
-      evidenceLink(f), f.kind === "cache_churn" ? changedBytes(f.evidence || {}) : null))) :
+      h("span", { class: "calls muted small" }, `${fmtInt((f.calls || []).length)} call(s)`), " ",
+      evidenceLink(f), f.kind === "cache_churn" ? changedBytes(f.evidence || {}) : null,
+      f.kind === "unused_tools" ? toolList(f) : null))) :
       h("p", { class: "muted" }, "Nothing found."));
   }, (e) => mount(box, h("div", { class: "card-title" }, "Findings"), h("p", { class: "error" }, "Could not read findings: " + e.message)));
   return box;
