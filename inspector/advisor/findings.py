@@ -1,10 +1,11 @@
 """Findings: what wastes a session's context, each with the tokens and dollars at stake and a pointer
 to the evidence (docs/architecture.md, "Findings").
 
-Six kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
-churn and breakpoints that never pay. Pure: a ``Session`` in, findings out. Tokens are o200k
-estimates; dollars price them at the call's model's input rate (what the tokens cost when not
-read from cache), except churn (the read discount lost) and unpaid breakpoints (the write surcharge).
+Seven kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
+churn, breakpoints that never pay and per-request metadata that breaks a third party's cache.
+Pure: a ``Session`` in, findings out. Tokens are o200k estimates; dollars price them at the call's
+model's input rate (what the tokens cost when not read from cache), except churn (the read discount
+lost), unpaid breakpoints (the write surcharge) and metadata breaks (the analysis's loss figure).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, wind
 from ctxscope.inspector.advisor.replay import replay
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
+from ctxscope.inspector.analyses.prompt_metadata import block_at, block_of
 from ctxscope.vocab.tokens import count_tokens
 
 OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
@@ -35,6 +37,7 @@ KINDS = (
     "overflow_risk",
     "cache_churn",
     "unpaid_breakpoint",
+    "per_request_metadata",
 )
 
 
@@ -60,6 +63,7 @@ def findings(session: Session) -> list[Finding]:
         *_overflow(session),
         *_churn(session),
         *_unpaid(session),
+        *_metadata_breaks(session),
     ]
     return sorted(out, key=lambda f: (-f.tokens, f.kind))
 
@@ -252,6 +256,37 @@ def _changed_bytes(a: str, b: str) -> tuple[int, str, str]:
     return n, a[start : n + EXCERPT], b[start : n + EXCERPT]
 
 
+def _metadata_breaks(session: Session) -> list[Finding]:
+    """Breaks the analysis found inside a per-request metadata block (an upstream that keys its
+    cache on it: inspector/analyses/prompt_metadata.py), with the client's setting that drops it."""
+    groups: dict[str, dict] = {}
+    for call in session.calls:
+        cache = call.cache or {}
+        if cache.get("verdict") != "client_break":
+            continue
+        block = block_at(call.prompt, cache.get("break_pointer"))
+        if block is None:
+            continue
+        g = groups.setdefault(block.name, {"block": block, "calls": [], "tokens": 0, "usd": None, "evidence": None})
+        g["calls"].append(call.id)
+        g["tokens"] += int(cache.get("lost_tokens") or 0)
+        if cache.get("lost_cost_usd") is not None:
+            g["usd"] = (g["usd"] or 0.0) + float(cache["lost_cost_usd"])
+        g["evidence"] = g["evidence"] or {"call": call.id, "pointer": cache.get("break_pointer"), "block": block.name}
+    return [
+        Finding(
+            "per_request_metadata",
+            f"{name} changes on every request and this upstream caches on it: {len(g['calls'])} break(s), "
+            f"~{g['tokens']} tokens not read from cache; set {g['block'].fix}",
+            g["tokens"],
+            round(g["usd"], 6) if g["usd"] is not None else None,
+            tuple(g["calls"]),
+            g["evidence"],
+        )
+        for name, g in groups.items()
+    ]
+
+
 def _churn(session: Session) -> list[Finding]:
     groups: dict[tuple[str, str], dict] = {}
     for calls in session.threads().values():
@@ -262,8 +297,8 @@ def _churn(session: Session) -> list[Finding]:
                 continue
             a, b = prev.prompt.hashes, cur.prompt.hashes
             i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-            if i is None or not _early(cur, i):
-                continue
+            if i is None or not _early(cur, i) or block_of(cur.prompt.segments[i], cur.api) is not None:
+                continue  # a per-request metadata block is judged by the analysis (_metadata_breaks)
             seg, old = cur.prompt.segments[i], prev.prompt.segments[i]
             tools_a = sorted(s.hash for s in prev.prompt.segments if s.kind == "tools")
             tools_b = sorted(s.hash for s in cur.prompt.segments if s.kind == "tools")

@@ -50,6 +50,7 @@ class SessionCall:
     tokens: TokenBreakdown
     body: Any = None  # the request as sent (``--verify`` re-sends it with another placement)
     compacted: bool = False  # the first call after a compaction: its early change is the compaction's
+    cache: dict | None = None  # the analysis's stored cache judgement (verdict, lost tokens, break pointer)
 
     @property
     def family(self) -> str:
@@ -101,6 +102,7 @@ def build_session(
                 tokens=counter.count_prompt(prompt),
                 body=row.get("body"),
                 compacted=bool(row.get("has_compaction_before")),
+                cache=row["cache"] if isinstance(row.get("cache"), dict) else None,
             )
         )
     return Session(session, tuple(calls), skipped, prices or load_prices())

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.markers import is_summary
+from ctxscope.inspector.analyses.prompt_metadata import block_of, masked_hash
 from ctxscope.inspector.analyses.relation import shared_prefix
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.headers import Annotation
@@ -100,7 +101,8 @@ def thread_key(prompt: CanonicalPrompt) -> str:
     system = []
     for seg in prompt.segments:
         if seg.kind == "system":
-            system.append(seg.hash)
+            block = block_of(seg, prompt.api)  # per-request metadata says nothing of who is talking
+            system.append(masked_hash(block) if block is not None else seg.hash)
         elif seg.kind != "tools":
             break
     if not system:

@@ -24,6 +24,7 @@ gap happen without sleeping. ``reindex`` always uses the stored times.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import sqlite3
@@ -38,9 +39,10 @@ from ctxscope.inspector.analyses.cache.prediction import Observed
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import Prepared, View, count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.prompt_metadata import ProviderItself, cache_view, metadata_changes, note
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
 from ctxscope.inspector.base.clock import iso
@@ -92,7 +94,9 @@ class Analyzer:
         counter: TokenCounter | None = None,
         memory: RecentMemory | None = None,
         clock_offset: float = 0.0,
+        provider_itself: ProviderItself | None = None,
     ):
+        self.provider_itself = provider_itself or ProviderItself()
         self.prices = prices if prices is not None else load_prices()
         self.counter = counter or TokenCounter(max_entries=COUNTED_SEGMENTS)
         self.memory = memory or RecentMemory()
@@ -172,7 +176,14 @@ class Analyzer:
         prepared, base = None, None
         self._prepared = None
         if inp.api in LLM_APIS:
-            prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool], min_reuse=MIN_REUSE)
+            prepared, used = prepare(
+                inp.api,
+                inp.body,
+                inp.raw,
+                [r.prepared for r in pool],
+                min_reuse=MIN_REUSE,
+                view=self._view(inp.upstream),
+            )
             base = next((r for r in pool if r.prepared is used), None)
             self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
@@ -265,6 +276,10 @@ class Analyzer:
             return classify(None, cur, first)
         before = CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, None)
         rel = classify(before, cur)
+        if rel.kind in (RelationKind.APPEND_ONLY, RelationKind.IDENTICAL) and prompt is not None:
+            changed = note(metadata_changes(prev.prompt, prompt))
+            if changed:  # a block the upstream leaves out of its cache key: said, but no break
+                return dataclasses.replace(rel, detail=changed)
         k, n_prev = rel.shared_segments, len(prev.prompt.segments)
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
@@ -278,6 +293,10 @@ class Analyzer:
             if body is not None:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
+
+    def _view(self, upstream: str | None) -> View:
+        """The hashes ``upstream`` keys its cache on (docs/architecture.md, "Prefix relations")."""
+        return functools.partial(cache_view, upstream=upstream, itself=self.provider_itself)
 
     def _pool(self, db: Db, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         calls = self.memory.calls(scope)
@@ -299,10 +318,10 @@ class Analyzer:
             if row[1] not in latest and len(latest) < COLD_START_THREADS:
                 latest[row[1]] = row
         out = []
-        for call_id, thread, started_at, epoch, provider, api, session in reversed(list(latest.values())):
+        for call_id, thread, started_at, epoch, provider, api, session, upstream in reversed(list(latest.values())):
             try:
                 raw = queries.get_request_body(db, call_id)
-                prepared = prepare_full(api, json.loads(raw), raw) if raw else None
+                prepared = prepare_full(api, json.loads(raw), raw, self._view(upstream)) if raw else None
             except Exception as e:
                 log.warning("could not reload call %s for analysis: %s", call_id, e)
                 continue
@@ -443,15 +462,21 @@ def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None
 WRITER_ANALYZERS = "ctxscope.inspector.pipeline.analyze:writer_analyzers"
 
 
-def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:
+def writer_analyzers(prices_path: str | None = None, provider_itself: str | None = None) -> list[Analyzer]:
     """The analyzers the capture writer runs on every stored call. A bad price file costs its
-    overrides (said in the log), not the capture."""
+    overrides (said in the log), not the capture. ``provider_itself``: ``ProviderItself.to_text``
+    of the daemon's config (which upstreams leave known metadata blocks out of their cache key)."""
     try:
-        prices = load_prices(prices_path)
+        prices = load_prices(prices_path or None)
     except (ValueError, OSError) as exc:
         log.error("ignoring the price file: %s", exc)
         prices = load_prices()
-    return [Analyzer(prices=prices)]
+    try:
+        itself = ProviderItself.from_text(provider_itself)
+    except ValueError as exc:
+        log.error("ignoring the provider-itself settings: %s", exc)
+        itself = ProviderItself()
+    return [Analyzer(prices=prices, provider_itself=itself)]
 
 
 def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200) -> Iterator[str]:
