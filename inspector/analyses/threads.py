@@ -287,9 +287,10 @@ def place_call(
 
     With an explicit session, ``recent`` are that session's recent calls (others are ignored).
     Without one, ``recent`` are the recent calls without an id of the same API key and client,
-    oldest first: the call joins the session of the call whose prompt it continues (lineage),
-    else the session of the client's latest call when it started less than ``idle_gap`` seconds
-    from ``time``, before or after (a new thread there), else it opens a session of its own, named
+    oldest first: the call joins the session of the call whose prompt it continues (lineage) when
+    that call is its thread's latest and started less than ``idle_gap`` seconds before; else the
+    session of the client's latest call when it started less than ``idle_gap`` seconds from
+    ``time``, before or after (a new thread there), else it opens a session of its own, named
     ``fallback[0]:<call id>`` (a call that is no readable prompt: ``fallback[0]``). ``linked`` is
     a captured call named by the body itself (the producer of ``previous_response_id``): it is
     the predecessor whatever the prefix says.
@@ -306,6 +307,12 @@ def place_call(
         if pred is not None:
             return Placement(explicit[0], explicit[1], pred.thread_id, None, pred.call_id, shared, grouped)
         return Placement(explicit[0], explicit[1], call_id, _main_thread(pool), None, 0, grouped, bool(pool))
+    if pred is not None and linked is None and not _continues_latest(pred, pool, time, idle_gap):
+        pred, shared = None, 0  # an earlier prefix of an older thread, or a thread gone idle: no lineage
+    if pred is not None and linked is None and prompt is not None and pred.prompt is not None:
+        later = _later_extended(pred, prompt, pool, time, idle_gap)
+        if later is not None:
+            pred, shared = later, len(later.prompt.hashes) if later.prompt is not None else 0
     if pred is not None:
         return Placement(pred.session_id, fallback[1], pred.thread_id, None, pred.call_id, shared, GroupedBy.LINEAGE)
     latest = max(pool, key=lambda r: r.time or 0.0, default=None)
@@ -319,6 +326,41 @@ def place_call(
     if prompt is None:  # nothing to follow a conversation by (not a prompt): the key's catch-all session
         return Placement(fallback[0], fallback[1], call_id, None, None, 0, GroupedBy.NEW)
     return Placement(f"{fallback[0]}:{call_id}", fallback[1], call_id, None, None, 0, GroupedBy.NEW)
+
+
+def _continues_latest(pred: RecentCall, pool: Sequence[RecentCall], time: float | None, idle_gap: float) -> bool:
+    """Lineage without a session id holds only from a thread's latest call, within the idle gap of
+    it: a second run of a script repeats its first prompt, which is an earlier prefix of the first
+    run's thread, and is no turn of it (docs/architecture.md, "Sessions and threads")."""
+    latest = max((r for r in pool if r.thread_id == pred.thread_id), key=lambda r: r.time or 0.0, default=pred)
+    if latest.call_id != pred.call_id and (latest.time or 0.0) > (pred.time or 0.0):
+        return False
+    return time is None or pred.time is None or abs(time - pred.time) < idle_gap
+
+
+def _later_extended(
+    pred: RecentCall, prompt: CanonicalPrompt, pool: Sequence[RecentCall], time: float | None, idle_gap: float
+) -> RecentCall | None:
+    """A call repeating ``pred`` exactly (a second run re-sending the first run's turn) continues a
+    later thread's latest call whose prompt it extends, if there is one: that is the run it belongs to."""
+    assert pred.prompt is not None
+    if len(pred.prompt.hashes) != len(prompt.hashes) or shared_prefix(pred.prompt.hashes, prompt.hashes) < len(
+        prompt.hashes
+    ):
+        return None
+    found = None
+    for r in pool:
+        if r.prompt is None or r.prompt.api != prompt.api or (r.time or 0.0) <= (pred.time or 0.0):
+            continue
+        n = len(r.prompt.hashes)
+        if (
+            n < len(prompt.hashes)
+            and shared_prefix(r.prompt.hashes, prompt.hashes) == n
+            and _continues_latest(r, pool, time, idle_gap)
+            and (found is None or (r.time or 0.0) > (found.time or 0.0))
+        ):
+            found = r
+    return found
 
 
 def _main_thread(pool: Sequence[RecentCall]) -> str | None:

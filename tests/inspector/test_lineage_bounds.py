@@ -1,0 +1,47 @@
+"""Identity at the edges, through the real writer and analyzer with recorded times: lineage holds
+only from a thread's latest call within the idle gap, so two runs of an id-less script are never
+one thread, and a model switch starts an epoch whose cost is the switch's."""
+
+from __future__ import annotations
+
+from ctxscope.inspector.store import queries
+
+from support.factories import analysed as run
+from support.factories import exchange_at as ex
+from support.inspector_bodies import assistant, make_anthropic_body, user
+
+
+def script_run() -> list[dict]:
+    """What an id-less anthropic SDK script sends: a question, then a follow-up on the answer."""
+    first = [user("What is the capital of France?")]
+    second = [*first, assistant("Paris."), user("And of Italy?")]
+    return [make_anthropic_body("You are terse.", None, first), make_anthropic_body("You are terse.", None, second)]
+
+
+def calls(db):
+    return [queries.get_call(db, r["id"]) for r in queries.list_calls(db, limit=None, newest_first=False)]
+
+
+def test_two_runs_of_an_id_less_script_20s_apart_are_two_threads(tmp_path):
+    bodies = script_run()
+    db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0), ex(bodies[1], 3), ex(bodies[0], 23), ex(bodies[1], 26)])
+    a1, a2, b1, b2 = calls(db)
+    assert a2["thread"] == a1["thread"] == a1["id"] and a2["grouped_by"] == "lineage"
+    assert b1["thread"] == b1["id"] != a1["thread"] and b1["predecessor"] is None
+    assert (b1["grouped_by"], b1["relation"], b1["epoch_reason"]) == ("client_gap", "EPOCH_START", "thread_start")
+    assert b2["thread"] == b1["id"] and b2["predecessor"] == b1["id"] and b2["relation"] == "APPEND_ONLY"
+    assert "DIVERGED" not in {c["relation"] for c in (a1, a2, b1, b2)}
+
+
+def test_a_run_past_the_idle_gap_is_a_session_of_its_own(tmp_path):
+    bodies = script_run()
+    db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0), ex(bodies[1], 3), ex(bodies[1], 3 + 16 * 60)])
+    a1, _a2, late = calls(db)
+    assert late["session"] != a1["session"] and late["grouped_by"] == "new" and late["predecessor"] is None
+
+
+def test_a_turn_extending_the_latest_call_stays_in_its_thread(tmp_path):
+    bodies = script_run()
+    db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0), ex(bodies[1], 14 * 60)])
+    a1, a2 = calls(db)
+    assert (a2["thread"], a2["predecessor"], a2["grouped_by"]) == (a1["id"], a1["id"], "lineage")
