@@ -4,11 +4,21 @@ one thread, and a model switch starts an epoch whose cost is the switch's."""
 
 from __future__ import annotations
 
+import json
+
 from ctxscope.inspector.store import queries
 
 from support.factories import analysed as run
+from support.factories import anthropic_response
 from support.factories import exchange_at as ex
-from support.inspector_bodies import assistant, make_anthropic_body, user
+from support.inspector_bodies import (
+    assistant,
+    claude_code_turns,
+    default_system,
+    long_text,
+    make_anthropic_body,
+    user,
+)
 
 
 def script_run() -> list[dict]:
@@ -45,3 +55,31 @@ def test_a_turn_extending_the_latest_call_stays_in_its_thread(tmp_path):
     db, _ = run(tmp_path / "c.db", [ex(bodies[0], 0), ex(bodies[1], 14 * 60)])
     a1, a2 = calls(db)
     assert (a2["thread"], a2["predecessor"], a2["grouped_by"]) == (a1["id"], a1["id"], "lineage")
+
+
+def test_a_model_switch_is_an_epoch_whose_cost_is_the_switchs_not_a_break(tmp_path):
+    bodies = claude_code_turns(3, system=default_system(long_text(1500)))
+    bodies[2]["model"] = "claude-opus-4-1"
+    reads = [None, 1600, None]  # the switched call reads nothing: the other model has a cache of its own
+    exchanges = [
+        ex(
+            body,
+            10 * i,
+            session_label="s",
+            response_body=json.dumps(
+                anthropic_response(
+                    usage={"input_tokens": 30, "output_tokens": 5}
+                    | ({"cache_read_input_tokens": reads[i]} if reads[i] else {"cache_creation_input_tokens": 1600})
+                )
+            ).encode(),
+        )
+        for i, body in enumerate(bodies)
+    ]
+    db, _ = run(tmp_path / "c.db", exchanges)
+    _first, second, switched = calls(db)
+    assert (second["relation"], second["cache_verdict"]) == ("APPEND_ONLY", "hit")
+    assert (switched["relation"], switched["epoch_reason"]) == ("EPOCH_START", "model_change")
+    assert switched["cache_verdict"] == "model_switch" and switched["cache_lost_tokens"] > 1000
+    assert switched["predecessor"] == second["id"]
+    [summary] = [s for s in queries.list_sessions(db) if s["session"] == "s"]
+    assert summary["breaks"] == 0
