@@ -49,6 +49,7 @@ from ctxscope.inspector.base.clock import iso
 from ctxscope.inspector.pipeline.analysis_columns import Analysis
 from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
+from ctxscope.inspector.pipeline.response_chain import full_body
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db, record_event
@@ -175,11 +176,16 @@ class Analyzer:
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
         self._prepared = None
+        prev_response = inp.body.get("previous_response_id") if isinstance(inp.body, dict) else None
+        linked = producers.linked(prev_response if isinstance(prev_response, str) else None)
+        body, raw = inp.body, inp.raw
+        if inp.api == Api.OPENAI_RESPONSES and linked is not None:
+            body, raw = self._full_body(db, inp.body, inp.raw, pool, producers)
         if inp.api in LLM_APIS:
             prepared, used = prepare(
                 inp.api,
-                inp.body,
-                inp.raw,
+                body,
+                raw,
                 [r.prepared for r in pool],
                 min_reuse=MIN_REUSE,
                 view=self._view(inp.upstream),
@@ -187,9 +193,7 @@ class Analyzer:
             base = next((r for r in pool if r.prepared is used), None)
             self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
-        placement = place_call(
-            inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt), fallback=fallback, time=time
-        )
+        placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], linked, fallback=fallback, time=time)
         if explicit is None and placement.predecessor is None:
             placement = _after_failure(db, inp, placement)
         session, source, seq, attempt, retry_of = _session(db, inp, placement)
@@ -197,7 +201,7 @@ class Analyzer:
         relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
         if inp.api in LLM_APIS:
             first = EpochReason.THREAD_START if placement.thread_start else EpochReason.SESSION_START
-            relation = self._relate(db, prev, inp, prompt, first)
+            relation = self._relate(db, prev, inp, prompt, first, body)
         tokens = (
             count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
             if prepared
@@ -249,7 +253,7 @@ class Analyzer:
                     inp.capture_epoch,
                     inp.provider,
                     inp.api,
-                    body=inp.body,
+                    body=body,
                 ),
             )
         return Analysis(
@@ -269,9 +273,15 @@ class Analyzer:
         )
 
     def _relate(
-        self, db: Db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
+        self,
+        db: Db,
+        prev: Remembered | None,
+        inp: CallInput,
+        prompt: CanonicalPrompt | None,
+        first: EpochReason,
+        body: Any,
     ) -> Relation:
-        cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, inp.body)
+        cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, body)
         if prev is None:
             return classify(None, cur, first)
         before = CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, None)
@@ -293,6 +303,31 @@ class Analyzer:
             if body is not None:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
+
+    def _full_body(
+        self, db: Db, body: Any, raw: bytes | None, pool: list[Remembered], producers: _Producers
+    ) -> tuple[Any, bytes | None]:
+        """A ``previous_response_id`` call's body with the chain it continues spelled out, and its bytes
+        (always written alike, so the next link's bytes share this one's); as sent when it cannot be."""
+
+        def producer(response_id: str) -> str | None:
+            found = producers.get(response_id)
+            return found[0] if found else None
+
+        def remembered(call_id: str) -> Any:
+            return next((r.body for r in pool if r.call_id == call_id), None)
+
+        def stored(call_id: str) -> tuple[Any, Any]:
+            try:
+                return queries.get_request_json(db, call_id), queries.get_final_response(db, call_id)
+            except Exception as e:  # a damaged link costs the chain's comparison, as before
+                log.warning("could not read call %s of a response chain: %s", call_id, e)
+                return None, None
+
+        full = full_body(body, producer, remembered, stored)
+        if full is None:
+            return body, raw
+        return full, json.dumps(full, separators=(",", ":"), ensure_ascii=False).encode()
 
     def _view(self, upstream: str | None) -> View:
         """The hashes ``upstream`` keys its cache on (docs/architecture.md, "Prefix relations")."""
@@ -321,7 +356,10 @@ class Analyzer:
         for call_id, thread, started_at, epoch, provider, api, session, upstream in reversed(list(latest.values())):
             try:
                 raw = queries.get_request_body(db, call_id)
-                prepared = prepare_full(api, json.loads(raw), raw, self._view(upstream)) if raw else None
+                body = json.loads(raw) if raw else None
+                if api == Api.OPENAI_RESPONSES and isinstance(body, dict) and body.get("previous_response_id"):
+                    body, raw = self._full_body(db, body, raw, [], _Producers(db, call_id))
+                prepared = prepare_full(api, body, raw, self._view(upstream)) if raw else None
             except Exception as e:
                 log.warning("could not reload call %s for analysis: %s", call_id, e)
                 continue
@@ -362,9 +400,9 @@ class _Producers:
         found = self.get(response_id)
         return found[1] if found else None
 
-    def linked(self, prompt: CanonicalPrompt | None) -> RecentCall | None:
-        """The call whose response this prompt continues server-side, if we captured it."""
-        found = self.get(prompt.previous_response_id) if prompt is not None and prompt.previous_response_id else None
+    def linked(self, previous_response_id: str | None) -> RecentCall | None:
+        """The call whose response a body's ``previous_response_id`` names, if we captured it."""
+        found = self.get(previous_response_id) if previous_response_id else None
         return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
 
 
