@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -203,12 +204,43 @@ def choose_predecessor(
                 continue
         elif shared_convo < 2 and not (shared and shared_convo):
             continue  # another agent; one equal user message alone (a title call quoting it) is no link
+        elif not shared and _beside(prompt, candidate):
+            continue  # a system prompt, tools and model of its own: a router or classifier beside the loop
         score = (shared, shared_convo, extends, index)
         if best is None or score > best:
             best, best_id = score, call_id
     if best is not None:
         return best_id, best[0]
     return _across_apis(candidate, recent), 0
+
+
+EDIT_KEEPS = 0.5  # an edited system prompt keeps at least this share of its text around the change
+
+
+def _system_text(prompt: CanonicalPrompt) -> str:
+    return "\n".join(s.text for s in prompt.segments[: _seen(prompt)[1]] if s.kind == "system")
+
+
+def _system_edit(a: CanonicalPrompt, b: CanonicalPrompt) -> bool:
+    """Whether ``b``'s system prompt is an edit of ``a``'s: most of its text kept before and after the change."""
+    x, y = _system_text(a), _system_text(b)
+    if not x or not y:
+        return not x and not y
+    head = len(os.path.commonprefix([x, y]))  # noqa: RUF071 (texts, not paths)
+    tail = len(os.path.commonprefix([x[head:][::-1], y[head:][::-1]]))  # noqa: RUF071
+    return head + tail >= EDIT_KEEPS * min(len(x), len(y))
+
+
+def _beside(a: CanonicalPrompt, b: CanonicalPrompt) -> bool:
+    """Whether ``b`` is another agent's call beside ``a``'s on the same conversation (Gemini CLI's router
+    classifies each user turn with its own system prompt, no tools and a small model), not ``a``'s
+    conversation with its system prompt edited: the system prompt is another text, and the tools or
+    the model differ too."""
+    if _system_edit(a, b):
+        return False
+    tools_a = [s.name for s in a.segments if s.kind == "tools"]
+    tools_b = [s.name for s in b.segments if s.kind == "tools"]
+    return tools_a != tools_b or a.model != b.model
 
 
 def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]) -> str | None:

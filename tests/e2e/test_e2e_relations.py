@@ -94,7 +94,10 @@ def test_agent_loop_is_append_only_through_marker_moves_and_restrung_messages(pr
 
 
 def test_fork_edits_and_model_switch(proxy, sim):
-    client = _anthropic(proxy)
+    # A session id (here a path label): without one, a call going back to an earlier prefix of the
+    # thread (step 4 after the fork) would open a thread of its own (docs/architecture.md, "Sessions
+    # and threads"), and this test is about the relations inside one thread.
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/s/forks/anthropic", max_retries=0)
     tools = default_tools()
     u1, a1, u2 = user("Fix the bug in parser.py."), assistant("Looking at it now."), user("Also add a test.")
     edited_tools = copy.deepcopy(tools)

@@ -83,3 +83,72 @@ def test_a_model_switch_is_an_epoch_whose_cost_is_the_switchs_not_a_break(tmp_pa
     assert switched["predecessor"] == second["id"]
     [summary] = [s for s in queries.list_sessions(db) if s["session"] == "s"]
     assert summary["breaks"] == 0
+
+
+def gemini(system: str, contents: list, tools: bool) -> dict:
+    body: dict = {"systemInstruction": {"parts": [{"text": system}]}, "contents": contents}
+    if tools:
+        body["tools"] = [{"functionDeclarations": [{"name": "read_file", "description": "Read a file."}]}]
+    return body
+
+
+def gemini_call(body: dict, t: float, model: str):
+    return ex(
+        body,
+        t,
+        provider="gemini",
+        upstream="https://generativelanguage.googleapis.com",
+        path=f"/v1beta/models/{model}:generateContent",
+        response_body=json.dumps(
+            {
+                "candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}}],
+                "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 2},
+            }
+        ).encode(),
+    )
+
+
+def test_a_router_call_with_its_own_system_prompt_is_a_side_thread_not_a_turn(tmp_path):
+    """Gemini CLI: a routing call (its own system prompt, no tools) on the user's first turn, then the
+    agent loop on the very same contents; the agent call shares no prompt prefix with the router's."""
+    first_turn = [
+        {"role": "user", "parts": [{"text": "This is the Gemini CLI. Today is Monday. " + long_text(200)}]},
+        {"role": "user", "parts": [{"text": "Fix the failing test."}]},
+    ]
+    router = gemini("You are a routing classifier. Answer with the model tier to use.", first_turn, False)
+    agent = gemini("You are an interactive CLI agent. " + long_text(800, "agent"), first_turn, True)
+    agent2 = gemini(
+        agent["systemInstruction"]["parts"][0]["text"],
+        [
+            *first_turn,
+            {"role": "model", "parts": [{"text": "Reading it."}]},
+            {"role": "user", "parts": [{"text": "Go."}]},
+        ],
+        True,
+    )
+    db, _ = run(
+        tmp_path / "c.db",
+        [
+            gemini_call(router, 0, "gemini-2.5-flash-lite"),
+            gemini_call(agent, 1, "gemini-2.5-pro"),
+            gemini_call(agent2, 5, "gemini-2.5-pro"),
+        ],
+    )
+    routed, loop, loop2 = calls(db)
+    assert loop["predecessor"] is None and loop["thread"] == loop["id"] != routed["thread"]
+    assert (loop["relation"], loop["epoch_reason"], loop["grouped_by"]) == ("EPOCH_START", "thread_start", "client_gap")
+    assert loop["session"] == routed["session"]
+    assert (loop2["relation"], loop2["predecessor"], loop2["thread"]) == ("APPEND_ONLY", loop["id"], loop["id"])
+    assert "DIVERGED" not in {c["relation"] for c in (routed, loop, loop2)}
+
+
+def test_an_edited_system_prompt_keeps_its_thread(tmp_path):
+    contents = [
+        {"role": "user", "parts": [{"text": "Context. " + long_text(100)}]},
+        {"role": "user", "parts": [{"text": "Go."}]},
+    ]
+    before = gemini("You are an agent. " + long_text(300, "rules"), contents, False)
+    after = gemini("You are an agent. Be terse. " + long_text(300, "rules"), contents, False)
+    db, _ = run(tmp_path / "c.db", [gemini_call(before, 0, "gemini-2.5-pro"), gemini_call(after, 3, "gemini-2.5-pro")])
+    first, edited = calls(db)
+    assert (edited["relation"], edited["predecessor"], edited["thread"]) == ("DIVERGED", first["id"], first["id"])
