@@ -17,7 +17,11 @@ thread's does not attach to it, nor does a side call that quotes the user's firs
 an edit of the main system prompt keeps its thread (the messages still match). A compaction that
 keeps the system/developer prefix and puts a summary next keeps its predecessor, and so does a
 conversation that moved to another API. Ties go to the candidate the call extends (APPEND_ONLY),
-then to the latest.
+then to the latest. A call with a system prompt (not an edit of it), tools or model of its own that
+shares nothing before the conversation is another agent beside it (Gemini CLI's router classifies
+each user turn so): a side thread. Without a session id, lineage holds only from a thread's latest
+call within the idle gap, so a script run again (its first prompt an earlier prefix of the first
+run's thread) is a thread of its own.
 """
 
 from __future__ import annotations
