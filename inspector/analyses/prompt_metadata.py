@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment
-from ctxscope.inspector.analyses.hashes import Hashes
+from ctxscope.inspector.analyses.chunked import Chunked
+from ctxscope.inspector.analyses.hashes import WIDTH, Hashes
 from ctxscope.vocab.apis import Api
 
 
@@ -48,13 +49,16 @@ KNOWN_BLOCKS: tuple[MetadataBlock, ...] = (
     # text, so every call misses there. Claude Code leaves the block out with the variable below.
     MetadataBlock(
         "x-anthropic-billing-header",
-        re.compile(r"x-anthropic-billing-header:(?: *[A-Za-z0-9_.-]+=[^;\n]*;?)* *\Z"),
+        # key=value pairs, each ended by ";" but the last: no value holds "=" or ";", so a text
+        # matches one way only (no backtracking blow-up on a hostile block)
+        re.compile(r"x-anthropic-billing-header:(?: *[A-Za-z0-9_.-]+=[^;=\n]*;)*(?: *[A-Za-z0-9_.-]+=[^;=\n]*)? *\Z"),
         frozenset({Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS}),
         frozenset({"api.anthropic.com"}),
         "CLAUDE_CODE_ATTRIBUTION_HEADER=0",
     ),
 )
 _LEADING = ("tools", "system")
+MAX_BLOCK_CHARS = 512  # a known block is a short header line; a longer text is never one
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,10 @@ class ProviderItself:
 
 def block_of(segment: Segment, api: str | None) -> MetadataBlock | None:
     """The known metadata block this system segment is, or None."""
-    if segment.kind != "system" or not segment.text.startswith("x-"):  # every known block starts so: cheap
+    text = segment.text
+    if segment.kind != "system" or not text.startswith("x-") or len(text) > MAX_BLOCK_CHARS:  # cheap tests first
         return None
-    return next((b for b in KNOWN_BLOCKS if api in b.apis and b.pattern.match(segment.text)), None)
+    return next((b for b in KNOWN_BLOCKS if api in b.apis and b.pattern.match(text)), None)
 
 
 def _leading_blocks(prompt: CanonicalPrompt) -> list[tuple[int, MetadataBlock]]:
@@ -118,22 +123,35 @@ def cache_view(prompt: CanonicalPrompt, upstream: str | None, itself: ProviderIt
     masked = [(i, b) for i, b in _leading_blocks(prompt) if itself.ignores(b, upstream)]
     if not masked:
         return prompt
-    hashes = list(prompt.hashes)
-    segments = list(prompt.segments)
+    # The blocks lie among the leading segments: only those are copied; the rest (a Chunked's shared
+    # chunks, the digests after them) stay as they are (chunked.py, hashes.py).
+    lead = masked[-1][0] + 1
+    head = list(prompt.segments[:lead])
+    hashes = prompt.hashes
+    digests = bytearray(hashes.digests) if isinstance(hashes, Hashes) else None
+    plain = list(hashes[:lead]) if digests is None else []
     for i, block in masked:
-        hashes[i] = masked_hash(block)
-        seg = segments[i]
-        segments[i] = Segment(
-            seg.pointer, seg.kind, seg.role, seg.text, hashes[i], seg.breakpoint, seg.name, seg.ref, seg.images
-        )
+        new = masked_hash(block)
+        seg = head[i]
+        head[i] = Segment(seg.pointer, seg.kind, seg.role, seg.text, new, seg.breakpoint, seg.name, seg.ref, seg.images)
+        if digests is not None:
+            digests[i * WIDTH : (i + 1) * WIDTH] = bytes.fromhex(new)
+        else:
+            plain[i] = new
+    first = masked[0][0]
+    viewed: Hashes | tuple[str, ...]
+    if isinstance(hashes, Hashes) and digests is not None:  # it still agrees with its ancestors before the first block
+        viewed = Hashes.from_digests(bytes(digests), tuple((serial, min(n, first)) for serial, n in hashes.known))
+    else:
+        viewed = (*plain, *hashes[lead:])
     return CanonicalPrompt(
         prompt.api,
         prompt.model,
-        tuple(segments),
+        Chunked.of(tuple(head), prompt.segments[lead:]),
         prompt.cache_policy,
         prompt.params,
         prompt.previous_response_id,
-        hashes=Hashes(hashes) if isinstance(prompt.hashes, Hashes) else tuple(hashes),
+        hashes=viewed,
         tool_refs=prompt.tool_refs,
     )
 

@@ -100,3 +100,28 @@ def test_reindex_and_a_cold_start_keep_the_header_masked(tmp_path):
     list(reindex(db))
     again = [queries.get_call(db, c["id"]) for c in calls]
     assert [c["relation"] for c in again] == ["EPOCH_START"] + ["APPEND_ONLY"] * 4
+
+
+def test_a_hostile_header_shaped_block_is_read_in_linear_time():
+    """A system block built to make a backtracking pattern blow up is refused fast, whatever its length."""
+    import time
+
+    from ctxscope.inspector.analyses.canonical_prompt import Segment
+    from ctxscope.inspector.analyses.prompt_metadata import block_of
+
+    def seg(t: str) -> Segment:
+        return Segment("/system/0", "system", "system", t, "0" * 64)
+
+    real = "x-anthropic-billing-header: cc_version=2.1.37.3a1; cc_entrypoint=cli; cch=a3f10;"
+    assert block_of(seg(real), "anthropic.messages") is not None
+    assert block_of(seg(real), "openai.responses") is None
+    assert block_of(seg(real + " You are Claude Code."), "anthropic.messages") is None
+    started = time.perf_counter()
+    for hostile in (
+        "x-anthropic-billing-header:" + "a=" * 240 + "!",
+        "x-anthropic-billing-header:" + " a=b" * 120 + ";!",
+        "x-anthropic-billing-header: a=" + " " * 480 + "=",
+    ):
+        assert block_of(seg(hostile), "anthropic.messages") is None
+    assert block_of(seg("x-anthropic-billing-header: a=b;" * 40), "anthropic.messages") is None  # too long
+    assert time.perf_counter() - started < 0.5
