@@ -180,7 +180,7 @@ async def start_daemon(
         on_demand["sim"] = sim.start
     try:
         prices = prices_path()
-        prices_args = (str(prices),) if prices is not None else ()
+        prices_args = (str(prices) if prices is not None else "", cfg.provider_itself_text())
         writer: Writer
         if cfg.writer == "thread":
             writer = _thread_writer(cfg, prices_args)

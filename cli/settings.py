@@ -96,17 +96,47 @@ class DaemonConfig:
     writer: str = "process"
     limits: Limits = field(default_factory=Limits)  # timeouts, connection cap, body and decoded sizes
     export: ExportSettings | None = None  # OTLP export of stored calls (None: off)
+    # Upstream name -> whether it counts as the provider itself, which leaves its known per-request
+    # metadata blocks out of the cache key (inspector/analyses/prompt_metadata.py). Unset: only the
+    # provider's own API host does (api.anthropic.com).
+    provider_itself: dict[str, bool] = field(default_factory=dict)
+
+    def provider_itself_text(self) -> str:
+        """The settings as the analysis takes them: keyed by what a call records as its upstream."""
+        from ctxscope.inspector.analyses.prompt_metadata import ProviderItself
+
+        sim_named = "sim" not in self.upstreams  # the built-in simulator records its name
+        return ProviderItself(
+            {
+                ("sim" if name == "sim" and sim_named else self.upstreams[name]): on
+                for name, on in self.provider_itself.items()
+            }
+        ).to_text()
 
 
 def read_config_file(path: Path) -> dict:
     """TOML: top-level host, port, db, allow_remote, a table [upstreams] of NAME = "URL", a table
-    [limits] of KEY = number (sizes may be text such as "256MiB") and a table [export]
-    (otlp_endpoint, headers, protocol, content)."""
+    [limits] of KEY = number (sizes may be text such as "256MiB"), a table [export]
+    (otlp_endpoint, headers, protocol, content) and a table [provider_itself] of NAME = true/false
+    (an upstream that counts, or not, as the provider itself)."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "remote_key", "limits", "export"}
+    unknown = set(data) - {
+        "host",
+        "port",
+        "db",
+        "upstreams",
+        "allow_remote",
+        "remote_key",
+        "limits",
+        "export",
+        "provider_itself",
+    }
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
+    itself = data.get("provider_itself", {})
+    if not isinstance(itself, dict) or not all(isinstance(v, bool) for v in itself.values()):
+        raise ValueError(f"{path}: [provider_itself] must be a table of UPSTREAM = true or false")
     key = data.get("remote_key")
     if key is not None and not (
         isinstance(key, str)
@@ -202,4 +232,9 @@ def build_config(
     if limit_options:
         cfg.limits = cfg.limits.with_values(dict(parse_limit_option(text) for text in limit_options))
     cfg.export = export_settings(data.get("export"), otlp_endpoint)
+    itself = data.get("provider_itself") or {}
+    unknown_names = sorted(set(itself) - set(cfg.upstreams) - {"sim"})
+    if unknown_names:
+        raise ValueError(f"[provider_itself] names no configured upstream: {', '.join(unknown_names)}")
+    cfg.provider_itself = dict(itself)
     return cfg

@@ -50,6 +50,7 @@ class CacheVerdict(StrEnum):
     HIT = "hit"
     EXPECTED_WRITE = "expected_write"
     CLIENT_BREAK = "client_break"
+    MODEL_SWITCH = "model_switch"  # another model, provider or API than the predecessor's: a cache of its own
     TTL_EXPIRED = "ttl_expired"
     BELOW_MINIMUM = "below_minimum"
     PROVIDER_MISS = "provider_miss"

@@ -19,6 +19,7 @@ WORDS: dict[type[StrEnum], dict[str, str]] = {
         CacheVerdict.HIT: "hit",
         CacheVerdict.EXPECTED_WRITE: "write",
         CacheVerdict.CLIENT_BREAK: "break",
+        CacheVerdict.MODEL_SWITCH: "switch",
         CacheVerdict.TTL_EXPIRED: "ttl",
         CacheVerdict.BELOW_MINIMUM: "small",
         CacheVerdict.PROVIDER_MISS: "miss",

@@ -23,15 +23,17 @@ from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
 from ctxscope.inspector.analyses.hashes import common_prefix
 from ctxscope.inspector.analyses.prices import PriceTable
+from ctxscope.inspector.analyses.prompt_metadata import block_of
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.vocab.tokens import count_tokens
 
-FACTS_VERSION = 1
+FACTS_VERSION = 2
 OVERSIZED_TOKENS = 10_000  # a tool result this long is oversized ...
 OVERSIZED_SHARE = 0.05  # ... and so is one above this share of the window, whichever is lower
 # Tool results kept as facts: any that may be oversized under the smallest window we know.
 BIG_FLOOR = min(OVERSIZED_TOKENS, int(OVERSIZED_SHARE * min(DEFAULT_WINDOW, *WINDOWS.values())))
 DUPLICATE_TOKENS = 500
+METADATA = "metadata:"  # a cause in a per-request metadata block: "metadata:<block name>"
 EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
 EXCERPT = 24
 _REMEMBERED = 16_384  # segment digests and duplicate counts kept (LRU)
@@ -43,7 +45,7 @@ class Cause:
     """One reason the call's early prefix differs from its predecessor's (a churn finding's unit)."""
 
     pointer: str
-    how: str  # "reordered" (tools in another order) or "changed"
+    how: str  # "reordered" (tools in another order), "changed", or METADATA + the block's name
     segment: str  # the segment's kind
     offset: int  # character offset of the first difference
     before: str  # an excerpt of each side around it
@@ -332,7 +334,9 @@ def causes(prev: SessionCall, cur: SessionCall, shared: int | None = None) -> li
     rest_a, rest_b = a[n_old:], b[n_new:]
     m = common_prefix(rest_a, rest_b)
     if m < min(len(rest_a), len(rest_b)) and _early(new_segs[n_new + m].pointer, new_segs[n_new + m].kind):
-        out.append(_cause(prev, cur, n_old + m, n_new + m, "changed"))
+        # a per-request metadata block (inspector/analyses/prompt_metadata.py) is its own cause
+        block = block_of(new_segs[n_new + m], cur.api)
+        out.append(_cause(prev, cur, n_old + m, n_new + m, METADATA + block.name if block else "changed"))
     return out
 
 

@@ -1,16 +1,17 @@
 """Findings: what wastes a session's context, each with the tokens and dollars at stake and a pointer
 to the evidence (docs/architecture.md, "Findings").
 
-Six kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
-churn and breakpoints that never pay. One finding per cause, each listing the calls it concerns,
-the most dollars first. Assembled from each call's stored facts (``call_facts.py``) with no body
-read (``assemble``); ``findings`` takes the facts of a session in memory first. Tokens are o200k
-estimates; dollars price them at the call's model's input rate (what the tokens cost when not
-read from cache) at its date, except unpaid breakpoints (the write surcharge) and churn, which sums
-the loss the analysis stored for each breaking call: the one loss figure (``analyses/cache/loss.py``),
-so its tokens and dollars are those of ``sessions`` and ``stats``; a call with two causes counts its
-loss under its earliest one. A breakpoint's write is unpaid only once its TTL has run out unread:
-until then a next call may still read it.
+Seven kinds: unused tools, oversized tool results, duplicate content, overflow risk, cache-hostile
+churn, breakpoints that never pay and per-request metadata that breaks a third party's cache. One
+finding per cause, each listing the calls it concerns, the most dollars first. Assembled from each
+call's stored facts (``call_facts.py``) with no body read (``assemble``); ``findings`` takes the
+facts of a session in memory first. Tokens are o200k estimates; dollars price them at the call's
+model's input rate (what the tokens cost when not read from cache) at its date, except unpaid
+breakpoints (the write surcharge) and churn and metadata breaks, which sum the loss the analysis
+stored for each breaking call: the one loss figure (``analyses/cache/loss.py``), so their tokens
+and dollars are those of ``sessions`` and ``stats``; a call with two causes counts its loss under
+its earliest one. A breakpoint's write is unpaid only once its TTL has run out unread: until then a
+next call may still read it.
 """
 
 from __future__ import annotations
@@ -18,19 +19,22 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from ctxscope.inspector.advisor.call_facts import (
+    METADATA,
     OVERSIZED_SHARE,
     OVERSIZED_TOKENS,
     CallFacts,
+    Cause,
     FactsTaker,
     SessionReplay,
 )
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, window_of
 from ctxscope.inspector.advisor.replay import TTL
 from ctxscope.inspector.analyses.prices import Price, PriceTable
+from ctxscope.inspector.analyses.prompt_metadata import KNOWN_BLOCKS
 from ctxscope.inspector.base.usd import total_usd
 
 OVERFLOW_SHARE = 0.8  # a context at or above this share of the window is at risk
@@ -42,6 +46,7 @@ KINDS = (
     "overflow_risk",
     "cache_churn",
     "unpaid_breakpoint",
+    "per_request_metadata",
 )
 
 
@@ -91,6 +96,7 @@ def assemble(facts: Sequence[CallFacts], prices: PriceTable, *, now: float | Non
         *_duplicates(calls, rates),
         *_overflow(threads, rates),
         *_churn(threads, rates),
+        *_metadata_breaks(threads, rates),
         *_unpaid(calls, rates, time.time() if now is None else now),
     ]
     return sorted(out, key=lambda f: (-(f.usd or 0.0), -f.tokens, f.kind))
@@ -264,42 +270,50 @@ def _overflow(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Findin
     return out
 
 
-def _churn(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
-    """One finding per cause (where and how the early prefix changes); a call with two causes is
-    listed under both, its loss counted under the earliest (the cache broke there). The loss is the
-    one the analysis stored for the call; a call stored without it (never analysed) is estimated
-    from the cause's position at the input rate less the read rate."""
-    groups: dict[tuple[str, str], dict] = {}
+def _cause_losses(
+    threads: dict[str, list[CallFacts]], rates: _Rates
+) -> Iterator[tuple[CallFacts, Cause, int, float | None]]:
+    """Each call's causes with the loss each counts: the one the analysis stored for the call
+    (a client break's), under its earliest cause (the cache broke there); a call stored without it
+    (never analysed) is estimated from the cause's position at the input rate less the read rate."""
     for calls in threads.values():
         for f in calls:
             for n, cause in enumerate(f.churn):
                 if n:
-                    lost, usd = 0, None
+                    yield f, cause, 0, None
                 elif f.lost_tokens is not None:
-                    lost, usd = f.lost_tokens, f.lost_usd
+                    yield f, cause, f.lost_tokens, f.lost_usd
                 else:
                     price = rates.price(f)
-                    lost, usd = cause.lost, dollars(cause.lost, price.input - price.cache_read) if price else None
-                g = groups.setdefault(
-                    (cause.pointer, cause.how), {"calls": [], "tokens": 0, "usd": [], "evidence": None}
-                )
-                g["calls"].append(f.id)
-                g["tokens"] += lost
-                g["usd"].append(usd)
-                if g["evidence"] is None:
-                    g["evidence"] = {
-                        "call": f.id,
-                        "previous": f.prev,
-                        "pointer": cause.pointer,
-                        "segment": cause.segment,
-                        "reordered": cause.how == "reordered",
-                        "offset": cause.offset,
-                        "before": cause.before,
-                        "after": cause.after,
-                    }
+                    yield f, cause, cause.lost, dollars(cause.lost, price.input - price.cache_read) if price else None
+
+
+def _churn(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
+    """One finding per cause (where and how the early prefix changes); a call with two causes is
+    listed under both. A change that cost nothing (the cache had expired, or only beside an earlier
+    change) is no finding."""
+    groups: dict[tuple[str, str], dict] = {}
+    for f, cause, lost, usd in _cause_losses(threads, rates):
+        if cause.how.startswith(METADATA):
+            continue
+        g = groups.setdefault((cause.pointer, cause.how), {"calls": [], "tokens": 0, "usd": [], "evidence": None})
+        g["calls"].append(f.id)
+        g["tokens"] += lost
+        g["usd"].append(usd)
+        if g["evidence"] is None:
+            g["evidence"] = {
+                "call": f.id,
+                "previous": f.prev,
+                "pointer": cause.pointer,
+                "segment": cause.segment,
+                "reordered": cause.how == "reordered",
+                "offset": cause.offset,
+                "before": cause.before,
+                "after": cause.after,
+            }
     out = []
     for (pointer, how), g in groups.items():
-        if not g["tokens"]:  # it changed after the cache had expired anyway, or only beside an earlier change
+        if not g["tokens"]:
             continue
         what = "tools reordered" if how == "reordered" else f"{g['evidence']['segment']} changes"
         out.append(
@@ -307,6 +321,44 @@ def _churn(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
                 "cache_churn",
                 f"{what} at {pointer} (char {g['evidence']['offset']}) on {len(g['calls'])} call(s), "
                 f"~{g['tokens']} tokens not read from cache",
+                g["tokens"],
+                total_usd(g["usd"]),
+                tuple(g["calls"]),
+                g["evidence"],
+            )
+        )
+    return out
+
+
+def _metadata_breaks(threads: dict[str, list[CallFacts]], rates: _Rates) -> list[Finding]:
+    """Breaks inside a per-request metadata block, where the upstream keys its cache on it
+    (``analyses/prompt_metadata.py``), with the client's setting that drops it. To the provider
+    itself the analysis masks the block: no break, no loss, no finding."""
+    groups: dict[str, dict] = {}
+    for f, cause, lost, usd in _cause_losses(threads, rates):
+        if not cause.how.startswith(METADATA):
+            continue
+        g = groups.setdefault(cause.how.removeprefix(METADATA), {"calls": [], "tokens": 0, "usd": [], "evidence": None})
+        g["calls"].append(f.id)
+        g["tokens"] += lost
+        g["usd"].append(usd)
+        g["evidence"] = g["evidence"] or {
+            "call": f.id,
+            "previous": f.prev,
+            "pointer": cause.pointer,
+            "block": cause.how,
+        }
+    out = []
+    for name, g in groups.items():
+        block = next((b for b in KNOWN_BLOCKS if b.name == name), None)
+        if not g["tokens"] or block is None:
+            continue
+        g["evidence"]["block"] = name
+        out.append(
+            Finding(
+                "per_request_metadata",
+                f"{name} changes on every request and this upstream caches on it: {len(g['calls'])} break(s), "
+                f"~{g['tokens']} tokens not read from cache; set {block.fix}",
                 g["tokens"],
                 total_usd(g["usd"]),
                 tuple(g["calls"]),

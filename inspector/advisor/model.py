@@ -56,6 +56,7 @@ class SessionCall:
     lost_tokens: int | None = None  # the stored loss (``analyses/cache/loss.py``): None when not analysed
     lost_usd: float | None = None
     verdict: str | None = None  # the stored cache verdict whose loss that is
+    cache: dict | None = None  # the analysis's stored cache judgement (verdict, lost tokens, break pointer)
 
     @property
     def family(self) -> str:
@@ -114,6 +115,7 @@ def build_session(
                 lost_tokens=cache.get("lost_tokens"),
                 lost_usd=cache.get("lost_cost_usd"),
                 verdict=cache.get("verdict"),
+                cache=row["cache"] if isinstance(row.get("cache"), dict) else None,
             )
         )
     return Session(session, tuple(calls), skipped, prices or load_prices())

@@ -21,7 +21,7 @@ import json
 import re
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
 from typing import Any
@@ -42,6 +42,7 @@ ITEMS_KEY: dict[str, str] = {
     Api.OPENAI_RESPONSES: "input",
     Api.GEMINI_GENERATE: "contents",
 }
+View = Callable[[CanonicalPrompt], CanonicalPrompt]
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
@@ -259,12 +260,12 @@ def _shift(seg: Segment, key: str, by: int) -> Segment:
 
 
 def _reuse(
-    api: str | None, body: dict, key: str, items: list, base: Prepared, m: int
+    api: str | None, body: dict, key: str, items: list, base: Prepared, m: int, view: View | None = None
 ) -> tuple[CanonicalPrompt, int, array[int]] | None:
     """(prompt, head, starts) of ``body`` with ``base``'s segments for its first ``m`` items."""
     stub = dict(body)
     stub[key] = items[m:]
-    part = canonicalize(api, stub)
+    part = _canonical(api, stub, view)
     layout = _layout(part.segments, key, len(items) - m) if part is not None else None
     if part is None or layout is None:
         return None
@@ -316,18 +317,31 @@ def _reuse(
     return prompt, head, _ints(base.starts)[:m] + array("q", (base.starts[m] + t for t in tail_starts))
 
 
+def _canonical(api: str | None, body: Any, view: View | None) -> CanonicalPrompt | None:
+    prompt = canonicalize(api, body)
+    return view(prompt) if view is not None and prompt is not None else prompt
+
+
 def prepare(
-    api: str | None, body: Any, raw: bytes | None, candidates: list[Prepared], *, min_reuse: int = 0
+    api: str | None,
+    body: Any,
+    raw: bytes | None,
+    candidates: list[Prepared],
+    *,
+    min_reuse: int = 0,
+    view: View | None = None,
 ) -> tuple[Prepared | None, Prepared | None]:
     """The prompt of ``body`` and the candidate it reused: the one sharing the most leading items
     byte for byte (None when nothing was reused). The prompt is None when the body does not parse.
-    ``min_reuse``: fewer shared bytes are canonicalised again (cheaper than joining to the base)."""
+    ``min_reuse``: fewer shared bytes are canonicalised again (cheaper than joining to the base).
+    ``view``: applied to every prompt canonicalised here (the hashes the call's upstream keys its
+    cache on, ``prompt_metadata.cache_view``); it may change the head's hashes, never an item's."""
     found = _items(api, body)
     scanned = None
     if found is not None and raw is not None and len(raw) <= min_reuse:
         # It shares fewer than min_reuse bytes with any candidate, and a later body would share as few
         # with it: nothing to compare, and no item ends to find (it is not reusable).
-        prompt = canonicalize(api, body)
+        prompt = _canonical(api, body, view)
         return (Prepared(prompt.api, prompt, raw) if prompt is not None else None), None
     if found is not None and raw is not None:
         try:
@@ -337,17 +351,17 @@ def prepare(
         if scanned is not None and len(scanned[1]) != len(found[1]):
             scanned = None
     if scanned is None or found is None:
-        prompt = canonicalize(api, body)
+        prompt = _canonical(api, body, view)
         return (Prepared(prompt.api, prompt) if prompt is not None else None), None
     key, items = found
     start, ends, m, base = scanned
     if base is not None and ends[m - 1] < min_reuse:
         base = None
-    reused = _reuse(api, body, key, items, base, m) if base is not None else None
+    reused = _reuse(api, body, key, items, base, m, view) if base is not None else None
     if reused is not None:
         prompt, head, starts = reused
         return Prepared(prompt.api, prompt, raw, start, ends, head, starts, m), base
-    prompt = canonicalize(api, body)
+    prompt = _canonical(api, body, view)
     if prompt is None:
         return None, None
     layout = _layout(prompt.segments, key, len(items))
@@ -356,9 +370,9 @@ def prepare(
     return Prepared(prompt.api, prompt, raw, start, ends, layout[0], layout[1]), None
 
 
-def prepare_full(api: str | None, body: Any, raw: bytes | None = None) -> Prepared | None:
+def prepare_full(api: str | None, body: Any, raw: bytes | None = None, view: View | None = None) -> Prepared | None:
     """``canonicalize`` plus what reuse needs; None when the body does not parse as a prompt."""
-    return prepare(api, body, raw, [])[0]
+    return prepare(api, body, raw, [], view=view)[0]
 
 
 def count(

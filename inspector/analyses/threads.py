@@ -17,19 +17,25 @@ thread's does not attach to it, nor does a side call that quotes the user's firs
 an edit of the main system prompt keeps its thread (the messages still match). A compaction that
 keeps the system/developer prefix and puts a summary next keeps its predecessor, and so does a
 conversation that moved to another API. Ties go to the candidate the call extends (APPEND_ONLY),
-then to the latest.
+then to the latest. A call with a system prompt (not an edit of it), tools or model of its own that
+shares nothing before the conversation is another agent beside it (Gemini CLI's router classifies
+each user turn so): a side thread. Without a session id, lineage holds only from a thread's latest
+call within the idle gap, so a script run again (its first prompt an earlier prefix of the first
+run's thread) is a thread of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.markers import is_summary
+from ctxscope.inspector.analyses.prompt_metadata import block_of, masked_hash
 from ctxscope.inspector.analyses.relation import shared_prefix
 from ctxscope.vocab.apis import Api
 from ctxscope.vocab.headers import Annotation
@@ -100,7 +106,8 @@ def thread_key(prompt: CanonicalPrompt) -> str:
     system = []
     for seg in prompt.segments:
         if seg.kind == "system":
-            system.append(seg.hash)
+            block = block_of(seg, prompt.api)  # per-request metadata says nothing of who is talking
+            system.append(masked_hash(block) if block is not None else seg.hash)
         elif seg.kind != "tools":
             break
     if not system:
@@ -201,12 +208,43 @@ def choose_predecessor(
                 continue
         elif shared_convo < 2 and not (shared and shared_convo):
             continue  # another agent; one equal user message alone (a title call quoting it) is no link
+        elif not shared and _beside(prompt, candidate):
+            continue  # a system prompt, tools and model of its own: a router or classifier beside the loop
         score = (shared, shared_convo, extends, index)
         if best is None or score > best:
             best, best_id = score, call_id
     if best is not None:
         return best_id, best[0]
     return _across_apis(candidate, recent), 0
+
+
+EDIT_KEEPS = 0.5  # an edited system prompt keeps at least this share of its text around the change
+
+
+def _system_text(prompt: CanonicalPrompt) -> str:
+    return "\n".join(s.text for s in prompt.segments[: _seen(prompt)[1]] if s.kind == "system")
+
+
+def _system_edit(a: CanonicalPrompt, b: CanonicalPrompt) -> bool:
+    """Whether ``b``'s system prompt is an edit of ``a``'s: most of its text kept before and after the change."""
+    x, y = _system_text(a), _system_text(b)
+    if not x or not y:
+        return not x and not y
+    head = len(os.path.commonprefix([x, y]))  # noqa: RUF071 (texts, not paths)
+    tail = len(os.path.commonprefix([x[head:][::-1], y[head:][::-1]]))  # noqa: RUF071
+    return head + tail >= EDIT_KEEPS * min(len(x), len(y))
+
+
+def _beside(a: CanonicalPrompt, b: CanonicalPrompt) -> bool:
+    """Whether ``b`` is another agent's call beside ``a``'s on the same conversation (Gemini CLI's router
+    classifies each user turn with its own system prompt, no tools and a small model), not ``a``'s
+    conversation with its system prompt edited: the system prompt is another text, and the tools or
+    the model differ too."""
+    if _system_edit(a, b):
+        return False
+    tools_a = [s.name for s in a.segments if s.kind == "tools"]
+    tools_b = [s.name for s in b.segments if s.kind == "tools"]
+    return tools_a != tools_b or a.model != b.model
 
 
 def _across_apis(candidate: CanonicalPrompt, recent: Sequence[tuple[str, CanonicalPrompt | None]]) -> str | None:
@@ -285,9 +323,10 @@ def place_call(
 
     With an explicit session, ``recent`` are that session's recent calls (others are ignored).
     Without one, ``recent`` are the recent calls without an id of the same API key and client,
-    oldest first: the call joins the session of the call whose prompt it continues (lineage),
-    else the session of the client's latest call when it started less than ``idle_gap`` seconds
-    from ``time``, before or after (a new thread there), else it opens a session of its own, named
+    oldest first: the call joins the session of the call whose prompt it continues (lineage) when
+    that call is its thread's latest and started less than ``idle_gap`` seconds before; else the
+    session of the client's latest call when it started less than ``idle_gap`` seconds from
+    ``time``, before or after (a new thread there), else it opens a session of its own, named
     ``fallback[0]:<call id>`` (a call that is no readable prompt: ``fallback[0]``). ``linked`` is
     a captured call named by the body itself (the producer of ``previous_response_id``): it is
     the predecessor whatever the prefix says.
@@ -304,6 +343,12 @@ def place_call(
         if pred is not None:
             return Placement(explicit[0], explicit[1], pred.thread_id, None, pred.call_id, shared, grouped)
         return Placement(explicit[0], explicit[1], call_id, _main_thread(pool), None, 0, grouped, bool(pool))
+    if pred is not None and linked is None and not _continues_latest(pred, pool, time, idle_gap):
+        pred, shared = None, 0  # an earlier prefix of an older thread, or a thread gone idle: no lineage
+    if pred is not None and linked is None and prompt is not None and pred.prompt is not None:
+        later = _later_extended(pred, prompt, pool, time, idle_gap)
+        if later is not None:
+            pred, shared = later, len(later.prompt.hashes) if later.prompt is not None else 0
     if pred is not None:
         return Placement(pred.session_id, fallback[1], pred.thread_id, None, pred.call_id, shared, GroupedBy.LINEAGE)
     latest = max(pool, key=lambda r: r.time or 0.0, default=None)
@@ -317,6 +362,41 @@ def place_call(
     if prompt is None:  # nothing to follow a conversation by (not a prompt): the key's catch-all session
         return Placement(fallback[0], fallback[1], call_id, None, None, 0, GroupedBy.NEW)
     return Placement(f"{fallback[0]}:{call_id}", fallback[1], call_id, None, None, 0, GroupedBy.NEW)
+
+
+def _continues_latest(pred: RecentCall, pool: Sequence[RecentCall], time: float | None, idle_gap: float) -> bool:
+    """Lineage without a session id holds only from a thread's latest call, within the idle gap of
+    it: a second run of a script repeats its first prompt, which is an earlier prefix of the first
+    run's thread, and is no turn of it (docs/architecture.md, "Sessions and threads")."""
+    latest = max((r for r in pool if r.thread_id == pred.thread_id), key=lambda r: r.time or 0.0, default=pred)
+    if latest.call_id != pred.call_id and (latest.time or 0.0) > (pred.time or 0.0):
+        return False
+    return time is None or pred.time is None or abs(time - pred.time) < idle_gap
+
+
+def _later_extended(
+    pred: RecentCall, prompt: CanonicalPrompt, pool: Sequence[RecentCall], time: float | None, idle_gap: float
+) -> RecentCall | None:
+    """A call repeating ``pred`` exactly (a second run re-sending the first run's turn) continues a
+    later thread's latest call whose prompt it extends, if there is one: that is the run it belongs to."""
+    assert pred.prompt is not None
+    if len(pred.prompt.hashes) != len(prompt.hashes) or shared_prefix(pred.prompt.hashes, prompt.hashes) < len(
+        prompt.hashes
+    ):
+        return None
+    found = None
+    for r in pool:
+        if r.prompt is None or r.prompt.api != prompt.api or (r.time or 0.0) <= (pred.time or 0.0):
+            continue
+        n = len(r.prompt.hashes)
+        if (
+            n < len(prompt.hashes)
+            and shared_prefix(r.prompt.hashes, prompt.hashes) == n
+            and _continues_latest(r, pool, time, idle_gap)
+            and (found is None or (r.time or 0.0) > (found.time or 0.0))
+        ):
+            found = r
+    return found
 
 
 def _main_thread(pool: Sequence[RecentCall]) -> str | None:

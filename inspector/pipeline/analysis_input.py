@@ -48,6 +48,7 @@ class CallInput:
     method: str | None
     path: str | None
     raw: bytes | None  # the request body with its Content-Encoding undone (what ``body`` was parsed from)
+    upstream: str | None = None  # as recorded: the base URL, or an on-demand upstream's name (``sim``)
     no_failed_twin: bool = False  # the writer knows no failed call with this body is in its retry window
 
     def inserted(self, rowid: int, session: str, seq: int | None, attempt: int, retry_of: str | None) -> CallInput:
@@ -87,6 +88,7 @@ def _common(row: dict, rowid: int) -> dict:
         "id": row["id"],
         "rowid": rowid,
         "provider": row.get("provider") or "",
+        "upstream": row.get("upstream"),
         "api": row.get("api"),
         "session": row["session"],
         "seq": row["seq"],

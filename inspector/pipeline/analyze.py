@@ -24,6 +24,7 @@ gap happen without sleeping. ``reindex`` always uses the stored times.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import sqlite3
@@ -38,15 +39,17 @@ from ctxscope.inspector.analyses.cache.prediction import Observed
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import Prepared, count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import Prepared, View, count, prepare, prepare_full
 from ctxscope.inspector.analyses.markers import Marker, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
+from ctxscope.inspector.analyses.prompt_metadata import ProviderItself, cache_view, metadata_changes, note
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
 from ctxscope.inspector.base.clock import iso
 from ctxscope.inspector.pipeline.analysis_columns import Analysis
 from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
+from ctxscope.inspector.pipeline.response_chain import full_body
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db, record_event
@@ -92,7 +95,9 @@ class Analyzer:
         counter: TokenCounter | None = None,
         memory: RecentMemory | None = None,
         clock_offset: float = 0.0,
+        provider_itself: ProviderItself | None = None,
     ):
+        self.provider_itself = provider_itself or ProviderItself()
         self.prices = prices if prices is not None else load_prices()
         self.counter = counter or TokenCounter(max_entries=COUNTED_SEGMENTS)
         self.memory = memory or RecentMemory()
@@ -171,14 +176,24 @@ class Analyzer:
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
         self._prepared = None
+        prev_response = inp.body.get("previous_response_id") if isinstance(inp.body, dict) else None
+        linked = producers.linked(prev_response if isinstance(prev_response, str) else None)
+        body, raw = inp.body, inp.raw
+        if inp.api == Api.OPENAI_RESPONSES and linked is not None:
+            body, raw = self._full_body(db, inp.body, inp.raw, pool, producers)
         if inp.api in LLM_APIS:
-            prepared, used = prepare(inp.api, inp.body, inp.raw, [r.prepared for r in pool], min_reuse=MIN_REUSE)
+            prepared, used = prepare(
+                inp.api,
+                body,
+                raw,
+                [r.prepared for r in pool],
+                min_reuse=MIN_REUSE,
+                view=self._view(inp.upstream),
+            )
             base = next((r for r in pool if r.prepared is used), None)
             self._prepared = (inp.id, prepared, base.call_id if base is not None else None)
         prompt = prepared.prompt if prepared is not None else None
-        placement = place_call(
-            inp.id, prompt, explicit, [r.recent for r in pool], producers.linked(prompt), fallback=fallback, time=time
-        )
+        placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], linked, fallback=fallback, time=time)
         if explicit is None and placement.predecessor is None:
             placement = _after_failure(db, inp, placement)
         session, source, seq, attempt, retry_of = _session(db, inp, placement)
@@ -186,7 +201,7 @@ class Analyzer:
         relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
         if inp.api in LLM_APIS:
             first = EpochReason.THREAD_START if placement.thread_start else EpochReason.SESSION_START
-            relation = self._relate(db, prev, inp, prompt, first)
+            relation = self._relate(db, prev, inp, prompt, first, body)
         tokens = (
             count(self.counter, prepared, base.prepared if base else None, base.tokens if base else None)
             if prepared
@@ -241,7 +256,7 @@ class Analyzer:
                     inp.capture_epoch,
                     inp.provider,
                     inp.api,
-                    body=inp.body,
+                    body=body,
                 ),
             )
         return Analysis(
@@ -261,13 +276,23 @@ class Analyzer:
         )
 
     def _relate(
-        self, db: Db, prev: Remembered | None, inp: CallInput, prompt: CanonicalPrompt | None, first: EpochReason
+        self,
+        db: Db,
+        prev: Remembered | None,
+        inp: CallInput,
+        prompt: CanonicalPrompt | None,
+        first: EpochReason,
+        body: Any,
     ) -> Relation:
-        cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, inp.body)
+        cur = CallContext(prompt, inp.provider, inp.api, inp.capture_epoch, body)
         if prev is None:
             return classify(None, cur, first)
         before = CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, None)
         rel = classify(before, cur)
+        if rel.kind in (RelationKind.APPEND_ONLY, RelationKind.IDENTICAL) and prompt is not None:
+            changed = note(metadata_changes(prev.prompt, prompt))
+            if changed:  # a block the upstream leaves out of its cache key: said, but no break
+                return dataclasses.replace(rel, detail=changed)
         k, n_prev = rel.shared_segments, len(prev.prompt.segments)
         if rel.pointer is not None and prompt is not None and k < n_prev and k < len(prompt.segments):
             # Only a difference inside a segment needs the predecessor's body, to refine the pointer.
@@ -281,6 +306,35 @@ class Analyzer:
             if body is not None:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
+
+    def _full_body(
+        self, db: Db, body: Any, raw: bytes | None, pool: list[Remembered], producers: _Producers
+    ) -> tuple[Any, bytes | None]:
+        """A ``previous_response_id`` call's body with the chain it continues spelled out, and its bytes
+        (always written alike, so the next link's bytes share this one's); as sent when it cannot be."""
+
+        def producer(response_id: str) -> str | None:
+            found = producers.get(response_id)
+            return found[0] if found else None
+
+        def remembered(call_id: str) -> Any:
+            return next((r.body for r in pool if r.call_id == call_id), None)
+
+        def stored(call_id: str) -> tuple[Any, Any]:
+            try:
+                return queries.get_request_json(db, call_id), queries.get_final_response(db, call_id)
+            except Exception as e:  # a damaged link costs the chain's comparison, as before
+                log.warning("could not read call %s of a response chain: %s", call_id, e)
+                return None, None
+
+        full = full_body(body, producer, remembered, stored)
+        if full is None:
+            return body, raw
+        return full, json.dumps(full, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _view(self, upstream: str | None) -> View:
+        """The hashes ``upstream`` keys its cache on (docs/architecture.md, "Prefix relations")."""
+        return functools.partial(cache_view, upstream=upstream, itself=self.provider_itself)
 
     def _pool(self, db: Db, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
         calls = self.memory.calls(scope)
@@ -302,10 +356,13 @@ class Analyzer:
             if row[1] not in latest and len(latest) < COLD_START_THREADS:
                 latest[row[1]] = row
         out = []
-        for call_id, thread, started_at, epoch, provider, api, session in reversed(list(latest.values())):
+        for call_id, thread, started_at, epoch, provider, api, session, upstream in reversed(list(latest.values())):
             try:
                 raw = queries.get_request_body(db, call_id)
-                prepared = prepare_full(api, json.loads(raw), raw) if raw else None
+                body = json.loads(raw) if raw else None
+                if api == Api.OPENAI_RESPONSES and isinstance(body, dict) and body.get("previous_response_id"):
+                    body, raw = self._full_body(db, body, raw, [], _Producers(db, call_id))
+                prepared = prepare_full(api, body, raw, self._view(upstream)) if raw else None
             except Exception as e:
                 log.warning("could not reload call %s for analysis: %s", call_id, e)
                 continue
@@ -347,9 +404,9 @@ class _Producers:
         found = self.get(response_id)
         return found[1] if found else None
 
-    def linked(self, prompt: CanonicalPrompt | None) -> RecentCall | None:
-        """The call whose response this prompt continues server-side, if we captured it."""
-        found = self.get(prompt.previous_response_id) if prompt is not None and prompt.previous_response_id else None
+    def linked(self, previous_response_id: str | None) -> RecentCall | None:
+        """The call whose response a body's ``previous_response_id`` names, if we captured it."""
+        found = self.get(previous_response_id) if previous_response_id else None
         return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
 
 
@@ -447,15 +504,21 @@ def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None
 WRITER_ANALYZERS = "ctxscope.inspector.pipeline.analyze:writer_analyzers"
 
 
-def writer_analyzers(prices_path: str | None = None) -> list[Analyzer]:
+def writer_analyzers(prices_path: str | None = None, provider_itself: str | None = None) -> list[Analyzer]:
     """The analyzers the capture writer runs on every stored call. A bad price file costs its
-    overrides (said in the log), not the capture."""
+    overrides (said in the log), not the capture. ``provider_itself``: ``ProviderItself.to_text``
+    of the daemon's config (which upstreams leave known metadata blocks out of their cache key)."""
     try:
-        prices = load_prices(prices_path)
+        prices = load_prices(prices_path or None)
     except (ValueError, OSError) as exc:
         log.error("ignoring the price file: %s", exc)
         prices = load_prices()
-    return [Analyzer(prices=prices)]
+    try:
+        itself = ProviderItself.from_text(provider_itself)
+    except ValueError as exc:
+        log.error("ignoring the provider-itself settings: %s", exc)
+        itself = ProviderItself()
+    return [Analyzer(prices=prices, provider_itself=itself)]
 
 
 def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200) -> Iterator[str]:

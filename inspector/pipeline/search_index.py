@@ -91,11 +91,11 @@ WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 
 
 def writer_analyzers(
-    prices_path: str | None = None,
+    prices_path: str | None = None, provider_itself: str | None = None
 ) -> list[Analyzer | SearchIndexer | ReplayLinker | FindingsRecorder]:
     """The analysis, then the search index (which reads the session the analysis settled on), then
     the link from a replay to the call it re-sent, then the call's findings facts."""
-    analysis = analysis_analyzers(prices_path)
+    analysis = analysis_analyzers(prices_path, provider_itself)
     return [*analysis, SearchIndexer(analysis[0]), ReplayLinker(), FindingsRecorder(analysis[0])]
 
 

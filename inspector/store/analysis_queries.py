@@ -16,7 +16,7 @@ from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, NON_MODEL_SESSION, hit_rate
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 
-MISS_VERDICTS = ("client_break", "ttl_expired", "provider_miss")
+MISS_VERDICTS = ("client_break", "model_switch", "ttl_expired", "provider_miss")
 
 
 def _pointer_prefix(prefix: str) -> tuple[str, list[Any]]:

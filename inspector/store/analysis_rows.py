@@ -24,16 +24,16 @@ def write_analysis(db: Db, call_id: str, columns: dict[str, Any]) -> None:
     db.execute(f"UPDATE calls SET {', '.join(f'{k} = ?' for k in columns)} WHERE id = ?", [*columns.values(), call_id])
 
 
-Recent = tuple[str, str, str, int | None, str | None, str | None, str]
+Recent = tuple[str, str, str, int | None, str | None, str | None, str, str | None]
 
 
 def latest_thread_calls(
     db: Db, session: str, key_fingerprint: str | None, before_rowid: int, limit: int
 ) -> list[Recent]:
-    """(id, thread, started_at, capture_epoch, provider, api, session) of the scope's last
+    """(id, thread, started_at, capture_epoch, provider, api, session, upstream) of the scope's last
     successful calls stored before ``before_rowid``, newest first."""
     return db.execute(
-        """SELECT id, thread, started_at, capture_epoch, provider, api, session FROM calls
+        """SELECT id, thread, started_at, capture_epoch, provider, api, session, upstream FROM calls
            WHERE session = ? AND key_fingerprint IS ? AND rowid < ? AND thread IS NOT NULL
              AND outcome = 'ok' AND status < 400
            ORDER BY seq DESC LIMIT ?""",
@@ -53,7 +53,7 @@ def latest_unnamed_calls(
     key and client, whatever their session."""
     marks = ", ".join("?" for _ in grouped_by)
     return db.execute(
-        f"""SELECT id, thread, started_at, capture_epoch, provider, api, session FROM calls
+        f"""SELECT id, thread, started_at, capture_epoch, provider, api, session, upstream FROM calls
             WHERE key_fingerprint IS ? AND client IS ? AND grouped_by IN ({marks}) AND rowid < ?
               AND thread IS NOT NULL AND outcome = 'ok' AND status < 400
             ORDER BY rowid DESC LIMIT ?""",

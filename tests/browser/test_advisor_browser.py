@@ -27,13 +27,13 @@ def web(tmp_path_factory):
 
 
 def _churning_session(web, session: str, turns: int = 3) -> None:
-    """A system prompt whose first block carries a clock (and captured text that looks like HTML),
-    two tools that are never called, no breakpoints."""
+    """A system prompt whose first block carries a clock (and captured text that looks like HTML)
+    before the cached rules, two tools that are never called."""
     client = anthropic_client(web.url, session)
     web.sim_state().set_script([{"text": f"answer {i}"} for i in range(turns)])
     msgs: list = [{"role": "user", "content": "start"}]
     for i in range(turns):
-        system = [{"type": "text", "text": f"{HOSTILE} Now: 2026-12-01T10:0{i}:00Z"}, {"type": "text", "text": RULES}]
+        system = [{"type": "text", "text": f"{HOSTILE} Now: 2026-12-01T10:0{i}:00Z"}, {"type": "text", "text": RULES, "cache_control": {"type": "ephemeral"}}]
         r = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=system, tools=TOOLS, messages=msgs)
         msgs = [*msgs, {"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"go on {i}"}]
     client.close()

@@ -39,7 +39,7 @@ def prediction(family, reason, read, would, loss, ttl_expired, below, last_bp) -
         client_loss=loss,
         break_index=None,
         break_pointer=None,
-        break_kind=None,
+        break_kind="model" if reason == "model_change" else None,
         before_prev_last_breakpoint=None,
         ttl="5m",
         unrounded_read=read + 100 if family == "openai" and read else None,  # rounded again in provider units
@@ -50,7 +50,7 @@ PREDICTIONS = [
     prediction(*combo)
     for combo in itertools.product(
         ("anthropic", "openai", "unknown"),
-        ("first_call", "no_breakpoints", "diverged", "prefix_reused", "ttl_expired", "older_entry"),
+        ("first_call", "no_breakpoints", "diverged", "model_change", "prefix_reused", "ttl_expired", "older_entry"),
         (0, 1024, 3000),  # predicted read
         (0, 3000, 3900),  # would read had nothing expired
         (0, 500, 3000),  # client loss

@@ -297,11 +297,13 @@ def test_after_a_long_idle_gap_without_lineage_a_new_session_begins():
         GroupedBy.NEW,
         False,
     )
-    # ... unless it continues the lineage: a conversation resumed after lunch is still itself.
+    # ... and so does a call continuing it: lineage without an id holds only within the idle gap.
     resumed = place_call(
         "a1", cp(claude_code_turns(2)[1]), None, recent, fallback=("key:k", "key"), time=IDLE_GAP_S * 4
     )
-    assert (resumed.session_id, resumed.predecessor, resumed.grouped_by) == ("key:k:a0", "a0", GroupedBy.LINEAGE)
+    assert (resumed.session_id, resumed.predecessor, resumed.grouped_by) == ("key:k:a1", None, GroupedBy.NEW)
+    soon = place_call("a1", cp(claude_code_turns(2)[1]), None, recent, fallback=("key:k", "key"), time=IDLE_GAP_S - 1)
+    assert (soon.session_id, soon.predecessor, soon.grouped_by) == ("key:k:a0", "a0", GroupedBy.LINEAGE)
 
 
 def test_a_side_call_that_started_before_the_latest_call_but_ended_after_it_joins_its_session():

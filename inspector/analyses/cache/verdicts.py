@@ -99,8 +99,9 @@ def verdict(
     # A break costs what the predecessor had cached beyond what could still be read; when the
     # provider read even that (an older entry we did not model), nothing was lost.
     lost = max(0, round(p.client_loss * scale) - max(0, read - expected)) if p.client_loss > 0 else 0
-    if lost > 0 and modelled:
-        return result(CacheVerdict.CLIENT_BREAK, lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
+    if lost > 0 and modelled:  # a switch of model starts another cache: its cost is the switch's, not a break's
+        kind = CacheVerdict.MODEL_SWITCH if p.break_kind == "model" else CacheVerdict.CLIENT_BREAK
+        return result(kind, lost, f"{p.reason}: {p.break_kind} at {p.break_pointer}")
     would = round(p.would_read * scale)
     ttl_lost = would - max(read, expected)
     if p.ttl_expired and read < would // 2 and ttl_lost > 0 and modelled:
@@ -156,7 +157,9 @@ def judge_call(
     return prediction, judgement
 
 
-LOSS_VERDICTS = frozenset({CacheVerdict.CLIENT_BREAK, CacheVerdict.TTL_EXPIRED, CacheVerdict.PROVIDER_MISS})
+LOSS_VERDICTS = frozenset(
+    {CacheVerdict.CLIENT_BREAK, CacheVerdict.MODEL_SWITCH, CacheVerdict.TTL_EXPIRED, CacheVerdict.PROVIDER_MISS}
+)
 
 
 def contradiction(judgement: CacheJudgement, usage: Any, expected: int) -> str | None:
