@@ -35,6 +35,7 @@ from typing import Any
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.cache.prediction import Observed
+from ctxscope.inspector.analyses.cache.provider_agreement import provider_agreement
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
@@ -210,6 +211,15 @@ class Analyzer:
                 price=price,
                 provider_diagnostics=diagnostics,
             )
+            agreement = provider_agreement(
+                diagnostics,
+                relation.kind,
+                relation.epoch_reason,
+                cache.verdict,
+                cache.break_pointer,
+                cache.break_segment_kind,
+            )
+            cache = dataclasses.replace(cache, provider_agreement=agreement)
 
         markers: list[Marker] = []
         if prompt is not None and tokens is not None:

@@ -39,6 +39,7 @@ class CacheJudgement:
     provider_diagnostics: dict | None
     detail: str | None = None
     expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
+    provider_agreement: str | None = None  # the diagnosis held against this verdict (``provider_agreement``)
 
 
 def expected_read(prediction: CachePrediction, usage: Any) -> int:
