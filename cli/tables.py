@@ -28,6 +28,13 @@ def relation_word(value: Any) -> str:
     return word(RelationKind, value) or "-"
 
 
+def agreement_word(value: Any) -> str:
+    """The provider's diagnosis held against the verdict, compact: agree, DISAGREE, pending, -."""
+    if value == "disagree":
+        return "DISAGREE"
+    return str(value) if value in ("agree", "pending") else "-"
+
+
 def verdict_word(value: Any) -> str:
     return word(CacheVerdict, value) or "-"
 
@@ -51,8 +58,9 @@ CALL_COLUMNS = [
     Column("relation", "RELATION", relation_word),
     Column("pointer", "POINTER", shrink=True),
     Column("cache_verdict", "VERDICT", verdict_word),
+    Column("cache.provider_agreement", "PROVIDER", agreement_word),
 ]
-CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
+CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROVIDER", "REP_IN", "CACHE_R", "OUT")
 TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported; EST_TOKENS as ctxscope estimated"
 TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [

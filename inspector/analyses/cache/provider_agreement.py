@@ -109,3 +109,23 @@ def diagnosis_words(diagnostics: dict[str, Any] | None) -> str | None:
     reason = diagnostics.get("reason") or status
     missed = diagnostics.get("missed_tokens")
     return f"{reason}, {missed:,} tokens missed" if isinstance(missed, int) else str(reason)
+
+
+AGREEMENT_WORDS = {
+    ProviderAgreement.AGREE: "agrees with ctxscope's verdict",
+    ProviderAgreement.DISAGREE: "disagrees with ctxscope's verdict: the provider is the reference",
+    ProviderAgreement.PENDING: "the provider had not finished comparing",
+    ProviderAgreement.NONE: "no diagnosis to hold against ctxscope's verdict",
+}
+
+
+def diagnosis_sentence(cache: dict[str, Any] | None) -> str | None:
+    """A stored call's diagnosis and its agreement in one line, for ``show``, the call page and the
+    span ("system_changed, 1,700 tokens missed; agrees with ctxscope's verdict"); None when the call
+    did not ask."""
+    diagnostics = (cache or {}).get("provider_diagnostics")
+    words = diagnosis_words(diagnostics)
+    if words is None:
+        return None
+    agreement = (cache or {}).get("provider_agreement") or ProviderAgreement.NONE
+    return f"{words}; {AGREEMENT_WORDS.get(agreement, str(agreement))}"
