@@ -96,6 +96,7 @@ class DaemonConfig:
     writer: str = "process"
     limits: Limits = field(default_factory=Limits)  # timeouts, connection cap, body and decoded sizes
     export: ExportSettings | None = None  # OTLP export of stored calls (None: off)
+    ask_diagnosis: bool = False  # ask providers for their cache diagnosis on the client's behalf
 
 
 def read_config_file(path: Path) -> dict:
@@ -104,7 +105,17 @@ def read_config_file(path: Path) -> dict:
     (otlp_endpoint, headers, protocol, content)."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    unknown = set(data) - {"host", "port", "db", "upstreams", "allow_remote", "remote_key", "limits", "export"}
+    unknown = set(data) - {
+        "host",
+        "port",
+        "db",
+        "upstreams",
+        "allow_remote",
+        "remote_key",
+        "limits",
+        "export",
+        "ask_diagnosis",
+    }
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
     key = data.get("remote_key")
@@ -172,6 +183,7 @@ def build_config(
     allow_remote: bool,
     limit_options: tuple[str, ...] = (),
     otlp_endpoint: str | None = None,
+    ask_diagnosis: bool = False,
 ) -> DaemonConfig:
     """Defaults < config file < command line."""
     cfg = DaemonConfig()
@@ -183,6 +195,9 @@ def build_config(
         if "db" in data:
             cfg.db = Path(data["db"]).expanduser()
         cfg.allow_remote = bool(data.get("allow_remote", False))
+        if not isinstance(data.get("ask_diagnosis", False), bool):
+            raise ValueError(f"{config_file}: ask_diagnosis must be true or false")
+        cfg.ask_diagnosis = data.get("ask_diagnosis", False)
         cfg.remote_key = data.get("remote_key")
         for name, url in (data.get("upstreams") or {}).items():
             cfg.upstreams[name] = normalise_base_url(url)
@@ -194,6 +209,7 @@ def build_config(
     if db is not None:
         cfg.db = db
     cfg.allow_remote = cfg.allow_remote or allow_remote
+    cfg.ask_diagnosis = cfg.ask_diagnosis or ask_diagnosis
     if cfg.allow_remote and cfg.remote_key is None:
         cfg.remote_key = secrets.token_urlsafe(24)
     for text in upstream_options:

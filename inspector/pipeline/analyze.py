@@ -35,7 +35,7 @@ from typing import Any
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned
 from ctxscope.inspector.analyses.cache.prediction import Observed
-from ctxscope.inspector.analyses.cache.provider_agreement import provider_agreement
+from ctxscope.inspector.analyses.cache.provider_agreement import asked_body, provider_agreement
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
@@ -199,7 +199,7 @@ class Analyzer:
             prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
             if self.cache_memory is None:
                 self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
-            diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
+            diagnostics = parse_provider_diagnostics(inp.api, asked_body(inp.body, inp.annotations), inp.response)
             price = None if inp.provider == SIMULATOR_PROVIDER else self.prices.lookup(prompt.model)
             prediction, cache = judge_call(
                 prev_seen,

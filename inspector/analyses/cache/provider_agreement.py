@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import CacheVerdict, EpochReason, ProviderAgreement, RelationKind
 
 NO_DIVERGENCE = frozenset({"no_divergence", "cache_hit"})
@@ -87,6 +88,26 @@ def provider_agreement(
     broke = relation in (RelationKind.DIVERGED, RelationKind.EPOCH_START) or break_pointer is not None
     located = _under(break_pointer, prefixes) or (break_kind is not None and break_kind in kinds)
     return ProviderAgreement.AGREE if broke and located else ProviderAgreement.DISAGREE
+
+
+ASKED = Annotation.ASKED_DIAGNOSIS.value
+_ASKED_FIELDS = {
+    "diagnostics.previous_message_id": ("diagnostics", "previous_message_id"),
+    "prompt_cache_options.comparison_response_id": ("prompt_cache_options", "comparison_response_id"),
+}
+
+
+def asked_body(body: Any, annotations: Any) -> Any:
+    """The request as the provider saw it, for reading its diagnosis: the client's body with the
+    field ``serve --ask-diagnosis`` added upstream (its annotation), when the client asked nothing."""
+    added = next((v for k, v in annotations or () if k == ASKED), None)
+    if not isinstance(body, dict) or not isinstance(added, str):
+        return body
+    name, _, value = added.partition("=")
+    where = _ASKED_FIELDS.get(name)
+    if where is None or not value or where[0] in body:
+        return body
+    return {**body, where[0]: {where[1]: value}}
 
 
 def diagnosis_words(diagnostics: dict[str, Any] | None) -> str | None:
