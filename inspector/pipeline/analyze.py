@@ -218,6 +218,7 @@ class Analyzer:
                 cache.verdict,
                 cache.break_pointer,
                 cache.break_segment_kind,
+                relation.pointer,
             )
             cache = dataclasses.replace(cache, provider_agreement=agreement)
 

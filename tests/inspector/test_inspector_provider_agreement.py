@@ -135,6 +135,12 @@ def test_the_table(diag, relation, epoch, verdict, pointer, kind, expected):
     assert provider_agreement(diag, relation, epoch, verdict, pointer, kind) == expected
 
 
+def test_the_relations_pointer_stands_for_the_break_when_the_prediction_names_none():
+    diag = _anthropic({"type": "system_changed", "cache_missed_input_tokens": 9})
+    assert provider_agreement(diag, D, None, "not_requested", None, None, "/system") == AGREE
+    assert provider_agreement(diag, D, None, "not_requested", None, None, "/messages/1") == DIS
+
+
 def test_the_words():
     assert diagnosis_words(_anthropic({"type": "system_changed", "cache_missed_input_tokens": 4200})) == (
         "system_changed, 4,200 tokens missed"

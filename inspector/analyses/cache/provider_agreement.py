@@ -4,8 +4,8 @@
 ``parse_provider_diagnostics`` (``verdicts.py``) reads the provider's answer into a ``status`` (and
 OpenAI's ``reason``); this table says when ctxscope's relation and break agree with it. A break is
 where ctxscope's prediction puts the first difference from the predecessor (``break_pointer``, a
-JSON Pointer into this call's body, and the kind of segment there). Where the two disagree, the
-provider is the reference: it compared the prompts it actually cached.
+JSON Pointer into this call's body, and the kind of segment there), or the relation's pointer.
+Where the two disagree, the provider is the reference: it compared the prompts it actually cached.
 
 | provider says                                   | agrees when ctxscope has                                        |
 |-------------------------------------------------|-----------------------------------------------------------------|
@@ -65,8 +65,10 @@ def provider_agreement(
     verdict: str | None,
     break_pointer: str | None,
     break_kind: str | None,
+    relation_pointer: str | None = None,
 ) -> ProviderAgreement:
-    """The table above, for one call."""
+    """The table above, for one call. ``relation_pointer`` is the relation's first difference,
+    which stands for the break when the prediction names none (no cache breakpoints asked)."""
     if not diagnostics:
         return ProviderAgreement.NONE
     status = diagnostics.get("status")
@@ -86,7 +88,11 @@ def provider_agreement(
         return ProviderAgreement.AGREE
     prefixes, kinds = where
     broke = relation in (RelationKind.DIVERGED, RelationKind.EPOCH_START) or break_pointer is not None
-    located = _under(break_pointer, prefixes) or (break_kind is not None and break_kind in kinds)
+    located = (
+        _under(break_pointer, prefixes)
+        or _under(relation_pointer, prefixes)
+        or (break_kind is not None and break_kind in kinds)
+    )
     return ProviderAgreement.AGREE if broke and located else ProviderAgreement.DISAGREE
 
 
