@@ -50,7 +50,7 @@ def error_from_json(status: int | None, payload: Any, *, retry_after: float | No
 
 def previous_response_id(messages: Sequence[Message], provider: str) -> str | None:
     """The id of this conversation's latest answer from ``provider``: what a request names to ask
-    for the provider's cache diagnosis (docs/architecture.md, "The provider's diagnosis")."""
+    for the provider's cache diagnosis (docs/architecture.md, "Cache verdicts")."""
     for m in reversed(messages):
         if m.role == "assistant" and m.meta.get("provider") == provider and isinstance(m.meta.get("response_id"), str):
             return m.meta["response_id"]

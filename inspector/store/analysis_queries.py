@@ -149,8 +149,8 @@ def _agreement_report(counts: dict[str, int]) -> dict[str, Any]:
 def provider_agreement_counts(
     db: sqlite_utils.Database, where: str, params: list[Any], *, per_session: bool
 ) -> dict[str, Any]:
-    """The provider's cache diagnosis held against ours (docs/architecture.md, "The provider's
-    diagnosis"): agree / disagree / pending / none over the calls with a cache verdict, and the
+    """The provider's cache diagnosis held against ours (docs/architecture.md, "Cache
+    verdicts"): agree / disagree / pending / none over the calls with a cache verdict, and the
     agreement rate of those the provider diagnosed; ``per_session`` adds each session that had one."""
     rows = db.execute(
         f"SELECT session, {_AGREEMENT}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} cache IS NOT NULL"

@@ -1,5 +1,5 @@
 """Opt-in (``serve --ask-diagnosis``): ask the provider for its cache diagnosis on the client's
-behalf (docs/architecture.md, "The provider's diagnosis").
+behalf (docs/architecture.md, "Cache verdicts").
 
 For an Anthropic Messages or OpenAI Responses call whose conversation's latest answer id the
 daemon saw, the bytes sent upstream gain ``diagnostics.previous_message_id`` (and the

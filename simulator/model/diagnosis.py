@@ -1,5 +1,5 @@
 """The providers' own cache diagnosis, played by the simulator (docs/architecture.md, "The simulator
-speaks the diagnosis protocols").
+is a second implementation").
 
 A client that asks names an earlier answer's id; the simulator compares this request with the one
 that earlier answer was given to, as each provider describes its comparison:

@@ -1,5 +1,5 @@
 """The provider's own cache diagnosis held against ctxscope's verdict: one word per call
-(docs/architecture.md, "The provider's diagnosis").
+(docs/architecture.md, "Cache verdicts").
 
 ``parse_provider_diagnostics`` (``verdicts.py``) reads the provider's answer into a ``status`` (and
 OpenAI's ``reason``); this table says when ctxscope's relation and break agree with it. A break is
