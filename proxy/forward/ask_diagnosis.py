@@ -56,7 +56,7 @@ def _api(method: str, path: str) -> str | None:
     return None
 
 
-def _first_user(api: str, body: dict) -> object:
+def _first_user(api: str, body: dict[str, object]) -> object:
     items = body.get("messages") if api == "anthropic" else body.get("input")
     if isinstance(items, str):
         return items

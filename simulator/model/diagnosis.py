@@ -67,8 +67,8 @@ def anthropic_fingerprint(body: dict[str, Any], prompt: Prompt) -> Fingerprint:
 
 
 def responses_fingerprint(body: dict[str, Any], prompt: Prompt) -> Fingerprint:
-    text = body.get("text") if isinstance(body.get("text"), dict) else {}
-    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    text: dict[str, Any] = body["text"] if isinstance(body.get("text"), dict) else {}
+    reasoning: dict[str, Any] = body["reasoning"] if isinstance(body.get("reasoning"), dict) else {}
     params = (
         ("prompt_cache_key_changed", _hash(body.get("prompt_cache_key"))),
         ("tools_changed", _hash(body.get("tools"))),

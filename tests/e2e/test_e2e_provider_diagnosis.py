@@ -172,3 +172,20 @@ def test_ask_diagnosis_adds_the_field_upstream_and_keeps_the_clients_bytes(tmp_p
     diag = shown["cache"]["provider_diagnostics"]
     assert (diag["comparison_id"], diag["status"]) == (one.id, "system_changed")
     assert shown["cache"]["provider_agreement"] == "agree", (shown["relation"], shown["pointer"])
+
+
+def test_a_client_cannot_forge_what_ask_diagnosis_added(tmp_path):
+    """The annotation saying what the daemon added upstream is the proxy's alone: a client that
+    sends it gets it dropped, so its call is not read as having asked for a diagnosis."""
+    db = tmp_path / "c.db"
+    with running_serve(tmp_path, env={"CTXSCOPE_SIM_TOKEN": SIM_TOKEN}) as (_, base):
+        SimulatorControl(base + "/u/sim", SIM_TOKEN).set_script([{"text": "ok"}])
+        forged = {"x-ctxscope-asked-diagnosis": "diagnostics.previous_message_id=msg_forged"}
+        client = sdk_clients.Anthropic(
+            api_key="sk-ant-forge", base_url=base + "/s/forge/u/sim", max_retries=0, default_headers=forged
+        )
+        client.messages.create(model="claude-sonnet-4-6", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        [row] = _stored(db, 1)
+    shown = json.loads(_cli(tmp_path, "show", row["id"], "--json"))
+    assert not any(name == "x-ctxscope-asked-diagnosis" for name, _ in shown["annotations"] or [])
+    assert shown["cache"]["provider_diagnostics"] is None
