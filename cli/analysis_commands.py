@@ -211,6 +211,11 @@ def _safe(value: Any) -> str:
     return safe_text(value)
 
 
+def _agreement_line(c: dict) -> str:
+    rate = f"{c['rate']:.1%} agreement" if c["rate"] is not None else "no diagnosis yet"
+    return f"agree {c['agree']}, disagree {c['disagree']}, pending {c['pending']}, none {c['none']} ({rate})"
+
+
 def _show_stats(s: dict) -> None:
     from ctxscope.vocab.figures import LOSS_PRICING
 
@@ -242,6 +247,11 @@ def _show_stats(s: dict) -> None:
             f"({fmt_int(d['lost_tokens_compactions'])} to compactions)"
         )
         click.echo(f"breaks inside the cached prefix that are not compactions: {d['violations']}")
+    agreement = s.get("provider_agreement")
+    if agreement and (agreement["agree"] or agreement["disagree"] or agreement["pending"]):
+        click.echo(f"provider's cache diagnosis against ours: {_agreement_line(agreement)}")
+        for sid, counts in (agreement.get("by_session") or {}).items():
+            click.echo(f"  session {safe_text(sid)}: {_agreement_line(counts)}")
     if s["breaks"]:
         click.echo("breaks by cause:")
         emit_table(

@@ -206,7 +206,12 @@ async def start_daemon(
         )
     forwarder = Forwarder(
         ProxySettings(
-            upstreams=upstreams, salt=salt, limits=cfg.limits, on_demand=on_demand, allow_remote=cfg.allow_remote
+            upstreams=upstreams,
+            salt=salt,
+            limits=cfg.limits,
+            on_demand=on_demand,
+            allow_remote=cfg.allow_remote,
+            ask_diagnosis=cfg.ask_diagnosis,
         ),
         writer,
     )

@@ -222,6 +222,8 @@ async def run_demo_session(daemon: RunningDaemon, db_path: Path, echo: Echo, *, 
     echo("")
     for line in discipline_lines(discipline):
         echo(line)
+    for line in await asyncio.to_thread(diagnosis_lines, db_path, session):
+        echo(line)
     for line in await asyncio.to_thread(thread_lines, db_path, session):
         echo(line)
     url = f"{daemon.url}/#/session/{session}"
@@ -274,6 +276,37 @@ def thread_lines(db_path: Path, session: str) -> list[str]:
             f"  side T{t['index'] + 1} (thread {t['thread'][:12]}): {t['calls']} calls, from call #{t['first_seq']}"
             for t in top["children"]
         ]
+    return lines
+
+
+def diagnosis_lines(db_path: Path, session: str) -> list[str]:
+    """The provider's cache diagnoses (our agent asks for them) against ctxscope's verdicts, and the
+    first break the provider diagnosed, in words."""
+    from ctxscope.inspector.analyses.cache.provider_agreement import diagnosis_sentence
+    from ctxscope.inspector.store.analysis_queries import provider_agreement_counts
+    from ctxscope.inspector.store.queries import list_calls, open_db
+
+    db = open_db(db_path)
+    try:
+        c = provider_agreement_counts(db, "WHERE session = ?", [session], per_session=False)
+        calls = list_calls(db, session=session, limit=None, newest_first=False)
+    finally:
+        db.close()
+    rate = f"{c['rate']:.1%} agreement" if c["rate"] is not None else "no diagnosis"
+    lines = [
+        f"provider's cache diagnosis against ours: agree {c['agree']}, disagree {c['disagree']}, "
+        f"pending {c['pending']}, none {c['none']} ({rate})"
+    ]
+    broke = next(
+        (
+            r
+            for r in calls
+            if r.get("cache_verdict") == "client_break" and (r.get("cache") or {}).get("provider_agreement")
+        ),
+        None,
+    )
+    if broke is not None:
+        lines.append(f"  the break at call #{broke['seq']}: the provider says {diagnosis_sentence(broke['cache'])}")
     return lines
 
 

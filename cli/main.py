@@ -188,6 +188,13 @@ def cli() -> None:
     help="Export every stored call as an OpenTelemetry span to this OTLP/HTTP collector "
     "(e.g. http://127.0.0.1:4318; also otlp_endpoint in an [export] table of --config).",
 )
+@click.option(
+    "--ask-diagnosis",
+    is_flag=True,
+    help="Ask Anthropic and OpenAI (Responses) for their own cache diagnosis on the client's behalf: "
+    "the bytes sent upstream gain the request field (the capture keeps the client's; also "
+    "ask_diagnosis = true in --config).",
+)
 def serve(
     host: str | None,
     port: int | None,
@@ -197,6 +204,7 @@ def serve(
     allow_remote: bool,
     limits: tuple[str, ...],
     otlp_endpoint: str | None,
+    ask_diagnosis: bool,
 ) -> None:
     """Run the capture proxy daemon (with the built-in simulator at /u/sim)."""
     from .daemon import RunningDaemon, run, serve_forever
@@ -212,6 +220,7 @@ def serve(
             allow_remote=allow_remote,
             limit_options=limits,
             otlp_endpoint=otlp_endpoint,
+            ask_diagnosis=ask_diagnosis,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -233,6 +242,8 @@ def serve(
             )
         if cfg.export is not None:
             click.echo(f"  Export:     stored calls as OTLP spans to {cfg.export.endpoint}")
+        if cfg.ask_diagnosis:
+            click.echo("  Diagnosis:  asking providers for their cache diagnosis (sent bytes gain the request field)")
         for name, url in sorted(cfg.upstreams.items()):
             if name not in ("anthropic", "openai", "gemini"):
                 click.echo(f"  {name}: {daemon.url}/u/{name}/ -> {url}")

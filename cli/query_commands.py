@@ -241,6 +241,7 @@ def _write_raw(db: sqlite_utils.Database, row: dict, kind: str, exact: bool) -> 
 def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
     """A call in words: where it sits, how its prompt relates to the one before, what the cache did,
     the tokens (reported by the provider and estimated here), the markers and the answer's start."""
+    from ctxscope.inspector.analyses.cache.provider_agreement import diagnosis_sentence
     from ctxscope.inspector.analyses.marker_text import marker_summary
     from ctxscope.inspector.store import queries
 
@@ -294,6 +295,7 @@ def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
             ("relation", relation),
             ("pointer", safe_text(row.get("pointer")) if row.get("pointer") else "- (no difference inside the prompt)"),
             ("cache", verdict_text),
+            ("provider", safe_text(diagnosis_sentence(cache) or "- (the client did not ask for a diagnosis)")),
             ("reported", f"{reported}  (by the provider)"),
             ("estimated", f"{fmt_int(row.get('tokens_estimated'))} prompt tokens  (counted by ctxscope)"),
         ],

@@ -113,6 +113,8 @@ class DaemonConfig:
             }
         ).to_text()
 
+    ask_diagnosis: bool = False  # ask providers for their cache diagnosis on the client's behalf
+
 
 def read_config_file(path: Path) -> dict:
     """TOML: top-level host, port, db, allow_remote, a table [upstreams] of NAME = "URL", a table
@@ -131,6 +133,7 @@ def read_config_file(path: Path) -> dict:
         "limits",
         "export",
         "provider_itself",
+        "ask_diagnosis",
     }
     if unknown:
         raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
@@ -202,6 +205,7 @@ def build_config(
     allow_remote: bool,
     limit_options: tuple[str, ...] = (),
     otlp_endpoint: str | None = None,
+    ask_diagnosis: bool = False,
 ) -> DaemonConfig:
     """Defaults < config file < command line."""
     cfg = DaemonConfig()
@@ -213,6 +217,9 @@ def build_config(
         if "db" in data:
             cfg.db = Path(data["db"]).expanduser()
         cfg.allow_remote = bool(data.get("allow_remote", False))
+        if not isinstance(data.get("ask_diagnosis", False), bool):
+            raise ValueError(f"{config_file}: ask_diagnosis must be true or false")
+        cfg.ask_diagnosis = data.get("ask_diagnosis", False)
         cfg.remote_key = data.get("remote_key")
         for name, url in (data.get("upstreams") or {}).items():
             cfg.upstreams[name] = normalise_base_url(url)
@@ -224,6 +231,7 @@ def build_config(
     if db is not None:
         cfg.db = db
     cfg.allow_remote = cfg.allow_remote or allow_remote
+    cfg.ask_diagnosis = cfg.ask_diagnosis or ask_diagnosis
     if cfg.allow_remote and cfg.remote_key is None:
         cfg.remote_key = secrets.token_urlsafe(24)
     for text in upstream_options:

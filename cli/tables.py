@@ -29,6 +29,13 @@ def relation_word(value: Any) -> str:
     return word(RelationKind, value) or "-"
 
 
+def agreement_word(value: Any) -> str:
+    """The provider's diagnosis held against the verdict, compact: agree, DISAGREE, pending, -."""
+    if value == "disagree":
+        return "DISAGREE"
+    return str(value) if value in ("agree", "pending") else "-"
+
+
 def verdict_word(value: Any) -> str:
     return word(CacheVerdict, value) or "-"
 
@@ -52,8 +59,9 @@ CALL_COLUMNS = [
     Column("relation", "RELATION", relation_word),
     Column("pointer", "POINTER", shrink=True),
     Column("cache_verdict", "VERDICT", verdict_word),
+    Column("cache.provider_agreement", "PROVIDER", agreement_word),
 ]
-CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROMPT", "CACHE_R", "OUT")
+CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROVIDER", "PROMPT", "CACHE_R", "OUT")
 # Which figure each token column is (docs/architecture.md, "Cache verdicts"): CACHE_R, CACHE_W and OUT
 # exactly as the provider reported them; PROMPT the whole prompt from the provider's report (its
 # input field, plus the cache reads and writes Anthropic reports apart); EST_TOKENS ctxscope's estimate.

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ctxscope.simulator.model.agentic import agentic_reply
+from ctxscope.simulator.model.diagnosis import diagnose
 from ctxscope.simulator.model.prompt import PromptError
 from ctxscope.simulator.model.script import ErrorSpec, Reply, Step, output_tokens
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
@@ -175,7 +176,17 @@ async def resolve_turn(
         response_id=state.ids.make(wire.response_id_prefix),
         call_ids=tuple(call.id or state.ids.make(wire.call_id_prefix) for call in reply.tool_calls),
         conversation=conversation,
+        diagnosis=diagnose(
+            wire.api,
+            headers,
+            body,
+            prompt,
+            state.fingerprints,
+            pending=step is not None and step.diagnosis_pending,
+        ),
     )
+    if turn.diagnosis.fingerprint is not None:
+        state.remember_fingerprint(turn.response_id, turn.diagnosis.fingerprint)
     remembered = wire.remember(turn)
     if remembered is not None:
         state.remember_response(turn.response_id, remembered)

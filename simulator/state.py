@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ctxscope.simulator.control.requestlog import RequestLog
 from ctxscope.simulator.model.cache import PromptCache
+from ctxscope.simulator.model.diagnosis import Fingerprint
 from ctxscope.simulator.model.ids import IdMaker
 from ctxscope.simulator.model.prompt import Block
 from ctxscope.simulator.model.script import Step, parse_script
@@ -41,6 +42,7 @@ class SimulatorState:
         self.cache = PromptCache()
         self.ids = IdMaker()
         self.responses: dict[str, tuple[Block, ...]] = {}  # Responses id -> conversation blocks
+        self.fingerprints: dict[str, Fingerprint] = {}  # answer id -> its request, for cache diagnoses
         self._lock = threading.Lock()
         self._queue: list[Step] = []
         self._requests = RequestLog()
@@ -94,6 +96,12 @@ class SimulatorState:
         while len(self.responses) > MAX_REMEMBERED_RESPONSES:
             del self.responses[next(iter(self.responses))]
 
+    def remember_fingerprint(self, response_id: str, fingerprint: Fingerprint) -> None:
+        """Keep what a later cache diagnosis compares with (oldest forgotten first)."""
+        self.fingerprints[response_id] = fingerprint
+        while len(self.fingerprints) > MAX_REMEMBERED_RESPONSES:
+            del self.fingerprints[next(iter(self.fingerprints))]
+
     def requests(self) -> list[dict[str, Any]]:
         return self._requests.entries()
 
@@ -106,6 +114,7 @@ class SimulatorState:
         self._requests.clear()
         self.cache.clear()
         self.responses.clear()
+        self.fingerprints.clear()
         self.ids.reset()
 
 

@@ -25,6 +25,7 @@ class Annotation(StrEnum):
     REPLAY_OF = "x-ctxscope-replay-of"  # the id of the call a replay repeats
     REPLAY_ID = "x-ctxscope-replay-id"  # a nonce telling this replay's call from earlier ones
     IMPORTED = "x-ctxscope-imported"  # set by an import on every call it stores: the file's format
+    ASKED_DIAGNOSIS = "x-ctxscope-asked-diagnosis"  # serve --ask-diagnosis: the field it added upstream
 
 
 TOKEN = "X-Ctxscope-Token"  # the web UI's control token, on every state-changing API request

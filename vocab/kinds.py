@@ -122,3 +122,13 @@ class CompactionTrigger(StrEnum):
     OVERFLOW = "overflow"  # the provider refused the prompt as too long
     LIMIT = "limit"  # over the input limit while the thrash guard held automatic compaction back
     MANUAL = "manual"  # /compact
+
+
+class ProviderAgreement(StrEnum):
+    """The provider's own cache diagnosis held against ctxscope's verdict
+    (``inspector/analyses/cache/provider_agreement.py`` has the table)."""
+
+    AGREE = "agree"
+    DISAGREE = "disagree"
+    PENDING = "pending"  # the provider's comparison was not finished when it answered
+    NONE = "none"  # no diagnosis: not asked, nothing to compare, or the provider could not say

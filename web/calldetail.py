@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 import sqlite_utils
 
+from ctxscope.inspector.analyses.cache.provider_agreement import diagnosis_sentence
 from ctxscope.inspector.share.bodies import BodyExport, export_body
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
@@ -93,6 +94,8 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
             row.setdefault(key, None)
     row = normalise_call(row)
     row["client_name"] = client_name(row.get("client"))
+    if isinstance(row.get("cache"), dict):  # the provider's diagnosis in words, beside our verdict
+        row["cache"]["provider_sentence"] = diagnosis_sentence(row["cache"])
     _thread_role(db, row)
     size = row.get("request_bytes") or 0
     request, note = None, None

@@ -15,6 +15,7 @@ from datetime import datetime
 import sqlite_utils
 
 from ctxscope.inspector.base.usd import total_usd
+from ctxscope.inspector.store.analysis_queries import provider_agreement_counts
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
 from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
@@ -265,7 +266,12 @@ def session_view(
         "opened": opened,
         "calls": page,
         "series": _series(rows, threads),
-        "summary": _summary(rows),
+        "summary": {
+            **_summary(rows),
+            "provider_agreement": provider_agreement_counts(db, "WHERE session = ?", [session], per_session=False)
+            if "cache" in call_columns(db)
+            else None,
+        },
         "threads": [{"thread": t, "index": i, "calls": counts[t], "main": t == main} for t, i in threads.items()],
         "analysis": any(r.get("relation") is not None for r in rows),
     }

@@ -233,6 +233,7 @@ class TurnRunner:
                 model=response.model,
                 usage=response.usage.to_dict() if response.usage else None,
                 provider=self.client.provider,
+                response_id=response.response_id,  # what the next request names for the provider's cache diagnosis
             )
             self._pending, self._done = answer.tool_calls, {}
             await self.history.append(answer)

@@ -25,11 +25,12 @@ from ..core.model import (
     ToolCallDelta,
     Usage,
 )
-from .http import HttpModelClient, error_from_json, load_json
+from .http import HttpModelClient, error_from_json, load_json, previous_response_id
 from .sse import SSEEvent
 
 API = "anthropic"
 VERSION = "2023-06-01"
+DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"  # diagnostics.previous_message_id -> diagnostics.cache_miss_reason
 EPHEMERAL = {"type": "ephemeral"}
 _STOPS = {"end_turn": STOP, "stop_sequence": STOP, "tool_use": TOOL_USE, "max_tokens": LENGTH}
 _BAD_ID = re.compile(r"[^a-zA-Z0-9_-]")
@@ -210,10 +211,15 @@ class AnthropicClient(HttpModelClient):
         self.thinking_budget = thinking_budget
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        return build_body(request, self.model, thinking_budget=self.thinking_budget)
+        body = build_body(request, self.model, thinking_budget=self.thinking_budget)
+        # Ask for Anthropic's own cache diagnosis against this conversation's latest answer (null on
+        # the first turn: opted in, nothing to compare); the beta header goes with it (auth_headers).
+        body["diagnostics"] = {"previous_message_id": previous_response_id(request.messages, self.provider)}
+        return body
 
     def auth_headers(self) -> dict[str, str]:
-        headers = {"anthropic-version": VERSION}
+        betas = [b.strip() for b in self.extra_headers.get("anthropic-beta", "").split(",") if b.strip()]
+        headers = {"anthropic-version": VERSION, "anthropic-beta": ",".join(dict.fromkeys([*betas, DIAGNOSIS_BETA]))}
         if self._api_key:
             headers["x-api-key"] = self._api_key
         return headers

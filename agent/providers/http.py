@@ -7,13 +7,14 @@ Each provider module supplies the wire body, its auth headers and a pure stream 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
 
 from ctxscope.vocab.headers import Annotation
 
+from ..core.messages import Message
 from ..core.model import DeltaSink, ModelRequest, ModelResponse, PreparedCall, ProviderError, RetryNotice, dumps
 from .retry import RetryPolicy, classify, parse_retry_after
 from .sse import SSEDecoder, SSEEvent
@@ -45,6 +46,15 @@ def error_from_json(status: int | None, payload: Any, *, retry_after: float | No
     else:
         kind, message = None, str(payload)[:500]
     return classify(status, str(kind) if kind else None, str(message), retry_after=retry_after)
+
+
+def previous_response_id(messages: Sequence[Message], provider: str) -> str | None:
+    """The id of this conversation's latest answer from ``provider``: what a request names to ask
+    for the provider's cache diagnosis (docs/architecture.md, "Cache verdicts")."""
+    for m in reversed(messages):
+        if m.role == "assistant" and m.meta.get("provider") == provider and isinstance(m.meta.get("response_id"), str):
+            return m.meta["response_id"]
+    return None
 
 
 class HttpModelClient:

@@ -23,7 +23,7 @@ from ..core.model import (
     ToolCallDelta,
     Usage,
 )
-from .http import HttpModelClient, error_from_json, load_json
+from .http import HttpModelClient, error_from_json, load_json, previous_response_id
 from .openai_chat import arguments_text, parse_call
 from .sse import SSEEvent
 
@@ -162,7 +162,12 @@ class OpenAIResponsesClient(HttpModelClient):
     path = "/responses"
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        return build_body(request, self.model)
+        body = build_body(request, self.model)
+        # Ask for OpenAI's prompt cache diagnosis against this conversation's latest answer.
+        previous = previous_response_id(request.messages, self.provider)
+        if previous is not None:
+            body["prompt_cache_options"] = {"comparison_response_id": previous}
+        return body
 
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}

@@ -29,7 +29,8 @@ KINDS = (
     "other",
 )
 MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
-POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
+# diagnostics: Anthropic's cache-diagnosis request, which names the previous answer on every call
+POLICY_KEYS = ("cache_control", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "diagnostics")
 REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 

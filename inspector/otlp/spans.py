@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from ctxscope.inspector.analyses.cache.provider_agreement import diagnosis_words
 from ctxscope.proxy.redaction.mask import mask_keys_in
 
 SCOPE = InstrumentationScope("ctxscope", "1")
@@ -57,6 +58,14 @@ def _attributes(row: dict[str, Any], response_model: str | None) -> dict[str, An
         kinds = [m["kind"] for m in json.loads(markers) if isinstance(m, dict) and "kind" in m] if markers else []
     except (ValueError, TypeError):
         kinds = []
+    cache = row.get("cache")
+    if isinstance(cache, str):
+        try:
+            cache = json.loads(cache)
+        except ValueError:
+            cache = None
+    cache = cache if isinstance(cache, dict) else {}
+    diagnosis = diagnosis_words(cache.get("provider_diagnostics"))
     values: dict[str, Any] = {
         "gen_ai.system": _SYSTEMS.get(family, family or row.get("provider")),
         "gen_ai.provider.name": _SYSTEMS.get(family, family or row.get("provider")),
@@ -77,6 +86,10 @@ def _attributes(row: dict[str, Any], response_model: str | None) -> dict[str, An
         "ctxscope.epoch_reason": row.get("epoch_reason"),
         "ctxscope.cache.verdict": row.get("cache_verdict"),
         "ctxscope.cache.tokens_lost": row.get("cache_lost_tokens"),
+        "ctxscope.provider_cache_diagnosis": diagnosis,
+        "ctxscope.provider_cache_diagnosis.agreement": (cache.get("provider_agreement") or "none")
+        if diagnosis
+        else None,
         "ctxscope.markers": kinds,
         "ctxscope.grouped_by": row.get("grouped_by"),
         "ctxscope.api": api or None,

@@ -53,6 +53,8 @@ class Analysis:
                 "detail": c.detail,
                 "provider_diagnostics": c.provider_diagnostics,
                 "expected_read": c.expected_read,
+                # "none" is the default the readers put back (store/columns.py)
+                "provider_agreement": c.provider_agreement if c.provider_agreement != "none" else None,
             }
             if pred is not None:
                 cache.update(

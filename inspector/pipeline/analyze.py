@@ -36,6 +36,7 @@ from typing import Any
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, Learned, reported
 from ctxscope.inspector.analyses.cache.prediction import Observed
+from ctxscope.inspector.analyses.cache.provider_agreement import asked_body, provider_agreement
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
@@ -213,7 +214,7 @@ class Analyzer:
             prev_seen = Observed(prev.prompt, prev.tokens, prev.time) if prev is not None else None
             if self.cache_memory is None:
                 self.cache_memory = CacheMemory(Learned(*row) for row in cache_minimums.load(db))
-            diagnostics = parse_provider_diagnostics(inp.api, inp.body, inp.response)
+            diagnostics = parse_provider_diagnostics(inp.api, asked_body(inp.body, inp.annotations), inp.response)
             got = reported(inp.usage)
             price = self.prices.quote(
                 prompt.model, inp.started_at, prompt_tokens=got[0] if got else tokens.total, provider=inp.provider
@@ -228,6 +229,16 @@ class Analyzer:
                 price=price,
                 provider_diagnostics=diagnostics,
             )
+            agreement = provider_agreement(
+                diagnostics,
+                relation.kind,
+                relation.epoch_reason,
+                cache.verdict,
+                cache.break_pointer,
+                cache.break_segment_kind,
+                relation.pointer,
+            )
+            cache = dataclasses.replace(cache, provider_agreement=agreement)
 
         markers: list[Marker] = []
         if prompt is not None and tokens is not None:

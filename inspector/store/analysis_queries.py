@@ -133,7 +133,40 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str,
         "lost_usd": total_usd([lost_usd]),  # the one loss figure (analyses/cache/loss.py)
         "compactions": compactions or 0,
         "cache_discipline": cache_discipline(db, session=session),
+        "provider_agreement": provider_agreement_counts(db, where, params, per_session=session is None),
     }
+
+
+_AGREEMENT = "COALESCE(json_extract(cache, '$.provider_agreement'), 'none')"
+
+
+def _agreement_report(counts: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: counts.get(k, 0) for k in ("agree", "disagree", "pending", "none")}
+    judged = out["agree"] + out["disagree"]
+    out["rate"] = round(out["agree"] / judged, 4) if judged else None  # of the calls with a diagnosis
+    return out
+
+
+def provider_agreement_counts(
+    db: sqlite_utils.Database, where: str, params: list[Any], *, per_session: bool
+) -> dict[str, Any]:
+    """The provider's cache diagnosis held against ours (docs/architecture.md, "Cache
+    verdicts"): agree / disagree / pending / none over the calls with a cache verdict, and the
+    agreement rate of those the provider diagnosed; ``per_session`` adds each session that had one."""
+    rows = db.execute(
+        f"SELECT session, {_AGREEMENT}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} cache IS NOT NULL"
+        " GROUP BY 1, 2",
+        params,
+    ).fetchall()
+    overall: dict[str, int] = {}
+    sessions: dict[str, dict[str, int]] = {}
+    for sid, word, n in rows:
+        overall[word] = overall.get(word, 0) + n
+        sessions.setdefault(sid, {})[word] = n
+    report = _agreement_report(overall)
+    if per_session:
+        report["by_session"] = {sid: _agreement_report(c) for sid, c in sessions.items() if any(k != "none" for k in c)}
+    return report
 
 
 def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list[Any]) -> dict[str, Any]:

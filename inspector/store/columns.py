@@ -24,6 +24,7 @@ _CACHE_MEMBERS = (
     "detail",
     "provider_diagnostics",
     "expected_read",
+    "provider_agreement",
 )
 _PREDICTION_MEMBERS = (
     "family",

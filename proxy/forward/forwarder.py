@@ -27,6 +27,7 @@ from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.defence.hosts import cross_site, host_allowed
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.answers import error_body, gone, refusal
+from ctxscope.proxy.forward.ask_diagnosis import DiagnosisAsker, asked_annotation
 from ctxscope.proxy.forward.headers import SANDBOX, annotation, skip_auto_headers, split_request_headers
 from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
@@ -57,6 +58,9 @@ class ProxySettings:
     # Remote mode (`serve --allow-remote`): provider routes answer any Host (peers name this
     # machine as they know it); a foreign page's Origin is refused all the same.
     allow_remote: bool = False
+    # `serve --ask-diagnosis`: ask the provider for its cache diagnosis on the client's behalf
+    # (forward/ask_diagnosis.py); off, the hot path parses nothing.
+    ask_diagnosis: bool = False
 
 
 class UpgradeRelay(Protocol):
@@ -91,6 +95,7 @@ class Forwarder:
         # without a query (made once: yarl's URL costs more than the lookup).
         self._routes: dict[str, tuple[Route, URL | str]] = {}
         self.websockets: UpgradeRelay | None = None
+        self.asker = DiagnosisAsker() if settings.ask_diagnosis else None
 
     def _env_proxy(self, base_url: str) -> str | None:
         """HTTP(S)_PROXY / NO_PROXY for an upstream, looked up once per upstream, not per request
@@ -185,6 +190,8 @@ class Forwarder:
             )
 
         headers, annotations, present = split_request_headers(request.raw_headers)
+        if annotations and any(k == Annotation.ASKED_DIAGNOSIS for k, _ in annotations):
+            annotations = [(k, v) for k, v in annotations if k != Annotation.ASKED_DIAGNOSIS]  # ours alone
         label = route.session_label or (annotation(annotations, Annotation.SESSION) if annotations else None)
         if (
             self.websockets is not None
@@ -225,6 +232,14 @@ class Forwarder:
         session = self._session
         if session is None:
             raise RuntimeError("Forwarder.start() was not awaited")
+        asked = None
+        if self.asker is not None and not route.control:
+            who = label or next((v for k, v in headers if k.lower() in ("x-api-key", "authorization")), None)
+            asked = self.asker.prepare(request.method, route.upstream.name, route.path, headers, body, who)
+            if asked is not None:
+                headers, body = asked.headers, asked.body  # rec keeps the client's
+                if asked.added is not None:
+                    rec.annotations = [*rec.annotations, asked_annotation(asked.added)]
         try:
             try:
                 upstream = await session.request(
@@ -277,6 +292,9 @@ class Forwarder:
                     upstream.release()
                 else:  # cancel the upstream request: nobody will read the rest
                     upstream.close()
+                if asked is not None and self.asker is not None and rec.outcome == Outcome.OK:
+                    encoding = next((v for k, v in rec.response_headers if k.lower() == "content-encoding"), None)
+                    self.asker.learn(asked, rec.status, rec.chunks, encoding)
                 self._submit(rec)
         finally:
             if watch is not None:

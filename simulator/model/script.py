@@ -26,6 +26,8 @@ Step keys (all optional; unknown keys are rejected so a typo fails loudly):
   in each API's terms.
 - ``context_window``: this step's window; a prompt above it gets the provider's context-overflow
   error and the step stays queued (so a compacting client can retry with a shorter prompt).
+- ``diagnosis_pending``: true → a request that asks for Anthropic's cache diagnosis gets
+  ``{"cache_miss_reason": null}`` (the comparison still pending).
 - ``match``: the step is taken only by a request whose last message text contains this string;
   steps without ``match`` take any request. The first eligible step in the queue is used.
 """
@@ -89,6 +91,7 @@ class Step:
     truncated: bool = False
     context_window: int | None = None
     match: str | None = None
+    diagnosis_pending: bool = False
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def matches(self, last_text: str) -> bool:
@@ -108,6 +111,7 @@ _KEYS = {
     "stop_reason",
     "context_window",
     "match",
+    "diagnosis_pending",
 }
 
 
@@ -188,6 +192,7 @@ def parse_step(value: Any) -> Step:
         truncated=stop in TRUNCATING_STOPS,
         context_window=_int(window, "context_window", 1) if window is not None else None,
         match=_str(value["match"], "match") if value.get("match") is not None else None,
+        diagnosis_pending=value.get("diagnosis_pending") is True,
         raw=dict(value),
     )
 

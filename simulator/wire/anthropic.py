@@ -99,7 +99,7 @@ class AnthropicWire:
     def _message(
         self, turn: Turn, content: list[dict[str, Any]], stop: str | None, output_tokens: int
     ) -> dict[str, Any]:
-        return {
+        message = {
             "id": turn.response_id,
             "type": "message",
             "role": "assistant",
@@ -109,6 +109,9 @@ class AnthropicWire:
             "stop_sequence": None,
             "usage": self._usage(turn, output_tokens),
         }
+        if turn.diagnosis.asked:  # on the message, so streamed on message_start (no later event completes it)
+            message["diagnostics"] = turn.diagnosis.value
+        return message
 
     def response(self, turn: Turn) -> dict[str, Any]:
         return self._message(turn, self._blocks(turn), self._stop_reason(turn), turn.output_tokens)

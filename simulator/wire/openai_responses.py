@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.diagnosis import responses_cache_options
 from ctxscope.simulator.model.prompt import Block, Prompt, PromptError, responses_item_blocks, responses_prompt
 from ctxscope.simulator.model.script import ErrorSpec
 from ctxscope.simulator.wire.openai_chat import openai_error, openai_usage_fields
@@ -109,7 +110,14 @@ class ResponsesWire:
     ) -> dict[str, Any]:
         body = turn.body
         text_cfg = body.get("text") if isinstance(body.get("text"), dict) else {"format": {"type": "text"}}
+        diagnosis = {}
+        if turn.diagnosis.asked:
+            diagnosis = {
+                "prompt_cache_options": responses_cache_options(body),
+                "prompt_cache_diagnostics": turn.diagnosis.value,
+            }
         return {
+            **diagnosis,
             "id": turn.response_id,
             "object": "response",
             "created_at": turn.created,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxscope.simulator.model.cache import PromptCache, PromptUsage
+from ctxscope.simulator.model.diagnosis import NOT_ASKED, Diagnosis
 from ctxscope.simulator.model.ids import IdMaker
 from ctxscope.simulator.model.prompt import Block, Prompt
 from ctxscope.simulator.model.script import ErrorSpec, Reply
@@ -27,6 +28,7 @@ class Turn:
     response_id: str  # msg_01…, chatcmpl-…, resp_…
     call_ids: tuple[str, ...]  # one per scripted tool call (scripted id or generated)
     conversation: tuple[Block, ...] = ()  # Responses: blocks to remember for previous_response_id
+    diagnosis: Diagnosis = NOT_ASKED  # the provider's cache diagnosis, when the request asked
 
 
 class Wire(Protocol):

@@ -33,7 +33,10 @@ def _churning_session(web, session: str, turns: int = 3) -> None:
     web.sim_state().set_script([{"text": f"answer {i}"} for i in range(turns)])
     msgs: list = [{"role": "user", "content": "start"}]
     for i in range(turns):
-        system = [{"type": "text", "text": f"{HOSTILE} Now: 2026-12-01T10:0{i}:00Z"}, {"type": "text", "text": RULES, "cache_control": {"type": "ephemeral"}}]
+        system = [
+            {"type": "text", "text": f"{HOSTILE} Now: 2026-12-01T10:0{i}:00Z"},
+            {"type": "text", "text": RULES, "cache_control": {"type": "ephemeral"}},
+        ]
         r = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system=system, tools=TOOLS, messages=msgs)
         msgs = [*msgs, {"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"go on {i}"}]
     client.close()

@@ -126,3 +126,16 @@ def test_session_text_lists_each_effect_in_words(demo):
         out,
     )
     assert re.search(r"reminder\s+declared\s+at \S+\s+round reminder from agent_context", out)
+
+
+def test_the_provider_diagnoses_the_demos_breaks_and_agrees(demo):
+    runner, db, session, output = demo
+    line = next(x for x in output.splitlines() if x.startswith("provider's cache diagnosis against ours"))
+    agree = int(re.search(r"agree (\d+)", line).group(1))
+    assert agree > 10 and "disagree 0," in line and "(100.0% agreement)" in line, line
+    assert re.search(
+        r"the break at call #\d+: the provider says messages_changed, [\d,]+ tokens missed; agrees", output
+    )
+    out = runner.invoke(cli, ["stats", "--session", session, "--db", str(db), "--json"])
+    counts = json.loads(out.output)["provider_agreement"]
+    assert (counts["agree"], counts["disagree"], counts["rate"]) == (agree, 0, 1.0)

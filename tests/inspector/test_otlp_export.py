@@ -383,3 +383,27 @@ def test_stored_order_numbers_are_never_reused_after_a_deletion(tmp_path):
         assert db.execute("SELECT MAX(seq) FROM stored_order").fetchone()[0] == before + 1
     finally:
         db.close()
+
+
+def test_the_span_says_the_providers_cache_diagnosis_and_its_agreement():
+    row = {
+        "id": "c2",
+        "started_at": "2026-12-01T09:00:00.000000Z",
+        "ended_at": "2026-12-01T09:00:01.000000Z",
+        "api": "anthropic.messages",
+        "model": "m",
+        "outcome": "ok",
+        "cache_verdict": "client_break",
+        "cache": json.dumps(
+            {
+                "verdict": "client_break",
+                "provider_agreement": "agree",
+                "provider_diagnostics": {"status": "system_changed", "reason": "system_changed", "missed_tokens": 1700},
+            }
+        ),
+    }
+    attrs = call_span(row, Resource.create({})).attributes
+    assert attrs["ctxscope.provider_cache_diagnosis"] == "system_changed, 1,700 tokens missed"
+    assert attrs["ctxscope.provider_cache_diagnosis.agreement"] == "agree"
+    unasked = call_span(dict(row, cache=json.dumps({"verdict": "hit"})), Resource.create({})).attributes
+    assert "ctxscope.provider_cache_diagnosis" not in unasked

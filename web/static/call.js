@@ -1,7 +1,7 @@
 // Call page: overview (timings, outcome, usage reported vs estimated, cache verdict, prefix
 // relation, markers), then tabs: structured request, response, raw bytes, headers.
 
-import { groupedLabel, h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, markerChip, markerText,
+import { groupedLabel, h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, providerBadge, markerChip, markerText,
   markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { vocab, sentence } from "./vocab.js";
@@ -133,7 +133,8 @@ export function renderCall(root, id, params, ctx) {
             (cache.lost_cost_usd != null ? ` · ${fmtCost(cache.lost_cost_usd)}` : cache.unpriced ? ` · unpriced (${cache.unpriced})` : ""))] : null,
           cache.break_pointer ? ["first difference", ptrLink(cache.break_pointer)] : null,
           cache.before_prev_last_breakpoint != null ? ["inside cached prefix", cache.before_prev_last_breakpoint ? "yes" : "no"] : null,
-          cache.provider_diagnostics ? ["provider says", h("code", {}, JSON.stringify(cache.provider_diagnostics))] : null,
+          cache.provider_diagnostics ? ["provider says", [providerBadge(cache), " ", cache.provider_sentence || "",
+            cache.provider_agreement === "disagree" ? h("div", { class: "note" }, "The provider compared the prompts it cached: where it and ctxscope disagree, the provider is the reference.") : null]] : null,
         ]),
         markers.length ? h("div", { class: "marker-list" }, markers.map((m, i) => h("div", { class: "marker-item" },
           markerChip(m, () => selectMarker(i)), m.pointer ? h("code", { class: "ptr" }, m.pointer) : null,

@@ -156,6 +156,20 @@ export function verdictBadge(cache) {
   return h("span", { class: "badge v-" + v.replace(/[^a-z_]/g, ""), title }, words("CacheVerdict")[v] || v);
 }
 
+// The provider's own cache diagnosis held against our verdict (inspector/analyses/cache/provider_agreement.py):
+// a small badge, its title the provider's words; where they disagree the provider is the reference.
+const AGREEMENT_TEXT = { agree: "provider agrees", disagree: "provider disagrees", pending: "provider pending", none: "provider: no diagnosis" };
+export function providerBadge(cache) {
+  const d = cache && cache.provider_diagnostics;
+  if (!d) return null;
+  const a = String(cache.provider_agreement || "none");
+  const said = d.reason || d.status || "";
+  let title = "the provider's cache diagnosis: " + String(said).replace(/_/g, " ");
+  if (typeof d.missed_tokens === "number") title += ` · ${fmtInt(d.missed_tokens)} tokens missed`;
+  if (a === "disagree") title += " · it disagrees with ctxscope's verdict: the provider is the reference";
+  return h("span", { class: "badge p-" + a.replace(/[^a-z]/g, ""), title }, AGREEMENT_TEXT[a] || a);
+}
+
 // Token categories as the inspector names them (accounting.CATEGORIES).
 export const CATEGORIES = ["system", "tools", "user_text", "assistant_text", "tool_call", "tool_result", "reminder", "image", "thinking", "other"];
 export const CATEGORY_LABEL = {

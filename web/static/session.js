@@ -1,7 +1,7 @@
 // Session page: summary, the context/cache chart over every call, filters, and the timeline of
 // calls one page at a time (relation, pointer, markers, tokens by category, cache, latency).
 
-import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge,
+import { groupedLabel, h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtMs, fmtTime, stat, relationBadge, verdictBadge, providerBadge,
   markerChip, markerGroups, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL, MARKER_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { sessionChart } from "./chart.js";
@@ -36,9 +36,17 @@ export function tokenBar(call, scale) {
   return h("div", { class: "tok", title }, h("span", { class: "tok-n" }, fmtTokens(total)), h("span", { class: "stack-box" }, bar));
 }
 
+// The provider's diagnoses against ours over the session; shown only when a call had one.
+function agreementStat(p) {
+  if (!p || !(p.agree || p.disagree || p.pending)) return null;
+  const title = `agree ${p.agree} · disagree ${p.disagree} · pending ${p.pending} · none ${p.none}` +
+    (p.disagree ? " · where they disagree, the provider is the reference" : "");
+  return stat("provider agrees", p.rate == null ? "–" : fmtPct(p.rate), title);
+}
+
 export function cacheCell(call) {
   const u = call.usage;
-  const kids = [verdictBadge(call.cache)];
+  const kids = [verdictBadge(call.cache), providerBadge(call.cache)];
   if (u && u.input) {
     const read = Math.min(u.input, u.cache_read || 0);
     const write = Math.min(u.input - read, u.cache_write || 0);
@@ -116,6 +124,7 @@ export function renderSession(root, session, params, ctx) {
         stat("hit rate", fmtPct(s.hit_rate && s.hit_rate.ratio), s.hit_rate ? `${fmtInt(s.hit_rate.hits)} hits of ${fmtInt(s.hit_rate.eligible)} calls that could read the cache` : "no cache verdicts"),
         stat("cached input", fmtPct(s.cached_share && s.cached_share.ratio), s.cached_share ? `${fmtInt(s.cached_share.read)} of ${fmtInt(s.cached_share.input)} input tokens read from cache` : "no usage reported"),
         stat("breaks", s.breaks == null ? "–" : fmtInt(s.breaks), "calls whose cache verdict is client_break"),
+        agreementStat(s.provider_agreement),
         s.lost_tokens ? stat("lost to breaks", fmtTokens(s.lost_tokens) + (s.lost_usd != null ? " · " + fmtCost(s.lost_usd) : ""), sentence("loss_pricing")) : null,
         stat("cost", s.cost_usd == null && s.cost_unpriced ? "unpriced" : fmtCost(s.cost_usd, s.cost_estimated), s.cost_unpriced ? "unpriced: " + s.cost_unpriced : null), stat("errors", fmtInt(s.errors)),
         stat("threads", fmtInt(Math.max(1, (view.threads || []).length))),

@@ -41,6 +41,7 @@ class CacheJudgement:
     detail: str | None = None
     expected_read: int | None = None  # the predicted read in the provider's units (``expected_read``)
     unpriced: str | None = None  # why ``lost_cost_usd`` is None (``prices.Unpriced``)
+    provider_agreement: str | None = None  # the diagnosis held against this verdict (``provider_agreement``)
 
 
 def expected_read(prediction: CachePrediction, usage: Any) -> int:
