@@ -132,11 +132,19 @@ def _billing_pointers(call: SessionCall) -> list[str]:
     return [f"/system/{j}" for j, b in enumerate(blocks) if _is_billing_header(b)]
 
 
-def _without_billing(_i: int, call: SessionCall) -> Any:
-    body = call.body
-    for pointer in reversed(_billing_pointers(call)):
-        body = dropped(body, pointer)
-    return body
+def _without_billing(pointer: str) -> Callable[[int, SessionCall], Any]:
+    """Every billing header block dropped; one at the head of a text at ``pointer``, its line cut."""
+
+    def rewrite(_i: int, call: SessionCall) -> Any:
+        body = call.body
+        for block in reversed(_billing_pointers(call)):
+            body = dropped(body, block)
+        value = value_at(body, pointer)
+        if isinstance(value, str) and _is_billing_header(value):
+            body = held(body, pointer, value.lstrip().partition("\n")[2])
+        return body
+
+    return rewrite
 
 
 def _first_value(calls: Sequence[SessionCall], pointer: str) -> Any:
@@ -185,9 +193,9 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Replay, f: Fi
 
 
 def _billing(session: Session, calls: tuple[SessionCall, ...], sent: Replay, pointer: str, ev: dict) -> CauseAdvice:
-    rewrite: Callable[[int, SessionCall], Any] = _without_billing
-    if not any(_billing_pointers(c) for c in calls):  # a billing_header finding on another shape: its block
-        rewrite = lambda _i, c: dropped(c.body, pointer)  # noqa: E731
+    rewrite = _without_billing(pointer)
+    if not any(_billing_pointers(c) or _is_billing_header(value_at(c.body, pointer)) for c in calls):
+        rewrite = lambda _i, c: dropped(c.body, pointer)  # noqa: E731  # a billing_header finding's own block
     return _what_if(
         session, calls, sent, "billing_header", pointer,
         f"`{pointer}`: Claude Code's billing header block changes on every call and this upstream caches "

@@ -47,6 +47,8 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
 OPENAI_MIN_TOKENS = 1024
 OPENAI_INCREMENT = 128
+
+
 def min_cacheable(model: str) -> int:
     name = model.lower()
     for fragment, minimum in MIN_CACHEABLE:
