@@ -178,7 +178,9 @@ def advise(session: Session, found: list[Finding] | None = None) -> Advice | Non
     if not calls:
         return None
     placed = _openai(session, calls) if family == "openai" else _anthropic(session, calls)
-    ranked = [*cause_advice(session, calls, family, findings(session) if found is None else found)]
+    tries = [(a.description, a.placement) for a in placed.alternatives[1:] if a.placement and a.name != "none"]
+    found = findings(session) if found is None else found
+    ranked = [*cause_advice(session, calls, family, found, tries)]
     best = placed.best
     if best is not placed.as_sent and best.result.cost_usd < placed.as_sent.result.cost_usd:
         ranked.append(_as_advice(calls, placed, best))

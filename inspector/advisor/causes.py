@@ -91,10 +91,18 @@ def rebuilt(calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], 
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """The session as sent, replayed, and the placements a what-if may use when it has none."""
+
+    replay: Replay
+    placements: Sequence[tuple[str, Placement]] = ()  # (in words, placement)
+
+
 def _what_if(
     session: Session,
     calls: tuple[SessionCall, ...],
-    baseline: Replay,
+    base: Baseline,
     cause: str,
     pointer: str | None,
     change: str,
@@ -105,7 +113,20 @@ def _what_if(
 ) -> CauseAdvice:
     new = rebuilt(calls, rewrite) if rewrite else calls
     result = replay(new, placement, session.prices, route=route)
-    return CauseAdvice(cause, pointer, change, *snippets, new, placement, route, result, baseline)
+    if placement is AS_SENT and _unmarked(new):  # nothing is cached as sent: with the placement that pays
+        best = min(
+            ((replay(new, p, session.prices), p, words) for words, p in base.placements),
+            key=lambda r: r[0].cost_usd,
+            default=None,
+        )
+        if best is not None and best[0].cost_usd < result.cost_usd:
+            result, placement = best[0], best[1]
+            change = f"{change}, and add breakpoints at {best[2]}"
+    return CauseAdvice(cause, pointer, change, *snippets, new, placement, route, result, base.replay)
+
+
+def _unmarked(calls: Sequence[SessionCall]) -> bool:
+    return all(c.family == "anthropic" and not anthropic_points(c.prompt) for c in calls)
 
 
 def _kind_of_span(text: str) -> str:
@@ -160,7 +181,7 @@ def _changed_on(calls: Sequence[SessionCall], pointer: str) -> int:
     return sum(1 for a, b in itertools.pairwise(values) if a != b)
 
 
-def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Replay, f: Finding) -> CauseAdvice | None:
+def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: Finding) -> CauseAdvice | None:
     ev = f.evidence or {}
     pointer = ev.get("pointer")
     if not isinstance(pointer, str):
@@ -192,7 +213,7 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Replay, f: Fi
     )  # fmt: skip
 
 
-def _billing(session: Session, calls: tuple[SessionCall, ...], sent: Replay, pointer: str, ev: dict) -> CauseAdvice:
+def _billing(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, pointer: str, ev: dict) -> CauseAdvice:
     rewrite = _without_billing(pointer)
     if not any(_billing_pointers(c) or _is_billing_header(value_at(c.body, pointer)) for c in calls):
         rewrite = lambda _i, c: dropped(c.body, pointer)  # noqa: E731  # a billing_header finding's own block
@@ -209,7 +230,7 @@ def _gaps(calls: Sequence[SessionCall]) -> list[float]:
     return [b.started_at - a.started_at for a, b in itertools.pairwise(calls)]
 
 
-def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Replay, family: str) -> CauseAdvice | None:
+def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, family: str) -> CauseAdvice | None:
     gaps = _gaps(calls)
     if family == "openai":
         long = [g for g in gaps if OPENAI_IN_MEMORY < g <= 12 * 3600]
@@ -238,10 +259,15 @@ def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Replay, fa
 
 
 def cause_advice(
-    session: Session, calls: tuple[SessionCall, ...], family: str, found: Sequence[Finding]
+    session: Session,
+    calls: tuple[SessionCall, ...],
+    family: str,
+    found: Sequence[Finding],
+    placements: Sequence[tuple[str, Placement]] = (),
 ) -> list[CauseAdvice]:
-    """One advice per costly cause, the most dollars saved first (none that saves nothing)."""
-    sent = replay(calls, AS_SENT, session.prices)
+    """One advice per costly cause, the most dollars saved first (none that saves nothing);
+    ``placements``: the breakpoint placements a session sent without any is tried with."""
+    sent = Baseline(replay(calls, AS_SENT, session.prices), placements)
     out: list[CauseAdvice] = []
     seen: set[tuple[str, str | None]] = set()
     for f in found:
