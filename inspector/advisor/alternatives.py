@@ -28,6 +28,8 @@ from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, R
 
 AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
 
+MATERIAL = 0.005  # a placement that saves less than this share of the cost is not worth a change
+
 # One line per alternative, for the CLI and the page's legend.
 EXPLANATIONS: dict[str, str] = {
     "as_sent": "the breakpoints (or prompt_cache_key) exactly as the client sent them",
@@ -219,10 +221,16 @@ def _pick(alts: list[Alternative]) -> Alternative:
     """The cheapest alternative that reads from the cache when any does, and places differently."""
     sent = alts[0]
     reading = [a for a in alts if a.result.cache_read > 0]
+    same = [c.breakpoints for c in sent.result.calls]
     eligible = [
         a
         for a in (reading or alts)
-        if a is sent or [c.breakpoints for c in a.result.calls] != [c.breakpoints for c in sent.result.calls]
+        if a is sent
+        or (
+            [c.breakpoints for c in a.result.calls] != same
+            and a.description != sent.description
+            and a.result.cost_usd < sent.result.cost_usd * (1 - MATERIAL)
+        )
     ]
     if sent not in eligible:
         eligible.append(sent)
