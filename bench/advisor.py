@@ -22,7 +22,7 @@ On 2 shared cores it took 42 s and printed predicted 44.3%, simulated 44.4%, err
 sessions (worst 0.24): both sides count o200k tokens, so what is left is the simulator's own block
 framing (a tool call counts its input only).
 
-Then, per cause (``tests/support/advisor_sessions.py``: a timestamp in the system prompt, tools
+Then, per cause (``bench/advisor_probe/advisor_sessions.py``: a timestamp in the system prompt, tools
 reordered once, Claude Code's billing header to a third-party upstream, 6-minute gaps on a 5-minute
 TTL), for Anthropic Messages and OpenAI Responses: the top advice, its predicted saving, the
 simulated saving of the session re-sent without the cause (built independently of the advisor)
@@ -55,14 +55,14 @@ from ctxscope.investigate.advise_verify import verify_advice
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.settings import DaemonConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the per-cause sessions
+sys.path.insert(0, str(Path(__file__).resolve().parent / "advisor_probe"))  # the per-cause sessions
+
+import advisor_sessions as cases
 
 from ctxscope.inspector.advisor.causes import AS_SENT
 from ctxscope.inspector.advisor.model import Session, build_session
 from ctxscope.investigate.advise_verify import simulate
 from ctxscope.simulator.control.client import SimulatorControl
-
-from support import advisor_sessions as cases
 
 T0 = 1_760_000_000.0
 SHORT = [20.0] * 9

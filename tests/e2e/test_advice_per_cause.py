@@ -15,7 +15,7 @@ import pytest
 from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.simulator.control.client import SimulatorControl
 
-from support import advisor_sessions as cases
+from support import cause_sessions as cases
 from support import sdk_clients
 from support.factories import analysed
 from support.serve_process import CTXSCOPE, running_serve

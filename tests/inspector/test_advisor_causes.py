@@ -10,7 +10,7 @@ from ctxscope.inspector.advisor.alternatives import advise
 from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.advisor.rewrite import tool_name, value_at
 
-from support import advisor_sessions as cases
+from support import cause_sessions as cases
 from support.factories import T0, analysed, anthropic_request, make_exchange
 
 

@@ -4,13 +4,16 @@ same session without that cause (what the advice should come close to when re-se
 Causes: ``timestamp`` (a changing minute in the system prompt), ``tool_order`` (the tools
 serialised in another order once, half-way), ``billing_header`` (Claude Code's billing header, a
 new hash each call, to a third-party upstream), ``ttl_gaps`` (6-minute gaps on a 5-minute TTL).
-Pure dicts: the tests and ``bench/advisor.py`` store or send them.
+Pure dicts and captured calls: ``bench/advisor.py`` and the tests (through
+``tests/support/advisor_sessions.py``) store or send them.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from ctxscope.proxy.exchange import Exchange
 
 CAUSES = ("timestamp", "tool_order", "billing_header", "ttl_gaps")
 PROVIDERS = ("anthropic", "responses")
@@ -151,26 +154,36 @@ def _response(provider: str, i: int) -> dict:
     }
 
 
-def exchanges(provider: str, cause: str, label: str) -> list:
+def exchanges(provider: str, cause: str, label: str) -> list[Exchange]:
     """The session as captured calls (one API key), labelled ``label``; the billing header's calls go
     to a third-party upstream."""
-    from support.factories import make_exchange
-
     upstream = {"anthropic": "https://api.anthropic.com", "responses": "https://api.openai.com"}[provider]
     if cause == "billing_header":
         upstream = "https://llm-gateway.example.com"
     out = []
     for i, (body, t) in enumerate(zip(bodies(provider, cause), times(cause), strict=True)):
         out.append(
-            make_exchange(
-                request=body,
-                response=_response(provider, i),
-                started_at=t,
-                session_label=label,
+            Exchange(
+                id=f"{int(t) * 1000:016x}{provider[:3]}{cause[:3]}{i:03d}",
                 provider="anthropic" if provider == "anthropic" else "openai",
                 upstream=upstream,
+                method="POST",
                 path="/v1/messages" if provider == "anthropic" else "/v1/responses",
+                query="",
+                session_label=label,
+                annotations=(),
+                request_headers=(("content-type", "application/json"),),
                 key_fingerprint="a" * 16,
+                request_body=json.dumps(body).encode(),
+                status=200,
+                response_headers=(("content-type", "application/json"),),
+                response_body=json.dumps(_response(provider, i)).encode(),
+                started_at=t,
+                first_byte_at=t + 0.2,
+                ended_at=t + 0.4,
+                outcome="ok",
+                error=None,
+                client="advisor-sessions/1.0",
             )
         )
     return out
