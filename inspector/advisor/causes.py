@@ -77,9 +77,12 @@ class CauseAdvice:
         }
 
 
-def rebuilt(calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], Any]) -> tuple[SessionCall, ...]:
-    """The calls with their bodies rewritten and their prompts read again from the new bodies."""
-    counter = TokenCounter()
+def rebuilt(
+    calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], Any], counter: TokenCounter | None = None
+) -> tuple[SessionCall, ...]:
+    """The calls with their bodies rewritten and their prompts read again from the new bodies
+    (``counter``: shared between the what-ifs, so a segment they keep is counted once)."""
+    counter = counter or TokenCounter()
     out = []
     for i, call in enumerate(calls):
         body = rewrite(i, call)
@@ -97,6 +100,7 @@ class Baseline:
 
     replay: Replay
     placements: Sequence[tuple[str, Placement]] = ()  # (in words, placement)
+    counter: TokenCounter = dataclasses.field(default_factory=TokenCounter)
 
 
 def _what_if(
@@ -111,7 +115,7 @@ def _what_if(
     placement: Placement = AS_SENT,
     route: Callable[[SessionCall], str] | None = None,
 ) -> CauseAdvice:
-    new = rebuilt(calls, rewrite) if rewrite else calls
+    new = rebuilt(calls, rewrite, base.counter) if rewrite else calls
     result = replay(new, placement, session.prices, route=route)
     if placement is AS_SENT and _unmarked(new):  # nothing is cached as sent: with the placement that pays
         best = min(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ctxscope.inspector.advisor.alternatives import advise
+from ctxscope.inspector.advisor.findings import Finding
 from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.advisor.rewrite import tool_name, value_at
 
@@ -69,3 +70,15 @@ def test_a_placement_that_reads_nothing_is_not_advised_while_the_one_sent_reads(
     assert by_name["none"].result.cost_usd < by_name["as_sent"].result.cost_usd  # cheaper, reading nothing
     assert advice.best.name == "as_sent" and advice.best.result.cache_read > 0
     assert all(a.cause != "placement" or a.result.cache_read > 0 for a in advice.causes)
+
+
+def test_a_billing_header_finding_alone_is_advised_by_its_pointer(tmp_path):
+    """A ``billing_header`` finding (its pointer, no churn finding beside it) is enough: the block is dropped."""
+    db, _ = analysed(tmp_path / "c.db", cases.exchanges("anthropic", "billing_header", "sess"))
+    session = load_session(db, "sess")
+    assert session is not None
+    found = [Finding("billing_header", "billing header", 0, None, (), {"pointer": "/system/0"})]
+    advice = advise(session, found)
+    assert advice is not None and advice.top is not None
+    assert (advice.top.cause, advice.top.pointer) == ("billing_header", "/system/0")
+    assert "x-anthropic-billing-header" not in repr([c.body for c in advice.top.calls])
