@@ -1,4 +1,5 @@
-"""`ctxscope advise`: where a session's cache breakpoints should go (docs/architecture.md, "The cache advisor")."""
+"""`ctxscope advise`: what to change so a session reads its cache: one advice per cause, ranked by
+dollars, then the breakpoint placements compared (docs/architecture.md, "The cache advisor")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import click
 
 from ..daemon_address import daemon_option, find_daemon
 from ..options import CONTEXT, db_option, json_option
-from ..output import emit_json, emit_table
+from ..output import emit_json, emit_table, safe_text
 from .findings_commands import open_session
 
 COLUMNS = [
@@ -28,13 +29,13 @@ COLUMNS = [
 @click.option(
     "--verify",
     is_flag=True,
-    help="Replay the session as sent and with the best placement through the built-in simulator "
+    help="Replay the session as sent and as the top advice changes it through the built-in simulator "
     "(a running `ctxscope serve`), and show the simulated saving next to the predicted one.",
 )
 @daemon_option
 @json_option
 def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None, as_json: bool) -> None:
-    """Replay SESSION's prompts through the provider's cache rules under other breakpoint placements."""
+    """Replay SESSION's prompts through the provider's cache rules without each cause of cache misses."""
     from ctxscope.inspector.advisor.alternatives import advise as compute
 
     s = open_session(db_path, session)
@@ -50,13 +51,24 @@ def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None,
         emit_json(result)
         return
     click.echo(f"session {s.id}: {result['calls']} {advice.family} call(s) replayed ({result['units']})")
+    if not advice.causes:
+        click.echo("no change saves anything: the session reads what it can from the cache")
+    for n, a in enumerate(result["advices"], 1):
+        click.echo(f"{n}. {safe_text(a['change'])}")
+        click.echo(f"   saves ~{a['saving_tokens']:,} tokens, ${a['saving_usd']:.4f} ({a['saving_pct']:.1f}%)")
+        if a["before"] is not None or a["after"] is not None:
+            click.echo(f"   before: {safe_text(a['before'])}")
+            click.echo(f"   after:  {safe_text(a['after'])}")
+    click.echo("breakpoint placements:")
     rows = [dict(a, cost_usd=f"{a['cost_usd']:.4f}") for a in result["alternatives"]]
     emit_table(rows, COLUMNS)
-    click.echo(f"best: {advice.best.name}")
-    click.echo(f"advice: {advice.advice}")
+    for a in result["alternatives"]:
+        click.echo(f"  {a['name']}: {a['explanation']}")
+    click.echo(f"best placement: {advice.best.name}")
+    click.echo(f"advice: {safe_text(advice.advice)}")
     if verify:
         v = result["verify"]
         click.echo(
-            f"verified in the simulator: predicted saving {v['predicted_saving_pct']:.1f}%, "
+            f"verified in the simulator ({v['top'] or 'as sent'}): predicted saving {v['predicted_saving_pct']:.1f}%, "
             f"simulated {v['simulated_saving_pct']:.1f}%, error {v['error_pts']:.1f} pts"
         )

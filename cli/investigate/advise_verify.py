@@ -1,6 +1,7 @@
-"""`advise --verify`: the session re-sent as sent and with the best placement through the built-in
-simulator over HTTP (a running daemon's /u/sim), at the calls' own times (docs/architecture.md,
-"The cache advisor"). The advisor's rules never import the simulator: this checks one against the other.
+"""`advise --verify`: the session re-sent as sent and as the top advice rewrites it (Anthropic or
+OpenAI) through the built-in simulator over HTTP (a running daemon's /u/sim), at the calls' own
+times (docs/architecture.md, "The cache advisor"). The advisor's rules never import the
+simulator: this checks one against the other.
 """
 
 from __future__ import annotations
@@ -8,13 +9,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
-from ctxscope.inspector.advisor.alternatives import Advice, Alternative
+from ctxscope.inspector.advisor.alternatives import Advice
+from ctxscope.inspector.advisor.causes import AS_SENT
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars
+from ctxscope.inspector.advisor.replay import Placement
 from ctxscope.inspector.advisor.rewrite import with_placement
 from ctxscope.inspector.store.sessions import VERIFY_SESSION
 from ctxscope.simulator.control.client import SimulatorControl, SimulatorControlError
@@ -36,6 +40,15 @@ def _token() -> str:
     return path.read_text().strip()
 
 
+ENDPOINTS = {"anthropic": "/v1/messages", "openai.chat": "/v1/chat/completions", "openai.responses": "/v1/responses"}
+
+
+def _endpoint(call: SessionCall) -> str | None:
+    if call.family == "anthropic":
+        return ENDPOINTS["anthropic"]
+    return next((path for api, path in ENDPOINTS.items() if call.api.startswith(api)), None)
+
+
 def _post(url: str, body: dict) -> dict:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)
@@ -44,7 +57,12 @@ def _post(url: str, body: dict) -> dict:
             "POST",
             parts.path,
             body=json.dumps(body).encode(),
-            headers={"content-type": "application/json", "x-api-key": VERIFY_KEY, "anthropic-version": "2023-06-01"},
+            headers={
+                "content-type": "application/json",
+                "x-api-key": VERIFY_KEY,
+                "authorization": f"Bearer {VERIFY_KEY}",
+                "anthropic-version": "2023-06-01",
+            },
         )
         resp = conn.getresponse()
         raw = resp.read()
@@ -55,11 +73,21 @@ def _post(url: str, body: dict) -> dict:
     return json.loads(raw)
 
 
-def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict[str, int]]:
-    price = session.price(call)
-    inp, read = int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0)
+def _figures(usage: dict) -> tuple[int, int, int, int]:
+    """Uncached input, cache read, cache write (of which 1h) from either provider's usage."""
+    if "prompt_tokens" in usage or "input_tokens_details" in usage:  # OpenAI: cached tokens are inside input
+        total = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        read = int(details.get("cached_tokens") or 0)
+        return total - read, read, 0, 0
     write = int(usage.get("cache_creation_input_tokens") or 0)
     w1h = int((usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0)
+    return int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0), write, w1h
+
+
+def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict[str, int]]:
+    price = session.price(call)
+    inp, read, write, w1h = _figures(usage)
     figures = {"input": inp, "cache_read": read, "cache_write": write}
     if price is None:
         return 0.0, figures
@@ -75,19 +103,35 @@ def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict
     return cost, figures
 
 
-def simulate(url: str, control: SimulatorControl, session: Session, alt: Alternative) -> dict[str, Any]:
-    """One alternative replayed in the simulator: its reported tokens and their cost."""
-    assert alt.placement is not None
-    calls = [c for c in session.calls if c.family == "anthropic" and isinstance(c.body, dict)]
+def _request(call: SessionCall, i: int, placement: Placement, route: Callable[[SessionCall], str] | None) -> dict:
+    """The body the simulator gets: the what-if's, its breakpoints placed, unstreamed."""
+    if call.family == "anthropic":
+        points = placement(i, call)
+        return with_placement(call.body, {call.prompt.segments[p].pointer: t for p, t in points.items()})
+    body = {k: v for k, v in call.body.items() if k not in ("stream", "stream_options")}
+    if route is not None:
+        body["prompt_cache_key"] = route(call)
+    return body
+
+
+def simulate(
+    url: str,
+    control: SimulatorControl,
+    session: Session,
+    calls: Sequence[SessionCall],
+    placement: Placement,
+    route: Callable[[SessionCall], str] | None = None,
+) -> dict[str, Any]:
+    """One version of the session replayed in the simulator: its reported tokens and their cost."""
+    sendable = [c for c in calls if isinstance(c.body, dict) and _endpoint(c)]
     control.reset()
     total = {"input": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0}
-    endpoint = url.rstrip("/") + f"/s/{VERIFY_LABEL}/u/sim/v1/messages"
     try:
-        for i, call in enumerate(calls):
-            points = alt.placement(i, call)
-            body = with_placement(call.body, {call.prompt.segments[p].pointer: t for p, t in points.items()})
+        for i, call in enumerate(sendable):
+            endpoint = url.rstrip("/") + f"/s/{VERIFY_LABEL}/u/sim{_endpoint(call)}"
             control.config(clock=call.started_at)
-            cost, figures = _cost(session, call, _post(endpoint, body).get("usage") or {})
+            answer = _post(endpoint, _request(call, i, placement, route))
+            cost, figures = _cost(session, call, answer.get("usage") or {})
             for k, n in figures.items():
                 total[k] += n
             total["cost_usd"] += cost
@@ -98,21 +142,23 @@ def simulate(url: str, control: SimulatorControl, session: Session, alt: Alterna
 
 
 def verify_advice(url: str, session: Session, advice: Advice, token: str | None = None) -> dict[str, Any]:
-    """The predicted and the simulated saving of the best alternative over the client's placement
-    (``token``: the simulator's, else CTXSCOPE_SIM_TOKEN or the daemon's token file)."""
-    if advice.family != "anthropic":
-        raise click.ClickException("--verify replays Anthropic sessions (OpenAI routing has no simulator model)")
+    """The predicted and the simulated saving of the top advice over the session as sent: both
+    versions re-sent through the simulator (``token``: the simulator's, else CTXSCOPE_SIM_TOKEN or
+    the daemon's token file)."""
+    top = advice.top
     control = SimulatorControl(url.rstrip("/") + "/u/sim", token or _token())
+    as_sent = [c for c in session.calls if c.family == advice.family and not c.prompt.server_state]
     try:
-        sent = simulate(url, control, session, advice.as_sent)
-        best = sent if advice.best is advice.as_sent else simulate(url, control, session, advice.best)
+        sent = simulate(url, control, session, as_sent, AS_SENT)
+        fixed = sent if top is None else simulate(url, control, session, top.calls, top.placement, top.route)
     except (SimulatorControlError, OSError) as exc:
         raise click.ClickException(f"cannot replay through the simulator at {url}: {exc}") from exc
-    simulated = round(100 * (sent["cost_usd"] - best["cost_usd"]) / sent["cost_usd"], 2) if sent["cost_usd"] else 0.0
+    simulated = round(100 * (sent["cost_usd"] - fixed["cost_usd"]) / sent["cost_usd"], 2) if sent["cost_usd"] else 0.0
     return {
         "best": advice.best.name,
+        "top": top.cause if top else None,
         "as_sent": sent,
-        "best_simulated": best,
+        "best_simulated": fixed,
         "predicted_saving_pct": advice.predicted_saving_pct,
         "simulated_saving_pct": simulated,
         "error_pts": round(abs(advice.predicted_saving_pct - simulated), 2),

@@ -6,21 +6,40 @@ the end of the tools and/or of the system prompt); a moving last-message breakpo
 prefix's end, the prompt's last block, and the previous call's last block when it is still there
 so the 20-block lookback cannot miss it); the cheapest of those with a 1-hour TTL where a gap
 between calls is over 5 minutes; no breakpoints. OpenAI: the routing as sent, and one
-``prompt_cache_key`` for the whole session.
+``prompt_cache_key`` for the whole session. An alternative that reads nothing from the cache is
+never the best while another reads something, nor is one that places the breakpoints as sent.
+
+The placement is one advice among the causes of ``causes.py`` (content that changes, tools
+reordered, a billing header, gaps over the TTL); all are ranked by the dollars they save.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ctxscope.inspector.advisor.causes import AS_SENT, CauseAdvice, cause_advice
+from ctxscope.inspector.advisor.findings import Finding, findings
 from ctxscope.inspector.advisor.model import Session, SessionCall, session_loss
 from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
-from ctxscope.inspector.analyses.cache.memory import anthropic_points
 
 AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
+
+MATERIAL = 0.005  # a placement that saves less than this share of the cost is not worth a change
+
+# One line per alternative, for the CLI and the page's legend.
+EXPLANATIONS: dict[str, str] = {
+    "as_sent": "the breakpoints (or prompt_cache_key) exactly as the client sent them",
+    "static": "fixed breakpoints at the end of the tools and/or the system prompt only",
+    "moving": "a breakpoint that follows the conversation: the prefix's end, the last message "
+    "and the previous call's last message",
+    "ttl_1h": "the cheapest of those with a 1-hour TTL, for gaps between calls over 5 minutes",
+    "none": "no breakpoints at all: nothing written, nothing read",
+    "session_key": "one prompt_cache_key for every call of the session",
+}
 
 
 @dataclass(frozen=True)
@@ -33,7 +52,13 @@ class Alternative:
     def as_dict(self, baseline: float) -> dict:
         cost = self.result.cost_usd
         saving = round(100 * (baseline - cost) / baseline, 2) if baseline > 0 else 0.0
-        return {"name": self.name, "description": self.description, **self.result.as_dict(), "saving_pct": saving}
+        return {
+            "name": self.name,
+            "explanation": EXPLANATIONS[self.name],
+            "description": self.description,
+            **self.result.as_dict(),
+            "saving_pct": saving,
+        }
 
 
 @dataclass(frozen=True)
@@ -41,8 +66,9 @@ class Advice:
     session: str
     family: str
     alternatives: tuple[Alternative, ...]  # as_sent first
-    best: Alternative
-    advice: str
+    best: Alternative  # the best placement (or routing)
+    advice: str  # the top advice in one sentence
+    causes: tuple[CauseAdvice, ...] = ()  # every advice that saves, the most dollars first
     lost: dict | None = None  # the session's stored loss (``analyses/cache/loss.py``), as ``sessions`` shows it
 
     @property
@@ -50,9 +76,12 @@ class Advice:
         return self.alternatives[0]
 
     @property
+    def top(self) -> CauseAdvice | None:
+        return self.causes[0] if self.causes else None
+
+    @property
     def predicted_saving_pct(self) -> float:
-        base = self.as_sent.result.cost_usd
-        return round(100 * (base - self.best.result.cost_usd) / base, 2) if base > 0 else 0.0
+        return self.top.saving_pct if self.top else 0.0
 
     def as_dict(self) -> dict:
         base = self.as_sent.result.cost_usd
@@ -60,6 +89,9 @@ class Advice:
             "session": self.session,
             "family": self.family,
             "calls": len(self.as_sent.result.calls),
+            "as_sent": self.as_sent.result.as_dict(),
+            "advices": [c.as_dict() for c in self.causes],
+            "top": self.top.as_dict() if self.top else None,
             "alternatives": [a.as_dict(base) for a in self.alternatives],
             "best": self.best.name,
             "predicted_saving_pct": self.predicted_saving_pct,
@@ -139,17 +171,92 @@ def _describe(calls: tuple[SessionCall, ...], placement: Placement) -> str:
     return "no breakpoints"
 
 
-def advise(session: Session) -> Advice | None:
-    """The alternatives for the session's main provider family, None when it has no prompt we can read."""
+def advise(session: Session, found: list[Finding] | None = None) -> Advice | None:
+    """The advice for the session's main provider family, None when it has no prompt we can read
+    (``found``: the session's findings, when the caller has them already)."""
     families = [c.family for c in session.calls if c.family != "unknown"]
     if not families:
         return None
     family = max(set(families), key=families.count)
-    calls = tuple(c for c in session.calls if c.family == family)
-    if family == "openai":
-        return _openai(session, calls)
-    as_sent: Placement = lambda _i, call: anthropic_points(call.prompt)  # noqa: E731
-    alts = [_alt(session, calls, "as_sent", as_sent)]
+    calls = tuple(c for c in session.calls if c.family == family and not c.prompt.server_state)
+    if not calls:
+        return None
+    placed = _openai(session, calls) if family == "openai" else _anthropic(session, calls)
+    tries = [(a.description, a.placement) for a in placed.alternatives[1:] if a.placement and a.name != "none"]
+    found = findings(session) if found is None else found
+    ranked = [*cause_advice(session, calls, family, found, tries)]
+    best = placed.best
+    if best is not placed.as_sent and best.result.cost_usd < placed.as_sent.result.cost_usd:
+        ranked.append(_as_advice(calls, placed, best))
+    ranked.sort(key=lambda a: -a.saving_usd)
+    ttl = [a for a in ranked if a.cause == "ttl_gaps"]
+    ranked = [a for a in ranked if a.cause != "ttl_gaps" or a is ttl[0]]  # one TTL advice: the better
+    sentence = f"{ranked[0].change}: −{ranked[0].saving_pct:.0f}% input cost" if ranked else placed.advice
+    return dataclasses.replace(placed, causes=tuple(ranked), advice=sentence)
+
+
+def _as_advice(calls: tuple[SessionCall, ...], placed: Advice, best: Alternative) -> CauseAdvice:
+    """The best placement (or routing) as one advice among the causes."""
+    sent = placed.as_sent
+    if best.placement is None:  # OpenAI routing
+        route: Callable[[SessionCall], str] = lambda _c: placed.session  # noqa: E731
+        return CauseAdvice(
+            "routing",
+            "/prompt_cache_key",
+            _sentence(sent, best).split(":")[0],
+            sent.description,
+            best.description,
+            calls,
+            AS_SENT,
+            route,
+            best.result,
+            sent.result,
+        )
+    last = calls[-1]
+    points = sorted(best.placement(len(calls) - 1, last))
+    pointer = last.prompt.segments[points[0]].pointer if points else None
+    change = _sentence(sent, best).rsplit(":", 1)[0]
+    cause = "placement"
+    if best.name == "ttl_1h":  # the gaps are the cause; the placement says where the 1h markers go
+        gaps = [b.started_at - a.started_at for a, b in itertools.pairwise(calls)]
+        longest = f"{max(gaps) / 60:.0f} min"
+        cause, change = "ttl_gaps", f"gaps between calls of up to {longest} outlive the 5-minute cache; {change}"
+    return CauseAdvice(
+        cause,
+        pointer,
+        change,
+        sent.description,
+        best.description,
+        calls,
+        best.placement,
+        None,
+        best.result,
+        sent.result,
+    )
+
+
+def _pick(alts: list[Alternative]) -> Alternative:
+    """The cheapest alternative that reads from the cache when any does, and places differently."""
+    sent = alts[0]
+    reading = [a for a in alts if a.result.cache_read > 0]
+    same = [c.breakpoints for c in sent.result.calls]
+    eligible = [
+        a
+        for a in (reading or alts)
+        if a is sent
+        or (
+            [c.breakpoints for c in a.result.calls] != same
+            and a.description != sent.description
+            and a.result.cost_usd < sent.result.cost_usd * (1 - MATERIAL)
+        )
+    ]
+    if sent not in eligible:
+        eligible.append(sent)
+    return min(eligible, key=lambda a: (round(a.result.cost_usd, 9), a.name != "as_sent"))
+
+
+def _anthropic(session: Session, calls: tuple[SessionCall, ...]) -> Advice:
+    alts = [_alt(session, calls, "as_sent", AS_SENT)]
     statics = [
         _alt(session, calls, "static", _fixed(*w))
         for n in (1, 2)
@@ -166,8 +273,8 @@ def advise(session: Session) -> Advice | None:
         ]
         alts.append(min(longer, key=lambda a: a.result.cost_usd))
     alts.append(_alt(session, calls, "none", lambda _i, _c: {}))
-    best = min(alts, key=lambda a: (round(a.result.cost_usd, 9), a.name != "as_sent"))
-    return Advice(session.id, family, tuple(alts), best, _sentence(alts[0], best), session_loss(session))
+    best = _pick(alts)
+    return Advice(session.id, "anthropic", tuple(alts), best, _sentence(alts[0], best), lost=session_loss(session))
 
 
 def _alt(session: Session, calls: tuple[SessionCall, ...], name: AlternativeName, placement: Placement) -> Alternative:
@@ -201,7 +308,7 @@ def _openai(session: Session, calls: tuple[SessionCall, ...]) -> Advice:
         None,
     )
     best = one if one.result.cost_usd < sent.result.cost_usd else sent
-    return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best), session_loss(session))
+    return Advice(session.id, "openai", (sent, one), best, _sentence(sent, best), lost=session_loss(session))
 
 
 def _sentence(sent: Alternative, best: Alternative) -> str:

@@ -9,8 +9,10 @@ minimum; a breakpoint reads the furthest live entry at most 20 blocks before it;
 minutes or 1 hour from their last use, measured with the real gaps between the calls; a read
 restarts the TTL. Reads cost the read price, writes the write price of their TTL, the rest the
 input price. OpenAI: the longest common prefix with an earlier live prompt of the same key and
-routing (``prompt_cache_key``) is read, from 1,024 tokens in 128-token steps; nothing is written
-at a surcharge.
+routing (``prompt_cache_key``) is read, from 1,024 tokens in 128-token steps, or up to the end of
+a block marked ``prompt_cache_breakpoint`` (exactly; ``prompt_cache_options.mode: explicit`` keeps
+only those); an entry lives 5 minutes, or ``prompt_cache_options.ttl`` (30m, 12h) or
+``prompt_cache_retention: 24h``; nothing is written at a surcharge.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from ctxscope.inspector.analyses.prices import Price, PriceTable
 MAX_BREAKPOINTS = 4
 LOOKBACK = 20
 TTL = {"5m": 300.0, "1h": 3600.0}
-OPENAI_MINIMUM, OPENAI_STEP, OPENAI_TTL = 1024, 128, 600.0
+OPENAI_MINIMUM, OPENAI_STEP, OPENAI_TTL = 1024, 128, 300.0
+OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0, "24h": 86400.0}
 
 # call index, the call -> {segment index: ttl}
 Placement = Callable[[int, SessionCall], Mapping[int, str]]
@@ -160,6 +163,29 @@ def _anthropic(
     return CallCost(call.id, uncached, read, write_tokens, cost, tuple(chosen))
 
 
+def _openai_policy(call: SessionCall) -> tuple[float, bool]:
+    """How long what ``call`` writes lives, and whether it has only explicit boundaries."""
+    policy = call.prompt.cache_policy
+    options = policy.get("prompt_cache_options")
+    options = options if isinstance(options, dict) else {}
+    retention = OPENAI_TTLS.get(str(policy.get("prompt_cache_retention")), OPENAI_TTL)
+    ttl = OPENAI_TTLS.get(str(options.get("ttl")), retention)
+    return ttl, options.get("mode") == "explicit"
+
+
+def _openai_read(entry: SessionCall, call: SessionCall) -> int:
+    """Tokens of ``call`` read from what ``entry`` wrote: a rounded common prefix, or an explicit end."""
+    shared = _common_segments(entry, call)
+    cum = call.tokens.cumulative
+    explicit = [cum[i] for i in range(shared) if entry.prompt.segments[i].breakpoint and cum[i] >= OPENAI_MINIMUM]
+    best = max(explicit, default=0)
+    if not _openai_policy(entry)[1]:
+        common = call.tokens.prefix_tokens(shared)
+        if common >= OPENAI_MINIMUM:
+            best = max(best, OPENAI_MINIMUM + (common - OPENAI_MINIMUM) // OPENAI_STEP * OPENAI_STEP)
+    return best
+
+
 def _openai(
     call: SessionCall,
     route: tuple[str, str],
@@ -168,19 +194,18 @@ def _openai(
 ) -> CallCost:
     now = call.started_at
     entries = [(t, c) for t, c in live.get(route, []) if t > now and c.model == call.model]
-    best = max((_common_tokens(c, call) for _, c in entries), default=0)
-    read = 0 if best < OPENAI_MINIMUM else OPENAI_MINIMUM + (best - OPENAI_MINIMUM) // OPENAI_STEP * OPENAI_STEP
-    live[route] = [*entries[-7:], (now + OPENAI_TTL, call)]
+    read = max((_openai_read(c, call) for _, c in entries), default=0)
+    live[route] = [*entries[-7:], (now + _openai_policy(call)[0], call)]
     uncached = call.tokens.total - read
     cost = (dollars(read, price.cache_read) or 0.0) + (dollars(uncached, price.input) or 0.0) if price else 0.0
     return CallCost(call.id, uncached, read, 0, cost, ())
 
 
-def _common_tokens(a: SessionCall, b: SessionCall) -> int:
-    """Tokens of the segments ``b`` shares with ``a`` from the start (whole segments)."""
+def _common_segments(a: SessionCall, b: SessionCall) -> int:
+    """How many segments ``b`` shares with ``a`` from the start."""
     n = 0
     for x, y in zip(a.prompt.hashes, b.prompt.hashes, strict=False):
         if x != y:
             break
         n += 1
-    return b.tokens.prefix_tokens(n)
+    return n

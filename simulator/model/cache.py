@@ -11,8 +11,12 @@ model's minimum is silently not cached. Usage is additive: input = tokens after 
 read/write point, so input + cache_read + cache_creation = the whole prompt.
 
 OpenAI: every prompt of at least 1024 tokens is cached automatically at 1024 + 128·k token
-boundaries; a later prompt sharing the prefix reads the longest live boundary. Usage is
-inclusive: cached_tokens is part of prompt_tokens / input_tokens.
+boundaries; a later prompt sharing the prefix reads the longest live boundary. The cache is per
+API key and per ``prompt_cache_key`` (a request is routed by it: another key is another machine).
+An entry lives 5 minutes of inactivity, or what ``prompt_cache_options.ttl`` (30m, 12h) or
+``prompt_cache_retention: 24h`` asks. A block marked ``prompt_cache_breakpoint`` is also an exact
+boundary (not rounded), with its own TTL; ``prompt_cache_options.mode: explicit`` drops the
+automatic boundaries. Usage is inclusive: cached_tokens is part of prompt_tokens / input_tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ctxscope.simulator.model.prompt import Block
+from ctxscope.simulator.model.prompt import Block, OpenAICaching, openai_ttl
 from ctxscope.vocab.tokens import encoding
 
 # Minimum cacheable prefix per model name fragment, first match wins. Sources: LiteLLM's prompt
@@ -43,7 +47,6 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
 OPENAI_MIN_TOKENS = 1024
 OPENAI_INCREMENT = 128
-OPENAI_TTL_SECONDS = 600.0  # in-memory retention: minutes of inactivity
 
 
 def min_cacheable(model: str) -> int:
@@ -145,9 +148,12 @@ class PromptCache:
         read = cumulative[read_end] if read_end >= 0 else 0
         return PromptUsage(total, read, write["5m"], write["1h"])
 
-    def openai(self, scope: str, model: str, blocks: Iterable[Block], now: float) -> PromptUsage:
-        hasher = hashlib.sha256(f"openai\x00{scope}\x00{model}".encode())
-        boundaries: list[tuple[int, bytes]] = []
+    def openai(
+        self, scope: str, model: str, blocks: Iterable[Block], now: float, policy: OpenAICaching | None = None
+    ) -> PromptUsage:
+        policy = policy or OpenAICaching()
+        hasher = hashlib.sha256(f"openai\x00{scope}\x00{policy.route}\x00{model}".encode())
+        boundaries: list[tuple[int, bytes, float]] = []
         count, next_boundary = 0, OPENAI_MIN_TOKENS
         for block in blocks:
             hasher.update(b"\x01" + block.meta.encode() + b"\x02")
@@ -159,15 +165,18 @@ class PromptCache:
                 hasher.update(data[offset * 4 : (offset + take) * 4])
                 offset += take
                 count = next_boundary
-                boundaries.append((count, hasher.copy().digest()))
+                if not policy.explicit_only:
+                    boundaries.append((count, hasher.copy().digest(), policy.ttl))
                 next_boundary += OPENAI_INCREMENT
             hasher.update(data[offset * 4 :])
             count += n_tokens - offset
+            if block.ttl and count >= OPENAI_MIN_TOKENS:  # an explicit breakpoint: this exact end
+                boundaries.append((count, hasher.copy().digest() + b"!", openai_ttl(block.ttl, policy.ttl)))
         cached = 0
-        for length, key in reversed(boundaries):
+        for length, key, _ in sorted(boundaries, reverse=True):
             if self._alive(key, now):
                 cached = length
                 break
-        for _, key in boundaries:
-            self._store(key, now, OPENAI_TTL_SECONDS)
+        for _, key, ttl in boundaries:
+            self._store(key, now, ttl)
         return PromptUsage(count, cached)

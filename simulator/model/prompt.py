@@ -31,7 +31,7 @@ class PromptError(ValueError):
 class Block:
     meta: str
     text: str = ""
-    ttl: str | None = None  # Anthropic breakpoint: "5m" or "1h"; None = not a breakpoint
+    ttl: str | None = None  # a breakpoint: Anthropic "5m"/"1h"; OpenAI "30m"/"12h"/"request"; None = none
     extra_tokens: int = 0
 
     @functools.cached_property
@@ -44,11 +44,38 @@ class Block:
         return hashlib.sha256(f"{self.meta}\x00{self.text}\x00{self.extra_tokens}".encode()).digest()
 
 
+OPENAI_TTL_SECONDS = 300.0  # in-memory retention: "5 to 10 minutes of inactivity", the short end
+OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0, "24h": 86400.0}
+
+
+@dataclass(frozen=True)
+class OpenAICaching:
+    """A request's caching options: where it is routed and how long what it writes lives."""
+
+    route: str = ""  # prompt_cache_key
+    ttl: float = OPENAI_TTL_SECONDS
+    explicit_only: bool = False  # prompt_cache_options.mode == "explicit": no automatic boundaries
+
+
+def openai_ttl(name: object, default: float = OPENAI_TTL_SECONDS) -> float:
+    return OPENAI_TTLS.get(name, default) if isinstance(name, str) else default
+
+
+def openai_caching(body: dict[str, Any]) -> OpenAICaching:
+    """``prompt_cache_key``, ``prompt_cache_retention`` and ``prompt_cache_options`` of a request."""
+    options = body.get("prompt_cache_options")
+    options = options if isinstance(options, dict) else {}
+    ttl = openai_ttl(options.get("ttl"), openai_ttl(body.get("prompt_cache_retention")))
+    key = body.get("prompt_cache_key")
+    return OpenAICaching(key if isinstance(key, str) else "", ttl, options.get("mode") == "explicit")
+
+
 @dataclass(frozen=True)
 class Prompt:
     blocks: tuple[Block, ...]
     last_text: str  # all text of the last message/item (what a step's `match` sees)
     last_user_text: str  # text the user typed last (tool results excluded)
+    openai: OpenAICaching = OpenAICaching()  # an OpenAI request's caching options
 
     @property
     def tokens(self) -> int:
@@ -183,7 +210,9 @@ def _openai_parts(content: Any, head: str) -> list[Block]:
         part_head = head if i == 0 else head.replace("msg:", "cont:", 1)
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "input_text", "output_text"):
-            blocks.append(Block(f"{part_head}|text", str(part.get("text", ""))))
+            mark = part.get("prompt_cache_breakpoint")  # an explicit breakpoint: its ttl, else the request's
+            ttl = (str(mark.get("ttl") or "request") if isinstance(mark, dict) else "request") if mark else None
+            blocks.append(Block(f"{part_head}|text", str(part.get("text", "")), ttl))
         elif kind == "refusal":
             blocks.append(Block(f"{part_head}|refusal", str(part.get("refusal", ""))))
         elif kind in ("image_url", "input_image", "input_file", "file", "input_audio"):
@@ -220,7 +249,7 @@ def chat_prompt(body: dict[str, Any]) -> Prompt:
         last_text = _message_text(content, include_results=False)
         if role == "user" and last_text.strip():
             last_user = last_text
-    return Prompt(tuple(blocks), last_text, last_user)
+    return Prompt(tuple(blocks), last_text, last_user, openai_caching(body))
 
 
 def responses_item_blocks(item: Any) -> list[Block]:
@@ -272,4 +301,4 @@ def responses_prompt(body: dict[str, Any], previous: tuple[Block, ...] = ()) -> 
             elif item.get("type") == "function_call_output":
                 out = item.get("output", "")
                 last_text = out if isinstance(out, str) else _message_text(out, include_results=False)
-    return Prompt(tuple(head + conversation), last_text, last_user), tuple(conversation)
+    return Prompt(tuple(head + conversation), last_text, last_user, openai_caching(body)), tuple(conversation)

@@ -54,7 +54,7 @@ class ChatWire:
         return chat_prompt(body), ()
 
     def usage(self, cache: PromptCache, scope: str, model: str, prompt: Prompt, now: float) -> PromptUsage:
-        return cache.openai(scope, model, prompt.blocks, now)
+        return cache.openai(scope, model, prompt.blocks, now, prompt.openai)
 
     def error(
         self, status: int, type_: str | None, message: str | None, code: str | None, param: str | None = None

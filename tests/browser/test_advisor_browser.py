@@ -79,6 +79,12 @@ def test_the_session_page_shows_findings_with_badges_and_links_to_the_advisor(we
     advice = _get(web, "/_ctxscope/api/advice?s=adv")["advice"]
     expect(page.locator("p.advice")).to_have_text(advice["advice"])
     expect(page.locator(f"tr.alt[data-name='{advice['best']}']")).to_have_class("alt best")
+    # every alternative explained in the legend; every advice listed with its cause, top first
+    expect(page.locator("dl.legend dt")).to_have_count(len(advice["alternatives"]))
+    expect(page.locator("dl.legend dd").first).to_have_text(advice["alternatives"][0]["explanation"])
+    expect(page.locator("li.cause-advice")).to_have_count(len(advice["advices"]))
+    assert advice["advices"], advice
+    expect(page.locator("li.cause-advice").first).to_have_attribute("data-cause", advice["top"]["cause"])
     assert page.problems == []
 
 

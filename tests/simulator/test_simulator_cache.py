@@ -131,6 +131,44 @@ def test_openai_caches_in_128_token_increments_inclusive():
     assert second.total == 1477  # inclusive: cached tokens are part of the prompt count
 
 
+def test_openai_caches_per_prompt_cache_key_and_lives_5_minutes_unless_asked():
+    """Routing by prompt_cache_key: another key is another machine; the in-memory entry lives 5 minutes
+    of inactivity, prompt_cache_options.ttl or prompt_cache_retention longer."""
+    blocks = [block(2000)]
+    body = {"model": "gpt-x", "messages": [{"role": "user", "content": words(2000)}]}
+    cache = PromptCache()
+    cache.openai("k", "gpt-x", blocks, 0, chat_prompt({**body, "prompt_cache_key": "a"}).openai)
+    assert cache.openai("k", "gpt-x", blocks, 10, chat_prompt({**body, "prompt_cache_key": "b"}).openai).cache_read == 0
+    assert (
+        cache.openai("k", "gpt-x", blocks, 20, chat_prompt({**body, "prompt_cache_key": "a"}).openai).cache_read == 1920
+    )
+    assert cache.openai("k", "gpt-x", blocks, 20 + 301, chat_prompt(body).openai).cache_read == 0  # 5 min gone
+    for options, gap in (({"prompt_cache_options": {"ttl": "30m"}}, 1700), ({"prompt_cache_retention": "24h"}, 80_000)):
+        cache = PromptCache()
+        policy = chat_prompt({**body, **options}).openai
+        cache.openai("k", "gpt-x", blocks, 0, policy)
+        assert cache.openai("k", "gpt-x", blocks, gap, policy).cache_read == 1920, options
+
+
+def test_openai_explicit_breakpoints_are_exact_and_mode_explicit_drops_the_automatic_ones():
+    item = {"type": "input_text", "text": words(1100), "prompt_cache_breakpoint": {"mode": "explicit"}}
+    body = {
+        "model": "gpt-x",
+        "input": [{"role": "user", "content": [item, {"type": "input_text", "text": words(600, "world")}]}],
+    }
+    prompt, _ = responses_prompt(body)
+    cache = PromptCache()
+    cache.openai("k", "gpt-x", prompt.blocks, 0, prompt.openai)
+    assert cache.openai("k", "gpt-x", prompt.blocks, 1, prompt.openai).cache_read == 1664  # 1024 + 5 * 128
+    explicit, _ = responses_prompt({**body, "prompt_cache_options": {"mode": "explicit"}})
+    cache = PromptCache()
+    cache.openai("k", "gpt-x", explicit.blocks, 0, explicit.openai)
+    assert cache.openai("k", "gpt-x", explicit.blocks, 1, explicit.openai).cache_read == 1100  # the breakpoint's end
+    other = {"role": "user", "content": [item, {"type": "input_text", "text": words(600, "other")}]}
+    changed, _ = responses_prompt({**body, "prompt_cache_options": {"mode": "explicit"}, "input": [other]})
+    assert cache.openai("k", "gpt-x", changed.blocks, 2, changed.openai).cache_read == 1100  # shared up to it
+
+
 def test_openai_partial_block_prefix_counts_at_token_level():
     cache = PromptCache()
     cache.openai("k", "gpt-x", [block(2000)], now=0)

@@ -69,17 +69,25 @@ export function renderAdvice(root, session, params, ctx) {
     const a = data.advice;
     if (!a) { mount(root, h("p", { class: "pad" }, "This session has no Anthropic or OpenAI prompt to replay.")); return; }
     const row = (alt) => h("tr", { class: "alt" + (alt.name === a.best ? " best" : ""), dataset: { name: alt.name } },
-      h("td", {}, alt.name), h("td", {}, alt.description),
+      h("td", { title: alt.explanation }, alt.name), h("td", {}, alt.description),
       h("td", { class: "num" }, fmtInt(alt.input)), h("td", { class: "num" }, fmtInt(alt.cache_read)), h("td", { class: "num" }, fmtInt(alt.cache_write)),
       h("td", { class: "num" }, fmtCost(alt.cost_usd)), h("td", { class: "num" }, alt.saving_pct.toFixed(1) + "%"));
+    const cause = (c) => h("li", { class: "cause-advice", dataset: { cause: c.cause } },
+      h("span", { class: "what" }, c.change), " ",
+      h("span", { class: "stake" }, `saves ~${fmtTokens(c.saving_tokens)} tokens · ${fmtCost(c.saving_usd)} (${c.saving_pct.toFixed(1)}%)`),
+      c.before != null || c.after != null ? h("div", { class: "churn muted small" },
+        h("code", { class: "before" }, c.before ?? ""), " → ", h("code", { class: "after" }, c.after ?? "")) : null);
     mount(root,
       h("div", { class: "toolbar" }, h("h1", {}, "Cache advisor"), h("span", { class: "tag" }, a.family)),
       h("p", { class: "advice" }, a.advice),
+      (a.advices || []).length ? h("ol", { class: "card advices" }, a.advices.map(cause)) : null,
+      h("h2", {}, "Breakpoint placements"),
       h("div", { class: "card flush" }, h("table", { class: "grid advisor" },
         h("thead", {}, h("tr", {}, ["alternative", "placement", "input", "cache read", "cache write", "cost", "saving"].map((t) => h("th", {}, t)))),
         h("tbody", {}, a.alternatives.map(row)))),
+      h("dl", { class: "legend muted small pad" }, a.alternatives.flatMap((alt) => [h("dt", {}, alt.name), h("dd", {}, alt.explanation)])),
       h("p", { class: "muted small pad" }, `${fmtInt(a.calls)} calls replayed through the provider's cache rules; ${a.units}. ` +
-        "`ctxscope advise SESSION --verify` checks the best one in the simulator."));
+        "`ctxscope advise SESSION --verify` checks the top advice in the simulator."));
     root.dataset.ready = "1";
   }, (e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not replay the session: " + e.message)); });
   return { dispose() { disposed = true; delete root.dataset.ready; } };

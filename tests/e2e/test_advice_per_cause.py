@@ -1,0 +1,104 @@
+"""Advice per cause, checked against the simulator of a running `ctxscope serve` (the installed
+command): for a session with one cache-hostile cause, Anthropic and OpenAI Responses, the top
+advice names the cause and its pointer; its predicted saving is at least half of what the session
+re-sent without the cause (built independently, not by the advisor) saves in the simulator; and
+`advise --verify` agrees with the simulator within 5 points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from ctxscope.inspector.analyses.prices import load_prices
+from ctxscope.simulator.control.client import SimulatorControl
+
+from support import cause_sessions as cases
+from support import sdk_clients
+from support.factories import analysed
+from support.serve_process import CTXSCOPE, running_serve
+
+TOKEN = "advice-per-cause-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    with running_serve(tmp, env={"CTXSCOPE_SIM_TOKEN": TOKEN}) as (_proc, base):
+        yield base
+    sdk_clients.close_all()
+
+
+def _cost(provider: str, usage) -> float:
+    """Dollars of one simulated call's prompt, from the usage the SDK parsed."""
+    if provider == "anthropic":
+        p = load_prices().lookup("claude-sonnet-4-5")
+        assert p is not None and p.cache_write_1h is not None
+        w1h = (usage.cache_creation.ephemeral_1h_input_tokens or 0) if usage.cache_creation else 0
+        w5m = (usage.cache_creation_input_tokens or 0) - w1h
+        return (
+            usage.input_tokens * p.input
+            + (usage.cache_read_input_tokens or 0) * p.cache_read
+            + w5m * p.cache_write
+            + w1h * p.cache_write_1h
+        ) / 1e6
+    p = load_prices().lookup("gpt-5")
+    assert p is not None
+    cached = usage.input_tokens_details.cached_tokens or 0
+    return ((usage.input_tokens - cached) * p.input + cached * p.cache_read) / 1e6
+
+
+def _resent(base: str, provider: str, cause: str, fixed: bool) -> float:
+    """The session's bodies sent through the simulator with the SDK, its clock at each call's time."""
+    control = SimulatorControl(base + "/u/sim", TOKEN)
+    control.reset()
+    url = base + "/s/advice-check/u/sim"
+    total = 0.0
+    try:
+        for body, t in zip(cases.bodies(provider, cause, fixed=fixed), cases.times(cause), strict=True):
+            control.config(clock=t)
+            if provider == "anthropic":
+                client = sdk_clients.Anthropic(base_url=url, api_key="sk-ant-advice-check")
+                total += _cost(provider, client.messages.create(**body).usage)
+            else:
+                client = sdk_clients.OpenAI(base_url=url + "/v1", api_key="sk-advice-check")
+                total += _cost(provider, client.responses.create(**body).usage)
+    finally:
+        control.config(clock=None)
+    return total
+
+
+@pytest.mark.parametrize("provider", cases.PROVIDERS)
+@pytest.mark.parametrize("cause", cases.CAUSES)
+def test_the_top_advice_removes_the_cause_and_the_simulator_agrees(tmp_path, daemon, provider, cause):
+    db = tmp_path / "c.db"
+    analysed(db, cases.exchanges(provider, cause, "sess"))
+    run = subprocess.run(
+        [str(CTXSCOPE), "advise", "sess", "--db", str(db), "--verify", "--daemon", daemon, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, CTXSCOPE_SIM_TOKEN=TOKEN, CTXSCOPE_HOME=str(tmp_path / "home")),
+    )
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    top = data["top"]
+    want_cause, want_pointer = cases.expected(provider, cause)
+    assert (top["cause"], top["pointer"]) == (want_cause, want_pointer), data["advices"]
+    assert data["advice"].startswith(top["change"])
+
+    sent, fixed = _resent(daemon, provider, cause, False), _resent(daemon, provider, cause, True)
+    removed = 100 * (sent - fixed) / sent
+    assert removed > 10, (sent, fixed)  # the cause costs something in the simulator
+    assert top["saving_pct"] >= removed / 2, (top["saving_pct"], removed)
+
+    v = data["verify"]
+    assert v["top"] == want_cause and v["best_simulated"]["cache_read"] > v["as_sent"]["cache_read"], v
+    assert v["error_pts"] <= 5, v
+
+    zero_read = [a for a in data["alternatives"] if a["cache_read"] == 0]
+    if any(a["cache_read"] > 0 for a in data["alternatives"]):  # a placement that reads nothing is never advised
+        assert data["best"] not in {a["name"] for a in zero_read}
+        assert all(a["cause"] != "placement" or a["what_if_cache_read"] > 0 for a in data["advices"])
