@@ -19,6 +19,7 @@ from ctxscope.inspector.writer.wire.call_fields import ID, call_size, unpack
 from ctxscope.inspector.writer.wire.messages import HandoverRecord
 from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.wire.spool_format import decode
+from ctxscope.inspector.writer.wire.spool_room import SpoolRoom
 
 log = logging.getLogger("ctxscope.store")
 
@@ -43,12 +44,19 @@ class Deferred:
     """
 
     def __init__(
-        self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT, *, quarantined: int = 0
+        self,
+        spool: spools.Spool | None,
+        writer: CaptureWriter,
+        limit: int = SPOOL_LIMIT,
+        *,
+        quarantined: int = 0,
+        room: SpoolRoom | None = None,
     ):
         self.spool, self.writer = spool, writer
-        self.limit = limit  # bytes the spool file may reach (docs/architecture.md, "A bounded spool")
-        self.over_limit = 0  # calls dropped because the spool was full
+        self.limit = limit  # unstored bytes the spool may hold at most (docs/architecture.md, "A bounded spool")
         self.db_path = writer.db_path
+        self.room = room or SpoolRoom(self.db_path.parent, cap=limit)  # ... and its disk's room
+        self.over_limit = 0  # calls dropped because the spool was full (its disk, or its cap)
         self.received = 0  # calls taken off the pipe (spooled, or held): what the proxy may forget
         self.calls = self.bytes = 0  # spooled, not yet given to the writer
         self.since: float | None = None  # when the oldest of them arrived
@@ -75,13 +83,15 @@ class Deferred:
             return
         incoming = self.bodies.take(record.payload, record.large)  # every hand-over: the numbering must not skip
         spool = self.spool if self._spool_usable(now) else None
-        if spool is not None and spool.unstored_size + record.body_bytes < self.limit:
+        if spool is not None and self.room.fits(len(record.payload), spool.unstored_size, now):
+            before = spool.size
             try:
                 spool.append_incoming(incoming)
             except OSError as exc:
                 self._spool_failed(exc)
                 self._hold(decode(incoming.plain()))
             else:
+                self.room.took(spool.size - before)
                 self._spooled(record.calls, record.body_bytes, now)
             return
         self.add(decode(incoming.plain()), now, received=False)
@@ -91,7 +101,7 @@ class Deferred:
         self.received += len(batch) if received else 0
         spool = self.spool if self._spool_usable(now) else None
         if spool is not None:
-            batch = self._within_limit(spool, batch)
+            batch = self._within_limit(spool, batch, now)
             if not batch:
                 return True
             try:
@@ -133,27 +143,33 @@ class Deferred:
             self._memory_bytes += size
         self.storing = True
 
-    def _within_limit(self, spool: spools.Spool, batch: list[tuple]) -> list[tuple]:
-        """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
-        taken while the spool holds less than the limit, so the file passes it by one call at most."""
+    def _within_limit(self, spool: spools.Spool, batch: list[tuple], now: float) -> list[tuple]:
+        """The calls of a batch the spool has room for (its disk less the reserve, and its cap);
+        the rest are dropped, counted and shown (``dropped_spool_full``)."""
         size = spool.unstored_size
         kept = []
         for fields in batch:
-            if size >= self.limit:
+            need = call_size(fields)
+            if not self.room.fits(need, size, now):
                 self.dropped += 1
-                self.writer.count_dropped(1, "the spool reached its limit (max_spool_bytes)")
+                full = self.limit <= size + need
+                why = "the spool reached max_spool_bytes" if full else "the disk holding the spool is full"
+                self.writer.count_dropped(1, why)
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
                     log.error(
-                        "capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
-                        "%d calls dropped so far while it was full",
+                        "capture writer: call %s dropped: %s (the spool holds %d MB not stored, %d MB free on its "
+                        "disk); %d calls dropped so far",
                         fields[ID],
+                        why,
                         size >> 20,
+                        self.room.free >> 20,
                         self.over_limit,
                     )
                 continue
             kept.append(fields)
-            size += call_size(fields)
+            size += need
+            self.room.took(need)
         return kept
 
     def _spool_usable(self, now: float) -> bool:
@@ -246,6 +262,10 @@ class Deferred:
             if not s.running or s.store_down_since is not None:
                 return
             time.sleep(0.01)
+
+    def backlog_bytes(self) -> int:
+        """Bytes received and not stored yet: spooled, held in memory or queued in the writer."""
+        return self.bytes + self._memory_bytes + self.writer.stats().queued_bytes
 
     def behind(self) -> bool:
         return self.storing or self.writer.stats().queued > 0

@@ -1,0 +1,61 @@
+"""How many more bytes the spool may take: the room its disk has, less a reserve kept free.
+
+The spool is bounded by the disk it is on, not by a fixed size (docs/architecture.md, "A bounded
+spool"): a call is refused only when appending it would leave less than the reserve free on that
+file system, the larger of ``reserve`` (the ``spool_disk_reserve`` limit, 1 GiB by default) and
+RESERVE_FRACTION of the file system, so a long burst on a slow machine cannot fill the user's disk.
+An optional ``cap`` (the ``max_spool_bytes`` limit) bounds the unstored bytes below that.
+
+``statvfs`` is asked at most every RECHECK seconds, and again whenever the bytes appended since
+would use up the room it reported, so a call is never refused on a stale figure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+RESERVE = 1 << 30  # bytes the spool leaves free on its disk (at least)
+RESERVE_FRACTION = 0.05  # ... or this share of the file system, if larger
+RECHECK = 0.5  # seconds a free-space figure is trusted for
+
+
+class SpoolRoom:
+    """The free space of the spool's file system, less the reserve, as the spool grows."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        reserve: int = RESERVE,
+        cap: int | None = None,
+        statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
+    ):
+        self.directory, self.reserve, self.cap, self._statvfs = directory, reserve, cap, statvfs
+        self._room = 0  # bytes that could be appended when last asked
+        self._asked_at: float | None = None
+        self.free = 0  # the file system's free bytes, as last asked (for the counters)
+
+    def _ask(self, now: float) -> None:
+        try:
+            st = self._statvfs(self.directory)
+        except OSError:  # cannot tell: only what the cap allows (or nothing), until it can again
+            self._room, self.free = 0, 0
+        else:
+            self.free = st.f_bavail * st.f_frsize
+            keep = max(self.reserve, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+            self._room = max(0, self.free - keep)
+        self._asked_at = now
+
+    def fits(self, size: int, unstored: int, now: float) -> bool:
+        """Whether ``size`` more bytes may be appended to a spool holding ``unstored`` bytes."""
+        if self.cap is not None and unstored + size > self.cap:
+            return False
+        if self._asked_at is None or now - self._asked_at >= RECHECK or size > self._room:
+            self._ask(now)
+        return size <= self._room
+
+    def took(self, size: int) -> None:
+        """``size`` bytes were appended: that much less room until the disk is asked again."""
+        self._room -= size
