@@ -92,6 +92,7 @@ class Deferred:
                 self._hold(decode(incoming.plain()))
             else:
                 self.room.took(spool.size - before)
+                self.room.written()
                 self._spooled(record.calls, record.body_bytes, now)
             return
         self.add(decode(incoming.plain()), now, received=False)
@@ -102,6 +103,7 @@ class Deferred:
         spool = self.spool if self._spool_usable(now) else None
         if spool is not None:
             batch = self._within_limit(spool, batch, now)
+            self.room.written()  # the append follows at once, before the disk is asked again
             if not batch:
                 return True
             try:
@@ -152,7 +154,7 @@ class Deferred:
             need = call_size(fields)
             if not self.room.fits(need, size, now):
                 self.dropped += 1
-                full = self.limit <= size + need
+                full = self.room.cap is not None and size + need > self.room.cap
                 why = "the spool reached max_spool_bytes" if full else "the disk holding the spool is full"
                 self.writer.count_dropped(1, why)
                 self.over_limit += 1

@@ -33,7 +33,8 @@ class SpoolRoom:
         statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
     ):
         self.directory, self.reserve, self.cap, self._statvfs = directory, reserve, cap, statvfs
-        self._room = 0  # bytes that could be appended when last asked
+        self._room = 0  # bytes that could be appended when last asked, less those taken since
+        self._unwritten = 0  # bytes taken for an append not made yet: the disk does not count them
         self._asked_at: float | None = None
         self.free = 0  # the file system's free bytes, as last asked (for the counters)
 
@@ -45,7 +46,7 @@ class SpoolRoom:
         else:
             self.free = st.f_bavail * st.f_frsize
             keep = max(self.reserve, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
-            self._room = max(0, self.free - keep)
+            self._room = max(0, self.free - keep - self._unwritten)
         self._asked_at = now
 
     def fits(self, size: int, unstored: int, now: float) -> bool:
@@ -57,5 +58,10 @@ class SpoolRoom:
         return size <= self._room
 
     def took(self, size: int) -> None:
-        """``size`` bytes were appended: that much less room until the disk is asked again."""
+        """``size`` bytes are to be appended: that much less room until the disk is asked again."""
         self._room -= size
+        self._unwritten += size
+
+    def written(self) -> None:
+        """The append was made (or failed): the disk's own figure counts what it took from now on."""
+        self._unwritten = 0
