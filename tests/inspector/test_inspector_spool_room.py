@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 
 from ctxscope.inspector.store.queries import list_calls, open_db
-from ctxscope.inspector.writer.child.deferred import Deferred
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.inspector.writer.wire.call_fields import ID, call_size, pack
 from ctxscope.inspector.writer.wire.spool import Spool
-from ctxscope.inspector.writer.wire.spool_room import RECHECK, RESERVE, SpoolRoom
+from ctxscope.inspector.writer.wire.spool_room import RESERVE, SpoolRoom
 
 from support.factories import make_exchange
 
@@ -71,36 +70,40 @@ def test_an_unreadable_disk_leaves_no_room_rather_than_guess(tmp_path):
     assert not SpoolRoom(tmp_path, statvfs=broken).fits(1, 0, now=0.0)
 
 
-def test_calls_past_a_full_disk_are_dropped_counted_and_the_rest_stored(tmp_path):
-    """The disk fills during a burst: the spool takes calls while it has room, the rest are
-    dropped and counted (``dropped_spool_full`` and the store's events); when space returns, the
-    spool takes calls again."""
+def test_calls_past_a_full_disk_wait_in_memory_then_are_dropped_counted_and_the_rest_stored(tmp_path, monkeypatch):
+    """The disk fills during a burst: the spool takes calls while it has room above the reserve,
+    the next wait in memory (bounded), the rest are dropped and counted (``dropped_spool_full``
+    and the store's events); when space returns, the spool takes calls again."""
+    from ctxscope.inspector.writer.child import deferred as wc
+
+    monkeypatch.setattr(wc, "MEMORY_LIMIT", 5 * 3246)  # five calls of 3 KB
     db = tmp_path / "c.db"
     disk = FakeDisk(size=100 * GiB, free=5 * GiB + 30_000)  # room for about 9 calls of 3 KB
     writer = CaptureWriter(db)
     writer.start()
-    d = Deferred(Spool(db), writer, room=SpoolRoom(tmp_path, statvfs=disk))
+    d = wc.Deferred(Spool(db), writer, room=SpoolRoom(tmp_path, statvfs=disk))
     assert d.spool is not None
     disk.on_it.append(d.spool.path)
     try:
         batch = [pack(make_exchange(i, request_body=b"a" * 3000)) for i in range(20)]
-        assert sum(call_size(f) for f in batch[:9]) <= 30_000 < sum(call_size(f) for f in batch[:11])
-        d.add(batch, now=0.0)
+        assert call_size(batch[0]) == 3246
+        assert not d.add(batch, now=0.0)
         kept = d.calls
-        assert 7 <= kept <= 9 and d.stats()["dropped_spool_full"] == 20 - kept and d.stats()["dropped"] == 20 - kept
+        assert 7 <= kept <= 9 and d.stats()["in_memory"] == 5
+        assert d.stats()["dropped_spool_full"] == d.stats()["dropped"] == 20 - kept - 5
         disk.free += GiB
         later = [pack(make_exchange(i, request_body=b"b" * 3000)) for i in range(20, 25)]
-        d.add(later, now=1.0)
-        assert d.calls == kept + 5 and d.stats()["dropped_spool_full"] == 20 - kept
+        assert d.add(later, now=1.0)
+        assert d.calls == kept + 5 and d.stats()["dropped_spool_full"] == 20 - kept - 5
         d.start_storing()
         d.drain()
         deadline = time.monotonic() + 20
-        while writer.stats().written < kept + 5 and time.monotonic() < deadline:
+        while writer.stats().written < kept + 10 and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         writer.stop()
     conn = open_db(db)
     stored = {r["id"] for r in list_calls(conn, limit=None)}
-    assert stored == {f[ID] for f in batch[:kept] + later}
+    assert stored == {f[ID] for f in batch[: kept + 5] + later}
     dropped = conn.execute("select coalesce(sum(count), 0) from store_events where kind = 'dropped'").fetchone()[0]
-    assert dropped == 20 - kept
+    assert dropped == 20 - kept - 5

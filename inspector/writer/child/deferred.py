@@ -71,6 +71,7 @@ class Deferred:
         self._memory_bytes = 0
         self._memory_ids: set[str] = set()  # given to the writer from memory, maybe not stored yet
         self._spool_broken = False
+        self._disk_full = False  # the last calls held in memory were so for want of room on the disk
         self._reopen_at = 0.0
         self.bodies = ReceivedBodies()  # the large request bodies the proxy may send the new bytes of
 
@@ -98,21 +99,23 @@ class Deferred:
         self.add(decode(incoming.plain()), now, received=False)
 
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
-        """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
+        """Spool a batch (or hold it in memory if the spool cannot take it); True if all spooled."""
         self.received += len(batch) if received else 0
         spool = self.spool if self._spool_usable(now) else None
         if spool is not None:
-            batch = self._within_limit(spool, batch, now)
+            batch, no_room = self._within_limit(spool, batch, now)
             self.room.written()  # the append follows at once, before the disk is asked again
+            if no_room:
+                self._hold(no_room, disk_full=True)
             if not batch:
-                return True
+                return not no_room
             try:
                 spool.append(batch)
             except OSError as exc:
                 self._spool_failed(exc)
             else:
                 self._spooled(len(batch), sum(call_size(f) for f in batch), now)
-                return True
+                return not no_room
         self._hold(batch)
         return False
 
@@ -125,18 +128,31 @@ class Deferred:
         if self.since is None:
             self.since = now
 
-    def _hold(self, batch: list[tuple]) -> None:
-        """Keep calls the spool could not take in memory, up to MEMORY_LIMIT; the rest are dropped."""
+    def _hold(self, batch: list[tuple], *, disk_full: bool = False) -> None:
+        """Keep calls the spool could not take in memory, up to MEMORY_LIMIT; the rest are dropped
+        (``disk_full``: the spool's disk had no room above its reserve; they count as dropped for a
+        full spool too)."""
+        if disk_full and not self._disk_full:
+            log.error(
+                "capture writer: the disk holding its spool is full (%d MB free, less than its reserve); "
+                "calls wait in memory (up to %d MB) until they are stored",
+                self.room.free >> 20,
+                MEMORY_LIMIT >> 20,
+            )
+        self._disk_full = disk_full
         for fields in batch:
             size = call_size(fields)
             if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
                 self.dropped += 1
-                self.writer.count_dropped(1, "the spool could not be written and memory was full")
+                self.over_limit += disk_full
+                why = "the disk holding the spool is full" if disk_full else "the spool could not be written"
+                self.writer.count_dropped(1, why + " and memory was full")
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error(
-                        "capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
-                        "wait in memory already (%d dropped so far)",
+                        "capture writer: call %s dropped: %s and %d MB of calls wait in memory already "
+                        "(%d dropped so far)",
                         fields[ID],
+                        why,
                         MEMORY_LIMIT >> 20,
                         self.dropped,
                     )
@@ -145,34 +161,35 @@ class Deferred:
             self._memory_bytes += size
         self.storing = True
 
-    def _within_limit(self, spool: spools.Spool, batch: list[tuple], now: float) -> list[tuple]:
-        """The calls of a batch the spool has room for (its disk less the reserve, and its cap);
-        the rest are dropped, counted and shown (``dropped_spool_full``)."""
+    def _within_limit(self, spool: spools.Spool, batch: list[tuple], now: float) -> tuple[list[tuple], list[tuple]]:
+        """The calls of a batch the spool takes, and those its disk has no room for (above the
+        reserve: they wait in memory). Calls past the cap (``max_spool_bytes``) are dropped,
+        counted and shown (``dropped_spool_full``)."""
         size = spool.unstored_size
-        kept = []
+        kept: list[tuple] = []
+        no_room: list[tuple] = []
         for fields in batch:
             need = call_size(fields)
-            if not self.room.fits(need, size, now):
+            if self.room.cap is not None and size + need > self.room.cap:
                 self.dropped += 1
-                full = self.room.cap is not None and size + need > self.room.cap
-                why = "the spool reached max_spool_bytes" if full else "the disk holding the spool is full"
-                self.writer.count_dropped(1, why)
+                self.writer.count_dropped(1, "the spool reached max_spool_bytes")
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
                     log.error(
-                        "capture writer: call %s dropped: %s (the spool holds %d MB not stored, %d MB free on its "
-                        "disk); %d calls dropped so far",
+                        "capture writer: call %s dropped: the spool reached max_spool_bytes (it holds %d MB not "
+                        "stored); %d calls dropped so far while it was full",
                         fields[ID],
-                        why,
                         size >> 20,
-                        self.room.free >> 20,
                         self.over_limit,
                     )
+                continue
+            if not self.room.fits(need, size, now):
+                no_room.append(fields)
                 continue
             kept.append(fields)
             size += need
             self.room.took(need)
-        return kept
+        return kept, no_room
 
     def _spool_usable(self, now: float) -> bool:
         if self.spool is None and now >= self._reopen_at:

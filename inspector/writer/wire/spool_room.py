@@ -2,9 +2,11 @@
 
 The spool is bounded by the disk it is on, not by a fixed size (docs/architecture.md, "A bounded
 spool"): a call is refused only when appending it would leave less than the reserve free on that
-file system, the larger of ``reserve`` (the ``spool_disk_reserve`` limit, 1 GiB by default) and
-RESERVE_FRACTION of the file system, so a long burst on a slow machine cannot fill the user's disk.
-An optional ``cap`` (the ``max_spool_bytes`` limit) bounds the unstored bytes below that.
+file system, the larger of ``reserve`` (the ``spool_disk_reserve`` limit, 1 GiB by default, but at
+most SMALL_DISK_SHARE of a small disk) and RESERVE_FRACTION of it, so a long burst on a slow machine
+cannot fill the user's disk. Calls it has no room for wait in memory (bounded, ``Deferred``) and
+are dropped and counted beyond that. An optional ``cap`` (the ``max_spool_bytes`` limit) bounds the
+unstored bytes below that; calls past it are dropped and counted at once.
 
 ``statvfs`` is asked at most every RECHECK seconds, and again whenever the bytes appended since
 would use up the room it reported, so a call is never refused on a stale figure.
@@ -18,6 +20,7 @@ from pathlib import Path
 
 RESERVE = 1 << 30  # bytes the spool leaves free on its disk (at least)
 RESERVE_FRACTION = 0.05  # ... or this share of the file system, if larger
+SMALL_DISK_SHARE = 0.1  # but never more than this share of it (a small disk: a tmpfs, a USB stick)
 RECHECK = 0.5  # seconds a free-space figure is trusted for
 
 
@@ -45,7 +48,8 @@ class SpoolRoom:
             self._room, self.free = 0, 0
         else:
             self.free = st.f_bavail * st.f_frsize
-            keep = max(self.reserve, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+            disk = st.f_blocks * st.f_frsize
+            keep = max(min(self.reserve, int(disk * SMALL_DISK_SHARE)), int(disk * RESERVE_FRACTION))
             self._room = max(0, self.free - keep - self._unwritten)
         self._asked_at = now
 
