@@ -138,14 +138,23 @@ class Daemon:
 
 
 def cli(daemon: Daemon, *args: str) -> tuple[float, int, int]:
-    """Seconds, peak RSS (bytes) and output bytes of one CLI command."""
+    """Seconds, peak RSS (bytes) and output bytes of one CLI command. The peak is the child's own
+    VmHWM, read until it exits: ``wait4``'s ``ru_maxrss`` counts the parent's pages the forked
+    child had before its ``exec``."""
     began = time.monotonic()
+    peak = 0
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen([str(CTXSCOPE), *args], env=daemon.env, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        while proc.poll() is None:
+            try:
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+            time.sleep(0.02)
         size = out.seek(0, 2)
-    return time.monotonic() - began, usage.ru_maxrss * 1024, size
+    return time.monotonic() - began, peak, size
 
 
 def reads(daemon: Daemon, session: str, label: str, out_dir: Path) -> None:
