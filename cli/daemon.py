@@ -191,6 +191,7 @@ async def start_daemon(
                 analyzers_args=prices_args,
                 max_decoded_bytes=cfg.limits.max_decoded_bytes,
                 max_spool_bytes=cfg.limits.max_spool_bytes,
+                spool_disk_reserve=cfg.limits.spool_disk_reserve,
             )
             await asyncio.to_thread(writer.start)
     except BaseException:

@@ -178,7 +178,7 @@ def cli() -> None:
     metavar="KEY=VALUE",
     help="Set an abuse limit (repeatable; also a [limits] table in --config): header_timeout=15, "
     "body_timeout=30, keepalive_timeout=75, shutdown_grace=60 (seconds); max_connections=512; "
-    "max_body_bytes=256MiB, max_decoded_bytes=128MiB, max_spool_bytes=256MiB "
+    "max_body_bytes=256MiB, max_decoded_bytes=128MiB, max_spool_bytes=1TiB, spool_disk_reserve=1GiB "
     "(bytes, or with KiB/MiB/GiB).",
 )
 @click.option(

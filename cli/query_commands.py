@@ -483,7 +483,7 @@ def capture_line(c: dict) -> str:
     if c["state"] == "no writer running":
         return "no writer running"
     full = c.get("dropped_spool_full") or 0
-    dropped = f"; DROPPED {full} calls: the spool was full (max_spool_bytes)" if full else ""
+    dropped = f"; DROPPED {full} calls: the spool was full (its disk, or max_spool_bytes)" if full else ""
     if c["state"] == "storing":
         asleep = "; idle: its process starts again with the next call" if c.get("asleep") else ""
         return (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import secrets
 import tomllib
@@ -102,16 +103,15 @@ class DaemonConfig:
     provider_itself: dict[str, bool] = field(default_factory=dict)
 
     def provider_itself_text(self) -> str:
-        """The settings as the analysis takes them: keyed by what a call records as its upstream."""
-        from ctxscope.inspector.analyses.prompt_metadata import ProviderItself
-
+        """The settings as the analysis takes them (``ProviderItself.from_text``: a JSON object), keyed
+        by what a call records as its upstream. Written here, not through the analyses, which a
+        fresh daemon does not load before its first store read."""
         sim_named = "sim" not in self.upstreams  # the built-in simulator records its name
-        return ProviderItself(
-            {
-                ("sim" if name == "sim" and sim_named else self.upstreams[name]): on
-                for name, on in self.provider_itself.items()
-            }
-        ).to_text()
+        overrides = {
+            ("sim" if name == "sim" and sim_named else self.upstreams[name]).rstrip("/"): on
+            for name, on in self.provider_itself.items()
+        }
+        return json.dumps(overrides, sort_keys=True)
 
     ask_diagnosis: bool = False  # ask providers for their cache diagnosis on the client's behalf
 

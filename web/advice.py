@@ -14,10 +14,11 @@ from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.advisor.stored import stored_findings
 
 
-def findings_view(db: sqlite_utils.Database, session: str) -> dict | None:
+def findings_view(db: sqlite_utils.Database, session: str, backfill_allowed: bool = True) -> dict | None:
     """A session's findings and the kinds per call (for badges), from its calls' stored facts (no body
-    read); None for an unknown session."""
-    s = stored_findings(db, session)
+    read); None for an unknown session. ``backfill_allowed=False``: FactsMissing for a session whose
+    facts must first be taken from its bodies (the daemon does that in a child, web/compute.py)."""
+    s = stored_findings(db, session, backfill_allowed=backfill_allowed)
     if s is None:
         return None
     found = s.findings

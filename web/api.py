@@ -15,6 +15,7 @@ download, the event stream), and says a bad request with an ``HTTPException``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,8 +33,8 @@ from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.vocab import headers
 from ctxscope.web import security
-from ctxscope.web.advice import advice_view, findings_view
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
+from ctxscope.web.compute import Computations, ComputeFailed
 from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
@@ -85,6 +86,7 @@ class StoreAPI:
 
     def __init__(self, db_path: Path, writer: Writer | None, status: Callable[[], dict | None]):
         self.pool = ReadPool(db_path, SegmentTexts)
+        self.computations = Computations(Path(db_path))  # findings and advice: a child each (web/compute.py)
         self.writer = writer
         self.bodies = BodyCache()
         self.hub = LiveHub(self.pool, status)
@@ -186,8 +188,22 @@ class StoreAPI:
         session = request.query.get("s")
         if not session:
             raise web.HTTPBadRequest(text="missing s")
-        view = findings_view if request.path.endswith("/findings") else advice_view
-        return _found(await self.read(view, session), f"no session {session!r}")
+        view = "findings" if request.path.endswith("/findings") else "advice"
+
+        def client_gone() -> bool:
+            return request.transport is None or request.transport.is_closing()
+
+        if view == "findings":  # read from the stored facts in milliseconds, unless they must be taken first
+            from ctxscope.inspector.advisor.stored import FactsMissing  # (loaded on the first findings asked)
+            from ctxscope.web.advice import findings_view
+
+            with contextlib.suppress(FactsMissing):
+                return _found(await self.read(findings_view, session, False), f"no session {session!r}")
+        try:
+            result = await self.computations.run(view, session, client_gone)
+        except ComputeFailed as exc:
+            raise web.HTTPServiceUnavailable(text=str(exc)) from None
+        return _found(result, f"no session {session!r}")
 
     async def events(self, request: web.Request) -> Answer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
@@ -227,7 +243,8 @@ class StoreAPI:
         return mask_keys_in(result)
 
     async def close(self) -> None:
-        """The live feed's streams end (on the daemon's shutdown)."""
+        """The live feed's streams end and computations are killed (on the daemon's shutdown)."""
+        self.computations.stop()
         await self.hub.close()
 
     def cleanup(self) -> None:

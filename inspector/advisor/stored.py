@@ -27,11 +27,20 @@ class SessionFindings:
     taken_again: bool  # the facts were taken from the bodies this time (then stored)
 
 
+class FactsMissing(LookupError):
+    """The session's facts must be taken from its bodies first (asked not to, ``backfill=False``)."""
+
+
 def stored_findings(
-    db: sqlite_utils.Database, session: str, prices: PriceTable | None = None, *, now: float | None = None
+    db: sqlite_utils.Database,
+    session: str,
+    prices: PriceTable | None = None,
+    *,
+    now: float | None = None,
+    backfill_allowed: bool = True,
 ) -> SessionFindings | None:
     """The findings of the session named by an id or a unique prefix (AmbiguousCallId if several),
-    None if unknown."""
+    None if unknown. ``backfill_allowed=False``: FactsMissing rather than reading bodies."""
     full = resolve_session(db, session)
     if full is None:
         return None
@@ -40,6 +49,8 @@ def stored_findings(
     facts = valid_facts(rows, full)
     taken_again = facts is None
     if facts is None:
+        if not backfill_allowed:
+            raise FactsMissing(full)
         facts = backfill(db, full, prices)
     facts = with_row_figures(facts, rows)
     read = [f for f in facts if not f.skip]

@@ -59,7 +59,7 @@ class WriterStats:
     spool_records_torn: int = 0  # records cut short by a crash mid-append, dropped
     spool_failures: int = 0  # appends to the spool that failed (the calls were held in memory)
     in_memory: int = 0  # calls held in memory because the spool could not be written
-    dropped_spool_full: int = 0  # of the dropped: calls refused because the spool reached max_spool_bytes
+    dropped_spool_full: int = 0  # of the dropped: calls refused because the spool was full (its disk, or its cap)
     idle_releases: int = 0  # times the idle child let go of its caches (docs/architecture.md, "Memory")
     asleep: bool = False  # no child runs: it stopped after an idle spell, and the next call starts one
     submit_failed: int = 0  # of the dropped: calls lost because ``submit`` itself failed (a defect, logged)

@@ -28,7 +28,8 @@ class Limits:
     max_body_bytes: int = 256 * 2**20  # a larger request body gets a provider-shaped 413
     max_decoded_bytes: int = 128 * 2**20  # a body decoding to more is stored as sent, not analysed
     shutdown_grace: float = 60.0  # how long stopping waits for open calls before cutting them
-    max_spool_bytes: int = 256 * 2**20  # calls a burst queues on disk beyond this are dropped and counted
+    max_spool_bytes: int = 2**40  # a cap on the unstored bytes the spool holds; by default its disk decides
+    spool_disk_reserve: int = 2**30  # the spool leaves this (or 5% of its disk) free; past it calls drop
 
     def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""

@@ -170,8 +170,9 @@ def test_a_handover_is_spooled_as_it_came_and_near_the_limit_call_by_call(tmp_pa
         first = [_pack(make_exchange(i, request_body=b"a" * 3000)) for i in range(3)]
         d.add_record(_record(first), now=0.0)  # far from the limit: appended as it is
         assert d.calls == 3 and d.received == 3 and d.bytes == sum(call_size(f) for f in first)
-        d.limit = d.spool.size + 5000  # reached inside the next hand-over: its calls are taken one by one
         second = [_pack(make_exchange(i, request_body=b"b" * 3000)) for i in range(3, 6)]
+        # reached inside the next hand-over: its calls are taken one by one, as long as they fit
+        d.room.cap = d.spool.unstored_size + sum(call_size(f) for f in second[:2]) + 1
         d.add_record(_record(second), now=1.0)
         assert d.received == 6 and d.calls == 5 and d.over_limit == 1 and d.stats()["dropped_spool_full"] == 1
         assert d.feed() and d.given == 5

@@ -69,7 +69,7 @@ function showStatus(s) {
   statusEl.title = down || failures
     ? (down ? `capture store unavailable since ${s.store_down_since || "start"}; ` : "") +
       `store failures ${s.store_failures || 0}, failed ${s.failed}, dropped ${s.dropped}` +
-      (s.dropped_spool_full ? ` (${s.dropped_spool_full} because the spool reached max_spool_bytes)` : "") +
+      (s.dropped_spool_full ? ` (${s.dropped_spool_full} because the spool was full: its disk, or max_spool_bytes)` : "") +
       (s.last_error ? ` — last: ${s.last_error}` : "")
     : `capture writer: ${s.written} calls stored since start; ${s.queued} captured calls wait to be ` +
       "stored (kept safe in a spool file while traffic flows, stored in the next pause)";

@@ -19,6 +19,7 @@ from ctxscope.inspector.writer.wire.call_fields import ID, call_size, unpack
 from ctxscope.inspector.writer.wire.messages import HandoverRecord
 from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
 from ctxscope.inspector.writer.wire.spool_format import decode
+from ctxscope.inspector.writer.wire.spool_room import SpoolRoom
 
 log = logging.getLogger("ctxscope.store")
 
@@ -43,12 +44,19 @@ class Deferred:
     """
 
     def __init__(
-        self, spool: spools.Spool | None, writer: CaptureWriter, limit: int = SPOOL_LIMIT, *, quarantined: int = 0
+        self,
+        spool: spools.Spool | None,
+        writer: CaptureWriter,
+        limit: int = SPOOL_LIMIT,
+        *,
+        quarantined: int = 0,
+        room: SpoolRoom | None = None,
     ):
         self.spool, self.writer = spool, writer
-        self.limit = limit  # bytes the spool file may reach (docs/architecture.md, "A bounded spool")
-        self.over_limit = 0  # calls dropped because the spool was full
+        self.limit = limit  # unstored bytes the spool may hold at most (docs/architecture.md, "A bounded spool")
         self.db_path = writer.db_path
+        self.room = room or SpoolRoom(self.db_path.parent, cap=limit)  # ... and its disk's room
+        self.over_limit = 0  # calls dropped because the spool was full (its disk, or its cap)
         self.received = 0  # calls taken off the pipe (spooled, or held): what the proxy may forget
         self.calls = self.bytes = 0  # spooled, not yet given to the writer
         self.since: float | None = None  # when the oldest of them arrived
@@ -63,6 +71,7 @@ class Deferred:
         self._memory_bytes = 0
         self._memory_ids: set[str] = set()  # given to the writer from memory, maybe not stored yet
         self._spool_broken = False
+        self._disk_full = False  # the last calls held in memory were so for want of room on the disk
         self._reopen_at = 0.0
         self.bodies = ReceivedBodies()  # the large request bodies the proxy may send the new bytes of
 
@@ -75,32 +84,38 @@ class Deferred:
             return
         incoming = self.bodies.take(record.payload, record.large)  # every hand-over: the numbering must not skip
         spool = self.spool if self._spool_usable(now) else None
-        if spool is not None and spool.unstored_size + record.body_bytes < self.limit:
+        if spool is not None and self.room.fits(len(record.payload), spool.unstored_size, now):
+            before = spool.size
             try:
                 spool.append_incoming(incoming)
             except OSError as exc:
                 self._spool_failed(exc)
                 self._hold(decode(incoming.plain()))
             else:
+                self.room.took(spool.size - before)
+                self.room.written()
                 self._spooled(record.calls, record.body_bytes, now)
             return
         self.add(decode(incoming.plain()), now, received=False)
 
     def add(self, batch: list[tuple], now: float, *, received: bool = True) -> bool:
-        """Spool a batch (or hold it in memory if the spool cannot take it); True if spooled."""
+        """Spool a batch (or hold it in memory if the spool cannot take it); True if all spooled."""
         self.received += len(batch) if received else 0
         spool = self.spool if self._spool_usable(now) else None
         if spool is not None:
-            batch = self._within_limit(spool, batch)
+            batch, no_room = self._within_limit(spool, batch, now)
+            self.room.written()  # the append follows at once, before the disk is asked again
+            if no_room:
+                self._hold(no_room, disk_full=True)
             if not batch:
-                return True
+                return not no_room
             try:
                 spool.append(batch)
             except OSError as exc:
                 self._spool_failed(exc)
             else:
                 self._spooled(len(batch), sum(call_size(f) for f in batch), now)
-                return True
+                return not no_room
         self._hold(batch)
         return False
 
@@ -113,18 +128,31 @@ class Deferred:
         if self.since is None:
             self.since = now
 
-    def _hold(self, batch: list[tuple]) -> None:
-        """Keep calls the spool could not take in memory, up to MEMORY_LIMIT; the rest are dropped."""
+    def _hold(self, batch: list[tuple], *, disk_full: bool = False) -> None:
+        """Keep calls the spool could not take in memory, up to MEMORY_LIMIT; the rest are dropped
+        (``disk_full``: the spool's disk had no room above its reserve; they count as dropped for a
+        full spool too)."""
+        if disk_full and not self._disk_full:
+            log.error(
+                "capture writer: the disk holding its spool is full (%d MB free, less than its reserve); "
+                "calls wait in memory (up to %d MB) until they are stored",
+                self.room.free >> 20,
+                MEMORY_LIMIT >> 20,
+            )
+        self._disk_full = disk_full
         for fields in batch:
             size = call_size(fields)
             if self._memory and self._memory_bytes + size > MEMORY_LIMIT:
                 self.dropped += 1
-                self.writer.count_dropped(1, "the spool could not be written and memory was full")
+                self.over_limit += disk_full
+                why = "the disk holding the spool is full" if disk_full else "the spool could not be written"
+                self.writer.count_dropped(1, why + " and memory was full")
                 if self.dropped == 1 or self.dropped % 1000 == 0:
                     log.error(
-                        "capture writer: call %s dropped: the spool cannot be written and %d MB of calls "
-                        "wait in memory already (%d dropped so far)",
+                        "capture writer: call %s dropped: %s and %d MB of calls wait in memory already "
+                        "(%d dropped so far)",
                         fields[ID],
+                        why,
                         MEMORY_LIMIT >> 20,
                         self.dropped,
                     )
@@ -133,28 +161,35 @@ class Deferred:
             self._memory_bytes += size
         self.storing = True
 
-    def _within_limit(self, spool: spools.Spool, batch: list[tuple]) -> list[tuple]:
-        """The calls of a batch the spool has room for; the rest are dropped and counted. A call is
-        taken while the spool holds less than the limit, so the file passes it by one call at most."""
+    def _within_limit(self, spool: spools.Spool, batch: list[tuple], now: float) -> tuple[list[tuple], list[tuple]]:
+        """The calls of a batch the spool takes, and those its disk has no room for (above the
+        reserve: they wait in memory). Calls past the cap (``max_spool_bytes``) are dropped,
+        counted and shown (``dropped_spool_full``)."""
         size = spool.unstored_size
-        kept = []
+        kept: list[tuple] = []
+        no_room: list[tuple] = []
         for fields in batch:
-            if size >= self.limit:
+            need = call_size(fields)
+            if self.room.cap is not None and size + need > self.room.cap:
                 self.dropped += 1
-                self.writer.count_dropped(1, "the spool reached its limit (max_spool_bytes)")
+                self.writer.count_dropped(1, "the spool reached max_spool_bytes")
                 self.over_limit += 1
                 if self.over_limit == 1 or self.over_limit % 1000 == 0:
                     log.error(
-                        "capture writer: call %s dropped: the spool holds %d MB, its limit (max_spool_bytes); "
-                        "%d calls dropped so far while it was full",
+                        "capture writer: call %s dropped: the spool reached max_spool_bytes (it holds %d MB not "
+                        "stored); %d calls dropped so far while it was full",
                         fields[ID],
                         size >> 20,
                         self.over_limit,
                     )
                 continue
+            if not self.room.fits(need, size, now):
+                no_room.append(fields)
+                continue
             kept.append(fields)
-            size += call_size(fields)
-        return kept
+            size += need
+            self.room.took(need)
+        return kept, no_room
 
     def _spool_usable(self, now: float) -> bool:
         if self.spool is None and now >= self._reopen_at:
@@ -246,6 +281,10 @@ class Deferred:
             if not s.running or s.store_down_since is not None:
                 return
             time.sleep(0.01)
+
+    def backlog_bytes(self) -> int:
+        """Bytes received and not stored yet: spooled, held in memory or queued in the writer."""
+        return self.bytes + self._memory_bytes + self.writer.stats().queued_bytes
 
     def behind(self) -> bool:
         return self.storing or self.writer.stats().queued > 0

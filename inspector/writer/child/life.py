@@ -19,10 +19,8 @@ It runs at a low CPU priority (:mod:`~ctxscope.inspector.writer.priority`).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -43,6 +41,7 @@ from ctxscope.inspector.writer.wire.messages import (
     Recovered,
 )
 from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.wire.spool_room import RESERVE, SpoolRoom
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 from ctxscope.vocab.heap import tune_heap
 
@@ -95,6 +94,7 @@ def child_main(
     max_decoded_bytes: int = DEFAULT_MAX_SIZE,
     retry_interval: float = RETRY_INTERVAL,
     max_spool_bytes: int = SPOOL_LIMIT,
+    spool_disk_reserve: int = RESERVE,
     idle_release: float = IDLE_RELEASE,
     capture_epoch: int | None = None,
 ) -> None:
@@ -107,8 +107,6 @@ def child_main(
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    with contextlib.suppress(OSError):
-        os.nice(nice)
     db_path = Path(db_path)
     try:
         migrate_apart(db_path)
@@ -133,10 +131,12 @@ def child_main(
     except OSError as exc:
         log.error("capture writer: cannot create its spool next to %s (%s); calls wait in memory", db_path, exc)
         spool = None
-    priority = Priority(idle_class)
-    priority.set_idle(True)
+    priority = Priority(idle_class, nice)  # only the storing thread yields (priority.py)
+    priority.tids = [writer.thread_id]
+    priority.set_level(0)
     replies.put(Ready(writer.capture_epoch, writer.stats().last_error if writer.store_down else None))
-    deferred = Deferred(spool, writer, max_spool_bytes, quarantined=len(quarantined))
+    room = SpoolRoom(db_path.parent, reserve=spool_disk_reserve, cap=max_spool_bytes)
+    deferred = Deferred(spool, writer, max_spool_bytes, quarantined=len(quarantined), room=room)
     if spool is None:
         for orphan in left:
             orphan.keep()
@@ -146,7 +146,7 @@ def child_main(
         deferred.start_storing()  # what was taken over is stored at once
     loop = ChildLoop(inbox, replies, writer, deferred, priority, quiet_after=quiet_after, idle_release=idle_release)
     loop.run()
-    priority.set_idle(False)  # draining is all that is left to do: do not wait for an idle CPU
+    priority.all_threads_ordinary()  # draining is all that is left to do: do not wait for an idle CPU
     deferred.drain()
     drained = writer.stop()
     deferred.settle(empty=True)

@@ -175,7 +175,7 @@ class ChildLoop:
                 deferred.only_spool()  # traffic again (the writer finishes what it has)
         if deferred.pending() and (pause or deferred.due(now)):
             deferred.start_storing()
-        self.priority.update(deferred.behind(), now)
+        self.priority.update(deferred.behind(), deferred.backlog_bytes(), now)
         deferred.settle()
         if now - self._last_stats < STATS_INTERVAL:  # not per hand-over: ``Taken`` acknowledges each
             self._stirred()

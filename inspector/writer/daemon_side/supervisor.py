@@ -48,6 +48,7 @@ from ctxscope.inspector.writer.protocol import IDLE_RELEASE, RETRY_INTERVAL, Wri
 from ctxscope.inspector.writer.status import StatusPublisher, WriterStats
 from ctxscope.inspector.writer.wire.messages import Counters, FromChild, Stop
 from ctxscope.inspector.writer.wire.spool import SPOOL_LIMIT
+from ctxscope.inspector.writer.wire.spool_room import RESERVE
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import DEFAULT_MAX_SIZE
 
@@ -75,6 +76,7 @@ class WriterProcess:
         retry_interval: float = RETRY_INTERVAL,
         status_file: bool = True,
         max_spool_bytes: int = SPOOL_LIMIT,
+        spool_disk_reserve: int = RESERVE,
         idle_release: float = IDLE_RELEASE,
     ):
         self.db_path = Path(db_path)
@@ -90,6 +92,7 @@ class WriterProcess:
             retry_interval,
         )
         self.max_spool_bytes, self.idle_release = max_spool_bytes, idle_release
+        self.spool_disk_reserve = spool_disk_reserve
         self._phase = SupervisorPhase()  # its moves are made under _lock
         self.accepting = False  # submit() takes calls: from start() until stop()
         self._lock = threading.Lock()  # submit runs on the loop thread, stop and the restarts in others
@@ -150,6 +153,7 @@ class WriterProcess:
             "max_decoded_bytes": self.max_decoded_bytes,
             "retry_interval": self.retry_interval,
             "max_spool_bytes": self.max_spool_bytes,
+            "spool_disk_reserve": self.spool_disk_reserve,
             "idle_release": self.idle_release,
             "capture_epoch": capture_epoch,
         }

@@ -246,6 +246,11 @@ class CaptureWriter(BatchStoring):
         return request.done
 
     @property
+    def thread_id(self) -> int:
+        """The storing thread's id for the scheduler (0 before it starts)."""
+        return (self._thread.native_id or 0) if self._thread is not None else 0
+
+    @property
     def store_down(self) -> bool:
         return self._outage.down
 

@@ -50,7 +50,7 @@ from ctxscope.inspector.writer.wire.spool_format import (
 
 log = logging.getLogger("ctxscope.store")
 
-SPOOL_LIMIT = 256 << 20  # bytes the spool may hold on disk; calls past it are dropped and counted
+SPOOL_LIMIT = 1 << 40  # a cap on the unstored bytes the spool holds; below it, its disk's room decides (spool_room)
 
 SUFFIX = ".spool-"
 QUARANTINED = ".quarantined-"
