@@ -85,6 +85,18 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "Show one call (CALL is an id or a unique prefix of one): its place in the session, relation, cache "
         "verdict, tokens reported and estimated, markers and the answer's first lines.",
     ),
+    "status": (
+        "ctxscope.daemon_commands:status",
+        "Whether a daemon runs for this home, and how it is doing.",
+    ),
+    "stop": (
+        "ctxscope.daemon_commands:stop",
+        "Stop this home's daemon gracefully and wait until it is gone.",
+    ),
+    "tail": (
+        "ctxscope.tail_commands:tail",
+        "Follow the daemon's calls in the terminal as they are stored, one line per call.",
+    ),
     "stats": (
         "ctxscope.analysis_commands:stats",
         "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost.",

@@ -363,16 +363,16 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
 
     Sessions ctxscope made itself are left out unless --all (docs: "Sessions with a purpose")."""
+    from ctxscope.inspector.reading.titles import session_title
     from ctxscope.inspector.store.queries import list_sessions
     from ctxscope.web.overview import session_cost
 
     default = ("SESSION", "PURPOSE", *SESSION_DEFAULT[1:]) if show_all else SESSION_DEFAULT
     cols = pick_columns(SESSION_COLUMNS, columns, default, wide)
-    rows = list_sessions(
-        open_db_or_fail(db_path),
-        cost=lambda a: session_cost(a)[0],  # the UI's cost, no simulator
-        purposes=show_all,
-    )
+    store = open_db_or_fail(db_path)
+    rows = list_sessions(store, cost=lambda a: session_cost(a)[0], purposes=show_all)  # the UI's cost, no simulator
+    for r in rows:
+        r["title"] = session_title(store, r["session"])
     if as_json:
         emit_json(rows)
         return

@@ -57,6 +57,7 @@ TOKENS_LEGEND = "tokens: REP_IN, CACHE_R, CACHE_W, OUT as the provider reported;
 TOKEN_HEADERS = {"REP_IN", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
     Column("session", "SESSION"),
+    Column("title", "TITLE", shrink=True),
     Column("purpose", "PURPOSE"),
     Column("calls", "CALLS", right=True),
     Column("thread_count", "THREADS", right=True),
@@ -69,7 +70,7 @@ SESSION_COLUMNS = [
     Column("lost_usd", "LOST_USD", fmt_usd, right=True),
     Column("cost_usd", "COST_USD", fmt_usd, right=True),
 ]
-SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
+SESSION_DEFAULT = ("SESSION", "TITLE", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
 
 columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
 wide_option = click.option("--wide", is_flag=True, help="Print every column, uncut, however wide.")

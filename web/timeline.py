@@ -14,6 +14,7 @@ from datetime import datetime
 
 import sqlite_utils
 
+from ctxscope.inspector.reading.titles import session_title
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
 from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
@@ -252,6 +253,7 @@ def session_view(
         r["thread_index"] = threads.get(r["thread"]) if r.get("thread") else None
     return {
         "session": session,
+        "title": session_title(db, session),
         "total": total,
         "all": len(rows),
         "offset": offset,
