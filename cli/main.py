@@ -97,6 +97,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "ctxscope.tail_commands:tail",
         "Follow the daemon's calls in the terminal as they are stored, one line per call.",
     ),
+    "transcript": (
+        "ctxscope.transcript_commands:transcript",
+        "Print SESSION's conversation as the model saw it at its last call (or --at CALL).",
+    ),
     "stats": (
         "ctxscope.analysis_commands:stats",
         "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost.",
