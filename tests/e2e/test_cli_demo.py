@@ -189,3 +189,21 @@ def _is(turn: dict, kind: str, text: str) -> bool:
     if kind == "tool_call":
         return turn["kind"] == "tool_call" and turn.get("tool_name") == text
     return turn["kind"] == "text" and turn["role"] == kind and turn["text"].strip() == text
+
+
+def test_the_demo_agent_names_itself_in_its_user_agent(demo):
+    """ctxscope's own agent sends `ctxscope-agent/<version>`, so its calls show as the ctxscope agent."""
+    from ctxscope import __version__
+    from ctxscope.inspector.store.queries import get_call, list_calls
+
+    _, db, session, _ = demo
+    handle = open_db(db)
+    try:
+        calls = list_calls(handle, session=session, limit=None)
+        agents = {
+            dict((k.lower(), v) for k, v in get_call(handle, c["id"])["request_headers"]).get("user-agent")
+            for c in calls
+        }
+    finally:
+        handle.conn.close()
+    assert agents == {f"ctxscope-agent/{__version__}"}
