@@ -12,6 +12,8 @@ import pytest
 
 from support.web_fixtures import anthropic_client, openai_client, start_web_daemon
 
+pytestmark = pytest.mark.slow  # (a real daemon each: 4 to 8 s on 2 loaded cores)
+
 REMINDER = "<system-reminder>Today is Thursday.</system-reminder>"
 
 
