@@ -175,3 +175,33 @@ def test_diff_excerpts_keep_the_difference_in_view_and_aligned():
     assert len(cut_a) == len(cut_b) == 40 and cut_a.index("AAAA") == cut_b.index("BBBB") == 13
     assert cut_a[0] == cut_b[0] == cut_a[-1] == cut_b[-1] == "…"
     assert _around(("short", "shore"), 4, room=40) == ("short", "shore")  # what fits is left whole
+
+
+def test_diff_prints_values_in_words_never_a_python_repr(proxy, sim):
+    """Changed params holding lists, a tool definition clipped to --max-chars, a moved cache marker:
+    all in words, with the side each value is from (no `{'` or `['` anywhere)."""
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
+    tool = {"name": "read", "description": "Read a file.", "input_schema": schema}
+    base = make_anthropic_body(system=[text("You are a coding agent.")], messages=[user("Fix the bug.")], model=MODEL)
+    first = dict(
+        copy.deepcopy(base),
+        tools=[dict(tool, input_schema={"type": "object"})],
+        stop_sequences=[],
+        metadata={"user_id": "u1"},
+    )
+    second = dict(
+        copy.deepcopy(base),
+        tools=[tool],
+        stop_sequences=["None", "END"],
+        metadata={"user_id": "u2"},
+    )
+    second["system"][0]["cache_control"] = dict(EPHEMERAL)
+    for body in (first, second):
+        client.messages.create(**body)
+    rows = proxy.wait_for_calls(2)
+    out = invoke("diff", rows[1]["id"], rows[0]["id"], "--db", str(proxy.db_path), "--max-chars", "100", "--wide")
+    assert "{'" not in out and "['" not in out and "': " not in out, out
+    assert "param stop_sequences: b none -> a None, END" in out, out
+    assert "characters, clipped)" in out, out  # the schema's new properties, longer than --max-chars
+    assert "b: -> a" not in out

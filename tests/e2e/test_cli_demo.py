@@ -201,8 +201,7 @@ def test_the_demo_agent_names_itself_in_its_user_agent(demo):
     try:
         calls = list_calls(handle, session=session, limit=None)
         agents = {
-            dict((k.lower(), v) for k, v in get_call(handle, c["id"])["request_headers"]).get("user-agent")
-            for c in calls
+            {k.lower(): v for k, v in get_call(handle, c["id"])["request_headers"]}.get("user-agent") for c in calls
         }
     finally:
         handle.conn.close()
