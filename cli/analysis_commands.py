@@ -45,17 +45,17 @@ if TYPE_CHECKING:  # imported when a command runs (docs/architecture.md, "Quick 
 TIMELINE_COLUMNS = [
     Column("seq", "SEQ", right=True),
     Column("started_at", "TIME", clock_time),
-    Column("model", "MODEL", shrink=True),
+    Column("model", "MODEL"),  # a key cell, never cut: the others give way (output.py, ``emit_table``)
     Column("thread_label", "THREAD"),
-    Column("grouped_by", "GROUPED_BY"),
-    Column("relation_label", "RELATION"),
-    Column("pointer", "POINTER", shrink=True),
+    Column("grouped_by", "GROUPED_BY", shrink=True),
+    Column("relation_label", "RELATION", shrink=True),
+    Column("pointer", "POINTER"),
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
     Column("usage.input", "REP_IN", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("cache_verdict", "VERDICT", verdict_word),
     Column("lost", "LOST", fmt_int, right=True),
-    Column("marker_kinds", "MARKERS", shrink=True),
+    Column("marker_kinds", "MARKERS", wrap=True),
 ]
 TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
 

@@ -157,8 +157,9 @@ class Column:
     key: str
     header: str
     fmt: Any = None  # callable(value) -> str; default: _cell
-    shrink: bool = False  # may be cut with "…" to fit the width
+    shrink: bool = False  # may be cut with "…" to fit the width; ids and key cells (model, pointer, markers) never are
     right: bool = False  # numbers align right
+    wrap: bool = False  # a comma list that goes on more lines, whole items, before any column is cut
 
 
 def get_path(row: Any, key: str) -> Any:
@@ -187,7 +188,9 @@ def emit_table(
     rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column], *, width: int | None = None, wide: bool = False
 ) -> None:
     """columns: Column or (key, header) pairs; keys may be dotted ("usage.input"). Unless ``wide``, the
-    table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns."""
+    table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns, the
+    widest first; the others (ids, numbers, the key cells) stay whole even if the line then runs
+    past the width (docs/architecture.md, "Human output fits the terminal")."""
     if not rows:
         click.echo("(nothing)")
         return
@@ -198,6 +201,12 @@ def emit_table(
     if not wide:
         limit = width or terminal_width()
         over = sum(widths) + 2 * (len(cols) - 1) - limit
+        for i, c in enumerate(cols):  # a wrapped list first gives way, down to its longest item
+            if c.wrap and over > 0:
+                floor = max([len(c.header), *(len(item) for line in body for item in _items(line[i]))])
+                cut = min(over, max(0, widths[i] - floor))
+                widths[i] -= cut
+                over -= cut
         while over > 0:
             shrinkable = [i for i, c in enumerate(cols) if c.shrink and widths[i] > max(len(c.header), 6)]
             if not shrinkable:
@@ -207,11 +216,32 @@ def emit_table(
             widths[i] -= cut
             over -= cut
     for line in table:
-        cells = [
-            _fit(text, w).rjust(w) if c.right else _fit(text, w).ljust(w)
-            for text, w, c in zip(line, widths, cols, strict=True)
+        parts = [
+            _wrapped(text, w) if c.wrap else [_fit(text, w)] for text, w, c in zip(line, widths, cols, strict=True)
         ]
-        click.echo("  ".join(cells).rstrip())
+        for k in range(max(len(p) for p in parts)):
+            cells = [
+                (p[k] if k < len(p) else "").rjust(w) if c.right else (p[k] if k < len(p) else "").ljust(w)
+                for p, w, c in zip(parts, widths, cols, strict=True)
+            ]
+            click.echo("  ".join(cells).rstrip())
+
+
+def _items(text: str) -> list[str]:
+    """A comma list's items, each with its comma."""
+    items = text.split(",")
+    return [item + "," for item in items[:-1]] + items[-1:]
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` on lines of at most ``width``, broken after a comma (an item longer is cut)."""
+    lines: list[str] = []
+    for item in _items(text):
+        if lines and len(lines[-1]) + len(item) <= width:
+            lines[-1] += item
+        else:
+            lines.append(item)
+    return [_fit(line, width) for line in lines] or [""]
 
 
 def _fit(text: str, width: int) -> str:

@@ -37,11 +37,11 @@ CALL_COLUMNS = [
     Column("session", "SESSION"),
     Column("seq", "SEQ", right=True),
     Column("started_at", "TIME", clock_time),
-    Column("started_at", "STARTED"),
+    Column("started_at", "STARTED", shrink=True),
     Column("api", "API", shrink=True),
-    Column("model", "MODEL", shrink=True),
+    Column("model", "MODEL"),  # model and pointer are key cells, never cut (output.py, ``emit_table``)
     Column("status", "STATUS", right=True),
-    Column("outcome", "OUTCOME"),
+    Column("outcome", "OUTCOME", shrink=True),
     Column("usage.input", "REP_IN", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("usage.cache_write", "CACHE_W", fmt_int, right=True),
@@ -49,7 +49,7 @@ CALL_COLUMNS = [
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
     Column("duration_ms", "MS", right=True),
     Column("relation", "RELATION", relation_word),
-    Column("pointer", "POINTER", shrink=True),
+    Column("pointer", "POINTER"),
     Column("cache_verdict", "VERDICT", verdict_word),
 ]
 CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "REP_IN", "CACHE_R", "OUT")
@@ -61,7 +61,7 @@ SESSION_COLUMNS = [
     Column("purpose", "PURPOSE"),
     Column("calls", "CALLS", right=True),
     Column("thread_count", "THREADS", right=True),
-    Column("models", "MODELS", shrink=True),
+    Column("models", "MODELS"),
     Column("first_started_at", "FIRST", _when),
     Column("last_started_at", "LAST", _when),
     Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),

@@ -205,3 +205,23 @@ def test_diff_prints_values_in_words_never_a_python_repr(proxy, sim):
     assert "param stop_sequences: b none -> a None, END" in out, out
     assert "characters, clipped)" in out, out  # the schema's new properties, longer than --max-chars
     assert "b: -> a" not in out
+
+
+def test_key_cells_are_whole_at_100_columns_and_the_others_give_way(captured):
+    """Model and pointer cells of `calls` are never cut, whatever columns are asked for; --wide
+    cuts nothing; a session's markers go on more lines rather than being cut."""
+    db, _rows = captured
+    rows = json.loads(invoke("calls", *db, "--json"))
+    asked = "id,session,started,api,model,outcome,relation,pointer,verdict,rep_in,cache_r,out"
+    for args in ((), ("--columns", asked), ("--wide",)):
+        out = invoke("calls", *db, *args, columns=100)
+        assert "…" not in out or not args or args[0] != "--wide", out
+        for r in rows:
+            line = next(ln for ln in out.splitlines() if ln.startswith(r["id"]))
+            assert f"  {r['model']}  " in line, line
+            if args and r["pointer"]:
+                assert f"  {r['pointer']}  " in line, line
+    out = invoke("calls", *db, "--columns", asked, columns=100)
+    assert "/system/1/text" in out and "claude-haiku-4-5" in out and "…" in out  # STARTED gave way
+    timeline = invoke("session", rows[0]["session"], *db, columns=100)
+    assert "remind…" not in timeline and "tools_…" not in timeline
