@@ -49,7 +49,7 @@ TIMELINE_COLUMNS = [
     Column("thread_label", "THREAD"),
     Column("grouped_by", "GROUPED_BY", shrink=True),
     Column("relation_label", "RELATION", shrink=True),
-    Column("pointer", "POINTER"),
+    Column("pointer", "POINTER", wrap=True),
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
     Column("usage.input", "REP_IN", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
@@ -245,7 +245,7 @@ def _token_rate(tr: dict) -> str:
 
 
 def hr_calls(hr: dict, rate: str) -> str:
-    return f"calls that read it: {fmt_int(hr['hits'])}/{fmt_int(hr['eligible'])} = {rate}"
+    return f"calls that read it: {fmt_int(hr['hits'])}/{fmt_int(hr['eligible'])} = {rate} of those that could"
 
 
 def _show_stats(s: dict) -> None:
@@ -255,7 +255,8 @@ def _show_stats(s: dict) -> None:
         f"calls: {fmt_int(s['calls'])} ({fmt_int(s['analysed'])} analysed) in {plural(s['sessions'], 'session')}, "
         f"{plural(s['threads'], 'thread')}"
     )
-    click.echo(f"cache hit rate: {_token_rate(tr)} of input tokens read from cache   ({hr_calls(hr, rate)})")
+    click.echo(f"cache hit rate: {_token_rate(tr)} of input tokens read from cache")
+    click.echo(f"  {hr_calls(hr, rate)}")
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
     click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
     if s["by_relation"]:

@@ -24,6 +24,7 @@ from ctxscope.proxy.defence.printable import printable
 from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 DEFAULT_WIDTH = 100
+WRAP_FLOOR = 12  # a wrapped column is never narrower than this (or its header)
 
 
 def json_text(data: Any) -> str:
@@ -215,6 +216,11 @@ def emit_table(
             cut = min(over, widths[i] - max(len(cols[i].header), 6))
             widths[i] -= cut
             over -= cut
+        for i, c in enumerate(cols):  # last, a wrapped cell's items go on more lines too: never cut
+            if c.wrap and over > 0:
+                cut = min(over, max(0, widths[i] - max(len(c.header), WRAP_FLOOR)))
+                widths[i] -= cut
+                over -= cut
     for line in table:
         parts = [
             _wrapped(text, w) if c.wrap else [_fit(text, w)] for text, w, c in zip(line, widths, cols, strict=True)
@@ -234,14 +240,15 @@ def _items(text: str) -> list[str]:
 
 
 def _wrapped(text: str, width: int) -> list[str]:
-    """``text`` on lines of at most ``width``, broken after a comma (an item longer is cut)."""
+    """``text`` on lines of at most ``width``, broken after a comma, an item longer than that over
+    several lines: every character is printed."""
     lines: list[str] = []
     for item in _items(text):
         if lines and len(lines[-1]) + len(item) <= width:
             lines[-1] += item
         else:
-            lines.append(item)
-    return [_fit(line, width) for line in lines] or [""]
+            lines += [item[k : k + width] for k in range(0, len(item), width)] or [""]
+    return lines or [""]
 
 
 def _fit(text: str, width: int) -> str:

@@ -70,7 +70,7 @@ SESSION_COLUMNS = [
     Column("lost_usd", "LOST_USD", fmt_usd, right=True),
     Column("cost_usd", "COST_USD", fmt_usd, right=True),
 ]
-SESSION_DEFAULT = ("SESSION", "TITLE", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
+SESSION_DEFAULT = ("SESSION", "TITLE", "CALLS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
 
 columns_option = click.option("--columns", metavar="A,B,...", help="Print these columns (headers, any case).")
 wide_option = click.option("--wide", is_flag=True, help="Print every column, uncut, however wide.")

@@ -91,7 +91,7 @@ def test_session_timeline(captured):
         "side T2",
         "GROUPED_BY",
         "grouped by: lineage 2",
-        "cache hit rate: 1/2 calls",
+        "calls that read it: 1/2",
     ):
         assert needle in text_out, needle
     missing = CliRunner().invoke(cli, ["session", "nope", *db])
@@ -113,7 +113,9 @@ def test_stats(captured):
     missing = CliRunner().invoke(cli, ["stats", *db, "--session", "nope"])
     assert missing.exit_code != 0 and "no session matches" in missing.output
     out = invoke("stats", *db)
-    assert "cache hit rate: 1/2 calls = 50.0%" in out and "breaks by cause" in out and "/system" in out
+    assert "calls that read it: 1/2 = 50.0%" in out and "breaks by cause" in out and "/system" in out
+    hit = next(line for line in out.splitlines() if line.startswith("cache hit rate: "))
+    assert hit.split()[3] == f"{s['token_hit_rate']['rate']:.1%}", hit  # the token share leads
 
 
 def test_diff(captured):
