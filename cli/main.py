@@ -128,6 +128,19 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command), f"{module}:{attribute} is not a click command"
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped command gets the nearest names ("did you mean sessions?") in its usage error."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if near:
+                ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(repr(n) for n in near)}?")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, each with its help's first sentence, without loading the lazy ones."""
         listed = [
