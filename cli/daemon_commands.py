@@ -140,8 +140,8 @@ def status(as_json: bool) -> None:
             click.echo(why)
         raise SystemExit(NOT_RUNNING)
     answer = _daemon_status(running.url)
-    writer = answer.get("writer") if isinstance(answer.get("writer"), dict) else {}
-    store = answer.get("store") if isinstance(answer.get("store"), dict) else {}
+    writer: dict[str, Any] = answer["writer"] if isinstance(answer.get("writer"), dict) else {}
+    store: dict[str, Any] = answer["store"] if isinstance(answer.get("store"), dict) else {}
     uptime = _uptime(running.pid)
     report = {
         "running": True,

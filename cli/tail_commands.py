@@ -3,7 +3,7 @@
 It reads the Server-Sent Events the web UI reads (``/_ctxscope/api/events``, ``web/live.py``) over
 plain ``http.client``, so it shows what the pages show, from the same poller; when the daemon goes
 away it says so once, waits, finds the daemon again the way every command does
-(``daemon_address.py``) and says it is back (docs/architecture.md, "Following the daemon").
+(``daemon_address.py``) and says it is back (docs/architecture.md, "The command line").
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def _short(thread: Any) -> str:
 
 def read_events(lines: Iterator[bytes]) -> Iterator[tuple[str, Any]]:
     """(event, data) pairs from an SSE byte-line stream; comments and retry lines skipped."""
-    event, data = "message", []
-    size = 0
+    event, size = "message", 0
+    data: list[str] = []
     for raw in lines:
         size += len(raw)
         if size > MAX_EVENT_BYTES:

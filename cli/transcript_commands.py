@@ -1,7 +1,7 @@
 """`ctxscope transcript`: a session's conversation as the model saw it, to read or paste.
 
 The turns come from ``inspector/reading/transcript.py`` (the same the UI's transcript API serves);
-keys are masked before anything is printed or written (docs/architecture.md, "Transcripts")."""
+keys are masked before anything is printed or written (docs/architecture.md, "The command line")."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500, purpo
     sessions = {a.session: _row(a) for a in aggregates}
     _add_clients(db, sessions)
     _add_threads(db, sessions)
-    for row in sessions.values():  # the list's and the tab's name for it (docs/architecture.md, "Session titles")
+    for row in sessions.values():  # the list's and the tab's name for it (docs/architecture.md, "The command line")
         row["title"] = session_title(db, row["session"])
     return list(sessions.values())
 

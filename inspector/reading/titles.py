@@ -4,7 +4,7 @@ The first line of the first real user message (not a ``<system-reminder>``, not 
 the session's earliest call that has one, trimmed to ``TITLE_CHARS``; else, for a session named by
 its ``/s/<label>/`` path, that label. The earliest calls hold the shortest prompts, so this
 reads one small body per session; a title never changes, so each is kept (``_CACHE``) once found
-(docs/architecture.md, "Session titles").
+(docs/architecture.md, "The command line").
 """
 
 from __future__ import annotations

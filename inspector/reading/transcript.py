@@ -7,7 +7,7 @@ followed by the call's final response read the same way, as a list of ``Turn``: 
 the final response (``source`` "response"). ``<system-reminder>`` blocks inside a user message are
 turns of their own; a segment a compaction marker of the session names is a compaction. The CLI
 (`ctxscope transcript`, `export --format transcript-md|transcript-jsonl`) and the API
-(``/_ctxscope/api/transcript``) serve the same turns (docs/architecture.md, "Transcripts").
+(``/_ctxscope/api/sessions/<id>/transcript``) serve the same turns (docs/architecture.md, "The command line").
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _arguments(seg: Segment) -> str:
         return seg.text
     if not isinstance(block, dict):
         return seg.text
-    fn = block.get("function") if isinstance(block.get("function"), dict) else {}
+    fn: dict[str, Any] = block["function"] if isinstance(block.get("function"), dict) else {}
     args = next((v for v in (block.get("input"), fn.get("arguments"), block.get("arguments")) if v is not None), None)
     if args is None and isinstance(block.get("functionCall"), dict):
         args = block["functionCall"].get("args")

@@ -1,6 +1,6 @@
 """The installed `ctxscope tail`, `status` and `stop` against a real daemon: one line per call as it
 is stored, across a daemon restart; the daemon looked at and stopped by its home
-(docs/architecture.md, "Following the daemon", "One daemon per home")."""
+(docs/architecture.md, "The command line", "One daemon per home")."""
 
 from __future__ import annotations
 
