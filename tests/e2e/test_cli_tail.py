@@ -132,7 +132,7 @@ def test_tail_filters_and_json_lines(tmp_path, tail_process):
         _ask(base, "Not a gpt model: filtered out")
         client = sdk_clients.OpenAI(base_url=f"{base}/u/sim/v1", api_key="sk-test-not-a-key", max_retries=0)
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Count to three"}])
-        _, line = out.next(5)
+        _, line = out.next(15)  # (the daemon's first call: its writer's first analysis)
         row = json.loads(line)
         assert row["model"] == "gpt-4o" and row["title"] == "Count to three" and row["relation"] == "EPOCH_START"
         assert row["status"] == 200 and isinstance(row["duration_ms"], (int, float))
