@@ -15,7 +15,17 @@ from ctxscope.vocab.kinds import RelationKind
 from ctxscope.vocab.words import word
 
 from .options import CONTEXT, db_option, json_option, open_db_or_fail, resolve_call, resolve_session_id
-from .output import Column, emit_json, emit_table, fmt_int, fmt_usd, pick_columns, safe_text, terminal_width
+from .output import (
+    Column,
+    emit_json,
+    emit_table,
+    fmt_int,
+    fmt_usd,
+    pick_columns,
+    plain,
+    safe_text,
+    terminal_width,
+)
 from .settings import prices_path
 from .tables import (
     TOKENS_LEGEND,
@@ -35,17 +45,17 @@ if TYPE_CHECKING:  # imported when a command runs (docs/architecture.md, "Quick 
 TIMELINE_COLUMNS = [
     Column("seq", "SEQ", right=True),
     Column("started_at", "TIME", clock_time),
-    Column("model", "MODEL", shrink=True),
+    Column("model", "MODEL"),  # a key cell, never cut: the others give way (output.py, ``emit_table``)
     Column("thread_label", "THREAD"),
-    Column("grouped_by", "GROUPED_BY"),
-    Column("relation_label", "RELATION"),
-    Column("pointer", "POINTER", shrink=True),
+    Column("grouped_by", "GROUPED_BY", shrink=True),
+    Column("relation_label", "RELATION", shrink=True),
+    Column("pointer", "POINTER", wrap=True),
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
     Column("usage.input", "PROMPT", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("cache_verdict", "VERDICT", verdict_word),
     Column("lost", "LOST", fmt_int, right=True),
-    Column("marker_kinds", "MARKERS", shrink=True),
+    Column("marker_kinds", "MARKERS", wrap=True),
 ]
 TIMELINE_DEFAULT = ("SEQ", "THREAD", "RELATION", "POINTER", "EST_TOKENS", "VERDICT", "LOST", "MARKERS")
 
@@ -161,21 +171,21 @@ def _show_diff(d: dict, width: int) -> None:
         + ("  (a's predecessor)" if d["b_is_predecessor"] else "")
     )
     rel = d["relation"] + (f" ({d['epoch_reason']})" if d.get("epoch_reason") else "")
-    echo(f"relation: {rel}" + (f"  {d['detail']}" if d.get("detail") else ""))
+    echo(f"relation: {rel}" + (f"  {_safe(d['detail'])}" if d.get("detail") else ""))
     if d.get("reason"):
         echo(d["reason"])
         return
     echo(
-        f"shared prefix: {d['shared_segments']} segments, ~{d['shared_tokens']} tokens "
-        f"(a: {d['segments']['a']} segments, ~{d['tokens']['a']} tokens; "
-        f"b: {d['segments']['b']}, ~{d['tokens']['b']})"
+        f"shared prefix: {fmt_int(d['shared_segments'])} segments, ~{fmt_int(d['shared_tokens'])} tokens "
+        f"(a: {fmt_int(d['segments']['a'])} segments, ~{fmt_int(d['tokens']['a'])} tokens; "
+        f"b: {fmt_int(d['segments']['b'])}, ~{fmt_int(d['tokens']['b'])})"
     )
     first = d.get("first_divergence")
     if first:
         echo(f"first difference at {first['pointer_a']}  (b: {first['pointer_b']})")
         text = first.get("text")
         if text:
-            echo(f"  at char {text['offset']}:")
+            echo(f"  at character {fmt_int(text['offset'])}:")
             a_text, b_text = text["a_excerpt"], text["b_excerpt"]
             at = next(
                 (k for k, (x, y) in enumerate(zip(a_text, b_text, strict=False)) if x != y),
@@ -189,25 +199,36 @@ def _show_diff(d: dict, width: int) -> None:
             echo(f"  a: {'(missing)' if first['a_missing'] else _safe(first['a'])}")
     for label, key in (("added in a", "added"), ("gone from b", "removed")):
         if d[key]:
-            echo(f"{label}: {len(d[key])} segment(s), ~{sum(s['tokens'] for s in d[key])} tokens")
+            n = len(d[key])
+            echo(f"{label}: {plural(n, 'segment')}, ~{fmt_int(sum(s['tokens'] for s in d[key]))} tokens")
             for seg in d[key][:10]:
-                echo(f"  {seg['pointer']}  {seg['kind']}  ~{seg['tokens']}  {_safe(seg['preview'])[:80]}")
-            if len(d[key]) > 10:
-                echo(f"  ... {len(d[key]) - 10} more")
+                echo(f"  {seg['pointer']}  {seg['kind']}  ~{fmt_int(seg['tokens'])}  {_safe(seg['preview'])[:80]}")
+            if n > 10:
+                echo(f"  ... {fmt_int(n - 10)} more")
     if d["resent"]["segments"]:
         echo(
-            f"re-sent after the difference (no longer a cached prefix): {d['resent']['segments']} segment(s), "
-            f"~{d['resent']['tokens']} tokens"
+            f"re-sent after the difference (no longer a cached prefix): {plural(d['resent']['segments'], 'segment')}, "
+            f"~{fmt_int(d['resent']['tokens'])} tokens"
         )
     for move in d["markers"]["moved"]:
-        echo(f"cache marker moved at {move['pointer']}: {move['b']} -> {move['a']}")
+        b_mark, a_mark = (_safe(move[k]) if move[k] else "no marker" for k in ("b", "a"))
+        echo(f"cache marker moved at {move['pointer']}: b {b_mark} -> a {a_mark}")
     for name, change in d["params_changed"].items():
-        echo(f"param {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"param {name}: b {_safe(change['b'])} -> a {_safe(change['a'])}")
     for name, change in d["cache_policy_changed"].items():
-        echo(f"cache policy {name}: {_safe(change['b'])} -> {_safe(change['a'])}")
+        echo(f"cache policy {name}: b {_safe(change['b'])} -> a {_safe(change['a'])}")
 
 
 def _safe(value: Any) -> str:
+    """A diff's value in words: a clipped value as its start and its length, a list or a mapping
+    spelled out, never a Python repr (docs/architecture.md, "Human output fits the terminal")."""
+    if isinstance(value, dict) and value.get("clipped"):
+        start = safe_text(value.get("json_prefix") or value.get("preview") or "")[:60]
+        return f"{start}… ({fmt_int(value.get('chars'))} characters, clipped)"
+    if isinstance(value, (list, tuple)) and not value:
+        return "none"
+    if isinstance(value, (dict, list, tuple, bool, int)):
+        return plain(value)
     return safe_text(value)
 
 
@@ -216,29 +237,44 @@ def _agreement_line(c: dict) -> str:
     return f"agree {c['agree']}, disagree {c['disagree']}, pending {c['pending']}, none {c['none']} ({rate})"
 
 
+def plural(n: Any, noun: str) -> str:
+    """ "1 segment", "2 segments", "1,204 segments": the count grouped, the noun agreeing with it."""
+    return f"{fmt_int(n)} {noun}{'' if n == 1 else 's'}"
+
+
+def _token_rate(tr: dict) -> str:
+    """The hit rate that matters first: the share of input tokens read from the cache."""
+    read, total = tr.get("cache_read"), tr.get("input")
+    share = f"{read / total:.1%}" if isinstance(read, int) and isinstance(total, int) and total else "-"
+    return f"{share} ({fmt_int(read)}/{fmt_int(total)})"
+
+
+def hr_calls(hr: dict, rate: str) -> str:
+    return f"calls that read it: {fmt_int(hr['hits'])}/{fmt_int(hr['eligible'])} = {rate} of those that could"
+
+
 def _show_stats(s: dict) -> None:
     from ctxscope.vocab.figures import LOSS_PRICING
 
     hr, tr = s["hit_rate"], s["token_hit_rate"]
     rate = f"{hr['rate']:.1%}" if hr["rate"] is not None else "-"
     click.echo(
-        f"calls: {s['calls']} ({s['analysed']} analysed) in {s['sessions']} session(s), {s['threads']} thread(s)"
+        f"calls: {fmt_int(s['calls'])} ({fmt_int(s['analysed'])} analysed) in {plural(s['sessions'], 'session')}, "
+        f"{plural(s['threads'], 'thread')}"
     )
-    click.echo(
-        f"cache hit rate: {hr['hits']}/{hr['eligible']} calls = {rate}   "
-        f"(tokens read from cache: {tr['cache_read']}/{tr['input']})"
-    )
+    click.echo(f"cache hit rate: {_token_rate(tr)} of input tokens read from cache")
+    click.echo(f"  {hr_calls(hr, rate)}")
     usd = f", ${s['lost_usd']:.4f}" if s["lost_usd"] is not None else ""
     click.echo(f"lost to cache misses: {fmt_int(s['lost_tokens'])} tokens{usd}")
     click.echo(textwrap.fill(f"({LOSS_PRICING})", 100, initial_indent="  ", subsequent_indent="   "))
     if s["by_relation"]:
-        click.echo("relations: " + ", ".join(f"{k} {n}" for k, n in s["by_relation"].items()))
+        click.echo("relations: " + ", ".join(f"{k} {fmt_int(n)}" for k, n in s["by_relation"].items()))
     if s["by_verdict"]:
-        click.echo("verdicts: " + ", ".join(f"{k} {n}" for k, n in s["by_verdict"].items()))
+        click.echo("verdicts: " + ", ".join(f"{k} {fmt_int(n)}" for k, n in s["by_verdict"].items()))
     d = s.get("cache_discipline")
     if d and d["comparable"]:
         click.echo(
-            f"prefix kept (APPEND_ONLY or IDENTICAL): {d['prefix_kept']}/{d['comparable']} calls = "
+            f"prefix kept (APPEND_ONLY or IDENTICAL): {fmt_int(d['prefix_kept'])}/{fmt_int(d['comparable'])} calls = "
             f"{d['prefix_kept_share']:.1%}"
         )
         click.echo(f"breaks: {d['breaks']} ({compaction_breaks(d)})")
@@ -260,8 +296,8 @@ def _show_stats(s: dict) -> None:
                 ("cause", "CAUSE"),
                 ("segment_kind", "SEGMENT"),
                 ("area", "WHERE"),
-                ("calls", "CALLS"),
-                ("lost_tokens", "LOST_TOKENS"),
+                Column("calls", "CALLS", fmt_int, right=True),
+                Column("lost_tokens", "LOST_TOKENS", fmt_int, right=True),
                 Column("lost_usd", "LOST_USD", fmt_usd, right=True),
             ],
         )

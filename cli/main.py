@@ -19,7 +19,7 @@ from .settings import DEFAULT_HOST, DEFAULT_PORT, build_config, is_loopback
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "advise": (
         "ctxscope.investigate.advise_commands:advise",
-        "Replay SESSION's prompts through the provider's cache rules under other breakpoint placements.",
+        "Replay SESSION's prompts through the provider's cache rules without each cause of cache misses.",
     ),
     "agent": (
         "ctxscope.agent_commands:agent_group",
@@ -85,6 +85,22 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "Show one call (CALL is an id or a unique prefix of one): its place in the session, relation, cache "
         "verdict, tokens reported and estimated, markers and the answer's first lines.",
     ),
+    "status": (
+        "ctxscope.daemon_commands:status",
+        "Whether a daemon runs for this home, and how it is doing.",
+    ),
+    "stop": (
+        "ctxscope.daemon_commands:stop",
+        "Stop this home's daemon gracefully and wait until it is gone.",
+    ),
+    "tail": (
+        "ctxscope.tail_commands:tail",
+        "Follow the daemon's calls in the terminal as they are stored, one line per call.",
+    ),
+    "transcript": (
+        "ctxscope.transcript_commands:transcript",
+        "Print SESSION's conversation as the model saw it at its last call (or --at CALL).",
+    ),
     "stats": (
         "ctxscope.analysis_commands:stats",
         "Cache statistics: calls, hit rate, breaks by cause, tokens and cost lost.",
@@ -111,6 +127,19 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command), f"{module}:{attribute} is not a click command"
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped command gets the nearest names ("did you mean sessions?") in its usage error."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if near:
+                ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(repr(n) for n in near)}?")
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, each with its help's first sentence, without loading the lazy ones."""

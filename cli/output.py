@@ -24,6 +24,7 @@ from ctxscope.proxy.defence.printable import printable
 from ctxscope.proxy.redaction.mask import mask_key_values, mask_keys_in
 
 DEFAULT_WIDTH = 100
+WRAP_FLOOR = 12  # a wrapped column is never narrower than this (or its header)
 
 
 def json_text(data: Any) -> str:
@@ -159,8 +160,9 @@ class Column:
     key: str
     header: str
     fmt: Any = None  # callable(value) -> str; default: _cell
-    shrink: bool = False  # may be cut with "…" to fit the width
+    shrink: bool = False  # may be cut with "…" to fit the width; ids and key cells (model, pointer, markers) never are
     right: bool = False  # numbers align right
+    wrap: bool = False  # a comma list that goes on more lines, whole items, before any column is cut
 
 
 def get_path(row: Any, key: str) -> Any:
@@ -189,7 +191,9 @@ def emit_table(
     rows: Sequence[dict], columns: Sequence[tuple[str, str] | Column], *, width: int | None = None, wide: bool = False
 ) -> None:
     """columns: Column or (key, header) pairs; keys may be dotted ("usage.input"). Unless ``wide``, the
-    table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns."""
+    table is cut to ``width`` (default: the terminal's) by shortening its shrinkable columns, the
+    widest first; the others (ids, numbers, the key cells) stay whole even if the line then runs
+    past the width (docs/architecture.md, "Human output fits the terminal")."""
     if not rows:
         click.echo("(nothing)")
         return
@@ -200,6 +204,12 @@ def emit_table(
     if not wide:
         limit = width or terminal_width()
         over = sum(widths) + 2 * (len(cols) - 1) - limit
+        for i, c in enumerate(cols):  # a wrapped list first gives way, down to its longest item
+            if c.wrap and over > 0:
+                floor = max([len(c.header), *(len(item) for line in body for item in _items(line[i]))])
+                cut = min(over, max(0, widths[i] - floor))
+                widths[i] -= cut
+                over -= cut
         while over > 0:
             shrinkable = [i for i, c in enumerate(cols) if c.shrink and widths[i] > max(len(c.header), 6)]
             if not shrinkable:
@@ -208,12 +218,39 @@ def emit_table(
             cut = min(over, widths[i] - max(len(cols[i].header), 6))
             widths[i] -= cut
             over -= cut
+        for i, c in enumerate(cols):  # last, a wrapped cell's items go on more lines too: never cut
+            if c.wrap and over > 0:
+                cut = min(over, max(0, widths[i] - max(len(c.header), WRAP_FLOOR)))
+                widths[i] -= cut
+                over -= cut
     for line in table:
-        cells = [
-            _fit(text, w).rjust(w) if c.right else _fit(text, w).ljust(w)
-            for text, w, c in zip(line, widths, cols, strict=True)
+        parts = [
+            _wrapped(text, w) if c.wrap else [_fit(text, w)] for text, w, c in zip(line, widths, cols, strict=True)
         ]
-        click.echo("  ".join(cells).rstrip())
+        for k in range(max(len(p) for p in parts)):
+            cells = [
+                (p[k] if k < len(p) else "").rjust(w) if c.right else (p[k] if k < len(p) else "").ljust(w)
+                for p, w, c in zip(parts, widths, cols, strict=True)
+            ]
+            click.echo("  ".join(cells).rstrip())
+
+
+def _items(text: str) -> list[str]:
+    """A comma list's items, each with its comma."""
+    items = text.split(",")
+    return [item + "," for item in items[:-1]] + items[-1:]
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` on lines of at most ``width``, broken after a comma, an item longer than that over
+    several lines: every character is printed."""
+    lines: list[str] = []
+    for item in _items(text):
+        if lines and len(lines[-1]) + len(item) <= width:
+            lines[-1] += item
+        else:
+            lines += [item[k : k + width] for k in range(0, len(item), width)] or [""]
+    return lines or [""]
 
 
 def _fit(text: str, width: int) -> str:

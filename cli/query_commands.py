@@ -67,6 +67,11 @@ def resolve_threads(db: sqlite_utils.Database, label: str, session: str | None) 
         from .options import pick_id
 
         pick_id("thread", label, sorted(set(by_id))[:10], len(set(by_id)) > 10)
+    if not by_id:  # a thread no session has is a mistake to say, not an empty list
+        from .options import IdError
+
+        where = f"session {session}" if session else "any session"
+        raise IdError(f"no thread {label!r} in {where} (try main, side, T1, T2 ... or a thread id)")
     return by_id
 
 
@@ -370,16 +375,20 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
 
     Sessions ctxscope made itself are left out unless --all (docs: "Sessions with a purpose")."""
+    from ctxscope.inspector.reading.titles import session_title
     from ctxscope.inspector.store.queries import list_sessions
     from ctxscope.web.overview import session_cost
 
     default = ("SESSION", "PURPOSE", *SESSION_DEFAULT[1:]) if show_all else SESSION_DEFAULT
     cols = pick_columns(SESSION_COLUMNS, columns, default, wide)
+    store = open_db_or_fail(db_path)
     rows = list_sessions(
-        open_db_or_fail(db_path),
+        store,
         cost=lambda a: _cost_and_reason(*session_cost(a)),  # the UI's cost and why none
         purposes=show_all,
     )
+    for r in rows:
+        r["title"] = session_title(store, r["session"])
     if as_json:
         emit_json(rows)
         return
@@ -414,7 +423,10 @@ def db_path_cmd(db_path: Path | None) -> None:
 @json_option
 def db_status_cmd(db_path: Path | None, as_json: bool) -> None:
     """Size, counts, storage savings, recorded writer failures, and the running writer's state
-    (true from the first failure, even while the database cannot be written)."""
+    (true from the first failure, even while the database cannot be written).
+
+    Exit code 0 with a report; 1, with one line saying so, when there is no database (and no writer
+    or spool for it) at that path."""
     from ctxscope.inspector.reading.db_status import db_status
 
     path = db_path or default_db_path()
@@ -425,7 +437,9 @@ def db_status_cmd(db_path: Path | None, as_json: bool) -> None:
         and status["capture"]["state"] == "no writer running"
         and not (spool["files"] or spool["quarantined"])
     ):
-        raise click.ClickException(f"no capture database at {path}")
+        raise click.ClickException(
+            f"no capture database at {path}: nothing was captured there yet (start `ctxscope serve`, or pass --db PATH)"
+        )
     if as_json:
         emit_json(status)
         return

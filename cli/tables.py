@@ -45,11 +45,11 @@ CALL_COLUMNS = [
     Column("session", "SESSION"),
     Column("seq", "SEQ", right=True),
     Column("started_at", "TIME", clock_time),
-    Column("started_at", "STARTED"),
+    Column("started_at", "STARTED", shrink=True),
     Column("api", "API", shrink=True),
-    Column("model", "MODEL", shrink=True),
+    Column("model", "MODEL"),  # model and pointer are key cells, never cut (output.py, ``emit_table``)
     Column("status", "STATUS", right=True),
-    Column("outcome", "OUTCOME"),
+    Column("outcome", "OUTCOME", shrink=True),
     Column("usage.input", "PROMPT", fmt_int, right=True),
     Column("usage.cache_read", "CACHE_R", fmt_int, right=True),
     Column("usage.cache_write", "CACHE_W", fmt_int, right=True),
@@ -57,11 +57,12 @@ CALL_COLUMNS = [
     Column("tokens_estimated", "EST_TOKENS", fmt_int, right=True),
     Column("duration_ms", "MS", right=True),
     Column("relation", "RELATION", relation_word),
-    Column("pointer", "POINTER", shrink=True),
+    Column("pointer", "POINTER"),
     Column("cache_verdict", "VERDICT", verdict_word),
     Column("cache.provider_agreement", "PROVIDER", agreement_word),
 ]
-CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROVIDER", "PROMPT", "CACHE_R", "OUT")
+# OUT (output tokens) with --columns or --wide: the default keeps to 100 columns
+CALL_DEFAULT = ("ID", "SEQ", "MODEL", "STATUS", "RELATION", "VERDICT", "PROVIDER", "PROMPT", "CACHE_R")
 # Which figure each token column is (docs/architecture.md, "Cache verdicts"): CACHE_R, CACHE_W and OUT
 # exactly as the provider reported them; PROMPT the whole prompt from the provider's report (its
 # input field, plus the cache reads and writes Anthropic reports apart); EST_TOKENS ctxscope's estimate.
@@ -72,10 +73,11 @@ TOKENS_LEGEND = (
 TOKEN_HEADERS = {"PROMPT", "CACHE_R", "CACHE_W", "OUT", "EST_TOKENS"}
 SESSION_COLUMNS = [
     Column("session", "SESSION"),
+    Column("title", "TITLE", shrink=True),
     Column("purpose", "PURPOSE"),
     Column("calls", "CALLS", right=True),
     Column("thread_count", "THREADS", right=True),
-    Column("models", "MODELS", shrink=True),
+    Column("models", "MODELS"),
     Column("first_started_at", "FIRST", _when),
     Column("last_started_at", "LAST", _when),
     Column("hit_rate.rate", "HIT_RATE", fmt_rate, right=True),
@@ -84,7 +86,7 @@ SESSION_COLUMNS = [
     Column("lost_usd", "LOST_USD", fmt_usd, right=True),
     Column("cost_usd", "COST_USD", fmt_usd, right=True),
 ]
-SESSION_DEFAULT = ("SESSION", "CALLS", "THREADS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
+SESSION_DEFAULT = ("SESSION", "TITLE", "CALLS", "MODELS", "LAST", "HIT_RATE", "BREAKS", "LOST_USD")
 
 
 def usd_legend(rows: list[dict]) -> str:

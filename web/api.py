@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ctxscope.inspector.pipeline.search_text import SegmentTexts
+from ctxscope.inspector.reading.titles import session_title
+from ctxscope.inspector.reading.transcript import transcript
 from ctxscope.inspector.share.curl import NoRoute
 from ctxscope.inspector.share.replay import ReplayError
 from ctxscope.inspector.store.analysis_queries import resolve_session
-from ctxscope.inspector.store.queries import AmbiguousCallId
+from ctxscope.inspector.store.queries import AmbiguousCallId, resolve_call_id
 from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
@@ -54,6 +56,14 @@ Answer = dict | list | web.StreamResponse
 
 def _masked(db: sqlite_utils.Database, fn: Callable[..., Any], *args: Any) -> Any:
     return mask_keys_in(fn(db, *args))
+
+
+def transcript_view(db: sqlite_utils.Database, session: str, at: str | None, whole: bool) -> dict | None:
+    """The transcript's JSON with the session's title; KeyError for a call not in the session."""
+    full = resolve_session(db, session) or session
+    call = (resolve_call_id(db, at) or at) if at else None
+    found = transcript(db, full, call, whole=whole)
+    return None if found is None else {**found.as_dict(), "title": session_title(db, full)}
 
 
 def _int(request: web.Request, name: str, default: int | None) -> int | None:
@@ -125,6 +135,18 @@ class StoreAPI:
                 db, resolve_session(db, session) or session, offset=offset, limit=limit, filters=filters
             )
         )  # an id or a unique prefix
+        return _found(view, f"no session {session!r}")
+
+    async def transcript(self, request: web.Request) -> Answer:
+        """A session's transcript (``inspector/reading/transcript.py``): ``?at=CALL`` (an id or a
+        unique prefix) reads it at that call, ``?as_seen=1`` without the turns a compaction replaced."""
+        session = request.match_info.get("session", "")
+        at = request.query.get("at") or None
+        whole = request.query.get("as_seen") not in ("1", "true")
+        try:
+            view = await self.read(transcript_view, session, at, whole)
+        except KeyError as exc:
+            raise web.HTTPNotFound(text=str(exc.args[0])) from None
         return _found(view, f"no session {session!r}")
 
     async def call(self, request: web.Request) -> Answer:

@@ -30,11 +30,44 @@ MAX_ROWS_PER_EVENT = 200
 _CLOSE = object()
 
 
+# What a new call's event carries: the page's columns, and what `ctxscope tail` prints per call
+# (its relation, verdict, tokens, lost dollars, latency: the analysis is in the row it reads).
+BRIEF = (
+    "id",
+    "session",
+    "seq",
+    "model",
+    "started_at",
+    "outcome",
+    "status",
+    "api",
+    "thread",
+    "relation",
+    "pointer",
+    "cache_verdict",
+    "duration_ms",
+    "usage_input",
+    "usage_output",
+    "usage_cache_read",
+    "usage_cache_write",
+)
+
+
+def _brief(row: dict) -> dict:
+    out = {k: row.get(k) for k in BRIEF}
+    try:
+        cache = json.loads(row.get("cache") or "null")
+    except ValueError:
+        cache = None
+    out["lost_usd"] = cache.get("lost_cost_usd") if isinstance(cache, dict) else None
+    out["lost_tokens"] = cache.get("lost_tokens") if isinstance(cache, dict) else None
+    return out
+
+
 def _new_calls(db: sqlite_utils.Database, after: int) -> tuple[int, list[dict]]:
     out = calls_after(db, after, MAX_ROWS_PER_EVENT)
     last = out[-1]["rowid"] if out else after
-    brief = [{k: r[k] for k in ("id", "session", "seq", "model", "started_at", "outcome", "status")} for r in out]
-    return last, mask_keys_in(brief)  # the model name is the client's text
+    return last, mask_keys_in([_brief(r) for r in out])  # the model name is the client's text
 
 
 class LiveHub:

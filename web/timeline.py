@@ -15,6 +15,7 @@ from datetime import datetime
 import sqlite_utils
 
 from ctxscope.inspector.base.usd import total_usd
+from ctxscope.inspector.reading.titles import session_title
 from ctxscope.inspector.store.analysis_queries import provider_agreement_counts
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.queries import list_calls
@@ -259,6 +260,7 @@ def session_view(
         r["thread_index"] = threads.get(r["thread"]) if r.get("thread") else None
     return {
         "session": session,
+        "title": session_title(db, session),
         "total": total,
         "all": len(rows),
         "offset": offset,

@@ -22,6 +22,19 @@ from .sse import SSEDecoder, SSEEvent
 MAX_ERROR_BODY = 64 * 1024
 
 
+def _user_agent() -> str:
+    """``ctxscope-agent/<version>``: the inspector names this client by it, not as "aiohttp 3.x"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"ctxscope-agent/{version('ctxscope')}"
+    except PackageNotFoundError:  # (run from a checkout that is not installed)
+        return "ctxscope-agent"
+
+
+USER_AGENT = _user_agent()
+
+
 class StreamParser(Protocol):
     def feed(self, event: SSEEvent, emit: DeltaSink) -> None: ...
 
@@ -107,6 +120,7 @@ class HttpModelClient:
         headers = {
             "content-type": "application/json",
             "accept": "text/event-stream",
+            "user-agent": USER_AGENT,
             **self.extra_headers,
             **dict(request.headers),
         }

@@ -115,11 +115,12 @@ def _progress(items: Iterable[T], length: int, label: str, quiet: bool) -> Itera
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["har", "bundle"]),
+    type=click.Choice(["har", "bundle", "transcript-md", "transcript-jsonl"]),
     default="har",
     show_default=True,
     help="har: HAR 1.2 (Chrome DevTools, mitmproxy); bundle: ctxscope's own file, raw bytes "
-    "plus the analysis, compressed.",
+    "plus the analysis, compressed; transcript-md, transcript-jsonl: the conversation at the last "
+    "call (`ctxscope transcript`).",
 )
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="The file to write (with --format)."
@@ -170,6 +171,16 @@ def export_session(
         raise click.UsageError("give SESSION and -o FILE (or --otlp URL to send spans to a collector)")
     if since or headers or content:
         raise click.UsageError("--since, --header and --content go with --otlp")
+    if fmt.startswith("transcript-"):
+        from ..transcript_commands import render_transcript
+
+        text, full, turns = render_transcript(db_path, session, None, fmt.removeprefix("transcript-"))
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # captures are private: so is the export
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        result = {"session": full, "turns": turns, "format": fmt, "file": str(output)}
+        emit_json(result) if as_json else click.echo(f"exported {turns} turns of {full} to {output} ({fmt})")
+        return
 
     from ctxscope.inspector.share.bundle import write_bundle
     from ctxscope.inspector.share.exchanges import exported_call

@@ -387,7 +387,8 @@ def _line(r: Round) -> str:
         return f"- The workspace holds {len(entries)} entries: {shown}."
     if r.name == "read":
         numbered = [line for line in result.splitlines() if _LINE_NUMBER.match(line)]
-        return f'- {r.arguments.get("path")} ({len(numbered)} lines shown) begins: "{_snippet(result)}"'
+        lines = f"{len(numbered)} line{'s' * (len(numbered) != 1)}"
+        return f'- {r.arguments.get("path")} ({lines} shown) begins: "{_snippet(result)}"'
     if r.name == "grep":
         hits = [line for line in result.splitlines() if line and not line.startswith("[")]
         if result.startswith("No matches"):

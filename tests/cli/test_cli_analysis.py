@@ -91,7 +91,7 @@ def test_session_timeline(captured):
         "side T2",
         "GROUPED_BY",
         "grouped by: lineage 2",
-        "cache hit rate: 1/2 calls",
+        "calls that read it: 1/2",
     ):
         assert needle in text_out, needle
     missing = CliRunner().invoke(cli, ["session", "nope", *db])
@@ -113,7 +113,9 @@ def test_stats(captured):
     missing = CliRunner().invoke(cli, ["stats", *db, "--session", "nope"])
     assert missing.exit_code != 0 and "no session matches" in missing.output
     out = invoke("stats", *db)
-    assert "cache hit rate: 1/2 calls = 50.0%" in out and "breaks by cause" in out and "/system" in out
+    assert "calls that read it: 1/2 = 50.0%" in out and "breaks by cause" in out and "/system" in out
+    hit = next(line for line in out.splitlines() if line.startswith("cache hit rate: "))
+    assert hit.split()[3] == f"{s['token_hit_rate']['rate']:.1%}", hit  # the token share leads
 
 
 def test_diff(captured):
@@ -175,3 +177,53 @@ def test_diff_excerpts_keep_the_difference_in_view_and_aligned():
     assert len(cut_a) == len(cut_b) == 40 and cut_a.index("AAAA") == cut_b.index("BBBB") == 13
     assert cut_a[0] == cut_b[0] == cut_a[-1] == cut_b[-1] == "…"
     assert _around(("short", "shore"), 4, room=40) == ("short", "shore")  # what fits is left whole
+
+
+def test_diff_prints_values_in_words_never_a_python_repr(proxy, sim):
+    """Changed params holding lists, a tool definition clipped to --max-chars, a moved cache marker:
+    all in words, with the side each value is from (no `{'` or `['` anywhere)."""
+    client = sdk_clients.Anthropic(api_key=KEY, base_url=proxy.url + "/anthropic", max_retries=0)
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
+    tool = {"name": "read", "description": "Read a file.", "input_schema": schema}
+    base = make_anthropic_body(system=[text("You are a coding agent.")], messages=[user("Fix the bug.")], model=MODEL)
+    first = dict(
+        copy.deepcopy(base),
+        tools=[dict(tool, input_schema={"type": "object"})],
+        stop_sequences=[],
+        metadata={"user_id": "u1"},
+    )
+    second = dict(
+        copy.deepcopy(base),
+        tools=[tool],
+        stop_sequences=["None", "END"],
+        metadata={"user_id": "u2"},
+    )
+    second["system"][0]["cache_control"] = dict(EPHEMERAL)
+    for body in (first, second):
+        client.messages.create(**body)
+    rows = proxy.wait_for_calls(2)
+    out = invoke("diff", rows[1]["id"], rows[0]["id"], "--db", str(proxy.db_path), "--max-chars", "100", "--wide")
+    assert "{'" not in out and "['" not in out and "': " not in out, out
+    assert "param stop_sequences: b none -> a None, END" in out, out
+    assert "characters, clipped)" in out, out  # the schema's new properties, longer than --max-chars
+    assert "b: -> a" not in out
+
+
+def test_key_cells_are_whole_at_100_columns_and_the_others_give_way(captured):
+    """Model and pointer cells of `calls` are never cut, whatever columns are asked for; --wide
+    cuts nothing; a session's markers go on more lines rather than being cut."""
+    db, _rows = captured
+    rows = json.loads(invoke("calls", *db, "--json"))
+    asked = "id,session,started,api,model,outcome,relation,pointer,verdict,prompt,cache_r,out"
+    for args in ((), ("--columns", asked), ("--wide",)):
+        out = invoke("calls", *db, *args, columns=100)
+        assert "…" not in out or not args or args[0] != "--wide", out
+        for r in rows:
+            line = next(ln for ln in out.splitlines() if ln.startswith(r["id"]))
+            assert f"  {r['model']}  " in line, line
+            if args and r["pointer"]:
+                assert f"  {r['pointer']}  " in line, line
+    out = invoke("calls", *db, "--columns", asked, columns=100)
+    assert "/system/1/text" in out and "claude-haiku-4-5" in out and "…" in out  # STARTED gave way
+    timeline = invoke("session", rows[0]["session"], *db, columns=100)
+    assert "remind…" not in timeline and "tools_…" not in timeline

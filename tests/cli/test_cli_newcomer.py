@@ -365,3 +365,17 @@ def test_a_mixed_session_costs_what_its_real_calls_cost(tmp_path):
     assert row["cost_usd"] == pytest.approx(real_cost)
     table = run("sessions", "--db", str(tmp_path / "captures.db"), "--columns", "session,cost_usd")
     assert fmt_usd(row["cost_usd"]) in table
+
+
+def test_small_mistakes_get_one_clear_line(demo, tmp_path):
+    """A mistyped command names the nearest ones; an unknown thread is an error, not "(nothing)";
+    `db status` with no database says so in one line with exit code 1."""
+    typo = run("sesions", code=2)
+    assert "No such command 'sesions'. Did you mean 'sessions'" in typo
+    assert "Did you mean" not in run("zzzz", code=2)  # nothing near: click's own message
+    unknown = run("calls", *demo["db"], "--thread", "T9", code=2)
+    assert "no thread 'T9' in any session" in unknown and "(nothing)" not in unknown
+    assert run("calls", *demo["db"], "--thread", "T2", "--limit", "1").count("\n") >= 2
+    missing = run("db", "status", "--db", str(tmp_path / "none.db"), code=1)
+    assert missing.startswith("Error: no capture database at ") and missing.count("\n") == 1
+    assert "Traceback" not in missing

@@ -139,3 +139,83 @@ def test_the_provider_diagnoses_the_demos_breaks_and_agrees(demo):
     out = runner.invoke(cli, ["stats", "--session", session, "--db", str(db), "--json"])
     counts = json.loads(out.output)["provider_agreement"]
     assert (counts["agree"], counts["disagree"], counts["rate"]) == (agree, 0, 1.0)
+
+
+def _transcript(db, session, *args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ctxscope"), "transcript", session[:12], "--db", str(db), *args],
+        env={k: v for k, v in os.environ.items() if k != "CTXSCOPE_DAEMON"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_the_demo_transcript_lists_every_user_assistant_and_tool_turn_in_order(demo):
+    """Every user message, scripted answer and tool call of the demo (the sub-agent's task too), in
+    the order the script has them, across its two compactions, each tool call followed by its result."""
+    from ctxscope.demo_script import turns
+
+    _, db, session, _ = demo
+    listed = [json.loads(line) for line in _transcript(db, session, "--format", "jsonl").splitlines()]
+    expected: list[tuple[str, str]] = []
+    for turn in turns():
+        if turn.text:
+            expected.append(("user", turn.text))
+        for step in turn.steps:
+            if step.get("text"):
+                expected.append(("assistant", step["text"]))
+            expected += [("tool_call", call["name"]) for call in step.get("tool_calls", ())]
+    expected.append(("tool_call", "task"))  # the last turn's agent hands its task to a sub-agent
+    at = 0
+    for kind, text in expected:
+        while at < len(listed) and not _is(listed[at], kind, text):
+            at += 1
+        assert at < len(listed), f"{kind} {text!r} missing or out of order"
+        at += 1
+    by_id = {}
+    for i, t in enumerate(listed):
+        if t["kind"] in ("tool_call", "tool_result"):
+            by_id.setdefault(t["call_id"], []).append((i, t["kind"]))
+    assert by_id and all(kinds[0][1] == "tool_call" for kinds in by_id.values())
+    assert all(len(kinds) == 2 and kinds[1][1] == "tool_result" for kinds in by_id.values()), by_id
+    kinds = {t["kind"] for t in listed}
+    assert {"system", "reminder", "compaction", "text", "tool_call", "tool_result"} <= kinds
+    assert sum(t["kind"] == "compaction" for t in listed) == 2
+    assert all(t["pointer"].startswith("/") for t in listed)
+    markdown = _transcript(db, session)
+    assert markdown.startswith("# What went wrong in server.log?\n")
+    assert markdown.count("## Tool call: read") == 17 and "## Compaction summary" in markdown
+    only_last = [json.loads(line) for line in _transcript(db, session, "--format", "jsonl", "--as-seen").splitlines()]
+    assert len(only_last) < len(listed)
+    assert not any(t.get("text") == "What went wrong in server.log?" for t in only_last)  # compacted away
+
+
+def _is(turn: dict, kind: str, text: str) -> bool:
+    if kind == "tool_call":
+        return turn["kind"] == "tool_call" and turn.get("tool_name") == text
+    return turn["kind"] == "text" and turn["role"] == kind and turn["text"].strip() == text
+
+
+def test_the_demo_agent_names_itself_in_its_user_agent(demo):
+    """ctxscope's own agent sends `ctxscope-agent/<version>`, so its calls show as the ctxscope agent."""
+    from ctxscope import __version__
+    from ctxscope.inspector.store.queries import get_call, list_calls
+
+    _, db, session, _ = demo
+    handle = open_db(db)
+    try:
+        calls = list_calls(handle, session=session, limit=None)
+        agents = {
+            {k.lower(): v for k, v in get_call(handle, c["id"])["request_headers"]}.get("user-agent") for c in calls
+        }
+    finally:
+        handle.conn.close()
+    assert agents == {f"ctxscope-agent/{__version__}"}
