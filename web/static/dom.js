@@ -132,6 +132,17 @@ export function fmtDateTime(iso) {
   return isNaN(d) ? String(iso) : d.toISOString().replace("T", " ").slice(0, 23) + "Z";
 }
 
+// A JSON pointer that may break onto the next line only after a "/" (a <wbr> there), never inside
+// a key: "/messages/10/content/0" wraps as "/messages/" + "10/content/0", not "/mess" + "ages".
+export function ptrParts(pointer) {
+  const out = [];
+  String(pointer).split("/").forEach((part, i) => {
+    if (i) { out.push("/"); out.push(document.createElement("wbr")); }
+    if (part) out.push(part);
+  });
+  return out;
+}
+
 export function shortId(id) {
   if (!id) return "–";
   return id.length > 12 ? id.slice(-10) : id;

@@ -2,7 +2,7 @@
 // unfolded at the hit's JSON pointer. Snippets arrive with two mark characters around the
 // matches: the page splits on them and builds text nodes and <mark> elements, never HTML.
 
-import { h, mount, fmtDateTime } from "./dom.js";
+import { h, mount, fmtDateTime, ptrParts } from "./dom.js";
 import { getJSON } from "./api.js";
 import { vocab } from "./vocab.js";
 
@@ -34,6 +34,7 @@ export function renderSearch(root, params, ctx) {
   const session = params.get("s") || "";
   const area = params.get("in") || "";
   ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: "search" }]);
+  ctx.setTitle(text.trim() ? `search “${text.trim().slice(0, 40)}”` : "search");
   const box = document.getElementById("search-q");
   if (box && box.value !== text) box.value = text;
   if (!text.trim()) {
@@ -53,14 +54,14 @@ export function renderSearch(root, params, ctx) {
       h("div", { class: "toolbar" }, h("h1", {}, "Search"), h("span", { class: "muted" }, `“${text}”`),
         session ? h("span", { class: "tag" }, "session " + session, " ", h("a", { href: "#/search?" + new URLSearchParams({ q: text }).toString(), title: "search every session" }, "×")) : null, areaSel,
         h("span", { class: "muted", id: "search-count" }, `${d.hits.length} hit${d.hits.length === 1 ? "" : "s"}`)),
-      d.hits.length ? h("table", { class: "calls search-hits" },
+      d.hits.length ? h("div", { class: "card flush" }, h("table", { class: "grid search-hits" },
         h("thead", {}, h("tr", {}, ["session", "call", "where", "text"].map((c) => h("th", {}, c)))),
         h("tbody", {}, d.hits.map((hit) => h("tr", { class: "search-hit" },
-          h("td", {}, h("a", { href: "#/session/" + encodeURIComponent(hit.session) }, hit.session),
+          h("td", { class: "session-cell" }, h("a", { class: "session-link", title: hit.session, href: "#/session/" + encodeURIComponent(hit.session) }, hit.session_title || hit.session),
             session ? null : h("div", {}, h("a", { class: "muted small only-session", href: "#/search?" + new URLSearchParams({ q: text, s: hit.session }).toString() }, "only this session"))),
           h("td", {}, h("a", { class: "hit-link", href: callHref(hit) }, "#" + hit.seq), h("div", { class: "muted small" }, fmtDateTime(hit.started_at))),
-          h("td", {}, h("div", {}, hit.area.replace("_", " ")), h("code", { class: "ptr" }, (hit.body === "response" ? "response " : "") + hit.pointer)),
-          h("td", { class: "snippet" }, snippet(hit.snippet, d.marks))))))
+          h("td", {}, h("div", { class: "muted small" }, hit.area.replace("_", " ")), h("code", { class: "ptr", title: hit.pointer }, hit.body === "response" ? "response " : "", ptrParts(hit.pointer))),
+          h("td", { class: "snippet" }, snippet(hit.snippet, d.marks)))))))
         : h("p", { class: "muted pad" }, "No call holds these words. Captures made before the search index existed are indexed by `ctxscope reindex`."));
     root.dataset.ready = "1";
   }).catch((e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Search failed: " + e.message)); });
