@@ -30,7 +30,9 @@ export function bindKeys(currentView) {
 
 // A selection that j/k and n/p move over the rows of a table body: the selected row gets the
 // class "selected" and is scrolled into view; ``isBreak(row)`` says which rows n/p stop at.
-export function rowCursor(tbody, isBreak) {
+// ``keep`` ({id, set(id)}) holds the selected row's id across redraws of the table (live calls,
+// findings arriving), so a redraw does not lose the reader's place.
+export function rowCursor(tbody, isBreak, keep) {
   let at = -1;
   const rows = () => Array.from(tbody.querySelectorAll(":scope > tr[data-id]"));
   const put = (i) => {
@@ -39,6 +41,7 @@ export function rowCursor(tbody, isBreak) {
     all.forEach((r) => r.classList.remove("selected"));
     at = Math.max(0, Math.min(all.length - 1, i));
     all[at].classList.add("selected");
+    if (keep) keep.id = all[at].dataset.id;
     all[at].scrollIntoView({ block: "nearest" });
     return true;
   };
@@ -66,5 +69,11 @@ export function rowCursor(tbody, isBreak) {
       return false;
     },
     selected() { return rows()[current()] || null; },
+    // Mark the kept row again once the body holds its rows.
+    restore() {
+      if (!keep || !keep.id) return;
+      const row = rows().find((r) => r.dataset.id === keep.id);
+      if (row) { row.classList.add("selected"); at = rows().indexOf(row); }
+    },
   };
 }

@@ -126,6 +126,7 @@ export function renderSession(root, session, params, ctx) {
   const pager = h("div", { class: "pager" });
   let byCall = {}; // call id -> the kinds of the findings that concern it (badges)
   let cursor = null; // j/k and n/p over the table's rows (keys.js)
+  const picked = { id: null }; // the row they selected, kept across redraws
   const sort = sortState(params.get("sort") || "seq", params.get("dir") || "asc");
   const findingsBox = findingsCard(session, (m) => { byCall = m; if (last && !disposed) drawTable(last); });
   mount(root, head, chartBox, wfBox, findingsBox, filterBar, tableBox, pager);
@@ -201,7 +202,7 @@ export function renderSession(root, session, params, ctx) {
     const scale = Math.max(1, ...view.series.ctx.map((v) => v || 0));
     const threadCount = (view.threads || []).length;
     const tbody = h("tbody");
-    cursor = rowCursor(tbody, (tr) => tr.classList.contains("diverged") || tr.classList.contains("client-break"));
+    cursor = rowCursor(tbody, (tr) => tr.classList.contains("diverged") || tr.classList.contains("client-break"), picked);
     const prevSeen = seen;
     const rowOf = (c) => {
       const href = "#/call/" + encodeURIComponent(c.id);
@@ -228,6 +229,7 @@ export function renderSession(root, session, params, ctx) {
     const FIRST = 30;
     const calls = sortRows(view.calls.filter((c) => inRange(c, COLUMNS, sort.range)), COLUMNS, sort);
     for (const c of calls.slice(0, FIRST)) tbody.appendChild(rowOf(c));
+    cursor.restore();
     const rest = calls.slice(FIRST);
     const token = (drawTable.token = (drawTable.token || 0) + 1);
     if (rest.length) requestAnimationFrame(() => requestAnimationFrame(() => {
@@ -235,6 +237,7 @@ export function renderSession(root, session, params, ctx) {
       const frag = document.createDocumentFragment();
       for (const c of rest) frag.appendChild(rowOf(c));
       tbody.appendChild(frag);
+      cursor.restore();
     }));
     seen = new Set(view.series.id);
     mount(tableBox, h("table", { class: "grid calls" },

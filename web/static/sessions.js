@@ -38,7 +38,7 @@ export function renderSessions(root, params, ctx) {
     { key: "breaks", label: "breaks", num: true, range: true, title: "cache breaks caused by the client (cache verdict client_break)", value: (s) => s.breaks },
     { key: "errors", label: "errors", num: true, range: true, title: "failed calls", value: (s) => s.errors, hidden: true },
     { key: "cost", label: "cost", num: true, range: true, unit: "USD", parse: parseUsd, value: (s) => s.cost_usd },
-    { key: "last", label: "last activity", num: true, value: (s) => s.last_started_at },
+    { key: "last", label: "last activity", num: true, cls: "wrap", value: (s) => s.last_started_at },
   ];
   const sort = sortState(params.get("sort") || "last", params.get("dir") || "desc");
   const since = h("select", { "aria-label": "active since", title: "only the sessions active in this time", onchange: () => draw() },

@@ -13,12 +13,11 @@ const METRICS = {
 // A bar's track: tokens split into cache read, cache write, uncached input and output; the other
 // metrics one segment.
 function track(b, metric, max) {
-  const width = (v) => (max > 0 ? ((v / max) * 100).toFixed(2) + "%" : "0");
-  if (metric !== "tokens") return [h("span", { class: "seg " + (metric === "cost" ? "s-output" : "s-read"), style: { width: width(METRICS[metric].value(b)) } })];
+  // a value above nothing stays visible (2 px) beside a bar a thousand times bigger
+  const seg = (cls, v) => h("span", { class: "seg " + cls, style: { width: max > 0 ? ((v / max) * 100).toFixed(2) + "%" : "0", minWidth: v > 0 ? "2px" : "0" } });
+  if (metric !== "tokens") return [seg(metric === "cost" ? "s-output" : "s-read", METRICS[metric].value(b))];
   const read = Math.min(b.input, b.cache_read), write = Math.min(b.input - read, b.cache_write);
-  return [h("span", { class: "seg s-read", style: { width: width(read) } }), h("span", { class: "seg s-write", style: { width: width(write) } }),
-    h("span", { class: "seg s-uncached", style: { width: width(Math.max(0, b.input - read - write)) } }),
-    h("span", { class: "seg s-output", style: { width: width(b.output) } })];
+  return [seg("s-read", read), seg("s-write", write), seg("s-uncached", Math.max(0, b.input - read - write)), seg("s-output", b.output)];
 }
 
 function barTitle(b) {

@@ -32,7 +32,7 @@ function tickStep(span) {
 
 function fmtOffset(ms) {
   if (ms < 1000) return ms + " ms";
-  if (ms < 60000) return (ms / 1000).toFixed(ms % 1000 ? 1 : 0) + " s";
+  if (ms < 60000) return +(ms / 1000).toFixed(2) + " s";
   return Math.floor(ms / 60000) + "m" + (ms % 60000 ? String(Math.round((ms % 60000) / 1000)).padStart(2, "0") + "s" : "");
 }
 
