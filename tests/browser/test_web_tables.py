@@ -174,7 +174,9 @@ def test_the_usage_page_draws_bars_per_day_and_per_model_with_their_sessions(web
     expect(models).to_have_count(2)
     assert set(models.evaluate_all("rs => rs.map((r) => r.dataset.key)")) == {"claude-sonnet-4-6", "gpt-4o"}
     for row in models.all():  # each bar has a width: tokens split into read, write, uncached, output
-        assert row.locator(".bar-track").evaluate("t => [...t.children].some((s) => s.getBoundingClientRect().width > 1)")
+        assert row.locator(".bar-track").evaluate(
+            "t => [...t.children].some((s) => s.getBoundingClientRect().width > 1)"
+        )
     wpage.get_by_label("metric").select_option("cost")
     expect(models.first.locator(".bar-value")).to_contain_text("$")
     models.filter(has_text="gpt-4o").click()
@@ -208,7 +210,9 @@ def test_every_stat_card_explains_itself(web, wpage):
     expect(wpage.locator("#app[data-ready='1'] tr.call-row")).to_have_count(4)
     cards = wpage.locator(".stats .stat")
     assert cards.count() >= 8
-    titles = dict(zip(cards.locator(".stat-l").all_inner_texts(), cards.evaluate_all("cs => cs.map((c) => c.title)"), strict=True))
+    titles = dict(
+        zip(cards.locator(".stat-l").all_inner_texts(), cards.evaluate_all("cs => cs.map((c) => c.title)"), strict=True)
+    )
     assert all(len(t) > 20 for t in titles.values()), titles
     assert "calls" in titles["HIT RATE"].lower() and "tokens" in titles["CACHED INPUT"].lower()
     assert "session" in titles["GROUPED BY"]
