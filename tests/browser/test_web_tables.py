@@ -225,3 +225,22 @@ def test_the_diff_says_which_side_is_which_in_words(web, wpage):
     expect(wpage.locator("#open-older")).to_have_text("open its predecessor (#2)")
     expect(wpage.locator("#open-newer")).to_have_text("open this call (#3)")
     expect(wpage.locator(".side-title").first).to_contain_text("before: its predecessor #2")
+
+
+def test_search_hits_sit_in_a_table_like_the_others_and_pointers_wrap_only_after_a_slash(web, wpage):
+    wpage.goto(web.url + "/#/search?q=turn")
+    hits = wpage.locator("#app[data-ready='1'] .card table.grid.search-hits tr.search-hit")
+    expect(hits.first).to_be_visible()
+    assert wpage.evaluate("document.title") == "search “turn” · ctxscope"
+    ptr = hits.first.locator("code.ptr")
+    # squeezed into 70 px, "/messages/2/content" breaks onto several lines, each piece whole
+    pieces = ptr.evaluate(
+        """p => { p.style.display = "inline-block"; p.style.width = "70px";
+           const lines = Math.round(p.getBoundingClientRect().height / parseFloat(getComputedStyle(p).lineHeight));
+           const texts = [...p.childNodes].filter((n) => n.nodeType === 3 && n.data.trim() && n.data !== "/");
+           return [lines, texts.map((n) => { const r = document.createRange(); r.selectNodeContents(n);
+             return [n.data, r.getClientRects().length]; })]; }"""
+    )
+    lines, words = pieces
+    assert lines >= 2, pieces
+    assert words and all(n == 1 for _, n in words), words  # no "mess" + "ages"

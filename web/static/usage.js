@@ -42,8 +42,24 @@ export function renderUsage(root, params, ctx) {
   const dayBox = h("div", { class: "card", id: "usage-days" });
   const modelBox = h("div", { class: "card", id: "usage-models" });
   const sessionsBox = h("div", { class: "card usage-sessions", id: "usage-sessions", hidden: true });
+  const legend = h("div", { class: "legend" });
   mount(root, h("div", { class: "toolbar" }, h("h1", {}, "Usage"), h("span", { class: "spacer" }), metricSel, daysSel),
-    totals, h("div", { class: "cols2" }, dayBox, modelBox), sessionsBox);
+    totals, legend, h("div", { class: "cols2" }, dayBox, modelBox), sessionsBox);
+
+  // Every day of the span from its first call to today, a day without calls an empty bar: a gap
+  // in the work reads as a gap, not as two neighbouring days.
+  function everyDay(days) {
+    const known = days.filter((b) => /^\d{4}-\d{2}-\d{2}$/.test(b.key));
+    if (!known.length || known.length !== days.length) return days;
+    const at = new Map(known.map((b) => [b.key, b]));
+    const out = [];
+    const end = new Date(Math.max(Date.parse(known[known.length - 1].key), Date.parse(new Date().toISOString().slice(0, 10))));
+    for (let d = new Date(known[0].key); d <= end && out.length < 400; d.setUTCDate(d.getUTCDate() + 1)) {
+      const key = d.toISOString().slice(0, 10);
+      out.push(at.get(key) || { key, calls: 0, input: 0, output: 0, cache_read: 0, cache_write: 0, cost_usd: null, session_count: 0, sessions: [] });
+    }
+    return out.length < 400 ? out : days;
+  }
 
   function bars(group, list, title) {
     const m = METRICS[state.metric];
@@ -80,8 +96,11 @@ export function renderUsage(root, params, ctx) {
       h("div", { class: "stat", title: "input tokens read from the cache, and their share of all input tokens" }, h("div", { class: "stat-v" }, fmtTokens(t.cache_read) + (t.input ? " · " + fmtPct(t.cache_read / t.input) : "")), h("div", { class: "stat-l" }, "cache reads")),
       h("div", { class: "stat", title: "the reported usage at list prices (≈: a guessed price); the simulator is free" }, h("div", { class: "stat-v" }, fmtCost(t.cost_usd, t.cost_estimated)), h("div", { class: "stat-l" }, "cost")),
       h("div", { class: "stat", title: "sessions with calls in the span" }, h("div", { class: "stat-v" }, fmtInt(t.session_count)), h("div", { class: "stat-l" }, "sessions")));
-    mount(dayBox, bars("day", data.days, "per day (UTC)"));
+    mount(dayBox, bars("day", everyDay(data.days), "per day (UTC)"));
     mount(modelBox, bars("model", data.models, "per model"));
+    mount(legend, state.metric === "tokens" ? [h("span", { class: "lg lg-read" }, "cache read"), h("span", { class: "lg lg-write" }, "cache write"),
+      h("span", { class: "lg lg-uncached" }, "uncached input"), h("span", { class: "lg lg-output" }, "output")] : null,
+    h("span", {}, "click a bar for the sessions behind it"));
     drawSessions();
   }
 
