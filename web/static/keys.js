@@ -73,7 +73,10 @@ export function rowCursor(tbody, isBreak, keep) {
     restore() {
       if (!keep || !keep.id) return;
       const row = rows().find((r) => r.dataset.id === keep.id);
-      if (row) { row.classList.add("selected"); at = rows().indexOf(row); }
+      if (!row) return;
+      row.classList.add("selected");
+      at = rows().indexOf(row);
+      if (keep.scroll) { keep.scroll = false; row.scrollIntoView({ block: "center" }); }  // it came from another page
     },
   };
 }

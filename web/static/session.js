@@ -126,7 +126,7 @@ export function renderSession(root, session, params, ctx) {
   const pager = h("div", { class: "pager" });
   let byCall = {}; // call id -> the kinds of the findings that concern it (badges)
   let cursor = null; // j/k and n/p over the table's rows (keys.js)
-  const picked = { id: null }; // the row they selected, kept across redraws
+  const picked = { id: null, scroll: false }; // the row they selected, kept across redraws
   const sort = sortState(params.get("sort") || "seq", params.get("dir") || "asc");
   const findingsBox = findingsCard(session, (m) => { byCall = m; if (last && !disposed) drawTable(last); });
   mount(root, head, chartBox, wfBox, findingsBox, filterBar, tableBox, pager);
@@ -278,6 +278,24 @@ export function renderSession(root, session, params, ctx) {
     }
   }
 
+  // n/p past the page's last (or first) break: the page of the next (or previous) break of the
+  // whole session (the series holds every call), opened with that call selected.
+  function breakOnAnotherPage(step) {
+    if (!last || filters.relation || filters.verdict || filters.marker || filters.thread || filters.q) return false;
+    const sr = last.series;
+    const isBreak = (i) => sr.relation[i] === vocab.RelationKind.DIVERGED || sr.verdict[i] === vocab.CacheVerdict.CLIENT_BREAK;
+    const here = picked.id ? sr.id.indexOf(picked.id) : step > 0 ? last.offset + last.calls.length - 1 : last.offset;
+    for (let i = here + step; i >= 0 && i < sr.id.length; i += step) {
+      if (!isBreak(i)) continue;
+      picked.id = sr.id[i];
+      picked.scroll = true;
+      offset = Math.floor(i / last.limit) * last.limit;
+      load();
+      return true;
+    }
+    return false;
+  }
+
   let resizeTimer = null;
   const onResize = () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (last) drawChart(last); }, 150); };
   window.addEventListener("resize", onResize);
@@ -290,7 +308,7 @@ export function renderSession(root, session, params, ctx) {
       timer = setTimeout(load, 200);
     },
     dispose() { disposed = true; clearTimeout(timer); clearTimeout(resizeTimer); window.removeEventListener("resize", onResize); delete root.dataset.ready; },
-    onKey(k) { return !!(cursor && cursor.key(k)); },
+    onKey(k) { return !!(cursor && cursor.key(k)) || ((k === "n" || k === "p") && breakOnAnotherPage(k === "n" ? 1 : -1)); },
     searchBox: search,
   };
 }
