@@ -10,6 +10,7 @@ const HIT_TITLE = "hit rate: of the calls that could read the cache (a cache wri
 
 export function renderSessions(root, params, ctx) {
   ctx.setCrumbs([{ label: "sessions" }]);
+  ctx.setTitle("sessions");
   let data = [];
   let timer = null;
   let disposed = false;

@@ -16,7 +16,7 @@ function turnView(t, i, callHref) {
   const role = String(t.role || "?");
   const kind = String(t.kind || "text");
   const text = t.text == null ? "" : String(t.text);
-  return h("div", { class: `turn r-${role.replace(/[^a-z_]/g, "")} k-${kind.replace(/[^a-z_]/g, "")}`, dataset: { kind, role, index: i } },
+  return h("div", { class: `turn role-${role.replace(/[^a-z_]/g, "")} k-${kind.replace(/[^a-z_]/g, "")}`, dataset: { kind, role, index: i } },
     h("div", { class: "turn-head" }, h("span", { class: "role r-" + role.replace(/[^a-z_]/g, "") }, role),
       KIND_LABEL[kind] ? h("span", { class: "kind" }, KIND_LABEL[kind]) : null,
       t.tool_name ? h("code", {}, String(t.tool_name)) : null,
@@ -40,7 +40,10 @@ export function renderTranscript(root, session, params, ctx) {
     const turns = Array.isArray(d) ? d : Array.isArray(d && d.turns) ? d.turns : [];
     const title = d && !Array.isArray(d) && typeof d.title === "string" ? d.title : null;
     const callId = d && !Array.isArray(d) ? d.call || d.call_id || at || null : at || null;
-    if (title) ctx.setTitle("transcript", title);
+    if (title) {
+      ctx.setTitle("transcript", title);
+      ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: title, href: "#/session/" + encodeURIComponent(session) }, { label: "transcript" }]);
+    }
     const callHref = (ptr, source) => {
       if (!callId) return "#/session/" + encodeURIComponent(session);
       const q = new URLSearchParams({ ptr });
