@@ -120,7 +120,7 @@ export function renderSession(root, session, params, ctx) {
 
   const head = h("div");
   const chartBox = h("div", { class: "card" });
-  const wfBox = h("div", { class: "card", id: "waterfall" });
+  const wfBox = h("div", { class: "card", id: "waterfall", hidden: true });
   const filterBar = h("div", { class: "toolbar filters" });
   const tableBox = h("div", { class: "card flush" });
   const pager = h("div", { class: "pager" });
@@ -194,6 +194,12 @@ export function renderSession(root, session, params, ctx) {
     const width = Math.max(320, chartBox.clientWidth - 24);
     mount(chartBox, h("div", { class: "card-title" }, "Context size and cache use per call"),
       sessionChart(view.series, { width, mainThread: ((view.threads || []).find((t) => t.main) || {}).index ?? null, onPick: (i) => ctx.navigate("#/call/" + encodeURIComponent(view.series.id[i])) }));
+    if (!root.dataset.ready) return; // the first screen: the waterfall follows once it is painted
+    drawWaterfall(view, width);
+  }
+
+  function drawWaterfall(view, width) {
+    wfBox.hidden = false;
     mount(wfBox, h("div", { class: "card-title", title: "every call from its start to its end; calls that overlap in time stack on separate lanes" }, "Timeline (waterfall)"),
       waterfall(view.series, { width, onPick: (i) => ctx.navigate("#/call/" + encodeURIComponent(view.series.id[i])) }));
   }
@@ -271,7 +277,12 @@ export function renderSession(root, session, params, ctx) {
       if (first) {
         root.dataset.ready = "1";
         performance.mark("ctxscope:session-ready");
-        requestAnimationFrame(() => setTimeout(() => { performance.mark("ctxscope:session-painted"); if (!disposed) findingsBox.load(); }, 0));
+        requestAnimationFrame(() => setTimeout(() => {
+          performance.mark("ctxscope:session-painted");
+          if (disposed) return;
+          drawWaterfall(last, Math.max(320, chartBox.clientWidth - 24));
+          findingsBox.load();
+        }, 0));
       }
     } catch (e) {
       if (!disposed && mine === loads) mount(root, h("p", { class: "error pad" }, "Could not load session: " + e.message));
