@@ -244,3 +244,20 @@ def test_search_hits_sit_in_a_table_like_the_others_and_pointers_wrap_only_after
     lines, words = pieces
     assert lines >= 2, pieces
     assert words and all(n == 1 for _, n in words), words  # no "mess" + "ages"
+
+
+def test_search_hits_and_a_bars_sessions_sort_by_their_headers(web, wpage):
+    wpage.goto(web.url + "/#/search?q=turn")
+    expect(wpage.locator("#app[data-ready='1'] tr.search-hit").first).to_be_visible()
+    wpage.locator("th.sortable", has_text="session").locator("button").click()
+    names = wpage.locator("tr.search-hit .session-link").all_inner_texts()
+    assert names == sorted(names, key=str.lower) and len(set(names)) > 1, names
+    wpage.goto(web.url + "/#/usage")
+    wpage.locator("#app[data-ready='1'] #usage-days .bar-row").first.click()
+    wpage.locator("#usage-sessions th.sortable", has_text="calls").locator("button").click()
+    rows = wpage.locator("#usage-sessions tbody tr")
+    calls = [
+        int(t)
+        for t in rows.locator("td.num").evaluate_all("tds => tds.filter((_, i) => i % 3 === 0).map((t) => t.innerText)")
+    ]
+    assert calls == sorted(calls, reverse=True) and len(calls) == 4, calls

@@ -3,6 +3,14 @@
 
 import { h, mount, fmtInt, fmtTokens, fmtCost, fmtPct } from "./dom.js";
 import { getJSON } from "./api.js";
+import { sortState, sortRows, headerCell } from "./sortable.js";
+
+const SESSION_COLUMNS = [
+  { key: "session", label: "session", value: (s) => s.session.toLowerCase() },
+  { key: "calls", label: "calls", num: true, value: (s) => s.calls },
+  { key: "tokens", label: "tokens", num: true, value: (s) => s.tokens },
+  { key: "cost", label: "cost", num: true, value: (s) => s.cost_usd },
+];
 
 const METRICS = {
   tokens: { label: "tokens", value: (b) => b.input + b.output, fmt: fmtTokens },
@@ -30,6 +38,7 @@ export function renderUsage(root, params, ctx) {
   let disposed = false;
   let data = null;
   let picked = null; // [group, key] of the bar whose sessions show
+  const sessionSort = sortState(null); // the API's order (dearest first) until a header is clicked
   ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: "usage" }]);
   ctx.setTitle("usage");
   const state = { metric: METRICS[params.get("metric")] ? params.get("metric") : "tokens", days: params.get("days") || "30" };
@@ -80,8 +89,8 @@ export function renderUsage(root, params, ctx) {
     sessionsBox.hidden = !list;
     if (!list) return;
     mount(sessionsBox, h("div", { class: "card-title" }, `sessions behind ${picked[0] === "day" ? "the day" : "the model"} ${list.key}`),
-      h("table", { class: "grid" }, h("thead", {}, h("tr", {}, h("th", {}, "session"), h("th", { class: "num" }, "calls"), h("th", { class: "num" }, "tokens"), h("th", { class: "num" }, "cost"))),
-        h("tbody", {}, list.sessions.map((s) => h("tr", {},
+      h("table", { class: "grid" }, h("thead", {}, h("tr", {}, SESSION_COLUMNS.map((c) => headerCell(c, sessionSort, drawSessions)))),
+        h("tbody", {}, sortRows(list.sessions, SESSION_COLUMNS, sessionSort).map((s) => h("tr", {},
           h("td", { class: "session-cell" }, h("a", { class: "session-link", href: "#/session/" + encodeURIComponent(s.session), title: s.session }, s.session)),
           h("td", { class: "num" }, fmtInt(s.calls)), h("td", { class: "num" }, fmtTokens(s.tokens)), h("td", { class: "num" }, fmtCost(s.cost_usd)))))),
       list.session_count > list.sessions.length ? h("p", { class: "muted small" }, `… and ${list.session_count - list.sessions.length} smaller sessions`) : null);
