@@ -1,14 +1,7 @@
-// Keyboard: j/k move between rows (calls, changes), n/p between breaks, Enter opens the row,
-// "/" focuses the page's search box (else the top bar's), "?" lists the keys. The view on screen
-// answers a key through its ``onKey(key)`` (true: handled); typing in a field is never taken.
-
-export const KEYS = [
-  ["j / k", "next / previous call (or change)"],
-  ["n / p", "next / previous break"],
-  ["Enter", "open the selected call"],
-  ["f", "on a call: show its first difference"],
-  ["/", "search"],
-];
+// Keyboard: j/k move between rows (calls; on a call page the next and previous call; on a diff
+// the changes), n/p between breaks, Enter opens the row, f shows a call's first difference, "/"
+// focuses the page's search box (else the top bar's). The view on screen answers a key through
+// its ``onKey(key)`` (true: handled); typing in a field is never taken.
 
 function typing(target) {
   const el = target && target.closest ? target : null;
