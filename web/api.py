@@ -45,6 +45,7 @@ from ctxscope.web.resend import curl_view, own_url
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
+from ctxscope.web.usage import usage_view
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -148,6 +149,12 @@ class StoreAPI:
         except KeyError as exc:
             raise web.HTTPNotFound(text=str(exc.args[0])) from None
         return _found(view, f"no session {session!r}")
+
+    async def usage(self, request: web.Request) -> Answer:
+        days = _int(request, "days", None)
+        if days is not None and days < 1:
+            raise web.HTTPBadRequest(text="days must be 1 or more")
+        return await self.read(usage_view, days)
 
     async def call(self, request: web.Request) -> Answer:
         call_id = request.query.get("id", "")

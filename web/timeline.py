@@ -133,6 +133,7 @@ def _series(rows: list[dict], threads: dict[str, int]) -> dict:
     """Column arrays for the charts: context size and cache read / write / uncached per call."""
     ok = [r["outcome"] == "ok" and (r["status"] or 0) < 400 for r in rows]
     return {
+        "start": _starts(rows),
         "id": [r["id"] for r in rows],
         "seq": [r["seq"] for r in rows],
         "thread": [threads.get(r["thread"]) if r.get("thread") else None for r in rows],
@@ -146,6 +147,18 @@ def _series(rows: list[dict], threads: dict[str, int]) -> dict:
         "compaction": [bool(r.get("has_compaction_before")) for r in rows],
         "ok": ok,
     }
+
+
+def _starts(rows: list[dict]) -> list[int | None]:
+    """Each call's start in milliseconds after the session's first call: the waterfall's x axis."""
+    stamps: list[float | None] = []
+    for r in rows:
+        try:
+            stamps.append(_unix(r["started_at"]) if r.get("started_at") else None)
+        except (TypeError, ValueError):  # an imported capture's odd stamp: no bar, not an error
+            stamps.append(None)
+    first = min((t for t in stamps if t is not None), default=None)
+    return [None if t is None or first is None else round((t - first) * 1000) for t in stamps]
 
 
 def _summary(rows: list[dict]) -> dict:

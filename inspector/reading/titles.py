@@ -1,8 +1,8 @@
 """A session's title: what a person would call it, read from its first calls' prompts.
 
-The first line of the first real user message (not a ``<system-reminder>``, not a tool result) of
-the session's earliest call that has one, trimmed to ``TITLE_CHARS``; else, for a session named by
-its ``/s/<label>/`` path, that label. The earliest calls hold the shortest prompts, so this
+For a session the user named (its ``/s/<label>/`` path or label header), that label; else the first
+line of the first real user message (not a ``<system-reminder>``, not a tool result) of the
+session's earliest call that has one, trimmed to ``TITLE_CHARS``. The earliest calls hold the shortest prompts, so this
 reads one small body per session; a title never changes, so each is kept (``_CACHE``) once found
 (docs/architecture.md, "The command line").
 """
@@ -56,7 +56,9 @@ def session_title(db: Db, session: str) -> str | None:
             return _CACHE[key]
     calls = queries.list_calls(db, session=session, limit=CALLS_TRIED, newest_first=False)
     title = None
-    for call in calls:
+    if calls and calls[0].get("grouped_by") == GroupedBy.LABEL:
+        title = first_line(session)  # the user named it: that name is its title
+    for call in calls if title is None else ():
         try:
             body = queries.get_request_json(db, call["id"])
         except (KeyError, ValueError):
@@ -64,8 +66,6 @@ def session_title(db: Db, session: str) -> str | None:
         title = prompt_title(call.get("api"), body)
         if title:
             break
-    if title is None and calls and calls[0].get("grouped_by") == GroupedBy.LABEL:
-        title = first_line(session)
     if calls:  # (a session with no call yet may get one: nothing kept)
         with _LOCK:
             _CACHE[key] = title

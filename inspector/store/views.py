@@ -1,4 +1,4 @@
-"""The web UI's reads of the call index: neighbours, diff bases, new rows, session columns, totals.
+"""The web UI's reads of the call index: neighbours, diff bases, new rows, session columns, totals, usage.
 
 Each is an index lookup or an aggregate over ``calls`` (never over bodies), so a page stays fast
 on a large capture file. The UI shapes the rows; the SQL stays here.
@@ -14,7 +14,8 @@ import sqlite_utils
 
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 from ctxscope.inspector.store.queries import SUMMARY_COLUMNS
-from ctxscope.inspector.store.sessions import SUBAGENT_SQL, TOOL_ROUND_SQL
+from ctxscope.inspector.store.sessions import PURPOSE_SQL, SUBAGENT_SQL, TOOL_ROUND_SQL
+from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 
 
 def neighbours(db: sqlite_utils.Database, session: str, seq: int) -> tuple[str | None, str | None]:
@@ -139,3 +140,18 @@ def thread_groups(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
         )
         for session, thread, parent_thread, n, first_seq, last, models, inp, read, rounds, declared in rows
     ]
+
+
+def usage_groups(db: sqlite_utils.Database, *, since: str | None = None) -> list[tuple[Any, ...]]:
+    """Usage per (UTC day, model, session, simulated or not) of the calls started at or after
+    ``since`` (ISO text), leaving out the sessions the project made itself: the usage page's bars
+    and the sessions behind each. (day, model, session, simulated, calls, input, output, cache read,
+    cache write), oldest day first."""
+    where = f"WHERE NOT ({PURPOSE_SQL})" + (" AND started_at >= ?" if since else "")
+    return db.execute(
+        f"""SELECT substr(started_at, 1, 10), model, session, provider IS '{SIMULATOR_PROVIDER}', COUNT(*),
+                   SUM(usage_input), SUM(usage_output), SUM(usage_cache_read), SUM(usage_cache_write)
+            FROM calls {where}
+            GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3""",
+        [since] if since else [],
+    ).fetchall()

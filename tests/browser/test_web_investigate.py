@@ -221,5 +221,7 @@ def test_any_two_calls_of_different_sessions_can_be_compared(web, page):
     expect(page.locator("#app[data-ready='1'] #compare-picked")).to_have_text("compare with inv-cmp-a #2")
     page.click("#compare-picked")
     expect(page.locator("#app[data-ready='1'] #break-cause")).to_contain_text("different sessions")
-    expect(page.locator("#app h1")).to_have_text("Diff · call #2 vs #2")
+    expect(page.locator("#app h1")).to_have_text("Diff · call #2 of inv-cmp-b against call #2 of inv-cmp-a")
+    expect(page.locator("#open-older")).to_have_text("open the base (#2, inv-cmp-a)")
+    expect(page.locator("#open-newer")).to_have_text("open the compared call (#2, inv-cmp-b)")
     expect(page.locator("#first-diff")).to_contain_text("beta output")

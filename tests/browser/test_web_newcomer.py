@@ -132,7 +132,7 @@ def test_the_page_prints_the_words_the_api_serves(demo, page):
         expect(page.locator("tr.call-row .badge.v-client_break").first).to_have_text("snap")
 
 
-def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_difference(demo, wpage):
+def test_the_session_head_links_every_break_and_a_break_call_shows_its_difference_in_one_click(demo, wpage):
     url, result, calls = demo
     breaks = [c for c in calls if c["relation"] == "DIVERGED"]
     wpage.goto(f"{url}/#/session/{result.session}?offset=0")  # a page that need not hold the breaks
@@ -142,6 +142,8 @@ def test_the_session_head_links_every_break_and_a_break_call_opens_at_its_differ
     brk = breaks[0]
     wpage.goto(f"{url}/#/call/{brk['id']}")
     expect(wpage.locator("#app[data-ready='1'] h1")).to_have_text(f"Call #{brk['seq']}")
+    expect(wpage.locator(".revealed")).to_have_count(0)  # it opens on its summary
+    wpage.locator("#first-diff-btn").click()  # the first difference is one click away
     revealed = wpage.locator(".revealed")
     expect(revealed).to_have_count(1)
     assert revealed.evaluate("e => e.dataset.ptr") in {brk["pointer"]} | {

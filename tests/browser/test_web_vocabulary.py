@@ -21,6 +21,7 @@ from ctxscope.vocab.kinds import (
     GroupedBy,
     MarkerKind,
     Outcome,
+    ProviderAgreement,
     RelationKind,
     SearchArea,
 )
@@ -39,6 +40,7 @@ ENUMS = (
     SearchArea,
     CompactionTrigger,
     Annotation,
+    ProviderAgreement,
 )
 
 

@@ -9,6 +9,9 @@ import { renderCall } from "./call.js";
 import { renderDiff } from "./diff.js";
 import { renderSearch, bindSearchBox } from "./search.js";
 import { renderAdvice } from "./findings.js";
+import { renderUsage } from "./usage.js";
+import { renderTranscript } from "./transcript.js";
+import { bindKeys } from "./keys.js";
 
 const app = document.getElementById("app");
 const crumbsEl = document.getElementById("crumbs");
@@ -28,12 +31,18 @@ function setCrumbs(items) {
   ]));
 }
 
-const ctx = { setCrumbs, navigate: (hash) => { location.hash = hash; } };
+// The tab's title: the page and what it shows (a session's title when it has one), then the app.
+function setTitle(...parts) {
+  document.title = [...parts.filter(Boolean).map(String), "ctxscope"].join(" · ");
+}
+
+const ctx = { setCrumbs, setTitle, navigate: (hash) => { location.hash = hash; } };
 
 function route() {
   if (current && current.dispose) current.dispose();
   current = null;
   setCrumbs([{ label: "sessions", href: "#/" }]);  // each view sets its own; a view that fails keeps this one
+  setTitle();
   const { parts, params } = parseHash();
   window.scrollTo(0, 0);
   try {
@@ -42,6 +51,8 @@ function route() {
     else if (parts[0] === "diff" && parts[1]) current = renderDiff(app, parts[1], parts[2] || null, ctx);
     else if (parts[0] === "search") current = renderSearch(app, params, ctx);
     else if (parts[0] === "advice" && parts[1]) current = renderAdvice(app, parts[1], params, ctx);
+    else if (parts[0] === "usage") current = renderUsage(app, params, ctx);
+    else if (parts[0] === "transcript" && parts[1]) current = renderTranscript(app, parts[1], params, ctx);
     else current = renderSessions(app, params, ctx);
   } catch (e) {
     setCrumbs([{ label: "sessions", href: "#/" }, { label: "error" }]);  // never the previous page's trail
@@ -93,6 +104,7 @@ function connectLive() {
 loadVocabulary().then(() => {
   window.addEventListener("hashchange", route);
   bindSearchBox(ctx);
+  bindKeys(() => current);
   route();
   connectLive();
 }, (e) => mount(app, h("p", { class: "error pad" }, "Error: the vocabulary could not be read: " + e.message)));

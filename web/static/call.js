@@ -11,6 +11,7 @@ import { reveal, textView } from "./jsontree.js";
 import { curlButton } from "./curlview.js";
 import { replayButton } from "./replayview.js";
 import { compareControls } from "./comparepick.js";
+import { showFirstDifference } from "./firstdiff.js";
 
 // What the text at a marker's pointer is, by kind.
 const MARKER_CAPTION = {
@@ -50,11 +51,13 @@ function usageTable(call) {
 
 export function renderCall(root, id, params, ctx) {
   let disposed = false;
+  let keys = null; // set by draw: the page's keys (keys.js)
   mount(root, h("p", { class: "muted pad" }, "Loading call…"));
 
   function draw(d) {
     const c = d.call;
-    ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: c.session, href: "#/session/" + encodeURIComponent(c.session) }, { label: "#" + c.seq }]);
+    ctx.setCrumbs([{ label: "sessions", href: "#/" }, { label: c.session_title || c.session, href: "#/session/" + encodeURIComponent(c.session) }, { label: "#" + c.seq }]);
+    ctx.setTitle("call #" + c.seq, c.session_title || c.session);
     const nav = d.navigation || {};
     const tabsBox = h("div", { class: "tab-body" });
     const tabs = {};
@@ -108,6 +111,7 @@ export function renderCall(root, id, params, ctx) {
         h("span", { class: "spacer" }), compareControls(c), replay.controls, curl.button,
         h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
         h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
+        firstDiffButton(c, () => reqEl, show),
         d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
           d.diff_base_is_predecessor ? "diff with predecessor" : "diff with previous call") : null),
       h("div", { class: "cards" },
@@ -149,11 +153,25 @@ export function renderCall(root, id, params, ctx) {
     if (mi != null && markers[Number(mi)]) selectMarker(Number(mi));
     else if (ptr && params.get("body") === "response") goResponsePtr(ptr);
     else if (ptr) goPtr(ptr);
-    else if (c.relation === vocab.RelationKind.DIVERGED && c.pointer) goPtr(c.pointer);  // a break opens at its first difference
+    // A break opens on its summary; its first difference is one click (the button) or key (f) away.
+    keys = (k) => {
+      if (k === "f" && c.relation === vocab.RelationKind.DIVERGED && c.pointer) { document.getElementById("first-diff-btn").click(); return true; }
+      if (k === "j" && nav.next) { ctx.navigate("#/call/" + encodeURIComponent(nav.next)); return true; }
+      if (k === "k" && nav.previous) { ctx.navigate("#/call/" + encodeURIComponent(nav.previous)); return true; }
+      return false;
+    };
   }
 
   getJSON("/call", { id }).then((d) => { if (!disposed) draw(d); })
     .catch((e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not load call: " + e.message)); });
   delete root.dataset.ready;
-  return { dispose() { disposed = true; delete root.dataset.ready; } };
+  return { dispose() { disposed = true; delete root.dataset.ready; }, onKey: (k) => !!(keys && keys(k)) };
+}
+
+// The button to a break's first difference: the request tab, unfolded there, the changed
+// characters marked (firstdiff.js).
+function firstDiffButton(c, reqEl, show) {
+  if (c.relation !== vocab.RelationKind.DIVERGED || !c.pointer) return null;
+  return h("button", { type: "button", class: "btn", id: "first-diff-btn", title: `show the first difference, ${c.pointer}, with the changed characters marked (key: f)`,
+    onclick: () => { show("request"); if (reqEl()) showFirstDifference(reqEl(), c.id, c.pointer); } }, "first difference ↓");
 }

@@ -6,7 +6,7 @@ import { h, svg, fmtTokens, fmtInt, fmtMs } from "./dom.js";
 import { vocab } from "./vocab.js";
 
 const H = 160;
-const PAD = { l: 44, r: 8, t: 10, b: 18 };
+const PAD = { l: 44, r: 8, t: 10, b: 24 };
 
 function niceMax(v) {
   if (!v || v <= 0) return 1;
@@ -66,10 +66,18 @@ export function sessionChart(series, { onPick, width, mainThread = null } = {}) 
     grid.push(svg("line", { x1: PAD.l, x2: W - PAD.r, y1: yy, y2: yy, class: "grid-line" }));
     grid.push(svg("text", { x: PAD.l - 6, y: Number(yy) + 3, class: "axis", "text-anchor": "end", text: fmtTokens(max * f) }));
   }
+  // The x axis: call numbers (the table's #), about one label per 70 px, at the bar's middle.
+  const every = Math.max(1, Math.ceil(n / Math.max(1, Math.floor(iw / 70))));
+  const xticks = [];
+  for (let i = 0; i < n; i += every) {
+    const cx = (PAD.l + i * step + step / 2).toFixed(1);
+    xticks.push(svg("text", { x: cx, y: H - 2, class: "axis x-tick", "text-anchor": "middle", text: "#" + series.seq[i] }));
+  }
+  if (n) xticks.push(svg("text", { x: 2, y: H - 2, class: "axis", text: "call" }));
   const cursor = svg("rect", { x: 0, y: PAD.t, width: Math.max(1, step), height: ih, class: "cursor", visibility: "hidden" });
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", width: W, height: H, role: "img",
     "aria-label": `context size and cache use over ${n} calls` },
-    grid,
+    grid, xticks,
     svg("path", { d: dRead, class: "s-read" }), svg("path", { d: dWrite, class: "s-write" }),
     svg("path", { d: dUncached, class: "s-uncached" }), svg("path", { d: dNone, class: "s-none" }),
     svg("path", { d: line, class: "s-ctx" }), side, marks, cursor);

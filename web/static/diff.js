@@ -37,7 +37,26 @@ function sidesOf(a, b) {
   return [left, right];
 }
 
+// Each side in words: "this call #12" against "its predecessor #11", or, across sessions, each
+// call with its session, so "call #1 vs #1" never leaves the reader guessing which is which.
+export function sideNames(d) {
+  const n = d.new, o = d.old;
+  const cross = d.same_session === false || (n.session && o.session && n.session !== o.session);
+  const consecutive = d.break ? d.break.consecutive : n.predecessor === o.id;
+  const short = (s) => (s && s.length > 24 ? "…" + s.slice(-20) : s);
+  if (cross) {
+    return { cross: true, older: `base: call #${o.seq} of session ${short(o.session)}`, newer: `compared: call #${n.seq} of session ${short(n.session)}`,
+      olderBtn: `open the base (#${o.seq}, ${short(o.session)})`, newerBtn: `open the compared call (#${n.seq}, ${short(n.session)})`,
+      heading: `Diff · call #${n.seq} of ${short(n.session)} against call #${o.seq} of ${short(o.session)}` };
+  }
+  const what = consecutive ? "its predecessor" : "the earlier call";
+  return { cross: false, older: `before: ${what} #${o.seq}`, newer: `after: this call #${n.seq}`,
+    olderBtn: `open ${what} (#${o.seq})`, newerBtn: `open this call (#${n.seq})`,
+    heading: `Diff · call #${n.seq} against ${what} #${o.seq}` };
+}
+
 function changeDetail(ch, first, d) {
+  const names = sideNames(d);
   const [left, right] = sidesOf(ch.old, ch.new);
   return h("div", { class: "change-detail", id: "first-diff" },
     h("div", { class: "toolbar" }, h("span", { class: "op op-" + ch.op }, ch.op),
@@ -45,8 +64,8 @@ function changeDetail(ch, first, d) {
       h("span", { class: "spacer" }), h("span", { class: "muted small" }, ch.area ? "area: " + ch.area : "")),
     ch.truncated ? h("p", { class: "muted small" }, "Values are cut at 200,000 characters.") : null,
     h("div", { class: "cols2 sides" },
-      h("div", {}, h("div", { class: "side-title" }, `before · #${d.old.seq}`, ch.old_pointer ? h("code", { class: "ptr" }, " " + ch.old_pointer) : null), left),
-      h("div", {}, h("div", { class: "side-title" }, `after · #${d.new.seq}`, h("code", { class: "ptr" }, " " + (ch.pointer || "/"))), right)));
+      h("div", {}, h("div", { class: "side-title", title: d.old.session ? "session " + d.old.session : null }, names.older, ch.old_pointer ? h("code", { class: "ptr" }, " " + ch.old_pointer) : null), left),
+      h("div", {}, h("div", { class: "side-title", title: d.new.session ? "session " + d.new.session : null }, names.newer, h("code", { class: "ptr" }, " " + (ch.pointer || "/"))), right)));
 }
 
 function changePointer(ch) {
@@ -104,6 +123,7 @@ function breakLine(d) {
 
 export function renderDiff(root, id, base, ctx) {
   let disposed = false;
+  let keys = null; // j/k (and n/p) between the changes, once they are on screen
   mount(root, h("p", { class: "muted pad" }, "Computing diff…"));
   getJSON("/diff", { id, base }).then((d) => {
     if (disposed) return;
@@ -137,11 +157,13 @@ export function renderDiff(root, id, base, ctx) {
       cache && cache.lost_tokens ? `${fmtInt(cache.lost_tokens)} tokens lost to the cache` + (cache.lost_cost_usd ? ` (${fmtCost(cache.lost_cost_usd)})` : "") : null,
       cache && cache.before_prev_last_breakpoint != null ? (cache.before_prev_last_breakpoint ? "the change lies inside the previously cached prefix" : "the change lies after the previous breakpoint") : null,
     ].filter(Boolean);
+    const names = sideNames(d);
+    ctx.setTitle(`diff #${n.seq}`, n.session);
     mount(root,
-      h("div", { class: "toolbar" }, h("h1", {}, `Diff · call #${n.seq} vs #${d.old.seq}`), n.relation ? relationBadge(n.relation, n.pointer || n.epoch_reason) : null,
+      h("div", { class: "toolbar" }, h("h1", {}, names.heading), n.relation ? relationBadge(n.relation, n.pointer || n.epoch_reason) : null,
         analysed, h("span", { class: "spacer" }),
-        h("a", { class: "btn", href: "#/call/" + encodeURIComponent(d.old.id) }, `open #${d.old.seq}`),
-        h("a", { class: "btn", href: "#/call/" + encodeURIComponent(n.id) }, `open #${n.seq}`)),
+        h("a", { class: "btn", id: "open-older", href: "#/call/" + encodeURIComponent(d.old.id) }, names.olderBtn),
+        h("a", { class: "btn", id: "open-newer", href: "#/call/" + encodeURIComponent(n.id) }, names.newerBtn)),
       breakLine(d),
       impact.length || cache ? h("div", { class: "impact" }, cache ? verdictBadge(cache) : null, impact.map((t) => h("span", { title: /lost to the cache/.test(t) ? sentence("loss_pricing") : null }, t))) : null,
       declaredNote(n),
@@ -156,8 +178,14 @@ export function renderDiff(root, id, base, ctx) {
             h("td", {}, h("code", {}, JSON.stringify(p.old))), h("td", {}, "→"), h("td", {}, h("code", {}, JSON.stringify(p.new)))))))
             : h("p", { class: "muted small" }, "unchanged"))));
     if (focusIndex >= 0) select(focusIndex);
+    keys = (k) => {
+      const at = selected ? Array.prototype.indexOf.call(list.children, selected) : -1;
+      if ((k === "j" || k === "n") && at + 1 < diff.changes.length) { select(at + 1); selected.scrollIntoView({ block: "nearest" }); return true; }
+      if ((k === "k" || k === "p") && at > 0) { select(at - 1); selected.scrollIntoView({ block: "nearest" }); return true; }
+      return false;
+    };
     root.dataset.ready = "1";
   }).catch((e) => { if (!disposed) mount(root, h("p", { class: "error pad" }, "Could not compute the diff: " + e.message)); });
   delete root.dataset.ready;
-  return { dispose() { disposed = true; delete root.dataset.ready; } };
+  return { dispose() { disposed = true; delete root.dataset.ready; }, onKey: (k) => !!(keys && keys(k)) };
 }

@@ -132,6 +132,17 @@ export function fmtDateTime(iso) {
   return isNaN(d) ? String(iso) : d.toISOString().replace("T", " ").slice(0, 23) + "Z";
 }
 
+// A JSON pointer that may break onto the next line only after a "/" (a <wbr> there), never inside
+// a key: "/messages/10/content/0" wraps as "/messages/" + "10/content/0", not "/mess" + "ages".
+export function ptrParts(pointer) {
+  const out = [];
+  String(pointer).split("/").forEach((part, i) => {
+    if (i) { out.push("/"); out.push(document.createElement("wbr")); }
+    if (part) out.push(part);
+  });
+  return out;
+}
+
 export function shortId(id) {
   if (!id) return "–";
   return id.length > 12 ? id.slice(-10) : id;
@@ -159,7 +170,9 @@ export function verdictBadge(cache) {
 // The provider's own cache diagnosis held against our verdict (inspector/analyses/cache/provider_agreement.py):
 // a small badge, its title the provider's words; where they disagree the provider is the reference.
 const AGREEMENT_TEXT = { agree: "provider agrees", disagree: "provider disagrees", pending: "provider pending", none: "provider: no diagnosis" };
-export function providerBadge(cache) {
+// ``compact``: a one-character badge for table cells (the words stay in its title).
+const AGREEMENT_MARK = { agree: "✓", disagree: "≠", pending: "…", none: "–" };
+export function providerBadge(cache, compact = false) {
   const d = cache && cache.provider_diagnostics;
   if (!d) return null;
   const a = String(cache.provider_agreement || "none");
@@ -167,7 +180,9 @@ export function providerBadge(cache) {
   let title = "the provider's cache diagnosis: " + String(said).replace(/_/g, " ");
   if (typeof d.missed_tokens === "number") title += ` · ${fmtInt(d.missed_tokens)} tokens missed`;
   if (a === "disagree") title += " · it disagrees with ctxscope's verdict: the provider is the reference";
-  return h("span", { class: "badge p-" + a.replace(/[^a-z]/g, ""), title }, AGREEMENT_TEXT[a] || a);
+  const text = AGREEMENT_TEXT[a] || a;
+  if (compact) return h("span", { class: "badge p-" + a.replace(/[^a-z]/g, ""), title: text + " · " + title, "aria-label": text }, AGREEMENT_MARK[a] || "?");
+  return h("span", { class: "badge p-" + a.replace(/[^a-z]/g, ""), title }, text);
 }
 
 // Token categories as the inspector names them (accounting.CATEGORIES).

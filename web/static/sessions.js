@@ -4,9 +4,14 @@
 import { h, mount, clear, fmtInt, fmtTokens, fmtCost, fmtPct, fmtAgo } from "./dom.js";
 import { getJSON, deleteSession } from "./api.js";
 import { sentence } from "./vocab.js";
+import { sortState, sortRows, headerCell, inRange, rangeControl, parseCount, parseUsd } from "./sortable.js";
+
+const HIT_TITLE = "hit rate: of the calls that could read the cache (a cache write was expected or possible), " +
+  "the share that did. Hover a cell for the share of input tokens read from the cache, which can differ.";
 
 export function renderSessions(root, params, ctx) {
   ctx.setCrumbs([{ label: "sessions" }]);
+  ctx.setTitle("sessions");
   let data = [];
   let timer = null;
   let disposed = false;
@@ -21,13 +26,27 @@ export function renderSessions(root, params, ctx) {
   const withOwn = h("input", { type: "checkbox", id: "sessions-own", onchange: () => load() });
   const count = h("span", { class: "muted" });
   const tbody = h("tbody");
-  const table = h("table", { class: "grid sessions" },
-    h("thead", {}, h("tr", {},
-      h("th", {}, "session"), h("th", {}, "client"), h("th", {}, "models"), h("th", { class: "num" }, "calls"),
-      h("th", { class: "num" }, "tokens"), h("th", { class: "num", title: "cache read tokens / input tokens" }, "hit rate"),
-      h("th", { class: "num", title: "cache breaks caused by the client (cache verdict client_break)" }, "breaks"),
-      h("th", { class: "num" }, "cost"), h("th", { class: "num" }, "last activity"), h("th", {}, ""))),
-    tbody);
+  const thead = h("thead");
+  const table = h("table", { class: "grid sessions" }, thead, tbody);
+  // Every column sorts (click its header); the numeric ones filter by a range, last activity by age.
+  const ratio = (s) => (s.hit_rate ? s.hit_rate.ratio : s.cached_share ? s.cached_share.ratio : null);
+  const columns = [
+    { key: "session", label: "session", value: (s) => (s.title || s.session).toLowerCase() },
+    { key: "client", label: "client", value: (s) => (s.clients || []).join(", ").toLowerCase() || null },
+    { key: "models", label: "models", value: (s) => (s.models || []).join(", ") || null },
+    { key: "calls", label: "calls", num: true, range: true, value: (s) => s.calls },
+    { key: "tokens", label: "tokens", num: true, range: true, unit: "tokens (12k, 1.5M)", parse: parseCount, value: (s) => s.tokens },
+    { key: "hit", label: "hit rate", num: true, title: HIT_TITLE, value: ratio },
+    { key: "breaks", label: "breaks", num: true, range: true, title: "cache breaks caused by the client (cache verdict client_break)", value: (s) => s.breaks },
+    { key: "errors", label: "errors", num: true, range: true, title: "failed calls", value: (s) => s.errors, hidden: true },
+    { key: "cost", label: "cost", num: true, range: true, unit: "USD", parse: parseUsd, value: (s) => s.cost_usd },
+    { key: "last", label: "last activity", num: true, cls: "wrap", value: (s) => s.last_started_at },
+  ];
+  const sort = sortState(params.get("sort") || "last", params.get("dir") || "desc");
+  const since = h("select", { "aria-label": "active since", title: "only the sessions active in this time", onchange: () => draw() },
+    [["", "any time"], ["3600", "last hour"], ["86400", "last 24 hours"], ["604800", "last 7 days"], ["2592000", "last 30 days"]]
+      .map(([v, t]) => h("option", { value: v }, t)));
+  const range = rangeControl(columns, sort, () => draw());
   const empty = h("div", { class: "empty", hidden: true },
     h("p", {}, "No calls captured yet."),
     h("p", { class: "muted" }, "Point your agent's base URL at this daemon, e.g. ", h("code", {}, location.origin + "/anthropic"),
@@ -37,13 +56,17 @@ export function renderSessions(root, params, ctx) {
       h("label", { class: "check" }, onlyBreaks, " with breaks"), h("label", { class: "check" }, onlyErrors, " with errors"),
       h("label", { class: "check", title: "replays, advise --verify and non-model requests of known clients" },
         withOwn, " made by ctxscope")),
+    h("div", { class: "toolbar filters" }, since, range),
     h("div", { class: "card flush" }, table), empty);
 
   function matches(s, q) {
+    if (!inRange(s, columns, sort.range)) return false;
+    const age = Number(since.value);
+    if (age && !(s.last_started_at && Date.now() - new Date(s.last_started_at).getTime() <= age * 1000)) return false;
     if (onlyBreaks.checked && !(s.breaks > 0)) return false;
     if (onlyErrors.checked && !(s.errors > 0)) return false;
     if (!q) return true;
-    const hay = [s.session, ...(s.models || []), ...(s.clients || []), ...(s.threads || []).map((t) => t.thread)].join(" ").toLowerCase();
+    const hay = [s.title || "", s.session, ...(s.models || []), ...(s.clients || []), ...(s.threads || []).map((t) => t.thread)].join(" ").toLowerCase();
     return q.split(/\s+/).every((w) => hay.includes(w));
   }
 
@@ -67,8 +90,9 @@ export function renderSessions(root, params, ctx) {
         try { await deleteSession(s.session); load(); } catch (e) { window.alert("Delete failed: " + e.message); }
       },
     }, "✕");
+    const name = s.title || s.session;
     const rows = [h("tr", { class: "session-row", dataset: { session: s.session } },
-      h("td", {}, h("a", { href, class: "session-link" }, s.session),
+      h("td", { class: "session-cell" }, h("a", { href, class: "session-link", title: s.title ? `${s.title}\nsession ${s.session}` : s.session }, name),
         s.purpose ? h("span", { class: "chip purpose", title: "a session ctxscope made itself" }, s.purpose) : null,
         s.compactions ? h("span", { class: "chip m-compaction", title: "compactions" }, `${s.compactions} compaction${s.compactions > 1 ? "s" : ""}`) : null),
       h("td", { class: "muted" }, (s.clients || []).join(", ") || "–"),
@@ -100,7 +124,8 @@ export function renderSessions(root, params, ctx) {
 
   function draw() {
     const q = search.value.trim().toLowerCase();
-    const shown = data.filter((s) => matches(s, q));
+    const shown = sortRows(data.filter((s) => matches(s, q)), columns, sort);
+    mount(thead, h("tr", {}, columns.filter((c) => !c.hidden).map((c) => headerCell(c, sort, draw)), h("th", {}, "")));
     clear(tbody);
     for (const s of shown) for (const r of row(s)) tbody.appendChild(r);
     count.textContent = shown.length === data.length ? `${data.length} session${data.length === 1 ? "" : "s"}` : `${shown.length} of ${data.length}`;
