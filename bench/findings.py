@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -93,11 +95,24 @@ def api(path: Path, session: str) -> tuple[list[float], int]:
     """(seconds of three requests, bytes) of the daemon's findings API for the session, through a real serve."""
     import httpx2
 
-    from support.serve_process import running_serve
-
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(path, Path(tmp) / "c.db")
-        with running_serve(Path(tmp)) as (_proc, base):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        base = f"http://127.0.0.1:{port}"
+        serve = [str(Path(sys.executable).parent / "ctxscope"), "serve", "--port", str(port), "--db", f"{tmp}/c.db"]
+        env = dict(os.environ, CTXSCOPE_HOME=f"{tmp}/home")
+        proc = subprocess.Popen(serve, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # the installed daemon, once it answers its status
+                try:
+                    httpx2.get(f"{base}/_ctxscope/api/status?store=0", timeout=1)
+                    break
+                except httpx2.TransportError:
+                    assert time.monotonic() < deadline and proc.poll() is None, "serve did not start"
+                    time.sleep(0.1)
             took = []
             for _ in range(3):  # the first opens the daemon's read connection
                 start = time.monotonic()
@@ -105,6 +120,9 @@ def api(path: Path, session: str) -> tuple[list[float], int]:
                 took.append(time.monotonic() - start)
                 assert r.status_code == 200, r.text
             return took, len(r.content)
+        finally:
+            proc.terminate()
+            proc.wait(60)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import sqlite_utils
 from ctxscope.inspector.advisor.alternatives import advise
 from ctxscope.inspector.advisor.findings import by_call
 from ctxscope.inspector.advisor.load import load_session
-from ctxscope.inspector.advisor.stored import stored_findings
+from ctxscope.inspector.reading.stored_findings import stored_findings
 
 
 def findings_view(db: sqlite_utils.Database, session: str, backfill_allowed: bool = True) -> dict | None:

@@ -223,7 +223,7 @@ class StoreAPI:
             return request.transport is None or request.transport.is_closing()
 
         if view == "findings":  # read from the stored facts in milliseconds, unless they must be taken first
-            from ctxscope.inspector.advisor.stored import FactsMissing  # (loaded on the first findings asked)
+            from ctxscope.inspector.reading.stored_findings import FactsMissing  # (loaded on the first findings asked)
             from ctxscope.web.advice import findings_view
 
             with contextlib.suppress(FactsMissing):

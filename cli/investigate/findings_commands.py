@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from ctxscope.inspector.advisor.model import Session
-    from ctxscope.inspector.advisor.stored import SessionFindings
     from ctxscope.inspector.analyses.prices import PriceTable
+    from ctxscope.inspector.reading.stored_findings import SessionFindings
 
 
 def open_session(db_path: Path | None, session: str | None) -> Session:
@@ -57,7 +57,7 @@ def _open(db_path: Path | None, session: str | None) -> tuple[sqlite_utils.Datab
 
 def read_findings(db_path: Path | None, session: str | None) -> SessionFindings:
     """The session's findings from its calls' stored facts (no body read), or a clear error."""
-    from ctxscope.inspector.advisor.stored import stored_findings
+    from ctxscope.inspector.reading.stored_findings import stored_findings
     from ctxscope.inspector.store.queries import AmbiguousCallId
 
     db, session, prices = _open(db_path, session)

@@ -10,7 +10,7 @@ import sqlite_utils
 
 from ctxscope.inspector.advisor.model import Session, build_session
 from ctxscope.inspector.analyses.prices import PriceTable
-from ctxscope.inspector.pipeline.analysis_input import unix_time
+from ctxscope.inspector.base.clock import unix_time
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.session_calls import session_calls
 

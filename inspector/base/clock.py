@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import UTC, datetime
 from typing import overload
 
 _FIRST_SECOND, _PAST_LAST_SECOND = -62135596800.0, 253402300800.0  # 0001-01-01 and 10000-01-01 UTC
@@ -51,3 +52,11 @@ _last_second: tuple[float, str] = (math.nan, "")
 
 def now_iso() -> str:
     return iso(time.time())
+
+
+def unix_time(text: str | None) -> float:
+    """The inverse of ``iso``: unix seconds from the store's text (0.0 for none)."""
+    if not text:
+        return 0.0
+    stamp = datetime.fromisoformat(text)  # ours end in "Z" (3.11 reads that as UTC)
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ctxscope.inspector.analyses.markers import Marker
+from ctxscope.inspector.base.clock import unix_time
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.analysis_rows import rowid_of
 from ctxscope.inspector.store.db import Db
@@ -74,13 +74,6 @@ def _usage(row: dict) -> dict | None:
 
 def _ok(row: dict) -> bool:
     return row.get("outcome") == "ok" and row.get("status") is not None and row["status"] < 400
-
-
-def unix_time(iso: str | None) -> float:
-    if not iso:
-        return 0.0
-    stamp = datetime.fromisoformat(iso)  # ours end in "Z" (3.11 reads that as UTC)
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def _common(row: dict, rowid: int) -> dict:

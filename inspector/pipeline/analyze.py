@@ -46,9 +46,9 @@ from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.prompt_metadata import ProviderItself, cache_view, metadata_changes, note
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
 from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
-from ctxscope.inspector.base.clock import iso
+from ctxscope.inspector.base.clock import iso, unix_time
 from ctxscope.inspector.pipeline.analysis_columns import Analysis
-from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer, unix_time
+from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.pipeline.response_chain import full_body
 from ctxscope.inspector.store import analysis_rows as rows

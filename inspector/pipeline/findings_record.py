@@ -26,7 +26,8 @@ from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.incremental import Prepared, count, prepare
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
-from ctxscope.inspector.pipeline.analysis_input import CallInput, from_writer, unix_time
+from ctxscope.inspector.base.clock import unix_time
+from ctxscope.inspector.pipeline.analysis_input import CallInput, from_writer
 from ctxscope.inspector.pipeline.analyze import COUNTED_SEGMENTS, Analyzer
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db

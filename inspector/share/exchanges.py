@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ctxscope.inspector.pipeline.analysis_input import unix_time
+from ctxscope.inspector.base.clock import unix_time
 from ctxscope.inspector.share.bodies import export_body
 from ctxscope.inspector.store import queries
 from ctxscope.proxy.exchange import Exchange

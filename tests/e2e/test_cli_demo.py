@@ -191,7 +191,8 @@ def test_the_demo_transcript_lists_every_user_assistant_and_tool_turn_in_order(d
     assert sum(t["kind"] == "compaction" for t in listed) == 2
     assert all(t["pointer"].startswith("/") for t in listed)
     markdown = _transcript(db, session)
-    assert markdown.startswith("# What went wrong in server.log?\n")
+    assert markdown.startswith(f"# {session}\n")  # titled by the demo's label
+    assert "What went wrong in server.log?" in markdown
     assert markdown.count("## Tool call: read") == 17 and "## Compaction summary" in markdown
     only_last = [json.loads(line) for line in _transcript(db, session, "--format", "jsonl", "--as-seen").splitlines()]
     assert len(only_last) < len(listed)

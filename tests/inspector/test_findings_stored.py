@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from ctxscope.inspector.advisor.findings import findings
 from ctxscope.inspector.advisor.load import load_session
-from ctxscope.inspector.advisor.stored import stored_findings
 from ctxscope.inspector.pipeline.search_index import writer_analyzers
+from ctxscope.inspector.reading.stored_findings import stored_findings
 from ctxscope.inspector.store import queries
 from ctxscope.main import cli
 

@@ -57,12 +57,12 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "base": set(),  # the ground floor: owner-only files, clock, JSON text, body reuse
         "analyses": {"base"},  # pure analyses of prompts and usage
         "store": {"base"},  # the SQLite store: the only SQL
-        "pipeline": {"base", "analyses", "store"},  # the analysis of each call as it is stored
+        "advisor": {"base", "analyses", "store"},  # findings' facts and the advisor's replay
+        "pipeline": {"base", "analyses", "store", "advisor"},  # the analysis of each call as it is stored
         "writer": {"base", "analyses", "store", "pipeline"},
         "share": {"base", "analyses", "store", "pipeline"},
-        "advisor": {"base", "analyses", "store", "pipeline"},
         "otlp": {"base", "analyses", "store"},
-        "reading": {"base", "analyses", "store", "pipeline", "writer"},
+        "reading": {"base", "analyses", "store", "advisor", "pipeline", "writer"},
     },
     "ctxscope.proxy": {
         "exchange": set(),  # the contract: what a call is
