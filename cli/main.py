@@ -31,7 +31,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "ctxscope.investigate.export_commands:curl",
         "Print a runnable curl command that re-sends CALL's request (CALL is an id or a unique prefix).",
     ),
-    "db": ("ctxscope.query_commands:db", "The capture database: where it is and how it is doing."),
+    "db": ("ctxscope.db_commands:db", "The capture database: where it is and how it is doing."),
     "demo": (
         "ctxscope.demo:demo",
         "Start the daemon and run a scripted agent session that shows every effect in the inspector.",

@@ -24,6 +24,7 @@ from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.priority import can_leave_idle_class
 from ctxscope.inspector.writer.wire.messages import Handover
 
+from support.environment import require
 from support.factories import make_exchange
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,12 +293,10 @@ def test_the_storing_thread_climbs_with_its_backlog_and_comes_back_down():
 def test_an_unprivileged_child_cannot_come_back_from_a_nice_or_the_idle_class_but_from_batch():
     """Why the ladder is what it is: as a user with RLIMIT_NICE 0, leaving the idle class and
     lowering the nice value are refused; batch <-> ordinary is not."""
-    if os.geteuid() != 0:
-        probe_as = []  # already unprivileged: run the probe as ourselves
-    elif shutil.which("setpriv"):
+    probe_as: list[str] = []  # unprivileged already: the probe runs as ourselves
+    if os.geteuid() == 0:
+        require(shutil.which("setpriv") is not None, "setpriv, to drop root for the probe")
         probe_as = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    else:
-        pytest.skip("needs setpriv to drop root")
     code = (
         "import os,resource\n"
         "assert resource.getrlimit(resource.RLIMIT_NICE)[0]==0\n"
@@ -309,12 +308,19 @@ def test_an_unprivileged_child_cannot_come_back_from_a_nice_or_the_idle_class_bu
         "except PermissionError:print('no idle')\n"
         "import ctxscope.inspector.writer.priority as wp\nprint(wp.can_leave_idle_class())\n"
     )
-    if os.geteuid() == 0:
+
+    def as_a_plain_user() -> None:  # a machine may raise RLIMIT_NICE: the probe runs with a user's 0
         import resource
 
-        if resource.getrlimit(resource.RLIMIT_NICE)[0] != 0:
-            pytest.skip("RLIMIT_NICE is raised here")
-    out = subprocess.run([*probe_as, sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+
+    out = subprocess.run(
+        [*probe_as, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=as_a_plain_user if os.geteuid() == 0 else None,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["no", "renice", "no", "idle", "False"]
 

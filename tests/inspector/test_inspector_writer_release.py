@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from ctxscope.db_commands import capture_line
 from ctxscope.inspector.pipeline.idle_release import release
 from ctxscope.inspector.pipeline.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.store.ingest import IngestState
@@ -18,7 +19,6 @@ from ctxscope.inspector.store.queries import open_db
 from ctxscope.inspector.writer.daemon_side.supervisor import WriterProcess
 from ctxscope.inspector.writer.status import capture_state
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
-from ctxscope.query_commands import capture_line
 from ctxscope.vocab import tokens
 
 from support.factories import T0, analysis_and_index, make_exchange
