@@ -24,10 +24,10 @@ from ctxscope.inspector.advisor.replay import TTL, Placement, Replay, replay
 from ctxscope.inspector.advisor.rewrite import dropped, held, tool_name, tools_sorted, value_at, with_options
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
+from ctxscope.inspector.analyses.cache.openai_retention import IN_MEMORY_SECONDS, OPTION_TTL_SECONDS
 from ctxscope.inspector.analyses.canonical import canonicalize
 
 BILLING_HEADER = "x-anthropic-billing-header"
-OPENAI_IN_MEMORY = 300.0  # replay.OPENAI_TTL: longer gaps call for prompt_cache_options.ttl
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|\b\d{10,13}\b")
 REQUEST_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}|\b[0-9a-fA-F]{12,}\b|\b[A-Za-z]+_[A-Za-z0-9]{8,}\b")
 
@@ -249,10 +249,10 @@ def _gaps(calls: Sequence[SessionCall]) -> list[float]:
 def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, family: str) -> CauseAdvice | None:
     gaps = _gaps(calls)
     if family == "openai":
-        long = [g for g in gaps if OPENAI_IN_MEMORY < g <= 12 * 3600]
+        long = [g for g in gaps if IN_MEMORY_SECONDS < g <= OPTION_TTL_SECONDS["12h"]]
         if not long:
             return None
-        ttl = "30m" if max(long) <= 1800 else "12h"
+        ttl = "30m" if max(long) <= OPTION_TTL_SECONDS["30m"] else "12h"
         return _what_if(
             session,
             calls,

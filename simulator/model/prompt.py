@@ -44,8 +44,13 @@ class Block:
         return hashlib.sha256(f"{self.meta}\x00{self.text}\x00{self.extra_tokens}".encode()).digest()
 
 
-OPENAI_TTL_SECONDS = 300.0  # in-memory retention: "5 to 10 minutes of inactivity", the short end
-OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0, "24h": 86400.0}
+# OpenAI's retention, modelled here on its own (the simulator never imports the analysis; a test
+# holds the two rules together): in-memory "5 to 10 minutes of inactivity", the short end;
+# ``prompt_cache_retention: "24h"``; ``prompt_cache_options.ttl`` (and a breakpoint's ttl) "30m" or
+# "12h", which wins over the retention. Anything else is undocumented and changes nothing.
+OPENAI_TTL_SECONDS = 300.0
+OPENAI_RETENTIONS = {"in_memory": OPENAI_TTL_SECONDS, "24h": 86400.0}
+OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0}
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,9 @@ def openai_caching(body: dict[str, Any]) -> OpenAICaching:
     """``prompt_cache_key``, ``prompt_cache_retention`` and ``prompt_cache_options`` of a request."""
     options = body.get("prompt_cache_options")
     options = options if isinstance(options, dict) else {}
-    ttl = openai_ttl(options.get("ttl"), openai_ttl(body.get("prompt_cache_retention")))
+    retention = body.get("prompt_cache_retention")
+    kept = OPENAI_RETENTIONS.get(retention, OPENAI_TTL_SECONDS) if isinstance(retention, str) else OPENAI_TTL_SECONDS
+    ttl = openai_ttl(options.get("ttl"), kept)
     key = body.get("prompt_cache_key")
     return OpenAICaching(key if isinstance(key, str) else "", ttl, options.get("mode") == "explicit")
 
