@@ -54,6 +54,7 @@ def _resent(base: str, provider: str, cause: str, fixed: bool) -> float:
     """The session's bodies sent through the simulator with the SDK, its clock at each call's time."""
     control = SimulatorControl(base + "/u/sim", TOKEN)
     control.reset()
+    control.config(provider_itself=cause != "billing_header")  # the header went to a third-party upstream
     url = base + "/s/advice-check/u/sim"
     total = 0.0
     try:
@@ -66,7 +67,7 @@ def _resent(base: str, provider: str, cause: str, fixed: bool) -> float:
                 client = sdk_clients.OpenAI(base_url=url + "/v1", api_key="sk-advice-check")
                 total += _cost(provider, client.responses.create(**body).usage)
     finally:
-        control.config(clock=None)
+        control.config(clock=None, provider_itself=True)
     return total
 
 
