@@ -1,4 +1,4 @@
-"""Issue 39's held-out check with the sessions captured by the INSTALLED `ctxscope serve`, not
+"""The advice held-out check with the sessions captured by the INSTALLED `ctxscope serve`, not
 stored by hand: real SDKs send each cause's session (a timestamp in the system prompt, the tools
 reordered once, Claude Code's billing header) through the daemon to an independent fake provider
 (a third-party upstream, so the billing header is a break there); then the installed `ctxscope

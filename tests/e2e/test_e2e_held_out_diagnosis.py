@@ -1,4 +1,4 @@
-"""Issue 38's held-out check, against an INDEPENDENT fake provider (``support/fake_diagnosing_provider.py``,
+"""The provider-diagnosis held-out check, against an INDEPENDENT fake provider (``support/fake_diagnosing_provider.py``,
 written from the providers' docs, not the simulator) behind the INSTALLED `ctxscope serve`: real SDKs
 send an Anthropic session with a system-prompt break and a Responses session with a tools change,
 JSON and streamed; the provider's diagnosis is visible on every call that had one (`show`, `calls`,
