@@ -237,9 +237,10 @@ def per_cause(tmp: Path, url: str, control: SimulatorControl) -> list[tuple]:
             assert session is not None
             advice = advise(session)
             assert advice is not None and advice.top is not None
-            sent = simulate(url, control, session, session.calls, AS_SENT)
+            itself = cause != "billing_header"  # the header went to a third-party upstream
+            sent = simulate(url, control, session, session.calls, AS_SENT, provider_itself=itself)
             fixed = _fixed_session(provider, cause, session)
-            without = simulate(url, control, fixed, fixed.calls, AS_SENT)
+            without = simulate(url, control, fixed, fixed.calls, AS_SENT, provider_itself=itself)
             removed = 100 * (sent["cost_usd"] - without["cost_usd"]) / sent["cost_usd"]
             v = verify_advice(url, session, advice, control.token)
             out.append((provider, cause, advice.top, removed, v))

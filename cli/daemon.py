@@ -54,7 +54,10 @@ class BuiltinSimulator:
     simulator that cannot start costs /u/sim (said in the log, tried again on the next request),
     never the proxy."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, provider_itself: bool = True) -> None:
+        # False (``[provider_itself] sim = false``): it keys Claude Code's billing header like an
+        # Anthropic-compatible endpoint, as the analysis then judges its calls
+        self.provider_itself = provider_itself
         self.token, path = token_from_env(), sim_token_path()
         self.token_file: Path | None = path
         try:
@@ -90,6 +93,13 @@ class BuiltinSimulator:
             except (OSError, RuntimeError) as exc:
                 log.error("the built-in simulator did not start (%s): /u/sim is not available", exc)
                 return None
+            if not self.provider_itself:
+                try:
+                    await asyncio.to_thread(proc.control().config, provider_itself=False)
+                except (OSError, RuntimeError) as exc:
+                    log.error("the built-in simulator did not take its settings (%s): /u/sim is not available", exc)
+                    await asyncio.to_thread(proc.stop)
+                    return None
             if self._stopped:  # the daemon stopped while it started
                 await asyncio.to_thread(proc.stop)
                 return None
@@ -176,7 +186,7 @@ async def start_daemon(
     on_demand: dict[str, Callable[[], Awaitable[str | None]]] = {}
     sim = None
     if "sim" not in upstreams:  # the built-in simulator is always there unless the user renamed it away
-        sim = BuiltinSimulator()
+        sim = BuiltinSimulator(provider_itself=cfg.provider_itself.get("sim", True))
         on_demand["sim"] = sim.start
     try:
         prices = prices_path()

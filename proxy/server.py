@@ -37,6 +37,7 @@ def create_proxy_app(forwarder: Forwarder, ca_folder: Path | None = None) -> web
         settings.limits.max_body_bytes,
         settings.salt,
         lambda exchange: forwarder.sink.submit(exchange),
+        forwarder.asker,
     )
     forwarder.websockets = sockets
     connect = None

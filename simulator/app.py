@@ -11,7 +11,8 @@ schema). Control: POST /_sim/script (a list replaces the queue, {"append": [...]
 GET shows it), GET /_sim/requests (the provider requests received: method, path, query and
 headers with credentials redacted, the parsed body or a summary of a large one; see
 `control/requestlog.py`), POST /_sim/reset (queue, log, cache), GET/POST /_sim/config
-({"context_window": N, "clock": unix seconds the prompt cache sees, or null for real time}). Only a
+({"context_window": N, "clock": unix seconds the prompt cache sees, or null for real time,
+"provider_itself": false to key Claude Code's billing header like an Anthropic-compatible endpoint}). Only a
 loopback, same-origin caller with the token may use them (`control/access.py`); `control/client.py`'s
 `SimulatorControl` is the client.
 
@@ -236,8 +237,11 @@ async def _config(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if request.method == "POST":
         body = await read_json(request)
-        if not isinstance(body, dict) or set(body) - {"context_window", "clock"}:
-            return _bad('config accepts {"context_window": N, "clock": SECONDS or null}')
+        if not isinstance(body, dict) or set(body) - {"context_window", "clock", "provider_itself"}:
+            return _bad('config accepts {"context_window": N, "clock": SECONDS or null, "provider_itself": BOOL}')
+        itself = body.get("provider_itself", state.provider_itself)
+        if not isinstance(itself, bool):
+            return _bad("provider_itself must be true or false")
         window = body.get("context_window", state.context_window)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             return _bad("context_window must be a positive integer")
@@ -245,10 +249,13 @@ async def _config(request: web.Request) -> web.Response:
         if clock is not None and (isinstance(clock, bool) or not isinstance(clock, (int, float)) or clock < 0):
             return _bad("clock must be unix seconds, or null for the real time")
         state.context_window = window
+        state.provider_itself = itself
         if "clock" in body:  # a replay plays recorded calls at their own times: the cache's TTLs see those
             state.fixed_clock = None if clock is None else float(clock)
             state.clock = time.time if clock is None else _fixed(float(clock))
     shown: dict[str, Any] = {"context_window": state.context_window}
+    if not state.provider_itself:  # shown when it differs from Anthropic's own API, as the clock when fixed
+        shown["provider_itself"] = False
     if state.fixed_clock is not None:
         shown["clock"] = state.fixed_clock
     return web.json_response(shown)

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from ctxscope.simulator.model.agentic import agentic_reply
 from ctxscope.simulator.model.diagnosis import diagnose
-from ctxscope.simulator.model.prompt import PromptError
+from ctxscope.simulator.model.prompt import PromptError, provider_view
 from ctxscope.simulator.model.script import ErrorSpec, Reply, Step, output_tokens
 from ctxscope.simulator.state import STATE_KEY, SimulatorState
 from ctxscope.simulator.wire.sse import Event
@@ -145,6 +145,8 @@ async def resolve_turn(
         prompt, conversation = wire.prompt(body, state.responses)
     except PromptError as exc:
         return Refusal(400, wire.error(400, "invalid_request_error", str(exc), exc.code))
+    if wire.api == "anthropic" and state.provider_itself:  # playing Anthropic's own API (model/prompt.py)
+        prompt = provider_view(prompt)
 
     step = state.peek(prompt.last_text)
     window = step.context_window if step is not None and step.context_window else state.context_window

@@ -40,6 +40,9 @@ class SimulatorState:
         self.clock: Callable[[], float] = time.time
         self.fixed_clock: float | None = None  # set over HTTP (/_sim/config "clock"): the time the cache sees
         self.cache = PromptCache()
+        # Anthropic's own API leaves per-request metadata (Claude Code's billing header) out of its
+        # cache key; False (/_sim/config "provider_itself") plays an Anthropic-compatible endpoint.
+        self.provider_itself = True
         self.ids = IdMaker()
         self.responses: dict[str, tuple[Block, ...]] = {}  # Responses id -> conversation blocks
         self.fingerprints: dict[str, Fingerprint] = {}  # answer id -> its request, for cache diagnoses

@@ -121,11 +121,15 @@ def simulate(
     calls: Sequence[SessionCall],
     placement: Placement,
     route: Callable[[SessionCall], str] | None = None,
+    provider_itself: bool = True,
 ) -> dict[str, Any]:
-    """One version of the session replayed in the simulator: its reported tokens and their cost."""
+    """One version of the session replayed in the simulator: its reported tokens and their cost.
+    ``provider_itself``: False plays an upstream that keys Claude Code's billing header as text."""
     sendable = [c for c in calls if isinstance(c.body, dict) and _endpoint(c)]
     control.reset()
     total = {"input": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0}
+    played = control.config().get("provider_itself", True)
+    control.config(provider_itself=provider_itself)
     try:
         for i, call in enumerate(sendable):
             endpoint = url.rstrip("/") + f"/s/{VERIFY_LABEL}/u/sim{_endpoint(call)}"
@@ -136,7 +140,7 @@ def simulate(
                 total[k] += n
             total["cost_usd"] += cost
     finally:
-        control.config(clock=None)
+        control.config(clock=None, provider_itself=played)
     total["cost_usd"] = round(total["cost_usd"], 6)
     return total
 
@@ -148,9 +152,16 @@ def verify_advice(url: str, session: Session, advice: Advice, token: str | None 
     top = advice.top
     control = SimulatorControl(url.rstrip("/") + "/u/sim", token or _token())
     as_sent = [c for c in session.calls if c.family == advice.family and not c.prompt.server_state]
+    # The billing header is a cause only where the session's upstream keyed it as prompt text: the
+    # simulator then plays such an upstream, not Anthropic's own API (simulator/model/prompt.py).
+    itself = not any(a.cause == "billing_header" for a in advice.causes)
     try:
-        sent = simulate(url, control, session, as_sent, AS_SENT)
-        fixed = sent if top is None else simulate(url, control, session, top.calls, top.placement, top.route)
+        sent = simulate(url, control, session, as_sent, AS_SENT, provider_itself=itself)
+        fixed = (
+            sent
+            if top is None
+            else simulate(url, control, session, top.calls, top.placement, top.route, provider_itself=itself)
+        )
     except (SimulatorControlError, OSError) as exc:
         raise click.ClickException(f"cannot replay through the simulator at {url}: {exc}") from exc
     simulated = round(100 * (sent["cost_usd"] - fixed["cost_usd"]) / sent["cost_usd"], 2) if sent["cost_usd"] else 0.0

@@ -4,7 +4,8 @@ replayed through the advisor's cache model, and the saving in tokens and dollars
 
 The what-if sessions: a changing span held at its first value; the tools in one order; Claude
 Code's billing header block dropped; a TTL that covers the real gaps (1h breakpoints for Anthropic,
-``prompt_cache_options.ttl`` for OpenAI); and the best breakpoint placement, one kind of advice
+``prompt_cache_options.ttl`` for OpenAI); a breakpoint on the last block where the marked prefix is
+below the model's minimum; and the best breakpoint placement, one kind of advice
 among the others. Each rewrite is of the request bodies (``rewrite.py``), so ``--verify`` sends
 exactly the what-if the figure was computed on. Pure: findings and a session in, advice out.
 """
@@ -24,10 +25,11 @@ from ctxscope.inspector.advisor.replay import TTL, Placement, Replay, replay
 from ctxscope.inspector.advisor.rewrite import dropped, held, tool_name, tools_sorted, value_at, with_options
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
+from ctxscope.inspector.analyses.cache.openai_retention import IN_MEMORY_SECONDS, OPTION_TTL_SECONDS
+from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
 from ctxscope.inspector.analyses.canonical import canonicalize
 
 BILLING_HEADER = "x-anthropic-billing-header"
-OPENAI_IN_MEMORY = 300.0  # replay.OPENAI_TTL: longer gaps call for prompt_cache_options.ttl
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|\b\d{10,13}\b")
 REQUEST_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}|\b[0-9a-fA-F]{12,}\b|\b[A-Za-z]+_[A-Za-z0-9]{8,}\b")
 
@@ -38,7 +40,7 @@ AS_SENT: Placement = lambda _i, call: anthropic_points(call.prompt)  # noqa: E73
 class CauseAdvice:
     """One cause removed: what to change, and what the session costs without it."""
 
-    cause: str  # changing_span | tool_order | billing_header | ttl_gaps | placement | routing
+    cause: str  # changing_span | tool_order | billing_header | ttl_gaps | below_minimum | placement | routing
     pointer: str | None  # where the cause is, in the request body
     change: str  # what to change, in the user's terms
     before: str | None  # the snippet as sent ...
@@ -249,10 +251,10 @@ def _gaps(calls: Sequence[SessionCall]) -> list[float]:
 def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, family: str) -> CauseAdvice | None:
     gaps = _gaps(calls)
     if family == "openai":
-        long = [g for g in gaps if OPENAI_IN_MEMORY < g <= 12 * 3600]
+        long = [g for g in gaps if IN_MEMORY_SECONDS < g <= OPTION_TTL_SECONDS["12h"]]
         if not long:
             return None
-        ttl = "30m" if max(long) <= 1800 else "12h"
+        ttl = "30m" if max(long) <= OPTION_TTL_SECONDS["30m"] else "12h"
         return _what_if(
             session,
             calls,
@@ -282,6 +284,44 @@ def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, 
     )
 
 
+def _below_minimum(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, family: str) -> CauseAdvice | None:
+    """Anthropic: a last breakpoint whose prefix is below the model's minimum caches nothing, though
+    the whole prompt reaches it; the what-if adds one on the prompt's last block. A prompt below
+    the minimum everywhere (and any OpenAI prompt below 1,024 tokens) can save nothing: no advice."""
+    if family != "anthropic":
+        return None
+    short = []
+    for call in calls:
+        points = anthropic_points(call.prompt)
+        minimum = anthropic_minimum(call.model)
+        if points and call.tokens.cumulative[max(points)] < minimum <= call.tokens.total:
+            short.append((call, max(points), minimum))
+    if not short:
+        return None
+    call, point, minimum = short[0]
+    pointer = call.prompt.segments[point].pointer
+    tokens = call.tokens.cumulative[point]
+
+    def placement(_i: int, c: SessionCall) -> dict[int, str]:
+        points = dict(anthropic_points(c.prompt))
+        if c.prompt.segments:
+            points[len(c.prompt.segments) - 1] = points[max(points)] if points else "5m"
+        return points
+
+    return _what_if(
+        session,
+        calls,
+        sent,
+        "below_minimum",
+        pointer,
+        f"`{pointer}`: the prefix up to this breakpoint is {tokens} tokens, below {call.model}'s {minimum}-token "
+        f"minimum, so it caches nothing on {len(short)} of {len(calls)} calls; add a breakpoint on the last "
+        "message, where the prompt reaches the minimum",
+        (f"cache_control at {pointer} ({tokens} tokens)", "cache_control also on the last message"),
+        placement=placement,
+    )
+
+
 def cause_advice(
     session: Session,
     calls: tuple[SessionCall, ...],
@@ -305,7 +345,7 @@ def cause_advice(
         if advice is not None and (advice.cause, advice.pointer) not in seen:
             seen.add((advice.cause, advice.pointer))
             out.append(advice)
-    ttl = _ttl_gaps(session, calls, sent, family)
-    if ttl is not None:
-        out.append(ttl)
+    for extra in (_ttl_gaps(session, calls, sent, family), _below_minimum(session, calls, sent, family)):
+        if extra is not None:
+            out.append(extra)
     return [a for a in out if a.saving_usd > 0]

@@ -11,8 +11,8 @@ restarts the TTL. Reads cost the read price, writes the write price of their TTL
 input price. OpenAI: the longest common prefix with an earlier live prompt of the same key and
 routing (``prompt_cache_key``) is read, from 1,024 tokens in 128-token steps, or up to the end of
 a block marked ``prompt_cache_breakpoint`` (exactly; ``prompt_cache_options.mode: explicit`` keeps
-only those); an entry lives 5 minutes, or ``prompt_cache_options.ttl`` (30m, 12h) or
-``prompt_cache_retention: 24h``; nothing is written at a surcharge.
+only those); an entry lives as long as ``analyses/cache/openai_retention.py`` says (5 minutes in
+memory); nothing is written at a surcharge.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 from ctxscope.inspector.advisor.model import SessionCall, call_price, dollars
 from ctxscope.inspector.analyses.cache.memory import prefix_keys
+from ctxscope.inspector.analyses.cache.openai_retention import openai_ttl_seconds
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
 from ctxscope.inspector.analyses.prices import Price, PriceTable
 
 MAX_BREAKPOINTS = 4
 LOOKBACK = 20
 TTL = {"5m": 300.0, "1h": 3600.0}
-OPENAI_MINIMUM, OPENAI_STEP, OPENAI_TTL = 1024, 128, 300.0
-OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0, "24h": 86400.0}
+OPENAI_MINIMUM, OPENAI_STEP = 1024, 128
 
 # call index, the call -> {segment index: ttl}
 Placement = Callable[[int, SessionCall], Mapping[int, str]]
@@ -168,9 +168,7 @@ def _openai_policy(call: SessionCall) -> tuple[float, bool]:
     policy = call.prompt.cache_policy
     options = policy.get("prompt_cache_options")
     options = options if isinstance(options, dict) else {}
-    retention = OPENAI_TTLS.get(str(policy.get("prompt_cache_retention")), OPENAI_TTL)
-    ttl = OPENAI_TTLS.get(str(options.get("ttl")), retention)
-    return ttl, options.get("mode") == "explicit"
+    return openai_ttl_seconds(policy), options.get("mode") == "explicit"
 
 
 def _openai_read(entry: SessionCall, call: SessionCall) -> int:

@@ -58,6 +58,7 @@ KNOWN_BLOCKS: tuple[MetadataBlock, ...] = (
     ),
 )
 _LEADING = ("tools", "system")
+SIMULATOR = "sim"  # what a call to the built-in simulator records as its upstream
 MAX_BLOCK_CHARS = 512  # a known block is a short header line; a longer text is never one
 
 
@@ -65,7 +66,9 @@ MAX_BLOCK_CHARS = 512  # a known block is a short header line; a longer text is 
 class ProviderItself:
     """Which upstreams count as the provider itself, that is, leave its known metadata blocks out
     of the cache key. An upstream is named as a call records it (its base URL, or ``sim``);
-    ``overrides`` (from the daemon's config) win over the default, the provider's own API host."""
+    ``overrides`` (from the daemon's config) win over the default: the provider's own API host,
+    and the built-in simulator, which models it (``[provider_itself] sim = false`` makes both
+    play an Anthropic-compatible endpoint)."""
 
     overrides: Mapping[str, bool] = field(default_factory=dict)
 
@@ -75,6 +78,8 @@ class ProviderItself:
         found = self.overrides.get(upstream.rstrip("/"))
         if found is not None:
             return found
+        if upstream == SIMULATOR:  # the built-in simulator plays the provider's own API (simulator/model/prompt.py)
+            return True
         return (urlsplit(upstream).hostname or "") in block.ignored_by
 
     def to_text(self) -> str:

@@ -10,7 +10,10 @@ client's bytes and headers; the ``x-ctxscope-asked-diagnosis`` annotation record
 A conversation is the route, the session label (else the API key) and the first user message, so
 a system or tools change stays in it while a sub-agent's starts its own. Answer ids are read from
 the start of the answer (gzip and deflate decoded; another encoding is not read, and that
-conversation is simply not asked for). When off, none of this runs: the forwarder holds no asker.
+conversation is simply not asked for). On a Responses WebSocket each ``response.create`` frame is
+asked for the same way (``prepare_frame``; the frame sent upstream gains the field, the recorded one
+is the client's); a turn that names its ``previous_response_id`` belongs to that answer's
+conversation. When off, none of this runs: the forwarder holds no asker.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class DiagnosisAsker:
 
     def __init__(self, max_conversations: int = MAX_CONVERSATIONS) -> None:
         self._latest: OrderedDict[bytes, str] = OrderedDict()
+        self._conversation_of: OrderedDict[str, bytes] = OrderedDict()  # answer id -> its conversation
         self._max = max_conversations
 
     def prepare(
@@ -120,10 +124,38 @@ class DiagnosisAsker:
             return None
         if not isinstance(parsed, dict):
             return None
+        return self._ask(api, route_key, headers, body, parsed, who)
+
+    def prepare_frame(self, route_key: str, text: str, who: str | None) -> Asked | None:
+        """The same for one ``response.create`` frame on a Responses WebSocket: what to send
+        upstream in its place; None when it is no readable frame."""
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(parsed, dict) or parsed.get("type") != "response.create":
+            return None
+        return self._ask("responses", route_key, [], text.encode(), parsed, who)
+
+    def _conversation(self, api: str, route_key: str, parsed: dict[str, object], who: str | None) -> bytes:
+        """The request's conversation: that of the answer it continues (``previous_response_id``,
+        whose turn sends only new input), else the route, who and the first user message."""
+        previous = parsed.get("previous_response_id")
+        if api == "responses" and isinstance(previous, str) and previous in self._conversation_of:
+            return self._conversation_of[previous]
         first = json.dumps(_first_user(api, parsed), sort_keys=True, default=str)
-        conversation = hashlib.blake2b(
-            "\x00".join((route_key, api, who or "", first)).encode(), digest_size=16
-        ).digest()
+        return hashlib.blake2b("\x00".join((route_key, api, who or "", first)).encode(), digest_size=16).digest()
+
+    def _ask(
+        self,
+        api: str,
+        route_key: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        parsed: dict[str, object],
+        who: str | None,
+    ) -> Asked:
+        conversation = self._conversation(api, route_key, parsed, who)
         previous = self._latest.get(conversation)
         if api == "anthropic":
             asks = isinstance(parsed.get("diagnostics"), dict)
@@ -168,10 +200,18 @@ class DiagnosisAsker:
         found = _IDS[asked.api].search(data[:_HEAD])
         if found is None:
             return
-        self._latest[asked.conversation] = found.group(1).decode()
+        answer = found.group(1).decode()
+        self._latest[asked.conversation] = answer
         self._latest.move_to_end(asked.conversation)
-        while len(self._latest) > self._max:
-            self._latest.popitem(last=False)
+        self._conversation_of[answer] = asked.conversation
+        for seen in (self._latest, self._conversation_of):
+            while len(seen) > self._max:
+                seen.popitem(last=False)
+
+
+def who_of(label: str | None, headers: list[tuple[str, str]]) -> str | None:
+    """Whose conversation a request is in: its session label, else its API key's header."""
+    return label or next((v for k, v in headers if k.lower() in ("x-api-key", "authorization")), None)
 
 
 def asked_annotation(value: str) -> tuple[str, str]:

@@ -27,7 +27,7 @@ from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.defence.hosts import cross_site, host_allowed
 from ctxscope.proxy.defence.limits import Limits
 from ctxscope.proxy.forward.answers import error_body, gone, refusal
-from ctxscope.proxy.forward.ask_diagnosis import DiagnosisAsker, asked_annotation
+from ctxscope.proxy.forward.ask_diagnosis import DiagnosisAsker, asked_annotation, who_of
 from ctxscope.proxy.forward.headers import SANDBOX, annotation, skip_auto_headers, split_request_headers
 from ctxscope.proxy.forward.recorder import Recorder
 from ctxscope.proxy.forward.relay import abort_client, relay_response
@@ -234,7 +234,7 @@ class Forwarder:
             raise RuntimeError("Forwarder.start() was not awaited")
         asked = None
         if self.asker is not None and not route.control:
-            who = label or next((v for k, v in headers if k.lower() in ("x-api-key", "authorization")), None)
+            who = who_of(label, headers)
             asked = self.asker.prepare(request.method, route.upstream.name, route.path, headers, body, who)
             if asked is not None:
                 headers, body = asked.headers, asked.body  # rec keeps the client's

@@ -5,7 +5,9 @@ Only the frame's ``type`` is looked at, by a regular expression over its text (t
 key, which OpenAI's events and the clients' ``response.create`` put first); no frame is parsed
 as JSON here. The recorded request body is the ``response.create`` frame as sent, the response
 body its answering frames as SSE ``data:`` lines, so the writer reassembles them like a streamed
-HTTP response.
+HTTP response. With ``--ask-diagnosis`` a ``response.create`` may go upstream with the field
+added (``forward/ask_diagnosis.py``); the recorded frame is still the client's, and an annotation
+says what was added.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxscope.proxy import exchange as ex
+from ctxscope.proxy.forward.ask_diagnosis import Asked, DiagnosisAsker, asked_annotation, who_of
 from ctxscope.proxy.forward.routing import Route
 from ctxscope.proxy.ids import new_call_id
 from ctxscope.proxy.redaction.redact import extract_api_key, fingerprint, redact_headers, redact_query
@@ -36,9 +39,10 @@ def frame_type(text: str) -> str | None:
 @dataclass
 class _Call:
     started: float
-    request: bytes
+    request: bytes  # the client's frame, as it sent it
     frames: list[bytes] = field(default_factory=list)
     first_byte_at: float | None = None
+    asked: Asked | None = None  # ``--ask-diagnosis``: what went upstream instead
 
 
 class SocketCalls:
@@ -53,8 +57,11 @@ class SocketCalls:
         query: str,
         salt: bytes,
         submit: Callable[[ex.Exchange], None],
+        asker: DiagnosisAsker | None = None,
     ):
         self.route, self.label, self.query, self.submit = route, label, query, submit
+        self.asker = asker
+        self.who = who_of(label, headers) if asker is not None else None
         self.annotations = tuple(annotations)
         self.headers = redact_headers(headers)
         self.key = fingerprint(extract_api_key(headers, query), salt)
@@ -64,11 +71,20 @@ class SocketCalls:
         self.open: deque[_Call] = deque()
         self.recorded = 0
 
-    def client_frame(self, text: str) -> None:
-        if frame_type(text) == CREATE:
-            self.open.append(_Call(time.time(), text.encode()))
+    def client_frame(self, text: str) -> str:
+        """Note a ``response.create``; returns the frame to send upstream (the client's, unless a
+        diagnosis is asked for on its behalf)."""
+        if frame_type(text) != CREATE:
+            return text
+        asked = self.asker.prepare_frame(self.route.upstream.name, text, self.who) if self.asker else None
+        self.open.append(_Call(time.time(), text.encode(), asked=asked))
+        return asked.body.decode() if asked is not None and asked.added is not None else text
 
-    def upstream_frame(self, text: str) -> None:
+    def upstream_frame(self, text: str) -> str:
+        self._answered(text)
+        return text
+
+    def _answered(self, text: str) -> None:
         if not self.open:
             return  # an event that answers no recorded request (a keep-alive, a late error)
         call = self.open[0]
@@ -80,6 +96,8 @@ class SocketCalls:
         if kind in TERMINAL:
             self.open.popleft()
             failed = kind == "error"
+            if call.asked is not None and self.asker is not None and not failed:
+                self.asker.learn(call.asked, 200, call.frames, None)
             self._record(
                 call,
                 now,
@@ -122,7 +140,9 @@ class SocketCalls:
                 path=self.route.path,
                 query=redact_query(self.query),
                 session_label=self.label,
-                annotations=self.annotations,
+                annotations=self.annotations
+                if call.asked is None or call.asked.added is None
+                else (*self.annotations, asked_annotation(call.asked.added)),
                 request_headers=self.headers,
                 key_fingerprint=self.key,
                 request_body=call.request,

@@ -4,8 +4,9 @@
 The upstream socket is opened first; only when it is accepted is the client's upgraded, so an
 upstream that refuses answers the client itself: its status, headers and body, as for any call.
 Then every message passes on as it came, text as text, binary as binary, pings and closes
-included, one at a time in each direction and in order. The calls in it are recorded by
-``SocketCalls``.
+included, one at a time in each direction and in order (with ``--ask-diagnosis`` a
+``response.create`` may go upstream with the diagnosis asked for, ``forward/ask_diagnosis.py``).
+The calls in it are recorded by ``SocketCalls``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from yarl import URL
 
 from ctxscope.proxy import exchange as ex
 from ctxscope.proxy.forward.answers import error_body
+from ctxscope.proxy.forward.ask_diagnosis import DiagnosisAsker
 from ctxscope.proxy.forward.headers import SANDBOX, client_response_headers
 from ctxscope.proxy.forward.routing import Route
 from ctxscope.proxy.sockets.calls import SocketCalls
@@ -66,9 +68,17 @@ class WebSocketRelay:
     """Opens upstream sockets with a client of its own and relays them; ``submit`` hands a
     finished Exchange to the capture and must not raise."""
 
-    def __init__(self, connect_timeout: float, max_message: int, salt: bytes, submit: Callable[[ex.Exchange], None]):
+    def __init__(
+        self,
+        connect_timeout: float,
+        max_message: int,
+        salt: bytes,
+        submit: Callable[[ex.Exchange], None],
+        asker: DiagnosisAsker | None = None,
+    ):
         self.connect_timeout, self.max_message, self.salt = connect_timeout, max_message, salt
         self._submit = submit
+        self.asker = asker  # `serve --ask-diagnosis`: each response.create frame is asked for upstream
         self._session: aiohttp.ClientSession | None = None
         self._open: set[web.WebSocketResponse] = set()
         self._stopping = False
@@ -113,7 +123,7 @@ class WebSocketRelay:
         label: str | None,
     ) -> web.StreamResponse:
         started = time.time()
-        calls = SocketCalls(route, headers, annotations, label, query, self.salt, self.submit)
+        calls = SocketCalls(route, headers, annotations, label, query, self.salt, self.submit, self.asker)
         forward = [(k, v) for k, v in headers if k.lower() not in _HANDSHAKE]
         protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
         url = route.target_url + ("?" + query if query else "")
@@ -193,17 +203,17 @@ class WebSocketRelay:
             calls.closed(outcome, why)
 
 
-async def _pump(src: _Socket, dst: _Socket, on_text: Callable[[str], None], ended: list[str], side: str) -> None:
-    """Pass messages from ``src`` to ``dst`` until ``src`` closes; a close is passed on too. The
-    first side to close or break is appended to ``ended``."""
+async def _pump(src: _Socket, dst: _Socket, on_text: Callable[[str], str], ended: list[str], side: str) -> None:
+    """Pass messages from ``src`` to ``dst`` until ``src`` closes; a close is passed on too. A text
+    goes on as ``on_text`` returns it (the text itself, but for a diagnosis asked for upstream).
+    The first side to close or break is appended to ``ended``."""
     while True:
         msg = await src.receive()
         kind = msg.type
         if kind in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR) and not ended:
             ended.append(side)
         if kind == WSMsgType.TEXT:
-            on_text(msg.data)
-            await dst.send_str(msg.data)
+            await dst.send_str(on_text(msg.data))
         elif kind == WSMsgType.BINARY:
             await dst.send_bytes(msg.data)
         elif kind == WSMsgType.PING:

@@ -72,9 +72,18 @@ class SimulatorControl:
         """The request log, oldest first (see control/requestlog.py for what an entry holds)."""
         return self._call("GET", "/_sim/requests")
 
-    def config(self, *, context_window: int | None = None, clock: float | bool | None = False) -> dict[str, Any]:
-        """The settings; sets the context window and the clock (unix seconds, None: real time) when given."""
+    def config(
+        self,
+        *,
+        context_window: int | None = None,
+        clock: float | bool | None = False,
+        provider_itself: bool | None = None,
+    ) -> dict[str, Any]:
+        """The settings; sets the context window, the clock (unix seconds, None: real time) and
+        whether it plays Anthropic's own API (False: an Anthropic-compatible endpoint) when given."""
         body: dict[str, Any] = {} if context_window is None else {"context_window": context_window}
         if clock is not False:
             body["clock"] = clock
+        if provider_itself is not None:
+            body["provider_itself"] = provider_itself
         return self._call("POST", "/_sim/config", body) if body else self._call("GET", "/_sim/config")

@@ -56,7 +56,8 @@ class Fingerprint:
 def anthropic_fingerprint(body: dict[str, Any], prompt: Prompt) -> Fingerprint:
     params = (
         ("tools_changed", _hash(_without_cache_control(body.get("tools")))),
-        ("system_changed", _hash(_without_cache_control(body.get("system")))),
+        # the system as its blocks' keys: markers out, and a metadata block the provider ignores too
+        ("system_changed", _hash([b.key.hex() for b in prompt.blocks if b.meta.startswith("system")])),
         ("unavailable", _hash([body.get("thinking"), body.get("tool_choice")])),
     )
     return Fingerprint(

@@ -9,9 +9,11 @@ A prompt's token count is the sum of its blocks' counts (no per-message framing 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,8 @@ class Block:
     text: str = ""
     ttl: str | None = None  # a breakpoint: Anthropic "5m"/"1h"; OpenAI "30m"/"12h"/"request"; None = none
     extra_tokens: int = 0
+    metadata: bool = False  # per-request metadata (Claude Code's billing header), see ``provider_view``
+    ignored: bool = False  # left out of the cache key: its text is not hashed (it still costs tokens)
 
     @functools.cached_property
     def tokens(self) -> int:
@@ -40,12 +44,40 @@ class Block:
 
     @functools.cached_property
     def key(self) -> bytes:
-        """Content hash of the block, breakpoint marker excluded."""
-        return hashlib.sha256(f"{self.meta}\x00{self.text}\x00{self.extra_tokens}".encode()).digest()
+        """Content hash of the block, breakpoint marker excluded (and the text of an ignored one)."""
+        text = "" if self.ignored else self.text
+        return hashlib.sha256(f"{self.meta}\x00{text}\x00{self.extra_tokens}".encode()).digest()
 
 
-OPENAI_TTL_SECONDS = 300.0  # in-memory retention: "5 to 10 minutes of inactivity", the short end
-OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0, "24h": 86400.0}
+# Claude Code's first system block: ``x-anthropic-billing-header: cc_version=...; cc_entrypoint=...;
+# cch=<hex>;``, where cch changes on every request. Anthropic's own API leaves the block out of its
+# cache key; an Anthropic-compatible endpoint hashes it like any text. Recognised here on its own
+# (the simulator never imports the analysis): a short text that is a header line of key=value pairs.
+BILLING_HEADER = re.compile(
+    r"x-anthropic-billing-header:(?: ?[\w.-]{1,40}=[^;=\n]{0,200};){0,16}(?: ?[\w.-]{1,40}=[^;=\n]{0,200})? ?"
+)
+MAX_METADATA_CHARS = 1024
+
+
+def _is_metadata(text: str) -> bool:
+    return len(text) <= MAX_METADATA_CHARS and BILLING_HEADER.fullmatch(text) is not None
+
+
+def provider_view(prompt: Prompt) -> Prompt:
+    """The prompt as Anthropic's own API keys its cache: each per-request metadata block ignored."""
+    if not any(b.metadata for b in prompt.blocks):
+        return prompt
+    blocks = tuple(dataclasses.replace(b, ignored=True) if b.metadata else b for b in prompt.blocks)
+    return dataclasses.replace(prompt, blocks=blocks)
+
+
+# OpenAI's retention, modelled here on its own (the simulator never imports the analysis; a test
+# holds the two rules together): in-memory "5 to 10 minutes of inactivity", the short end;
+# ``prompt_cache_retention: "24h"``; ``prompt_cache_options.ttl`` (and a breakpoint's ttl) "30m" or
+# "12h", which wins over the retention. Anything else is undocumented and changes nothing.
+OPENAI_TTL_SECONDS = 300.0
+OPENAI_RETENTIONS = {"in_memory": OPENAI_TTL_SECONDS, "24h": 86400.0}
+OPENAI_TTLS = {"30m": 1800.0, "12h": 43200.0}
 
 
 @dataclass(frozen=True)
@@ -65,7 +97,9 @@ def openai_caching(body: dict[str, Any]) -> OpenAICaching:
     """``prompt_cache_key``, ``prompt_cache_retention`` and ``prompt_cache_options`` of a request."""
     options = body.get("prompt_cache_options")
     options = options if isinstance(options, dict) else {}
-    ttl = openai_ttl(options.get("ttl"), openai_ttl(body.get("prompt_cache_retention")))
+    retention = body.get("prompt_cache_retention")
+    kept = OPENAI_RETENTIONS.get(retention, OPENAI_TTL_SECONDS) if isinstance(retention, str) else OPENAI_TTL_SECONDS
+    ttl = openai_ttl(options.get("ttl"), kept)
     key = body.get("prompt_cache_key")
     return OpenAICaching(key if isinstance(key, str) else "", ttl, options.get("mode") == "explicit")
 
@@ -174,7 +208,11 @@ def anthropic_prompt(body: dict[str, Any]) -> Prompt:
         if system:
             blocks.append(Block("system|text", system))
     elif isinstance(system, list):
-        blocks.extend(_anthropic_block(b, "system") for b in system)
+        for b in system:
+            block = _anthropic_block(b, "system")
+            if block.meta == "system|text" and _is_metadata(block.text):
+                block = dataclasses.replace(block, metadata=True)
+            blocks.append(block)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise PromptError("messages: Field required")

@@ -12,9 +12,6 @@ import subprocess
 
 import pytest
 
-from ctxscope.inspector.analyses.prices import load_prices
-from ctxscope.simulator.control.client import SimulatorControl
-
 from support import cause_sessions as cases
 from support import sdk_clients
 from support.factories import analysed
@@ -29,45 +26,6 @@ def daemon(tmp_path_factory):
     with running_serve(tmp, env={"CTXSCOPE_SIM_TOKEN": TOKEN}) as (_proc, base):
         yield base
     sdk_clients.close_all()
-
-
-def _cost(provider: str, usage) -> float:
-    """Dollars of one simulated call's prompt, from the usage the SDK parsed."""
-    if provider == "anthropic":
-        p = load_prices().lookup("claude-sonnet-4-5")
-        assert p is not None and p.cache_write_1h is not None
-        w1h = (usage.cache_creation.ephemeral_1h_input_tokens or 0) if usage.cache_creation else 0
-        w5m = (usage.cache_creation_input_tokens or 0) - w1h
-        return (
-            usage.input_tokens * p.input
-            + (usage.cache_read_input_tokens or 0) * p.cache_read
-            + w5m * p.cache_write
-            + w1h * p.cache_write_1h
-        ) / 1e6
-    p = load_prices().lookup("gpt-5")
-    assert p is not None
-    cached = usage.input_tokens_details.cached_tokens or 0
-    return ((usage.input_tokens - cached) * p.input + cached * p.cache_read) / 1e6
-
-
-def _resent(base: str, provider: str, cause: str, fixed: bool) -> float:
-    """The session's bodies sent through the simulator with the SDK, its clock at each call's time."""
-    control = SimulatorControl(base + "/u/sim", TOKEN)
-    control.reset()
-    url = base + "/s/advice-check/u/sim"
-    total = 0.0
-    try:
-        for body, t in zip(cases.bodies(provider, cause, fixed=fixed), cases.times(cause), strict=True):
-            control.config(clock=t)
-            if provider == "anthropic":
-                client = sdk_clients.Anthropic(base_url=url, api_key="sk-ant-advice-check")
-                total += _cost(provider, client.messages.create(**body).usage)
-            else:
-                client = sdk_clients.OpenAI(base_url=url + "/v1", api_key="sk-advice-check")
-                total += _cost(provider, client.responses.create(**body).usage)
-    finally:
-        control.config(clock=None)
-    return total
 
 
 @pytest.mark.parametrize("provider", cases.PROVIDERS)
@@ -89,7 +47,7 @@ def test_the_top_advice_removes_the_cause_and_the_simulator_agrees(tmp_path, dae
     assert (top["cause"], top["pointer"]) == (want_cause, want_pointer), data["advices"]
     assert data["advice"].startswith(top["change"])
 
-    sent, fixed = _resent(daemon, provider, cause, False), _resent(daemon, provider, cause, True)
+    sent, fixed = (cases.resent(daemon, TOKEN, provider, cause, fixed=f) for f in (False, True))
     removed = 100 * (sent - fixed) / sent
     assert removed > 10, (sent, fixed)  # the cause costs something in the simulator
     assert top["saving_pct"] >= removed / 2, (top["saving_pct"], removed)

@@ -167,3 +167,35 @@ def test_a_responses_chain_through_serve_is_append_only_with_whole_context_token
     # every link counts the whole context: the first input (~400 tokens) and what came after it
     assert rows[0]["tokens_estimated"] > 400
     assert rows[2]["tokens_estimated"] > rows[1]["tokens_estimated"] > rows[0]["tokens_estimated"]
+
+
+def _sim_reads(rows: list[dict]) -> list[int]:
+    return [r["usage_cache_read"] or 0 for r in rows]
+
+
+def test_the_simulator_keys_the_billing_header_as_anthropic_does_unless_told_otherwise(tmp_path):
+    """The built-in simulator plays Anthropic's own API: five requests differing only in ``cch``
+    read its cache, and ctxscope, which counts the simulator as the provider itself, sees no break.
+    ``[provider_itself] sim = false`` makes both play a third-party endpoint: every call misses,
+    and the break is found with its one-line fix."""
+    with running_serve(tmp_path) as (_, base):
+        _claude_code_calls(base, "sim", "cc-sim")
+        itself = _stored(tmp_path / "c.db", 5)
+    assert [r["relation"] for r in itself] == ["EPOCH_START"] + ["IDENTICAL"] * 4
+    assert all(n > 1400 for n in _sim_reads(itself)[1:]), _sim_reads(itself)
+    assert [r["cache_verdict"] for r in itself[1:]] == ["hit"] * 4
+    assert sum(r["cache_lost_tokens"] or 0 for r in itself) == 0
+    assert not [f for f in _findings(tmp_path, "cc-sim") if f["kind"] in ("per_request_metadata", "cache_churn")]
+
+    other = tmp_path / "third"
+    other.mkdir()
+    config = other / "ctxscope.toml"
+    config.write_text("[provider_itself]\nsim = false\n")
+    with running_serve(other, "--config", str(config)) as (_, base):
+        _claude_code_calls(base, "sim", "cc-sim")
+        third = _stored(other / "c.db", 5)
+    assert _sim_reads(third) == [0] * 5
+    assert [r["relation"] for r in third] == ["EPOCH_START"] + ["DIVERGED"] * 4
+    assert [r["cache_verdict"] for r in third[1:]] == ["client_break"] * 4
+    [metadata] = [f for f in _findings(other, "cc-sim") if f["kind"] == "per_request_metadata"]
+    assert "CLAUDE_CODE_ATTRIBUTION_HEADER=0" in metadata["summary"]

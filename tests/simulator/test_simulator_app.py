@@ -84,6 +84,18 @@ async def test_config_endpoint(sim):
     assert state.context_window == 3
 
 
+async def test_config_plays_a_third_party_endpoint_only_when_told_exactly(sim):
+    session, state = sim
+    for bad in ("false", 0, None, [False]):
+        async with session.post("/_sim/config", json={"provider_itself": bad}) as resp:
+            assert resp.status == 400 and "provider_itself" in (await resp.text())
+    assert state.provider_itself is True
+    async with session.post("/_sim/config", json={"provider_itself": False}) as resp:
+        assert (await resp.json())["provider_itself"] is False
+    async with session.post("/_sim/config", json={"provider_itself": True}) as resp:
+        assert "provider_itself" not in await resp.json() and state.provider_itself is True
+
+
 async def test_models_in_both_shapes_with_and_without_prefix(sim):
     session, _ = sim
     async with session.get("/v1/models") as resp:

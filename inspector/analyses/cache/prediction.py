@@ -11,8 +11,8 @@ the longest such entry that is still identical, not expired (5m or 1h) and at mo
 before it, whether the predecessor or an earlier call wrote it. Changing ``tool_choice``,
 ``thinking`` or ``output_config`` keeps only tools and system cached; a model change loses
 everything. OpenAI: automatic prefix caching of the longest common token prefix from 1,024 tokens
-in 128-token steps, about 10 minutes idle (24 h with ``prompt_cache_retention: "24h"``); a model
-or service tier change loses everything.
+in 128-token steps, alive as long as ``openai_retention.py`` says; a model or service tier change
+loses everything.
 Token figures here are o200k estimates.
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Literal, NamedTuple
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.cache.memory import CacheMemory, anthropic_points
+from ctxscope.inspector.analyses.cache.openai_retention import openai_ttl_seconds
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.relation import Relation, shared_prefix
 from ctxscope.vocab.kinds import EpochReason, RelationKind
@@ -47,8 +48,6 @@ ANTHROPIC_MINIMUMS = {
 ANTHROPIC_MESSAGE_INVALIDATORS = ("tool_choice", "thinking", "output_config")
 OPENAI_MINIMUM = 1024
 OPENAI_STEP = 128
-OPENAI_TTL_SECONDS = 600
-OPENAI_EXTENDED_TTL_SECONDS = 24 * 3600
 OPENAI_INVALIDATORS = ("service_tier",)
 
 
@@ -112,18 +111,6 @@ def _common_tokens(a: str, b: str) -> int:
         lo, hi = (mid, hi) if a[:mid] == b[:mid] else (lo, mid - 1)
     c = lo
     return max(0, count_tokens(b[:c]) - 1) if c else 0
-
-
-def _openai_ttl(prompt: CanonicalPrompt) -> float:
-    if prompt.cache_policy.get("prompt_cache_retention") == "24h":
-        return OPENAI_EXTENDED_TTL_SECONDS
-    options = prompt.cache_policy.get("prompt_cache_options")
-    ttl = options.get("ttl") if isinstance(options, dict) else None
-    if isinstance(ttl, (int, float)) and ttl > 0:
-        return float(ttl)
-    if isinstance(ttl, str) and ttl[:-1].isdigit() and ttl[-1] in "smh":
-        return int(ttl[:-1]) * {"s": 1, "m": 60, "h": 3600}[ttl[-1]]
-    return OPENAI_TTL_SECONDS
 
 
 def _first_param_change(a: CanonicalPrompt, b: CanonicalPrompt, keys: tuple[str, ...]) -> str | None:
@@ -305,7 +292,7 @@ def _predict_openai(prev: Observed | None, cur: Observed, relation: Relation, me
     gap = max(0.0, cur.started_at - prev.started_at)
     prev_minimum = memory.minimum("openai", prev.prompt.model, OPENAI_MINIMUM, prev.started_at)
     prev_cached = openai_round(prev.tokens.total, prev_minimum)
-    alive = gap <= _openai_ttl(prev.prompt)
+    alive = gap <= openai_ttl_seconds(prev.prompt.cache_policy)
     prev_last = len(prev.prompt.segments) - 1 if prev.prompt.segments else None
     shared = shared_prefix(prev.prompt.hashes, cur.prompt.hashes)
     diverged = shared < len(prev.prompt.segments)
