@@ -121,8 +121,10 @@ def simulate(
     calls: Sequence[SessionCall],
     placement: Placement,
     route: Callable[[SessionCall], str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """One version of the session replayed in the simulator: its reported tokens and their cost."""
+    """One version of the session replayed in the simulator: its reported tokens and their cost
+    (``progress(done, total)`` after each call)."""
     sendable = [c for c in calls if isinstance(c.body, dict) and _endpoint(c)]
     control.reset()
     total = {"input": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0}
@@ -135,13 +137,21 @@ def simulate(
             for k, n in figures.items():
                 total[k] += n
             total["cost_usd"] += cost
+            if progress is not None:
+                progress(i + 1, len(sendable))
     finally:
         control.config(clock=None)
     total["cost_usd"] = round(total["cost_usd"], 6)
     return total
 
 
-def verify_advice(url: str, session: Session, advice: Advice, token: str | None = None) -> dict[str, Any]:
+def verify_advice(
+    url: str,
+    session: Session,
+    advice: Advice,
+    token: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """The predicted and the simulated saving of the top advice over the session as sent: both
     versions re-sent through the simulator (``token``: the simulator's, else CTXSCOPE_SIM_TOKEN or
     the daemon's token file)."""
@@ -149,8 +159,12 @@ def verify_advice(url: str, session: Session, advice: Advice, token: str | None 
     control = SimulatorControl(url.rstrip("/") + "/u/sim", token or _token())
     as_sent = [c for c in session.calls if c.family == advice.family and not c.prompt.server_state]
     try:
-        sent = simulate(url, control, session, as_sent, AS_SENT)
-        fixed = sent if top is None else simulate(url, control, session, top.calls, top.placement, top.route)
+        sent = simulate(url, control, session, as_sent, AS_SENT, progress=progress)
+        fixed = (
+            sent
+            if top is None
+            else simulate(url, control, session, top.calls, top.placement, top.route, progress=progress)
+        )
     except (SimulatorControlError, OSError) as exc:
         raise click.ClickException(f"cannot replay through the simulator at {url}: {exc}") from exc
     simulated = round(100 * (sent["cost_usd"] - fixed["cost_usd"]) / sent["cost_usd"], 2) if sent["cost_usd"] else 0.0

@@ -25,6 +25,7 @@ from ctxscope.inspector.advisor.causes import AS_SENT, CauseAdvice, cause_advice
 from ctxscope.inspector.advisor.findings import Finding, findings
 from ctxscope.inspector.advisor.model import Session, SessionCall, session_loss
 from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
+from ctxscope.inspector.analyses.hashes import common_prefix
 
 AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
 
@@ -101,9 +102,20 @@ class Advice:
         }
 
 
+# Each prompt's last index per kind asked, for the duration of one ``advise`` (the placements ask
+# it of every call, several times): prompt id -> (the prompt, held so its id stays its own; ends).
+_ENDS: dict[int, tuple[object, dict[tuple[str, ...], int | None]]] = {}
+
+
 def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
-    found = [i for i, s in enumerate(call.prompt.segments) if s.kind in kinds]
-    return found[-1] if found else None
+    held = _ENDS.get(id(call.prompt))
+    if held is None:
+        held = _ENDS[id(call.prompt)] = (call.prompt, {})
+    ends = held[1]
+    if kinds not in ends:
+        found = [i for i, s in enumerate(call.prompt.segments) if s.kind in kinds]
+        ends[kinds] = found[-1] if found else None
+    return ends[kinds]
 
 
 def _fixed(*where: str, ttl: str = "5m") -> Placement:
@@ -135,7 +147,7 @@ def _moving(calls: tuple[SessionCall, ...], prefix_ttl: str = "5m", ttl: str = "
         prev = before.get(call.id)
         if prev is not None:
             end = len(prev.prompt.segments) - 1
-            if 0 <= end < last and tuple(prev.prompt.hashes) == tuple(call.prompt.hashes[: end + 1]):
+            if 0 <= end < last and common_prefix(prev.prompt.hashes, call.prompt.hashes) > end:
                 out[end] = ttl
         if last >= 0:
             out[last] = ttl
@@ -174,6 +186,13 @@ def _describe(calls: tuple[SessionCall, ...], placement: Placement) -> str:
 def advise(session: Session, found: list[Finding] | None = None) -> Advice | None:
     """The advice for the session's main provider family, None when it has no prompt we can read
     (``found``: the session's findings, when the caller has them already)."""
+    try:
+        return _advise(session, found)
+    finally:
+        _ENDS.clear()
+
+
+def _advise(session: Session, found: list[Finding] | None) -> Advice | None:
     families = [c.family for c in session.calls if c.family != "unknown"]
     if not families:
         return None
