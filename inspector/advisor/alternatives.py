@@ -24,7 +24,7 @@ from typing import Literal
 from ctxscope.inspector.advisor.causes import AS_SENT, CauseAdvice, cause_advice
 from ctxscope.inspector.advisor.findings import Finding, findings
 from ctxscope.inspector.advisor.model import Session, SessionCall, session_loss
-from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
+from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, memo, replay
 from ctxscope.inspector.analyses.hashes import common_prefix
 
 AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
@@ -102,20 +102,8 @@ class Advice:
         }
 
 
-# Each prompt's last index per kind asked, for the duration of one ``advise`` (the placements ask
-# it of every call, several times): prompt id -> (the prompt, held so its id stays its own; ends).
-_ENDS: dict[int, tuple[object, dict[tuple[str, ...], int | None]]] = {}
-
-
 def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
-    held = _ENDS.get(id(call.prompt))
-    if held is None:
-        held = _ENDS[id(call.prompt)] = (call.prompt, {})
-    ends = held[1]
-    if kinds not in ends:
-        found = [i for i, s in enumerate(call.prompt.segments) if s.kind in kinds]
-        ends[kinds] = found[-1] if found else None
-    return ends[kinds]
+    return call.last_of(kinds)
 
 
 def _fixed(*where: str, ttl: str = "5m") -> Placement:
@@ -186,10 +174,8 @@ def _describe(calls: tuple[SessionCall, ...], placement: Placement) -> str:
 def advise(session: Session, found: list[Finding] | None = None) -> Advice | None:
     """The advice for the session's main provider family, None when it has no prompt we can read
     (``found``: the session's findings, when the caller has them already)."""
-    try:
+    with memo():
         return _advise(session, found)
-    finally:
-        _ENDS.clear()
 
 
 def _advise(session: Session, found: list[Finding] | None) -> Advice | None:

@@ -10,12 +10,13 @@ share their segments and have empty texts (docs/architecture.md, "The cache advi
 
 from __future__ import annotations
 
+import itertools
 import json
 from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxscope.inspector.advisor.model import SessionCall
+from ctxscope.inspector.advisor.model import SessionCall, kind_codes
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.cache.memory import MESSAGE_INVALIDATORS
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segment
@@ -51,21 +52,32 @@ def _row(seg: Segment) -> list:
 
 
 def shape_json(call: SessionCall, prev: SessionCall | None) -> str:
-    """The shape of ``call``'s prompt, as the segments it adds to ``prev``'s (its thread's previous call)."""
+    """The shape of ``call``'s prompt as a delta from ``prev``'s (its thread's previous call): the
+    ranges of segments it has at the same places as ``prev`` (copied), and the others in full. A
+    span that changes early, a marker that moves, messages appended: each costs its own segments."""
     segs, tokens = call.prompt.segments, call.tokens.per_segment
-    keep = 0
+    copy: list[list[int]] = []
     if prev is not None:
         before = prev.prompt.segments
-        limit = min(len(before), len(segs))
-        while keep < limit and _same(before[keep], segs[keep]):
-            keep += 1
+        start = None
+        for i in range(min(len(before), len(segs))):
+            if _same(before[i], segs[i]):
+                if start is None:
+                    start = i
+            elif start is not None:
+                copy.append([start, i])
+                start = None
+        if start is not None:
+            copy.append([start, min(len(before), len(segs))])
+    fresh = _uncovered(copy, len(segs))
     policy = {k: v for k, v in call.prompt.cache_policy.items() if k != "breakpoints"}
     data: dict[str, Any] = {
         "v": SHAPE_VERSION,
-        "base": prev.id if prev is not None and keep else None,
-        "keep": keep,
-        "segs": [_row(segs[i]) for i in range(keep, len(segs))],
-        "tokens": list(tokens[keep:]),
+        "base": prev.id if prev is not None and copy else None,
+        "n": len(segs),
+        "copy": copy,
+        "segs": [_row(segs[i]) for i in fresh],
+        "tokens": [tokens[i] for i in fresh],
         "api": call.prompt.api,
         "model": call.prompt.model,
         "policy": policy,
@@ -73,6 +85,16 @@ def shape_json(call: SessionCall, prev: SessionCall | None) -> str:
         "prev_response": call.prompt.previous_response_id,
     }
     return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def _uncovered(copy: Sequence[Sequence[int]], n: int) -> list[int]:
+    """The indices below ``n`` outside the ``copy`` ranges."""
+    out, at = [], 0
+    for start, stop in copy:
+        out.extend(range(at, start))
+        at = stop
+    out.extend(range(at, n))
+    return out
 
 
 class ShapeMissing(LookupError):
@@ -85,42 +107,86 @@ def is_billing(seg: Segment) -> bool:
     return seg.role == "billing"
 
 
+_Built = tuple[list[Segment], Hashes, array, list[dict], str]  # segments, hashes, tokens, breakpoints, kinds
+
+
+class _Assembly:
+    """One call's prompt put together from its shape: ranges of its base's, the rest given in full."""
+
+    def __init__(self, data: dict) -> None:
+        self.rows = iter(data["segs"])
+        self.tokens = iter(data["tokens"])
+        self.segments: list[Segment] = []
+        self.per = array("q")
+        self.parts: list[tuple[Hashes, int, int]] = []
+        self.marks: list[dict] = []
+        self.kinds: list[str] = []
+
+    def fill(self, stop: int) -> None:
+        """The segments from here to ``stop``, given in full."""
+        at = len(self.segments)
+        fresh = []
+        for pointer, kind, digest, marker, name, billing in itertools.islice(self.rows, stop - at):
+            # a tool's name is ``rewrite.tool_name``'s, the order the what-if sorts tools in
+            fresh.append(Segment(pointer, kind, "billing" if billing else None, "", digest, marker, name))
+        self.marks.extend(breakpoints(fresh, at))
+        self.segments.extend(fresh)
+        self.per.extend(itertools.islice(self.tokens, stop - at))
+        self.kinds.append(kind_codes(fresh))
+        if fresh:
+            self.parts.append((Hashes(s.hash for s in fresh), 0, len(fresh)))
+
+    def copy(self, base: _Built, start: int, stop: int) -> None:
+        """The base's segments ``start:stop``, at the same places."""
+        if len(self.segments) != start or stop > len(base[0]):
+            raise ValueError("a range out of place")
+        self.segments.extend(base[0][start:stop])
+        self.per.extend(base[2][start:stop])
+        self.parts.append((base[1], start, stop))
+        self.marks.extend(b for b in base[3] if start <= b["segment"] < stop)
+        self.kinds.append(base[4][start:stop])
+
+
+def _assembled(data: dict, built: dict[str, _Built]) -> _Assembly:
+    copy = data["copy"]
+    base = built[data["base"]] if copy else None
+    made = _Assembly(data)
+    for start, stop in copy:
+        made.fill(start)
+        assert base is not None
+        made.copy(base, start, stop)
+    made.fill(int(data["n"]))
+    if len(made.per) != len(made.segments) or len(made.segments) != int(data["n"]):
+        raise ValueError("a shape that does not add up")
+    return made
+
+
 def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall]:
     """The calls of ``rows`` (the store's columns, started_at as unix seconds, ``usage`` and ``cache``
     decoded) with prompts rebuilt from their ``shapes``; calls without a readable prompt are left
     out, as ``model.build_session`` leaves them. ShapeMissing when a call's shape is not stored."""
-    built: dict[str, tuple[list[Segment], Hashes, array, list[dict]]] = {}
+    built: dict[str, _Built] = {}
     out: list[SessionCall] = []
     for row in rows:
         text = shapes.get(row["id"])
         if text is None:
             raise ShapeMissing(row["id"])
-        data = json.loads(text)
-        if data.get("v") != SHAPE_VERSION:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ShapeMissing(row["id"]) from None
+        if not isinstance(data, dict) or data.get("v") != SHAPE_VERSION:
             raise ShapeMissing(row["id"])
         if data.get("skip"):
             continue
-        keep = int(data["keep"])
-        if keep:
-            base = built.get(data["base"])
-            if base is None:
-                raise ShapeMissing(row["id"])
-            segments, hashes, per = base[0][:keep], base[1], base[2][:keep]
-            marks = [b for b in base[3] if b["segment"] < keep]
-            parts = [(hashes, 0, keep)]
-        else:
-            segments, per, parts, marks = [], array("q"), [], []
-        fresh = []
-        for pointer, kind, digest, marker, name, billing in data["segs"]:
-            # a tool's name is ``rewrite.tool_name``'s, the order the what-if sorts tools in
-            fresh.append(Segment(pointer, kind, "billing" if billing else None, "", digest, marker, name))
-        marks.extend(breakpoints(fresh, keep))
-        segments.extend(fresh)
-        per.extend(data["tokens"])
-        if fresh:
-            parts.append((Hashes(s.hash for s in fresh), 0, len(fresh)))
-        joined = Hashes.join(parts) if parts else Hashes()
-        built[row["id"]] = (segments, joined, per, marks)
+        try:
+            made = _assembled(data, built)
+        except (ValueError, KeyError, TypeError, LookupError):  # damaged, or its base is not there
+            raise ShapeMissing(row["id"]) from None
+        segments, per, marks = made.segments, made.per, made.marks
+        joined = Hashes.join(made.parts) if made.parts else Hashes()
+        codes = "".join(made.kinds)
+        built[row["id"]] = (segments, joined, per, marks, codes)
         policy = {"breakpoints": marks, **data["policy"]}
         prompt = CanonicalPrompt(
             data["api"],
@@ -154,6 +220,7 @@ def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall
                 lost_usd=cache.get("lost_cost_usd"),
                 verdict=cache.get("verdict"),
                 cache=stored if isinstance(stored, dict) else None,
+                kinds=codes,
             )
         )
     return out

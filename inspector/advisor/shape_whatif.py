@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 
-from ctxscope.inspector.advisor.model import SessionCall
+from ctxscope.inspector.advisor.model import SessionCall, kind_codes
 from ctxscope.inspector.advisor.shape import breakpoints, is_billing
 from ctxscope.inspector.analyses.accounting import TokenBreakdown
 from ctxscope.inspector.analyses.canonical_prompt import Segment
@@ -52,7 +52,10 @@ def _with_segments(
     kept = [b for b in policy.get("breakpoints", ()) if not start <= b["segment"] < stop]
     policy["breakpoints"] = sorted([*kept, *breakpoints(segments[start:stop], start)], key=lambda b: b["segment"])
     new = dataclasses.replace(prompt, segments=segments, cache_policy=policy, hashes=hashes, tool_refs=prompt.tool_refs)
-    return dataclasses.replace(call, prompt=new, tokens=TokenBreakdown(sum(per), {}, per))
+    kinds = call.kinds
+    if kinds is not None:
+        kinds = kinds[:start] + kind_codes(segments[start:stop]) + kinds[stop:]
+    return dataclasses.replace(call, prompt=new, tokens=TokenBreakdown(sum(per), {}, per), kinds=kinds)
 
 
 def first_at(calls: Sequence[SessionCall], pointer: str) -> tuple[Segment, int] | None:
