@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from array import array
 from collections.abc import Sequence
 
 from ctxscope.inspector.advisor.model import SessionCall, kind_codes
@@ -44,7 +45,7 @@ def _hashes(call: SessionCall, start: int, stop: int, middle: Sequence[Segment])
 
 
 def _with_segments(
-    call: SessionCall, segments: list[Segment], per: Sequence[int], hashes: Hashes, start: int, stop: int
+    call: SessionCall, segments: list[Segment], per: array, hashes: Hashes, start: int, stop: int
 ) -> SessionCall:
     """The call with ``segments`` (those of ``start:stop`` changed), its breakpoints listed again."""
     prompt = call.prompt
@@ -55,7 +56,20 @@ def _with_segments(
     kinds = call.kinds
     if kinds is not None:
         kinds = kinds[:start] + kind_codes(segments[start:stop]) + kinds[stop:]
-    return dataclasses.replace(call, prompt=new, tokens=TokenBreakdown(sum(per), {}, per), kinds=kinds)
+    return dataclasses.replace(call, prompt=new, tokens=_tokens(call.tokens, per, start, stop), kinds=kinds)
+
+
+def _tokens(old: TokenBreakdown, per: array, start: int, stop: int) -> TokenBreakdown:
+    """The breakdown with ``per`` (changed in ``start:stop`` only): the running sums before
+    ``start`` copied, and after ``stop`` copied too when the changed part sums as before (a held
+    span of the same length, tools reordered), else shifted."""
+    cum = old.cumulative
+    running = cum[start - 1] if start > 0 else 0
+    middle = array("q", itertools.accumulate(per[start:stop], initial=running))[1:]
+    shift = (middle[-1] if len(middle) else running) - (cum[stop - 1] if stop > 0 else 0)
+    tail = cum[stop:] if shift == 0 else array("q", (x + shift for x in cum[stop:]))
+    cumulative = cum[:start] + middle + tail
+    return TokenBreakdown(old.total + shift, {}, per, cumulative=cumulative)
 
 
 def first_at(calls: Sequence[SessionCall], pointer: str) -> tuple[Segment, int] | None:
@@ -105,7 +119,7 @@ def held(calls: Sequence[SessionCall], pointer: str) -> tuple[SessionCall, ...]:
             continue
         segments = list(call.prompt.segments)
         segments[i] = Segment(cur.pointer, seg0.kind, seg0.role, "", seg0.hash, marker, seg0.name)
-        per = list(call.tokens.per_segment)
+        per = array("q", call.tokens.per_segment)
         per[i] = tokens0
         out.append(_with_segments(call, segments, per, _hashes(call, i, i + 1, segments[i : i + 1]), i, i + 1))
     return tuple(out)
@@ -148,8 +162,8 @@ def tools_sorted(calls: Sequence[SessionCall]) -> tuple[SessionCall, ...]:
         if all(_same(a, b) for a, b in zip(segments[: len(new) + idx[0]], segs, strict=False)):
             out.append(call)
             continue
-        per = list(call.tokens.per_segment)
-        per[idx[0] : idx[-1] + 1] = [t for _, t in ordered]
+        per = array("q", call.tokens.per_segment)
+        per[idx[0] : idx[-1] + 1] = array("q", [t for _, t in ordered])
         out.append(_with_segments(call, segments, per, _hashes(call, idx[0], idx[-1] + 1, new), idx[0], idx[-1] + 1))
     return tuple(out)
 

@@ -24,29 +24,33 @@ CTXSCOPE = Path(sys.executable).parent / "ctxscope"
 CALLS = 1000
 
 
-def _run(*args: str) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak RSS MB, stdout) of the installed command, from its own rusage."""
-    began = time.monotonic()
-    with subprocess.Popen([str(CTXSCOPE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        out = proc.stdout.read() if proc.stdout else b""
-        err = proc.stderr.read() if proc.stderr else b""
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, err.decode()
-    return time.monotonic() - began, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.decode()
+def _run(tmp_path: Path, *args: str) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MB, stdout) of the installed command, as ``/usr/bin/time`` (a small
+    parent: a child of this big test process would report this process's RSS as its own peak) saw
+    it. Bytecode is written, as an installed package has it."""
+    report = tmp_path / "time.txt"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    command = ["/usr/bin/time", "-o", str(report), "-f", "%e %U %S %M", str(CTXSCOPE), *args]
+    done = subprocess.run(command, capture_output=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    wall, user, system, kb = report.read_text().split()[-4:]
+    return float(wall), float(user) + float(system), int(kb) / 1024, done.stdout.decode()
 
 
 def test_advise_of_a_thousand_calls_reads_the_stored_shapes(tmp_path):
     db = tmp_path / "c.db"
     session = build(db, CALLS)
-    _, _, light, _ = _run("sessions", "--db", str(db), "--json")
-    wall, cpu, rss, out = _run("advise", session, "--db", str(db), "--json")
-    print(f"advise of {CALLS} calls: {wall:.2f} s wall, {cpu:.2f} s CPU, {rss:.0f} MB peak ({light:.0f} MB light)")
-    advice = json.loads(out)
+    _, _, light, _ = _run(tmp_path, "sessions", "--db", str(db), "--json")
+    runs = [_run(tmp_path, "advise", session, "--db", str(db), "--json") for _ in range(2)]
+    for wall, cpu, rss, _ in runs:
+        print(f"advise of {CALLS} calls: {wall:.2f} s wall, {cpu:.2f} s CPU, {rss:.0f} MB peak ({light:.0f} MB light)")
+    advice = json.loads(runs[-1][3])
     assert advice["calls"] == CALLS
     assert [a["cause"] for a in advice["advices"]][:1] == ["changing_span"]
     assert advice["top"]["pointer"] == "/system/0"
+    cpu = min(r[1] for r in runs)  # a busy machine only ever adds CPU time
     assert cpu < 2.0, f"advise took {cpu:.2f} s of CPU"
+    rss = max(r[2] for r in runs)
     assert rss - light < 200, f"advise peaked at {rss:.0f} MB, a light command at {light:.0f} MB"
 
     with running_serve(tmp_path) as (_, base):
