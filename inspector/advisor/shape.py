@@ -89,7 +89,8 @@ def shape_json(call: SessionCall, prev: SessionCall | None) -> str:
 
 def _uncovered(copy: Sequence[Sequence[int]], n: int) -> list[int]:
     """The indices below ``n`` outside the ``copy`` ranges."""
-    out, at = [], 0
+    out: list[int] = []
+    at = 0
     for start, stop in copy:
         out.extend(range(at, start))
         at = stop

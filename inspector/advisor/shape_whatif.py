@@ -63,7 +63,7 @@ def _tokens(old: TokenBreakdown, per: array, start: int, stop: int) -> TokenBrea
     """The breakdown with ``per`` (changed in ``start:stop`` only): the running sums before
     ``start`` copied, and after ``stop`` copied too when the changed part sums as before (a held
     span of the same length, tools reordered), else shifted."""
-    cum = old.cumulative
+    cum = array("q", old.cumulative)  # an array already (TokenBreakdown makes it one): a copy to slice
     running = cum[start - 1] if start > 0 else 0
     middle = array("q", itertools.accumulate(per[start:stop], initial=running))[1:]
     shift = (middle[-1] if len(middle) else running) - (cum[stop - 1] if stop > 0 else 0)
