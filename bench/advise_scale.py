@@ -5,8 +5,8 @@ timestamp in the system prompt that changes every call, the tools reordered once
 (to ~60K tokens). Stored through the writer's ingest with the daemon's analyzers.
 
 Printed: the installed ``ctxscope advise SESSION --json`` under ``/usr/bin/time -v`` (wall, CPU,
-peak RSS) from the stored facts, and with ``--legacy`` the advice as computed from every body
-(``tests/support/legacy_advice.py``).
+peak RSS), from the stored prompt shapes; ``--keep`` the store, to time the advice from the bodies
+(``load_session`` + ``advise``, the reference ``tests/inspector/test_advice_stored.py`` compares with).
 
     .venv/bin/python bench/advise_scale.py               # ~2 minutes on 2 cores
     .venv/bin/python bench/advise_scale.py --calls 300 --keep /tmp/s.db
@@ -135,7 +135,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--keep", type=Path, help="also copy the store here")
-    ap.add_argument("--legacy", action="store_true", help="also the advice computed from every body")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.db"
