@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from ctxscope.inspector.advisor.alternatives import advise
 from ctxscope.inspector.advisor.findings import by_call
-from ctxscope.inspector.advisor.load import load_session
+from ctxscope.inspector.reading.stored_advice import stored_advice
 from ctxscope.inspector.reading.stored_findings import stored_findings
 
 
@@ -25,10 +24,12 @@ def findings_view(db: sqlite_utils.Database, session: str, backfill_allowed: boo
     return {"session": s.session, "calls": s.calls, "findings": [f.as_dict() for f in found], "by_call": by_call(found)}
 
 
-def advice_view(db: sqlite_utils.Database, session: str) -> dict | None:
-    """The advisor's alternatives for a session (``advice`` None when no prompt can be replayed)."""
-    s = load_session(db, session)
-    if s is None:
+def advice_view(db: sqlite_utils.Database, session: str, backfill_allowed: bool = True) -> dict | None:
+    """The advisor's alternatives for a session (``advice`` None when no prompt can be replayed),
+    from the calls' stored shapes and findings (``reading/stored_advice.py``); FactsMissing, with
+    ``backfill_allowed=False``, for a session whose shapes must first be taken from its bodies."""
+    found = stored_advice(db, session, backfill_allowed=backfill_allowed)
+    if found is None:
         return None
-    result = advise(s)
+    s, result = found
     return {"session": s.id, "advice": result.as_dict() if result is not None else None}

@@ -3,6 +3,8 @@ dollars, then the breakpoint placements compared (docs/architecture.md, "The cac
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -10,7 +12,7 @@ import click
 from ..daemon_address import daemon_option, find_daemon
 from ..options import CONTEXT, db_option, json_option
 from ..output import emit_json, emit_table, safe_text
-from .findings_commands import open_session
+from .findings_commands import open_session, read_advice
 
 COLUMNS = [
     ("name", "ALTERNATIVE"),
@@ -38,15 +40,18 @@ def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None,
     """Replay SESSION's prompts through the provider's cache rules without each cause of cache misses."""
     from ctxscope.inspector.advisor.alternatives import advise as compute
 
-    s = open_session(db_path, session)
-    advice = compute(s)
+    if verify:  # the simulator is sent the request bodies: the session is read from them
+        s = open_session(db_path, session)
+        advice = compute(s)
+    else:
+        s, advice = read_advice(db_path, session)
     if advice is None:
         raise click.ClickException(f"session {s.id} has no Anthropic or OpenAI prompt to replay")
     result = advice.as_dict()
     if verify:
         from .advise_verify import verify_advice
 
-        result["verify"] = verify_advice(find_daemon(daemon), s, advice)
+        result["verify"] = verify_advice(find_daemon(daemon), s, advice, progress=_progress())
     if as_json:
         emit_json(result)
         return
@@ -72,3 +77,14 @@ def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None,
             f"verified in the simulator ({v['top'] or 'as sent'}): predicted saving {v['predicted_saving_pct']:.1f}%, "
             f"simulated {v['simulated_saving_pct']:.1f}%, error {v['error_pts']:.1f} pts"
         )
+
+
+def _progress() -> Callable[[int, int], None] | None:
+    """On a terminal, "replaying call 120/1000" on stderr as the simulator is sent each call."""
+    if not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int) -> None:
+        click.echo(f"\rreplaying call {done}/{total}", err=True, nl=done == total)
+
+    return report

@@ -122,9 +122,11 @@ def simulate(
     placement: Placement,
     route: Callable[[SessionCall], str] | None = None,
     provider_itself: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """One version of the session replayed in the simulator: its reported tokens and their cost.
-    ``provider_itself``: False plays an upstream that keys Claude Code's billing header as text."""
+    """One version of the session replayed in the simulator: its reported tokens and their cost
+    (``progress(done, total)`` after each call). ``provider_itself``: False plays an upstream that
+    keys Claude Code's billing header as text."""
     sendable = [c for c in calls if isinstance(c.body, dict) and _endpoint(c)]
     control.reset()
     total = {"input": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0}
@@ -139,13 +141,21 @@ def simulate(
             for k, n in figures.items():
                 total[k] += n
             total["cost_usd"] += cost
+            if progress is not None:
+                progress(i + 1, len(sendable))
     finally:
         control.config(clock=None, provider_itself=played)
     total["cost_usd"] = round(total["cost_usd"], 6)
     return total
 
 
-def verify_advice(url: str, session: Session, advice: Advice, token: str | None = None) -> dict[str, Any]:
+def verify_advice(
+    url: str,
+    session: Session,
+    advice: Advice,
+    token: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """The predicted and the simulated saving of the top advice over the session as sent: both
     versions re-sent through the simulator (``token``: the simulator's, else CTXSCOPE_SIM_TOKEN or
     the daemon's token file)."""
@@ -156,11 +166,13 @@ def verify_advice(url: str, session: Session, advice: Advice, token: str | None 
     # simulator then plays such an upstream, not Anthropic's own API (simulator/model/prompt.py).
     itself = not any(a.cause == "billing_header" for a in advice.causes)
     try:
-        sent = simulate(url, control, session, as_sent, AS_SENT, provider_itself=itself)
+        sent = simulate(url, control, session, as_sent, AS_SENT, provider_itself=itself, progress=progress)
         fixed = (
             sent
             if top is None
-            else simulate(url, control, session, top.calls, top.placement, top.route, provider_itself=itself)
+            else simulate(
+                url, control, session, top.calls, top.placement, top.route, provider_itself=itself, progress=progress
+            )
         )
     except (SimulatorControlError, OSError) as exc:
         raise click.ClickException(f"cannot replay through the simulator at {url}: {exc}") from exc

@@ -13,6 +13,7 @@ from ..output import emit_json, emit_table
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from ctxscope.inspector.advisor.alternatives import Advice
     from ctxscope.inspector.advisor.model import Session
     from ctxscope.inspector.analyses.prices import PriceTable
     from ctxscope.inspector.reading.stored_findings import SessionFindings
@@ -26,6 +27,22 @@ def open_session(db_path: Path | None, session: str | None) -> Session:
     db, session, prices = _open(db_path, session)
     try:
         found = load_session(db, session, prices)
+    except AmbiguousCallId as exc:
+        raise click.ClickException(str(exc)) from exc
+    if found is None:
+        raise click.ClickException(f"no session matches {session!r}")
+    return found
+
+
+def read_advice(db_path: Path | None, session: str | None) -> tuple[Session, Advice | None]:
+    """The session and its advice from the stored shapes and findings (no body read, once stored),
+    or a clear error."""
+    from ctxscope.inspector.reading.stored_advice import stored_advice
+    from ctxscope.inspector.store.queries import AmbiguousCallId
+
+    db, session, prices = _open(db_path, session)
+    try:
+        found = stored_advice(db, session, prices)
     except AmbiguousCallId as exc:
         raise click.ClickException(str(exc)) from exc
     if found is None:

@@ -24,7 +24,8 @@ from typing import Literal
 from ctxscope.inspector.advisor.causes import AS_SENT, CauseAdvice, cause_advice
 from ctxscope.inspector.advisor.findings import Finding, findings
 from ctxscope.inspector.advisor.model import Session, SessionCall, session_loss
-from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, replay
+from ctxscope.inspector.advisor.replay import MAX_BREAKPOINTS, TTL, Placement, Replay, memo, replay
+from ctxscope.inspector.analyses.hashes import common_prefix
 
 AlternativeName = Literal["as_sent", "static", "moving", "ttl_1h", "none", "session_key"]
 
@@ -102,8 +103,7 @@ class Advice:
 
 
 def _last(call: SessionCall, kinds: tuple[str, ...]) -> int | None:
-    found = [i for i, s in enumerate(call.prompt.segments) if s.kind in kinds]
-    return found[-1] if found else None
+    return call.last_of(kinds)
 
 
 def _fixed(*where: str, ttl: str = "5m") -> Placement:
@@ -135,7 +135,7 @@ def _moving(calls: tuple[SessionCall, ...], prefix_ttl: str = "5m", ttl: str = "
         prev = before.get(call.id)
         if prev is not None:
             end = len(prev.prompt.segments) - 1
-            if 0 <= end < last and tuple(prev.prompt.hashes) == tuple(call.prompt.hashes[: end + 1]):
+            if 0 <= end < last and common_prefix(prev.prompt.hashes, call.prompt.hashes) > end:
                 out[end] = ttl
         if last >= 0:
             out[last] = ttl
@@ -174,6 +174,11 @@ def _describe(calls: tuple[SessionCall, ...], placement: Placement) -> str:
 def advise(session: Session, found: list[Finding] | None = None) -> Advice | None:
     """The advice for the session's main provider family, None when it has no prompt we can read
     (``found``: the session's findings, when the caller has them already)."""
+    with memo():
+        return _advise(session, found)
+
+
+def _advise(session: Session, found: list[Finding] | None) -> Advice | None:
     families = [c.family for c in session.calls if c.family != "unknown"]
     if not families:
         return None

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxscope.inspector.advisor import shape_whatif
 from ctxscope.inspector.advisor.findings import Finding
 from ctxscope.inspector.advisor.model import Session, SessionCall
 from ctxscope.inspector.advisor.replay import TTL, Placement, Replay, replay
@@ -116,8 +117,16 @@ def _what_if(
     rewrite: Callable[[int, SessionCall], Any] | None = None,
     placement: Placement = AS_SENT,
     route: Callable[[SessionCall], str] | None = None,
+    reshape: Callable[[tuple[SessionCall, ...]], tuple[SessionCall, ...]] | None = None,
 ) -> CauseAdvice:
-    new = rebuilt(calls, rewrite, base.counter) if rewrite else calls
+    """``rewrite``: of each body; ``reshape``: the same what-if made from prompt shapes (calls
+    rebuilt by ``shape.rebuild``, which have no body: ``shape_whatif.py``)."""
+    if shape_whatif.shaped(calls):
+        if rewrite is not None and reshape is None:
+            raise shape_whatif.NeedsBodies(cause)
+        new = reshape(calls) if reshape is not None else calls
+    else:
+        new = rebuilt(calls, rewrite, base.counter) if rewrite else calls
     result = replay(new, placement, session.prices, route=route)
     if placement is AS_SENT and _unmarked(new):  # nothing is cached as sent: with the placement that pays
         best = min(
@@ -192,10 +201,15 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
     pointer = ev.get("pointer")
     if not isinstance(pointer, str):
         return None
+    by_shape = shape_whatif.shaped(calls)
     if ev.get("reordered"):
-        orders = {tuple(tool_name(t) for t in c.body.get("tools") or []) for c in calls if isinstance(c.body, dict)}
-        first = next(iter(c for c in calls if isinstance(c.body, dict)), None)
-        names = [tool_name(t) for t in (first.body.get("tools") or [])] if first else []
+        if by_shape:
+            orders = {tuple(shape_whatif.tool_names(c)) for c in calls}
+            names = shape_whatif.tool_names(calls[0])
+        else:
+            orders = {tuple(tool_name(t) for t in c.body.get("tools") or []) for c in calls if isinstance(c.body, dict)}
+            head = next(iter(c for c in calls if isinstance(c.body, dict)), None)
+            names = [tool_name(t) for t in (head.body.get("tools") or [])] if head else []
         return _what_if(
             session,
             calls,
@@ -206,14 +220,23 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
             "send them in one fixed order (sorted by name)",
             (", ".join(names[:6]), ", ".join(sorted(names)[:6])),
             lambda _i, c: tools_sorted(c.body),
+            reshape=shape_whatif.tools_sorted,
         )
-    if any(_is_billing_header(value_at(c.body, pointer)) for c in calls):
-        return _billing(session, calls, sent, pointer, ev)
-    first = _first_value(calls, pointer)
-    if first is None:
-        return None
+    if by_shape:
+        if shape_whatif.billing_at(calls, pointer):
+            raise shape_whatif.NeedsBodies("billing_header")
+        if shape_whatif.first_at(calls, pointer) is None:
+            raise shape_whatif.NeedsBodies(pointer)  # a pointer that names no one segment
+        first = None  # the body rewrite below is not used: ``reshape`` is
+        n = shape_whatif.changed_on(calls, pointer)
+    else:
+        if any(_is_billing_header(value_at(c.body, pointer)) for c in calls):
+            return _billing(session, calls, sent, pointer, ev)
+        first = _first_value(calls, pointer)
+        if first is None:
+            return None
+        n = _changed_on(calls, pointer)
     what = _span_words(str(ev.get("after") or ""), int(ev.get("offset") or 0))
-    n = _changed_on(calls, pointer)
     return _what_if(
         session,
         calls,
@@ -224,6 +247,7 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
         "keep this text fixed and move the changing part to the last user message",
         (ev.get("before"), ev.get("after")),
         lambda _i, c: held(c.body, pointer, first) if value_at(c.body, pointer) is not None else c.body,
+        reshape=lambda cs: shape_whatif.held(cs, pointer),
     )
 
 
@@ -265,6 +289,7 @@ def _ttl_gaps(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, 
             f'cache; send prompt_cache_options: {{"ttl": "{ttl}"}}',
             (None, f'"prompt_cache_options": {{"ttl": "{ttl}"}}'),
             lambda _i, c: with_options(c.body, ttl=ttl),
+            reshape=lambda cs: shape_whatif.with_options(cs, ttl=ttl),
         )
     long = [g for g in gaps if TTL["5m"] < g <= TTL["1h"]]
     points = [(c, p) for c in calls for p, t in anthropic_points(c.prompt).items() if t == "5m"]

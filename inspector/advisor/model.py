@@ -6,13 +6,14 @@ Pure: built from rows the store gave (``load.py``); token counts are o200k estim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
 from ctxscope.inspector.analyses.canonical import canonicalize
-from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
+from ctxscope.inspector.analyses.canonical_prompt import KINDS, CanonicalPrompt, Segment
 from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 from ctxscope.inspector.base.usd import total_usd
 
@@ -33,6 +34,14 @@ def window_of(model: str | None) -> int:
     name = (model or "").lower()
     keys = [k for k in WINDOWS if k in name]
     return WINDOWS[max(keys, key=len)] if keys else DEFAULT_WINDOW
+
+
+KIND_CODE = {kind: chr(ord("a") + i) for i, kind in enumerate(KINDS)}
+
+
+def kind_codes(segments: Sequence[Segment]) -> str:
+    """The segments' kinds, one character each (``?``: a kind not in KINDS)."""
+    return "".join(KIND_CODE.get(s.kind, "?") for s in segments)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,15 @@ class SessionCall:
     lost_usd: float | None = None
     verdict: str | None = None  # the stored cache verdict whose loss that is
     cache: dict | None = None  # the analysis's stored cache judgement (verdict, lost tokens, break pointer)
+    kinds: str | None = None  # each segment's kind, one character (``kind_codes``); None: read the segments
+
+    def last_of(self, kinds: tuple[str, ...]) -> int | None:
+        """The index of the prompt's last segment of one of ``kinds``."""
+        if self.kinds is not None and len(self.kinds) == len(self.prompt.segments) and set(kinds) <= KIND_CODE.keys():
+            last = max((self.kinds.rfind(KIND_CODE[k]) for k in kinds), default=-1)
+            return last if last >= 0 else None
+        found = [i for i, s in enumerate(self.prompt.segments) if s.kind in kinds]
+        return found[-1] if found else None
 
     @property
     def family(self) -> str:

@@ -17,13 +17,15 @@ memory); nothing is written at a surcharge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ctxscope.inspector.advisor.model import SessionCall, call_price, dollars
 from ctxscope.inspector.analyses.cache.memory import prefix_keys
 from ctxscope.inspector.analyses.cache.openai_retention import openai_ttl_seconds
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
+from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.prices import Price, PriceTable
 
 MAX_BREAKPOINTS = 4
@@ -86,6 +88,54 @@ class _Entry:
     write: Write
 
 
+class _Memo:
+    """What one advice's replays compute again and again of the same calls: each prompt's prefix
+    keys (hashing a long prompt's digests is the replay's main cost) and each call's rates. Active
+    only inside ``memo()``: the writer's replay (``call_facts.py``) keeps nothing."""
+
+    def __init__(self) -> None:
+        # prompt id -> (the prompt, held so the id stays its own; its keys by segment index)
+        self.keys: dict[int, tuple[object, dict[int, bytes]]] = {}
+        self.prices: dict[tuple, Price | None] = {}
+
+
+_memo: _Memo | None = None
+
+
+@contextmanager
+def memo() -> Iterator[None]:
+    """Remember prefix keys and rates across the replays inside (one advice's)."""
+    global _memo
+    outer, _memo = _memo, _Memo()
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
+def _keys(prompt: CanonicalPrompt, wanted: set[int]) -> dict[int, bytes]:
+    if _memo is None:
+        return prefix_keys(prompt, wanted)
+    held = _memo.keys.get(id(prompt))
+    if held is None:
+        held = _memo.keys[id(prompt)] = (prompt, {})
+    known = held[1]
+    missing = wanted - known.keys()
+    if missing:
+        known.update(prefix_keys(prompt, missing))
+    return known
+
+
+def _price(prices: PriceTable, call: SessionCall) -> Price | None:
+    if _memo is None:
+        return call_price(prices, call)
+    size = (call.usage or {}).get("input")
+    key = (id(prices), call.model, call.started_at, size if isinstance(size, int) else call.tokens.total, call.provider)
+    if key not in _memo.prices:
+        _memo.prices[key] = call_price(prices, call)
+    return _memo.prices[key]
+
+
 def replay(
     calls: Sequence[SessionCall], placement: Placement, prices: PriceTable, *, route: Routing | None = None
 ) -> Replay:
@@ -95,7 +145,7 @@ def replay(
     anthropic: dict[str, dict[bytes, _Entry]] = {}
     openai: dict[tuple[str, str], list[tuple[float, SessionCall]]] = {}
     for i, call in enumerate(calls):
-        price = call_price(prices, call)
+        price = _price(prices, call)
         if call.family == "anthropic":
             cost = _anthropic(call, dict(placement(i, call)), anthropic.setdefault(call.scope, {}), price, out)
         else:
@@ -118,7 +168,7 @@ def _anthropic(
     chosen = sorted(p for p in points if 0 <= p < len(cum))[-MAX_BREAKPOINTS:]
     minimum = anthropic_minimum(call.model)
     valid = [p for p in chosen if cum[p] >= minimum]
-    keys = prefix_keys(call.prompt, {q for p in valid for q in range(max(0, p - LOOKBACK), p + 1)})
+    keys = _keys(call.prompt, {q for p in valid for q in range(max(0, p - LOOKBACK), p + 1)})
     read_end = -1
     for p in valid:
         for q in range(p, max(-1, p - LOOKBACK - 1), -1):

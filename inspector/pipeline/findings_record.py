@@ -21,6 +21,7 @@ from typing import Any
 
 from ctxscope.inspector.advisor.call_facts import CallFacts, FactsTaker, SessionReplay, skipped
 from ctxscope.inspector.advisor.model import SessionCall
+from ctxscope.inspector.advisor.shape import SKIPPED, shape_json
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
@@ -31,7 +32,7 @@ from ctxscope.inspector.pipeline.analysis_input import CallInput, from_writer
 from ctxscope.inspector.pipeline.analyze import COUNTED_SEGMENTS, Analyzer
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db
-from ctxscope.inspector.store.derived import findings_facts
+from ctxscope.inspector.store.derived import call_shapes, findings_facts
 from ctxscope.inspector.store.session_calls import session_call_rows
 
 log = logging.getLogger("ctxscope.analysis")
@@ -53,15 +54,20 @@ class FindingsRecorder:
         self.taker = FactsTaker()
         self._threads: OrderedDict[tuple[str, str], SessionCall] = OrderedDict()
         self._replays: OrderedDict[str, SessionReplay] = OrderedDict()
-        self._done: OrderedDict[str, str] = OrderedDict()
+        self._done: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.last_shape = SKIPPED  # the prompt shape of the call ``take`` took last (advisor/shape.py)
 
     def __call__(self, db: Db, call: dict) -> None:
         if call.get("_redo") and call["id"] in self._done:  # its batch rolled back: the facts it had
-            findings_facts.save(db, call["id"], self._done[call["id"]])
+            text, shape = self._done[call["id"]]
+            findings_facts.save(db, call["id"], text)
+            call_shapes.save(db, call["id"], shape)
             return
+        self.last_shape = SKIPPED
         text = self.take(db, from_writer(db, call), call).to_json()
         findings_facts.save(db, call["id"], text)
-        self._done[call["id"]] = text
+        call_shapes.save(db, call["id"], self.last_shape)
+        self._done[call["id"]] = (text, self.last_shape)
         if len(self._done) > REDO_KEPT:
             self._done.popitem(last=False)
 
@@ -82,6 +88,7 @@ class FindingsRecorder:
         if prev is None and row.get("thread"):
             prev = self._load_previous(db, session, thread, row.get("seq"))
         facts = self.taker.take(session, current, prev, self._replay(db, session, inp.id))
+        self.last_shape = shape_json(current, prev)
         self._threads[key] = current
         while len(self._threads) > THREADS_KEPT:
             self._threads.popitem(last=False)
@@ -178,6 +185,7 @@ def backfill(db: Db, session: str, prices: PriceTable) -> list[CallFacts]:
     taker, replay = FactsTaker(), SessionReplay(prices)
     last: dict[str, tuple[SessionCall, Prepared]] = {}
     out: list[CallFacts] = []
+    shapes: list[tuple[str, str]] = []  # the prompt shapes too (advisor/shape.py): advise reads them
     for row in session_call_rows(db, session):
         row["started_at"] = unix_time(row["started_at"])
         thread = row["thread"] or row["id"]
@@ -185,13 +193,16 @@ def backfill(db: Db, session: str, prices: PriceTable) -> list[CallFacts]:
         found = _parse(db, row, prev[1] if prev is not None else None, prev[0].tokens if prev else None, counter)
         if found is None:
             out.append(skipped(row["id"], session, row["thread"], row["started_at"]))
+            shapes.append((row["id"], SKIPPED))
             continue
         call, prepared = found
         out.append(taker.take(session, call, prev[0] if prev is not None else None, replay))
+        shapes.append((row["id"], shape_json(call, prev[0] if prev is not None else None)))
         last[thread] = (call, prepared)
     try:
         with db.conn:
             findings_facts.replace_session(db, [(f.id, f.to_json()) for f in out])
+            call_shapes.replace_session(db, shapes)
     except Exception as e:
         log.warning("could not store the findings facts of session %s: %s", session, e)
     return out

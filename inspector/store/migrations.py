@@ -507,6 +507,21 @@ CREATE TABLE call_findings (
     )
 
 
+@migration
+def m019_create_call_shapes(db: sqlite_utils.Database) -> None:
+    """Each call's prompt shape (segment hashes, tokens, breakpoints; no text), taken by the writer
+    beside its findings facts, so ``advise`` replays a session without reading a body
+    (docs/architecture.md, "The cache advisor"). A store older than the table gets them the first
+    time a session is advised."""
+    db.execute(
+        """
+CREATE TABLE call_shapes (
+  call_id TEXT PRIMARY KEY REFERENCES calls(id),  -- goes with its call (store/deletion.py)
+  shape TEXT NOT NULL                             -- JSON, inspector/advisor/shape.py
+) WITHOUT ROWID"""
+    )
+
+
 NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
 _built: list[Migrations] = []
 

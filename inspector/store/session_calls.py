@@ -58,3 +58,17 @@ def session_calls(db: sqlite_utils.Database, session: str) -> list[dict[str, Any
             row["response"] = queries.get_final_response(db, row["id"])
         out.append(row)
     return out
+
+
+def session_call_columns(db: sqlite_utils.Database, session: str) -> list[dict[str, Any]]:
+    """Every call of ``session`` by seq as ``session_calls`` gives it, without reading a body:
+    ``usage`` and ``cache`` decoded, no ``body`` nor ``response``."""
+    out = []
+    for row in db.query(f"SELECT {_COLUMNS} FROM calls WHERE session = ? ORDER BY seq", [session]):
+        usage = {k: row.pop("usage_" + k) for k in ("input", "output", "cache_read", "cache_write")}
+        row["usage"] = usage if any(v is not None for v in usage.values()) else None
+        if isinstance(row.get("cache"), str):
+            with contextlib.suppress(ValueError):
+                row["cache"] = with_defaults("cache", json.loads(row["cache"]))
+        out.append(row)
+    return out

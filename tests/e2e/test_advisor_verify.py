@@ -111,3 +111,35 @@ def test_verify_without_a_daemon_says_so(tmp_path):
     )
     assert result.exit_code != 0 and "no ctxscope daemon answers at http://127.0.0.1:9" in result.output
     assert len(result.output.strip().splitlines()) == 1 and "--daemon URL" in result.output
+
+
+def test_verify_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe(tmp_path, daemon_url):
+    """The installed command, its stderr a terminal: "replaying call N/8" as each call is re-sent."""
+    import pty
+    from pathlib import Path
+
+    analysed(tmp_path / "c.db", claude_code_like_session(8, [20.0] * 7))
+    command = [str(Path(sys.executable).parent / "ctxscope"), "advise", "cc", "--db", str(tmp_path / "c.db")]
+    command += ["--verify", "--daemon", daemon_url, "--json"]
+    env = dict(os.environ, CTXSCOPE_SIM_TOKEN=TOKEN, CTXSCOPE_HOME=str(tmp_path / "home"))
+    main, side = pty.openpty()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=side, env=env) as proc:
+        os.close(side)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the command exited: the terminal is gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out = proc.stdout.read() if proc.stdout else b""
+    os.close(main)
+    assert proc.returncode == 0, shown
+    assert json.loads(out)["verify"]["top"] is not None
+    steps = re.findall(rb"replaying call (\d+)/(\d+)", shown)
+    assert (b"1", b"8") in steps and (b"8", b"8") in steps, shown
+
+    piped = subprocess.run(command, capture_output=True, env=env, check=True)
+    assert b"replaying call" not in piped.stderr

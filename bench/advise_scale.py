@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""What ``ctxscope advise`` costs on a 1,000-call agent session with every content cause: a
+timestamp in the system prompt that changes every call, the tools reordered once half-way,
+6-minute gaps on a 5-minute TTL every tenth call; the context grows by a tool round a call
+(to ~60K tokens). Stored through the writer's ingest with the daemon's analyzers.
+
+Printed: the installed ``ctxscope advise SESSION --json`` under ``/usr/bin/time -v`` (wall, CPU,
+peak RSS), from the stored prompt shapes; ``--keep`` the store, to time the advice from the bodies
+(``load_session`` + ``advise``, the reference ``tests/inspector/test_advice_stored.py`` compares with).
+
+    .venv/bin/python bench/advise_scale.py               # ~2 minutes on 2 cores
+    .venv/bin/python bench/advise_scale.py --calls 300 --keep /tmp/s.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+
+from findings import CTXSCOPE, measured  # noqa: E402
+
+from ctxscope.inspector.pipeline.search_index import writer_analyzers  # noqa: E402
+from ctxscope.inspector.store import db as store  # noqa: E402
+from ctxscope.inspector.store.ingest import IngestState, ingest  # noqa: E402
+from ctxscope.proxy.exchange import Exchange  # noqa: E402
+
+T0 = 1_760_000_000.0
+TOOLS = ("Read", "Edit", "Bash", "Grep", "Glob", "Write")
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def _stamp(i: int) -> str:
+    return f"2026-12-01T{10 + i // 60 % 12:02d}:{i % 60:02d}:00Z"
+
+
+def bodies(calls: int, result_words: int = 40) -> list[tuple[float, bytes]]:
+    """(start time, request body) of each call: Anthropic Messages, every cause at once."""
+    out: list[tuple[float, bytes]] = []
+    messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "fix the failing test"}]}]
+    t = T0
+    for i in range(calls):
+        names = list(reversed(TOOLS)) if i >= calls // 2 else list(TOOLS)
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": [
+                {
+                    "type": "text",
+                    "text": f"Current time: {_stamp(i)}. You are a coding agent.",
+                },
+                {"type": "text", "text": words(2200, "policy"), "cache_control": {"type": "ephemeral"}},
+            ],
+            "tools": [{"name": n, "description": words(180, n), "input_schema": {"type": "object"}} for n in names],
+            "messages": messages,
+        }
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        out.append((t, json.dumps(body).encode()))
+        messages[-1]["content"][-1].pop("cache_control")
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"tu_{i}", "name": "Read", "input": {"path": f"f{i}.py"}}],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"tu_{i}", "content": words(result_words, f"l{i}x")}
+                ],
+            }
+        )
+        t += 360.0 if i % 10 == 9 else 20.0
+    return out
+
+
+def exchange(i: int, t: float, raw: bytes) -> Exchange:
+    response = {
+        "id": f"msg_{i}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "tool_use", "id": f"tu_{i}", "name": "Read", "input": {}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 3},
+    }
+    return Exchange(
+        id=f"{int(t) * 1000:016x}{i:06x}",
+        provider="anthropic",
+        upstream="https://api.anthropic.com",
+        method="POST",
+        path="/v1/messages",
+        query="",
+        session_label="advise-scale",
+        annotations=(),
+        request_headers=(("content-type", "application/json"),),
+        key_fingerprint="f" * 16,
+        request_body=raw,
+        status=200,
+        response_headers=(("content-type", "application/json"),),
+        response_body=json.dumps(response).encode(),
+        started_at=t,
+        first_byte_at=t + 1,
+        ended_at=t + 2,
+        outcome="ok",
+        client="bench/1.0",
+    )
+
+
+def build(path: Path, calls: int) -> str:
+    """Store the session through the writer's ingest; its id."""
+    analyzers = writer_analyzers()
+    db = store.connect(path)
+    state = IngestState(capture_epoch=store.next_capture_epoch(db))
+    for i, (t, raw) in enumerate(bodies(calls)):
+        db.execute("BEGIN IMMEDIATE")
+        ingest(db, exchange(i, t, raw), state, analyzers)
+        db.execute("COMMIT")
+    session = db.execute("SELECT session FROM calls LIMIT 1").fetchone()[0]
+    db.close()
+    return session
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--keep", type=Path, help="also copy the store here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.db"
+        session = build(path, args.calls)
+        if args.keep:
+            shutil.copy(path, args.keep)
+        print(f"{args.calls} calls stored ({path.stat().st_size / 2**20:.0f} MB), session {session}")
+        wall, cpu, rss, out = measured([str(CTXSCOPE), "advise", session, "--db", str(path), "--json"])
+        top = json.loads(out)["advices"][:3]
+        print(f"ctxscope advise: {wall:6.2f} s wall {cpu:6.2f} s CPU {rss:5.0f} MB peak")
+        for a in top:
+            print(f"  {a['cause']:<14} {a['pointer']!s:<12} ${a['saving_usd']:.4f} {a['saving_pct']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
