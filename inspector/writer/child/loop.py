@@ -182,6 +182,7 @@ class ChildLoop:
             return
         settled = item is None and deferred.settled()  # before the counters: they are then final
         if settled and not self.heap_returned:  # the heap goes back before the counters say all is stored
+            self.writer.release_memory(full=False).wait(RELEASE_WAIT)  # the burst's caches shrink first
             release_heap()
             self.heap_returned = True
         counters = Counters(deferred.stats(), deferred.received)
