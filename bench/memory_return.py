@@ -174,6 +174,8 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=10_000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--watch", type=float, default=60.0)
+    ap.add_argument("--big-calls", type=int, default=4, help="4 MB calls after the burst")
+    ap.add_argument("--no-reads", action="store_true", help="only the burst")
     ap.add_argument("--no-compute", action="store_true", help="skip findings and advice (their own child)")
     ap.add_argument("--verbose", action="store_true", help="the daemon's RSS after each read")
     ap.add_argument("--idle-release", type=float, default=None, help="serve's --limit idle_release=S")
@@ -228,7 +230,7 @@ def main() -> int:
             rows = sorted(view.get("calls") or [], key=lambda r: r.get("started_at") or "")
             views[s] = (rows[0]["id"], rows[len(rows) // 2]["id"], rows[-1]["id"])
         began = time.monotonic()
-        for s, (first, mid, last) in views.items():
+        for s, (first, mid, last) in () if args.no_reads else views.items():
             for path in (
                 "/_ctxscope/api/sessions?limit=100000",
                 f"/_ctxscope/api/session?s={s}&limit=100000",
@@ -256,7 +258,8 @@ def main() -> int:
                         f" daemon {rss_mb(proc.pid):.0f} MB"
                     )
         print(f"big reads took {time.monotonic() - began:.0f} s; daemon right after: {rss_mb(proc.pid):.0f} MB")
-        watch("daemon", proc.pid, args.watch, rest)
+        if not args.no_reads:
+            watch("daemon", proc.pid, args.watch, rest)
 
         post(base, small(0))  # an idle writer child exits (its idle release): this starts the next one
         wait_stored(base, 2)
@@ -268,7 +271,7 @@ def main() -> int:
         burst_began = time.monotonic()
         with ThreadPoolExecutor(args.clients) as pool:
             list(pool.map(lambda i: post(base, small(i)), range(1, args.burst + 1)))
-        for i in range(4):
+        for i in range(args.big_calls):
             post(
                 base,
                 json.dumps(
@@ -278,10 +281,10 @@ def main() -> int:
                     }
                 ).encode(),
             )
-        wait_stored(base, before + args.burst + 4)
+        wait_stored(base, before + args.burst + args.big_calls)
         child = writer_child(proc.pid) or child
         print(
-            f"\nburst of {args.burst} small calls ({args.clients} clients) + 4 calls of 4 MB, stored in "
+            f"\nburst of {args.burst} small calls ({args.clients} clients) + {args.big_calls} calls of 4 MB, stored in "
             f"{time.monotonic() - burst_began:.0f} s; writer child at rest {child_rest:.0f} MB, "
             f"right after {rss_mb(child):.0f} MB; daemon {rss_mb(proc.pid):.0f} MB"
         )

@@ -47,14 +47,17 @@ def release(db: Db | None, state: IngestState | None, analyzers: Sequence[object
     release_heap()
 
 
-def trim(state: IngestState | None, analyzers: Sequence[object], max_bytes: int = SETTLED_BYTES) -> None:
+def trim(state: IngestState | None, analyzers: Sequence[object], max_bytes: int | None = None) -> None:
     """Shrink what a burst filled to ``max_bytes`` per cache, keeping the latest sessions' entries,
     and give the heap back: run by the writer thread once its backlog drained, so the child does not
     hold a burst's bodies until the idle release (the caches' own bounds are for a burst's speed)."""
-    for analyzer in analyzers:
-        shrink = getattr(analyzer, "trim", None)
+    max_bytes = SETTLED_BYTES if max_bytes is None else max_bytes
+    for analyzer in analyzers:  # one that cannot shrink forgets its recent calls: they come back from the store
+        shrink, forget = getattr(analyzer, "trim", None), getattr(analyzer, "release", None)
         if callable(shrink):
             shrink(max_bytes)
+        elif callable(forget):
+            forget()
     if state is not None:
         state.bases.shrink(max_bytes)
         state.bodies.shrink(max_bytes)
