@@ -10,6 +10,7 @@ import time
 from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.web.calldetail import BodyCache
 from ctxscope.web.pool import ReadPool
+
 from support.factories import capture, make_exchange
 
 
