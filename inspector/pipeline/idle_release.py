@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 
-from ctxscope.inspector.analyses.diff import forget_counts
 from ctxscope.inspector.store import blobs
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
@@ -70,6 +69,8 @@ def release_reading() -> None:
     by the next count in ~0.2 s), the diff's remembered counts and the zstd dictionaries. The
     caller closes its idle connections first, then collects (one full collection holds the GIL
     ~35 ms in a daemon after big reads: once per idle spell) and gives the heap back."""
+    from ctxscope.inspector.analyses.diff import forget_counts  # readers only: the writer child never diffs
+
     forget_counts()
     blobs.forget_dictionaries()
     encoding.cache_clear()
