@@ -202,6 +202,7 @@ async def start_daemon(
                 max_decoded_bytes=cfg.limits.max_decoded_bytes,
                 max_spool_bytes=cfg.limits.max_spool_bytes,
                 spool_disk_reserve=cfg.limits.spool_disk_reserve,
+                idle_release=cfg.limits.idle_release,
             )
             await asyncio.to_thread(writer.start)
     except BaseException:
@@ -228,7 +229,14 @@ async def start_daemon(
     )
     app = create_proxy_app(forwarder, ca_folder=home_dir() / "ca")
     if web_ui:
-        add_web_routes(app, cfg.db, writer, cfg.remote_key if cfg.allow_remote else None, home=home_dir())
+        add_web_routes(
+            app,
+            cfg.db,
+            writer,
+            cfg.remote_key if cfg.allow_remote else None,
+            home=home_dir(),
+            idle_release=cfg.limits.idle_release,
+        )
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
     runner = make_runner(app, cfg.limits)

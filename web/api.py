@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ctxscope.inspector.pipeline.idle_release import release_reading
 from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.reading.titles import session_title
 from ctxscope.inspector.reading.transcript import transcript
@@ -40,7 +41,7 @@ from ctxscope.web.compute import Computations, ComputeFailed
 from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
-from ctxscope.web.pool import ReadPool
+from ctxscope.web.pool import RELEASE_AFTER, ReadPool
 from ctxscope.web.resend import curl_view, own_url
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
@@ -95,11 +96,20 @@ def _found(answer: Any, what: str) -> Any:
 class StoreAPI:
     """The store-backed handlers of one daemon's UI, with their read pool, body cache and live feed."""
 
-    def __init__(self, db_path: Path, writer: Writer | None, status: Callable[[], dict | None]):
-        self.pool = ReadPool(db_path, SegmentTexts)
+    def __init__(
+        self,
+        db_path: Path,
+        writer: Writer | None,
+        status: Callable[[], dict | None],
+        idle_release: float | None = None,
+    ):
+        self.bodies = BodyCache()  # emptied with the read pool when it goes idle (pool.py)
+        release_after = RELEASE_AFTER if idle_release is None else min(RELEASE_AFTER, idle_release)
+        self.pool = ReadPool(
+            db_path, SegmentTexts, release_after=release_after, on_release=[self.bodies.clear, release_reading]
+        )
         self.computations = Computations(Path(db_path))  # findings and advice: a child each (web/compute.py)
         self.writer = writer
-        self.bodies = BodyCache()
         self.hub = LiveHub(self.pool, status)
 
     async def answer(self, handler: Callable[[web.Request], Awaitable[Answer]], request: web.Request) -> Answer:

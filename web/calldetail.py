@@ -58,6 +58,12 @@ class BodyCache:
                 self._bytes -= len(old)
         return data
 
+    def clear(self) -> None:
+        """Forget every body (the read pool went idle: docs/architecture.md, "Memory")."""
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
 
 def _load(db: sqlite_utils.Database, call_id: str, kind: str, form: str) -> bytes | None:
     if kind == "request":

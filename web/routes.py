@@ -96,9 +96,15 @@ class WebUI:
     """The UI's handlers and state for one daemon; the store-backed ones are ``StoreAPI``'s."""
 
     def __init__(
-        self, db_path: Path, writer: Writer | None, remote_key: str | None = None, secret: bytes | None = None
+        self,
+        db_path: Path,
+        writer: Writer | None,
+        remote_key: str | None = None,
+        secret: bytes | None = None,
+        idle_release: float | None = None,
     ):
         self.db_path = db_path
+        self.idle_release = idle_release  # the read pool lets go after at most this (web/pool.py)
         self.writer = writer
         self.remote_key = remote_key  # remote mode: every route needs it (security.py)
         self.secret = secret  # the home's daemon secret, by which the launcher knows its daemon
@@ -119,7 +125,9 @@ class WebUI:
             async with self._loading:  # concurrent first requests wait for one load
                 if self._api is None:
                     module = await asyncio.to_thread(importlib.import_module, "ctxscope.web.api")
-                    self._api = module.StoreAPI(self.db_path, self.writer, lambda: writer_status(self.writer))
+                    self._api = module.StoreAPI(
+                        self.db_path, self.writer, lambda: writer_status(self.writer), self.idle_release
+                    )
         return self._api
 
     # -- every UI route goes through this: host check, errors as JSON, security headers ----
@@ -236,10 +244,12 @@ def add_web_routes(
     remote_key: str | None = None,
     *,
     home: Path | None = None,
+    idle_release: float | None = None,
 ) -> None:
     """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts);
     with ``remote_key`` (remote mode) every one of its routes needs that key. ``home``: the
-    owner-only folder whose daemon secret the status proves this daemon by."""
+    owner-only folder whose daemon secret the status proves this daemon by; ``idle_release``: the
+    read pool lets go of what reads built after at most this many idle seconds (``web/pool.py``)."""
     secret = None
     if home is not None:
         try:
@@ -248,7 +258,7 @@ def add_web_routes(
             log.error(
                 "cannot read or create the daemon secret in %s (%s): `ctxscope run` cannot use this daemon", home, exc
             )
-    ui = WebUI(Path(db_path), writer, remote_key, secret)
+    ui = WebUI(Path(db_path), writer, remote_key, secret, idle_release)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)
     routes: list[tuple[str, str, Handler]] = [

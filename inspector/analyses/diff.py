@@ -21,7 +21,14 @@ from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt, Segmen
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify, compare, policy_signature
 from ctxscope.vocab.kinds import RelationKind
 
-_COUNTER = TokenCounter(max_entries=20_000)
+_COUNTER = TokenCounter(max_entries=20_000)  # ~360 B a count: at most ~7 MB, emptied by forget_counts
+
+
+def forget_counts() -> None:
+    """Let go of the counts remembered so far (an idle reader: docs/architecture.md, "Memory")."""
+    _COUNTER.clear()
+
+
 _MISSING = object()
 _EXCERPT = 80
 _SIDE_KEYS = ("id", "session", "seq", "thread", "provider", "api", "model", "started_at", "relation", "pointer")

@@ -377,6 +377,12 @@ class BodyMemory:
             _, old = self._entries.popitem(last=False)
             self.bytes -= sum(len(b.raw) for b in old)
 
+    def shrink(self, max_bytes: int) -> None:
+        """Forget the least recent keys' bodies until at most ``max_bytes`` are held."""
+        while self._entries and self.bytes > max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self.bytes -= sum(len(b.raw) for b in old)
+
     def clear(self) -> None:
         self._entries.clear()
         self.bytes = 0

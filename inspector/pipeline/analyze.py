@@ -134,6 +134,10 @@ class Analyzer:
             self._analysed.popitem(last=False)
         return cols
 
+    def trim(self, max_bytes: int) -> None:
+        """A burst is over: keep at most ``max_bytes`` of recent calls (the least recent scopes go)."""
+        self.memory.shrink(max_bytes)
+
     def release(self) -> None:
         """Forget recent calls, counts and learned minimums (an idle writer): a session that comes
         back is rebuilt from the store, as after a restart (docs/architecture.md, "Memory")."""

@@ -125,6 +125,12 @@ class RecentMemory:
                 continue
             self.bytes -= sum(r.size for calls in self._scopes.pop(oldest).values() for r in calls)
 
+    def shrink(self, max_bytes: int) -> None:
+        """Forget the least recent scopes until at most ``max_bytes`` are held (a burst is over:
+        docs/architecture.md, "Memory"); a scope forgotten is loaded from the store when it returns."""
+        while self._scopes and self.bytes > max_bytes:
+            self.bytes -= sum(r.size for calls in self._scopes.popitem(last=False)[1].values() for r in calls)
+
     def clear(self) -> None:
         self._scopes.clear()
         self.bytes = 0

@@ -91,6 +91,12 @@ class BaseCache:
                     break
         return out
 
+    def shrink(self, max_bytes: int) -> None:
+        """Forget the least recent sessions' bases until at most ``max_bytes`` are held."""
+        while self._entries and self._bytes > max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= sum(len(b.data) for b in old)
+
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0

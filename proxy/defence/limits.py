@@ -30,6 +30,7 @@ class Limits:
     shutdown_grace: float = 60.0  # how long stopping waits for open calls before cutting them
     max_spool_bytes: int = 2**40  # a cap on the unstored bytes the spool holds; by default its disk decides
     spool_disk_reserve: int = 2**30  # the spool leaves this (or 5% of its disk) free; past it calls drop
+    idle_release: float = 60.0  # idle seconds before the writer child lets go of its caches (reads: 5 s at most)
 
     def with_values(self, values: dict[str, object]) -> Limits:
         """A copy with ``values`` (key -> number or text) applied; ValueError names the bad one."""

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from ctxscope.db_commands import capture_line
+from ctxscope.inspector.pipeline import idle_release
 from ctxscope.inspector.pipeline.idle_release import release
 from ctxscope.inspector.pipeline.search_index import WRITER_ANALYZERS, writer_analyzers
 from ctxscope.inspector.store.ingest import IngestState
@@ -311,3 +312,29 @@ async def test_calls_that_arrive_as_the_idle_child_goes_are_all_stored_in_one_ep
     assert len(children) > woken  # a new child after each time it slept (the even cycles' pauses may add more)
     epochs, _, starts = _epochs_and_starts(tmp_path / "r.db")
     assert len(epochs) == n and set(epochs) == {1} and starts == 1
+
+
+@pytest.mark.slow
+def test_calls_stored_after_a_trim_are_analysed_and_indexed_as_without_it(tmp_path, monkeypatch):
+    """The trim once a burst is stored (here down to nothing) costs the next calls a reload from the
+    store, never a different analysis or index."""
+    monkeypatch.setattr(idle_release, "SETTLED_BYTES", 0)
+    exchanges = traffic()
+    plain = store_in_process(tmp_path / "plain.db", exchanges, None)
+    analyzers = writer_analyzers()
+    writer = CaptureWriter(tmp_path / "trimmed.db", analyzers=analyzers, status_file=False)
+    writer.start()
+    half = len(exchanges) // 2
+    for ex in exchanges[:half]:
+        writer.submit(ex)
+    until(lambda: writer.stats().written == half, "the first calls to be stored")
+    assert analyzers[0].memory.bytes > 0
+    assert writer.release_memory(full=False).wait(30)
+    assert analyzers[0].memory.bytes == 0 and analyzers[0].memory.calls(("loop", None)) is None
+    for ex in exchanges[half:]:
+        writer.submit(ex)
+    assert writer.stop()
+    stats = writer.stats()
+    assert stats.written == len(exchanges) and stats.failed == stats.analysis_failed == 0, stats.last_error
+    assert stats.idle_releases == 0  # a trim is not the idle release: the child stays
+    assert stored(tmp_path / "trimmed.db") == plain

@@ -85,6 +85,7 @@ class ChildLoop:
         self.priority = priority
         self.quiet_after = quiet_after  # silence that means the proxy holds no calls: a pause
         self.idle_release = idle_release  # silence, everything stored, before the caches go
+        self._trimmed_at = 0  # calls received when the writer last shrank its caches (none at start)
         self.state = ChildState.WORKING
         self.heap_returned = True  # the heap went back to the system since the last work ("Memory")
         self._sent: Counters | None = None  # the last counters sent
@@ -182,6 +183,9 @@ class ChildLoop:
             return
         settled = item is None and deferred.settled()  # before the counters: they are then final
         if settled and not self.heap_returned:  # the heap goes back before the counters say all is stored
+            if deferred.received != self._trimmed_at:  # calls came: the burst's caches shrink first
+                self._trimmed_at = deferred.received
+                self.writer.release_memory(full=False).wait(RELEASE_WAIT)
             release_heap()
             self.heap_returned = True
         counters = Counters(deferred.stats(), deferred.received)

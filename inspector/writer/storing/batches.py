@@ -53,7 +53,8 @@ STOP_MARK: Final = _Stop.MARK  # queued by stop(): everything before it is store
 class Release:
     """Let go of the caches, if nothing else is queued (``release_memory``); ``done`` is set after."""
 
-    def __init__(self) -> None:
+    def __init__(self, full: bool = True) -> None:
+        self.full = full  # False: only shrink the caches to their settled size (``trim``)
         self.done = threading.Event()
 
 

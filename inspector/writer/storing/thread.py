@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctxscope.inspector.base import owner_only
-from ctxscope.inspector.pipeline.idle_release import release
+from ctxscope.inspector.pipeline.idle_release import release, trim
 from ctxscope.inspector.pipeline.search_text import SegmentTexts
 from ctxscope.inspector.store import db as store
 from ctxscope.inspector.store.db import Db
@@ -237,11 +237,12 @@ class CaptureWriter(BatchStoring):
                 f"the capture writer did not get to the deletion within {timeout:.0f}s ({self._last_error or 'busy'})"
             ) from None
 
-    def release_memory(self) -> threading.Event:
+    def release_memory(self, full: bool = True) -> threading.Event:
         """Let go of what the next calls can rebuild (caches, the token engine), in the writer thread
         after what is queued; skipped if calls are queued behind it (docs/architecture.md, "Memory").
-        The event is set once it is done or skipped (its count is in the counters by then)."""
-        request = Release()
+        ``full=False``: only shrink the caches to their settled size (a burst drained). The event is
+        set once it is done or skipped (its count is in the counters by then)."""
+        request = Release(full)
         self._queue.put(request)
         return request.done
 
@@ -285,7 +286,7 @@ class CaptureWriter(BatchStoring):
                             continue
                         if isinstance(item, Release):
                             try:
-                                self._release(db, state)
+                                self._release(db, state, item.full)
                             finally:
                                 item.done.set()
                             continue
@@ -307,12 +308,15 @@ class CaptureWriter(BatchStoring):
             self._ready.set()
             self._leave(db)
 
-    def _release(self, db: Db, state: IngestState | None) -> None:
+    def _release(self, db: Db, state: IngestState | None, full: bool = True) -> None:
         """Let go of the caches (``release_memory``), unless calls are queued behind the request:
         they need them. A failure costs only the memory it would have given back."""
         if not self._queue.empty():
             return
         try:
+            if not full:
+                trim(state, self.analyzers)
+                return
             release(db, state, self.analyzers)
         except Exception as e:
             log.warning("capture writer: letting go of its caches failed: %s", describe(e))
