@@ -119,7 +119,7 @@ def _old_har(calls: list[Exported], version: str, daemon_url: str | None) -> byt
 
 def _hostile_exchanges() -> list:
     huge = "é" * (CHUNK // 2 + 1) + "x" + "😀" * (CHUNK // 3)  # one line; characters across the chunk edges
-    text_like_ours = '"\\u0000' + "0" * 32 + ':0\\u0000" \x00' + "0" * 32 + ":1\x00 \u2028 \\ \" \t"
+    text_like_ours = '"\\u0000' + "0" * 32 + ':0\\u0000" \x00' + "0" * 32 + ':1\x00 \u2028 \\ " \t'
     request = json.dumps(anthropic_request([{"role": "user", "content": huge + text_like_ours}]), ensure_ascii=False)
     response = json.dumps(anthropic_response("squeezed — ✓")).encode()
     invalid = b'{"model": "claude-sonnet-4-5", "x": "\xff\xfe\xc3"}' + bytes(range(256)) * (CHUNK // 200)
