@@ -93,3 +93,4 @@ def test_the_daemons_har_download_streams_in_bounded_memory_even_to_a_slow_clien
         again = httpx2.get(f"{base}/_ctxscope/api/export.har", params={"s": "lone"}, timeout=60)
         assert again.status_code == 200 and len(json.loads(again.content)["log"]["entries"]) == 1
         assert sent > 95e6
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()  # a client that left is one line
