@@ -6,13 +6,20 @@ placeholders, a key inside a body), no key in the file, and a byte-exact import 
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import io
 import json
+import os
+import pty
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+import pytest
 from click.testing import CliRunner
 
 from ctxscope.inspector.share.exchanges import Exported, exchange_fields, exported_call
@@ -27,6 +34,7 @@ from support.factories import anthropic_request, anthropic_response, capture, ma
 
 BODY_KEY = "sk-ant-api03-STREAMKEY-abcdefghijklmnopqrstuvwxyz0123456789"
 DAEMON = "http://127.0.0.1:9"
+CTXSCOPE = Path(sys.executable).parent / "ctxscope"
 
 
 # -- the writer before streaming, kept as the reference ---------------------------------------------
@@ -203,3 +211,27 @@ def test_progress_is_shown_on_a_pipe_only_when_asked(tmp_path):
         cli, ["export", "hostile", "--db", str(path), "--format", "bundle", "-o", str(tmp_path / "b"), "--progress"]
     )
     assert asked.exit_code == 0 and "exporting: 3/3" in asked.stderr
+
+
+@pytest.mark.slow
+def test_progress_shows_on_a_terminal_and_not_with_no_progress(tmp_path):
+    """The installed command with its stderr on a pseudo-terminal, as a user runs it."""
+    path = tmp_path / "c.db"
+    capture(path, _hostile_exchanges()[4:]).close()
+
+    def stderr_on_a_terminal(*more: str) -> str:
+        leader, follower = pty.openpty()
+        args = [str(CTXSCOPE), "export", "hostile", "--db", str(path), "-o", str(tmp_path / "t.har"), *more]
+        done = subprocess.run(args, stderr=follower, stdout=subprocess.DEVNULL, timeout=60)
+        os.close(follower)
+        seen = b""
+        with contextlib.suppress(OSError):  # EIO once everything written is read
+            while chunk := os.read(leader, 4096):
+                seen += chunk
+        os.close(leader)
+        assert done.returncode == 0, seen
+        return seen.decode(errors="replace")
+
+    shown = stderr_on_a_terminal()
+    assert "exporting" in shown and "3/3" in shown
+    assert "exporting" not in stderr_on_a_terminal("--no-progress")
