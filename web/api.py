@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from ctxscope.web import security
 from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
 from ctxscope.web.compute import Computations, ComputeFailed
 from ctxscope.web.diffview import call_diff, with_break_cause
+from ctxscope.web.export import HarExports
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import RELEASE_AFTER, ReadPool
@@ -87,6 +89,14 @@ def _own_url(request: web.Request) -> str:
     return url
 
 
+def _version() -> str:
+    """ctxscope's version, for the HAR's creator (the web package does not import the CLI's root)."""
+    try:
+        return metadata.version("ctxscope")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _found(answer: Any, what: str) -> Any:
     if answer is None:
         raise web.HTTPNotFound(text=what)
@@ -111,6 +121,7 @@ class StoreAPI:
         self.computations = Computations(Path(db_path))  # findings and advice: a child each (web/compute.py)
         self.writer = writer
         self.hub = LiveHub(self.pool, status)
+        self.exports = HarExports(Path(db_path), SegmentTexts, _version())
 
     async def answer(self, handler: Callable[[web.Request], Awaitable[Answer]], request: web.Request) -> Answer:
         """``handler``'s answer, with the store's own failures said as HTTP errors."""
@@ -196,6 +207,15 @@ class StoreAPI:
         resp.headers[headers.BODY] = "exact" if exact else f"{body.form}; keys masked" if body.masked else body.form
         resp.headers["Cache-Control"] = "no-store"
         return resp
+
+    async def export_har(self, request: web.Request) -> Answer:
+        """The session's HAR as a download, streamed (``web/export.py``); bodies masked as the CLI's."""
+        session = request.query.get("s", "")
+        if not session:
+            raise web.HTTPBadRequest(text="missing s")
+        full = _found(await self.pool.run(resolve_session, session), f"no session {session!r}")
+        name = "".join(ch for ch in full if ch.isalnum() or ch in "-_")[:80] or "session"
+        return await self.exports.stream(request, full, _own_url(request), name)
 
     async def diff(self, request: web.Request) -> Answer:
         call_id = request.query.get("id", "")

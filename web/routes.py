@@ -18,6 +18,7 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/call?id=               one call: row, parsed request, final response
   /_ctxscope/api/raw?id=&kind=request|response&form=decoded|wire&offset=&length=
   /_ctxscope/api/raw.bin?id=&kind=&form=&exact=  the body as a download (exact=1: the exact bytes)
+  /_ctxscope/api/export.har?s=          the session's HAR as a download, streamed (web/export.py)
   /_ctxscope/api/diff?id=&base=         call vs its predecessor (or ``base``)
   /_ctxscope/api/events                 Server-Sent Events: new calls, status
   /_ctxscope/api/vocabulary             the word lists of ctxscope.vocab (web/vocabulary.py)
@@ -275,6 +276,7 @@ def add_web_routes(
         ("GET", f"{API}/call", ui.from_store(lambda api: api.call)),
         ("GET", f"{API}/raw", ui.from_store(lambda api: api.raw)),
         ("GET", f"{API}/raw.bin", ui.from_store(lambda api: api.raw_bin)),
+        ("GET", f"{API}/export.har", ui.from_store(lambda api: api.export_har)),
         ("GET", f"{API}/diff", ui.from_store(lambda api: api.diff)),
         ("GET", f"{API}/events", ui.from_store(lambda api: api.events)),
         ("GET", f"{API}/search", ui.from_store(lambda api: api.search)),

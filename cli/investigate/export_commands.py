@@ -98,15 +98,23 @@ def curl(
     click.echo(cmd.text, nl=False)
 
 
-def _progress(items: Iterable[T], length: int, label: str, quiet: bool) -> Iterator[T]:
-    """``items`` with a progress bar on a terminal's stderr (big sessions take a while)."""
+def _progress(items: Iterable[T], length: int, label: str, shown: bool | None) -> Iterator[T]:
+    """``items`` with their count on stderr (big sessions take a while): a bar on a terminal, or
+    with ``shown`` True a line per tenth on a pipe; nothing when ``shown`` is False, or None on a pipe."""
     import sys
 
-    if quiet or not sys.stderr.isatty():
+    if shown is False or (shown is None and not sys.stderr.isatty()):
         yield from items
         return
-    with click.progressbar(items, length=length, label=label, file=sys.stderr) as bar:
-        yield from bar
+    if sys.stderr.isatty():
+        with click.progressbar(items, length=length, label=label, file=sys.stderr, show_pos=True) as bar:
+            yield from bar
+        return
+    step = max(1, length // 10)
+    for done, item in enumerate(items, 1):
+        yield item
+        if done % step == 0 or done == length:
+            click.echo(f"{label}: {done}/{length}", err=True)
 
 
 @click.command("export", context_settings=CONTEXT)
@@ -141,6 +149,11 @@ def _progress(items: Iterable[T], length: int, label: str, quiet: bool) -> Itera
     help="With --otlp: a header the collector wants (repeatable).",
 )
 @click.option("--content", is_flag=True, help="With --otlp: also send prompts and answers (keys masked).")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Calls written so far on stderr (default: on a terminal only, and not with --json).",
+)
 @daemon_option
 @json_option
 def export_session(
@@ -152,14 +165,13 @@ def export_session(
     since: str | None,
     headers: tuple[str, ...],
     content: bool,
+    progress: bool | None,
     daemon: str | None,
     as_json: bool,
 ) -> None:
     """Write SESSION's calls (an id or a unique prefix) to a file another ctxscope, DevTools or
     mitmproxy can open, or with --otlp URL send stored calls to an OpenTelemetry collector. Keys never
     go in: headers were redacted when captured, and key-like values in the bodies are masked."""
-    import json
-
     if otlp_url:
         if output is not None:
             raise click.UsageError("--otlp sends spans to a collector: it writes no file (drop -o)")
@@ -184,8 +196,9 @@ def export_session(
 
     from ctxscope.inspector.share.bundle import write_bundle
     from ctxscope.inspector.share.exchanges import exported_call
-    from ctxscope.inspector.share.har import har_entry, har_log
+    from ctxscope.inspector.share.har_writer import write_har
     from ctxscope.inspector.store.analysis_rows import call_ids
+    from ctxscope.vocab.heap import release_heap
 
     from .. import __version__
 
@@ -196,15 +209,18 @@ def export_session(
     tmp = output.with_name(output.name + ".part")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # captures are private: so is the export
     os.close(fd)
+    shown = False if as_json and progress is None else progress
+
+    def drain(written: Iterator[str]) -> None:
+        for _ in _progress(written, len(ids), "exporting", shown):
+            release_heap()  # a call's buffers back to the system, not kept as a fragmented heap
+
     try:
         if fmt == "bundle":
-            header = {"session": full, "calls": len(ids), "ctxscope": __version__}
-            for _ in _progress(write_bundle(tmp, calls, header), len(ids), "exporting", as_json):
-                pass
-        else:
-            daemon_url = daemon_address(daemon).url
-            entries = [har_entry(e, daemon_url) for e in _progress(calls, len(ids), "exporting", as_json)]
-            tmp.write_text(json.dumps(har_log(entries, __version__), ensure_ascii=False, indent=1), encoding="utf-8")
+            drain(write_bundle(tmp, calls, {"session": full, "calls": len(ids), "ctxscope": __version__}))
+        else:  # one entry at a time (share/har_writer.py)
+            with open(tmp, "wb") as out:
+                drain(write_har(out, calls, __version__, daemon_url=daemon_address(daemon).url))
         os.replace(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
@@ -276,7 +292,7 @@ def import_file(file: Path, db_path: Path | None, label: str | None, max_size: s
     prices = prices_path()
     analyzers = writer_analyzers(str(prices) if prices else None)
     stored = skipped = failed = 0
-    for item in _progress(import_calls(path, calls, analyzers), len(calls), "importing", as_json):
+    for item in _progress(import_calls(path, calls, analyzers), len(calls), "importing", False if as_json else None):
         stored += item.stored
         skipped += not item.stored
         failed += bool(item.analysis_errors)

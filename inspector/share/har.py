@@ -11,10 +11,12 @@ times, outcome), so a round trip reproduces the analysis.
 from __future__ import annotations
 
 import base64
+import codecs
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from ctxscope.inspector.share.curl import NoRoute, daemon_route, needs_daemon
@@ -47,22 +49,45 @@ def _header(pairs: Iterable[tuple[str, str]], name: str) -> str | None:
     return next((v for k, v in pairs if k.lower() == name), None)
 
 
-def _content(wire: bytes, encoding: str | None, decoded_already: bool) -> dict:
+class BodyText(Protocol):
+    """What a body's ``text`` field holds: the text itself (``inline_text``), or a placeholder the
+    streaming writer fills in chunks (``share/har_writer.py``). ``as_base64``: the bytes in base64,
+    else the bytes decoded as UTF-8 (known valid)."""
+
+    def __call__(self, data: bytes, as_base64: bool) -> str: ...
+
+
+def inline_text(data: bytes, as_base64: bool) -> str:
+    return base64.b64encode(data).decode() if as_base64 else data.decode("utf-8")
+
+
+def is_utf8(data: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether ``data`` is UTF-8, checked a chunk at a time (no str of a whole big body)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, len(data), chunk):
+            decoder.decode(data[start : start + chunk])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _content(wire: bytes, encoding: str | None, decoded_already: bool, text: BodyText) -> dict:
     """``text`` (decoded, as HAR wants; base64 when not UTF-8), and ``_wire`` when the bytes sent differ."""
-    data, wire_field = wire, None
+    data, compressed = wire, False
     if encoding and not decoded_already and wire:
         try:
-            data = decode_body(wire, encoding, allow_truncated=True)
-            wire_field = base64.b64encode(wire).decode()
+            data, compressed = decode_body(wire, encoding, allow_truncated=True), True
         except BodyDecodeError:
             data = wire  # undecodable: the bytes as they are
     out: dict[str, Any] = {"size": len(data)}
-    try:
-        out["text"] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        out["text"], out["encoding"] = base64.b64encode(data).decode(), "base64"
-    if wire_field is not None and data != wire:
-        out["_wire"] = wire_field
+    if is_utf8(data):
+        out["text"] = text(data, False)
+    else:
+        out["text"], out["encoding"] = text(data, True), "base64"
+    if compressed and data != wire:
+        out["_wire"] = text(wire, True)
     return out
 
 
@@ -85,14 +110,15 @@ def _base(ex: Exchange, daemon_url: str | None) -> str:
     return ex.upstream.rstrip("/")
 
 
-def har_entry(e: Exported, daemon_url: str | None = None) -> dict:
-    """One call as a HAR entry; ``daemon_url``: the daemon a simulator call is named through."""
+def har_entry(e: Exported, daemon_url: str | None = None, text: BodyText = inline_text) -> dict:
+    """One call as a HAR entry; ``daemon_url``: the daemon a simulator call is named through;
+    ``text``: what the bodies' text fields hold (``BodyText``)."""
     ex = e.exchange
     url = _base(ex, daemon_url) + ex.path + ("?" + ex.query if ex.query else "")
     total = max(0.0, (ex.ended_at - ex.started_at) * 1000.0)
     wait = max(0.0, ((ex.first_byte_at or ex.ended_at) - ex.started_at) * 1000.0)
-    req = _content(ex.request_body, ex.header("content-encoding"), e.request_decoded)
-    resp = _content(ex.response_body, ex.header("content-encoding", response=True), e.response_decoded)
+    req = _content(ex.request_body, ex.header("content-encoding"), e.request_decoded, text)
+    resp = _content(ex.response_body, ex.header("content-encoding", response=True), e.response_decoded, text)
     post: dict[str, Any] = {"mimeType": ex.header("content-type") or "", "text": req["text"]}
     if req.get("encoding"):
         post["_encoding"] = "base64"
@@ -112,7 +138,7 @@ def har_entry(e: Exported, daemon_url: str | None = None) -> dict:
         request["postData"] = post
     resp["mimeType"] = ex.header("content-type", response=True) or ""
     status = ex.status or 0
-    fields = exchange_fields(ex)
+    fields = exchange_fields(replace(ex, request_body=b"", response_body=b""))  # (no base64 of the bodies)
     for key in ("request_body", "response_body", "request_headers", "response_headers", "method", "status"):
         fields.pop(key)  # in the HAR fields already
     return {
