@@ -1,7 +1,7 @@
 """A body's outline for the call page's first load, and one node of it by JSON pointer, paged.
 
-A 4M-token prompt is 16 MB of JSON: the page never gets it whole (docs/architecture.md, "The
-pages load structure first"). The outline is the body itself with every long string cut to a
+A 4M-token prompt is 16 MB of JSON: the page never gets it whole (docs/architecture.md, "A session
+opens where its story is"). The outline is the body itself with every long string cut to a
 short preview (its full size in ``texts``) and the middle of every long list left out (its place
 in ``folds``): a top-level message list keeps the head and tail the page shows unfolded, any
 other list its first ``LIST_KEEP`` items. ``node`` then answers one pointer: a string's
