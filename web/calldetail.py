@@ -27,7 +27,7 @@ from ctxscope.inspector.share.bodies import BodyExport, export_body
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import neighbours
-from ctxscope.proxy.redaction.mask import mask_key_bytes
+from ctxscope.proxy.redaction.mask import mask_key_bytes, mask_keys_in
 from ctxscope.vocab.kinds import RelationKind
 from ctxscope.web import bodytree
 from ctxscope.web.fields import ANALYSIS_COLUMNS, client_name, normalise_call
@@ -89,13 +89,13 @@ def _thread_role(db: sqlite_utils.Database, row: dict) -> None:
     row["parent_thread"] = role["parent_thread"] if role else row.get("parent_thread")
 
 
-def _changed_region(db: sqlite_utils.Database, row: dict, request: object) -> dict | None:
+def _changed_region(db: sqlite_utils.Database, cache: BodyCache, row: dict, request: object) -> dict | None:
     """A break's changed region against the predecessor: the first change at the analysed pointer
     (or the nearest node above it both bodies have), cut to a window (``jsondiff.window``)."""
     pointer, pred = row.get("pointer"), row.get("predecessor")
     if row.get("relation") != RelationKind.DIVERGED or not isinstance(pointer, str) or not pred or request is None:
         return None
-    old = q.get_request_json(db, pred)
+    old = _masked_request(db, cache, pred)
     if old is None:
         return None
     while True:
@@ -109,7 +109,24 @@ def _changed_region(db: sqlite_utils.Database, row: dict, request: object) -> di
     return first_change(old_value, new_value, pointer)
 
 
-def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
+def _masked_request(db: sqlite_utils.Database, cache: BodyCache, call_id: str) -> object:
+    """The parsed request with every key masked before anything is cut from it: a preview or a page
+    never ends inside a key, and the outline's sizes are the pages' (``node`` reads it the same way)."""
+    data = cache.get(db, call_id, "request", "decoded")  # keys masked length for length
+    try:
+        return mask_keys_in(json.loads(data)) if data else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def _masked_response(db: sqlite_utils.Database, call_id: str) -> object:
+    try:
+        return mask_keys_in(q.get_final_response(db, call_id))
+    except (ValueError, KeyError):
+        return None
+
+
+def call_detail(db: sqlite_utils.Database, call_id: str, cache: BodyCache | None = None) -> dict | None:
     """Everything the call page shows except raw bytes; None for an unknown id."""
     row = q.get_call(db, call_id)
     if row is None:
@@ -130,14 +147,11 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if size > MAX_STRUCTURED:
         note = f"request body is {size} bytes: shown raw only"
     else:
-        request = q.get_request_json(db, row["id"])
+        request = _masked_request(db, cache or BodyCache(0), row["id"])
         if request is None and size:
             note = "request body is not JSON (or could not be decoded): see the raw bytes"
-    try:
-        response = q.get_final_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
-    except (ValueError, KeyError):
-        response = None
-    region = _changed_region(db, row, request)
+    response = _masked_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
+    region = _changed_region(db, cache or BodyCache(0), row, request)
     req_outline = bodytree.outline(request) if request is not None else None
     resp_outline = bodytree.outline(response) if response is not None else None
     del request, response  # the whole bodies go no further than their outlines
@@ -176,18 +190,7 @@ def body_node(
     full = q.resolve_call_id(db, call_id)
     if full is None:
         return None
-    body: object = None
-    if kind == "request":
-        data = cache.get(db, full, "request", "decoded")
-        try:
-            body = json.loads(data) if data else None
-        except (ValueError, RecursionError):
-            body = None
-    else:
-        try:
-            body = q.get_final_response(db, full)
-        except (ValueError, KeyError):
-            body = None
+    body = _masked_request(db, cache, full) if kind == "request" else _masked_response(db, full)
     if body is None:
         raise bodytree.NoNode(f"the {kind} of this call is not JSON: see the raw bytes")
     return bodytree.node(body, pointer, offset, limit, start)

@@ -20,6 +20,7 @@ from ctxscope.inspector.reading.calldiff import diff_calls
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import diff_base
+from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.vocab.kinds import MarkerKind, RelationKind
 from ctxscope.web.fields import normalise_call
 from ctxscope.web.jsondiff import BUDGET_CHARS, diff_bodies
@@ -70,8 +71,9 @@ def call_diff(
             "reason": "this call has no predecessor" if not old_id else f"no call {old_id!r}",
         }
     old_side = _side(db, old_full, cols)
-    old_body = q.get_request_json(db, old_full)
-    new_body = q.get_request_json(db, new_full)
+    # keys masked before the changes are cut to their windows, so no window ends inside a key
+    old_body = mask_keys_in(q.get_request_json(db, old_full))
+    new_body = mask_keys_in(q.get_request_json(db, new_full))
     if old_body is None or new_body is None:
         return {
             "old": old_side,

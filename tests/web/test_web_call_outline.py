@@ -14,7 +14,8 @@ import pytest
 from ctxscope.inspector.store.queries import open_db
 
 from support.big_calls import HOSTILE, big_session
-from support.web_fixtures import start_web_daemon
+from support.factories import T0, analysed, anthropic_request, make_exchange
+from support.web_fixtures import KEY, start_web_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +135,32 @@ def test_the_diff_sends_changed_regions_and_the_identical_text_by_pointer(big):
     status, one = _json(web, f"/_ctxscope/api/diff?id={ids[1]}&change={changes.index(edit)}")
     assert status == 200 and one["diff"]["changes"] == [edit]
     assert _json(web, f"/_ctxscope/api/diff?id={ids[1]}&change=9999")[0] == 404
+
+
+def test_no_preview_page_or_window_ends_inside_a_key(tmp_path):
+    """A key in a long text, placed so the preview (300), a page (295) and the diff's window (300
+    before the change) all cut through it: masked whole before anything is cut."""
+    text = "a " * 145 + KEY + " b" * 1000
+    edited = text[:600] + "CHANGED" + text[600:]
+    system = "You are a coding agent. " * 400  # a shared prefix: the edit is a break, not a new start
+    bodies = [anthropic_request([{"role": "user", "content": t}], system=system) for t in (text, edited)]
+    exchanges = [make_exchange(request=b, session_label="keys", started_at=T0 + n) for n, b in enumerate(bodies)]
+    db, _ = analysed(tmp_path / "captures.db", exchanges)
+    ids = [r["id"] for r in db.query("SELECT id FROM calls ORDER BY seq")]
+    db.conn.close()
+    web = start_web_daemon(tmp_path)
+    try:
+        secret = KEY[-16:]
+        answers = [_get(web, f"/_ctxscope/api/call?id={ids[1]}")[1], _get(web, f"/_ctxscope/api/diff?id={ids[1]}")[1]]
+        offset = 0
+        while offset is not None:
+            status, page = _node(web, ids[1], "/messages/0/content", offset=offset, limit=295)
+            assert status == 200
+            answers.append(page["text"].encode())
+            offset = page["next_offset"]
+        assert not [a for a in answers if secret.encode() in a or secret[:8].encode() in a]
+        detail = json.loads(answers[0])
+        assert detail["call"]["relation"] == "DIVERGED", (detail["call"]["relation"], detail["call"]["pointer"])
+        assert detail["changed_region"]["head_chars"] > 0 and "CHANGED" in detail["changed_region"]["new"]
+    finally:
+        web.stop()
