@@ -159,7 +159,7 @@ class StoreAPI:
 
     async def call(self, request: web.Request) -> Answer:
         call_id = request.query.get("id", "")
-        return _found(await self.read(call_detail, call_id, self.bodies) if call_id else None, f"no call {call_id!r}")
+        return _found(await self.read(call_detail, call_id) if call_id else None, f"no call {call_id!r}")
 
     async def node(self, request: web.Request) -> Answer:
         """One node of a call's request or response by JSON pointer: a page of text, a slice of a
@@ -170,7 +170,7 @@ class StoreAPI:
         limit = _int(request, "limit", PAGE_CHARS) or PAGE_CHARS
         start = _int(request, "from", None)
         try:
-            result = await self.read(body_node, self.bodies, call_id, kind, pointer, offset, limit, start)
+            result = await self.read(body_node, call_id, kind, pointer, offset, limit, start)
         except BadPointer as exc:
             raise web.HTTPBadRequest(text=str(exc)) from None
         except NoNode as exc:

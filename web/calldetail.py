@@ -10,13 +10,13 @@ delta chain once and kept in a small LRU so paging through it is cheap.
 
 Keys a client put inside a body are stored with it (bodies are byte-exact). The cache holds the
 body with them masked length for length, before any range is cut, so a key across a range
-boundary is masked too and offsets stay the stored body's. The structured views are masked by
-the routes (``routes.WebUI.read``); a download masks unless the exact bytes are asked for.
+boundary is masked too and offsets stay the stored body's. The outlines and nodes are cut from
+a parsed body masked whole first, for the same reason; a download masks unless the exact bytes
+are asked for.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 
@@ -89,13 +89,13 @@ def _thread_role(db: sqlite_utils.Database, row: dict) -> None:
     row["parent_thread"] = role["parent_thread"] if role else row.get("parent_thread")
 
 
-def _changed_region(db: sqlite_utils.Database, cache: BodyCache, row: dict, request: object) -> dict | None:
+def _changed_region(db: sqlite_utils.Database, row: dict, request: object) -> dict | None:
     """A break's changed region against the predecessor: the first change at the analysed pointer
     (or the nearest node above it both bodies have), cut to a window (``jsondiff.window``)."""
     pointer, pred = row.get("pointer"), row.get("predecessor")
     if row.get("relation") != RelationKind.DIVERGED or not isinstance(pointer, str) or not pred or request is None:
         return None
-    old = _masked_request(db, cache, pred)
+    old = _masked_request(db, pred)
     if old is None:
         return None
     while True:
@@ -109,14 +109,10 @@ def _changed_region(db: sqlite_utils.Database, cache: BodyCache, row: dict, requ
     return first_change(old_value, new_value, pointer)
 
 
-def _masked_request(db: sqlite_utils.Database, cache: BodyCache, call_id: str) -> object:
+def _masked_request(db: sqlite_utils.Database, call_id: str) -> object:
     """The parsed request with every key masked before anything is cut from it: a preview or a page
     never ends inside a key, and the outline's sizes are the pages' (``node`` reads it the same way)."""
-    data = cache.get(db, call_id, "request", "decoded")  # keys masked length for length
-    try:
-        return mask_keys_in(json.loads(data)) if data else None
-    except (ValueError, RecursionError):
-        return None
+    return mask_keys_in(q.get_request_json(db, call_id))
 
 
 def _masked_response(db: sqlite_utils.Database, call_id: str) -> object:
@@ -126,7 +122,7 @@ def _masked_response(db: sqlite_utils.Database, call_id: str) -> object:
         return None
 
 
-def call_detail(db: sqlite_utils.Database, call_id: str, cache: BodyCache | None = None) -> dict | None:
+def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     """Everything the call page shows except raw bytes; None for an unknown id."""
     row = q.get_call(db, call_id)
     if row is None:
@@ -147,11 +143,11 @@ def call_detail(db: sqlite_utils.Database, call_id: str, cache: BodyCache | None
     if size > MAX_STRUCTURED:
         note = f"request body is {size} bytes: shown raw only"
     else:
-        request = _masked_request(db, cache or BodyCache(0), row["id"])
+        request = _masked_request(db, row["id"])
         if request is None and size:
             note = "request body is not JSON (or could not be decoded): see the raw bytes"
     response = _masked_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
-    region = _changed_region(db, cache or BodyCache(0), row, request)
+    region = _changed_region(db, row, request)
     req_outline = bodytree.outline(request) if request is not None else None
     resp_outline = bodytree.outline(response) if response is not None else None
     del request, response  # the whole bodies go no further than their outlines
@@ -176,7 +172,6 @@ def call_detail(db: sqlite_utils.Database, call_id: str, cache: BodyCache | None
 
 def body_node(
     db: sqlite_utils.Database,
-    cache: BodyCache,
     call_id: str,
     kind: str,
     pointer: str,
@@ -184,13 +179,13 @@ def body_node(
     limit: int,
     start: int | None,
 ) -> dict | None:
-    """One node of a call's request (masked, from ``cache``) or final response; None for an unknown call.
+    """One node of a call's request or final response, keys masked; None for an unknown call.
 
     ``bodytree.BadPointer`` / ``bodytree.NoNode`` for a pointer that is malformed or names nothing."""
     full = q.resolve_call_id(db, call_id)
     if full is None:
         return None
-    body = _masked_request(db, cache, full) if kind == "request" else _masked_response(db, full)
+    body = _masked_request(db, full) if kind == "request" else _masked_response(db, full)
     if body is None:
         raise bodytree.NoNode(f"the {kind} of this call is not JSON: see the raw bytes")
     return bodytree.node(body, pointer, offset, limit, start)
