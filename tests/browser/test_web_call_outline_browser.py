@@ -45,7 +45,7 @@ def test_the_call_page_of_a_4mb_prompt_fetches_under_1mb_and_loads_blocks_when_o
     page = wide
     responses = _fetched(page)
     page.goto(f"{web.url}/#/call/{call_id}")
-    expect(page.locator("#app[data-ready='1'] .reqview")).to_be_visible()
+    expect(page.locator("#app[data-ready='1'] .reqview")).to_be_visible(timeout=30_000)
     expect(page.locator("pre.text[data-remote='1'][data-loaded='head']").first).to_be_attached()  # first screens
     page.wait_for_timeout(500)
     fetched = sum(len(r.body()) for r in responses if r.ok)
@@ -67,7 +67,7 @@ def test_the_call_page_of_a_4mb_prompt_fetches_under_1mb_and_loads_blocks_when_o
     before = len(responses)
     page.locator("#first-diff-btn").click()  # deep in the folded middle: found, loaded, marked
     changed = page.locator("pre.text[data-changed='1']")
-    expect(changed.locator("mark.ins")).to_contain_text("EDITED BY THE CLIENT")
+    expect(changed.locator("mark.ins")).to_contain_text("EDITED BY THE CLIENT", timeout=15_000)
     expect(changed).to_contain_text("identical chars")
     assert not [r for r in responses[before:] if "/api/diff" in r.url]  # the call API sent the region
 
@@ -77,7 +77,8 @@ def test_the_diff_page_of_two_4mb_prompts_loads_identical_text_on_demand(big, wi
     page = wide
     responses = _fetched(page)
     page.goto(f"{web.url}/#/diff/{call_id}")
-    expect(page.locator("#first-diff mark.ins")).to_contain_text("EDITED BY THE CLIENT")
+    # two 4 MB bodies walked: about 0.5 s of CPU, longer on a shared, busy machine
+    expect(page.locator("#first-diff mark.ins")).to_contain_text("EDITED BY THE CLIENT", timeout=30_000)
     fetched = sum(len(r.body()) for r in responses if r.ok and "/api/" in r.url)
     assert fetched < 256 * 1024, fetched
     head = page.locator("#first-diff button[data-identical='head']").first
