@@ -37,7 +37,8 @@ from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.vocab import headers
 from ctxscope.web import security
-from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, call_detail, raw_bytes, raw_range
+from ctxscope.web.bodytree import PAGE_CHARS, BadPointer, NoNode
+from ctxscope.web.calldetail import RANGE_DEFAULT, BodyCache, body_node, call_detail, raw_bytes, raw_range
 from ctxscope.web.compute import Computations, ComputeFailed
 from ctxscope.web.diffview import call_diff, with_break_cause
 from ctxscope.web.export import HarExports
@@ -181,6 +182,22 @@ class StoreAPI:
         call_id = request.query.get("id", "")
         return _found(await self.read(call_detail, call_id) if call_id else None, f"no call {call_id!r}")
 
+    async def node(self, request: web.Request) -> Answer:
+        """One node of a call's request or response by JSON pointer: a page of text, a slice of a
+        list, or a container's outline (``bodytree.node``); 400 for a malformed pointer, 404 for none."""
+        call_id, kind, _form = self._body_args(request)
+        pointer = request.query.get("ptr", "")
+        offset = _int(request, "offset", 0) or 0
+        limit = _int(request, "limit", PAGE_CHARS) or PAGE_CHARS
+        start = _int(request, "from", None)
+        try:
+            result = await self.read(body_node, call_id, kind, pointer, offset, limit, start)
+        except BadPointer as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        except NoNode as exc:
+            raise web.HTTPNotFound(text=str(exc)) from None
+        return _found(result, f"no call {call_id!r}")
+
     def _body_args(self, request: web.Request) -> tuple[str, str, str]:
         kind = request.query.get("kind", "request")
         form = request.query.get("form", "decoded")
@@ -220,7 +237,15 @@ class StoreAPI:
     async def diff(self, request: web.Request) -> Answer:
         call_id = request.query.get("id", "")
         base = request.query.get("base") or None
-        result = await self.read(lambda db: with_break_cause(db, call_diff(db, call_id, base))) if call_id else None
+        change = _int(request, "change", None)  # one change the whole answer left deferred
+        try:
+            result = (
+                await self.read(lambda db: with_break_cause(db, call_diff(db, call_id, base, change)))
+                if call_id
+                else None
+            )
+        except IndexError as exc:
+            raise web.HTTPNotFound(text=str(exc)) from None
         return _found(result, f"no call {call_id!r}")
 
     async def search(self, request: web.Request) -> Answer:

@@ -1,4 +1,8 @@
-"""The call page's data: the row, the parsed request and final response, and raw bytes in ranges.
+"""The call page's data: the row, the outlines of the request and final response, one node of
+either by pointer (``body_node``), and raw bytes in ranges.
+
+The outlines (``bodytree.py``) carry the structure and short previews, never whole bodies, so the
+first load of a 4M-token call stays under 1 MB; a block's text comes by pointer when the page opens it.
 
 Raw bodies can be many megabytes, so the page never gets them whole: it asks for ranges (the UI
 loads 64 KiB at a time and keeps only what the user scrolled to). A body is rebuilt from its
@@ -6,8 +10,9 @@ delta chain once and kept in a small LRU so paging through it is cheap.
 
 Keys a client put inside a body are stored with it (bodies are byte-exact). The cache holds the
 body with them masked length for length, before any range is cut, so a key across a range
-boundary is masked too and offsets stay the stored body's. The structured views are masked by
-the routes (``routes.WebUI.read``); a download masks unless the exact bytes are asked for.
+boundary is masked too and offsets stay the stored body's. The outlines and nodes are cut from
+a parsed body masked whole first, for the same reason; a download masks unless the exact bytes
+are asked for.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from ctxscope.inspector.share.bodies import BodyExport, export_body
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import neighbours
-from ctxscope.proxy.redaction.mask import mask_key_bytes
+from ctxscope.proxy.redaction.mask import mask_key_bytes, mask_keys_in
+from ctxscope.vocab.kinds import RelationKind
+from ctxscope.web import bodytree
 from ctxscope.web.fields import ANALYSIS_COLUMNS, client_name, normalise_call
+from ctxscope.web.jsondiff import first_change
 
 MAX_STRUCTURED = 32 * 2**20  # bigger request bodies are shown raw only
 RANGE_DEFAULT = 64 * 1024
@@ -87,6 +95,39 @@ def _thread_role(db: sqlite_utils.Database, row: dict) -> None:
     row["parent_thread"] = role["parent_thread"] if role else row.get("parent_thread")
 
 
+def _changed_region(db: sqlite_utils.Database, row: dict, request: object) -> dict | None:
+    """A break's changed region against the predecessor: the first change at the analysed pointer
+    (or the nearest node above it both bodies have), cut to a window (``jsondiff.window``)."""
+    pointer, pred = row.get("pointer"), row.get("predecessor")
+    if row.get("relation") != RelationKind.DIVERGED or not isinstance(pointer, str) or not pred or request is None:
+        return None
+    old = _masked_request(db, pred)
+    if old is None:
+        return None
+    while True:
+        try:
+            new_value, old_value = bodytree.resolve(request, pointer), bodytree.resolve(old, pointer)
+            break
+        except (bodytree.BadPointer, bodytree.NoNode):
+            if not pointer:
+                return None
+            pointer = pointer.rsplit("/", 1)[0]
+    return first_change(old_value, new_value, pointer)
+
+
+def _masked_request(db: sqlite_utils.Database, call_id: str) -> object:
+    """The parsed request with every key masked before anything is cut from it: a preview or a page
+    never ends inside a key, and the outline's sizes are the pages' (``node`` reads it the same way)."""
+    return mask_keys_in(q.get_request_json(db, call_id))
+
+
+def _masked_response(db: sqlite_utils.Database, call_id: str) -> object:
+    try:
+        return mask_keys_in(q.get_final_response(db, call_id))
+    except (ValueError, KeyError):
+        return None
+
+
 def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     """Everything the call page shows except raw bytes; None for an unknown id."""
     row = q.get_call(db, call_id)
@@ -108,13 +149,14 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     if size > MAX_STRUCTURED:
         note = f"request body is {size} bytes: shown raw only"
     else:
-        request = q.get_request_json(db, row["id"])
+        request = _masked_request(db, row["id"])
         if request is None and size:
             note = "request body is not JSON (or could not be decoded): see the raw bytes"
-    try:
-        response = q.get_final_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
-    except (ValueError, KeyError):
-        response = None
+    response = _masked_response(db, row["id"]) if (row.get("response_bytes") or 0) <= MAX_STRUCTURED else None
+    region = _changed_region(db, row, request)
+    req_outline = bodytree.outline(request) if request is not None else None
+    resp_outline = bodytree.outline(response) if response is not None else None
+    del request, response  # the whole bodies go no further than their outlines
     nav = _neighbours(db, row)
     predecessor = (
         row.get("predecessor") if row.get("predecessor") and q.resolve_call_id(db, row["predecessor"]) else None
@@ -122,13 +164,37 @@ def call_detail(db: sqlite_utils.Database, call_id: str) -> dict | None:
     predecessor = predecessor or nav["previous"]
     return {
         "call": row,
-        "request": request,
+        "request": req_outline.tree if req_outline else None,
+        "request_outline": req_outline.as_dict() if req_outline else None,
         "request_note": note,
-        "response": response,
+        "changed_region": region,
+        "response": resp_outline.tree if resp_outline else None,
+        "response_outline": resp_outline.as_dict() if resp_outline else None,
         "navigation": nav,
         "diff_base": predecessor,
         "diff_base_is_predecessor": predecessor is not None and predecessor == row.get("predecessor"),
     }
+
+
+def body_node(
+    db: sqlite_utils.Database,
+    call_id: str,
+    kind: str,
+    pointer: str,
+    offset: int,
+    limit: int,
+    start: int | None,
+) -> dict | None:
+    """One node of a call's request or final response, keys masked; None for an unknown call.
+
+    ``bodytree.BadPointer`` / ``bodytree.NoNode`` for a pointer that is malformed or names nothing."""
+    full = q.resolve_call_id(db, call_id)
+    if full is None:
+        return None
+    body = _masked_request(db, full) if kind == "request" else _masked_response(db, full)
+    if body is None:
+        raise bodytree.NoNode(f"the {kind} of this call is not JSON: see the raw bytes")
+    return bodytree.node(body, pointer, offset, limit, start)
 
 
 def _cut(data: bytes, start: int, end: int) -> int:

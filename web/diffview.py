@@ -20,9 +20,10 @@ from ctxscope.inspector.reading.calldiff import diff_calls
 from ctxscope.inspector.store import queries as q
 from ctxscope.inspector.store.columns import call_columns
 from ctxscope.inspector.store.views import diff_base
+from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.vocab.kinds import MarkerKind, RelationKind
 from ctxscope.web.fields import normalise_call
-from ctxscope.web.jsondiff import diff_bodies
+from ctxscope.web.jsondiff import BUDGET_CHARS, diff_bodies
 
 
 def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict:
@@ -48,8 +49,13 @@ def _side(db: sqlite_utils.Database, call_id: str, cols: frozenset[str]) -> dict
     return normalise_call({k: row.get(k) for k in keep if k in row or k in cols})
 
 
-def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None) -> dict | None:
-    """Diff ``old_id`` (default: the predecessor) -> ``new_id``; None when a call is unknown."""
+def call_diff(
+    db: sqlite_utils.Database, new_id: str, old_id: str | None = None, change: int | None = None
+) -> dict | None:
+    """Diff ``old_id`` (default: the predecessor) -> ``new_id``; None when a call is unknown.
+
+    The changes carry changed regions only (``jsondiff``); ``change`` asks for that one change's
+    region, one the whole answer left ``deferred``."""
     new_full = q.resolve_call_id(db, new_id)
     if new_full is None:
         return None
@@ -65,8 +71,9 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
             "reason": "this call has no predecessor" if not old_id else f"no call {old_id!r}",
         }
     old_side = _side(db, old_full, cols)
-    old_body = q.get_request_json(db, old_full)
-    new_body = q.get_request_json(db, new_full)
+    # keys masked before the changes are cut to their windows, so no window ends inside a key
+    old_body = mask_keys_in(q.get_request_json(db, old_full))
+    new_body = mask_keys_in(q.get_request_json(db, new_full))
     if old_body is None or new_body is None:
         return {
             "old": old_side,
@@ -75,7 +82,12 @@ def call_diff(db: sqlite_utils.Database, new_id: str, old_id: str | None = None)
             "inspector": None,
             "reason": "a request body is not JSON: compare the raw bytes",
         }
-    diff = diff_bodies(old_body, new_body)
+    diff = diff_bodies(old_body, new_body, budget=None if change is not None else BUDGET_CHARS)
+    del old_body, new_body
+    if change is not None:
+        if not 0 <= change < len(diff["changes"]):
+            raise IndexError(f"no change {change}: the diff has {len(diff['changes'])}")
+        return {"old": old_side, "new": new_side, "change": change, "diff": {"changes": [diff["changes"][change]]}}
     try:
         inspector = diff_calls(db, new_full, old_full)  # (newer a, older b)
     except Exception as e:  # the inspector's diff failing must not take the structural one down

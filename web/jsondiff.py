@@ -8,6 +8,12 @@ markers (their moves are listed separately) and a message content sent as a plai
 the same text as a single text block. Arrays are aligned with difflib on element hashes, so an
 inserted message shows as one insertion, not as every later message changed. Every pointer is an
 RFC 6901 pointer into the *new* body (``old_pointer`` into the old one).
+
+The answer carries the changed region, never both bodies: a changed text is cut to the changed run
+with ``CONTEXT_CHARS`` of identical text either side (``head_chars`` / ``tail_chars`` say how much
+identical text was left out; the page fetches it by pointer when asked), a run or another value is
+capped, and once ``BUDGET_CHARS`` of text are in the answer the later changes carry their
+pointers and sizes only (``deferred``: the page asks for that one change when it is selected).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from typing import Any
 from jsonpointer import escape
 
 MAX_CHANGES = 300
-MAX_VALUE_CHARS = 200_000
+CONTEXT_CHARS = 300  # identical text kept either side of a changed run
+CHANGE_CHARS = 8_000  # of a changed run (or a value shown as JSON), each side
+BUDGET_CHARS = 200_000  # of text in one answer, all changes together
 MARKER_KEYS = ("cache_control",)
 PROMPT_ORDER = ("tools", "system", "instructions", "messages", "input", "contents", "systemInstruction")
 _MISSING = object()
@@ -57,14 +65,51 @@ def _lone_text(value: Any) -> str | None:
     return None
 
 
-def _render(value: Any) -> tuple[str | None, bool]:
-    """Display text of a value (strings as they are, the rest as indented JSON), capped."""
+def _render(value: Any) -> str | None:
+    """Display text of a value (strings as they are, the rest as indented JSON)."""
     if value is _MISSING:
-        return None, False
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
-    if len(text) > MAX_VALUE_CHARS:
-        return text[:MAX_VALUE_CHARS], True
-    return text, False
+        return None
+    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n, i, step = min(len(a), len(b)), 0, 4096
+    while i < n and a[i : i + step] == b[i : i + step]:
+        i += step
+    if i >= n:
+        return n
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: str, b: str, prefix: int) -> int:
+    limit = min(len(a), len(b)) - prefix
+    ra, rb = a[len(a) - limit :][::-1], b[len(b) - limit :][::-1]
+    return _common_prefix(ra, rb)
+
+
+def window(old: str | None, new: str | None) -> dict:
+    """The changed region of two texts: the changed run with a little identical text either side."""
+    if old is None or new is None:
+        head = tail = 0
+    else:
+        prefix = _common_prefix(old, new)
+        suffix = _common_suffix(old, new, prefix)
+        head, tail = max(0, prefix - CONTEXT_CHARS), max(0, suffix - CONTEXT_CHARS)
+    cap = CHANGE_CHARS + 2 * CONTEXT_CHARS
+    old_w = None if old is None else old[head : len(old) - tail]
+    new_w = None if new is None else new[head : len(new) - tail]
+    truncated = any(w is not None and len(w) > cap for w in (old_w, new_w))
+    return {
+        "old": None if old_w is None else old_w[:cap],
+        "new": None if new_w is None else new_w[:cap],
+        "head_chars": head,
+        "tail_chars": tail,
+        "old_chars": None if old is None else len(old),
+        "new_chars": None if new is None else len(new),
+        "truncated": truncated,
+    }
 
 
 def _area(pointer: str) -> str:
@@ -72,27 +117,32 @@ def _area(pointer: str) -> str:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = BUDGET_CHARS) -> None:
         self.changes: list[dict] = []
         self.truncated = False
+        self.budget = budget
 
     def add(self, op: str, pointer: str, old_pointer: str | None, old: Any, new: Any) -> None:
         if len(self.changes) >= MAX_CHANGES:
             self.truncated = True
             return
-        old_text, old_cut = _render(old)
-        new_text, new_cut = _render(new)
+        region = window(_render(old), _render(new))
+        sent = len(region["old"] or "") + len(region["new"] or "")
+        deferred = self.budget is not None and sent > self.budget
+        if deferred:
+            region["old"] = region["new"] = None
+        elif self.budget is not None:
+            self.budget -= sent
         self.changes.append(
             {
                 "op": op,
                 "pointer": pointer,
                 "old_pointer": old_pointer,
                 "area": _area(pointer),
-                "old": old_text,
-                "new": new_text,
+                **region,
                 "old_is_text": isinstance(old, str),
                 "new_is_text": isinstance(new, str),
-                "truncated": old_cut or new_cut,
+                "deferred": deferred,
             }
         )
 
@@ -146,9 +196,16 @@ def _markers(value: Any, pointer: str, out: dict[str, Any]) -> None:
             _markers(v, f"{pointer}/{i}", out)
 
 
-def diff_bodies(old: Any, new: Any) -> dict:
+def first_change(old: Any, new: Any, pointer: str) -> dict | None:
+    """The first change between two values found at ``pointer`` in each body, as ``diff_bodies`` lists it."""
+    walker = _Walker()
+    walker.walk(old, new, pointer, pointer)
+    return walker.changes[0] if walker.changes else None
+
+
+def diff_bodies(old: Any, new: Any, budget: int | None = BUDGET_CHARS) -> dict:
     """Prompt changes (first difference first), parameter changes and cache marker moves."""
-    prompt = _Walker()
+    prompt = _Walker(budget)
     params: list[dict] = []
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [k for k in PROMPT_ORDER if k in old or k in new]

@@ -15,7 +15,8 @@ API (all GET, JSON, read-only, except deleting a session):
   /_ctxscope/api/session?s=&offset=&limit=&relation=&verdict=&model=&marker=&thread=&q=
   /_ctxscope/api/sessions/<id>/transcript?at=&as_seen=  the conversation as turns (inspector/reading/transcript.py)
   /_ctxscope/api/usage?days=             tokens, cache reads and dollars per day and per model (web/usage.py)
-  /_ctxscope/api/call?id=               one call: row, parsed request, final response
+  /_ctxscope/api/call?id=               one call: row, outlines of its request and final response
+  /_ctxscope/api/node?id=&kind=&ptr=&offset=&limit=&from=  one node of a body by JSON pointer, paged
   /_ctxscope/api/raw?id=&kind=request|response&form=decoded|wire&offset=&length=
   /_ctxscope/api/raw.bin?id=&kind=&form=&exact=  the body as a download (exact=1: the exact bytes)
   /_ctxscope/api/export.har?s=          the session's HAR as a download, streamed (web/export.py)
@@ -274,6 +275,7 @@ def add_web_routes(
         (hdrs.METH_POST, f"{API}/replay", ui.from_store(lambda api: api.replay, change="replaying")),
         ("GET", f"{API}/usage", ui.from_store(lambda api: api.usage)),
         ("GET", f"{API}/call", ui.from_store(lambda api: api.call)),
+        ("GET", f"{API}/node", ui.from_store(lambda api: api.node)),
         ("GET", f"{API}/raw", ui.from_store(lambda api: api.raw)),
         ("GET", f"{API}/raw.bin", ui.from_store(lambda api: api.raw_bin)),
         ("GET", f"{API}/export.har", ui.from_store(lambda api: api.export_har)),

@@ -160,7 +160,11 @@ def test_call_detail_parses_request_and_response_and_never_shows_the_key(web):
     rows = web.wait_for_calls(2)
     status, d = _json(web, f"/_ctxscope/api/call?id={rows[1]['id']}")
     assert status == 200
-    assert d["request"]["system"][0]["text"] == SYSTEM and d["request"]["messages"][0]["content"] == "start"
+    assert d["request"]["messages"][0]["content"] == "start"  # the outline: short texts whole, long ones cut
+    assert d["request"]["system"][0]["text"] == SYSTEM[:300]
+    assert d["request_outline"]["texts"]["/system/0/text"]["chars"] == len(SYSTEM)
+    _, node = _json(web, f"/_ctxscope/api/node?id={rows[1]['id']}&kind=request&ptr=/system/0/text")
+    assert node["text"] == SYSTEM and node["next_offset"] is None
     assert d["response"]["content"][0]["type"] == "text" and d["diff_base"] == rows[0]["id"]
     assert d["navigation"] == {"previous": rows[0]["id"], "next": None}
     call = d["call"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxscope.web.jsondiff import MAX_CHANGES, diff_bodies
+from ctxscope.web.jsondiff import BUDGET_CHARS, CHANGE_CHARS, CONTEXT_CHARS, MAX_CHANGES, diff_bodies
 
 
 def _anthropic(system="You are careful.", tools=None, messages=None, **params):
@@ -158,7 +158,27 @@ def test_changes_are_capped_and_long_values_clipped():
     d = diff_bodies(old, new)
     assert len(d["changes"]) == MAX_CHANGES and d["truncated"]
     big = diff_bodies({"system": "x" * 300_000}, {"system": "y" * 300_000})
-    assert big["changes"][0]["truncated"] and len(big["changes"][0]["new"]) == 200_000
+    assert big["changes"][0]["truncated"] and len(big["changes"][0]["new"]) == CHANGE_CHARS + 2 * CONTEXT_CHARS
+    assert big["changes"][0]["new_chars"] == 300_000
+
+
+def test_a_change_is_its_changed_run_with_a_little_identical_text_either_side():
+    text = "α" * 50_000 + "OLD" + "ω" * 70_000
+    d = diff_bodies({"system": text}, {"system": text.replace("OLD", "NEW!")})
+    [ch] = d["changes"]
+    assert ch["head_chars"] == 50_000 - CONTEXT_CHARS and ch["tail_chars"] == 70_000 - CONTEXT_CHARS
+    assert ch["old"] == "α" * CONTEXT_CHARS + "OLD" + "ω" * CONTEXT_CHARS and "NEW!" in ch["new"]
+    assert ch["old_chars"] == len(text) and not ch["truncated"] and not ch["deferred"]
+
+
+def test_past_the_budget_changes_carry_pointers_and_sizes_only():
+    old = {"messages": [{"role": "user", "content": f"{i} " + "x" * 20_000} for i in range(40)]}
+    new = {"messages": [{"role": "user", "content": f"{i} " + "y" * 20_000} for i in range(40)]}
+    d = diff_bodies(old, new)
+    sent = sum(len(c["old"] or "") + len(c["new"] or "") for c in d["changes"])
+    deferred = [c for c in d["changes"] if c["deferred"]]
+    assert sent <= BUDGET_CHARS and deferred and all(c["old"] is None and c["new_chars"] > 20_000 for c in deferred)
+    assert diff_bodies(old, new, budget=None)["changes"][-1]["new"] is not None
 
 
 def test_non_object_bodies_compare_whole():

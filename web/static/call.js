@@ -2,7 +2,7 @@
 // relation, markers), then tabs: structured request, response, raw bytes, headers.
 
 import { groupedLabel, h, mount, fmtInt, fmtTokens, fmtMs, fmtBytes, fmtCost, fmtDateTime, relationBadge, verdictBadge, providerBadge, markerChip, markerText,
-  markerContent, callMarkers, outcomeBadge, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
+  markerContent, callMarkers, outcomeBadge, resolvePointer, CATEGORIES, CATEGORY_LABEL } from "./dom.js";
 import { getJSON } from "./api.js";
 import { vocab, sentence } from "./vocab.js";
 import { requestView, responseView } from "./reqview.js";
@@ -12,6 +12,7 @@ import { curlButton } from "./curlview.js";
 import { replayButton } from "./replayview.js";
 import { compareControls } from "./comparepick.js";
 import { showFirstDifference } from "./firstdiff.js";
+import { bodySource } from "./lazybody.js";
 
 // What the text at a marker's pointer is, by kind.
 const MARKER_CAPTION = {
@@ -23,6 +24,21 @@ const MARKER_CAPTION = {
   checkpoint_request: "the checkpoint request's control message", steer: "the steering message", tools_executed: "the tool result",
   source_citation_retry: "the follow-up that asks for a citation",
 };
+
+// The full values at a marker's pointers that the outline holds only in part (a cut text, an
+// item of a folded list): fetched when the marker is opened.
+async function markerValues(src, request, m) {
+  const d = m.detail && typeof m.detail === "object" ? m.detail : {};
+  const ptrs = Array.isArray(d.pointers) && d.pointers.length ? d.pointers : m.pointer ? [m.pointer] : [];
+  const out = new Map();
+  for (const ptr of ptrs.slice(0, 20)) {
+    const partial = src.texts[ptr] || Object.keys(src.texts).some((p) => p.startsWith(ptr + "/"))
+      || Object.keys(src.folds).some((f) => ptr.startsWith(f + "/")) || resolvePointer(request, ptr) === undefined;
+    if (!partial) continue;
+    try { out.set(ptr, await src.value(ptr)); } catch (e) { /* left as the outline has it */ }
+  }
+  return out;
+}
 
 function kv(rows) {
   return h("table", { class: "kvtable" }, h("tbody", {}, rows.filter(Boolean).map(([k, v, title]) =>
@@ -63,6 +79,9 @@ export function renderCall(root, id, params, ctx) {
     const tabs = {};
     const built = {};
     let reqEl = null;
+    // The API sent outlines: a block's text comes by pointer when it is opened (lazybody.js).
+    const reqSrc = bodySource(c.id, "request", d.request_outline);
+    const respSrc = bodySource(c.id, "response", d.response_outline);
     const show = (name) => {
       for (const [k, b] of Object.entries(tabs)) b.classList.toggle("on", k === name);
       if (!built[name]) built[name] = builders[name]();
@@ -70,8 +89,8 @@ export function renderCall(root, id, params, ctx) {
       return built[name];
     };
     const builders = {
-      request: () => (reqEl = d.request != null ? requestView(d.request, c.api) : h("p", { class: "muted pad" }, d.request_note || "No request body.")),
-      response: () => responseView(d.response),
+      request: () => (reqEl = d.request != null ? requestView(d.request, c.api, reqSrc) : h("p", { class: "muted pad" }, d.request_note || "No request body.")),
+      response: () => responseView(d.response, respSrc),
       "raw request": () => rawView(c, "request"),
       "raw response": () => rawView(c, "response"),
       headers: () => h("div", { class: "cols2" }, headersTable(c.request_headers, "request headers (secrets redacted)"),
@@ -80,10 +99,10 @@ export function renderCall(root, id, params, ctx) {
     const goPtr = (ptr) => { show("request"); if (reqEl && ptr != null) reveal(reqEl, ptr); };
     const goResponsePtr = (ptr) => { const el = show("response"); if (el && ptr != null) reveal(el, ptr); };
     const markerBox = h("div", { class: "card marker-detail", hidden: true });
-    const selectMarker = (i) => {
+    const selectMarker = async (i) => {
       const m = markers[i];
       if (!m) return;
-      const pieces = markerContent(d.request, m);
+      const pieces = markerContent(d.request, m, await markerValues(reqSrc, d.request, m));
       const caption = MARKER_CAPTION[m.kind] || "the text at its pointer";
       mount(markerBox,
         h("div", { class: "card-title" }, markerChip(m), " ", pieces.length ? caption : "no text in the request",
@@ -111,7 +130,7 @@ export function renderCall(root, id, params, ctx) {
         h("span", { class: "spacer" }), compareControls(c), replay.controls, curl.button,
         h("a", { class: "btn" + (nav.previous ? "" : " disabled"), href: nav.previous ? "#/call/" + encodeURIComponent(nav.previous) : "#/call/" + encodeURIComponent(c.id) }, "‹ previous"),
         h("a", { class: "btn" + (nav.next ? "" : " disabled"), href: nav.next ? "#/call/" + encodeURIComponent(nav.next) : "#/call/" + encodeURIComponent(c.id) }, "next ›"),
-        firstDiffButton(c, () => reqEl, show),
+        firstDiffButton(c, () => reqEl, show, d.changed_region),
         d.diff_base ? h("a", { class: "btn primary", id: "diff-link", href: "#/diff/" + encodeURIComponent(c.id) },
           d.diff_base_is_predecessor ? "diff with predecessor" : "diff with previous call") : null),
       h("div", { class: "cards" },
@@ -170,8 +189,8 @@ export function renderCall(root, id, params, ctx) {
 
 // The button to a break's first difference: the request tab, unfolded there, the changed
 // characters marked (firstdiff.js).
-function firstDiffButton(c, reqEl, show) {
+function firstDiffButton(c, reqEl, show, region) {
   if (c.relation !== vocab.RelationKind.DIVERGED || !c.pointer) return null;
   return h("button", { type: "button", class: "btn", id: "first-diff-btn", title: `show the first difference, ${c.pointer}, with the changed characters marked (key: f)`,
-    onclick: () => { show("request"); if (reqEl()) showFirstDifference(reqEl(), c.id, c.pointer); } }, "first difference ↓");
+    onclick: () => { show("request"); if (reqEl()) showFirstDifference(reqEl(), c.id, c.pointer, region); } }, "first difference ↓");
 }

@@ -1,6 +1,8 @@
 // Diff page: a call against its predecessor. Opens at the first difference (the inspector's
 // pointer when it has one), both sides shown with the changed span marked; cache_control moves
-// and parameter changes are listed apart because they do not change the prompt.
+// and parameter changes are listed apart because they do not change the prompt. The API sends
+// each change cut to its changed region: the identical text around it loads when its "… N
+// identical chars …" is clicked, and a change the answer deferred loads when it is selected.
 
 import { h, mount, fmtInt, fmtCost, relationBadge, verdictBadge } from "./dom.js";
 import { getJSON } from "./api.js";
@@ -55,14 +57,40 @@ export function sideNames(d) {
     heading: `Diff · call #${n.seq} against ${what} #${o.seq}` };
 }
 
+// The identical text a change's window left out, on both sides: "… N identical chars …", loaded
+// 64 Ki characters at a time from the newer call (it is the same in both) when clicked.
+const PAGE = 65536;
+function identical(sides, ch, d, where) {
+  let left = where === "head" ? ch.head_chars : ch.tail_chars;
+  if (!left || !ch.old_is_text || !ch.new_is_text) return;
+  const spans = sides.map(() => h("button", { type: "button", class: "elided more", dataset: { identical: where } }));
+  const label = () => spans.forEach((b) => { b.textContent = ` … ${fmtInt(left)} identical chars … `; b.title = "load the identical text"; });
+  const load = async () => {
+    const offset = where === "head" ? Math.max(0, left - PAGE) : ch.new_chars - left;
+    const limit = Math.min(PAGE, left);
+    spans.forEach((b) => { b.disabled = true; });
+    try {
+      const r = await getJSON("/node", { id: d.new.id, kind: "request", ptr: ch.pointer, offset, limit });
+      spans.forEach((b) => (where === "head" ? b.after(document.createTextNode(r.text)) : b.before(document.createTextNode(r.text))));
+      left -= r.text.length;
+      if (left > 0) label(); else spans.forEach((b) => b.remove());
+    } catch (e) { spans.forEach((b) => { b.title = "could not load: " + e.message; }); }
+    spans.forEach((b) => { b.disabled = false; });
+  };
+  spans.forEach((b) => b.addEventListener("click", load));
+  label();
+  sides.forEach((pre, i) => (where === "head" ? pre.prepend(spans[i]) : pre.append(spans[i])));
+}
+
 function changeDetail(ch, first, d) {
   const names = sideNames(d);
   const [left, right] = sidesOf(ch.old, ch.new);
+  if (ch.old != null && ch.new != null) { identical([left, right], ch, d, "head"); identical([left, right], ch, d, "tail"); }
   return h("div", { class: "change-detail", id: "first-diff" },
     h("div", { class: "toolbar" }, h("span", { class: "op op-" + ch.op }, ch.op),
       first ? h("b", {}, "first difference") : h("b", {}, "difference"), h("code", { class: "ptr big" }, changePointer(ch)),
       h("span", { class: "spacer" }), h("span", { class: "muted small" }, ch.area ? "area: " + ch.area : "")),
-    ch.truncated ? h("p", { class: "muted small" }, "Values are cut at 200,000 characters.") : null,
+    ch.truncated ? h("p", { class: "muted small" }, "The changed run is long: its first 8,000 characters are shown (the raw bytes have it all).") : null,
     h("div", { class: "cols2 sides" },
       h("div", {}, h("div", { class: "side-title", title: d.old.session ? "session " + d.old.session : null }, names.older, ch.old_pointer ? h("code", { class: "ptr" }, " " + ch.old_pointer) : null), left),
       h("div", {}, h("div", { class: "side-title", title: d.new.session ? "session " + d.new.session : null }, names.newer, h("code", { class: "ptr" }, " " + (ch.pointer || "/"))), right)));
@@ -144,7 +172,13 @@ export function renderDiff(root, id, base, ctx) {
       if (selected) selected.classList.remove("on");
       selected = list.children[i];
       if (selected) selected.classList.add("on");
-      mount(detail, changeDetail(diff.changes[i], i === focusIndex, d));
+      const ch = diff.changes[i];
+      if (!ch.deferred) { mount(detail, changeDetail(ch, i === focusIndex, d)); return; }
+      mount(detail, h("p", { class: "muted pad" }, "Loading this change…"));
+      getJSON("/diff", { id, base, change: i }).then((one) => {
+        diff.changes[i] = one.diff.changes[0];
+        if (selected === list.children[i]) mount(detail, changeDetail(diff.changes[i], i === focusIndex, d));
+      }).catch((e) => mount(detail, h("p", { class: "error pad" }, "Could not load this change: " + e.message)));
     };
     // A removed segment exists only on the old side: its place is the old pointer, not the new one.
     diff.changes.forEach((c, i) => { const ptr = changePointer(c); list.appendChild(h("li", { class: "change", onclick: () => select(i) },

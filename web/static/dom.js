@@ -271,13 +271,14 @@ export function resolvePointer(body, pointer) {
 }
 
 // What a marker added or replaced in the request: [{pointer, text, whole, range}] (range: [start, end] in whole).
-export function markerContent(request, m) {
+// ``values``: the full value at some pointers where ``request`` is only an outline (call.js).
+export function markerContent(request, m, values = null) {
   if (!m || request == null) return [];
   const d = m.detail && typeof m.detail === "object" ? m.detail : {};
   const ptrs = Array.isArray(d.pointers) && d.pointers.length ? d.pointers : m.pointer ? [m.pointer] : [];
   const out = [];
   for (const ptr of ptrs) {
-    const v = resolvePointer(request, ptr);
+    const v = values && values.has(ptr) ? values.get(ptr) : resolvePointer(request, ptr);
     if (v === undefined) continue;
     const whole = blockText(v);
     if (whole == null) { out.push({ pointer: ptr, text: JSON.stringify(v, null, 2), whole: null, range: null }); continue; }
