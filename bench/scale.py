@@ -32,12 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import scale_measure
 from scale_build import BIG, LONG, TYPICAL, Size, stored_store
 from scale_load import LoadResult, sustained
-from scale_measure import FINDINGS_SHOWN, Daemon, Figures, endpoints, pages, session_cli, store_cli
+from scale_measure import APP_READY, FINDINGS_SHOWN, Daemon, Figures, endpoints, pages, session_cli, store_cli
 
 MB = 2**20
-SESSIONS_SHOWN = "document.querySelectorAll('table.grid.sessions tbody tr').length > 0"
+SESSIONS_SHOWN = "table.grid.sessions tbody tr"
 
 
 def targets(figures: Figures, rss: tuple[int, int], load: LoadResult) -> list[tuple[bool, str]]:
@@ -82,11 +83,13 @@ def main() -> int:
     ap.add_argument("--hogs", type=int, default=2)
     ap.add_argument("--load-seconds", type=float, default=60)
     ap.add_argument("--settle", type=float, default=30, help="seconds after the reads before the last RSS")
+    ap.add_argument("--cap", type=float, default=300, help="seconds before a CLI command or endpoint is stopped")
     ap.add_argument("--store", type=Path, help="keep the built store here, reused by a rerun of the same size")
     args = ap.parse_args()
     if args.quick:
         args.calls, args.sessions, args.long_calls, args.big_tokens = 600, 6, 200, 60_000
         args.load_seconds, args.settle = 10, 5
+    scale_measure.CAP[0] = args.cap
     size = Size(args.calls, args.sessions, args.long_calls, args.big_tokens)
     print(f"commit {commit()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     figures = Figures()
@@ -110,10 +113,10 @@ def main() -> int:
                 daemon,
                 [
                     ("sessions list", "#/", SESSIONS_SHOWN),
-                    ("long session", f"#/session/{LONG}", ""),
+                    ("long session", f"#/session/{LONG}", APP_READY),
                     ("findings panel", f"#/session/{LONG}", FINDINGS_SHOWN),
-                    ("big session's call", f"#/call/{last}", ""),
-                    ("big session's diff", f"#/diff/{last}/{first}", ""),
+                    ("big session's call", f"#/call/{last}", APP_READY),
+                    ("big session's diff", f"#/diff/{last}/{first}", APP_READY),
                 ],
                 figures,
             )
