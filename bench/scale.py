@@ -3,7 +3,7 @@
 
 1. The store (``scale_build.py``): ``--calls`` calls in ``--sessions`` sessions (default 100,000 in
    1,000; the first, the long session, of ``--long-calls`` = 1,000, the others ~99 each), plus a
-   session growing until its prompt reaches ``--big-tokens`` (default 1M: about 800 calls of
+   session growing until its prompt reaches ``--big-tokens`` (default 1M: about 880 calls of
    ~5 KB new content each), stored through the writer's ingest. ``--store DIR`` keeps it by its
    parameters, so a rerun skips the build.
 2. The installed ``ctxscope serve`` on it: the whole store's CLI commands (``sessions``, ``stats``,
