@@ -111,7 +111,7 @@ def list_calls(
     sql = f"SELECT {SUMMARY_COLUMNS} FROM calls"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY started_at {order}, id {order} LIMIT ? OFFSET ?"
+    sql += f" ORDER BY started_at {order}, seq {order}, id {order} LIMIT ? OFFSET ?"  # a tie by call number
     params += [-1 if limit is None else limit, offset]
     return with_thread_parents(db, [_summary(r) for r in db.query(sql, params)])
 

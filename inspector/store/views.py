@@ -85,7 +85,7 @@ def session_columns(db: sqlite_utils.Database, session: str, names: Sequence[str
     if verdict:
         select += f", {verdict}"
         names.append("verdict")
-    cur = db.execute(f"SELECT {select} FROM calls WHERE session = ? ORDER BY started_at, id", [session])
+    cur = db.execute(f"SELECT {select} FROM calls WHERE session = ? ORDER BY started_at, seq, id", [session])
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 

@@ -162,17 +162,17 @@ def test_status_and_stop_find_the_daemon_by_its_home(tmp_path):
         base = json.loads((tmp_path / "home" / "daemon.json").read_text())["url"]
         _ask(base, "Count this call")
         deadline = time.monotonic() + 15
-        while True:  # (stored once the traffic pauses)
+        while True:  # (stored once the traffic pauses; the writer's counters follow the commit)
             status = subprocess.run(
                 [str(CTXSCOPE), "status", "--json"], env=env, capture_output=True, text=True, timeout=30
             )
             assert status.returncode == 0, status.stdout + status.stderr
             report = json.loads(status.stdout)
-            if report["calls_stored"] or time.monotonic() > deadline:
+            if (report["calls_stored"] and report["writer_backlog"] == 0) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert report["pid"] == proc.pid and report["url"] == base and report["calls_stored"] == 1
-        assert report["db"] == str(tmp_path / "c.db") and report["writer_backlog"] == 0, report
+        assert report["db"] == str(tmp_path / "c.db") and report["writer_backlog"] == 0, json.dumps(report)
         assert report["uptime_s"] is not None and 0 <= report["uptime_s"] < 120
         human = subprocess.run([str(CTXSCOPE), "status"], env=env, capture_output=True, text=True, timeout=30)
         assert human.returncode == 0 and f"pid: {proc.pid}" in human.stdout and "calls stored: 1" in human.stdout

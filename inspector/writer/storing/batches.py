@@ -84,6 +84,9 @@ class BatchStoring:
     def _take(self, block: bool = False) -> Queued | None:
         raise NotImplementedError
 
+    def _took_request(self) -> None:
+        raise NotImplementedError
+
     def _store_failed(self, e: BaseException, *, opening: bool = False) -> None:
         raise NotImplementedError
 
@@ -139,6 +142,7 @@ class BatchStoring:
                         stopping = True
                         break
                     if isinstance(nxt, Release):  # calls came after it: they need the caches
+                        self._took_request()
                         nxt.done.set()
                         continue
                     if isinstance(nxt, Deletion):  # after this batch's commit

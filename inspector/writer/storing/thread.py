@@ -100,6 +100,9 @@ class CaptureWriter(BatchStoring):
         self._woke = capture_epoch is not None
         self._started_recorded = False  # store_events says when a writer started (or woke) and stopped
         self._queue: queue.SimpleQueue[Queued] = queue.SimpleQueue()
+        # Requests in the queue that are not calls (a deletion, a release): never counted as backlog.
+        self._requests = 0
+        self._requests_lock = threading.Lock()
         self._accepting = True
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -211,7 +214,8 @@ class CaptureWriter(BatchStoring):
 
     def stats(self) -> WriterStats:
         return WriterStats(
-            queued=self._queue.qsize() + len(self._pending) + self._storing,  # never 0 while a call is stored
+            # never 0 while a call is stored; a queued deletion or release is not a call
+            queued=max(0, self._queue.qsize() - self._requests) + len(self._pending) + self._storing,
             queued_bytes=max(0, self._bytes_in - self._bytes_out),
             **{k: self._counts[k] for k in _TALLIES},
             dropped=self._dropped,
@@ -228,7 +232,7 @@ class CaptureWriter(BatchStoring):
         if not self._accepting or self._thread is None or not self._thread.is_alive():
             raise WriterUnavailable("the capture writer is not running")
         request = Deletion(session)
-        self._queue.put(request)
+        self._put_request(request)
         try:
             return request.done.result(timeout)
         except TimeoutError:
@@ -243,8 +247,17 @@ class CaptureWriter(BatchStoring):
         ``full=False``: only shrink the caches to their settled size (a burst drained). The event is
         set once it is done or skipped (its count is in the counters by then)."""
         request = Release(full)
-        self._queue.put(request)
+        self._put_request(request)
         return request.done
+
+    def _put_request(self, request: Deletion | Release) -> None:
+        with self._requests_lock:
+            self._requests += 1
+        self._queue.put(request)
+
+    def _took_request(self) -> None:
+        with self._requests_lock:
+            self._requests -= 1
 
     @property
     def thread_id(self) -> int:
@@ -279,6 +292,8 @@ class CaptureWriter(BatchStoring):
                         if item is STOP_MARK:
                             stopping = True
                             continue
+                        if isinstance(item, Deletion | Release):
+                            self._took_request()
                         if isinstance(item, Deletion):
                             if not serve_deletion(db, item, state):
                                 close_quietly(db)
@@ -360,6 +375,8 @@ class CaptureWriter(BatchStoring):
             item = self._take()
             if item is None:
                 break
+            if isinstance(item, Deletion | Release):
+                self._took_request()
             if isinstance(item, Deletion):
                 item.done.set_exception(WriterUnavailable("the capture writer stopped"))
             elif isinstance(item, Release):
