@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
 
 from support import sdk_clients
 from support.loop_thread import LoopThread
-from support.store_template import fresh_store
 from support.web_fixtures import Loop, launch_browser
 
 TESTS = Path(__file__).resolve().parent
@@ -36,19 +34,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if folder == "browser" or BROWSER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.browser)
-    items.sort(key=_run_order)
-
-
-def _run_order(item: pytest.Item) -> int:
-    """The longest tests first, so that no worker is left with one at the end while the others
-    idle (pytest-xdist hands tests out in this order): those starting daemons, then those opening
-    pages, kept together so that one chromium serves them all (``SharedChromium``), then the rest.
-    The sort is stable: each group keeps the order of its files."""
-    if item.get_closest_marker("browser"):
-        return 1
-    if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
-        return 0
-    return 2
 
 
 class RecordingSimulator:
@@ -167,7 +152,7 @@ def proxy(loop_thread, sim, tmp_path, monkeypatch, writer_mode):
     from ctxscope.settings import DaemonConfig
 
     monkeypatch.setenv("CTXSCOPE_HOME", str(tmp_path / "home"))
-    db_path = fresh_store(tmp_path / "captures.db")
+    db_path = tmp_path / "captures.db"
     cfg = DaemonConfig(
         host="127.0.0.1",
         port=0,
@@ -200,65 +185,16 @@ def sim_alone(_simulator_thread):
     _simulator_thread.state.context_window = 200_000
 
 
-class SharedChromium:
-    """One chromium for a run of browser tests on a worker: launching one costs about 3 s of CPU.
-
-    Playwright's sync API keeps an event loop running in this thread while it is started, which
-    the asyncio tests cannot share; so it is stopped as soon as the next test on this worker opens
-    no page (``pytest_runtest_teardown``), and the suite keeps the browser tests together
-    (``pytest_collection_modifyitems``). Each test still gets a context of its own (``page``),
-    which shares no cookies, storage or cache with another's."""
-
-    def __init__(self) -> None:
-        self._playwright: Any = None
-        self._browser: Any = None
-        self.launches = 0
-
-    def get(self) -> Any:
-        if self._browser is None:
-            from playwright.sync_api import sync_playwright
-
-            self._playwright = sync_playwright().start()
-            try:
-                self._browser = launch_browser(self._playwright)  # a missing chromium fails here: never a skip
-            except BaseException:
-                self.stop()
-                raise
-            self.launches += 1
-        return self._browser
-
-    def stop(self) -> None:
-        browser, playwright = self._browser, self._playwright
-        self._browser = self._playwright = None
-        try:
-            if browser is not None:
-                browser.close()
-        finally:
-            if playwright is not None:
-                playwright.stop()
-
-
-CHROMIUM = SharedChromium()
-
-
-def _opens_a_page(item: pytest.Item | None) -> bool:
-    return item is not None and bool(BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    """After the test's own fixtures are gone: stop the shared chromium unless the next test needs it."""
-    try:
-        return (yield)
-    finally:
-        if not _opens_a_page(nextitem):
-            CHROMIUM.stop()
-
-
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser():
-    """The worker's chromium (``SharedChromium``), started on first use."""
-    return CHROMIUM.get()
+    """One chromium per test module."""
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    b = launch_browser(pw)  # a missing chromium fails here: never a skip
+    yield b
+    b.close()
+    pw.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from support import sdk_clients
 from support.loop_thread import LoopThread
-from support.store_template import fresh_store
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -76,7 +75,7 @@ def start_web_daemon(tmp: Path) -> WebDaemon:
     os.environ["CTXSCOPE_HOME"] = str(tmp / "home")
     loop = Loop()
     sim_runner, sim_url = loop.call(start_simulator("127.0.0.1", 0))
-    db_path = fresh_store(tmp / "captures.db")
+    db_path = tmp / "captures.db"
     cfg = DaemonConfig(
         host="127.0.0.1", port=0, db=db_path, upstreams={"anthropic": sim_url, "openai": sim_url, "sim": sim_url}
     )
