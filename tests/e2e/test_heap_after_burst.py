@@ -14,7 +14,7 @@ from aiohttp import web
 
 from support.environment import require
 from support.proxy_rig import serve_app
-from support.serve_process import running_serve
+from support.serve_process import running_serve, writer_child
 
 CALLS = 24
 SLACK_MB = 4  # what a process may still give back after it said all is stored (page cache, a late free)
@@ -32,22 +32,6 @@ ANSWER = json.dumps(
 def _rss_mb(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("VmRSS:")[1].split()[0]) / 1024
-
-
-def _writer_child(pid: int) -> int:
-    """The writer child among ``pid``'s children (the simulator's child starts only when asked for)."""
-    for name in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
-            if (
-                stat
-                and int(stat[stat.rindex(")") + 2 :].split()[1]) == pid
-                and b"writer.child.entry" in Path(f"/proc/{name}/cmdline").read_bytes()
-            ):
-                return int(name)
-        except OSError:
-            continue
-    raise AssertionError(f"serve {pid} has no writer child")
 
 
 def _body(i: int) -> bytes:
@@ -84,7 +68,8 @@ def test_the_heap_is_given_back_before_the_daemon_says_a_burst_is_stored(tmp_pat
                         break
                     assert time.monotonic() < deadline, writer
                     time.sleep(0.02)
-            child = _writer_child(proc.pid)
+            child = writer_child(proc.pid)
+            assert child is not None, f"serve {proc.pid} has no writer child"
             at_stored = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}
             time.sleep(2.0)  # the writer child's and the status publisher's next ticks have passed
             later = {"daemon": _rss_mb(proc.pid), "writer child": _rss_mb(child)}

@@ -20,7 +20,7 @@ from ctxscope.inspector.pipeline.search_index import writer_analyzers
 from support.environment import require
 from support.factories import anthropic_request, make_exchange
 from support.proxy_rig import serve_app
-from support.serve_process import running_serve
+from support.serve_process import running_serve, writer_child
 
 BACK = 1.2  # within 20% of rest
 GREW = 1.3  # the reads must have grown the daemon at least this much, or the test proves nothing
@@ -116,21 +116,6 @@ def test_the_daemon_gives_back_what_big_reads_took(tmp_path):
         assert seen[-1] <= BACK * rest, f"daemon at rest {rest:.0f} MB, after the reads {after:.0f} MB, then {seen}"
 
 
-def _writer_child(pid: int) -> int | None:
-    for name in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
-            if (
-                stat
-                and int(stat[stat.rindex(")") + 2 :].split()[1]) == pid
-                and b"writer.child.entry" in Path(f"/proc/{name}/cmdline").read_bytes()
-            ):
-                return int(name)
-        except OSError:
-            continue
-    return None
-
-
 def test_the_writer_child_gives_back_what_a_burst_took(tmp_path, loop_thread):
     """Several clients send a burst of calls, each its own conversation of a few hundred KB (what
     fills the writer's caches of recent bodies); once all is stored the child shrinks back."""
@@ -164,7 +149,7 @@ def test_the_writer_child_gives_back_what_a_burst_took(tmp_path, loop_thread):
                 send(client, 0, 10)
             stored(1)
             time.sleep(2)
-            child = _writer_child(proc.pid)
+            child = writer_child(proc.pid)
             assert child is not None
             rest = _rss_mb(child)
 
@@ -179,7 +164,7 @@ def test_the_writer_child_gives_back_what_a_burst_took(tmp_path, loop_thread):
             for t in threads:
                 t.join()
             stored(241)
-            assert _writer_child(proc.pid) == child, "the writer child restarted: its rest is not comparable"
+            assert writer_child(proc.pid) == child, "the writer child restarted: its rest is not comparable"
             after = _rss_mb(child)
             seen = _back_within(child, rest, WITHIN_S)
             assert seen[-1] <= BACK * rest, (

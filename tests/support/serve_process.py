@@ -26,6 +26,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def writer_child(pid: int) -> int | None:
+    """The writer child among serve ``pid``'s children, found in /proc (None before it starts)."""
+    for name in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text() if name.isdigit() else ""
+            if (
+                stat
+                and int(stat[stat.rindex(")") + 2 :].split()[1]) == pid
+                and b"writer.child.entry" in Path(f"/proc/{name}/cmdline").read_bytes()
+            ):
+                return int(name)
+        except OSError:
+            continue
+    return None
+
+
 @contextlib.contextmanager
 def running_serve(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None
