@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -168,13 +169,22 @@ async def test_calls_are_held_while_traffic_flows_and_handed_over_in_the_first_p
     sent = _tap_batches(w, pauses)
     try:
         began = time.monotonic()
+        stamps = []
         for i in range(10):  # a call every 10 ms: never a pause of QUIET_GAP
             w.submit(make_exchange(i))
+            stamps.append(time.monotonic())
             await asyncio.sleep(QUIET_GAP / 5)
         during = len(sent)
+        stamps.append(time.monotonic())
         await asyncio.sleep(QUIET_GAP * 3)
         assert time.monotonic() - began < MAX_HOLD  # so only the pause can have handed them over
-        assert during == 0 and [len(b) for b in sent] == [10] and pauses == [True]
+        # A loaded machine can stretch a 10 ms sleep past QUIET_GAP: that is a real pause in the
+        # traffic, and a hand-over in it is right; never more hand-overs than such pauses.
+        stalls = sum(1 for a, b in itertools.pairwise(stamps) if b - a >= QUIET_GAP)
+        if stalls == 0:
+            assert during == 0 and [len(b) for b in sent] == [10] and pauses == [True]
+        else:
+            assert during <= stalls and sum(len(b) for b in sent) == 10 and all(pauses), (stalls, pauses)
     finally:
         assert w.stop()
 
