@@ -14,6 +14,7 @@ from aiohttp import web
 
 from support import sdk_clients
 from support.loop_thread import LoopThread
+from support.stored_calls import STORE_WAIT, wait_for_stored
 from support.web_fixtures import Loop, launch_browser
 
 TESTS = Path(__file__).resolve().parent
@@ -119,20 +120,8 @@ class RunningProxy:
         self.url = daemon.url
         self.db_path = db_path
 
-    def wait_for_calls(self, n: int, timeout: float = 10.0) -> list[dict]:
-        from ctxscope.inspector.store.queries import list_calls, open_db
-
-        deadline = time.monotonic() + timeout
-        rows: list[dict] = []
-        while time.monotonic() < deadline:
-            if self.db_path.exists():
-                db = open_db(self.db_path)
-                rows = list_calls(db, limit=100000, newest_first=False)
-                db.conn.close()
-                if len(rows) >= n:
-                    return rows
-            time.sleep(0.05)
-        raise AssertionError(f"expected {n} captured calls, found {len(rows)}")
+    def wait_for_calls(self, n: int, timeout: float = STORE_WAIT) -> list[dict]:
+        return wait_for_stored(self.db_path, n, timeout=timeout, writer=self.daemon.writer)
 
     def stop(self):
         self.loop_thread.call(self.daemon.stop())

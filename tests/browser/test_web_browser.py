@@ -391,7 +391,7 @@ def test_the_page_says_capture_is_not_storing_while_the_store_cannot_be_opened(t
         assert "not a database" in (status.get_attribute("title") or "")
         bad.unlink()  # the store can be opened again
         expect(status).to_contain_text("failure", timeout=30000)  # storing again; the failures stay counted
-        down.wait_for_calls(1, session="down", timeout=30)
+        down.wait_for_calls(1, session="down")
     finally:
         page.goto("about:blank")  # leave first: the live feed would reconnect to the stopped daemon and log it
         down.stop()

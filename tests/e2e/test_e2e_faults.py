@@ -106,7 +106,7 @@ def test_client_disconnect_mid_stream(proxy, sim):
     stream = client.chat.completions.create(model="gpt-sim", stream=True, messages=[{"role": "user", "content": "x"}])
     next(iter(stream))
     stream.close()
-    [row] = proxy.wait_for_calls(1, timeout=15)
+    [row] = proxy.wait_for_calls(1)
     assert row["outcome"] == "client_disconnected"
 
 

@@ -5,13 +5,13 @@ The ``browser`` and ``page`` fixtures are in conftest.py."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from support import sdk_clients
 from support.loop_thread import LoopThread
+from support.stored_calls import STORE_WAIT, wait_for_stored
 
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -44,21 +44,8 @@ class WebDaemon:
 
         return self.sim_runner.app[STATE_KEY]
 
-    def wait_for_calls(self, n: int, session: str | None = None, timeout: float = 10.0) -> list[dict]:
-        from ctxscope.inspector.store.queries import list_calls, open_db
-
-        deadline = time.monotonic() + timeout
-        rows: list[dict] = []
-        while time.monotonic() < deadline:
-            db = open_db(self.db_path)
-            try:
-                rows = list_calls(db, session=session, limit=None, newest_first=False)
-            finally:
-                db.close()
-            if len(rows) >= n:
-                return rows
-            time.sleep(0.05)
-        raise AssertionError(f"expected {n} captured calls, found {len(rows)}")
+    def wait_for_calls(self, n: int, session: str | None = None, timeout: float = STORE_WAIT) -> list[dict]:
+        return wait_for_stored(self.db_path, n, session, timeout, writer=self.daemon.writer)
 
     def stop(self):
         self.loop.call(self.daemon.stop())

@@ -42,7 +42,7 @@ def test_the_call_and_session_pages_say_the_diagnosis_and_the_agreement(web):
         previous = r.id
         msgs = msgs + [{"role": "assistant", "content": r.content[0].text}, {"role": "user", "content": f"turn {i}"}]
     assert r.diagnostics.cache_miss_reason.type == "system_changed"
-    rows = web.wait_for_calls(3, timeout=60)
+    rows = web.wait_for_calls(3)
     deadline = time.monotonic() + 60
     while (call := _json(web, f"/_ctxscope/api/call?id={rows[2]['id']}")["call"])["relation"] is None:
         assert time.monotonic() < deadline, "the call was never analysed"
