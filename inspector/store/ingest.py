@@ -32,6 +32,7 @@ from typing import Any
 from ctxscope.inspector.base import body_reuse
 from ctxscope.inspector.base.body_reuse import BodyMemory
 from ctxscope.inspector.base.clock import iso
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import Db, Savepoint
 from ctxscope.inspector.store.exchange_row import derive
@@ -369,6 +370,7 @@ def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyz
     # with the row's indexes (docs/architecture.md, "One INSERT per call"). OR IGNORE: a file migrated
     # only part of the way (before m016) still has the trigger, which numbered it already.
     db.execute("INSERT OR IGNORE INTO stored_order (call_id) VALUES (?)", [row["id"]])
+    totals.add_call(db, rowid)  # its session's totals, in the same transaction (store/totals.py)
     if is_failure(row["outcome"], row["status"], row["response_complete"]):
         state.failures.add(row["request_sha256"], ex.started_at)
     if after:
