@@ -166,9 +166,12 @@ _ADD = (
 
 
 def create(db: Db) -> None:
-    """The table, its session index and every stored call counted in it (the migration)."""
+    """The table, its session index and every stored call counted in it (the migration); and the
+    index of a session's calls by time."""
     db.execute(CREATE)
     db.execute("CREATE INDEX idx_call_totals_session ON call_totals (session)")
+    # A session's first or last calls by time (its title, its newest calls) without sorting all of them.
+    db.execute("CREATE INDEX idx_calls_session_time ON calls (session, started_at)")
     db.execute(f"INSERT INTO call_totals (grp, {', '.join(NAMES)}) {_grouped('')}")
 
 
