@@ -16,13 +16,16 @@ Sums keep SQL's rule: NULL while every part is NULL.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.headers import Annotation
 from ctxscope.vocab.kinds import MarkerKind
+
+if TYPE_CHECKING:
+    from ctxscope.inspector.store.db import Db
 
 Combine = Literal["key", "count", "sum", "min", "max"]
 
@@ -154,14 +157,13 @@ def _merge(c: Column) -> str:
 CREATE = f"""
 CREATE TABLE call_totals (
   grp TEXT PRIMARY KEY,           -- json_array of the key columns (session ... inside): one group of calls
-  {(","+chr(10)+"  ").join(f"{c.name} {c.kind}" for c in _COLUMNS)}
+  {("," + chr(10) + "  ").join(f"{c.name} {c.kind}" for c in _COLUMNS)}
 ) WITHOUT ROWID"""
 
 _ADD = (
     f"INSERT INTO call_totals (grp, {', '.join(NAMES)})"
     f" SELECT {_group_key(None)}, {', '.join(c.per_call for c in _COLUMNS)} FROM calls WHERE rowid = ?"
-    f" ON CONFLICT (grp) DO UPDATE SET "
-    + ", ".join(f"{c.name} = {_merge(c)}" for c in _COLUMNS if c.combine != "key")
+    f" ON CONFLICT (grp) DO UPDATE SET " + ", ".join(f"{c.name} = {_merge(c)}" for c in _COLUMNS if c.combine != "key")
 )
 
 
@@ -175,9 +177,14 @@ def create(db: Db) -> None:
     db.execute(f"INSERT INTO call_totals (grp, {', '.join(NAMES)}) {_grouped('')}")
 
 
-def add_call(db: Db, rowid: int) -> None:
-    """Count the call just inserted at ``rowid`` into its group (one statement, the writer's transaction)."""
-    db.conn.execute(_ADD, [rowid])
+def add_call(db: Db, rowid: int | None) -> None:
+    """Count the call just inserted at ``rowid`` into its group (one statement, the writer's
+    transaction). A file migrated only part of the way (before m020) has no totals to keep."""
+    try:
+        db.conn.execute(_ADD, [rowid])
+    except sqlite3.OperationalError as e:
+        if "no such table: call_totals" not in str(e):
+            raise
 
 
 def refresh(db: Db, sessions: Iterable[str]) -> None:
@@ -188,9 +195,7 @@ def refresh(db: Db, sessions: Iterable[str]) -> None:
         part = names[start : start + 500]
         marks = ", ".join("?" for _ in part)
         db.execute(f"DELETE FROM call_totals WHERE session IN ({marks})", part)
-        db.execute(
-            f"INSERT INTO call_totals (grp, {', '.join(NAMES)}) {_grouped(f'WHERE session IN ({marks})')}", part
-        )
+        db.execute(f"INSERT INTO call_totals (grp, {', '.join(NAMES)}) {_grouped(f'WHERE session IN ({marks})')}", part)
 
 
 def kept(db: Db) -> bool:
@@ -207,11 +212,11 @@ def source(db: Db) -> str:
     return f"({_grouped('', cols)})"
 
 
-def recomputed(db: Db) -> list[tuple]:
+def recomputed(db: Db) -> list[tuple[Any, ...]]:
     """Every group computed afresh from ``calls``, as the table should hold it (for checks)."""
     return db.execute(f"SELECT grp, {', '.join(NAMES)} FROM ({_grouped('')}) ORDER BY grp").fetchall()
 
 
-def stored(db: Db) -> list[tuple]:
+def stored(db: Db) -> list[tuple[Any, ...]]:
     """Every group as the table holds it (for checks)."""
     return db.execute(f"SELECT grp, {', '.join(NAMES)} FROM call_totals ORDER BY grp").fetchall()

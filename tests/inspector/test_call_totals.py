@@ -175,12 +175,13 @@ def test_totals_equal_a_fresh_group_by_through_ingest_reindex_deletion_and_impor
 
 
 def _without_table(src: Path, dst: Path) -> None:
-    """A copy of the store whose file predates the totals: table and migration record gone."""
+    """A copy of the store whose file predates the totals: what m020 made and its record gone."""
     con = sqlite3.connect(src)
     con.execute(f"VACUUM INTO '{dst}'")
     con.close()
     con = sqlite3.connect(dst)
     con.execute("DROP TABLE call_totals")
+    con.execute("DROP INDEX idx_calls_session_time")
     con.execute("DELETE FROM _sqlite_migrations WHERE name = 'm020_create_call_totals'")
     con.commit()
     con.close()
@@ -252,4 +253,4 @@ def test_whole_store_reads_cost_the_same_at_ten_and_at_150_calls_per_session(tmp
     }
     for name, read in reads.items():
         few, many = _vm_steps(small, read), _vm_steps(large, read)
-        assert many < 2 * few + 20_000, (name, few, many)  # 15x the calls; a scan of them is 10x the steps
+        assert many <= 1.2 * few + 1_000, (name, few, many)  # 15x the calls: a scan of them took 8-16x the steps

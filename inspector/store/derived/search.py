@@ -251,7 +251,9 @@ def search(
     return out
 
 
-def _occurrences(db: Db, segments: list[int], words: list[str], session: str | None, limit: int) -> list[dict]:
+def _occurrences(
+    db: Db, segments: list[int], words: list[str], session: str | None, limit: int
+) -> list[dict[str, Any]]:
     """The first ``limit`` occurrences of ``segments`` (all of one size) by time, of those whose text
     holds ``words`` one after the other (a text is read back only for a phrase of several words)."""
     if len(words) > 1:
