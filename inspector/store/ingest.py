@@ -370,7 +370,6 @@ def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyz
     # with the row's indexes (docs/architecture.md, "One INSERT per call"). OR IGNORE: a file migrated
     # only part of the way (before m016) still has the trigger, which numbered it already.
     db.execute("INSERT OR IGNORE INTO stored_order (call_id) VALUES (?)", [row["id"]])
-    totals.add_call(db, rowid)  # its session's totals, in the same transaction (store/totals.py)
     if is_failure(row["outcome"], row["status"], row["response_complete"]):
         state.failures.add(row["request_sha256"], ex.started_at)
     if after:
@@ -393,6 +392,8 @@ def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyz
                 state.ids.clear()  # ids it noted of the rows undone with it
                 state.ids.drop_terms(mark)  # and the search texts it held back for them
                 errors.append((_name(analyzer), e))
+    # its session's totals, in the same transaction, from the row as the analyzers left it (store/totals.py)
+    totals.add_call(db, rowid)
     return IngestResult(row, errors)
 
 

@@ -25,6 +25,7 @@ from support.factories import (
     anthropic_request,
     anthropic_response,
     anthropic_sse,
+    capture,
     claude_code_like_session,
     make_exchange,
 )
@@ -172,6 +173,18 @@ def test_totals_equal_a_fresh_group_by_through_ingest_reindex_deletion_and_impor
         db.execute("SELECT SUM(calls) FROM call_totals").fetchone()[0]
         == db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
     )
+
+
+def test_a_call_is_counted_as_the_analyzers_left_its_row(tmp_path):
+    """An analyzer that runs after the INSERT and writes the call's columns: the totals count the
+    row it left, not the row as first inserted."""
+
+    def verdict_after_insert(db, call) -> None:
+        db.execute("UPDATE calls SET cache_verdict = 'hit', cache_lost_tokens = 7 WHERE id = ?", [call["id"]])
+
+    db = capture(tmp_path / "t.db", _growing("late", 3, T0), analyzers=[verdict_after_insert])
+    assert db.execute("SELECT verdict, calls, lost_tokens FROM call_totals").fetchall() == [("hit", 3, 21)]
+    assert_totals_true(db)
 
 
 def _without_table(src: Path, dst: Path) -> None:
