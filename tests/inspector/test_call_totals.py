@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxscope.inspector.analyses.prices import load_prices
 from ctxscope.inspector.pipeline.analyze import Analyzer, reindex
 from ctxscope.inspector.share.importer import import_calls
 from ctxscope.inspector.store import queries, totals
@@ -151,6 +152,14 @@ def test_totals_equal_a_fresh_group_by_through_ingest_reindex_deletion_and_impor
 
     for _ in reindex(db, session="alpha", analyzer=Analyzer()):
         pass
+    assert_totals_true(db)
+    # re-analysed at other prices: every loss in dollars changes, and the totals with it
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"claude": {"input": 30.0}}))
+    lost_before = db.execute("SELECT SUM(lost_usd) FROM call_totals").fetchone()[0]
+    for _ in reindex(db, analyzer=Analyzer(prices=load_prices(prices))):
+        pass
+    assert db.execute("SELECT SUM(lost_usd) FROM call_totals").fetchone()[0] > 2 * lost_before
     assert_totals_true(db)
     # a whole re-analysis with a changed history: a call's analysis columns rewritten behind the
     # totals' back are counted again by the reindex that follows
