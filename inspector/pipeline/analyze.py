@@ -548,6 +548,7 @@ def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = N
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         with rows.immediate(db):
+            touched = set(rows.sessions_of(db, chunk))  # a call may move to another session
             for call_id in chunk:
                 try:
                     with db.atomic():
@@ -555,4 +556,5 @@ def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = N
                 except Exception as e:
                     log.warning("reindex of call %s failed: %s", call_id, e)
                     record_event(db, "analysis_failed", call_id=call_id, detail=f"reindex: {type(e).__name__}: {e}")
+            rows.refresh_totals(db, touched | set(rows.sessions_of(db, chunk)))
         yield from chunk

@@ -12,7 +12,7 @@ from typing import Any
 import sqlite_utils
 
 from ctxscope.inspector.base.usd import total_usd
-from ctxscope.inspector.store import queries
+from ctxscope.inspector.store import queries, totals
 from ctxscope.inspector.store.sessions import HIT_ELIGIBLE, NON_MODEL_SESSION, hit_rate
 from ctxscope.vocab.kinds import EpochReason, RelationKind
 
@@ -95,24 +95,28 @@ def session_timeline(db: sqlite_utils.Database, session: str) -> dict[str, Any] 
 
 
 def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str, Any]:
-    """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline."""
+    """Calls, hit rate (numerator and denominator), breaks by cause, tokens and cost lost, cache discipline.
+
+    Read from the per-session totals (store/totals.py), which split the calls by every value counted
+    here: a few rows per session, however many calls it has."""
     # All sessions' figures leave out the non-model requests (docs/architecture.md, "Non-model requests").
     where, params = (
         ("WHERE session = ?", [session]) if session is not None else ("WHERE session != ?", [NON_MODEL_SESSION])
     )
+    src = totals.source(db)
     one = db.execute(
-        f"""SELECT COUNT(*), SUM(relation IS NOT NULL), SUM(cache_verdict = 'hit'),
-                   SUM(cache_verdict IN ({", ".join("?" for _ in HIT_ELIGIBLE)})),
+        f"""SELECT COALESCE(SUM(calls), 0), SUM((relation IS NOT NULL) * calls), SUM((verdict = 'hit') * calls),
+                   SUM((verdict IN ({", ".join("?" for _ in HIT_ELIGIBLE)})) * calls),
                    SUM(usage_input), SUM(usage_cache_read), SUM(usage_cache_write),
-                   SUM(cache_lost_tokens), SUM(cache_lost_usd), COUNT(DISTINCT session), COUNT(DISTINCT thread),
-                   SUM(has_compaction_before)
-            FROM calls {where}""",
+                   SUM(lost_tokens), SUM(lost_usd), COUNT(DISTINCT session), COUNT(DISTINCT thread),
+                   SUM(compactions)
+            FROM {src} {where}""",
         [*HIT_ELIGIBLE, *params],
     ).fetchone()
     calls, analysed, hits, eligible, inp, read, write, lost, lost_usd, sessions, threads, compactions = one
-    by_relation = _counts(db, "COALESCE(relation || ':' || epoch_reason, relation)", where, params)
-    by_verdict = _counts(db, "cache_verdict", where, params)
-    breaks = _breaks(db, where, params)
+    by_relation = _counts(db, src, "COALESCE(relation || ':' || epoch_reason, relation)", where, params)
+    by_verdict = _counts(db, src, "verdict", where, params)
+    breaks = _breaks(db, src, where, params)
     return {
         "session": session,
         "calls": calls,
@@ -137,9 +141,6 @@ def stats(db: sqlite_utils.Database, *, session: str | None = None) -> dict[str,
     }
 
 
-_AGREEMENT = "COALESCE(json_extract(cache, '$.provider_agreement'), 'none')"
-
-
 def _agreement_report(counts: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {k: counts.get(k, 0) for k in ("agree", "disagree", "pending", "none")}
     judged = out["agree"] + out["disagree"]
@@ -154,8 +155,8 @@ def provider_agreement_counts(
     verdicts"): agree / disagree / pending / none over the calls with a cache verdict, and the
     agreement rate of those the provider diagnosed; ``per_session`` adds each session that had one."""
     rows = db.execute(
-        f"SELECT session, {_AGREEMENT}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} cache IS NOT NULL"
-        " GROUP BY 1, 2",
+        f"SELECT session, agreement, SUM(calls) FROM {totals.source(db)} {where}"
+        f" {'AND' if where else 'WHERE'} agreement IS NOT NULL GROUP BY 1, 2",
         params,
     ).fetchall()
     overall: dict[str, int] = {}
@@ -169,9 +170,9 @@ def provider_agreement_counts(
     return report
 
 
-def _counts(db: sqlite_utils.Database, expr: str, where: str, params: list[Any]) -> dict[str, Any]:
+def _counts(db: sqlite_utils.Database, src: str, expr: str, where: str, params: list[Any]) -> dict[str, Any]:
     rows = db.execute(
-        f"SELECT {expr}, COUNT(*) FROM calls {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL"
+        f"SELECT {expr}, SUM(calls) FROM {src} {where} {'AND' if where else 'WHERE'} {expr} IS NOT NULL"
         " GROUP BY 1 ORDER BY 2 DESC",
         params,
     ).fetchall()
@@ -183,31 +184,27 @@ def _area(pointer: str | None) -> str | None:
     return None if not pointer else "/" + pointer.lstrip("/").split("/", 1)[0]
 
 
-def _breaks(db: sqlite_utils.Database, where: str, params: list[Any]) -> list[dict[str, Any]]:
-    """Cache misses grouped by cause: verdict, the kind of segment that broke, and where it lies."""
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+def _breaks(db: sqlite_utils.Database, src: str, where: str, params: list[Any]) -> list[dict[str, Any]]:
+    """Cache misses grouped by cause: verdict, the kind of segment that broke, and where it lies
+    (the totals keep the kind and the pointer's top-level part of a client break)."""
     rows = db.execute(
-        f"""SELECT cache_verdict, json_extract(cache, '$.break_segment_kind'), json_extract(cache, '$.break_pointer'),
-                   cache_lost_tokens, cache_lost_usd
-            FROM calls {where} {"AND" if where else "WHERE"}
-            cache_verdict IN ({", ".join("?" for _ in MISS_VERDICTS)})""",
+        f"""SELECT verdict, break_kind, break_area, SUM(calls), SUM(lost_tokens), SUM(lost_usd)
+            FROM {src} {where} {"AND" if where else "WHERE"}
+            verdict IN ({", ".join("?" for _ in MISS_VERDICTS)}) GROUP BY 1, 2, 3""",
         [*params, *MISS_VERDICTS],
     )
-    for verdict, kind, pointer, lost, usd in rows:
-        key = (
-            verdict,
-            kind if verdict == "client_break" else None,
-            _area(pointer) if verdict == "client_break" else None,
-        )
-        g = groups.setdefault(
-            key,
-            {"cause": key[0], "segment_kind": key[1], "area": key[2], "calls": 0, "lost_tokens": 0, "lost_usd": None},
-        )
-        g["calls"] += 1
-        g["lost_tokens"] += lost or 0
-        if usd is not None:
-            g["lost_usd"] = total_usd([g["lost_usd"], usd])
-    return sorted(groups.values(), key=lambda g: (-g["lost_tokens"], -g["calls"], str(g["cause"])))
+    groups = [
+        {
+            "cause": verdict,
+            "segment_kind": kind,
+            "area": area,
+            "calls": n,
+            "lost_tokens": lost or 0,
+            "lost_usd": total_usd([usd]),
+        }
+        for verdict, kind, area, n, lost, usd in rows
+    ]
+    return sorted(groups, key=lambda g: (-g["lost_tokens"], -g["calls"], str(g["cause"])))
 
 
 # Calls whose relation says nothing about the client's discipline: the first of a thread, a restart.
@@ -224,28 +221,36 @@ def cache_discipline(db: sqlite_utils.Database, *, session: str | None = None) -
     """How well the prompt prefix was kept: the share of calls after a thread's first that are
     APPEND_ONLY or IDENTICAL, the breaks (every other relation) and what they cost, and the breaks
     that are neither a compaction (its checkpoint request or the first call after it) nor behind
-    the previous call's last cache breakpoint: ``violations``, which a careful client keeps at 0."""
+    the previous call's last cache breakpoint: ``violations``, which a careful client keeps at 0.
+
+    The figures come from the per-session totals (store/totals.py: ``compaction`` and ``inside`` are
+    the two conditions of a call); the listed break calls are read through the relation index."""
     where = f"WHERE NOT ({_NOT_JUDGED})" + (" AND session = ?" if session is not None else "")
     params = [session] if session is not None else []
+    broke = "relation NOT IN ('APPEND_ONLY', 'IDENTICAL')"
     row = db.execute(
-        f"""SELECT COUNT(*), SUM(relation IN ('APPEND_ONLY', 'IDENTICAL')),
-                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL')),
-                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}),
-                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND NOT {_COMPACTION} AND {_INSIDE}),
-                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') THEN COALESCE(cache_lost_tokens, 0) END),
-                   SUM(CASE WHEN relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND {_COMPACTION}
-                            THEN COALESCE(cache_lost_tokens, 0) END),
-                   SUM(relation NOT IN ('APPEND_ONLY', 'IDENTICAL') AND has_compaction_before = 1)
-            FROM calls {where}""",
+        f"""SELECT SUM(calls), SUM((relation IN ('APPEND_ONLY', 'IDENTICAL')) * calls),
+                   SUM(({broke}) * calls),
+                   SUM(({broke} AND compaction) * calls),
+                   SUM(({broke} AND NOT compaction AND inside) * calls),
+                   SUM(CASE WHEN {broke} THEN COALESCE(lost_tokens, 0) END),
+                   SUM(CASE WHEN {broke} AND compaction THEN COALESCE(lost_tokens, 0) END),
+                   SUM(CASE WHEN {broke} THEN compactions END)
+            FROM {totals.source(db)} {where}""",
         params,
     ).fetchone()
     comparable, kept, breaks, compactions, violations, lost, lost_compaction, after = (v or 0 for v in row)
-    listed = db.execute(
-        f"""SELECT id, session, seq, relation, epoch_reason, pointer, {_COMPACTION}, {_INSIDE}, cache_lost_tokens
-            FROM calls {where} AND relation NOT IN ('APPEND_ONLY', 'IDENTICAL')
-            ORDER BY NOT {_COMPACTION} AND {_INSIDE} DESC, started_at LIMIT 50""",
-        params,
-    ).fetchall()
+    relations = [
+        r[0] for r in db.execute(f"SELECT DISTINCT relation FROM {totals.source(db)} {where} AND {broke}", params)
+    ]
+    listed = []
+    if relations:  # the breaking relations by name: the relation index finds their calls, not a scan
+        listed = db.execute(
+            f"""SELECT id, session, seq, relation, epoch_reason, pointer, {_COMPACTION}, {_INSIDE}, cache_lost_tokens
+                FROM calls {where} AND relation IN ({", ".join("?" for _ in relations)})
+                ORDER BY NOT {_COMPACTION} AND {_INSIDE} DESC, started_at LIMIT 50""",
+            [*params, *relations],
+        ).fetchall()
     return {
         "comparable": comparable,
         "prefix_kept": kept,

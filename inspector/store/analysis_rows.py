@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.db import Db
 
 
@@ -22,6 +23,22 @@ def rowid_of(db: Db, call_id: str) -> int:
 def write_analysis(db: Db, call_id: str, columns: dict[str, Any]) -> None:
     """The analysis's columns onto the call's row (one UPDATE)."""
     db.execute(f"UPDATE calls SET {', '.join(f'{k} = ?' for k in columns)} WHERE id = ?", [*columns.values(), call_id])
+
+
+def sessions_of(db: Db, call_ids: list[str]) -> list[str]:
+    """The sessions the calls ``call_ids`` are in."""
+    out: set[str] = set()
+    for start in range(0, len(call_ids), 500):
+        part = call_ids[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        out.update(r[0] for r in db.execute(f"SELECT DISTINCT session FROM calls WHERE id IN ({marks})", part))
+    return sorted(out)
+
+
+def refresh_totals(db: Db, sessions: set[str]) -> None:
+    """The sessions' totals counted again from their calls, after their analysis changed (store/totals.py)."""
+    if totals.kept(db):
+        totals.refresh(db, sessions)
 
 
 Recent = tuple[str, str, str, int | None, str | None, str | None, str, str | None]

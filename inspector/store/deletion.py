@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.derived import search
@@ -56,6 +57,8 @@ def delete_session(db: Db, session: str) -> dict[str, Any]:
         for table, col in call_refs:
             db.execute(f"DELETE FROM [{table}] WHERE [{col}] IN (SELECT id FROM calls WHERE session = ?)", [session])
         calls = db.execute("DELETE FROM calls WHERE session = ?", [session]).rowcount
+        if totals.kept(db):
+            totals.refresh(db, [session])  # its totals go with its calls
         blobs = _collect(db, blob_refs, keep) if calls else 0
         if blobs:
             sweep(db)  # the chunks and pages only those blobs used

@@ -32,6 +32,7 @@ from typing import Any
 from ctxscope.inspector.base import body_reuse
 from ctxscope.inspector.base.body_reuse import BodyMemory
 from ctxscope.inspector.base.clock import iso
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.blobs import StoredBlob, blob_load, blob_put
 from ctxscope.inspector.store.db import Db, Savepoint
 from ctxscope.inspector.store.exchange_row import derive
@@ -391,6 +392,8 @@ def _ingest(db: Db, ex: Exchange, state: IngestState, analyzers: Sequence[Analyz
                 state.ids.clear()  # ids it noted of the rows undone with it
                 state.ids.drop_terms(mark)  # and the search texts it held back for them
                 errors.append((_name(analyzer), e))
+    # its session's totals, in the same transaction, from the row as the analyzers left it (store/totals.py)
+    totals.add_call(db, rowid)
     return IngestResult(row, errors)
 
 

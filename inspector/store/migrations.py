@@ -522,6 +522,16 @@ CREATE TABLE call_shapes (
     )
 
 
+@migration
+def m020_create_call_totals(db: sqlite_utils.Database) -> None:
+    """Per-session totals the writer keeps with each call, counted here once for the calls already
+    stored, so the whole-store reads (sessions, stats, db status) read a few rows per session and
+    never scan the calls (store/totals.py, docs/architecture.md, "Totals per session")."""
+    from ctxscope.inspector.store import totals
+
+    totals.create(db)
+
+
 NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
 _built: list[Migrations] = []
 

@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.blobs import blob_get, stored_bytes
 from ctxscope.inspector.store.columns import with_defaults
 from ctxscope.inspector.store.db import Db
 from ctxscope.inspector.store.layout import headers
 from ctxscope.inspector.store.recode import apply_recipe
 from ctxscope.inspector.store.sessions import (
-    SUBAGENT_SQL,
-    TOOL_ROUND_SQL,
     SessionAggregate,
     session_aggregates,
     thread_order,
@@ -128,7 +127,8 @@ def with_thread_parents(db: Db, rows: list[dict[str, Any]]) -> list[dict[str, An
         chunk = sessions[start : start + _SESSIONS_PER_QUERY]
         groups: dict[str, list[dict[str, Any]]] = {}
         for session, thread, calls, rounds, first, subagent in db.execute(
-            f"""SELECT session, thread, COUNT(*), SUM({TOOL_ROUND_SQL}), MIN(seq), MAX({SUBAGENT_SQL}) FROM calls
+            f"""SELECT session, thread, SUM(calls), SUM(tool_rounds), MIN(first_seq), MAX(subagent)
+                FROM {totals.source(db)}
                 WHERE session IN ({", ".join("?" for _ in chunk)}) AND thread IS NOT NULL GROUP BY session, thread""",
             chunk,
         ).fetchall():
@@ -315,12 +315,12 @@ def list_sessions(
 def session_threads(db: Db, session: str) -> list[dict[str, Any]]:
     """The session's threads as a tree: the main thread on top (``thread_order``), every side thread
     its child (``parent_thread``); ``index`` numbers them main first, as every view does."""
-    rows = db.query(
-        f"""SELECT thread, COUNT(*) AS calls, SUM({TOOL_ROUND_SQL}) AS tool_rounds, MIN(seq) AS first_seq,
-                   MAX({SUBAGENT_SQL}) AS subagent,
-                   MIN(started_at) AS first_started_at, MAX(started_at) AS last_started_at,
+    rows = db.query(  # from the session's totals (store/totals.py): a few rows, whatever its calls
+        f"""SELECT thread, SUM(calls) AS calls, SUM(tool_rounds) AS tool_rounds, MIN(first_seq) AS first_seq,
+                   MAX(subagent) AS subagent,
+                   MIN(first_started_at) AS first_started_at, MAX(last_started_at) AS last_started_at,
                    json_group_array(DISTINCT model) AS models
-            FROM calls WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
+            FROM {totals.source(db)} WHERE session = ? AND thread IS NOT NULL GROUP BY thread ORDER BY first_seq""",
         [session],
     )
     threads = {}
@@ -368,13 +368,16 @@ def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
         def one(sql: str) -> Any:
             return db.execute(sql).fetchone()
 
-        status["calls"] = one("SELECT COUNT(*) FROM calls")[0]
-        status["sessions"] = one("SELECT COUNT(DISTINCT session) FROM calls")[0]
+        # the calls' figures from the per-session totals (store/totals.py): no pass over the calls
+        src = totals.source(db)
+        status["calls"], status["sessions"], raw = one(
+            f"SELECT COALESCE(SUM(calls), 0), COUNT(DISTINCT session),"
+            f" COALESCE(SUM(request_bytes), 0) + COALESCE(SUM(response_bytes), 0) FROM {src}"
+        )
         status["last_capture_at"] = one("SELECT MAX(started_at) FROM calls")[0]
         status["capture_epoch"] = int(store.get_meta(db, "capture_epoch", "0") or 0)
         blobs, content = one("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs")
         stored = stored_bytes(db) if "chunks" in tables else one("SELECT COALESCE(SUM(length(data)), 0) FROM blobs")[0]
-        raw = one("SELECT COALESCE(SUM(request_bytes), 0) + COALESCE(SUM(response_bytes), 0) FROM calls")[0]
         status["blobs"] = {
             "count": blobs,
             "stored_bytes": stored,  # compressed bytes on disk
@@ -382,12 +385,12 @@ def store_status(db_path: str | Path, status: dict[str, Any]) -> dict[str, Any]:
             "raw_bytes": raw,  # request + response bytes of all calls, as on the wire
             "ratio": round(stored / raw, 4) if raw else None,
         }
-        totals = dict.fromkeys(FAILURE_KINDS, 0)
+        failures = dict.fromkeys(FAILURE_KINDS, 0)
         for kind, n in db.execute(
             f"SELECT kind, SUM(count) FROM store_events WHERE kind IN ({_marks}) GROUP BY kind", list(FAILURE_KINDS)
         ):
-            totals[kind] = n
-        status["writer"] = totals
+            failures[kind] = n
+        status["writer"] = failures
         last = db.execute(
             f"SELECT at, kind, detail FROM store_events WHERE kind IN ({_marks}) ORDER BY id DESC LIMIT 1",
             list(FAILURE_KINDS),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ctxscope.inspector.base.usd import total_usd
-from ctxscope.inspector.store.columns import call_columns, verdict_sql
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.db import Db
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 from ctxscope.vocab.headers import Annotation
@@ -192,35 +192,36 @@ class SessionAggregate:
 def session_groups(db: Db, *, limit: int | None = None, purposes: bool = False) -> list[tuple[Any, ...]]:
     """One row per (session, model, simulated or not) of the ``limit`` most recently active sessions:
     the simulator's calls are kept apart so that they are never priced. ``purposes``: the sessions
-    the project made itself too (``session_purpose``)."""
-    cols = call_columns(db)
-    verdict = verdict_sql(cols)
+    the project made itself too (``session_purpose``). Read from the per-session totals
+    (store/totals.py): a few rows per session, whatever its number of calls."""
+    src = totals.source(db)
 
-    def opt(col: str, expr: str) -> str:
-        return expr if col in cols else "NULL"
+    def count(column: str, condition: str) -> str:
+        """SUM(condition) over the calls, as SQL sums a comparison: NULL where ``column`` is."""
+        return f"SUM(CASE WHEN t.{column} IS NOT NULL THEN ({condition}) * t.calls END)"
 
     eligible = ", ".join(f"'{v}'" for v in HIT_ELIGIBLE)
     extra = [
-        f"SUM({verdict} = '{CacheVerdict.CLIENT_BREAK}')" if verdict else "NULL",
-        opt("relation", f"SUM(c.relation = '{RelationKind.DIVERGED}')"),
-        opt("has_compaction_before", "SUM(c.has_compaction_before)"),
-        opt("tokens_estimated", "SUM(c.tokens_estimated)"),
-        f"SUM({verdict} = '{CacheVerdict.HIT}')" if verdict else "NULL",
-        f"SUM({verdict} IN ({eligible}))" if verdict else "NULL",
-        opt("cache_lost_tokens", "SUM(c.cache_lost_tokens)"),
-        opt("cache_lost_usd", "SUM(c.cache_lost_usd)"),
-        opt("session_source", "MAX(c.session_source)"),
+        count("verdict", f"t.verdict = '{CacheVerdict.CLIENT_BREAK}'"),
+        count("relation", f"t.relation = '{RelationKind.DIVERGED}'"),
+        "SUM(t.compactions)",
+        "SUM(t.tokens_estimated)",
+        count("verdict", f"t.verdict = '{CacheVerdict.HIT}'"),
+        count("verdict", f"t.verdict IN ({eligible})"),
+        "SUM(t.lost_tokens)",
+        "SUM(t.lost_usd)",
+        "MAX(t.session_source)",
     ]
     own = "" if purposes else f"WHERE NOT ({PURPOSE_SQL})"
     sql = f"""
-      WITH recent AS (SELECT session, MAX(started_at) AS last FROM calls {own}
+      WITH recent AS (SELECT session, MAX(last_started_at) AS last FROM {src} {own}
                       GROUP BY session ORDER BY last DESC LIMIT ?)
-      SELECT c.session, c.model, COUNT(*), MIN(c.started_at), MAX(c.started_at),
-             SUM(c.usage_input), SUM(c.usage_output), SUM(c.usage_cache_read), SUM(c.usage_cache_write),
-             SUM(c.usage_input IS NOT NULL), SUM(c.outcome != 'ok' OR c.status >= 400),
-             json_group_array(DISTINCT c.provider), {", ".join(extra)}, c.provider IS '{SIMULATOR_PROVIDER}'
-      FROM calls c JOIN recent r ON r.session = c.session
-      GROUP BY c.session, c.model, c.provider IS '{SIMULATOR_PROVIDER}'"""
+      SELECT t.session, t.model, SUM(t.calls), MIN(t.first_started_at), MAX(t.last_started_at),
+             SUM(t.usage_input), SUM(t.usage_output), SUM(t.usage_cache_read), SUM(t.usage_cache_write),
+             SUM(t.reported), SUM(t.errors),
+             json_group_array(DISTINCT t.provider), {", ".join(extra)}, t.provider IS '{SIMULATOR_PROVIDER}'
+      FROM {src} t JOIN recent r ON r.session = t.session
+      GROUP BY t.session, t.model, t.provider IS '{SIMULATOR_PROVIDER}'"""
     return db.execute(sql, [-1 if limit is None else limit]).fetchall()
 
 

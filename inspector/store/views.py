@@ -12,9 +12,10 @@ from typing import Any, cast
 
 import sqlite_utils
 
+from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.columns import call_columns, verdict_sql
 from ctxscope.inspector.store.queries import SUMMARY_COLUMNS
-from ctxscope.inspector.store.sessions import PURPOSE_SQL, SUBAGENT_SQL, TOOL_ROUND_SQL
+from ctxscope.inspector.store.sessions import PURPOSE_SQL
 from ctxscope.vocab.apis import SIMULATOR_PROVIDER
 
 
@@ -72,7 +73,9 @@ def calls_after(db: sqlite_utils.Database, after: int, limit: int) -> list[dict[
 
 
 def store_totals(db: sqlite_utils.Database) -> dict[str, Any]:
-    n, sessions, last = db.execute("SELECT COUNT(*), COUNT(DISTINCT session), MAX(started_at) FROM calls").fetchone()
+    n, sessions, last = db.execute(
+        f"SELECT COALESCE(SUM(calls), 0), COUNT(DISTINCT session), MAX(last_started_at) FROM {totals.source(db)}"
+    ).fetchone()
     return {"calls": n, "sessions": sessions, "last_capture_at": last}
 
 
@@ -101,7 +104,9 @@ def client_counts(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
     sessions = list(sessions)
     marks = ",".join("?" for _ in sessions)
     return db.execute(
-        f"SELECT session, client, COUNT(*) FROM calls WHERE session IN ({marks}) GROUP BY session, client", sessions
+        f"SELECT session, client, SUM(calls) FROM {totals.source(db)} WHERE session IN ({marks})"
+        " GROUP BY session, client",
+        sessions,
     ).fetchall()
 
 
@@ -113,13 +118,12 @@ def thread_groups(db: sqlite_utils.Database, sessions: Iterable[str]) -> list[tu
         return []
     sessions = list(sessions)
     marks = ",".join("?" for _ in sessions)
-    parent = "MAX(parent_thread)" if "parent_thread" in cols else "NULL"
-    rounds = TOOL_ROUND_SQL if "markers" in cols else "0"
-    subagent = f"MAX({SUBAGENT_SQL})" if "annotations" in cols else "0"
-    rows = db.execute(
-        f"""SELECT session, thread, {parent}, COUNT(*), MIN(seq), MAX(started_at), json_group_array(DISTINCT model),
-                   SUM(usage_input), SUM(usage_cache_read), SUM({rounds}), {subagent}
-            FROM calls WHERE session IN ({marks}) AND thread IS NOT NULL GROUP BY session, thread ORDER BY MIN(seq)""",
+    rows = db.execute(  # from the sessions' totals (store/totals.py): a few rows each, whatever their calls
+        f"""SELECT session, thread, MAX(parent_thread), SUM(calls), MIN(first_seq), MAX(last_started_at),
+                   json_group_array(DISTINCT model), SUM(usage_input), SUM(usage_cache_read),
+                   COALESCE(SUM(tool_rounds), 0), COALESCE(MAX(subagent), 0)
+            FROM {totals.source(db)} WHERE session IN ({marks}) AND thread IS NOT NULL
+            GROUP BY session, thread ORDER BY MIN(first_seq)""",
         sessions,
     ).fetchall()
     return [

@@ -209,47 +209,76 @@ def search(
     words = tokens(text)
     if not words:
         return []
-    where = ["search_fts MATCH ?"]
-    params: list[object] = [phrase(text)]
+    match = phrase(text)
+    where, params = ["search_fts MATCH ?"], [match]
     if session is not None:
-        where.append("o.session = ?")
+        where.append("EXISTS (SELECT 1 FROM search_occurrences o WHERE o.segment = s.id AND o.session = ?)")
         params.append(session)
     areas = list(areas)
     if areas:
         where.append(f"s.area IN ({', '.join('?' for _ in areas)})")
         params += areas
-    sql = f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
-                     c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area, s.id AS segment
-              FROM search_fts
-              JOIN search_segments s ON s.id = search_fts.rowid
-              JOIN search_occurrences o ON o.segment = s.id
-              JOIN calls c ON c.id = o.call_id
-              WHERE {" AND ".join(where)}
-              ORDER BY s.size, c.started_at, o.call_id"""
-    # Nothing in the sorted query reads a text (each is read back from a body): the shortest segment
-    # ranks first, which is FTS5's bm25 with each word counted once (the index keeps no counts, and
-    # bm25 itself would read every match's text); the snippet is made for the hits kept only
+    # The matching segments, shortest first: the shortest segment ranks first, which is FTS5's bm25
+    # with each word counted once (the index keeps no counts, and bm25 itself would read every
+    # match's text). Their occurrences are read a few segments at a time, as far as ``limit`` needs:
+    # a word in every session's system prompt is not joined to every call that holds it
     # (docs/architecture.md, "The search index").
+    segments = db.execute(
+        f"""SELECT s.id, s.size FROM search_fts JOIN search_segments s ON s.id = search_fts.rowid
+            WHERE {" AND ".join(where)} ORDER BY s.size, s.id""",
+        params,
+    )
     snippet_sql = "SELECT snippet(search_fts, 0, ?, ?, '…', ?) FROM search_fts WHERE search_fts MATCH ? AND rowid = ?"
-    snippets: dict[int, str | None] = {}
     out: list[dict[str, Any]] = []
-    checked: dict[int, bool] = {}
-    for row in db.query(sql, params):
+    same_size: list[int] = []
+    size = None
+    for seg, seg_size in [*segments, (None, None)]:  # a last empty one ends the last group
+        if seg_size != size and same_size:
+            out += _occurrences(db, same_size, words, session, limit - len(out))
+            same_size = []
+            if len(out) >= limit:
+                break
+        size = seg_size
+        if seg is not None:
+            same_size.append(seg)
+    snippets: dict[int, str | None] = {}
+    for row in out:  # the snippet is made for the hits kept only
         seg = row.pop("segment")
-        if len(words) > 1:
-            if seg not in checked:
-                found = db.execute("SELECT text FROM search_text WHERE id = ?", [seg])
-                checked[seg] = _holds(found.fetchone()[0] or "", words)
-            if not checked[seg]:
-                continue
         if seg not in snippets:
-            found = db.execute(snippet_sql, [HIT_START, HIT_END, snippet_tokens, params[0], seg]).fetchone()
+            found = db.execute(snippet_sql, [HIT_START, HIT_END, snippet_tokens, match, seg]).fetchone()
             snippets[seg] = _merge_marks(found[0] if found else None)
         row["snippet"] = snippets[seg]
-        out.append(row)
-        if len(out) >= limit:
-            break
     return out
+
+
+def _occurrences(
+    db: Db, segments: list[int], words: list[str], session: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The first ``limit`` occurrences of ``segments`` (all of one size) by time, of those whose text
+    holds ``words`` one after the other (a text is read back only for a phrase of several words)."""
+    if len(words) > 1:
+        held = []
+        for seg in segments:
+            found = db.execute("SELECT text FROM search_text WHERE id = ?", [seg]).fetchone()
+            if _holds((found[0] if found else None) or "", words):
+                held.append(seg)
+        segments = held
+    if not segments:
+        return []
+    marks = ", ".join("?" for _ in segments)
+    own, params = ("AND o.session = ?", [session]) if session is not None else ("", [])
+    return list(
+        db.query(
+            f"""SELECT o.session AS session, o.call_id AS call, c.seq AS seq, c.started_at AS started_at,
+                       c.model AS model, o.body AS body, o.pointer AS pointer, s.area AS area, s.id AS segment
+                FROM search_occurrences o
+                JOIN search_segments s ON s.id = o.segment
+                JOIN calls c ON c.id = o.call_id
+                WHERE o.segment IN ({marks}) {own}
+                ORDER BY c.started_at, o.call_id LIMIT ?""",
+            [*segments, *params, limit],
+        )
+    )
 
 
 def index_stats(db: Db, *, text_bytes: bool = False) -> dict[str, Any]:
