@@ -118,9 +118,12 @@ class _Rates:
 
     def __init__(self, prices: PriceTable):
         self.prices = prices
+        self._by_call: dict[str, Price | None] = {}  # each finding asks again for the same calls
 
     def price(self, f: CallFacts) -> Price | None:
-        return self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+        if f.id not in self._by_call:
+            self._by_call[f.id] = self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+        return self._by_call[f.id]
 
     def input(self, f: CallFacts) -> float | None:
         price = self.price(f)
