@@ -6,6 +6,8 @@ would, while the daemon keeps serving.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -13,21 +15,45 @@ import pytest
 from aiohttp import web
 
 from support import sdk_clients
+from support.longest_first import CACHE_KEY, SecondsLog, longest_first
 from support.loop_thread import LoopThread
 from support.stored_calls import STORE_WAIT, wait_for_stored
 from support.web_fixtures import Loop, launch_browser
 
+# Bytecode is written, as an installed package has it ("Checks that keep the shape"): the suite
+# starts hundreds of Python processes (daemons, writer children, commands), and where the
+# environment sets PYTHONDONTWRITEBYTECODE each one compiled ctxscope's sources again, and each
+# worker re-rewrote every test module's asserts (collection: 19 s of CPU, 7.6 s with bytecode).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 TESTS = Path(__file__).resolve().parent
+LAST_SECONDS = pytest.StashKey[dict]()
 BROWSER_FIXTURES = frozenset({"browser", "page"})
 # Fixtures that start a real daemon (in a thread or a process) with its writer child: a test that
 # uses one runs a whole path, so it is e2e wherever it lives.
 DAEMON_FIXTURES = frozenset({"proxy", "checked_proxy", "demo_daemon", "daemon", "daemons", "daemon_url"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (or a run without workers) reads the last run's test times once, for the
+    order, and keeps this run's (support/longest_first.py)."""
+    if not hasattr(config, "workerinput"):
+        config.stash[LAST_SECONDS] = config.cache.get(CACHE_KEY, {}) if config.cache is not None else {}
+        config.pluginmanager.register(SecondsLog(config), "ctxscope-test-seconds")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Every xdist worker sorts by the same times, so all collect the same order."""
+    node.workerinput[CACHE_KEY] = node.config.stash[LAST_SECONDS]
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The folder and the fixtures say what a test is: ``e2e`` under tests/e2e/ or with a real
     daemon, ``browser`` when it opens a page (CONTRIBUTING.md); ``slow`` is marked where the test
-    is defined."""
+    is defined. Then the longest files go first (support/longest_first.py)."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0]
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -35,6 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if folder == "browser" or BROWSER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.browser)
+    worker = getattr(config, "workerinput", None)
+    longest_first(items, worker[CACHE_KEY] if worker is not None else config.stash[LAST_SECONDS])
 
 
 class RecordingSimulator:
