@@ -18,7 +18,25 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self):
+        try:  # what is still running ends, and the closes it scheduled run, before the loop stops
+            self.call(_wind_down(), timeout=10)
+        except Exception:  # (a wedged loop is stopped all the same)
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         if not self.thread.is_alive():  # a loop still running cannot be closed; it dies with the process
             self.loop.close()
+
+
+async def _wind_down() -> None:
+    """Cancel the loop's other tasks and let their callbacks run: a transport closed by a cleanup
+    closes its socket in a callback, and a loop stopped before it runs leaves the socket to the
+    garbage collector (a ResourceWarning in a later test)."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await asyncio.get_running_loop().shutdown_asyncgens()
