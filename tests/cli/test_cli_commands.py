@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -253,12 +254,15 @@ def test_serve_and_its_writer_killed_together_keep_calls_completed_a_second_earl
     assert list(tmp_path.glob("c.db.spool-*")), "the killed writer left its spool behind"
     before = _count(db)
     proc, url, db = _start_serve(tmp_path)  # the next daemon on the same database
-    assert "recovered" in _stop_serve(proc)
+    recovered = re.search(r"(\d+) calls recovered", _stop_serve(proc))
+    assert recovered and int(recovered.group(1)) >= 1, "the next writer recovered nothing from the spool"
     conn = __import__("sqlite3").connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     ids = [r[0] for r in conn.execute("SELECT id FROM calls")]
     conn.close()
     assert len(ids) == len(set(ids))  # nothing stored twice
-    # The first call, the early calls and perhaps some later ones; the writer stores in order.
-    assert len(ids) >= early + 1 > before, (len(ids), early, before, len(completed))
+    # The first call, the early calls and perhaps some later ones; the writer stores in order. On a
+    # loaded machine a stretched sleep is a pause in which the writer stores (docs/architecture.md,
+    # "The writer's supervisor"), so `before` may already hold the early calls: no loss either way.
+    assert len(ids) >= early + 1, (len(ids), early, before, len(completed))
     assert not list(tmp_path.glob("c.db.spool-*"))
