@@ -12,7 +12,6 @@ from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
-from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import KINDS, CanonicalPrompt, Segment
 from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 from ctxscope.inspector.base.usd import total_usd
@@ -105,6 +104,8 @@ def build_session(
     session: str, rows: list[dict], *, prices: PriceTable | None = None, counter: TokenCounter | None = None
 ) -> Session:
     """A ``Session`` from the store's rows (``store/session_calls.py``); started_at as unix seconds."""
+    from ctxscope.inspector.analyses.canonical import canonicalize  # the body path only: its parsers' imports
+
     counter = counter or TokenCounter()
     calls, skipped = [], 0
     for row in rows:

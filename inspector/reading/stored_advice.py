@@ -8,13 +8,11 @@ from __future__ import annotations
 import sqlite_utils
 
 from ctxscope.inspector.advisor.alternatives import Advice, advise
-from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.advisor.model import Session
 from ctxscope.inspector.advisor.shape import ShapeMissing, rebuild
 from ctxscope.inspector.advisor.shape_whatif import NeedsBodies
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.base.clock import unix_time
-from ctxscope.inspector.pipeline.findings_record import backfill
 from ctxscope.inspector.reading.stored_findings import FactsMissing, stored_findings
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.derived import call_shapes
@@ -38,6 +36,8 @@ def shaped_session(
     except ShapeMissing:
         if not backfill_allowed:
             raise FactsMissing(full) from None
+        from ctxscope.inspector.pipeline.findings_record import backfill  # the pipeline's imports: only to take them
+
         backfill(db, full, prices)
         calls = rebuild(rows, call_shapes.session_shapes(db, full) or {})  # ShapeMissing: not storable
     return Session(full, tuple(calls), len(rows) - len(calls), prices)
@@ -64,6 +64,8 @@ def stored_advice(
             return s, advise(s, found.findings if found is not None else None)
         except NeedsBodies:
             pass
+    from ctxscope.inspector.advisor.load import load_session
+
     body = load_session(db, session, prices=prices)
     if body is None:
         return None
