@@ -90,7 +90,7 @@ def bodies(calls: int, result_words: int = 40) -> list[tuple[float, bytes]]:
     return out
 
 
-def exchange(i: int, t: float, raw: bytes) -> Exchange:
+def exchange(i: int, t: float, raw: bytes, upstream: str = "https://api.anthropic.com") -> Exchange:
     response = {
         "id": f"msg_{i}",
         "type": "message",
@@ -103,7 +103,7 @@ def exchange(i: int, t: float, raw: bytes) -> Exchange:
     return Exchange(
         id=f"{int(t) * 1000:016x}{i:06x}",
         provider="anthropic",
-        upstream="https://api.anthropic.com",
+        upstream=upstream,
         method="POST",
         path="/v1/messages",
         query="",
@@ -123,9 +123,10 @@ def exchange(i: int, t: float, raw: bytes) -> Exchange:
     )
 
 
-def big_bodies(calls: int, tokens: int) -> Iterator[tuple[float, bytes]]:
+def big_bodies(calls: int, tokens: int, *, billing: bool = False) -> Iterator[tuple[float, bytes]]:
     """(start time, request body) of ``calls`` calls of the scale bench's big session, the last
-    prompt about ``tokens`` tokens (o200k reads about 5.4 characters a token of this JSON)."""
+    prompt about ``tokens`` tokens (o200k reads about 5.4 characters a token of this JSON);
+    ``billing``: with Claude Code's billing header, a new one each call, as system[0]."""
     from scale_build import Conversation, _pool
 
     start_words = 15_000
@@ -135,18 +136,31 @@ def big_bodies(calls: int, tokens: int) -> Iterator[tuple[float, bytes]]:
         10_000_000, _pool(), history_words=start_words, new_words=new_words, dated=False, compact_every=0
     )
     for i in range(calls):
-        yield T0 + 20.0 * i, conv.next_body(i, 1 << 30)
+        raw = conv.next_body(i, 1 << 30)
+        if billing:
+            header = (
+                f"x-anthropic-billing-header: cc_version=2.1.{i}.c4f; cc_entrypoint=cli; cch={i * 7919 % 65536:05x};"
+            )
+            raw = raw.replace(
+                b'"system": [', b'"system": [' + json.dumps({"type": "text", "text": header}).encode() + b", ", 1
+            )
+        yield T0 + 20.0 * i, raw
 
 
-def build(path: Path, calls: int, big: int = 0) -> str:
-    """Store the session through the writer's ingest; its id."""
+GATEWAY = "https://llm-gateway.example.com"  # an upstream that caches Claude Code's billing header as text
+
+
+def build(path: Path, calls: int, big: int = 0, *, billing: bool = False) -> str:
+    """Store the session through the writer's ingest; its id. ``billing``: the big session with a
+    billing header, sent to a third-party upstream (``big_bodies``)."""
     analyzers = writer_analyzers()
     db = store.connect(path)
     state = IngestState(capture_epoch=store.next_capture_epoch(db))
-    made = big_bodies(calls, big) if big else iter(bodies(calls))
+    made = big_bodies(calls, big, billing=billing) if big else iter(bodies(calls))
+    upstream = GATEWAY if billing else "https://api.anthropic.com"
     for i, (t, raw) in enumerate(made):
         db.execute("BEGIN IMMEDIATE")
-        ingest(db, exchange(i, t, raw), state, analyzers)
+        ingest(db, exchange(i, t, raw, upstream), state, analyzers)
         db.execute("COMMIT")
     session = db.execute("SELECT session FROM calls LIMIT 1").fetchone()[0]
     db.close()
@@ -158,6 +172,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--keep", type=Path, help="also copy the store here")
     ap.add_argument("--big", type=int, default=0, help="one session growing to a prompt of this many tokens")
+    ap.add_argument("--billing", action="store_true", help="--big with a billing header to a third-party upstream")
     ap.add_argument("--db", type=Path, help="time a store built before (with --keep) instead of building one")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,7 +182,7 @@ def main() -> None:
             session = db.execute("SELECT session FROM calls LIMIT 1").fetchone()[0]
             db.close()
         else:
-            session = build(path, args.calls, args.big)
+            session = build(path, args.calls, args.big, billing=args.billing)
         if args.keep:
             shutil.copy(path, args.keep)
         db = store.connect(path)

@@ -6,8 +6,8 @@ Pure: built from rows the store gave (``load.py``); token counts are o200k estim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
@@ -87,6 +87,9 @@ class Session:
     calls: tuple[SessionCall, ...]  # the calls whose prompt parsed, by seq
     skipped: int  # calls without a prompt we could read (no body, unknown API)
     prices: PriceTable
+    # a call's request body (parsed) by id, read when asked: a session rebuilt from shapes reads the
+    # bodies a what-if needs one at a time through it (None: the calls carry theirs)
+    bodies: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
 
     def price(self, call: SessionCall) -> Price | None:
         """The rates of this call: its model at its date and prompt size; None when unpriced."""

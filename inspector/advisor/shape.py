@@ -10,6 +10,7 @@ share their segments and have empty texts (docs/architecture.md, "The cache advi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from array import array
@@ -234,6 +235,23 @@ def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall
             )
         )
     return out
+
+
+def textless(call: SessionCall, prev: SessionCall | None) -> SessionCall:
+    """A call parsed from a body as ``rebuild`` would make it from its shape: no body, no text (a
+    tool's name and a billing header said by ``name`` and ``role``), the segments it has at the same
+    places as ``prev`` (its thread's previous textless call) shared with it. What a what-if made
+    from the bodies one at a time keeps of each call."""
+    before = prev.prompt.segments if prev is not None else ()
+    segments: list[Segment] = []
+    for i, seg in enumerate(call.prompt.segments):
+        if i < len(before) and _same(before[i], seg):
+            segments.append(before[i])
+            continue
+        pointer, kind, digest, marker, name, billing = _row(seg)
+        segments.append(Segment(pointer, kind, "billing" if billing else None, "", digest, marker, name))
+    prompt = dataclasses.replace(call.prompt, segments=segments, tool_refs=_NO_REFS)
+    return dataclasses.replace(call, prompt=prompt, body=None, response=None, kinds=kind_codes(segments))
 
 
 def breakpoints(segments: Sequence[Segment], start: int = 0) -> list[dict]:

@@ -1,7 +1,8 @@
 """A session's advice from its calls' stored prompt shapes and findings facts: no body is read
 (docs/architecture.md, "The cache advisor"). A session stored before the writer took shapes gets
 them from its bodies once (with its findings facts, ``findings_record.backfill``); a what-if a
-shape cannot express (a billing header cut out of a text) reads the session's bodies."""
+shape cannot express (a billing header cut out of a text) reads the bodies it rewrites one at a
+time (``causes.streamed``), so memory holds one body beside the shapes at any session size."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ctxscope.inspector.base.clock import unix_time
 from ctxscope.inspector.reading.stored_findings import FactsMissing, stored_findings
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.derived import call_shapes
+from ctxscope.inspector.store.queries import get_request_json
 from ctxscope.inspector.store.session_calls import session_call_columns
 
 
@@ -40,7 +42,7 @@ def shaped_session(
 
         backfill(db, full, prices)
         calls = rebuild(rows, call_shapes.session_shapes(db, full) or {})  # ShapeMissing: not storable
-    return Session(full, tuple(calls), len(rows) - len(calls), prices)
+    return Session(full, tuple(calls), len(rows) - len(calls), prices, bodies=lambda call: get_request_json(db, call))
 
 
 def stored_advice(
