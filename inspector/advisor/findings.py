@@ -118,9 +118,13 @@ class _Rates:
 
     def __init__(self, prices: PriceTable):
         self.prices = prices
+        self._known: dict[tuple, Price | None] = {}  # a call is priced once, not once per tool it declares
 
     def price(self, f: CallFacts) -> Price | None:
-        return self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+        key = (f.model, f.at, f.size, f.provider)
+        if key not in self._known:
+            self._known[key] = self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+        return self._known[key]
 
     def input(self, f: CallFacts) -> float | None:
         price = self.price(f)
