@@ -40,8 +40,9 @@ def shaped_session(
             raise FactsMissing(full) from None
         from ctxscope.inspector.pipeline.findings_record import backfill  # the pipeline's imports: only to take them
 
-        backfill(db, full, prices)
-        calls = rebuild(rows, call_shapes.session_shapes(db, full) or {})  # ShapeMissing: not storable
+        taken: dict[str, str] = {}
+        backfill(db, full, prices, taken)
+        calls = rebuild(rows, taken)  # stored, or not (a read-only store): read from what was taken
     return Session(full, tuple(calls), len(rows) - len(calls), prices, bodies=lambda call: get_request_json(db, call))
 
 
