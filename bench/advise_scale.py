@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
+from bench_exchanges import messages_exchange  # noqa: E402
 from findings import CTXSCOPE, measured  # noqa: E402
 
 from ctxscope.inspector.pipeline.search_index import writer_analyzers  # noqa: E402
@@ -91,35 +92,15 @@ def bodies(calls: int, result_words: int = 40) -> list[tuple[float, bytes]]:
 
 
 def exchange(i: int, t: float, raw: bytes, upstream: str = "https://api.anthropic.com") -> Exchange:
-    response = {
-        "id": f"msg_{i}",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [{"type": "tool_use", "id": f"tu_{i}", "name": "Read", "input": {}}],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }
-    return Exchange(
-        id=f"{int(t) * 1000:016x}{i:06x}",
-        provider="anthropic",
+    return messages_exchange(
+        f"{int(t) * 1000:016x}{i:06x}",
+        raw,
+        t,
+        usage={"input_tokens": 10, "output_tokens": 3},
+        content=[{"type": "tool_use", "id": f"tu_{i}", "name": "Read", "input": {}}],
+        response_id=f"msg_{i}",
+        session="advise-scale",
         upstream=upstream,
-        method="POST",
-        path="/v1/messages",
-        query="",
-        session_label="advise-scale",
-        annotations=(),
-        request_headers=(("content-type", "application/json"),),
-        key_fingerprint="f" * 16,
-        request_body=raw,
-        status=200,
-        response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response).encode(),
-        started_at=t,
-        first_byte_at=t + 1,
-        ended_at=t + 2,
-        outcome="ok",
-        client="bench/1.0",
     )
 
 
