@@ -115,7 +115,11 @@ def streamed(
     out: list[SessionCall] = []
     last: dict[str, SessionCall] = {}
     for i, call in enumerate(calls):
-        body = rewrite(i, dataclasses.replace(call, body=session.bodies(call.id)))
+        sent = session.bodies(call.id)
+        if not isinstance(sent, dict):  # no longer readable (released since): the call as it was sent
+            out.append(call)
+            continue
+        body = rewrite(i, dataclasses.replace(call, body=sent))
         prompt = canonicalize(call.api, body) if body is not None else None
         if prompt is None:
             out.append(call)
