@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_exchanges import messages_exchange
+
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.pipeline import analyze as analyze_module
@@ -177,35 +179,14 @@ def exchange(i: int, raw: bytes) -> Exchange:
         "cache_creation_input_tokens": 100,
         "output_tokens": 30,
     }
-    response = {
-        "id": f"msg_{i}",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-6",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "tool_use",
-        "usage": usage,
-    }
-    return Exchange(
-        id=f"{i:016x}{i:06x}",
-        provider="anthropic",
-        upstream="https://api.anthropic.com",
-        method="POST",
-        path="/v1/messages",
-        query="",
-        session_label=None,
-        annotations=(),
-        request_headers=(("content-type", "application/json"),),
-        key_fingerprint="f" * 16,
-        request_body=raw,
-        status=200,
-        response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response).encode(),
-        started_at=T0 + i * 5,
-        first_byte_at=T0 + i * 5 + 1,
-        ended_at=T0 + i * 5 + 2,
-        outcome="ok",
-        client="bench/1.0",
+    return messages_exchange(
+        f"{i:016x}{i:06x}",
+        raw,
+        T0 + i * 5,
+        usage=usage,
+        content=[{"type": "text", "text": "ok"}],
+        response_id=f"msg_{i}",
+        model="claude-sonnet-4-6",
     )
 
 

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_exchanges import messages_exchange
+
 from ctxscope.proxy.exchange import Exchange
 
 T0 = 1_780_000_000.0
@@ -260,36 +262,16 @@ def exchange(session: str, s: int, i: int, raw: bytes, previous: int) -> Exchang
         "cache_creation_input_tokens": max(0, prompt - cached - 40),
         "output_tokens": 120,
     }
-    response = {
-        "id": f"msg_{session}_{i}",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Reading the file."}],
-        "stop_reason": "tool_use",
-        "usage": usage,
-    }
-    t = T0 + s * 3600 + i * 20
-    return Exchange(
-        id=f"{session}{i:020x}",
-        provider="anthropic",
-        upstream="https://api.anthropic.com",
-        method="POST",
-        path="/v1/messages",
-        query="",
-        session_label=session,
-        annotations=(),
-        request_headers=(("content-type", "application/json"), ("user-agent", "claude-cli/2.0 (bench)")),
-        key_fingerprint="f" * 16,
-        request_body=raw,
-        status=200,
-        response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response).encode(),
-        started_at=t,
-        first_byte_at=t + 1,
-        ended_at=t + 2,
-        outcome="ok",
+    return messages_exchange(
+        f"{session}{i:020x}",
+        raw,
+        T0 + s * 3600 + i * 20,
+        usage=usage,
+        content=[{"type": "text", "text": "Reading the file."}],
+        response_id=f"msg_{session}_{i}",
+        session=session,
         client="claude-cli/2.0 (bench)",
+        user_agent="claude-cli/2.0 (bench)",
     )
 
 

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "proxy_probe"))
+from bench_exchanges import messages_exchange
 from proxy_bench_wire import CHAT_PATH, UPLOAD_REQ
 
 from ctxscope.inspector.pipeline.search_index import writer_analyzers
@@ -211,36 +212,16 @@ def exchange(session: str, i: int, raw: bytes) -> Exchange:
         "cache_creation_input_tokens": 400,
         "output_tokens": 120,
     }
-    response = {
-        "id": f"msg_{session}_{i}",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Reading the file."}],
-        "stop_reason": "tool_use",
-        "usage": usage,
-    }
-    t = T0 + i * 5
-    return Exchange(
-        id=f"{session}{i:020x}",
-        provider="anthropic",
-        upstream="https://api.anthropic.com",
-        method="POST",
-        path="/v1/messages",
-        query="",
-        session_label=session,
-        annotations=(),
-        request_headers=(("content-type", "application/json"), ("user-agent", "claude-cli/2.0 (bench)")),
-        key_fingerprint="f" * 16,
-        request_body=raw,
-        status=200,
-        response_headers=(("content-type", "application/json"),),
-        response_body=json.dumps(response).encode(),
-        started_at=t,
-        first_byte_at=t + 1,
-        ended_at=t + 2,
-        outcome="ok",
+    return messages_exchange(
+        f"{session}{i:020x}",
+        raw,
+        T0 + i * 5,
+        usage=usage,
+        content=[{"type": "text", "text": "Reading the file."}],
+        response_id=f"msg_{session}_{i}",
+        session=session,
         client="claude-cli/2.0 (bench)",
+        user_agent="claude-cli/2.0 (bench)",
     )
 
 

@@ -12,7 +12,7 @@ import click
 from ..daemon_address import daemon_option, find_daemon
 from ..options import CONTEXT, db_option, json_option
 from ..output import emit_json, emit_table, safe_text
-from .findings_commands import open_session, read_advice
+from .findings_commands import read_advice
 
 COLUMNS = [
     ("name", "ALTERNATIVE"),
@@ -38,13 +38,7 @@ COLUMNS = [
 @json_option
 def advise(session: str, db_path: Path | None, verify: bool, daemon: str | None, as_json: bool) -> None:
     """Replay SESSION's prompts through the provider's cache rules without each cause of cache misses."""
-    from ctxscope.inspector.advisor.alternatives import advise as compute
-
-    if verify:  # the simulator is sent the request bodies: the session is read from them
-        s = open_session(db_path, session)
-        advice = compute(s)
-    else:
-        s, advice = read_advice(db_path, session)
+    s, advice = read_advice(db_path, session)  # --verify reads each body as it sends it, one at a time
     if advice is None:
         raise click.ClickException(f"session {s.id} has no Anthropic or OpenAI prompt to replay")
     result = advice.as_dict()

@@ -6,6 +6,7 @@ simulator: this checks one against the other.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from ctxscope.inspector.advisor.alternatives import Advice
-from ctxscope.inspector.advisor.causes import AS_SENT
+from ctxscope.inspector.advisor.causes import AS_SENT, bodies_in_order
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars
 from ctxscope.inspector.advisor.replay import Placement
 from ctxscope.inspector.advisor.rewrite import with_placement
@@ -103,12 +104,14 @@ def _cost(session: Session, call: SessionCall, usage: dict) -> tuple[float, dict
     return cost, figures
 
 
-def _request(call: SessionCall, i: int, placement: Placement, route: Callable[[SessionCall], str] | None) -> dict:
-    """The body the simulator gets: the what-if's, its breakpoints placed, unstreamed."""
+def _request(
+    call: SessionCall, sent: dict, i: int, placement: Placement, route: Callable[[SessionCall], str] | None
+) -> dict:
+    """The body the simulator gets: the what-if's (``sent``), its breakpoints placed, unstreamed."""
     if call.family == "anthropic":
         points = placement(i, call)
-        return with_placement(call.body, {call.prompt.segments[p].pointer: t for p, t in points.items()})
-    body = {k: v for k, v in call.body.items() if k not in ("stream", "stream_options")}
+        return with_placement(sent, {call.prompt.segments[p].pointer: t for p, t in points.items()})
+    body = {k: v for k, v in sent.items() if k not in ("stream", "stream_options")}
     if route is not None:
         body["prompt_cache_key"] = route(call)
     return body
@@ -123,20 +126,29 @@ def simulate(
     route: Callable[[SessionCall], str] | None = None,
     provider_itself: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    rewrite: Callable[[int, SessionCall], Any] | None = None,
 ) -> dict[str, Any]:
     """One version of the session replayed in the simulator: its reported tokens and their cost
     (``progress(done, total)`` after each call). ``provider_itself``: False plays an upstream that
-    keys Claude Code's billing header as text."""
-    sendable = [c for c in calls if isinstance(c.body, dict) and _endpoint(c)]
+    keys Claude Code's billing header as text. Calls made from shapes carry no body: each is read
+    as sent (``session.bodies``) and ``rewrite`` made the what-if's, one body at a time, in order."""
+    sendable = [c for c in calls if _endpoint(c)]
     control.reset()
     total = {"input": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0}
     played = control.config().get("provider_itself", True)
     control.config(provider_itself=provider_itself)
     try:
-        for i, call in enumerate(sendable):
+        for i, (call, body) in enumerate(bodies_in_order(session, sendable)):
+            if body is not None and call.body is None and rewrite is not None:
+                body = rewrite(i, dataclasses.replace(call, body=body))
+            if not isinstance(body, dict):
+                if progress is not None:
+                    progress(i + 1, len(sendable))
+                continue
             endpoint = url.rstrip("/") + f"/s/{VERIFY_LABEL}/u/sim{_endpoint(call)}"
             control.config(clock=call.started_at)
-            answer = _post(endpoint, _request(call, i, placement, route))
+            answer = _post(endpoint, _request(call, body, i, placement, route))
+            del body
             cost, figures = _cost(session, call, answer.get("usage") or {})
             for k, n in figures.items():
                 total[k] += n
@@ -171,7 +183,15 @@ def verify_advice(
             sent
             if top is None
             else simulate(
-                url, control, session, top.calls, top.placement, top.route, provider_itself=itself, progress=progress
+                url,
+                control,
+                session,
+                top.calls,
+                top.placement,
+                top.route,
+                provider_itself=itself,
+                progress=progress,
+                rewrite=top.rewrite,
             )
         )
     except (SimulatorControlError, OSError) as exc:

@@ -19,21 +19,6 @@ if TYPE_CHECKING:
     from ctxscope.inspector.reading.stored_findings import SessionFindings
 
 
-def open_session(db_path: Path | None, session: str | None) -> Session:
-    """The session (an id, a unique prefix, or the latest when None), or a clear error."""
-    from ctxscope.inspector.advisor.load import load_session
-    from ctxscope.inspector.store.queries import AmbiguousCallId
-
-    db, session, prices = _open(db_path, session)
-    try:
-        found = load_session(db, session, prices)
-    except AmbiguousCallId as exc:
-        raise click.ClickException(str(exc)) from exc
-    if found is None:
-        raise click.ClickException(f"no session matches {session!r}")
-    return found
-
-
 def read_advice(db_path: Path | None, session: str | None) -> tuple[Session, Advice | None]:
     """The session and its advice from the stored shapes and findings (no body read, once stored),
     or a clear error."""

@@ -290,7 +290,10 @@ def _alt(session: Session, calls: tuple[SessionCall, ...], name: AlternativeName
         parts = [p for p in head.rstrip(", ").split(", ") if p and not p.startswith(("messages[", "input["))]
         ttl = " (1h)" if words.endswith("(1h)") else ""
         words = ", ".join([*parts, f"the last message{ttl} and the previous call's last message{ttl}"])
-    return Alternative(name, words, replay(calls, bounded, session.prices), bounded)
+    # ``replay`` keeps the last 4 breakpoints as ``_at_most`` does: as sent, this is the causes'
+    # baseline replay, shared through the memo
+    replayed = replay(calls, placement if placement is AS_SENT else bounded, session.prices)
+    return Alternative(name, words, replayed, bounded)
 
 
 def _at_most(points: Mapping[int, str]) -> dict[int, str]:

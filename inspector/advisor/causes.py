@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,11 @@ from ctxscope.inspector.advisor.findings import Finding
 from ctxscope.inspector.advisor.model import Session, SessionCall
 from ctxscope.inspector.advisor.replay import TTL, Placement, Replay, replay
 from ctxscope.inspector.advisor.rewrite import dropped, held, tool_name, tools_sorted, value_at, with_options
+from ctxscope.inspector.advisor.shape import textless
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.cache.openai_retention import IN_MEMORY_SECONDS, OPTION_TTL_SECONDS
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
-from ctxscope.inspector.analyses.canonical import canonicalize
 
 BILLING_HEADER = "x-anthropic-billing-header"
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|\b\d{10,13}\b")
@@ -51,6 +51,9 @@ class CauseAdvice:
     route: Callable[[SessionCall], str] | None  # prompt_cache_key routing of the what-if (OpenAI)
     result: Replay
     baseline: Replay  # the session as sent
+    # the body rewrite of a what-if made from shapes (its calls carry no body): ``--verify`` applies it
+    # to each body as sent, in order, one at a time
+    rewrite: Callable[[int, SessionCall], Any] | None = None
 
     @property
     def saving_usd(self) -> float:
@@ -85,6 +88,8 @@ def rebuilt(
 ) -> tuple[SessionCall, ...]:
     """The calls with their bodies rewritten and their prompts read again from the new bodies
     (``counter``: shared between the what-ifs, so a segment they keep is counted once)."""
+    from ctxscope.inspector.analyses.canonical import canonicalize  # the body path's parsers: only here
+
     counter = counter or TokenCounter()
     out = []
     for i, call in enumerate(calls):
@@ -95,6 +100,87 @@ def rebuilt(
             continue
         out.append(dataclasses.replace(call, body=body, prompt=prompt, tokens=counter.count_prompt(prompt)))
     return tuple(out)
+
+
+def streamed(
+    session: Session, calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], Any], counter: TokenCounter
+) -> tuple[SessionCall, ...]:
+    """``rebuilt`` for calls made from shapes: each body read (``session.bodies``), rewritten, its
+    prompt read again and kept without its text (``shape.textless``), one body at a time, so memory
+    holds one body beside the shapes whatever the session's size. NeedsBodies without a reader."""
+    if session.bodies is None:
+        raise shape_whatif.NeedsBodies("no body reader")
+    from ctxscope.inspector.analyses.canonical import canonicalize
+
+    out: list[SessionCall] = []
+    last: dict[str, SessionCall] = {}
+    for i, call in enumerate(calls):
+        sent = session.bodies(call.id)
+        if not isinstance(sent, dict):  # no longer readable (released since): the call as it was sent
+            out.append(call)
+            continue
+        body = rewrite(i, dataclasses.replace(call, body=sent))
+        prompt = canonicalize(call.api, body) if body is not None else None
+        if prompt is None:
+            out.append(call)
+            continue
+        made = dataclasses.replace(call, prompt=prompt, tokens=counter.count_prompt(prompt))
+        lean = textless(made, last.get(call.thread or call.id))
+        last[call.thread or call.id] = lean
+        out.append(lean)
+    return tuple(out)
+
+
+def bodies_in_order(session: Session, calls: Sequence[SessionCall]) -> Iterator[tuple[SessionCall, Any]]:
+    """Each call with its body, read one at a time when the calls carry none."""
+    for call in calls:
+        if call.body is not None or session.bodies is None:
+            yield call, call.body
+        else:
+            yield call, session.bodies(call.id)
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What the body path reads of a pointer across the session, taken in one pass."""
+
+    first: Any  # the first value there
+    changed: int  # calls whose value differs from the call before
+    billing_here: bool  # a value there is a billing header
+    billing_any: bool  # ... or a system block is
+
+
+def _scan(session: Session, calls: Sequence[SessionCall], pointer: str) -> _Scan:
+    first, changed, here, anywhere = None, 0, False, False
+    before: str | None = None
+    for n, (call, body) in enumerate(bodies_in_order(session, calls)):
+        value = value_at(body, pointer)
+        if first is None:
+            first = value
+        text = repr(value)
+        if n and text != before:
+            changed += 1
+        before = text
+        billing = _is_billing_header(value)
+        here = here or billing
+        anywhere = anywhere or billing or bool(_billing_pointers(dataclasses.replace(call, body=body)))
+    return _Scan(first, changed, here, anywhere)
+
+
+def _first_held(pointer: str) -> Callable[[int, SessionCall], Any]:
+    """``held`` at the first value met at ``pointer``: the same rewrite as the body path's when
+    applied to the calls in order (``--verify`` of a session read from shapes)."""
+    first: list[Any] = []
+
+    def rewrite(_i: int, c: SessionCall) -> Any:
+        value = value_at(c.body, pointer)
+        if value is None:
+            return c.body
+        if not first:
+            first.append(value)
+        return held(c.body, pointer, first[0])
+
+    return rewrite
 
 
 @dataclass(frozen=True)
@@ -121,10 +207,15 @@ def _what_if(
 ) -> CauseAdvice:
     """``rewrite``: of each body; ``reshape``: the same what-if made from prompt shapes (calls
     rebuilt by ``shape.rebuild``, which have no body: ``shape_whatif.py``)."""
-    if shape_whatif.shaped(calls):
-        if rewrite is not None and reshape is None:
-            raise shape_whatif.NeedsBodies(cause)
-        new = reshape(calls) if reshape is not None else calls
+    by_shape = shape_whatif.shaped(calls)
+    if by_shape:
+        try:
+            new = reshape(calls) if reshape is not None else calls if rewrite is None else None
+        except shape_whatif.NeedsBodies:
+            new = None
+        if new is None:
+            assert rewrite is not None
+            new = streamed(session, calls, rewrite, base.counter)
     else:
         new = rebuilt(calls, rewrite, base.counter) if rewrite else calls
     result = replay(new, placement, session.prices, route=route)
@@ -137,7 +228,8 @@ def _what_if(
         if best is not None and best[0].cost_usd < result.cost_usd:
             result, placement = best[0], best[1]
             change = f"{change}, and add breakpoints at {best[2]}"
-    return CauseAdvice(cause, pointer, change, *snippets, new, placement, route, result, base.replay)
+    kept = rewrite if by_shape else None
+    return CauseAdvice(cause, pointer, change, *snippets, new, placement, route, result, base.replay, kept)
 
 
 def _unmarked(calls: Sequence[SessionCall]) -> bool:
@@ -183,19 +275,6 @@ def _without_billing(pointer: str) -> Callable[[int, SessionCall], Any]:
     return rewrite
 
 
-def _first_value(calls: Sequence[SessionCall], pointer: str) -> Any:
-    for call in calls:
-        value = value_at(call.body, pointer)
-        if value is not None:
-            return value
-    return None
-
-
-def _changed_on(calls: Sequence[SessionCall], pointer: str) -> int:
-    values = [repr(value_at(c.body, pointer)) for c in calls]
-    return sum(1 for a, b in itertools.pairwise(values) if a != b)
-
-
 def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: Finding) -> CauseAdvice | None:
     ev = f.evidence or {}
     pointer = ev.get("pointer")
@@ -203,13 +282,19 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
         return None
     by_shape = shape_whatif.shaped(calls)
     if ev.get("reordered"):
-        if by_shape:
+        try:
+            if not by_shape:
+                raise shape_whatif.NeedsBodies(pointer)
             orders = {tuple(shape_whatif.tool_names(c)) for c in calls}
             names = shape_whatif.tool_names(calls[0])
-        else:
-            orders = {tuple(tool_name(t) for t in c.body.get("tools") or []) for c in calls if isinstance(c.body, dict)}
-            head = next(iter(c for c in calls if isinstance(c.body, dict)), None)
-            names = [tool_name(t) for t in (head.body.get("tools") or [])] if head else []
+        except shape_whatif.NeedsBodies:  # from the bodies, one at a time
+            orders, head = set(), None
+            for _c, body in bodies_in_order(session, calls):
+                if isinstance(body, dict):
+                    order = [tool_name(t) for t in body.get("tools") or []]
+                    orders.add(tuple(order))
+                    head = order if head is None else head
+            names = head or []
         return _what_if(
             session,
             calls,
@@ -222,20 +307,21 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
             lambda _i, c: tools_sorted(c.body),
             reshape=shape_whatif.tools_sorted,
         )
-    if by_shape:
-        if shape_whatif.billing_at(calls, pointer):
-            raise shape_whatif.NeedsBodies("billing_header")
-        if shape_whatif.first_at(calls, pointer) is None:
-            raise shape_whatif.NeedsBodies(pointer)  # a pointer that names no one segment
-        first = None  # the body rewrite below is not used: ``reshape`` is
+    reshape: Callable[[tuple[SessionCall, ...]], tuple[SessionCall, ...]] | None
+    if by_shape and not shape_whatif.billing_at(calls, pointer) and shape_whatif.first_at(calls, pointer) is not None:
         n = shape_whatif.changed_on(calls, pointer)
-    else:
-        if any(_is_billing_header(value_at(c.body, pointer)) for c in calls):
-            return _billing(session, calls, sent, pointer, ev)
-        first = _first_value(calls, pointer)
+        rewrite = _first_held(pointer)  # not replayed (``reshape`` is): what ``--verify`` sends
+        reshape = lambda cs: shape_whatif.held(cs, pointer)  # noqa: E731
+    else:  # from the bodies (one at a time when made from shapes): a billing header, a pointer in a segment
+        scan = _scan(session, calls, pointer)
+        if scan.billing_here:
+            return _billing(session, calls, sent, pointer, ev, scan)
+        first = scan.first
         if first is None:
             return None
-        n = _changed_on(calls, pointer)
+        n = scan.changed
+        rewrite = lambda _i, c: held(c.body, pointer, first) if value_at(c.body, pointer) is not None else c.body  # noqa: E731
+        reshape = None
     what = _span_words(str(ev.get("after") or ""), int(ev.get("offset") or 0))
     return _what_if(
         session,
@@ -246,14 +332,16 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
         f"`{pointer}` char {ev.get('offset')}: {what} that changes on {n} of {len(calls) - 1} calls; "
         "keep this text fixed and move the changing part to the last user message",
         (ev.get("before"), ev.get("after")),
-        lambda _i, c: held(c.body, pointer, first) if value_at(c.body, pointer) is not None else c.body,
-        reshape=lambda cs: shape_whatif.held(cs, pointer),
+        rewrite,
+        reshape=reshape,
     )
 
 
-def _billing(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, pointer: str, ev: dict) -> CauseAdvice:
+def _billing(
+    session: Session, calls: tuple[SessionCall, ...], sent: Baseline, pointer: str, ev: dict, scan: _Scan | None = None
+) -> CauseAdvice:
     rewrite = _without_billing(pointer)
-    if not any(_billing_pointers(c) or _is_billing_header(value_at(c.body, pointer)) for c in calls):
+    if not (scan or _scan(session, calls, pointer)).billing_any:
         rewrite = lambda _i, c: dropped(c.body, pointer)  # noqa: E731  # a billing_header finding's own block
     return _what_if(
         session,

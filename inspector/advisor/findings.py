@@ -118,12 +118,13 @@ class _Rates:
 
     def __init__(self, prices: PriceTable):
         self.prices = prices
-        self._by_call: dict[str, Price | None] = {}  # each finding asks again for the same calls
+        self._known: dict[tuple, Price | None] = {}  # a call is priced once, not once per tool it declares
 
     def price(self, f: CallFacts) -> Price | None:
-        if f.id not in self._by_call:
-            self._by_call[f.id] = self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
-        return self._by_call[f.id]
+        key = (f.model, f.at, f.size, f.provider)
+        if key not in self._known:
+            self._known[key] = self.prices.lookup(f.model, f.at, prompt_tokens=f.size or None, provider=f.provider)
+        return self._known[key]
 
     def input(self, f: CallFacts) -> float | None:
         price = self.price(f)

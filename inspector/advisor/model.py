@@ -6,13 +6,12 @@ Pure: built from rows the store gave (``load.py``); token counts are o200k estim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.cache.loss import LOSS_PRICING
-from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.canonical_prompt import KINDS, CanonicalPrompt, Segment
 from ctxscope.inspector.analyses.prices import Price, PriceTable, load_prices
 from ctxscope.inspector.base.usd import total_usd
@@ -88,6 +87,9 @@ class Session:
     calls: tuple[SessionCall, ...]  # the calls whose prompt parsed, by seq
     skipped: int  # calls without a prompt we could read (no body, unknown API)
     prices: PriceTable
+    # a call's request body (parsed) by id, read when asked: a session rebuilt from shapes reads the
+    # bodies a what-if needs one at a time through it (None: the calls carry theirs)
+    bodies: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
 
     def price(self, call: SessionCall) -> Price | None:
         """The rates of this call: its model at its date and prompt size; None when unpriced."""
@@ -105,6 +107,8 @@ def build_session(
     session: str, rows: list[dict], *, prices: PriceTable | None = None, counter: TokenCounter | None = None
 ) -> Session:
     """A ``Session`` from the store's rows (``store/session_calls.py``); started_at as unix seconds."""
+    from ctxscope.inspector.analyses.canonical import canonicalize  # the body path only: its parsers' imports
+
     counter = counter or TokenCounter()
     calls, skipped = [], 0
     for row in rows:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ctxscope.inspector.advisor.model import SessionCall, call_price, dollars
 from ctxscope.inspector.analyses.cache.memory import prefix_keys
@@ -97,6 +98,9 @@ class _Memo:
         # prompt id -> (the prompt, held so the id stays its own; its keys by segment index)
         self.keys: dict[int, tuple[object, dict[int, bytes]]] = {}
         self.prices: dict[tuple, Price | None] = {}
+        # (calls, placement, route) -> their replay: the baseline of the causes and the placements'
+        # "as sent" are one replay; the objects are held so their ids stay theirs
+        self.replays: dict[tuple[int, int, int, int], tuple[object, Replay]] = {}
 
 
 _memo: _Memo | None = None
@@ -111,6 +115,12 @@ def memo() -> Iterator[None]:
         yield
     finally:
         _memo = outer
+
+
+@lru_cache(maxsize=256)
+def _minimum(model: str | None) -> int:
+    """``anthropic_minimum`` once a model (a replay asks it for every call)."""
+    return anthropic_minimum(model)
 
 
 def _keys(prompt: CanonicalPrompt, wanted: set[int]) -> dict[int, bytes]:
@@ -141,6 +151,16 @@ def replay(
 ) -> Replay:
     """The session's input, cache-read and cache-write tokens and cost under ``placement`` (Anthropic)
     and ``route`` (OpenAI's ``prompt_cache_key``; default: as sent)."""
+    if _memo is None:
+        return _replay(calls, placement, prices, route)
+    key = (id(calls), id(placement), id(route), id(prices))
+    held = _memo.replays.get(key)
+    if held is None:
+        held = _memo.replays[key] = ((calls, placement, route, prices), _replay(calls, placement, prices, route))
+    return held[1]
+
+
+def _replay(calls: Sequence[SessionCall], placement: Placement, prices: PriceTable, route: Routing | None) -> Replay:
     out = Replay()
     anthropic: dict[str, dict[bytes, _Entry]] = {}
     openai: dict[tuple[str, str], list[tuple[float, SessionCall]]] = {}
@@ -166,7 +186,7 @@ def _anthropic(
     cum = call.tokens.cumulative
     total = call.tokens.total
     chosen = sorted(p for p in points if 0 <= p < len(cum))[-MAX_BREAKPOINTS:]
-    minimum = anthropic_minimum(call.model)
+    minimum = _minimum(call.model)
     valid = [p for p in chosen if cum[p] >= minimum]
     keys = _keys(call.prompt, {q for p in valid for q in range(max(0, p - LOOKBACK), p + 1)})
     read_end = -1

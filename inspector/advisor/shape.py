@@ -10,6 +10,7 @@ share their segments and have empty texts (docs/architecture.md, "The cache advi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from array import array
@@ -108,7 +109,9 @@ def is_billing(seg: Segment) -> bool:
     return seg.role == "billing"
 
 
-_Built = tuple[list[Segment], Hashes, array, list[dict], str]  # segments, hashes, tokens, breakpoints, kinds
+_Built = tuple[
+    list[Segment], Hashes, array, list[dict], str, array
+]  # segments, hashes, tokens, breakpoints, kinds, cumulative
 
 
 class _Assembly:
@@ -119,6 +122,7 @@ class _Assembly:
         self.tokens = iter(data["tokens"])
         self.segments: list[Segment] = []
         self.per = array("q")
+        self.cum = array("q")  # running sums of ``per``: copied from the base's where a range is, not summed again
         self.parts: list[tuple[Hashes, int, int]] = []
         self.marks: list[dict] = []
         self.kinds: list[str] = []
@@ -132,7 +136,10 @@ class _Assembly:
             fresh.append(Segment(pointer, kind, "billing" if billing else None, "", digest, marker, name))
         self.marks.extend(breakpoints(fresh, at))
         self.segments.extend(fresh)
-        self.per.extend(itertools.islice(self.tokens, stop - at))
+        tokens = array("q", itertools.islice(self.tokens, stop - at))
+        self.per.extend(tokens)
+        running = itertools.accumulate(tokens, initial=self.cum[-1] if self.cum else 0)
+        self.cum.extend(itertools.islice(running, 1, None))
         self.kinds.append(kind_codes(fresh))
         if fresh:
             self.parts.append((Hashes(s.hash for s in fresh), 0, len(fresh)))
@@ -143,6 +150,9 @@ class _Assembly:
             raise ValueError("a range out of place")
         self.segments.extend(base[0][start:stop])
         self.per.extend(base[2][start:stop])
+        cum = base[5][start:stop]
+        shift = (self.cum[-1] if self.cum else 0) - (base[5][start - 1] if start else 0)
+        self.cum.extend(cum if shift == 0 else array("q", (x + shift for x in cum)))
         self.parts.append((base[1], start, stop))
         self.marks.extend(b for b in base[3] if start <= b["segment"] < stop)
         self.kinds.append(base[4][start:stop])
@@ -187,7 +197,7 @@ def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall
         segments, per, marks = made.segments, made.per, made.marks
         joined = Hashes.join(made.parts) if made.parts else Hashes()
         codes = "".join(made.kinds)
-        built[row["id"]] = (segments, joined, per, marks, codes)
+        built[row["id"]] = (segments, joined, per, marks, codes, made.cum)
         policy = {"breakpoints": marks, **data["policy"]}
         prompt = CanonicalPrompt(
             data["api"],
@@ -199,7 +209,7 @@ def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall
             hashes=joined,
             tool_refs=_NO_REFS,
         )
-        tokens = TokenBreakdown(sum(per), {}, per)
+        tokens = TokenBreakdown(made.cum[-1] if made.cum else 0, {}, per, cumulative=made.cum)
         stored = row.get("cache")
         cache: dict = stored if isinstance(stored, dict) else {}
         out.append(
@@ -225,6 +235,23 @@ def rebuild(rows: Sequence[dict], shapes: Mapping[str, str]) -> list[SessionCall
             )
         )
     return out
+
+
+def textless(call: SessionCall, prev: SessionCall | None) -> SessionCall:
+    """A call parsed from a body as ``rebuild`` would make it from its shape: no body, no text (a
+    tool's name and a billing header said by ``name`` and ``role``), the segments it has at the same
+    places as ``prev`` (its thread's previous textless call) shared with it. What a what-if made
+    from the bodies one at a time keeps of each call."""
+    before = prev.prompt.segments if prev is not None else ()
+    segments: list[Segment] = []
+    for i, seg in enumerate(call.prompt.segments):
+        if i < len(before) and _same(before[i], seg):
+            segments.append(before[i])
+            continue
+        pointer, kind, digest, marker, name, billing = _row(seg)
+        segments.append(Segment(pointer, kind, "billing" if billing else None, "", digest, marker, name))
+    prompt = dataclasses.replace(call.prompt, segments=segments, tool_refs=_NO_REFS)
+    return dataclasses.replace(call, prompt=prompt, body=None, response=None, kinds=kind_codes(segments))
 
 
 def breakpoints(segments: Sequence[Segment], start: int = 0) -> list[dict]:

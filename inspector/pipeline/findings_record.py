@@ -176,11 +176,12 @@ def _stored(rows: list[findings_facts.FactsRow], *, but: str) -> list[tuple[Call
     return out
 
 
-def backfill(db: Db, session: str, prices: PriceTable) -> list[CallFacts]:
+def backfill(db: Db, session: str, prices: PriceTable, shapes_out: dict[str, str] | None = None) -> list[CallFacts]:
     """The facts of every call of ``session`` (an exact id), taken from its bodies and stored for
     the next reads. One call at a time, each parsed against its thread's previous body (as the
     writer parses it), so memory holds the last prompt of each thread, never the whole session.
-    A store that cannot be written (read-only, or busy past the timeout) costs only the storing."""
+    A store that cannot be written (read-only, or busy past the timeout) costs only the storing;
+    ``shapes_out`` gets the prompt shapes taken, stored or not."""
     counter = TokenCounter(max_entries=COUNTED_SEGMENTS)
     taker, replay = FactsTaker(), SessionReplay(prices)
     last: dict[str, tuple[SessionCall, Prepared]] = {}
@@ -199,6 +200,8 @@ def backfill(db: Db, session: str, prices: PriceTable) -> list[CallFacts]:
         out.append(taker.take(session, call, prev[0] if prev is not None else None, replay))
         shapes.append((row["id"], shape_json(call, prev[0] if prev is not None else None)))
         last[thread] = (call, prepared)
+    if shapes_out is not None:
+        shapes_out.update(shapes)
     try:
         with db.conn:
             findings_facts.replace_session(db, [(f.id, f.to_json()) for f in out])

@@ -1,23 +1,23 @@
 """A session's advice from its calls' stored prompt shapes and findings facts: no body is read
 (docs/architecture.md, "The cache advisor"). A session stored before the writer took shapes gets
 them from its bodies once (with its findings facts, ``findings_record.backfill``); a what-if a
-shape cannot express (a billing header cut out of a text) reads the session's bodies."""
+shape cannot express (a billing header cut out of a text) reads the bodies it rewrites one at a
+time (``causes.streamed``), so memory holds one body beside the shapes at any session size."""
 
 from __future__ import annotations
 
 import sqlite_utils
 
 from ctxscope.inspector.advisor.alternatives import Advice, advise
-from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.advisor.model import Session
 from ctxscope.inspector.advisor.shape import ShapeMissing, rebuild
 from ctxscope.inspector.advisor.shape_whatif import NeedsBodies
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.base.clock import unix_time
-from ctxscope.inspector.pipeline.findings_record import backfill
 from ctxscope.inspector.reading.stored_findings import FactsMissing, stored_findings
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.derived import call_shapes
+from ctxscope.inspector.store.queries import get_request_json
 from ctxscope.inspector.store.session_calls import session_call_columns
 
 
@@ -38,9 +38,12 @@ def shaped_session(
     except ShapeMissing:
         if not backfill_allowed:
             raise FactsMissing(full) from None
-        backfill(db, full, prices)
-        calls = rebuild(rows, call_shapes.session_shapes(db, full) or {})  # ShapeMissing: not storable
-    return Session(full, tuple(calls), len(rows) - len(calls), prices)
+        from ctxscope.inspector.pipeline.findings_record import backfill  # the pipeline's imports: only to take them
+
+        taken: dict[str, str] = {}
+        backfill(db, full, prices, taken)
+        calls = rebuild(rows, taken)  # stored, or not (a read-only store): read from what was taken
+    return Session(full, tuple(calls), len(rows) - len(calls), prices, bodies=lambda call: get_request_json(db, call))
 
 
 def stored_advice(
@@ -64,6 +67,8 @@ def stored_advice(
             return s, advise(s, found.findings if found is not None else None)
         except NeedsBodies:
             pass
+    from ctxscope.inspector.advisor.load import load_session
+
     body = load_session(db, session, prices=prices)
     if body is None:
         return None

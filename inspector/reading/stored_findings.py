@@ -12,7 +12,6 @@ import sqlite_utils
 from ctxscope.inspector.advisor.call_facts import CallFacts, break_loss
 from ctxscope.inspector.advisor.findings import Finding, assemble
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
-from ctxscope.inspector.pipeline.findings_record import backfill
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.derived import findings_facts
 from ctxscope.inspector.store.derived.findings_facts import FactsRow
@@ -51,6 +50,8 @@ def stored_findings(
     if facts is None:
         if not backfill_allowed:
             raise FactsMissing(full)
+        from ctxscope.inspector.pipeline.findings_record import backfill  # the pipeline's imports: only to take them
+
         facts = backfill(db, full, prices)
     facts = with_row_figures(facts, rows)
     read = [f for f in facts if not f.skip]

@@ -96,3 +96,23 @@ def test_every_cause_at_once_over_sixty_calls_and_a_store_without_shapes(tmp_pat
     _no_bodies(monkeypatch)
     found = stored.stored_advice(db, "advise-scale")
     assert found is not None and found[1] is not None and found[1].as_dict() == reference
+
+
+def test_a_store_without_shapes_that_cannot_be_written_is_advised_from_one_body_at_a_time(tmp_path, monkeypatch):
+    """A store older than the shapes, opened where nothing can be written: the shapes taken from
+    the bodies (one at a time) are used as they are, where the whole session was read again."""
+    exchanges = [scale_exchange(i, t, raw) for i, (t, raw) in enumerate(scale_bodies(30))]
+    db = _stored(tmp_path / "c.db", exchanges)
+    reference = _reference(db, "advise-scale")
+    db.execute("DELETE FROM call_shapes")
+    db.execute("DELETE FROM call_findings")
+    db.conn.commit()
+    db.execute("PRAGMA query_only = ON")
+
+    def whole_session(*_a, **_k):
+        raise AssertionError("the whole session was read")
+
+    monkeypatch.setattr("ctxscope.inspector.advisor.load.load_session", whole_session)
+    found = stored.stored_advice(db, "advise-scale")
+    assert found is not None and found[1] is not None and found[1].as_dict() == reference
+    assert db.execute("SELECT count(*) FROM call_shapes").fetchone()[0] == 0  # nothing could be stored
