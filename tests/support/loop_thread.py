@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 
@@ -18,10 +19,10 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self):
-        try:  # what is still running ends, and the closes it scheduled run, before the loop stops
+        # What still runs ends, and the closes it scheduled run, before the loop stops (a wedged
+        # loop is stopped all the same).
+        with contextlib.suppress(Exception):
             self.call(_wind_down(), timeout=10)
-        except Exception:  # (a wedged loop is stopped all the same)
-            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         if not self.thread.is_alive():  # a loop still running cannot be closed; it dies with the process
