@@ -240,10 +240,16 @@ class ReaderChild:
                         resp.headers[name] = answer.headers[name]
                 security.apply_headers(resp)
                 await resp.prepare(request)
-                with contextlib.suppress(ConnectionResetError):
+                try:
                     async for chunk in answer.content.iter_any():
                         await resp.write(chunk)
                     await resp.write_eof()
+                except ConnectionResetError:  # the client went away (aiohttp's errors of the child's side are too)
+                    pass
+                except aiohttp.ClientError as exc:  # the child went (stopped, or died): the client sees a cut answer
+                    log.warning("the store reader's answer to %s was cut: %s", request.path, exc or type(exc).__name__)
+                    if request.transport is not None:
+                        request.transport.abort()
                 return resp
         finally:
             self._end()

@@ -1,0 +1,77 @@
+"""A real `ctxscope serve` answers the UI's store reads in a child of its own (web/reader.py): the
+child listens on a socket only its owner can reach, goes once the reads stop and comes back with
+the next one, and takes its daemon's address from the daemon, never from the browser's request."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import httpx2
+
+from ctxscope.inspector.pipeline.search_index import writer_analyzers
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
+
+from support.factories import anthropic_request, make_exchange
+from support.serve_process import running_serve
+
+
+def _readers(pid: int) -> list[int]:
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [c for c in children if b"ctxscope.web.reader_child" in _cmdline(c)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _until(check, seconds: float):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not (found := check()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def test_the_reader_child_is_owner_only_goes_when_idle_and_comes_back(tmp_path):
+    with running_serve(tmp_path, "--limit", "idle_release=1") as (proc, base):
+        assert not _readers(proc.pid)  # a daemon nobody reads from has none
+        assert httpx2.get(f"{base}/_ctxscope/api/sessions", timeout=60).json() == {"sessions": []}
+        first = _readers(proc.pid)
+        assert len(first) == 1
+        socket_path = _cmdline(first[0]).split(b"\0")[4].decode()
+        folder = os.stat(Path(socket_path).parent)
+        assert folder.st_uid == os.getuid() and stat.S_IMODE(folder.st_mode) == 0o700, oct(folder.st_mode)
+        assert _until(lambda: not _readers(proc.pid), 20), "the reader child outlived its idle time"
+        assert not Path(socket_path).parent.exists()  # its folder goes with it
+        assert httpx2.get(f"{base}/_ctxscope/api/sessions", timeout=60).status_code == 200
+        again = _readers(proc.pid)
+        assert len(again) == 1 and again != first
+
+
+def test_a_browser_cannot_tell_the_reader_where_the_daemon_is(tmp_path):
+    """The command `curl?via=daemon` builds sends a key to the daemon's address: a request that names
+    another address in the daemon's own header to its child gets the daemon's real one."""
+    writer = CaptureWriter(tmp_path / "c.db", analyzers=writer_analyzers(), status_file=False)
+    writer.start()
+    ex = make_exchange(request=anthropic_request([{"role": "user", "content": "hello"}]), session_label="s")
+    writer.submit(ex)
+    assert writer.stop()
+    with running_serve(tmp_path) as (_proc, base):
+        answer = httpx2.get(
+            f"{base}/_ctxscope/api/curl",
+            params={"id": ex.id, "via": "daemon"},
+            headers={"X-Ctxscope-Own-Url": "http://evil.example:80"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        command = json.loads(answer.content)["command"]
+        assert "evil.example" not in command and base in command, command
