@@ -7,7 +7,7 @@ So ``serve`` forwards each store route, once checked (host, key, token: ``routes
 ``reader_child.py`` over an owner-only unix socket: the child starts with the first such request
 (about a second), and ``stop_after`` seconds after the last one ends it is stopped, and its memory
 with it (docs/architecture.md, "Memory"). Deleting a session goes to the writer from here, then
-the child is stopped so that no cached body of the session outlives it.
+the child empties its body cache so that no body of the session outlives it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ STOP_TIMEOUT = 10.0  # seconds a stopping child may take before it is killed
 STATUS_EVERY = 0.3  # seconds between looks at the writer's status for the child's live feed
 POLL = 0.2  # seconds between looks at whether the client is still there
 OWN_URL_HEADER = "X-Ctxscope-Own-Url"
+FORGET = "/_reader/forget"  # the child's route that empties its body cache
 PASSED_BACK = ("Content-Type", "Content-Disposition", "Cache-Control", "Content-Length", "X-Ctxscope-Body")
 
 
@@ -85,6 +86,7 @@ class ReaderChild:
         self._busy = 0
         self._timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future | None = None
+        self._answers: set[aiohttp.ClientResponse] = set()  # the child's answers being streamed
         self._closed = False
 
     @property
@@ -240,17 +242,39 @@ class ReaderChild:
                         resp.headers[name] = answer.headers[name]
                 security.apply_headers(resp)
                 await resp.prepare(request)
+                self._answers.add(answer)
                 try:
                     async for chunk in answer.content.iter_any():
                         await resp.write(chunk)
+                    if self._closed:  # cut by the daemon's stop: the client must not take it for whole
+                        raise aiohttp.ClientPayloadError("the daemon is stopping")
                     await resp.write_eof()
                 except ConnectionResetError:  # the client went away (aiohttp's errors of the child's side are too)
                     pass
                 except aiohttp.ClientError as exc:  # the child went (stopped, or died): the client sees a cut answer
-                    log.warning("the store reader's answer to %s was cut: %s", request.path, exc or type(exc).__name__)
+                    if not self._closed:
+                        log.warning(
+                            "the store reader's answer to %s was cut: %s", request.path, exc or type(exc).__name__
+                        )
                     if request.transport is not None:
                         request.transport.abort()
+                finally:
+                    self._answers.discard(answer)
                 return resp
+        finally:
+            self._end()
+
+    async def forget_bodies(self) -> None:
+        """A session was deleted: a running child empties its body cache (a new one has none)."""
+        session = self._session
+        if session is None:
+            return
+        self._begin()
+        try:
+            async with session.post(f"http://reader{FORGET}") as answer:
+                await answer.read()
+        except aiohttp.ClientError:  # the child went: nothing of it is left either
+            pass
         finally:
             self._end()
 
@@ -273,4 +297,6 @@ class ReaderChild:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for answer in self._answers:  # the streams forwarded end now (closing the session does not end them)
+            answer.content.feed_eof()
         await self._stop_child()

@@ -25,7 +25,8 @@ from pathlib import Path
 from aiohttp import web
 
 from ctxscope.web.api import OWN_URL, StoreAPI
-from ctxscope.web.reader import OWN_URL_HEADER  # set by the daemon only: this socket is the daemon's alone
+from ctxscope.web.calldetail import BodyCache
+from ctxscope.web.reader import FORGET, OWN_URL_HEADER  # set by the daemon only: this socket is the daemon's alone
 from ctxscope.web.routes import API, STORE_ROUTES, Handler, StoreRoute, json_errors, json_response
 
 TOTALS = f"{API}/status"  # the store's totals for the daemon's status route
@@ -60,7 +61,13 @@ async def serve(db: Path, socket_path: str, idle_release: float | None) -> None:
     app = web.Application(client_max_size=1 << 20)
     for method, path, route in STORE_ROUTES:
         app.router.add_route(method, path, store_route(route))
+
+    async def forget(request: web.Request) -> web.StreamResponse:
+        api.bodies = BodyCache()  # a session was deleted: none of its bodies stays
+        return json_response({})
+
     app.router.add_get(TOTALS, json_errors(totals))
+    app.router.add_post(FORGET, forget)
 
     async def closing(app: web.Application) -> None:
         await api.close()

@@ -3,9 +3,10 @@
 Provider routes (/anthropic/, /openai/, /u/, /s/) are the proxy's; nothing here touches them
 (no middleware: each UI handler is wrapped instead). Static files live under /_ctxscope/static/.
 Every UI response carries the security headers (``security.py``). The routes that read the store
-are answered by ``api.py``, which the first of them loads (in a worker thread, so forwarding goes
-on meanwhile): a daemon whose UI nobody opens imports neither sqlite-utils nor the store's queries
-nor the analyses behind the pages (docs/architecture.md, "Memory"). The page, its static files,
+are answered by ``api.py``: in ``serve``, in the store reader's child (``reader.py``), elsewhere
+loaded by the first of them (in a worker thread, so forwarding goes on meanwhile). Either way a
+daemon whose UI nobody opens imports neither sqlite-utils nor the store's queries nor the analyses
+behind the pages (docs/architecture.md, "Memory"). The page, its static files,
 the vocabulary and ``status?store=0`` (the launcher's probe) need none of them.
 
 API (all GET, JSON, read-only, except deleting a session):
@@ -215,7 +216,7 @@ class WebUI:
             if self.reader is not None:
                 if request.method == hdrs.METH_DELETE:  # the writer deletes; the child's cached bodies go
                     deleted = await delete_session(self.writer, request)
-                    await self.reader.restart()
+                    await self.reader.forget_bodies()
                     return json_response(deleted)
                 return await self.reader.forward(request)
             api = await self.api()

@@ -75,3 +75,26 @@ def test_a_browser_cannot_tell_the_reader_where_the_daemon_is(tmp_path):
         assert answer.status_code == 200, answer.text
         command = json.loads(answer.content)["command"]
         assert "evil.example" not in command and base in command, command
+
+
+def test_a_deleted_session_leaves_no_body_in_the_reader_while_a_page_keeps_it_running(tmp_path):
+    """A page's live feed keeps the reader child running; a body it cached is not served once its
+    session is deleted."""
+    writer = CaptureWriter(tmp_path / "c.db", analyzers=writer_analyzers(), status_file=False)
+    writer.start()
+    ex = make_exchange(request=anthropic_request([{"role": "user", "content": "secret plan"}]), session_label="gone")
+    writer.submit(ex)
+    assert writer.stop()
+    with running_serve(tmp_path) as (proc, base), httpx2.Client(base_url=base, timeout=60) as client:
+        page = client.get("/").text
+        token = page.split('name="ctxscope-token" content="', 1)[1].split('"', 1)[0]
+        with httpx2.stream("GET", f"{base}/_ctxscope/api/events", timeout=60) as feed:
+            assert feed.status_code == 200
+            raw = client.get("/_ctxscope/api/raw", params={"id": ex.id, "kind": "request"})
+            assert raw.status_code == 200 and "secret plan" in raw.text
+            reader = _readers(proc.pid)
+            deleted = client.delete("/_ctxscope/api/session", params={"s": "gone"}, headers={"X-Ctxscope-Token": token})
+            assert deleted.status_code == 200, deleted.text
+            assert _readers(proc.pid) == reader  # the page's feed kept the same child
+            again = client.get("/_ctxscope/api/raw", params={"id": ex.id, "kind": "request"})
+            assert again.status_code == 404, again.text
