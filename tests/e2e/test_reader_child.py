@@ -44,12 +44,14 @@ def _until(check, seconds: float):  # type: ignore[no-untyped-def]
 def test_the_reader_child_is_owner_only_goes_when_idle_and_comes_back(tmp_path):
     with running_serve(tmp_path, "--limit", "idle_release=1") as (proc, base):
         assert not _readers(proc.pid)  # a daemon nobody reads from has none
-        assert httpx2.get(f"{base}/_ctxscope/api/sessions", timeout=60).json() == {"sessions": []}
-        first = _readers(proc.pid)
-        assert len(first) == 1
-        socket_path = _cmdline(first[0]).split(b"\0")[4].decode()
-        folder = os.stat(Path(socket_path).parent)
-        assert folder.st_uid == os.getuid() and stat.S_IMODE(folder.st_mode) == 0o700, oct(folder.st_mode)
+        with httpx2.stream("GET", f"{base}/_ctxscope/api/events", timeout=60) as feed:  # holds the child
+            assert feed.status_code == 200
+            assert httpx2.get(f"{base}/_ctxscope/api/sessions", timeout=60).json() == {"sessions": []}
+            first = _readers(proc.pid)
+            assert len(first) == 1
+            socket_path = _cmdline(first[0]).split(b"\0")[4].decode()
+            folder = os.stat(Path(socket_path).parent)
+            assert folder.st_uid == os.getuid() and stat.S_IMODE(folder.st_mode) == 0o700, oct(folder.st_mode)
         assert _until(lambda: not _readers(proc.pid), 20), "the reader child outlived its idle time"
         assert not Path(socket_path).parent.exists()  # its folder goes with it
         assert httpx2.get(f"{base}/_ctxscope/api/sessions", timeout=60).status_code == 200
@@ -98,3 +100,13 @@ def test_a_deleted_session_leaves_no_body_in_the_reader_while_a_page_keeps_it_ru
             assert _readers(proc.pid) == reader  # the page's feed kept the same child
             again = client.get("/_ctxscope/api/raw", params={"id": ex.id, "kind": "request"})
             assert again.status_code == 404, again.text
+
+
+def test_a_page_that_closed_its_live_feed_does_not_hold_the_reader_child(tmp_path):
+    """The feed is quiet for 15 s between heartbeats: the daemon notices the page left before that."""
+    with running_serve(tmp_path, "--limit", "idle_release=1") as (proc, base):
+        with httpx2.stream("GET", f"{base}/_ctxscope/api/events", timeout=60) as feed:
+            assert feed.status_code == 200 and _readers(proc.pid)
+        began = time.monotonic()
+        assert _until(lambda: not _readers(proc.pid), 20), "the reader child outlived the page"
+        assert time.monotonic() - began < 8, f"the child went {time.monotonic() - began:.1f} s after the page"
