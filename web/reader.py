@@ -77,7 +77,6 @@ class ReaderChild:
         self.idle_release = idle_release  # the child's read pool lets go after at most this (web/pool.py)
         self.status = status  # the writer's, for the child's live feed
         self.stop_after = stop_after
-        self.starts = 0  # children started (tests read it)
         self._proc: asyncio.subprocess.Process | None = None
         self._session: aiohttp.ClientSession | None = None
         self._dir: str | None = None
@@ -88,10 +87,6 @@ class ReaderChild:
         self._stopping: asyncio.Future | None = None
         self._answers: set[aiohttp.ClientResponse] = set()  # the child's answers being streamed
         self._closed = False
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
 
     async def _started(self) -> aiohttp.ClientSession:
         self._lock = self._lock or asyncio.Lock()
@@ -118,7 +113,6 @@ class ReaderChild:
             except OSError as exc:
                 log.error("cannot start the store reader: %s", exc)
                 raise web.HTTPServiceUnavailable(text=f"cannot start the store reader: {exc}") from None
-            self.starts += 1
             assert self._proc.stdout is not None
             try:
                 line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
