@@ -4,10 +4,11 @@ writer child, at rest, right after, and every 5 s for a minute (docs/architectur
 
 1. Builds (or reuses, ``--store DIR``) a store through the writer's ingest: one ``--calls``-call
    session and one session growing to ``--big-tokens`` tokens (``bench/writer_cost.py``'s sessions).
-2. Starts the installed ``ctxscope serve`` on it (uvloop, as users run it), sends one small call,
-   reads one small page: that is the daemon at rest. Then the web UI's big reads of both sessions
-   (sessions list, session table, transcript, findings, advice, call pages, raw body, diff, search,
-   usage), and RSS every 5 s for ``--watch`` seconds.
+2. Starts the installed ``ctxscope serve`` on it (uvloop, as users run it); 5 s later, before any
+   call or read, is the daemon's bare rest (as ``bench/scale.py`` takes it). Then the web UI's big
+   reads of both sessions (sessions list, session table, transcript, findings, advice, call pages,
+   raw body, diff, search, usage), and the RSS of the daemon and of the daemon with its children
+   (the reader child answers the reads: ``web/reader.py``) every 5 s for ``--watch`` seconds.
 3. A burst of ``--burst`` small calls from ``--clients`` threads, then a few 4 MB calls: the writer
    child's RSS at rest, after, and every 5 s.
 
@@ -30,6 +31,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -141,16 +143,30 @@ def small(i: int) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": f"hello {i}"}]}).encode()
 
 
-def watch(label: str, pid: int, seconds: float, rest: float) -> None:
+def tree_mb(pid: int) -> float:
+    """RSS in MB of a process and its children (the daemon, its writer and reader children)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss_mb(p)
+        try:
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def watch(label: str, pid: int, seconds: float, rest: float, rss: Callable[[int], float] = rss_mb) -> None:
     figures = []
     for t in range(0, int(seconds) + 1, 5):
         if t:
             time.sleep(5)
-        figures.append(rss_mb(pid))
+        figures.append(rss(pid))
     print(f"  {label} every 5 s (MB): " + " ".join(f"{f:.0f}" for f in figures))
+    at30 = figures[min(6, len(figures) - 1)]
     print(
-        f"  {label}: rest {rest:.0f} MB, peak seen {max(figures):.0f}, after {seconds:.0f} s {figures[-1]:.0f} "
-        f"({figures[-1] / rest:.2f}x rest)"
+        f"  {label}: rest {rest:.0f} MB, peak seen {max(figures):.0f}, after {min(30, seconds):.0f} s {at30:.0f}"
+        f" ({at30 / rest:.2f}x rest), after {seconds:.0f} s {figures[-1]:.0f} ({figures[-1] / rest:.2f}x rest)"
     )
 
 
@@ -215,14 +231,11 @@ def main() -> int:
             except OSError:
                 time.sleep(0.1)
         stored = sqlite3.connect(db).execute("select count(*) from calls").fetchone()[0]
-        post(base, small(0))
-        wait_stored(base, 1)
-        get(base, "/_ctxscope/api/sessions?limit=5")
-        time.sleep(3)
-        rest = rss_mb(proc.pid)
+        time.sleep(5)
+        rest, tree_rest = rss_mb(proc.pid), tree_mb(proc.pid)
         print(
-            f"daemon at rest (one call, one small read): {rest:.0f} MB; store {stored} calls,"
-            f" {db.stat().st_size / 2**20:.0f} MB"
+            f"daemon at its bare rest (5 s after start, no call, no read): {rest:.0f} MB, with its children"
+            f" {tree_rest:.0f} MB; store {stored} calls, {db.stat().st_size / 2**20:.0f} MB"
         )
         views = {}
         for s in ("long", "big"):
@@ -257,12 +270,17 @@ def main() -> int:
                         f"  {path[12:64]:<52} {time.monotonic() - t0:6.2f} s {size:>11,} B;"
                         f" daemon {rss_mb(proc.pid):.0f} MB"
                     )
-        print(f"big reads took {time.monotonic() - began:.0f} s; daemon right after: {rss_mb(proc.pid):.0f} MB")
+        print(
+            f"big reads took {time.monotonic() - began:.0f} s; daemon right after: {rss_mb(proc.pid):.0f} MB,"
+            f" with its children {tree_mb(proc.pid):.0f} MB"
+        )
         if not args.no_reads:
-            watch("daemon", proc.pid, args.watch, rest)
+            watch("daemon and its children", proc.pid, args.watch, tree_rest, tree_mb)
+            alone = rss_mb(proc.pid)
+            print(f"  the daemon alone: rest {rest:.0f} MB, now {alone:.0f} ({alone / rest:.2f}x)")
 
-        post(base, small(0))  # an idle writer child exits (its idle release): this starts the next one
-        wait_stored(base, 2)
+        post(base, small(0))  # starts the writer child (an idle one exits: its idle release)
+        wait_stored(base, 1)
         time.sleep(3)
         before = written(base)
         child = writer_child(proc.pid)

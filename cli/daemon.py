@@ -178,9 +178,10 @@ def _prepare_files(cfg: DaemonConfig) -> bytes:
 
 
 async def start_daemon(
-    cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = None, web_ui: bool = True
+    cfg: DaemonConfig, *, extra_routes: ExtraRoutes | None = None, web_ui: bool = True, reads_in_child: bool = False
 ) -> RunningDaemon:
-    """Start everything; a capture store that cannot be opened is reported, not fatal."""
+    """Start everything; a capture store that cannot be opened is reported, not fatal. ``reads_in_child``
+    (``serve``): the UI's store reads run in a child stopped when idle (``web/reader.py``)."""
     salt = _prepare_files(cfg)
     upstreams = dict(cfg.upstreams)
     on_demand: dict[str, Callable[[], Awaitable[str | None]]] = {}
@@ -236,6 +237,7 @@ async def start_daemon(
             cfg.remote_key if cfg.allow_remote else None,
             home=home_dir(),
             idle_release=cfg.limits.idle_release,
+            reads_in_child=reads_in_child,
         )
     if extra_routes is not None:
         extra_routes(app, cfg, writer)
@@ -305,7 +307,7 @@ async def serve_forever(
         loop.add_signal_handler(sig, stop.set)
     lock = lock_home_and_db(cfg)  # before the simulator's token or the database is touched
     try:
-        daemon = await start_daemon(cfg, extra_routes=extra_routes)
+        daemon = await start_daemon(cfg, extra_routes=extra_routes, reads_in_child=True)
         try:
             lock.record(daemon.url, cfg.db)
         except OSError as exc:

@@ -14,7 +14,6 @@ download, the event stream), and says a bad request with an ``HTTPException``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -33,7 +32,7 @@ from ctxscope.inspector.share.replay import ReplayError
 from ctxscope.inspector.store.analysis_queries import resolve_session
 from ctxscope.inspector.store.queries import AmbiguousCallId, resolve_call_id
 from ctxscope.inspector.store.views import store_totals
-from ctxscope.inspector.writer.protocol import Writer, WriterUnavailable
+from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.redaction.mask import mask_keys_in
 from ctxscope.vocab import headers
 from ctxscope.web import security
@@ -45,7 +44,8 @@ from ctxscope.web.export import HarExports
 from ctxscope.web.live import LiveHub
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.pool import RELEASE_AFTER, ReadPool
-from ctxscope.web.resend import curl_view, own_url
+from ctxscope.web.reader import delete_session, own_url
+from ctxscope.web.resend import curl_view
 from ctxscope.web.resend import replay as send_replay
 from ctxscope.web.search import search_view
 from ctxscope.web.timeline import PAGE, session_view
@@ -81,10 +81,14 @@ def _int(request: web.Request, name: str, default: int | None) -> int | None:
         raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
 
 
+OWN_URL = "ctxscope_own_url"  # the daemon's address, set by the store reader's child (reader_child.py)
+
+
 def _own_url(request: web.Request) -> str:
-    """This daemon's base URL, from the socket the request came in on, never from its Host."""
+    """This daemon's base URL, from the socket the request came in on, never from its Host (in
+    the store reader's child: the one the daemon sent, from the socket it took the request on)."""
     transport = request.transport
-    url = own_url(transport.get_extra_info("sockname") if transport is not None else None)
+    url = request.get(OWN_URL) or own_url(transport.get_extra_info("sockname") if transport is not None else None)
     if url is None:
         raise web.HTTPServiceUnavailable(text="the daemon's own address is not known on this connection")
     return url
@@ -296,17 +300,7 @@ class StoreAPI:
 
     async def delete(self, request: web.Request) -> Answer:
         """Delete a session (the caller checked the page's token)."""
-        session = request.query.get("s")
-        if not session:
-            raise web.HTTPBadRequest(text="missing s")
-        if self.writer is None:
-            raise web.HTTPServiceUnavailable(text="deleting needs the capture writer, and this UI runs without one")
-        try:  # the writer deletes, between two of its batches: the store has one writer
-            result = await asyncio.to_thread(self.writer.delete_session, session)
-        except WriterUnavailable as exc:
-            raise web.HTTPServiceUnavailable(text=str(exc)) from None
-        if not result["calls_deleted"]:
-            raise web.HTTPNotFound(text=f"no session {session!r}")
+        result = await delete_session(self.writer, request)
         self.bodies = BodyCache()
         return result
 

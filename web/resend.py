@@ -17,20 +17,7 @@ from ctxscope.inspector.share.bodies import export_body
 from ctxscope.inspector.share.curl import curl_command, daemon_route, key_env_for, needs_daemon
 from ctxscope.inspector.share.replay import ReplayError, ReplayRequest, build_request, comparison, find_replay
 from ctxscope.inspector.store import queries
-from ctxscope.proxy.defence.identity import address
 from ctxscope.web.pool import ReadPool
-
-
-def own_url(sockname: object) -> str | None:
-    """The daemon's own base URL: the address and port of the socket that accepted this request
-    (``transport.get_extra_info("sockname")``), which the daemon listens on. Never the request's
-    ``Host``, which the client writes: a key sent there could go anywhere (docs/architecture.md,
-    "Replay"). None when the socket has no IP address (closed, or not TCP)."""
-    own = address(sockname)
-    if own is None:
-        return None
-    ip, port = own
-    return f"http://[{ip}]:{port}" if ":" in ip else f"http://{ip}:{port}"
 
 
 def download_name(call_id: str, form: str, masked: bool) -> str:

@@ -3,9 +3,10 @@
 Provider routes (/anthropic/, /openai/, /u/, /s/) are the proxy's; nothing here touches them
 (no middleware: each UI handler is wrapped instead). Static files live under /_ctxscope/static/.
 Every UI response carries the security headers (``security.py``). The routes that read the store
-are answered by ``api.py``, which the first of them loads (in a worker thread, so forwarding goes
-on meanwhile): a daemon whose UI nobody opens imports neither sqlite-utils nor the store's queries
-nor the analyses behind the pages (docs/architecture.md, "Memory"). The page, its static files,
+are answered by ``api.py``: in ``serve``, in the store reader's child (``reader.py``), elsewhere
+loaded by the first of them (in a worker thread, so forwarding goes on meanwhile). Either way a
+daemon whose UI nobody opens imports neither sqlite-utils nor the store's queries nor the analyses
+behind the pages (docs/architecture.md, "Memory"). The page, its static files,
 the vocabulary and ``status?store=0`` (the launcher's probe) need none of them.
 
 API (all GET, JSON, read-only, except deleting a session):
@@ -53,6 +54,7 @@ from ctxscope.inspector.writer.protocol import Writer
 from ctxscope.proxy.defence import identity
 from ctxscope.proxy.defence.hosts import host_allowed
 from ctxscope.web import security
+from ctxscope.web.reader import STOP_AFTER, ReaderChild, delete_session
 from ctxscope.web.vocabulary import vocabulary_handler
 
 if TYPE_CHECKING:
@@ -65,13 +67,33 @@ StoreRoute = Callable[["StoreAPI"], Callable[[web.Request], Awaitable["Answer"]]
 STATIC_DIR = Path(__file__).with_name("static")
 API = "/_ctxscope/api"
 STATIC = "/_ctxscope/static"
+STORE_ROUTES: list[tuple[str, str, StoreRoute]] = [
+    ("GET", f"{API}/sessions", lambda api: api.sessions),
+    ("GET", f"{API}/session", lambda api: api.session),
+    ("GET", f"{API}/sessions/{{session}}/transcript", lambda api: api.transcript),
+    (hdrs.METH_DELETE, f"{API}/session", lambda api: api.delete),
+    (hdrs.METH_POST, f"{API}/replay", lambda api: api.replay),
+    ("GET", f"{API}/usage", lambda api: api.usage),
+    ("GET", f"{API}/call", lambda api: api.call),
+    ("GET", f"{API}/node", lambda api: api.node),
+    ("GET", f"{API}/raw", lambda api: api.raw),
+    ("GET", f"{API}/raw.bin", lambda api: api.raw_bin),
+    ("GET", f"{API}/export.har", lambda api: api.export_har),
+    ("GET", f"{API}/diff", lambda api: api.diff),
+    ("GET", f"{API}/events", lambda api: api.events),
+    ("GET", f"{API}/search", lambda api: api.search),
+    ("GET", f"{API}/curl", lambda api: api.curl),
+    ("GET", f"{API}/findings", lambda api: api.advisor),
+    ("GET", f"{API}/advice", lambda api: api.advisor),
+]
+CHANGES = {(hdrs.METH_DELETE, f"{API}/session"): "deleting", (hdrs.METH_POST, f"{API}/replay"): "replaying"}
 _TOKEN_PLACEHOLDER = "__CTXSCOPE_TOKEN__"
 _TOKEN_HEADER_PLACEHOLDER = "__CTXSCOPE_TOKEN_HEADER__"  # the page learns the header's name from vocab
 log = logging.getLogger("ctxscope.web")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
+def json_response(data: Any, status: int = 200) -> web.Response:
     body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     resp = web.Response(text=body, status=status, content_type="application/json")
     resp.headers["Cache-Control"] = "no-store"
@@ -79,7 +101,23 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status)
+    return json_response({"error": message}, status)
+
+
+def json_errors(handler: Handler) -> Handler:
+    """``handler`` with its HTTP errors said as JSON under the API (as text elsewhere)."""
+
+    async def answered(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            if request.path.startswith(API):
+                return _error(exc.status, exc.text or exc.reason)
+            return web.Response(status=exc.status, text=exc.text or exc.reason)
+
+    return answered
 
 
 def writer_status(writer: Writer | None) -> dict | None:
@@ -104,6 +142,7 @@ class WebUI:
         remote_key: str | None = None,
         secret: bytes | None = None,
         idle_release: float | None = None,
+        reads_in_child: bool = False,
     ):
         self.db_path = db_path
         self.idle_release = idle_release  # the read pool lets go after at most this (web/pool.py)
@@ -113,6 +152,10 @@ class WebUI:
         self.token = security.new_token()
         self._api: StoreAPI | None = None
         self._loading: asyncio.Lock | None = None
+        self.reader: ReaderChild | None = None  # `serve`: the store routes are answered by a child (web/reader.py)
+        if reads_in_child:
+            stop_after = STOP_AFTER if idle_release is None else min(STOP_AFTER, idle_release)
+            self.reader = ReaderChild(db_path, idle_release, lambda: writer_status(self.writer), stop_after)
         # Read once: serving them must not touch the disk on the proxy's event loop.
         files = [p for p in STATIC_DIR.iterdir() if p.is_file()] if STATIC_DIR.is_dir() else []
         self.static = {p.name: p.read_bytes() for p in files}
@@ -135,19 +178,13 @@ class WebUI:
     # -- every UI route goes through this: host check, errors as JSON, security headers ----
 
     def guarded(self, handler: Handler) -> Handler:
+        answered = json_errors(handler)
+
         async def wrapped(request: web.Request) -> web.StreamResponse:
             refused = self._refusal(request)
             if refused is not None:
                 return security.apply_headers(refused)
-            try:
-                response = await handler(request)
-            except web.HTTPException as exc:
-                if exc.status < 400:
-                    raise
-                if request.path.startswith(API):
-                    response = _error(exc.status, exc.text or exc.reason)
-                else:
-                    response = web.Response(status=exc.status, text=exc.text or exc.reason)
+            response = await answered(request)
             if not response.prepared:  # the event stream set its headers before it started
                 security.apply_headers(response)
             return response
@@ -176,9 +213,15 @@ class WebUI:
         async def handler(request: web.Request) -> web.StreamResponse:
             if change and not (security.same_origin(request) and security.token_ok(request, self.token)):
                 return _error(403, f"{change} needs the page's token and a same-origin request")
+            if self.reader is not None:
+                if request.method == hdrs.METH_DELETE:  # the writer deletes; the child's cached bodies go
+                    deleted = await delete_session(self.writer, request)
+                    await self.reader.forget_bodies()
+                    return json_response(deleted)
+                return await self.reader.forward(request)
             api = await self.api()
             answer = await api.answer(route(api), request)
-            return answer if isinstance(answer, web.StreamResponse) else _json(answer)
+            return answer if isinstance(answer, web.StreamResponse) else json_response(answer)
 
         return handler
 
@@ -210,14 +253,14 @@ class WebUI:
         nonce = request.query.get("nonce")
         proof = self.identity(request, nonce) if nonce is not None else None
         if request.query.get("store") == "0":
-            return _json(
+            return json_response(
                 {"writer": writer_status(self.writer), **proof} if proof else {"writer": writer_status(self.writer)}
             )
         try:
-            store = await (await self.api()).totals()
+            store = await (self.reader.totals() if self.reader is not None else (await self.api()).totals())
         except Exception as exc:  # an unreadable store is what this route must be able to say
             store = {"error": f"{type(exc).__name__}: {exc}"}
-        return _json({"writer": writer_status(self.writer), "store": store, **(proof or {})})
+        return json_response({"writer": writer_status(self.writer), "store": store, **(proof or {})})
 
     def identity(self, request: web.Request, nonce: str) -> dict:
         """``{"identity": HMAC}`` over the nonce and the address the question came in on (see
@@ -231,6 +274,8 @@ class WebUI:
         return {"identity": identity.proof(self.secret, nonce, *own)}
 
     async def on_shutdown(self, app: web.Application) -> None:
+        if self.reader is not None:
+            await self.reader.close()
         if self._api is not None:
             await self._api.close()
 
@@ -247,6 +292,7 @@ def add_web_routes(
     *,
     home: Path | None = None,
     idle_release: float | None = None,
+    reads_in_child: bool = False,
 ) -> None:
     """Mount the UI at "/" and its API under "/_ctxscope/" on the daemon's app (before it starts);
     with ``remote_key`` (remote mode) every one of its routes needs that key. ``home``: the
@@ -260,7 +306,7 @@ def add_web_routes(
             log.error(
                 "cannot read or create the daemon secret in %s (%s): `ctxscope run` cannot use this daemon", home, exc
             )
-    ui = WebUI(Path(db_path), writer, remote_key, secret, idle_release)
+    ui = WebUI(Path(db_path), writer, remote_key, secret, idle_release, reads_in_child)
     app.on_shutdown.append(ui.on_shutdown)
     app.on_cleanup.append(ui.on_cleanup)
     routes: list[tuple[str, str, Handler]] = [
@@ -268,24 +314,8 @@ def add_web_routes(
         ("GET", "/favicon.ico", ui.favicon),
         ("GET", f"{STATIC}/{{name}}", ui.static_file),
         ("GET", f"{API}/status", ui.status),
-        ("GET", f"{API}/sessions", ui.from_store(lambda api: api.sessions)),
-        ("GET", f"{API}/session", ui.from_store(lambda api: api.session)),
-        ("GET", f"{API}/sessions/{{session}}/transcript", ui.from_store(lambda api: api.transcript)),
-        (hdrs.METH_DELETE, f"{API}/session", ui.from_store(lambda api: api.delete, change="deleting")),
-        (hdrs.METH_POST, f"{API}/replay", ui.from_store(lambda api: api.replay, change="replaying")),
-        ("GET", f"{API}/usage", ui.from_store(lambda api: api.usage)),
-        ("GET", f"{API}/call", ui.from_store(lambda api: api.call)),
-        ("GET", f"{API}/node", ui.from_store(lambda api: api.node)),
-        ("GET", f"{API}/raw", ui.from_store(lambda api: api.raw)),
-        ("GET", f"{API}/raw.bin", ui.from_store(lambda api: api.raw_bin)),
-        ("GET", f"{API}/export.har", ui.from_store(lambda api: api.export_har)),
-        ("GET", f"{API}/diff", ui.from_store(lambda api: api.diff)),
-        ("GET", f"{API}/events", ui.from_store(lambda api: api.events)),
-        ("GET", f"{API}/search", ui.from_store(lambda api: api.search)),
-        ("GET", f"{API}/curl", ui.from_store(lambda api: api.curl)),
         ("GET", f"{API}/vocabulary", vocabulary_handler),
-        ("GET", f"{API}/findings", ui.from_store(lambda api: api.advisor)),
-        ("GET", f"{API}/advice", ui.from_store(lambda api: api.advisor)),
+        *((m, path, ui.from_store(route, change=CHANGES.get((m, path)))) for m, path, route in STORE_ROUTES),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, ui.guarded(handler))

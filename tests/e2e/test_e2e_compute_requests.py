@@ -18,9 +18,16 @@ from support.serve_process import running_serve
 GRACE = 5.0
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def _computations(pid: int) -> list[int]:
-    """The daemon's compute children now running."""
-    found = []
+    """The daemon's compute children now running (children of its store reader, web/reader.py)."""
+    found, parents = [], {pid, *_children(pid)}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -29,7 +36,7 @@ def _computations(pid: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"ctxscope.web.compute" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) in parents and b"ctxscope.web.compute" in cmdline:
             found.append(int(entry.name))
     return found
 
