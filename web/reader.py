@@ -88,9 +88,14 @@ class ReaderChild:
         self._answers: set[aiohttp.ClientResponse] = set()  # the child's answers being streamed
         self._closed = False
 
-    async def _started(self) -> aiohttp.ClientSession:
+    @property
+    def _guard(self) -> asyncio.Lock:
+        """One start or stop of the child at a time (made on the loop that first needs it)."""
         self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
+        return self._lock
+
+    async def _started(self) -> aiohttp.ClientSession:
+        async with self._guard:
             if self._closed:
                 raise web.HTTPServiceUnavailable(text="the daemon is stopping")
             if self._proc is not None and self._proc.returncode is None and self._session is not None:
@@ -179,8 +184,7 @@ class ReaderChild:
 
     async def restart(self) -> None:
         """Stop the child unless a read is running (the next read starts a new one)."""
-        self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
+        async with self._guard:
             if not self._busy:
                 await self._stop_child()
 
@@ -211,8 +215,7 @@ class ReaderChild:
 
     async def _replace(self, proc: asyncio.subprocess.Process | None) -> None:
         """Stop ``proc`` if it is still the child: a request could not reach it."""
-        self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
+        async with self._guard:
             if self._proc is proc:
                 await self._stop_child()
 

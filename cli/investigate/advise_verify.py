@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 import click
 
 from ctxscope.inspector.advisor.alternatives import Advice
-from ctxscope.inspector.advisor.causes import AS_SENT, bodies_in_order
+from ctxscope.inspector.advisor.body_whatif import bodies_in_order
+from ctxscope.inspector.advisor.causes import AS_SENT
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars
 from ctxscope.inspector.advisor.replay import Placement
 from ctxscope.inspector.advisor.rewrite import with_placement

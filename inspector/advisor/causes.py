@@ -15,22 +15,29 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxscope.inspector.advisor import shape_whatif
+from ctxscope.inspector.advisor.body_whatif import (
+    Scan,
+    bodies_in_order,
+    first_held,
+    rebuilt,
+    scan_pointer,
+    streamed,
+    without_billing,
+)
 from ctxscope.inspector.advisor.findings import Finding
 from ctxscope.inspector.advisor.model import Session, SessionCall
 from ctxscope.inspector.advisor.replay import TTL, Placement, Replay, replay
 from ctxscope.inspector.advisor.rewrite import dropped, held, tool_name, tools_sorted, value_at, with_options
-from ctxscope.inspector.advisor.shape import textless
 from ctxscope.inspector.analyses.accounting import TokenCounter
 from ctxscope.inspector.analyses.cache.memory import anthropic_points
 from ctxscope.inspector.analyses.cache.openai_retention import IN_MEMORY_SECONDS, OPTION_TTL_SECONDS
 from ctxscope.inspector.analyses.cache.prediction import anthropic_minimum
 
-BILLING_HEADER = "x-anthropic-billing-header"
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}|\b\d{10,13}\b")
 REQUEST_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}|\b[0-9a-fA-F]{12,}\b|\b[A-Za-z]+_[A-Za-z0-9]{8,}\b")
 
@@ -81,106 +88,6 @@ class CauseAdvice:
             "saving_pct": self.saving_pct,
             **{f"what_if_{k}": v for k, v in self.result.as_dict().items()},
         }
-
-
-def rebuilt(
-    calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], Any], counter: TokenCounter | None = None
-) -> tuple[SessionCall, ...]:
-    """The calls with their bodies rewritten and their prompts read again from the new bodies
-    (``counter``: shared between the what-ifs, so a segment they keep is counted once)."""
-    from ctxscope.inspector.analyses.canonical import canonicalize  # the body path's parsers: only here
-
-    counter = counter or TokenCounter()
-    out = []
-    for i, call in enumerate(calls):
-        body = rewrite(i, call)
-        prompt = canonicalize(call.api, body) if body is not None else None
-        if prompt is None:
-            out.append(call)
-            continue
-        out.append(dataclasses.replace(call, body=body, prompt=prompt, tokens=counter.count_prompt(prompt)))
-    return tuple(out)
-
-
-def streamed(
-    session: Session, calls: Sequence[SessionCall], rewrite: Callable[[int, SessionCall], Any], counter: TokenCounter
-) -> tuple[SessionCall, ...]:
-    """``rebuilt`` for calls made from shapes: each body read (``session.bodies``), rewritten, its
-    prompt read again and kept without its text (``shape.textless``), one body at a time, so memory
-    holds one body beside the shapes whatever the session's size. NeedsBodies without a reader."""
-    if session.bodies is None:
-        raise shape_whatif.NeedsBodies("no body reader")
-    from ctxscope.inspector.analyses.canonical import canonicalize
-
-    out: list[SessionCall] = []
-    last: dict[str, SessionCall] = {}
-    for i, call in enumerate(calls):
-        sent = session.bodies(call.id)
-        if not isinstance(sent, dict):  # no longer readable (released since): the call as it was sent
-            out.append(call)
-            continue
-        body = rewrite(i, dataclasses.replace(call, body=sent))
-        prompt = canonicalize(call.api, body) if body is not None else None
-        if prompt is None:
-            out.append(call)
-            continue
-        made = dataclasses.replace(call, prompt=prompt, tokens=counter.count_prompt(prompt))
-        lean = textless(made, last.get(call.thread or call.id))
-        last[call.thread or call.id] = lean
-        out.append(lean)
-    return tuple(out)
-
-
-def bodies_in_order(session: Session, calls: Sequence[SessionCall]) -> Iterator[tuple[SessionCall, Any]]:
-    """Each call with its body, read one at a time when the calls carry none."""
-    for call in calls:
-        if call.body is not None or session.bodies is None:
-            yield call, call.body
-        else:
-            yield call, session.bodies(call.id)
-
-
-@dataclass(frozen=True)
-class _Scan:
-    """What the body path reads of a pointer across the session, taken in one pass."""
-
-    first: Any  # the first value there
-    changed: int  # calls whose value differs from the call before
-    billing_here: bool  # a value there is a billing header
-    billing_any: bool  # ... or a system block is
-
-
-def _scan(session: Session, calls: Sequence[SessionCall], pointer: str) -> _Scan:
-    first, changed, here, anywhere = None, 0, False, False
-    before: str | None = None
-    for n, (call, body) in enumerate(bodies_in_order(session, calls)):
-        value = value_at(body, pointer)
-        if first is None:
-            first = value
-        text = repr(value)
-        if n and text != before:
-            changed += 1
-        before = text
-        billing = _is_billing_header(value)
-        here = here or billing
-        anywhere = anywhere or billing or bool(_billing_pointers(dataclasses.replace(call, body=body)))
-    return _Scan(first, changed, here, anywhere)
-
-
-def _first_held(pointer: str) -> Callable[[int, SessionCall], Any]:
-    """``held`` at the first value met at ``pointer``: the same rewrite as the body path's when
-    applied to the calls in order (``--verify`` of a session read from shapes)."""
-    first: list[Any] = []
-
-    def rewrite(_i: int, c: SessionCall) -> Any:
-        value = value_at(c.body, pointer)
-        if value is None:
-            return c.body
-        if not first:
-            first.append(value)
-        return held(c.body, pointer, first[0])
-
-    return rewrite
 
 
 @dataclass(frozen=True)
@@ -249,32 +156,6 @@ def _span_words(after: str, offset: int) -> str:
     return _kind_of_span(after)
 
 
-def _is_billing_header(value: Any) -> bool:
-    text = value.get("text") if isinstance(value, dict) else value
-    return isinstance(text, str) and text.lstrip().lower().startswith(BILLING_HEADER)
-
-
-def _billing_pointers(call: SessionCall) -> list[str]:
-    system = call.body.get("system") if isinstance(call.body, dict) else None
-    blocks = system if isinstance(system, list) else []
-    return [f"/system/{j}" for j, b in enumerate(blocks) if _is_billing_header(b)]
-
-
-def _without_billing(pointer: str) -> Callable[[int, SessionCall], Any]:
-    """Every billing header block dropped; one at the head of a text at ``pointer``, its line cut."""
-
-    def rewrite(_i: int, call: SessionCall) -> Any:
-        body = call.body
-        for block in reversed(_billing_pointers(call)):
-            body = dropped(body, block)
-        value = value_at(body, pointer)
-        if isinstance(value, str) and _is_billing_header(value):
-            body = held(body, pointer, value.lstrip().partition("\n")[2])
-        return body
-
-    return rewrite
-
-
 def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: Finding) -> CauseAdvice | None:
     ev = f.evidence or {}
     pointer = ev.get("pointer")
@@ -310,10 +191,10 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
     reshape: Callable[[tuple[SessionCall, ...]], tuple[SessionCall, ...]] | None
     if by_shape and not shape_whatif.billing_at(calls, pointer) and shape_whatif.first_at(calls, pointer) is not None:
         n = shape_whatif.changed_on(calls, pointer)
-        rewrite = _first_held(pointer)  # not replayed (``reshape`` is): what ``--verify`` sends
+        rewrite = first_held(pointer)  # not replayed (``reshape`` is): what ``--verify`` sends
         reshape = lambda cs: shape_whatif.held(cs, pointer)  # noqa: E731
     else:  # from the bodies (one at a time when made from shapes): a billing header, a pointer in a segment
-        scan = _scan(session, calls, pointer)
+        scan = scan_pointer(session, calls, pointer)
         if scan.billing_here:
             return _billing(session, calls, sent, pointer, ev, scan)
         first = scan.first
@@ -338,10 +219,10 @@ def _churn(session: Session, calls: tuple[SessionCall, ...], sent: Baseline, f: 
 
 
 def _billing(
-    session: Session, calls: tuple[SessionCall, ...], sent: Baseline, pointer: str, ev: dict, scan: _Scan | None = None
+    session: Session, calls: tuple[SessionCall, ...], sent: Baseline, pointer: str, ev: dict, scan: Scan | None = None
 ) -> CauseAdvice:
-    rewrite = _without_billing(pointer)
-    if not (scan or _scan(session, calls, pointer)).billing_any:
+    rewrite = without_billing(pointer)
+    if not (scan or scan_pointer(session, calls, pointer)).billing_any:
         rewrite = lambda _i, c: dropped(c.body, pointer)  # noqa: E731  # a billing_header finding's own block
     return _what_if(
         session,

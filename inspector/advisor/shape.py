@@ -25,7 +25,7 @@ from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.inspector.analyses.tool_refs import ToolRefs
 
 SHAPE_VERSION = 1
-BILLING_HEADER = "x-anthropic-billing-header"  # causes.BILLING_HEADER: such a segment is flagged
+BILLING_HEADER = "x-anthropic-billing-header"  # such a segment is flagged (body_whatif.py rewrites it)
 _PARAMS = (*MESSAGE_INVALIDATORS, "conversation")  # what prefix_keys and server_state read of params
 _NO_REFS = ToolRefs({}, {})
 

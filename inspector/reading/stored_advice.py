@@ -2,7 +2,7 @@
 (docs/architecture.md, "The cache advisor"). A session stored before the writer took shapes gets
 them from its bodies once (with its findings facts, ``findings_record.backfill``); a what-if a
 shape cannot express (a billing header cut out of a text) reads the bodies it rewrites one at a
-time (``causes.streamed``), so memory holds one body beside the shapes at any session size."""
+time (``body_whatif.streamed``), so memory holds one body beside the shapes at any session size."""
 
 from __future__ import annotations
 

@@ -179,11 +179,6 @@ def _counts(db: sqlite_utils.Database, src: str, expr: str, where: str, params: 
     return dict(rows)
 
 
-def _area(pointer: str | None) -> str | None:
-    """The top-level part of a pointer: /system, /tools, /messages, /model ..."""
-    return None if not pointer else "/" + pointer.lstrip("/").split("/", 1)[0]
-
-
 def _breaks(db: sqlite_utils.Database, src: str, where: str, params: list[Any]) -> list[dict[str, Any]]:
     """Cache misses grouped by cause: verdict, the kind of segment that broke, and where it lies
     (the totals keep the kind and the pointer's top-level part of a client break)."""
