@@ -19,7 +19,7 @@ import logging
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -39,6 +39,27 @@ POLL = 0.2  # seconds between looks at whether the client is still there
 OWN_URL_HEADER = "X-Ctxscope-Own-Url"
 FORGET = "/_reader/forget"  # the child's route that empties its body cache
 PASSED_BACK = ("Content-Type", "Content-Disposition", "Cache-Control", "Content-Length", "X-Ctxscope-Body")
+
+
+def _client_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+async def _while_client_stays(request: web.Request, answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The child's answer, chunk by chunk, until it ends or the client goes away. A live feed is
+    quiet for up to a heartbeat (15 s) and aiohttp tells a handler of a closed client only when it
+    writes: without this look a closed page held the child that long before its idle time began."""
+    while True:
+        read = asyncio.ensure_future(answer.content.readany())
+        while not read.done():
+            await asyncio.wait([read], timeout=POLL)
+            if not read.done() and _client_gone(request):
+                read.cancel()
+                raise ConnectionResetError("the client went away")
+        chunk = read.result()
+        if not chunk:
+            return
+        yield chunk
 
 
 def own_url(sockname: object) -> str | None:
@@ -229,7 +250,7 @@ class ReaderChild:
             head = asyncio.ensure_future(self._request(request, own))
             while not head.done():
                 await asyncio.wait([head], timeout=POLL)
-                if not head.done() and (request.transport is None or request.transport.is_closing()):
+                if not head.done() and _client_gone(request):
                     head.cancel()
                     raise web.HTTPServiceUnavailable(text="the client went away")
             async with head.result() as answer:
@@ -241,7 +262,7 @@ class ReaderChild:
                 await resp.prepare(request)
                 self._answers.add(answer)
                 try:
-                    async for chunk in answer.content.iter_any():
+                    async for chunk in _while_client_stays(request, answer):
                         await resp.write(chunk)
                     if self._closed:  # cut by the daemon's stop: the client must not take it for whole
                         raise aiohttp.ClientPayloadError("the daemon is stopping")

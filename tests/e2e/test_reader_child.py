@@ -103,10 +103,17 @@ def test_a_deleted_session_leaves_no_body_in_the_reader_while_a_page_keeps_it_ru
 
 
 def test_a_page_that_closed_its_live_feed_does_not_hold_the_reader_child(tmp_path):
-    """The feed is quiet for 15 s between heartbeats: the daemon notices the page left before that."""
+    """The feed is quiet for 15 s between heartbeats: the daemon notices the page left before that,
+    also once the feed has said all it had and is quiet (as an open page's is)."""
     with running_serve(tmp_path, "--limit", "idle_release=1") as (proc, base):
         with httpx2.stream("GET", f"{base}/_ctxscope/api/events", timeout=60) as feed:
             assert feed.status_code == 200 and _readers(proc.pid)
+            heard = b""
+            for chunk in feed.iter_raw():
+                heard += chunk
+                if b'"asleep":true' in heard:  # the last change an idle daemon's status makes
+                    break
+            time.sleep(1.5)  # the feed is quiet now: nothing is written until its heartbeat
         began = time.monotonic()
         assert _until(lambda: not _readers(proc.pid), 20), "the reader child outlived the page"
         assert time.monotonic() - began < 8, f"the child went {time.monotonic() - began:.1f} s after the page"
