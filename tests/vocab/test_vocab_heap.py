@@ -89,6 +89,7 @@ def test_tune_heap_takes_large_buffers_from_the_heap_not_fresh_mappings():
 def test_resident_bytes_is_what_the_kernel_counts():
     """The writer child compares it with its rest: it must follow what the kernel says (``VmRSS``),
     and see 64 MB written and let go."""
+
     def vm_rss() -> int:
         return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) * 1024
 
