@@ -10,10 +10,14 @@ writer child, at rest, right after, and every 5 s for a minute (docs/architectur
    raw body, diff, search, usage), and the RSS of the daemon and of the daemon with its children
    (the reader child answers the reads: ``web/reader.py``) every 5 s for ``--watch`` seconds.
 3. A burst of ``--burst`` small calls from ``--clients`` threads, then a few 4 MB calls: the writer
-   child's RSS at rest, after, and every 5 s.
+   child's RSS at rest, after, and every 5 s (0 once it is gone: a child a burst left swollen lets
+   go after SWOLLEN_RELEASE and is retired, ``inspector/writer/child/loop.py``).
+4. ``--steady`` calls, one every 2 s, of one conversation growing from 1 MB: how soon each is
+   stored, and how many writer children stored them (steady traffic must not retire its child).
 
     .venv/bin/python bench/memory_return.py --store /tmp/memstore                # 1,000 calls + 1M tokens
     .venv/bin/python bench/memory_return.py --calls 300 --big-tokens 200000 --watch 30
+    .venv/bin/python bench/memory_return.py --no-reads --burst 3000 --watch 35 --steady 20
 """
 
 from __future__ import annotations
@@ -182,6 +186,34 @@ def wait_stored(base: str, calls: int) -> None:
         time.sleep(0.2)
 
 
+def steady(base: str, pid: int, calls: int, child_rest: float) -> None:
+    """One call every 2 s of a conversation growing from ~1 MB: seconds from each answer to its
+    being stored, and the writer children that stored them."""
+    history = [{"role": "user", "content": " ".join(f"s{j}" for j in range(180_000))}]
+    delays, children, rss = [], set(), []
+    for i in range(calls):
+        began = time.monotonic()
+        while (before := written(base)) < 0:
+            time.sleep(0.02)
+        post(base, json.dumps({"model": "gpt-4o", "messages": history}).encode())
+        answered = time.monotonic()
+        while written(base) <= before:
+            time.sleep(0.02)
+        delays.append(time.monotonic() - answered)
+        child = writer_child(pid)
+        children.add(child)
+        rss.append(rss_mb(child) if child else 0.0)
+        history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"next {i} " * 2000}]
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - began)))
+    delays.sort()
+    print(
+        f"\nsteady: {calls} calls, one every 2 s, ~{len(json.dumps(history)) / 2**20:.1f} MB at the end: stored"
+        f" {delays[len(delays) // 2]:.2f} s after the answer (median), {delays[-1]:.2f} s at most;"
+        f" {len(children - {None})} writer child(ren); child RSS {min(rss):.0f}-{max(rss):.0f} MB"
+        f" ({max(rss) / child_rest:.2f}x the rest before the burst)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", type=Path, default=Path("/tmp/ctxscope-memory-return"))
@@ -191,6 +223,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--watch", type=float, default=60.0)
     ap.add_argument("--big-calls", type=int, default=4, help="4 MB calls after the burst")
+    ap.add_argument("--steady", type=int, default=0, help="calls one every 2 s after the burst")
     ap.add_argument("--no-reads", action="store_true", help="only the burst")
     ap.add_argument("--no-compute", action="store_true", help="skip findings and advice (their own child)")
     ap.add_argument("--verbose", action="store_true", help="the daemon's RSS after each read")
@@ -238,7 +271,7 @@ def main() -> int:
             f" {tree_rest:.0f} MB; store {stored} calls, {db.stat().st_size / 2**20:.0f} MB"
         )
         views = {}
-        for s in ("long", "big"):
+        for s in () if args.no_reads else ("long", "big"):
             view = json.loads(urllib.request.urlopen(f"{base}/_ctxscope/api/session?s={s}&limit=100000").read())
             rows = sorted(view.get("calls") or [], key=lambda r: r.get("started_at") or "")
             views[s] = (rows[0]["id"], rows[len(rows) // 2]["id"], rows[-1]["id"])
@@ -308,6 +341,8 @@ def main() -> int:
         )
         watch("writer child", child, args.watch, child_rest)
         print(f"  daemon after the burst: {rss_mb(proc.pid):.0f} MB ({rss_mb(proc.pid) / rest:.2f}x rest)")
+        if args.steady:
+            steady(base, proc.pid, args.steady, child_rest)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)

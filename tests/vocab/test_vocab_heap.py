@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+from ctxscope.vocab.heap import resident_bytes
 
 from support.environment import require
 
@@ -81,3 +84,21 @@ def test_tune_heap_takes_large_buffers_from_the_heap_not_fresh_mappings():
     tuned = int(_run(_FAULTS, "tuned").stdout)
     assert default > 200 * 256  # the cost the setting removes is there to remove
     assert tuned < 2_000, (tuned, default)
+
+
+def test_resident_bytes_is_what_the_kernel_counts():
+    """The writer child compares it with its rest: it must follow what the kernel says (``VmRSS``),
+    and see 64 MB written and let go."""
+
+    def vm_rss() -> int:
+        return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) * 1024
+
+    require(Path("/proc/self/statm").exists(), "Linux's /proc (elsewhere resident_bytes is None)")
+    before = resident_bytes()
+    assert before is not None and abs(before - vm_rss()) < 4 << 20
+    block = b"x" * (64 << 20)  # written, so resident
+    held = resident_bytes()
+    assert held is not None and held - before > 60 << 20
+    del block
+    after = resident_bytes()
+    assert after is not None and held - after > 60 << 20  # a block this size is its own mapping, unmapped

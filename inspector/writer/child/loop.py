@@ -5,7 +5,12 @@ methods below, each asserting the states it starts from. While WORKING it reads 
 sends its counters every STATS_INTERVAL; once everything is stored and the counters it sent are
 final it is QUIET, and waits for a message for ``idle_release`` at most; then it lets go of its
 caches (RELEASED: the counters that say so are still to be sent), and once they are sent it is
-DORMANT: it waits on its inbox with no timer at all ("A quiet idle daemon"). A hand-over makes it
+DORMANT: it waits on its inbox with no timer at all ("A quiet idle daemon"). A child that a burst
+left swollen (its resident size over SWOLLEN times its rest once all is stored, the burst's caches
+trimmed and its heap given back) waits only SWOLLEN_RELEASE in QUIET: what stays after a trim (the
+large bodies kept for "New bytes only", the caches' last entries, a fragmented heap) goes with the
+child, which its supervisor then retires ("Memory"). Steady traffic, a call every few seconds, is
+never silent that long. A hand-over makes it
 WORKING again from any of these. The end of the inbox, a Stop or the parent's death make it
 DRAINING: it stores what it received, and is STOPPED.
 """
@@ -32,12 +37,15 @@ from ctxscope.inspector.writer.wire.messages import (
     Stop,
     Taken,
 )
-from ctxscope.vocab.heap import release_heap
+from ctxscope.vocab.heap import release_heap, resident_bytes
+from ctxscope.vocab.tokens import encoding
 
 log = logging.getLogger("ctxscope.store")
 
 STATS_INTERVAL = 0.25
 RELEASE_WAIT = 30.0  # seconds the idle child waits for its writer to let go of its caches
+SWOLLEN = 1.2  # resident size over the child's rest by this factor, all stored: the idle release comes early
+SWOLLEN_RELEASE = 10.0  # ... after this much silence, not ``idle_release``
 FEED_INTERVAL = 0.01  # while the writer is full: how soon to look again (reading the pipe meanwhile)
 
 
@@ -88,6 +96,7 @@ class ChildLoop:
         self._trimmed_at = 0  # calls received when the writer last shrank its caches (none at start)
         self.state = ChildState.WORKING
         self.heap_returned = True  # the heap went back to the system since the last work ("Memory")
+        self.rest: int | None = None  # the smallest resident size seen once all was stored, token engine built
         self._sent: Counters | None = None  # the last counters sent
         self._last_stats = 0.0
         self._last_batch = time.monotonic()
@@ -137,7 +146,7 @@ class ChildLoop:
             if quiet and not self.heap_returned:  # everything is stored: what the burst used goes back
                 release_heap()
                 self.heap_returned = True
-            if quiet and not self.inbox.wait(None if self.state is ChildState.DORMANT else self.idle_release):
+            if quiet and not self.inbox.wait(self._quiet_wait()):
                 self._idle_spell()  # no timer but this one, once
             fed = deferred.feed() if deferred.storing else True
             try:
@@ -188,6 +197,7 @@ class ChildLoop:
                 self.writer.release_memory(full=False).wait(RELEASE_WAIT)
             release_heap()
             self.heap_returned = True
+            self._note_rest()
         counters = Counters(deferred.stats(), deferred.received)
         self._last_stats = now
         if counters != self._sent:  # an idle child sends nothing: the parent may not read for hours
@@ -198,6 +208,23 @@ class ChildLoop:
             self._went_quiet()
         else:
             self._stirred()
+
+    def _note_rest(self) -> None:
+        """All is stored and the heap given back: the child's rest is the least it has been so, with
+        the token engine built (the first call builds it; without it the rest would be ~44 MB low)."""
+        size = resident_bytes()
+        if size is not None and encoding.cache_info().currsize and (self.rest is None or size < self.rest):
+            self.rest = size
+
+    def _quiet_wait(self) -> float | None:
+        """How long a quiet child waits for a message before it lets go: no timer once DORMANT,
+        SWOLLEN_RELEASE while a burst left it over SWOLLEN times its rest, else ``idle_release``."""
+        if self.state is ChildState.DORMANT:
+            return None
+        size = resident_bytes()
+        if self.rest is not None and size is not None and size > SWOLLEN * self.rest:
+            return min(self.idle_release, SWOLLEN_RELEASE)
+        return self.idle_release
 
     def _delete(self, request: DeleteSession) -> Deleted:
         """A deletion, done by this child's writer thread between two of its batches."""

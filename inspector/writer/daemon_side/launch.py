@@ -38,7 +38,7 @@ from typing import Any
 from ctxscope.inspector.base.json_splice import RepeatedTexts
 from ctxscope.inspector.writer.protocol import IDLE_RELEASE
 from ctxscope.inspector.writer.wire.body_delta import SentBodies
-from ctxscope.inspector.writer.wire.messages import Counters, Forget, FromChild, ToChild, receive, send
+from ctxscope.inspector.writer.wire.messages import Counters, Forget, FromChild, Stop, ToChild, receive, send
 from ctxscope.vocab.heap import release_heap
 
 log = logging.getLogger("ctxscope.store")
@@ -96,7 +96,10 @@ class Outbox:
         try:
             while (message := self._next(sent, headers)) is not None:
                 send(fd, message, sent, headers)
-                if isinstance(message, Forget):  # outside the lock: ``put`` must never wait for it
+                if isinstance(message, Stop):  # the child reads nothing after it: its bodies go now,
+                    sent.clear()  # not at the next Forget (a retired child's feeder waits for one)
+                    headers.clear()
+                if isinstance(message, Forget | Stop):  # outside the lock: ``put`` must never wait for it
                     release_heap()  # what the bodies held goes back to the system, not only to malloc
                 del message  # an idle feeder must not keep the last hand-over's bodies alive
         except OSError:  # the child is gone (EPIPE): what was queued dies with it
