@@ -168,11 +168,11 @@ def _entries(r: _Reader) -> Iterator[RawEntry]:
             return
 
 
-def har_entries(f: IO[bytes], max_value: int) -> Iterator[RawEntry]:
+def har_entries(f: IO[bytes], max_value: int, reader: _Reader | None = None) -> Iterator[RawEntry]:
     """Every entry of the HAR in ``f``, in file order, the whole file checked as JSON by the end;
     BadExport (one line, with the byte offset) when it is not JSON, not a HAR, or a value is over
-    ``max_value`` bytes."""
-    r = _Reader(f, max_value)
+    ``max_value`` bytes. (``reader``: one with a smaller chunk, for the tests.)"""
+    r = reader or _Reader(f, max_value)
     seen_log = seen_entries = False
     for key in _members(r, "the file"):
         if key != "log":
