@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -96,6 +96,31 @@ def curl(
             f.write(data)
         click.echo(f"note: the body ({len(data)} bytes) is in {path}; the command reads it from there", err=True)
     click.echo(cmd.text, nl=False)
+
+
+def _read_progress(
+    items: Iterable[T], read: Callable[[], tuple[int, int]], label: str, shown: bool | None
+) -> Iterator[T]:
+    """``items`` with their count and the bytes read so far on stderr, a line per tenth of the file
+    (per 64 MiB when its size is not known); shown as ``_progress`` decides."""
+    import sys
+
+    if shown is False or (shown is None and not sys.stderr.isatty()):
+        yield from items
+        return
+    done, size, mark = 0, read()[1], 0
+    step = max(1 << 20, size // 10) if size else 64 << 20
+    for done, item in enumerate(items, 1):
+        yield item
+        at = read()[0]
+        if at >= mark + step:
+            mark = at - at % step
+            click.echo(f"{label}: {done} entries, {_mib(at)}" + (f" of {_mib(size)}" if size else ""), err=True)
+    click.echo(f"{label}: {done} entries, {_mib(read()[0])} read", err=True)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
 
 
 def _progress(items: Iterable[T], length: int, label: str, shown: bool | None) -> Iterator[T]:
@@ -242,20 +267,27 @@ def export_session(
     default="256MiB",
     show_default=True,
     metavar="SIZE",
-    help="Refuse a file whose decoded content is bigger (a compression bomb stops there).",
+    help="Refuse a bundle whose decoded content is bigger (a compression bomb stops there), and a "
+    "call's record (a HAR entry, a bundle line) over a quarter of it. A HAR of any size is read an "
+    "entry at a time.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Entries checked and stored so far on stderr (default: on a terminal only, and not with --json).",
 )
 @json_option
-def import_file(file: Path, db_path: Path | None, label: str | None, max_size: str, as_json: bool) -> None:
+def import_file(
+    file: Path, db_path: Path | None, label: str | None, max_size: str, progress: bool | None, as_json: bool
+) -> None:
     """Load a HAR (from ctxscope, mitmproxy or a browser) or a ctxscope bundle into the capture
     database. The calls are stored and analysed as if captured live; a bundle's analysis is
     checked against the new one."""
 
     from ctxscope.inspector.pipeline.search_index import writer_analyzers
-    from ctxscope.inspector.share.bundle import is_bundle, read_bundle
     from ctxscope.inspector.share.exchanges import BadExport
-    from ctxscope.inspector.share.har import load_har, read_har
-    from ctxscope.inspector.share.importer import analysis_differences, import_calls
-    from ctxscope.inspector.store.queries import open_db
+    from ctxscope.inspector.share.import_records import open_records
+    from ctxscope.inspector.share.importer import import_records
     from ctxscope.inspector.writer.status import capture_state
     from ctxscope.proxy.defence.limits import parse_value
 
@@ -270,48 +302,40 @@ def import_file(file: Path, db_path: Path | None, label: str | None, max_size: s
         max_bytes = int(parse_value("max_body_bytes", max_size))  # (a size, read as the limits' sizes are)
     except ValueError:
         raise click.BadParameter(f"{max_size!r} is not a size such as 256MiB", param_hint="--max-size") from None
-    expected: dict[str, dict] = {}
-    try:
-        if is_bundle(file):
-            kind = "bundle"
-            _, items = read_bundle(file, max_bytes)
-            calls: list = []
-            for ex, epoch, analysis in items:
-                calls.append((ex, epoch))
-                expected[ex.id] = analysis
-        else:
-            kind = "har"
-            data = load_har(file, max_bytes)
-            calls = list(read_har(data, label or f"import:{file.stem}"))
-            for (ex, _), entry in zip(calls, data["log"]["entries"], strict=True):
-                ours = entry.get("_ctxscope")
-                if isinstance(ours, dict) and isinstance(ours.get("analysis"), dict):
-                    expected[ex.id] = ours["analysis"]
-    except BadExport as exc:
-        raise click.ClickException(f"cannot import {file}: {exc}") from exc
+    shown = False if as_json and progress is None else progress
     prices = prices_path()
     analyzers = writer_analyzers(str(prices) if prices else None)
     stored = skipped = failed = 0
-    for item in _progress(import_calls(path, calls, analyzers), len(calls), "importing", False if as_json else None):
-        stored += item.stored
-        skipped += not item.stored
-        failed += bool(item.analysis_errors)
-    db = open_db(path)
+    differences: list[dict] = []
+    count = checked = 0
     try:
-        differences = analysis_differences(db, expected)
-    finally:
-        db.close()
+        records = open_records(file, label or f"import:{file.stem}", max_bytes)
+        try:
+            planned = list(_read_progress(records.scan(), records.progress, "checking", shown))
+            items = import_records(path, records, planned, analyzers)
+            for item in _progress(items, len(planned), "importing", shown):
+                stored += item.stored
+                skipped += not item.stored
+                failed += bool(item.analysis_errors)
+                checked += item.checked
+                count += len(item.differences)
+                differences.extend(item.differences[: max(0, 50 - len(differences))])
+        finally:
+            records.close()
+    except BadExport as exc:
+        raise click.ClickException(f"cannot import {file}: {exc}") from exc
+    kind = records.kind
     result = {
         "file": str(file),
         "format": kind,
         "db": str(path),
-        "calls": len(calls),
+        "calls": len(planned),
         "stored": stored,
         "skipped": skipped,
         "analysis_failed": failed,
-        "checked": len(expected),
-        "analysis_differences": differences[:50],
-        "differences": len(differences),
+        "checked": checked,
+        "analysis_differences": differences,
+        "differences": count,
     }
     if as_json:
         emit_json(result)
@@ -321,7 +345,7 @@ def import_file(file: Path, db_path: Path | None, label: str | None, max_size: s
         + (f", {skipped} already there" if skipped else "")
         + (f", {failed} whose analysis failed" if failed else "")
     )
-    if expected:
-        click.echo(f"analysis checked against the file's: {len(differences)} difference(s) in {len(expected)} call(s)")
+    if checked:
+        click.echo(f"analysis checked against the file's: {count} difference(s) in {checked} call(s)")
         for d in differences[:10]:
             click.echo(f"  {d['call']} {d['key']}: expected {d['expected']!r}, got {d['got']!r}")

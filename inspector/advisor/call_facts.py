@@ -37,6 +37,7 @@ METADATA = "metadata:"  # a cause in a per-request metadata block: "metadata:<bl
 EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
 EXCERPT = 24
 _REMEMBERED = 16_384  # segment digests and duplicate counts kept (LRU)
+_REMEMBERED_CHARS = 32 << 20  # and the long texts kept with them, at most (16,384 of 100 KB were 1.6 GB)
 _SCANS = 128  # calls whose scan is kept (the last of each recent thread)
 
 
@@ -178,6 +179,7 @@ class FactsTaker:
 
     def __init__(self) -> None:
         self._texts: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()  # segment hash -> long texts
+        self._text_chars = 0  # the characters of the texts ``_texts`` holds
         self._counts: OrderedDict[str, int] = OrderedDict()  # text digest -> tokens
         self._scans: OrderedDict[str, _Scan] = OrderedDict()  # call id -> its scan
 
@@ -255,8 +257,10 @@ class FactsTaker:
             # a whole segment, or a reminder block inside one
             found = tuple((_digest(t), t) for t in {text, *reminders} if len(t) >= DUPLICATE_TOKENS)
             self._texts[seg_hash] = found
-            if len(self._texts) > _REMEMBERED:
-                self._texts.popitem(last=False)
+            self._text_chars += sum(len(t) for _, t in found)
+            while len(self._texts) > _REMEMBERED or self._text_chars > _REMEMBERED_CHARS:
+                _, old = self._texts.popitem(last=False)
+                self._text_chars -= sum(len(t) for _, t in old)
         else:
             self._texts.move_to_end(seg_hash)
         return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,10 @@ def is_bundle(path: Path) -> bool:
         return f.read(4) == ZSTD_MAGIC
 
 
-def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, Iterator[tuple[Exchange, int, dict]]]:
-    """(header, calls): each call as (Exchange, capture epoch, analysis), checked and marked as
-    imported (``share/imported.py``). BadExport when the file is not a bundle of this version, a
-    line is malformed or over ``line_cap(max_bytes)``, or it decodes to more than ``max_bytes``
-    (decompressed as a stream that stops there: a bomb costs no more than a line)."""
+def bundle_lines(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, Generator[bytes, None, None]]:
+    """(header, lines): each call's line as bytes, the stream closed at the end. BadExport when the
+    file is not a bundle of this version, a line is over ``line_cap(max_bytes)``, or it decodes to
+    more than ``max_bytes`` (decompressed as a stream that stops there: a bomb costs no more than a line)."""
     stream = io.BufferedReader(CappedStream(zstd.open(path, "rb"), max_bytes, "the bundle"))
 
     max_line = line_cap(max_bytes)
@@ -71,24 +70,35 @@ def read_bundle(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[dict, It
         stream.close()
         raise BadExport(f"bundle version {header.get('version')!r}; this ctxscope reads version {VERSION}")
 
-    def calls() -> Iterator[tuple[Exchange, int, dict]]:
+    def lines() -> Generator[bytes, None, None]:
         with stream:
             n = 0
             while True:
                 n += 1
                 try:
                     text = line()
-                    if not text:
-                        return
-                    item = parse_json(text, "the line")
-                    yield (
-                        mark_imported(exchange_from_fields(item["exchange"]), FORMAT),
-                        int(item.get("capture_epoch") or 0),
-                        dict(item.get("analysis") or {}),
-                    )
-                except (BadExport, BadImport) as exc:
+                except BadExport as exc:
                     raise BadExport(f"bundle call {n}: {exc}") from None
-                except (ValueError, KeyError, TypeError, zstd.ZstdError, OSError, EOFError) as exc:
+                except (ValueError, zstd.ZstdError, OSError, EOFError) as exc:
                     raise BadExport(f"bundle call {n}: {type(exc).__name__}: {exc}") from None
+                if not text:
+                    return
+                yield text
 
-    return header, calls()
+    return header, lines()
+
+
+def call_from_line(text: bytes, n: int) -> tuple[Exchange, int, dict]:
+    """A bundle's call line as (Exchange, capture epoch, analysis), checked and marked as imported
+    (``share/imported.py``); BadExport naming call ``n`` when it is malformed."""
+    try:
+        item = parse_json(text, "the line")
+        return (
+            mark_imported(exchange_from_fields(item["exchange"]), FORMAT),
+            int(item.get("capture_epoch") or 0),
+            dict(item.get("analysis") or {}),
+        )
+    except (BadExport, BadImport) as exc:
+        raise BadExport(f"bundle call {n}: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadExport(f"bundle call {n}: {type(exc).__name__}: {exc}") from None

@@ -2,8 +2,9 @@
 
 A file to import is hostile input: a 32 KB zstd bundle can decode to gigabytes, and JSON nested a
 million deep ends Python's parser in a RecursionError. The bundle is decompressed as a stream
-that stops at ``max_bytes``; a HAR is refused above that size before it is read; every JSON
-document is parsed with its depth bounded. Each overstep is a ``BadExport`` with a one-line
+that stops at ``max_bytes``; a HAR is read an entry at a time, whatever its size, and one call's
+record (a HAR entry, a bundle line) is refused over ``line_cap``; every JSON value is parsed with
+its depth bounded. Each overstep is a ``BadExport`` with a one-line
 message (docs/architecture.md, "Export and import go through the writer's ingest").
 """
 
@@ -18,13 +19,13 @@ from ctxscope.inspector.share.exchanges import BadExport
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-MAX_IMPORT_BYTES = 256 << 20  # a file's decoded size (``ctxscope import --max-size`` changes it)
+MAX_IMPORT_BYTES = 256 << 20  # a bundle's decoded size (``ctxscope import --max-size`` changes it)
 MAX_DEPTH = 64  # an export's JSON is a dozen levels deep; a body inside one is text, not nesting
 
 
 def line_cap(max_bytes: int) -> int:
-    """The longest line a bundle of ``max_bytes`` may have: a quarter of it (64 MiB by default), so
-    a bomb that is one endless line holds no more than that in memory while it is read."""
+    """The longest record (a bundle's line, a HAR's entry) ``max_bytes`` allows: a quarter of it
+    (64 MiB by default), so a bomb that is one endless record holds no more than that in memory."""
     return max(1 << 20, max_bytes // 4)
 
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import base64
 import codecs
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from ctxscope.inspector.share.curl import NoRoute, daemon_route, needs_daemon
 from ctxscope.inspector.share.exchanges import BadExport, Exported, exchange_fields, exchange_from_fields
-from ctxscope.inspector.share.file_limits import MAX_IMPORT_BYTES, mib, parse_json
-from ctxscope.inspector.share.imported import UNKNOWN, BadImport, check_label, mark_imported
+from ctxscope.inspector.share.imported import UNKNOWN, BadImport, mark_imported
 from ctxscope.proxy.exchange import Exchange
 from ctxscope.proxy.wire.decoding import BodyDecodeError, decode_body
 
@@ -259,27 +257,8 @@ def exchange_from_entry(entry: dict, n: int, label: str | None) -> tuple[Exchang
         raise BadExport(f"HAR entry {n}: {type(exc).__name__}: {exc}") from exc
 
 
-def load_har(path: Path, max_bytes: int = MAX_IMPORT_BYTES) -> Any:
-    """A HAR file parsed, refused (BadExport, one line) above ``max_bytes`` or nested too deep."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise BadExport(f"the file is {mib(size)}, over {mib(max_bytes)} (--max-size raises the limit)")
-    return parse_json(path.read_bytes(), "the file")
-
-
-def read_har(data: Any, label: str | None) -> Iterator[tuple[Exchange, int | None]]:
-    """The entries of a parsed HAR file, in start order (BadExport if it is not one)."""
-    try:
-        entries = data["log"]["entries"]
-    except (KeyError, TypeError) as exc:
-        raise BadExport("not a HAR file: no log.entries") from exc
-    if not isinstance(entries, list):
-        raise BadExport("not a HAR file: log.entries is not a list")
-    try:
-        check_label(label)
-    except BadImport as exc:
-        raise BadExport(str(exc)) from None
-    for n, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise BadExport(f"HAR entry {n} is not an object")
-        yield exchange_from_entry(entry, n, label)
+def har_analysis(entry: dict) -> dict | None:
+    """The analysis ctxscope wrote in an entry (``_ctxscope.analysis``), to check the import's against."""
+    ours = entry.get("_ctxscope")
+    analysis = ours.get("analysis") if isinstance(ours, dict) else None
+    return analysis if isinstance(analysis, dict) else None
