@@ -1,16 +1,53 @@
 """A big HAR written an entry at a time (never held whole): foreign entries, each a distinct
-Anthropic request of ``body_bytes`` random text, for the import's memory tests."""
+Anthropic request of ``body_bytes`` of text, for the import's memory tests. The text is random words
+(a slice of one pool, starting where the entry's number says): the store counts every prompt's
+tokens, and random base64 costs the tokenizer six times as much CPU per byte."""
 
 from __future__ import annotations
 
-import base64
+import functools
 import json
-import os
+import random
 from pathlib import Path
+
+WORDS = [
+    "read",
+    "the",
+    "file",
+    "then",
+    "write",
+    "a",
+    "test",
+    "for",
+    "each",
+    "tool",
+    "call",
+    "and",
+    "its",
+    "result",
+    "in",
+    "one",
+    "short",
+    "answer",
+]
+
+
+@functools.cache
+def _pool() -> str:
+    rng = random.Random(41)
+    return " ".join(rng.choice(WORDS) for _ in range(250_000))  # ~1.2 MB
+
+
+def _text(n: int, size: int) -> str:
+    pool = _pool()
+    start = n * 7919 % len(pool)
+    head = f"call {n}: "
+    body = pool[start:] + pool * (size // len(pool) + 1)
+    return head + body[: max(0, size - len(head))]
 
 
 def entry(n: int, body_bytes: int) -> dict:
-    text = base64.b64encode(os.urandom(body_bytes * 3 // 4)).decode()
+    text = _text(n, body_bytes)
     request = {"model": "claude-sonnet-4-6", "max_tokens": 5, "messages": [{"role": "user", "content": text}]}
     return {
         "startedDateTime": f"2026-01-02T03:{n // 3600 % 60:02d}:{n // 60 % 60:02d}.{n % 60:03d}Z",
