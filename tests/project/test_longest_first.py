@@ -29,4 +29,4 @@ def test_the_last_runs_times_outrank_the_seed_and_a_new_file_is_guessed_by_its_f
     new_e2e = "tests/e2e/test_brand_new.py::test_it"
     vocab = "tests/vocab/test_brand_new.py::test_it"
     assert _order([vocab, new_e2e, scale], {}) == [scale, new_e2e, vocab]  # seed, then e2e's guess
-    assert _order([vocab, new_e2e, scale], {scale: 0.1}) == [new_e2e, vocab, scale]
+    assert _order([vocab, new_e2e, scale], {scale: 0.01}) == [new_e2e, vocab, scale]

@@ -2,9 +2,10 @@
 
 `scripts/test` hands whole files to the workers (`--dist loadfile`: a file's module fixtures, its
 daemon and its browser, start once), each file to the first worker that is free, in collection
-order. In folder order the e2e files (half of the suite's test time) came in one block that one
-worker took while the other ran out of work: 2,176 s of wall time for 3,284 s of tests on two
-workers. Longest first is the classic cure: the last files handed out are the short ones.
+order (three workers per two cores, scripts/test). In folder order the e2e files (half of the
+suite's test time) came in one block that one worker took while the others ran out of work: 2,176 s
+of wall time for 3,284 s of tests on two workers. Longest first is the classic cure: the last files
+handed out are the short ones.
 
 A file's length is the sum of its tests' times in the last run (kept in pytest's cache by the
 controller, sent to the workers so both sort alike); on a clean clone, the file's seconds in
@@ -20,8 +21,8 @@ import pytest
 
 CACHE_KEY = "ctxscope/test-seconds"
 # Seconds per test by folder, from a whole run on 2 cores (what a clean clone sorts by).
-FOLDER_GUESS = {"e2e": 7.5, "browser": 4.1, "cli": 2.6, "web": 2.3, "inspector": 1.3, "project": 0.8}
-OTHER_GUESS = 0.2
+FOLDER_GUESS = {"e2e": 2.7, "browser": 2.0, "web": 0.65, "cli": 0.46, "inspector": 0.24, "project": 0.23}
+OTHER_GUESS = 0.05
 SEED = Path(__file__).with_name("test_seconds.json")
 
 
