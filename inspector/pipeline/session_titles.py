@@ -72,20 +72,26 @@ def label_title(session: str, grouped_by: str | None) -> str | None:
 class TitleRecorder:
     """Writes a session's title as the writer stores its first calls; one per writer (not thread-safe).
 
-    A session once titled (or tried out) is remembered, so its later calls cost a dict look-up."""
+    A session once titled (or tried out) is remembered, so its later calls cost a dict look-up, until
+    the writer forgets the store's ids (``KnownIds.generation``)."""
 
     single_write = True  # one INSERT OR REPLACE: it needs no savepoint of its own
 
     def __init__(self, analysis: object | None = None):
         self.analysis = analysis  # the Analyzer: its ``last`` prompt is this call's, already parsed
         self._settled: OrderedDict[str, None] = OrderedDict()
+        self._generation: int | None = None  # of the writer's known ids when the sessions settled
 
     def __call__(self, db: Db, call: dict[str, Any]) -> None:
         session = call.get("session")
         if not isinstance(session, str):
             return
-        if call.get("_redo"):  # its batch rolled back: what it had written may be gone
-            self._settled.pop(session, None)
+        # The store's ids were forgotten (a rollback, a deletion, another connection's commit): a
+        # settled session's row may be gone with them.
+        generation = getattr(call.get("_known"), "generation", None)
+        if generation != self._generation or call.get("_redo"):
+            self._settled.clear()
+            self._generation = generation
         elif session in self._settled:
             return
         found = titles.state(db, session)

@@ -15,10 +15,12 @@ from ctxscope.inspector.share.importer import import_calls
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived import titles
+from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.timeline import session_view
 
 from support.factories import T0, anthropic_request, capture, make_exchange
+from support.stored_calls import wait_for_stored
 
 REMINDER = "<system-reminder>\nThe date is today. Be careful.\n</system-reminder>"
 
@@ -193,3 +195,19 @@ def test_the_writer_reads_the_table_once_per_session_not_per_call(tmp_path):
 
     capture(path, calls, analyzers=[analyzers[0], Counting()])
     assert len(statements) == 2, statements  # the first call: one look-up, one write
+
+
+def test_a_session_deleted_through_the_writer_is_named_again_when_it_comes_back(tmp_path):
+    path = tmp_path / "t.db"
+    writer = CaptureWriter(path, analyzers=writer_analyzers())
+    writer.start()
+    try:
+        writer.submit(_call(None, 0, "First life", header="again"))
+        wait_for_stored(path, 1, writer=writer)
+        assert writer.delete_session("again")["calls_deleted"] == 1
+        writer.submit(_call(None, 10, "Second life", header="again"))
+        wait_for_stored(path, 1, writer=writer)
+    finally:
+        assert writer.stop()
+    db = queries.open_db(path)
+    assert titles.state(db, "again") == ("Second life", 1)
