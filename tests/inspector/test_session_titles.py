@@ -15,6 +15,7 @@ from ctxscope.inspector.share.importer import import_calls
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.deletion import delete_session
 from ctxscope.inspector.store.derived import titles
+from ctxscope.inspector.writer.child.life import migrate_apart
 from ctxscope.inspector.writer.storing.thread import CaptureWriter
 from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.timeline import session_view
@@ -134,6 +135,16 @@ def test_the_backfill_names_the_sessions_of_an_older_store_once(tmp_path):
     con.execute("DROP TABLE session_titles")
     con.execute("DELETE FROM _sqlite_migrations WHERE name = 'm021_create_session_titles'")
     con.commit()
+    con.close()
+
+    apart = tmp_path / "apart.db"  # a copy the writer child's migration process takes up
+    con = sqlite3.connect(old)
+    con.execute(f"VACUUM INTO '{apart}'")
+    con.close()
+    migrate_apart(apart)  # what the daemon's writer child runs before it stores a call
+    con = sqlite3.connect(apart)
+    assert dict(con.execute("SELECT session, title FROM session_titles").fetchall()) == expected
+    assert con.execute("SELECT count(*) FROM meta WHERE key = ?", [titles.PENDING]).fetchone() == (0,)
     con.close()
 
     migrated = queries.open_db(old)  # m021: the table, and the backfill marked due
