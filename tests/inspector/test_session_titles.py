@@ -5,7 +5,6 @@ the backfill, and read without opening a body (pipeline/session_titles.py, store
 from __future__ import annotations
 
 import json
-import resource
 import sqlite3
 from pathlib import Path
 
@@ -161,7 +160,6 @@ def test_hostile_first_messages_give_short_printable_titles(tmp_path):
     huge = "x" * (1 << 20)  # a first message of 1 MB on one line
     controls = "\x1b]52;c;cm0gLXJmIH4=\x07Deploy\x00 the\u202e app\x1b[2J\x9b31m now\r\nsecond line"
     no_text = [_tool_result_only(20 + i, "quiet") for i in range(CALLS_TRIED)]
-    cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
     db = _store(
         path,
         [
@@ -171,7 +169,6 @@ def test_hostile_first_messages_give_short_printable_titles(tmp_path):
             _call(None, 40, "Too late to name it", header="quiet"),
         ],
     )
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0 < 30  # (a bound, not a benchmark)
     stored = _by_first_call(db)
     assert stored["huge"] == "huge"  # named: the label
     assert titles.state(db, "quiet") == (None, CALLS_TRIED)  # its first calls hold no user text: untitled
