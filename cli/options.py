@@ -34,7 +34,21 @@ def open_db_or_fail(db_path: Path | None, *, segment_texts: SegmentReader | None
     path = db_path or default_db_path()
     if not path.exists():
         raise click.ClickException(f"no capture database at {path} (run `ctxscope serve` first, or pass --db)")
-    return open_db(path, segment_texts=segment_texts)
+    db = open_db(path, segment_texts=segment_texts)
+    _name_old_sessions(db)
+    return db
+
+
+def _name_old_sessions(db: sqlite_utils.Database) -> None:
+    """A store older than the session titles gets them once, as it is migrated (each session's first
+    bodies read once), saying how far it got on a big store."""
+    from ctxscope.inspector.pipeline.session_titles import backfill_if_pending
+
+    def progress(named: int, total: int) -> None:
+        if total >= 1000 and (named % 1000 < 200 or named == total):
+            click.echo(f"naming the sessions stored before titles were kept: {named:,}/{total:,}", err=True)
+
+    backfill_if_pending(db, progress)
 
 
 class IdError(click.ClickException):

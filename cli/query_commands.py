@@ -147,10 +147,21 @@ def calls(
     if as_json:
         emit_json(rows)
         return
+    if session is not None:  # the table's header: which session, by its title
+        click.echo(session_heading(db, session))
     emit_table(rows, cols, wide=wide)
     if rows and any(c.header in TOKEN_HEADERS for c in cols):
         click.echo(TOKENS_LEGEND)
     storing_note(db_path)
+
+
+def session_heading(db: sqlite_utils.Database, session: str) -> str:
+    """``session ID "title"`` (the title stored with its first calls; a named session's is its id)."""
+    from ctxscope.inspector.store.derived import titles
+
+    title = titles.title(db, session)
+    heading = f"session {safe_text(session)}"
+    return f'{heading}  "{safe_text(title)}"' if title and title != session else heading
 
 
 def storing_note(db_path: Path | None) -> None:
@@ -250,7 +261,7 @@ def _tell_story(db: sqlite_utils.Database, row: dict, lines: int) -> None:
 
     names = thread_names(queries.session_threads(db, row["session"])) if row.get("thread") else {}
     thread = names.get(row.get("thread") or "", "-")
-    where = f"call {row['id']}  #{row.get('seq')} of session {safe_text(row.get('session'))}"
+    where = f"call {row['id']}  #{row.get('seq')} of {session_heading(db, row['session'])}"
     click.echo(f"{where}  ({safe_text(thread)} thread)" if thread != "-" else where)
     status = f"{row.get('status') or '-'} {row.get('outcome') or ''}".strip()
     if row.get("error"):
@@ -373,7 +384,7 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
     """List sessions with their call and thread counts, models, cache hit rate, breaks and cost lost.
 
     Sessions ctxscope made itself are left out unless --all (docs: "Sessions with a purpose")."""
-    from ctxscope.inspector.reading.titles import session_title
+    from ctxscope.inspector.store.derived import titles
     from ctxscope.inspector.store.queries import list_sessions
     from ctxscope.web.overview import session_cost
 
@@ -385,8 +396,9 @@ def sessions(db_path: Path | None, columns: str | None, wide: bool, show_all: bo
         cost=lambda a: _cost_and_reason(*session_cost(a)),  # the UI's cost and why none
         purposes=show_all,
     )
+    named = titles.of(store, [r["session"] for r in rows])
     for r in rows:
-        r["title"] = session_title(store, r["session"])
+        r["title"] = named[r["session"]]
     if as_json:
         emit_json(rows)
         return

@@ -18,8 +18,8 @@ def render_transcript(
     db_path: Path | None, session: str, at: str | None, fmt: str, whole: bool = True
 ) -> tuple[str, str, int]:
     """(the text, the session's full id, how many turns) of SESSION's transcript in ``fmt``."""
-    from ctxscope.inspector.reading.titles import session_title
     from ctxscope.inspector.reading.transcript import jsonl, markdown, transcript
+    from ctxscope.inspector.store.derived import titles
     from ctxscope.proxy.redaction.mask import mask_key_values
 
     db = open_db_or_fail(db_path)
@@ -31,7 +31,7 @@ def render_transcript(
         raise click.ClickException(str(exc.args[0])) from None
     if found is None:
         raise click.ClickException(f"session {full} has no call with a prompt ctxscope can read")
-    text = markdown(found, session_title(db, full)) if fmt == "md" else jsonl(found)
+    text = markdown(found, titles.title(db, full)) if fmt == "md" else jsonl(found)
     return mask_key_values(text), full, len(found.turns)
 
 

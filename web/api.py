@@ -25,11 +25,11 @@ from aiohttp import web
 
 from ctxscope.inspector.pipeline.idle_release import release_reading
 from ctxscope.inspector.pipeline.search_text import SegmentTexts
-from ctxscope.inspector.reading.titles import session_title
 from ctxscope.inspector.reading.transcript import transcript
 from ctxscope.inspector.share.curl import NoRoute
 from ctxscope.inspector.share.replay import ReplayError
 from ctxscope.inspector.store.analysis_queries import resolve_session
+from ctxscope.inspector.store.derived import titles
 from ctxscope.inspector.store.queries import AmbiguousCallId, resolve_call_id
 from ctxscope.inspector.store.views import store_totals
 from ctxscope.inspector.writer.protocol import Writer
@@ -68,7 +68,7 @@ def transcript_view(db: sqlite_utils.Database, session: str, at: str | None, who
     full = resolve_session(db, session) or session
     call = (resolve_call_id(db, at) or at) if at else None
     found = transcript(db, full, call, whole=whole)
-    return None if found is None else {**found.as_dict(), "title": session_title(db, full)}
+    return None if found is None else {**found.as_dict(), "title": titles.title(db, full)}
 
 
 def _int(request: web.Request, name: str, default: int | None) -> int | None:

@@ -12,7 +12,7 @@ from collections import Counter
 import sqlite_utils
 
 from ctxscope.inspector.analyses.prices import SIMULATOR_FREE
-from ctxscope.inspector.reading.titles import session_title
+from ctxscope.inspector.store.derived import titles
 from ctxscope.inspector.store.sessions import SessionAggregate, session_aggregates, thread_order
 from ctxscope.inspector.store.views import client_counts, thread_groups
 from ctxscope.web.fields import client_name, usage_cost
@@ -27,8 +27,9 @@ def list_session_overviews(db: sqlite_utils.Database, *, limit: int = 500, purpo
     sessions = {a.session: _row(a) for a in aggregates}
     _add_clients(db, sessions)
     _add_threads(db, sessions)
+    named = titles.of(db, list(sessions))  # stored as the sessions' first calls were (pipeline/session_titles.py)
     for row in sessions.values():  # the list's and the tab's name for it (docs/architecture.md, "The command line")
-        row["title"] = session_title(db, row["session"])
+        row["title"] = named[row["session"]]
     return list(sessions.values())
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from ctxscope.inspector.pipeline.session_titles import backfill_if_pending
 from ctxscope.inspector.store.db import SegmentReader
 from ctxscope.inspector.store.queries import open_db
 from ctxscope.vocab.heap import release_heap
@@ -66,7 +67,9 @@ class ReadPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return open_db(self.db_path, segment_texts=self.segment_texts)
+        db = open_db(self.db_path, segment_texts=self.segment_texts)
+        backfill_if_pending(db)  # a store older than the session titles gets them once, as it is migrated
+        return db
 
     def _give(self, db: sqlite_utils.Database) -> None:
         with self._lock:

@@ -15,9 +15,9 @@ from datetime import datetime
 import sqlite_utils
 
 from ctxscope.inspector.base.usd import total_usd
-from ctxscope.inspector.reading.titles import session_title
 from ctxscope.inspector.store.analysis_queries import provider_agreement_counts
 from ctxscope.inspector.store.columns import call_columns
+from ctxscope.inspector.store.derived import titles
 from ctxscope.inspector.store.queries import list_calls
 from ctxscope.inspector.store.sessions import HitRate, is_subagent_call, is_tool_round, thread_order
 from ctxscope.inspector.store.views import call_values, session_columns
@@ -273,7 +273,7 @@ def session_view(
         r["thread_index"] = threads.get(r["thread"]) if r.get("thread") else None
     return {
         "session": session,
-        "title": session_title(db, session),
+        "title": titles.title(db, session),
         "total": total,
         "all": len(rows),
         "offset": offset,

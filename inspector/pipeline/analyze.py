@@ -51,10 +51,11 @@ from ctxscope.inspector.pipeline.analysis_columns import Analysis
 from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
 from ctxscope.inspector.pipeline.response_chain import full_body
+from ctxscope.inspector.pipeline.session_titles import TitleRecorder, retitle
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.db import Db, record_event
-from ctxscope.inspector.store.derived import cache_minimums
+from ctxscope.inspector.store.derived import cache_minimums, titles
 from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
 from ctxscope.inspector.store.sessions import NON_MODEL_SESSION
 from ctxscope.proxy.wire.apis import non_model_kind
@@ -519,8 +520,17 @@ def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None
 WRITER_ANALYZERS = "ctxscope.inspector.pipeline.analyze:writer_analyzers"
 
 
-def writer_analyzers(prices_path: str | None = None, provider_itself: str | None = None) -> list[Analyzer]:
-    """The analyzers the capture writer runs on every stored call. A bad price file costs its
+def writer_analyzers(
+    prices_path: str | None = None, provider_itself: str | None = None
+) -> list[Analyzer | TitleRecorder]:
+    """The analyzers the capture writer runs on every stored call: the analysis, then the title of a
+    session's first calls (from the prompt the analysis prepared)."""
+    analysis = configured(prices_path, provider_itself)
+    return [analysis, TitleRecorder(analysis)]
+
+
+def configured(prices_path: str | None = None, provider_itself: str | None = None) -> Analyzer:
+    """The analysis with the daemon's settings. A bad price file costs its
     overrides (said in the log), not the capture. ``provider_itself``: ``ProviderItself.to_text``
     of the daemon's config (which upstreams leave known metadata blocks out of their cache key)."""
     try:
@@ -533,7 +543,7 @@ def writer_analyzers(prices_path: str | None = None, provider_itself: str | None
     except ValueError as exc:
         log.error("ignoring the provider-itself settings: %s", exc)
         itself = ProviderItself()
-    return [Analyzer(prices=prices, provider_itself=itself)]
+    return Analyzer(prices=prices, provider_itself=itself)
 
 
 def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200) -> Iterator[str]:
@@ -545,6 +555,7 @@ def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = N
     """
     analyzer = analyzer or Analyzer()
     ids = rows.call_ids(db, session)
+    titles_kept = titles.kept(db)
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         with rows.immediate(db):
@@ -556,5 +567,8 @@ def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = N
                 except Exception as e:
                     log.warning("reindex of call %s failed: %s", call_id, e)
                     record_event(db, "analysis_failed", call_id=call_id, detail=f"reindex: {type(e).__name__}: {e}")
-            rows.refresh_totals(db, touched | set(rows.sessions_of(db, chunk)))
+            touched |= set(rows.sessions_of(db, chunk))
+            rows.refresh_totals(db, touched)
+            if titles_kept:  # the sessions it touched named again: a call may have moved
+                retitle(db, touched)
         yield from chunk

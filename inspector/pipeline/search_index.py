@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 from ctxscope.inspector.analyses.incremental import Prepared, prepare
 from ctxscope.inspector.pipeline.analysis_input import CallInput, from_row, from_writer
-from ctxscope.inspector.pipeline.analyze import Analyzer
-from ctxscope.inspector.pipeline.analyze import writer_analyzers as analysis_analyzers
+from ctxscope.inspector.pipeline.analyze import Analyzer, configured
 from ctxscope.inspector.pipeline.findings_record import FindingsRecorder
 from ctxscope.inspector.pipeline.replay_links import ReplayLinker
 from ctxscope.inspector.pipeline.search_text import prompt_pieces, response_pieces
+from ctxscope.inspector.pipeline.session_titles import TitleRecorder
 from ctxscope.inspector.store.analysis_rows import call_ids, immediate
 from ctxscope.inspector.store.db import Db, is_stored, record_event
 from ctxscope.inspector.store.derived import search
@@ -92,11 +92,11 @@ WRITER_ANALYZERS = "ctxscope.inspector.pipeline.search_index:writer_analyzers"
 
 def writer_analyzers(
     prices_path: str | None = None, provider_itself: str | None = None
-) -> list[Analyzer | SearchIndexer | ReplayLinker | FindingsRecorder]:
-    """The analysis, then the search index (which reads the session the analysis settled on), then
-    the link from a replay to the call it re-sent, then the call's findings facts."""
-    analysis = analysis_analyzers(prices_path, provider_itself)
-    return [*analysis, SearchIndexer(analysis[0]), ReplayLinker(), FindingsRecorder(analysis[0])]
+) -> list[Analyzer | TitleRecorder | SearchIndexer | ReplayLinker | FindingsRecorder]:
+    """The analysis, then the session's title, the search index (which reads the session the analysis
+    settled on), the link from a replay to the call it re-sent, then the call's findings facts."""
+    analysis = configured(prices_path, provider_itself)
+    return [analysis, TitleRecorder(analysis), SearchIndexer(analysis), ReplayLinker(), FindingsRecorder(analysis)]
 
 
 def backfill(db: Db, *, session: str | None = None, batch: int = 200) -> Iterator[str]:

@@ -22,7 +22,7 @@ from typing import Any
 from ctxscope.inspector.store import totals
 from ctxscope.inspector.store.blobs import sweep
 from ctxscope.inspector.store.db import Db
-from ctxscope.inspector.store.derived import search
+from ctxscope.inspector.store.derived import search, titles
 from ctxscope.inspector.store.layout import headers
 
 KEEP_TAIL = 8
@@ -59,6 +59,8 @@ def delete_session(db: Db, session: str) -> dict[str, Any]:
         calls = db.execute("DELETE FROM calls WHERE session = ?", [session]).rowcount
         if totals.kept(db):
             totals.refresh(db, [session])  # its totals go with its calls
+        if titles.kept(db):
+            titles.forget(db, [session])  # and its title: a later session of that id is named afresh
         blobs = _collect(db, blob_refs, keep) if calls else 0
         if blobs:
             sweep(db)  # the chunks and pages only those blobs used

@@ -532,6 +532,18 @@ def m020_create_call_totals(db: sqlite_utils.Database) -> None:
     totals.create(db)
 
 
+@migration
+def m021_create_session_titles(db: sqlite_utils.Database) -> None:
+    """Each session's title, written by the writer as it stores the session's first calls, so no read
+    opens a body to name a session (store/derived/titles.py). The sessions already stored are named
+    by the pipeline's backfill (it reads their first bodies once): the meta row marks it due."""
+    from ctxscope.inspector.store.derived import titles
+
+    db.execute(titles.CREATE)
+    if db.execute("SELECT 1 FROM calls LIMIT 1").fetchone() is not None:
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, '1')", [titles.PENDING])
+
+
 NAMES = tuple(step.__name__ for step in _steps)  # in order: what a current file has applied
 _built: list[Migrations] = []
 

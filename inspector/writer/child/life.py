@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ctxscope.inspector.store import db as store
+from ctxscope.inspector.store.derived import titles
 from ctxscope.inspector.store.ingest import Analyzer
 from ctxscope.inspector.writer.child.deferred import Deferred, take_over
 from ctxscope.inspector.writer.child.loop import ChildLoop, Inbox, Replies
@@ -57,9 +58,12 @@ def load_factory(spec: str | None, args: tuple[str, ...] = ()) -> list[Analyzer]
 
 
 # Run by migrate_apart: the migrations' own process, with the search text reader a migration may read through.
+# A store older than the session titles is named there too, before the writer stores a call.
 _MIGRATE = (
     "import sys; from ctxscope.inspector.pipeline.search_text import SegmentTexts; "
-    "from ctxscope.inspector.store import db; db.open_handle(sys.argv[1], segment_texts=SegmentTexts).close()"
+    "from ctxscope.inspector.pipeline.session_titles import backfill_if_pending; "
+    "from ctxscope.inspector.store import db; h = db.open_handle(sys.argv[1], segment_texts=SegmentTexts); "
+    "backfill_if_pending(h); h.close()"
 )
 
 
@@ -71,7 +75,7 @@ def migrate_apart(db_path: Path) -> None:
     try:
         db = store.open_handle(db_path, migrate=False)
         try:
-            due = bool(store.pending_migrations(db))
+            due = bool(store.pending_migrations(db)) or titles.pending(db)
         finally:
             db.close()
     except Exception:
