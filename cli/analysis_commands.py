@@ -375,7 +375,7 @@ def stats(db_path: Path | None, session: str | None, as_json: bool) -> None:
 @json_option
 def reindex(db_path: Path | None, session: str | None, as_json: bool) -> None:
     """Recompute the analysis of stored calls (relations, threads, tokens, cache verdicts, markers)."""
-    from ctxscope.inspector.pipeline.analyze import reindex as run
+    from ctxscope.inspector.pipeline.reindex import reindex as run
     from ctxscope.inspector.pipeline.search_text import SegmentTexts
     from ctxscope.inspector.store.analysis_rows import count_calls
 
