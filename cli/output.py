@@ -225,7 +225,7 @@ def emit_table(
                 over -= cut
     for line in table:
         parts = [
-            _wrapped(text, w) if c.wrap else [_fit(text, w)] for text, w, c in zip(line, widths, cols, strict=True)
+            _wrapped(text, w) if c.wrap else [fit_line(text, w)] for text, w, c in zip(line, widths, cols, strict=True)
         ]
         for k in range(max(len(p) for p in parts)):
             cells = [
@@ -253,8 +253,27 @@ def _wrapped(text: str, width: int) -> list[str]:
     return lines or [""]
 
 
-def _fit(text: str, width: int) -> str:
+def fit_line(text: str, width: int) -> str:
+    """One line cut to ``width`` characters, "…" marking the cut."""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def value_words(value: Any) -> str:
+    """A value in words (a diff's, a marker's): a clipped value as its start and its length, a list
+    or a mapping spelled out, never a Python repr (docs/architecture.md, "Human output fits the terminal")."""
+    if isinstance(value, dict) and value.get("clipped"):
+        start = safe_text(value.get("json_prefix") or value.get("preview") or "")[:60]
+        return f"{start}… ({fmt_int(value.get('chars'))} characters, clipped)"
+    if isinstance(value, (list, tuple)) and not value:
+        return "none"
+    if isinstance(value, (dict, list, tuple, bool, int)):
+        return plain(value)
+    return safe_text(value)
+
+
+def plural(n: Any, noun: str) -> str:
+    """ "1 segment", "2 segments", "1,204 segments": the count grouped, the noun agreeing with it."""
+    return f"{fmt_int(n)} {noun}{'' if n == 1 else 's'}"
 
 
 def emit_fields(pairs: Sequence[tuple[str, Any]], indent: int = 0) -> None:

@@ -4,7 +4,7 @@ A step is one answer plus the tool executions it causes. Before each request: qu
 messages are delivered, then before_llm_call runs; the prepared request is shown to observers,
 sent, and the answer goes through after_llm_call (a retry drops the answer's tool calls, so a
 rejected answer has no side effects). Tool calls are gated one by one in source order, run
-concurrently, and their results pass through after_tool_call in source order.
+concurrently, and their results pass through after_tool_call in source order (``tool_step.py``).
 
 Cancellation (``task.cancel()``) leaves history consistent: every tool call of the interrupted step
 gets a result (finished ones keep theirs, the rest say "cancelled"), the turn's end is recorded,
@@ -26,11 +26,9 @@ from .assembly import assemble_user_message
 from .dispatch import (
     ErrorLog,
     gate_before_llm_call,
-    gate_before_tool_call,
     observe,
     observe_read_only,
     transform_after_llm_call,
-    transform_after_tool_call,
 )
 from .events import (
     Abort,
@@ -47,8 +45,6 @@ from .events import (
     Retry,
     Skip,
     StepEnd,
-    ToolCallContext,
-    ToolResultContext,
     TurnEnd,
     TurnStart,
     annotation_headers,
@@ -76,7 +72,7 @@ from .model import (
 from .readonly import prepared_view, strict_default
 from .spi import TurnAssembly
 from .state import SessionView
-from .tools import ToolContext, run_tool
+from .tool_step import ToolStep
 
 log = logging.getLogger("ctxscope.agent.core.loop")
 
@@ -239,7 +235,7 @@ class TurnRunner:
             await self.history.append(answer)
             results: tuple[ToolResult, ...] = ()
             if answer.tool_calls:
-                results = await self._run_tools(answer.tool_calls)
+                results = await self._tool_step().run(answer.tool_calls, self._done)
                 await self.history.append(tool_message(results, turn=self.turn, step=self.step))
             self._pending = ()
             await self._step_end(answer, results)
@@ -308,54 +304,6 @@ class TurnRunner:
         )
         self.effects.declare(MarkerKind.RETRY)
 
-    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> tuple[ToolResult, ...]:
-        """Gate in source order, run concurrently, transform in source order (results keyed by position)."""
-        for i, call in enumerate(calls):
-            block = await gate_before_tool_call(
-                self.assembly.handlers_for(Event.BEFORE_TOOL_CALL),
-                ToolCallContext(self.session, self.turn, self.step, call, self.tool_names, self.effects),
-                self.errors,
-            )
-            if block is not None:
-                self._done[i] = ToolResult(
-                    call.id,
-                    call.name,
-                    f"Error: blocked: {block.reason}",
-                    True,
-                    {"blocked": True, "reason": block.reason},
-                )
-        runnable = [i for i in range(len(calls)) if i not in self._done]
-        for i in runnable:
-            self.emit(act.ToolStarted(self.turn, self.step, calls[i]))
-        if self.config.parallel_tools and len(runnable) > 1:
-            tasks = [asyncio.create_task(self._execute(i, calls[i])) for i in runnable]
-            try:
-                await asyncio.gather(*tasks)
-            finally:
-                for t in tasks:
-                    t.cancel()
-        else:
-            for i in runnable:
-                await self._execute(i, calls[i])
-        results = []
-        for i, call in enumerate(calls):
-            result = await transform_after_tool_call(
-                self.assembly.handlers_for(Event.AFTER_TOOL_CALL),
-                self._tool_result_ctx(call),
-                self._done[i],
-                self.errors,
-            )
-            results.append(result)
-            self.emit(act.ToolFinished(self.turn, self.step, call, result))
-        return tuple(results)
-
-    def _tool_result_ctx(self, call: ToolCall) -> Callable[[ToolResult], ToolResultContext]:
-        return lambda r: ToolResultContext(self.session, self.turn, self.step, call, r, self.tool_names, self.effects)
-
-    async def _execute(self, index: int, call: ToolCall) -> None:
-        ctx = ToolContext(self.session, call.id, self.turn, self.step)
-        self._done[index] = await run_tool(self.assembly.tool(call.name), call, ctx)
-
     async def _step_end(self, answer: Message, results: tuple[ToolResult, ...]) -> None:
         event = StepEnd(
             self.session,
@@ -375,6 +323,19 @@ class TurnRunner:
             self.assembly.handlers_for(Event.ON_HISTORY_CHANGED),
             HistoryChanged(self.session, self.turn, kind, messages, epoch, reason),
             self.errors,
+        )
+
+    def _tool_step(self) -> ToolStep:
+        return ToolStep(
+            self.session,
+            self.turn,
+            self.step,
+            self.assembly,
+            self.tool_names,
+            self.effects,
+            self.errors,
+            self.emit,
+            self.config.parallel_tools,
         )
 
     def _llm_ctx(

@@ -4,8 +4,8 @@ A finding is assembled from these facts alone (``findings.assemble``), so readin
 findings reads no body (docs/architecture.md, "Findings"). Pure: a parsed call, its thread's
 previous call and the session's cache replay in, a ``CallFacts`` out, kept as compact JSON.
 Taking them costs one pass over the call's segments with the texts' digests remembered by segment
-hash, so a call costs about its new content; the cache replay of a session (``SessionReplay``)
-steps one call at a time and can be restored from the stored facts.
+hash, so a call costs about its new content. The churn causes are ``churn.py``'s; the cache replay
+of a session (``session_replay.py``) steps one call at a time and can be restored from the facts.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ import hashlib
 import json
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
+from ctxscope.inspector.advisor.churn import Cause, causes
 from ctxscope.inspector.advisor.model import DEFAULT_WINDOW, WINDOWS, SessionCall
-from ctxscope.inspector.advisor.replay import TTL, Replay, Write, _anthropic, _Entry
-from ctxscope.inspector.analyses.cache.memory import anthropic_points
+from ctxscope.inspector.advisor.session_replay import SessionReplay
 from ctxscope.inspector.analyses.canonical_prompt import split_reminders
 from ctxscope.inspector.analyses.hashes import common_prefix
-from ctxscope.inspector.analyses.prices import PriceTable
-from ctxscope.inspector.analyses.prompt_metadata import block_of
 from ctxscope.vocab.kinds import CacheVerdict
 from ctxscope.vocab.tokens import count_tokens
 
@@ -33,25 +30,9 @@ OVERSIZED_SHARE = 0.05  # ... and so is one above this share of the window, whic
 # Tool results kept as facts: any that may be oversized under the smallest window we know.
 BIG_FLOOR = min(OVERSIZED_TOKENS, int(OVERSIZED_SHARE * min(DEFAULT_WINDOW, *WINDOWS.values())))
 DUPLICATE_TOKENS = 500
-METADATA = "metadata:"  # a cause in a per-request metadata block: "metadata:<block name>"
-EARLY_MESSAGES = 1  # messages/input items counted as "early" for churn
-EXCERPT = 24
 _REMEMBERED = 16_384  # segment digests and duplicate counts kept (LRU)
 _REMEMBERED_CHARS = 32 << 20  # and the long texts kept with them, at most (16,384 of 100 KB were 1.6 GB)
 _SCANS = 128  # calls whose scan is kept (the last of each recent thread)
-
-
-@dataclass(frozen=True)
-class Cause:
-    """One reason the call's early prefix differs from its predecessor's (a churn finding's unit)."""
-
-    pointer: str
-    how: str  # "reordered" (tools in another order), "changed", or METADATA + the block's name
-    segment: str  # the segment's kind
-    offset: int  # character offset of the first difference
-    before: str  # an excerpt of each side around it
-    after: str
-    lost: int  # tokens from this position on, no longer read from cache
 
 
 @dataclass(frozen=True)
@@ -297,138 +278,3 @@ def response_tools(response: object) -> set[str]:
             if isinstance(name, str) and name:
                 names.add(name)
     return names
-
-
-def _early(pointer: str, kind: str) -> bool:
-    if kind in ("system", "tools"):
-        return True
-    parts = pointer.split("/")
-    in_messages = len(parts) > 2 and parts[1] in ("messages", "input") and parts[2].isdigit()
-    return in_messages and int(parts[2]) < EARLY_MESSAGES
-
-
-def _changed_bytes(a: str, b: str) -> tuple[int, str, str]:
-    """Character offset of the first difference and an excerpt of each side around it."""
-    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    start = max(0, n - EXCERPT)
-    return n, a[start : n + EXCERPT], b[start : n + EXCERPT]
-
-
-def causes(prev: SessionCall, cur: SessionCall, shared: int | None = None) -> list[Cause]:
-    """Why ``cur``'s early prefix differs from ``prev``'s (``shared``: how many leading segments
-    they share, if known): the tools (in another order, or changed) and the rest (system, first
-    message) each give their own cause, so a call that reorders its tools and changes its system
-    prompt counts under both (docs/architecture.md, "Findings")."""
-    if prev.model != cur.model or cur.compacted:  # a compaction rewrites early messages on purpose
-        return []
-    if cur.prompt.server_state or prev.prompt.server_state:  # the prefix is held server-side
-        return []
-    a, b = prev.prompt.hashes, cur.prompt.hashes
-    if (common_prefix(a, b) if shared is None else shared) >= min(len(a), len(b)):
-        return []  # one prompt continues the other
-    old_segs, new_segs = prev.prompt.segments, cur.prompt.segments
-    n_old, n_new = _tools_end(old_segs), _tools_end(new_segs)
-    out = []
-    tools_a, tools_b = list(a[:n_old]), list(b[:n_new])
-    if tools_a != tools_b:  # the first tool that differs
-        k = common_prefix(tools_a, tools_b)
-        how = "reordered" if sorted(tools_a) == sorted(tools_b) else "changed"
-        out.append(_cause(prev, cur, min(k, len(old_segs) - 1), min(k, len(new_segs) - 1), how, kind="tools"))
-    # the rest: the first segment after the tools that differs, if it is early
-    rest_a, rest_b = a[n_old:], b[n_new:]
-    m = common_prefix(rest_a, rest_b)
-    if m < min(len(rest_a), len(rest_b)) and _early(new_segs[n_new + m].pointer, new_segs[n_new + m].kind):
-        # a per-request metadata block (inspector/analyses/prompt_metadata.py) is its own cause
-        block = block_of(new_segs[n_new + m], cur.api)
-        out.append(_cause(prev, cur, n_old + m, n_new + m, METADATA + block.name if block else "changed"))
-    return out
-
-
-def _tools_end(segments: Sequence) -> int:
-    """How many leading segments are tool definitions (tools come first in cache order)."""
-    n = 0
-    for seg in segments:
-        if seg.kind != "tools":
-            break
-        n += 1
-    return n
-
-
-def _cause(prev: SessionCall, cur: SessionCall, j: int, i: int, how: str, kind: str | None = None) -> Cause:
-    seg, old = cur.prompt.segments[i], prev.prompt.segments[j]
-    offset, before, after = _changed_bytes(old.text, seg.text)
-    lost = max(0, min(prev.tokens.total, cur.tokens.total) - cur.tokens.prefix_tokens(i))
-    return Cause(seg.pointer, how, kind or seg.kind, offset, before, after, lost)
-
-
-class _Live(dict):
-    """An API key's live cache entries, noting the keys the replay writes and the one it reads (it
-    reads an entry by ``live[key]`` once it chose it, looks them up by ``get``), so a call's writes
-    and read are found without walking every entry."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[bytes] = []
-        self.taken: list[bytes] = []
-        self.prune_at = _PRUNE_AT
-
-    def __setitem__(self, key: bytes, value: _Entry) -> None:
-        self.written.append(key)
-        super().__setitem__(key, value)
-
-    def __getitem__(self, key: bytes) -> _Entry:
-        self.taken.append(key)
-        return super().__getitem__(key)
-
-
-class SessionReplay:
-    """The session's Anthropic cache replayed one call at a time, with the breakpoints as sent
-    (``replay.py``'s rules): each call's writes, and the earlier write it read."""
-
-    def __init__(self, prices: PriceTable):
-        self.prices = prices
-        self.live: dict[str, _Live] = {}  # per API key
-
-    def step(self, call: SessionCall) -> tuple[list[list], list | None]:
-        live = self.live.setdefault(call.scope, _Live())
-        live.written.clear()
-        live.taken.clear()
-        _anthropic(call, anthropic_points(call.prompt), live, self.prices.lookup(call.model), Replay())
-        get = dict.__getitem__
-        writes = [[e.write.pointer, e.write.tokens, e.write.ttl, k.hex()] for k in live.written if (e := get(live, k))]
-        read = None
-        if live.taken:
-            key = live.taken[-1]
-            entry = get(live, key)
-            read = [entry.write.call_id, entry.write.pointer, key.hex(), entry.ttl]
-        _prune(live, call.started_at)
-        return writes, read
-
-    def restore(self, facts: Iterable[tuple[CallFacts, str]]) -> None:
-        """The replay's state after ``facts`` (with each call's API key fingerprint), in order."""
-        for f, scope in facts:
-            if f.skip or f.family != "anthropic":
-                continue
-            live = self.live.setdefault(scope, _Live())
-            for pointer, tokens, ttl, key in f.writes:
-                seconds = TTL.get(ttl, TTL["5m"])
-                live[bytes.fromhex(key)] = _Entry(f.at + seconds, seconds, Write(f.id, pointer, tokens, ttl, 0.0))
-            if f.read is not None:
-                entry = live.get(bytes.fromhex(f.read[2]))
-                if entry is not None:
-                    entry.write.read = True
-                    entry.ttl = float(f.read[3])
-                    entry.expires = f.at + entry.ttl
-            _prune(live, f.at)
-
-
-_PRUNE_AT = 64
-
-
-def _prune(live: _Live, now: float) -> None:
-    """Entries expired well before now can never be read again (calls come in about time order);
-    looked for once the entries have doubled since the last time, so a call costs O(1) on average."""
-    if len(live) > live.prune_at:
-        for key in [k for k, e in live.items() if e.expires < now - TTL["1h"]]:
-            del live[key]
-        live.prune_at = max(_PRUNE_AT, 2 * len(live))

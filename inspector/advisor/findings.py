@@ -22,17 +22,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
-from ctxscope.inspector.advisor.call_facts import (
-    METADATA,
-    OVERSIZED_SHARE,
-    OVERSIZED_TOKENS,
-    CallFacts,
-    Cause,
-    FactsTaker,
-    SessionReplay,
-)
+from ctxscope.inspector.advisor.call_facts import OVERSIZED_SHARE, OVERSIZED_TOKENS, CallFacts, FactsTaker
+from ctxscope.inspector.advisor.churn import METADATA, Cause
 from ctxscope.inspector.advisor.model import Session, SessionCall, dollars, window_of
 from ctxscope.inspector.advisor.replay import TTL
+from ctxscope.inspector.advisor.session_replay import SessionReplay
 from ctxscope.inspector.analyses.prices import Price, PriceTable
 from ctxscope.inspector.analyses.prompt_metadata import KNOWN_BLOCKS
 from ctxscope.inspector.base.usd import total_usd

@@ -19,17 +19,20 @@ other parameters into ``params``: neither is hashed into segments.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from ctxscope.inspector.analyses.canonical_prompt import (
-    MARKER_KEYS,
     POLICY_KEYS,
     CanonicalPrompt,
-    Segment,
     canonical_json,
-    is_reminder,
+)
+from ctxscope.inspector.analyses.canonical_segments import (
+    SegmentBuilder,
+    add_block,
+    nested_text,
+    strip_block,
+    text_block,
 )
 from ctxscope.inspector.analyses.hashes import Hashes
 from ctxscope.vocab.apis import Api
@@ -41,174 +44,17 @@ _PROMPT_KEYS: dict[str, set[str]] = {
     Api.OPENAI_RESPONSES: {"model", "input", "instructions", "tools", "previous_response_id"},
     Api.GEMINI_GENERATE: {"model", "contents", "systemInstruction", "system_instruction", "tools"},
 }
-_IMAGE_TYPES = {
-    "image",
-    "document",
-    "image_url",
-    "input_image",
-    "input_file",
-    "input_audio",
-    "file",
-    "container_upload",
-}
-_TEXT_TYPES = {"text", "input_text", "output_text"}
 
 
-def _strip(value: Any) -> tuple[Any, dict | None]:
-    """A block without markers, nulls or empty lists (nested content too), and its marker."""
-    if not isinstance(value, dict):
-        return value, None
-    marker = None
-    out = {}
-    for key, v in value.items():
-        if key in MARKER_KEYS:
-            if v is not None and v is not False:
-                marker = v if isinstance(v, dict) else {key: v}
-            continue
-        if v is None or v == []:
-            continue
-        if key == "content" and isinstance(v, list):
-            items = []
-            for item in v:
-                item, inner = _strip(item)
-                marker = inner or marker
-                items.append(item)
-            v = items
-        out[key] = v
-    return out, marker
-
-
-def _text_block(text: str, typ: str = "text") -> dict:
-    return {"type": typ, "text": text}
-
-
-def _nested_text(content: Any) -> tuple[str, int]:
-    """Text and image count of a tool result's content (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content, 0
-    if not isinstance(content, list):
-        return ("" if content is None else canonical_json(content)), 0
-    texts, images = [], 0
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict):
-            typ = part.get("type")
-            if typ in _IMAGE_TYPES:
-                images += 1
-            elif isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            else:
-                texts.append(canonical_json(_strip(part)[0]))
-    return "\n".join(texts), images
-
-
-class _Builder:
-    def __init__(self) -> None:
-        self.segments: list[Segment] = []
-        self.digests: list[bytes] = []  # the segments' hashes as bytes: the prompt's Hashes without a hex round trip
-
-    def add(
-        self,
-        pointer: str,
-        kind: str,
-        role: str | None,
-        text: str,
-        norm: Any,
-        area: str,
-        marker: dict | None = None,
-        *,
-        name: str | None = None,
-        ref: str | None = None,
-        images: int = 0,
-        extras: dict | None = None,
-    ) -> None:
-        digest = hashlib.sha256(canonical_json([area, role, norm, extras or {}]).encode()).digest()
-        self.digests.append(digest)
-        self.segments.append(Segment(pointer, kind, role, text, digest.hex(), marker, name, ref, images))
-
-    def text(
-        self,
-        pointer: str,
-        role: str | None,
-        text: str,
-        norm: Any,
-        area: str,
-        marker: dict | None = None,
-        extras: dict | None = None,
-    ) -> None:
-        self.add(pointer, _text_kind(role, text), role, text, norm, area, marker, extras=extras)
-
-    def tools(self, body: dict, key: str) -> bool:
-        tools = body.get(key)
-        if tools is None:
-            return True
-        if not isinstance(tools, list):
-            return False
-        for i, tool in enumerate(tools):
-            norm, marker = _strip(tool)
-            name = None
-            if isinstance(tool, dict):
-                fn = tool.get("function")
-                name = tool.get("name") or (fn.get("name") if isinstance(fn, dict) else None) or tool.get("type")
-            self.add(f"/{key}/{i}", "tools", None, canonical_json(norm), norm, "tools", marker, name=name)
-        return True
-
-
-def _text_kind(role: str | None, text: str) -> str:
-    if role in ("system", "developer"):
-        return "system"
-    if role == "assistant":
-        return "assistant_text"
-    if role in ("tool", "function"):
-        return "tool_result"
-    return "reminder" if is_reminder(text) else "user_text"
-
-
-def _block(b: _Builder, pointer: str, role: str | None, block: Any, area: str, extras: dict | None = None) -> None:
-    """One content block / part / item of any of the three APIs."""
-    norm, marker = _strip(block)
-    if not isinstance(block, dict):
-        text = block if isinstance(block, str) else canonical_json(block)
-        b.add(pointer, "other", role, text, norm, area, extras=extras)
-        return
-    typ = block.get("type") or ""
-    if typ in _TEXT_TYPES and isinstance(block.get("text"), str):
-        b.text(pointer, role, block["text"], norm, area, marker, extras)
-    elif typ in _IMAGE_TYPES:
-        b.add(pointer, "image", role, "", norm, area, marker, images=1, extras=extras)
-    elif typ == "refusal":
-        b.add(pointer, "assistant_text", role, str(block.get("refusal", "")), norm, area, marker, extras=extras)
-    elif typ in ("thinking", "redacted_thinking", "reasoning"):
-        thought: Any = block.get("thinking") if typ == "thinking" else None
-        if typ == "reasoning":
-            parts = (block.get("summary") or []) + (block.get("content") or [])
-            thought = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
-        b.add(pointer, "thinking", role, thought if isinstance(thought, str) else "", norm, area, marker, extras=extras)
-    elif typ.endswith(("tool_result", "_call_output")):
-        ref = block.get("tool_use_id") or block.get("call_id")
-        if isinstance(norm.get("content"), str):  # a string result equals one text block
-            norm = dict(norm, content=[_text_block(norm["content"])])
-        text, images = _nested_text(block.get("content", block.get("output")))
-        b.add(pointer, "tool_result", role, text, norm, area, marker, ref=ref, images=images, extras=extras)
-    elif typ.endswith(("tool_use", "_call")) or typ == "function":
-        fn: dict = block["function"] if isinstance(block.get("function"), dict) else {}
-        name = block.get("name") or fn.get("name")
-        ref = block.get("id") if typ.endswith("tool_use") or typ == "function" else block.get("call_id")
-        b.add(pointer, "tool_call", role, canonical_json(norm), norm, area, marker, name=name, ref=ref, extras=extras)
-    else:
-        b.add(pointer, "other", role, canonical_json(norm), norm, area, marker, extras=extras)
-
-
-def _anthropic(body: dict, b: _Builder) -> bool:
+def _anthropic(body: dict, b: SegmentBuilder) -> bool:
     if not isinstance(body.get("messages"), list) or not b.tools(body, "tools"):
         return False
     system = body.get("system")
     if isinstance(system, str):
-        b.add("/system", "system", "system", system, _text_block(system), "system")
+        b.add("/system", "system", "system", system, text_block(system), "system")
     elif isinstance(system, list):
         for j, block in enumerate(system):
-            _block(b, f"/system/{j}", "system", block, "system")
+            add_block(b, f"/system/{j}", "system", block, "system")
     elif system is not None:
         return False
     for n, msg in enumerate(body["messages"]):
@@ -216,24 +62,24 @@ def _anthropic(body: dict, b: _Builder) -> bool:
             return False
         role, content = msg.get("role"), msg.get("content")
         if isinstance(content, str):
-            b.text(f"/messages/{n}/content", role, content, _text_block(content), "messages")
+            b.text(f"/messages/{n}/content", role, content, text_block(content), "messages")
         elif isinstance(content, list) and content:
             for k, block in enumerate(content):
-                _block(b, f"/messages/{n}/content/{k}", role, block, "messages")
+                add_block(b, f"/messages/{n}/content/{k}", role, block, "messages")
         else:
-            norm, marker = _strip(msg)
+            norm, marker = strip_block(msg)
             b.add(f"/messages/{n}", "other", role, canonical_json(norm), norm, "messages", marker)
     return True
 
 
-def _chat(body: dict, b: _Builder) -> bool:
+def _chat(body: dict, b: SegmentBuilder) -> bool:
     if not isinstance(body.get("messages"), list) or not b.tools(body, "tools") or not b.tools(body, "functions"):
         return False
     for n, msg in enumerate(body["messages"]):
         if not isinstance(msg, dict):
             return False
         role, content, calls = msg.get("role"), msg.get("content"), msg.get("tool_calls")
-        extras, _ = _strip({k: v for k, v in msg.items() if k not in ("role", "content", "tool_calls")})
+        extras, _ = strip_block({k: v for k, v in msg.items() if k not in ("role", "content", "tool_calls")})
         before = len(b.segments)
         ref = msg.get("tool_call_id")
         if isinstance(content, str) and not (content == "" and (calls or msg.get("function_call"))):
@@ -243,18 +89,18 @@ def _chat(body: dict, b: _Builder) -> bool:
                     "tool_result",
                     role,
                     content,
-                    _text_block(content),
+                    text_block(content),
                     "messages",
                     ref=ref,
                     extras=extras,
                 )
             else:
-                b.text(f"/messages/{n}/content", role, content, _text_block(content), "messages", extras=extras)
+                b.text(f"/messages/{n}/content", role, content, text_block(content), "messages", extras=extras)
         elif isinstance(content, list):
             for k, part in enumerate(content):
                 if role in ("tool", "function"):
-                    norm, marker = _strip(part)
-                    text, images = _nested_text([part])
+                    norm, marker = strip_block(part)
+                    text, images = nested_text([part])
                     kind = "image" if images and not text else "tool_result"
                     b.add(
                         f"/messages/{n}/content/{k}",
@@ -269,12 +115,12 @@ def _chat(body: dict, b: _Builder) -> bool:
                         extras=extras,
                     )
                 else:
-                    _block(b, f"/messages/{n}/content/{k}", role, part, "messages", extras)
+                    add_block(b, f"/messages/{n}/content/{k}", role, part, "messages", extras)
         for k, call in enumerate(calls if isinstance(calls, list) else []):
-            _block(b, f"/messages/{n}/tool_calls/{k}", role, call, "messages", extras)
+            add_block(b, f"/messages/{n}/tool_calls/{k}", role, call, "messages", extras)
         if isinstance(msg.get("function_call"), dict):
             call = dict(msg["function_call"], type="function_call")
-            norm, _ = _strip(call)
+            norm, _ = strip_block(call)
             b.add(
                 f"/messages/{n}/function_call",
                 "tool_call",
@@ -286,24 +132,24 @@ def _chat(body: dict, b: _Builder) -> bool:
                 extras=extras,
             )
         if len(b.segments) == before:
-            norm, marker = _strip(msg)
+            norm, marker = strip_block(msg)
             b.add(f"/messages/{n}", "other", role, canonical_json(norm), norm, "messages", marker)
     return True
 
 
-def _responses(body: dict, b: _Builder) -> bool:
+def _responses(body: dict, b: SegmentBuilder) -> bool:
     if not b.tools(body, "tools"):
         return False
     instructions = body.get("instructions")
     if isinstance(instructions, str):
-        b.add("/instructions", "system", "system", instructions, _text_block(instructions), "instructions")
+        b.add("/instructions", "system", "system", instructions, text_block(instructions), "instructions")
     elif isinstance(instructions, list):
         for j, item in enumerate(instructions):
             _item(b, f"/instructions/{j}", item, "instructions")
     items = body.get("input")
     if isinstance(items, str):
         msg = {"type": "message", "role": "user"}
-        b.text("/input", "user", items, _text_block(items, "input_text"), "input", extras=msg)
+        b.text("/input", "user", items, text_block(items, "input_text"), "input", extras=msg)
         return True
     if items is None:
         return body.get("previous_response_id") is not None or body.get("conversation") is not None
@@ -316,37 +162,37 @@ def _responses(body: dict, b: _Builder) -> bool:
     return True
 
 
-def _item(b: _Builder, pointer: str, item: Any, area: str) -> None:
+def _item(b: SegmentBuilder, pointer: str, item: Any, area: str) -> None:
     if not isinstance(item, dict):
-        _block(b, pointer, None, item, area)
+        add_block(b, pointer, None, item, area)
         return
     typ = item.get("type") or ("message" if "role" in item else "")
     if typ != "message":
-        _block(b, pointer, None, {k: v for k, v in item.items() if k != "status"}, area)
+        add_block(b, pointer, None, {k: v for k, v in item.items() if k != "status"}, area)
         return
     role, content = item.get("role"), item.get("content")
-    extras, _ = _strip({k: v for k, v in item.items() if k not in ("content", "id", "status")})
+    extras, _ = strip_block({k: v for k, v in item.items() if k not in ("content", "id", "status")})
     extras["type"] = "message"
     part_type = "output_text" if role == "assistant" else "input_text"
     if isinstance(content, str):
-        b.text(f"{pointer}/content", role, content, _text_block(content, part_type), area, extras=extras)
+        b.text(f"{pointer}/content", role, content, text_block(content, part_type), area, extras=extras)
     elif isinstance(content, list) and content:
         for k, part in enumerate(content):
-            _block(b, f"{pointer}/content/{k}", role, part, area, extras)
+            add_block(b, f"{pointer}/content/{k}", role, part, area, extras)
     else:
-        norm, marker = _strip(item)
+        norm, marker = strip_block(item)
         b.add(pointer, "other", role, canonical_json(norm), norm, area, marker)
 
 
 _GEMINI_ROLES = {"model": "assistant", "user": "user", "function": "tool", "tool": "tool"}
 
 
-def _gemini_part(b: _Builder, pointer: str, role: str | None, part: Any, area: str) -> None:
+def _gemini_part(b: SegmentBuilder, pointer: str, role: str | None, part: Any, area: str) -> None:
     """One Gemini part: text, functionCall, functionResponse, inlineData / fileData (media); see
     (docs/architecture.md, "Gemini prompts")."""
-    norm, _ = _strip(part)
+    norm, _ = strip_block(part)
     if not isinstance(part, dict):
-        _block(b, pointer, role, part, area)
+        add_block(b, pointer, role, part, area)
         return
     call = part.get("functionCall", part.get("function_call"))
     result = part.get("functionResponse", part.get("function_response"))
@@ -366,14 +212,14 @@ def _gemini_part(b: _Builder, pointer: str, role: str | None, part: Any, area: s
         b.add(pointer, "other", role, canonical_json(norm), norm, area)
 
 
-def _gemini(body: dict, b: _Builder) -> bool:
+def _gemini(body: dict, b: SegmentBuilder) -> bool:
     """Gemini generateContent: tools, systemInstruction (a Content), contents (Contents of parts)."""
     if not isinstance(body.get("contents"), list) or not body["contents"] or not b.tools(body, "tools"):
         return False
     key = "systemInstruction" if "systemInstruction" in body else "system_instruction"
     system = body.get(key)
     if isinstance(system, str):
-        b.add(f"/{key}", "system", "system", system, _text_block(system), "system")
+        b.add(f"/{key}", "system", "system", system, text_block(system), "system")
     elif isinstance(system, dict) and isinstance(system.get("parts"), list):
         for j, part in enumerate(system["parts"]):
             _gemini_part(b, f"/{key}/parts/{j}", "system", part, "system")
@@ -390,12 +236,12 @@ def _gemini(body: dict, b: _Builder) -> bool:
             for k, part in enumerate(parts):
                 _gemini_part(b, f"/contents/{n}/parts/{k}", role, part, "contents")
         else:
-            norm, _ = _strip(content)
+            norm, _ = strip_block(content)
             b.add(f"/contents/{n}", "other", role, canonical_json(norm), norm, "contents")
     return True
 
 
-_PARSERS: dict[str, Callable[[dict, _Builder], bool]] = {
+_PARSERS: dict[str, Callable[[dict, SegmentBuilder], bool]] = {
     Api.ANTHROPIC_MESSAGES: _anthropic,
     Api.ANTHROPIC_COUNT_TOKENS: _anthropic,
     Api.OPENAI_CHAT: _chat,
@@ -409,7 +255,7 @@ def canonicalize(api: str | None, body: Any) -> CanonicalPrompt | None:
     parse = _PARSERS.get(api or "")
     if parse is None or not isinstance(body, dict):
         return None
-    b = _Builder()
+    b = SegmentBuilder()
     try:
         if not parse(body, b):
             return None

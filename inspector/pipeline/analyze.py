@@ -8,13 +8,13 @@ by segment hash) and the last calls of each recent thread per session and key (`
 a new body reuses the canonical segments of the messages it shares byte for byte with one of them
 (inspector/analyses/incremental.py) and only new segments are counted, so a call costs about its new
 content. A session it has not seen since it started (after a daemon restart, or in ``reindex``) is
-rebuilt from the latest stored call of each of the session's recent threads.
+rebuilt from the store (pipeline/cold_start.py).
 
 ``session`` is the client's own id when it sends one (path label, session headers, Claude Code's
 metadata.user_id, prompt_cache_key, a resolvable previous_response_id); without one the
 conversation's lineage decides, per API key and client ("key:<fingerprint>:<first call>", see
 docs/architecture.md, "Sessions and threads"); ``grouped_by`` says which rule placed the call.
-``thread`` splits a session into chains of continuing prompts.
+``thread`` splits a session into chains of continuing prompts; a retry's place is pipeline/retries.py's.
 
 Time: cache TTLs are judged on the calls' ``started_at``. ``clock_offset`` (seconds) is added to
 the time of calls analysed live: tests shift it together with the simulator's clock to make an idle
@@ -29,7 +29,6 @@ import json
 import logging
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,37 +39,34 @@ from ctxscope.inspector.analyses.cache.provider_agreement import asked_body, pro
 from ctxscope.inspector.analyses.cache.verdicts import judge_call, parse_provider_diagnostics
 from ctxscope.inspector.analyses.canonical_prompt import CanonicalPrompt
 from ctxscope.inspector.analyses.effects import place_effects
-from ctxscope.inspector.analyses.incremental import Prepared, View, count, prepare, prepare_full
+from ctxscope.inspector.analyses.incremental import Prepared, View, count, prepare
 from ctxscope.inspector.analyses.markers import Marker, infer_markers
 from ctxscope.inspector.analyses.prices import PriceTable, load_prices
 from ctxscope.inspector.analyses.prompt_metadata import ProviderItself, cache_view, metadata_changes, note
 from ctxscope.inspector.analyses.relation import CallContext, Relation, classify
-from ctxscope.inspector.analyses.threads import Placement, RecentCall, explicit_session_id, place_call
-from ctxscope.inspector.base.clock import iso, unix_time
+from ctxscope.inspector.analyses.threads import explicit_session_id, place_call
 from ctxscope.inspector.pipeline.analysis_columns import Analysis
-from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_row, from_writer
+from ctxscope.inspector.pipeline.analysis_input import CallInput, declared_markers, from_writer
+from ctxscope.inspector.pipeline.chain_links import Producers, chained_body
+from ctxscope.inspector.pipeline.cold_start import reload_scope
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered, Scope
-from ctxscope.inspector.pipeline.response_chain import full_body
-from ctxscope.inspector.pipeline.session_titles import TitleRecorder, retitle
+from ctxscope.inspector.pipeline.retries import after_failure, numbered, with_retry
+from ctxscope.inspector.pipeline.scopes import scope_of
+from ctxscope.inspector.pipeline.session_titles import TitleRecorder
 from ctxscope.inspector.store import analysis_rows as rows
 from ctxscope.inspector.store import queries
-from ctxscope.inspector.store.db import Db, record_event
-from ctxscope.inspector.store.derived import cache_minimums, titles
-from ctxscope.inspector.store.ingest import RETRY_WINDOW_S, is_failure
+from ctxscope.inspector.store.db import Db
+from ctxscope.inspector.store.derived import cache_minimums
 from ctxscope.inspector.store.sessions import NON_MODEL_SESSION
 from ctxscope.proxy.wire.apis import non_model_kind
 from ctxscope.vocab.apis import Api
-from ctxscope.vocab.kinds import EpochReason, GroupedBy, MarkerKind, RelationKind
+from ctxscope.vocab.kinds import EpochReason, RelationKind
 
 log = logging.getLogger("ctxscope.analysis")
 
 LLM_APIS = frozenset(
     {Api.ANTHROPIC_MESSAGES, Api.ANTHROPIC_COUNT_TOKENS, Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.GEMINI_GENERATE}
 )
-COLD_START_CALLS = 64  # stored calls of a session looked at to rebuild it ...
-COLD_START_THREADS = 8  # ... and at most this many threads' latest calls reloaded
-UNNAMED = "\0unnamed:"  # scope of the calls without a session id, per key and this client
-UNNAMED_GROUPS = (GroupedBy.LINEAGE, GroupedBy.CLIENT_GAP, GroupedBy.NEW)
 # Segment counts kept for reuse (~350 bytes each): a long session's distinct segments, not every
 # segment a long-running daemon ever counted (docs/architecture.md, "Memory").
 COUNTED_SEGMENTS = 16_384
@@ -168,7 +164,7 @@ class Analyzer:
 
     def analyze(self, db: Db, inp: CallInput, *, live: bool = True) -> Analysis:
         """The analysis of one stored call (nothing written), remembering it for the next calls."""
-        producers = _Producers(db, inp.id)
+        producers = Producers(db, inp.id)
         time = inp.started_at + (self.clock_offset if live else 0.0)
         explicit = explicit_session_id(inp.headers, inp.body, inp.session_label, producers.session)
         kind = non_model_kind(inp.method or "", inp.path or "") if inp.api not in LLM_APIS else None
@@ -176,9 +172,7 @@ class Analyzer:
             explicit = (NON_MODEL_SESSION, "non_model:" + kind)
         fallback = ("key:" + inp.key_fingerprint[:12], "key") if inp.key_fingerprint else ("anon", "anon")
         # Calls without a session id share one pool per key and client, whatever their session.
-        scope: Scope = (
-            (explicit[0], inp.key_fingerprint) if explicit else (UNNAMED + (inp.client or ""), inp.key_fingerprint)
-        )
+        scope = scope_of(explicit, inp.client, inp.key_fingerprint)
         pool = self._pool(db, scope, inp.rowid, None if explicit else inp.client)
         prepared, base = None, None
         self._prepared = None
@@ -186,7 +180,7 @@ class Analyzer:
         linked = producers.linked(prev_response if isinstance(prev_response, str) else None)
         body, raw = inp.body, inp.raw
         if inp.api == Api.OPENAI_RESPONSES and linked is not None:
-            body, raw = self._full_body(db, inp.body, inp.raw, pool, producers)
+            body, raw = chained_body(db, inp.body, inp.raw, pool, producers)
         if inp.api in LLM_APIS:
             prepared, used = prepare(
                 inp.api,
@@ -201,8 +195,8 @@ class Analyzer:
         prompt = prepared.prompt if prepared is not None else None
         placement = place_call(inp.id, prompt, explicit, [r.recent for r in pool], linked, fallback=fallback, time=time)
         if explicit is None and placement.predecessor is None:
-            placement = _after_failure(db, inp, placement)
-        session, source, seq, attempt, retry_of = _session(db, inp, placement)
+            placement = after_failure(db, inp, placement)
+        session, source, seq, attempt, retry_of = numbered(db, inp, placement)
         prev = next((r for r in pool if r.call_id == placement.predecessor), None)
         relation = Relation(RelationKind.NOT_COMPARABLE, detail="not a recognised LLM call")
         if inp.api in LLM_APIS:
@@ -251,7 +245,7 @@ class Analyzer:
                 prev.prompt if prev else None, prompt, relation, prev.tokens.total if prev else None, tokens.total
             )
         markers = place_effects(
-            _with_retry(markers, attempt, retry_of),
+            with_retry(markers, attempt, retry_of),
             declared_markers(inp.annotations),
             prev.prompt if prev else None,
             prompt,
@@ -323,31 +317,6 @@ class Analyzer:
                 rel = classify(CallContext(prev.prompt, prev.provider, prev.api, prev.capture_epoch, body), cur)
         return rel
 
-    def _full_body(
-        self, db: Db, body: Any, raw: bytes | None, pool: list[Remembered], producers: _Producers
-    ) -> tuple[Any, bytes | None]:
-        """A ``previous_response_id`` call's body with the chain it continues spelled out, and its bytes
-        (always written alike, so the next link's bytes share this one's); as sent when it cannot be."""
-
-        def producer(response_id: str) -> str | None:
-            found = producers.get(response_id)
-            return found[0] if found else None
-
-        def remembered(call_id: str) -> Any:
-            return next((r.body for r in pool if r.call_id == call_id), None)
-
-        def stored(call_id: str) -> tuple[Any, Any]:
-            try:
-                return queries.get_request_json(db, call_id), queries.get_final_response(db, call_id)
-            except Exception as e:  # a damaged link costs the chain's comparison, as before
-                log.warning("could not read call %s of a response chain: %s", call_id, e)
-                return None, None
-
-        full = full_body(body, producer, remembered, stored)
-        if full is None:
-            return body, raw
-        return full, json.dumps(full, separators=(",", ":"), ensure_ascii=False).encode()
-
     def _view(self, upstream: str | None) -> View:
         """The hashes ``upstream`` keys its cache on (docs/architecture.md, "Prefix relations")."""
         return functools.partial(cache_view, upstream=upstream, itself=self.provider_itself)
@@ -357,39 +326,9 @@ class Analyzer:
         if calls is not None:
             return calls
         self.memory.open(scope)
-        for rem in self._load(db, scope, rowid, client):
+        for rem in reload_scope(db, scope, rowid, client, self.counter, self._view):
             self.memory.add(scope, rem)
         return self.memory.calls(scope) or []
-
-    def _load(self, db: Db, scope: Scope, rowid: int, client: str | None) -> list[Remembered]:
-        """Cold start: the latest successful stored call of each recent thread of the scope, oldest first."""
-        latest: dict[str, tuple] = {}
-        if scope[0].startswith(UNNAMED):
-            found = rows.latest_unnamed_calls(db, scope[1], client, UNNAMED_GROUPS, rowid, COLD_START_CALLS)
-        else:
-            found = rows.latest_thread_calls(db, scope[0], scope[1], rowid, COLD_START_CALLS)
-        for row in found:
-            if row[1] not in latest and len(latest) < COLD_START_THREADS:
-                latest[row[1]] = row
-        out = []
-        for call_id, thread, started_at, epoch, provider, api, session, upstream in reversed(list(latest.values())):
-            try:
-                raw = queries.get_request_body(db, call_id)
-                body = json.loads(raw) if raw else None
-                if api == Api.OPENAI_RESPONSES and isinstance(body, dict) and body.get("previous_response_id"):
-                    body, raw = self._full_body(db, body, raw, [], _Producers(db, call_id))
-                prepared = prepare_full(api, body, raw, self._view(upstream)) if raw else None
-            except Exception as e:
-                log.warning("could not reload call %s for analysis: %s", call_id, e)
-                continue
-            if prepared is not None:
-                tokens = self.counter.count_prompt(prepared.prompt)
-                out.append(
-                    Remembered(
-                        call_id, session, thread, prepared, tokens, unix_time(started_at), epoch or 0, provider, api
-                    )
-                )
-        return out
 
 
 @dataclass(frozen=True)
@@ -402,67 +341,6 @@ class SharedPrompt:
     prepared: Prepared | None
     base: str | None  # the call whose leading items it reused (None: none)
     tokens: TokenBreakdown | None = None  # its counts (the findings facts take them too)
-
-
-class _Producers:
-    """Captured calls by the response id they produced (for ``previous_response_id``), looked up once."""
-
-    def __init__(self, db: Db, call_id: str):
-        self.db, self.call_id = db, call_id
-        self._found: dict[str, tuple | None] = {}
-
-    def get(self, response_id: str) -> tuple | None:
-        if response_id not in self._found:
-            self._found[response_id] = rows.producer_of(self.db, response_id, self.call_id)
-        return self._found[response_id]
-
-    def session(self, response_id: str) -> str | None:
-        found = self.get(response_id)
-        return found[1] if found else None
-
-    def linked(self, previous_response_id: str | None) -> RecentCall | None:
-        """The call whose response a body's ``previous_response_id`` names, if we captured it."""
-        found = self.get(previous_response_id) if previous_response_id else None
-        return RecentCall(found[0], None, found[1], found[2] or found[0]) if found else None
-
-
-def _session(db: Db, inp: CallInput, placement: Placement) -> tuple[str, str, int | None, int, str | None]:
-    """(session, its source, seq, attempt, retry_of): the placement's session, numbered in it (seq
-    None for a call not inserted yet: the writer numbers it as it inserts it)."""
-    session, source = placement.session_id, placement.session_source
-    if inp.seq is None:
-        return (session, source, None, *_relink_retry(db, inp, session))
-    if session == inp.session:
-        return session, source, inp.seq, inp.attempt, inp.retry_of
-    seq = rows.next_seq(db, session)
-    return (session, source, seq, *_relink_retry(db, inp, session))
-
-
-def _after_failure(db: Db, inp: CallInput, placement: Placement) -> Placement:
-    """A call without a session id that repeats a failed call's body (a retry) joins its session and
-    thread: the failed call is not remembered as a predecessor, so lineage cannot find it."""
-    if not inp.request_sha256 or inp.no_failed_twin:
-        return placement
-    found = rows.latest_unnamed_request(
-        db,
-        inp.key_fingerprint,
-        inp.client,
-        UNNAMED_GROUPS,
-        inp.request_sha256,
-        inp.id,
-        iso(inp.started_at - RETRY_WINDOW_S),
-        iso(inp.started_at),
-    )
-    if found is None or not is_failure(found[1], found[2], found[3]):
-        return placement
-    return dataclasses.replace(
-        placement,
-        session_id=found[4],
-        thread_id=found[5] or inp.id,
-        parent_thread_id=None,
-        grouped_by=GroupedBy.LINEAGE,
-        thread_start=False,
-    )
 
 
 def _save_minimums(db: Db, memory: CacheMemory, call_id: str) -> None:
@@ -482,38 +360,6 @@ def _save_learned(db: Db, learned: list[Learned], call_id: str) -> None:
 def _response_id(response: Any) -> str | None:
     rid = response.get("id") if isinstance(response, dict) else None
     return rid if isinstance(rid, str) and rid else None
-
-
-def _with_retry(markers: list[Marker], attempt: int, retry_of: str | None) -> list[Marker]:
-    """The store's retry linkage (a repeat of a failed call) as a retry marker."""
-    if not retry_of:
-        return markers
-    out = []
-    found = False
-    for m in markers:
-        if m.kind == MarkerKind.RETRY and not found:
-            m, found = Marker(MarkerKind.RETRY, m.pointer, {**m.detail, "attempt": attempt, "retry_of": retry_of}), True
-        out.append(m)
-    return out if found else out + [Marker(MarkerKind.RETRY, None, {"attempt": attempt, "retry_of": retry_of})]
-
-
-def _relink_retry(db: Db, inp: CallInput, session: str) -> tuple[int, str | None]:
-    """attempt/retry_of within the call's own session (the store linked it within its key's)."""
-    if not inp.request_sha256 or inp.no_failed_twin:
-        return 1, None
-    prev = rows.latest_same_request(
-        db,
-        session,
-        inp.request_sha256,
-        inp.method,
-        inp.path,
-        inp.id,
-        iso(inp.started_at - RETRY_WINDOW_S),
-        iso(inp.started_at),
-    )
-    if prev is not None and is_failure(prev[2], prev[3], prev[4]):
-        return (prev[1] or 1) + 1, prev[0]
-    return 1, None
 
 
 # What the daemon's writer runs on every stored call, named so the writer's child process can import it.
@@ -544,31 +390,3 @@ def configured(prices_path: str | None = None, provider_itself: str | None = Non
         log.error("ignoring the provider-itself settings: %s", exc)
         itself = ProviderItself()
     return Analyzer(prices=prices, provider_itself=itself)
-
-
-def reindex(db: Db, *, session: str | None = None, analyzer: Analyzer | None = None, batch: int = 200) -> Iterator[str]:
-    """Recompute the analysis of stored calls in capture order, yielding each call id when done.
-
-    A fresh analyzer sees the calls in the order they were stored, so the result equals what
-    live analysis would have written (without any ``clock_offset``). A call that fails is logged
-    and recorded as ``analysis_failed``; the others go on.
-    """
-    analyzer = analyzer or Analyzer()
-    ids = rows.call_ids(db, session)
-    titles_kept = titles.kept(db)
-    for start in range(0, len(ids), batch):
-        chunk = ids[start : start + batch]
-        with rows.immediate(db):
-            touched = set(rows.sessions_of(db, chunk))  # a call may move to another session
-            for call_id in chunk:
-                try:
-                    with db.atomic():
-                        analyzer.apply(db, from_row(db, call_id), live=False)
-                except Exception as e:
-                    log.warning("reindex of call %s failed: %s", call_id, e)
-                    record_event(db, "analysis_failed", call_id=call_id, detail=f"reindex: {type(e).__name__}: {e}")
-            touched |= set(rows.sessions_of(db, chunk))
-            rows.refresh_totals(db, touched)
-            if titles_kept:  # the sessions it touched named again: a call may have moved
-                retitle(db, touched)
-        yield from chunk

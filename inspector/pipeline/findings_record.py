@@ -19,8 +19,9 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from ctxscope.inspector.advisor.call_facts import CallFacts, FactsTaker, SessionReplay, skipped
+from ctxscope.inspector.advisor.call_facts import CallFacts, FactsTaker, skipped
 from ctxscope.inspector.advisor.model import SessionCall
+from ctxscope.inspector.advisor.session_replay import SessionReplay
 from ctxscope.inspector.advisor.shape import SKIPPED, shape_json
 from ctxscope.inspector.analyses.accounting import TokenBreakdown, TokenCounter
 from ctxscope.inspector.analyses.canonical import canonicalize

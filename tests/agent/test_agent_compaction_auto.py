@@ -241,18 +241,18 @@ async def test_the_guard_stops_a_compaction_that_fires_again_the_next_turn(tmp_p
 
     rt, _model, s = make_rt(tmp_path, window=W)
     manager = manager_for(rt)
-    engine = manager.engine()
+    line = manager.engine().lines.automatic_trigger_at
     done = CompactionOutcome("threshold", "checkpoint", "replaced", 4000, (), tokens_after=500)
-    manager._guard(s.view, done, 1, 1, Effects(), engine)
+    manager.guard.judge(s.view, done, 1, 1, Effects(), line)
     assert s.view.state.get("compaction")["auto_turns"] == [1] and s.view.state.get("compaction").get("auto") != "off"
     effects = Effects()
-    manager._guard(s.view, done, 2, 1, effects, engine)  # a big pasted input compacts at step 1 again
+    manager.guard.judge(s.view, done, 2, 1, effects, line)  # a big pasted input compacts at step 1 again
     state = s.view.state.get("compaction")
     assert state["auto"] == "off" and state["reason"] == "automatic compaction fired at turn 1 and again at turn 2"
     assert effects.pending == ("compaction_stopped; by=guard; trigger=threshold",)
     archive_plan = CompactionOutcome("archive_plan", "archive", "replaced", 4000, (), tokens_after=3500)
     rt2, _, s2 = make_rt(tmp_path / "b", window=W)
-    manager_for(rt2)._guard(s2.view, archive_plan, 1, 1, Effects(), engine)  # under the line: not judged
+    manager_for(rt2).guard.judge(s2.view, archive_plan, 1, 1, Effects(), line)  # under the line: not judged
     assert s2.view.state.get("compaction") is None
 
 

@@ -170,13 +170,13 @@ def test_price_overrides_change_the_lost_cost(captured, tmp_path, monkeypatch):
 
 
 def test_diff_excerpts_keep_the_difference_in_view_and_aligned():
-    from ctxscope.analysis_commands import _around
+    from ctxscope.diff_view import around
 
     a, b = "x" * 80 + "AAAA" + "y" * 80, "x" * 80 + "BBBB" + "y" * 80
-    cut_a, cut_b = _around((a, b), 80, room=40)
+    cut_a, cut_b = around((a, b), 80, room=40)
     assert len(cut_a) == len(cut_b) == 40 and cut_a.index("AAAA") == cut_b.index("BBBB") == 13
     assert cut_a[0] == cut_b[0] == cut_a[-1] == cut_b[-1] == "…"
-    assert _around(("short", "shore"), 4, room=40) == ("short", "shore")  # what fits is left whole
+    assert around(("short", "shore"), 4, room=40) == ("short", "shore")  # what fits is left whole
 
 
 def test_diff_prints_values_in_words_never_a_python_repr(proxy, sim):

@@ -14,7 +14,7 @@ import copy
 
 import pytest
 
-from ctxscope.inspector.pipeline.analyze import reindex
+from ctxscope.inspector.pipeline.reindex import reindex
 from ctxscope.inspector.store import queries
 from ctxscope.inspector.store.derived import cache_minimums
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ctxscope.inspector.analyses.prices import load_prices
-from ctxscope.inspector.pipeline.analyze import Analyzer, reindex
+from ctxscope.inspector.pipeline.analyze import Analyzer
+from ctxscope.inspector.pipeline.reindex import reindex
 from ctxscope.inspector.share.importer import import_calls
 from ctxscope.inspector.store import queries, totals
 from ctxscope.inspector.store.analysis_queries import stats

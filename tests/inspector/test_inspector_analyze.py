@@ -10,8 +10,10 @@ import pytest
 from ctxscope.inspector.analyses.canonical import canonicalize
 from ctxscope.inspector.analyses.incremental import prepare_full
 from ctxscope.inspector.pipeline.analysis_input import parse_event
-from ctxscope.inspector.pipeline.analyze import UNNAMED, Analyzer, reindex
+from ctxscope.inspector.pipeline.analyze import Analyzer
 from ctxscope.inspector.pipeline.recent import RecentMemory, Remembered
+from ctxscope.inspector.pipeline.reindex import reindex
+from ctxscope.inspector.pipeline.scopes import UNNAMED
 from ctxscope.inspector.store import queries
 
 from support.factories import T0, anthropic_response, make_exchange

@@ -21,6 +21,7 @@ def test_connect_creates_schema_in_wal_with_synchronous_normal(tmp_path):
     assert {"calls", "blobs", "meta", "store_events"} <= set(db.table_names())
     assert store.applied_migrations(db) == [m.name for m in migrations._migrations]
     assert all(m.name.startswith(("m0", "m1")) and m.name[1:4].isdigit() for m in migrations._migrations)
+    assert [m.name for m in migrations._migrations] == sorted(m.name for m in migrations._migrations)
     indexes = {i.name for i in db["calls"].indexes}
     assert {"idx_calls_session_seq", "idx_calls_started_at", "idx_calls_model"} <= indexes
     assert "idx_calls_request" not in indexes  # the time index carries the hash (m017)

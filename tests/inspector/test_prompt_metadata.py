@@ -10,7 +10,8 @@ import json
 from ctxscope.inspector.advisor.findings import findings
 from ctxscope.inspector.advisor.load import load_session
 from ctxscope.inspector.analyses.prompt_metadata import ProviderItself
-from ctxscope.inspector.pipeline.analyze import Analyzer, reindex
+from ctxscope.inspector.pipeline.analyze import Analyzer
+from ctxscope.inspector.pipeline.reindex import reindex
 from ctxscope.inspector.store import queries
 
 from support.factories import analysed as run

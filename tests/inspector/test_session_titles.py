@@ -8,7 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
-from ctxscope.inspector.pipeline.analyze import Analyzer, reindex, writer_analyzers
+from ctxscope.inspector.pipeline.analyze import Analyzer, writer_analyzers
+from ctxscope.inspector.pipeline.reindex import reindex
 from ctxscope.inspector.pipeline.session_titles import CALLS_TRIED, TITLE_CHARS, backfill
 from ctxscope.inspector.share.importer import import_calls
 from ctxscope.inspector.store import queries

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxscope.simulator.model.agentic import MAX_ROUNDS, decide, read_view
+from ctxscope.simulator.model.agent_view import read_view
+from ctxscope.simulator.model.agentic import MAX_ROUNDS, decide
 from ctxscope.simulator.model.prompt import anthropic_prompt
 
 from support import sdk_clients

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from ctxscope.simulator.model.agentic import AgentView, Round, decide, final_answer
+from ctxscope.simulator.model.agent_view import AgentView, Round
+from ctxscope.simulator.model.agentic import decide
+from ctxscope.simulator.model.agentic_answer import final_answer
 
 
 @pytest.mark.parametrize(

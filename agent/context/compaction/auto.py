@@ -8,31 +8,18 @@ hook may defer or stop; the engine archives or checkpoints; a replacement become
 ``ReplaceHistory`` (a new epoch: the usage anchor is invalidated), ``POST_ADMISSION_FAILED``
 aborts the turn, other failures are recorded and the request goes out uncompacted.
 
-The usage anchor is kept here: ``on_llm_call_prepared`` notes what the request was bound to,
-``after_llm_call`` records the answer's usage, ``on_history_changed`` drops it on replacement.
 Everything goes through the SPI: a provider "prompt too long" reaches ``on_overflow`` (the SPI's
 overflow handler), ``/compact`` is the maintenance command ``compact``, the PreCompact / PostCompact
 hooks are the ``before_compact`` / ``after_compact`` events, and the model client and the live
-history's epoch come from ``api.host``.
-
-No thrashing: a line-triggered automatic compaction must leave ``thrash_margin`` (20 %) of the
-trigger line free, must not be predicted to fire again within the next turn (what this turn has
-added so far would push it over again), and must not follow another one in the same or the
-previous turn. Otherwise automatic compaction stops for the session, recorded and shown by
-/context; a manual /compact turns it back on. A failed automatic compaction is not retried in the
-same turn.
-
-Never at the price of a request that cannot fit: when the guard has stopped automatic compaction
-and the request is over the provider's input limit or byte limit, it is compacted anyway (trigger
-``limit``, at most once per step), and a provider "prompt too long" always goes through the
-overflow path (compact, then the loop retries), even after a failure this turn. Each such
-decision is a ``compaction_forced`` event in the history and a marker on the next request.
+history's epoch come from ``api.host``. A failed automatic compaction is not retried in the same
+turn; a provider "prompt too long" still goes through the overflow path. The usage anchor is kept by
+``usage_anchor.py``, the thrash guard is ``thrash_guard.py``'s, and a compaction the guard would not
+have run is ``forced.py``'s.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -47,10 +34,7 @@ from ...core.events import (
     Defer,
     Effects,
     Event,
-    HistoryChanged,
     LlmCallContext,
-    LlmCallPrepared,
-    LlmCallResult,
     MaintenanceContext,
     ModifyRequest,
     OverflowContext,
@@ -67,20 +51,15 @@ from ...core.state import SessionView
 from ..settings import settings_from
 from .archive import ArchivePlan, plan_archive
 from .checkpoint import load_system_prompt
-from .engine import LINE_TRIGGERS, CompactionEngine, CompactionInput, CompactionOutcome
-from .events import CompactionHooks, record
+from .engine import CompactionEngine, CompactionInput, CompactionOutcome
+from .events import CompactionHooks
+from .forced import over_limit, record_forced
 from .history import prune_screenshots
 from .manual import compact_session
-from .outcome import (
-    ANCHOR_KEY,
-    auto_enabled,
-    compaction_state,
-    invalidate_anchor,
-    record_outcome,
-    request_effects,
-    set_auto,
-)
+from .outcome import ANCHOR_KEY, auto_enabled, record_outcome, request_effects, set_auto
 from .replace import POST_ADMISSION_FAILED
+from .thrash_guard import ThrashGuard
+from .usage_anchor import AnchorKeeper
 
 log = logging.getLogger("ctxscope.agent.compaction")
 EXTENSION_ID = "context-management"
@@ -95,9 +74,9 @@ class ContextManager:
         self.hooks = hooks or CompactionHooks()
         self.host: AgentHost | None = None  # set when the extension is loaded (api.host)
         self.checkpoint_system = load_system_prompt(settings.checkpoint_system_prompt_file, home)
-        self._bindings: dict[str, tuple[AnchorBinding, int | None]] = {}
+        self.anchor = AnchorKeeper(self.epoch)
+        self.guard = ThrashGuard(settings)
         self._pending: dict[str, list[Effect]] = {}  # effects for a session's next request (after /compact)
-        self._turn_start: dict[str, tuple[int, int]] = {}  # session -> (turn, footprint at its first request)
         self._failed: dict[str, int] = {}  # session -> turn whose automatic compaction failed (no retry that turn)
         self._forced: dict[str, tuple[int, int]] = {}  # session -> (turn, step) of the last forced compaction
 
@@ -108,9 +87,9 @@ class ContextManager:
         def init(api: ExtensionAPI) -> None:
             self.host = api.host
             api.on(Event.BEFORE_LLM_CALL, self.before_llm_call)
-            api.on(Event.ON_LLM_CALL_PREPARED, self.on_prepared)
-            api.on(Event.AFTER_LLM_CALL, self.after_llm_call)
-            api.on(Event.ON_HISTORY_CHANGED, self.on_history_changed)
+            api.on(Event.ON_LLM_CALL_PREPARED, self.anchor.on_prepared)
+            api.on(Event.AFTER_LLM_CALL, self.anchor.after_llm_call)
+            api.on(Event.ON_HISTORY_CHANGED, self.anchor.on_history_changed)
             api.on_overflow(self.on_overflow)
             api.register_command("compact", self.compact)
 
@@ -162,11 +141,11 @@ class ContextManager:
         if not auto_enabled(view):
             # the thrash guard holds automatic compaction back, but never at the price of a request that cannot
             # fit (docs/architecture.md, "Compaction never leaves a request to fail")
-            over = self._over_limit(engine, fp.tokens, ctx.system, ctx.tools, request)
+            over = over_limit(engine, fp.tokens, ctx.system, ctx.tools, request)
             if over is None or self._forced.get(view.id) == (ctx.turn, ctx.step):
                 return passthrough
             self._forced[view.id] = (ctx.turn, ctx.step)
-            self._decide_forced(
+            record_forced(
                 view,
                 ctx.turn,
                 ctx.step,
@@ -191,9 +170,7 @@ class ContextManager:
                 engine,
             )
             return self._verdict(outcome, passthrough)
-        start = self._turn_start.get(view.id)
-        if start is None or start[0] != ctx.turn:
-            self._turn_start[view.id] = (ctx.turn, fp.tokens)
+        self.guard.note_request(view.id, ctx.turn, fp.tokens)
         history, _ = prune_screenshots(ctx.history, self.settings.keep_screenshots)
         plan: ArchivePlan | None = None
         if fp.tokens > engine.lines.automatic_trigger_at:
@@ -240,31 +217,6 @@ class ContextManager:
             return "failed_this_turn"
         return "none"
 
-    def _over_limit(
-        self, engine: CompactionEngine, tokens: int, system: str, tools: Sequence[ToolSpec], messages: Sequence[Message]
-    ) -> str | None:
-        """Which provider limit the request exceeds: ``input_limit``, ``bytes`` or None."""
-        if tokens > engine.lines.provider_input_limit:
-            return "input_limit"
-        if engine.body_bytes(system, tools, messages) > engine.byte_limit:
-            return "bytes"
-        return None
-
-    def _decide_forced(
-        self, view: SessionView, turn: int, step: int, effects: Effects, *, why: str, over: str, tokens: int, limit: int
-    ) -> None:
-        """A compaction the guard would not have run: an event in the history and a marker on the next request."""
-        log.warning(
-            "session %s: compaction forced (over: %s, held back: %s): %d tokens, input limit %d",
-            view.id,
-            over,
-            why,
-            tokens,
-            limit,
-        )
-        record(view, MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit, turn=turn, step=step)
-        effects.declare(MarkerKind.COMPACTION_FORCED, why=why, over=over, tokens=tokens, limit=limit)
-
     async def on_overflow(self, octx: OverflowContext) -> bool:
         """The provider refused the prompt as too long: compact (archive or ladder) and let the loop retry,
         whatever the thrash guard said (docs/architecture.md, "Compaction never leaves a request to fail")."""
@@ -274,7 +226,7 @@ class ContextManager:
         history, _ = prune_screenshots(octx.history.messages, self.settings.keep_screenshots)
         fp = self.footprint(view, octx.system, octx.tools, history)
         engine = self.engine()
-        self._decide_forced(
+        record_forced(
             view,
             octx.turn,
             octx.step,
@@ -335,7 +287,7 @@ class ContextManager:
         if not outcome.replaced:  # a failed checkpoint costs a model call: do not repeat it on every step of this turn
             self._failed[view.id] = turn
         elif auto_enabled(view) and trigger != CompactionTrigger.LIMIT:  # a forced one is not the guard's to judge
-            self._guard(view, outcome, turn, step, effects, engine)
+            self.guard.judge(view, outcome, turn, step, effects, engine.lines.automatic_trigger_at)
         post = PostCompact(
             view,
             turn,
@@ -349,75 +301,6 @@ class ContextManager:
         await self.hooks.run_post(post)
         await self._host().after_compact(post)
         return outcome
-
-    def _guard(
-        self,
-        view: SessionView,
-        outcome: CompactionOutcome,
-        turn: int,
-        step: int,
-        effects: Effects,
-        engine: CompactionEngine,
-    ) -> None:
-        """Stop automatic compaction for the session when it would thrash (see the module docstring)."""
-        if outcome.trigger not in LINE_TRIGGERS:
-            return
-        trigger_at = engine.lines.automatic_trigger_at
-        after = outcome.tokens_after or 0
-        start = self._turn_start.get(view.id)
-        grown = max(0, outcome.tokens_before - start[1]) if start and start[0] == turn else 0
-        state = compaction_state(view)
-        recent = [t for t in state.get("auto_turns") or [] if isinstance(t, int)]
-        reason = None
-        if after > trigger_at * (1 - self.settings.thrash_margin):
-            reason = (
-                f"compaction left {after} tokens, less than {self.settings.thrash_margin:.0%} below the "
-                f"trigger line ({trigger_at})"
-            )
-        elif after + grown > trigger_at:
-            reason = (
-                f"compaction left {after} tokens and this turn alone added {grown}: it would fire again "
-                f"within the next turn (trigger line {trigger_at})"
-            )
-        elif recent and turn - recent[-1] <= 1:
-            reason = f"automatic compaction fired at turn {recent[-1]} and again at turn {turn}"
-        self._turn_start[view.id] = (turn, after)
-        state["auto_turns"] = (recent + [turn])[-5:]
-        view.state.set("compaction", state)
-        if reason is not None:
-            log.warning("session %s: automatic compaction stopped: %s", view.id, reason)
-            set_auto(view, False, reason, turn=turn, step=step)
-            effects.declare(MarkerKind.COMPACTION_STOPPED, by="guard", trigger=outcome.trigger)
-
-    # --- the usage anchor ------------------------------------------------------------------------------
-    def on_prepared(self, ev: LlmCallPrepared) -> None:
-        call = ev.call
-        binding = AnchorBinding(
-            call.provider, call.api, call.model, prefix_hash(call.request.system, call.request.tools)
-        )
-        self._bindings[ev.session.id] = (binding, self.epoch(ev.session.id))
-
-    def after_llm_call(self, ev: LlmCallResult) -> None:
-        bound = self._bindings.pop(ev.session.id, None)
-        usage = ev.response.usage
-        if bound is None or usage is None or usage.input_tokens <= 0:
-            return None
-        anchor = UsageAnchor(
-            bound[0],
-            bound[1],
-            ev.response.message.id,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_tokens,
-            usage.cache_write_tokens,
-            time.time(),
-        )
-        ev.session.state.set(ANCHOR_KEY, anchor.to_dict())
-        return None
-
-    def on_history_changed(self, ev: HistoryChanged) -> None:
-        if ev.kind == "replace":  # a new epoch: the old usage describes a history that is gone
-            invalidate_anchor(ev.session)
 
     async def compact(self, ctx: MaintenanceContext, instructions: str | None) -> CompactionOutcome:
         """The ``compact`` maintenance command (/compact)."""
