@@ -168,28 +168,32 @@ def _entries(r: _Reader) -> Iterator[RawEntry]:
             return
 
 
+def _the_member(r: _Reader, where: str, wanted: str, others: str, twice: str, depth: int) -> Iterator[None]:
+    """Walk the object starting here: every member but ``wanted`` read past (checked as JSON, up to
+    ``depth`` deep; ``others`` names it in an error, a format of ``key``), and once left at
+    ``wanted``'s value for the caller to read; a second one is refused with ``twice``."""
+    seen = False
+    for key in _members(r, where):
+        if key != wanted:
+            r.value(others.format(key=key[:40]), depth)
+            continue
+        if seen:
+            raise BadExport(f"not a HAR file: {twice}")
+        seen = True
+        yield
+
+
 def har_entries(f: IO[bytes], max_value: int, reader: _Reader | None = None) -> Iterator[RawEntry]:
     """Every entry of the HAR in ``f``, in file order, the whole file checked as JSON by the end;
     BadExport (one line, with the byte offset) when it is not JSON, not a HAR, or a value is over
     ``max_value`` bytes. (``reader``: one with a smaller chunk, for the tests.)"""
     r = reader or _Reader(f, max_value)
-    seen_log = seen_entries = False
-    for key in _members(r, "the file"):
-        if key != "log":
-            r.value(f"the file's {key[:40]!r}", MAX_DEPTH - 1)
-            continue
-        if seen_log:
-            raise BadExport("not a HAR file: two logs")
-        seen_log = True
+    seen_entries = False
+    for _ in _the_member(r, "the file", "log", "the file's {key!r}", "two logs", MAX_DEPTH - 1):
         if r.peek() != "{":
             r.value("log", MAX_DEPTH - 1)
             raise BadExport("not a HAR file: no log.entries")
-        for log_key in _members(r, "log"):
-            if log_key != "entries":
-                r.value(f"log.{log_key[:40]}", MAX_DEPTH - 2)
-                continue
-            if seen_entries:
-                raise BadExport("not a HAR file: two log.entries")
+        for _ in _the_member(r, "log", "entries", "log.{key}", "two log.entries", MAX_DEPTH - 2):
             seen_entries = True
             yield from _entries(r)
     if r.peek():

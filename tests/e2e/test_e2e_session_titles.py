@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from support import sdk_clients
+from support.old_stores import before_migration, strip_bodies
 from support.serve_process import CTXSCOPE, running_serve
 from support.stored_calls import wait_for_stored
 
@@ -31,16 +31,6 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
-def _strip_bodies(path: Path) -> None:
-    """Every stored body gone: a reader that opened one to name a session would find nothing."""
-    con = sqlite3.connect(path)
-    con.execute("UPDATE calls SET request_blob = NULL, response_blob = NULL, final_response_blob = NULL")
-    for table in ("blobs", "pages", "chunks"):
-        con.execute(f"DELETE FROM {table}")
-    con.commit()
-    con.close()
-
-
 def test_the_daemon_stores_titles_that_the_cli_prints_without_a_body(tmp_path):
     with running_serve(tmp_path) as (_proc, base):
         client = sdk_clients.Anthropic(base_url=f"{base}/u/sim", api_key="sk-ant-test-not-a-key", max_retries=0)
@@ -56,7 +46,7 @@ def test_the_daemon_stores_titles_that_the_cli_prints_without_a_body(tmp_path):
         rows = wait_for_stored(tmp_path / "c.db", 2)
     session = rows[0]["session"]
     assert rows[1]["session"] == session and not session.startswith("Rename")  # unnamed: its title is its prompt
-    _strip_bodies(tmp_path / "c.db")
+    strip_bodies(tmp_path / "c.db")
 
     listed = json.loads(_cli(tmp_path, "sessions", "--json").stdout)
     assert [(s["session"], s["title"]) for s in listed] == [(session, "Rename the?[2J widget")]
@@ -75,14 +65,10 @@ def test_a_store_from_before_the_titles_is_named_by_the_first_command(tmp_path):
             model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "Measure the cold list"}]
         )
         (row,) = wait_for_stored(tmp_path / "c.db", 1)
-    con = sqlite3.connect(tmp_path / "c.db")  # as a version before m021 left it
-    con.execute("DROP TABLE session_titles")
-    con.execute("DELETE FROM _sqlite_migrations WHERE name = 'm021_create_session_titles'")
-    con.commit()
-    con.close()
+    before_migration(tmp_path / "c.db", "m021_create_session_titles", "DROP TABLE session_titles")
 
     listed = json.loads(_cli(tmp_path, "sessions", "--json").stdout)  # migrates, then names it once
     assert [(s["session"], s["title"]) for s in listed] == [(row["session"], "Measure the cold list")]
-    _strip_bodies(tmp_path / "c.db")
+    strip_bodies(tmp_path / "c.db")
     listed = json.loads(_cli(tmp_path, "sessions", "--json").stdout)
     assert [s["title"] for s in listed] == ["Measure the cold list"]

@@ -31,6 +31,7 @@ from support.factories import (
     claude_code_like_session,
     make_exchange,
 )
+from support.old_stores import before_migration, copy_store
 
 
 def _same(a: object, b: object) -> bool:
@@ -199,15 +200,8 @@ def test_a_call_is_counted_as_the_analyzers_left_its_row(tmp_path):
 
 def _without_table(src: Path, dst: Path) -> None:
     """A copy of the store whose file predates the totals: what m020 made and its record gone."""
-    con = sqlite3.connect(src)
-    con.execute(f"VACUUM INTO '{dst}'")
-    con.close()
-    con = sqlite3.connect(dst)
-    con.execute("DROP TABLE call_totals")
-    con.execute("DROP INDEX idx_calls_session_time")
-    con.execute("DELETE FROM _sqlite_migrations WHERE name = 'm020_create_call_totals'")
-    con.commit()
-    con.close()
+    copy_store(src, dst)
+    before_migration(dst, "m020_create_call_totals", "DROP TABLE call_totals", "DROP INDEX idx_calls_session_time")
 
 
 def test_the_migration_counts_the_calls_a_store_already_holds(tmp_path):

@@ -21,6 +21,7 @@ from ctxscope.web.overview import list_session_overviews
 from ctxscope.web.timeline import session_view
 
 from support.factories import T0, anthropic_request, capture, make_exchange
+from support.old_stores import before_migration, copy_store, strip_bodies
 from support.stored_calls import wait_for_stored
 
 REMINDER = "<system-reminder>\nThe date is today. Be careful.\n</system-reminder>"
@@ -46,16 +47,6 @@ def _tool_result_only(t: float, header: str):
 
 def _store(path: Path, exchanges):
     return capture(path, exchanges, analyzers=writer_analyzers())
-
-
-def _strip_bodies(path: Path) -> None:
-    """Every stored body gone: a reader that opens one to name a session finds nothing."""
-    con = sqlite3.connect(path)
-    con.execute("UPDATE calls SET request_blob = NULL, response_blob = NULL, final_response_blob = NULL")
-    for table in ("blobs", "pages", "chunks"):
-        con.execute(f"DELETE FROM {table}")
-    con.commit()
-    con.close()
 
 
 def _by_first_call(db) -> dict[str, str | None]:
@@ -88,7 +79,7 @@ def test_the_writer_stores_each_sessions_title_and_the_readers_open_no_body(tmp_
     assert len(unnamed) == 1 and stored[unnamed[0]] == "Fix the login bug"  # reminder out, spaces folded
     db.close()
 
-    _strip_bodies(path)  # the old reader took titles from these bodies: it would now find none
+    strip_bodies(path)  # the old reader took titles from these bodies: it would now find none
     db = queries.open_db(path)
     listed = {r["session"]: r["title"] for r in list_session_overviews(db)}
     assert listed == stored
@@ -128,19 +119,11 @@ def test_the_backfill_names_the_sessions_of_an_older_store_once(tmp_path):
     expected = _by_first_call(db)
     db.close()
     old = tmp_path / "old.db"  # the same store as a version before m021 left it
-    con = sqlite3.connect(path)
-    con.execute(f"VACUUM INTO '{old}'")
-    con.close()
-    con = sqlite3.connect(old)
-    con.execute("DROP TABLE session_titles")
-    con.execute("DELETE FROM _sqlite_migrations WHERE name = 'm021_create_session_titles'")
-    con.commit()
-    con.close()
+    copy_store(path, old)
+    before_migration(old, "m021_create_session_titles", "DROP TABLE session_titles")
 
     apart = tmp_path / "apart.db"  # a copy the writer child's migration process takes up
-    con = sqlite3.connect(old)
-    con.execute(f"VACUUM INTO '{apart}'")
-    con.close()
+    copy_store(old, apart)
     migrate_apart(apart)  # what the daemon's writer child runs before it stores a call
     con = sqlite3.connect(apart)
     assert dict(con.execute("SELECT session, title FROM session_titles").fetchall()) == expected
